@@ -1,0 +1,47 @@
+# durable-agent: every command installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/durable-agent
+FERRETDB := $(CACHE)/bin/ferretdb
+FERRETDB_VERSION := v1.24.2
+
+.PHONY: venv ferretdb test lint typecheck unit demo bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# FerretDB (MongoDB wire-compatible, SQLite backend) for the MongoStore tests; built once, cached.
+ferretdb: $(FERRETDB)
+
+$(FERRETDB):
+	@if [ -n "$$MONGODB_URI" ]; then echo "MONGODB_URI set: not building FerretDB"; \
+	elif command -v go >/dev/null; then \
+		mkdir -p $(CACHE)/bin && GOBIN=$(CACHE)/bin go install github.com/FerretDB/FerretDB/cmd/ferretdb@$(FERRETDB_VERSION); \
+	else echo "neither Go nor MONGODB_URI: the Mongo tests will fail (install Go or set MONGODB_URI)"; fi
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(VENV)/bin/pytest -q -x
+
+test: venv ferretdb lint typecheck
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(VENV)/bin/pytest -q
+
+bench: venv ferretdb
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

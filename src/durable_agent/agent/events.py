@@ -1,0 +1,52 @@
+"""The inner loop's events, in the order SPEC §6.1 fixes.
+
+``agent_start``; per turn ``turn_start``, the assistant's ``message_start``, ``message_update``…,
+``message_end``, per tool ``tool_execution_start``, ``tool_execution_update``…,
+``tool_execution_end`` and the result's ``message_start``/``message_end``, then ``turn_end``;
+``agent_end`` on success only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..ai.messages import Message, Usage
+
+__all__ = ["AgentEvent", "AgentEventType"]
+
+AgentEventType = Literal[
+    "agent_start",
+    "turn_start",
+    "message_start",
+    "message_update",
+    "message_end",
+    "tool_execution_start",
+    "tool_execution_update",
+    "tool_execution_end",
+    "turn_end",
+    "agent_end",
+]
+
+
+class AgentEvent(BaseModel):
+    """One step of a run. Fields are set only for the event types that carry them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: AgentEventType
+    message: Message | None = None
+    """``message_*``: the message (partial on ``message_update``)."""
+    input: list[Message] | None = None
+    """``turn_start``: messages a hook injected to start this turn."""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    args: dict[str, Any] | None = None
+    partial_result: str | None = None
+    result: Message | None = None
+    is_error: bool | None = None
+    messages: list[Message] | None = Field(default=None)
+    """``agent_end``: every message the run produced."""
+    usage: Usage | None = None
+    """``agent_end``: the run's total usage."""

@@ -1,0 +1,62 @@
+"""Messages, tools, the language-model protocol and the ScriptedModel."""
+
+from .messages import (
+    ContentBlock,
+    Cost,
+    FileContent,
+    ImageContent,
+    Message,
+    Role,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolOutput,
+    Usage,
+    assistant_message,
+    error_tool_result_message,
+    tool_result_message,
+    user_file_message,
+    user_image_message,
+    user_message,
+)
+from .model import LanguageModel, ModelError, ModelEvent, ModelRequest, ToolSpec
+from .scripted import Reply, ScriptedModel
+from .timefmt import UtcDatetime, format_time, parse_time
+from .tools import RetryPolicy, Tool, ToolContext, ToolResult, tool
+
+__all__ = [
+    "ContentBlock",
+    "Cost",
+    "FileContent",
+    "ImageContent",
+    "LanguageModel",
+    "Message",
+    "ModelError",
+    "ModelEvent",
+    "ModelRequest",
+    "Reply",
+    "RetryPolicy",
+    "Role",
+    "ScriptedModel",
+    "StopReason",
+    "TextContent",
+    "ThinkingContent",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolOutput",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "UtcDatetime",
+    "assistant_message",
+    "error_tool_result_message",
+    "format_time",
+    "parse_time",
+    "tool",
+    "tool_result_message",
+    "user_file_message",
+    "user_image_message",
+    "user_message",
+]

@@ -1,0 +1,85 @@
+"""RFC 3339 timestamps as the wire format writes them.
+
+Every stored time is aware UTC with microsecond precision. The wire form ends in ``Z`` and drops
+trailing fractional zeros, so equal datetimes always encode to identical strings (the codec's
+idempotency check compares strings).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer
+
+__all__ = ["UtcDatetime", "format_time", "parse_time", "to_utc", "utc_now"]
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
+)
+
+
+def utc_now() -> datetime:
+    """The current time, aware UTC."""
+    return datetime.now(UTC)
+
+
+def to_utc(value: datetime) -> datetime:
+    """Normalise a datetime to aware UTC; a naive value is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def format_time(value: datetime) -> str:
+    """``2026-01-02T03:04:05Z`` or ``…05.5Z``: UTC, trailing fractional zeros dropped."""
+    value = to_utc(value)
+    # Not strftime: glibc's %Y does not zero-pad years before 1000, which would not parse back.
+    base = (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+        f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+    )
+    if value.microsecond:
+        base += "." + f"{value.microsecond:06d}".rstrip("0")
+    return base + "Z"
+
+
+def parse_time(text: str) -> datetime:
+    """Parse RFC 3339 with ``Z`` or ``±hh:mm`` and up to 9 fractional digits (truncated to 6).
+
+    Raises ``ValueError`` for anything else.
+    """
+    match = _RFC3339.match(text.strip())
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    year, month, day, hour, minute, second, frac, zone = match.groups()
+    micro = int((frac or "").ljust(6, "0")[:6])
+    if zone in ("Z", "z"):
+        tz = UTC
+    else:
+        sign = 1 if zone[0] == "+" else -1
+        tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+    try:
+        parsed = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz
+        )
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ValueError(f"time out of range: {text!r}") from exc
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return to_utc(value)
+    if isinstance(value, str):
+        return parse_time(value)
+    return value
+
+
+UtcDatetime = Annotated[
+    datetime,
+    BeforeValidator(_coerce),
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+]
+"""A datetime field that is always aware UTC and serializes as the wire's RFC 3339 form."""

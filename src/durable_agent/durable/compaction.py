@@ -1,0 +1,123 @@
+"""Compaction (SPEC §4.8): summarize the path so far into one appended entry.
+
+The planning and the summarizer call are shared by the in-process agent and the Temporal
+``summarize`` activity; only where the result is stored and announced differs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..agent.loop import Factory, build_loop
+from ..agent.options import AgentOptions
+from ..ai.messages import (
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    user_message,
+)
+from ..session.entries import Entry, MessageEntry
+from ..session.views import model_view
+from .errors import CompactError, NoFactoryError
+
+__all__ = ["DEFAULT_COMPACT_PROMPT", "CompactionPlan", "estimate_tokens", "plan_compaction", "summarize"]
+
+DEFAULT_COMPACT_PROMPT = (
+    "Summarize the conversation so far. Preserve every fact, decision, and open question in a "
+    "compact form."
+)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    first_kept_id: str
+    prefix: list[Entry]
+    """The path entries the summary stands for."""
+    tokens_before: int
+
+
+def _chars(message: Message) -> int:
+    total = 0
+    for block in message.content:
+        if isinstance(block, TextContent):
+            total += len(block.text)
+        elif isinstance(block, ThinkingContent):
+            total += len(block.thinking)
+        elif isinstance(block, ToolCall):
+            args = json.dumps(block.arguments, ensure_ascii=False, separators=(",", ":"))
+            total += len(block.name) + (len(args) if block.arguments else 0)
+    return total
+
+
+def estimate_tokens(view: Sequence[Message]) -> int:
+    """``R + ceil(C / 4)``: the last reported input size plus ~4 characters per token after it."""
+    reported, start = 0, 0
+    for i in range(len(view) - 1, -1, -1):
+        usage = view[i].usage
+        if view[i].role == "assistant" and usage is not None and usage.input > 0:
+            reported = usage.input + usage.cache_read + usage.cache_write + usage.output
+            start = i + 1
+            break
+    chars = sum(_chars(m) for m in view[start:])
+    return reported + math.ceil(chars / 4)
+
+
+def _is_turn_start(entry: Entry) -> bool:
+    return (
+        isinstance(entry, MessageEntry)
+        and entry.message.role == "user"
+        and not entry.meta
+        and not entry.ephemeral
+    )
+
+
+def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPlan | None:
+    """What to summarize, or ``None`` when there is nothing to do (no turn beyond those kept)."""
+    if keep_turns < 0:
+        raise ValueError("keep_turns must be >= 0")
+    starts = [i for i, e in enumerate(path) if _is_turn_start(e)]
+    if not starts or len(starts) <= keep_turns:
+        return None
+    tokens = estimate_tokens(model_view(path))
+    if keep_turns > 0:
+        cut = starts[len(starts) - keep_turns]
+        return CompactionPlan(path[cut].id, list(path[:cut]), tokens)
+    return CompactionPlan("", list(path), tokens)
+
+
+async def summarize(
+    factory: Factory | None,
+    options: AgentOptions,
+    prefix: Sequence[Entry],
+    prompt: str | None = None,
+) -> str:
+    """Run the summarizer (no tools, one turn, same system prompt) and return its text."""
+    if factory is None:
+        raise NoFactoryError("this agent has no factory, so it cannot summarize")
+    summarizer_options = options.model_copy(
+        update={"tools": (), "max_turns": 1, "history": model_view(prefix)}
+    )
+    try:
+        loop = await build_loop(factory, summarizer_options)
+    except Exception as exc:
+        raise CompactError(f"build summarizer: {exc}") from exc
+    try:
+        messages = await loop.run([user_message(prompt or DEFAULT_COMPACT_PROMPT)]).wait()
+    except Exception as exc:
+        raise CompactError(f"summarizer failed: {exc}") from exc
+    finally:
+        await loop.aclose()
+    replies = [m for m in messages if m.role == "assistant"]
+    if not replies:
+        raise CompactError("summarizer produced no assistant message")
+    last = replies[-1]
+    if last.stop_reason in ("error", "aborted"):
+        raise CompactError(f"summarizer stopped with {last.stop_reason}")
+    text = last.text().strip()
+    if not text:
+        raise CompactError("summarizer returned an empty summary")
+    return last.text()

@@ -1,0 +1,217 @@
+"""The run engine: one implementation of a durable run, driven by two executors.
+
+The engine stores the run's input (after repairing a dangling tool call), runs the loop, stores
+every produced message before it emits that message's event (the event is the entry's
+**receipt**), and on cancellation stores what the user saw. All of its side effects go through
+:class:`RunEffects`: the in-process executor implements them with the store and an asyncio queue,
+the Temporal workflow with activities, ``workflow.now()`` and ``workflow.random()``. The engine
+itself does no I/O and reads no clock, so it runs unchanged inside a workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal, Protocol
+
+from ..agent.events import AgentEvent
+from ..agent.loop import Loop
+from ..ai.messages import Message, TextContent, ToolCall, Usage
+from ..session.entries import Entry, MessageEntry
+from ..session.repair import interrupted_result
+from .errors import PersistError
+from .events import Event
+from .persist import Stamped, stamp
+
+__all__ = ["CANCELLED_TEXT", "RunEffects", "RunEngine", "RunStatus", "repair_entries"]
+
+CANCELLED_TEXT = "tool execution cancelled"
+
+RunStatus = Literal[
+    "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
+]
+
+
+class RunEffects(Protocol):
+    """The engine's side effects: a clock, an ID source, a commit and an event sink."""
+
+    def now(self) -> datetime: ...
+
+    def new_id(self) -> str: ...
+
+    async def commit(self, stamped: Stamped) -> None:
+        """Store ``stamped.durable`` in one append (and apply it to the handle's state)."""
+        ...
+
+    async def emit(self, event: Event) -> None:
+        """Deliver a run event; called only after the entries it names are committed."""
+        ...
+
+
+def repair_entries(dangling: Sequence[ToolCall], message: Message | None) -> list[MessageEntry]:
+    """The stored form of run-start repair (SPEC §5.2): one synthetic result per call."""
+    if message is None:
+        return []
+    return [MessageEntry(message=interrupted_result(c, message), synthetic=True) for c in dangling]
+
+
+class RunEngine:
+    """Drives one run. Its public attributes are the live state a ``state()`` query reports."""
+
+    def __init__(self, session_id: str, leaf_id: str, effects: RunEffects) -> None:
+        self.session_id = session_id
+        self.leaf_id = leaf_id
+        self.effects = effects
+        self.status: RunStatus = "starting"
+        self.turn_count = 0
+        """Completed model calls."""
+        self.usage = Usage()
+        self.new_entry_ids: list[str] = []
+        self.produced: list[Message] = []
+        """Messages of the ``message_end`` receipts, in order (what ``wait()`` returns)."""
+        self.pending_calls: list[ToolCall] = []
+        """Calls of the last assistant message without a stored result."""
+        self._partial: Message | None = None
+
+    # -- persistence -------------------------------------------------------------------------
+
+    async def persist(self, entries: Sequence[Entry], what: str) -> list[Entry]:
+        """Stamp and commit one batch; returns its durable copies (the receipt).
+
+        A store failure raises :class:`PersistError` (``what: cause``) and leaves the leaf.
+        """
+        stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
+        previous = self.status
+        self.status = "persisting"
+        try:
+            await self.effects.commit(stamped)
+        except (asyncio.CancelledError, PersistError):
+            raise
+        except Exception as exc:
+            raise PersistError(f"{what}: {exc}") from exc
+        finally:
+            self.status = previous
+        self.leaf_id = stamped.leaf_id
+        self.new_entry_ids.extend(e.id for e in stamped.durable)
+        return stamped.durable
+
+    async def _emit(
+        self, event: AgentEvent, entries: list[Entry] | None = None, leaf: bool = False
+    ) -> None:
+        await self.effects.emit(
+            Event(
+                type="agent",
+                session_id=self.session_id,
+                agent=event,
+                entries=entries,
+                leaf_id=self.leaf_id if leaf or entries is not None else None,
+            )
+        )
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def start(self, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()) -> list[Entry]:
+        """Store the pre-model batch (repairs, then input); returns the agent_start receipt."""
+        return await self.persist([*repairs, *inputs], "persist input")
+
+    async def drive(self, loop: Loop, inputs: Sequence[Entry], receipt: list[Entry]) -> None:
+        """Run ``loop`` on the input messages, storing and emitting as it goes."""
+        messages = [e.message for e in inputs if isinstance(e, MessageEntry)]
+        run = loop.run(messages)
+        started = False
+        try:
+            async for event in run.events():
+                if not started:
+                    started = True
+                    first = event if event.type == "agent_start" else AgentEvent(type="agent_start")
+                    await self._emit(first, receipt, leaf=True)
+                    if event.type == "agent_start":
+                        continue
+                await self._handle(event)
+            if not started:
+                await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
+        finally:
+            await run.aclose()
+        self.status = "completed"
+
+    async def _handle(self, event: AgentEvent) -> None:
+        kind = event.type
+        message = event.message
+        if kind == "turn_start":
+            self.status = "calling_model"
+        elif kind in ("message_start", "message_update"):
+            if message is not None and message.role == "assistant":
+                self._partial = message
+        elif kind == "tool_execution_start":
+            self.status = "running_tools"
+        if kind == "message_end" and message is not None:
+            receipt = await self.persist([MessageEntry(message=message)], "persist message")
+            self._record(message)
+            await self._emit(event, receipt)
+            return
+        await self._emit(event)
+
+    def _record(self, message: Message) -> None:
+        self.produced.append(message)
+        if message.role == "assistant":
+            self._partial = None
+            self.turn_count += 1
+            if message.usage is not None:
+                self.usage = self.usage + message.usage
+            self.pending_calls = [c for c in message.tool_calls() if not c.server]
+            if self.pending_calls:
+                self.status = "running_tools"
+        elif message.role == "tool_result":
+            for i, call in enumerate(self.pending_calls):
+                if call.id == message.tool_call_id:
+                    del self.pending_calls[i]
+                    break
+
+    # -- cancellation ------------------------------------------------------------------------
+
+    def _aborted(self) -> Message | None:
+        """The partial assistant message minus its unfinished (last, still streaming) tool call."""
+        partial = self._partial
+        if partial is None:
+            return None
+        content = list(partial.content)
+        if content and isinstance(content[-1], ToolCall):
+            content.pop()
+        if not content:
+            return None
+        return partial.model_copy(update={"content": content, "stop_reason": "aborted"})
+
+    def _cancelled_result(self, call: ToolCall) -> Message:
+        return Message(
+            role="tool_result",
+            content=[TextContent(text=CANCELLED_TEXT)],
+            tool_call_id=call.id,
+            tool_name=call.name,
+            is_error=True,
+            timestamp=self.effects.now(),
+        )
+
+    async def store_message(self, message: Message) -> None:
+        """Store and emit one message outside the loop (message_start, then its receipt)."""
+        if message.role != "assistant":
+            await self._emit(AgentEvent(type="message_start", message=message))
+        receipt = await self.persist([MessageEntry(message=message)], "persist message")
+        self._record(message)
+        await self._emit(AgentEvent(type="message_end", message=message), receipt)
+
+    async def cancel(self, partial: Message | None = None) -> None:
+        """Store what a cancelled run leaves: the aborted partial reply, then a ``tool execution
+        cancelled`` result for each unanswered call. Call it shielded from the cancellation.
+
+        ``partial`` overrides the tracked partial message (the Temporal model activity returns
+        its own).
+        """
+        if partial is not None:
+            self._partial = partial
+        aborted = self._aborted()
+        if aborted is not None:
+            await self.store_message(aborted)
+        for call in list(self.pending_calls):
+            await self.store_message(self._cancelled_result(call))
+        self.status = "cancelled"

@@ -1,0 +1,56 @@
+"""Errors of the durable agent. Every one is an :class:`AgentError`; wrappers chain ``__cause__``."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentClosedError",
+    "AgentError",
+    "CompactError",
+    "EntryNotFoundError",
+    "EventGapError",
+    "NoFactoryError",
+    "PayloadTooLargeError",
+    "PersistError",
+    "RunActiveError",
+    "RunCancelledError",
+]
+
+
+class AgentError(Exception):
+    """Base class of every durable-agent error."""
+
+
+class AgentClosedError(AgentError):
+    """A mutating verb was called after ``close()``; reads still work."""
+
+
+class RunActiveError(AgentError):
+    """A run or compaction is active on this handle (the busy rule)."""
+
+
+class NoFactoryError(AgentError):
+    """The agent was opened with ``factory=None``: it records but never runs."""
+
+
+class EntryNotFoundError(AgentError, LookupError):
+    """``branch`` to an ID this handle does not hold as a stored entry."""
+
+
+class PersistError(AgentError):
+    """Storing a run's entries failed; nothing after the failure was emitted."""
+
+
+class CompactError(AgentError):
+    """The summarizer failed or produced no usable summary; nothing was stored."""
+
+
+class RunCancelledError(AgentError):
+    """The run was cancelled with ``stream.cancel()``; what the user saw is stored."""
+
+
+class PayloadTooLargeError(AgentError):
+    """A Temporal payload would exceed the configured limit; nothing was truncated."""
+
+
+class EventGapError(AgentError):
+    """Events the stream had not received are no longer retained (the store is still complete)."""

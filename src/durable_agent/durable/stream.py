@@ -1,0 +1,106 @@
+"""Run streams: what ``await agent.run(...)`` returns.
+
+Events arrive in order, each ``message_end`` carrying its receipt. The producer never waits for a
+consumer (the buffer is unbounded): breaking out of ``events()`` stops delivery, not persistence.
+Failures surface from ``wait()``, and from ``events()`` after its last event.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from ..ai.messages import Message
+from .events import Event
+
+__all__ = ["LocalRunStream", "RunStream", "fail"]
+
+
+class RunStream(abc.ABC):
+    """The stream of one run: ``events()`` once, ``wait()``, ``cancel()``."""
+
+    def __init__(self) -> None:
+        self._events_taken = False
+
+    def events(self) -> AsyncIterator[Event]:
+        """The run's events in order; may be called once."""
+        if self._events_taken:
+            raise RuntimeError("events() may be called only once per run stream")
+        self._events_taken = True
+        return self._iterate()
+
+    @abc.abstractmethod
+    def _iterate(self) -> AsyncIterator[Event]: ...
+
+    @abc.abstractmethod
+    async def wait(self) -> list[Message]:
+        """The messages of the ``message_end`` receipts; raises the run's failure."""
+
+    @abc.abstractmethod
+    async def cancel(self) -> None:
+        """Cancel the run; what the user saw is stored, then ``wait()`` raises
+        RunCancelledError."""
+
+
+_DONE = object()
+
+
+class LocalRunStream(RunStream):
+    """An in-process run: a producer task feeding an unbounded queue."""
+
+    def __init__(
+        self,
+        produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]],
+    ) -> None:
+        super().__init__()
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._run(produce))
+
+    async def _run(
+        self, produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]]
+    ) -> list[Message]:
+        try:
+            return await produce(self._queue.put_nowait)
+        finally:
+            self._queue.put_nowait(_DONE)
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        while True:
+            item = await self._queue.get()
+            if item is _DONE:
+                break
+            assert isinstance(item, Event)
+            yield item
+        await self.wait()
+
+    async def wait(self) -> list[Message]:
+        return await asyncio.shield(self._task)
+
+    async def cancel(self) -> None:
+        if not self._task.done():
+            self._task.cancel()
+        await asyncio.wait({self._task})
+
+
+class _FailedStream(RunStream):
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__()
+        self._exc = exc
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        raise self._exc
+        yield  # pragma: no cover
+
+    async def wait(self) -> list[Message]:
+        raise self._exc
+
+    async def cancel(self) -> None:
+        return None
+
+
+def fail(exc: BaseException) -> RunStream:
+    """An event-less stream whose ``wait()``/``events()`` raise ``exc``; a middleware returning it
+    refuses the run (no model call, nothing stored)."""
+    return _FailedStream(exc)

@@ -1,0 +1,69 @@
+"""Sessions: entries, the record, the store contract, the codec, the tree, views and repair."""
+
+from .appendplan import encode_batch, plan_append
+from .codec import decode_entry, encode_entry, entry_to_wire, wire_to_entry
+from .entries import (
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    EntryBase,
+    MessageEntry,
+    custom_class,
+    register_custom,
+)
+from .errors import (
+    CorruptSessionError,
+    EntryConflictError,
+    EntryDecodeError,
+    EntryTooLargeError,
+    InvalidSessionIdError,
+    SessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
+from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
+from .record import SessionRecord
+from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
+from .store import Store
+from .tree import TreeNode, path, tree
+from .views import model_view, raw_model_view, transcript_view
+
+__all__ = [
+    "INTERRUPTED_TEXT",
+    "MAX_SESSION_ID_LENGTH",
+    "CompactionEntry",
+    "CorruptSessionError",
+    "CustomEntry",
+    "Entry",
+    "EntryBase",
+    "EntryConflictError",
+    "EntryDecodeError",
+    "EntryTooLargeError",
+    "InvalidSessionIdError",
+    "MessageEntry",
+    "SessionError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionRecord",
+    "Store",
+    "StoreUnavailableError",
+    "TreeNode",
+    "custom_class",
+    "dangling_calls",
+    "decode_entry",
+    "encode_batch",
+    "encode_entry",
+    "entry_to_wire",
+    "interrupted_result",
+    "model_view",
+    "new_id",
+    "path",
+    "plan_append",
+    "raw_model_view",
+    "register_custom",
+    "repair_tool_calls",
+    "transcript_view",
+    "tree",
+    "validate_session_id",
+]

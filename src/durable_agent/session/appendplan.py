@@ -1,0 +1,60 @@
+"""The idempotency rule every store applies to an append, written once.
+
+An already-stored ID is skipped when its encoding is identical and is a conflict otherwise; repeats
+within one batch compare with their first occurrence. Stores call :func:`plan_append` with the
+encodings they hold and write only what it returns, so a conflict writes nothing of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .codec import encode_entry
+from .entries import Entry
+from .errors import EntryConflictError, EntryTooLargeError
+
+__all__ = ["encode_batch", "plan_append"]
+
+
+def encode_batch(
+    session_id: str, entries: Sequence[Entry], *, limit: int | None = None
+) -> list[tuple[Entry, str]]:
+    """Encode every entry first (so an encoding error or an oversized entry writes nothing)."""
+    out: list[tuple[Entry, str]] = []
+    for entry in entries:
+        if not entry.id:
+            raise ValueError("entry id must not be empty")
+        wire = encode_entry(entry)
+        if limit is not None:
+            size = len(wire.encode("utf-8"))
+            if size > limit:
+                raise EntryTooLargeError(session_id, entry.id, size, limit)
+        out.append((entry, wire))
+    return out
+
+
+def plan_append(
+    session_id: str,
+    batch: Sequence[tuple[Entry, str]],
+    stored: Callable[[str], str | None],
+) -> list[tuple[Entry, str]]:
+    """The part of ``batch`` still to write; raises EntryConflictError on a mismatch.
+
+    ``stored(entry_id)`` returns the stored encoding of an ID, or ``None`` if it is not stored.
+    """
+    seen: dict[str, str] = {}
+    todo: list[tuple[Entry, str]] = []
+    for entry, wire in batch:
+        first = seen.get(entry.id)
+        if first is not None:
+            if first != wire:
+                raise EntryConflictError(session_id, entry.id)
+            continue
+        seen[entry.id] = wire
+        existing = stored(entry.id)
+        if existing is not None:
+            if existing != wire:
+                raise EntryConflictError(session_id, entry.id)
+            continue
+        todo.append((entry, wire))
+    return todo

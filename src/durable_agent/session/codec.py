@@ -1,0 +1,128 @@
+"""The entry wire format: one compact JSON object per entry, byte-stable.
+
+``encode_entry`` writes keys in a fixed order with no whitespace and non-ASCII unescaped, so equal
+entries give identical strings: stores compare these strings to make appends idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..ai.messages import Message
+from ..ai.timefmt import format_time, parse_time
+from .entries import (
+    RESERVED_WIRE_KEYS,
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+    custom_class,
+)
+from .errors import EntryDecodeError
+
+__all__ = ["decode_entry", "encode_entry", "entry_to_wire", "wire_to_entry"]
+
+
+def _header(entry: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": entry.type, "id": entry.id}
+    if entry.parent_id:
+        out["parent_id"] = entry.parent_id
+    out["created_at"] = format_time(entry.created_at)
+    return out
+
+
+def entry_to_wire(entry: Entry) -> dict[str, Any]:
+    """The JSON object ``encode_entry`` writes, as a dict with keys in wire order."""
+    out = _header(entry)
+    if isinstance(entry, MessageEntry):
+        if entry.meta:
+            out["meta"] = True
+        if entry.synthetic:
+            out["synthetic"] = True
+        out["message"] = entry.message.model_dump(mode="json")
+    elif isinstance(entry, CompactionEntry):
+        out["summary"] = entry.summary
+        out["first_kept_id"] = entry.first_kept_id
+        out["tokens_before"] = entry.tokens_before
+    elif isinstance(entry, CustomEntry):
+        out["kind"] = entry.kind
+        base = set(CustomEntry.model_fields)
+        own = {n for n in type(entry).model_fields if n not in base}
+        if own:
+            out.update(entry.model_dump(mode="json", by_alias=True, include=own))
+        for key, value in (entry.model_extra or {}).items():
+            if key not in RESERVED_WIRE_KEYS:
+                out[key] = value
+    else:
+        raise TypeError(f"not an entry: {type(entry).__name__}")
+    return out
+
+
+def encode_entry(entry: Entry) -> str:
+    """One compact JSON object (UTF-8, non-ASCII unescaped, no newline)."""
+    return json.dumps(entry_to_wire(entry), ensure_ascii=False, separators=(",", ":"))
+
+
+def _header_fields(data: dict[str, Any]) -> dict[str, Any]:
+    entry_id = data.get("id")
+    if not isinstance(entry_id, str) or not entry_id:
+        raise EntryDecodeError("bad entry header: id must be a non-empty string")
+    parent = data.get("parent_id")
+    if parent is not None and not isinstance(parent, str):
+        raise EntryDecodeError(f"bad entry header for {entry_id!r}: parent_id must be a string")
+    created = data.get("created_at")
+    if not isinstance(created, str):
+        raise EntryDecodeError(f"bad entry header for {entry_id!r}: created_at must be a string")
+    try:
+        created_at = parse_time(created)
+    except ValueError as exc:
+        raise EntryDecodeError(f"bad entry header for {entry_id!r}: {exc}") from exc
+    return {"id": entry_id, "parent_id": parent or None, "created_at": created_at}
+
+
+def wire_to_entry(data: Any) -> Entry:
+    """Build an entry from a decoded JSON object (see :func:`decode_entry`)."""
+    if not isinstance(data, dict):
+        raise EntryDecodeError(f"entry must be a JSON object, not {type(data).__name__}")
+    kind = data.get("type")
+    if kind not in ("message", "compaction", "custom"):
+        raise EntryDecodeError(f'unknown entry type "{kind}"')
+    header = _header_fields(data)
+    try:
+        if kind == "message":
+            message = Message.model_validate(data.get("message"))
+            return MessageEntry(
+                **header,
+                message=message,
+                meta=bool(data.get("meta", False)),
+                synthetic=bool(data.get("synthetic", False)),
+            )
+        if kind == "custom":
+            # An absent or empty kind is just an unregistered kind: a bare CustomEntry, as
+            # encode_entry writes one (decoding must reverse every encoding).
+            custom_kind = data.get("kind", "")
+            if not isinstance(custom_kind, str):
+                raise EntryDecodeError(f"custom entry {header['id']!r}: kind must be a string")
+            fields = {k: v for k, v in data.items() if k not in RESERVED_WIRE_KEYS}
+            cls = custom_class(custom_kind) or CustomEntry
+            return cls.model_validate({**fields, **header, "kind": custom_kind})
+        return CompactionEntry(
+            **header,
+            summary=data.get("summary", ""),
+            first_kept_id=data.get("first_kept_id") or "",
+            tokens_before=data.get("tokens_before", 0),
+        )
+    except ValidationError as exc:
+        raise EntryDecodeError(f"invalid {kind} entry {header['id']!r}: {exc}") from exc
+
+
+def decode_entry(data: str | bytes) -> Entry:
+    """Reverse :func:`encode_entry`; raises :class:`EntryDecodeError` for anything invalid."""
+    try:
+        parsed = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EntryDecodeError(f"invalid entry JSON: {exc}") from exc
+    return wire_to_entry(parsed)

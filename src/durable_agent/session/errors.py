@@ -1,0 +1,82 @@
+"""Session and store errors. Every one is a :class:`SessionError`; wrappers chain ``__cause__``."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptSessionError",
+    "EntryConflictError",
+    "EntryDecodeError",
+    "EntryTooLargeError",
+    "InvalidSessionIdError",
+    "SessionError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "StoreUnavailableError",
+]
+
+
+class SessionError(Exception):
+    """Base class of every session and store error."""
+
+
+class SessionNotFoundError(SessionError, LookupError):
+    """The session was never created in this store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class SessionExistsError(SessionError):
+    """``create_session`` found the session already there."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        super().__init__(f"session {session_id!r} already exists" + (f": {detail}" if detail else ""))
+        self.session_id = session_id
+
+
+class InvalidSessionIdError(SessionError, ValueError):
+    """A session ID outside the allowed alphabet or length; raised before any I/O."""
+
+
+class EntryConflictError(SessionError):
+    """An append reused a stored entry ID with different content; nothing of the batch was written."""
+
+    def __init__(self, session_id: str, entry_id: str) -> None:
+        super().__init__(
+            f"entry {entry_id!r} of session {session_id!r} is already stored with other content"
+        )
+        self.session_id = session_id
+        self.entry_id = entry_id
+
+
+class EntryDecodeError(SessionError, ValueError):
+    """Wire data that is not a valid entry (bad JSON, unknown type or block, bad header)."""
+
+
+class CorruptSessionError(SessionError):
+    """A stored session cannot be read back: a damaged header or a damaged complete line."""
+
+    def __init__(self, session_id: str, message: str, *, line: int | None = None) -> None:
+        where = f" (line {line})" if line is not None else ""
+        super().__init__(f"session {session_id!r}: {message}{where}")
+        self.session_id = session_id
+        self.line = line
+
+
+class EntryTooLargeError(SessionError):
+    """An entry's encoding exceeds the store's size limit; nothing of its batch was written."""
+
+    def __init__(self, session_id: str, entry_id: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"entry {entry_id!r} of session {session_id!r} encodes to {size} bytes "
+            f"(limit {limit})"
+        )
+        self.session_id = session_id
+        self.entry_id = entry_id
+        self.size = size
+        self.limit = limit
+
+
+class StoreUnavailableError(SessionError):
+    """The backend is down or an OS error stopped the operation; the cause is chained."""

@@ -1,0 +1,38 @@
+"""Session-ID rules and generated IDs.
+
+Session IDs are chosen by applications and validated by every store before any I/O, so a path
+(``../etc``) or a query operator (``{"$ne": null}``) never reaches a file system or a database.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+from .errors import InvalidSessionIdError
+
+__all__ = ["MAX_SESSION_ID_LENGTH", "new_id", "validate_session_id"]
+
+MAX_SESSION_ID_LENGTH = 200
+_SESSION_ID = re.compile(r"[A-Za-z0-9\-_.:@]{1,200}")
+
+
+def validate_session_id(session_id: Any) -> str:
+    """Return ``session_id`` if it is valid, else raise :class:`InvalidSessionIdError`."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionIdError(
+            f"session ID must be a str, not {type(session_id).__name__}"
+        )
+    if session_id in (".", "..") or not _SESSION_ID.fullmatch(session_id):
+        shown = session_id if len(session_id) <= 60 else session_id[:60] + "…"
+        raise InvalidSessionIdError(
+            f"invalid session ID {shown!r}: use 1-{MAX_SESSION_ID_LENGTH} characters from "
+            "ASCII letters, digits and -_.:@ (not . or ..)"
+        )
+    return session_id
+
+
+def new_id() -> str:
+    """A fresh 16-hex-character ID from 8 random bytes."""
+    return secrets.token_bytes(8).hex()

@@ -1,0 +1,97 @@
+"""MemoryStore: sessions in process memory, for tests, demos and short-lived agents.
+
+Two dicts (records, and per-session logs of ``(entry, wire)``) sit behind one lock. Every operation
+validates the session ID first, then does all its work inside one critical section with no ``await``
+in it, so an append is atomic and a task cancelled before it runs has no effect.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ai.timefmt import utc_now
+from ..session.appendplan import encode_batch, plan_append
+from ..session.entries import Entry
+from ..session.errors import SessionExistsError, SessionNotFoundError
+from ..session.ids import validate_session_id
+from ..session.record import SessionRecord
+
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryStore"]
+
+DEFAULT_MAX_ENTRY_BYTES = 16 * 1024 * 1024
+"""Largest accepted entry encoding, in UTF-8 bytes (the same default as FileStore)."""
+
+
+def check_parent_id(parent_id: Any) -> str | None:
+    """A fork source is a session ID: validate it like one; ``""`` reads as no parent."""
+    if parent_id is None or parent_id == "":
+        return None
+    return validate_session_id(parent_id)
+
+
+@dataclass
+class _Log:
+    """One session's entries in append order, plus an ID index so idempotency checks are O(1)."""
+
+    items: list[tuple[Entry, str]] = field(default_factory=list)
+    wires: dict[str, str] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """A :class:`~durable_agent.session.Store` that keeps everything in memory.
+
+    The lock is a ``threading.Lock`` rather than an ``asyncio.Lock``: no critical section awaits, so it
+    never blocks the loop for long, and it also keeps the store consistent when it is shared across
+    event loops or threads (for example thread-pool activities).
+    """
+
+    def __init__(self, *, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
+        self._max_entry_bytes = max_entry_bytes
+        self._lock = threading.Lock()
+        self._records: dict[str, SessionRecord] = {}
+        self._logs: dict[str, _Log] = {}
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        """Record the session; ``SessionExistsError`` if it is already there."""
+        validate_session_id(session_id)
+        parent = check_parent_id(parent_id)
+        with self._lock:
+            if session_id in self._records:
+                raise SessionExistsError(session_id)
+            record = SessionRecord(id=session_id, parent_id=parent, created_at=utc_now())
+            self._records[session_id] = record
+            self._logs[session_id] = _Log()
+        return record
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        """The session's record; ``SessionNotFoundError`` if it was never created."""
+        validate_session_id(session_id)
+        with self._lock:
+            record = self._records.get(session_id)
+        if record is None:
+            raise SessionNotFoundError(session_id)
+        return record
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        """A new list of the log in append order (entries are frozen, so they are shared)."""
+        validate_session_id(session_id)
+        with self._lock:
+            log = self._logs.get(session_id)
+            if log is None:
+                raise SessionNotFoundError(session_id)
+            return [entry for entry, _ in log.items]
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
+        validate_session_id(session_id)
+        batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
+        with self._lock:
+            log = self._logs.get(session_id)
+            if log is None:
+                raise SessionNotFoundError(session_id)
+            todo = plan_append(session_id, batch, log.wires.get)
+            log.items.extend(todo)
+            log.wires.update((entry.id, wire) for entry, wire in todo)

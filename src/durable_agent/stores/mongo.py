@@ -1,0 +1,348 @@
+"""MongoStore: sessions in MongoDB (or a wire-compatible server such as FerretDB), SPEC §2.3.
+
+Two collections. ``sessions`` holds one document per session,
+``{_id: session_id, parent_id, created_at, next_seq}``; ``entries`` holds one document per entry,
+``{session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
+``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
+round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
+
+Append order is ``seq``. An append reserves a block of numbers with one atomic
+``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document and then inserts
+the entries with ``insert_many(ordered=True)``; unique indexes on ``(session_id, entry_id)`` and
+``(session_id, seq)`` make the database the referee between concurrent writers, so no
+multi-document transaction is needed (the store runs on a standalone ``mongod`` and on FerretDB).
+A reservation that is never used leaves a gap in ``seq``, which is harmless.
+
+The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
+the coroutine methods the two share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bson.codec_options import CodecOptions
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.database import Database
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    OperationFailure,
+    PyMongoError,
+    WTimeoutError,
+)
+
+from ..session.appendplan import encode_batch, plan_append
+from ..session.codec import decode_entry
+from ..session.entries import Entry
+from ..session.errors import (
+    CorruptSessionError,
+    EntryDecodeError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
+from ..session.ids import validate_session_id
+from ..session.record import SessionRecord
+
+if TYPE_CHECKING:
+    from motor.motor_asyncio import AsyncIOMotorDatabase
+
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
+
+#: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
+#: leaves room for the other fields of the entry document.
+DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
+
+_DUPLICATE_KEY = 11000
+
+#: Server error codes that mean "the server is going away or not reachable right now", not "your
+#: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
+_UNAVAILABLE_CODES = frozenset(
+    {
+        6,  # HostUnreachable
+        7,  # HostNotFound
+        50,  # MaxTimeMSExpired
+        89,  # NetworkTimeout
+        91,  # ShutdownInProgress
+        189,  # PrimarySteppedDown
+        262,  # ExceededTimeLimit
+        9001,  # SocketException
+        10107,  # NotWritablePrimary
+        11600,  # InterruptedAtShutdown
+        11602,  # InterruptedDueToReplStateChange
+        13435,  # NotPrimaryNoSecondaryOk
+        13436,  # NotPrimaryOrSecondary
+    }
+)
+
+_T = TypeVar("_T")
+
+
+def _is_unavailable(exc: PyMongoError) -> bool:
+    """Whether ``exc`` means the backend is down or too slow, as opposed to a bad request.
+
+    Covers server selection, connection and network errors (``ConnectionFailure`` and its
+    subclasses ``AutoReconnect``, ``NetworkTimeout``, ``ServerSelectionTimeoutError``,
+    ``WaitQueueTimeoutError``), server-side time limits, write-concern timeouts, client-side
+    operation timeouts (``exc.timeout``) and shutdown/step-down codes.
+    """
+    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WTimeoutError):
+        return True
+    if exc.timeout:
+        return True
+    return isinstance(exc, OperationFailure) and exc.code in _UNAVAILABLE_CODES
+
+
+@contextlib.contextmanager
+def _translate_errors(session_id: str) -> Iterator[None]:
+    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on."""
+    try:
+        yield
+    except PyMongoError as exc:
+        if _is_unavailable(exc):
+            raise StoreUnavailableError(
+                f"MongoDB unavailable for session {session_id!r}: {exc}"
+            ) from exc
+        raise
+    except OSError as exc:
+        raise StoreUnavailableError(f"MongoDB unavailable for session {session_id!r}: {exc}") from exc
+
+
+def _now_ms() -> datetime:
+    """The current UTC time truncated to milliseconds, the precision of a BSON date.
+
+    Truncating before storing means the ``SessionRecord`` returned by ``create_session`` equals
+    the one ``load_session`` reads back later.
+    """
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _only_duplicate_keys(exc: BulkWriteError) -> bool:
+    """True if every error in a bulk insert is a duplicate key (a concurrent writer's entry)."""
+    details = exc.details
+    errors = details.get("writeErrors") or []
+    return (
+        bool(errors)
+        and not details.get("writeConcernErrors")
+        and all(err.get("code") == _DUPLICATE_KEY for err in errors)
+    )
+
+
+class MongoStore:
+    """A :class:`~durable_agent.session.Store` on MongoDB collections (SPEC §2.3).
+
+    ``database`` is a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``. The unique
+    indexes are created on first use by each store object (or up front with
+    :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
+    ``StoreUnavailableError``; how long a call waits for a down server is the client's
+    ``serverSelectionTimeoutMS`` (or ``timeoutMS``).
+    """
+
+    def __init__(
+        self,
+        database: AsyncDatabase[Any] | AsyncIOMotorDatabase,
+        *,
+        sessions_collection: str = "sessions",
+        entries_collection: str = "entries",
+        max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+    ) -> None:
+        if isinstance(database, Database):
+            raise TypeError(
+                "MongoStore needs an async database: pymongo.AsyncMongoClient(...)[name] "
+                "or a Motor AsyncIOMotorDatabase, not a synchronous pymongo Database"
+            )
+        if max_entry_bytes <= 0:
+            raise ValueError("max_entry_bytes must be positive")
+        # Our own codec options, whatever the application configured on its client: plain dicts,
+        # and aware UTC datetimes so created_at reads back equal to what was written.
+        codec: CodecOptions[dict[str, Any]] = CodecOptions(
+            document_class=dict, tz_aware=True, tzinfo=UTC
+        )
+        self._database = database
+        self._sessions = database.get_collection(sessions_collection, codec_options=codec)
+        self._entries = database.get_collection(entries_collection, codec_options=codec)
+        self._max_entry_bytes = max_entry_bytes
+        self._indexed = False
+        self._index_lock = asyncio.Lock()
+        # Strong references to shielded writes so a cancelled caller's write is not collected.
+        self._writes: set[asyncio.Future[Any]] = set()
+
+    @property
+    def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase:
+        """The database this store was built on."""
+        return self._database
+
+    async def ensure_indexes(self) -> None:
+        """Create the two unique indexes if this store object has not done so yet.
+
+        Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
+        the server, so several store objects or processes may all call it. A failure leaves the
+        flag unset and the next call tries again.
+        """
+        if self._indexed:
+            return
+        async with self._index_lock:
+            if self._indexed:
+                return
+            with _translate_errors(""):
+                await self._entries.create_index(
+                    [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
+                )
+                await self._entries.create_index(
+                    [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
+                )
+            self._indexed = True
+
+    async def create_session(
+        self, session_id: str, parent_id: str | None = None
+    ) -> SessionRecord:
+        """Insert the session document; an existing ``_id`` raises ``SessionExistsError``."""
+        sid = validate_session_id(session_id)
+        # A fork source is a session ID and is validated like one; "" reads as no parent.
+        parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
+        created_at = _now_ms()
+        doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
+        with _translate_errors(sid):
+            await self.ensure_indexes()
+            try:
+                await self._complete(self._sessions.insert_one(doc))
+            except DuplicateKeyError as exc:
+                raise SessionExistsError(sid) from exc
+        return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        """The session's record as ``create_session`` wrote it."""
+        sid = validate_session_id(session_id)
+        with _translate_errors(sid):
+            await self.ensure_indexes()
+            doc = await self._sessions.find_one({"_id": sid})
+        if doc is None:
+            raise SessionNotFoundError(sid)
+        return SessionRecord(id=sid, parent_id=doc.get("parent_id"), created_at=doc["created_at"])
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        """Every entry of the session in append (``seq``) order."""
+        sid = validate_session_id(session_id)
+        with _translate_errors(sid):
+            await self.ensure_indexes()
+            await self._require_session(sid)
+            cursor = self._entries.find(
+                {"session_id": sid}, {"_id": 0, "entry_id": 1, "wire": 1}
+            ).sort("seq", ASCENDING)
+            docs = [doc async for doc in cursor]
+        out: list[Entry] = []
+        for doc in docs:
+            wire = doc.get("wire")
+            if not isinstance(wire, str):
+                raise CorruptSessionError(
+                    sid, f"decode entry {doc.get('entry_id')!r}: no wire string"
+                )
+            try:
+                out.append(decode_entry(wire))
+            except EntryDecodeError as exc:
+                raise CorruptSessionError(
+                    sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
+                ) from exc
+        return out
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        """Append ``entries`` in order, skipping identical stored IDs (SPEC §2.1 idempotency).
+
+        Everything that can refuse the batch happens before the first write: ID validation,
+        encoding and the size limit, the conflict check against stored IDs. The write section
+        (reserve, insert, resolve a race) is shielded so a cancelled caller's write completes.
+        """
+        sid = validate_session_id(session_id)
+        batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
+        with _translate_errors(sid):
+            await self.ensure_indexes()
+            if not batch:
+                await self._require_session(sid)
+                return
+            stored = await self._stored(sid, [entry.id for entry, _ in batch])
+            todo = plan_append(sid, batch, stored.get)
+            if todo:
+                await self._complete(self._write(sid, todo))
+
+    async def _require_session(self, sid: str) -> None:
+        if await self._sessions.find_one({"_id": sid}, {"_id": 1}) is None:
+            raise SessionNotFoundError(sid)
+
+    async def _stored(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
+        """The stored encodings of those of ``entry_ids`` that are already in the session."""
+        cursor = self._entries.find(
+            {"session_id": sid, "entry_id": {"$in": list(dict.fromkeys(entry_ids))}},
+            {"_id": 0, "entry_id": 1, "wire": 1},
+        )
+        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
+
+    async def _write(self, sid: str, todo: list[tuple[Entry, str]]) -> None:
+        """Reserve ``len(todo)`` sequence numbers and insert; resolve duplicate keys from a race.
+
+        A duplicate ``(session_id, entry_id)`` means a concurrent append (typically a retry of
+        the same batch) stored that ID after our check. An ordered insert stops at the first
+        error, so the entries before it are ours and stored; we re-read the batch's IDs and
+        re-plan: identical content is skipped, different content raises ``EntryConflictError``
+        (in that race, entries of this batch before the conflicting one stay written: there is no
+        transaction to undo them), and whatever is still missing gets fresh numbers. Each round
+        stores at least one more entry of the batch, so the loop ends.
+        """
+        while todo:
+            reserved = await self._sessions.find_one_and_update(
+                {"_id": sid},
+                {"$inc": {"next_seq": len(todo)}},
+                return_document=ReturnDocument.BEFORE,
+            )
+            if reserved is None:
+                raise SessionNotFoundError(sid)
+            first = int(reserved.get("next_seq", 0))
+            docs = [
+                {
+                    "session_id": sid,
+                    "entry_id": entry.id,
+                    "seq": first + offset,
+                    "type": entry.type,
+                    "created_at": entry.created_at,
+                    "wire": wire,
+                }
+                for offset, (entry, wire) in enumerate(todo)
+            ]
+            try:
+                await self._entries.insert_many(docs, ordered=True)
+                return
+            except BulkWriteError as exc:
+                if not _only_duplicate_keys(exc):
+                    raise
+                race = exc
+            stored = await self._stored(sid, [entry.id for entry, _ in todo])
+            remaining = plan_append(sid, todo, stored.get)
+            if len(remaining) >= len(todo):
+                # The duplicate was not an entry ID of ours (a corrupted next_seq?): no progress.
+                raise race
+            todo = remaining
+
+    async def _complete(self, write: Awaitable[_T]) -> _T:
+        """Run a started write to completion even if the caller is cancelled (SPEC §2.1).
+
+        The caller still sees ``CancelledError``; the write carries on in its own task, and its
+        outcome is retrieved by a callback so a failure after cancellation is not reported as
+        "never retrieved". A retry after it finished is a no-op by idempotency.
+        """
+        task = asyncio.ensure_future(write)
+        self._writes.add(task)
+        task.add_done_callback(self._write_done)
+        return await asyncio.shield(task)
+
+    def _write_done(self, task: asyncio.Future[Any]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled():
+            task.exception()
