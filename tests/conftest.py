@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
+import contextlib
+
+from temporalio.client import Client
+
 from durable_agent.session import Store
 from durable_agent.stores import FileStore, MemoryStore
+from tests.support.harness import LocalHarness
+from tests.support.temporal import TemporalHarness, temporal_environment
+from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
 
-STORE_KINDS = ["memory", "file"]
+STORE_KINDS = ["memory", "file", "mongo"]
 
 
 async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
@@ -22,6 +29,10 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
         return MemoryStore()
     if kind == "file":
         return FileStore(tmp_path / "sessions")
+    if kind == "mongo":
+        from durable_agent.stores.mongo import MongoStore
+
+        return MongoStore(request.getfixturevalue("mongo_database"))
     raise ValueError(f"unknown store kind {kind!r}")
 
 
@@ -31,14 +42,22 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     yield await make_store(request.param, request, tmp_path)
 
 
-EXECUTORS = ["local"]
+EXECUTORS = ["local"]  # "temporal" joins once the executor passes its smoke test
+
+
+@pytest.fixture(scope="session")
+async def temporal_client() -> AsyncIterator[Client]:
+    """The session's real Temporal server (a local dev server unless TEMPORAL_ADDRESS is set)."""
+    async with temporal_environment() as client:
+        yield client
 
 
 @pytest.fixture(params=EXECUTORS)
-def harness(request: pytest.FixtureRequest) -> object:
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[object]:
     """Each executor in turn (see tests/support/harness.py)."""
-    from tests.support.harness import LocalHarness
-
     if request.param == "local":
-        return LocalHarness()
-    raise ValueError(request.param)
+        yield LocalHarness()
+        return
+    client = request.getfixturevalue("temporal_client")
+    async with contextlib.AsyncExitStack() as stack:
+        yield TemporalHarness(client, stack)

@@ -1,4 +1,4 @@
-"""SPEC §1.2–1.5: entries, IDs, session-ID rules, SessionRecord and the entry codec."""
+"""SPEC §1.2 to §1.5: entries, IDs, session-ID rules, SessionRecord and the entry codec."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_valid_session_ids(sid: str) -> None:
         "nul\x00",
         "é",
         "café",
-        "ｆｕｌｌ",
+        "\uff46ull",  # fullwidth f
         "a$b",
         "$ne",
         "a*",
@@ -201,7 +201,9 @@ def test_message_entry_exact_encoding() -> None:
 
 
 def test_message_entry_key_order_with_everything() -> None:
-    e = MessageEntry(id="e2", parent_id="e1", created_at=T0, message=msg(), meta=True, synthetic=True)
+    e = MessageEntry(
+        id="e2", parent_id="e1", created_at=T0, message=msg(), meta=True, synthetic=True
+    )
     assert keys(encode_entry(e)) == [
         "type",
         "id",
@@ -221,7 +223,9 @@ def test_message_entry_key_order_with_everything() -> None:
         (False, True, ["type", "id", "created_at", "synthetic", "message"]),
     ],
 )
-def test_meta_and_synthetic_only_when_true(meta: bool, synthetic: bool, expected: list[str]) -> None:
+def test_meta_and_synthetic_only_when_true(
+    meta: bool, synthetic: bool, expected: list[str]
+) -> None:
     line = encode_entry(
         MessageEntry(id="e1", created_at=T0, message=msg(), meta=meta, synthetic=synthetic)
     )
@@ -295,7 +299,7 @@ def test_ephemeral_is_never_written_and_decodes_false() -> None:
 
 
 def test_non_ascii_unescaped_and_no_whitespace() -> None:
-    text = "héllo ✓ 日本語 🎉 \"quoted\" back\\slash\nnew line\ttab"
+    text = 'héllo ✓ 日本語 🎉 "quoted" back\\slash\nnew line\ttab'
     e = MessageEntry(id="ü-1", created_at=T0, message=msg(text))
     line = encode_entry(e)
     assert "héllo ✓ 日本語 🎉" in line
@@ -355,7 +359,9 @@ def test_decode_accepts_bytes() -> None:
         CustomEntry.model_validate({"id": "x", "created_at": T0, "kind": "k", "v": [1, "2"]}),
     ],
 )
-def test_round_trip_and_stable_encoding(entry: MessageEntry | CompactionEntry | CustomEntry) -> None:
+def test_round_trip_and_stable_encoding(
+    entry: MessageEntry | CompactionEntry | CustomEntry,
+) -> None:
     line = encode_entry(entry)
     back = decode_entry(line)
     assert back == entry

@@ -153,7 +153,8 @@ def test_field_with_reserved_wire_key_via_alias_raises(reserved: str, how: str) 
 
 
 @pytest.mark.parametrize(
-    "alias", [AliasChoices("note", "parent_id"), AliasPath("created_at", 0), AliasChoices(AliasPath("id"))]
+    "alias",
+    [AliasChoices("note", "parent_id"), AliasPath("created_at", 0), AliasChoices(AliasPath("id"))],
 )
 def test_reserved_key_in_alias_choices_or_path_raises(alias: Any) -> None:
     class Sneaky(CustomEntry):
@@ -271,9 +272,7 @@ def test_registered_class_failing_validation_raises_decode_error() -> None:
         decode_entry(custom_line(kind, count="many"))
     with pytest.raises(EntryDecodeError):
         decode_entry(custom_line(kind))  # required field missing
-    assert decode_entry(custom_line(kind, count=2)) == Strict(
-        id="x1", created_at=T0, count=2
-    )
+    assert decode_entry(custom_line(kind, count=2)) == Strict(id="x1", created_at=T0, count=2)
 
 
 def test_registered_class_forbidding_extras_fails_on_unknown_key() -> None:

@@ -322,7 +322,11 @@ def test_tool_call_with_every_field_round_trips() -> None:
         "signature": "s",
         "server": True,
         "server_type": "web_search_call",
-        "output": {"content": [{"type": "text", "text": "found"}], "raw": {"hits": 2}, "is_error": True},
+        "output": {
+            "content": [{"type": "text", "text": "found"}],
+            "raw": {"hits": 2},
+            "is_error": True,
+        },
     }
     assert through_codec(assistant_message(call)).content[0] == call
 

@@ -7,9 +7,10 @@ process-local Temporal workers included), answers each request with the next que
 records every request it receives (method, path, headers, body) for the test to assert on.
 
 A recorded response is a fixture file holding an HTTP response as the provider sent it: a status
-line, header lines, a blank line, then the body byte for byte. A ``text/event-stream`` body is sent
-with chunked transfer encoding, one chunk per SSE event, as the real APIs stream it; any other body is
-sent with ``Content-Length``. Two pseudo-headers, stripped before sending, script transport faults:
+line, header lines, a blank line, then the body byte for byte. A ``text/event-stream`` body is
+sent with chunked transfer encoding, one chunk per SSE event, as the real APIs stream it; any other
+body is sent with ``Content-Length``. Two pseudo-headers, stripped before sending, script
+transport faults:
 
 ``x-replay-truncate: true``
     send the body, then close the connection without the terminating chunk (a stream cut

@@ -156,6 +156,8 @@ class ModelLoop:
             if assistant.usage is not None:
                 usage = usage + assistant.usage
             calls = [c for c in assistant.tool_calls() if not c.server]
+            if assistant.stop_reason == "aborted":
+                calls = []  # a cancelled reply's calls are answered by the canceller, not run
             if calls:
                 async for event in self._run_tools(calls):
                     if event.type == "message_end" and event.message is not None:
@@ -166,7 +168,8 @@ class ModelLoop:
             may_continue = opts.max_turns is None or turns < opts.max_turns
             if calls and may_continue and assistant.stop_reason not in ("error", "aborted"):
                 continue
-            if not calls and may_continue and opts.hooks is not None:
+            stopped = assistant.stop_reason in ("error", "aborted")
+            if not calls and may_continue and not stopped and opts.hooks is not None:
                 follow = await call_hook(opts.hooks.follow_up, list(produced))
                 if follow:
                     injected = list(follow)

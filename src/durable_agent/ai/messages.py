@@ -1,8 +1,8 @@
 """The message model: what a conversation is made of, and how it looks on the wire.
 
-Messages and content blocks are frozen pydantic models. Their JSON form omits every field other than
-``role`` and ``content`` (and a block's identifying fields) when it is empty, zero, false or ``None``,
-so stored entries stay small and equal messages always serialize identically.
+Messages and content blocks are frozen pydantic models. Their JSON form omits every field other
+than ``role`` and ``content`` (and a block's identifying fields) when it is empty, zero, false or
+``None``, so stored entries stay small and equal messages always serialize identically.
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ class Usage(WireModel):
         def total(name: str) -> Any:
             return getattr(self, name) + getattr(other, name)
 
-        cost = Cost(**{k: getattr(self.cost, k) + getattr(other.cost, k) for k in Cost.model_fields})
+        cost = Cost(
+            **{k: getattr(self.cost, k) + getattr(other.cost, k) for k in Cost.model_fields}
+        )
         return Usage(**{k: total(k) for k in Usage.model_fields if k != "cost"}, cost=cost)
 
 

@@ -24,9 +24,7 @@ class ToolSpec(BaseModel):
 
     name: str
     description: str = ""
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 class ModelRequest(BaseModel):
@@ -70,9 +68,7 @@ class ModelError(Exception):
     message never contains credentials or request headers.
     """
 
-    def __init__(
-        self, message: str, *, retryable: bool, retry_after: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after

@@ -24,7 +24,14 @@ from .errors import PersistError
 from .events import Event
 from .persist import Stamped, stamp
 
-__all__ = ["CANCELLED_TEXT", "RunEffects", "RunEngine", "RunStatus", "repair_entries"]
+__all__ = [
+    "CANCELLED_TEXT",
+    "RunEffects",
+    "RunEngine",
+    "RunStatus",
+    "aborted_message",
+    "repair_entries",
+]
 
 CANCELLED_TEXT = "tool execution cancelled"
 
@@ -47,6 +54,20 @@ class RunEffects(Protocol):
     async def emit(self, event: Event) -> None:
         """Deliver a run event; called only after the entries it names are committed."""
         ...
+
+
+def aborted_message(partial: Message | None) -> Message | None:
+    """A cancelled reply as stored: the partial message minus its unfinished tool call (the last
+    block, still streaming when the call stopped), ``stop_reason="aborted"``; ``None`` if nothing
+    is left to keep."""
+    if partial is None:
+        return None
+    content = list(partial.content)
+    if content and isinstance(content[-1], ToolCall):
+        content.pop()
+    if not content:
+        return None
+    return partial.model_copy(update={"content": content, "stop_reason": "aborted"})
 
 
 def repair_entries(dangling: Sequence[ToolCall], message: Message | None) -> list[MessageEntry]:
@@ -115,13 +136,26 @@ class RunEngine:
         """Store the pre-model batch (repairs, then input); returns the agent_start receipt."""
         return await self.persist([*repairs, *inputs], "persist input")
 
-    async def drive(self, loop: Loop, inputs: Sequence[Entry], receipt: list[Entry]) -> None:
-        """Run ``loop`` on the input messages, storing and emitting as it goes."""
+    async def drive(
+        self,
+        loop: Loop,
+        inputs: Sequence[Entry],
+        receipt: list[Entry],
+        *,
+        resumed: bool = False,
+    ) -> None:
+        """Run ``loop`` on the input messages, storing and emitting as it goes.
+
+        ``resumed`` continues a run whose ``agent_start`` was already emitted (Temporal
+        continue-as-new): the loop's own ``agent_start`` is then dropped.
+        """
         messages = [e.message for e in inputs if isinstance(e, MessageEntry)]
         run = loop.run(messages)
-        started = False
+        started = resumed
         try:
             async for event in run.events():
+                if event.type == "agent_start" and resumed:
+                    continue
                 if not started:
                     started = True
                     first = event if event.type == "agent_start" else AgentEvent(type="agent_start")
@@ -146,11 +180,15 @@ class RunEngine:
         elif kind == "tool_execution_start":
             self.status = "running_tools"
         if kind == "message_end" and message is not None:
-            receipt = await self.persist([MessageEntry(message=message)], "persist message")
+            receipt = await self.persist([self._entry(message)], "persist message")
             self._record(message)
             await self._emit(event, receipt)
             return
         await self._emit(event)
+
+    def _entry(self, message: Message) -> MessageEntry:
+        # an explicit created_at keeps the default clock out of workflow code (persist restamps)
+        return MessageEntry(message=message, created_at=self.effects.now())
 
     def _record(self, message: Message) -> None:
         self.produced.append(message)
@@ -171,16 +209,7 @@ class RunEngine:
     # -- cancellation ------------------------------------------------------------------------
 
     def _aborted(self) -> Message | None:
-        """The partial assistant message minus its unfinished (last, still streaming) tool call."""
-        partial = self._partial
-        if partial is None:
-            return None
-        content = list(partial.content)
-        if content and isinstance(content[-1], ToolCall):
-            content.pop()
-        if not content:
-            return None
-        return partial.model_copy(update={"content": content, "stop_reason": "aborted"})
+        return aborted_message(self._partial)
 
     def _cancelled_result(self, call: ToolCall) -> Message:
         return Message(
@@ -196,7 +225,7 @@ class RunEngine:
         """Store and emit one message outside the loop (message_start, then its receipt)."""
         if message.role != "assistant":
             await self._emit(AgentEvent(type="message_start", message=message))
-        receipt = await self.persist([MessageEntry(message=message)], "persist message")
+        receipt = await self.persist([self._entry(message)], "persist message")
         self._record(message)
         await self._emit(AgentEvent(type="message_end", message=message), receipt)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..ai.messages import Message
@@ -53,8 +53,11 @@ class LocalRunStream(RunStream):
     def __init__(
         self,
         produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]],
+        *,
+        on_cancel: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
+        self._on_cancel = on_cancel
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._run(produce))
 
@@ -79,8 +82,13 @@ class LocalRunStream(RunStream):
         return await asyncio.shield(self._task)
 
     async def cancel(self) -> None:
+        """Cancel the producer, or (for a remote run) ask the run to cancel and let the producer
+        drain what it stores while cancelling."""
         if not self._task.done():
-            self._task.cancel()
+            if self._on_cancel is not None:
+                await self._on_cancel()
+            else:
+                self._task.cancel()
         await asyncio.wait({self._task})
 
 

@@ -189,4 +189,3 @@ def register_custom(kind: str, cls: C | None = None) -> Any:
         return _register(kind, target)
 
     return decorate
-

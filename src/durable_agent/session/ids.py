@@ -21,9 +21,7 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9\-_.:@]{1,200}")
 def validate_session_id(session_id: Any) -> str:
     """Return ``session_id`` if it is valid, else raise :class:`InvalidSessionIdError`."""
     if not isinstance(session_id, str):
-        raise InvalidSessionIdError(
-            f"session ID must be a str, not {type(session_id).__name__}"
-        )
+        raise InvalidSessionIdError(f"session ID must be a str, not {type(session_id).__name__}")
     if session_id in (".", "..") or not _SESSION_ID.fullmatch(session_id):
         shown = session_id if len(session_id) <= 60 else session_id[:60] + "…"
         raise InvalidSessionIdError(

@@ -30,13 +30,11 @@ def raw_model_view(path: Sequence[Entry]) -> list[Message]:
     ]
     start = last + 1
     if compaction.first_kept_id:
-        for i in range(last):
+        for i in range(len(path)):
             if path[i].id == compaction.first_kept_id:
                 start = i
                 break
-    out.extend(
-        e.message for e in path[start:] if isinstance(e, MessageEntry)
-    )
+    out.extend(e.message for e in path[start:] if isinstance(e, MessageEntry))
     return out
 
 
@@ -52,6 +50,4 @@ def model_view(path: Sequence[Entry]) -> list[Message]:
 
 def transcript_view(path: Sequence[Entry]) -> list[Entry]:
     """``path`` without meta and ephemeral messages; compactions and custom entries kept."""
-    return [
-        e for e in path if not (isinstance(e, MessageEntry) and (e.meta or e.ephemeral))
-    ]
+    return [e for e in path if not (isinstance(e, MessageEntry) and (e.meta or e.ephemeral))]

@@ -1,8 +1,12 @@
 """MemoryStore: sessions in process memory, for tests, demos and short-lived agents.
 
-Two dicts (records, and per-session logs of ``(entry, wire)``) sit behind one lock. Every operation
-validates the session ID first, then does all its work inside one critical section with no ``await``
-in it, so an append is atomic and a task cancelled before it runs has no effect.
+Two dicts (records, and per-session logs of ``(entry, wire)``) sit behind one lock. Every
+operation validates the session ID first, then does all its work inside one critical section with
+no ``await`` in it, so an append is atomic and a task cancelled before it runs has no effect.
+
+The stored entry is decoded back from its wire form, so a load returns exactly what a durable store
+would (``ephemeral`` reads false, an unregistered custom subclass reads as a bare ``CustomEntry``)
+and later mutation of the caller's objects (a tool call's ``arguments`` dict) cannot reach the log.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from ..ai.timefmt import utc_now
 from ..session.appendplan import encode_batch, plan_append
+from ..session.codec import decode_entry
 from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
@@ -43,9 +48,9 @@ class _Log:
 class MemoryStore:
     """A :class:`~durable_agent.session.Store` that keeps everything in memory.
 
-    The lock is a ``threading.Lock`` rather than an ``asyncio.Lock``: no critical section awaits, so it
-    never blocks the loop for long, and it also keeps the store consistent when it is shared across
-    event loops or threads (for example thread-pool activities).
+    The lock is a ``threading.Lock`` rather than an ``asyncio.Lock``: no critical section awaits,
+    so it never blocks the loop for long, and it also keeps the store consistent when it is shared
+    across event loops or threads (for example thread-pool activities).
     """
 
     def __init__(self, *, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
@@ -76,7 +81,7 @@ class MemoryStore:
         return record
 
     async def load_entries(self, session_id: str) -> list[Entry]:
-        """A new list of the log in append order (entries are frozen, so they are shared)."""
+        """A new list of the log in append order (the frozen entries themselves are shared)."""
         validate_session_id(session_id)
         with self._lock:
             log = self._logs.get(session_id)
@@ -93,5 +98,5 @@ class MemoryStore:
             if log is None:
                 raise SessionNotFoundError(session_id)
             todo = plan_append(session_id, batch, log.wires.get)
-            log.items.extend(todo)
+            log.items.extend((decode_entry(wire), wire) for _, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)

@@ -6,12 +6,22 @@ Two collections. ``sessions`` holds one document per session,
 ``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
 round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
 
-Append order is ``seq``. An append reserves a block of numbers with one atomic
+Append order is ``seq``. An append reserves a block of numbers with one
 ``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document and then inserts
 the entries with ``insert_many(ordered=True)``; unique indexes on ``(session_id, entry_id)`` and
 ``(session_id, seq)`` make the database the referee between concurrent writers, so no
 multi-document transaction is needed (the store runs on a standalone ``mongod`` and on FerretDB).
 A reservation that is never used leaves a gap in ``seq``, which is harmless.
+
+**Servers whose ``$inc`` is not atomic.** FerretDB 1.x implements ``findAndModify`` and
+``update`` as a read followed by a write, with no transaction around them (FerretDB issues #2168,
+#3040): concurrent increments are lost, two writers can be handed the same numbers, and the
+counter can even move backwards. Overlapping numbers are caught by the ``(session_id, seq)``
+unique index and retried; a counter that went backwards could still place a writer's next entry
+*before* its previous one. So the first number used is also at least one past the highest ``seq``
+already stored (``max(seq) + 1``): a writer's earlier appends are committed before its next one
+starts, so its entries always get increasing numbers. On MongoDB the counter is always ahead of
+every stored ``seq`` and this floor never changes anything.
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -26,7 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 from pymongo.errors import (
@@ -62,6 +72,10 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
 _DUPLICATE_KEY = 11000
+
+#: Rounds of "reserve, insert, lose a race" before an append gives up. Each lost round means
+#: another writer stored entries, so this is only reached under pathological contention.
+_MAX_WRITE_ROUNDS = 50
 
 #: Server error codes that mean "the server is going away or not reachable right now", not "your
 #: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
@@ -285,18 +299,27 @@ class MongoStore:
         )
         return {doc["entry_id"]: doc["wire"] async for doc in cursor}
 
+    async def _next_free_seq(self, sid: str) -> int:
+        """One past the highest stored ``seq`` of the session (0 when it has no entries)."""
+        last = await self._entries.find_one(
+            {"session_id": sid}, {"_id": 0, "seq": 1}, sort=[("seq", DESCENDING)]
+        )
+        return 0 if last is None else int(last["seq"]) + 1
+
     async def _write(self, sid: str, todo: list[tuple[Entry, str]]) -> None:
         """Reserve ``len(todo)`` sequence numbers and insert; resolve duplicate keys from a race.
 
-        A duplicate ``(session_id, entry_id)`` means a concurrent append (typically a retry of
-        the same batch) stored that ID after our check. An ordered insert stops at the first
-        error, so the entries before it are ours and stored; we re-read the batch's IDs and
-        re-plan: identical content is skipped, different content raises ``EntryConflictError``
-        (in that race, entries of this batch before the conflicting one stay written: there is no
-        transaction to undo them), and whatever is still missing gets fresh numbers. Each round
-        stores at least one more entry of the batch, so the loop ends.
+        A duplicate key means a concurrent writer got there first. On ``(session_id, entry_id)``
+        it stored that ID after our check (typically a retry of the same batch); on
+        ``(session_id, seq)`` it was handed overlapping numbers by a non-atomic counter. An
+        ordered insert stops at the first error, so the entries before it are ours and stored. We
+        re-read the batch's IDs and re-plan: identical content is skipped, different content
+        raises ``EntryConflictError`` (in that race, entries of this batch before the conflicting
+        one stay written: there is no transaction to undo them), and whatever is still missing
+        gets fresh numbers above everything now stored.
         """
-        while todo:
+        for _ in range(_MAX_WRITE_ROUNDS):
+            floor = await self._next_free_seq(sid)
             reserved = await self._sessions.find_one_and_update(
                 {"_id": sid},
                 {"$inc": {"next_seq": len(todo)}},
@@ -304,7 +327,7 @@ class MongoStore:
             )
             if reserved is None:
                 raise SessionNotFoundError(sid)
-            first = int(reserved.get("next_seq", 0))
+            first = max(int(reserved.get("next_seq", 0)), floor)
             docs = [
                 {
                     "session_id": sid,
@@ -324,11 +347,13 @@ class MongoStore:
                     raise
                 race = exc
             stored = await self._stored(sid, [entry.id for entry, _ in todo])
-            remaining = plan_append(sid, todo, stored.get)
-            if len(remaining) >= len(todo):
-                # The duplicate was not an entry ID of ours (a corrupted next_seq?): no progress.
-                raise race
-            todo = remaining
+            todo = plan_append(sid, todo, stored.get)
+            if not todo:
+                return
+        raise StoreUnavailableError(
+            f"session {sid!r}: append kept colliding with concurrent writers "
+            f"({_MAX_WRITE_ROUNDS} rounds)"
+        ) from race
 
     async def _complete(self, write: Awaitable[_T]) -> _T:
         """Run a started write to completion even if the caller is cancelled (SPEC §2.1).

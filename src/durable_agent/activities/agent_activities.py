@@ -1,0 +1,331 @@
+"""The Temporal activities: every side effect of a durable run.
+
+Activities read the active path from the store by ``(session_id, leaf_id)`` instead of receiving
+the transcript, so workflow history stays bounded. Errors leave as ``ApplicationError`` with the
+original exception's type name, which decides retries (only ``StoreUnavailableError`` among store
+errors, only retryable ``ModelError``s among model errors) and lets the client re-raise the same
+error type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ..agent.loop import ModelLoop
+from ..agent.options import AgentOptions
+from ..ai.messages import Message, ToolCall, tool_result_message
+from ..ai.model import ModelError, ModelRequest
+from ..ai.tools import ToolContext
+from ..agent.tool_exec import unknown_tool_result
+from ..durable.compaction import plan_compaction, summarize
+from ..durable.engine import aborted_message
+from ..durable.errors import CompactError, PayloadTooLargeError
+from ..durable.executor import dangling_at
+from ..durable.publisher import PublisherLike, publish_one
+from ..session.codec import decode_entry
+from ..session.entries import Entry, MessageEntry
+from ..session.errors import (
+    SessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
+from ..session.store import Store
+from ..session.tree import path as tree_path
+from ..session.views import model_view
+from ..workflows.types import (
+    AppendInput,
+    CallModelInput,
+    CallToolInput,
+    LoadPathInput,
+    PathInfo,
+    PublishInput,
+    SummarizeInput,
+    SummaryResult,
+    ToolInfo,
+    decode_entries,
+    event_from_wire,
+)
+from .spec import AgentSpec
+
+__all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
+
+DEFAULT_PAYLOAD_LIMIT = 1_572_864  # 1.5 MiB, under Temporal's 2 MB payload limit
+HEARTBEAT_EVERY = 0.5
+
+
+def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
+    """Wrap ``exc`` for Temporal, keeping its type name; secrets never appear because only the
+    message (already sanitized by providers) is kept, not the exception's attributes."""
+    retryable = isinstance(exc, StoreUnavailableError) or (
+        isinstance(exc, ModelError) and exc.retryable
+    )
+    details: list[Any] = []
+    next_delay: timedelta | None = None
+    if isinstance(exc, ModelError):
+        details = [exc.retryable]
+        if exc.retry_after:
+            next_delay = timedelta(seconds=exc.retry_after)
+    return ApplicationError(
+        str(exc),
+        *details,
+        type=type(exc).__name__,
+        non_retryable=(not retryable) if non_retryable is None else non_retryable,
+        next_retry_delay=next_delay,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background, so a crashed worker is noticed within the heartbeat timeout
+    even while a model has not produced its first token or a tool is busy."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class AgentActivities:
+    """Activities bound to one worker's store, named agents and publisher."""
+
+    def __init__(
+        self,
+        store: Store,
+        agents: Mapping[str, AgentSpec],
+        publisher: PublisherLike | None = None,
+        *,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:
+        self.store = store
+        self.agents = dict(agents)
+        self.publisher = publisher
+        self.payload_limit = payload_limit
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.ensure_session,
+            self.load_path,
+            self.append_entries,
+            self.call_model,
+            self.call_tool,
+            self.summarize,
+            self.publish,
+        ]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _spec(self, name: str) -> AgentSpec:
+        spec = self.agents.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ApplicationError(
+                f"unknown agent {name!r} (this worker has: {known})",
+                type="UnknownAgentError",
+                non_retryable=True,
+            )
+        return spec
+
+    async def _path(self, session_id: str, leaf_id: str) -> list[Entry]:
+        try:
+            entries = await self.store.load_entries(session_id)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+        index = {e.id: e for e in entries}
+        if leaf_id and leaf_id not in index:
+            raise ApplicationError(
+                f"leaf {leaf_id!r} is not an entry of session {session_id!r}",
+                type="EntryNotFoundError",
+                non_retryable=True,
+            )
+        return tree_path(index, leaf_id)
+
+    def _check_size(self, what: str, payload: str) -> None:
+        size = len(payload.encode("utf-8"))
+        if size > self.payload_limit:
+            raise application_error(
+                PayloadTooLargeError(
+                    f"{what} is {size} bytes, over the {self.payload_limit}-byte payload limit"
+                ),
+                non_retryable=True,
+            )
+
+    # -- activities --------------------------------------------------------------------------
+
+    @activity.defn(name="durable_agent.ensure_session")
+    async def ensure_session(self, session_id: str) -> str:
+        """Create the session if absent; return its last appended entry ID (``""`` if empty)."""
+        try:
+            try:
+                entries = await self.store.load_entries(session_id)
+            except SessionNotFoundError:
+                try:
+                    await self.store.create_session(session_id)
+                    entries = []
+                except SessionExistsError:
+                    entries = await self.store.load_entries(session_id)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+        return entries[-1].id if entries else ""
+
+    @activity.defn(name="durable_agent.load_path")
+    async def load_path(self, inp: LoadPathInput) -> PathInfo:
+        """Check the leaf and the agent before the run writes anything; return the repairs."""
+        spec = self._spec(inp.agent)
+        p = await self._path(inp.session_id, inp.leaf_id)
+        repairs, _ = dangling_at(p)
+        tools = [
+            ToolInfo(
+                name=t.name,
+                parallel_safe=t.parallel_safe,
+                max_attempts=t.retry.max_attempts,
+                initial_interval=t.retry.initial_interval,
+                backoff=t.retry.backoff,
+                max_interval=t.retry.max_interval,
+                non_retryable=list(t.retry.non_retryable),
+                timeout=t.timeout,
+            )
+            for t in spec.tools
+        ]
+        turns = sum(1 for e in p if isinstance(e, MessageEntry) and e.message.role == "assistant")
+        return PathInfo(
+            repairs=[e.message for e in repairs if isinstance(e, MessageEntry)],
+            turn_count=turns,
+            tools=tools,
+            max_turns=spec.max_turns,
+        )
+
+    @activity.defn(name="durable_agent.append_entries")
+    async def append_entries(self, inp: AppendInput) -> None:
+        """Store entries the workflow stamped; retry-safe because appends are idempotent by ID."""
+        try:
+            await self.store.append_entries(inp.session_id, decode_entries(inp.entries))
+        except SessionError as exc:
+            raise application_error(exc) from exc
+
+    @activity.defn(name="durable_agent.call_model")
+    async def call_model(self, inp: CallModelInput) -> Message:
+        """Stream one model reply from the view at the leaf; on cancellation return what was
+        streamed so far as an ``aborted`` message."""
+        spec = self._spec(inp.agent)
+        options = spec.options(inp.options)
+        p = await self._path(inp.session_id, inp.leaf_id)
+        view = model_view(_with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral]))
+        request = ModelRequest(
+            system_prompt=options.system_prompt,
+            messages=view,
+            tools=[t.spec for t in options.tools],
+            options=dict(options.model_options),
+        )
+        partial: Message | None = None
+        final: Message | None = None
+        try:
+            async with _heartbeating():
+                async for event in spec.model.stream(request):
+                    partial = event.partial
+                    activity.heartbeat()
+                    if event.type == "done":
+                        final = event.message
+        except asyncio.CancelledError:
+            aborted = aborted_message(partial)
+            if aborted is None:
+                raise
+            final = aborted
+        except ModelError as exc:
+            raise application_error(exc) from exc
+        if final is None:
+            raise application_error(
+                ModelError("model stream ended without a complete message", retryable=True)
+            )
+        self._check_size("model reply", final.model_dump_json())
+        return final
+
+    @activity.defn(name="durable_agent.call_tool")
+    async def call_tool(self, inp: CallToolInput) -> Message:
+        """Run one tool call with the worker's handler; failures are retried per the tool's
+        policy by Temporal, and the workflow answers an abandoned call itself."""
+        spec = self._spec(inp.agent)
+        call = ToolCall.model_validate(inp.call)
+        tool = spec.tool(call.name)
+        if tool is None:
+            return unknown_tool_result(call)
+
+        async def report(partial: str) -> None:
+            activity.heartbeat(partial[:1000])
+
+        ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
+        try:
+            async with _heartbeating():
+                blocks = await tool.invoke(call.arguments, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            non_retryable = type(exc).__name__ in tool.retry.non_retryable
+            raise ApplicationError(
+                str(exc), type=type(exc).__name__, non_retryable=non_retryable
+            ) from exc
+        result = tool_result_message(call.id, call.name, *blocks)
+        self._check_size(f"result of tool {call.name!r}", result.model_dump_json())
+        return result
+
+    @activity.defn(name="durable_agent.summarize")
+    async def summarize(self, inp: SummarizeInput) -> SummaryResult | None:
+        """Plan and run a compaction's summarizer from the store (SPEC §4.8 steps 2-7)."""
+        spec = self._spec(inp.agent)
+        p = await self._path(inp.session_id, inp.leaf_id)
+        plan = plan_compaction(p, inp.keep_turns)
+        if plan is None:
+            return None
+        options = spec.options(inp.options)
+
+        def factory(opts: AgentOptions) -> ModelLoop:
+            return ModelLoop(spec.model, opts)
+
+        try:
+            async with _heartbeating():
+                text = await summarize(factory, options, plan.prefix, inp.prompt)
+        except CompactError as exc:
+            cause = exc.__cause__
+            retryable = isinstance(cause, ModelError) and cause.retryable
+            raise application_error(exc, non_retryable=not retryable) from exc
+        return SummaryResult(
+            summary=text, first_kept_id=plan.first_kept_id, tokens_before=plan.tokens_before
+        )
+
+    @activity.defn(name="durable_agent.publish")
+    async def publish(self, inp: PublishInput) -> None:
+        """Hand events to the worker's publisher, at least once (consumers dedupe by key)."""
+        if self.publisher is None:
+            return
+        for wire in inp.events:
+            await publish_one(self.publisher, event_from_wire(wire))
+
+
+def _with_ephemeral(path: list[Entry], ephemeral: list[Entry]) -> list[Entry]:
+    """Place each ephemeral input after the path entry its parent names (first if ``None``)."""
+    if not ephemeral:
+        return path
+    out: list[Entry] = []
+    by_parent: dict[str | None, list[Entry]] = {}
+    for e in ephemeral:
+        by_parent.setdefault(e.parent_id, []).append(e)
+    out.extend(by_parent.pop(None, []))
+    for entry in path:
+        out.append(entry)
+        out.extend(by_parent.pop(entry.id, []))
+    return out

@@ -1,0 +1,184 @@
+"""What the provider adapters share: error building, secret redaction, retry hints, tool arguments.
+
+Nothing here imports a provider SDK, so it is importable (and testable) without the extras.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..messages import ContentBlock, Message, StopReason, Usage
+from ..model import ModelError
+from ..timefmt import utc_now
+
+__all__ = [
+    "REDACTED",
+    "Draft",
+    "final_arguments",
+    "model_error",
+    "partial_arguments",
+    "redact",
+    "retry_after_seconds",
+    "status_retryable",
+]
+
+REDACTED = "[redacted]"
+
+_MAX_DETAIL = 500
+"""Provider error text kept in a ModelError (errors travel in Temporal failures: keep it short)."""
+
+_SECRET_PATTERNS = [
+    # "Bearer <token>" from an echoed Authorization header.
+    re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
+    # OpenAI ("sk-", "sk-proj-") and Anthropic ("sk-ant-") keys, masked ("sk-abc***xyz") or not.
+    re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}"),
+    # "api_key=...", "x-api-key: ...", "authorization: ..." as echoed in some error bodies.
+    re.compile(r"(?i)\b(api[_-]?key|x-api-key|authorization)([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+"),
+]
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` without the given secrets or anything shaped like a key or bearer token.
+
+    Provider error bodies sometimes echo the key they rejected (in full, or masked but still
+    identifying); a ModelError is stored in workflow history and logs, so it must carry neither.
+    """
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups >= 2:
+            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+        else:
+            text = pattern.sub(REDACTED, text)
+    return text
+
+
+def status_retryable(status: int) -> bool:
+    """Whether an HTTP status is worth retrying: timeouts, conflicts, rate limits, server errors.
+
+    The same set the SDKs retry themselves (408, 409, 429, 5xx); their own retries are turned off so
+    that this decision, and the backoff, belong to the caller's retry policy.
+    """
+    return status in (408, 409, 429) or status >= 500
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, *, now: float | None = None
+) -> float | None:
+    """The provider's retry hint in seconds from ``retry-after-ms`` or ``retry-after``.
+
+    ``retry-after`` may be delta-seconds or an HTTP date; unparsable or negative values are no hint.
+    """
+    if not headers:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def model_error(
+    provider: str,
+    summary: str,
+    *,
+    retryable: bool,
+    detail: str | None = None,
+    retry_after: float | None = None,
+    secrets: Iterable[str | None] = (),
+) -> ModelError:
+    """A ModelError whose message is ``"<provider>: <summary>[: <detail>]"``, redacted and bounded.
+
+    Only what is built here reaches the message: never the SDK exception's text (which can hold a
+    request dump) and never request headers. Raise it outside the ``except`` block that caught the
+    SDK error, so no ``__context__`` chain carries the original along into a Temporal failure.
+    """
+    text = f"{provider}: {summary}"
+    if detail:
+        detail = " ".join(detail.split())
+        if len(detail) > _MAX_DETAIL:
+            detail = detail[: _MAX_DETAIL - 1] + "…"
+        text = f"{text}: {detail}"
+    if retry_after is not None:
+        text = f"{text} (retry after {retry_after:g}s)"
+    return ModelError(redact(text, secrets), retryable=retryable, retry_after=retry_after)
+
+
+def partial_arguments(raw: str) -> dict[str, Any]:
+    """Best-effort arguments from incomplete JSON, for rendering a call as it streams."""
+    if not raw.strip():
+        return {}
+    try:
+        import jiter  # a dependency of both SDKs; absent, partial calls just show no arguments
+
+        value = jiter.from_json(raw.encode(), partial_mode="trailing-strings")
+    except (ImportError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def final_arguments(raw: str) -> dict[str, Any] | None:
+    """The arguments of a completed call: ``{}`` for no text, ``None`` if not a JSON object."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Draft:
+    """The assistant message being streamed: blocks so far, and snapshots of it for each event."""
+
+    def __init__(self, *, api: str, provider: str, model: str) -> None:
+        self.api = api
+        self.provider = provider
+        self.model = model
+        self.blocks: list[ContentBlock] = []
+
+    def snapshot(self, *extra_blocks: ContentBlock) -> Message:
+        """The message so far (plus ``extra_blocks``), as a consumer may render it mid-stream."""
+        return Message(
+            role="assistant",
+            content=[*self.blocks, *extra_blocks],
+            api=self.api,
+            provider=self.provider,
+            model=self.model,
+            timestamp=utc_now(),
+        )
+
+    def final(self, *, usage: Usage, stop_reason: StopReason, error: str | None = None) -> Message:
+        return Message(
+            role="assistant",
+            content=list(self.blocks),
+            api=self.api,
+            provider=self.provider,
+            model=self.model,
+            usage=usage,
+            stop_reason=stop_reason,
+            error=error,
+            timestamp=utc_now(),
+        )

@@ -1,0 +1,523 @@
+"""OpenAI Chat Completions as a :class:`~durable_agent.ai.model.LanguageModel`.
+
+Built on the official ``openai`` SDK (the ``openai`` extra). Chat Completions is the API every
+OpenAI-compatible server speaks (vLLM, Ollama, llama.cpp, LM Studio, OpenRouter), so ``base_url``
+points this adapter at any of them.
+
+Retries are the caller's: the SDK client is built with ``max_retries=0``, so a failed call
+surfaces at once as a :class:`~durable_agent.ai.model.ModelError` whose ``retryable`` and
+``retry_after`` feed the caller's policy (a Temporal activity retry, or the in-process loop). SDK
+retries inside one activity attempt would hide failures from that policy and stack their backoff
+under its timeouts.
+
+Usage is normalised the way Anthropic reports it: ``input`` counts uncached prompt tokens only,
+``cache_read`` and ``cache_write`` the cached ones, ``output`` every completion token;
+``reasoning``, ``input_audio`` and ``output_audio`` are the parts of those totals broken out.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+try:
+    import httpx2
+    import openai
+    from openai import AsyncOpenAI
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "durable_agent.ai.providers.openai needs the openai SDK: "
+        "pip install 'durable-agent[openai]'"
+    ) from exc
+
+from ..messages import (
+    ContentBlock,
+    FileContent,
+    ImageContent,
+    Message,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    Usage,
+)
+from ..model import ModelError, ModelEvent, ModelRequest, ToolSpec
+from ._common import (
+    Draft,
+    final_arguments,
+    model_error,
+    partial_arguments,
+    retry_after_seconds,
+    status_retryable,
+)
+
+if TYPE_CHECKING:
+    from openai import AsyncStream
+    from openai.types import CompletionUsage
+    from openai.types.chat import (
+        ChatCompletionChunk,
+        ChatCompletionMessageParam,
+        ChatCompletionToolUnionParam,
+    )
+
+__all__ = [
+    "API",
+    "OpenAIChatModel",
+    "to_openai_messages",
+    "to_openai_tools",
+]
+
+API = "openai-chat"
+
+_RESERVED = frozenset({"model", "messages", "stream", "tools"})
+"""Request keys the adapter owns; an option naming one is refused rather than silently lost."""
+
+_FINISH: dict[str, StopReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "error",
+}
+
+_TRANSIENT_STREAM_ERRORS = frozenset(
+    {"server_error", "internal_error", "rate_limit_exceeded", "rate_limit_error", "overloaded"}
+)
+"""In-stream error types (the status was already 200) worth retrying; others are the request's."""
+
+
+class OpenAIChatModel:
+    """A Chat Completions model, streaming text, reasoning and tool calls.
+
+    ``model`` is the provider's model ID; ``provider`` only labels the messages produced
+    (``openai``, ``ollama``, ``vllm``...). ``api_key`` and ``base_url`` go to the SDK client and
+    nowhere else: they never appear in messages, errors or this object's ``repr``. ``client``
+    replaces the SDK client altogether (its retry setting is then the caller's). ``options`` are
+    request parameters sent on every call (``temperature``, ``max_completion_tokens``...),
+    overridden per call by ``ModelRequest.options``. ``system_role`` is ``"developer"`` for models
+    that want it. ``stream_usage`` asks for the final usage chunk; turn it off for a server that
+    rejects ``stream_options``.
+    """
+
+    api = API
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        provider: str = "openai",
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        max_retries: int = 0,
+        client: AsyncOpenAI | None = None,
+        options: Mapping[str, Any] | None = None,
+        system_role: Literal["system", "developer"] = "system",
+        stream_usage: bool = True,
+    ) -> None:
+        self.model = model
+        self.provider = provider
+        self.options = dict(options or {})
+        self.system_role = system_role
+        self.stream_usage = stream_usage
+        if client is None:
+            client = AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=max_retries,
+                timeout=openai.not_given if timeout is None else timeout,
+            )
+        self._client = client
+        self._secrets = (api_key, client.api_key)
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, provider={self.provider!r})"
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self._client.close()
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body this adapter sends for ``request`` (what the tests pin down)."""
+        options = {**self.options, **request.options}
+        reserved = _RESERVED & options.keys()
+        if reserved:
+            raise ModelError(
+                f"{self.provider}: options may not set {sorted(reserved)}", retryable=False
+            )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(
+                request.system_prompt, request.messages, system_role=self.system_role
+            ),
+            "stream": True,
+        }
+        if self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        body.update(options)
+        return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        body = self.request_body(request)
+        stream = await self._open(body)
+        try:
+            async for event in self._events(stream):
+                yield event
+        finally:
+            await stream.close()
+
+    async def _open(self, body: dict[str, Any]) -> AsyncStream[ChatCompletionChunk]:
+        params = dict(body)
+        messages = cast("list[ChatCompletionMessageParam]", params.pop("messages"))
+        tools = cast("list[ChatCompletionToolUnionParam] | None", params.pop("tools", None))
+        model = cast(str, params.pop("model"))
+        params.pop("stream")
+        try:
+            return await self._client.chat.completions.create(
+                model=model,
+                messages=messages,
+                stream=True,
+                tools=openai.omit if tools is None else tools,
+                extra_body=params,
+            )
+        except _SDK_ERRORS as exc:
+            error = self._error(exc)
+        # Raised here, outside the except block, so the SDK error (which holds the request, headers
+        # included) is neither the cause nor the context of what the caller sees.
+        raise error
+
+    async def _chunks(self, stream: AsyncStream[ChatCompletionChunk]) -> AsyncIterator[Any]:
+        iterator = stream.__aiter__()
+        while True:
+            error: ModelError | None = None
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except _SDK_ERRORS as exc:
+                error = self._error(exc)
+            if error is not None:
+                raise error
+            yield chunk
+
+    async def _events(self, stream: AsyncStream[ChatCompletionChunk]) -> AsyncIterator[ModelEvent]:
+        draft = Draft(api=API, provider=self.provider, model=self.model)
+        calls: dict[int, _PendingCall] = {}
+        finish: str | None = None
+        usage = Usage()
+        yield ModelEvent(type="start", partial=draft.snapshot())
+        async for chunk in self._chunks(stream):
+            if chunk.usage is not None:
+                usage = _usage(chunk.usage)
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            delta = choice.delta
+            reasoning = _reasoning(delta)
+            if reasoning:
+                index = _append_text(draft, ThinkingContent, reasoning)
+                yield ModelEvent(
+                    type="thinking_delta", partial=draft.snapshot(), delta=reasoning, index=index
+                )
+            text = (delta.content or "") + (delta.refusal or "")
+            if text:
+                index = _append_text(draft, TextContent, text)
+                yield ModelEvent(
+                    type="text_delta", partial=draft.snapshot(), delta=text, index=index
+                )
+            for tool_delta in delta.tool_calls or []:
+                pending = calls.get(tool_delta.index)
+                if pending is None or (
+                    tool_delta.id and pending.id and tool_delta.id != pending.id
+                ):
+                    # A new call, or (from servers that send every call at index 0) a new ID.
+                    pending = _PendingCall(id=tool_delta.id or "", block=len(draft.blocks))
+                    calls[tool_delta.index] = pending
+                    draft.blocks.append(ToolCall(id=pending.id, name=""))
+                function = tool_delta.function
+                fragment = (function.arguments if function else None) or ""
+                pending.id = pending.id or tool_delta.id or ""
+                pending.name = pending.name or (function.name if function else None) or ""
+                pending.arguments += fragment
+                draft.blocks[pending.block] = ToolCall(
+                    id=pending.id, name=pending.name, arguments=partial_arguments(pending.arguments)
+                )
+                yield ModelEvent(
+                    type="tool_call_delta",
+                    partial=draft.snapshot(),
+                    delta=fragment,
+                    index=pending.block,
+                )
+            if choice.finish_reason is not None:
+                finish = choice.finish_reason
+        if finish is None:
+            raise model_error(
+                self.provider,
+                "stream ended before the model finished (no finish_reason)",
+                retryable=True,
+            )
+        stop = _FINISH.get(finish, "error")
+        for pending in calls.values():
+            arguments = final_arguments(pending.arguments)
+            if arguments is None:
+                if stop != "length":
+                    raise model_error(
+                        self.provider,
+                        f"tool call {pending.name!r} has arguments that are not a JSON object",
+                        retryable=True,
+                    )
+                arguments = partial_arguments(pending.arguments)
+            draft.blocks[pending.block] = ToolCall(
+                id=pending.id or f"call_{secrets.token_hex(8)}",
+                name=pending.name,
+                arguments=arguments,
+            )
+        if stop == "stop" and calls:
+            stop = "tool_use"  # some compatible servers report "stop" after calling tools
+        error = None
+        if stop == "error":
+            error = f"{self.provider}: finish_reason {finish}"
+        yield ModelEvent(
+            type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
+        )
+
+    def _error(self, exc: Exception) -> ModelError:
+        """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
+        name, key = self.provider, self._secrets
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            headers = exc.response.headers
+            should = headers.get("x-should-retry")
+            retryable = (
+                should == "true" if should in ("true", "false") else status_retryable(status)
+            )
+            return model_error(
+                name,
+                f"HTTP {status}" + (f" {exc.type}" if exc.type else ""),
+                detail=_body_message(exc.body),
+                retryable=retryable,
+                retry_after=retry_after_seconds(headers),
+                secrets=key,
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return model_error(name, "request timed out", retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
+            return model_error(name, f"connection failed ({cause})", retryable=True)
+        if isinstance(exc, openai.APIResponseValidationError):
+            return model_error(name, "response did not match the API schema", retryable=False)
+        if isinstance(exc, openai.APIError):  # an error object sent inside a 200 stream
+            kind = exc.type or exc.code or ""
+            return model_error(
+                name,
+                "error in stream" + (f" {kind}" if kind else ""),
+                detail=_body_message(exc.body) or exc.message,
+                retryable=kind in _TRANSIENT_STREAM_ERRORS or not kind,
+                secrets=key,
+            )
+        if isinstance(exc, httpx2.TimeoutException):
+            return model_error(name, "request timed out", retryable=True)
+        if isinstance(exc, httpx2.TransportError):
+            return model_error(name, f"connection failed ({type(exc).__name__})", retryable=True)
+        if isinstance(exc, json.JSONDecodeError):
+            return model_error(name, "malformed stream: an event is not valid JSON", retryable=True)
+        return model_error(name, f"unexpected {type(exc).__name__}", retryable=False)
+
+
+_SDK_ERRORS: tuple[type[Exception], ...] = (
+    openai.APIError,
+    httpx2.TransportError,
+    json.JSONDecodeError,
+)
+
+
+class _PendingCall:
+    """A tool call being streamed: its ID, name and argument text so far, and its block index."""
+
+    def __init__(self, *, id: str, block: int) -> None:
+        self.id = id
+        self.name = ""
+        self.arguments = ""
+        self.block = block
+
+
+def _append_text(draft: Draft, kind: type[TextContent] | type[ThinkingContent], piece: str) -> int:
+    """Extend the last block if it is of ``kind``, else open a new one; return its index."""
+    last = draft.blocks[-1] if draft.blocks else None
+    if kind is TextContent:
+        if isinstance(last, TextContent):
+            draft.blocks[-1] = TextContent(text=last.text + piece)
+        else:
+            draft.blocks.append(TextContent(text=piece))
+    elif isinstance(last, ThinkingContent):
+        draft.blocks[-1] = ThinkingContent(thinking=last.thinking + piece)
+    else:
+        draft.blocks.append(ThinkingContent(thinking=piece))
+    return len(draft.blocks) - 1
+
+
+def _reasoning(delta: Any) -> str:
+    """Reasoning text from compatible servers: ``reasoning_content`` (vLLM, DeepSeek, llama.cpp)
+    or ``reasoning`` (Ollama, OpenRouter). OpenAI itself does not stream reasoning here."""
+    extra: dict[str, Any] = getattr(delta, "model_extra", None) or {}
+    for key in ("reasoning_content", "reasoning"):
+        value = extra.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _usage(raw: CompletionUsage) -> Usage:
+    prompt = raw.prompt_tokens_details
+    completion = raw.completion_tokens_details
+    cache_read = (prompt.cached_tokens if prompt else None) or 0
+    cache_write = (getattr(prompt, "cache_write_tokens", None) if prompt else None) or 0
+    return Usage(
+        input=max(0, raw.prompt_tokens - cache_read - cache_write),
+        output=raw.completion_tokens,
+        cache_read=cache_read,
+        cache_write=cache_write,
+        reasoning=(completion.reasoning_tokens if completion else None) or 0,
+        input_audio=(prompt.audio_tokens if prompt else None) or 0,
+        output_audio=(completion.audio_tokens if completion else None) or 0,
+    )
+
+
+def _body_message(body: object) -> str | None:
+    """The human-readable message of an error body (``{"message": ...}`` or ``{"error": ...}``)."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            message = inner.get("message")
+            return message if isinstance(message, str) else None
+        if isinstance(inner, str):
+            return inner
+    if isinstance(body, str):
+        return body
+    return None
+
+
+# -- conversion ---------------------------------------------------------------------------------
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs as Chat Completions ``function`` tools."""
+    out: list[dict[str, Any]] = []
+    for spec in tools:
+        function: dict[str, Any] = {"name": spec.name}
+        if spec.description:
+            function["description"] = spec.description
+        function["parameters"] = spec.parameters
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def to_openai_messages(
+    system_prompt: str,
+    messages: list[Message],
+    *,
+    system_role: Literal["system", "developer"] = "system",
+) -> list[dict[str, Any]]:
+    """The conversation as Chat Completions messages.
+
+    Thinking blocks are dropped (Chat Completions takes no reasoning back) and so are server-side
+    tool calls. An error result is sent with an ``Error:`` prefix, the API having no error flag.
+    Tool messages carry text only, so images a tool returned follow the results in one user message.
+    An assistant message with nothing to send (an error with no content) is left out.
+    """
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": system_role, "content": system_prompt})
+    tool_images: list[dict[str, Any]] = []
+
+    def flush_tool_images() -> None:
+        if tool_images:
+            intro = {"type": "text", "text": "Images returned by the tool calls above:"}
+            out.append({"role": "user", "content": [intro, *tool_images]})
+            tool_images.clear()
+
+    for message in messages:
+        if message.role != "tool_result":
+            flush_tool_images()
+        if message.role == "user":
+            out.append({"role": "user", "content": _user_content(message.content)})
+        elif message.role == "assistant":
+            converted = _assistant(message)
+            if converted is not None:
+                out.append(converted)
+        else:
+            text = "\n".join(b.text for b in message.content if isinstance(b, TextContent))
+            if message.is_error:
+                text = f"Error: {text}"
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
+            )
+            tool_images.extend(
+                _image_part(b) for b in message.content if isinstance(b, ImageContent)
+            )
+    flush_tool_images()
+    return out
+
+
+def _user_content(blocks: list[ContentBlock]) -> str | list[dict[str, Any]]:
+    if all(isinstance(b, TextContent) for b in blocks) and len(blocks) <= 1:
+        return blocks[0].text if blocks and isinstance(blocks[0], TextContent) else ""
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, TextContent):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageContent):
+            parts.append(_image_part(block))
+        elif isinstance(block, FileContent):
+            parts.append(_file_part(block))
+    return parts
+
+
+def _image_part(block: ImageContent) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{block.mime_type};base64,{block.data}"},
+    }
+
+
+def _file_part(block: FileContent) -> dict[str, Any]:
+    if block.file_id:
+        return {"type": "file", "file": {"file_id": block.file_id}}
+    if block.data:
+        mime = block.mime_type or "application/octet-stream"
+        file: dict[str, Any] = {"file_data": f"data:{mime};base64,{block.data}"}
+        file["filename"] = block.filename or "file"
+        return {"type": "file", "file": file}
+    raise ModelError(
+        "openai-chat: files by URL are not supported by Chat Completions; give data or file_id",
+        retryable=False,
+    )
+
+
+def _compact_json(value: object) -> str:
+    """Arguments as the API itself writes them: no spaces, non-ASCII kept (fewer tokens)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _assistant(message: Message) -> dict[str, Any] | None:
+    text = message.text()
+    calls = [c for c in message.tool_calls() if not c.server]
+    if not text and not calls:
+        return None
+    converted: dict[str, Any] = {"role": "assistant"}
+    if text:
+        converted["content"] = text
+    if calls:
+        converted["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _compact_json(call.arguments)},
+            }
+            for call in calls
+        ]
+    return converted

@@ -1,0 +1,25 @@
+"""Store implementations: MemoryStore, FileStore and (with the ``mongo`` extra) MongoStore.
+
+``MongoStore`` is imported lazily so that ``import durable_agent.stores`` never needs PyMongo.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .file import FileStore
+from .memory import MemoryStore
+
+if TYPE_CHECKING:
+    from .mongo import MongoStore
+
+__all__ = ["FileStore", "MemoryStore", "MongoStore"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import optional stores on first use (PEP 562), so their dependencies stay optional."""
+    if name == "MongoStore":
+        from .mongo import MongoStore
+
+        return MongoStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

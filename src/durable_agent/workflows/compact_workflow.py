@@ -1,0 +1,78 @@
+"""The compaction workflow: summarize from the store, append the entry, publish the event."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from ..durable.events import Event
+    from ..durable.persist import stamp
+    from ..durable.publisher import compacted_key
+    from ..session.codec import encode_entry
+    from ..session.entries import CompactionEntry
+    from .activity_calls import call_activity, store_retry
+    from .run_workflow import workflow_id_new
+    from .types import AppendInput, CompactInput, PublishInput, SummarizeInput, SummaryResult
+    from .types import event_to_wire
+
+__all__ = ["CompactWorkflow"]
+
+
+@workflow.defn(name="durable_agent.compact")
+class CompactWorkflow:
+    """ID ``durable-agent/<session_id>/compact/<op_id>``; returns the stored entry (encoded) or
+    ``None`` when there was nothing to compact."""
+
+    @workflow.run
+    async def run(self, inp: CompactInput) -> str | None:
+        t = inp.timeouts
+        result = await call_activity(
+            "durable_agent.summarize",
+            SummarizeInput(
+                session_id=inp.session_id,
+                agent=inp.agent,
+                leaf_id=inp.leaf_id,
+                keep_turns=inp.keep_turns,
+                prompt=inp.prompt,
+                options=inp.options,
+            ),
+            SummaryResult,
+            start_to_close=t.model_start_to_close,
+            heartbeat=t.model_heartbeat,
+            retry=store_retry(t),
+            summary=f"summarize (keep {inp.keep_turns} turns)",
+        )
+        if result is None:
+            return None
+        entry = CompactionEntry(
+            summary=result.summary,
+            first_kept_id=result.first_kept_id,
+            tokens_before=result.tokens_before,
+            created_at=workflow.now(),
+        )
+        stamped = stamp([entry], inp.leaf_id, workflow.now(), workflow_id_new)
+        stored = stamped.durable[0]
+        await call_activity(
+            "durable_agent.append_entries",
+            AppendInput(session_id=inp.session_id, entries=[encode_entry(stored)]),
+            None,
+            start_to_close=t.store_start_to_close,
+            retry=store_retry(t),
+            summary="append compaction",
+        )
+        event = Event(
+            type="session_compacted",
+            session_id=inp.session_id,
+            entries=[stored],
+            leaf_id=stamped.leaf_id,
+            idempotency_key=compacted_key(inp.session_id, stored.id),
+        )
+        await call_activity(
+            "durable_agent.publish",
+            PublishInput(events=[event_to_wire(event)]),
+            None,
+            start_to_close=t.store_start_to_close,
+            retry=store_retry(t),
+            summary="publish session_compacted",
+        )
+        return encode_entry(stored)

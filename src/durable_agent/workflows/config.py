@@ -1,0 +1,48 @@
+"""Connecting to Temporal from the standard environment variables.
+
+``TEMPORAL_ADDRESS`` (default ``localhost:7233``), ``TEMPORAL_NAMESPACE`` (default ``default``),
+``TEMPORAL_TLS_CERT`` / ``TEMPORAL_TLS_KEY`` (paths to a client certificate and key, for mTLS) and
+``TEMPORAL_API_KEY`` (Temporal Cloud; implies TLS). The pydantic data converter is always used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
+
+__all__ = ["connect", "connect_from_env"]
+
+
+async def connect(
+    address: str, *, namespace: str = "default", tls: TLSConfig | bool = False, api_key: str | None = None
+) -> Client:
+    """A client with the pydantic data converter (which workers inherit)."""
+    return await Client.connect(
+        address,
+        namespace=namespace,
+        tls=tls,
+        api_key=api_key,
+        data_converter=pydantic_data_converter,
+    )
+
+
+async def connect_from_env(env: Mapping[str, str] | None = None) -> Client:
+    """Connect as the standard ``TEMPORAL_*`` variables say."""
+    env = os.environ if env is None else env
+    address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
+    namespace = env.get("TEMPORAL_NAMESPACE", "default")
+    cert, key = env.get("TEMPORAL_TLS_CERT"), env.get("TEMPORAL_TLS_KEY")
+    api_key = env.get("TEMPORAL_API_KEY") or None
+    tls: TLSConfig | bool = False
+    if cert and key:
+        tls = TLSConfig(
+            client_cert=Path(cert).read_bytes(), client_private_key=Path(key).read_bytes()
+        )
+    elif api_key:
+        tls = True
+    return await connect(address, namespace=namespace, tls=tls, api_key=api_key)

@@ -1,0 +1,313 @@
+"""TemporalExecutor: the client side of durable runs.
+
+``new(..., executor=TemporalExecutor(client, task_queue=...))`` returns the usual handle. The handle
+still uses the store directly for ``new``, ``append``, ``branch`` and ``fork``; runs and
+compactions are workflows on the worker, and lifecycle events go through a publish workflow. The
+run stream polls the workflow's ``events(after)`` query (queries add no history) and applies each
+receipt to the handle as it arrives, read or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    TerminatedError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.service import RPCError
+
+from ..ai.messages import Message
+from ..ai.model import ModelError
+from ..durable import errors as agent_errors
+from ..durable.errors import (
+    AgentError,
+    CompactError,
+    EventGapError,
+    PayloadTooLargeError,
+    RunCancelledError,
+)
+from ..durable.events import Event
+from ..durable.stream import LocalRunStream, RunStream
+from ..session.codec import decode_entry
+from ..session.entries import CompactionEntry, Entry
+from ..session.ids import new_id
+from .run_workflow import SESSION_ID_KEY
+from .types import (
+    CompactInput,
+    EventsAnswer,
+    InputEntry,
+    PublishInput,
+    RunInput,
+    RunResult,
+    RunState,
+    Timeouts,
+    event_from_wire,
+    event_to_wire,
+)
+
+if TYPE_CHECKING:
+    from ..durable.agent import Agent
+
+__all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "run_workflow_id"]
+
+logger = logging.getLogger("durable_agent.temporal")
+
+DEFAULT_PAYLOAD_LIMIT = 1_572_864
+
+
+def run_workflow_id(session_id: str, run_id: str) -> str:
+    return f"durable-agent/{session_id}/run/{run_id}"
+
+
+def compact_workflow_id(session_id: str, op_id: str) -> str:
+    return f"durable-agent/{session_id}/compact/{op_id}"
+
+
+def publish_workflow_id(key: str) -> str:
+    return f"durable-agent/publish/{key}"
+
+
+def _search(session_id: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(SESSION_ID_KEY, session_id)])
+
+
+def client_error(exc: BaseException) -> BaseException:
+    """A workflow failure as the in-process executor would have raised it."""
+    cause = exc.cause if isinstance(exc, WorkflowFailureError) else exc
+    if isinstance(cause, CancelledError):
+        return RunCancelledError("run cancelled")
+    if isinstance(cause, TerminatedError):
+        return AgentError(f"run terminated: {cause.message}")
+    if isinstance(cause, TimeoutError):
+        return AgentError(f"run timed out: {cause.message}")
+    if isinstance(cause, ApplicationError):
+        kind, message = cause.type or "", cause.message
+        if kind == "ModelError":
+            retryable = bool(cause.details[0]) if cause.details else False
+            return ModelError(message, retryable=retryable)
+        cls = getattr(agent_errors, kind, None)
+        if isinstance(cls, type) and issubclass(cls, AgentError):
+            return cls(message)
+        return AgentError(f"{kind}: {message}" if kind else message)
+    return AgentError(str(cause))
+
+
+class TemporalExecutor:
+    """Runs every run as a Temporal workflow on ``task_queue``."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        execution_timeout: timedelta | None = timedelta(hours=24),
+        continue_as_new_after_turns: int | None = None,
+        timeouts: Timeouts | None = None,
+        poll_initial: float = 0.05,
+        poll_max: float = 1.0,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.execution_timeout = execution_timeout
+        self.continue_as_new_after_turns = continue_as_new_after_turns
+        self.timeouts = timeouts or Timeouts()
+        self.poll_initial = poll_initial
+        self.poll_max = poll_max
+        self.payload_limit = payload_limit
+
+    # -- Executor ----------------------------------------------------------------------------
+
+    def check_options(self, factory: Any, options: dict[str, Any], publisher: Any) -> None:
+        if not isinstance(factory, str) or not factory:
+            raise TypeError(
+                "with the Temporal executor, factory is the name of an agent registered on the "
+                "worker"
+            )
+        if publisher is not None:
+            raise ValueError("with the Temporal executor the worker owns the publisher")
+        try:
+            json.dumps(options)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"agent options must be plain JSON data: {exc}") from exc
+
+    async def start_run(self, agent: Agent, entries: list[Entry], run_id: str | None) -> RunStream:
+        run_id = run_id or new_id()
+        inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
+        for item in inputs:
+            size = len(item.wire.encode("utf-8"))
+            if size > self.payload_limit:
+                raise PayloadTooLargeError(
+                    f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
+                )
+        assert isinstance(agent._factory, str)
+        inp = RunInput(
+            session_id=agent.session_id,
+            run_id=run_id,
+            agent=agent._factory,
+            leaf_id=agent.leaf_id,
+            inputs=inputs,
+            options=dict(agent._raw_options),
+            continue_as_new_after_turns=self.continue_as_new_after_turns,
+            timeouts=self.timeouts,
+        )
+        wid = run_workflow_id(agent.session_id, run_id)
+        try:
+            handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
+                "durable_agent.run",
+                inp,
+                id=wid,
+                task_queue=self.task_queue,
+                result_type=RunResult,
+                execution_timeout=self.execution_timeout,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=_search(agent.session_id),
+                static_summary=f"agent {agent._factory!r} run on session {agent.session_id!r}",
+            )
+        except WorkflowAlreadyStartedError:
+            handle = self.client.get_workflow_handle(wid, result_type=RunResult)
+
+        async def request_cancel() -> None:
+            await handle.cancel()
+
+        return LocalRunStream(self._pump(agent, handle), on_cancel=request_cancel)
+
+    def _pump(
+        self, agent: Agent, handle: WorkflowHandle[Any, RunResult]
+    ) -> Callable[[Callable[[Event], None]], Any]:
+        async def produce(put: Callable[[Event], None]) -> list[Message]:
+            result_task = asyncio.ensure_future(handle.result())
+            produced: list[Message] = []
+            after, delay = 0, self.poll_initial
+            try:
+                while True:
+                    closed = result_task.done()
+                    answer = await self._query_events(handle, after, result_task)
+                    if answer is not None and answer.events:
+                        if answer.events[0].position > after + 1:
+                            raise EventGapError(
+                                f"events {after + 1}..{answer.events[0].position - 1} of "
+                                f"{handle.id} are no longer retained"
+                            )
+                        for wire in answer.events:
+                            event = event_from_wire(wire)
+                            if event.entries is not None and event.leaf_id is not None:
+                                agent._apply_receipt(event.entries, event.leaf_id)
+                            inner = event.agent
+                            if inner and inner.type == "message_end" and event.entries:
+                                if inner.message is not None:
+                                    produced.append(inner.message)
+                            put(event)
+                            after = wire.position
+                        delay = self.poll_initial
+                        continue
+                    if closed:
+                        break
+                    await asyncio.wait({result_task}, timeout=delay)
+                    delay = min(delay * 2, self.poll_max)
+                try:
+                    await result_task
+                except WorkflowFailureError as exc:
+                    raise client_error(exc) from exc
+                return produced
+            finally:
+                if not result_task.done():
+                    result_task.cancel()
+                agent._run_finished()
+
+        return produce
+
+    async def _query_events(
+        self, handle: WorkflowHandle[Any, RunResult], after: int, result_task: asyncio.Future[Any]
+    ) -> EventsAnswer | None:
+        """One ``events(after)`` query; ``None`` while the workflow cannot answer yet."""
+        try:
+            answer: EventsAnswer = await handle.query(
+                "events", after, result_type=EventsAnswer
+            )
+            return answer
+        except RPCError as exc:
+            if result_task.done() and result_task.exception() is not None:
+                logger.debug("events query after failure of %s: %s", handle.id, exc)
+                return None
+            logger.debug("events query of %s not answered yet: %s", handle.id, exc)
+            return None
+
+    async def compact(
+        self, agent: Agent, keep_turns: int, prompt: str | None
+    ) -> CompactionEntry | None:
+        assert isinstance(agent._factory, str)
+        op_id = new_id()
+        try:
+            wire: str | None = await self.client.execute_workflow(
+                "durable_agent.compact",
+                CompactInput(
+                    session_id=agent.session_id,
+                    op_id=op_id,
+                    agent=agent._factory,
+                    leaf_id=agent.leaf_id,
+                    keep_turns=keep_turns,
+                    prompt=prompt,
+                    options=dict(agent._raw_options),
+                    timeouts=self.timeouts,
+                ),
+                id=compact_workflow_id(agent.session_id, op_id),
+                task_queue=self.task_queue,
+                result_type=str | None,
+                execution_timeout=self.execution_timeout,
+                search_attributes=_search(agent.session_id),
+                static_summary=f"compact session {agent.session_id!r}",
+            )
+        except WorkflowFailureError as exc:
+            error = client_error(exc)
+            if isinstance(error, AgentError) and not isinstance(error, CompactError):
+                raise CompactError(str(error)) from exc
+            raise error from exc
+        if wire is None:
+            return None
+        entry = decode_entry(wire)
+        assert isinstance(entry, CompactionEntry)
+        agent._apply_receipt([entry], entry.id)
+        return entry
+
+    async def publish(self, agent: Agent, events: list[Event]) -> None:
+        if not events:
+            return
+        key = events[0].idempotency_key or new_id()
+        try:
+            await self.client.start_workflow(
+                "durable_agent.publish",
+                PublishInput(events=[event_to_wire(e) for e in events], timeouts=self.timeouts),
+                id=publish_workflow_id(key),
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=_search(events[0].session_id),
+                static_summary=", ".join(e.type for e in events),
+            )
+        except WorkflowAlreadyStartedError:
+            pass
+        except RPCError:
+            logger.exception("could not start the publish workflow for %s", key)
+
+    # -- operator helpers --------------------------------------------------------------------
+
+    async def state(self, session_id: str, run_id: str) -> RunState:
+        """The live ``state()`` of one run."""
+        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+        result: RunState = await handle.query("state", result_type=RunState)
+        return result

@@ -1,0 +1,442 @@
+"""The run workflow: the shared :class:`RunEngine` with activities as its effects.
+
+The engine and the loop run here unchanged; only the effects differ from in-process: IDs come from
+``workflow.random()``, times from ``workflow.now()``, commits are ``append_entries`` activities,
+model and tool calls are activities, and events are recorded (after their commit) for the
+``events(after)`` query. Queries add no history, so a client polling them costs nothing durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
+    from ..agent.loop import ModelLoop
+    from ..agent.options import AgentOptions
+    from ..ai.messages import Message, TextContent, ToolCall
+    from ..ai.model import ModelError, ModelEvent, ModelRequest
+    from ..ai.tools import RetryPolicy as ToolRetry
+    from ..ai.tools import Tool
+    from ..durable.engine import RunEngine
+    from ..durable.errors import AgentError, PayloadTooLargeError
+    from ..durable.events import Event
+    from ..durable.persist import Stamped, is_durable
+    from ..session.codec import encode_entry
+    from ..session.entries import MessageEntry
+    from .activity_calls import call_activity, store_retry
+    from .types import (
+        SEARCH_ATTRIBUTE,
+        AppendInput,
+        CallModelInput,
+        CallToolInput,
+        EventsAnswer,
+        LoadPathInput,
+        PathInfo,
+        RunInput,
+        RunResult,
+        RunState,
+        ToolCallRef,
+        ToolInfo,
+        WireEvent,
+        event_to_wire,
+    )
+
+__all__ = ["RunWorkflow", "SESSION_ID_KEY"]
+
+SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
+QUERY_BUDGET = 1_000_000
+UNRECORDED = frozenset({"message_update", "tool_execution_update"})
+
+
+def workflow_id_new() -> str:
+    return f"{workflow.random().getrandbits(64):016x}"
+
+
+class _NoArgs(BaseModel):
+    pass
+
+
+async def _remote(**_: Any) -> str:  # pragma: no cover - never called: tools run in activities
+    raise RuntimeError("worker tools run in the call_tool activity")
+
+
+def _descriptor(info: ToolInfo) -> Tool:
+    """A stand-in Tool carrying what the loop needs to schedule calls (name, parallelism)."""
+    return Tool(
+        name=info.name,
+        description="",
+        args_model=_NoArgs,
+        handler=_remote,
+        parallel_safe=info.parallel_safe,
+        retry=ToolRetry(
+            max_attempts=info.max_attempts,
+            initial_interval=info.initial_interval,
+            backoff=info.backoff,
+            max_interval=info.max_interval,
+            non_retryable=tuple(info.non_retryable),
+        ),
+        timeout=info.timeout,
+    )
+
+
+def _cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.CancelledError, CancelledError)):
+        return True
+    return isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError)
+
+
+def _failure(exc: ActivityError) -> tuple[str, str]:
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type or "ApplicationError", cause.message
+    if cause is not None:
+        return type(cause).__name__, str(cause)
+    return type(exc).__name__, str(exc)
+
+
+@workflow.defn(name="durable_agent.run")
+class RunWorkflow:
+    """One durable agent run (SPEC §7). ID ``durable-agent/<session_id>/run/<run_id>``."""
+
+    def __init__(self) -> None:
+        self._input: RunInput | None = None
+        self._engine: RunEngine | None = None
+        self._events: list[WireEvent] = []
+        self._next_position = 1
+        self._ephemeral: list[str] = []
+        self._turns_this_execution = 0
+        self._max_turns: int | None = None
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @workflow.query(name="events")
+    def events(self, after: int) -> EventsAnswer:
+        """Retained events past position ``after``, in order, about 1 MiB at most (at least one)."""
+        out: list[WireEvent] = []
+        size = 0
+        for ev in self._events:
+            if ev.position <= after:
+                continue
+            cost = len(ev.model_dump_json())
+            if out and size + cost > QUERY_BUDGET:
+                break
+            out.append(ev)
+            size += cost
+        first = self._events[0].position if self._events else self._next_position
+        return EventsAnswer(events=out, first_position=first, last_position=self._next_position - 1)
+
+    @workflow.query(name="state")
+    def state(self) -> RunState:
+        inp, engine = self._input, self._engine
+        assert inp is not None
+        if engine is None:
+            return RunState(
+                session_id=inp.session_id,
+                run_id=inp.run_id,
+                leaf_id=inp.leaf_id or "",
+                status="starting",
+                turn_count=inp.turn_count,
+                pending_tool_calls=[],
+                new_entry_ids=list(inp.new_entry_ids),
+                usage=inp.usage,
+            )
+        return RunState(
+            session_id=inp.session_id,
+            run_id=inp.run_id,
+            leaf_id=engine.leaf_id,
+            status=engine.status,
+            turn_count=engine.turn_count,
+            pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
+            new_entry_ids=list(engine.new_entry_ids),
+            usage=engine.usage,
+        )
+
+    # -- effects (RunEffects) ----------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return workflow.now()
+
+    def new_id(self) -> str:
+        return workflow_id_new()
+
+    async def commit(self, stamped: Stamped) -> None:
+        inp = self._input
+        assert inp is not None
+        self._ephemeral.extend(encode_entry(c) for c in stamped.copies if not is_durable(c))
+        if not stamped.durable:
+            return
+        wires = [encode_entry(e) for e in stamped.durable]
+        for wire in wires:
+            _check_payload(wire, "entry")
+        t = inp.timeouts
+        await call_activity(
+            "durable_agent.append_entries",
+            AppendInput(session_id=inp.session_id, entries=wires),
+            None,
+            start_to_close=t.store_start_to_close,
+            retry=store_retry(t),
+            summary=f"append {len(wires)} entr{'y' if len(wires) == 1 else 'ies'}",
+        )
+
+    async def emit(self, event: Event) -> None:
+        agent_event = event.agent
+        if agent_event is not None and agent_event.type in UNRECORDED:
+            return
+        self._events.append(event_to_wire(event, self._next_position))
+        self._next_position += 1
+        if agent_event is not None and agent_event.type == "turn_end":
+            self._turns_this_execution += 1
+            self._maybe_continue_as_new(agent_event.message)
+
+    # -- continue-as-new ---------------------------------------------------------------------
+
+    def _maybe_continue_as_new(self, assistant: Message | None) -> None:
+        inp, engine = self._input, self._engine
+        assert inp is not None and engine is not None
+        if assistant is None or assistant.stop_reason in ("error", "aborted"):
+            return
+        if not [c for c in assistant.tool_calls() if not c.server]:
+            return  # the run ends after this turn
+        max_turns = inp.options.get("max_turns", self._max_turns)
+        if max_turns is not None and engine.turn_count >= max_turns:
+            return
+        forced = inp.continue_as_new_after_turns
+        due = forced is not None and self._turns_this_execution >= forced
+        if not (due or workflow.info().is_continue_as_new_suggested()):
+            return
+        last_turn = _last_turn(self._events)
+        workflow.continue_as_new(
+            inp.model_copy(
+                update={
+                    "leaf_id": engine.leaf_id,
+                    "inputs": [],
+                    "resumed": True,
+                    "turn_count": engine.turn_count,
+                    "usage": engine.usage,
+                    "new_entry_ids": list(engine.new_entry_ids),
+                    "next_position": self._next_position,
+                    "events": last_turn,
+                    "ephemeral": list(self._ephemeral),
+                }
+            )
+        )
+
+    # -- the run -----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunResult:
+        self._input = inp
+        self._events = list(inp.events)
+        self._next_position = inp.next_position
+        self._ephemeral = list(inp.ephemeral)
+        t = inp.timeouts
+        leaf = inp.leaf_id
+        if leaf is None:
+            leaf = await call_activity(
+                "durable_agent.ensure_session",
+                inp.session_id,
+                str,
+                start_to_close=t.store_start_to_close,
+                retry=store_retry(t),
+                summary="ensure session",
+            )
+        info = await call_activity(
+            "durable_agent.load_path",
+            LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent),
+            PathInfo,
+            start_to_close=t.store_start_to_close,
+            retry=store_retry(t),
+            summary="load path",
+        )
+        self._max_turns = info.max_turns
+        engine = RunEngine(inp.session_id, leaf, self)
+        engine.turn_count = inp.turn_count
+        engine.usage = inp.usage
+        engine.new_entry_ids = list(inp.new_entry_ids)
+        self._engine = engine
+        max_turns = inp.options.get("max_turns", info.max_turns)
+        remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
+        loop = ModelLoop(
+            _ActivityModel(self),
+            AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
+            tool_executor=_ActivityTools(self, {i.name: i for i in info.tools}),
+        )
+        inputs = [i.entry() for i in inp.inputs]
+        try:
+            receipt = []
+            if not inp.resumed:
+                now = workflow.now()
+                repairs = [
+                    MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
+                ]
+                receipt = await engine.start(inputs, repairs)
+            await engine.drive(loop, inputs, receipt, resumed=inp.resumed)
+            aborted = any(m.stop_reason == "aborted" for m in engine.produced)
+        except Exception as exc:
+            if not _cancelled(exc):
+                engine.status = "failed"
+                raise _as_failure(exc) from exc
+            aborted = True
+        except asyncio.CancelledError:
+            aborted = True
+        if aborted:
+            await engine.cancel()
+            raise CancelledError("run cancelled")
+        return RunResult(
+            status="completed",
+            leaf_id=engine.leaf_id,
+            new_entry_ids=list(engine.new_entry_ids),
+            usage=engine.usage,
+            turn_count=engine.turn_count,
+        )
+
+    # used by the proxies
+
+    def model_call(self) -> CallModelInput:
+        inp, engine = self._input, self._engine
+        assert inp is not None and engine is not None
+        return CallModelInput(
+            session_id=inp.session_id,
+            leaf_id=engine.leaf_id,
+            agent=inp.agent,
+            options=inp.options,
+            ephemeral=list(self._ephemeral),
+        )
+
+
+def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
+    """The events since the last ``turn_start`` (what continue-as-new carries)."""
+    for i in range(len(events) - 1, -1, -1):
+        agent = events[i].agent
+        if agent is not None and agent.type == "turn_start":
+            return events[i:]
+    return events[-50:]
+
+
+def _check_payload(payload: str, what: str, limit: int = 1_572_864) -> None:
+    size = len(payload.encode("utf-8"))
+    if size > limit:
+        raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
+
+
+def _as_failure(exc: BaseException) -> ApplicationError:
+    """The run's failure as the client will re-raise it (type name kept, never retried)."""
+    if isinstance(exc, ModelError):
+        return ApplicationError(str(exc), exc.retryable, type="ModelError", non_retryable=True)
+    if isinstance(exc, ActivityError):
+        kind, message = _failure(exc)
+        return ApplicationError(message, type=kind, non_retryable=True)
+    if isinstance(exc, (AgentError, ApplicationError)):
+        if isinstance(exc, ApplicationError):
+            return exc
+        cause = exc.__cause__
+        if isinstance(cause, ActivityError):
+            kind, message = _failure(cause)
+            if kind == "PayloadTooLargeError":
+                return ApplicationError(message, type=kind, non_retryable=True)
+        return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+    return ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True)
+
+
+class _ActivityModel:
+    """The loop's model inside the workflow: one ``call_model`` activity per call.
+
+    ``message_start`` is emitted when the call is scheduled (activities do not stream into
+    history); the reply arrives whole, with its usage and stop reason.
+    """
+
+    def __init__(self, wf: RunWorkflow) -> None:
+        self.wf = wf
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        yield ModelEvent(type="start", partial=Message(role="assistant"))
+        wf = self.wf
+        inp = wf._input
+        assert inp is not None
+        t = inp.timeouts
+        try:
+            message = await call_activity(
+                "durable_agent.call_model",
+                wf.model_call(),
+                Message,
+                start_to_close=t.model_start_to_close,
+                heartbeat=t.model_heartbeat,
+                retry=RetryPolicy(
+                    initial_interval=timedelta(seconds=t.retry_initial),
+                    maximum_interval=timedelta(seconds=t.retry_max),
+                    maximum_attempts=t.model_max_attempts,
+                    non_retryable_error_types=["UnknownAgentError", "EntryNotFoundError"],
+                ),
+                summary=f"model call (turn {(wf._engine.turn_count if wf._engine else 0) + 1})",
+                wait_for_cancel=True,
+            )
+        except ActivityError as exc:
+            if _cancelled(exc):
+                raise asyncio.CancelledError() from exc
+            kind, text = _failure(exc)
+            if kind == "ModelError":
+                cause = exc.cause
+                details = cause.details if isinstance(cause, ApplicationError) else ()
+                retryable = bool(details[0]) if details else False
+                raise ModelError(text, retryable=retryable) from exc
+            raise
+        yield ModelEvent(type="done", partial=message)
+
+
+class _ActivityTools:
+    """Runs each tool call as a ``call_tool`` activity with the tool's own retry policy; a call
+    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3)."""
+
+    def __init__(self, wf: RunWorkflow, tools: dict[str, ToolInfo]) -> None:
+        self.wf = wf
+        self.tools = tools
+
+    async def execute(
+        self, tool: Tool | None, call: ToolCall, report: Callable[[str], Awaitable[None]]
+    ) -> Message:
+        inp = self.wf._input
+        assert inp is not None
+        info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
+        try:
+            return await call_activity(
+                "durable_agent.call_tool",
+                CallToolInput(
+                    session_id=inp.session_id,
+                    agent=inp.agent,
+                    call=call.model_dump(mode="json"),
+                ),
+                Message,
+                start_to_close=info.timeout,
+                heartbeat=inp.timeouts.tool_heartbeat,
+                retry=RetryPolicy(
+                    initial_interval=timedelta(seconds=info.initial_interval),
+                    backoff_coefficient=info.backoff,
+                    maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
+                    maximum_attempts=info.max_attempts,
+                    non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
+                ),
+                summary=f"tool {call.name}",
+            )
+        except ActivityError as exc:
+            if _cancelled(exc):
+                raise asyncio.CancelledError() from exc
+            kind, text = _failure(exc)
+            if kind == "PayloadTooLargeError":
+                raise PayloadTooLargeError(text) from exc
+            return Message(
+                role="tool_result",
+                content=[TextContent(text=f"tool execution failed: {kind}: {text}")],
+                tool_call_id=call.id,
+                tool_name=call.name,
+                is_error=True,
+                timestamp=workflow.now(),
+            )

@@ -1,0 +1,271 @@
+"""What crosses the Temporal boundary: workflow inputs, results, query answers, activity arguments.
+
+Entries travel as their ``encode_entry`` strings (an exact round trip that keeps custom classes and
+extras), never as the whole transcript: activities read the active path from the store by
+``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.events import AgentEvent
+from ..ai.messages import Message, Usage
+from ..durable.events import Event, EventType
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import Entry, MessageEntry
+
+__all__ = [
+    "AppendInput",
+    "CallModelInput",
+    "CallToolInput",
+    "CompactInput",
+    "EventsAnswer",
+    "InputEntry",
+    "LoadPathInput",
+    "PathInfo",
+    "PublishInput",
+    "RunInput",
+    "RunResult",
+    "RunState",
+    "SummarizeInput",
+    "SummaryResult",
+    "Timeouts",
+    "ToolInfo",
+    "WireEvent",
+    "decode_entries",
+    "encode_entries",
+    "event_from_wire",
+    "event_to_wire",
+]
+
+SEARCH_ATTRIBUTE = "DurableAgentSessionId"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+def encode_entries(entries: list[Entry]) -> list[str]:
+    return [encode_entry(e) for e in entries]
+
+
+def decode_entries(wires: list[str]) -> list[Entry]:
+    return [decode_entry(w) for w in wires]
+
+
+class InputEntry(_Model):
+    """A run input: its encoding plus the ephemeral flag (which the wire never carries)."""
+
+    wire: str
+    ephemeral: bool = False
+
+    @classmethod
+    def of(cls, entry: Entry, index: int) -> InputEntry:
+        placeholder = entry.model_copy(update={"id": entry.id or f"input-{index}"})
+        ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
+        return cls(wire=encode_entry(placeholder), ephemeral=ephemeral)
+
+    def entry(self) -> Entry:
+        decoded = decode_entry(self.wire)
+        if self.ephemeral and isinstance(decoded, MessageEntry):
+            return decoded.model_copy(update={"ephemeral": True})
+        return decoded
+
+
+class WireEvent(_Model):
+    """An :class:`Event` with its position in the run and its entries encoded."""
+
+    position: int
+    type: EventType
+    session_id: str
+    agent: AgentEvent | None = None
+    parent_id: str | None = None
+    from_id: str | None = None
+    leaf_id: str | None = None
+    entries: list[str] | None = None
+    idempotency_key: str | None = None
+
+
+def event_to_wire(event: Event, position: int = 0) -> WireEvent:
+    return WireEvent(
+        position=position,
+        type=event.type,
+        session_id=event.session_id,
+        agent=event.agent,
+        parent_id=event.parent_id,
+        from_id=event.from_id,
+        leaf_id=event.leaf_id,
+        entries=None if event.entries is None else encode_entries(event.entries),
+        idempotency_key=event.idempotency_key,
+    )
+
+
+def event_from_wire(wire: WireEvent) -> Event:
+    return Event(
+        type=wire.type,
+        session_id=wire.session_id,
+        agent=wire.agent,
+        parent_id=wire.parent_id,
+        from_id=wire.from_id,
+        leaf_id=wire.leaf_id,
+        entries=None if wire.entries is None else decode_entries(wire.entries),
+        idempotency_key=wire.idempotency_key,
+    )
+
+
+class Timeouts(_Model):
+    """Activity timing; defaults suit LLM calls, tests shorten them via run options."""
+
+    model_start_to_close: float = 600.0
+    model_heartbeat: float = 5.0
+    model_max_attempts: int = 5
+    retry_initial: float = 0.5
+    retry_max: float = 30.0
+    store_start_to_close: float = 30.0
+    store_max_attempts: int = 10
+    tool_heartbeat: float = 10.0
+
+
+class RunInput(_Model):
+    """Start (or continue) one run. ``leaf_id=None`` means the session's last appended entry."""
+
+    session_id: str
+    run_id: str
+    agent: str
+    leaf_id: str | None = None
+    inputs: list[InputEntry] = Field(default_factory=list)
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""
+    continue_as_new_after_turns: int | None = None
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    # carried across continue-as-new
+    resumed: bool = False
+    turn_count: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    new_entry_ids: list[str] = Field(default_factory=list)
+    next_position: int = 1
+    events: list[WireEvent] = Field(default_factory=list)
+    ephemeral: list[str] = Field(default_factory=list)
+    """This run's ephemeral input copies (with headers), for later model calls."""
+    produced: list[Message] = Field(default_factory=list)
+
+
+RunStatusName = Literal[
+    "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
+]
+
+
+class RunResult(_Model):
+    status: RunStatusName
+    leaf_id: str
+    new_entry_ids: list[str]
+    usage: Usage
+    turn_count: int
+
+
+class ToolCallRef(_Model):
+    id: str
+    name: str
+
+
+class RunState(_Model):
+    """The ``state()`` query."""
+
+    session_id: str
+    run_id: str
+    leaf_id: str
+    status: RunStatusName
+    turn_count: int
+    pending_tool_calls: list[ToolCallRef]
+    new_entry_ids: list[str]
+    usage: Usage
+
+
+class EventsAnswer(_Model):
+    """The ``events(after)`` query: retained events past ``after``, and the first retained one."""
+
+    events: list[WireEvent]
+    first_position: int
+    last_position: int
+
+
+class ToolInfo(_Model):
+    """What the workflow knows of a worker tool: enough to schedule it, not to run it."""
+
+    name: str
+    parallel_safe: bool = True
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 30.0
+    non_retryable: list[str] = Field(default_factory=list)
+    timeout: float = 300.0
+
+
+class LoadPathInput(_Model):
+    session_id: str
+    leaf_id: str
+    agent: str
+
+
+class PathInfo(_Model):
+    """``load_path``'s answer: the repairs a run must store first, and the agent's tools."""
+
+    repairs: list[Message]
+    turn_count: int
+    tools: list[ToolInfo]
+    max_turns: int | None
+
+
+class AppendInput(_Model):
+    session_id: str
+    entries: list[str]
+
+
+class CallModelInput(_Model):
+    session_id: str
+    leaf_id: str
+    agent: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    ephemeral: list[str] = Field(default_factory=list)
+
+
+class CallToolInput(_Model):
+    session_id: str
+    agent: str
+    call: dict[str, Any]
+    """The ToolCall block, as JSON."""
+
+
+class CompactInput(_Model):
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    session_id: str
+    op_id: str
+    agent: str
+    leaf_id: str
+    keep_turns: int = 0
+    prompt: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SummarizeInput(_Model):
+    session_id: str
+    agent: str
+    leaf_id: str
+    keep_turns: int = 0
+    prompt: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SummaryResult(_Model):
+    summary: str
+    first_kept_id: str
+    tokens_before: int
+
+
+class PublishInput(_Model):
+    events: list[WireEvent]
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())

@@ -1,0 +1,73 @@
+"""The worker: named agents, the store and the publisher, behind the durable-agent workflows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from ..activities.agent_activities import DEFAULT_PAYLOAD_LIMIT, AgentActivities
+from ..activities.spec import AgentSpec
+from ..durable.publisher import PublisherLike
+from ..session.store import Store
+from .compact_workflow import CompactWorkflow
+from .publish_workflow import PublishWorkflow
+from .run_workflow import RunWorkflow
+from .types import SEARCH_ATTRIBUTE
+
+__all__ = ["WORKFLOWS", "create_worker", "ensure_search_attribute"]
+
+WORKFLOWS = [RunWorkflow, CompactWorkflow, PublishWorkflow]
+
+
+async def ensure_search_attribute(client: Client) -> None:
+    """Register the ``DurableAgentSessionId`` Keyword search attribute if it is missing."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    if SEARCH_ATTRIBUTE in listed.custom_attributes:
+        return
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={SEARCH_ATTRIBUTE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+        )
+    )
+
+
+async def create_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    store: Store,
+    agents: Mapping[str, AgentSpec],
+    publisher: PublisherLike | None = None,
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    register_search_attribute: bool = True,
+    **worker_options: Any,
+) -> Worker:
+    """A Worker running the run, compaction and publish workflows for ``agents``.
+
+    A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
+    seconds; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
+    workflow instead of retrying its task forever.
+    """
+    if register_search_attribute:
+        await ensure_search_attribute(client)
+    activities = AgentActivities(store, agents, publisher, payload_limit=payload_limit)
+    worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=activities.all(),
+        **worker_options,
+    )

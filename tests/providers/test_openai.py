@@ -1,0 +1,446 @@
+"""The OpenAI Chat Completions adapter, through the real ``openai`` SDK against the replay server.
+
+Each test queues recorded responses, makes real calls over a socket, and asserts both what the
+adapter sent (the request body the server received) and what it made of the reply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from durable_agent.ai import (
+    FileContent,
+    ImageContent,
+    Message,
+    ModelRequest,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    Usage,
+    tool_result_message,
+    user_message,
+)
+from durable_agent.ai.providers.openai import OpenAIChatModel, to_openai_messages
+
+from .conftest import collect, failure, leaks
+from .history import PDF, PNG, SYSTEM, TOOLS, repaired_request
+from .replay_server import RecordedResponse, ReplayServer
+
+KEY = "sk-canary-7f3a9c2e1b8d4f60a5e7"
+"""The key every test uses; the 401 fixture echoes it back, as OpenAI does."""
+
+
+@pytest.fixture
+async def model(replay: ReplayServer) -> AsyncIterator[OpenAIChatModel]:
+    lm = OpenAIChatModel("gpt-4.1-mini", api_key=KEY, base_url=f"{replay.url}/v1", timeout=10)
+    yield lm
+    await lm.aclose()
+
+
+def hello() -> ModelRequest:
+    return ModelRequest(messages=[user_message("Say hello")])
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+async def test_request_converts_the_repaired_history_tools_and_options(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/text.http")
+    request = repaired_request("openai-chat", call_ids=("call_1", "call_2"), temperature=0.2)
+
+    await collect(model, request)
+
+    [sent] = replay.requests
+    assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert sent.headers["x-stainless-retry-count"] == "0"
+    assert sent.json() == {
+        "model": "gpt-4.1-mini",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.2,
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in this picture?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                ],
+            },
+            {
+                # Thinking is not sent back: Chat Completions takes no reasoning input.
+                "role": "assistant",
+                "content": "A cat. Checking the weather.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    },
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": '{"tz":"Europe/Paris"}'},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "18°C, cloudy"},
+            # The dangling call, answered by repair_tool_calls (SPEC §5.1) as an error result.
+            {"role": "tool", "tool_call_id": "call_2", "content": "Error: tool execution interrupted"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Summarise this report too."},
+                    {
+                        "type": "file",
+                        "file": {
+                            "file_data": f"data:application/pdf;base64,{PDF}",
+                            "filename": "report.pdf",
+                        },
+                    },
+                ],
+            },
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city.",
+                    "parameters": TOOLS[0].parameters,
+                },
+            },
+            {
+                "type": "function",
+                "function": {"name": "get_time", "parameters": TOOLS[1].parameters},
+            },
+        ],
+    }
+
+
+async def test_options_may_not_override_what_the_adapter_owns(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    error, seen = await failure(model, ModelRequest(options={"stream": False, "model": "x"}))
+
+    assert not error.retryable
+    assert "['model', 'stream']" in str(error)
+    assert seen == [] and replay.requests == []
+
+
+async def test_a_file_given_by_url_is_refused_before_any_request(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    message = Message(role="user", content=[FileContent(url="https://example.com/a.pdf")])
+
+    error, _ = await failure(model, ModelRequest(messages=[message]))
+
+    assert not error.retryable and "URL" in str(error)
+    assert replay.requests == []
+
+
+def test_images_from_tool_results_follow_the_results_in_one_user_message() -> None:
+    image = ImageContent(data=PNG, mime_type="image/png")
+    messages = [
+        Message(role="assistant", content=[ToolCall(id="a", name="shot"), ToolCall(id="b", name="x")]),
+        tool_result_message("a", "shot", TextContent(text="captured"), image),
+        tool_result_message("b", "x", TextContent(text="one"), TextContent(text="two")),
+        user_message("and now?"),
+    ]
+
+    converted = to_openai_messages("", messages, system_role="developer")
+
+    assert [m["role"] for m in converted] == ["assistant", "tool", "tool", "user", "user"]
+    assert converted[2]["content"] == "one\ntwo"
+    assert converted[3]["content"][1:] == [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    ]
+    assert converted[4] == {"role": "user", "content": "and now?"}
+    assert to_openai_messages("be brief", [], system_role="developer") == [
+        {"role": "developer", "content": "be brief"}
+    ]
+
+
+def test_empty_assistant_messages_and_server_calls_are_left_out() -> None:
+    messages = [
+        user_message("hi"),
+        Message(role="assistant", content=[], stop_reason="error", error="boom"),
+        Message(
+            role="assistant",
+            content=[
+                ThinkingContent(thinking="hidden"),
+                ToolCall(id="srv", name="web_search", server=True),
+                TextContent(text="ok"),
+            ],
+        ),
+    ]
+
+    assert to_openai_messages("", messages) == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+    ]
+
+
+# -- responses -----------------------------------------------------------------------------------
+
+
+async def test_streams_text_with_accumulated_partials_then_usage_with_cache(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/text.http")
+
+    events = await collect(model, hello())
+
+    assert [e.type for e in events] == ["start", "text_delta", "text_delta", "text_delta", "done"]
+    assert [e.delta for e in events[1:4]] == ["Hello", ", world", "!"]
+    assert [e.partial.text() for e in events[1:4]] == ["Hello", "Hello, world", "Hello, world!"]
+    done = events[-1].message
+    assert done.content == [TextContent(text="Hello, world!")]
+    # 1536 prompt tokens of which 1280 were cached: input counts only the uncached ones.
+    assert done.usage == Usage(input=256, output=9, cache_read=1280)
+    assert done.stop_reason == "stop"
+    assert (done.role, done.api, done.provider, done.model) == (
+        "assistant",
+        "openai-chat",
+        "openai",
+        "gpt-4.1-mini",
+    )
+    assert done.timestamp is not None and done.error is None
+
+
+async def test_streams_tool_call_arguments_and_assembles_them(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/tool_calls.http")
+
+    events = await collect(model, hello())
+
+    deltas = [e for e in events if e.type == "tool_call_delta"]
+    by_index: dict[int, str] = {}
+    for e in deltas:
+        by_index[e.index] = by_index.get(e.index, "") + e.delta
+    assert by_index == {0: '{"city": "Paris"}', 1: '{"tz": "Europe/Paris"}'}
+    # Partials show the arguments parsed as far as they go, an unfinished string included.
+    third = deltas[2].partial.tool_calls()[0]
+    assert (third.id, third.name, third.arguments) == ("call_Wx7kQ2", "get_weather", {"city": "Pa"})
+    done = events[-1].message
+    assert done.content == [
+        ToolCall(id="call_Wx7kQ2", name="get_weather", arguments={"city": "Paris"}),
+        ToolCall(id="call_Pz4mR9", name="get_time", arguments={"tz": "Europe/Paris"}),
+    ]
+    assert done.stop_reason == "tool_use"
+    assert done.usage == Usage(input=212, output=58)
+
+
+async def test_a_parsed_reply_goes_back_as_the_next_request_history(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/tool_calls.http", "openai/text.http")
+    first = await collect(model, hello())
+    reply = first[-1].message
+    results = [
+        tool_result_message("call_Wx7kQ2", "get_weather", TextContent(text="18°C")),
+        tool_result_message("call_Pz4mR9", "get_time", TextContent(text="14:03")),
+    ]
+
+    await collect(model, ModelRequest(messages=[user_message("Say hello"), reply, *results]))
+
+    assert replay.requests[1].json()["messages"][1:] == [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "call_Wx7kQ2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
+                {
+                    "id": "call_Pz4mR9",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": '{"tz":"Europe/Paris"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_Wx7kQ2", "content": "18°C"},
+        {"role": "tool", "tool_call_id": "call_Pz4mR9", "content": "14:03"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "stop", "error"),
+    [
+        ("openai/text.http", "stop", None),
+        ("openai/length.http", "length", None),
+        ("openai/tool_calls.http", "tool_use", None),
+        ("openai/content_filter.http", "error", "openai: finish_reason content_filter"),
+    ],
+)
+async def test_finish_reasons_map_to_stop_reasons(
+    replay: ReplayServer, model: OpenAIChatModel, fixture: str, stop: str, error: str | None
+) -> None:
+    replay.enqueue(fixture)
+
+    done = (await collect(model, hello()))[-1].message
+
+    assert (done.stop_reason, done.error) == (stop, error)
+
+
+async def test_reasoning_from_a_compatible_server_becomes_thinking(replay: ReplayServer) -> None:
+    replay.enqueue("openai/reasoning_vllm.http")
+    lm = OpenAIChatModel("Qwen/Qwen3-8B", provider="vllm", api_key="x", base_url=f"{replay.url}/v1")
+
+    events = await collect(lm, hello())
+    await lm.aclose()
+
+    assert [(e.type, e.index) for e in events[1:-1]] == [
+        ("thinking_delta", 0),
+        ("thinking_delta", 0),
+        ("text_delta", 1),
+    ]
+    done = events[-1].message
+    assert done.content == [
+        ThinkingContent(thinking="The user greets me. Reply briefly."),
+        TextContent(text="Hi there."),
+    ]
+    assert (done.provider, done.usage, done.stop_reason) == ("vllm", Usage(), "stop")
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+
+async def test_a_malformed_stream_fails_retryably(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/malformed.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == "openai: malformed stream: an event is not valid JSON"
+    assert seen == ["start", "text_delta"]
+
+
+async def test_a_stream_cut_mid_message_fails_retryably(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/cut.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == "openai: connection failed (RemoteProtocolError)"
+    assert seen == ["start", "text_delta"]
+
+
+async def test_a_stream_that_ends_without_finishing_fails_retryably(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/ended_early.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable and "no finish_reason" in str(error)
+    assert seen == ["start", "text_delta"]
+
+
+async def test_an_error_inside_the_stream_is_retryable_when_the_server_failed(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/stream_error.http")
+
+    error, _ = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error).startswith("openai: error in stream server_error: The server had an error")
+
+
+async def test_rate_limit_then_success(replay: ReplayServer, model: OpenAIChatModel) -> None:
+    replay.enqueue("openai/rate_limited.http", "openai/text.http")
+
+    error, seen = await failure(model, hello())
+    events = await collect(model, hello())
+
+    assert error.retryable and error.retry_after == 7.0
+    assert str(error).startswith("openai: HTTP 429 tokens: Rate limit reached for gpt-4.1-mini")
+    assert seen == []
+    assert events[-1].message.text() == "Hello, world!"
+    first, second = replay.requests
+    assert first.json() == second.json()
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"),
+    [(400, False), (401, False), (403, False), (404, False), (422, False)]
+    + [(408, True), (409, True), (500, True), (502, True), (503, True)],
+)
+async def test_status_codes_map_to_retryable_and_the_sdk_does_not_retry(
+    replay: ReplayServer, model: OpenAIChatModel, status: int, retryable: bool
+) -> None:
+    body = {"error": {"message": f"status {status}", "type": "test_error", "code": None}}
+    replay.enqueue(RecordedResponse.json(status, body))
+
+    error, _ = await failure(model, hello())
+
+    assert error.retryable is retryable
+    assert str(error) == f"openai: HTTP {status} test_error: status {status}"
+    assert len(replay.requests) == 1  # max_retries=0: the retry decision is the caller's
+
+
+async def test_a_timeout_is_retryable(replay: ReplayServer) -> None:
+    replay.enqueue(RecordedResponse(200, "OK", (), b"", hang=True))
+    lm = OpenAIChatModel("gpt-4.1-mini", api_key=KEY, base_url=f"{replay.url}/v1", timeout=0.2)
+
+    error, _ = await failure(lm, hello())
+    await lm.aclose()
+
+    assert error.retryable and str(error) == "openai: request timed out"
+
+
+async def test_a_refused_connection_is_retryable(closed_port: int) -> None:
+    lm = OpenAIChatModel("m", api_key=KEY, base_url=f"http://127.0.0.1:{closed_port}/v1")
+
+    error, _ = await failure(lm, hello())
+    await lm.aclose()
+
+    assert error.retryable and str(error) == "openai: connection failed (ConnectError)"
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+
+async def test_an_echoed_key_never_reaches_the_error(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    replay.enqueue("openai/unauthorized_echo.http")
+
+    error, _ = await failure(model, hello())
+
+    assert KEY in replay.requests[0].headers["authorization"]  # the key was really in play
+    assert not error.retryable
+    assert leaks(error, KEY) == []
+    assert error.__cause__ is None and error.__context__ is None
+    assert "Incorrect API key provided: [redacted]" in str(error)
+    assert KEY not in repr(model)
+
+
+async def test_a_key_of_any_shape_is_redacted(replay: ReplayServer) -> None:
+    secret = "local-canary-credential-4242"
+    echo: dict[str, Any] = {
+        "error": {"message": f"bad key {secret}; sent Authorization: Bearer {secret}"}
+    }
+    replay.enqueue(RecordedResponse.json(403, echo))
+    lm = OpenAIChatModel("m", api_key=secret, base_url=f"{replay.url}/v1")
+
+    error, _ = await failure(lm, hello())
+    await lm.aclose()
+
+    assert replay.requests[0].headers["authorization"] == f"Bearer {secret}"
+    assert leaks(error, secret) == []
+    assert json.dumps(str(error)).count("[redacted]") == 2

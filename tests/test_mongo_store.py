@@ -1,0 +1,631 @@
+"""MongoStore specifics (SPEC §2.3) against a real server: FerretDB started by the tests, or
+``$MONGODB_URI``.
+
+The behaviour every store shares is in the conformance suite (the ``store`` fixture includes
+``mongo``); this file checks what only MongoStore has: the document shapes and unique indexes,
+Motor support, concurrent writers, the duplicate-key race, "validated before any query", the size
+limit, cancellation of a started write, and a server that goes away mid-test and comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bson.raw_bson import RawBSONDocument
+from pymongo import AsyncMongoClient, MongoClient, monitoring
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import ConnectionFailure, DuplicateKeyError
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.session import (
+    CorruptSessionError,
+    CustomEntry,
+    Entry,
+    EntryConflictError,
+    EntryTooLargeError,
+    InvalidSessionIdError,
+    MessageEntry,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+    decode_entry,
+    encode_batch,
+    encode_entry,
+)
+from durable_agent.stores.mongo import DEFAULT_MAX_ENTRY_BYTES, MongoStore
+from tests.support.ferretdb import FerretDB, FerretDBUnavailable, start_ferretdb
+from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS, new_database_name
+
+pytestmark = pytest.mark.mongo
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+
+
+def entry(eid: str, text: str | None = None, parent: str | None = None) -> MessageEntry:
+    """A message entry with fixed content, so re-creating it gives an identical encoding."""
+    message = Message(role="user", content=[TextContent(text=text or eid)], timestamp=T0)
+    return MessageEntry(id=eid, parent_id=parent, created_at=T0, message=message)
+
+
+def ids(entries: list[Entry]) -> list[str]:
+    return [e.id for e in entries]
+
+
+class Commands(monitoring.CommandListener):
+    """Every command a client sends (name and body), with events tests can wait on."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, dict[str, Any]]] = []
+        self.waiters: dict[tuple[str, str], asyncio.Event] = {}
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.log]
+
+    def wait_for(self, phase: str, command: str) -> asyncio.Event:
+        """An event set when ``command`` reaches ``phase`` ("started" or "succeeded")."""
+        return self.waiters.setdefault((phase, command), asyncio.Event())
+
+    def _fire(self, phase: str, command: str) -> None:
+        waiter = self.waiters.get((phase, command))
+        if waiter is not None:
+            waiter.set()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.log.append((event.command_name, dict(event.command)))
+        self._fire("started", event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._fire("succeeded", event.command_name)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._fire("failed", event.command_name)
+
+
+@pytest.fixture
+async def client_factory(
+    mongo_uri: str,
+) -> AsyncIterator[Any]:
+    """Make extra ``AsyncMongoClient``s on the test server; all closed after the test."""
+    clients: list[AsyncMongoClient[dict[str, Any]]] = []
+
+    def make(**options: Any) -> AsyncMongoClient[dict[str, Any]]:
+        options.setdefault("serverSelectionTimeoutMS", SERVER_SELECTION_TIMEOUT_MS)
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def sync_db(
+    mongo_uri: str, mongo_database: AsyncDatabase[dict[str, Any]]
+) -> Iterator[Any]:
+    """The test's database through a synchronous client, for reading raw documents."""
+    with MongoClient(mongo_uri, tz_aware=True) as client:
+        yield client[mongo_database.name]
+
+
+# --- document shapes and indexes ------------------------------------------------------------
+
+
+async def test_session_document_shape(mongo_database: AsyncDatabase[Any], sync_db: Any) -> None:
+    store = MongoStore(mongo_database)
+    record = await store.create_session("child", parent_id="parent")
+    doc = sync_db.sessions.find_one({"_id": "child"})
+    assert doc == {
+        "_id": "child",
+        "parent_id": "parent",
+        "created_at": record.created_at,
+        "next_seq": 0,
+    }
+    assert isinstance(doc["created_at"], datetime)  # a BSON date, not a string
+    assert record.created_at.microsecond % 1000 == 0  # the clock is truncated to milliseconds
+    assert abs(datetime.now(UTC) - record.created_at) < timedelta(minutes=1)
+    assert await store.load_session("child") == record
+
+    root = await store.create_session("root")
+    assert root.parent_id is None
+    assert sync_db.sessions.find_one({"_id": "root"})["parent_id"] is None
+
+
+async def test_entry_document_shape_and_exact_wire(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    # Keys that would be operators or paths if entries were stored as sub-documents.
+    custom = decode_entry(
+        '{"type":"custom","id":"c1","parent_id":"m1","created_at":"2026-01-02T03:04:05.5Z",'
+        '"kind":"x.unregistered","$set":{"a.b":1},"a.b":"$x"}'
+    )
+    batch: list[Entry] = [entry("m1", "héllo ✓"), custom]
+    await store.append_entries("s1", batch)
+
+    docs = list(sync_db.entries.find({"session_id": "s1"}, {"_id": 0}).sort("seq", 1))
+    assert docs == [
+        {
+            "session_id": "s1",
+            "entry_id": "m1",
+            "seq": 0,
+            "type": "message",
+            "created_at": T0.replace(microsecond=123000),
+            "wire": encode_entry(batch[0]),
+        },
+        {
+            "session_id": "s1",
+            "entry_id": "c1",
+            "seq": 1,
+            "type": "custom",
+            "created_at": datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC),
+            "wire": encode_entry(custom),
+        },
+    ]
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 2
+    loaded = await store.load_entries("s1")
+    assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in batch]
+    assert isinstance(loaded[1], CustomEntry)
+    assert loaded[1].model_extra == {"$set": {"a.b": 1}, "a.b": "$x"}
+
+
+def _unique_indexes(sync_db: Any) -> set[tuple[tuple[str, int], ...]]:
+    return {
+        tuple(index["key"].items())
+        for index in sync_db.entries.list_indexes()
+        if index.get("unique")
+    }
+
+
+EXPECTED_INDEXES = {(("session_id", 1), ("entry_id", 1)), (("session_id", 1), ("seq", 1))}
+
+
+async def test_indexes_created_on_first_use(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    assert "entries" not in sync_db.list_collection_names()
+    await store.create_session("s1")
+    assert _unique_indexes(sync_db) == EXPECTED_INDEXES
+
+
+async def test_ensure_indexes_explicit_and_idempotent(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    await MongoStore(mongo_database).ensure_indexes()
+    assert _unique_indexes(sync_db) == EXPECTED_INDEXES
+    await MongoStore(mongo_database).ensure_indexes()  # a second store object: no error
+    assert _unique_indexes(sync_db) == EXPECTED_INDEXES
+
+
+async def test_indexes_created_once_per_store_under_concurrency(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    commands = Commands()
+    database = client_factory(event_listeners=[commands])[mongo_database.name]
+    store = MongoStore(database)
+    await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
+    await store.append_entries("s0", [entry("e1")])
+    assert commands.names().count("createIndexes") == 2
+    assert commands.names().count("insert") == 11
+
+
+async def test_unique_indexes_are_enforced_by_the_server(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("e1")])
+    base = {"session_id": "s1", "type": "message", "created_at": T0, "wire": "{}"}
+    with pytest.raises(DuplicateKeyError):
+        sync_db.entries.insert_one({**base, "entry_id": "e1", "seq": 99})
+    with pytest.raises(DuplicateKeyError):
+        sync_db.entries.insert_one({**base, "entry_id": "other", "seq": 0})
+    sync_db.entries.insert_one({**base, "session_id": "s2", "entry_id": "e1", "seq": 0})
+
+
+async def test_seq_gaps_are_fine(mongo_database: AsyncDatabase[Any], sync_db: Any) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    sync_db.sessions.update_one({"_id": "s1"}, {"$inc": {"next_seq": 5}})  # an unused reservation
+    await store.append_entries("s1", [entry("b"), entry("c")])
+    assert ids(await store.load_entries("s1")) == ["a", "b", "c"]
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert seqs == [0, 6, 7]
+
+
+async def test_corrupt_wire_raises_corrupt_session(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    sync_db.entries.insert_one(
+        {"session_id": "s1", "entry_id": "b", "seq": 50, "type": "message", "wire": "{not json"}
+    )
+    with pytest.raises(CorruptSessionError, match="decode entry 'b'"):
+        await store.load_entries("s1")
+
+
+async def test_application_codec_options_do_not_matter(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """The store reads with its own codec options, whatever the application's client uses."""
+    client = client_factory(document_class=RawBSONDocument, tz_aware=False)
+    store = MongoStore(client[mongo_database.name])
+    record = await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    assert await store.load_session("s1") == record
+    assert record.created_at.tzinfo is not None
+    assert ids(await store.load_entries("s1")) == ["a"]
+
+
+def test_sync_database_is_refused(mongo_uri: str) -> None:
+    with MongoClient(mongo_uri) as client, pytest.raises(TypeError, match="async database"):
+        MongoStore(client["db"])  # type: ignore[arg-type]
+
+
+# --- Motor ----------------------------------------------------------------------------------
+
+
+async def test_motor_database(mongo_uri: str) -> None:
+    from motor.motor_asyncio import AsyncIOMotorClient
+
+    client = AsyncIOMotorClient(mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS)
+    name = new_database_name()
+    try:
+        store = MongoStore(client[name])
+        record = await store.create_session("s1", parent_id="p")
+        assert await store.load_session("s1") == record
+        with pytest.raises(SessionExistsError):
+            await store.create_session("s1")
+        with pytest.raises(SessionNotFoundError):
+            await store.load_entries("nope")
+        with pytest.raises(SessionNotFoundError):
+            await store.append_entries("nope", [entry("x")])
+
+        await store.append_entries("s1", [entry("a"), entry("b", parent="a")])
+        await store.append_entries("s1", [entry("b", parent="a"), entry("c", parent="b")])
+        with pytest.raises(EntryConflictError):
+            await store.append_entries("s1", [entry("d"), entry("a", "changed")])
+        await store.append_entries("s1", [])
+        await asyncio.gather(*(store.append_entries("s1", [entry(f"t{i}")]) for i in range(10)))
+
+        loaded = await store.load_entries("s1")
+        assert ids(loaded)[:3] == ["a", "b", "c"]
+        assert sorted(ids(loaded)[3:]) == sorted(f"t{i}" for i in range(10))
+        assert encode_entry(loaded[1]) == encode_entry(entry("b", parent="a"))
+        with pytest.raises(InvalidSessionIdError):
+            await store.load_entries({"$ne": None})  # type: ignore[arg-type]
+    finally:
+        await client.drop_database(name)
+        client.close()
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+def assert_writer_orders(loaded: list[Entry], writers: dict[str, list[str]]) -> None:
+    """No loss, no duplicate, and each writer's entries appear in the order it wrote them."""
+    got = ids(loaded)
+    assert len(got) == len(set(got))
+    assert sorted(got) == sorted(eid for written in writers.values() for eid in written)
+    for written in writers.values():
+        assert [eid for eid in got if eid in set(written)] == written
+
+
+async def test_twenty_tasks_append_to_one_session(mongo_database: AsyncDatabase[Any]) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    go = asyncio.Event()
+    writers = {f"w{w}": [f"w{w}-{k}" for k in range(12)] for w in range(20)}
+
+    async def write(name: str) -> None:
+        await go.wait()
+        written = writers[name]
+        for c, k in enumerate(range(0, len(written), 3)):
+            chunk = [entry(eid) for eid in written[k : k + 3]]
+            if c % 2 == 0:  # batches of three and single entries interleave
+                await store.append_entries("s1", chunk)
+            else:
+                for one in chunk:
+                    await store.append_entries("s1", [one])
+
+    tasks = [asyncio.create_task(write(name)) for name in writers]
+    go.set()
+    await asyncio.gather(*tasks)
+    assert_writer_orders(await store.load_entries("s1"), writers)
+
+
+async def test_two_stores_on_separate_clients(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    a = MongoStore(client_factory()[mongo_database.name])
+    b = MongoStore(client_factory()[mongo_database.name])
+    await a.create_session("s1")
+    with pytest.raises(SessionExistsError):
+        await b.create_session("s1")
+    writers = {name: [f"{name}-{k}" for k in range(40)] for name in ("a", "b")}
+
+    async def write(store: MongoStore, name: str) -> None:
+        for k in range(0, 40, 4):
+            await store.append_entries("s1", [entry(eid) for eid in writers[name][k : k + 4]])
+
+    await asyncio.gather(write(a, "a"), write(b, "b"))
+    for store in (a, b):
+        assert_writer_orders(await store.load_entries("s1"), writers)
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"})]
+    assert len(seqs) == len(set(seqs)) == 80
+
+
+async def test_concurrent_identical_retries_store_once(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(4)]
+    await stores[0].create_session("s1")
+    batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(5)]
+    await asyncio.gather(*(stores[i % 4].append_entries("s1", batch) for i in range(12)))
+    assert ids(await stores[0].load_entries("s1")) == ids(batch)
+
+
+async def test_concurrent_conflicting_appends_one_wins(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    a = MongoStore(client_factory()[mongo_database.name])
+    b = MongoStore(client_factory()[mongo_database.name])
+    await a.create_session("s1")
+    results = await asyncio.gather(
+        a.append_entries("s1", [entry("x", "from a")]),
+        b.append_entries("s1", [entry("x", "from b")]),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["EntryConflictError", "NoneType"]
+    winner = "from a" if results[0] is None else "from b"
+    [stored] = await a.load_entries("s1")
+    assert encode_entry(stored) == encode_entry(entry("x", winner))
+
+
+async def test_duplicate_key_race_is_rechecked(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """The write step, reached with a stale idempotency check, resolves the duplicate key.
+
+    Another store object stores ``b`` between our check and our insert (driven here by calling
+    the write step directly with the plan made before the other append).
+    """
+    ours = MongoStore(mongo_database)
+    other = MongoStore(mongo_database)
+    await ours.create_session("s1")
+    batch = [entry("a"), entry("b"), entry("c")]
+    stale_plan = encode_batch("s1", batch)  # nothing stored yet: all three are to be written
+    await other.append_entries("s1", [entry("b")])
+    await ours._write("s1", stale_plan)
+    assert ids(await ours.load_entries("s1")) == ["b", "a", "c"]
+    assert sync_db.entries.count_documents({"session_id": "s1"}) == 3
+
+    await other.append_entries("s1", [entry("z", "theirs")])
+    with pytest.raises(EntryConflictError) as info:
+        await ours._write("s1", encode_batch("s1", [entry("y"), entry("z", "ours")]))
+    assert info.value.entry_id == "z"
+    loaded = {e.id: encode_entry(e) for e in await ours.load_entries("s1")}
+    assert loaded["z"] == encode_entry(entry("z", "theirs"))
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+BAD_IDS: list[Any] = [
+    {"$ne": None},
+    {"$gt": ""},
+    ["a"],
+    None,
+    42,
+    "",
+    ".",
+    "..",
+    "../etc",
+    "$where",
+    "a$b",
+    "sess/1",
+    "a b",
+    "x" * 201,
+]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+async def test_bad_session_ids_raise_before_any_query(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], bad: Any
+) -> None:
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    calls = [
+        store.create_session(bad),
+        store.create_session("fine", parent_id=bad) if bad not in (None, "") else None,
+        store.load_session(bad),
+        store.load_entries(bad),
+        store.append_entries(bad, [entry("e1")]),
+        store.append_entries(bad, []),
+        # validation precedes encoding: an oversized batch still reports the bad ID
+        store.append_entries(bad, [entry("big", "x" * (DEFAULT_MAX_ENTRY_BYTES + 1))]),
+    ]
+    for call in calls:
+        if call is None:
+            continue
+        with pytest.raises(InvalidSessionIdError):
+            await call
+    assert commands.names() == []
+    await store.create_session("fine")  # the listener does see real traffic
+    assert "insert" in commands.names()
+
+
+async def test_dotted_ids_are_plain_values(mongo_database: AsyncDatabase[Any]) -> None:
+    """Dots are allowed in session IDs (SPEC §1.4); as ``_id`` values they are never paths."""
+    store = MongoStore(mongo_database)
+    await store.create_session("user.42:ticket@a.b")
+    await store.append_entries("user.42:ticket@a.b", [entry("e1")])
+    assert ids(await store.load_entries("user.42:ticket@a.b")) == ["e1"]
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries("user.42")
+
+
+async def test_oversized_entry_writes_nothing_of_its_batch(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database, max_entry_bytes=2000)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("before")])
+    with pytest.raises(EntryTooLargeError) as info:
+        await store.append_entries("s1", [entry("a"), entry("big", "x" * 2000), entry("c")])
+    assert info.value.entry_id == "big"
+    assert info.value.limit == 2000
+    assert ids(await store.load_entries("s1")) == ["before"]
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 1  # nothing even reserved
+
+
+async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    overhead = len(encode_entry(entry("big", "x")).encode()) - 1
+    just_fits = entry("big", "x" * (DEFAULT_MAX_ENTRY_BYTES - overhead))
+    assert len(encode_entry(just_fits).encode()) == DEFAULT_MAX_ENTRY_BYTES == 15 * 1024 * 1024
+    too_big = entry("huge", "x" * (DEFAULT_MAX_ENTRY_BYTES - overhead + 1))
+    with pytest.raises(EntryTooLargeError):
+        await store.append_entries("s1", [too_big])
+    await store.append_entries("s1", [just_fits])  # the server takes an entry at the limit
+    [loaded] = await store.load_entries("s1")
+    assert encode_entry(loaded) == encode_entry(just_fits)
+
+
+# --- cancellation ---------------------------------------------------------------------------
+
+
+async def test_cancel_before_io_has_no_effect(mongo_database: AsyncDatabase[Any]) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    task = asyncio.create_task(store.append_entries("s1", [entry("a")]))
+    task.cancel()  # before the task first runs
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await store.load_entries("s1") == []
+
+
+async def test_started_write_completes_after_cancel(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await store.create_session("s1")
+    reserving = commands.wait_for("started", "findAndModify")
+    inserted = commands.wait_for("succeeded", "insert")
+    inserted.clear()
+    batch = [entry("a"), entry("b")]
+    task = asyncio.create_task(store.append_entries("s1", batch))
+    await reserving.wait()  # the write has started: sequence numbers are being reserved
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await inserted.wait()  # the shielded write carried on to the insert
+    assert ids(await store.load_entries("s1")) == ["a", "b"]
+    await store.append_entries("s1", batch)  # the caller's retry is a no-op
+    assert ids(await store.load_entries("s1")) == ["a", "b"]
+
+
+# --- a server that goes away ----------------------------------------------------------------
+
+
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[FerretDB]:
+    """A FerretDB of this test's own, so stopping it leaves the shared server alone."""
+    try:
+        server = start_ferretdb(tmp_path / "ferretdb")
+    except FerretDBUnavailable as exc:
+        if os.environ.get("MONGODB_URI"):
+            pytest.skip(f"needs a FerretDB it can stop (MONGODB_URI is not stoppable): {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_stopped_server_raises_unavailable_then_retry_succeeds_once(
+    private_server: FerretDB,
+) -> None:
+    timeout_ms = 1000
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        private_server.uri, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms
+    )
+    try:
+        store = MongoStore(client["faults"])
+        await store.create_session("s1")
+        await store.append_entries("s1", [entry("e1")])
+
+        await asyncio.to_thread(private_server.stop)
+        calls = {
+            "append": lambda: store.append_entries("s1", [entry("e2", parent="e1")]),
+            "load_entries": lambda: store.load_entries("s1"),
+            "load_session": lambda: store.load_session("s1"),
+            "create": lambda: store.create_session("s2"),
+        }
+        for name, call in calls.items():
+            began = time.monotonic()
+            with pytest.raises(StoreUnavailableError) as info:
+                await call()
+            elapsed = time.monotonic() - began
+            assert elapsed < 10, f"{name} took {elapsed:.1f}s"
+            assert isinstance(info.value.__cause__, ConnectionFailure), name
+
+        await asyncio.to_thread(private_server.start)  # same port, same data directory
+        await store.append_entries("s1", [entry("e2", parent="e1")])  # the retried append
+        await store.append_entries("s1", [entry("e2", parent="e1")])  # and once more
+        assert ids(await store.load_entries("s1")) == ["e1", "e2"]
+        await store.create_session("s2")
+    finally:
+        await client.close()
+
+
+async def test_server_stopped_while_appending(private_server: FerretDB) -> None:
+    """A writer loses the server mid-stream; after a restart its failed append, retried, lands once.
+
+    Whether the failed append reached the server before it stopped is unknown to the writer
+    (the stop races the write); idempotency makes the retry correct either way.
+    """
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        private_server.uri, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000
+    )
+    try:
+        store = MongoStore(client["faults"])
+        await store.create_session("s1")
+        five_done = asyncio.Event()
+        failed: list[str] = []
+
+        async def writer() -> None:
+            for k in range(10_000):
+                try:
+                    await store.append_entries("s1", [entry(f"e{k}")])
+                except StoreUnavailableError:
+                    failed.append(f"e{k}")
+                    return
+                if k == 4:
+                    five_done.set()
+
+        task = asyncio.create_task(writer())
+        await five_done.wait()
+        await asyncio.to_thread(private_server.stop)
+        await asyncio.wait_for(task, timeout=10)
+        [lost] = failed
+        n = int(lost[1:])
+
+        await asyncio.to_thread(private_server.start)
+        await store.append_entries("s1", [entry(lost)])
+        assert ids(await store.load_entries("s1")) == [f"e{k}" for k in range(n + 1)]
+    finally:
+        await client.close()
