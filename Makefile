@@ -40,8 +40,14 @@ unit: venv
 test: venv ferretdb lint typecheck
 	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(VENV)/bin/pytest -q
 
+# The main job: a real Temporal dev server, a worker, a scripted conversation, the UI link.
+demo: venv
+	$(VENV)/bin/durable-agent demo
+
 bench: venv ferretdb
-	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) bench/run_all.py
+	@for script in bench/store_bench.py bench/view_bench.py bench/agent_bench.py bench/mongo_bench.py bench/temporal_bench.py; do \
+		if [ -f $$script ]; then echo "== $$script"; DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) $$script || exit 1; fi; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -17,8 +17,8 @@ from temporalio.client import Client
 from durable_agent.session import Store
 from durable_agent.stores import FileStore, MemoryStore
 from tests.support.harness import LocalHarness
-from tests.support.temporal import TemporalHarness, temporal_environment
 from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
+from tests.support.temporal import TemporalHarness, temporal_environment
 
 STORE_KINDS = ["memory", "file", "mongo"]
 

@@ -72,7 +72,7 @@ async def echo(text: str) -> str:
 
 
 async def test_text_turn_event_order_and_agent_end() -> None:
-    lm, loop = loop_for([Reply(text="hello there, friend", chunk_size=4)])
+    _, loop = loop_for([Reply(text="hello there, friend", chunk_size=4)])
     events = await collect(loop.run([user_message("hi")]))
     t = types(events)
     assert t[:3] == ["agent_start", "turn_start", "message_start"]
@@ -131,7 +131,7 @@ async def test_one_tool_turn_exact_sequence() -> None:
 
 
 async def test_usage_sums_over_turns() -> None:
-    lm, loop = loop_for(
+    _, loop = loop_for(
         [
             Reply.call("echo", {"text": "x"}, id="c1").model_copy(
                 update={"usage": Usage(input=10, output=2)}
@@ -312,9 +312,7 @@ async def test_one_parallel_unsafe_tool_forces_sequential_execution() -> None:
     )
     events = await asyncio.wait_for(collect(loop.run([user_message("go")])), 10)
     assert log == ["exclusive start", "exclusive end", "normal start"]
-    tool_events = [
-        (e.type, e.tool_call_id) for e in events if e.type.startswith("tool_execution")
-    ]
+    tool_events = [(e.type, e.tool_call_id) for e in events if e.type.startswith("tool_execution")]
     assert tool_events == [
         ("tool_execution_start", "c1"),
         ("tool_execution_end", "c1"),
@@ -457,7 +455,9 @@ async def test_max_turns_stops_after_tools() -> None:
 
 
 async def test_max_turns_none_means_no_limit() -> None:
-    script: list[Reply | str] = [Reply.call("echo", {"text": str(i)}, id=f"c{i}") for i in range(60)]
+    script: list[Reply | str] = [
+        Reply.call("echo", {"text": str(i)}, id=f"c{i}") for i in range(60)
+    ]
     script.append("done")
     lm, loop = loop_for(script, tools=(echo,), max_turns=None)
     await loop.run([user_message("go")]).wait()
@@ -559,7 +559,7 @@ async def test_hooks_returning_none_change_nothing() -> None:
         after_tool=lambda c, r: None,
         follow_up=lambda ms: None,
     )
-    lm, loop = loop_for(
+    _, loop = loop_for(
         [Reply.call("echo", {"text": "z"}, id="c1"), "end"], tools=(echo,), hooks=hooks
     )
     messages = await loop.run([user_message("go")]).wait()

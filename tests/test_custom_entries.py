@@ -175,7 +175,8 @@ def test_reserved_key_via_alias_generator_raises() -> None:
 
 @pytest.mark.parametrize("header", ["type", "id", "parent_id", "created_at"])
 def test_redeclared_header_field_raises(header: str) -> None:
-    cls = create_model(f"Redeclares_{header}", __base__=CustomEntry, **{header: (Any, None)})
+    fields: dict[str, Any] = {header: (Any, None)}
+    cls = create_model(f"Redeclares_{header}", __base__=CustomEntry, **fields)
     kind = fresh_kind()
     with pytest.raises(ValueError, match="reserved"):
         register_custom(kind, cls)

@@ -1,4 +1,4 @@
-"""The durable agent API (SPEC §4.1–§4.5, §4.9–§4.11): new, factory, inputs, persist, append,
+"""The durable agent API (SPEC §4.1 to §4.5, §4.9 to §4.11): new, factory, inputs, persist, append,
 reads, close, the busy rule, errors.
 
 Scenarios that need only a scripted model, tools and plain options go through ``harness.open`` so
@@ -130,7 +130,7 @@ async def test_new_without_store_or_session_id() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"bogus": 1}, {"history": []}, {"history": [user_message("x")]}, {"system_prompt": 3}],
+    [{"bogus": 1}, {"history": []}, {"history": [user_message("x")]}],
 )
 async def test_new_refuses_unknown_options_and_history(options: dict[str, Any]) -> None:
     store = WrappedStore(MemoryStore())

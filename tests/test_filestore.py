@@ -74,6 +74,16 @@ def add_bytes(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def listing(path: Path) -> list[str]:
+    """Every path under ``path``, relative (sync, so async tests need no blocking Path calls)."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def fresh_root(root: Path) -> Path:
+    root.mkdir()
+    return root
+
+
 def ids(entries: list[Entry]) -> list[str]:
     return [e.id for e in entries]
 
@@ -121,7 +131,12 @@ async def test_modes_under_a_restrictive_umask(tmp_path: Path) -> None:
 async def test_fsync_setting_is_honoured(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
     synced = FileStore(root)
     await synced.create_session("a")
     assert len(calls) == 2  # the file, then the directory
@@ -140,20 +155,20 @@ async def test_load_does_not_create_the_root(root: Path, fs: FileStore) -> None:
         await fs.load_entries("s1")
     with pytest.raises(SessionNotFoundError):
         await fs.append_entries("s1", [msg("e1")])
-    assert not root.exists()
+    assert "sessions" not in listing(root.parent)
 
 
 async def test_invalid_ids_never_reach_the_file_system(tmp_path: Path, fs: FileStore) -> None:
     outside = FileStore(tmp_path)
     await outside.create_session("x")  # tmp_path/x.jsonl, which "../x" would name from root
-    before = sorted(p.name for p in tmp_path.rglob("*"))
+    before = listing(tmp_path)
     with pytest.raises(InvalidSessionIdError):
         await fs.load_entries("../x")
     with pytest.raises(InvalidSessionIdError):
         await fs.append_entries("../x", [msg("e1")])
     with pytest.raises(InvalidSessionIdError):
         await fs.create_session("../y")
-    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert listing(tmp_path) == before
     assert await outside.load_entries("x") == []
 
 
@@ -287,6 +302,7 @@ async def test_a_512_kib_line_loads(fs: FileStore) -> None:
 
 # -- header problems -------------------------------------------------------------------------------
 
+GOOD_HEADER = b'{"type":"session_init","id":"s1","created_at":"2026-01-01T00:00:00Z"}'
 HEADER_PROBLEMS = {
     "empty file": b"",
     "torn header": b'{"type":"session_init","id":"s1',
@@ -296,15 +312,15 @@ HEADER_PROBLEMS = {
     "no created_at": b'{"type":"session_init","id":"s1"}\n',
     "bad created_at": b'{"type":"session_init","id":"s1","created_at":"soon"}\n',
     "not an object": b'["session_init","s1"]\n',
-    "blank first line": b'\n{"type":"session_init","id":"s1","created_at":"2026-01-01T00:00:00Z"}\n',
+    "blank first line": b"\n" + GOOD_HEADER + b"\n",
+    "header then garbage on the same line": GOOD_HEADER + b"x\n",
     "NULs": b"\x00" * 100,
 }
 
 
 @pytest.mark.parametrize("content", list(HEADER_PROBLEMS.values()), ids=list(HEADER_PROBLEMS))
 async def test_header_problems_are_corrupt(root: Path, fs: FileStore, content: bytes) -> None:
-    root.mkdir()
-    path = root / "s1.jsonl"
+    path = fresh_root(root) / "s1.jsonl"
     path.write_bytes(content)
     for call in (fs.load_entries, fs.load_session):
         with pytest.raises(CorruptSessionError) as info:
@@ -318,9 +334,8 @@ async def test_header_problems_are_corrupt(root: Path, fs: FileStore, content: b
 async def test_unterminated_complete_header_is_fine_and_gets_its_newline(
     root: Path, fs: FileStore
 ) -> None:
-    root.mkdir()
-    path = root / "s1.jsonl"
-    header = b'{"type":"session_init","id":"s1","created_at":"2026-01-01T00:00:00Z"}'
+    path = fresh_root(root) / "s1.jsonl"
+    header = GOOD_HEADER
     path.write_bytes(header)
     assert await fs.load_entries("s1") == []
     assert (await fs.load_session("s1")).created_at == datetime(2026, 1, 1, tzinfo=UTC)
@@ -499,8 +514,7 @@ async def test_reader_waits_for_a_create_in_progress(
     root: Path, fs: FileStore, dir_lock_waits: threading.Event, reader: str
 ) -> None:
     """A reader that finds the file before its header waits for the creator, not raise Corrupt."""
-    root.mkdir()
-    path = root / "s1.jsonl"
+    path = fresh_root(root) / "s1.jsonl"
     dirfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(dirfd, fcntl.LOCK_EX)  # play the creator: O_EXCL done, header not yet written
@@ -511,9 +525,11 @@ async def test_reader_waits_for_a_create_in_progress(
             "append_entries": lambda: fs.append_entries("s1", [msg("e1")]),
         }
         task = asyncio.ensure_future(calls[reader]())
-        # the reader saw the empty file and now waits (bounded so a regression fails, not hangs)
-        assert await asyncio.to_thread(dir_lock_waits.wait, 30)
+        # the reader must see the empty file and wait for the lock, not finish (raising Corrupt)
+        waiting = asyncio.ensure_future(asyncio.to_thread(dir_lock_waits.wait, 30))
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
         assert not task.done()
+        assert await waiting
         header = {"type": "session_init", "id": "s1", "created_at": format_time(T0)}
         path.write_bytes(json.dumps(header, separators=(",", ":")).encode() + b"\n")
     finally:

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from durable_agent.ai import (
+    ContentBlock,
     Cost,
     FileContent,
     ImageContent,
@@ -42,7 +43,8 @@ USAGE_KEYS = [
 
 def wire(message: Message) -> dict[str, Any]:
     """The message's JSON object exactly as stored."""
-    return json.loads(message.model_dump_json())
+    data: dict[str, Any] = json.loads(message.model_dump_json())
+    return data
 
 
 def through_codec(message: Message) -> Message:
@@ -83,7 +85,7 @@ def test_messages_and_blocks_are_frozen() -> None:
     with pytest.raises(ValidationError):
         m.role = "assistant"  # type: ignore[misc]
     with pytest.raises(ValidationError):
-        m.content[0].text = "changed"  # type: ignore[union-attr]
+        m.content[0].text = "changed"  # type: ignore[misc, union-attr]
 
 
 # --- wire omission -------------------------------------------------------------------------
@@ -432,7 +434,11 @@ def test_user_file_message_puts_text_first() -> None:
 
 
 def test_assistant_message() -> None:
-    blocks = [ThinkingContent(thinking="t"), TextContent(text="a"), ToolCall(id="c", name="n")]
+    blocks: list[ContentBlock] = [
+        ThinkingContent(thinking="t"),
+        TextContent(text="a"),
+        ToolCall(id="c", name="n"),
+    ]
     before = datetime.now(UTC)
     m = assistant_message(*blocks)
     after = datetime.now(UTC)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ def entry(eid: str, text: str | None = None, parent: str | None = None) -> Messa
     return MessageEntry(id=eid, parent_id=parent, created_at=T0, message=message)
 
 
-def ids(entries: list[Entry]) -> list[str]:
+def ids(entries: Sequence[Entry]) -> list[str]:
     return [e.id for e in entries]
 
 
@@ -107,11 +107,10 @@ async def client_factory(
 
 
 @pytest.fixture
-def sync_db(
-    mongo_uri: str, mongo_database: AsyncDatabase[dict[str, Any]]
-) -> Iterator[Any]:
+def sync_db(mongo_uri: str, mongo_database: AsyncDatabase[dict[str, Any]]) -> Iterator[Any]:
     """The test's database through a synchronous client, for reading raw documents."""
-    with MongoClient(mongo_uri, tz_aware=True) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, tz_aware=True)
+    with client:
         yield client[mongo_database.name]
 
 
@@ -270,7 +269,8 @@ async def test_application_codec_options_do_not_matter(
 
 
 def test_sync_database_is_refused(mongo_uri: str) -> None:
-    with MongoClient(mongo_uri) as client, pytest.raises(TypeError, match="async database"):
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
+    with client, pytest.raises(TypeError, match="async database"):
         MongoStore(client["db"])  # type: ignore[arg-type]
 
 
@@ -280,7 +280,9 @@ def test_sync_database_is_refused(mongo_uri: str) -> None:
 async def test_motor_database(mongo_uri: str) -> None:
     from motor.motor_asyncio import AsyncIOMotorClient
 
-    client = AsyncIOMotorClient(mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS)
+    client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(
+        mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
+    )
     name = new_database_name()
     try:
         store = MongoStore(client[name])
@@ -418,6 +420,71 @@ async def test_duplicate_key_race_is_rechecked(
     assert info.value.entry_id == "z"
     loaded = {e.id: encode_entry(e) for e in await ours.load_entries("s1")}
     assert loaded["z"] == encode_entry(entry("z", "theirs"))
+
+
+async def test_counter_moving_backwards_keeps_order_and_loses_nothing(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """What FerretDB's non-atomic ``$inc`` does under concurrency, done here deterministically.
+
+    A lost increment can set ``next_seq`` below numbers already used. The writer that used them
+    still appends after its own entries (its floor), and a fresh store object handed taken
+    numbers collides on the ``(session_id, seq)`` index and retries higher, losing nothing.
+    """
+    writer = MongoStore(mongo_database)
+    await writer.create_session("s1")
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 10}})  # seqs 0-9 unused
+    await writer.append_entries("s1", [entry(f"e{i}") for i in range(5)])  # seqs 10-14
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 2}})  # a free, lower number
+    await writer.append_entries("s1", [entry("e5")])
+    assert ids(await writer.load_entries("s1")) == [f"e{i}" for i in range(6)]
+
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 11}})  # taken numbers
+    fresh = MongoStore(mongo_database)
+    await fresh.append_entries("s1", [entry("x"), entry("y", parent="x")])
+    assert ids(await fresh.load_entries("s1")) == [*(f"e{i}" for i in range(6)), "x", "y"]
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert len(seqs) == len(set(seqs)) == 8
+
+
+async def test_entry_stored_under_a_foreign_id_is_still_found(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """An entry another program stored with an ObjectId ``_id`` still counts for idempotency.
+
+    The primary-key lookup misses it; the ``(session_id, entry_id)`` index rejects the insert and
+    the re-check through that index resolves it.
+    """
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.entries.insert_one(
+        {
+            "session_id": "s1",
+            "entry_id": "f",
+            "seq": 0,
+            "type": "message",
+            "created_at": T0,
+            "wire": encode_entry(entry("f")),
+        }
+    )
+    await store.append_entries("s1", [entry("f")])
+    await store.append_entries("s1", [entry("f"), entry("g", parent="f")])
+    assert ids(await store.load_entries("s1")) == ["f", "g"]
+    with pytest.raises(EntryConflictError):
+        await store.append_entries("s1", [entry("f", "changed")])
+    assert sync_db.entries.count_documents({"session_id": "s1"}) == 2
+
+
+async def test_large_batch_idempotency(mongo_database: AsyncDatabase[Any]) -> None:
+    """Batches above the point-lookup limit are checked with one query, to the same effect."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    batch = [entry(f"e{i:03d}") for i in range(50)]
+    await store.append_entries("s1", batch[:30])
+    await store.append_entries("s1", batch)
+    with pytest.raises(EntryConflictError):
+        await store.append_entries("s1", [*batch, entry("e010", "changed"), entry("new")])
+    assert ids(await store.load_entries("s1")) == ids(batch)
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -569,7 +636,7 @@ async def test_stopped_server_raises_unavailable_then_retry_succeeds_once(
         await store.append_entries("s1", [entry("e1")])
 
         await asyncio.to_thread(private_server.stop)
-        calls = {
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
             "append": lambda: store.append_entries("s1", [entry("e2", parent="e1")]),
             "load_entries": lambda: store.load_entries("s1"),
             "load_session": lambda: store.load_session("s1"),

@@ -339,18 +339,24 @@ def every_kind() -> list[Entry]:
                 name="web",
                 server=True,
                 server_type="web_search",
-                output=ToolOutput(content=[TextContent(text="found")], raw={"k": [1]}, is_error=True),
+                output=ToolOutput(
+                    content=[TextContent(text="found")], raw={"k": [1]}, is_error=True
+                ),
             ),
         ],
         api="messages",
         provider="anthropic",
         model="claude-x",
-        usage=Usage(input=10, output=5, cache_read=2, reasoning=1, cost=Cost(input=0.5, output=1.25)),
+        usage=Usage(
+            input=10, output=5, cache_read=2, reasoning=1, cost=Cost(input=0.5, output=1.25)
+        ),
         stop_reason="tool_use",
         timestamp=T0,
     )
     image = ImageContent(data="aGVsbG8=", mime_type="image/png")
-    file = FileContent(url="https://example.com/a.pdf", mime_type="application/pdf", filename="a.pdf")
+    file = FileContent(
+        url="https://example.com/a.pdf", mime_type="application/pdf", filename="a.pdf"
+    )
     return [
         MessageEntry(id="u1", created_at=T0, message=user_message(UNICODE)),
         MessageEntry(id="a1", parent_id="u1", created_at=T0, message=assistant),
@@ -360,14 +366,23 @@ def every_kind() -> list[Entry]:
             created_at=T0 + timedelta(microseconds=1),
             message=tool_result_message("call_1", "search", TextContent(text="r")),
         ),
-        MessageEntry(id="img", parent_id="t1", created_at=T0, message=user_image_message("see", image)),
-        MessageEntry(id="doc", parent_id="img", created_at=T0, message=user_file_message("read", file)),
+        MessageEntry(
+            id="img", parent_id="t1", created_at=T0, message=user_image_message("see", image)
+        ),
+        MessageEntry(
+            id="doc", parent_id="img", created_at=T0, message=user_file_message("read", file)
+        ),
         MessageEntry(id="m1", parent_id="doc", created_at=T0, message=user_message("m"), meta=True),
         MessageEntry(
             id="y1", parent_id="m1", created_at=T0, message=user_message("y"), synthetic=True
         ),
         CompactionEntry(
-            id="c1", parent_id="y1", created_at=T0, summary=UNICODE, first_kept_id="m1", tokens_before=99
+            id="c1",
+            parent_id="y1",
+            created_at=T0,
+            summary=UNICODE,
+            first_kept_id="m1",
+            tokens_before=99,
         ),
         Note(id="n1", parent_id="c1", created_at=T0, text=UNICODE, tags=["a", "\u00df"], lvl=3),
         CustomEntry.model_validate(
@@ -397,7 +412,10 @@ async def test_every_entry_kind_round_trips_exactly(store: Store) -> None:
     assert isinstance(note, Note)
     assert note.level == 3
     assert type(bare) is CustomEntry
-    assert bare.model_extra == {"color": "blue", "nested": {"list": [1, {"deep": UNICODE}], "$op": None}}
+    assert bare.model_extra == {
+        "color": "blue",
+        "nested": {"list": [1, {"deep": UNICODE}], "$op": None},
+    }
     # and the re-append of what was loaded is a no-op
     await store.append_entries("s1", loaded)
     assert len(await store.load_entries("s1")) == len(entries)

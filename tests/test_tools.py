@@ -300,7 +300,7 @@ def test_retry_policy_defaults_and_delays() -> None:
 )
 def test_retry_policy_rejects_invalid_values(bad: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
-        RetryPolicy(**bad)  # type: ignore[arg-type]
+        RetryPolicy(**bad)
 
 
 def test_retry_policy_is_frozen() -> None:

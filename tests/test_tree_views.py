@@ -97,14 +97,15 @@ def test_siblings_sort_by_created_at_stably() -> None:
 
 
 def test_roots_are_parentless_or_orphans_sorted_by_created_at() -> None:
-    orphan = user("orphan", "gone", t=1)
-    root = user("root", t=2)
-    early_orphan = user("early", "also-gone", t=0)
-    child = reply("child", "orphan", t=3)
+    # IDs in reverse alphabetical order of time, so an ID sort would be caught.
+    orphan = user("m-orphan", "gone", t=1)
+    root = user("a-root", t=2)
+    early_orphan = user("z-early", "also-gone", t=0)
+    child = reply("child", "m-orphan", t=3)
     assert shape(tree([root, orphan, child, early_orphan])) == [
-        ["early", []],
-        ["orphan", [["child", []]]],
-        ["root", []],
+        ["z-early", []],
+        ["m-orphan", [["child", []]]],
+        ["a-root", []],
     ]
 
 

@@ -15,10 +15,12 @@ from .replay_server import ReplayServer
 
 @pytest.fixture
 def replay() -> Iterator[ReplayServer]:
-    """A started replay server; at teardown every queued response must have been requested."""
+    """A started replay server; at teardown every queued response must have been requested and
+    the server must have handled every request without failing."""
     with ReplayServer() as server:
         yield server
         assert server.pending == 0, f"{server.pending} queued responses were never requested"
+        assert server.errors == []
 
 
 @pytest.fixture
@@ -57,4 +59,3 @@ def leaks(error: BaseException, secret: str) -> list[str]:
         "pickle": repr(pickle.dumps(error)),
     }
     return [name for name, text in renderings.items() if secret in text]
-

@@ -23,7 +23,10 @@ from durable_agent.ai import (
 from durable_agent.session import repair_tool_calls
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5E"
+    "rkJggg=="
+)
 PDF = "JVBERi0xLjQKJcfsj6IKJSVFT0YK"
 SIGNATURE = "EqQBCkYIBxgCKkD0c2lnbmF0dXJlLWZyb20tYS1wcmV2aW91cy10dXJu"
 SYSTEM = "You are a terse assistant."

@@ -25,6 +25,8 @@ every adapter maps to a non-retryable error, so an unexpected extra call fails t
 from __future__ import annotations
 
 import json
+import re
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -55,9 +57,11 @@ class RecordedResponse:
     @classmethod
     def parse(cls, raw: bytes) -> RecordedResponse:
         """Parse ``raw``: status line, headers, a blank line, then the body verbatim."""
-        head, sep, body = raw.partition(b"\n\n")
-        if not sep:
+        # Tolerate a CRLF checkout of the fixture: the head ends at the first blank line either way.
+        match = re.search(rb"\r?\n\r?\n", raw)
+        if match is None:
             raise ValueError("a recorded response needs a blank line after its headers")
+        head, body = raw[: match.start()], raw[match.end() :]
         lines = head.decode("utf-8").splitlines()
         version, status, *reason = lines[0].split(" ", 2)
         if not version.startswith("HTTP/"):
@@ -134,6 +138,7 @@ class ReceivedRequest:
 class _State:
     queue: deque[RecordedResponse] = field(default_factory=deque)
     requests: list[ReceivedRequest] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closing: threading.Event = field(default_factory=threading.Event)
 
@@ -213,6 +218,14 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     state: _State
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Keep handler failures for the test to see; a client hanging up is not one (clients
+        drop a connection they gave up on, mid-body or between keep-alive requests)."""
+        error = sys.exc_info()[1]
+        if error is not None and not isinstance(error, ConnectionError):
+            with self.state.lock:
+                self.state.errors.append(error)
+
 
 class ReplayServer:
     """Serve queued recorded responses in order on ``127.0.0.1``; record every request.
@@ -231,8 +244,9 @@ class ReplayServer:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.state = self._state
         self._server = server
+        # A short poll interval only bounds how long close() waits for the loop to notice.
         self._thread = threading.Thread(
-            target=server.serve_forever, name="replay-server", daemon=True
+            target=server.serve_forever, args=(0.02,), name="replay-server", daemon=True
         )
         self._thread.start()
         return self
@@ -281,6 +295,12 @@ class ReplayServer:
         """Every request received so far, in arrival order (a copy)."""
         with self._state.lock:
             return list(self._state.requests)
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions raised while handling requests (client disconnects excluded)."""
+        with self._state.lock:
+            return list(self._state.errors)
 
     @property
     def pending(self) -> int:

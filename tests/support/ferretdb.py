@@ -1,4 +1,4 @@
-"""Build, start and stop a private FerretDB server: the real MongoDB-compatible backend of the tests.
+"""Build, start and stop a private FerretDB: the real MongoDB-compatible server of the tests.
 
 No MongoDB server package can be installed on the test machines and there is no container engine,
 so the MongoStore tests and benchmarks run against FerretDB (MongoDB wire protocol, SQLite backend)
@@ -45,10 +45,11 @@ FERRETDB_MODULE = "github.com/FerretDB/FerretDB"
 
 #: Why the Mongo tests cannot run, naming the two ways to fix it.
 NEED_SERVER = (
-    "MongoStore tests need a MongoDB-compatible server: either set MONGODB_URI to a running MongoDB "
-    "(e.g. mongodb://127.0.0.1:27017/), or install Go so FerretDB "
-    f"{FERRETDB_VERSION} can be built (`make ferretdb`, or `python -m tests.support.ferretdb build`; "
-    "an existing binary can be named with DURABLE_AGENT_FERRETDB)."
+    "MongoStore tests need a MongoDB-compatible server: either set MONGODB_URI to a running "
+    "MongoDB (e.g. mongodb://127.0.0.1:27017/), or install Go so FerretDB "
+    f"{FERRETDB_VERSION} can be built (`make ferretdb`, or "
+    "`python -m tests.support.ferretdb build`; an existing binary can be named with "
+    "DURABLE_AGENT_FERRETDB)."
 )
 
 
@@ -269,9 +270,7 @@ class FerretDB:
                 proc.wait()
 
 
-def start_ferretdb(
-    workdir: Path, *, binary: Path | None = None, attempts: int = 5
-) -> FerretDB:
+def start_ferretdb(workdir: Path, *, binary: Path | None = None, attempts: int = 5) -> FerretDB:
     """Start a FerretDB (built if needed) in ``workdir`` on a free port, retrying a taken port."""
     path = ensure_ferretdb(binary)
     last: FerretDBUnavailable | None = None

@@ -84,7 +84,8 @@ def mongo_database(mongo_uri: str) -> Iterator[AsyncDatabase[dict[str, Any]]]:
             _close(client)
         finally:
             # A synchronous client: dropping must not depend on the state of any event loop.
-            with MongoClient(
+            sync_client: MongoClient[dict[str, Any]] = MongoClient(
                 mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
-            ) as sync_client:
+            )
+            with sync_client:
                 sync_client.drop_database(name)

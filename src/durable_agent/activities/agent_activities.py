@@ -59,6 +59,8 @@ __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 
 DEFAULT_PAYLOAD_LIMIT = 1_572_864  # 1.5 MiB, under Temporal's 2 MB payload limit
 HEARTBEAT_EVERY = 0.5
+STORE_GRACE = 0.5
+"""Seconds a store activity runs before it starts heartbeating."""
 
 
 def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
@@ -83,11 +85,18 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def _heartbeating(grace: float = 0.0) -> AsyncIterator[None]:
     """Heartbeat in the background, so a crashed worker is noticed within the heartbeat timeout
-    even while a model has not produced its first token or a tool is busy."""
+    even while a model has not produced its first token or a tool is busy.
+
+    ``grace`` delays the first beat (capped at a quarter of the heartbeat timeout), so a quick
+    store call finishes without any heartbeat RPC while a slow or stuck one still beats."""
 
     async def beat() -> None:
+        if grace:
+            timeout = activity.info().heartbeat_timeout
+            limit = timeout.total_seconds() / 4 if timeout else grace
+            await asyncio.sleep(min(grace, limit))
         while True:
             activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY)
@@ -171,14 +180,15 @@ class AgentActivities:
     async def ensure_session(self, session_id: str) -> str:
         """Create the session if absent; return its last appended entry ID (``""`` if empty)."""
         try:
-            try:
-                entries = await self.store.load_entries(session_id)
-            except SessionNotFoundError:
+            async with _heartbeating(STORE_GRACE):
                 try:
-                    await self.store.create_session(session_id)
-                    entries = []
-                except SessionExistsError:
                     entries = await self.store.load_entries(session_id)
+                except SessionNotFoundError:
+                    try:
+                        await self.store.create_session(session_id)
+                        entries = []
+                    except SessionExistsError:
+                        entries = await self.store.load_entries(session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
         return entries[-1].id if entries else ""
@@ -187,7 +197,8 @@ class AgentActivities:
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
         """Check the leaf and the agent before the run writes anything; return the repairs."""
         spec = self._spec(inp.agent)
-        p = await self._path(inp.session_id, inp.leaf_id)
+        async with _heartbeating(STORE_GRACE):
+            p = await self._path(inp.session_id, inp.leaf_id)
         repairs, _ = dangling_at(p)
         tools = [
             ToolInfo(
@@ -214,7 +225,8 @@ class AgentActivities:
     async def append_entries(self, inp: AppendInput) -> None:
         """Store entries the workflow stamped; retry-safe because appends are idempotent by ID."""
         try:
-            await self.store.append_entries(inp.session_id, decode_entries(inp.entries))
+            async with _heartbeating(STORE_GRACE):
+                await self.store.append_entries(inp.session_id, decode_entries(inp.entries))
         except SessionError as exc:
             raise application_error(exc) from exc
 
@@ -312,8 +324,9 @@ class AgentActivities:
         """Hand events to the worker's publisher, at least once (consumers dedupe by key)."""
         if self.publisher is None:
             return
-        for wire in inp.events:
-            await publish_one(self.publisher, event_from_wire(wire))
+        async with _heartbeating(STORE_GRACE):
+            for wire in inp.events:
+                await publish_one(self.publisher, event_from_wire(wire))
 
 
 def _with_ephemeral(path: list[Entry], ephemeral: list[Entry]) -> list[Entry]:

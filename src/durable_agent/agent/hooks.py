@@ -37,9 +37,7 @@ class Hooks:
     after_model: Callable[[Message], MaybeAwaitable[Message | None]] | None = None
     before_tool: Callable[[ToolCall], MaybeAwaitable[ToolCall | Message | None]] | None = None
     after_tool: Callable[[ToolCall, Message], MaybeAwaitable[Message | None]] | None = None
-    follow_up: Callable[[Sequence[Message]], MaybeAwaitable[Sequence[Message] | None]] | None = (
-        None
-    )
+    follow_up: Callable[[Sequence[Message]], MaybeAwaitable[Sequence[Message] | None]] | None = None
 
 
 async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:

@@ -24,7 +24,13 @@ from ..session.entries import Entry, MessageEntry
 from ..session.views import model_view
 from .errors import CompactError, NoFactoryError
 
-__all__ = ["DEFAULT_COMPACT_PROMPT", "CompactionPlan", "estimate_tokens", "plan_compaction", "summarize"]
+__all__ = [
+    "DEFAULT_COMPACT_PROMPT",
+    "CompactionPlan",
+    "estimate_tokens",
+    "plan_compaction",
+    "summarize",
+]
 
 DEFAULT_COMPACT_PROMPT = (
     "Summarize the conversation so far. Preserve every fact, decision, and open question in a "

@@ -1,4 +1,4 @@
-"""Errors of the durable agent. Every one is an :class:`AgentError`; wrappers chain ``__cause__``."""
+"""Errors of the durable agent. Each is an :class:`AgentError`; wrappers chain ``__cause__``."""
 
 from __future__ import annotations
 

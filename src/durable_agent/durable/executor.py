@@ -121,7 +121,7 @@ class LocalExecutor:
             finally:
                 agent._run_finished()
 
-        return LocalRunStream(produce)
+        return LocalRunStream(produce, on_abandon=agent._run_finished)
 
     async def compact(
         self, agent: Agent, keep_turns: int, prompt: str | None

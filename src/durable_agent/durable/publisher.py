@@ -31,7 +31,7 @@ logger = logging.getLogger("durable_agent.publisher")
 
 @runtime_checkable
 class Publisher(Protocol):
-    def publish(self, event: Event) -> None | Awaitable[None]: ...
+    def publish(self, event: Event) -> Awaitable[None] | None: ...
 
 
 PublisherLike = Publisher | Callable[[Event], Any]

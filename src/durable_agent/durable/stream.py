@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..ai.messages import Message
+from .errors import RunCancelledError
 from .events import Event
 
 __all__ = ["LocalRunStream", "RunStream", "fail"]
@@ -55,19 +56,36 @@ class LocalRunStream(RunStream):
         produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]],
         *,
         on_cancel: Callable[[], Awaitable[None]] | None = None,
+        on_abandon: Callable[[], None] | None = None,
     ) -> None:
+        """``on_abandon`` runs if the producer is cancelled before its first step (so ``produce``
+        never ran and its own cleanup, such as clearing the handle's ``running`` flag, did not)."""
         super().__init__()
         self._on_cancel = on_cancel
+        self._on_abandon = on_abandon
+        self._started = False
+        self._cancel_requested = False
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._run(produce))
+        self._task.add_done_callback(self._task_done)
 
     async def _run(
         self, produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]]
     ) -> list[Message]:
+        self._started = True
         try:
             return await produce(self._queue.put_nowait)
         finally:
             self._queue.put_nowait(_DONE)
+
+    def _task_done(self, task: asyncio.Task[list[Message]]) -> None:
+        if not task.cancelled():
+            task.exception()  # surfaced by wait()/events(); never "unretrieved"
+        if not self._started:
+            # Cancelled before its first step: nothing ran, nothing was stored.
+            self._queue.put_nowait(_DONE)
+            if self._on_abandon is not None:
+                self._on_abandon()
 
     async def _iterate(self) -> AsyncIterator[Event]:
         while True:
@@ -79,12 +97,22 @@ class LocalRunStream(RunStream):
         await self.wait()
 
     async def wait(self) -> list[Message]:
-        return await asyncio.shield(self._task)
+        try:
+            return await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if self._task.cancelled():
+                # the producer was cancelled outside the engine's cancel path (before it started,
+                # or while storing the input): still a cancelled run, not the caller's cancellation
+                raise RunCancelledError("run cancelled") from None
+            raise
 
     async def cancel(self) -> None:
         """Cancel the producer, or (for a remote run) ask the run to cancel and let the producer
         drain what it stores while cancelling."""
-        if not self._task.done():
+        if not self._task.done() and not self._cancel_requested:
+            # Once only: a second cancel would interrupt the (shielded) storing of what the
+            # cancelled run leaves, ending the producer before its cancellation results are stored.
+            self._cancel_requested = True
             if self._on_cancel is not None:
                 await self._on_cancel()
             else:

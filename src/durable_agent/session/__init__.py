@@ -66,4 +66,5 @@ __all__ = [
     "transcript_view",
     "tree",
     "validate_session_id",
+    "wire_to_entry",
 ]

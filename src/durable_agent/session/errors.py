@@ -31,7 +31,9 @@ class SessionExistsError(SessionError):
     """``create_session`` found the session already there."""
 
     def __init__(self, session_id: str, detail: str = "") -> None:
-        super().__init__(f"session {session_id!r} already exists" + (f": {detail}" if detail else ""))
+        super().__init__(
+            f"session {session_id!r} already exists" + (f": {detail}" if detail else "")
+        )
         self.session_id = session_id
 
 
@@ -40,7 +42,8 @@ class InvalidSessionIdError(SessionError, ValueError):
 
 
 class EntryConflictError(SessionError):
-    """An append reused a stored entry ID with different content; nothing of the batch was written."""
+    """An append reused a stored entry ID with different content; nothing of the batch was
+    written."""
 
     def __init__(self, session_id: str, entry_id: str) -> None:
         super().__init__(
@@ -69,8 +72,7 @@ class EntryTooLargeError(SessionError):
 
     def __init__(self, session_id: str, entry_id: str, size: int, limit: int) -> None:
         super().__init__(
-            f"entry {entry_id!r} of session {session_id!r} encodes to {size} bytes "
-            f"(limit {limit})"
+            f"entry {entry_id!r} of session {session_id!r} encodes to {size} bytes (limit {limit})"
         )
         self.session_id = session_id
         self.entry_id = entry_id

@@ -30,7 +30,7 @@ def raw_model_view(path: Sequence[Entry]) -> list[Message]:
     ]
     start = last + 1
     if compaction.first_kept_id:
-        for i in range(len(path)):
+        for i in range(last):
             if path[i].id == compaction.first_kept_id:
                 start = i
                 break

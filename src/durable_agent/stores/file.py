@@ -68,7 +68,7 @@ _STRING = re.compile(_STRING_BODY + '"')
 _STRING_PREFIX = re.compile(_STRING_BODY + r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NUMBER_PREFIX = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*|(?:\.[0-9]+)?[eE][+-]?[0-9]*)?)?")
-_LITERALS = ("true", "false", "null")
+_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")  # as Python's json reads
 _CLOSER = {"{": "}", "[": "]"}
 
 # What the scanner expects next.
@@ -93,17 +93,17 @@ def _scan_scalar(text: str, pos: int) -> int | None:
         if m is not None:
             return m.end()
         return -1 if _STRING_PREFIX.fullmatch(text, pos) else None
-    if c == "-" or "0" <= c <= "9":
-        if _NUMBER_PREFIX.fullmatch(text, pos):
-            return -1
-        m = _NUMBER.match(text, pos)
-        return m.end() if m is not None else None
     left = len(text) - pos
     for literal in _LITERALS:
         if text.startswith(literal, pos):
             return pos + len(literal)
         if left < len(literal) and literal.startswith(text[pos:]):
             return -1
+    if c == "-" or "0" <= c <= "9":
+        if _NUMBER_PREFIX.fullmatch(text, pos):
+            return -1
+        m = _NUMBER.match(text, pos)
+        return m.end() if m is not None else None
     return None
 
 
@@ -561,7 +561,10 @@ class FileStore:
     def _load_entries_sync(self, path: Path, session_id: str) -> list[Entry]:
         def read() -> list[Entry]:
             with self._open_shared(path, session_id) as f:
-                return _read_entries(f, session_id)
+                lines = list(_lines(f, 0))
+            # Decoding is the slow part: do it after the lock is released, so a long load never
+            # holds up appenders in other threads or processes.
+            return _decode_lines(lines, session_id)
 
         return self._retry_after_create(read, session_id)
 
@@ -686,11 +689,11 @@ def _reencode_line(fd: int, offset: int) -> str | None:
         return None
 
 
-def _read_entries(f: IO[bytes], session_id: str) -> list[Entry]:
-    """Every entry of an open session file, applying the line table of SPEC §2.2."""
+def _decode_lines(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
+    """Every entry of a session file's ``(offset, line)`` list, applying the tables of SPEC §2.2."""
     entries: list[Entry] = []
     lineno = 0
-    for offset, raw in _lines(f, 0):
+    for offset, raw in lines:
         lineno += 1
         terminated = raw.endswith(b"\n")
         if lineno == 1:

@@ -2,9 +2,12 @@
 
 Two collections. ``sessions`` holds one document per session,
 ``{_id: session_id, parent_id, created_at, next_seq}``; ``entries`` holds one document per entry,
-``{session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
+``{_id, session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
 ``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
 round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
+An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``), so
+the idempotency check is a primary-key lookup: FerretDB's SQLite backend pushes only ``_id``
+equality down to SQL and scans the whole collection for any other filter.
 
 Append order is ``seq``. An append reserves a block of numbers with one
 ``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document and then inserts
@@ -14,14 +17,14 @@ multi-document transaction is needed (the store runs on a standalone ``mongod`` 
 A reservation that is never used leaves a gap in ``seq``, which is harmless.
 
 **Servers whose ``$inc`` is not atomic.** FerretDB 1.x implements ``findAndModify`` and
-``update`` as a read followed by a write, with no transaction around them (FerretDB issues #2168,
+``update`` as a read followed by a write with no transaction around them (FerretDB issues #2168,
 #3040): concurrent increments are lost, two writers can be handed the same numbers, and the
-counter can even move backwards. Overlapping numbers are caught by the ``(session_id, seq)``
-unique index and retried; a counter that went backwards could still place a writer's next entry
-*before* its previous one. So the first number used is also at least one past the highest ``seq``
-already stored (``max(seq) + 1``): a writer's earlier appends are committed before its next one
-starts, so its entries always get increasing numbers. On MongoDB the counter is always ahead of
-every stored ``seq`` and this floor never changes anything.
+counter can move backwards. Overlapping numbers are caught by the ``(session_id, seq)`` unique
+index and retried above the collision. A counter that went backwards could still place a
+writer's next entry *before* its previous one, so each store object also keeps a floor per
+session, one past the highest ``seq`` it has written or loaded, and never uses a number below
+it: a writer's appends get increasing numbers. On MongoDB the counter is always ahead of every
+stored ``seq`` and the floor never changes anything.
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -31,12 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo import ASCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 from pymongo.errors import (
@@ -79,6 +83,13 @@ _MAX_WRITE_ROUNDS = 50
 
 #: Server error codes that mean "the server is going away or not reachable right now", not "your
 #: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
+#: Batches up to this size check stored IDs with concurrent primary-key lookups; larger ones
+#: (forks, imports) with one ``$in`` query.
+_POINT_LOOKUP_LIMIT = 32
+
+#: Sessions whose sequence floor a store object remembers (least recently used are dropped).
+_FLOOR_CACHE_SIZE = 4096
+
 _UNAVAILABLE_CODES = frozenset(
     {
         6,  # HostUnreachable
@@ -116,18 +127,19 @@ def _is_unavailable(exc: PyMongoError) -> bool:
 
 
 @contextlib.contextmanager
-def _translate_errors(session_id: str) -> Iterator[None]:
-    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on."""
+def _translate_errors(what: str) -> Iterator[None]:
+    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on.
+
+    ``what`` names the object of the call in the message, e.g. ``session 's1'``.
+    """
     try:
         yield
     except PyMongoError as exc:
         if _is_unavailable(exc):
-            raise StoreUnavailableError(
-                f"MongoDB unavailable for session {session_id!r}: {exc}"
-            ) from exc
+            raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
         raise
     except OSError as exc:
-        raise StoreUnavailableError(f"MongoDB unavailable for session {session_id!r}: {exc}") from exc
+        raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
 
 
 def _now_ms() -> datetime:
@@ -138,6 +150,11 @@ def _now_ms() -> datetime:
     """
     now = datetime.now(UTC)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def _entry_key(session_id: str, entry_id: str) -> str:
+    """An entry document's ``_id``: unique per session and entry, found by primary-key lookup."""
+    return f"{session_id}/{entry_id}"
 
 
 def _only_duplicate_keys(exc: BulkWriteError) -> bool:
@@ -163,7 +180,7 @@ class MongoStore:
 
     def __init__(
         self,
-        database: AsyncDatabase[Any] | AsyncIOMotorDatabase,
+        database: AsyncDatabase[Any] | AsyncIOMotorDatabase[Any],
         *,
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
@@ -187,11 +204,13 @@ class MongoStore:
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
+        # Per session, one past the highest seq this object wrote or loaded (see module doc).
+        self._floors: OrderedDict[str, int] = OrderedDict()
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
     @property
-    def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase:
+    def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase[Any]:
         """The database this store was built on."""
         return self._database
 
@@ -207,7 +226,7 @@ class MongoStore:
         async with self._index_lock:
             if self._indexed:
                 return
-            with _translate_errors(""):
+            with _translate_errors("creating indexes"):
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
                 )
@@ -216,16 +235,14 @@ class MongoStore:
                 )
             self._indexed = True
 
-    async def create_session(
-        self, session_id: str, parent_id: str | None = None
-    ) -> SessionRecord:
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         """Insert the session document; an existing ``_id`` raises ``SessionExistsError``."""
         sid = validate_session_id(session_id)
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
         doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
-        with _translate_errors(sid):
+        with _translate_errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
@@ -236,7 +253,7 @@ class MongoStore:
     async def load_session(self, session_id: str) -> SessionRecord:
         """The session's record as ``create_session`` wrote it."""
         sid = validate_session_id(session_id)
-        with _translate_errors(sid):
+        with _translate_errors(f"session {sid!r}"):
             await self.ensure_indexes()
             doc = await self._sessions.find_one({"_id": sid})
         if doc is None:
@@ -246,13 +263,15 @@ class MongoStore:
     async def load_entries(self, session_id: str) -> list[Entry]:
         """Every entry of the session in append (``seq``) order."""
         sid = validate_session_id(session_id)
-        with _translate_errors(sid):
+        with _translate_errors(f"session {sid!r}"):
             await self.ensure_indexes()
             await self._require_session(sid)
             cursor = self._entries.find(
-                {"session_id": sid}, {"_id": 0, "entry_id": 1, "wire": 1}
+                {"session_id": sid}, {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1}
             ).sort("seq", ASCENDING)
             docs = [doc async for doc in cursor]
+        if docs:
+            self._raise_floor(sid, int(docs[-1]["seq"]) + 1)
         out: list[Entry] = []
         for doc in docs:
             wire = doc.get("wire")
@@ -277,13 +296,19 @@ class MongoStore:
         """
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
-        with _translate_errors(sid):
+        with _translate_errors(f"session {sid!r}"):
             await self.ensure_indexes()
             if not batch:
                 await self._require_session(sid)
                 return
-            stored = await self._stored(sid, [entry.id for entry, _ in batch])
-            todo = plan_append(sid, batch, stored.get)
+            if len(batch) == 1:
+                # One entry: the insert's duplicate-key check is the idempotency check (a
+                # conflict cannot leave part of a one-entry batch written), saving a round trip
+                # on the most common append. A retried identical entry costs one unused seq.
+                todo = batch
+            else:
+                stored = await self._stored(sid, [entry.id for entry, _ in batch])
+                todo = plan_append(sid, batch, stored.get)
             if todo:
                 await self._complete(self._write(sid, todo))
 
@@ -292,19 +317,34 @@ class MongoStore:
             raise SessionNotFoundError(sid)
 
     async def _stored(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
-        """The stored encodings of those of ``entry_ids`` that are already in the session."""
+        """The stored encodings of those of ``entry_ids`` already in the session, by ``_id``."""
+        keys = [_entry_key(sid, eid) for eid in dict.fromkeys(entry_ids)]
+        projection = {"_id": 0, "entry_id": 1, "wire": 1}
+        if len(keys) <= _POINT_LOOKUP_LIMIT:
+            found = await asyncio.gather(
+                *(self._entries.find_one({"_id": key}, projection) for key in keys)
+            )
+            return {doc["entry_id"]: doc["wire"] for doc in found if doc is not None}
+        cursor = self._entries.find({"_id": {"$in": keys}}, projection)
+        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
+
+    async def _stored_by_index(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
+        """Like :meth:`_stored`, through the ``(session_id, entry_id)`` unique index.
+
+        Used after a duplicate-key error: the index is what rejected the insert, so it is the
+        authority (it also finds entries that other programs stored under another ``_id``).
+        """
         cursor = self._entries.find(
             {"session_id": sid, "entry_id": {"$in": list(dict.fromkeys(entry_ids))}},
             {"_id": 0, "entry_id": 1, "wire": 1},
         )
         return {doc["entry_id"]: doc["wire"] async for doc in cursor}
 
-    async def _next_free_seq(self, sid: str) -> int:
-        """One past the highest stored ``seq`` of the session (0 when it has no entries)."""
-        last = await self._entries.find_one(
-            {"session_id": sid}, {"_id": 0, "seq": 1}, sort=[("seq", DESCENDING)]
-        )
-        return 0 if last is None else int(last["seq"]) + 1
+    def _raise_floor(self, sid: str, floor: int) -> None:
+        self._floors[sid] = max(floor, self._floors.get(sid, 0))
+        self._floors.move_to_end(sid)
+        while len(self._floors) > _FLOOR_CACHE_SIZE:
+            self._floors.popitem(last=False)
 
     async def _write(self, sid: str, todo: list[tuple[Entry, str]]) -> None:
         """Reserve ``len(todo)`` sequence numbers and insert; resolve duplicate keys from a race.
@@ -316,10 +356,9 @@ class MongoStore:
         re-read the batch's IDs and re-plan: identical content is skipped, different content
         raises ``EntryConflictError`` (in that race, entries of this batch before the conflicting
         one stay written: there is no transaction to undo them), and whatever is still missing
-        gets fresh numbers above everything now stored.
+        gets fresh numbers above the collision.
         """
         for _ in range(_MAX_WRITE_ROUNDS):
-            floor = await self._next_free_seq(sid)
             reserved = await self._sessions.find_one_and_update(
                 {"_id": sid},
                 {"$inc": {"next_seq": len(todo)}},
@@ -327,9 +366,13 @@ class MongoStore:
             )
             if reserved is None:
                 raise SessionNotFoundError(sid)
-            first = max(int(reserved.get("next_seq", 0)), floor)
+            first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
+            # Claim the block locally at once, so concurrent appends through this object never
+            # pick overlapping numbers even when the server's counter lost an increment.
+            self._raise_floor(sid, first + len(todo))
             docs = [
                 {
+                    "_id": _entry_key(sid, entry.id),
                     "session_id": sid,
                     "entry_id": entry.id,
                     "seq": first + offset,
@@ -341,13 +384,21 @@ class MongoStore:
             ]
             try:
                 await self._entries.insert_many(docs, ordered=True)
-                return
             except BulkWriteError as exc:
                 if not _only_duplicate_keys(exc):
                     raise
                 race = exc
-            stored = await self._stored(sid, [entry.id for entry, _ in todo])
-            todo = plan_append(sid, todo, stored.get)
+            else:
+                return
+            todo_ids = [entry.id for entry, _ in todo]
+            remaining = plan_append(sid, todo, (await self._stored(sid, todo_ids)).get)
+            if len(remaining) == len(todo):
+                # Nothing went in and no ID of ours is stored under its usual _id: the numbers
+                # collided (the next round takes new ones), or another program stored one of the
+                # IDs under a different _id, which only the (session_id, entry_id) index finds.
+                stored = await self._stored_by_index(sid, todo_ids)
+                remaining = plan_append(sid, todo, stored.get)
+            todo = remaining
             if not todo:
                 return
         raise StoreUnavailableError(

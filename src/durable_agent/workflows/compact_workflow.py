@@ -58,6 +58,7 @@ class CompactWorkflow:
             None,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
+            heartbeat=t.store_heartbeat,
             summary="append compaction",
         )
         event = Event(
@@ -73,6 +74,7 @@ class CompactWorkflow:
             None,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
+            heartbeat=t.store_heartbeat,
             summary="publish session_compacted",
         )
         return encode_entry(stored)

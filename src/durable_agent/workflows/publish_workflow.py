@@ -26,5 +26,6 @@ class PublishWorkflow:
             None,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
+            heartbeat=t.store_heartbeat,
             summary="publish " + ", ".join(e.type for e in inp.events),
         )

@@ -184,6 +184,7 @@ class RunWorkflow:
             None,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
+            heartbeat=t.store_heartbeat,
             summary=f"append {len(wires)} entr{'y' if len(wires) == 1 else 'ies'}",
         )
 
@@ -247,6 +248,7 @@ class RunWorkflow:
                 str,
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
+                heartbeat=t.store_heartbeat,
                 summary="ensure session",
             )
         info = await call_activity(
@@ -255,6 +257,7 @@ class RunWorkflow:
             PathInfo,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
+            heartbeat=t.store_heartbeat,
             summary="load path",
         )
         self._max_turns = info.max_turns

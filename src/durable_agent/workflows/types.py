@@ -126,6 +126,9 @@ class Timeouts(_Model):
     retry_max: float = 30.0
     store_start_to_close: float = 30.0
     store_max_attempts: int = 10
+    store_heartbeat: float = 5.0
+    """Store activities heartbeat (after a short grace period), so a worker killed inside an
+    append or load is noticed within this many seconds rather than at start-to-close."""
     tool_heartbeat: float = 10.0
 
 

@@ -33,13 +33,23 @@ REDACTED = "[redacted]"
 _MAX_DETAIL = 500
 """Provider error text kept in a ModelError (errors travel in Temporal failures: keep it short)."""
 
+_TOKEN = r"(?!\[redacted\])[^\s\"'&,;()\[\]{}]+"
+"""A credential-like value: up to a delimiter, and not one already redacted."""
+
 _SECRET_PATTERNS = [
-    # "Bearer <token>" from an echoed Authorization header.
-    re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
+    # "Bearer <token>" (or "Basic <token>") from an echoed Authorization header.
+    (re.compile(rf"(?i)\b((?:bearer|basic)\s+){_TOKEN}"), rf"\1{REDACTED}"),
     # OpenAI ("sk-", "sk-proj-") and Anthropic ("sk-ant-") keys, masked ("sk-abc***xyz") or not.
-    re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}"),
-    # "api_key=...", "x-api-key: ...", "authorization: ..." as echoed in some error bodies.
-    re.compile(r"(?i)\b(api[_-]?key|x-api-key|authorization)([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-*.]{3,}[A-Za-z0-9_\-*]"), REDACTED),
+    # "api_key=...", "x-api-key: ...", "authorization: ..." as echoed in some error bodies; a
+    # "Bearer"/"Basic" scheme word is left for the first pattern.
+    (
+        re.compile(
+            r"(?i)\b(api[_-]?key|x-api-key|authorization)([\"']?\s*[:=]\s*[\"']?)"
+            rf"(?!(?:bearer|basic)\s){_TOKEN}"
+        ),
+        rf"\1\2{REDACTED}",
+    ),
 ]
 
 
@@ -52,11 +62,8 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups >= 2:
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-        else:
-            text = pattern.sub(REDACTED, text)
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
     return text
 
 

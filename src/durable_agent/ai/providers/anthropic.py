@@ -18,7 +18,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -162,9 +163,11 @@ class AnthropicModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         stream = await self._open(body)
+        # However the consumer stops (done, error, cancel, aclose), the HTTP response is closed.
         try:
-            async for event in self._events(stream):
-                yield event
+            async with aclosing(self._events(stream)) as events:
+                async for event in events:
+                    yield event
         finally:
             await stream.close()
 
@@ -210,7 +213,7 @@ class AnthropicModel:
 
     async def _events(
         self, stream: AsyncStream[RawMessageStreamEvent]
-    ) -> AsyncIterator[ModelEvent]:
+    ) -> AsyncGenerator[ModelEvent, None]:
         draft = Draft(api=API, provider=self.provider, model=self.model)
         blocks: dict[int, int] = {}  # the API's block index -> ours, for the blocks we keep
         tool_json: dict[int, str] = {}  # our block index -> tool input JSON so far

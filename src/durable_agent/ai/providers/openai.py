@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 try:
@@ -164,9 +165,11 @@ class OpenAIChatModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         stream = await self._open(body)
+        # However the consumer stops (done, error, cancel, aclose), the HTTP response is closed.
         try:
-            async for event in self._events(stream):
-                yield event
+            async with aclosing(self._events(stream)) as events:
+                async for event in events:
+                    yield event
         finally:
             await stream.close()
 
@@ -190,7 +193,9 @@ class OpenAIChatModel:
         # included) is neither the cause nor the context of what the caller sees.
         raise error
 
-    async def _chunks(self, stream: AsyncStream[ChatCompletionChunk]) -> AsyncIterator[Any]:
+    async def _chunks(
+        self, stream: AsyncStream[ChatCompletionChunk]
+    ) -> AsyncIterator[ChatCompletionChunk]:
         iterator = stream.__aiter__()
         while True:
             error: ModelError | None = None
@@ -204,9 +209,12 @@ class OpenAIChatModel:
                 raise error
             yield chunk
 
-    async def _events(self, stream: AsyncStream[ChatCompletionChunk]) -> AsyncIterator[ModelEvent]:
+    async def _events(
+        self, stream: AsyncStream[ChatCompletionChunk]
+    ) -> AsyncGenerator[ModelEvent, None]:
         draft = Draft(api=API, provider=self.provider, model=self.model)
-        calls: dict[int, _PendingCall] = {}
+        calls: list[_PendingCall] = []
+        by_index: dict[int, _PendingCall] = {}  # the stream's tool-call index -> its latest call
         finish: str | None = None
         usage = Usage()
         yield ModelEvent(type="start", partial=draft.snapshot())
@@ -230,13 +238,14 @@ class OpenAIChatModel:
                     type="text_delta", partial=draft.snapshot(), delta=text, index=index
                 )
             for tool_delta in delta.tool_calls or []:
-                pending = calls.get(tool_delta.index)
+                pending = by_index.get(tool_delta.index)
                 if pending is None or (
                     tool_delta.id and pending.id and tool_delta.id != pending.id
                 ):
                     # A new call, or (from servers that send every call at index 0) a new ID.
                     pending = _PendingCall(id=tool_delta.id or "", block=len(draft.blocks))
-                    calls[tool_delta.index] = pending
+                    by_index[tool_delta.index] = pending
+                    calls.append(pending)
                     draft.blocks.append(ToolCall(id=pending.id, name=""))
                 function = tool_delta.function
                 fragment = (function.arguments if function else None) or ""
@@ -261,7 +270,7 @@ class OpenAIChatModel:
                 retryable=True,
             )
         stop = _FINISH.get(finish, "error")
-        for pending in calls.values():
+        for pending in calls:
             arguments = final_arguments(pending.arguments)
             if arguments is None:
                 if stop != "length":

@@ -1,0 +1,177 @@
+"""Benchmark: store append cost against session length, and load time (SPEC §2.1, §2.2).
+
+Figures, per store section:
+
+- **append p50/p99** of a one-entry batch into a session already holding 1k, 10k and 50k entries.
+  It must stay flat: FileStore keeps a per-file ID index (keyed by file size) so the idempotency
+  check does not re-read the file; MemoryStore has a dict per session.
+- FileStore only: the **first append** by a fresh store object into the 50k session (it builds the
+  index once by reading the file), and **load time** of 10k- and 100k-entry sessions (target: 100k
+  under 1.5 s).
+
+FileStore appends are measured with ``fsync=False`` (the CPU and syscall cost the index governs)
+and with the default ``fsync=True`` (what durability costs on this disk).
+
+Run: ``.venv/bin/python bench/store_bench.py`` (``--stores memory,file``; ``--quick`` for smaller
+sizes; ``--root DIR`` to measure another file system). A new store kind adds a section function
+to ``SECTIONS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.session import Entry, MessageEntry, Store
+from durable_agent.stores import FileStore, MemoryStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TEXT = "The quick brown fox jumps over the lazy dog. " * 6  # ~270 characters, a short turn
+LOAD_100K_TARGET_S = 1.5
+PREFILL_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Config:
+    append_sizes: tuple[int, ...]
+    load_sizes: tuple[int, ...]
+    samples: int
+    fsync_samples: int
+    root: Path
+
+
+def make_entry(i: int) -> Entry:
+    role = "user" if i % 2 == 0 else "assistant"
+    message = Message(role=role, content=[TextContent(text=TEXT)], timestamp=T0)
+    return MessageEntry(
+        id=f"e{i:07d}",
+        parent_id=f"e{i - 1:07d}" if i else None,
+        created_at=T0 + timedelta(milliseconds=i),
+        message=message,
+    )
+
+
+async def fill(store: Store, session_id: str, start: int, stop: int) -> None:
+    """Append entries ``start..stop`` in large batches (setup, not measured)."""
+    for lo in range(start, stop, PREFILL_BATCH):
+        hi = min(stop, lo + PREFILL_BATCH)
+        await store.append_entries(session_id, [make_entry(i) for i in range(lo, hi)])
+
+
+async def timed(call: Callable[[], Awaitable[object]]) -> float:
+    began = time.perf_counter()
+    await call()
+    return time.perf_counter() - began
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.3f} ms"
+
+
+def p(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+async def append_latencies(store: Store, session_id: str, first: int, samples: int) -> list[float]:
+    """Time ``samples`` one-entry appends, entry numbers from ``first`` on."""
+    out = []
+    for i in range(first, first + samples):
+        entry = make_entry(i)
+        began = time.perf_counter()
+        await store.append_entries(session_id, [entry])
+        out.append(time.perf_counter() - began)
+    return out
+
+
+async def append_curve(
+    label: str, store: Store, session_id: str, cfg: Config, samples: int
+) -> None:
+    """Append p50/p99 at each session length in ``cfg.append_sizes``, growing one session."""
+    await store.create_session(session_id)
+    have = 0
+    for size in cfg.append_sizes:
+        await fill(store, session_id, have, size)
+        await store.append_entries(session_id, [make_entry(size)])  # warm the index at this size
+        lat = await append_latencies(store, session_id, size + 1, samples)
+        have = size + 1 + samples
+        print(f"  {label:<22} at {size:>6} entries: p50 {ms(p(lat, 50))}  p99 {ms(p(lat, 99))}")
+
+
+async def memory_section(cfg: Config) -> None:
+    print("MemoryStore")
+    await append_curve("append", MemoryStore(), "curve", cfg, cfg.samples)
+
+
+async def file_section(cfg: Config) -> None:
+    print(f"FileStore (root {cfg.root})")
+    fast, synced = FileStore(cfg.root, fsync=False), FileStore(cfg.root)
+    await append_curve("append, fsync=False", fast, "curve-fast", cfg, cfg.samples)
+    await append_curve("append, fsync=True", synced, "curve-sync", cfg, cfg.fsync_samples)
+
+    cold = FileStore(cfg.root, fsync=False)  # as in a new process: no index yet
+    seconds = await timed(lambda: cold.append_entries("curve-fast", [make_entry(10**6)]))
+    size = max(cfg.append_sizes)
+    print(f"  first append by a fresh store at ~{size} entries (builds the index): {ms(seconds)}")
+
+    for size in cfg.load_sizes:
+        await load_time(cfg, size)
+
+
+async def load_time(cfg: Config, size: int) -> None:
+    """Load a ``size``-entry session with a fresh store (nothing cached)."""
+    session_id = f"load-{size}"
+    writer = FileStore(cfg.root, fsync=False)
+    await writer.create_session(session_id)
+    await fill(writer, session_id, 0, size)
+    reader = FileStore(cfg.root)
+    seconds = await timed(lambda: reader.load_entries(session_id))
+    note = ""
+    if size == 100_000:
+        verdict = "ok" if seconds < LOAD_100K_TARGET_S else "OVER"
+        note = f"  (target < {LOAD_100K_TARGET_S} s: {verdict})"
+    print(f"  load {size:>6} entries: {seconds:7.3f} s{note}")
+
+
+SECTIONS: dict[str, Callable[[Config], Awaitable[None]]] = {
+    "memory": memory_section,
+    "file": file_section,
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--stores", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--samples", type=int, default=300, help="appends timed per size")
+    parser.add_argument("--fsync-samples", type=int, default=100, help="with fsync=True")
+    parser.add_argument("--quick", action="store_true", help="smaller sessions (a smoke run)")
+    parser.add_argument("--root", type=Path, help="FileStore directory (default: a temp dir)")
+    return parser.parse_args()
+
+
+async def main() -> None:
+    args = parse_args()
+    unknown = set(args.stores.split(",")) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown stores {sorted(unknown)}; choose from {sorted(SECTIONS)}")
+    with tempfile.TemporaryDirectory(dir=args.root) as tmp:
+        cfg = Config(
+            append_sizes=(100, 1000) if args.quick else (1_000, 10_000, 50_000),
+            load_sizes=(1000,) if args.quick else (10_000, 100_000),
+            samples=args.samples,
+            fsync_samples=args.fsync_samples,
+            root=Path(tmp),
+        )
+        for name in args.stores.split(","):
+            await SECTIONS[name](cfg)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,326 @@
+"""The ``durable-agent`` commands (typer + rich).
+
+Exit codes: 0 success, 1 failure (the message says why), 2 usage error, 3 no such session or run,
+130 interrupted. Every command that talks to Temporal reads the standard ``TEMPORAL_*`` variables;
+without ``TEMPORAL_ADDRESS`` it finds a running ``durable-agent dev`` server by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from temporalio.service import RPCError
+
+from ..ai.model import ModelError
+from ..durable.errors import AgentError
+from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
+from .appdef import AppLoadError
+from .commands import NotFound
+from .procs import ProcessError
+from .settings import (
+    DEFAULT_TASK_QUEUE,
+    ENV_APP,
+    ENV_STORE,
+    ENV_TASK_QUEUE,
+    data_dir,
+    read_server_info,
+)
+from .stores import StoreSpecError, resolve_store_spec
+
+__all__ = ["cli", "main"]
+
+T = TypeVar("T")
+
+console = Console()
+err = Console(stderr=True)
+
+cli = typer.Typer(
+    name="durable-agent",
+    help=(
+        "AI-agent conversations that survive crashes, restarts and deploys.\n\n"
+        "Start with `durable-agent demo`. Exit codes: 0 ok, 1 failure, 2 usage, "
+        "3 not found, 130 interrupted."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help=(
+            f"file:PATH or mongodb://... (default: ${ENV_STORE}, then $MONGODB_URI, then "
+            "file:<data dir>/sessions)."
+        ),
+        show_default=False,
+    ),
+]
+QueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--task-queue",
+        help=f"Temporal task queue (default: ${ENV_TASK_QUEUE}, else '{DEFAULT_TASK_QUEUE}').",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name registered on the worker.")]
+
+
+def _queue(flag: str | None) -> str:
+    """Flag, environment, the queue a running ``dev`` advertises, then the default."""
+    if flag:
+        return flag
+    if os.environ.get(ENV_TASK_QUEUE):
+        return os.environ[ENV_TASK_QUEUE]
+    if not os.environ.get("TEMPORAL_ADDRESS"):
+        info = read_server_info(data_dir())
+        if info is not None:
+            return info.task_queue
+    return DEFAULT_TASK_QUEUE
+
+
+def _run(make: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine, turning known failures into a message and an exit code."""
+    try:
+        return asyncio.run(_call(make))
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        raise typer.Exit(130) from None
+    except (NotFound, SessionNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(3) from None
+    except (
+        StoreSpecError,
+        AppLoadError,
+        ProcessError,
+        InvalidSessionIdError,
+        SessionError,
+        ConnectionError,
+        AgentError,
+        ModelError,
+        TimeoutError,
+    ) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from None
+    except RPCError as exc:
+        err.print(f"[red]error:[/] Temporal said: {exc}")
+        raise typer.Exit(1) from None
+
+
+async def _call(make: Callable[[], Awaitable[T]]) -> T:
+    return await make()
+
+
+# -- demo and dev -------------------------------------------------------------------------------
+
+
+@cli.command()
+def demo(
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the server and worker up until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Run the offline demo end to end: a real Temporal dev server, a worker that gets killed
+    mid-run and replaced, branch, fork, compaction and the transcript tree."""
+    from .demo import run_demo
+
+    code = _run(lambda: run_demo(console, keep=keep))
+    raise typer.Exit(code)
+
+
+@cli.command()
+def dev(
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app", help=f"module:attr of the worker app (default: ${ENV_APP}, else the demo app)."
+        ),
+    ] = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    port: Annotated[int, typer.Option(help="gRPC port (another is picked if taken).")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port (another is picked if taken).")] = 8233,
+) -> None:
+    """Run a Temporal dev server (with its Web UI) and a worker until Ctrl-C.
+
+    Other commands (run, chat, state) find this server without TEMPORAL_ADDRESS."""
+    from .devcmd import run_dev
+
+    code = _run(
+        lambda: run_dev(
+            console,
+            app_ref=app or os.environ.get(ENV_APP) or "durable_agent.cli.demo_app:app",
+            store_spec=resolve_store_spec(store),
+            task_queue=task_queue or os.environ.get(ENV_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
+            port=port,
+            ui_port=ui_port,
+        )
+    )
+    raise typer.Exit(code)
+
+
+@cli.command()
+def worker(
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help=f"module:attr (or file.py:attr) of a durable_agent.cli.App (default: ${ENV_APP}).",
+            show_default=False,
+        ),
+    ] = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    ready_file: Annotated[Path | None, typer.Option(hidden=True)] = None,
+    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
+    ] = 30.0,
+) -> None:
+    """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.)."""
+    from .worker import run_worker
+
+    ref = app or os.environ.get(ENV_APP)
+    if not ref:
+        err.print(f"[red]error:[/] --app module:attr is required (or set {ENV_APP})")
+        raise typer.Exit(2)
+    code = _run(
+        lambda: run_worker(
+            app_ref=ref,
+            store_spec=resolve_store_spec(store),
+            task_queue=task_queue or os.environ.get(ENV_TASK_QUEUE) or None,
+            console=console,
+            ready_file=ready_file,
+            parent_pid=parent_pid,
+            connect_timeout=connect_timeout,
+        )
+    )
+    raise typer.Exit(code)
+
+
+# -- session commands ---------------------------------------------------------------------------
+
+
+@cli.command()
+def run(
+    session_id: Annotated[str, typer.Argument(help="Session to run on (created if unknown).")],
+    text: Annotated[str, typer.Argument(help="The user message.")],
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    agent: AgentOpt = "demo",
+    as_json: JsonOpt = False,
+    timeout: Annotated[
+        float, typer.Option(help="Give up (and cancel the run) after this.")
+    ] = 300.0,
+) -> None:
+    """Run one turn on Temporal and print it as it happens (or --json at the end)."""
+    from .commands import run_turn
+
+    code = _run(
+        lambda: run_turn(
+            console,
+            err,
+            session_id=session_id,
+            text=text,
+            store_spec=resolve_store_spec(store),
+            task_queue=_queue(task_queue),
+            agent_name=agent,
+            as_json=as_json,
+            limit=timedelta(seconds=timeout),
+        )
+    )
+    raise typer.Exit(code)
+
+
+@cli.command()
+def sessions(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """List the sessions of the store."""
+    from .commands import list_sessions_cmd
+
+    raise typer.Exit(_run(lambda: list_sessions_cmd(console, resolve_store_spec(store), as_json)))
+
+
+@cli.command()
+def show(
+    session_id: Annotated[str, typer.Argument(help="Session to show.")],
+    store: StoreOpt = None,
+    as_tree: Annotated[bool, typer.Option("--tree", help="Draw the whole branch tree.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a session's transcript (the active path), or its whole tree with --tree."""
+    from .commands import show_session
+
+    raise typer.Exit(
+        _run(lambda: show_session(console, session_id, resolve_store_spec(store), as_tree, as_json))
+    )
+
+
+@cli.command()
+def state(
+    session_id: Annotated[str, typer.Argument(help="Session whose latest run to query.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Query the live state() of the session's latest run on Temporal."""
+    from .commands import query_state
+
+    raise typer.Exit(_run(lambda: query_state(console, session_id, as_json)))
+
+
+@cli.command()
+def chat(
+    session_id: Annotated[str, typer.Argument(help="Session to chat in (created if unknown).")],
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    agent: AgentOpt = "demo",
+) -> None:
+    """Interactive chat: /branch ID, /fork [ID], /compact [N], /tree, /retry, /help, /quit.
+    Ctrl-C during a reply cancels that run; the session stays."""
+    from .chat import run_chat
+
+    raise typer.Exit(
+        _run(
+            lambda: run_chat(
+                console,
+                session_id=session_id,
+                store_spec=resolve_store_spec(store),
+                task_queue=_queue(task_queue),
+                agent_name=agent,
+            )
+        )
+    )
+
+
+def main() -> None:
+    """Entry point: run the command, then leave with ``os._exit`` after flushing, because the
+    Temporal SDK's native threads can abort a normal interpreter shutdown."""
+    code = 0
+    try:
+        cli()
+    except SystemExit as exc:
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except Exception as exc:  # a bug: show it, fail
+        import traceback
+
+        traceback.print_exception(exc)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

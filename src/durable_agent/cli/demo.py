@@ -1,0 +1,355 @@
+"""``durable-agent demo``: the whole story on a real Temporal server, offline, in about a minute.
+
+It starts a dev server (SQLite under the data directory, reused across runs) and a worker
+subprocess, then drives one conversation on a FileStore and narrates each step as it happens:
+a streamed turn in process, the same session resumed on Temporal with a tool call and its receipts,
+the worker SIGKILLed while a slow tool runs and replaced with the run finishing anyway, a branch, a
+fork, a compaction and the transcript tree. Everything it started is stopped by PID at the end.
+Each run uses a new session ID, so running it twice is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from rich.console import Console
+from rich.panel import Panel
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+
+from ..agent.loop import model
+from ..durable.agent import Agent, new
+from ..durable.stream import RunStream
+from ..session.entries import MessageEntry
+from ..session.ids import new_id
+from ..stores.file import FileStore
+from ..workflows import TemporalExecutor, Timeouts, connect, run_workflow_id
+from ..workflows.types import SEARCH_ATTRIBUTE
+from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
+from .procs import (
+    DevServer,
+    ManagedProcess,
+    ProcessError,
+    ServerLock,
+    start_dev_server,
+    start_worker,
+    stop_orphan,
+)
+from .render import RunPrinter, render_tree
+from .settings import ServerInfo, data_dir, read_server_info, remove_server_info, write_server_info
+
+__all__ = ["DEMO_APP", "DEMO_TASK_QUEUE", "run_demo"]
+
+DEMO_APP = "durable_agent.cli.demo_app:app"
+DEMO_TASK_QUEUE = "durable-agent-demo"
+
+DEMO_TIMEOUTS = Timeouts(
+    model_heartbeat=2.0,
+    tool_heartbeat=2.0,
+    retry_initial=0.1,
+    retry_max=1.0,
+)
+"""Heartbeats of 2 s: a killed worker's activity is retried elsewhere about 2 s after the kill."""
+
+
+@dataclass
+class Stack:
+    """What the demo started, stopped in reverse order whatever happens."""
+
+    root: Path
+    console: Console
+    lock: ServerLock
+    workers: list[ManagedProcess] = field(default_factory=list)
+    server: DevServer | None = None
+    owns_server: bool = False
+
+    def stop(self) -> None:
+        for worker in reversed(self.workers):
+            if worker.running():
+                code = worker.stop()
+                self.console.print(f"  stopped worker {worker.pid} (exit {code})")
+        if self.owns_server and self.server is not None and self.server.process is not None:
+            code = self.server.process.stop()
+            self.console.print(f"  stopped Temporal server {self.server.process.pid} (exit {code})")
+            remove_server_info(self.root, os.getpid())
+        self.lock.release()
+
+
+async def _server(stack: Stack) -> DevServer:
+    """Our own dev server, or the one a running ``durable-agent dev`` owns on the same file."""
+    root, console = stack.root, stack.console
+    if not stack.lock.try_acquire():
+        info = read_server_info(root)
+        if info is None:
+            raise ProcessError(
+                f"another durable-agent process holds {stack.lock.path} but advertises no server; "
+                "stop it, or set XDG_DATA_HOME to use another data directory"
+            )
+        console.print(f"Reusing the dev server of process {info.owner_pid} at {info.address}")
+        return DevServer(info.address, info.ui_url, None)
+    orphan = stop_orphan(root, root / "temporal.db")
+    if orphan is not None:
+        console.print(f"Stopped Temporal server {orphan}, left behind by an interrupted run")
+    t0 = time.monotonic()
+    server = await start_dev_server(root)
+    assert server.process is not None
+    stack.server = server
+    stack.owns_server = True
+    write_server_info(
+        root,
+        ServerInfo(
+            pid=server.process.pid,
+            owner_pid=os.getpid(),
+            address=server.address,
+            ui_url=server.ui_url,
+            task_queue=DEMO_TASK_QUEUE,
+        ),
+    )
+    console.print(
+        f"Temporal dev server {server.process.pid} up in {time.monotonic() - t0:.1f} s: "
+        f"gRPC {server.address}, Web UI {server.ui_url}, data {root / 'temporal.db'}"
+    )
+    return server
+
+
+async def _worker(stack: Stack, server: DevServer, n: int, indent: str = "") -> ManagedProcess:
+    t0 = time.monotonic()
+    worker = await start_worker(
+        name=f"worker-{n}",
+        app_ref=DEMO_APP,
+        store_spec=f"file:{stack.root / 'sessions'}",
+        task_queue=DEMO_TASK_QUEUE,
+        address=server.address,
+        log_path=stack.root / "logs" / f"demo-worker-{n}.log",
+        ready_dir=stack.root / "run",
+    )
+    stack.workers.append(worker)
+    stack.console.print(
+        f"{indent}Worker {n} (pid {worker.pid}) polling task queue {DEMO_TASK_QUEUE} "
+        f"after {time.monotonic() - t0:.1f} s"
+    )
+    return worker
+
+
+def _step(console: Console, n: int, title: str) -> None:
+    console.print()
+    console.rule(f"[bold]{n} · {title}", align="left")
+
+
+async def _ask(console: Console, agent: Agent, text: str, **kw: str) -> RunPrinter:
+    console.print(f"  [bold cyan]you ▸[/] {text}")
+    stream = await agent.run(text, **kw)
+    printer = RunPrinter(console)
+    async for event in stream.events():
+        printer.handle(event)
+    printer.finish()
+    return printer
+
+
+async def _started_activity(client: Client, workflow_id: str, within: float) -> tuple[str, int]:
+    """Poll the run until the slow tool's activity is running on a worker: (identity, attempt)."""
+    handle = client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        desc = await handle.describe()
+        for pending in desc.raw_description.pending_activities:
+            if (
+                pending.activity_type.name == "durable_agent.call_tool"
+                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            ):
+                return pending.last_worker_identity, pending.attempt
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"the {SLOW_TOOL} activity of {workflow_id} never started")
+
+
+async def _crash_turn(
+    console: Console, stack: Stack, server: DevServer, client: Client, agent: Agent
+) -> None:
+    text = "Crunch the Q3 sales numbers, please."
+    console.print(f"  [bold cyan]you ▸[/] {text}")
+    run_id = new_id()
+    workflow_id = run_workflow_id(agent.session_id, run_id)
+    stream: RunStream = await agent.run(text, run_id=run_id)
+    printer = RunPrinter(console)
+    killed_at: float | None = None
+    async for event in stream.events():
+        printer.handle(event)
+        inner = event.agent
+        if (
+            killed_at is None
+            and inner is not None
+            and inner.type == "tool_execution_start"
+            and inner.tool_name == SLOW_TOOL
+        ):
+            identity, attempt = await _started_activity(client, workflow_id, 30.0)
+            victim = stack.workers[-1]
+            console.print(
+                f"  [bold red]✗ SIGKILL worker {victim.pid}[/] while {SLOW_TOOL} runs on it "
+                f"(activity attempt {attempt} on {identity})"
+            )
+            victim.kill()
+            killed_at = time.monotonic()
+            replacement = await _worker(stack, server, len(stack.workers) + 1, "  ")
+            console.print(
+                f"  [bold]↻ replacement worker {replacement.pid}[/] is up; Temporal notices the "
+                "dead worker's missed heartbeat and retries the tool there"
+            )
+    printer.finish()
+    await stream.wait()
+    if killed_at is None:
+        console.print(f"  [yellow]the model never called {SLOW_TOOL}: no worker was killed[/]")
+        return
+    console.print(
+        f"  [bold green]✓ run finished[/] {time.monotonic() - killed_at:.1f} s after the kill: "
+        f"same workflow {workflow_id}, nothing lost, nothing repeated"
+    )
+
+
+@contextlib.asynccontextmanager
+async def _stack(root: Path, console: Console) -> AsyncIterator[Stack]:
+    stack = Stack(root, console, ServerLock(root))
+    try:
+        yield stack
+    finally:
+        console.print()
+        console.rule("[bold]Cleaning up", align="left")
+        await asyncio.to_thread(stack.stop)
+
+
+async def _wait_for_ctrl_c() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def run_demo(console: Console, *, keep: bool = False) -> int:
+    """The demo; returns the exit code. ``keep`` leaves the server and worker up until Ctrl-C,
+    to look around the Web UI."""
+    t_start = time.monotonic()
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    console.print(
+        Panel.fit(
+            "[bold]durable-agent demo[/]: a conversation that survives a crashed worker.\n"
+            f"Data directory: {root}",
+            border_style="cyan",
+        )
+    )
+    spec_name = model_choice()
+    if spec_name is None:
+        console.print(
+            "Model: no API key set, so the offline ScriptedModel answers "
+            "(set OPENAI_API_KEY or ANTHROPIC_API_KEY to use a real model)."
+        )
+    else:
+        console.print(f"Model: {spec_name} (from the environment).")
+    session_id = f"demo-{new_id()[:8]}"
+    store = FileStore(root / "sessions")
+    async with _stack(root, console) as stack:
+        server = await _server(stack)
+        await _worker(stack, server, 1)
+        client = await connect(server.address)
+        console.print(f"Session [bold]{session_id}[/] in FileStore {store.root}")
+
+        _step(console, 1, "A streamed turn, in process (token by token)")
+        spec = demo_spec()
+        local = await new(
+            model(spec.model),
+            store=store,
+            session_id=session_id,
+            tools=tuple(spec.tools),
+            system_prompt=spec.system_prompt,
+        )
+        await _ask(console, local, "Hi! What can you do?")
+        await local.close()
+
+        _step(console, 2, "The same session resumed on Temporal: a tool call and its receipts")
+        executor = TemporalExecutor(
+            client,
+            task_queue=DEMO_TASK_QUEUE,
+            execution_timeout=timedelta(minutes=10),
+            timeouts=DEMO_TIMEOUTS,
+        )
+        agent = await new(AGENT, store=store, session_id=session_id, executor=executor)
+        console.print(
+            f"  resumed at leaf {agent.leaf_id} with {len(agent.entries())} stored entries; "
+            "each reply below is printed when its receipt (entry ID + leaf) arrives"
+        )
+        await _ask(console, agent, "What's the weather in Paris?")
+
+        _step(console, 3, "A worker killed mid-run, replaced, and the run finishes anyway")
+        await _crash_turn(console, stack, server, client, agent)
+
+        _step(console, 4, "A branch: edit the last question")
+        question = next(
+            e
+            for e in reversed(agent.entries())
+            if isinstance(e, MessageEntry) and e.message.role == "user"
+        )
+        old_leaf = agent.leaf_id
+        await agent.branch(question.parent_id or "")
+        console.print(
+            f"  leaf moved {old_leaf} → {agent.leaf_id} (just before “{question.message.text()}”); "
+            "the old answer stays in the tree"
+        )
+        await _ask(console, agent, "Crunch the Q4 numbers instead.")
+
+        _step(console, 5, "A fork: a new session that starts from this path")
+        child = await agent.fork(f"{session_id}-fork")
+        console.print(
+            f"  forked {child.session_id} (parent {session_id}) with {len(child.entries())} "
+            "copied entries; the two now evolve independently"
+        )
+        await _ask(console, child, "Turn this into a one-line note for the team.")
+
+        _step(console, 6, "A compaction: summarize, keep the last turn verbatim")
+        before = len(agent.messages())
+        compaction = await agent.compact(keep_turns=1)
+        if compaction is None:
+            console.print("  nothing to compact")
+        else:
+            console.print(
+                f"  stored compaction {compaction.id} (about {compaction.tokens_before} tokens "
+                f"summarized): the model now sees {len(agent.messages())} messages instead of "
+                f"{before}; nothing was deleted"
+            )
+            console.print(f"  [yellow]summary ▸[/] {compaction.summary}")
+        await _ask(console, agent, "What do we know so far?")
+
+        _step(console, 7, "The transcript tree")
+        console.print(render_tree(agent.entries(), agent.leaf_id, f"session {session_id}"))
+        console.print(render_tree(child.entries(), child.leaf_id, f"session {child.session_id}"))
+
+        _step(console, 8, "Inspect the runs in the Temporal Web UI")
+        runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
+        console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
+        if server.ui_url:
+            console.print(f"  [bold link]{server.workflows_url(session_id)}[/]", soft_wrap=True)
+            if not keep:
+                console.print(
+                    "  (the server stops with the demo; `durable-agent demo --keep` or "
+                    "`durable-agent dev` serve the same database, runs included)"
+                )
+        console.print(
+            f"  Read it back later: durable-agent show {session_id} --tree "
+            f"--store file:{store.root}"
+        )
+        if keep:
+            console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
+            await _wait_for_ctrl_c()
+    console.print(f"\n[bold green]Demo complete[/] in {time.monotonic() - t_start:.1f} s.")
+    return 0

@@ -1,0 +1,228 @@
+"""Rich rendering shared by the commands: run events as they happen, transcripts and trees.
+
+A run's events are its receipts: a ``message_end`` arrives only after its entry is stored, so the
+printer shows the stored entry ID and the new leaf right under each message. In-process runs also
+emit ``message_update`` deltas, which are streamed; Temporal runs do not record deltas, so each
+message is printed whole as its receipt arrives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+from rich.tree import Tree
+
+from ..ai.messages import Message, ToolCall
+from ..durable.events import Event
+from ..session.codec import encode_entry
+from ..session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
+from ..session.tree import TreeNode, path, tree
+
+__all__ = [
+    "RunPrinter",
+    "entry_json",
+    "entry_label",
+    "message_summary",
+    "render_transcript",
+    "render_tree",
+    "short",
+]
+
+
+def short(text: str, limit: int = 90) -> str:
+    """One line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _call_text(call: ToolCall) -> str:
+    return f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
+
+
+def message_summary(message: Message) -> str:
+    """What a message says, in one line (tool calls shown as ``name(args)``)."""
+    parts = [message.text()] if message.text() else []
+    parts += [f"→ {_call_text(c)}" for c in message.tool_calls()]
+    return " ".join(parts) if parts else "(empty)"
+
+
+_ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool_result": "bold magenta"}
+
+
+def entry_label(entry: Entry, *, limit: int = 70) -> Text:
+    """``<id> role: text`` for trees and listings."""
+    label = Text()
+    label.append(entry.id, style="dim")
+    label.append(" ")
+    if isinstance(entry, MessageEntry):
+        role = entry.message.role
+        name = "tool" if role == "tool_result" else role
+        label.append(f"{name}: ", style=_ROLE_STYLE.get(role, "bold"))
+        label.append(short(message_summary(entry.message), limit))
+        if entry.meta:
+            label.append(" [meta]", style="dim")
+    elif isinstance(entry, CompactionEntry):
+        label.append("compaction: ", style="bold yellow")
+        label.append(short(entry.summary, limit))
+    elif isinstance(entry, CustomEntry):
+        label.append(f"custom {entry.kind or '?'}", style="bold blue")
+    return label
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """The entry exactly as stores write it."""
+    data: dict[str, Any] = json.loads(encode_entry(entry))
+    return data
+
+
+def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Tree:
+    """The transcript tree: a straight run of entries stays at one level and the tree only
+    indents where the conversation branches, so a long chat stays readable. The active path
+    (root to ``leaf_id``) is bold and the leaf is marked."""
+    active = {e.id for e in path(entries, leaf_id)}
+    root = Tree(Text(title, style="bold"))
+
+    def label(node: TreeNode) -> Text:
+        text = entry_label(node.entry)
+        if node.entry.id in active:
+            text.stylize("bold")
+        else:
+            text.stylize("dim")
+        if node.entry.id == leaf_id:
+            text.append("  ◀ leaf", style="bold yellow")
+        return text
+
+    def add_chain(parent: Tree, node: TreeNode) -> None:
+        current = node
+        while True:
+            added = parent.add(label(current))
+            if len(current.children) == 1:
+                current = current.children[0]
+                continue
+            for child in current.children:
+                on_path = child.entry.id in active
+                fork = added.add(
+                    Text("⑂ branch" + (" (active)" if on_path else ""), style="yellow")
+                )
+                add_chain(fork, child)
+            return
+
+    for node in tree(entries):
+        add_chain(root, node)
+    return root
+
+
+def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
+    """A transcript, one block per entry."""
+    for entry in entries:
+        if isinstance(entry, MessageEntry):
+            m = entry.message
+            role = "tool" if m.role == "tool_result" else m.role
+            head = Text(f"{role}", style=_ROLE_STYLE.get(m.role, "bold"))
+            head.append(f"  {entry.id}", style="dim")
+            console.print(head)
+            console.print(Text(message_summary(m)), soft_wrap=True)
+        elif isinstance(entry, CompactionEntry):
+            console.print(Text(f"compaction  {entry.id}", style="bold yellow"))
+            console.print(Text(entry.summary), soft_wrap=True)
+        else:
+            console.print(Text(f"custom {entry.kind}  {entry.id}", style="bold blue"))
+
+
+class RunPrinter:
+    """Prints one run's events as they arrive, receipts included."""
+
+    def __init__(self, console: Console, *, receipts: bool = True, indent: str = "  ") -> None:
+        self.console = console
+        self.receipts = receipts
+        self.indent = indent
+        self._streamed = ""
+        self._open = False
+        self.receipt_ids: list[str] = []
+        self.leaf_id = ""
+        self.tools_started: list[str] = []
+
+    def _write(self, text: str, style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
+        self.console.file.flush()
+
+    def _close_line(self) -> None:
+        if self._open:
+            self.console.print()
+            self._open = False
+
+    def _receipt(self, event: Event, what: str) -> None:
+        if event.leaf_id is not None:
+            self.leaf_id = event.leaf_id
+        ids = [e.id for e in event.entries or []]
+        self.receipt_ids += ids
+        if self.receipts and ids:
+            self.console.print(
+                f"{self.indent}[dim]✓ stored {what} {escape(', '.join(ids))}"
+                f" · leaf {escape(event.leaf_id or '')}[/dim]"
+            )
+
+    def handle(self, event: Event) -> None:
+        inner = event.agent
+        if inner is None:
+            return
+        message = inner.message
+        if inner.type == "message_start" and message is not None and message.role == "assistant":
+            self._streamed = ""
+            self._close_line()
+            self._write(f"{self.indent}assistant ▸ ", "bold green")
+            self._open = True
+        elif inner.type == "message_update" and message is not None:
+            text = message.text()
+            if text.startswith(self._streamed) and len(text) > len(self._streamed):
+                self._write(text[len(self._streamed) :])
+                self._streamed = text
+        elif inner.type == "message_end" and message is not None:
+            self._end_message(event, message)
+        elif inner.type == "tool_execution_start":
+            self._close_line()
+            self.tools_started.append(inner.tool_name or "")
+            args = json.dumps(inner.args or {}, ensure_ascii=False)
+            self.console.print(
+                f"{self.indent}[bold magenta]⚙ tool[/] {escape(inner.tool_name or '')}"
+                f"({escape(args)}) [dim]running…[/dim]"
+            )
+        elif inner.type == "tool_execution_update" and inner.partial_result:
+            self.console.print(f"{self.indent}[dim]  … {escape(short(inner.partial_result))}[/]")
+
+    def _end_message(self, event: Event, message: Message) -> None:
+        if message.role == "assistant":
+            if not self._open:
+                self._write(f"{self.indent}assistant ▸ ", "bold green")
+                self._open = True
+            text = message.text()
+            if not self._streamed and text:
+                self._write(text)
+            elif text.startswith(self._streamed) and len(text) > len(self._streamed):
+                self._write(text[len(self._streamed) :])
+            for call in message.tool_calls():
+                self._write(("  " if text else "") + f"→ {_call_text(call)}", "magenta")
+            if message.stop_reason in ("error", "aborted"):
+                self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
+            self._close_line()
+            self._streamed = ""
+            self._receipt(event, "reply")
+        elif message.role == "tool_result":
+            self._close_line()
+            style = "red" if message.is_error else "magenta"
+            self.console.print(
+                f"{self.indent}[{style}]↳ {escape(message.tool_name or 'tool')}:[/] "
+                f"{escape(short(message.text(), 120))}"
+            )
+            self._receipt(event, "tool result")
+        else:
+            self._close_line()
+            self._receipt(event, "input")
+
+    def finish(self) -> None:
+        self._close_line()

@@ -1,0 +1,125 @@
+"""Opening the store a command names, and listing its sessions.
+
+A store is named by a spec: ``file:PATH`` or a ``mongodb://`` / ``mongodb+srv://`` URI. The spec
+comes from ``--store``, else ``DURABLE_AGENT_STORE``, else ``MONGODB_URI``, else a FileStore under
+the data directory, so that every command and the worker agree on one store without flags.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..session.errors import CorruptSessionError, SessionError
+from ..session.record import SessionRecord
+from ..session.store import Store
+from ..stores.file import FileStore
+from .settings import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, data_dir
+
+__all__ = ["OpenedStore", "StoreSpecError", "list_sessions", "open_store", "resolve_store_spec"]
+
+DEFAULT_MONGODB_DB = "durable_agent"
+
+
+class StoreSpecError(ValueError):
+    """A store spec the CLI cannot open (bad scheme, missing extra)."""
+
+
+def resolve_store_spec(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The store spec in force: the flag, then the environment, then the default FileStore."""
+    env = os.environ if env is None else env
+    for candidate in (flag, env.get(ENV_STORE), env.get(ENV_MONGODB_URI)):
+        if candidate:
+            return candidate
+    return f"file:{data_dir(env) / 'sessions'}"
+
+
+@dataclass
+class OpenedStore:
+    """A store and what to release when the command is done with it."""
+
+    store: Store
+    spec: str
+    client: Any = None
+
+    async def close(self) -> None:
+        if self.client is not None:
+            result = self.client.close()
+            if hasattr(result, "__await__"):
+                await result
+
+
+def _mongo_database_name(uri: str, env: Mapping[str, str]) -> str:
+    try:
+        from pymongo.uri_parser import parse_uri
+    except ImportError as exc:  # pragma: no cover - the mongo extra is missing
+        raise StoreSpecError(
+            "a mongodb:// store needs PyMongo: pip install 'durable-agent[mongo]'"
+        ) from exc
+    try:
+        parsed = parse_uri(uri)
+    except Exception as exc:
+        raise StoreSpecError(f"invalid MongoDB URI: {exc}") from exc
+    return str(parsed.get("database") or env.get(ENV_MONGODB_DB) or DEFAULT_MONGODB_DB)
+
+
+def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
+    """Build the store ``spec`` names. Opening connects nothing yet; the first call does."""
+    env = os.environ if env is None else env
+    if spec.startswith("file:"):
+        root = spec[len("file:") :]
+        if not root:
+            raise StoreSpecError("file: store needs a directory, as in file:/path/to/sessions")
+        return OpenedStore(FileStore(Path(root).expanduser()), spec)
+    if spec.startswith(("mongodb://", "mongodb+srv://")):
+        name = _mongo_database_name(spec, env)
+        from pymongo import AsyncMongoClient
+
+        from ..stores.mongo import MongoStore
+
+        client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
+        return OpenedStore(MongoStore(client[name]), spec, client)
+    raise StoreSpecError(
+        f"unknown store {spec!r}: use file:PATH or a mongodb:// URI "
+        f"(flag --store, or {ENV_STORE} / {ENV_MONGODB_URI})"
+    )
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One line of ``durable-agent sessions``."""
+
+    id: str
+    parent_id: str | None
+    created_at: datetime
+
+
+async def list_sessions(store: Store) -> list[SessionSummary]:
+    """Every session of ``store``, oldest first. The Store protocol has no listing (SPEC keeps
+    it to three operations), so this knows the two built-in durable stores."""
+    records: list[SessionRecord] = []
+    if isinstance(store, FileStore):
+        if not store.root.is_dir():
+            return []
+        for path in sorted(store.root.glob("*.jsonl")):
+            try:
+                records.append(await store.load_session(path.stem))
+            except (SessionError, CorruptSessionError):
+                continue
+    else:
+        database = getattr(store, "database", None)
+        if database is None:
+            raise StoreSpecError(f"{type(store).__name__} cannot list its sessions")
+        cursor = database.get_collection("sessions").find({}, {"parent_id": 1, "created_at": 1})
+        async for doc in cursor:
+            records.append(
+                SessionRecord(
+                    id=str(doc["_id"]), parent_id=doc.get("parent_id"), created_at=doc["created_at"]
+                )
+            )
+    records.sort(key=lambda r: r.created_at)
+    return [SessionSummary(r.id, r.parent_id, r.created_at) for r in records]

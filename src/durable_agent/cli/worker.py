@@ -1,0 +1,101 @@
+"""``durable-agent worker``: serve an app's agents on a task queue until told to stop.
+
+Stops cleanly on SIGTERM/SIGINT and, when started by ``demo``/``dev`` (``--parent-pid``), as soon
+as its parent is gone, so a killed demo never leaves a worker behind. A Temporal server that is not
+up yet is retried until ``connect_timeout`` (containers start in any order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from rich.console import Console
+from temporalio.client import Client
+
+from ..workflows import connect_from_env, create_worker
+from .appdef import load_app
+from .settings import DEFAULT_TASK_QUEUE, temporal_env
+from .stores import OpenedStore, open_store
+
+__all__ = ["connect_with_retry", "run_worker"]
+
+
+async def connect_with_retry(within: float) -> Client:
+    """``connect_from_env``, retried every half second for ``within`` seconds."""
+    env = temporal_env()
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await connect_from_env(env)
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
+                raise ConnectionError(f"cannot reach Temporal at {address}: {exc}") from exc
+            await asyncio.sleep(0.5)
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+async def run_worker(
+    *,
+    app_ref: str,
+    store_spec: str,
+    task_queue: str | None,
+    console: Console,
+    ready_file: Path | None = None,
+    parent_pid: int | None = None,
+    connect_timeout: float = 30.0,
+) -> int:
+    """Run until stopped; the exit code."""
+    app = load_app(app_ref)
+    queue = task_queue or app.task_queue or DEFAULT_TASK_QUEUE
+    opened: OpenedStore | None = None
+    if app.store is None:
+        opened = open_store(store_spec)
+        store = opened.store
+        store_name = opened.spec
+    else:
+        store = app.store
+        store_name = type(store).__name__
+    client = await connect_with_retry(connect_timeout)
+    worker = await create_worker(
+        client, task_queue=queue, store=store, agents=app.agents, publisher=app.publisher
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watcher = (
+        asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid is not None else None
+    )
+    try:
+        async with worker:
+            console.print(
+                f"worker {os.getpid()} ready: task queue [bold]{queue}[/], "
+                f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
+                f"Temporal {client.service_client.config.target_host}"
+            )
+            if ready_file is not None:
+                tmp = ready_file.with_suffix(".tmp")
+                tmp.write_text(f"{os.getpid()}\n")
+                tmp.replace(ready_file)
+            await stop.wait()
+            console.print(f"worker {os.getpid()} stopping")
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        if opened is not None:
+            await opened.close()
+    return 0

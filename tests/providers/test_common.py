@@ -1,0 +1,101 @@
+"""The adapters' shared helpers: retry hints, redaction, tool-argument parsing, error building."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from durable_agent.ai import ModelError
+from durable_agent.ai.providers._common import (
+    final_arguments,
+    model_error,
+    partial_arguments,
+    redact,
+    retry_after_seconds,
+    status_retryable,
+)
+
+NOW = 1764684642.0  # Tue, 02 Dec 2025 14:10:42 GMT
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+        ({"retry-after": "Tue, 02 Dec 2025 14:11:12 GMT"}, 30.0),
+        ({"retry-after": "Tue, 02 Dec 2025 14:00:00 GMT"}, 0.0),  # in the past: retry now
+        ({"retry-after": "-3"}, None),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after-ms": "nan"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after_seconds(headers, now=NOW) == expected
+
+
+def test_retryable_statuses() -> None:
+    retryable = [s for s in range(400, 600) if status_retryable(s)]
+    assert retryable[:3] == [408, 409, 429]
+    assert retryable[3:] == list(range(500, 600))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Incorrect API key provided: sk-proj-abc123XYZ.",
+            "Incorrect API key provided: [redacted].",
+        ),
+        ("masked sk-abc1****************wxyz here", "masked [redacted] here"),
+        ('{"authorization": "Bearer tok_123"}', '{"authorization": "Bearer [redacted]"}'),
+        ("x-api-key: abcdef123, next", "x-api-key: [redacted], next"),
+        ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic [redacted]"),
+        ("api_key=hunter2hunter2&x=1", "api_key=[redacted]&x=1"),
+        ("nothing secret here", "nothing secret here"),
+    ],
+)
+def test_redact_patterns(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_redact_exact_secrets_of_any_shape() -> None:
+    assert redact("key=plainsecret99 and plainsecret99", ["plainsecret99", None, ""]) == (
+        "key=[redacted] and [redacted]"
+    )
+
+
+def test_model_error_is_bounded_redacted_and_pickles() -> None:
+    error = model_error(
+        "openai",
+        "HTTP 429",
+        detail="slow down  sk-live-123456789\n" + "x" * 2000,
+        retryable=True,
+        retry_after=2.5,
+    )
+
+    assert str(error).startswith("openai: HTTP 429: slow down [redacted] xxx")
+    assert str(error).endswith("… (retry after 2.5s)")
+    assert len(str(error)) < 600
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, ModelError)
+    assert (str(copy), copy.retryable, copy.retry_after) == (str(error), True, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("raw", "partial", "final"),
+    [
+        ("", {}, {}),
+        ('{"city": "Pa', {"city": "Pa"}, None),
+        ('{"a": [1, 2', {"a": [1, 2]}, None),
+        ('{"a": 1}', {"a": 1}, {"a": 1}),
+        ("[1, 2]", {}, None),  # valid JSON, but not an object
+        ("{not json", {}, None),
+    ],
+)
+def test_argument_parsing(raw: str, partial: dict[str, object], final: object) -> None:
+    assert partial_arguments(raw) == partial
+    assert final_arguments(raw) == final

@@ -1,0 +1,193 @@
+"""Shared helpers of the Temporal executor tests: executors, bounded polling, store checks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowHandle
+
+from durable_agent import Event, Message, RunStream
+from durable_agent.session import Entry, MessageEntry, Store, encode_entry
+from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_workflow_id
+from tests.support.temporal import FAST
+
+T = TypeVar("T")
+
+RUN_TIMEOUT = timedelta(seconds=60)
+"""Every test workflow's execution timeout: a determinism bug fails fast instead of hanging."""
+
+CRASH = FAST.model_copy(update={"store_heartbeat": 2.0})
+"""FAST plus a short store-activity heartbeat, so a worker killed inside an append is noticed in
+about two seconds (the default start-to-close would take 30)."""
+
+
+def queue() -> str:
+    """A task queue no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def sid(prefix: str = "s") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def run_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def executor(
+    client: Client, task_queue: str, *, timeouts: Timeouts = FAST, **options: Any
+) -> TemporalExecutor:
+    options.setdefault("execution_timeout", RUN_TIMEOUT)
+    return TemporalExecutor(client, task_queue=task_queue, timeouts=timeouts, **options)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> T:
+    """Poll ``probe`` until it returns something truthy, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = await probe()
+            if value:
+                return value
+        except Exception as exc:  # a query before the first workflow task, a lagging list …
+            last_error = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_error
+        await asyncio.sleep(interval)
+
+
+async def wait_for_file(path: Path, *, timeout: float = 30.0) -> None:
+    async def probe() -> bool:
+        return path.exists()
+
+    await eventually(probe, timeout=timeout, what=f"marker {path.name}")
+
+
+async def run_state(client: Client, session_id: str, rid: str) -> RunState:
+    handle = client.get_workflow_handle(run_workflow_id(session_id, rid))
+    state: RunState = await handle.query("state", result_type=RunState)
+    return state
+
+
+async def wait_state(
+    client: Client,
+    session_id: str,
+    rid: str,
+    predicate: Callable[[RunState], bool],
+    *,
+    timeout: float = 20.0,
+    what: str = "run state",
+) -> RunState:
+    async def probe() -> RunState | None:
+        state = await run_state(client, session_id, rid)
+        return state if predicate(state) else None
+
+    return await eventually(probe, timeout=timeout, what=what)
+
+
+@dataclass
+class Outcome:
+    """Everything a consumer saw of one run."""
+
+    events: list[Event] = field(default_factory=list)
+    messages: list[Message] | None = None
+    error: BaseException | None = None
+
+    def types(self) -> list[str]:
+        return [e.agent.type for e in self.events if e.agent is not None]
+
+    def receipts(self) -> list[Entry]:
+        return [entry for e in self.events if e.entries for entry in e.entries]
+
+
+async def consume(stream: RunStream) -> Outcome:
+    """Read every event of ``stream`` (never raising) and then ``wait()``."""
+    out = Outcome()
+    try:
+        async for event in stream.events():
+            out.events.append(event)
+    except Exception as exc:
+        out.error = exc
+    try:
+        out.messages = await stream.wait()
+    except Exception as exc:
+        out.error = out.error or exc
+    return out
+
+
+def messages_of(entries: Sequence[Entry]) -> list[Message]:
+    return [e.message for e in entries if isinstance(e, MessageEntry)]
+
+
+def assert_one_chain(entries: Sequence[Entry], *, root_parent: str | None = None) -> None:
+    """The stored entries form one chain in append order, each message exactly once."""
+    assert entries, "nothing stored"
+    parent = root_parent
+    for entry in entries:
+        assert entry.parent_id == parent, (
+            f"entry {entry.id} has parent {entry.parent_id!r}, expected {parent!r}: "
+            + json.dumps([[e.id, e.parent_id] for e in entries])
+        )
+        parent = entry.id
+    ids = [e.id for e in entries]
+    assert len(set(ids)) == len(ids), "an entry ID is stored twice"
+    bodies = [m.model_dump_json(exclude={"timestamp"}) for m in messages_of(entries)]
+    assert len(set(bodies)) == len(bodies), "a message is stored twice"
+
+
+def assert_receipts_stored(outcome: Outcome, stored: Sequence[Entry]) -> None:
+    """Every receipt the client saw names a stored entry, with the stored content."""
+    by_id = {e.id: encode_entry(e) for e in stored}
+    for entry in outcome.receipts():
+        assert entry.id in by_id, f"receipt {entry.id} names no stored entry"
+        assert encode_entry(entry) == by_id[entry.id], f"receipt {entry.id} differs from the store"
+
+
+async def load(store: Store, session_id: str) -> list[Entry]:
+    return await store.load_entries(session_id)
+
+
+def history_text(history_json: str) -> str:
+    """A history's JSON plus every base64 payload in it decoded, for substring searches."""
+    parts = [history_json]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "data" and isinstance(value, str):
+                    try:
+                        parts.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
+                    except ValueError:
+                        pass
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(json.loads(history_json))
+    return "\n".join(parts)
+
+
+async def fetch_history_text(handle: WorkflowHandle[Any, Any]) -> str:
+    history = await handle.fetch_history()
+    return history_text(history.to_json())
+
+
+def event_types(history_json: str) -> list[str]:
+    return [e.get("eventType", "") for e in json.loads(history_json).get("events", [])]
