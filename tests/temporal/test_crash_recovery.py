@@ -53,8 +53,7 @@ async def crash_and_recover(
     agent = await new(
         AGENT, store=FileStore(root), session_id=session, executor=executor(client, q, timeouts=CRASH)
     )
-    stream_rid = run_id()
-    stream = await agent.run("go", run_id=stream_rid)
+    stream = await agent.run("go", run_id=run_id())
     seen = asyncio.create_task(consume(stream))
 
     await wait_for_file(markers / MARKERS[point])
@@ -64,12 +63,6 @@ async def crash_and_recover(
 
     outcome = await asyncio.wait_for(seen, 60)
     recovery = time.monotonic() - killed_at
-    import os
-    if os.environ.get("DUMP_HISTORY"):
-        from durable_agent.workflows import run_workflow_id
-        h = await client.get_workflow_handle(run_workflow_id(session, stream_rid)).fetch_history()
-        Path(os.environ["DUMP_HISTORY"] + f"-{point}.json").write_text(h.to_json())
-        print("RECOVERY", point, recovery, "killed", killed_at)
     assert outcome.error is None, repr(outcome.error)
 
     stored = await FileStore(root).load_entries(session)

@@ -94,8 +94,13 @@ def _queue(flag: str | None) -> str:
 
 def _run(make: Callable[[], Awaitable[T]]) -> T:
     """Run one command's coroutine, turning known failures into a message and an exit code."""
+    return _guard(lambda: asyncio.run(_call(make)))
+
+
+def _guard(body: Callable[[], T]) -> T:
+    """Known failures become a one-line message and an exit code; bugs keep their traceback."""
     try:
-        return asyncio.run(_call(make))
+        return body()
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         raise typer.Exit(130) from None
@@ -291,7 +296,7 @@ def chat(
     from .chat import run_chat
 
     raise typer.Exit(
-        _run(
+        _guard(
             lambda: run_chat(
                 console,
                 session_id=session_id,
