@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -15,12 +16,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
 
-__all__ = ["DevServer", "free_port", "start_dev_server", "temporal_binary"]
+__all__ = ["DevServer", "dynamic_flags", "free_port", "launch", "start_dev_server", "temporal_binary"]
 
 
 def temporal_binary(name: str = "temporal") -> str:
@@ -39,6 +41,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def dynamic_flags(values: Mapping[str, object]) -> list[str]:
+    flags: list[str] = []
+    for key, value in values.items():
+        flags += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
+    return flags
 
 
 @dataclass
@@ -70,8 +79,9 @@ class DevServer:
             self.process.wait(timeout)
 
 
-def launch(directory: Path) -> DevServer:
-    """Spawn a headless dev server on a free port, its state in ``directory/temporal.db`` (WAL)."""
+def launch(directory: Path, dynamic_config: Mapping[str, object] | None = None) -> DevServer:
+    """Spawn a headless dev server on a free port, its state in ``directory/temporal.db`` (WAL);
+    ``dynamic_config`` adds ``--dynamic-config-value KEY=VALUE`` flags (values JSON-encoded)."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "temporal.db"
     log_path = directory / "temporal-server.log"
@@ -95,6 +105,7 @@ def launch(directory: Path) -> DevServer:
                 "synchronous=normal",
                 "--log-level",
                 "warn",
+                *dynamic_flags(dynamic_config or {}),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -103,12 +114,14 @@ def launch(directory: Path) -> DevServer:
     return DevServer(proc, port, db, log_path)
 
 
-async def start_dev_server(directory: Path, *, within: float = 30.0) -> DevServer:
+async def start_dev_server(
+    directory: Path, *, dynamic_config: Mapping[str, object] | None = None, within: float = 30.0
+) -> DevServer:
     """Start a dev server (see :func:`launch`) and wait until its default namespace answers."""
     last_error: BaseException | None = None
     log_path = directory / "temporal-server.log"
     for _ in range(3):  # a port taken between free_port() and bind: try another
-        server = launch(directory)
+        server = launch(directory, dynamic_config)
         log_path = server.log_path
         deadline = time.monotonic() + within
         while time.monotonic() < deadline and server.process.poll() is None:

@@ -5,13 +5,11 @@ Every store kind in ``STORE_KINDS`` runs the same conformance suite and the dura
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-import contextlib
-
 from temporalio.client import Client
 
 from durable_agent.session import Store

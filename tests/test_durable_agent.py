@@ -694,3 +694,56 @@ def test_agent_is_exported() -> None:
     import durable_agent
 
     assert durable_agent.Agent is Agent
+
+
+async def test_cached_views_match_the_projection_of_the_path() -> None:
+    """The handle's cached path and views always equal path/model_view recomputed from the
+    index, through appends of every kind, compactions, dangling calls and branches."""
+    import random
+
+    from durable_agent.ai import tool_result_message
+    from durable_agent.session import model_view, path, raw_model_view, transcript_view
+
+    rng = random.Random(20260102)
+    agent = await new(None)
+    open_calls: list[ToolCall] = []
+    for step in range(400):
+        op = rng.randrange(10)
+        stored = [e for e in agent.entries() if not (isinstance(e, MessageEntry) and e.ephemeral)]
+        if op == 0 and stored:
+            await agent.branch(rng.choice([*(e.id for e in stored), ""]))
+            open_calls = []
+        elif op == 1:
+            calls = [ToolCall(id=f"c{step}-{i}", name="t") for i in range(rng.randrange(1, 3))]
+            open_calls = list(calls)
+            await agent.append(
+                MessageEntry(message=assistant_message(TextContent(text=f"a{step}"), *calls))
+            )
+        elif op in (2, 3) and open_calls:
+            call = open_calls.pop(0)
+            await agent.append(
+                MessageEntry(
+                    message=tool_result_message(call.id, "t", TextContent(text=f"r{step}"))
+                )
+            )
+        elif op == 4:
+            kept = rng.choice([*(e.id for e in stored[-4:]), "", "missing"])
+            await agent.append(CompactionEntry(summary=f"summary {step}", first_kept_id=kept))
+        elif op == 5:
+            await agent.append(CustomEntry(kind="note"), ephemeral(f"eph {step}"))
+        elif op == 6:
+            await agent.append(meta(f"meta {step}"))
+        else:
+            batch: list[Any] = [f"u{step}"]
+            if rng.random() < 0.5:
+                batch.append(MessageEntry(message=assistant_message(TextContent(text="a"))))
+            await agent.append(*batch)
+        index = {e.id: e for e in agent.entries()}
+        index = {
+            k: v for k, v in index.items() if not (isinstance(v, MessageEntry) and v.ephemeral)
+        }
+        expected = path(index, agent.leaf_id)
+        assert agent._path() == expected
+        assert agent.messages() == model_view(expected)
+        assert agent._views() == (raw_model_view(expected), model_view(expected))
+        assert agent.transcript() == transcript_view(expected)

@@ -614,9 +614,13 @@ def private_server(tmp_path: Path) -> Iterator[FerretDB]:
     try:
         server = start_ferretdb(tmp_path / "ferretdb")
     except FerretDBUnavailable as exc:
-        if os.environ.get("MONGODB_URI"):
-            pytest.skip(f"needs a FerretDB it can stop (MONGODB_URI is not stoppable): {exc}")
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    else:
+        problem = ""
+    if problem and os.environ.get("MONGODB_URI"):
+        pytest.skip(f"needs a FerretDB it can stop (the MONGODB_URI server is not): {problem}")
+    if problem:
+        pytest.fail(problem, pytrace=False)
     try:
         yield server
     finally:

@@ -46,7 +46,11 @@ def mongo_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         server = start_ferretdb(tmp_path_factory.mktemp("ferretdb"))
     except FerretDBUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
+        problem = str(exc)
+    else:
+        problem = ""
+    if problem:  # failed outside the except block, so the report is just the one message
+        pytest.fail(problem, pytrace=False)
     try:
         yield server.uri
     finally:

@@ -53,6 +53,7 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
         )
         result = await handle.result()
         latest = await handle.fetch_history()
+        positions = await _positions(temporal_client, agent.session_id, rid)
 
     stored = await store.load_entries(agent.session_id)
     assert_one_chain(stored)
@@ -70,7 +71,6 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
     assert agent.leaf_id == stored[-1].id
 
     # positions 1..N without gaps, across the executions
-    positions = await _positions(temporal_client, agent.session_id, rid)
     assert positions == list(range(1, len(outcome.events) + 1))
 
     # the result covers the whole run, not the last execution
@@ -78,6 +78,11 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
     assert result.new_entry_ids == [e.id for e in stored]
     assert result.leaf_id == stored[-1].id
     assert result.usage.input > 0
+    # agent_end reports the whole run too (as in-process), not only the last execution's part
+    end = outcome.events[-1].agent
+    assert end is not None and end.type == "agent_end"
+    assert end.messages == outcome.messages
+    assert end.usage == result.usage
 
     # the history shows the continue-as-new chain (TURNS + 1 model calls, every 2 turns)
     started = json.loads(latest.to_json())["events"][0]

@@ -44,7 +44,9 @@ from ..workflows.types import (
     AppendInput,
     CallModelInput,
     CallToolInput,
+    EnsureSessionInput,
     LoadPathInput,
+    ModelReply,
     PathInfo,
     PublishInput,
     SummarizeInput,
@@ -177,8 +179,11 @@ class AgentActivities:
     # -- activities --------------------------------------------------------------------------
 
     @activity.defn(name="durable_agent.ensure_session")
-    async def ensure_session(self, session_id: str) -> str:
-        """Create the session if absent; return its last appended entry ID (``""`` if empty)."""
+    async def ensure_session(self, inp: EnsureSessionInput) -> str:
+        """Create the session if absent; return its last appended entry ID (``""`` if empty).
+        An unknown agent fails first, so it creates nothing."""
+        self._spec(inp.agent)
+        session_id = inp.session_id
         try:
             async with _heartbeating(STORE_GRACE):
                 try:
@@ -231,7 +236,7 @@ class AgentActivities:
             raise application_error(exc) from exc
 
     @activity.defn(name="durable_agent.call_model")
-    async def call_model(self, inp: CallModelInput) -> Message:
+    async def call_model(self, inp: CallModelInput) -> ModelReply:
         """Stream one model reply from the view at the leaf; on cancellation return what was
         streamed so far as an ``aborted`` message."""
         spec = self._spec(inp.agent)
@@ -246,6 +251,7 @@ class AgentActivities:
         )
         partial: Message | None = None
         final: Message | None = None
+        cancelled = False
         try:
             async with _heartbeating():
                 async for event in spec.model.stream(request):
@@ -257,7 +263,7 @@ class AgentActivities:
             aborted = aborted_message(partial)
             if aborted is None:
                 raise
-            final = aborted
+            final, cancelled = aborted, True
         except ModelError as exc:
             raise application_error(exc) from exc
         if final is None:
@@ -265,7 +271,7 @@ class AgentActivities:
                 ModelError("model stream ended without a complete message", retryable=True)
             )
         self._check_size("model reply", final.model_dump_json())
-        return final
+        return ModelReply(message=final, cancelled=cancelled)
 
     @activity.defn(name="durable_agent.call_tool")
     async def call_tool(self, inp: CallToolInput) -> Message:

@@ -40,8 +40,8 @@ __all__ = ["cli", "main"]
 
 T = TypeVar("T")
 
-console = Console()
-err = Console(stderr=True)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
 
 cli = typer.Typer(
     name="durable-agent",
@@ -189,7 +189,12 @@ def worker(
     ] = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
-    ready_file: Annotated[Path | None, typer.Option(hidden=True)] = None,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Create this file once polling, remove it on exit (container health checks)."
+        ),
+    ] = None,
     parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
     connect_timeout: Annotated[
         float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")

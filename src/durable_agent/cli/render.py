@@ -172,7 +172,9 @@ class RunPrinter:
         if inner is None:
             return
         message = inner.message
-        if inner.type == "message_start" and message is not None and message.role == "assistant":
+        if inner.type == "agent_start":
+            self._receipt(event, "input")
+        elif inner.type == "message_start" and message is not None and message.role == "assistant":
             self._streamed = ""
             self._close_line()
             self._write(f"{self.indent}assistant ▸ ", "bold green")

@@ -94,6 +94,9 @@ async def run_worker(
             await stop.wait()
             console.print(f"worker {os.getpid()} stopping")
     finally:
+        if ready_file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(ready_file)
         if watcher is not None:
             watcher.cancel()
         if opened is not None:

@@ -21,12 +21,13 @@ from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
 from ..session.codec import encode_entry
-from ..session.entries import CompactionEntry, Entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
+from ..session.repair import repair_tool_calls
 from ..session.store import Store
 from ..session.tree import path as tree_path
-from ..session.views import model_view, transcript_view
+from ..session.views import raw_model_view, transcript_view
 from .errors import AgentClosedError, EntryNotFoundError, RunActiveError
 from .events import Event
 from .executor import Executor, LocalExecutor
@@ -81,6 +82,7 @@ class Agent:
         self._compacting = False
         self._closed = False
         self._pending_run_id: str | None = None
+        self._active_cache: _ActivePath | None = None
         runner: Runner = self._base_run
         for mw in reversed(self._middleware):
             runner = mw(runner)
@@ -119,10 +121,22 @@ class Agent:
 
     def messages(self) -> list[Message]:
         """The active path as the model sees it (compaction applied, tool calls repaired)."""
-        return model_view(self._path())
+        return self._active().views()[1]
+
+    def _active(self) -> _ActivePath:
+        active = self._active_cache
+        if active is None or active.leaf != self._leaf:
+            active = _ActivePath(self._leaf, tree_path(self._index, self._leaf))
+            self._active_cache = active
+        return active
 
     def _path(self) -> list[Entry]:
-        return tree_path(self._index, self._leaf)
+        """The active path (a new list)."""
+        return list(self._active().path)
+
+    def _views(self) -> tuple[list[Message], list[Message]]:
+        """``raw_model_view`` and ``model_view`` of the active path (new lists)."""
+        return self._active().views()
 
     # -- guards and state (used by executors) -------------------------------------------------
 
@@ -133,10 +147,20 @@ class Agent:
             raise RunActiveError(f"a run or compaction is active on session {self._session_id!r}")
 
     def _apply(self, stamped: Stamped) -> None:
+        old_leaf = self._leaf
         self._log.extend(stamped.copies)
         for entry in stamped.durable:
             self._index[entry.id] = entry
         self._leaf = stamped.leaf_id
+        active = self._active_cache
+        durable = stamped.durable
+        if (
+            active is not None
+            and durable
+            and active.leaf == old_leaf
+            and durable[0].parent_id == (old_leaf or None)
+        ):
+            active.extend(stamped.leaf_id, durable)  # stamp() chains the durable copies
 
     def _apply_receipt(self, entries: Sequence[Entry], leaf_id: str) -> None:
         """Follow a remote run's receipt (Temporal executor)."""
@@ -285,6 +309,47 @@ class Agent:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class _ActivePath:
+    """The active path and its model views, cached for one leaf and extended as runs append.
+
+    A leaf's path never changes (stored entries are immutable and the index only gains new IDs),
+    so the cache is keyed by the leaf; a batch chained from the cached leaf extends it instead of
+    re-walking the tree, and the views grow incrementally, so a run's cost does not scale with
+    the transcript. Repair (SPEC §5.1) splits at any message that is not a ``tool_result``: the
+    contiguous results an assistant message consumes end before it. ``settled`` is the repaired
+    view of ``raw[:split]``; only the tail from ``split`` is repaired on each read.
+    """
+
+    def __init__(self, leaf: str, path: list[Entry]) -> None:
+        self.leaf = leaf
+        self.path = path
+        self.raw: list[Message] | None = None
+        self.settled: list[Message] = []
+        self.split = 0
+
+    def extend(self, leaf: str, entries: Sequence[Entry]) -> None:
+        self.leaf = leaf
+        self.path.extend(entries)
+        if self.raw is None:
+            return
+        if any(isinstance(e, CompactionEntry) for e in entries):
+            self.raw = None  # a new last compaction re-projects the view
+        else:
+            self.raw.extend(e.message for e in entries if isinstance(e, MessageEntry))
+
+    def views(self) -> tuple[list[Message], list[Message]]:
+        if self.raw is None:
+            self.raw, self.settled, self.split = raw_model_view(self.path), [], 0
+        raw = self.raw
+        k = len(raw) - 1
+        while k > self.split and raw[k].role == "tool_result":
+            k -= 1
+        if k > self.split:
+            self.settled.extend(repair_tool_calls(raw[self.split : k]))
+            self.split = k
+        return list(raw), self.settled + repair_tool_calls(raw[self.split :])
 
 
 def _fork_copies(child_id: str, snapshot: Sequence[Entry]) -> list[Entry]:

@@ -17,7 +17,7 @@ from ..ai.timefmt import utc_now
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
 from ..session.repair import dangling_calls
-from ..session.views import model_view, raw_model_view
+from ..session.views import raw_model_view
 from .compaction import plan_compaction, summarize
 from .engine import RunEngine, repair_entries
 from .errors import NoFactoryError, RunCancelledError
@@ -32,10 +32,14 @@ if TYPE_CHECKING:
 __all__ = ["Executor", "LocalExecutor", "dangling_at"]
 
 
-def dangling_at(path: Sequence[Entry]) -> tuple[list[Entry], Message | None]:
+def dangling_at(
+    path: Sequence[Entry], view: Sequence[Message] | None = None
+) -> tuple[list[Entry], Message | None]:
     """Run-start repair for ``path``: the synthetic results to store (SPEC §5.2) and the
-    dangling assistant message they answer."""
-    view = raw_model_view(path)
+    dangling assistant message they answer. ``view``: ``raw_model_view(path)`` if already
+    computed."""
+    if view is None:
+        view = raw_model_view(path)
     calls = dangling_calls(view)
     if not calls:
         return [], None
@@ -97,18 +101,18 @@ class LocalExecutor:
 
     async def start_run(self, agent: Agent, entries: list[Entry], run_id: str | None) -> RunStream:
         factory: Factory | None = agent._factory
-        path = agent._path()
+        raw, history = agent._views()
         leaf = agent.leaf_id
 
         async def produce(put: Any) -> list[Message]:
             try:
                 if factory is None:
                     raise NoFactoryError("this agent has no factory: it records but never runs")
-                options = agent._options.model_copy(update={"history": model_view(path)})
+                options = agent._options.model_copy(update={"history": history})
                 loop = await build_loop(factory, options)
                 engine = RunEngine(agent.session_id, leaf, _LocalEffects(agent, put))
                 try:
-                    repairs, _ = dangling_at(path)
+                    repairs, _ = dangling_at((), raw)
                     receipt = await engine.start(entries, repairs)
                     try:
                         await engine.drive(loop, entries, receipt)

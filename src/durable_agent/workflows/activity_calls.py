@@ -11,13 +11,28 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from .types import Timeouts
+    from .types import SEARCH_ATTRIBUTE, Timeouts
 
-__all__ = ["STORE_NON_RETRYABLE", "call_activity", "store_retry"]
+__all__ = [
+    "SESSION_ID_KEY",
+    "STORE_NON_RETRYABLE",
+    "call_activity",
+    "ensure_session_attribute",
+    "store_retry",
+]
+
+SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
+
+
+def ensure_session_attribute(session_id: str) -> None:
+    """Set ``DurableAgentSessionId`` on this workflow unless its starter already did (an
+    operator starting a run from the UI or CLI rarely sets search attributes)."""
+    if workflow.info().typed_search_attributes.get(SESSION_ID_KEY) != session_id:
+        workflow.upsert_search_attributes([SESSION_ID_KEY.value_set(session_id)])
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.publisher import compacted_key
     from ..session.codec import encode_entry
     from ..session.entries import CompactionEntry
-    from .activity_calls import call_activity, store_retry
+    from .activity_calls import call_activity, ensure_session_attribute, store_retry
     from .run_workflow import workflow_id_new
     from .types import AppendInput, CompactInput, PublishInput, SummarizeInput, SummaryResult
     from .types import event_to_wire
@@ -26,6 +26,7 @@ class CompactWorkflow:
     @workflow.run
     async def run(self, inp: CompactInput) -> str | None:
         t = inp.timeouts
+        ensure_session_attribute(inp.session_id)
         result = await call_activity(
             "durable_agent.summarize",
             SummarizeInput(

@@ -23,6 +23,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
     CancelledError,
     TerminatedError,
@@ -89,6 +90,8 @@ def _search(session_id: str) -> TypedSearchAttributes:
 def client_error(exc: BaseException) -> BaseException:
     """A workflow failure as the in-process executor would have raised it."""
     cause = exc.cause if isinstance(exc, WorkflowFailureError) else exc
+    if isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause  # a workflow that let an activity failure through: report its cause
     if isinstance(cause, CancelledError):
         return RunCancelledError("run cancelled")
     if isinstance(cause, TerminatedError):
@@ -212,6 +215,10 @@ class TemporalExecutor:
                             if inner and inner.type == "message_end" and event.entries:
                                 if inner.message is not None:
                                     produced.append(inner.message)
+                            if inner and inner.type == "agent_end":
+                                # the workflow sends the run's usage, not its transcript
+                                inner = inner.model_copy(update={"messages": list(produced)})
+                                event = event.model_copy(update={"agent": inner})
                             put(event)
                             after = wire.position
                         delay = self.poll_initial

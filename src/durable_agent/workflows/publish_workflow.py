@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from .activity_calls import call_activity, store_retry
+    from .activity_calls import call_activity, ensure_session_attribute, store_retry
     from .types import PublishInput
 
 __all__ = ["PublishWorkflow"]
@@ -20,6 +20,8 @@ class PublishWorkflow:
     @workflow.run
     async def run(self, inp: PublishInput) -> None:
         t = inp.timeouts
+        if inp.events:
+            ensure_session_attribute(inp.events[0].session_id)
         await call_activity(
             "durable_agent.publish",
             inp,

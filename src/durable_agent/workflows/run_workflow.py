@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -32,14 +32,20 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
     from ..session.entries import MessageEntry
-    from .activity_calls import call_activity, store_retry
+    from .activity_calls import (
+        SESSION_ID_KEY,
+        call_activity,
+        ensure_session_attribute,
+        store_retry,
+    )
     from .types import (
-        SEARCH_ATTRIBUTE,
         AppendInput,
         CallModelInput,
         CallToolInput,
+        EnsureSessionInput,
         EventsAnswer,
         LoadPathInput,
+        ModelReply,
         PathInfo,
         RunInput,
         RunResult,
@@ -52,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 
-SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
 QUERY_BUDGET = 1_000_000
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
@@ -115,6 +120,8 @@ class RunWorkflow:
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
         self._max_turns: int | None = None
+        self._aborted_reply: Message | None = None
+        """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -192,6 +199,14 @@ class RunWorkflow:
         agent_event = event.agent
         if agent_event is not None and agent_event.type in UNRECORDED:
             return
+        if agent_event is not None and agent_event.type == "agent_end":
+            # The loop only knows this execution's part of the run (continue-as-new restarts
+            # it), and the whole transcript does not belong in a query answer: the run's usage
+            # goes out here, the client fills ``messages`` from the receipts it applied.
+            engine = self._engine
+            assert engine is not None
+            agent_event = agent_event.model_copy(update={"messages": [], "usage": engine.usage})
+            event = event.model_copy(update={"agent": agent_event})
         self._events.append(event_to_wire(event, self._next_position))
         self._next_position += 1
         if agent_event is not None and agent_event.type == "turn_end":
@@ -240,26 +255,32 @@ class RunWorkflow:
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
         t = inp.timeouts
+        ensure_session_attribute(inp.session_id)
         leaf = inp.leaf_id
-        if leaf is None:
-            leaf = await call_activity(
-                "durable_agent.ensure_session",
-                inp.session_id,
-                str,
+        try:
+            if leaf is None:
+                leaf = await call_activity(
+                    "durable_agent.ensure_session",
+                    EnsureSessionInput(session_id=inp.session_id, agent=inp.agent),
+                    str,
+                    start_to_close=t.store_start_to_close,
+                    retry=store_retry(t),
+                    heartbeat=t.store_heartbeat,
+                    summary="ensure session",
+                )
+            info = await call_activity(
+                "durable_agent.load_path",
+                LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent),
+                PathInfo,
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
-                summary="ensure session",
+                summary="load path",
             )
-        info = await call_activity(
-            "durable_agent.load_path",
-            LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent),
-            PathInfo,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary="load path",
-        )
+        except ActivityError as exc:
+            if _cancelled(exc):
+                raise CancelledError("run cancelled") from exc
+            raise _as_failure(exc) from exc
         self._max_turns = info.max_turns
         engine = RunEngine(inp.session_id, leaf, self)
         engine.turn_count = inp.turn_count
@@ -283,7 +304,7 @@ class RunWorkflow:
                 ]
                 receipt = await engine.start(inputs, repairs)
             await engine.drive(loop, inputs, receipt, resumed=inp.resumed)
-            aborted = any(m.stop_reason == "aborted" for m in engine.produced)
+            aborted = False
         except Exception as exc:
             if not _cancelled(exc):
                 engine.status = "failed"
@@ -292,6 +313,11 @@ class RunWorkflow:
         except asyncio.CancelledError:
             aborted = True
         if aborted:
+            # as in-process: the partial reply (if the model call was cut), then a cancelled
+            # result for every unanswered call, each with its receipt
+            reply, self._aborted_reply = self._aborted_reply, None
+            if reply is not None:
+                await engine.store_message(reply)
             await engine.cancel()
             raise CancelledError("run cancelled")
         return RunResult(
@@ -367,10 +393,10 @@ class _ActivityModel:
         assert inp is not None
         t = inp.timeouts
         try:
-            message = await call_activity(
+            reply = await call_activity(
                 "durable_agent.call_model",
                 wf.model_call(),
-                Message,
+                ModelReply,
                 start_to_close=t.model_start_to_close,
                 heartbeat=t.model_heartbeat,
                 retry=RetryPolicy(
@@ -392,7 +418,12 @@ class _ActivityModel:
                 retryable = bool(details[0]) if details else False
                 raise ModelError(text, retryable=retryable) from exc
             raise
-        yield ModelEvent(type="done", partial=message)
+        if reply.cancelled:
+            # the run is being cancelled: the workflow stores the partial reply on its cancel
+            # path, like the in-process engine (no turn_end or agent_end follows)
+            wf._aborted_reply = reply.message
+            raise asyncio.CancelledError()
+        yield ModelEvent(type="done", partial=reply.message)
 
 
 class _ActivityTools:

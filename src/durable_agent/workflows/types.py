@@ -22,9 +22,11 @@ __all__ = [
     "CallModelInput",
     "CallToolInput",
     "CompactInput",
+    "EnsureSessionInput",
     "EventsAnswer",
     "InputEntry",
     "LoadPathInput",
+    "ModelReply",
     "PathInfo",
     "PublishInput",
     "RunInput",
@@ -208,6 +210,12 @@ class ToolInfo(_Model):
     timeout: float = 300.0
 
 
+class EnsureSessionInput(_Model):
+    session_id: str
+    agent: str
+    """Checked first: a run for an unknown agent creates nothing."""
+
+
 class LoadPathInput(_Model):
     session_id: str
     leaf_id: str
@@ -234,6 +242,14 @@ class CallModelInput(_Model):
     agent: str
     options: dict[str, Any] = Field(default_factory=dict)
     ephemeral: list[str] = Field(default_factory=list)
+
+
+class ModelReply(_Model):
+    """``call_model``'s answer. ``cancelled``: the run was cancelled mid-call and ``message`` is
+    the partial reply as stored (``stop_reason="aborted"``, unfinished tool calls removed)."""
+
+    message: Message
+    cancelled: bool = False
 
 
 class CallToolInput(_Model):

@@ -57,13 +57,18 @@ async def create_worker(
     """A Worker running the run, compaction and publish workflows for ``agents``.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
-    seconds; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
+    seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
+    quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
     workflow instead of retrying its task forever.
     """
     if register_search_attribute:
         await ensure_search_attribute(client)
     activities = AgentActivities(store, agents, publisher, payload_limit=payload_limit)
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
+    # A cancel request reaches a running activity only in a heartbeat response, and the SDK
+    # throttles heartbeats to 0.8 x the heartbeat timeout (4 s for model calls by default): a
+    # short throttle makes stream.cancel() take well under a second.
+    worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=0.5))
     return Worker(
         client,
         task_queue=task_queue,

@@ -1,0 +1,33 @@
+# The durable-agent worker image (used by docker-compose.yml).
+#
+# It runs `durable-agent worker`; everything is configured through the environment:
+#   DURABLE_AGENT_APP         module:attr of the App to serve (default: the demo app)
+#   DURABLE_AGENT_STORE       file:PATH or mongodb://... (else MONGODB_URI)
+#   DURABLE_AGENT_TASK_QUEUE  task queue to poll (default: durable-agent)
+#   TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TLS_CERT/KEY, TEMPORAL_API_KEY
+#   OPENAI_API_KEY / OPENAI_BASE_URL / ANTHROPIC_API_KEY / DURABLE_AGENT_MODEL (demo app model)
+# To serve your own agents, build FROM this image, COPY your package in, set DURABLE_AGENT_APP.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /opt/durable-agent
+COPY pyproject.toml README.md ./
+COPY src ./src
+# temporalio itself, not the `temporal` extra: the worker needs no server binaries.
+RUN pip install ".[mongo,cli,openai,anthropic]" "temporalio>=1.35,<2" \
+    && useradd --create-home --uid 10001 agent
+
+USER agent
+WORKDIR /home/agent
+ENV DURABLE_AGENT_APP=durable_agent.cli.demo_app:app \
+    DURABLE_AGENT_TASK_QUEUE=durable-agent \
+    DURABLE_AGENT_DATA_DIR=/home/agent/data
+
+ENTRYPOINT ["durable-agent"]
+CMD ["worker", "--ready-file", "/tmp/durable-agent-worker.ready"]
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["test", "-f", "/tmp/durable-agent-worker.ready"]

@@ -1,0 +1,150 @@
+"""``durable-agent demo`` end to end: the whole story, its cleanup, and a second run.
+
+The first run is a plain subprocess with its output checked step by step; the second runs in a
+terminal (pexpect) with ``--keep`` so the Temporal Web UI's API can be asked for the session's runs
+(both runs' sessions: the SQLite file is reused across servers), then Ctrl-C ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from durable_agent.session.entries import MessageEntry
+from durable_agent.stores import FileStore
+from tests.cli.support import CLI, cli_env, in_order, plain, run_cli, wait_dead
+
+pytestmark = pytest.mark.temporal
+
+STEPS = [
+    "offline ScriptedModel",
+    "Temporal dev server",
+    "Worker 1 (pid",
+    "1 · A streamed turn, in process",
+    "you ▸ Hi! What can you do?",
+    "assistant ▸ Hello! I am a durable agent.",
+    "✓ stored reply",
+    "2 · The same session resumed on Temporal",
+    "✓ stored input",
+    "assistant ▸ → get_weather",
+    "⚙ tool get_weather",
+    "↳ get_weather: Paris: 18°C, light rain",
+    "✓ stored tool result",
+    "Take an umbrella.",
+    "3 · A worker killed mid-run",
+    "⚙ tool crunch_numbers",
+    "✗ SIGKILL worker",
+    "replacement worker",
+    "↳ crunch_numbers: Q3 total: 1,284,500 EUR",
+    "attempt 2",
+    "✓ run finished",
+    "4 · A branch: edit the last question",
+    "leaf moved",
+    "Q4 is not closed yet",
+    "5 · A fork",
+    "-fork (parent demo-",
+    "Note for the team: Paris: 18°C, light rain.",
+    "6 · A compaction",
+    "stored compaction",
+    "summary ▸ Summary:",
+    "From my compacted notes",
+    "7 · The transcript tree",
+    "⑂ branch",
+    "⑂ branch (active)",
+    "◀ leaf",
+    "8 · Inspect the runs in the Temporal Web UI",
+    "/namespaces/default/workflows?query=DurableAgentSessionId%3D%22demo-",
+    "Cleaning up",
+    "stopped worker",
+    "stopped Temporal server",
+    "Demo complete",
+]
+
+
+def _pids(output: str) -> list[int]:
+    found = re.findall(r"Temporal dev server (\d+) up", output)
+    found += re.findall(r"Worker \d+ \(pid (\d+)\)", output)
+    return [int(p) for p in found]
+
+
+def _ui_runs(ui_url: str, session_id: str) -> list[dict[str, Any]]:
+    query = urllib.parse.quote(f'DurableAgentSessionId="{session_id}"')
+    url = f"{ui_url}/api/v1/namespaces/default/workflows?query={query}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        data: dict[str, Any] = json.loads(response.read())
+    return list(data.get("executions", []))
+
+
+async def _check_store(data_home: Path, session_id: str) -> None:
+    store = FileStore(data_home / "durable-agent" / "sessions")
+    entries = await store.load_entries(session_id)
+    users = [
+        e.message.text()
+        for e in entries
+        if isinstance(e, MessageEntry) and e.message.role == "user"
+    ]
+    assert "Crunch the Q3 sales numbers, please." in users
+    assert "Crunch the Q4 numbers instead." in users
+    results = [
+        e.message.text()
+        for e in entries
+        if isinstance(e, MessageEntry) and e.message.tool_name == "crunch_numbers"
+    ]
+    assert len(results) == 1, "the killed attempt stored nothing; the retry stored one result"
+    fork = await store.load_session(f"{session_id}-fork")
+    assert fork.parent_id == session_id
+
+
+async def test_demo_twice(tmp_path: Path) -> None:
+    env = cli_env(tmp_path, DURABLE_AGENT_DEMO_TOOL_SECONDS="3")
+    t0 = time.monotonic()
+    first = run_cli(["demo"], env, timeout=170)
+    wall = time.monotonic() - t0
+    output = first.stdout + first.stderr
+    assert first.returncode == 0, output
+    assert in_order(first.stdout, STEPS) == [], first.stdout
+    assert wall < 150, f"the demo took {wall:.0f} s"
+    (artifact := tmp_path / "demo-output.txt").write_text(first.stdout)
+
+    # the replacement worker, not the killed one, produced the tool result
+    killed = int(re.search(r"SIGKILL worker (\d+)", output).group(1))  # type: ignore[union-attr]
+    replacement = int(re.search(r"replacement worker (\d+)", output).group(1))  # type: ignore[union-attr]
+    assert f"on worker {replacement}, attempt 2" in output
+    assert killed != replacement
+    # everything it started is gone
+    assert wait_dead(_pids(output)) == []
+    session_id = re.search(r"Session (demo-[0-9a-f]+)", output).group(1)  # type: ignore[union-attr]
+    await _check_store(tmp_path, session_id)
+
+    # second run: same data directory, new session, kept up to look at the UI
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "demo", "--keep"], env=env, encoding="utf-8", timeout=170,
+        dimensions=(50, 220),
+    )
+    try:
+        child.expect("press Ctrl-C")
+        second = plain(child.before or "")
+        second_id = re.search(r"Session (demo-[0-9a-f]+)", second).group(1)  # type: ignore[union-attr]
+        assert second_id != session_id
+        ui_url = re.search(r"(http://127\.0\.0\.1:\d+)/namespaces/", second).group(1)  # type: ignore[union-attr]
+        runs = _ui_runs(ui_url, second_id)
+        assert len(runs) >= 5, runs
+        earlier = _ui_runs(ui_url, session_id)
+        assert earlier, "the first run's workflows survive in the reused server database"
+        child.sendintr()
+        child.expect(pexpect.EOF, timeout=60)
+        tail = plain(child.before or "")
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, tail
+    assert "stopped Temporal server" in tail
+    assert wait_dead(_pids(second)) == []
+    print(f"demo wall time {wall:.1f} s; output saved to {artifact}")
