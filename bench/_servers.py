@@ -22,7 +22,14 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-__all__ = ["DevServer", "dynamic_flags", "free_port", "launch", "start_dev_server", "temporal_binary"]
+__all__ = [
+    "DevServer",
+    "dynamic_flags",
+    "free_port",
+    "launch",
+    "start_dev_server",
+    "temporal_binary",
+]
 
 
 def temporal_binary(name: str = "temporal") -> str:

@@ -21,7 +21,14 @@
     (client), with the executor's default ``Timeouts`` and with short ones. Target: under 5 s plus
     the interrupted call's own duration.
 
-Run: ``.venv/bin/python bench/temporal_bench.py [--json PATH]`` (about 3-4 minutes).
+The dev server is started with ``history.transferProcessorMaxPollRPS=1000``: its default (20,
+for its single history shard) lets about 28 activity round trips through at full speed and then
+holds every workflow task about 40 ms, so any sequence of more than a few turns runs at 50 ms per
+activity round trip whatever the executor does. ``--transfer-rps 0`` keeps the server default.
+``--passthrough`` runs the workers with ``durable_agent`` passed through the workflow sandbox,
+which ``create_worker`` does not do by default (see the first-workflow-task figures).
+
+Run: ``.venv/bin/python bench/temporal_bench.py [--json PATH]`` (about 4-5 minutes).
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 
 from durable_agent import new, tool
@@ -67,6 +75,8 @@ if str(BENCH_DIR) not in sys.path:
 
 import _bare_workflow  # noqa: E402
 from _servers import start_dev_server  # noqa: E402
+
+TRANSFER_RPS_KEY = "history.transferProcessorMaxPollRPS"
 
 SHORT = Timeouts(model_heartbeat=1.0, retry_initial=0.1, retry_max=1.0, tool_heartbeat=2.0)
 """The short settings for (c): heartbeat timeout 1 s, first retry after 0.1 s."""
@@ -217,6 +227,21 @@ def make_store(kind: str, root: Path) -> Store:
     return FileStore(root)
 
 
+def first_workflow_task(history: WorkflowHistory) -> float:
+    """Seconds from the first workflow task's start to its completion (the sandbox's import of
+    the workflow module counts here)."""
+    started = completed = None
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and started is None:
+            started = e.event_time.ToDatetime()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            completed = e.event_time.ToDatetime()
+            break
+    if started is None or completed is None:
+        return float("nan")
+    return (completed - started).total_seconds()
+
+
 async def history_size(client: Client, workflow_id: str) -> tuple[int, int, int]:
     """(events, protobuf bytes, JSON bytes) of a workflow's current history."""
     hist = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -249,12 +274,17 @@ async def bench_history(
         # 1. one handle, `turns` sequential runs, each a new run workflow
         agent = await new("answer", store=store, executor=executor)
         per_run: list[tuple[int, int, int]] = []
+        first_wft: list[float] = []
         t0 = time.perf_counter()
         for i in range(1, turns + 1):
             run_id = f"r{i:04d}"
             stream = await agent.run(f"question {i:04d}", run_id=run_id)
             await stream.wait()
-            per_run.append(await history_size(client, run_workflow_id(agent.session_id, run_id)))
+            wid = run_workflow_id(agent.session_id, run_id)
+            per_run.append(await history_size(client, wid))
+            first_wft.append(
+                first_workflow_task(await client.get_workflow_handle(wid).fetch_history())
+            )
         runs_seconds = time.perf_counter() - t0
         first, last = per_run[0], per_run[-1]
         out["runs"] = {
@@ -265,6 +295,11 @@ async def bench_history(
             "turn1": {"events": first[0], "bytes": first[1], "json_bytes": first[2]},
             f"turn{turns}": {"events": last[0], "bytes": last[1], "json_bytes": last[2]},
             "within_10pct": within(first[1], last[1]) and within(first[2], last[2]),
+            "first_workflow_task_seconds": {
+                "p50": pct(first_wft, 0.5),
+                "p95": pct(first_wft, 0.95),
+                "max": max(first_wft),
+            },
         }
 
         # 2. one run of `turns` tool-calling model turns, answer at turn `turns + 1`
@@ -321,6 +356,11 @@ def print_history(res: dict[str, Any]) -> None:
         f"{min(r['per_run_events'])}..{max(r['per_run_events'])} events"
     )
     print(f"    turn {n} within 10% of turn 1: {'yes' if r['within_10pct'] else 'NO'}")
+    w = r["first_workflow_task_seconds"]
+    print(
+        f"    first workflow task of each run (server times): p50 {w['p50'] * 1000:.0f} ms, "
+        f"p95 {w['p95'] * 1000:.0f} ms, max {w['max'] * 1000:.0f} ms"
+    )
     o = res["one_run"]
     a, b = o["turn1"], o[f"turn{n}"]
     print(
@@ -375,9 +415,10 @@ async def bench_overhead(
         executor = TemporalExecutor(
             client, task_queue=queue, execution_timeout=timedelta(minutes=10)
         )
-        # warm-up: both workers, both code paths
+        # warm-up: both workers, both code paths; drains the server's transfer-queue burst
+        # allowance, so with the server default both sides are measured in the same regime
         await client.execute_workflow(
-            "bench.bare", 2, id=queue_name("warm"), task_queue=bare_queue, result_type=int
+            "bench.bare", 40, id=queue_name("warm"), task_queue=bare_queue, result_type=int
         )
         warm = await new("answer", store=store, executor=executor)
         await (await warm.run("warm up")).wait()
@@ -715,15 +756,17 @@ async def worker_main(args: argparse.Namespace) -> None:
 async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     parts = set(args.only.split(","))
     root = Path(tempfile.mkdtemp(prefix="temporal-bench-"))
-    server = await start_dev_server(root / "server")
+    dynamic = {TRANSFER_RPS_KEY: args.transfer_rps} if args.transfer_rps else {}
+    server = await start_dev_server(root / "server", dynamic_config=dynamic)
     results: dict[str, Any] = {
         "server": "temporal server start-dev, SQLite + WAL",
         "store": args.store,
         "sandbox": "passthrough durable_agent" if args.passthrough else "create_worker default",
+        "dynamic_config": dynamic,
     }
     print(
         f"dev server {server.address} (pid {server.pid}), data in {root}; store {args.store}; "
-        f"workflow sandbox: {results['sandbox']}",
+        f"workflow sandbox: {results['sandbox']}; dynamic config: {dynamic or 'none'}",
         flush=True,
     )
     t_all = time.perf_counter()
@@ -788,6 +831,12 @@ def main(argv: list[str] | None = None) -> int:
         "--passthrough",
         action="store_true",
         help="workers pass durable_agent through the workflow sandbox (not the default)",
+    )
+    parser.add_argument(
+        "--transfer-rps",
+        type=int,
+        default=1000,
+        help=f"the dev server's {TRANSFER_RPS_KEY} (0: the server default, 20)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")

@@ -563,6 +563,10 @@ async def test_busy_rule_during_a_run(harness: Harness, store: Store) -> None:
     await (await agent.run("warm up")).wait()
     first_leaf = agent.leaf_id
     stream = await agent.run("go")
+    events = stream.events()
+    async for event in events:  # the assistant's receipt comes before the tool starts
+        if event.agent is not None and event.agent.type == "tool_execution_start":
+            break
     await started.wait()
     assert agent.running
     with pytest.raises(RunActiveError):
@@ -579,7 +583,8 @@ async def test_busy_rule_during_a_run(harness: Harness, store: Store) -> None:
     assert texts(child.messages())[:4] == ["warm up", "first", "go", ""]
     assert len(await store.load_entries("busy-child")) == 4
     release.set()
-    await stream.wait()
+    async for _ in events:
+        pass
     assert not agent.running
     await (await agent.run("again")).wait()
     assert texts(agent.messages())[-2:] == ["again", "later"]

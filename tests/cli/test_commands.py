@@ -1,4 +1,4 @@
-"""``dev``, ``worker``, ``run``, ``show``, ``sessions``, ``state`` and ``chat`` against a real server.
+"""The session commands, `dev` and `worker` against a real server; `chat` in a real terminal.
 
 One ``durable-agent dev`` (a dev server, its UI and a demo-app worker) serves the module; the
 commands find it through the data directory's ``server.json``, as they would for a user, and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -55,9 +56,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
             [*CLI, "dev"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
         )
     try:
-        _wait_for(
-            lambda: "is up" in log.read_text() or proc.poll() is not None, 90, "dev to start"
-        )
+        _wait_for(lambda: "is up" in log.read_text() or proc.poll() is not None, 90, "dev to start")
         assert proc.poll() is None, log.read_text()
         info = json.loads((home / "durable-agent" / "server.json").read_text())
         yield Dev(env, proc, log, info)
@@ -160,7 +159,16 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
         turn = _json(
             run_cli(
-                ["run", "w1", "Weather?", "--agent", "weather", "--task-queue", "weather", "--json"],
+                [
+                    "run",
+                    "w1",
+                    "Weather?",
+                    "--agent",
+                    "weather",
+                    "--task-queue",
+                    "weather",
+                    "--json",
+                ],
                 dev.env,
             )
         )
@@ -171,6 +179,52 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
         log.close()
     assert code == 0
     assert not ready.exists(), "the ready file goes away with the worker"
+
+
+@pytest.mark.mongo
+def test_mongo_store_from_the_cli(dev: Dev, mongo_uri: str, tmp_path: Path) -> None:
+    """The same commands on a MongoStore: the worker by flag, the client by environment."""
+    database = f"da_cli_{secrets.token_hex(4)}"
+    env = {**dev.env, "DURABLE_AGENT_MONGODB_DB": database}
+    ready = tmp_path / "mongo-worker.ready"
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [
+            *CLI,
+            "worker",
+            "--app",
+            "durable_agent.cli.demo_app:app",
+            "--store",
+            mongo_uri,
+            "--task-queue",
+            "mongo-q",
+            "--ready-file",
+            str(ready),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for(lambda: ready.exists() or worker.poll() is not None, 60, "the worker")
+        assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+        client_env = {**env, "DURABLE_AGENT_STORE": mongo_uri}
+        turn = _json(
+            run_cli(
+                ["run", "m1", "What's the weather in Paris?", "--task-queue", "mongo-q", "--json"],
+                client_env,
+            )
+        )
+        assert "18°C" in turn["reply"]
+        listed = _json(run_cli(["sessions", "--json"], client_env))
+        assert [row["id"] for row in listed] == ["m1"]
+        shown = _json(run_cli(["show", "m1", "--json", "--store", mongo_uri], env))
+        assert [e["id"] for e in shown["entries"]] == [e["id"] for e in turn["entries"]]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(30)
+        log.close()
+    assert code == 0
 
 
 def test_chat_repl(dev: Dev) -> None:

@@ -7,8 +7,12 @@ terminal (pexpect) with ``--keep`` so the Temporal Web UI's API can be asked for
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
+import shutil
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -23,6 +27,8 @@ from durable_agent.stores import FileStore
 from tests.cli.support import CLI, cli_env, in_order, plain, run_cli, wait_dead
 
 pytestmark = pytest.mark.temporal
+
+ROOT = Path(__file__).resolve().parents[2]
 
 STEPS = [
     "offline ScriptedModel",
@@ -75,6 +81,52 @@ def _pids(output: str) -> list[int]:
     return [int(p) for p in found]
 
 
+ARTIFACTS = Path(os.environ.get("DURABLE_AGENT_ARTIFACTS") or ROOT / ".artifacts")
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("the UI screenshot needs Chromium: apt-get install chromium", pytrace=False)
+
+
+def _browse(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on the Temporal UI; the virtual-time budget lets its JS fetch and render
+    the run list before the screenshot or DOM dump is taken."""
+    return subprocess.run(
+        [
+            _chromium(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,900",
+            "--virtual-time-budget=15000",
+            *args,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def _screenshot_ui(url: str, session_id: str, run_ids: list[str]) -> Path:
+    """Save a PNG of the UI's run list for the session, and check the page really lists them."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"temporal-ui-{session_id}.png"
+    made = _browse(url, f"--screenshot={shot}")
+    assert made.returncode == 0 and shot.stat().st_size > 10_000, made.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = _browse(url, "--dump-dom").stdout
+    missing = [w for w in run_ids if w not in dom]
+    assert not missing, f"the UI page does not list {missing}"
+    return shot
+
+
 def _ui_runs(ui_url: str, session_id: str) -> list[dict[str, Any]]:
     query = urllib.parse.quote(f'DurableAgentSessionId="{session_id}"')
     url = f"{ui_url}/api/v1/namespaces/default/workflows?query={query}"
@@ -103,7 +155,7 @@ async def _check_store(data_home: Path, session_id: str) -> None:
     assert fork.parent_id == session_id
 
 
-async def test_demo_twice(tmp_path: Path) -> None:
+def test_demo_twice(tmp_path: Path) -> None:
     env = cli_env(tmp_path, DURABLE_AGENT_DEMO_TOOL_SECONDS="3")
     t0 = time.monotonic()
     first = run_cli(["demo"], env, timeout=170)
@@ -112,7 +164,8 @@ async def test_demo_twice(tmp_path: Path) -> None:
     assert first.returncode == 0, output
     assert in_order(first.stdout, STEPS) == [], first.stdout
     assert wall < 150, f"the demo took {wall:.0f} s"
-    (artifact := tmp_path / "demo-output.txt").write_text(first.stdout)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (artifact := ARTIFACTS / "demo-output.txt").write_text(first.stdout)
 
     # the replacement worker, not the killed one, produced the tool result
     killed = int(re.search(r"SIGKILL worker (\d+)", output).group(1))  # type: ignore[union-attr]
@@ -122,11 +175,15 @@ async def test_demo_twice(tmp_path: Path) -> None:
     # everything it started is gone
     assert wait_dead(_pids(output)) == []
     session_id = re.search(r"Session (demo-[0-9a-f]+)", output).group(1)  # type: ignore[union-attr]
-    await _check_store(tmp_path, session_id)
+    asyncio.run(_check_store(tmp_path, session_id))
 
     # second run: same data directory, new session, kept up to look at the UI
     child = pexpect.spawn(
-        CLI[0], [*CLI[1:], "demo", "--keep"], env=env, encoding="utf-8", timeout=170,
+        CLI[0],
+        [*CLI[1:], "demo", "--keep"],
+        env=env,
+        encoding="utf-8",
+        timeout=170,
         dimensions=(50, 220),
     )
     try:
@@ -137,6 +194,11 @@ async def test_demo_twice(tmp_path: Path) -> None:
         ui_url = re.search(r"(http://127\.0\.0\.1:\d+)/namespaces/", second).group(1)  # type: ignore[union-attr]
         runs = _ui_runs(ui_url, second_id)
         assert len(runs) >= 5, runs
+        page = re.search(r"(http://127\.0\.0\.1:\d+/namespaces/\S+)", second).group(1)  # type: ignore[union-attr]
+        run_ids = [
+            r["execution"]["workflowId"] for r in runs if "/run/" in r["execution"]["workflowId"]
+        ]
+        shot = _screenshot_ui(page, second_id, run_ids)
         earlier = _ui_runs(ui_url, session_id)
         assert earlier, "the first run's workflows survive in the reused server database"
         child.sendintr()
@@ -147,4 +209,56 @@ async def test_demo_twice(tmp_path: Path) -> None:
     assert child.exitstatus == 0, tail
     assert "stopped Temporal server" in tail
     assert wait_dead(_pids(second)) == []
-    print(f"demo wall time {wall:.1f} s; output saved to {artifact}")
+    print(f"demo wall time {wall:.1f} s; output in {artifact}; UI screenshot in {shot}")
+
+
+def _wait_for_text(path: Path, text: str, within: float) -> str:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        content = path.read_text()
+        if text in content:
+            return content
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text()}")
+
+
+def test_interrupted_demos_clean_up(tmp_path: Path) -> None:
+    import signal
+
+    env = cli_env(tmp_path, DURABLE_AGENT_DEMO_TOOL_SECONDS="3")
+    info = tmp_path / "durable-agent" / "server.json"
+
+    # Ctrl-C mid-story: everything it started stops, exit code 130
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "demo"], env=env, encoding="utf-8", timeout=120, dimensions=(50, 220)
+    )
+    try:
+        child.expect("2 · The same session")
+        started = plain(child.before or "")
+        child.sendintr()
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
+    assert wait_dead(_pids(started)) == []
+    assert not info.exists()
+
+    # SIGKILL mid-story: the worker notices its parent is gone; the server is orphaned...
+    log = tmp_path / "killed.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*CLI, "demo"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        output = _wait_for_text(log, "2 · The same session", 120)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    server_pid = int(re.search(r"Temporal dev server (\d+) up", output).group(1))  # type: ignore[union-attr]
+    worker_pid = int(re.search(r"Worker 1 \(pid (\d+)\)", output).group(1))  # type: ignore[union-attr]
+    assert wait_dead([worker_pid]) == []
+    assert wait_dead([server_pid], within=0.5) == [server_pid]
+
+    # ...and the next demo stops it before starting its own on the same database
+    again = run_cli(["demo"], env, timeout=170)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"Stopped Temporal server {server_pid}, left behind" in again.stdout
+    assert wait_dead([server_pid, *_pids(again.stdout)]) == []

@@ -156,7 +156,9 @@ def assert_receipts_stored(outcome: Outcome, stored: Sequence[Entry]) -> None:
     by_id = {e.id: encode_entry(e) for e in stored}
     for entry in outcome.receipts():
         assert entry.id in by_id, f"receipt {entry.id} names no stored entry"
-        assert encode_entry(entry) == by_id[entry.id], f"receipt {entry.id} differs from the store"
+        assert encode_entry(entry) == by_id[entry.id], (
+            f"receipt {entry.id} differs from the store:\n{encode_entry(entry)}\n{by_id[entry.id]}"
+        )
 
 
 async def load(store: Store, session_id: str) -> list[Entry]:

@@ -22,12 +22,14 @@ from durable_agent import (
 )
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec
+from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
     assert_receipts_stored,
     consume,
+    event_types,
+    eventually,
     executor,
     messages_of,
     queue,
@@ -38,8 +40,8 @@ from tests.temporal.helpers import (
 
 pytestmark = pytest.mark.temporal
 
-CANCEL_BUDGET = 3.0
-"""Seconds from ``stream.cancel()`` to ``wait()`` raising (heartbeats are throttled to 1 s)."""
+CANCEL_BUDGET = 2.0
+"""Seconds from ``stream.cancel()`` to ``wait()`` raising (the worker throttles heartbeats to 0.5 s)."""
 
 
 async def test_retryable_model_error_then_success_stores_one_message(
@@ -266,3 +268,70 @@ async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Cl
     local_outcome = await local_seen
     assert isinstance(local_outcome.error, RunCancelledError)
     assert outcome.types() == [t for t in local_outcome.types() if t != "message_update"]
+
+
+class GatedStore:
+    """A store whose append of an assistant message waits for ``release`` (after ``entered``)."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def create_session(self, session_id: str, parent_id: str | None = None):  # type: ignore[no-untyped-def]
+        return await self.inner.create_session(session_id, parent_id)
+
+    async def load_entries(self, session_id: str):  # type: ignore[no-untyped-def]
+        return await self.inner.load_entries(session_id)
+
+    async def append_entries(self, session_id: str, entries):  # type: ignore[no-untyped-def]
+        if any(m.role == "assistant" for m in messages_of(entries)) and not self.release.is_set():
+            self.entered.set()
+            await self.release.wait()
+        await self.inner.append_entries(session_id, entries)
+
+
+async def test_cancel_while_an_append_is_in_flight_keeps_one_chain(temporal_client: Client) -> None:
+    """The write in flight completes and gets its receipt; the cancel results follow it."""
+
+    @tool
+    async def never(n: int) -> str:
+        """Not reached: the run is cancelled before the tool starts."""
+        return "ran"
+
+    script = [Reply(text="about to call", tool_calls=Reply.call("never", {"n": 1}, id="n1").tool_calls)]
+    memory = MemoryStore()
+    store = GatedStore(memory)
+    q = queue()
+    spec = AgentSpec(model=ScriptedModel(script), tools=[never])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):  # type: ignore[arg-type]
+        agent = await new("a", store=memory, session_id=sid("cancel-append"), executor=executor(temporal_client, q))
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        seen = asyncio.create_task(consume(stream))
+        await asyncio.wait_for(store.entered.wait(), 20)
+        cancelling = asyncio.create_task(stream.cancel())
+        await _cancel_requested(temporal_client, agent.session_id, rid)  # while the write waits
+        store.release.set()
+        await asyncio.wait_for(cancelling, 20)
+        outcome = await asyncio.wait_for(seen, 20)
+
+    assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+    stored = await memory.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    messages = messages_of(stored)
+    assert [m.role for m in messages] == ["user", "assistant", "tool_result"]
+    assert (messages[2].tool_call_id, messages[2].text()) == ("n1", "tool execution cancelled")
+    assert agent.leaf_id == stored[-1].id
+
+
+async def _cancel_requested(client: Client, session_id: str, rid: str) -> None:
+    handle = client.get_workflow_handle(run_workflow_id(session_id, rid))
+
+    async def probe() -> bool:
+        history = await handle.fetch_history()
+        return "EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED" in event_types(history.to_json())
+
+    await eventually(probe, timeout=20, interval=0.05, what="the cancel request")

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Protocol, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, Usage
-from ..ai.model import LanguageModel, ModelError, ModelRequest
+from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
 from ..ai.tools import Tool
 from .events import AgentEvent
 from .hooks import call_hook
@@ -89,6 +89,8 @@ class ModelLoop:
         self.options = options
         self.tool_executor = tool_executor or LocalToolExecutor()
         self._runs: list[AgentRun] = []
+        self._tool_specs: list[ToolSpec] | None = None
+        """The tools' specs, built once per loop (a JSON schema per tool is not free)."""
 
     def run(self, messages: Sequence[Message]) -> AgentRun:
         run = AgentRun(self._events(list(messages)))
@@ -100,11 +102,16 @@ class ModelLoop:
             await run.aclose()
         self._runs.clear()
 
+    def _specs(self) -> list[ToolSpec]:
+        if self._tool_specs is None:
+            self._tool_specs = [t.spec for t in self.options.tools]
+        return self._tool_specs
+
     def _request(self, context: list[Message]) -> ModelRequest:
         return ModelRequest(
             system_prompt=self.options.system_prompt,
             messages=list(context),
-            tools=[t.spec for t in self.options.tools],
+            tools=list(self._specs()),
             options=dict(self.options.model_options),
         )
 

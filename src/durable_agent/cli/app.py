@@ -296,8 +296,8 @@ def chat(
     task_queue: QueueOpt = None,
     agent: AgentOpt = "demo",
 ) -> None:
-    """Interactive chat: /branch ID, /fork [ID], /compact [N], /tree, /retry, /help, /quit.
-    Ctrl-C during a reply cancels that run; the session stays."""
+    """Interactive chat: /edit TEXT, /retry, /branch ID, /fork [ID], /compact [N], /tree, /show,
+    /help, /quit. Ctrl-C during a reply cancels that run; the session stays."""
     from .chat import run_chat
 
     raise typer.Exit(

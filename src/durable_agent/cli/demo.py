@@ -50,6 +50,8 @@ __all__ = ["DEMO_APP", "DEMO_TASK_QUEUE", "run_demo"]
 
 DEMO_APP = "durable_agent.cli.demo_app:app"
 DEMO_TASK_QUEUE = "durable-agent-demo"
+"""The prefix of each demo run's own task queue: two demos sharing a server never serve each
+other's runs, and a run an interrupted demo left open is never picked up by a later one."""
 
 DEMO_TIMEOUTS = Timeouts(
     model_heartbeat=2.0,
@@ -70,6 +72,7 @@ class Stack:
     workers: list[ManagedProcess] = field(default_factory=list)
     server: DevServer | None = None
     owns_server: bool = False
+    queue: str = DEMO_TASK_QUEUE
 
     def stop(self) -> None:
         for worker in reversed(self.workers):
@@ -110,7 +113,7 @@ async def _server(stack: Stack) -> DevServer:
             owner_pid=os.getpid(),
             address=server.address,
             ui_url=server.ui_url,
-            task_queue=DEMO_TASK_QUEUE,
+            task_queue=stack.queue,
         ),
     )
     console.print(
@@ -126,14 +129,14 @@ async def _worker(stack: Stack, server: DevServer, n: int, indent: str = "") -> 
         name=f"worker-{n}",
         app_ref=DEMO_APP,
         store_spec=f"file:{stack.root / 'sessions'}",
-        task_queue=DEMO_TASK_QUEUE,
+        task_queue=stack.queue,
         address=server.address,
         log_path=stack.root / "logs" / f"demo-worker-{n}.log",
         ready_dir=stack.root / "run",
     )
     stack.workers.append(worker)
     stack.console.print(
-        f"{indent}Worker {n} (pid {worker.pid}) polling task queue {DEMO_TASK_QUEUE} "
+        f"{indent}Worker {n} (pid {worker.pid}) polling task queue {stack.queue} "
         f"after {time.monotonic() - t0:.1f} s"
     )
     return worker
@@ -260,6 +263,7 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
     session_id = f"demo-{new_id()[:8]}"
     store = FileStore(root / "sessions")
     async with _stack(root, console) as stack:
+        stack.queue = f"{DEMO_TASK_QUEUE}-{session_id}"
         server = await _server(stack)
         await _worker(stack, server, 1)
         client = await connect(server.address)
@@ -280,7 +284,7 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
         _step(console, 2, "The same session resumed on Temporal: a tool call and its receipts")
         executor = TemporalExecutor(
             client,
-            task_queue=DEMO_TASK_QUEUE,
+            task_queue=stack.queue,
             execution_timeout=timedelta(minutes=10),
             timeouts=DEMO_TIMEOUTS,
         )

@@ -550,10 +550,10 @@ class FileStore:
     def _load_session_sync(self, path: Path, session_id: str) -> SessionRecord:
         def read() -> SessionRecord:
             with self._open_shared(path, session_id) as f:
-                raw = f.readline()
-            body = raw[:-1] if raw.endswith(b"\n") else raw.rstrip(b"\x00")
+                raw = f.readline()  # only the header: a record never costs decoding the log
             if not raw:
                 raise _HeaderProblem("empty file")
+            body = raw[:-1] if raw.endswith(b"\n") else raw.rstrip(b"\x00")
             return _parse_header(body, session_id)
 
         return self._retry_after_create(read, session_id)

@@ -120,6 +120,10 @@ class RunWorkflow:
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
         self._max_turns: int | None = None
+        self._too_large: PayloadTooLargeError | None = None
+        """A tool result over the payload limit, raised at the end of its turn."""
+        self._cancel_deferred = False
+        """A cancellation that arrived during an append, raised once that append is recorded."""
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
 
@@ -185,20 +189,38 @@ class RunWorkflow:
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts
-        await call_activity(
-            "durable_agent.append_entries",
-            AppendInput(session_id=inp.session_id, entries=wires),
-            None,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary=f"append {len(wires)} entr{'y' if len(wires) == 1 else 'ies'}",
+        write = asyncio.ensure_future(
+            call_activity(
+                "durable_agent.append_entries",
+                AppendInput(session_id=inp.session_id, entries=wires),
+                None,
+                start_to_close=t.store_start_to_close,
+                retry=store_retry(t),
+                heartbeat=t.store_heartbeat,
+                summary=f"append {len(wires)} entr{'y' if len(wires) == 1 else 'ies'}",
+            )
         )
+        try:
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # stream.cancel() arrived while the write was in flight. Abandoning it would
+                # leave an entry stored without its receipt (and the cancel results on a
+                # sibling branch): let it finish, let the engine record it, and resume the
+                # cancellation at the next event (see emit).
+                await write
+                self._cancel_deferred = True
+        except ActivityError as exc:
+            raise _ActivityFailure(*_failure(exc)) from exc
 
     async def emit(self, event: Event) -> None:
         agent_event = event.agent
         if agent_event is not None and agent_event.type in UNRECORDED:
             return
+        if agent_event is not None and agent_event.type == "turn_end" and self._too_large:
+            # a tool result over the payload limit: its call is answered (stored, like every
+            # other result of the turn), then the run fails with PayloadTooLargeError
+            raise self._too_large
         if agent_event is not None and agent_event.type == "agent_end":
             # The loop only knows this execution's part of the run (continue-as-new restarts
             # it), and the whole transcript does not belong in a query answer: the run's usage
@@ -209,6 +231,9 @@ class RunWorkflow:
             event = event.model_copy(update={"agent": agent_event})
         self._events.append(event_to_wire(event, self._next_position))
         self._next_position += 1
+        if self._cancel_deferred:
+            self._cancel_deferred = False
+            raise asyncio.CancelledError()
         if agent_event is not None and agent_event.type == "turn_end":
             self._turns_this_execution += 1
             self._maybe_continue_as_new(agent_event.message)
@@ -357,8 +382,35 @@ def _check_payload(payload: str, what: str, limit: int = 1_572_864) -> None:
         raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
 
 
+class _ActivityFailure(Exception):
+    """An activity's failure as its own error (type name and message), so a store error reads
+    ``persist message: <the store's message>`` exactly as in-process."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _payload_too_large(exc: BaseException | None) -> str | None:
+    """The message of a PayloadTooLargeError anywhere in ``exc``'s cause chain."""
+    while exc is not None:
+        if isinstance(exc, PayloadTooLargeError):
+            return str(exc)
+        if isinstance(exc, _ActivityFailure) and exc.kind == "PayloadTooLargeError":
+            return str(exc)
+        if isinstance(exc, ActivityError):
+            kind, message = _failure(exc)
+            if kind == "PayloadTooLargeError":
+                return message
+        exc = exc.__cause__
+    return None
+
+
 def _as_failure(exc: BaseException) -> ApplicationError:
     """The run's failure as the client will re-raise it (type name kept, never retried)."""
+    too_large = _payload_too_large(exc)
+    if too_large is not None:
+        return ApplicationError(too_large, type="PayloadTooLargeError", non_retryable=True)
     if isinstance(exc, ModelError):
         return ApplicationError(str(exc), exc.retryable, type="ModelError", non_retryable=True)
     if isinstance(exc, ActivityError):
@@ -367,11 +419,6 @@ def _as_failure(exc: BaseException) -> ApplicationError:
     if isinstance(exc, (AgentError, ApplicationError)):
         if isinstance(exc, ApplicationError):
             return exc
-        cause = exc.__cause__
-        if isinstance(cause, ActivityError):
-            kind, message = _failure(cause)
-            if kind == "PayloadTooLargeError":
-                return ApplicationError(message, type=kind, non_retryable=True)
         return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
     return ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True)
 
@@ -464,8 +511,8 @@ class _ActivityTools:
             if _cancelled(exc):
                 raise asyncio.CancelledError() from exc
             kind, text = _failure(exc)
-            if kind == "PayloadTooLargeError":
-                raise PayloadTooLargeError(text) from exc
+            if kind == "PayloadTooLargeError" and self.wf._too_large is None:
+                self.wf._too_large = PayloadTooLargeError(text)
             return Message(
                 role="tool_result",
                 content=[TextContent(text=f"tool execution failed: {kind}: {text}")],

@@ -1,0 +1,198 @@
+"""The CLI's pure parts: settings, store specs, app loading, rendering and the demo's model."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from durable_agent import Reply, ScriptedModel
+from durable_agent.ai.messages import Message, TextContent, user_message
+from durable_agent.ai.model import ModelRequest
+from durable_agent.cli import App, AppLoadError, load_app
+from durable_agent.cli.appdef import coerce_app
+from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
+from durable_agent.cli.procs import free_port, workflows_url
+from durable_agent.cli.render import render_tree
+from durable_agent.cli.settings import (
+    ServerInfo,
+    data_dir,
+    read_server_info,
+    remove_server_info,
+    temporal_env,
+    write_server_info,
+)
+from durable_agent.cli.stores import StoreSpecError, list_sessions, open_store, resolve_store_spec
+from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
+from durable_agent.session.entries import MessageEntry
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+
+
+def test_data_dir_follows_xdg_and_override(tmp_path: Path) -> None:
+    assert data_dir({"XDG_DATA_HOME": str(tmp_path)}) == tmp_path / "durable-agent"
+    assert data_dir({"DURABLE_AGENT_DATA_DIR": str(tmp_path / "x")}) == tmp_path / "x"
+    assert data_dir({}) == Path.home() / ".local" / "share" / "durable-agent"
+
+
+def test_store_spec_precedence(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    assert resolve_store_spec(None, env) == f"file:{tmp_path / 'durable-agent' / 'sessions'}"
+    env["MONGODB_URI"] = "mongodb://m:1/db"
+    assert resolve_store_spec(None, env) == "mongodb://m:1/db"
+    env["DURABLE_AGENT_STORE"] = "file:/s"
+    assert resolve_store_spec(None, env) == "file:/s"
+    assert resolve_store_spec("file:/flag", env) == "file:/flag"
+
+
+async def test_open_store_kinds(tmp_path: Path) -> None:
+    opened = open_store(f"file:{tmp_path}")
+    assert isinstance(opened.store, FileStore) and opened.store.root == tmp_path
+    mongo = open_store("mongodb://localhost:1/?replicaSet=rs0", {"DURABLE_AGENT_MONGODB_DB": "x"})
+    assert mongo.store.database.name == "x"  # type: ignore[attr-defined]
+    await mongo.close()
+    for bad in ("redis://x", "file:", "mongodb://[bad"):
+        with pytest.raises(StoreSpecError):
+            open_store(bad)
+
+
+async def test_list_sessions_on_a_file_store(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "missing")
+    assert await list_sessions(store) == []
+    store = FileStore(tmp_path / "s")
+    await store.create_session("a")
+    await store.create_session("b", parent_id="a")
+    (tmp_path / "s" / "not-a-session.txt").write_text("x")
+    listed = await list_sessions(store)
+    assert [(s.id, s.parent_id) for s in listed] == [("a", None), ("b", "a")]
+
+
+def test_server_info_round_trip(tmp_path: Path) -> None:
+    import os
+
+    info = ServerInfo(
+        pid=os.getpid(), owner_pid=os.getpid(), address="127.0.0.1:1", ui_url="", task_queue="q"
+    )
+    write_server_info(tmp_path, info)
+    assert read_server_info(tmp_path) == info
+    env = temporal_env({"DURABLE_AGENT_DATA_DIR": str(tmp_path)})
+    assert env["TEMPORAL_ADDRESS"] == "127.0.0.1:1"
+    explicit = temporal_env({"DURABLE_AGENT_DATA_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "h:2"})
+    assert explicit["TEMPORAL_ADDRESS"] == "h:2"
+    remove_server_info(tmp_path, owner_pid=info.owner_pid + 1)  # not ours: kept
+    assert read_server_info(tmp_path) == info
+    remove_server_info(tmp_path, owner_pid=info.owner_pid)
+    assert read_server_info(tmp_path) is None
+
+
+def test_dead_server_info_is_ignored(tmp_path: Path) -> None:
+    info = ServerInfo(pid=2**22 + 12345, owner_pid=1, address="a:1", ui_url="", task_queue="q")
+    write_server_info(tmp_path, info)
+    assert read_server_info(tmp_path) is None
+
+
+SPEC = AgentSpec(model=ScriptedModel(["hi"]))
+
+
+def test_load_app_forms(tmp_path: Path) -> None:
+    assert list(load_app("durable_agent.cli.demo_app:app").agents) == ["demo"]
+    app_file = tmp_path / "my_app.py"
+    app_file.write_text(
+        "from durable_agent import ScriptedModel\n"
+        "from durable_agent.workflows import AgentSpec\n"
+        "app = {'agents': {'a': AgentSpec(model=ScriptedModel(['x']))}, 'task_queue': 'q'}\n"
+        "nested = type('N', (), {'inner': app})\n"
+    )
+    loaded = load_app(f"{app_file}:app")
+    assert loaded.task_queue == "q" and list(loaded.agents) == ["a"]
+    assert list(load_app(f"{app_file}:nested.inner").agents) == ["a"]
+    assert coerce_app(lambda: App(agents={"x": SPEC})).agents["x"] is SPEC
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (42, "not a durable_agent.cli.App"),
+        ({"agents": {}}, "defines no agents"),
+        ({"agent": {}}, "unknown key"),
+        ({"store": None}, "needs an 'agents' mapping"),
+        ({"agents": {"a": "nope"}}, "not an AgentSpec"),
+    ],
+)
+def test_bad_apps(value: object, message: str) -> None:
+    with pytest.raises(AppLoadError, match=message):
+        coerce_app(value)
+
+
+def test_load_app_errors(tmp_path: Path) -> None:
+    with pytest.raises(AppLoadError, match="cannot import"):
+        load_app("no_such_module_abc:app")
+    with pytest.raises(AppLoadError, match="no attribute"):
+        load_app("durable_agent.cli.demo_app:nope")
+    with pytest.raises(AppLoadError, match="no such file"):
+        load_app(f"{tmp_path}/missing.py:app")
+
+
+def test_free_port_prefers_the_fixed_one() -> None:
+    port = free_port(None)
+    assert free_port(port) == port
+    assert free_port(port, avoid=[port]) != port
+
+
+def test_workflows_url_quotes_the_query() -> None:
+    url = workflows_url("http://127.0.0.1:8233", "demo-1")
+    assert url == (
+        "http://127.0.0.1:8233/namespaces/default/workflows"
+        "?query=DurableAgentSessionId%3D%22demo-1%22"
+    )
+
+
+def _entry(id: str, parent: str | None, text: str, role: str = "user") -> MessageEntry:
+    message = Message(role=role, content=[TextContent(text=text)])  # type: ignore[arg-type]
+    return MessageEntry(id=id, parent_id=parent, message=message)
+
+
+def test_tree_indents_only_at_branches() -> None:
+    entries = [
+        _entry("a", None, "q1"),
+        _entry("b", "a", "r1", "assistant"),
+        _entry("c", "b", "old"),
+        _entry("d", "b", "new"),
+    ]
+    out = io.StringIO()
+    Console(file=out, width=100, no_color=True).print(render_tree(entries, "d", "s"))
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith("├── a ") and lines[2].startswith("└── b ")
+    assert "⑂ branch" in lines[3] and "(active)" not in lines[3]
+    assert "⑂ branch (active)" in lines[5]
+    assert "d user: new  ◀ leaf" in lines[6]
+
+
+def _request(*messages: Message) -> ModelRequest:
+    return ModelRequest(messages=list(messages))
+
+
+def test_demo_model_is_a_function_of_the_request() -> None:
+    ask = _request(user_message("Crunch the Q3 sales numbers, please."))
+    first, again = respond(ask), respond(ask)
+    assert first == again and first.tool_calls[0].name == SLOW_TOOL
+    assert respond(_request(user_message("Crunch the Q4 numbers instead."))).text.startswith("Q4")
+    summary = respond(
+        _request(user_message("What's the weather in Paris?"), user_message(DEFAULT_COMPACT_PROMPT))
+    )
+    assert summary.text.startswith("Summary:")
+    assert isinstance(respond(_request()), Reply)
+
+
+def test_demo_model_choice() -> None:
+    assert model_choice({}) is None
+    assert model_choice({"OPENAI_API_KEY": "k"}) == "openai:gpt-4.1-mini"
+    assert model_choice(
+        {"ANTHROPIC_API_KEY": "k"},
+    ).startswith("anthropic:")  # type: ignore[union-attr]
+    assert model_choice({"DURABLE_AGENT_MODEL": "ollama:llama3", "OPENAI_API_KEY": "k"}) == (
+        "ollama:llama3"
+    )
+    assert isinstance(demo_spec({}).model, ScriptedModel)

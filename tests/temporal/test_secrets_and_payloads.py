@@ -1,0 +1,187 @@
+"""Secrets never reach workflow histories (SPEC §7.6); oversized payloads fail loudly and nothing
+is truncated (SPEC §7.3)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import (
+    ModelError,
+    PayloadTooLargeError,
+    Reply,
+    ScriptedModel,
+    new,
+    tool,
+)
+from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    consume,
+    eventually,
+    executor,
+    fetch_history_text,
+    messages_of,
+    queue,
+    sid,
+)
+
+pytestmark = pytest.mark.temporal
+
+LIMIT = 1_572_864  # the default payload limit (1.5 MiB)
+ENV_KEY = "DURABLE_AGENT_TEST_PROVIDER_KEY"
+
+
+class KeyedModel:
+    """A provider-like model holding an API key; it fails on cue with a sanitized ModelError."""
+
+    def __init__(self, api_key: str) -> None:
+        self.api_key = api_key
+        self.headers = {"Authorization": f"Bearer {api_key}"}
+        self.inner = ScriptedModel(self._respond)
+
+    def _respond(self, request: ModelRequest) -> Reply:
+        last = request.messages[-1].text()
+        if last == "please fail":
+            return Reply(error=ModelError("upstream rejected the request (HTTP 401)", retryable=False))
+        if last.startswith("Summarize the conversation"):
+            return Reply(text="a summary without secrets")
+        if last == "use the tool":
+            return Reply.call("lookup", {"q": "weather"}, id="l1")
+        return Reply(text=f"visible answer to {last}")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        assert self.headers["Authorization"].endswith(self.api_key)  # the key is in use
+        async for event in self.inner.stream(request):
+            yield event
+
+
+async def test_a_canary_key_never_appears_in_any_history(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = f"sk-canary-{secrets.token_hex(12)}"  # built at run time: never in a source line
+    env_canary = f"sk-env-canary-{secrets.token_hex(12)}"
+    monkeypatch.setenv(ENV_KEY, env_canary)
+
+    @tool
+    async def lookup(q: str) -> str:
+        """Calls a service with the worker's credentials."""
+        assert os.environ[ENV_KEY] == env_canary
+        return f"the {q} is fine"
+
+    store, q = MemoryStore(), queue()
+    session = sid("canary")
+    spec = AgentSpec(model=KeyedModel(canary), tools=[lookup], model_options={"temperature": 0})
+    async with running_worker(temporal_client, store, {"keyed": spec}, task_queue=q, publisher=lambda e: None):
+        agent = await new("keyed", store=store, session_id=session, executor=executor(temporal_client, q))
+        ok = await consume(await agent.run("use the tool"))
+        assert ok.error is None, repr(ok.error)
+        failed = await consume(await agent.run("please fail"))
+        assert isinstance(failed.error, ModelError)
+        assert canary not in str(failed.error)
+        await agent.compact()
+        await agent.branch(agent.leaf_id)
+        child = await agent.fork()
+
+        expected = {session: 5, child.session_id: 1}  # init, 2 runs, compact, branched | forked
+
+        async def all_listed() -> dict[str, list[str]] | None:
+            found: dict[str, list[str]] = {}
+            for s, count in expected.items():
+                query = f'{SEARCH_ATTRIBUTE} = "{s}"'
+                found[s] = [w.id async for w in temporal_client.list_workflows(query)]
+                if len(found[s]) < count:
+                    return None
+            return found
+
+        listed = await eventually(all_listed, timeout=30, interval=0.2, what="every workflow listed")
+        texts = {}
+        for workflow_ids in listed.values():
+            for wid in workflow_ids:
+                texts[wid] = await fetch_history_text(temporal_client.get_workflow_handle(wid))
+
+    kinds = sorted(w.split("/")[2] if w.startswith(f"durable-agent/{session}/") else "publish" for w in texts)
+    assert kinds == ["compact", "publish", "publish", "publish", "run", "run"]
+    for wid, text in texts.items():
+        assert canary not in text, f"the API key leaked into {wid}"
+        assert env_canary not in text, f"the environment key leaked into {wid}"
+        assert "Bearer" not in text, wid
+    # the search reads decoded payloads: what did travel is found
+    everything = "\n".join(texts.values())
+    assert "the weather is fine" in everything
+    assert "upstream rejected the request (HTTP 401)" in everything
+    assert "a summary without secrets" in everything
+
+
+def _oversized_model() -> ScriptedModel:
+    def respond(request: ModelRequest) -> Reply:
+        last = request.messages[-1].text()
+        if last == "huge reply":
+            return Reply(text="y" * (LIMIT + 10), chunk_size=LIMIT * 2)
+        if last == "near the limit":  # the reply fits, its stored entry (with header) does not
+            return Reply(text="z" * (LIMIT - 270), chunk_size=LIMIT * 2)
+        if last == "big but fine":
+            return Reply(text="w" * 1_000_000, chunk_size=2_000_000)
+        if last == "huge tool":
+            return Reply.call("dump", id="d1")
+        return Reply(text="small")
+
+    return ScriptedModel(respond)
+
+
+@tool
+async def dump() -> str:
+    """Returns far too much."""
+    return "x" * (LIMIT + 10)
+
+
+async def test_oversized_payloads_raise_and_nothing_is_truncated(temporal_client: Client) -> None:
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=_oversized_model(), tools=[dump])
+    async with running_worker(temporal_client, store, {"big": spec}, task_queue=q):
+        agent = await new("big", store=store, session_id=sid("big"), executor=executor(temporal_client, q))
+
+        # a big reply under the limit is stored whole
+        fine = await consume(await agent.run("big but fine"))
+        assert fine.error is None, repr(fine.error)
+        stored = await store.load_entries(agent.session_id)
+        assert messages_of(stored)[-1].text() == "w" * 1_000_000
+
+        cases = {
+            "huge reply": ("model reply is", ["user"]),
+            "near the limit": ("entry is", ["user"]),
+            "huge tool": ("result of tool 'dump' is", ["user", "assistant", "tool_result"]),
+        }
+        for prompt, (what, roles) in cases.items():
+            before = await store.load_entries(agent.session_id)
+            outcome = await consume(await agent.run(prompt))
+            assert isinstance(outcome.error, PayloadTooLargeError), (prompt, repr(outcome.error))
+            assert what in str(outcome.error) and "payload limit" in str(outcome.error)
+            after = await store.load_entries(agent.session_id)
+            new_messages = messages_of(after[len(before) :])
+            assert [m.role for m in new_messages] == roles, prompt
+            assert new_messages[0].text() == prompt
+            assert all(len(m.model_dump_json()) < 10_000 for m in new_messages)  # nothing cut
+            assert agent.leaf_id == after[-1].id and not agent.running
+        # the abandoned call is answered (SPEC §5.3), saying why; the result was not cut
+        result = messages_of(await store.load_entries(agent.session_id))[-1]
+        assert result.is_error and result.tool_call_id == "d1"
+        assert result.text().startswith("tool execution failed: PayloadTooLargeError: ")
+
+        # an oversized input is refused before anything starts
+        before = await store.load_entries(agent.session_id)
+        with pytest.raises(PayloadTooLargeError):
+            await agent.run("q" * (LIMIT + 1))
+        assert await store.load_entries(agent.session_id) == before
+        assert not agent.running
+
+        # and the session still works
+        last = await consume(await agent.run("hello"))
+        assert last.error is None, repr(last.error)
+        assert [m.text() for m in last.messages or []] == ["small"]

@@ -1,0 +1,190 @@
+"""Session-level behaviour on Temporal: orphan repair after a termination (SPEC §5.2, §7.5),
+sibling branches from two handles (§7.6) and compaction through its workflow (§4.8, §7.1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import (
+    AgentError,
+    CompactionEntry,
+    Event,
+    Reply,
+    ScriptedModel,
+    new,
+    tool,
+)
+from durable_agent.ai import ModelRequest
+from durable_agent.session import INTERRUPTED_TEXT, MessageEntry
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, compact_workflow_id, run_workflow_id
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+    wait_state,
+)
+
+pytestmark = pytest.mark.temporal
+
+
+async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(temporal_client: Client) -> None:
+    gate = asyncio.Event()
+
+    @tool
+    async def hang(n: int) -> str:
+        """Blocks until the test releases it."""
+        await gate.wait()
+        return "too late"
+
+    def respond(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        if last.role == "user" and last.text() == "start":
+            return Reply.call("hang", {"n": 1}, id="call-h")
+        return Reply(text=f"seen {len(request.messages)} messages")
+
+    lm = ScriptedModel(respond)
+    store, q = MemoryStore(), queue()
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm, tools=[hang])}, task_queue=q):
+        agent = await new("a", store=store, session_id=sid("orphan"), executor=executor(temporal_client, q))
+        rid = run_id()
+        stream = await agent.run("start", run_id=rid)
+        seen = asyncio.create_task(consume(stream))
+        await wait_state(
+            temporal_client, agent.session_id, rid, lambda s: bool(s.pending_tool_calls), what="pending call"
+        )
+        await temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid)).terminate(
+            reason="operator"
+        )
+        outcome = await asyncio.wait_for(seen, 20)
+        gate.set()
+        assert isinstance(outcome.error, AgentError) and "terminated" in str(outcome.error)
+        assert not agent.running
+
+        stored = await store.load_entries(agent.session_id)
+        assert [m.role for m in messages_of(stored)] == ["user", "assistant"]  # the orphan
+        assert agent.leaf_id == stored[-1].id
+        # the model view already answers it (projection)
+        assert [m.role for m in agent.messages()] == ["user", "assistant", "tool_result"]
+
+        follow = await consume(await agent.run("carry on"))
+        assert follow.error is None, repr(follow.error)
+
+    stored = await store.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    repair = stored[2]
+    assert isinstance(repair, MessageEntry) and repair.synthetic
+    assert repair.message.role == "tool_result" and repair.message.tool_call_id == "call-h"
+    assert repair.message.text() == INTERRUPTED_TEXT and repair.message.is_error
+    assert repair.message.timestamp == messages_of(stored)[1].timestamp
+    assert [m.text() for m in messages_of(stored)[3:]] == ["carry on", "seen 4 messages"]
+    # agent_start's receipt: the repair first, then the input
+    start = follow.events[0]
+    assert start.agent is not None and start.agent.type == "agent_start"
+    assert [e.id for e in start.entries or []] == [stored[2].id, stored[3].id]
+    assert [m.role for m in lm.requests[-1].messages] == ["user", "assistant", "tool_result", "user"]
+
+
+async def test_two_handles_grow_sibling_branches(temporal_client: Client) -> None:
+    def respond(request: ModelRequest) -> Reply:
+        return Reply(text=f"answer to {request.messages[-1].text()}")
+
+    store, q = MemoryStore(), queue()
+    session = sid("siblings")
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=ScriptedModel(respond))}, task_queue=q
+    ):
+        seed = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        await (await seed.run("seed")).wait()
+        a = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        b = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        stream_a = await a.run("question a")
+        stream_b = await b.run("question b")
+        got_a, got_b = await asyncio.gather(stream_a.wait(), stream_b.wait())
+
+    stored = await store.load_entries(session)
+    assert len(stored) == 6
+    seed_answer = stored[1]
+    children = [e for e in stored if e.parent_id == seed_answer.id]
+    assert len(children) == 2
+    assert [m.text() for m in got_a] == ["answer to question a"]
+    assert [m.text() for m in got_b] == ["answer to question b"]
+    assert [m.text() for m in a.messages()] == ["seed", "answer to seed", "question a", "answer to question a"]
+    assert [m.text() for m in b.messages()] == ["seed", "answer to seed", "question b", "answer to question b"]
+    assert a.leaf_id != b.leaf_id
+
+
+async def test_compaction_through_the_compact_workflow(temporal_client: Client) -> None:
+    def respond(request: ModelRequest) -> Reply:
+        last = request.messages[-1].text()
+        if last.startswith("Summarize the conversation so far"):
+            seen = " / ".join(m.text() for m in request.messages[:-1])
+            return Reply(text=f"SUMMARY[{seen}]")
+        return Reply(text=f"a:{last}")
+
+    published: list[Event] = []
+    lm = ScriptedModel(respond)
+    store, q = MemoryStore(), queue()
+    session = sid("compact")
+    async with running_worker(
+        temporal_client,
+        store,
+        {"a": AgentSpec(model=lm, tools=[], system_prompt="be brief")},
+        task_queue=q,
+        publisher=published.append,
+    ):
+        agent = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        for question in ("q1", "q2"):
+            await (await agent.run(question)).wait()
+        before = await store.load_entries(session)
+
+        entry = await agent.compact(keep_turns=1)
+
+        async def compacted() -> list[Event] | None:
+            got = [e for e in published if e.type == "session_compacted"]
+            return got or None
+
+        events = await eventually(compacted, timeout=20, what="session_compacted")
+        nothing = await agent.compact(keep_turns=5)  # fewer turns than kept: no-op
+        after = await (await agent.run("q3")).wait()
+
+    assert isinstance(entry, CompactionEntry)
+    assert entry.summary == "SUMMARY[q1 / a:q1]"
+    assert entry.first_kept_id == before[2].id  # q2
+    assert entry.tokens_before > 0
+    assert entry.parent_id == before[-1].id
+    assert agent.leaf_id != entry.id  # q3 ran after it
+    stored = await store.load_entries(session)
+    assert stored[4].id == entry.id and stored[4] == entry
+    assert [m.text() for m in after] == ["a:q3"]
+    # the summarizer got the system prompt, no tools, and only the prefix
+    summarize_request = next(
+        r for r in lm.requests if r.messages[-1].text().startswith("Summarize the conversation")
+    )
+    assert summarize_request.system_prompt == "be brief" and summarize_request.tools == []
+    # q3's model view starts from the summary
+    assert lm.requests[-1].messages[0].text().startswith("SUMMARY[")
+    assert [m.text() for m in lm.requests[-1].messages[1:]] == ["q2", "a:q2", "q3"]
+    assert nothing is None
+    # published once by the worker, with its idempotency key and the stored entry
+    assert len(events) == 1
+    (event,) = events
+    assert event.session_id == session
+    assert event.entries == [entry] and event.leaf_id == entry.id
+    assert event.idempotency_key == f"session_compacted:{session}:{entry.id}"
+    # two compact workflows (one a no-op), under their IDs
+    async def listed() -> list[str] | None:
+        query = f'WorkflowId STARTS_WITH "{compact_workflow_id(session, "")}"'
+        ids = [w.id async for w in temporal_client.list_workflows(query)]
+        return ids if len(ids) == 2 else None
+
+    await eventually(listed, timeout=20, interval=0.2, what="the compact workflows")
