@@ -78,8 +78,11 @@ from _servers import start_dev_server  # noqa: E402
 
 TRANSFER_RPS_KEY = "history.transferProcessorMaxPollRPS"
 
-SHORT = Timeouts(model_heartbeat=1.0, retry_initial=0.1, retry_max=1.0, tool_heartbeat=2.0)
-"""The short settings for (c): heartbeat timeout 1 s, first retry after 0.1 s."""
+
+def short_timeouts(heartbeat: float) -> Timeouts:
+    """The short settings for (c): a short model heartbeat timeout, first retry after 0.1 s."""
+    return Timeouts(model_heartbeat=heartbeat, retry_initial=0.1, retry_max=1.0, tool_heartbeat=2.0)
+
 
 FIXED_USAGE = Usage(input=1000, output=100)
 FILLER = "lorem ipsum dolor sit amet " * 8  # 216 chars: every reply carries some text
@@ -660,6 +663,7 @@ async def bench_crash(
     call_seconds: float,
     kill_after: float,
     passthrough: bool,
+    short_heartbeat: float,
 ) -> dict[str, Any]:
     res: dict[str, Any] = {
         "reps": reps,
@@ -667,7 +671,7 @@ async def bench_crash(
         "kill_after": kill_after,
         "target_seconds": 5.0 + call_seconds,
     }
-    for name, timeouts in [("default", None), ("short", SHORT)]:
+    for name, timeouts in [("default", None), ("short", short_timeouts(short_heartbeat))]:
         store_dir = root / f"crash-{name}"
         runs = [
             await crash_once(
@@ -795,6 +799,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
                 args.call_seconds,
                 args.kill_after,
                 args.passthrough,
+                args.short_heartbeat,
             )
             print_crash(results["crash"])
             print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
@@ -825,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--crash-reps", type=int, default=3, help="(c) repetitions per setting")
     parser.add_argument("--call-seconds", type=float, default=2.0, help="(c) model call length")
+    parser.add_argument(
+        "--short-heartbeat", type=float, default=1.0, help="(c) the short model heartbeat timeout"
+    )
     parser.add_argument("--kill-after", type=float, default=0.5, help="(c) kill this far in")
     parser.add_argument("--store", choices=["file", "memory"], default="file", help="(a), (b)")
     parser.add_argument(

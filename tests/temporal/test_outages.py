@@ -152,6 +152,11 @@ async def test_server_killed_and_restarted_mid_run(dev_server: DevServer, tmp_pa
 
         outcome = await asyncio.wait_for(seen, 60)
         assert outcome.error is None, repr(outcome.error)
+        import os as _os
+        if _os.environ.get("DUMP_HISTORY"):
+            from durable_agent.workflows import run_workflow_id as _rw
+            h = await client.get_workflow_handle(_rw(agent.session_id, rid)).fetch_history()
+            Path(_os.environ["DUMP_HISTORY"]).write_text(h.to_json())
 
     stored = await FileStore(tmp_path / "sessions").load_entries(agent.session_id)
     assert [m.role for m in messages_of(stored)] == ["user", "assistant", "tool_result", "assistant"]
