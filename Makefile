@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb test lint typecheck unit demo bench clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -25,9 +25,13 @@ ferretdb: venv
 	elif command -v go >/dev/null; then $(PY) -m tests.support.ferretdb build $(FERRETDB); \
 	else echo "neither Go nor MONGODB_URI: the Mongo tests will fail (install Go or set MONGODB_URI)"; fi
 
+# Headless Chromium (Debian package) for the Temporal UI screenshot test.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -35,7 +39,7 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -q -x
 
-test: venv ferretdb lint typecheck
+test: venv ferretdb chromium lint typecheck
 	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(VENV)/bin/pytest -q
 
 # The main job: a real Temporal dev server, a worker, a scripted conversation, the UI link.

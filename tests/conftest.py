@@ -40,7 +40,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     yield await make_store(request.param, request, tmp_path)
 
 
-EXECUTORS = ["local"]  # "temporal" joins once the executor passes its smoke test
+EXECUTORS = ["local", "temporal"]
 
 
 @pytest.fixture(scope="session")
@@ -51,11 +51,10 @@ async def temporal_client() -> AsyncIterator[Client]:
 
 
 @pytest.fixture(params=EXECUTORS)
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[object]:
+async def harness(request: pytest.FixtureRequest, temporal_client: Client) -> AsyncIterator[object]:
     """Each executor in turn (see tests/support/harness.py)."""
     if request.param == "local":
         yield LocalHarness()
         return
-    client = request.getfixturevalue("temporal_client")
     async with contextlib.AsyncExitStack() as stack:
-        yield TemporalHarness(client, stack)
+        yield TemporalHarness(temporal_client, stack)

@@ -277,3 +277,15 @@ def test_chat_repl(dev: Dev) -> None:
     forked = _json(run_cli(["show", "c1-copy", "--json"], dev.env))
     assert forked["parent_id"] == "c1"
     assert re.fullmatch(r"[0-9a-f]{16}", forked["leaf_id"])
+
+
+def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
+    """``dev`` behaves like a deployment: a worker that dies is started again."""
+    import os
+
+    first = int(re.search(r"worker\s+pid (\d+)", dev.log.read_text()).group(1))  # type: ignore[union-attr]
+    os.kill(first, signal.SIGKILL)
+    _wait_for(lambda: "restarting" in dev.log.read_text(), 30, "dev to notice")
+    _wait_for(lambda: re.search(r"worker \d+ up in", dev.log.read_text()), 60, "a new worker")
+    turn = _json(run_cli(["run", "after-restart", "hello", "--json"], dev.env))
+    assert turn["reply"].startswith("Hello!")

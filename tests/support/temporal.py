@@ -115,8 +115,6 @@ class TemporalHarness:
         lm = script if isinstance(script, ScriptedModel) else ScriptedModel(list(script))
         queue = f"test-{uuid.uuid4().hex[:12]}"
         spec_fields = {k: options.pop(k) for k in ("system_prompt",) if k in options}
-        retry = options.pop("model_retry", None)
-        del retry  # Temporal retries model calls with its activity policy
         await self._stack.enter_async_context(
             running_worker(
                 self.client,
@@ -131,4 +129,6 @@ class TemporalHarness:
             execution_timeout=timedelta(seconds=60),
             timeouts=FAST,
         )
-        return await new("scripted", store=store, session_id=session_id, executor=executor, **options)
+        return await new(
+            "scripted", store=store, session_id=session_id, executor=executor, **options
+        )

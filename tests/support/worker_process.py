@@ -172,7 +172,6 @@ async def main(argv: Sequence[str] | None = None) -> None:
     if not args.root and not args.mongo_uri:
         parser.error("give --root or --mongo-uri")
     markers = Path(args.markers)
-    markers.mkdir(parents=True, exist_ok=True)
 
     client = await connect(args.address, namespace=args.namespace)
     store = CrashingStore(build_store(args), markers, args.crash)
@@ -195,6 +194,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    Path(sys.argv[sys.argv.index("--markers") + 1]).mkdir(parents=True, exist_ok=True)
     try:
         asyncio.run(main())
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import uuid
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
+from tests.support.temporal import FAST
 
 from durable_agent import Event, Message, RunStream
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_workflow_id
-from tests.support.temporal import FAST
 
 T = TypeVar("T")
 
@@ -53,12 +54,12 @@ def executor(
 async def eventually(
     probe: Callable[[], Awaitable[T | None]],
     *,
-    timeout: float = 20.0,
+    within: float = 20.0,
     interval: float = 0.05,
     what: str = "condition",
 ) -> T:
-    """Poll ``probe`` until it returns something truthy, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    """Poll ``probe`` until it returns something truthy, within ``within`` seconds."""
+    deadline = time.monotonic() + within
     last_error: BaseException | None = None
     while True:
         try:
@@ -68,15 +69,19 @@ async def eventually(
         except Exception as exc:  # a query before the first workflow task, a lagging list …
             last_error = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last_error
+            raise AssertionError(f"timed out after {within}s waiting for {what}") from last_error
         await asyncio.sleep(interval)
 
 
-async def wait_for_file(path: Path, *, timeout: float = 30.0) -> None:
-    async def probe() -> bool:
-        return path.exists()
+def _exists(path: Path) -> bool:
+    return path.exists()
 
-    await eventually(probe, timeout=timeout, what=f"marker {path.name}")
+
+async def wait_for_file(path: Path, *, within: float = 30.0) -> None:
+    async def probe() -> bool:
+        return _exists(path)
+
+    await eventually(probe, within=within, what=f"marker {path.name}")
 
 
 async def run_state(client: Client, session_id: str, rid: str) -> RunState:
@@ -91,14 +96,14 @@ async def wait_state(
     rid: str,
     predicate: Callable[[RunState], bool],
     *,
-    timeout: float = 20.0,
+    within: float = 20.0,
     what: str = "run state",
 ) -> RunState:
     async def probe() -> RunState | None:
         state = await run_state(client, session_id, rid)
         return state if predicate(state) else None
 
-    return await eventually(probe, timeout=timeout, what=what)
+    return await eventually(probe, within=within, what=what)
 
 
 @dataclass
@@ -173,10 +178,9 @@ def history_text(history_json: str) -> str:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "data" and isinstance(value, str):
-                    try:
-                        parts.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
-                    except ValueError:
-                        pass
+                    with contextlib.suppress(ValueError):
+                        raw = base64.b64decode(value, validate=True)
+                        parts.append(raw.decode("utf-8", "replace"))
                 walk(value)
         elif isinstance(node, list):
             for item in node:

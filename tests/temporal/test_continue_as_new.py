@@ -7,10 +7,6 @@ import json
 
 import pytest
 from temporalio.client import Client
-
-from durable_agent import Reply, ScriptedModel, new, tool
-from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -23,6 +19,10 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
+
+from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
 
 pytestmark = pytest.mark.temporal
 

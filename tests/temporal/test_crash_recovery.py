@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo.asynchronous.database import AsyncDatabase
 from temporalio.client import Client
-
-from durable_agent import new
-from durable_agent.stores import FileStore
 from tests.support.worker_process import AGENT, CRASH_POINTS, MARKERS
 from tests.temporal.conftest import WorkerProcesses
 from tests.temporal.helpers import (
@@ -33,6 +33,11 @@ from tests.temporal.helpers import (
     wait_for_file,
 )
 
+from durable_agent import new
+from durable_agent.session import Store
+from durable_agent.stores import FileStore
+from durable_agent.stores.mongo import MongoStore
+
 pytestmark = pytest.mark.temporal
 
 RECOVERY_BUDGET = 20.0
@@ -40,18 +45,34 @@ RECOVERY_BUDGET = 20.0
 
 
 async def crash_and_recover(
-    point: str, client: Client, address: str, procs: WorkerProcesses, base: Path
+    point: str,
+    client: Client,
+    address: str,
+    procs: WorkerProcesses,
+    base: Path,
+    mongo: tuple[str, AsyncDatabase[Any]] | None = None,
 ) -> float:
-    """One run killed at ``point`` and finished by a fresh worker; returns the recovery time."""
+    """One run killed at ``point`` and finished by a fresh worker; returns the recovery time.
+
+    The store is a FileStore under ``base``, or with ``mongo`` (URI, database) a MongoStore."""
     root, markers, q = base / "sessions", base / "markers", queue()
-    common = ["--address", address, "--task-queue", q, "--root", str(root)]
-    common += ["--markers", str(markers), "--steps", "2"]
+    common = ["--address", address, "--task-queue", q, "--markers", str(markers), "--steps", "2"]
+    if mongo is None:
+        common += ["--root", str(root)]
+        store: Store = FileStore(root)
+    else:
+        uri, database = mongo
+        common += ["--mongo-uri", uri, "--mongo-db", database.name]
+        store = MongoStore(database)
     first = procs.start(*common, "--crash", point)
     await wait_for_file(markers / f"ready-{first.pid}")  # it registered the search attribute
 
     session = sid(f"crash-{point}")
     agent = await new(
-        AGENT, store=FileStore(root), session_id=session, executor=executor(client, q, timeouts=CRASH)
+        AGENT,
+        store=store,
+        session_id=session,
+        executor=executor(client, q, timeouts=CRASH),
     )
     stream = await agent.run("go", run_id=run_id())
     seen = asyncio.create_task(consume(stream))
@@ -65,7 +86,8 @@ async def crash_and_recover(
     recovery = time.monotonic() - killed_at
     assert outcome.error is None, repr(outcome.error)
 
-    stored = await FileStore(root).load_entries(session)
+    fresh = FileStore(root) if mongo is None else store  # MongoStore keeps no state
+    stored = await fresh.load_entries(session)
     assert [m.role for m in messages_of(stored)] == [
         "user",
         "assistant",
@@ -90,24 +112,50 @@ async def crash_and_recover(
     return recovery
 
 
+async def _all(points: tuple[str, ...], run: Callable[[str], Awaitable[float]]) -> None:
+    """Run ``run(point)`` for every point concurrently; report every failure, check budgets."""
+    results = await asyncio.gather(*(run(p) for p in points), return_exceptions=True)
+    failures = {
+        point: "".join(traceback.format_exception(r))
+        for point, r in zip(points, results, strict=True)
+        if isinstance(r, BaseException)
+    }
+    assert not failures, "\n".join(f"--- {p}:\n{tb}" for p, tb in failures.items())
+    for point, recovery in zip(points, results, strict=True):
+        assert isinstance(recovery, float)
+        assert recovery < RECOVERY_BUDGET, f"{point}: recovery took {recovery:.1f}s"
+
+
 async def test_sigkill_at_each_point_then_fresh_worker_finishes(
     temporal_client: Client, address: str, worker_processes: WorkerProcesses, tmp_path: Path
 ) -> None:
-    """(a) mid model stream, (b) model done but its append not started, (c) mid tool,
-    (d) an append written but not reported."""
+    """FileStore: (a) mid model stream, (b) model done but its append not started, (c) mid
+    tool, (d) an append written but not reported."""
 
     async def one(point: str) -> float:
         base = tmp_path / point
         base.mkdir()
         return await crash_and_recover(point, temporal_client, address, worker_processes, base)
 
-    results = await asyncio.gather(*(one(p) for p in CRASH_POINTS), return_exceptions=True)
-    failures = {
-        point: "".join(traceback.format_exception(r))
-        for point, r in zip(CRASH_POINTS, results, strict=True)
-        if isinstance(r, BaseException)
-    }
-    assert not failures, "\n".join(f"--- {p}:\n{tb}" for p, tb in failures.items())
-    for point, recovery in zip(CRASH_POINTS, results, strict=True):
-        assert isinstance(recovery, float)
-        assert recovery < RECOVERY_BUDGET, f"{point}: recovery took {recovery:.1f}s"
+    await _all(CRASH_POINTS, one)
+
+
+@pytest.mark.mongo
+async def test_sigkill_around_appends_with_mongostore(
+    temporal_client: Client,
+    address: str,
+    worker_processes: WorkerProcesses,
+    tmp_path: Path,
+    mongo_uri: str,
+    mongo_database: AsyncDatabase[Any],
+) -> None:
+    """MongoStore, the two points that test its idempotent appends: (b) and (d)."""
+
+    async def one(point: str) -> float:
+        base = tmp_path / point
+        base.mkdir()
+        return await crash_and_recover(
+            point, temporal_client, address, worker_processes, base, (mongo_uri, mongo_database)
+        )
+
+    await _all(("before-append", "after-append"), one)

@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import uuid
 from datetime import timedelta
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
-
-from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
-from durable_agent.stores import MemoryStore
-from durable_agent.workflows import (
-    AgentSpec,
-    RunResult,
-    SEARCH_ATTRIBUTE,
-    run_workflow_id,
-)
-from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -35,6 +24,16 @@ from tests.temporal.helpers import (
     sid,
     wait_state,
 )
+
+from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import (
+    SEARCH_ATTRIBUTE,
+    AgentSpec,
+    RunResult,
+    run_workflow_id,
+)
+from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
 
 pytestmark = pytest.mark.temporal
 
@@ -56,9 +55,14 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
     lm = ScriptedModel([Reply.call("slow", {"n": 1}, id="call-1"), "done"])
     store, q = MemoryStore(), queue()
     async with running_worker(
-        temporal_client, store, {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])}, task_queue=q
+        temporal_client,
+        store,
+        {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])},
+        task_queue=q,
     ):
-        agent = await new("gated", store=store, session_id=sid("state"), executor=executor(temporal_client, q))
+        agent = await new(
+            "gated", store=store, session_id=sid("state"), executor=executor(temporal_client, q)
+        )
         rid = run_id()
         stream = await agent.run("go", run_id=rid)
         seen = asyncio.create_task(consume(stream))
@@ -128,12 +132,16 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         ]
 
 
-async def test_search_attribute_lists_a_sessions_runs(temporal_client: Client, address: str) -> None:
+async def test_search_attribute_lists_a_sessions_runs(
+    temporal_client: Client, address: str
+) -> None:
     lm = ScriptedModel(["one", "two"])
     store, q = MemoryStore(), queue()
     session = f"user-42-{uuid.uuid4().hex[:8]}"
     async with running_worker(temporal_client, store, {"plain": AgentSpec(model=lm)}, task_queue=q):
-        agent = await new("plain", store=store, session_id=session, executor=executor(temporal_client, q))
+        agent = await new(
+            "plain", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
         rids = [run_id(), run_id()]
         for i, rid in enumerate(rids):
             outcome = await consume(await agent.run(f"q{i}", run_id=rid))
@@ -147,30 +155,29 @@ async def test_search_attribute_lists_a_sessions_runs(temporal_client: Client, a
             ids = {w.id async for w in temporal_client.list_workflows(query)}
             return ids if expected <= ids else None
 
-        ids = await eventually(listed, timeout=20, interval=0.2, what="visibility")
+        ids = await eventually(listed, within=20, interval=0.2, what="visibility")
         # the session's publish workflow (session_init from new()) is listed too
         assert any(w.startswith("durable-agent/publish/session_init:") for w in ids)
 
         # the operator's command line sees the same
-        cli = subprocess.run(
-            [
-                temporal_binary("temporal"),
-                "workflow",
-                "list",
-                "--address",
-                address,
-                "--query",
-                query,
-                "--output",
-                "jsonl",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
+        cli = await asyncio.create_subprocess_exec(
+            temporal_binary("temporal"),
+            "workflow",
+            "list",
+            "--address",
+            address,
+            "--query",
+            query,
+            "--output",
+            "jsonl",
+            stdout=asyncio.subprocess.PIPE,
         )
+        out, _ = await asyncio.wait_for(cli.communicate(), 30)
+        assert cli.returncode == 0
         listed_by_cli = {
-            json.loads(line)["execution"]["workflowId"] for line in cli.stdout.splitlines() if line
+            json.loads(line)["execution"]["workflowId"]
+            for line in out.decode().splitlines()
+            if line
         }
         assert expected <= listed_by_cli
 
@@ -181,10 +188,17 @@ async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> 
     store, q = MemoryStore(), queue()
     session = sid("attach")
     async with running_worker(
-        temporal_client, store, {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])}, task_queue=q
+        temporal_client,
+        store,
+        {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])},
+        task_queue=q,
     ):
-        a = await new("gated", store=store, session_id=session, executor=executor(temporal_client, q))
-        b = await new("gated", store=store, session_id=session, executor=executor(temporal_client, q))
+        a = await new(
+            "gated", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        b = await new(
+            "gated", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
         rid = run_id()
         first = asyncio.create_task(consume(await a.run("go", run_id=rid)))
         await wait_state(temporal_client, session, rid, lambda s: s.status == "running_tools")
@@ -198,11 +212,18 @@ async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> 
     for outcome in (one, two, three):
         assert outcome.error is None, repr(outcome.error)
     stored = await store.load_entries(session)
-    assert [m.role for m in messages_of(stored)] == ["user", "assistant", "tool_result", "assistant"]
+    assert [m.role for m in messages_of(stored)] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
     assert messages_of(stored)[0].text() == "go"
     assert_one_chain(stored)
     assert one.types() == two.types() == three.types()
-    assert [e.id for e in one.receipts()] == [e.id for e in two.receipts()] == [e.id for e in stored]
+    assert (
+        [e.id for e in one.receipts()] == [e.id for e in two.receipts()] == [e.id for e in stored]
+    )
     assert one.messages == two.messages == three.messages
     assert a.leaf_id == b.leaf_id == stored[-1].id
     assert lm.remaining == 0 and len(lm.requests) == 2
@@ -245,18 +266,31 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
 
     # a second UI start continues from the last appended entry
     lm2 = ScriptedModel(["again"])
-    async with running_worker(temporal_client, store, {"plain": AgentSpec(model=lm2)}, task_queue=q):
+    async with running_worker(
+        temporal_client, store, {"plain": AgentSpec(model=lm2)}, task_queue=q
+    ):
         rid2 = run_id()
         await temporal_client.execute_workflow(
             "durable_agent.run",
-            RunInput(session_id=session, run_id=rid2, agent="plain", inputs=[InputEntry.of(text("more"), 0)], timeouts=FAST),
+            RunInput(
+                session_id=session,
+                run_id=rid2,
+                agent="plain",
+                inputs=[InputEntry.of(text("more"), 0)],
+                timeouts=FAST,
+            ),
             id=run_workflow_id(session, rid2),
             task_queue=q,
             result_type=RunResult,
             execution_timeout=RUN_TIMEOUT,
         )
     stored = await store.load_entries(session)
-    assert [m.text() for m in messages_of(stored)] == ["hi", "hello from the worker", "more", "again"]
+    assert [m.text() for m in messages_of(stored)] == [
+        "hi",
+        "hello from the worker",
+        "more",
+        "again",
+    ]
     assert_one_chain(stored)
     assert len(lm2.requests[0].messages) == 3
 
@@ -266,7 +300,9 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
     async with running_worker(
         temporal_client, store, {"known": AgentSpec(model=ScriptedModel(["x"]))}, task_queue=q
     ):
-        agent = await new("unknown", store=store, session_id=sid("unknown"), executor=executor(temporal_client, q))
+        agent = await new(
+            "unknown", store=store, session_id=sid("unknown"), executor=executor(temporal_client, q)
+        )
         outcome = await asyncio.wait_for(consume(await agent.run("hello")), 30)
         assert isinstance(outcome.error, AgentError)
         assert "unknown agent 'unknown'" in str(outcome.error)
@@ -280,7 +316,13 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
         with pytest.raises(WorkflowFailureError):
             await temporal_client.execute_workflow(
                 "durable_agent.run",
-                RunInput(session_id=session, run_id=rid, agent="nope", inputs=[InputEntry.of(text("hi"), 0)], timeouts=FAST),
+                RunInput(
+                    session_id=session,
+                    run_id=rid,
+                    agent="nope",
+                    inputs=[InputEntry.of(text("hi"), 0)],
+                    timeouts=FAST,
+                ),
                 id=run_workflow_id(session, rid),
                 task_queue=q,
                 result_type=RunResult,

@@ -4,17 +4,27 @@ unavailable; runs complete after recovery with every entry exactly once (SPEC §
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
+from tests.support.temporal import running_worker, temporal_binary
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_receipts_stored,
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
 
 from durable_agent import (
     CorruptSessionError,
@@ -29,19 +39,6 @@ from durable_agent import (
 from durable_agent.session import Entry, Store
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, connect
-from tests.support.temporal import running_worker, temporal_binary
-from tests.temporal.helpers import (
-    assert_one_chain,
-    assert_receipts_stored,
-    consume,
-    eventually,
-    executor,
-    messages_of,
-    queue,
-    run_id,
-    sid,
-    wait_state,
-)
 
 pytestmark = pytest.mark.temporal
 
@@ -104,13 +101,13 @@ class DevServer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
 
-    async def ready(self, timeout: float = 30.0) -> Client:
+    async def ready(self, within: float = 30.0) -> Client:
         async def probe() -> Client:
             client = await connect(self.address)
             await client.service_client.check_health()
             return client
 
-        return await eventually(probe, timeout=timeout, interval=0.1, what="the dev server")
+        return await eventually(probe, within=within, interval=0.1, what="the dev server")
 
 
 @pytest.fixture
@@ -139,7 +136,9 @@ async def test_server_killed_and_restarted_mid_run(dev_server: DevServer, tmp_pa
 
     lm = ScriptedModel([Reply.call("slow", {"n": 1}, id="s1"), "finished"])
     store, q = FileStore(tmp_path / "sessions"), queue()
-    async with running_worker(client, store, {"a": AgentSpec(model=lm, tools=[slow])}, task_queue=q):
+    async with running_worker(
+        client, store, {"a": AgentSpec(model=lm, tools=[slow])}, task_queue=q
+    ):
         agent = await new("a", store=store, session_id=sid("restart"), executor=executor(client, q))
         rid = run_id()
         seen = asyncio.create_task(consume(await agent.run("go", run_id=rid)))
@@ -152,14 +151,14 @@ async def test_server_killed_and_restarted_mid_run(dev_server: DevServer, tmp_pa
 
         outcome = await asyncio.wait_for(seen, 60)
         assert outcome.error is None, repr(outcome.error)
-        import os as _os
-        if _os.environ.get("DUMP_HISTORY"):
-            from durable_agent.workflows import run_workflow_id as _rw
-            h = await client.get_workflow_handle(_rw(agent.session_id, rid)).fetch_history()
-            Path(_os.environ["DUMP_HISTORY"]).write_text(h.to_json())
 
     stored = await FileStore(tmp_path / "sessions").load_entries(agent.session_id)
-    assert [m.role for m in messages_of(stored)] == ["user", "assistant", "tool_result", "assistant"]
+    assert [m.role for m in messages_of(stored)] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
     assert messages_of(stored)[2].text() == "slow 1 done"
     assert_one_chain(stored)
     assert_receipts_stored(outcome, stored)
@@ -201,8 +200,12 @@ async def test_store_briefly_unavailable_then_the_run_completes(temporal_client:
     store = FlakyStore(memory, StoreUnavailableError("connection refused"))
     lm = ScriptedModel([Reply.call("echo", {"text": "hi"}, id="e1"), "done", "more done"])
     q = queue()
-    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm, tools=[echo])}, task_queue=q):  # type: ignore[arg-type]
-        agent = await new("a", store=memory, session_id=sid("flaky"), executor=executor(temporal_client, q))
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=lm, tools=[echo])}, task_queue=q
+    ):  # type: ignore[arg-type]
+        agent = await new(
+            "a", store=memory, session_id=sid("flaky"), executor=executor(temporal_client, q)
+        )
         store.fail_appends = 3  # the input's append fails three times, then the store is back
         outcome = await consume(await agent.run("go"))
         assert outcome.error is None, repr(outcome.error)
@@ -232,7 +235,9 @@ async def test_other_store_errors_fail_the_run_at_once(temporal_client: Client) 
     lm = ScriptedModel(["never stored"])
     q = queue()
     async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):  # type: ignore[arg-type]
-        agent = await new("a", store=memory, session_id=sid("corrupt"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=memory, session_id=sid("corrupt"), executor=executor(temporal_client, q)
+        )
         store.fail_appends = 1
         with pytest.raises(PersistError) as caught:
             await (await agent.run("go")).wait()

@@ -9,20 +9,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
-
-from durable_agent import (
-    ModelError,
-    Reply,
-    RetryPolicy,
-    RunCancelledError,
-    ScriptedModel,
-    model,
-    new,
-    tool,
-)
-from durable_agent.ai import ModelEvent, ModelRequest
-from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -38,10 +24,24 @@ from tests.temporal.helpers import (
     wait_state,
 )
 
+from durable_agent import (
+    ModelError,
+    Reply,
+    RetryPolicy,
+    RunCancelledError,
+    ScriptedModel,
+    model,
+    new,
+    tool,
+)
+from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, run_workflow_id
+
 pytestmark = pytest.mark.temporal
 
 CANCEL_BUDGET = 2.0
-"""Seconds from ``stream.cancel()`` to ``wait()`` raising (the worker throttles heartbeats to 0.5 s)."""
+"""Seconds from ``stream.cancel()`` to ``wait()`` raising (heartbeats are throttled to 0.5 s)."""
 
 
 async def test_retryable_model_error_then_success_stores_one_message(
@@ -56,7 +56,9 @@ async def test_retryable_model_error_then_success_stores_one_message(
     )
     store, q = MemoryStore(), queue()
     async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("retry"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=sid("retry"), executor=executor(temporal_client, q)
+        )
         outcome = await consume(await agent.run("question"))
 
     assert outcome.error is None, repr(outcome.error)
@@ -70,10 +72,14 @@ async def test_retryable_model_error_then_success_stores_one_message(
 
 
 async def test_non_retryable_model_error_fails_the_run_input_stays(temporal_client: Client) -> None:
-    lm = ScriptedModel([Reply(error=ModelError("invalid request: bad tool schema", retryable=False))])
+    lm = ScriptedModel(
+        [Reply(error=ModelError("invalid request: bad tool schema", retryable=False))]
+    )
     store, q = MemoryStore(), queue()
     async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("fatal"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=sid("fatal"), executor=executor(temporal_client, q)
+        )
         stream = await agent.run("question")
         with pytest.raises(ModelError) as caught:
             await stream.wait()
@@ -98,7 +104,9 @@ async def test_retryable_model_error_exhausting_attempts_fails_with_model_error(
             await (await agent.run("question")).wait()
     assert caught.value.retryable is True
     assert len(lm.requests) == 3
-    assert [m.text() for m in messages_of(await store.load_entries(agent.session_id))] == ["question"]
+    assert [m.text() for m in messages_of(await store.load_entries(agent.session_id))] == [
+        "question"
+    ]
 
 
 async def test_failing_tools_are_answered_after_their_retry_policy(temporal_client: Client) -> None:
@@ -128,7 +136,9 @@ async def test_failing_tools_are_answered_after_their_retry_policy(temporal_clie
     store, q = MemoryStore(), queue()
     spec = AgentSpec(model=ScriptedModel(script), tools=[flaky, strict])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("toolfail"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=sid("toolfail"), executor=executor(temporal_client, q)
+        )
         outcome = await consume(await agent.run("go"))
     assert outcome.error is None, repr(outcome.error)
     assert attempts == {"flaky": 3, "strict": 1}
@@ -145,9 +155,13 @@ async def test_failing_tools_are_answered_after_their_retry_policy(temporal_clie
     local = await new(model(ScriptedModel(script)), store=local_store, tools=(flaky, strict))
     await (await local.run("go")).wait()
     local_results = [
-        m for m in messages_of(await local_store.load_entries(local.session_id)) if m.role == "tool_result"
+        m
+        for m in messages_of(await local_store.load_entries(local.session_id))
+        if m.role == "tool_result"
     ]
-    assert [(m.text(), m.is_error) for m in local_results] == [(m.text(), m.is_error) for m in results]
+    assert [(m.text(), m.is_error) for m in local_results] == [
+        (m.text(), m.is_error) for m in results
+    ]
 
 
 class SignallingModel:
@@ -186,7 +200,9 @@ async def test_cancel_mid_model_stream_stores_the_partial_reply(temporal_client:
     lm = SignallingModel(ScriptedModel(script))
     store, q = MemoryStore(), queue()
     async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("cancel"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=sid("cancel"), executor=executor(temporal_client, q)
+        )
         outcome, took = await _cancel_mid_stream(agent.run("tell me"), lm)
 
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
@@ -233,12 +249,16 @@ async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Cl
     store, q = MemoryStore(), queue()
     spec = AgentSpec(model=ScriptedModel(script), tools=[forever])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("cancel-tool"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=sid("cancel-tool"), executor=executor(temporal_client, q)
+        )
         rid = run_id()
         stream = await agent.run("go", run_id=rid)
         seen = asyncio.create_task(consume(stream))
         await asyncio.wait_for(ran.wait(), 20)
-        await wait_state(temporal_client, agent.session_id, rid, lambda s: s.status == "running_tools")
+        await wait_state(
+            temporal_client, agent.session_id, rid, lambda s: s.status == "running_tools"
+        )
         started = time.monotonic()
         await stream.cancel()
         outcome = await asyncio.wait_for(seen, 20)
@@ -299,13 +319,20 @@ async def test_cancel_while_an_append_is_in_flight_keeps_one_chain(temporal_clie
         """Not reached: the run is cancelled before the tool starts."""
         return "ran"
 
-    script = [Reply(text="about to call", tool_calls=Reply.call("never", {"n": 1}, id="n1").tool_calls)]
+    script = [
+        Reply(text="about to call", tool_calls=Reply.call("never", {"n": 1}, id="n1").tool_calls)
+    ]
     memory = MemoryStore()
     store = GatedStore(memory)
     q = queue()
     spec = AgentSpec(model=ScriptedModel(script), tools=[never])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):  # type: ignore[arg-type]
-        agent = await new("a", store=memory, session_id=sid("cancel-append"), executor=executor(temporal_client, q))
+        agent = await new(
+            "a",
+            store=memory,
+            session_id=sid("cancel-append"),
+            executor=executor(temporal_client, q),
+        )
         rid = run_id()
         stream = await agent.run("go", run_id=rid)
         seen = asyncio.create_task(consume(stream))
@@ -334,4 +361,4 @@ async def _cancel_requested(client: Client, session_id: str, rid: str) -> None:
         history = await handle.fetch_history()
         return "EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED" in event_types(history.to_json())
 
-    await eventually(probe, timeout=20, interval=0.05, what="the cancel request")
+    await eventually(probe, within=20, interval=0.05, what="the cancel request")

@@ -9,6 +9,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    consume,
+    eventually,
+    executor,
+    fetch_history_text,
+    messages_of,
+    queue,
+    sid,
+)
 
 from durable_agent import (
     ModelError,
@@ -21,16 +31,6 @@ from durable_agent import (
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
-from tests.support.temporal import running_worker
-from tests.temporal.helpers import (
-    consume,
-    eventually,
-    executor,
-    fetch_history_text,
-    messages_of,
-    queue,
-    sid,
-)
 
 pytestmark = pytest.mark.temporal
 
@@ -49,7 +49,9 @@ class KeyedModel:
     def _respond(self, request: ModelRequest) -> Reply:
         last = request.messages[-1].text()
         if last == "please fail":
-            return Reply(error=ModelError("upstream rejected the request (HTTP 401)", retryable=False))
+            return Reply(
+                error=ModelError("upstream rejected the request (HTTP 401)", retryable=False)
+            )
         if last.startswith("Summarize the conversation"):
             return Reply(text="a summary without secrets")
         if last == "use the tool":
@@ -78,8 +80,12 @@ async def test_a_canary_key_never_appears_in_any_history(
     store, q = MemoryStore(), queue()
     session = sid("canary")
     spec = AgentSpec(model=KeyedModel(canary), tools=[lookup], model_options={"temperature": 0})
-    async with running_worker(temporal_client, store, {"keyed": spec}, task_queue=q, publisher=lambda e: None):
-        agent = await new("keyed", store=store, session_id=session, executor=executor(temporal_client, q))
+    async with running_worker(
+        temporal_client, store, {"keyed": spec}, task_queue=q, publisher=lambda e: None
+    ):
+        agent = await new(
+            "keyed", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
         ok = await consume(await agent.run("use the tool"))
         assert ok.error is None, repr(ok.error)
         failed = await consume(await agent.run("please fail"))
@@ -100,13 +106,15 @@ async def test_a_canary_key_never_appears_in_any_history(
                     return None
             return found
 
-        listed = await eventually(all_listed, timeout=30, interval=0.2, what="every workflow listed")
+        listed = await eventually(all_listed, within=30, interval=0.2, what="every workflow listed")
         texts = {}
         for workflow_ids in listed.values():
             for wid in workflow_ids:
                 texts[wid] = await fetch_history_text(temporal_client.get_workflow_handle(wid))
 
-    kinds = sorted(w.split("/")[2] if w.startswith(f"durable-agent/{session}/") else "publish" for w in texts)
+    kinds = sorted(
+        w.split("/")[2] if w.startswith(f"durable-agent/{session}/") else "publish" for w in texts
+    )
     assert kinds == ["compact", "publish", "publish", "publish", "run", "run"]
     for wid, text in texts.items():
         assert canary not in text, f"the API key leaked into {wid}"
@@ -145,7 +153,9 @@ async def test_oversized_payloads_raise_and_nothing_is_truncated(temporal_client
     store, q = MemoryStore(), queue()
     spec = AgentSpec(model=_oversized_model(), tools=[dump])
     async with running_worker(temporal_client, store, {"big": spec}, task_queue=q):
-        agent = await new("big", store=store, session_id=sid("big"), executor=executor(temporal_client, q))
+        agent = await new(
+            "big", store=store, session_id=sid("big"), executor=executor(temporal_client, q)
+        )
 
         # a big reply under the limit is stored whole
         fine = await consume(await agent.run("big but fine"))

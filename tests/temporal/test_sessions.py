@@ -7,6 +7,18 @@ import asyncio
 
 import pytest
 from temporalio.client import Client
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+    wait_state,
+)
 
 from durable_agent import (
     AgentError,
@@ -21,23 +33,13 @@ from durable_agent.ai import ModelRequest
 from durable_agent.session import INTERRUPTED_TEXT, MessageEntry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, compact_workflow_id, run_workflow_id
-from tests.support.temporal import running_worker
-from tests.temporal.helpers import (
-    assert_one_chain,
-    consume,
-    eventually,
-    executor,
-    messages_of,
-    queue,
-    run_id,
-    sid,
-    wait_state,
-)
 
 pytestmark = pytest.mark.temporal
 
 
-async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(temporal_client: Client) -> None:
+async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(
+    temporal_client: Client,
+) -> None:
     gate = asyncio.Event()
 
     @tool
@@ -54,13 +56,21 @@ async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(temporal_cli
 
     lm = ScriptedModel(respond)
     store, q = MemoryStore(), queue()
-    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm, tools=[hang])}, task_queue=q):
-        agent = await new("a", store=store, session_id=sid("orphan"), executor=executor(temporal_client, q))
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=lm, tools=[hang])}, task_queue=q
+    ):
+        agent = await new(
+            "a", store=store, session_id=sid("orphan"), executor=executor(temporal_client, q)
+        )
         rid = run_id()
         stream = await agent.run("start", run_id=rid)
         seen = asyncio.create_task(consume(stream))
         await wait_state(
-            temporal_client, agent.session_id, rid, lambda s: bool(s.pending_tool_calls), what="pending call"
+            temporal_client,
+            agent.session_id,
+            rid,
+            lambda s: bool(s.pending_tool_calls),
+            what="pending call",
         )
         await temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid)).terminate(
             reason="operator"
@@ -91,7 +101,12 @@ async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(temporal_cli
     start = follow.events[0]
     assert start.agent is not None and start.agent.type == "agent_start"
     assert [e.id for e in start.entries or []] == [stored[2].id, stored[3].id]
-    assert [m.role for m in lm.requests[-1].messages] == ["user", "assistant", "tool_result", "user"]
+    assert [m.role for m in lm.requests[-1].messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "user",
+    ]
 
 
 async def test_two_handles_grow_sibling_branches(temporal_client: Client) -> None:
@@ -103,7 +118,9 @@ async def test_two_handles_grow_sibling_branches(temporal_client: Client) -> Non
     async with running_worker(
         temporal_client, store, {"a": AgentSpec(model=ScriptedModel(respond))}, task_queue=q
     ):
-        seed = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        seed = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
         await (await seed.run("seed")).wait()
         a = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
         b = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
@@ -118,8 +135,18 @@ async def test_two_handles_grow_sibling_branches(temporal_client: Client) -> Non
     assert len(children) == 2
     assert [m.text() for m in got_a] == ["answer to question a"]
     assert [m.text() for m in got_b] == ["answer to question b"]
-    assert [m.text() for m in a.messages()] == ["seed", "answer to seed", "question a", "answer to question a"]
-    assert [m.text() for m in b.messages()] == ["seed", "answer to seed", "question b", "answer to question b"]
+    assert [m.text() for m in a.messages()] == [
+        "seed",
+        "answer to seed",
+        "question a",
+        "answer to question a",
+    ]
+    assert [m.text() for m in b.messages()] == [
+        "seed",
+        "answer to seed",
+        "question b",
+        "answer to question b",
+    ]
     assert a.leaf_id != b.leaf_id
 
 
@@ -142,7 +169,9 @@ async def test_compaction_through_the_compact_workflow(temporal_client: Client) 
         task_queue=q,
         publisher=published.append,
     ):
-        agent = await new("a", store=store, session_id=session, executor=executor(temporal_client, q))
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
         for question in ("q1", "q2"):
             await (await agent.run(question)).wait()
         before = await store.load_entries(session)
@@ -153,7 +182,7 @@ async def test_compaction_through_the_compact_workflow(temporal_client: Client) 
             got = [e for e in published if e.type == "session_compacted"]
             return got or None
 
-        events = await eventually(compacted, timeout=20, what="session_compacted")
+        events = await eventually(compacted, within=20, what="session_compacted")
         nothing = await agent.compact(keep_turns=5)  # fewer turns than kept: no-op
         after = await (await agent.run("q3")).wait()
 
@@ -181,10 +210,11 @@ async def test_compaction_through_the_compact_workflow(temporal_client: Client) 
     assert event.session_id == session
     assert event.entries == [entry] and event.leaf_id == entry.id
     assert event.idempotency_key == f"session_compacted:{session}:{entry.id}"
+
     # two compact workflows (one a no-op), under their IDs
     async def listed() -> list[str] | None:
         query = f'WorkflowId STARTS_WITH "{compact_workflow_id(session, "")}"'
         ids = [w.id async for w in temporal_client.list_workflows(query)]
         return ids if len(ids) == 2 else None
 
-    await eventually(listed, timeout=20, interval=0.2, what="the compact workflows")
+    await eventually(listed, within=20, interval=0.2, what="the compact workflows")

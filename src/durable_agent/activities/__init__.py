@@ -3,4 +3,10 @@
 from .agent_activities import DEFAULT_PAYLOAD_LIMIT, AgentActivities, application_error
 from .spec import PLAIN_OPTIONS, AgentSpec
 
-__all__ = ["DEFAULT_PAYLOAD_LIMIT", "PLAIN_OPTIONS", "AgentActivities", "AgentSpec", "application_error"]
+__all__ = [
+    "DEFAULT_PAYLOAD_LIMIT",
+    "PLAIN_OPTIONS",
+    "AgentActivities",
+    "AgentSpec",
+    "application_error",
+]

@@ -20,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
+from ..agent.tool_exec import unknown_tool_result
 from ..ai.messages import Message, ToolCall, tool_result_message
 from ..ai.model import ModelError, ModelRequest
 from ..ai.tools import ToolContext
-from ..agent.tool_exec import unknown_tool_result
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
 from ..durable.errors import CompactError, PayloadTooLargeError
@@ -242,7 +242,8 @@ class AgentActivities:
         spec = self._spec(inp.agent)
         options = spec.options(inp.options)
         p = await self._path(inp.session_id, inp.leaf_id)
-        view = model_view(_with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral]))
+        combined = _with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral])
+        view = run_view(combined, inp.start_leaf_id)
         request = ModelRequest(
             system_prompt=options.system_prompt,
             messages=view,
@@ -333,6 +334,23 @@ class AgentActivities:
         async with _heartbeating(STORE_GRACE):
             for wire in inp.events:
                 await publish_one(self.publisher, event_from_wire(wire))
+
+
+def run_view(path: list[Entry], start_leaf_id: str | None) -> list[Message]:
+    """What the model sees mid-run, exactly as in-process: the model view of the history at the
+    run's starting leaf, then this run's messages in order (input, ephemeral, produced), without
+    the stored repair results the history view already projects."""
+    if start_leaf_id is None:
+        return model_view(path)
+    cut = -1
+    if start_leaf_id:
+        for i, entry in enumerate(path):
+            if entry.id == start_leaf_id:
+                cut = i
+                break
+    history = model_view(path[: cut + 1])
+    tail = [e.message for e in path[cut + 1 :] if isinstance(e, MessageEntry) and not e.synthetic]
+    return [*history, *tail]
 
 
 def _with_ephemeral(path: list[Entry], ephemeral: list[Entry]) -> list[Entry]:

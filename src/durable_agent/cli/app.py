@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -129,6 +130,17 @@ async def _call(make: Callable[[], Awaitable[T]]) -> T:
     return await make()
 
 
+def _interrupt_on(*signals: signal.Signals) -> None:
+    """Treat these signals as Ctrl-C, so a closed terminal or a ``kill`` still runs the cleanup
+    that stops the server and workers (asyncio turns SIGINT into cancelling the command)."""
+
+    def forward(signum: int, frame: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    for sig in signals:
+        signal.signal(sig, forward)
+
+
 # -- demo and dev -------------------------------------------------------------------------------
 
 
@@ -142,6 +154,7 @@ def demo(
     mid-run and replaced, branch, fork, compaction and the transcript tree."""
     from .demo import run_demo
 
+    _interrupt_on(signal.SIGTERM, signal.SIGHUP)
     code = _run(lambda: run_demo(console, keep=keep))
     raise typer.Exit(code)
 

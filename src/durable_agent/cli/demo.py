@@ -50,8 +50,8 @@ __all__ = ["DEMO_APP", "DEMO_TASK_QUEUE", "run_demo"]
 
 DEMO_APP = "durable_agent.cli.demo_app:app"
 DEMO_TASK_QUEUE = "durable-agent-demo"
-"""The prefix of each demo run's own task queue: two demos sharing a server never serve each
-other's runs, and a run an interrupted demo left open is never picked up by a later one."""
+"""Replaced by a per-run queue (``durable-agent-<session>``): two demos sharing a server never
+serve each other's runs, and a run an interrupted demo left open is never picked up later."""
 
 DEMO_TIMEOUTS = Timeouts(
     model_heartbeat=2.0,
@@ -212,7 +212,7 @@ async def _crash_turn(
         return
     console.print(
         f"  [bold green]✓ run finished[/] {time.monotonic() - killed_at:.1f} s after the kill: "
-        f"same workflow {workflow_id}, nothing lost, nothing repeated"
+        f"same workflow {workflow_id}, one tool result stored, nothing lost"
     )
 
 
@@ -263,7 +263,7 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
     session_id = f"demo-{new_id()[:8]}"
     store = FileStore(root / "sessions")
     async with _stack(root, console) as stack:
-        stack.queue = f"{DEMO_TASK_QUEUE}-{session_id}"
+        stack.queue = f"durable-agent-{session_id}"  # session IDs start with "demo-"
         server = await _server(stack)
         await _worker(stack, server, 1)
         client = await connect(server.address)
@@ -349,8 +349,8 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
                     "`durable-agent dev` serve the same database, runs included)"
                 )
         console.print(
-            f"  Read it back later: durable-agent show {session_id} --tree "
-            f"--store file:{store.root}"
+            f"  Read it back later: durable-agent show {session_id} --tree   "
+            f"(or: durable-agent sessions)"
         )
         if keep:
             console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")

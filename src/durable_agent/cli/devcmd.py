@@ -89,7 +89,7 @@ async def run_dev(
         console.print("  try:           durable-agent chat my-session")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

@@ -135,6 +135,14 @@ class ManagedProcess:
             self._log = None
 
 
+def _die_with_parent(argv: list[str]) -> list[str]:
+    """On Linux, run ``argv`` under ``setpriv --pdeathsig TERM`` so the kernel stops it if we are
+    SIGKILLed before our cleanup runs (the server has no parent watchdog of its own). Elsewhere,
+    or without util-linux, the next run's orphan check covers it."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
 def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> ManagedProcess:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
@@ -202,6 +210,14 @@ def _is_our_orphan(pid: int, db_file: Path) -> bool:
     return any(b"temporal" in part for part in cmdline[:1]) and str(db_file).encode() in cmdline
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def stop_orphan(root: Path, db_file: Path, wait: float = 10.0) -> int | None:
     """Stop a server a killed ``demo``/``dev`` left running on ``db_file``; its PID if any."""
     info = read_server_info(root)
@@ -210,7 +226,7 @@ def stop_orphan(root: Path, db_file: Path, wait: float = 10.0) -> int | None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and Path(f"/proc/{info.pid}").exists():
+    while time.monotonic() < deadline and _running(info.pid):
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(info.pid, signal.SIGKILL)
@@ -287,7 +303,9 @@ async def start_dev_server(
         f"{SEARCH_ATTRIBUTE}=Keyword",
     ]
     argv += ["--headless"] if web_port is None else ["--ui-port", str(web_port)]
-    proc = _spawn("temporal", argv, root / "logs" / "temporal.log", dict(os.environ))
+    proc = _spawn(
+        "temporal", _die_with_parent(argv), root / "logs" / "temporal.log", dict(os.environ)
+    )
     address = f"127.0.0.1:{grpc_port}"
     deadline = time.monotonic() + within
     try:

@@ -34,6 +34,7 @@ def ensure_session_attribute(session_id: str) -> None:
     if workflow.info().typed_search_attributes.get(SESSION_ID_KEY) != session_id:
         workflow.upsert_search_attributes([SESSION_ID_KEY.value_set(session_id)])
 
+
 T = TypeVar("T")
 
 STORE_NON_RETRYABLE = [

@@ -12,8 +12,14 @@ with workflow.unsafe.imports_passed_through():
     from ..session.entries import CompactionEntry
     from .activity_calls import call_activity, ensure_session_attribute, store_retry
     from .run_workflow import workflow_id_new
-    from .types import AppendInput, CompactInput, PublishInput, SummarizeInput, SummaryResult
-    from .types import event_to_wire
+    from .types import (
+        AppendInput,
+        CompactInput,
+        PublishInput,
+        SummarizeInput,
+        SummaryResult,
+        event_to_wire,
+    )
 
 __all__ = ["CompactWorkflow"]
 

@@ -19,7 +19,11 @@ __all__ = ["connect", "connect_from_env"]
 
 
 async def connect(
-    address: str, *, namespace: str = "default", tls: TLSConfig | bool = False, api_key: str | None = None
+    address: str,
+    *,
+    namespace: str = "default",
+    tls: TLSConfig | bool = False,
+    api_key: str | None = None,
 ) -> Client:
     """A client with the pydantic data converter (which workers inherit)."""
     return await Client.connect(
@@ -31,6 +35,10 @@ async def connect(
     )
 
 
+def _read(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
 async def connect_from_env(env: Mapping[str, str] | None = None) -> Client:
     """Connect as the standard ``TEMPORAL_*`` variables say."""
     env = os.environ if env is None else env
@@ -40,9 +48,7 @@ async def connect_from_env(env: Mapping[str, str] | None = None) -> Client:
     api_key = env.get("TEMPORAL_API_KEY") or None
     tls: TLSConfig | bool = False
     if cert and key:
-        tls = TLSConfig(
-            client_cert=Path(cert).read_bytes(), client_private_key=Path(key).read_bytes()
-        )
+        tls = TLSConfig(client_cert=_read(cert), client_private_key=_read(key))
     elif api_key:
         tls = True
     return await connect(address, namespace=namespace, tls=tls, api_key=api_key)

@@ -197,6 +197,7 @@ class TemporalExecutor:
             result_task = asyncio.ensure_future(handle.result())
             produced: list[Message] = []
             after, delay = 0, self.poll_initial
+            ended = False
             try:
                 while True:
                     closed = result_task.done()
@@ -212,15 +213,22 @@ class TemporalExecutor:
                             if event.entries is not None and event.leaf_id is not None:
                                 agent._apply_receipt(event.entries, event.leaf_id)
                             inner = event.agent
-                            if inner and inner.type == "message_end" and event.entries:
-                                if inner.message is not None:
-                                    produced.append(inner.message)
+                            if (
+                                inner is not None
+                                and inner.type == "message_end"
+                                and event.entries
+                                and inner.message is not None
+                            ):
+                                produced.append(inner.message)
                             if inner and inner.type == "agent_end":
                                 # the workflow sends the run's usage, not its transcript
                                 inner = inner.model_copy(update={"messages": list(produced)})
                                 event = event.model_copy(update={"agent": inner})
                             put(event)
                             after = wire.position
+                            ended = ended or (inner is not None and inner.type == "agent_end")
+                        if ended:
+                            break  # agent_end is the last event: only the result remains
                         delay = self.poll_initial
                         continue
                     if closed:
@@ -244,9 +252,7 @@ class TemporalExecutor:
     ) -> EventsAnswer | None:
         """One ``events(after)`` query; ``None`` while the workflow cannot answer yet."""
         try:
-            answer: EventsAnswer = await handle.query(
-                "events", after, result_type=EventsAnswer
-            )
+            answer: EventsAnswer = await handle.query("events", after, result_type=EventsAnswer)
             return answer
         except RPCError as exc:
             if result_task.done() and result_task.exception() is not None:

@@ -120,6 +120,7 @@ class RunWorkflow:
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
         self._max_turns: int | None = None
+        self._start_leaf: str | None = None
         self._too_large: PayloadTooLargeError | None = None
         """A tool result over the payload limit, raised at the end of its turn."""
         self._cancel_deferred = False
@@ -189,7 +190,7 @@ class RunWorkflow:
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts
-        write = asyncio.ensure_future(
+        write: asyncio.Future[Any] = asyncio.ensure_future(
             call_activity(
                 "durable_agent.append_entries",
                 AppendInput(session_id=inp.session_id, entries=wires),
@@ -267,6 +268,7 @@ class RunWorkflow:
                     "next_position": self._next_position,
                     "events": last_turn,
                     "ephemeral": list(self._ephemeral),
+                    "start_leaf_id": self._start_leaf,
                 }
             )
         )
@@ -307,6 +309,7 @@ class RunWorkflow:
                 raise CancelledError("run cancelled") from exc
             raise _as_failure(exc) from exc
         self._max_turns = info.max_turns
+        self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
         engine.turn_count = inp.turn_count
         engine.usage = inp.usage
@@ -364,6 +367,7 @@ class RunWorkflow:
             agent=inp.agent,
             options=inp.options,
             ephemeral=list(self._ephemeral),
+            start_leaf_id=self._start_leaf,
         )
 
 
@@ -420,7 +424,9 @@ def _as_failure(exc: BaseException) -> ApplicationError:
         if isinstance(exc, ApplicationError):
             return exc
         return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
-    return ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True)
+    return ApplicationError(
+        f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True
+    )
 
 
 class _ActivityModel:
@@ -439,6 +445,10 @@ class _ActivityModel:
         inp = wf._input
         assert inp is not None
         t = inp.timeouts
+        # the plain model_retry option means the same as in-process: attempts and first backoff
+        retry = inp.options.get("model_retry") or {}
+        attempts = int(retry.get("max_attempts", t.model_max_attempts))
+        initial = float(retry.get("initial_interval", t.retry_initial))
         try:
             reply = await call_activity(
                 "durable_agent.call_model",
@@ -447,9 +457,9 @@ class _ActivityModel:
                 start_to_close=t.model_start_to_close,
                 heartbeat=t.model_heartbeat,
                 retry=RetryPolicy(
-                    initial_interval=timedelta(seconds=t.retry_initial),
+                    initial_interval=timedelta(seconds=max(initial, 0.01)),
                     maximum_interval=timedelta(seconds=t.retry_max),
-                    maximum_attempts=t.model_max_attempts,
+                    maximum_attempts=attempts,
                     non_retryable_error_types=["UnknownAgentError", "EntryNotFoundError"],
                 ),
                 summary=f"model call (turn {(wf._engine.turn_count if wf._engine else 0) + 1})",

@@ -122,7 +122,7 @@ class Timeouts(_Model):
     """Activity timing; defaults suit LLM calls, tests shorten them via run options."""
 
     model_start_to_close: float = 600.0
-    model_heartbeat: float = 5.0
+    model_heartbeat: float = 2.0
     model_max_attempts: int = 5
     retry_initial: float = 0.5
     retry_max: float = 30.0
@@ -155,6 +155,8 @@ class RunInput(_Model):
     events: list[WireEvent] = Field(default_factory=list)
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral input copies (with headers), for later model calls."""
+    start_leaf_id: str | None = None
+    """The leaf the run started from (set at first start, carried across continue-as-new)."""
     produced: list[Message] = Field(default_factory=list)
 
 
@@ -240,6 +242,9 @@ class CallModelInput(_Model):
     session_id: str
     leaf_id: str
     agent: str
+    start_leaf_id: str | None = None
+    """The run's starting leaf: the view is history there plus this run's messages, as
+    in-process (input compactions and custom entries are stored, never sent this run)."""
     options: dict[str, Any] = Field(default_factory=dict)
     ephemeral: list[str] = Field(default_factory=list)
 

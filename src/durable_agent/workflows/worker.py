@@ -13,9 +13,8 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from ..activities.agent_activities import DEFAULT_PAYLOAD_LIMIT, AgentActivities
-from ..activities.spec import AgentSpec
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
 from .compact_workflow import CompactWorkflow
@@ -48,9 +47,9 @@ async def create_worker(
     *,
     task_queue: str,
     store: Store,
-    agents: Mapping[str, AgentSpec],
+    agents: Mapping[str, Any],
     publisher: PublisherLike | None = None,
-    payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    payload_limit: int = 1_572_864,
     register_search_attribute: bool = True,
     **worker_options: Any,
 ) -> Worker:
@@ -61,10 +60,22 @@ async def create_worker(
     quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
     workflow instead of retrying its task forever.
     """
+    # imported here: the activities module imports workflows.types, so a module-level import
+    # would make `import durable_agent.activities` circular
+    from ..activities.agent_activities import AgentActivities
+
     if register_search_attribute:
         await ensure_search_attribute(client)
     activities = AgentActivities(store, agents, publisher, payload_limit=payload_limit)
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
+    # durable_agent is deterministic in workflow code (clock and IDs come through RunEffects), so
+    # it is passed through instead of being re-imported for every workflow (about 250 ms each).
+    worker_options.setdefault(
+        "workflow_runner",
+        SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("durable_agent")
+        ),
+    )
     # A cancel request reaches a running activity only in a heartbeat response, and the SDK
     # throttles heartbeats to 0.8 x the heartbeat timeout (4 s for model calls by default): a
     # short throttle makes stream.cancel() take well under a second.

@@ -1,0 +1,261 @@
+"""Outages: the Temporal server restarted mid-run on its SQLite file, and the store briefly
+unavailable; runs complete after recovery with every entry exactly once (SPEC §7.5)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from tests.support.temporal import running_worker, temporal_binary
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_receipts_stored,
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
+
+from durable_agent import (
+    CorruptSessionError,
+    PersistError,
+    Reply,
+    ScriptedModel,
+    StoreUnavailableError,
+    model,
+    new,
+    tool,
+)
+from durable_agent.session import Entry, Store
+from durable_agent.stores import FileStore, MemoryStore
+from durable_agent.workflows import AgentSpec, connect
+
+pytestmark = pytest.mark.temporal
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DevServer:
+    """A private ``temporal server start-dev`` on a SQLite file (never the session's server)."""
+
+    def __init__(self, db: Path, log: Path) -> None:
+        self.db = db
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    temporal_binary("temporal"),
+                    "server",
+                    "start-dev",
+                    "--headless",
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--db-filename",
+                    str(self.db),
+                    "--sqlite-pragma",
+                    "journal_mode=wal",
+                    "--sqlite-pragma",
+                    "synchronous=normal",
+                    "--log-level",
+                    "warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    async def ready(self, timeout: float = 30.0) -> Client:
+        async def probe() -> Client:
+            client = await connect(self.address)
+            await client.service_client.check_health()
+            return client
+
+        return await eventually(probe, timeout=timeout, interval=0.1, what="the dev server")
+
+
+@pytest.fixture
+def dev_server(tmp_path: Path) -> Iterator[DevServer]:
+    server = DevServer(tmp_path / "temporal.db", tmp_path / "temporal.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_server_killed_and_restarted_mid_run(dev_server: DevServer, tmp_path: Path) -> None:
+    client = await dev_server.ready()
+    gate, started = asyncio.Event(), asyncio.Event()
+    calls = 0
+
+    @tool
+    async def slow(n: int) -> str:
+        """Runs until the test opens the gate."""
+        nonlocal calls
+        calls += 1
+        started.set()
+        await gate.wait()
+        return f"slow {n} done"
+
+    lm = ScriptedModel([Reply.call("slow", {"n": 1}, id="s1"), "finished"])
+    store, q = FileStore(tmp_path / "sessions"), queue()
+    async with running_worker(
+        client, store, {"a": AgentSpec(model=lm, tools=[slow])}, task_queue=q
+    ):
+        agent = await new("a", store=store, session_id=sid("restart"), executor=executor(client, q))
+        rid = run_id()
+        seen = asyncio.create_task(consume(await agent.run("go", run_id=rid)))
+        await asyncio.wait_for(started.wait(), 20)
+
+        dev_server.kill()
+        gate.set()  # the tool finishes while the server is down
+        dev_server.start()
+        await dev_server.ready()
+
+        outcome = await asyncio.wait_for(seen, 60)
+        assert outcome.error is None, repr(outcome.error)
+        import os as _os
+
+        if True:
+            from durable_agent.workflows import run_workflow_id as _rw
+
+            h = await client.get_workflow_handle(_rw(agent.session_id, rid)).fetch_history()
+            Path(_os.environ["DUMP_HISTORY"]).write_text(h.to_json())
+
+    stored = await FileStore(tmp_path / "sessions").load_entries(agent.session_id)
+    assert [m.role for m in messages_of(stored)] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
+    assert messages_of(stored)[2].text() == "slow 1 done"
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    assert agent.leaf_id == stored[-1].id
+    assert calls in (1, 2)  # re-run only if its completion was lost with the server
+
+
+class FlakyStore:
+    """A store whose next ``fail_appends`` appends raise ``error`` (after ``armed`` is set)."""
+
+    def __init__(self, inner: Store, error: Exception) -> None:
+        self.inner = inner
+        self.error = error
+        self.fail_appends = 0
+        self.attempts = 0
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> Any:
+        return await self.inner.create_session(session_id, parent_id)
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        return await self.inner.load_entries(session_id)
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        self.attempts += 1
+        if self.fail_appends:
+            self.fail_appends -= 1
+            raise self.error
+        await self.inner.append_entries(session_id, entries)
+
+
+async def test_store_briefly_unavailable_then_the_run_completes(temporal_client: Client) -> None:
+    @tool
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    memory = MemoryStore()
+    store = FlakyStore(memory, StoreUnavailableError("connection refused"))
+    lm = ScriptedModel([Reply.call("echo", {"text": "hi"}, id="e1"), "done", "more done"])
+    q = queue()
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=lm, tools=[echo])}, task_queue=q
+    ):  # type: ignore[arg-type]
+        agent = await new(
+            "a", store=memory, session_id=sid("flaky"), executor=executor(temporal_client, q)
+        )
+        store.fail_appends = 3  # the input's append fails three times, then the store is back
+        outcome = await consume(await agent.run("go"))
+        assert outcome.error is None, repr(outcome.error)
+        store.fail_appends = 2  # and again for the next run's first append
+        again = await consume(await agent.run("more"))
+        assert again.error is None, repr(again.error)
+
+    stored = await memory.load_entries(agent.session_id)
+    assert [m.role for m in messages_of(stored)] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert store.attempts == (3 + 4) + (2 + 2)  # failed + good appends of each run
+    assert len(lm.requests) == 3
+
+
+async def test_other_store_errors_fail_the_run_at_once(temporal_client: Client) -> None:
+    memory = MemoryStore()
+    error = CorruptSessionError("s", "damaged line", line=3)
+    store = FlakyStore(memory, error)
+    lm = ScriptedModel(["never stored"])
+    q = queue()
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):  # type: ignore[arg-type]
+        agent = await new(
+            "a", store=memory, session_id=sid("corrupt"), executor=executor(temporal_client, q)
+        )
+        store.fail_appends = 1
+        with pytest.raises(PersistError) as caught:
+            await (await agent.run("go")).wait()
+    assert store.attempts == 1  # not retried
+    assert await memory.load_entries(agent.session_id) == []
+    assert lm.requests == []
+
+    # the same error in-process
+    local_store = FlakyStore(MemoryStore(), error)
+    local = await new(model(ScriptedModel(["x"])), store=local_store)  # type: ignore[arg-type]
+    local_store.fail_appends = 1
+    with pytest.raises(PersistError) as local_caught:
+        await (await local.run("go")).wait()
+    assert str(caught.value) == str(local_caught.value)
