@@ -6,7 +6,10 @@ entries give identical strings: stores compare these strings to make appends ide
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +26,7 @@ from .entries import (
 )
 from .errors import EntryDecodeError
 
-__all__ = ["decode_entry", "encode_entry", "entry_to_wire", "wire_to_entry"]
+__all__ = ["bulk_decoding", "decode_entry", "encode_entry", "entry_to_wire", "wire_to_entry"]
 
 
 def _header(entry: Entry) -> dict[str, Any]:
@@ -119,10 +122,52 @@ def wire_to_entry(data: Any) -> Entry:
         raise EntryDecodeError(f"invalid {kind} entry {header['id']!r}: {exc}") from exc
 
 
+_MESSAGE_PREFIX = '{"type":"message",'
+
+
+def _fast_message(data: str | bytes) -> Entry | None:
+    """Message lines as ``encode_entry`` writes them, validated in one pass by pydantic's JSON
+    parser (about twice as fast as parsing then validating); ``None`` means "take the general
+    path", which also produces the canonical error for anything invalid."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    if not text.startswith(_MESSAGE_PREFIX) or '"ephemeral"' in text:
+        return None
+    head = text[: text.find('"message":')]  # the header, in canonical order, precedes the body
+    if not head.startswith(_MESSAGE_PREFIX + '"id":"') or '"created_at":"' not in head:
+        return None
+    try:
+        entry = MessageEntry.model_validate_json(text)
+    except ValidationError:
+        return None
+    return entry if entry.id else None
+
+
 def decode_entry(data: str | bytes) -> Entry:
     """Reverse :func:`encode_entry`; raises :class:`EntryDecodeError` for anything invalid."""
+    try:
+        fast = _fast_message(data)
+    except UnicodeDecodeError as exc:
+        raise EntryDecodeError(f"invalid entry JSON: {exc}") from exc
+    if fast is not None:
+        return fast
     try:
         parsed = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EntryDecodeError(f"invalid entry JSON: {exc}") from exc
     return wire_to_entry(parsed)
+
+
+@contextlib.contextmanager
+def bulk_decoding() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a store decodes a whole session.
+
+    Decoding allocates many small acyclic objects; on a 100k-entry load the collector's repeated
+    full passes over the growing heap cost about 40% of the time while freeing nothing.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

