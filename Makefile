@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers clean
 
 venv: $(VENV)/.installed
 
@@ -50,6 +50,20 @@ bench: venv ferretdb
 	@for script in bench/store_bench.py bench/view_bench.py bench/agent_bench.py bench/mongo_bench.py bench/temporal_bench.py; do \
 		if [ -f $$script ]; then echo "== $$script"; DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) $$script || exit 1; fi; \
 	done
+
+# Side-by-side benchmarks with the libraries users would pick instead, in their own venv so their
+# dependencies never touch the test environment (pins in bench/peers/requirements.txt).
+PEERS_VENV ?= .venv-peers
+
+bench-peers: ferretdb $(PEERS_VENV)/.installed
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PEERS_VENV)/bin/python bench/peers/run.py
+
+$(PEERS_VENV)/.installed: bench/peers/requirements.txt pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -r bench/peers/requirements.txt
+	$(PEERS_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -69,5 +69,5 @@ def print_table(title: str, peer: str, rows: Sequence[dict[str, Any]]) -> None:
         digits = 0 if r["unit"] in ("bytes", "events", "entries/s", "turn") else 2
         print(
             f"  {r['name']:<44} {r['unit']:<9} {cell(r['durable_agent'], digits):>26} "
-            f"{cell(r['peer'], digits):>26} {r['ratio_ours_over_peer']:>7.2f}x"
+            f"{cell(r['peer'], digits):>26} {r['ratio_ours_over_peer']:>7.3g}x"
         )
