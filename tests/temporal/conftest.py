@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -73,3 +74,16 @@ def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
         yield procs
     finally:
         procs.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Finalize what the test's workers left behind now, on this thread.
+
+    A worker that shuts down with a workflow still cached (a terminated run, say) drops that
+    workflow's coroutines, and the garbage collector later closes the async generators they
+    were suspended in. Collected at an arbitrary later moment, those finalizers can coincide
+    with an ``ast.parse`` (pytest rewriting a late import) and trip CPython 3.11's shared AST
+    recursion counter (``SystemError: AST constructor recursion depth mismatch``)."""
+    yield
+    gc.collect()

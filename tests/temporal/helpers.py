@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
-from tests.support.temporal import FAST
 
 from durable_agent import Event, Message, RunStream
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_workflow_id
+from tests.support.temporal import FAST
 
 T = TypeVar("T")
 
@@ -197,3 +197,16 @@ async def fetch_history_text(handle: WorkflowHandle[Any, Any]) -> str:
 
 def event_types(history_json: str) -> list[str]:
     return [e.get("eventType", "") for e in json.loads(history_json).get("events", [])]
+
+
+async def assert_replays(client: Client, workflow_id: str) -> None:
+    """The workflow's (latest) history replays without a determinism error."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from durable_agent.workflows import WORKFLOWS
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{workflow_id}: {result.replay_failure!r}"

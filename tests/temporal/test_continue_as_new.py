@@ -7,6 +7,12 @@ import json
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from durable_agent import EventGapError, Reply, ScriptedModel, new, tool
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import WORKFLOWS, AgentSpec, RunResult, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -19,10 +25,6 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
-
-from durable_agent import Reply, ScriptedModel, new, tool
-from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
 
 pytestmark = pytest.mark.temporal
 
@@ -95,6 +97,12 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
     executions = await _executions(temporal_client, agent.session_id, rid)
     assert executions == TURNS // 2 + 1
 
+    # every execution replays deterministically from its history
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for history in (earlier, latest):
+        result_of_replay = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result_of_replay.replay_failure is None, result_of_replay.replay_failure
+
 
 async def _positions(client: Client, session_id: str, rid: str) -> list[int]:
     """The positions the last execution still retains are the tail of 1..N (spot check)."""
@@ -120,3 +128,34 @@ async def _executions(client: Client, session_id: str, rid: str) -> int:
         run = first["workflowExecutionStartedEventAttributes"].get("continuedExecutionRunId")
         if not run:
             return count
+
+
+async def test_a_stream_that_falls_behind_continue_as_new_raises_event_gap(
+    temporal_client: Client,
+) -> None:
+    """Events a client never received and the workflow no longer retains: EventGapError; the
+    store is complete anyway (SPEC §7.4)."""
+    script = [Reply.call("count", {"n": i}, id=f"g{i}") for i in range(1, 5)]
+    lm = ScriptedModel([*script, "done"])
+    store, q = MemoryStore(), queue()
+    async with running_worker(
+        temporal_client, store, {"counter": AgentSpec(model=lm, tools=[count])}, task_queue=q
+    ):
+        # a client that polls only every few seconds, a run that continues-as-new every turn
+        ex = executor(temporal_client, q, continue_as_new_after_turns=1, poll_initial=4.0)
+        agent = await new("counter", store=store, session_id=sid("gap"), executor=ex)
+        rid = run_id()
+        stream = await agent.run("count", run_id=rid)
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, rid), result_type=RunResult
+        )
+        result = await handle.result()  # the run finishes before the client's first poll
+        outcome = await consume(stream)
+
+    assert isinstance(outcome.error, EventGapError), repr(outcome.error)
+    assert outcome.events == []
+    stored = await store.load_entries(agent.session_id)
+    assert len(stored) == 1 + 2 * 4 + 1
+    assert result.new_entry_ids == [e.id for e in stored]
+    assert_one_chain(stored)
+    assert not agent.running

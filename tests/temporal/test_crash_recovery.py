@@ -18,12 +18,19 @@ from typing import Any
 import pytest
 from pymongo.asynchronous.database import AsyncDatabase
 from temporalio.client import Client
+
+from durable_agent import new
+from durable_agent.session import Store
+from durable_agent.stores import FileStore
+from durable_agent.stores.mongo import MongoStore
+from durable_agent.workflows import run_workflow_id
 from tests.support.worker_process import AGENT, CRASH_POINTS, MARKERS
 from tests.temporal.conftest import WorkerProcesses
 from tests.temporal.helpers import (
     CRASH,
     assert_one_chain,
     assert_receipts_stored,
+    assert_replays,
     consume,
     executor,
     messages_of,
@@ -32,11 +39,6 @@ from tests.temporal.helpers import (
     sid,
     wait_for_file,
 )
-
-from durable_agent import new
-from durable_agent.session import Store
-from durable_agent.stores import FileStore
-from durable_agent.stores.mongo import MongoStore
 
 pytestmark = pytest.mark.temporal
 
@@ -74,7 +76,8 @@ async def crash_and_recover(
         session_id=session,
         executor=executor(client, q, timeouts=CRASH),
     )
-    stream = await agent.run("go", run_id=run_id())
+    rid = run_id()
+    stream = await agent.run("go", run_id=rid)
     seen = asyncio.create_task(consume(stream))
 
     await wait_for_file(markers / MARKERS[point])
@@ -107,6 +110,7 @@ async def crash_and_recover(
         "step 2 done",
     ]
     assert agent.leaf_id == stored[-1].id
+    await assert_replays(client, run_workflow_id(session, rid))
     positions_ok = outcome.types()[0] == "agent_start" and outcome.types()[-1] == "agent_end"
     assert positions_ok, outcome.types()
     return recovery

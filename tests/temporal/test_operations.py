@@ -10,6 +10,16 @@ from datetime import timedelta
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
+
+from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import (
+    SEARCH_ATTRIBUTE,
+    AgentSpec,
+    RunResult,
+    run_workflow_id,
+)
+from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -24,16 +34,6 @@ from tests.temporal.helpers import (
     sid,
     wait_state,
 )
-
-from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
-from durable_agent.stores import MemoryStore
-from durable_agent.workflows import (
-    SEARCH_ATTRIBUTE,
-    AgentSpec,
-    RunResult,
-    run_workflow_id,
-)
-from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
 
 pytestmark = pytest.mark.temporal
 
@@ -332,3 +332,21 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
 
     with pytest.raises(SessionNotFoundError):
         await store.load_entries(session)
+
+
+async def test_options_the_temporal_executor_refuses(temporal_client: Client) -> None:
+    ex = executor(temporal_client, queue())
+    with pytest.raises(ValueError):
+        await new("a", store=MemoryStore(), executor=ex, publisher=print)
+    with pytest.raises(TypeError):
+        await new("a", store=MemoryStore(), executor=ex, tools=(gated_tool(asyncio.Event()),))
+    with pytest.raises(TypeError):
+        await new(lambda options: None, store=MemoryStore(), executor=ex)  # type: ignore[arg-type,return-value]
+
+
+async def test_connect_from_env(address: str) -> None:
+    from durable_agent.workflows import connect_from_env
+
+    client = await connect_from_env({"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
+    assert client.namespace == "default"
+    assert await client.service_client.check_health()

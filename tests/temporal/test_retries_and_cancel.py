@@ -9,20 +9,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
-from tests.support.temporal import running_worker
-from tests.temporal.helpers import (
-    assert_one_chain,
-    assert_receipts_stored,
-    consume,
-    event_types,
-    eventually,
-    executor,
-    messages_of,
-    queue,
-    run_id,
-    sid,
-    wait_state,
-)
 
 from durable_agent import (
     ModelError,
@@ -37,6 +23,21 @@ from durable_agent import (
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_receipts_stored,
+    assert_replays,
+    consume,
+    event_types,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+    wait_state,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -203,10 +204,12 @@ async def test_cancel_mid_model_stream_stores_the_partial_reply(temporal_client:
         agent = await new(
             "a", store=store, session_id=sid("cancel"), executor=executor(temporal_client, q)
         )
-        outcome, took = await _cancel_mid_stream(agent.run("tell me"), lm)
+        rid = run_id()
+        outcome, took = await _cancel_mid_stream(agent.run("tell me", run_id=rid), lm)
 
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
     assert took < CANCEL_BUDGET, f"cancellation took {took:.2f}s"
+    await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
     stored = await store.load_entries(agent.session_id)
     assert_one_chain(stored)
     assert_receipts_stored(outcome, stored)
@@ -267,6 +270,7 @@ async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Cl
 
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
     assert took < CANCEL_BUDGET, f"cancellation took {took:.2f}s"
+    await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
     stored = await store.load_entries(agent.session_id)
     assert_one_chain(stored)
     assert_receipts_stored(outcome, stored)
@@ -344,6 +348,7 @@ async def test_cancel_while_an_append_is_in_flight_keeps_one_chain(temporal_clie
         outcome = await asyncio.wait_for(seen, 20)
 
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+    await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
     stored = await memory.load_entries(agent.session_id)
     assert_one_chain(stored)
     assert_receipts_stored(outcome, stored)

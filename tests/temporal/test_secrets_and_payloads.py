@@ -9,16 +9,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
-from tests.support.temporal import running_worker
-from tests.temporal.helpers import (
-    consume,
-    eventually,
-    executor,
-    fetch_history_text,
-    messages_of,
-    queue,
-    sid,
-)
 
 from durable_agent import (
     ModelError,
@@ -31,6 +21,16 @@ from durable_agent import (
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    consume,
+    eventually,
+    executor,
+    fetch_history_text,
+    messages_of,
+    queue,
+    sid,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -48,6 +48,8 @@ class KeyedModel:
 
     def _respond(self, request: ModelRequest) -> Reply:
         last = request.messages[-1].text()
+        if last == "crash raw":  # an unsanitized error, as a buggy provider might raise
+            raise RuntimeError(f"POST https://api.example/v1?key={self.api_key}: {self.headers}")
         if last == "please fail":
             return Reply(
                 error=ModelError("upstream rejected the request (HTTP 401)", retryable=False)
@@ -91,11 +93,14 @@ async def test_a_canary_key_never_appears_in_any_history(
         failed = await consume(await agent.run("please fail"))
         assert isinstance(failed.error, ModelError)
         assert canary not in str(failed.error)
+        raw = await consume(await agent.run("crash raw"))
+        assert isinstance(raw.error, ModelError) and not raw.error.retryable
+        assert str(raw.error) == "model call failed: RuntimeError"
         await agent.compact()
         await agent.branch(agent.leaf_id)
         child = await agent.fork()
 
-        expected = {session: 5, child.session_id: 1}  # init, 2 runs, compact, branched | forked
+        expected = {session: 6, child.session_id: 1}  # init, 3 runs, compact, branched | forked
 
         async def all_listed() -> dict[str, list[str]] | None:
             found: dict[str, list[str]] = {}
@@ -115,7 +120,7 @@ async def test_a_canary_key_never_appears_in_any_history(
     kinds = sorted(
         w.split("/")[2] if w.startswith(f"durable-agent/{session}/") else "publish" for w in texts
     )
-    assert kinds == ["compact", "publish", "publish", "publish", "run", "run"]
+    assert kinds == ["compact", "publish", "publish", "publish", "run", "run", "run"]
     for wid, text in texts.items():
         assert canary not in text, f"the API key leaked into {wid}"
         assert env_canary not in text, f"the environment key leaked into {wid}"

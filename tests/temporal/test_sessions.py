@@ -7,18 +7,6 @@ import asyncio
 
 import pytest
 from temporalio.client import Client
-from tests.support.temporal import running_worker
-from tests.temporal.helpers import (
-    assert_one_chain,
-    consume,
-    eventually,
-    executor,
-    messages_of,
-    queue,
-    run_id,
-    sid,
-    wait_state,
-)
 
 from durable_agent import (
     AgentError,
@@ -32,7 +20,25 @@ from durable_agent import (
 from durable_agent.ai import ModelRequest
 from durable_agent.session import INTERRUPTED_TEXT, MessageEntry
 from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec, compact_workflow_id, run_workflow_id
+from durable_agent.workflows import (
+    AgentSpec,
+    compact_workflow_id,
+    publish_workflow_id,
+    run_workflow_id,
+)
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_replays,
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+    wait_state,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -88,6 +94,7 @@ async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(
 
         follow = await consume(await agent.run("carry on"))
         assert follow.error is None, repr(follow.error)
+        await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
 
     stored = await store.load_entries(agent.session_id)
     assert_one_chain(stored)
@@ -218,3 +225,60 @@ async def test_compaction_through_the_compact_workflow(temporal_client: Client) 
         return ids if len(ids) == 2 else None
 
     await eventually(listed, within=20, interval=0.2, what="the compact workflows")
+
+
+async def test_client_verbs_publish_through_publish_workflows(temporal_client: Client) -> None:
+    """new, branch and fork publish their lifecycle events via the worker's publisher, each
+    occurrence once per idempotency key, a fork's two events in order (SPEC §6.3, §7.1)."""
+    published: list[Event] = []
+    store, q = MemoryStore(), queue()
+    session = sid("verbs")
+    async with running_worker(
+        temporal_client,
+        store,
+        {"a": AgentSpec(model=ScriptedModel(["one"]))},
+        task_queue=q,
+        publisher=published.append,
+    ):
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        await (await agent.run("q")).wait()
+        await agent.branch("")
+        child = await agent.fork(f"{session}-child")
+
+        async def all_four() -> list[Event] | None:
+            return list(published) if len(published) >= 4 else None
+
+        events = await eventually(all_four, within=20, what="four lifecycle events")
+        # one publish workflow per verb, named by its first event's key (a fork's two share one)
+        keys = [e.idempotency_key for e in events if not str(e.idempotency_key).endswith(":fork")]
+        handles = [temporal_client.get_workflow_handle(publish_workflow_id(str(k))) for k in keys]
+        for handle in handles:
+            await handle.result()
+        described = [await handle.describe() for handle in handles]
+
+    by_type = {e.type: e for e in events}
+    assert sorted(by_type) == ["session_branched", "session_forked", "session_init"]
+    assert [e.type for e in events if e.session_id == child.session_id] == [
+        "session_forked",
+        "session_init",
+    ]
+    # publish workflows of different verbs run independently: only a fork's pair is ordered
+    (init,) = [e for e in events if e.type == "session_init" and e.session_id == session]
+    assert init.leaf_id == ""
+    assert init.idempotency_key is not None
+    assert init.idempotency_key.startswith(f"session_init:{session}:")
+    branched = by_type["session_branched"]
+    assert branched.from_id == agent.entries()[-1].id and branched.leaf_id == ""
+    forked = by_type["session_forked"]
+    assert forked.parent_id == session
+    assert forked.idempotency_key == f"session_forked:{child.session_id}:{session}"
+    child_init = [
+        e for e in events if e.type == "session_init" and e.session_id == child.session_id
+    ]
+    assert [e.idempotency_key for e in child_init] == [f"session_init:{child.session_id}:fork"]
+    assert len({e.idempotency_key for e in events}) == 4
+    assert len(published) == 4  # each once
+    assert [d.workflow_type for d in described] == ["durable_agent.publish"] * 3
+    assert all(d.status is not None and d.status.name == "COMPLETED" for d in described)

@@ -42,6 +42,7 @@ from ..session.tree import path as tree_path
 from ..session.views import model_view
 from ..workflows.types import (
     AppendInput,
+    AppendResult,
     CallModelInput,
     CallToolInput,
     EnsureSessionInput,
@@ -54,6 +55,7 @@ from ..workflows.types import (
     ToolInfo,
     decode_entries,
     event_from_wire,
+    stored_times,
 )
 from .spec import AgentSpec
 
@@ -227,13 +229,16 @@ class AgentActivities:
         )
 
     @activity.defn(name="durable_agent.append_entries")
-    async def append_entries(self, inp: AppendInput) -> None:
-        """Store entries the workflow stamped; retry-safe because appends are idempotent by ID."""
+    async def append_entries(self, inp: AppendInput) -> AppendResult:
+        """Store entries the workflow stamped; retry-safe because appends are idempotent by ID.
+        Returns the stored times (see :class:`AppendResult`)."""
+        entries = decode_entries(inp.entries)
         try:
             async with _heartbeating(STORE_GRACE):
-                await self.store.append_entries(inp.session_id, decode_entries(inp.entries))
+                await self.store.append_entries(inp.session_id, entries)
         except SessionError as exc:
             raise application_error(exc) from exc
+        return AppendResult(times=[stored_times(e) for e in entries])
 
     @activity.defn(name="durable_agent.call_model")
     async def call_model(self, inp: CallModelInput) -> ModelReply:
@@ -266,7 +271,15 @@ class AgentActivities:
                 raise
             final, cancelled = aborted, True
         except ModelError as exc:
-            raise application_error(exc) from exc
+            # no cause chain: a provider's own exception may hold the request and its headers
+            raise application_error(exc) from None
+        except Exception as exc:
+            # Not a ModelError, so nobody stripped credentials from its message: Temporal gets
+            # only its type (the worker's log keeps the rest).
+            activity.logger.warning("model call failed with %s", type(exc).__name__, exc_info=True)
+            raise application_error(
+                ModelError(f"model call failed: {type(exc).__name__}", retryable=False)
+            ) from None
         if final is None:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
@@ -295,9 +308,10 @@ class AgentActivities:
             raise
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
+            # the message becomes the result text (SPEC §5.3); the chain stays on the worker
             raise ApplicationError(
                 str(exc), type=type(exc).__name__, non_retryable=non_retryable
-            ) from exc
+            ) from None
         result = tool_result_message(call.id, call.name, *blocks)
         self._check_size(f"result of tool {call.name!r}", result.model_dump_json())
         return result
@@ -321,7 +335,7 @@ class AgentActivities:
         except CompactError as exc:
             cause = exc.__cause__
             retryable = isinstance(cause, ModelError) and cause.retryable
-            raise application_error(exc, non_retryable=not retryable) from exc
+            raise application_error(exc, non_retryable=not retryable) from None
         return SummaryResult(
             summary=text, first_kept_id=plan.first_kept_id, tokens_before=plan.tokens_before
         )

@@ -14,11 +14,13 @@ with workflow.unsafe.imports_passed_through():
     from .run_workflow import workflow_id_new
     from .types import (
         AppendInput,
+        AppendResult,
         CompactInput,
         PublishInput,
         SummarizeInput,
         SummaryResult,
         event_to_wire,
+        with_stored_times,
     )
 
 __all__ = ["CompactWorkflow"]
@@ -58,16 +60,16 @@ class CompactWorkflow:
             created_at=workflow.now(),
         )
         stamped = stamp([entry], inp.leaf_id, workflow.now(), workflow_id_new)
-        stored = stamped.durable[0]
-        await call_activity(
+        written = await call_activity(
             "durable_agent.append_entries",
-            AppendInput(session_id=inp.session_id, entries=[encode_entry(stored)]),
-            None,
+            AppendInput(session_id=inp.session_id, entries=[encode_entry(stamped.durable[0])]),
+            AppendResult,
             start_to_close=t.store_start_to_close,
             retry=store_retry(t),
             heartbeat=t.store_heartbeat,
             summary="append compaction",
         )
+        stored = with_stored_times(stamped.durable[0], written.times[0])
         event = Event(
             type="session_compacted",
             session_id=inp.session_id,

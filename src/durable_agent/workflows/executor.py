@@ -45,7 +45,7 @@ from ..durable.errors import (
 from ..durable.events import Event
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
-from ..session.entries import CompactionEntry, Entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from .run_workflow import SESSION_ID_KEY
 from .types import (
@@ -245,7 +245,13 @@ class TemporalExecutor:
                                 and event.entries
                                 and inner.message is not None
                             ):
-                                produced.append(inner.message)
+                                stored = event.entries[0]  # the stored form of the message
+                                message = (
+                                    stored.message
+                                    if isinstance(stored, MessageEntry)
+                                    else inner.message
+                                )
+                                produced.append(message)
                             if inner and inner.type == "agent_end":
                                 # the workflow sends the run's usage, not its transcript
                                 inner = inner.model_copy(update={"messages": list(produced)})

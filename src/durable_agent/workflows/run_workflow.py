@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .types import (
         AppendInput,
+        AppendResult,
         CallModelInput,
         CallToolInput,
         EnsureSessionInput,
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ToolInfo,
         WireEvent,
         event_to_wire,
+        with_stored_times,
     )
 
 __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
@@ -187,20 +189,14 @@ class RunWorkflow:
         if not stamped.durable:
             return
         wires = [encode_entry(e) for e in stamped.durable]
-        with workflow.unsafe.sandbox_unrestricted():
-            import os as _os
-            _dbg = _os.environ.get("DA_DEBUG_COMMIT")
-            if _dbg:
-                with open(_dbg, "a") as _f:
-                    _f.write(f"{workflow.info().run_id} replay={workflow.unsafe.is_replaying()} hist={workflow.info().get_current_history_length()} now={workflow.now().isoformat()} ids={[e.id for e in stamped.durable]}\n")
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts
-        write: asyncio.Future[Any] = asyncio.ensure_future(
+        write: asyncio.Future[AppendResult] = asyncio.ensure_future(
             call_activity(
                 "durable_agent.append_entries",
                 AppendInput(session_id=inp.session_id, entries=wires),
-                None,
+                AppendResult,
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
@@ -219,6 +215,14 @@ class RunWorkflow:
                 self._cancel_deferred = True
         except ActivityError as exc:
             raise _ActivityFailure(*_failure(exc)) from exc
+        # the receipt names what the store holds (see AppendResult)
+        fixed = {}
+        for i, (entry, times) in enumerate(zip(stamped.durable, write.result().times, strict=True)):
+            stored = with_stored_times(entry, times)
+            if stored is not entry:
+                stamped.durable[i] = fixed[entry.id] = stored
+        if fixed:
+            stamped.copies[:] = [fixed.get(c.id, c) for c in stamped.copies]
 
     async def emit(self, event: Event) -> None:
         agent_event = event.agent

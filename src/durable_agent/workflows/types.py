@@ -13,12 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..agent.events import AgentEvent
 from ..ai.messages import Message, Usage
+from ..ai.timefmt import format_time, parse_time
 from ..durable.events import Event, EventType
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 
 __all__ = [
     "AppendInput",
+    "AppendResult",
     "CallModelInput",
     "CallToolInput",
     "CompactInput",
@@ -33,6 +35,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "SummarizeInput",
+    "StoredTimes",
     "SummaryResult",
     "Timeouts",
     "ToolInfo",
@@ -41,6 +44,8 @@ __all__ = [
     "encode_entries",
     "event_from_wire",
     "event_to_wire",
+    "stored_times",
+    "with_stored_times",
 ]
 
 SEARCH_ATTRIBUTE = "DurableAgentSessionId"
@@ -238,6 +243,24 @@ class AppendInput(_Model):
     entries: list[str]
 
 
+class StoredTimes(_Model):
+    """The clock-derived fields of one appended entry, as written (RFC 3339 strings)."""
+
+    created_at: str
+    timestamp: str | None = None
+    """A message entry's message timestamp."""
+
+
+class AppendResult(_Model):
+    """What ``append_entries`` wrote, reduced to the fields that come from ``workflow.now()``.
+
+    Recorded in history, so a workflow whose replay computed other times (a workflow task
+    re-run after a server restart can see a different ``workflow.now()``) still reports the
+    stored entries, not its recomputed ones. A few bytes per entry."""
+
+    times: list[StoredTimes]
+
+
 class CallModelInput(_Model):
     session_id: str
     leaf_id: str
@@ -293,3 +316,21 @@ class SummaryResult(_Model):
 class PublishInput(_Model):
     events: list[WireEvent]
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+
+
+def stored_times(entry: Entry) -> StoredTimes:
+    timestamp = None
+    if isinstance(entry, MessageEntry) and entry.message.timestamp is not None:
+        timestamp = format_time(entry.message.timestamp)
+    return StoredTimes(created_at=format_time(entry.created_at), timestamp=timestamp)
+
+
+def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
+    """``entry`` with the times the store has for it (itself when they agree)."""
+    if stored_times(entry) == times:
+        return entry
+    update: dict[str, Any] = {"created_at": parse_time(times.created_at)}
+    if isinstance(entry, MessageEntry) and times.timestamp is not None:
+        message = entry.message.model_copy(update={"timestamp": parse_time(times.timestamp)})
+        update["message"] = message
+    return entry.model_copy(update=update)
