@@ -10,17 +10,20 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from ..messages import ContentBlock, Message, StopReason, Usage
 from ..model import ModelError
 from ..timefmt import utc_now
 
+T = TypeVar("T")
+
 __all__ = [
     "REDACTED",
     "Draft",
     "final_arguments",
+    "guarded",
     "model_error",
     "partial_arguments",
     "redact",
@@ -189,3 +192,27 @@ class Draft:
             error=error,
             timestamp=utc_now(),
         )
+
+
+async def guarded(
+    items: AsyncIterable[T],
+    errors: tuple[type[Exception], ...],
+    to_error: Callable[[Exception], ModelError],
+) -> AsyncIterator[T]:
+    """Iterate an SDK stream, turning its failures into :class:`ModelError`.
+
+    The ModelError is raised outside the ``except`` block, so the SDK error (which holds the
+    request, headers included) is neither its cause nor its context.
+    """
+    iterator = items.__aiter__()
+    while True:
+        error: ModelError | None = None
+        try:
+            item = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except errors as exc:
+            error = to_error(exc)
+        if error is not None:
+            raise error
+        yield item

@@ -47,6 +47,7 @@ from ..model import ModelError, ModelEvent, ModelRequest, ToolSpec
 from ._common import (
     Draft,
     final_arguments,
+    guarded,
     model_error,
     partial_arguments,
     retry_after_seconds,
@@ -195,21 +196,10 @@ class AnthropicModel:
         # included) is neither the cause nor the context of what the caller sees.
         raise error
 
-    async def _raw_events(
+    def _raw_events(
         self, stream: AsyncStream[RawMessageStreamEvent]
     ) -> AsyncIterator[RawMessageStreamEvent]:
-        iterator = stream.__aiter__()
-        while True:
-            error: ModelError | None = None
-            try:
-                event = await iterator.__anext__()
-            except StopAsyncIteration:
-                return
-            except _SDK_ERRORS as exc:
-                error = self._error(exc)
-            if error is not None:
-                raise error
-            yield event
+        return guarded(stream, _SDK_ERRORS, self._error)
 
     async def _events(
         self, stream: AsyncStream[RawMessageStreamEvent]

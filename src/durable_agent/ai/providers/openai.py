@@ -48,6 +48,7 @@ from ..model import ModelError, ModelEvent, ModelRequest, ToolSpec
 from ._common import (
     Draft,
     final_arguments,
+    guarded,
     model_error,
     partial_arguments,
     retry_after_seconds,
@@ -193,21 +194,10 @@ class OpenAIChatModel:
         # included) is neither the cause nor the context of what the caller sees.
         raise error
 
-    async def _chunks(
+    def _chunks(
         self, stream: AsyncStream[ChatCompletionChunk]
     ) -> AsyncIterator[ChatCompletionChunk]:
-        iterator = stream.__aiter__()
-        while True:
-            error: ModelError | None = None
-            try:
-                chunk = await iterator.__anext__()
-            except StopAsyncIteration:
-                return
-            except _SDK_ERRORS as exc:
-                error = self._error(exc)
-            if error is not None:
-                raise error
-            yield chunk
+        return guarded(stream, _SDK_ERRORS, self._error)
 
     async def _events(
         self, stream: AsyncStream[ChatCompletionChunk]
