@@ -3,9 +3,10 @@
 (3) session store vs the OpenAI Agents SDK's ``MongoDBSession`` and (4) bytes stored per turn vs
 LangGraph's ``MongoDBSaver``, both on one FerretDB this script starts and stops by PID. Prints a
 table per comparison and writes ``bench/results/peers.json``. (1)+(2), Temporal history growth and
-overhead vs Pydantic AI's ``TemporalAgent``, are not written yet.
+per-turn overhead vs Pydantic AI's Temporal integration, on a dev server ``temporal.py`` starts.
 
-Run: ``make bench-peers`` or ``.venv-peers/bin/python bench/peers/run.py [--only 3,4] [--quick]``.
+Run: ``make bench-peers`` or
+``.venv-peers/bin/python bench/peers/run.py [--only 1,2,3,4] [--quick]``.
 """
 
 from __future__ import annotations
@@ -110,12 +111,38 @@ async def mongo_part(
     return out
 
 
+SECTIONS = ("temporal", "sessions", "storage")
+
+
+def carry_over(results: dict[str, Any], path: Path) -> None:
+    """Keep the comparisons this run skipped (``--only``) from an earlier ``path``, with the
+    earlier run's versions, so one part can be re-measured without losing the others."""
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except ValueError:
+        return
+    kept = [k for k in SECTIONS if k not in results and k in old]
+    for key in kept:
+        results[key] = old[key]
+    if kept:
+        results["carried_over"] = {
+            "sections": kept,
+            "versions": old.get("versions"),
+            "args": old.get("args"),
+        }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="3,4", help="comparisons to run (default 3,4)")
+    parser.add_argument("--only", default="1,2,3,4", help="comparisons to run (default all)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of every figure")
     parser.add_argument(
         "--storage-reps", type=int, default=2, help="(4) repetitions (its bytes are deterministic)"
+    )
+    parser.add_argument(
+        "--temporal-reps", type=int, default=3, help="(1)+(2) repetitions of the 100 turns"
     )
     parser.add_argument("--quick", action="store_true", help="(3) fewer samples (a smoke run)")
     parser.add_argument(
@@ -140,10 +167,22 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         if parts & {"1", "2"}:
-            print("(1)+(2) Temporal vs Pydantic AI: not implemented yet, skipped", flush=True)
+            from temporal import bench_temporal
+
+            t0 = time.perf_counter()
+            res = asyncio.run(bench_temporal(args.temporal_reps))
+            res["seconds"] = time.perf_counter() - t0
+            results["temporal"] = res
+            print_table(
+                "(1)+(2) Temporal history per turn and per-turn latency: TemporalExecutor vs "
+                "Pydantic AI TemporalDurability (50 MB / 2 MB turns are extrapolated)",
+                "pydantic-ai",
+                res["rows"],
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = time.perf_counter() - t0
+    carry_over(results, args.json)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"\ntotal {results['seconds']:.0f} s; figures written to {args.json}")
