@@ -40,7 +40,6 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -75,6 +74,7 @@ if str(BENCH_DIR) not in sys.path:
 
 import _bare_workflow  # noqa: E402
 from _servers import start_dev_server  # noqa: E402
+from _stats import pct, summary  # noqa: E402
 
 TRANSFER_RPS_KEY = "history.transferProcessorMaxPollRPS"
 
@@ -89,27 +89,6 @@ FILLER = "lorem ipsum dolor sit amet " * 8  # 216 chars: every reply carries som
 
 
 # -- statistics --------------------------------------------------------------------------------
-
-
-def pct(xs: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) with linear interpolation."""
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """Median over repetitions, with the spread (min..max)."""
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
 
 
 def fmt(s: dict[str, float], unit: str = "ms", scale: float = 1000.0, digits: int = 1) -> str:

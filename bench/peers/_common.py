@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,29 +12,10 @@ for extra in (REPO, REPO / "bench"):  # tests.support.ferretdb, bench/_servers.p
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from _stats import summary  # noqa: E402
+
 #: ~270 characters: the text of every message on both sides.
 TEXT = "The quick brown fox jumps over the lazy dog. " * 6
-
-
-def pct(xs: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) with linear interpolation."""
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """Median over repetitions, with the spread (min..max) and the count."""
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
 
 
 def figure(

@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from _common import TEXT, figure, pct
+from _common import TEXT, figure
 from agents.extensions.memory import MongoDBSession
 from pymongo import AsyncMongoClient
 
+from _stats import pct
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import MessageEntry
 from durable_agent.stores.mongo import MongoStore

@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import _pai_workflow
-from _common import TEXT, figure, pct
+from _common import TEXT, figure
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from _servers import start_dev_server
+from _stats import pct
 from durable_agent import new, tool
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, ToolCall, Usage
 from durable_agent.stores import FileStore
