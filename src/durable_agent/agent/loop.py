@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, Usage
 from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
@@ -23,6 +24,32 @@ from .retry import RetryingModel
 from .tool_exec import LocalToolExecutor, ToolExecutor
 
 __all__ = ["AgentRun", "Factory", "Loop", "ModelFactory", "ModelLoop", "build_loop", "model"]
+
+
+class _closing:
+    """``contextlib.aclosing`` that also works while the whole chain is being finalized.
+
+    A generator nested in another (``async for`` over it) is closed with its consumer, so an
+    abandoned run cancels its tool tasks at once. When the garbage collector finalizes a
+    suspended chain (a Temporal workflow evicted mid-run), the inner generator is still
+    mid-``await`` (``ag_running``) and is finalized on its own: closing it then would raise
+    "already running", so it is left alone. No generator here awaits while closing.
+    """
+
+    def __init__(self, agen: AsyncGenerator[Any, None]) -> None:
+        self.agen = agen
+
+    async def __aenter__(self) -> AsyncGenerator[Any, None]:
+        return self.agen
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.agen.ag_running:
+            await self.agen.aclose()
 
 
 class AgentRun:
@@ -41,10 +68,11 @@ class AgentRun:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[AgentEvent]:
-        async for event in self._gen:
-            if event.type == "message_end" and event.message is not None:
-                self._messages.append(event.message)
-            yield event
+        async with _closing(self._gen) as events:
+            async for event in events:
+                if event.type == "message_end" and event.message is not None:
+                    self._messages.append(event.message)
+                yield event
 
     async def wait(self) -> list[Message]:
         """Run to the end (if nobody is reading events) and return the produced messages."""
@@ -151,11 +179,12 @@ class ModelLoop:
                 yield AgentEvent(type="message_end", message=message)
             injected = None
             assistant: Message | None = None
-            async for item in self._call_model(context):
-                if isinstance(item, Message):
-                    assistant = item
-                else:
-                    yield item
+            async with _closing(self._call_model(context)) as stream:
+                async for item in stream:
+                    if isinstance(item, Message):
+                        assistant = item
+                    else:
+                        yield item
             assert assistant is not None
             yield AgentEvent(type="message_end", message=assistant)
             context.append(assistant)
@@ -166,11 +195,12 @@ class ModelLoop:
             if assistant.stop_reason == "aborted":
                 calls = []  # a cancelled reply's calls are answered by the canceller, not run
             if calls:
-                async for event in self._run_tools(calls):
-                    if event.type == "message_end" and event.message is not None:
-                        context.append(event.message)
-                        produced.append(event.message)
-                    yield event
+                async with _closing(self._run_tools(calls)) as tool_events:
+                    async for event in tool_events:
+                        if event.type == "message_end" and event.message is not None:
+                            context.append(event.message)
+                            produced.append(event.message)
+                        yield event
             yield AgentEvent(type="turn_end", message=assistant)
             may_continue = opts.max_turns is None or turns < opts.max_turns
             if calls and may_continue and assistant.stop_reason not in ("error", "aborted"):
@@ -241,28 +271,36 @@ class ModelLoop:
                 AgentEvent(type="message_end", message=result),
             ]
 
+        closing = False
         try:
             if parallel:
                 for i in range(len(calls)):
                     yield start(i)
-                async for event in drain(set(range(len(calls)))):
-                    yield event
+                async with _closing(drain(set(range(len(calls))))) as updates_of_all:
+                    async for event in updates_of_all:
+                        yield event
                 for i in range(len(calls)):
                     for event in finish(i):
                         yield event
             else:
                 for i in range(len(calls)):
                     yield start(i)
-                    async for event in drain({i}):
-                        yield event
+                    async with _closing(drain({i})) as updates_of_one:
+                        async for event in updates_of_one:
+                            yield event
                     for event in finish(i):
                         yield event
+        except GeneratorExit:
+            # Closed (aclose, or finalized with its workflow on eviction): a generator being
+            # closed must not await, so the tool tasks are cancelled and left to finish.
+            closing = True
+            raise
         finally:
-            for task in tasks.values():
-                if not task.done():
-                    task.cancel()
             pending = [t for t in tasks.values() if not t.done()]
-            if pending:
+            for task in pending:
+                task.cancel()
+                task.add_done_callback(_retrieve)
+            if pending and not closing:
                 await asyncio.gather(*pending, return_exceptions=True)
 
     async def _execute_one(
@@ -282,6 +320,12 @@ class ModelLoop:
         if hooks is not None:
             result = await call_hook(hooks.after_tool, call, result) or result
         return result
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Consume a cancelled tool task's outcome, so nothing is reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ModelFactory:
