@@ -145,7 +145,7 @@ def test_workflows_url_quotes_the_query() -> None:
     url = workflows_url("http://127.0.0.1:8233", "demo-1")
     assert url == (
         "http://127.0.0.1:8233/namespaces/default/workflows"
-        "?query=DurableAgentSessionId%3D%22demo-1%22"
+        "?query=DurableAgentSessionId%3D%22demo-1%22%20AND%20DurableAgentKind%3D%22run%22"
     )
 
 

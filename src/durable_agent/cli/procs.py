@@ -27,6 +27,7 @@ from typing import IO
 
 from temporalio.client import Client
 
+from ..workflows.activity_calls import KIND_ATTRIBUTE
 from ..workflows.types import SEARCH_ATTRIBUTE
 from .settings import ServerInfo, read_server_info
 
@@ -197,8 +198,11 @@ class DevServer:
 
 
 def workflows_url(ui_url: str, session_id: str, namespace: str = "default") -> str:
-    """The Web UI's workflow list filtered to one session's runs and operations."""
-    query = urllib.parse.quote(f'{SEARCH_ATTRIBUTE}="{session_id}"', safe="")
+    """The Web UI's workflow list filtered to one session's runs (publish and compaction
+    workflows carry the session ID too, with another ``DurableAgentKind``)."""
+    query = urllib.parse.quote(
+        f'{SEARCH_ATTRIBUTE}="{session_id}" AND {KIND_ATTRIBUTE}="run"', safe=""
+    )
     return f"{ui_url}/namespaces/{namespace}/workflows?query={query}"
 
 
@@ -301,6 +305,8 @@ async def start_dev_server(
         "warn",
         "--search-attribute",
         f"{SEARCH_ATTRIBUTE}=Keyword",
+        "--search-attribute",
+        f"{KIND_ATTRIBUTE}=Keyword",
     ]
     argv += ["--headless"] if web_port is None else ["--ui-port", str(web_port)]
     proc = _spawn(

@@ -47,7 +47,7 @@ from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
-from .run_workflow import SESSION_ID_KEY
+from .activity_calls import KIND_KEY, SESSION_ID_KEY
 from .types import (
     CompactInput,
     EventsAnswer,
@@ -83,8 +83,10 @@ def publish_workflow_id(key: str) -> str:
     return f"durable-agent/publish/{key}"
 
 
-def _search(session_id: str) -> TypedSearchAttributes:
-    return TypedSearchAttributes([SearchAttributePair(SESSION_ID_KEY, session_id)])
+def _search(session_id: str, kind: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [SearchAttributePair(SESSION_ID_KEY, session_id), SearchAttributePair(KIND_KEY, kind)]
+    )
 
 
 def client_error(exc: BaseException) -> BaseException:
@@ -205,7 +207,7 @@ class TemporalExecutor:
                 result_type=RunResult,
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=_search(agent.session_id),
+                search_attributes=_search(agent.session_id, "run"),
                 static_summary=f"agent {agent._factory!r} run on session {agent.session_id!r}",
             )
         except WorkflowAlreadyStartedError:
@@ -315,7 +317,7 @@ class TemporalExecutor:
                 task_queue=self.task_queue,
                 result_type=str | None,
                 execution_timeout=self.execution_timeout,
-                search_attributes=_search(agent.session_id),
+                search_attributes=_search(agent.session_id, "compact"),
                 static_summary=f"compact session {agent.session_id!r}",
             )
         except WorkflowFailureError as exc:
@@ -341,7 +343,7 @@ class TemporalExecutor:
                 id=publish_workflow_id(key),
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=_search(events[0].session_id),
+                search_attributes=_search(events[0].session_id, "publish"),
                 static_summary=", ".join(e.type for e in events),
             )
         except WorkflowAlreadyStartedError:

@@ -12,11 +12,13 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
+from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
 from .run_workflow import RunWorkflow
@@ -28,18 +30,28 @@ WORKFLOWS = [RunWorkflow, CompactWorkflow, PublishWorkflow]
 
 
 async def ensure_search_attribute(client: Client) -> None:
-    """Register the ``DurableAgentSessionId`` Keyword search attribute if it is missing."""
+    """Register the ``DurableAgentSessionId`` and ``DurableAgentKind`` Keyword search attributes
+    if they are missing."""
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
-    if SEARCH_ATTRIBUTE in listed.custom_attributes:
+    missing = [
+        name for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE) if name not in listed.custom_attributes
+    ]
+    if not missing:
         return
-    await client.operator_service.add_search_attributes(
-        AddSearchAttributesRequest(
-            namespace=client.namespace,
-            search_attributes={SEARCH_ATTRIBUTE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=client.namespace,
+                search_attributes={
+                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
+                },
+            )
         )
-    )
+    except RPCError as exc:  # another worker registered them first
+        if exc.status != RPCStatusCode.ALREADY_EXISTS:
+            raise
 
 
 async def create_worker(
