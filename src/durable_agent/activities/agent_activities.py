@@ -23,15 +23,17 @@ from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
 from ..ai.messages import Message, ToolCall, tool_result_message
 from ..ai.model import ModelError, ModelRequest
+from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
-from ..durable.errors import CompactError, PayloadTooLargeError
+from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
 from ..durable.executor import dangling_at
 from ..durable.publisher import PublisherLike, publish_one
-from ..session.codec import decode_entry
+from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import (
+    EntryConflictError,
     SessionError,
     SessionExistsError,
     SessionNotFoundError,
@@ -50,6 +52,7 @@ from ..workflows.types import (
     ModelReply,
     PathInfo,
     PublishInput,
+    Stamp,
     SummarizeInput,
     SummaryResult,
     ToolInfo,
@@ -154,11 +157,16 @@ class AgentActivities:
             )
         return spec
 
-    async def _path(self, session_id: str, leaf_id: str) -> list[Entry]:
+    async def _entries(self, session_id: str) -> list[Entry]:
         try:
-            entries = await self.store.load_entries(session_id)
+            return await self.store.load_entries(session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+
+    async def _path(self, session_id: str, leaf_id: str) -> list[Entry]:
+        return self._path_in(session_id, await self._entries(session_id), leaf_id)
+
+    def _path_in(self, session_id: str, entries: list[Entry], leaf_id: str) -> list[Entry]:
         index = {e.id: e for e in entries}
         if leaf_id and leaf_id not in index:
             raise ApplicationError(
@@ -246,7 +254,14 @@ class AgentActivities:
         streamed so far as an ``aborted`` message."""
         spec = self._spec(inp.agent)
         options = spec.options(inp.options)
-        p = await self._path(inp.session_id, inp.leaf_id)
+        entries = await self._entries(inp.session_id)
+        if inp.stamp is not None:
+            stored = _find(entries, inp.stamp.id)
+            if stored is not None:
+                # committed by an earlier attempt (crash between commit and completion, or a
+                # zombie that won the race): no second model call
+                return _stored_reply(stored)
+        p = self._path_in(inp.session_id, entries, inp.leaf_id)
         combined = _with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral])
         view = run_view(combined, inp.start_leaf_id)
         request = ModelRequest(
@@ -285,7 +300,41 @@ class AgentActivities:
                 ModelError("model stream ended without a complete message", retryable=True)
             )
         self._check_size("model reply", final.model_dump_json())
-        return ModelReply(message=final, cancelled=cancelled)
+        if inp.stamp is None or cancelled:
+            # a cancelled partial is stored by the workflow's cancel path, as in-process
+            return ModelReply(message=final, cancelled=cancelled)
+        commit = asyncio.ensure_future(self._commit(inp.session_id, inp.stamp, final))
+        try:
+            return _stored_reply(await asyncio.shield(commit))
+        except asyncio.CancelledError:
+            # the run was cancelled while the reply was being written: a started write
+            # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
+            return _stored_reply(await commit, cancelled=True)
+
+    async def _commit(self, session_id: str, stamp: Stamp, message: Message) -> MessageEntry:
+        """Append ``message`` under the workflow's stamp and return what the store holds for it:
+        a conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
+        entry = MessageEntry(
+            id=stamp.id,
+            parent_id=stamp.parent_id,
+            created_at=parse_time(stamp.created_at),
+            message=message,
+        )
+        self._check_size("entry", encode_entry(entry))
+        try:
+            async with _heartbeating(STORE_GRACE):
+                try:
+                    await self.store.append_entries(session_id, [entry])
+                    return entry
+                except EntryConflictError:
+                    stored = _find(await self.store.load_entries(session_id), stamp.id)
+        except SessionError as exc:
+            retryable = isinstance(exc, StoreUnavailableError)
+            raise application_error(
+                PersistError(f"persist message: {exc}"), non_retryable=not retryable
+            ) from exc
+        assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
+        return stored
 
     @activity.defn(name="durable_agent.call_tool")
     async def call_tool(self, inp: CallToolInput) -> Message:
@@ -348,6 +397,23 @@ class AgentActivities:
         async with _heartbeating(STORE_GRACE):
             for wire in inp.events:
                 await publish_one(self.publisher, event_from_wire(wire))
+
+
+def _find(entries: list[Entry], entry_id: str) -> Entry | None:
+    for entry in reversed(entries):
+        if entry.id == entry_id:
+            return entry
+    return None
+
+
+def _stored_reply(entry: Entry, *, cancelled: bool = False) -> ModelReply:
+    if not isinstance(entry, MessageEntry):
+        raise ApplicationError(
+            f"entry {entry.id!r} under the model call's stamp is not a message",
+            type="EntryConflictError",
+            non_retryable=True,
+        )
+    return ModelReply(message=entry.message, cancelled=cancelled, stored=stored_times(entry))
 
 
 def run_view(path: list[Entry], start_leaf_id: str | None) -> list[Message]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import types
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, Usage
 from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
@@ -26,7 +27,10 @@ from .tool_exec import LocalToolExecutor, ToolExecutor
 __all__ = ["AgentRun", "Factory", "Loop", "ModelFactory", "ModelLoop", "build_loop", "model"]
 
 
-class _closing:
+T = TypeVar("T")
+
+
+class _closing(Generic[T]):
     """``contextlib.aclosing`` that also works while the whole chain is being finalized.
 
     A generator nested in another (``async for`` over it) is closed with its consumer, so an
@@ -36,10 +40,10 @@ class _closing:
     "already running", so it is left alone. No generator here awaits while closing.
     """
 
-    def __init__(self, agen: AsyncGenerator[Any, None]) -> None:
+    def __init__(self, agen: AsyncIterator[T]) -> None:
         self.agen = agen
 
-    async def __aenter__(self) -> AsyncGenerator[Any, None]:
+    async def __aenter__(self) -> AsyncIterator[T]:
         return self.agen
 
     async def __aexit__(
@@ -48,8 +52,9 @@ class _closing:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self.agen.ag_running:
-            await self.agen.aclose()
+        agen = self.agen
+        if isinstance(agen, types.AsyncGeneratorType) and not agen.ag_running:
+            await agen.aclose()
 
 
 class AgentRun:

@@ -94,15 +94,33 @@ class RunEngine:
         self.pending_calls: list[ToolCall] = []
         """Calls of the last assistant message without a stored result."""
         self._partial: Message | None = None
+        self._reserved: tuple[str, datetime] | None = None
+        """The header a producer committed the next assistant reply under (see expect_committed)."""
+
+    def expect_committed(self, entry_id: str, created_at: datetime) -> None:
+        """The next assistant reply was already committed by its producer under this header (the
+        Temporal ``call_model`` activity, SPEC §7.2): the engine records it under the same ID and
+        time, and the effects' ``commit`` sees an entry that is already stored."""
+        self._reserved = (entry_id, created_at)
 
     # -- persistence -------------------------------------------------------------------------
 
-    async def persist(self, entries: Sequence[Entry], what: str) -> list[Entry]:
+    async def persist(
+        self,
+        entries: Sequence[Entry],
+        what: str,
+        reserved: tuple[str, datetime] | None = None,
+    ) -> list[Entry]:
         """Stamp and commit one batch; returns its durable copies (the receipt).
 
+        ``reserved``: the (ID, created_at) a producer already stored a one-entry batch under.
         A store failure raises :class:`PersistError` (``what: cause``) and leaves the leaf.
         """
-        stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
+        if reserved is None:
+            stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
+        else:
+            entry_id, created_at = reserved
+            stamped = stamp(entries, self.leaf_id, created_at, lambda: entry_id)
         previous = self.status
         self.status = "persisting"
         try:
@@ -180,7 +198,10 @@ class RunEngine:
         elif kind == "tool_execution_start":
             self.status = "running_tools"
         if kind == "message_end" and message is not None:
-            receipt = await self.persist([self._entry(message)], "persist message")
+            reserved = None
+            if message.role == "assistant":
+                reserved, self._reserved = self._reserved, None
+            receipt = await self.persist([self._entry(message)], "persist message", reserved)
             self._record(message)
             await self._emit(event, receipt)
             return
@@ -236,6 +257,7 @@ class RunEngine:
         ``partial`` overrides the tracked partial message (the Temporal model activity returns
         its own).
         """
+        self._reserved = None
         if partial is not None:
             self._partial = partial
         aborted = self._aborted()

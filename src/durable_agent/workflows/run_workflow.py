@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from ..agent.options import AgentOptions
     from ..ai.messages import Message, TextContent, ToolCall
     from ..ai.model import ModelError, ModelEvent, ModelRequest
+    from ..ai.timefmt import format_time, parse_time
     from ..ai.tools import RetryPolicy as ToolRetry
     from ..ai.tools import Tool
     from ..durable.engine import RunEngine
@@ -51,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunResult,
         RunState,
+        Stamp,
+        StoredTimes,
         ToolCallRef,
         ToolInfo,
         WireEvent,
@@ -61,6 +64,8 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 
 QUERY_BUDGET = 1_000_000
+PRODUCER_COMMIT = "producer-commit-v1"
+"""Patch marker: executions started before it append each reply in a second activity."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -129,6 +134,9 @@ class RunWorkflow:
         """A cancellation that arrived during an append, raised once that append is recorded."""
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
+        self._committed: dict[str, StoredTimes] = {}
+        """Entries their producing activity already stored (ID -> stored times): their commit
+        records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -188,6 +196,9 @@ class RunWorkflow:
         self._ephemeral.extend(encode_entry(c) for c in stamped.copies if not is_durable(c))
         if not stamped.durable:
             return
+        if all(e.id in self._committed for e in stamped.durable):
+            self._apply_stored_times(stamped, [self._committed.pop(e.id) for e in stamped.durable])
+            return
         wires = [encode_entry(e) for e in stamped.durable]
         for wire in wires:
             _check_payload(wire, "entry")
@@ -215,9 +226,13 @@ class RunWorkflow:
                 self._cancel_deferred = True
         except ActivityError as exc:
             raise _ActivityFailure(*_failure(exc)) from exc
-        # the receipt names what the store holds (see AppendResult)
+        self._apply_stored_times(stamped, write.result().times)
+
+    @staticmethod
+    def _apply_stored_times(stamped: Stamped, times_list: list[StoredTimes]) -> None:
+        """Make the receipt name what the store holds (see AppendResult)."""
         fixed = {}
-        for i, (entry, times) in enumerate(zip(stamped.durable, write.result().times, strict=True)):
+        for i, (entry, times) in enumerate(zip(stamped.durable, times_list, strict=True)):
             stored = with_stored_times(entry, times)
             if stored is not entry:
                 stamped.durable[i] = fixed[entry.id] = stored
@@ -459,10 +474,22 @@ class _ActivityModel:
         retry = inp.options.get("model_retry") or {}
         attempts = int(retry.get("max_attempts", t.model_max_attempts))
         initial = float(retry.get("initial_interval", t.retry_initial))
+        engine = wf._engine
+        assert engine is not None
+        call = wf.model_call()
+        stamp: Stamp | None = None
+        if workflow.patched(PRODUCER_COMMIT):
+            # the producer commits its own reply under this header: one activity per turn
+            stamp = Stamp(
+                id=workflow_id_new(),
+                parent_id=engine.leaf_id or None,
+                created_at=format_time(workflow.now()),
+            )
+            call = call.model_copy(update={"stamp": stamp})
         try:
             reply = await call_activity(
                 "durable_agent.call_model",
-                wf.model_call(),
+                call,
                 ModelReply,
                 start_to_close=t.model_start_to_close,
                 heartbeat=t.model_heartbeat,
@@ -485,11 +512,21 @@ class _ActivityModel:
                 retryable = bool(details[0]) if details else False
                 raise ModelError(text, retryable=retryable) from exc
             raise
-        if reply.cancelled:
+        if reply.cancelled and reply.stored is None:
             # the run is being cancelled: the workflow stores the partial reply on its cancel
             # path, like the in-process engine (no turn_end or agent_end follows)
             wf._aborted_reply = reply.message
             raise asyncio.CancelledError()
+        if reply.stored is not None and (
+            reply.cancelled or workflow.cancellation_reason() is not None
+        ):
+            # the run was cancelled while the activity stored the complete reply (the activity
+            # may not have heard of it): the reply gets its receipt, then the cancellation
+            # proceeds (see emit)
+            wf._cancel_deferred = True
+        if stamp is not None and reply.stored is not None:
+            wf._committed[stamp.id] = reply.stored
+            engine.expect_committed(stamp.id, parse_time(reply.stored.created_at))
         yield ModelEvent(type="done", partial=reply.message)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunState",
+    "Stamp",
     "SummarizeInput",
     "StoredTimes",
     "SummaryResult",
@@ -261,6 +262,15 @@ class AppendResult(_Model):
     times: list[StoredTimes]
 
 
+class Stamp(_Model):
+    """An entry header the workflow reserves before the producing activity runs: ID from
+    ``workflow.random()``, parent = the leaf, ``created_at`` from ``workflow.now()``."""
+
+    id: str
+    parent_id: str | None = None
+    created_at: str
+
+
 class CallModelInput(_Model):
     session_id: str
     leaf_id: str
@@ -270,14 +280,20 @@ class CallModelInput(_Model):
     in-process (input compactions and custom entries are stored, never sent this run)."""
     options: dict[str, Any] = Field(default_factory=dict)
     ephemeral: list[str] = Field(default_factory=list)
+    stamp: Stamp | None = None
+    """The reply's entry header, reserved by the workflow: the activity commits the reply under
+    it (SPEC §7.2). ``None`` (histories from before producer commits): the workflow appends."""
 
 
 class ModelReply(_Model):
     """``call_model``'s answer. ``cancelled``: the run was cancelled mid-call and ``message`` is
-    the partial reply as stored (``stop_reason="aborted"``, unfinished tool calls removed)."""
+    the partial reply as stored (``stop_reason="aborted"``, unfinished tool calls removed).
+    ``stored``: the activity committed ``message`` under the call's stamp (these are its stored
+    times); the workflow then records the receipt without another append."""
 
     message: Message
     cancelled: bool = False
+    stored: StoredTimes | None = None
 
 
 class CallToolInput(_Model):

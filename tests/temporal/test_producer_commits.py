@@ -1,0 +1,136 @@
+"""Producer-committed replies (SPEC §7.2, §7.5): ``call_model`` stores its own reply under the
+workflow's stamp, so a model turn costs one activity; a retry whose stamp is stored makes no
+model call, and a zombie attempt that stored first wins."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
+
+from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent.activities import AgentActivities
+from durable_agent.ai.messages import TextContent, assistant_message
+from durable_agent.ai.timefmt import format_time, utc_now
+from durable_agent.session.entries import Entry, MessageEntry
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, run_workflow_id
+from durable_agent.workflows.types import CallModelInput, Stamp
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_receipts_stored,
+    assert_replays,
+    consume,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
+
+
+def _activity_counts(history_json: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for event in json.loads(history_json)["events"]:
+        attrs = event.get("activityTaskScheduledEventAttributes")
+        if attrs:
+            counts[attrs["activityType"]["name"]] += 1
+    return counts
+
+
+@tool
+async def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+async def test_a_model_turn_is_one_activity_and_its_receipt_names_the_stored_reply(
+    temporal_client: Client,
+) -> None:
+    store, q = MemoryStore(), queue()
+    lm = ScriptedModel([Reply.call("echo", {"text": "hi"}, id="c1"), "done"])
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=lm, tools=[echo])}, task_queue=q
+    ):
+        agent = await new(
+            "a", store=store, session_id=sid("one"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        outcome = await consume(await agent.run("go", run_id=rid))
+        wid = run_workflow_id(agent.session_id, rid)
+        history = (await temporal_client.get_workflow_handle(wid).fetch_history()).to_json()
+    assert outcome.error is None, repr(outcome.error)
+    stored = await store.load_entries(agent.session_id)
+    assert [m.role for m in messages_of(stored)] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    assert agent.leaf_id == stored[-1].id
+    counts = _activity_counts(history)
+    # two model turns, two call_model activities; append_entries only for the input and the
+    # tool result, never for a reply
+    assert counts["durable_agent.call_model"] == 2
+    assert counts["durable_agent.append_entries"] == 2, counts
+    await assert_replays(temporal_client, wid)
+
+
+class _CountingStore(MemoryStore):
+    """A real MemoryStore that can let a zombie attempt win the race for the next append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.zombie: MessageEntry | None = None
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        zombie, self.zombie = self.zombie, None
+        if zombie is not None:
+            await super().append_entries(session_id, [zombie])
+        await super().append_entries(session_id, entries)
+
+
+def _model_input(session_id: str, stamp: Stamp) -> CallModelInput:
+    return CallModelInput(session_id=session_id, leaf_id="", agent="a", stamp=stamp)
+
+
+async def test_a_retry_whose_stamp_is_stored_makes_no_model_call() -> None:
+    store = _CountingStore()
+    await store.create_session("s1")
+    lm = ScriptedModel(["first reply", "second reply"])
+    activities = AgentActivities(store, {"a": AgentSpec(model=lm)})
+    stamp = Stamp(id="0123456789abcdef", created_at=format_time(utc_now()))
+    env = ActivityEnvironment()
+    first = await env.run(activities.call_model, _model_input("s1", stamp))
+    again = await env.run(activities.call_model, _model_input("s1", stamp))
+    assert len(lm.requests) == 1
+    assert first.stored is not None and again.stored == first.stored
+    assert again.message == first.message and first.message.text() == "first reply"
+    stored = await store.load_entries("s1")
+    assert [e.id for e in stored] == [stamp.id]
+
+
+async def test_a_zombie_that_stored_first_wins() -> None:
+    store = _CountingStore()
+    await store.create_session("s1")
+    stamp = Stamp(id="fedcba9876543210", created_at=format_time(utc_now()))
+    store.zombie = MessageEntry(
+        id=stamp.id,
+        created_at=utc_now(),
+        message=assistant_message(TextContent(text="the zombie's reply")),
+    )
+    lm = ScriptedModel(["the retry's reply"])
+    activities = AgentActivities(store, {"a": AgentSpec(model=lm)})
+    reply = await ActivityEnvironment().run(activities.call_model, _model_input("s1", stamp))
+    stored = await store.load_entries("s1")
+    assert len(stored) == 1
+    assert isinstance(stored[0], MessageEntry)
+    assert reply.message == stored[0].message
+    assert reply.message.text() == "the zombie's reply"
