@@ -103,6 +103,9 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         final = await run_state(temporal_client, agent.session_id, rid)
         everything = await handle.query("events", 0, result_type=EventsAnswer)
         after_three = await handle.query("events", 3, result_type=EventsAnswer)
+        # an operator's query from the UI or CLI has no arguments: after defaults to 0
+        no_args = await handle.query("events", result_type=EventsAnswer)
+        assert no_args == everything
         past_end = await handle.query("events", everything.last_position, result_type=EventsAnswer)
         history = await handle.fetch_history()
 

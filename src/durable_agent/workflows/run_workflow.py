@@ -133,8 +133,11 @@ class RunWorkflow:
     # -- queries -----------------------------------------------------------------------------
 
     @workflow.query(name="events")
-    def events(self, after: int) -> EventsAnswer:
-        """Retained events past position ``after``, in order, about 1 MiB at most (at least one)."""
+    def events(self, after: int = 0) -> EventsAnswer:
+        """Retained events past position ``after``, in order, about 1 MiB at most (at least one).
+
+        ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
+        arguments (issue 15 item 5)."""
         out: list[WireEvent] = []
         size = 0
         for ev in self._events:

@@ -1,4 +1,4 @@
-"""Record run-workflow histories for the replay-compatibility test (tests/temporal/test_replay_versions.py).
+"""Record run-workflow histories for the replay test (tests/temporal/test_replay_versions.py).
 
 Run ``.venv/bin/python -m tests.temporal.histories.record NAME`` on the code whose histories you
 want to keep (it writes ``tests/temporal/histories/NAME.json``). ``run_v1.json`` was recorded on
@@ -33,7 +33,9 @@ async def lookup(key: str) -> str:
 def script() -> ScriptedModel:
     return ScriptedModel(
         [
-            Reply(text="one", tool_calls=[ToolCall(id="c1", name="lookup", arguments={"key": "a"})]),
+            Reply(
+                text="one", tool_calls=[ToolCall(id="c1", name="lookup", arguments={"key": "a"})]
+            ),
             Reply(
                 text="two",
                 tool_calls=[
