@@ -4,6 +4,7 @@ attaching by run ID, UI-style starts and unknown agents (SPEC §7.1, §7.4)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from datetime import timedelta
@@ -103,6 +104,9 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         final = await run_state(temporal_client, agent.session_id, rid)
         everything = await handle.query("events", 0, result_type=EventsAnswer)
         after_three = await handle.query("events", 3, result_type=EventsAnswer)
+        # an operator's query from the UI or CLI has no arguments: after defaults to 0
+        no_args = await handle.query("events", result_type=EventsAnswer)
+        assert no_args == everything
         past_end = await handle.query("events", everything.last_position, result_type=EventsAnswer)
         history = await handle.fetch_history()
 
@@ -130,6 +134,19 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         assert e.get("userMetadata", {}).get("summary"), e["activityTaskScheduledEventAttributes"][
             "activityType"
         ]
+    # and the stores say what they store (issue 15 item 6)
+    store_summaries = [
+        json.loads(base64.b64decode(e["userMetadata"]["summary"]["data"]))
+        for e in scheduled
+        if e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        == "durable_agent.append_entries"
+    ]
+    assert store_summaries == [
+        "store input",
+        "store model reply",
+        "store tool results",
+        "store model reply",
+    ]
 
 
 async def test_search_attribute_lists_a_sessions_runs(
@@ -350,3 +367,26 @@ async def test_connect_from_env(address: str) -> None:
     client = await connect_from_env({"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
     assert client.namespace == "default"
     assert await client.service_client.check_health()
+
+
+def test_store_summaries_name_repair_and_cancellation() -> None:
+    from durable_agent.ai import Message, TextContent
+    from durable_agent.session import MessageEntry
+    from durable_agent.workflows.run_workflow import store_summary
+
+    def result(text: str) -> MessageEntry:
+        message = Message(
+            role="tool_result",
+            content=[TextContent(text=text)],
+            tool_call_id="c",
+            tool_name="t",
+            is_error=True,
+        )
+        return MessageEntry(message=message, synthetic=text.startswith("interrupted"))
+
+    user = MessageEntry(message=Message(role="user", content=[TextContent(text="hi")]))
+    repairs = [result("interrupted"), result("interrupted")]
+    assert store_summary([*repairs, user]) == "store repair (2 calls) + input"
+    assert store_summary([result("tool execution cancelled")]) == "store cancellation results"
+    failed = result("tool execution failed: ValueError: no")
+    assert store_summary([failed]) == "store tool failure results"

@@ -141,8 +141,11 @@ class RunWorkflow:
     # -- queries -----------------------------------------------------------------------------
 
     @workflow.query(name="events")
-    def events(self, after: int) -> EventsAnswer:
-        """Retained events past position ``after``, in order, about 1 MiB at most (at least one)."""
+    def events(self, after: int = 0) -> EventsAnswer:
+        """Retained events past position ``after``, in order, about 1 MiB at most (at least one).
+
+        ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
+        arguments (issue 15 item 5)."""
         out: list[WireEvent] = []
         size = 0
         for ev in self._events:
@@ -211,7 +214,7 @@ class RunWorkflow:
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
-                summary=f"append {len(wires)} entr{'y' if len(wires) == 1 else 'ies'}",
+                summary=store_summary(stamped.durable),
             )
         )
         try:
@@ -403,6 +406,28 @@ def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
         if agent is not None and agent.type == "turn_start":
             return events[i:]
     return events[-50:]
+
+
+def store_summary(entries: list[Any]) -> str:
+    """What an ``append_entries`` activity stores, in words (its summary in the Temporal UI)."""
+    messages = [e.message for e in entries if isinstance(e, MessageEntry)]
+    repairs = sum(1 for e in entries if isinstance(e, MessageEntry) and e.synthetic)
+    rest = len(entries) - repairs
+    parts = []
+    if repairs:
+        parts.append(f"repair ({repairs} call{'' if repairs == 1 else 's'})")
+    if rest:
+        results = [m for m in messages if m.role == "tool_result"]
+        if messages and len(results) == rest and all(m.is_error for m in results):
+            cancelled = all(m.text() == "tool execution cancelled" for m in results)
+            parts.append("cancellation results" if cancelled else "tool failure results")
+        elif len(messages) == rest and all(m.role == "assistant" for m in messages):
+            parts.append("model reply")
+        elif messages and len(results) == rest:
+            parts.append("tool results")
+        else:
+            parts.append("input")
+    return "store " + " + ".join(parts)
 
 
 def _check_payload(payload: str, what: str, limit: int = 1_572_864) -> None:
