@@ -35,6 +35,7 @@ KIND_ATTRIBUTE = "DurableAgentKind"
 session ID so they stay findable, and ``DurableAgentKind = "run"`` separates the runs from them."""
 
 KIND_KEY = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
+KIND_PATCH = "kind-attribute-v1"
 
 
 def workflow_kind(workflow_type: str) -> str:
@@ -51,7 +52,8 @@ def ensure_session_attribute(session_id: str) -> None:
     updates: list[SearchAttributeUpdate[str]] = []
     if attributes.get(SESSION_ID_KEY) != session_id:
         updates.append(SESSION_ID_KEY.value_set(session_id))
-    if attributes.get(KIND_KEY) != kind:
+    # executions started before the kind attribute existed replay without its upsert
+    if attributes.get(KIND_KEY) != kind and workflow.patched(KIND_PATCH):
         updates.append(KIND_KEY.value_set(kind))
     if updates:
         workflow.upsert_search_attributes(updates)
