@@ -1,0 +1,46 @@
+"""Patches rebuild every partial a ScriptedModel streams, exactly (issue 13, phase 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_agent.ai import ModelRequest, Reply, ScriptedModel, ToolCall
+from durable_agent.ai.messages import Message
+from durable_agent.streaming import Delta, DeltaKey, MemoryDeltas, apply_patch, diff_patch
+
+
+async def test_patches_rebuild_each_partial_and_the_final_text() -> None:
+    model = ScriptedModel(
+        [
+            Reply(
+                thinking="hmm, let me think",
+                text="hello there, streaming world",
+                tool_calls=[ToolCall(id="c1", name="step", arguments={"k": 1})],
+                chunk_size=3,
+            )
+        ]
+    )
+    channel, key = MemoryDeltas(), DeltaKey("s1", "r1", 3)
+    sent: Message | None = None
+    partials: list[Message] = []
+    seq = 0
+    async for ev in model.stream(ModelRequest()):
+        patch = diff_patch(sent, ev.partial)
+        if patch is None:
+            continue
+        seq += 1
+        head, size, ops = patch
+        await channel.publish(key, Delta(attempt=1, seq=seq, head=head, size=size, ops=ops))
+        sent = ev.partial
+        partials.append(ev.partial)
+    state_head: dict[str, Any] = {}
+    blocks: list[dict[str, Any]] = []
+    rebuilt: list[Message] = []
+    for delta in await channel.read(key):
+        state_head, blocks, message = apply_patch(state_head, blocks, delta)
+        rebuilt.append(message)
+    assert rebuilt == partials
+    assert rebuilt[-1].text() == "hello there, streaming world"
+    assert any(op == "+" for d in await channel.read(key) for _, op, _ in d.ops)
+    await channel.clear(key)
+    assert await channel.read(key) == []
