@@ -159,7 +159,8 @@ def test_worker_environment_is_what_the_worker_reads(compose: dict[str, Any]) ->
     app = load_app(env[ENV_APP])
     assert app.agents, "the app the worker serves loads and defines agents"
     ready = _flag(worker["command"], "--ready-file")
-    assert worker["healthcheck"]["test"] == ["CMD", "test", "-f", ready]
+    assert ready
+    assert worker["healthcheck"]["test"] == ["CMD", "durable-agent", "worker", "--check"]
     assert worker["build"] == {"context": ".", "dockerfile": "Dockerfile"}
 
 
