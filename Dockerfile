@@ -17,8 +17,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /opt/durable-agent
 COPY pyproject.toml README.md ./
 COPY src ./src
-# temporalio itself, not the `temporal` extra: the worker needs no server binaries.
-RUN pip install ".[mongo,cli,openai,anthropic]" "temporalio>=1.35,<2" \
+# the `temporal` extra is the SDK only (server binaries are in `dev`): the worker needs no servers.
+RUN pip install ".[temporal,mongo,cli,openai,anthropic]" \
     && useradd --create-home --uid 10001 agent
 
 USER agent

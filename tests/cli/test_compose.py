@@ -65,6 +65,24 @@ def test_services_images_and_health(compose: dict[str, Any]) -> None:
         assert condition == {"condition": "service_healthy"}
 
 
+def test_ports_are_published_on_loopback_only(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        for spec in service.get("ports", []):
+            assert str(spec).startswith("127.0.0.1:"), f"{name} publishes {spec} on all interfaces"
+
+
+def test_mongo_is_healthy_only_with_a_primary(compose: dict[str, Any]) -> None:
+    script = compose["services"]["mongo"]["healthcheck"]["test"][-1]
+    assert "quit(db.hello().isWritablePrimary ? 0 : 1)" in script
+
+
+def test_temporal_registers_both_search_attributes(compose: dict[str, Any]) -> None:
+    from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE
+
+    command = compose["services"]["temporal"]["command"]
+    assert f"{KIND_ATTRIBUTE}=Keyword" in command and f"{SEARCH_ATTRIBUTE}=Keyword" in command
+
+
 def test_host_ports_are_unique(compose: dict[str, Any]) -> None:
     ports = [p for s in compose["services"].values() for p in _published(s).values()]
     assert len(ports) == len(set(ports))
@@ -141,7 +159,8 @@ def test_worker_environment_is_what_the_worker_reads(compose: dict[str, Any]) ->
     app = load_app(env[ENV_APP])
     assert app.agents, "the app the worker serves loads and defines agents"
     ready = _flag(worker["command"], "--ready-file")
-    assert worker["healthcheck"]["test"] == ["CMD", "test", "-f", ready]
+    assert ready
+    assert worker["healthcheck"]["test"] == ["CMD", "durable-agent", "worker", "--check"]
     assert worker["build"] == {"context": ".", "dockerfile": "Dockerfile"}
 
 

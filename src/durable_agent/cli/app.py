@@ -212,9 +212,16 @@ def worker(
     connect_timeout: Annotated[
         float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
     ] = 30.0,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 0 if a worker polls the queue, else 1.")
+    ] = False,
 ) -> None:
     """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.)."""
-    from .worker import run_worker
+    from .worker import check_worker, run_worker
+
+    if check:
+        queue = task_queue or os.environ.get(ENV_TASK_QUEUE) or None
+        raise typer.Exit(_run(lambda: check_worker(queue, console)))
 
     ref = app or os.environ.get(ENV_APP)
     if not ref:

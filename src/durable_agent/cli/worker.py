@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from ..workflows import connect_from_env, create_worker
@@ -22,7 +25,7 @@ from .appdef import load_app
 from .settings import DEFAULT_TASK_QUEUE, temporal_env
 from .stores import OpenedStore, open_store
 
-__all__ = ["connect_with_retry", "run_worker"]
+__all__ = ["check_worker", "connect_with_retry", "queue_pollers", "run_worker"]
 
 
 async def connect_with_retry(within: float) -> Client:
@@ -37,6 +40,35 @@ async def connect_with_retry(within: float) -> Client:
                 address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
                 raise ConnectionError(f"cannot reach Temporal at {address}: {exc}") from exc
             await asyncio.sleep(0.5)
+
+
+async def queue_pollers(client: Client, task_queue: str) -> list[str]:
+    """The identities polling ``task_queue`` for workflow tasks, as Temporal sees them."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return [p.identity for p in response.pollers]
+
+
+async def check_worker(task_queue: str | None, console: Console, within: float = 5.0) -> int:
+    """``worker --check``: 0 if some worker polls the queue (a health check that proves polling,
+    unlike a ready file), else 1."""
+    queue = task_queue or DEFAULT_TASK_QUEUE
+    try:
+        client = await connect_with_retry(within)
+        pollers = await queue_pollers(client, queue)
+    except Exception as exc:
+        console.print(f"unhealthy: {exc}")
+        return 1
+    if not pollers:
+        console.print(f"unhealthy: no worker polls task queue {queue}")
+        return 1
+    console.print(f"healthy: {len(pollers)} poller(s) on task queue {queue}")
+    return 0
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
@@ -48,6 +48,7 @@ from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from .activity_calls import KIND_KEY, SESSION_ID_KEY
+from .run_timeout import run_timeout_from_env
 from .types import (
     CompactInput,
     EventsAnswer,
@@ -139,14 +140,18 @@ async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
 
 
 class TemporalExecutor:
-    """Runs every run as a Temporal workflow on ``task_queue``."""
+    """Runs every run as a Temporal workflow on ``task_queue``.
+
+    ``execution_timeout`` bounds each run and compaction workflow: by default
+    ``DURABLE_AGENT_RUN_TIMEOUT`` from the environment, else 24 hours; ``None`` for none.
+    """
 
     def __init__(
         self,
         client: Client,
         *,
         task_queue: str,
-        execution_timeout: timedelta | None = timedelta(hours=24),
+        execution_timeout: timedelta | Literal["default"] | None = "default",
         continue_as_new_after_turns: int | None = None,
         timeouts: Timeouts | None = None,
         poll_initial: float = 0.05,
@@ -155,7 +160,10 @@ class TemporalExecutor:
     ) -> None:
         self.client = client
         self.task_queue = task_queue
-        self.execution_timeout = execution_timeout
+        # "default": DURABLE_AGENT_RUN_TIMEOUT or 24 hours (see run_timeout.py)
+        self.execution_timeout = (
+            run_timeout_from_env() if isinstance(execution_timeout, str) else execution_timeout
+        )
         self.continue_as_new_after_turns = continue_as_new_after_turns
         self.timeouts = timeouts or Timeouts()
         self.poll_initial = poll_initial
