@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.codec_options import CodecOptions
+from pydantic import ValidationError
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
@@ -89,6 +90,10 @@ _POINT_LOOKUP_LIMIT = 32
 
 #: Sessions whose sequence floor a store object remembers (least recently used are dropped).
 _FLOOR_CACHE_SIZE = 4096
+
+#: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
+#: instead of the default 101-document first batch and its extra round trips.
+_LOAD_BATCH_SIZE = 100_000
 
 _UNAVAILABLE_CODES = frozenset(
     {
@@ -258,7 +263,12 @@ class MongoStore:
             doc = await self._sessions.find_one({"_id": sid})
         if doc is None:
             raise SessionNotFoundError(sid)
-        return SessionRecord(id=sid, parent_id=doc.get("parent_id"), created_at=doc["created_at"])
+        try:
+            return SessionRecord(
+                id=sid, parent_id=doc.get("parent_id"), created_at=doc.get("created_at")
+            )
+        except ValidationError as exc:
+            raise CorruptSessionError(sid, f"decode session: bad session document: {exc}") from exc
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         """Every entry of the session in append (``seq``) order."""
@@ -267,9 +277,17 @@ class MongoStore:
             await self.ensure_indexes()
             await self._require_session(sid)
             cursor = self._entries.find(
-                {"session_id": sid}, {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1}
+                {"session_id": sid},
+                {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
+                batch_size=_LOAD_BATCH_SIZE,
             ).sort("seq", ASCENDING)
             docs = [doc async for doc in cursor]
+        for doc in docs:
+            seq = doc.get("seq")
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                raise CorruptSessionError(
+                    sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
+                )
         if docs:
             self._raise_floor(sid, int(docs[-1]["seq"]) + 1)
         out: list[Entry] = []
