@@ -731,3 +731,22 @@ async def test_bad_created_at_raises_corrupt_session(
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"created_at": "yesterday"}})
     with pytest.raises(CorruptSessionError, match="'s1'"):
         await store.load_session("s1")
+
+
+async def test_unreachable_server_message_is_one_line() -> None:
+    from tests.support.ferretdb import free_port
+
+    port = free_port()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        f"mongodb://127.0.0.1:{port}/?directConnection=true", serverSelectionTimeoutMS=300
+    )
+    try:
+        store = MongoStore(client["x"])
+        for call in (store.load_entries("s1"), store.create_session("s1")):
+            with pytest.raises(StoreUnavailableError) as info:
+                await call
+            message = str(info.value)
+            assert "\n" not in message and "Topology" not in message
+            assert message.startswith(f"cannot reach MongoDB at 127.0.0.1:{port} (")
+    finally:
+        await client.close()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,12 +46,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 from pymongo.errors import (
     BulkWriteError,
-    ConnectionFailure,
     DuplicateKeyError,
-    ExecutionTimeout,
-    OperationFailure,
-    PyMongoError,
-    WTimeoutError,
 )
 
 from ..session.appendplan import encode_batch, plan_append
@@ -66,6 +61,7 @@ from ..session.errors import (
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
+from .mongo_errors import translate_errors
 
 if TYPE_CHECKING:
     from motor.motor_asyncio import AsyncIOMotorDatabase
@@ -95,56 +91,7 @@ _FLOOR_CACHE_SIZE = 4096
 #: instead of the default 101-document first batch and its extra round trips.
 _LOAD_BATCH_SIZE = 100_000
 
-_UNAVAILABLE_CODES = frozenset(
-    {
-        6,  # HostUnreachable
-        7,  # HostNotFound
-        50,  # MaxTimeMSExpired
-        89,  # NetworkTimeout
-        91,  # ShutdownInProgress
-        189,  # PrimarySteppedDown
-        262,  # ExceededTimeLimit
-        9001,  # SocketException
-        10107,  # NotWritablePrimary
-        11600,  # InterruptedAtShutdown
-        11602,  # InterruptedDueToReplStateChange
-        13435,  # NotPrimaryNoSecondaryOk
-        13436,  # NotPrimaryOrSecondary
-    }
-)
-
 _T = TypeVar("_T")
-
-
-def _is_unavailable(exc: PyMongoError) -> bool:
-    """Whether ``exc`` means the backend is down or too slow, as opposed to a bad request.
-
-    Covers server selection, connection and network errors (``ConnectionFailure`` and its
-    subclasses ``AutoReconnect``, ``NetworkTimeout``, ``ServerSelectionTimeoutError``,
-    ``WaitQueueTimeoutError``), server-side time limits, write-concern timeouts, client-side
-    operation timeouts (``exc.timeout``) and shutdown/step-down codes.
-    """
-    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WTimeoutError):
-        return True
-    if exc.timeout:
-        return True
-    return isinstance(exc, OperationFailure) and exc.code in _UNAVAILABLE_CODES
-
-
-@contextlib.contextmanager
-def _translate_errors(what: str) -> Iterator[None]:
-    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on.
-
-    ``what`` names the object of the call in the message, e.g. ``session 's1'``.
-    """
-    try:
-        yield
-    except PyMongoError as exc:
-        if _is_unavailable(exc):
-            raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
-        raise
-    except OSError as exc:
-        raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
 
 
 def _now_ms() -> datetime:
@@ -214,6 +161,18 @@ class MongoStore:
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return translate_errors(what, self._address)
+
+    def _address(self) -> str:
+        """The servers the client is configured for, as ``host:port`` (comma-separated)."""
+        try:
+            desc: Any = self._database.client.topology_description
+            servers = (desc() if callable(desc) else desc).server_descriptions()
+            return ",".join(f"{host}:{port}" for host, port in servers) or "?"
+        except Exception:  # an address is only for the message; never mask the real error
+            return "?"
+
     @property
     def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase[Any]:
         """The database this store was built on."""
@@ -231,7 +190,7 @@ class MongoStore:
         async with self._index_lock:
             if self._indexed:
                 return
-            with _translate_errors("creating indexes"):
+            with self._errors("creating indexes"):
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
                 )
@@ -247,7 +206,7 @@ class MongoStore:
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
         doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
@@ -258,7 +217,7 @@ class MongoStore:
     async def load_session(self, session_id: str) -> SessionRecord:
         """The session's record as ``create_session`` wrote it."""
         sid = validate_session_id(session_id)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             doc = await self._sessions.find_one({"_id": sid})
         if doc is None:
@@ -273,7 +232,7 @@ class MongoStore:
     async def load_entries(self, session_id: str) -> list[Entry]:
         """Every entry of the session in append (``seq``) order."""
         sid = validate_session_id(session_id)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             await self._require_session(sid)
             cursor = self._entries.find(
@@ -315,7 +274,7 @@ class MongoStore:
         """
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             if not batch:
                 await self._require_session(sid)
