@@ -78,8 +78,6 @@ _DUPLICATE_KEY = 11000
 #: another writer stored entries, so this is only reached under pathological contention.
 _MAX_WRITE_ROUNDS = 50
 
-#: Server error codes that mean "the server is going away or not reachable right now", not "your
-#: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
 #: Batches up to this size check stored IDs with concurrent primary-key lookups; larger ones
 #: (forks, imports) with one ``$in`` query.
 _POINT_LOOKUP_LIMIT = 32
