@@ -750,3 +750,13 @@ async def test_unreachable_server_message_is_one_line() -> None:
             assert message.startswith(f"cannot reach MongoDB at 127.0.0.1:{port} (")
     finally:
         await client.close()
+
+
+async def test_string_next_seq_raises_corrupt_session(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": "3"}})
+    with pytest.raises(CorruptSessionError, match="'s1'"):
+        await store.append_entries("s1", [entry("a")])

@@ -47,6 +47,7 @@ from pymongo.database import Database
 from pymongo.errors import (
     BulkWriteError,
     DuplicateKeyError,
+    OperationFailure,
 )
 
 from ..session.appendplan import encode_batch, plan_append
@@ -73,6 +74,7 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
 _DUPLICATE_KEY = 11000
+_TYPE_MISMATCH = 14  # e.g. $inc on a next_seq that is not a number
 
 #: Rounds of "reserve, insert, lose a race" before an append gives up. Each lost round means
 #: another writer stored entries, so this is only reached under pathological contention.
@@ -335,11 +337,16 @@ class MongoStore:
         gets fresh numbers above the collision.
         """
         for _ in range(_MAX_WRITE_ROUNDS):
-            reserved = await self._sessions.find_one_and_update(
-                {"_id": sid},
-                {"$inc": {"next_seq": len(todo)}},
-                return_document=ReturnDocument.BEFORE,
-            )
+            try:
+                reserved = await self._sessions.find_one_and_update(
+                    {"_id": sid},
+                    {"$inc": {"next_seq": len(todo)}},
+                    return_document=ReturnDocument.BEFORE,
+                )
+            except OperationFailure as exc:
+                if exc.code != _TYPE_MISMATCH:
+                    raise
+                raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
             if reserved is None:
                 raise SessionNotFoundError(sid)
             first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
