@@ -700,3 +700,63 @@ async def test_server_stopped_while_appending(private_server: FerretDB) -> None:
         assert ids(await store.load_entries("s1")) == [f"e{k}" for k in range(n + 1)]
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize("bad_seq", ["7", None], ids=["string", "missing"])
+async def test_bad_entry_seq_raises_corrupt_session(
+    mongo_database: AsyncDatabase[Any], sync_db: Any, bad_seq: Any
+) -> None:
+    """A hand-damaged seq names the session and entry instead of silently moving the leaf."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    doc: dict[str, Any] = {
+        "session_id": "s1",
+        "entry_id": "b",
+        "type": "message",
+        "wire": encode_entry(entry("b")),
+    }
+    if bad_seq is not None:
+        doc["seq"] = bad_seq
+    sync_db.entries.insert_one(doc)
+    with pytest.raises(CorruptSessionError, match=r"'s1'.*entry 'b'"):
+        await store.load_entries("s1")
+
+
+async def test_bad_created_at_raises_corrupt_session(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"created_at": "yesterday"}})
+    with pytest.raises(CorruptSessionError, match="'s1'"):
+        await store.load_session("s1")
+
+
+async def test_unreachable_server_message_is_one_line() -> None:
+    from tests.support.ferretdb import free_port
+
+    port = free_port()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        f"mongodb://127.0.0.1:{port}/?directConnection=true", serverSelectionTimeoutMS=300
+    )
+    try:
+        store = MongoStore(client["x"])
+        for call in (store.load_entries("s1"), store.create_session("s1")):
+            with pytest.raises(StoreUnavailableError) as info:
+                await call
+            message = str(info.value)
+            assert "\n" not in message and "Topology" not in message
+            assert message.startswith(f"cannot reach MongoDB at 127.0.0.1:{port} (")
+    finally:
+        await client.close()
+
+
+async def test_string_next_seq_raises_corrupt_session(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": "3"}})
+    with pytest.raises(CorruptSessionError, match="'s1'"):
+        await store.append_entries("s1", [entry("a")])

@@ -35,22 +35,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.codec_options import CodecOptions
+from pydantic import ValidationError
 from pymongo import ASCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.database import Database
 from pymongo.errors import (
     BulkWriteError,
-    ConnectionFailure,
     DuplicateKeyError,
-    ExecutionTimeout,
     OperationFailure,
-    PyMongoError,
-    WTimeoutError,
 )
 
 from ..session.appendplan import encode_batch, plan_append
@@ -65,6 +62,7 @@ from ..session.errors import (
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
+from .mongo_errors import translate_errors
 
 if TYPE_CHECKING:
     from motor.motor_asyncio import AsyncIOMotorDatabase
@@ -76,13 +74,12 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
 _DUPLICATE_KEY = 11000
+_TYPE_MISMATCH = 14  # e.g. $inc on a next_seq that is not a number
 
 #: Rounds of "reserve, insert, lose a race" before an append gives up. Each lost round means
 #: another writer stored entries, so this is only reached under pathological contention.
 _MAX_WRITE_ROUNDS = 50
 
-#: Server error codes that mean "the server is going away or not reachable right now", not "your
-#: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
 #: Batches up to this size check stored IDs with concurrent primary-key lookups; larger ones
 #: (forks, imports) with one ``$in`` query.
 _POINT_LOOKUP_LIMIT = 32
@@ -90,56 +87,11 @@ _POINT_LOOKUP_LIMIT = 32
 #: Sessions whose sequence floor a store object remembers (least recently used are dropped).
 _FLOOR_CACHE_SIZE = 4096
 
-_UNAVAILABLE_CODES = frozenset(
-    {
-        6,  # HostUnreachable
-        7,  # HostNotFound
-        50,  # MaxTimeMSExpired
-        89,  # NetworkTimeout
-        91,  # ShutdownInProgress
-        189,  # PrimarySteppedDown
-        262,  # ExceededTimeLimit
-        9001,  # SocketException
-        10107,  # NotWritablePrimary
-        11600,  # InterruptedAtShutdown
-        11602,  # InterruptedDueToReplStateChange
-        13435,  # NotPrimaryNoSecondaryOk
-        13436,  # NotPrimaryOrSecondary
-    }
-)
+#: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
+#: instead of the default 101-document first batch and its extra round trips.
+_LOAD_BATCH_SIZE = 100_000
 
 _T = TypeVar("_T")
-
-
-def _is_unavailable(exc: PyMongoError) -> bool:
-    """Whether ``exc`` means the backend is down or too slow, as opposed to a bad request.
-
-    Covers server selection, connection and network errors (``ConnectionFailure`` and its
-    subclasses ``AutoReconnect``, ``NetworkTimeout``, ``ServerSelectionTimeoutError``,
-    ``WaitQueueTimeoutError``), server-side time limits, write-concern timeouts, client-side
-    operation timeouts (``exc.timeout``) and shutdown/step-down codes.
-    """
-    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WTimeoutError):
-        return True
-    if exc.timeout:
-        return True
-    return isinstance(exc, OperationFailure) and exc.code in _UNAVAILABLE_CODES
-
-
-@contextlib.contextmanager
-def _translate_errors(what: str) -> Iterator[None]:
-    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on.
-
-    ``what`` names the object of the call in the message, e.g. ``session 's1'``.
-    """
-    try:
-        yield
-    except PyMongoError as exc:
-        if _is_unavailable(exc):
-            raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
-        raise
-    except OSError as exc:
-        raise StoreUnavailableError(f"MongoDB unavailable ({what}): {exc}") from exc
 
 
 def _now_ms() -> datetime:
@@ -209,6 +161,18 @@ class MongoStore:
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return translate_errors(what, self._address)
+
+    def _address(self) -> str:
+        """The servers the client is configured for, as ``host:port`` (comma-separated)."""
+        try:
+            desc: Any = self._database.client.topology_description
+            servers = (desc() if callable(desc) else desc).server_descriptions()
+            return ",".join(f"{host}:{port}" for host, port in servers) or "?"
+        except Exception:  # an address is only for the message; never mask the real error
+            return "?"
+
     @property
     def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase[Any]:
         """The database this store was built on."""
@@ -226,7 +190,7 @@ class MongoStore:
         async with self._index_lock:
             if self._indexed:
                 return
-            with _translate_errors("creating indexes"):
+            with self._errors("creating indexes"):
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
                 )
@@ -242,7 +206,7 @@ class MongoStore:
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
         doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
@@ -253,23 +217,36 @@ class MongoStore:
     async def load_session(self, session_id: str) -> SessionRecord:
         """The session's record as ``create_session`` wrote it."""
         sid = validate_session_id(session_id)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             doc = await self._sessions.find_one({"_id": sid})
         if doc is None:
             raise SessionNotFoundError(sid)
-        return SessionRecord(id=sid, parent_id=doc.get("parent_id"), created_at=doc["created_at"])
+        try:
+            return SessionRecord(
+                id=sid, parent_id=doc.get("parent_id"), created_at=doc.get("created_at")
+            )
+        except ValidationError as exc:
+            raise CorruptSessionError(sid, f"decode session: bad session document: {exc}") from exc
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         """Every entry of the session in append (``seq``) order."""
         sid = validate_session_id(session_id)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             await self._require_session(sid)
             cursor = self._entries.find(
-                {"session_id": sid}, {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1}
+                {"session_id": sid},
+                {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
+                batch_size=_LOAD_BATCH_SIZE,
             ).sort("seq", ASCENDING)
             docs = [doc async for doc in cursor]
+        for doc in docs:
+            seq = doc.get("seq")
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                raise CorruptSessionError(
+                    sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
+                )
         if docs:
             self._raise_floor(sid, int(docs[-1]["seq"]) + 1)
         out: list[Entry] = []
@@ -297,7 +274,7 @@ class MongoStore:
         """
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
-        with _translate_errors(f"session {sid!r}"):
+        with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             if not batch:
                 await self._require_session(sid)
@@ -360,11 +337,16 @@ class MongoStore:
         gets fresh numbers above the collision.
         """
         for _ in range(_MAX_WRITE_ROUNDS):
-            reserved = await self._sessions.find_one_and_update(
-                {"_id": sid},
-                {"$inc": {"next_seq": len(todo)}},
-                return_document=ReturnDocument.BEFORE,
-            )
+            try:
+                reserved = await self._sessions.find_one_and_update(
+                    {"_id": sid},
+                    {"$inc": {"next_seq": len(todo)}},
+                    return_document=ReturnDocument.BEFORE,
+                )
+            except OperationFailure as exc:
+                if exc.code != _TYPE_MISMATCH:
+                    raise
+                raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
             if reserved is None:
                 raise SessionNotFoundError(sid)
             first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
