@@ -18,7 +18,7 @@ from durable_agent.ai.timefmt import format_time, utc_now
 from durable_agent.session.entries import Entry, MessageEntry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
-from durable_agent.workflows.types import CallModelInput, Stamp
+from durable_agent.workflows.types import CallModelInput, CallToolInput, Stamp, ToolReply
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -76,10 +76,10 @@ async def test_a_model_turn_is_one_activity_and_its_receipt_names_the_stored_rep
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
     counts = _activity_counts(history)
-    # two model turns, two call_model activities; append_entries only for the input and the
-    # tool result, never for a reply
+    # two model turns and a tool call, each one activity; append_entries only for the input
     assert counts["durable_agent.call_model"] == 2
-    assert counts["durable_agent.append_entries"] == 2, counts
+    assert counts["durable_agent.call_tool"] == 1
+    assert counts["durable_agent.append_entries"] == 1, counts
     await assert_replays(temporal_client, wid)
 
 
@@ -134,3 +134,30 @@ async def test_a_zombie_that_stored_first_wins() -> None:
     assert isinstance(stored[0], MessageEntry)
     assert reply.message == stored[0].message
     assert reply.message.text() == "the zombie's reply"
+
+
+async def test_a_tool_whose_result_is_stored_never_runs_again() -> None:
+    runs: list[str] = []
+
+    @tool
+    async def side_effect(text: str) -> str:
+        """Counts its runs."""
+        runs.append(text)
+        return f"did {text}"
+
+    store = MemoryStore()
+    await store.create_session("s1")
+    activities = AgentActivities(
+        store, {"a": AgentSpec(model=ScriptedModel([]), tools=[side_effect])}
+    )
+    stamp = Stamp(id="00112233445566aa", created_at=format_time(utc_now()))
+    call = {"type": "tool_call", "id": "c1", "name": "side_effect", "arguments": {"text": "x"}}
+    inp = CallToolInput(session_id="s1", agent="a", call=call, stamp=stamp)
+    env = ActivityEnvironment()
+    first = await env.run(activities.call_tool, inp)
+    again = await env.run(activities.call_tool, inp)
+    assert runs == ["x"]
+    assert isinstance(first, ToolReply) and first == again
+    stored = await store.load_entries("s1")
+    assert [e.id for e in stored] == [stamp.id]
+    assert isinstance(stored[0], MessageEntry) and stored[0].message == first.message

@@ -56,6 +56,7 @@ from ..workflows.types import (
     SummarizeInput,
     SummaryResult,
     ToolInfo,
+    ToolReply,
     decode_entries,
     event_from_wire,
     stored_times,
@@ -311,7 +312,9 @@ class AgentActivities:
             # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
             return _stored_reply(await commit, cancelled=True)
 
-    async def _commit(self, session_id: str, stamp: Stamp, message: Message) -> MessageEntry:
+    async def _commit(
+        self, session_id: str, stamp: Stamp, message: Message, what: str = "message"
+    ) -> MessageEntry:
         """Append ``message`` under the workflow's stamp and return what the store holds for it:
         a conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
         entry = MessageEntry(
@@ -331,17 +334,27 @@ class AgentActivities:
         except SessionError as exc:
             retryable = isinstance(exc, StoreUnavailableError)
             raise application_error(
-                PersistError(f"persist message: {exc}"), non_retryable=not retryable
+                PersistError(f"persist {what}: {exc}"), non_retryable=not retryable
             ) from exc
         assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
         return stored
 
     @activity.defn(name="durable_agent.call_tool")
-    async def call_tool(self, inp: CallToolInput) -> Message:
+    async def call_tool(self, inp: CallToolInput) -> Message | ToolReply:
         """Run one tool call with the worker's handler; failures are retried per the tool's
         policy by Temporal, and the workflow answers an abandoned call itself."""
         spec = self._spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
+        if inp.stamp is not None:
+            stored = _find(await self._entries(inp.session_id), inp.stamp.id)
+            if stored is not None:
+                # committed by an earlier attempt: a tool whose result is stored never runs again
+                return _tool_reply(stored)
+            result = await self._run_tool(spec, call)
+            return _tool_reply(await self._commit(inp.session_id, inp.stamp, result, "tool result"))
+        return await self._run_tool(spec, call)
+
+    async def _run_tool(self, spec: AgentSpec, call: ToolCall) -> Message:
         tool = spec.tool(call.name)
         if tool is None:
             return unknown_tool_result(call)
@@ -414,6 +427,16 @@ def _stored_reply(entry: Entry, *, cancelled: bool = False) -> ModelReply:
             non_retryable=True,
         )
     return ModelReply(message=entry.message, cancelled=cancelled, stored=stored_times(entry))
+
+
+def _tool_reply(entry: Entry) -> ToolReply:
+    if not isinstance(entry, MessageEntry):
+        raise ApplicationError(
+            f"entry {entry.id!r} under the tool call's stamp is not a message",
+            type="EntryConflictError",
+            non_retryable=True,
+        )
+    return ToolReply(message=entry.message, stored=stored_times(entry))
 
 
 def run_view(path: list[Entry], start_leaf_id: str | None) -> list[Message]:

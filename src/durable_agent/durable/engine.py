@@ -95,13 +95,20 @@ class RunEngine:
         """Calls of the last assistant message without a stored result."""
         self._partial: Message | None = None
         self._reserved: tuple[str, datetime] | None = None
+        self._reserved_results: dict[str, tuple[str, datetime]] = {}
         """The header a producer committed the next assistant reply under (see expect_committed)."""
 
-    def expect_committed(self, entry_id: str, created_at: datetime) -> None:
-        """The next assistant reply was already committed by its producer under this header (the
-        Temporal ``call_model`` activity, SPEC §7.2): the engine records it under the same ID and
-        time, and the effects' ``commit`` sees an entry that is already stored."""
-        self._reserved = (entry_id, created_at)
+    def expect_committed(
+        self, entry_id: str, created_at: datetime, tool_call_id: str | None = None
+    ) -> None:
+        """The next assistant reply (or, with ``tool_call_id``, that call's result) was already
+        committed by its producer under this header (the Temporal ``call_model`` / ``call_tool``
+        activity, SPEC §7.2): the engine records it under the same ID and time, and the effects'
+        ``commit`` sees an entry that is already stored."""
+        if tool_call_id is None:
+            self._reserved = (entry_id, created_at)
+        else:
+            self._reserved_results[tool_call_id] = (entry_id, created_at)
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -201,6 +208,8 @@ class RunEngine:
             reserved = None
             if message.role == "assistant":
                 reserved, self._reserved = self._reserved, None
+            elif message.role == "tool_result" and message.tool_call_id:
+                reserved = self._reserved_results.pop(message.tool_call_id, None)
             receipt = await self.persist([self._entry(message)], "persist message", reserved)
             self._record(message)
             await self._emit(event, receipt)
@@ -258,6 +267,7 @@ class RunEngine:
         its own).
         """
         self._reserved = None
+        self._reserved_results.clear()
         if partial is not None:
             self._partial = partial
         aborted = self._aborted()

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         StoredTimes,
         ToolCallRef,
         ToolInfo,
+        ToolReply,
         WireEvent,
         event_to_wire,
         with_stored_times,
@@ -569,15 +570,29 @@ class _ActivityTools:
         inp = self.wf._input
         assert inp is not None
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
+        engine = self.wf._engine
+        assert engine is not None
+        stamp: Stamp | None = None
+        pending = engine.pending_calls
+        # Only the one call still unanswered commits its own result: results of a turn chain
+        # in call order and the resume leaf is the last entry in append order (SPEC §2.1), so
+        # parallel results (which may finish in any order) are stored by the engine, in order.
+        if len(pending) == 1 and pending[0].id == call.id and workflow.patched(PRODUCER_COMMIT):
+            stamp = Stamp(
+                id=workflow_id_new(),
+                parent_id=engine.leaf_id or None,
+                created_at=format_time(workflow.now()),
+            )
         try:
-            return await call_activity(
+            answer: Message | ToolReply = await call_activity(
                 "durable_agent.call_tool",
                 CallToolInput(
                     session_id=inp.session_id,
                     agent=inp.agent,
                     call=call.model_dump(mode="json"),
+                    stamp=stamp,
                 ),
-                Message,
+                Message if stamp is None else ToolReply,
                 start_to_close=info.timeout,
                 heartbeat=inp.timeouts.tool_heartbeat,
                 retry=RetryPolicy(
@@ -587,7 +602,7 @@ class _ActivityTools:
                     maximum_attempts=info.max_attempts,
                     non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
                 ),
-                summary=f"tool {call.name}",
+                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
             )
         except ActivityError as exc:
             if _cancelled(exc):
@@ -603,3 +618,9 @@ class _ActivityTools:
                 is_error=True,
                 timestamp=workflow.now(),
             )
+        if isinstance(answer, Message):
+            return answer
+        assert stamp is not None
+        self.wf._committed[stamp.id] = answer.stored
+        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
+        return answer.message

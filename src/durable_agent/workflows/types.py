@@ -40,6 +40,7 @@ __all__ = [
     "SummaryResult",
     "Timeouts",
     "ToolInfo",
+    "ToolReply",
     "WireEvent",
     "decode_entries",
     "encode_entries",
@@ -301,6 +302,16 @@ class CallToolInput(_Model):
     agent: str
     call: dict[str, Any]
     """The ToolCall block, as JSON."""
+    stamp: Stamp | None = None
+    """The result's entry header: the activity commits the result under it and answers a
+    :class:`ToolReply` (``None``: the workflow appends it, the answer is the bare message)."""
+
+
+class ToolReply(_Model):
+    """``call_tool``'s answer for a stamped call: the result as stored, with its stored times."""
+
+    message: Message
+    stored: StoredTimes
 
 
 class CompactInput(_Model):
