@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-load clean
 
 venv: $(VENV)/.installed
 
@@ -50,6 +50,10 @@ bench: venv ferretdb
 	@for script in bench/store_bench.py bench/view_bench.py bench/agent_bench.py bench/mongo_bench.py bench/temporal_bench.py; do \
 		if [ -f $$script ]; then echo "== $$script"; DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) $$script || exit 1; fi; \
 	done
+
+# Many sessions on 1 and 2 worker processes, and a worker SIGKILLed under load (a few minutes).
+bench-load: venv ferretdb
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) bench/load_bench.py
 
 # Side-by-side benchmarks with the libraries users would pick instead, in their own venv so their
 # dependencies never touch the test environment (pins in bench/peers/requirements.txt).

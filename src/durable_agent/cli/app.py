@@ -24,6 +24,11 @@ from temporalio.service import RPCError
 from ..ai.model import ModelError
 from ..durable.errors import AgentError
 from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
+from ..workflows.worker import (
+    DEFAULT_MAX_CACHED_WORKFLOWS,
+    DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+)
 from .appdef import AppLoadError
 from .commands import NotFound
 from .procs import ProcessError
@@ -215,8 +220,34 @@ def worker(
     check: Annotated[
         bool, typer.Option("--check", help="Exit 0 if a worker polls the queue, else 1.")
     ] = False,
+    max_concurrent_activities: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES",
+            help="Model calls, tool calls and store writes in flight in this process.",
+        ),
+    ] = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    max_concurrent_workflow_tasks: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            envvar="DURABLE_AGENT_MAX_CONCURRENT_WORKFLOW_TASKS",
+            help="Workflow tasks (run steps) this process works on at once.",
+        ),
+    ] = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+    max_cached_workflows: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DURABLE_AGENT_MAX_CACHED_WORKFLOWS",
+            help="Open runs kept in memory between turns (0: replay every task).",
+        ),
+    ] = DEFAULT_MAX_CACHED_WORKFLOWS,
 ) -> None:
-    """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.)."""
+    """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.).
+
+    Size the three limits from README "Running at scale"."""
     from .worker import check_worker, run_worker
 
     if check:
@@ -236,6 +267,9 @@ def worker(
             ready_file=ready_file,
             parent_pid=parent_pid,
             connect_timeout=connect_timeout,
+            max_concurrent_activities=max_concurrent_activities,
+            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+            max_cached_workflows=max_cached_workflows,
         )
     )
     raise typer.Exit(code)

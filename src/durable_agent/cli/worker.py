@@ -21,6 +21,12 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from ..workflows import connect_from_env, create_worker
+from ..workflows.worker import (
+    DEFAULT_MAX_CACHED_WORKFLOWS,
+    DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+    check_tuning,
+)
 from .appdef import load_app
 from .settings import DEFAULT_TASK_QUEUE, temporal_env
 from .stores import OpenedStore, open_store
@@ -89,8 +95,12 @@ async def run_worker(
     ready_file: Path | None = None,
     parent_pid: int | None = None,
     connect_timeout: float = 30.0,
+    max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+    max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
 ) -> int:
-    """Run until stopped; the exit code."""
+    """Run until stopped; the exit code. The three limits go to :func:`create_worker`."""
+    check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
     app = load_app(app_ref)
     queue = task_queue or app.task_queue or DEFAULT_TASK_QUEUE
     opened: OpenedStore | None = None
@@ -103,8 +113,16 @@ async def run_worker(
         store_name = type(store).__name__
     client = await connect_with_retry(connect_timeout)
     worker = await create_worker(
-        client, task_queue=queue, store=store, agents=app.agents, publisher=app.publisher
+        client,
+        task_queue=queue,
+        store=store,
+        agents=app.agents,
+        publisher=app.publisher,
+        max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+        max_cached_workflows=max_cached_workflows,
     )
+    config = worker.config()  # what the temporalio Worker was really given
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -117,7 +135,10 @@ async def run_worker(
             console.print(
                 f"worker {os.getpid()} ready: task queue [bold]{queue}[/], "
                 f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
-                f"Temporal {client.service_client.config.target_host}"
+                f"Temporal {client.service_client.config.target_host}; "
+                f"max concurrent activities {config.get('max_concurrent_activities')}, "
+                f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
+                f"cached workflows {config.get('max_cached_workflows')}"
             )
             if ready_file is not None:
                 tmp = ready_file.with_suffix(".tmp")

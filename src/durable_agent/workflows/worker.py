@@ -24,9 +24,50 @@ from .publish_workflow import PublishWorkflow
 from .run_workflow import RunWorkflow
 from .types import SEARCH_ATTRIBUTE
 
-__all__ = ["WORKFLOWS", "create_worker", "ensure_search_attribute"]
+__all__ = [
+    "DEFAULT_MAX_CACHED_WORKFLOWS",
+    "DEFAULT_MAX_CONCURRENT_ACTIVITIES",
+    "DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS",
+    "WORKFLOWS",
+    "check_tuning",
+    "create_worker",
+    "ensure_search_attribute",
+]
 
 WORKFLOWS = [RunWorkflow, CompactWorkflow, PublishWorkflow]
+
+DEFAULT_MAX_CONCURRENT_ACTIVITIES = 100
+"""Activity slots per worker process: model calls, tool calls and store writes in flight at once.
+They are I/O-bound (a model call mostly waits on the provider), so one process holds many; the
+worker's CPU, not this number, is what runs out first (README, "Running at scale")."""
+
+DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS = 100
+"""Workflow-task slots per worker process: run workflows advancing at once. Each task is a short
+burst of CPU in this process, so more slots than cores only queue work inside the worker."""
+
+DEFAULT_MAX_CACHED_WORKFLOWS = 1000
+"""Run workflows kept in memory between turns (sticky), so the next task does not replay the
+history. Set it to at least the number of runs a worker has open at once; 0 disables the cache."""
+
+
+def check_tuning(
+    max_concurrent_activities: int,
+    max_concurrent_workflow_tasks: int,
+    max_cached_workflows: int,
+) -> None:
+    """Refuse tuning values Temporal would reject later, or that would stall every run."""
+    for name, value, least in (
+        ("max_concurrent_activities", max_concurrent_activities, 1),
+        ("max_concurrent_workflow_tasks", max_concurrent_workflow_tasks, 1),
+        ("max_cached_workflows", max_cached_workflows, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if max_cached_workflows > 0 and max_concurrent_workflow_tasks < 2:
+        raise ValueError(
+            "max_concurrent_workflow_tasks must be at least 2 while workflows are cached "
+            "(max_cached_workflows > 0): Temporal needs a slot for sticky and normal polls"
+        )
 
 
 async def ensure_search_attribute(client: Client) -> None:
@@ -63,9 +104,16 @@ async def create_worker(
     publisher: PublisherLike | None = None,
     payload_limit: int = 1_572_864,
     register_search_attribute: bool = True,
+    max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+    max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
     **worker_options: Any,
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
+
+    The three limits are per worker process (see the ``DEFAULT_*`` constants for why the defaults
+    are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
+    value raises ``ValueError`` before anything connects.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
@@ -76,6 +124,11 @@ async def create_worker(
     # would make `import durable_agent.activities` circular
     from ..activities.agent_activities import AgentActivities
 
+    check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
+    worker_options["max_cached_workflows"] = max_cached_workflows
+    if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
+        worker_options["max_concurrent_activities"] = max_concurrent_activities
+        worker_options["max_concurrent_workflow_tasks"] = max_concurrent_workflow_tasks
     if register_search_attribute:
         await ensure_search_attribute(client)
     activities = AgentActivities(store, agents, publisher, payload_limit=payload_limit)

@@ -1,0 +1,129 @@
+"""Measurements of the load benchmark: process CPU and RSS, schedule-to-start, Mongo ops.
+
+- **CPU and RSS** come from ``/proc/<pid>/stat`` (user + system ticks) and ``/proc/<pid>/status``
+  (``VmRSS`` now, ``VmHWM`` peak), read before and after a point, so a process's CPU% over the
+  point is its ticks over the wall time (100% = one core).
+- **Schedule-to-start** comes from each run's history on the server: ``WorkflowTaskScheduled`` to
+  its ``WorkflowTaskStarted``, ``ActivityTaskScheduled`` to its ``ActivityTaskStarted`` (the
+  server stamps the started event with the time a worker polled the task). Histories are read
+  after the point, so reading them does not load the measurement.
+- **Mongo ops/s**: MongoDB's ``serverStatus.opcounters``; FerretDB has none, and reports
+  ``serverStatus.metrics.commands.<name>.total`` instead, of which the data commands are summed
+  (the driver's handshakes and pings are left out). Server-side, so the client's and every
+  worker's store calls are all counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import MongoClient
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+__all__ = ["ProcSample", "mongo_ops", "proc_sample", "schedule_to_start"]
+
+TICKS = os.sysconf("SC_CLK_TCK")
+DATA_COMMANDS = frozenset(
+    {
+        "insert",
+        "find",
+        "update",
+        "delete",
+        "findandmodify",
+        "findAndModify",
+        "aggregate",
+        "getMore",
+        "count",
+        "distinct",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    cpu_seconds: float
+    rss_mb: float
+    peak_rss_mb: float
+
+
+def proc_sample(pid: int) -> ProcSample | None:
+    """CPU seconds so far and memory of ``pid``; ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    mem = {
+        line.split(":")[0]: line.split()[1] for line in status.splitlines() if line.startswith("Vm")
+    }
+    return ProcSample(pid, cpu, int(mem.get("VmRSS", 0)) / 1024, int(mem.get("VmHWM", 0)) / 1024)
+
+
+def mongo_ops(uri: str) -> tuple[int, str]:
+    """Data operations the server has served so far, and where the figure comes from."""
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=5000)
+    with client:
+        status = client.admin.command("serverStatus")
+    counters = status.get("opcounters")
+    if isinstance(counters, dict):
+        keys = ("insert", "query", "update", "delete", "getmore")
+        return sum(int(counters.get(k, 0)) for k in keys), "serverStatus opcounters"
+    commands = status.get("metrics", {}).get("commands", {})
+    total = sum(
+        int(v.get("total", 0))
+        for k, v in commands.items()
+        if k in DATA_COMMANDS and isinstance(v, dict)
+    )
+    return total, "FerretDB serverStatus metrics.commands (no opcounters)"
+
+
+async def _latencies(client: Client, workflow_id: str) -> tuple[list[float], list[float]]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    scheduled: dict[int, float] = {}
+    wft: list[float] = []
+    act: list[float] = []
+    for event in history.events:
+        t = event.event_time.ToDatetime().timestamp()
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+        ):
+            scheduled[event.event_id] = t
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            sid = event.workflow_task_started_event_attributes.scheduled_event_id
+            if sid in scheduled:
+                wft.append(t - scheduled[sid])
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            sid = event.activity_task_started_event_attributes.scheduled_event_id
+            if sid in scheduled:
+                act.append(t - scheduled[sid])
+    return wft, act
+
+
+async def schedule_to_start(
+    client: Client, workflow_ids: Iterable[str], *, limit: int = 300, concurrency: int = 8
+) -> tuple[list[float], list[float]]:
+    """Workflow-task and activity schedule-to-start latencies (seconds) over up to ``limit``
+    runs' histories, read ``concurrency`` at a time."""
+    ids: Sequence[str] = list(workflow_ids)
+    if len(ids) > limit:  # an even spread over the point, not just its start
+        step = len(ids) / limit
+        ids = [ids[int(i * step)] for i in range(limit)]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(wid: str) -> tuple[list[float], list[float]]:
+        async with gate:
+            return await _latencies(client, wid)
+
+    results = await asyncio.gather(*(one(w) for w in ids))
+    return [x for r in results for x in r[0]], [x for r in results for x in r[1]]

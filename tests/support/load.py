@@ -1,0 +1,297 @@
+"""Many sessions at once on worker processes: the driver, the fleet and the store audit.
+
+Shared by ``bench/load_bench.py`` and ``tests/temporal/test_worker_kill_under_load.py``:
+
+- :class:`WorkerFleet` starts real ``durable-agent worker`` processes (the CLI, serving
+  :mod:`tests.support.load_app`) on one task queue, waits on their ready files, SIGKILLs or stops
+  them by PID;
+- :class:`LoadDriver` runs S sessions of T turns concurrently through the public client API
+  (``new`` + ``run`` + ``wait`` with a :class:`TemporalExecutor`) and records every run;
+- :func:`victim_running_activity` is the real signal a kill waits for: a run's pending activity
+  started by the victim's worker identity (``pid@host``, Temporal's default);
+- :func:`audit` re-reads every session from the store: lost turns, duplicated entries, tool calls
+  not answered exactly once, entries off the single chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+
+from durable_agent import new
+from durable_agent.cli.procs import ManagedProcess, start_worker
+from durable_agent.session import Entry, MessageEntry, Store
+from durable_agent.workflows import TemporalExecutor, Timeouts, run_workflow_id
+from tests.support.load_app import AGENT, LATENCY_ENV, answer_text, is_tool_turn, turn_text
+
+__all__ = [
+    "APP_REF",
+    "Audit",
+    "LoadDriver",
+    "RunRecord",
+    "WorkerFleet",
+    "audit",
+    "victim_running_activity",
+    "worker_identity",
+]
+
+APP_REF = f"{Path(__file__).resolve().with_name('load_app.py')}:app"
+
+
+def worker_identity(pid: int) -> str:
+    """The identity a worker process reports to Temporal (the SDK default, ``pid@hostname``)."""
+    return f"{pid}@{socket.gethostname()}"
+
+
+class WorkerFleet:
+    """``durable-agent worker`` processes on one task queue; all stopped by PID at ``stop_all``."""
+
+    def __init__(
+        self,
+        address: str,
+        store_spec: str,
+        task_queue: str,
+        logs: Path,
+        *,
+        latency: float = 0.2,
+        tuning: dict[str, int] | None = None,
+    ) -> None:
+        self.address, self.store_spec, self.task_queue, self.logs = (
+            address,
+            store_spec,
+            task_queue,
+            logs,
+        )
+        self.env = {LATENCY_ENV: str(latency)}
+        for name, value in (tuning or {}).items():  # the CLI flags' environment variables
+            self.env[f"DURABLE_AGENT_{name.upper()}"] = str(value)
+        self.procs: list[ManagedProcess] = []
+
+    async def start(self) -> ManagedProcess:
+        """One more worker; returns once it polls the task queue (its ready file exists)."""
+        index = len(self.procs)
+        proc = await start_worker(
+            name=f"worker-{index}",
+            app_ref=APP_REF,
+            store_spec=self.store_spec,
+            task_queue=self.task_queue,
+            address=self.address,
+            log_path=self.logs / f"worker-{index}.log",
+            ready_dir=self.logs,
+            extra_env=self.env,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def running(self) -> list[ManagedProcess]:
+        return [p for p in self.procs if p.running()]
+
+    @staticmethod
+    def kill(proc: ManagedProcess) -> None:
+        """SIGKILL by PID: no shutdown, no goodbye to the server."""
+        proc.kill()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            proc.stop(timeout=10)
+
+
+@dataclass
+class RunRecord:
+    """One run as the client saw it; ``error`` is set if ``wait()`` raised or never returned."""
+
+    session_id: str
+    turn: int
+    workflow_id: str
+    started: float
+    ended: float = 0.0
+    error: str | None = None
+
+    @property
+    def latency(self) -> float:
+        return self.ended - self.started
+
+
+@dataclass
+class LoadDriver:
+    """S sessions x T turns, all sessions concurrently, each session's turns in sequence."""
+
+    client: Client
+    store: Store
+    task_queue: str
+    sessions: int
+    turns: int
+    timeouts: Timeouts
+    prefix: str = field(default_factory=lambda: f"load-{uuid.uuid4().hex[:8]}")
+    run_timeout: float = 180.0
+    records: list[RunRecord] = field(default_factory=list)
+    active: dict[str, str] = field(default_factory=dict)
+    """session ID -> workflow ID of its run in flight."""
+    started: float = 0.0
+    ended: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._progress = asyncio.Condition()
+
+    @property
+    def session_ids(self) -> list[str]:
+        return [f"{self.prefix}-{i:04d}" for i in range(self.sessions)]
+
+    def completed(self) -> int:
+        return sum(1 for r in self.records if r.ended and r.error is None)
+
+    async def wait_completed(self, n: int, within: float) -> None:
+        """Until ``n`` runs have returned from ``wait()`` (a real progress signal, no sleeps)."""
+        async with self._progress:
+            await asyncio.wait_for(self._progress.wait_for(lambda: self.completed() >= n), within)
+
+    async def run(self) -> None:
+        executor = TemporalExecutor(
+            self.client,
+            task_queue=self.task_queue,
+            timeouts=self.timeouts,
+            execution_timeout=timedelta(seconds=self.run_timeout),
+        )
+        self.started = time.perf_counter()
+        await asyncio.gather(*(self._session(sid, executor) for sid in self.session_ids))
+        self.ended = time.perf_counter()
+
+    async def _session(self, session_id: str, executor: TemporalExecutor) -> None:
+        agent = await new(AGENT, store=self.store, session_id=session_id, executor=executor)
+        for k in range(1, self.turns + 1):
+            rid = uuid.uuid4().hex[:16]
+            record = RunRecord(session_id, k, run_workflow_id(session_id, rid), time.perf_counter())
+            self.records.append(record)
+            self.active[session_id] = record.workflow_id
+            try:
+                stream = await agent.run(turn_text(k), run_id=rid)
+                await asyncio.wait_for(stream.wait(), self.run_timeout)
+            except Exception as exc:  # reported as a wait that did not return, never raised
+                record.error = f"{type(exc).__name__}: {exc}"
+            record.ended = time.perf_counter()
+            self.active.pop(session_id, None)
+            async with self._progress:
+                self._progress.notify_all()
+            if record.error is not None:
+                break  # the next turn would start from an unknown leaf: count the rest as lost
+        await agent.close()
+
+
+async def victim_running_activity(
+    client: Client, driver: LoadDriver, identity: str, *, within: float = 60.0
+) -> str:
+    """The workflow ID of a run with an activity the worker ``identity`` has started and not
+    finished, polled from the server's description of the runs in flight."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for workflow_id in list(driver.active.values()):
+            try:
+                described = await client.get_workflow_handle(workflow_id).describe()
+            except Exception:  # not started yet, or finished a moment ago
+                continue
+            for pending in described.raw_description.pending_activities:
+                started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                if started and pending.last_worker_identity == identity:
+                    return workflow_id
+        await asyncio.sleep(0.05)  # poll interval of the probe, not a synchronisation sleep
+    raise TimeoutError(f"no activity of {identity} seen running within {within:.0f} s")
+
+
+@dataclass
+class Audit:
+    """What the store holds, against what S sessions x T turns should have written."""
+
+    runs: int = 0
+    waits_returned: int = 0
+    lost: int = 0
+    """Turns with any expected message missing."""
+    duplicated: int = 0
+    """Extra copies of an expected message, plus entry IDs stored twice."""
+    tool_calls: int = 0
+    misanswered: int = 0
+    """Tool calls without exactly one result."""
+    off_chain: int = 0
+    """Entries whose parent is not the entry appended before them (a forked or stale run)."""
+    unexpected: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def line(self, kills: int) -> str:
+        return f"runs {self.runs} kills {kills} lost {self.lost} duplicated {self.duplicated}"
+
+    @property
+    def clean(self) -> bool:
+        return not (
+            self.lost
+            or self.duplicated
+            or self.misanswered
+            or self.off_chain
+            or self.unexpected
+            or self.waits_returned != self.runs
+        )
+
+
+def _key(message_entry: MessageEntry) -> list[tuple[str, str]]:
+    m = message_entry.message
+    if m.role == "tool_result":
+        return [("tool_result", m.tool_call_id or "")]
+    keys = [("call", c.id) for c in m.tool_calls()]
+    text = m.text()
+    return keys + ([(m.role, text)] if text or not keys else [])
+
+
+def _expected(turns: int) -> list[list[tuple[str, str]]]:
+    out = []
+    for k in range(1, turns + 1):
+        keys = [("user", turn_text(k)), ("assistant", answer_text(k))]
+        if is_tool_turn(k):
+            keys += [("call", f"call-{k}"), ("tool_result", f"call-{k}")]
+        out.append(keys)
+    return out
+
+
+def _audit_one(result: Audit, session_id: str, entries: Sequence[Entry], turns: int) -> None:
+    ids = Counter(e.id for e in entries)
+    result.duplicated += sum(n - 1 for n in ids.values())
+    parent = None
+    for entry in entries:
+        if entry.parent_id != parent:
+            result.off_chain += 1
+            result.problems.append(f"{session_id}: {entry.id} has parent {entry.parent_id}")
+        parent = entry.id
+    keys: Counter[tuple[str, str]] = Counter(
+        key for e in entries if isinstance(e, MessageEntry) for key in _key(e)
+    )
+    expected = _expected(turns)
+    wanted = {key for turn in expected for key in turn}
+    for k, turn in enumerate(expected, start=1):
+        if any(keys[key] == 0 for key in turn):
+            result.lost += 1
+            result.problems.append(f"{session_id}: turn {k} incomplete")
+        result.duplicated += sum(max(0, keys[key] - 1) for key in turn)
+    result.unexpected += sum(n for key, n in keys.items() if key not in wanted)
+    calls = [key[1] for key in keys.elements() if key[0] == "call"]
+    result.tool_calls += len(calls)
+    result.misanswered += sum(1 for c in set(calls) if keys[("tool_result", c)] != 1)
+
+
+async def audit(store: Store, driver: LoadDriver) -> Audit:
+    """Re-read every session of ``driver`` from ``store`` and count what is wrong."""
+    result = Audit(
+        runs=len(driver.session_ids) * driver.turns,
+        waits_returned=sum(1 for r in driver.records if r.ended and r.error is None),
+    )
+    for session_id in driver.session_ids:
+        entries = await store.load_entries(session_id)
+        _audit_one(result, session_id, entries, driver.turns)
+    result.problems += [f"{r.workflow_id}: {r.error}" for r in driver.records if r.error]
+    return result

@@ -1,0 +1,70 @@
+"""Worker tuning (issue 12 item 3): the three limits reach the temporalio Worker; bad ones fail."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import create_worker
+from durable_agent.workflows.worker import (
+    DEFAULT_MAX_CACHED_WORKFLOWS,
+    DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+)
+
+pytestmark = pytest.mark.temporal
+
+
+async def test_limits_reach_the_temporal_worker(temporal_client: Client) -> None:
+    worker = await create_worker(
+        temporal_client,
+        task_queue="tuning-a",
+        store=MemoryStore(),
+        agents={},
+        register_search_attribute=False,
+        max_concurrent_activities=7,
+        max_concurrent_workflow_tasks=5,
+        max_cached_workflows=3,
+    )
+    config = worker.config()
+    assert config.get("max_concurrent_activities") == 7
+    assert config.get("max_concurrent_workflow_tasks") == 5
+    assert config.get("max_cached_workflows") == 3
+
+
+async def test_documented_defaults(temporal_client: Client) -> None:
+    worker = await create_worker(
+        temporal_client,
+        task_queue="tuning-b",
+        store=MemoryStore(),
+        agents={},
+        register_search_attribute=False,
+    )
+    config = worker.config()
+    assert config.get("max_concurrent_activities") == DEFAULT_MAX_CONCURRENT_ACTIVITIES == 100
+    assert config.get("max_concurrent_workflow_tasks") == DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS
+    assert config.get("max_cached_workflows") == DEFAULT_MAX_CACHED_WORKFLOWS == 1000
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_concurrent_activities": 0},
+        {"max_concurrent_workflow_tasks": 1},
+        {"max_cached_workflows": -1},
+        {"max_concurrent_activities": "10"},
+    ],
+)
+async def test_bad_limits_raise_value_error(
+    temporal_client: Client, limits: dict[str, object]
+) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        await create_worker(
+            temporal_client,
+            task_queue="tuning-c",
+            store=MemoryStore(),
+            agents={},
+            register_search_attribute=False,
+            **limits,  # type: ignore[arg-type]
+        )
