@@ -15,27 +15,31 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from temporalio.client import Client
 
 from ..workflows import connect_from_env, create_worker
 from .appdef import load_app
-from .settings import DEFAULT_TASK_QUEUE, temporal_env
+from .settings import DEFAULT_TASK_QUEUE
+from .storeid import store_id, worker_identity
 from .stores import OpenedStore, open_store
+from .target import TemporalFlags, client_env, display_store
 
 __all__ = ["connect_with_retry", "run_worker"]
 
 
-async def connect_with_retry(within: float) -> Client:
+async def connect_with_retry(within: float, flags: TemporalFlags | None = None) -> Client:
     """``connect_from_env``, retried every half second for ``within`` seconds."""
-    env = temporal_env()
+    env, settings = client_env(flags or TemporalFlags())
     deadline = time.monotonic() + within
     while True:
         try:
             return await connect_from_env(env)
         except Exception as exc:
             if time.monotonic() >= deadline:
-                address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
-                raise ConnectionError(f"cannot reach Temporal at {address}: {exc}") from exc
+                raise ConnectionError(
+                    f"cannot reach Temporal at {settings.address}: {exc}"
+                ) from exc
             await asyncio.sleep(0.5)
 
 
@@ -57,6 +61,7 @@ async def run_worker(
     ready_file: Path | None = None,
     parent_pid: int | None = None,
     connect_timeout: float = 30.0,
+    flags: TemporalFlags | None = None,
 ) -> int:
     """Run until stopped; the exit code."""
     app = load_app(app_ref)
@@ -65,13 +70,20 @@ async def run_worker(
     if app.store is None:
         opened = open_store(store_spec)
         store = opened.store
-        store_name = opened.spec
+        store_name = display_store(opened.spec)
     else:
         store = app.store
         store_name = type(store).__name__
-    client = await connect_with_retry(connect_timeout)
+    # The store's ID goes into the worker's identity, so clients can tell a store mismatch.
+    identity = worker_identity(await store_id(store, create=True))
+    client = await connect_with_retry(connect_timeout, flags)
     worker = await create_worker(
-        client, task_queue=queue, store=store, agents=app.agents, publisher=app.publisher
+        client,
+        task_queue=queue,
+        store=store,
+        agents=app.agents,
+        publisher=app.publisher,
+        identity=identity,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -83,9 +95,10 @@ async def run_worker(
     try:
         async with worker:
             console.print(
-                f"worker {os.getpid()} ready: task queue [bold]{queue}[/], "
-                f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
-                f"Temporal {client.service_client.config.target_host}"
+                f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
+                f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
+                f"Temporal {escape(client.service_client.config.target_host)}",
+                soft_wrap=True,
             )
             if ready_file is not None:
                 tmp = ready_file.with_suffix(".tmp")

@@ -39,19 +39,25 @@ from collections.abc import Awaitable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, ReturnDocument
-from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.database import Database
-from pymongo.errors import (
-    BulkWriteError,
-    ConnectionFailure,
-    DuplicateKeyError,
-    ExecutionTimeout,
-    OperationFailure,
-    PyMongoError,
-    WTimeoutError,
-)
+try:
+    from bson.codec_options import CodecOptions
+    from pymongo import ASCENDING, ReturnDocument
+    from pymongo.asynchronous.database import AsyncDatabase
+    from pymongo.database import Database
+    from pymongo.errors import (
+        BulkWriteError,
+        ConnectionFailure,
+        DuplicateKeyError,
+        ExecutionTimeout,
+        OperationFailure,
+        PyMongoError,
+        WTimeoutError,
+    )
+except ImportError as _missing:  # the mongo extra is not installed: say which one to install
+    raise ImportError(
+        f"MongoStore needs PyMongo ({_missing}): pip install 'durable-agent[mongo]'",
+        name=_missing.name,
+    ) from None
 
 from ..session.appendplan import encode_batch, plan_append
 from ..session.codec import bulk_decoding, decode_entry
