@@ -292,3 +292,11 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
     _wait_for(lambda: re.search(r"worker \d+ up in", dev.log.read_text()), 60, "a new worker")
     turn = _json(run_cli(["run", "after-restart", "hello", "--json"], dev.env))
     assert turn["reply"].startswith("Hello!")
+
+
+def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
+    result = run_cli(["sessions", "--store", "mongodb://127.0.0.1:1/x"], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: cannot reach MongoDB at 127.0.0.1:1 (")
+    assert result.stderr.splitlines()[0].endswith(")")
