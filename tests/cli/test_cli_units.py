@@ -164,10 +164,29 @@ def test_tree_indents_only_at_branches() -> None:
     out = io.StringIO()
     Console(file=out, width=100, no_color=True).print(render_tree(entries, "d", "s"))
     lines = out.getvalue().splitlines()
-    assert lines[1].startswith("├── a ") and lines[2].startswith("└── b ")
-    assert "⑂ branch" in lines[3] and "(active)" not in lines[3]
-    assert "⑂ branch (active)" in lines[5]
-    assert "d user: new  ◀ leaf" in lines[6]
+    assert lines[1].startswith("├── ● a ") and lines[2].startswith("└── ● b ")
+    assert "⑂ branch 1/2" in lines[3] and "(active)" not in lines[3]
+    assert "○ c user: old" in lines[4]
+    assert "⑂ branch 2/2 (active)" in lines[5]
+    assert "● d user: new  ◀ leaf" in lines[6]
+
+
+def test_tree_draws_several_roots_as_branches() -> None:
+    """A retry of the first question makes a second root: it must read as a branch, in text."""
+    entries = [_entry("a", None, "q1"), _entry("b", None, "q1 again")]
+    out = io.StringIO()
+    Console(file=out, width=100, no_color=True).print(render_tree(entries, "b", "s"))
+    lines = out.getvalue().splitlines()
+    assert "⑂ branch 1/2" in lines[1] and "○ a user: q1" in lines[2]
+    assert "⑂ branch 2/2 (active)" in lines[3] and "● b user: q1 again  ◀ leaf" in lines[4]
+
+
+def test_demo_model_follows_the_question() -> None:
+    sales = respond(_request(user_message("What were Q2 sales?")))
+    assert sales.tool_calls[0].name == SLOW_TOOL
+    assert sales.tool_calls[0].arguments == {"quarter": "Q2"}
+    weather = respond(_request(user_message("What's the weather in Lisbon?")))
+    assert weather.tool_calls[0].arguments == {"city": "Lisbon"}
 
 
 def _request(*messages: Message) -> ModelRequest:

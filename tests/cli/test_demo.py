@@ -66,7 +66,7 @@ STEPS = [
     "From my compacted notes",
     "7 · The transcript tree",
     "⑂ branch",
-    "⑂ branch (active)",
+    "(active)",
     "◀ leaf",
     "8 · Inspect the runs in the Temporal Web UI",
     "/namespaces/default/workflows?query=DurableAgentSessionId%3D%22demo-",

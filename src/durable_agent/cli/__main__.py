@@ -1,6 +1,6 @@
 """``python -m durable_agent.cli``: the same as the ``durable-agent`` script."""
 
-from .app import main
+from .entry import main
 
 if __name__ == "__main__":
     main()

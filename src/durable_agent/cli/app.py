@@ -1,8 +1,11 @@
 """The ``durable-agent`` commands (typer + rich).
 
-Exit codes: 0 success, 1 failure (the message says why), 2 usage error, 3 no such session or run,
-130 interrupted. Every command that talks to Temporal reads the standard ``TEMPORAL_*`` variables;
-without ``TEMPORAL_ADDRESS`` it finds a running ``durable-agent dev`` server by itself.
+Exit codes: 0 success, 1 failure (the message says why), 2 usage error (a bad argument, store
+spec, session ID or Temporal profile), 3 no such session, entry or run, 130 interrupted. Every
+command that talks to Temporal takes ``--address``, ``--namespace`` and ``--profile`` and reads the
+``temporal`` CLI's variables and profiles; with no address anywhere it finds a running
+``durable-agent dev`` server by itself. Errors say which Temporal and store were used (``-v``
+says it up front).
 """
 
 from __future__ import annotations
@@ -15,32 +18,45 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from temporalio.service import RPCError
 
 from ..ai.model import ModelError
 from ..durable.errors import AgentError
 from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
+from ..workflows.config import TemporalConfigError
 from ..workflows.worker import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
 )
 from .appdef import AppLoadError
-from .commands import NotFound
+from .commands import NotFound, UsageError
+from .entry import missing_extra
+from .options import (
+    AddressOpt,
+    AgentOpt,
+    JsonOpt,
+    NamespaceOpt,
+    ProfileOpt,
+    QueueOpt,
+    StoreOpt,
+    VerboseOpt,
+)
 from .procs import ProcessError
 from .settings import (
     DEFAULT_TASK_QUEUE,
     ENV_APP,
-    ENV_STORE,
     ENV_TASK_QUEUE,
     data_dir,
     read_server_info,
 )
-from .stores import StoreSpecError, resolve_store_spec
+from .stores import StoreSpecError, mongo_unreachable, resolve_store_spec
+from .target import TARGET, TemporalFlags
 
 __all__ = ["cli", "main"]
 
@@ -62,36 +78,25 @@ cli = typer.Typer(
 )
 
 
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help=(
-            f"file:PATH or mongodb://... (default: ${ENV_STORE}, then $MONGODB_URI, then "
-            "file:<data dir>/sessions)."
-        ),
-        show_default=False,
-    ),
-]
-QueueOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--task-queue",
-        help=f"Temporal task queue (default: ${ENV_TASK_QUEUE}, else '{DEFAULT_TASK_QUEUE}').",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name registered on the worker.")]
+def _flags(
+    address: str | None, namespace: str | None, profile: str | None, verbose: bool
+) -> TemporalFlags:
+    _verbose(verbose)
+    return TemporalFlags(address=address, namespace=namespace, profile=profile)
 
 
-def _queue(flag: str | None) -> str:
+def _verbose(verbose: bool) -> None:
+    if verbose:
+        TARGET.echo = lambda line: err.print(Text(line, style="dim"), soft_wrap=True)
+
+
+def _queue(flag: str | None, flags: TemporalFlags | None = None) -> str:
     """Flag, environment, the queue a running ``dev`` advertises, then the default."""
     if flag:
         return flag
     if os.environ.get(ENV_TASK_QUEUE):
         return os.environ[ENV_TASK_QUEUE]
-    if not os.environ.get("TEMPORAL_ADDRESS"):
+    if not os.environ.get("TEMPORAL_ADDRESS") and not (flags and flags.address):
         info = read_server_info(data_dir())
         if info is not None:
             return info.task_queue
@@ -103,6 +108,27 @@ def _run(make: Callable[[], Awaitable[T]]) -> T:
     return _guard(lambda: asyncio.run(_call(make)))
 
 
+def _fail(code: int, message: str) -> NoReturn:
+    """Print ``error: message`` as plain text (never markup: error text can hold ``[/]`` or
+    ``[redacted]``), then what the command was talking to, and exit with ``code``."""
+    err.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+    for line in TARGET.lines():
+        err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+USAGE_ERRORS = (StoreSpecError, InvalidSessionIdError, UsageError, TemporalConfigError)
+FAILURES = (
+    AppLoadError,
+    ProcessError,
+    SessionError,
+    ConnectionError,
+    AgentError,
+    ModelError,
+    TimeoutError,
+)
+
+
 def _guard(body: Callable[[], T]) -> T:
     """Known failures become a one-line message and an exit code; bugs keep their traceback."""
     try:
@@ -111,24 +137,29 @@ def _guard(body: Callable[[], T]) -> T:
         err.print("[yellow]interrupted[/]")
         raise typer.Exit(130) from None
     except (NotFound, SessionNotFoundError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(3) from None
-    except (
-        StoreSpecError,
-        AppLoadError,
-        ProcessError,
-        InvalidSessionIdError,
-        SessionError,
-        ConnectionError,
-        AgentError,
-        ModelError,
-        TimeoutError,
-    ) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        _fail(3, str(exc))
+    except USAGE_ERRORS as exc:
+        _fail(2, str(exc))
+    except FAILURES as exc:
+        _fail(1, str(exc))
     except RPCError as exc:
-        err.print(f"[red]error:[/] Temporal said: {exc}")
-        raise typer.Exit(1) from None
+        _fail(1, f"Temporal said: {exc}")
+    except ImportError as exc:
+        message = missing_extra(exc)
+        if message is None and "pip install" not in str(exc):
+            raise
+        _fail(1, message or str(exc))
+    except Exception as exc:
+        if _is_mongo_connection_failure(exc):
+            _fail(1, str(mongo_unreachable(TARGET.store or "", exc)))
+        raise
+
+
+def _is_mongo_connection_failure(exc: BaseException) -> bool:
+    """PyMongo's ConnectionFailure, without importing PyMongo when it is not installed."""
+    module = sys.modules.get("pymongo.errors")
+    failure = getattr(module, "ConnectionFailure", None)
+    return failure is not None and isinstance(exc, failure)
 
 
 async def _call(make: Callable[[], Awaitable[T]]) -> T:
@@ -244,6 +275,10 @@ def worker(
             help="Open runs kept in memory between turns (0: replay every task).",
         ),
     ] = DEFAULT_MAX_CACHED_WORKFLOWS,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.).
 
@@ -256,8 +291,8 @@ def worker(
 
     ref = app or os.environ.get(ENV_APP)
     if not ref:
-        err.print(f"[red]error:[/] --app module:attr is required (or set {ENV_APP})")
-        raise typer.Exit(2)
+        _fail(2, f"--app module:attr is required (or set {ENV_APP})")
+    flags = _flags(address, namespace, profile, verbose)
     code = _run(
         lambda: run_worker(
             app_ref=ref,
@@ -270,6 +305,7 @@ def worker(
             max_concurrent_activities=max_concurrent_activities,
             max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
             max_cached_workflows=max_cached_workflows,
+            flags=flags,
         )
     )
     raise typer.Exit(code)
@@ -281,7 +317,7 @@ def worker(
 @cli.command()
 def run(
     session_id: Annotated[str, typer.Argument(help="Session to run on (created if unknown).")],
-    text: Annotated[str, typer.Argument(help="The user message.")],
+    text: Annotated[str, typer.Argument(help="The user message ('-' reads it from stdin).")],
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
     agent: AgentOpt = "demo",
@@ -289,31 +325,49 @@ def run(
     timeout: Annotated[
         float, typer.Option(help="Give up (and cancel the run) after this.")
     ] = 300.0,
+    leaf: Annotated[
+        str | None,
+        typer.Option(
+            "--leaf",
+            help="Run from this entry (an earlier branch; `root` starts a new one) instead of "
+            "the last stored entry.",
+            show_default=False,
+        ),
+    ] = None,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run one turn on Temporal and print it as it happens (or --json at the end)."""
     from .commands import run_turn
 
+    flags = _flags(address, namespace, profile, verbose)
+    message = sys.stdin.read() if text == "-" else text
     code = _run(
         lambda: run_turn(
             console,
             err,
             session_id=session_id,
-            text=text,
+            text=message,
             store_spec=resolve_store_spec(store),
-            task_queue=_queue(task_queue),
+            task_queue=_queue(task_queue, flags),
             agent_name=agent,
             as_json=as_json,
             limit=timedelta(seconds=timeout),
+            leaf=leaf,
+            flags=flags,
         )
     )
     raise typer.Exit(code)
 
 
 @cli.command()
-def sessions(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def sessions(store: StoreOpt = None, as_json: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """List the sessions of the store."""
     from .commands import list_sessions_cmd
 
+    _verbose(verbose)
     raise typer.Exit(_run(lambda: list_sessions_cmd(console, resolve_store_spec(store), as_json)))
 
 
@@ -323,10 +377,12 @@ def show(
     store: StoreOpt = None,
     as_tree: Annotated[bool, typer.Option("--tree", help="Draw the whole branch tree.")] = False,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Print a session's transcript (the active path), or its whole tree with --tree."""
     from .commands import show_session
 
+    _verbose(verbose)
     raise typer.Exit(
         _run(lambda: show_session(console, session_id, resolve_store_spec(store), as_tree, as_json))
     )
@@ -336,11 +392,16 @@ def show(
 def state(
     session_id: Annotated[str, typer.Argument(help="Session whose latest run to query.")],
     as_json: JsonOpt = False,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Query the live state() of the session's latest run on Temporal."""
     from .commands import query_state
 
-    raise typer.Exit(_run(lambda: query_state(console, session_id, as_json)))
+    flags = _flags(address, namespace, profile, verbose)
+    raise typer.Exit(_run(lambda: query_state(console, session_id, as_json, flags)))
 
 
 @cli.command()
@@ -349,19 +410,26 @@ def chat(
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
     agent: AgentOpt = "demo",
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Interactive chat: /edit TEXT, /retry, /branch ID, /fork [ID], /compact [N], /tree, /show,
-    /help, /quit. Ctrl-C during a reply cancels that run; the session stays."""
+    """Interactive chat: /edit TEXT, /retry, /branch ID, /switch [N|ID|SESSION], /fork [ID],
+    /compact [N], /tree, /show, /help, /quit. Ctrl-C during a reply cancels that run; the
+    session stays."""
     from .chat import run_chat
 
+    flags = _flags(address, namespace, profile, verbose)
     raise typer.Exit(
         _guard(
             lambda: run_chat(
                 console,
                 session_id=session_id,
                 store_spec=resolve_store_spec(store),
-                task_queue=_queue(task_queue),
+                task_queue=_queue(task_queue, flags),
                 agent_name=agent,
+                flags=flags,
             )
         )
     )

@@ -11,23 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 from temporalio.client import Client
 
 from ..ai.model import ModelError
 from ..durable.agent import Agent, new
 from ..durable.errors import AgentError, RunCancelledError
-from ..session.entries import MessageEntry
-from ..session.errors import SessionError
+from ..session.entries import Entry, MessageEntry
+from ..session.errors import SessionError, SessionNotFoundError
 from ..session.ids import validate_session_id
 from ..session.tree import path
 from ..session.views import transcript_view
 from ..workflows import TemporalExecutor
-from .commands import connect_cli, has_pollers
-from .render import RunPrinter, render_transcript, render_tree
+from .commands import check_queue, connect_cli
+from .render import RunPrinter, entry_label, render_transcript, render_tree
 from .stores import OpenedStore, open_store
+from .target import TemporalFlags
 
 __all__ = ["HELP", "Chat", "run_chat"]
 
@@ -35,6 +37,8 @@ HELP = """commands:
   /tree              the branch tree (the active path in bold)
   /show              the transcript of the active path
   /branch ID|root    move the leaf to entry ID (root: before the first entry)
+  /switch [N|ID]     list the branches, or go back to branch N (its last entry) or entry ID
+  /switch parent|S   leave this session for a fork's parent, or for session S
   /edit TEXT         replace your last message with TEXT and answer again
   /retry             answer your last message again (a new branch)
   /fork [NEW_ID]     copy the active path into a new session and switch to it
@@ -46,11 +50,74 @@ HELP = """commands:
 class Chat:
     """One REPL's state: the current handle (a fork switches it) and its connections."""
 
-    def __init__(self, console: Console, agent: Agent, client: Client, opened: OpenedStore):
+    def __init__(
+        self,
+        console: Console,
+        agent: Agent,
+        client: Client,
+        opened: OpenedStore,
+        executor: TemporalExecutor | None = None,
+        agent_name: str = "demo",
+    ):
         self.console = console
         self.agent = agent
         self.client = client
         self.opened = opened
+        self.executor = executor or TemporalExecutor(client, task_queue="durable-agent")
+        self.agent_name = agent_name
+
+    def tips(self) -> list[Entry]:
+        """The last entry of every branch (entries nothing follows), oldest first."""
+        entries = self.agent.entries()
+        parents = {e.parent_id for e in entries}
+        return [e for e in entries if e.id not in parents]
+
+    async def switch(self, target: str) -> None:
+        """``/switch``: list the branches, or move to one, or to another session."""
+        agent = self.agent
+        tips = self.tips()
+        if not target:
+            active = agent.leaf_id
+            for n, tip in enumerate(tips, 1):
+                mark = "  ◀ active" if tip.id == active else ""
+                self.console.print(Text(f"  {n}. ").append(entry_label(tip)).append(mark))
+            parent = await self._parent_of(agent.session_id)
+            if parent:
+                self.console.print(f"  parent session: {escape(parent)} (/switch parent)")
+            return
+        if target.isdigit() and 1 <= int(target) <= len(tips):
+            await agent.branch(tips[int(target) - 1].id)
+        elif target in {e.id for e in agent.entries()}:
+            await agent.branch(target)
+        else:
+            session = await self._parent_of(agent.session_id) if target == "parent" else target
+            if not session:
+                self.console.print(f"session {escape(agent.session_id)} has no parent")
+                return
+            await self._open_session(validate_session_id(session))
+            return
+        self.console.print(f"leaf is now {escape(self.agent.leaf_id or '(root)')}")
+
+    async def _parent_of(self, session_id: str) -> str | None:
+        load_session = getattr(self.opened.store, "load_session", None)
+        if load_session is None:
+            return None
+        record = await load_session(session_id)
+        return record.parent_id if record is not None else None
+
+    async def _open_session(self, session_id: str) -> None:
+        try:
+            await self.opened.store.load_entries(session_id)
+        except SessionNotFoundError:
+            self.console.print(f"no session {escape(session_id)} (and no entry by that ID)")
+            return
+        self.agent = await new(
+            self.agent_name, store=self.opened.store, session_id=session_id, executor=self.executor
+        )
+        self.console.print(
+            f"now in session [bold]{escape(session_id)}[/] at leaf "
+            f"{escape(self.agent.leaf_id or '(root)')} ({len(self.agent.entries())} entries)"
+        )
 
     def _last_user(self) -> MessageEntry | None:
         for entry in reversed(path(self.agent.entries(), self.agent.leaf_id)):
@@ -80,8 +147,11 @@ class Chat:
 
     async def command(self, line: str) -> bool:
         """Run a ``/command``; False means quit."""
-        words = shlex.split(line[1:]) or ["help"]
-        name, args = words[0].lower(), words[1:]
+        # Split off the command word only: the rest is taken verbatim (``/edit What's up?``
+        # must not be parsed as a shell line with an open quote).
+        name, _, rest = line[1:].strip().partition(" ")
+        name, rest = (name.lower() or "help"), rest.strip()
+        args = rest.split()
         agent = self.agent
         if name in ("quit", "exit", "q"):
             return False
@@ -97,24 +167,26 @@ class Chat:
                 return True
             target = "" if args[0] == "root" else args[0]
             await agent.branch(target)
-            self.console.print(f"leaf is now {agent.leaf_id or '(root)'}")
+            self.console.print(f"leaf is now {escape(agent.leaf_id or '(root)')}")
+        elif name in ("switch", "leaf"):
+            await self.switch(rest)
         elif name in ("retry", "edit"):
             last = self._last_user()
             if last is None:
                 self.console.print("nothing to retry yet")
                 return True
-            text = " ".join(args) if name == "edit" else last.message.text()
+            text = rest if name == "edit" else last.message.text()
             if not text:
                 self.console.print("usage: /edit TEXT")
                 return True
             await agent.branch(last.parent_id or "")
-            self.console.print(f"[dim]branched before {last.id}[/dim]")
+            self.console.print(f"[dim]branched before {escape(last.id)}[/dim]")
             await self.turn(text)
         elif name == "fork":
             child = await agent.fork(validate_session_id(args[0]) if args else None)
             self.agent = child
             self.console.print(
-                f"forked {agent.session_id} → [bold]{child.session_id}[/] "
+                f"forked {escape(agent.session_id)} → [bold]{escape(child.session_id)}[/] "
                 f"({len(child.entries())} entries); you are now in the fork"
             )
         elif name == "compact":
@@ -123,37 +195,47 @@ class Chat:
             if entry is None:
                 self.console.print("nothing to compact")
             else:
-                self.console.print(f"[yellow]compaction {entry.id}[/]: {entry.summary}")
+                self.console.print(
+                    f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
+                )
         else:
-            self.console.print(f"unknown command /{name}; /help lists them")
+            self.console.print(f"unknown command /{escape(name)}; /help lists them")
         return True
 
 
 async def _open(
-    console: Console, session_id: str, store_spec: str, task_queue: str, agent_name: str
+    console: Console,
+    session_id: str,
+    store_spec: str,
+    task_queue: str,
+    agent_name: str,
+    flags: TemporalFlags | None,
 ) -> Chat:
     validate_session_id(session_id)
     opened = open_store(store_spec)
-    client = await connect_cli()
-    if not await has_pollers(client, task_queue):
-        console.print(
-            f"[yellow]warning:[/] no worker polls task queue {task_queue!r}; replies wait for one"
-        )
+    client = await connect_cli(flags)
+    await check_queue(console, client, task_queue, opened)
     executor = TemporalExecutor(client, task_queue=task_queue)
     agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
-    return Chat(console, agent, client, opened)
+    return Chat(console, agent, client, opened, executor, agent_name)
 
 
 def run_chat(
-    console: Console, *, session_id: str, store_spec: str, task_queue: str, agent_name: str
+    console: Console,
+    *,
+    session_id: str,
+    store_spec: str,
+    task_queue: str,
+    agent_name: str,
+    flags: TemporalFlags | None = None,
 ) -> int:
     """The REPL; returns the exit code."""
     with asyncio.Runner() as runner:
-        chat = runner.run(_open(console, session_id, store_spec, task_queue, agent_name))
+        chat = runner.run(_open(console, session_id, store_spec, task_queue, agent_name, flags))
         entries = chat.agent.entries()
         console.print(
-            f"[bold]session {session_id}[/] · {len(entries)} entries · agent {agent_name} · "
-            f"queue {task_queue} · /help for commands"
+            f"[bold]session {escape(session_id)}[/] · {len(entries)} entries · agent "
+            f"{escape(agent_name)} · queue {escape(task_queue)} · /help for commands"
         )
         recent = transcript_view(path(entries, chat.agent.leaf_id))[-4:]
         if recent:
@@ -178,11 +260,11 @@ def run_chat(
                         runner.run(chat.turn(line))
                 except KeyboardInterrupt:
                     console.print(
-                        f"[yellow]run cancelled[/]; session {chat.agent.session_id} is at leaf "
-                        f"{chat.agent.leaf_id}"
+                        f"[yellow]run cancelled[/]; session {escape(chat.agent.session_id)} is "
+                        f"at leaf {escape(chat.agent.leaf_id)}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
-                    console.print(f"[red]error:[/] {exc}")
+                    console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
         finally:
             runner.run(chat.opened.close())
     return 0

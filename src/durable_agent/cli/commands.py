@@ -9,23 +9,29 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution
 
+from ..ai.messages import user_message
 from ..durable.agent import new
+from ..durable.errors import PayloadTooLargeError
+from ..durable.stream import RunStream
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
 from ..session.tree import path
 from ..session.views import transcript_view
 from ..workflows import TemporalExecutor, connect_from_env, run_workflow_id
+from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
 from ..workflows.types import SEARCH_ATTRIBUTE, RunState
 from .render import RunPrinter, entry_json, message_summary, render_transcript, render_tree, short
-from .settings import temporal_env
-from .stores import list_sessions, open_store
+from .storeid import mismatch, store_id
+from .stores import OpenedStore, list_sessions, open_store
+from .target import TemporalFlags, client_env, display_store
 
 
 class NotFound(Exception):
@@ -34,8 +40,13 @@ class NotFound(Exception):
 
 __all__ = [
     "NotFound",
+    "UsageError",
+    "check_leaf",
+    "check_queue",
+    "input_entry",
     "connect_cli",
     "has_pollers",
+    "poller_identities",
     "latest_run",
     "list_sessions_cmd",
     "query_state",
@@ -44,21 +55,21 @@ __all__ = [
 ]
 
 
-async def connect_cli() -> Client:
-    """A client as the environment (or a running ``dev``) says, with a readable failure."""
-    env = temporal_env()
+async def connect_cli(flags: TemporalFlags | None = None) -> Client:
+    """A client as the flags, the environment, a profile or a running ``dev`` say, with a
+    readable failure that names the address and where it came from."""
+    env, settings = client_env(flags or TemporalFlags())
     try:
         return await connect_from_env(env)
     except Exception as exc:
-        address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
         raise ConnectionError(
-            f"cannot reach Temporal at {address} ({exc}); start one with `durable-agent dev` "
-            "or set TEMPORAL_ADDRESS"
+            f"cannot reach Temporal at {settings.address} ({exc}); start one with "
+            "`durable-agent dev`, or pass --address / set TEMPORAL_ADDRESS"
         ) from exc
 
 
-async def has_pollers(client: Client, task_queue: str) -> bool:
-    """Whether any worker polls ``task_queue`` for workflow tasks right now."""
+async def poller_identities(client: Client, task_queue: str) -> list[str]:
+    """The identities of the workers polling ``task_queue`` for workflow tasks right now."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -66,13 +77,85 @@ async def has_pollers(client: Client, task_queue: str) -> bool:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
-    return bool(response.pollers)
+    return [p.identity for p in response.pollers]
+
+
+async def has_pollers(client: Client, task_queue: str) -> bool:
+    """Whether any worker polls ``task_queue`` for workflow tasks right now."""
+    return bool(await poller_identities(client, task_queue))
+
+
+async def check_queue(err: Console, client: Client, task_queue: str, opened: OpenedStore) -> None:
+    """Warn, in one line each, when no worker polls the queue or the workers use another store."""
+    identities = await poller_identities(client, task_queue)
+    if not identities:
+        err.print(
+            f"[yellow]warning:[/] no worker polls task queue {escape(repr(task_queue))}; runs "
+            "wait for one (start `durable-agent worker` or `durable-agent dev`)",
+            soft_wrap=True,
+        )
+        return
+    try:
+        own = await store_id(opened.store, create=False)
+    except Exception:  # the store's own failure surfaces on first use, with its message
+        return
+    if mismatch(own, identities):
+        err.print(
+            f"[yellow]warning:[/] the worker(s) on task queue {escape(repr(task_queue))} use "
+            f"another store than this command ({escape(display_store(opened.spec))}): give "
+            "both the same --store",
+            soft_wrap=True,
+        )
 
 
 def _print_json(console: Console, data: Any) -> None:
     """Plain JSON on the console's file: rich would wrap long strings into invalid JSON."""
     console.file.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
     console.file.flush()
+
+
+class UsageError(ValueError):
+    """A command-line argument that cannot be used (exit code 2)."""
+
+
+CANCEL_WAIT = 10.0
+"""Seconds a timed-out ``run`` waits for its cancellation: with no worker polling, the run only
+ends when one comes, so the command must not wait for that."""
+
+
+def input_entry(text: str, payload_limit: int = DEFAULT_PAYLOAD_LIMIT) -> MessageEntry:
+    """The run's input, checked before anything is created or stored: not empty, valid UTF-8
+    (a non-UTF-8 argument arrives as lone surrogates) and under the payload limit."""
+    if not text.strip():
+        raise UsageError("the message is empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"the message is not valid UTF-8 (at character {exc.start})") from None
+    entry = MessageEntry(message=user_message(text))
+    size = len(entry.model_dump_json().encode("utf-8")) + _HEADER_BYTES
+    if size > payload_limit:
+        raise PayloadTooLargeError(
+            f"the message is {size} bytes encoded, over the {payload_limit}-byte payload limit"
+        )
+    return entry
+
+
+_HEADER_BYTES = 200
+"""Room for the ID, parent and timestamp the run stamps on the input entry."""
+
+
+async def check_leaf(opened: OpenedStore, session_id: str, leaf: str) -> str:
+    """``--leaf``: ``root`` or a stored entry ID of the session (checked before any write)."""
+    if leaf == "root":
+        return ""
+    try:
+        entries = await opened.store.load_entries(session_id)
+    except SessionNotFoundError:
+        raise NotFound(f"no session {session_id!r} in {display_store(opened.spec)}") from None
+    if leaf not in {e.id for e in entries}:
+        raise NotFound(f"no entry {leaf!r} in session {session_id!r}")
+    return leaf
 
 
 async def run_turn(
@@ -86,21 +169,23 @@ async def run_turn(
     agent_name: str,
     as_json: bool,
     limit: timedelta,
+    leaf: str | None = None,
+    flags: TemporalFlags | None = None,
 ) -> int:
     """One turn on Temporal; Ctrl-C or the timeout cancels the run (what was stored stays)."""
     validate_session_id(session_id)
+    entry = input_entry(text)
     opened = open_store(store_spec)
     try:
-        client = await connect_cli()
-        if not await has_pollers(client, task_queue):
-            err.print(
-                f"[yellow]warning:[/] no worker polls task queue {task_queue!r}; the run waits "
-                "for one (start `durable-agent worker` or `durable-agent dev`)"
-            )
+        start_at = await check_leaf(opened, session_id, leaf) if leaf is not None else None
+        client = await connect_cli(flags)
+        await check_queue(err, client, task_queue, opened)
         executor = TemporalExecutor(client, task_queue=task_queue)
         agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
+        if start_at is not None:
+            await agent.branch(start_at)
         run_id = new_id()
-        stream = await agent.run(text, run_id=run_id)
+        stream = await agent.run(entry, run_id=run_id)
         printer = RunPrinter(console)
         stored: list[Entry] = []
         try:
@@ -110,11 +195,21 @@ async def run_turn(
                     if not as_json:
                         printer.handle(event)
         except TimeoutError:
-            await stream.cancel()
-            err.print(f"[red]error:[/] the run did not finish in {limit.total_seconds():.0f} s")
+            printer.finish()
+            ended = await _cancel(stream)
+            err.print(
+                f"[red]error:[/] the run did not finish in {limit.total_seconds():g} s; "
+                + (
+                    "it was cancelled"
+                    if ended
+                    else "cancellation was requested (it takes effect "
+                    "when a worker picks the run up)"
+                ),
+                soft_wrap=True,
+            )
             return 1
         except asyncio.CancelledError:
-            await asyncio.wait_for(stream.cancel(), 10)
+            await _cancel(stream)
             raise
         finally:
             printer.finish()
@@ -137,10 +232,21 @@ async def run_turn(
         await opened.close()
 
 
+async def _cancel(stream: RunStream) -> bool:
+    """Cancel the run, waiting at most :data:`CANCEL_WAIT`; whether it ended in that time."""
+    try:
+        await asyncio.wait_for(stream.cancel(), CANCEL_WAIT)
+    except TimeoutError:
+        return False
+    except Exception:  # the run failed while cancelling: it ended
+        return True
+    return True
+
+
 async def list_sessions_cmd(console: Console, store_spec: str, as_json: bool) -> int:
     opened = open_store(store_spec)
     try:
-        summaries = await list_sessions(opened.store)
+        summaries = await list_sessions(opened.store, opened.spec)
         rows: list[dict[str, Any]] = []
         for s in summaries:
             entries = await opened.store.load_entries(s.id)
@@ -191,7 +297,7 @@ async def show_session(
         try:
             entries = await opened.store.load_entries(session_id)
         except SessionNotFoundError:
-            raise NotFound(f"no session {session_id!r} in {opened.spec}") from None
+            raise NotFound(f"no session {session_id!r} in {display_store(opened.spec)}") from None
         leaf = entries[-1].id if entries else ""
         shown: Sequence[Entry] = entries if as_tree else transcript_view(path(entries, leaf))
         load_session = getattr(opened.store, "load_session", None)
@@ -230,8 +336,10 @@ async def latest_run(client: Client, session_id: str) -> WorkflowExecution | Non
     return latest
 
 
-async def query_state(console: Console, session_id: str, as_json: bool) -> int:
-    client = await connect_cli()
+async def query_state(
+    console: Console, session_id: str, as_json: bool, flags: TemporalFlags | None = None
+) -> int:
+    client = await connect_cli(flags)
     execution = await latest_run(client, session_id)
     if execution is None:
         raise NotFound(f"no runs of session {session_id!r} on this Temporal server")

@@ -102,14 +102,41 @@ def _text(text: str) -> Reply:
     return Reply(text=text, chunk_size=5, chunk_delay=0.012)
 
 
+def _weather_reply(result: str) -> Reply:
+    """Answer from the tool result (``"Lisbon: 24°C, sunny"``), about the city that was asked."""
+    city, _, report = result.partition(": ")
+    advice = " Take an umbrella." if "rain" in report else ""
+    return _text(f"Right now it is {report or 'unknown'} in {city}.{advice}")
+
+
+def _sales_reply(result: str) -> Reply:
+    """Answer from the tool result (``"Q2 total: 1,190,750 EUR ..."``), compared with the
+    quarter before it."""
+    quarter = result.split(" ", 1)[0]
+    previous = f"Q{int(quarter[1]) - 1}" if quarter in SALES and quarter != "Q1" else None
+    if previous is None or previous not in SALES:
+        trend = "It is the first quarter of the year."
+    else:
+        change = (SALES[quarter] - SALES[previous]) / SALES[previous] * 100
+        trend = f"That is {'up' if change >= 0 else 'down'} {abs(change):.1f}% on {previous}."
+        if SALES[quarter] == max(SALES.values()):
+            trend += " The best quarter so far this year."
+    return _text(f"Done. {result}. {trend}")
+
+
+def _about_sales(lowered: str) -> bool:
+    return any(w in lowered for w in ("crunch", "numbers", "sales", "figures", "revenue"))
+
+
 def respond(request: ModelRequest) -> Reply:
-    """The scripted model: a pure function of the conversation it is shown."""
+    """The scripted model: a pure function of the conversation it is shown, whose answers follow
+    the question (the city asked about, the quarter asked about)."""
     last = request.messages[-1] if request.messages else None
     if last is not None and last.role == "tool_result":
         result = last.text().split(" (")[0]
         if last.tool_name == "get_weather":
-            return _text(f"Right now it is {result.split(': ', 1)[-1]} in Paris. Take an umbrella.")
-        return _text(f"Done. {result}. That is the best quarter so far this year.")
+            return _weather_reply(result)
+        return _sales_reply(result)
     question = _last_user(request)
     lowered = question.lower()
     if question.startswith(DEFAULT_COMPACT_PROMPT[:30]):
@@ -123,10 +150,12 @@ def respond(request: ModelRequest) -> Reply:
             + "."
         )
     if "weather" in lowered:
-        city = re.search(r"in ([A-Z][a-z]+)", question)
+        city = re.search(r"\b(?:in|for|at) ([A-Z][a-zA-Z]+)", question)
         return _call(request, "get_weather", city=city.group(1) if city else "Paris")
-    quarter = re.search(r"\bQ([1-4])\b", question)
-    if quarter and ("crunch" in lowered or "numbers" in lowered):
+    quarter = re.search(r"\bQ([1-4])\b", question, re.IGNORECASE)
+    if _about_sales(lowered):
+        if quarter is None:
+            return _text(f"Which quarter? I have closed figures for {', '.join(SALES)}.")
         q = f"Q{quarter.group(1)}"
         if q in SALES:
             return _call(request, SLOW_TOOL, quarter=q)
@@ -140,10 +169,17 @@ def respond(request: ModelRequest) -> Reply:
         first = request.messages[0].text() if request.messages else ""
         if first.startswith("Summary:"):
             return _text("From my compacted notes: " + first.removeprefix("Summary: "))
-        return _text("Everything is in the transcript above.")
+        facts = _facts(request.messages)
+        return _text("So far: " + "; ".join(facts) + "." if facts else "Nothing yet.")
+    if re.search(r"\b(hi|hello|hey)\b|what can you do", lowered):
+        return _text(
+            "Hello! I am a durable agent. I can check the weather and crunch quarterly sales, "
+            "and every message you see has already been stored, so this conversation survives "
+            "crashes."
+        )
     return _text(
-        "Hello! I am a durable agent. I can check the weather and crunch quarterly sales, and "
-        "every message you see has already been stored, so this conversation survives crashes."
+        "I can only check the weather and crunch quarterly sales in this demo: try “What's the "
+        "weather in Lisbon?” or “What were Q2 sales?”."
     )
 
 

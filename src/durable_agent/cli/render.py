@@ -80,22 +80,38 @@ def entry_json(entry: Entry) -> dict[str, Any]:
     return data
 
 
+ACTIVE = "● "
+"""Marks an entry on the active path, in text (it survives pipes and ``NO_COLOR``)."""
+OFF_PATH = "○ "
+"""Marks an entry off the active path."""
+
+
 def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Tree:
     """The transcript tree: a straight run of entries stays at one level and the tree only
-    indents where the conversation branches, so a long chat stays readable. The active path
-    (root to ``leaf_id``) is bold and the leaf is marked."""
+    indents where the conversation branches, so a long chat stays readable. Every branch point,
+    several roots included (a retry or edit of the first question), opens one ``⑂ branch i/n``
+    node per branch; entries on the active path (root to ``leaf_id``) start with ``●``, the others
+    with ``○``, and the leaf is marked, so the text reads right without colour."""
     active = {e.id for e in path(entries, leaf_id)}
     root = Tree(Text(title, style="bold"))
 
     def label(node: TreeNode) -> Text:
-        text = entry_label(node.entry)
-        if node.entry.id in active:
-            text.stylize("bold")
-        else:
-            text.stylize("dim")
+        on_path = node.entry.id in active
+        text = Text(ACTIVE if on_path else OFF_PATH)
+        text.append(entry_label(node.entry))
+        text.stylize("bold" if on_path else "dim")
         if node.entry.id == leaf_id:
             text.append("  ◀ leaf", style="bold yellow")
         return text
+
+    def add_branches(parent: Tree, nodes: Sequence[TreeNode]) -> None:
+        if len(nodes) == 1:
+            add_chain(parent, nodes[0])
+            return
+        for i, child in enumerate(nodes, 1):
+            on_path = child.entry.id in active
+            marker = f"⑂ branch {i}/{len(nodes)}" + (" (active)" if on_path else "")
+            add_chain(parent.add(Text(marker, style="yellow")), child)
 
     def add_chain(parent: Tree, node: TreeNode) -> None:
         current = node
@@ -104,16 +120,11 @@ def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Tree:
             if len(current.children) == 1:
                 current = current.children[0]
                 continue
-            for child in current.children:
-                on_path = child.entry.id in active
-                fork = added.add(
-                    Text("⑂ branch" + (" (active)" if on_path else ""), style="yellow")
-                )
-                add_chain(fork, child)
+            if current.children:
+                add_branches(added, current.children)
             return
 
-    for node in tree(entries):
-        add_chain(root, node)
+    add_branches(root, tree(entries))
     return root
 
 

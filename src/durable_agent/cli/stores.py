@@ -14,13 +14,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..session.errors import CorruptSessionError, SessionError
+from ..session.errors import CorruptSessionError, SessionError, StoreUnavailableError
 from ..session.record import SessionRecord
 from ..session.store import Store
 from ..stores.file import FileStore
 from .settings import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, data_dir
+from .target import TARGET, display_store
 
-__all__ = ["OpenedStore", "StoreSpecError", "list_sessions", "open_store", "resolve_store_spec"]
+__all__ = [
+    "OpenedStore",
+    "StoreSpecError",
+    "list_sessions",
+    "mongo_unreachable",
+    "open_store",
+    "resolve_store_spec",
+]
 
 DEFAULT_MONGODB_DB = "durable_agent"
 
@@ -67,9 +75,24 @@ def _mongo_database_name(uri: str, env: Mapping[str, str]) -> str:
     return str(parsed.get("database") or env.get(ENV_MONGODB_DB) or DEFAULT_MONGODB_DB)
 
 
+def mongo_unreachable(spec: str, exc: BaseException) -> StoreUnavailableError:
+    """One line instead of PyMongo's topology dump: ``cannot reach MongoDB at host:port (why)``."""
+    try:
+        from pymongo.uri_parser import parse_uri
+
+        hosts = ", ".join(f"{h}:{p}" for h, p in parse_uri(spec)["nodelist"])
+    except Exception:
+        hosts = "?"
+    why = str(exc).split(" (configured timeouts")[0].split(", Timeout:")[0]
+    for host in hosts.split(", "):
+        why = why.removeprefix(f"{host}: ")
+    return StoreUnavailableError(f"cannot reach MongoDB at {hosts} ({why[:200]})")
+
+
 def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
     """Build the store ``spec`` names. Opening connects nothing yet; the first call does."""
     env = os.environ if env is None else env
+    TARGET.set_store(display_store(spec))
     if spec.startswith("file:"):
         root = spec[len("file:") :]
         if not root:
@@ -84,7 +107,7 @@ def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
         client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
         return OpenedStore(MongoStore(client[name]), spec, client)
     raise StoreSpecError(
-        f"unknown store {spec!r}: use file:PATH or a mongodb:// URI "
+        f"unknown store {display_store(spec)!r}: use file:PATH or a mongodb:// URI "
         f"(flag --store, or {ENV_STORE} / {ENV_MONGODB_URI})"
     )
 
@@ -98,9 +121,10 @@ class SessionSummary:
     created_at: datetime
 
 
-async def list_sessions(store: Store) -> list[SessionSummary]:
+async def list_sessions(store: Store, spec: str = "") -> list[SessionSummary]:
     """Every session of ``store``, oldest first. The Store protocol has no listing (SPEC keeps
-    it to three operations), so this knows the two built-in durable stores."""
+    it to three operations), so this knows the two built-in durable stores. ``spec`` names the
+    store in an unreachable-MongoDB error."""
     records: list[SessionRecord] = []
     if isinstance(store, FileStore):
         if not store.root.is_dir():
@@ -114,12 +138,22 @@ async def list_sessions(store: Store) -> list[SessionSummary]:
         database = getattr(store, "database", None)
         if database is None:
             raise StoreSpecError(f"{type(store).__name__} cannot list its sessions")
+        from pymongo.errors import ConnectionFailure
+
         cursor = database.get_collection("sessions").find({}, {"parent_id": 1, "created_at": 1})
-        async for doc in cursor:
-            records.append(
-                SessionRecord(
-                    id=str(doc["_id"]), parent_id=doc.get("parent_id"), created_at=doc["created_at"]
+        failure: ConnectionFailure | None = None
+        try:
+            async for doc in cursor:
+                records.append(
+                    SessionRecord(
+                        id=str(doc["_id"]),
+                        parent_id=doc.get("parent_id"),
+                        created_at=doc["created_at"],
+                    )
                 )
-            )
+        except ConnectionFailure as exc:
+            failure = exc
+        if failure is not None:  # raised outside the handler: no topology dump in the context
+            raise mongo_unreachable(spec, failure)
     records.sort(key=lambda r: r.created_at)
     return [SessionSummary(r.id, r.parent_id, r.created_at) for r in records]

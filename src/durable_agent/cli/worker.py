@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -28,23 +29,26 @@ from ..workflows.worker import (
     check_tuning,
 )
 from .appdef import load_app
-from .settings import DEFAULT_TASK_QUEUE, temporal_env
+from .settings import DEFAULT_TASK_QUEUE
+from .storeid import store_id, worker_identity
 from .stores import OpenedStore, open_store
+from .target import TemporalFlags, client_env, display_store
 
 __all__ = ["check_worker", "connect_with_retry", "queue_pollers", "run_worker"]
 
 
-async def connect_with_retry(within: float) -> Client:
+async def connect_with_retry(within: float, flags: TemporalFlags | None = None) -> Client:
     """``connect_from_env``, retried every half second for ``within`` seconds."""
-    env = temporal_env()
+    env, settings = client_env(flags or TemporalFlags())
     deadline = time.monotonic() + within
     while True:
         try:
             return await connect_from_env(env)
         except Exception as exc:
             if time.monotonic() >= deadline:
-                address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
-                raise ConnectionError(f"cannot reach Temporal at {address}: {exc}") from exc
+                raise ConnectionError(
+                    f"cannot reach Temporal at {settings.address}: {exc}"
+                ) from exc
             await asyncio.sleep(0.5)
 
 
@@ -98,6 +102,7 @@ async def run_worker(
     max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
+    flags: TemporalFlags | None = None,
 ) -> int:
     """Run until stopped; the exit code. The three limits go to :func:`create_worker`."""
     check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
@@ -107,11 +112,13 @@ async def run_worker(
     if app.store is None:
         opened = open_store(store_spec)
         store = opened.store
-        store_name = opened.spec
+        store_name = display_store(opened.spec)
     else:
         store = app.store
         store_name = type(store).__name__
-    client = await connect_with_retry(connect_timeout)
+    # The store's ID goes into the worker's identity, so clients can tell a store mismatch.
+    identity = worker_identity(await store_id(store, create=True))
+    client = await connect_with_retry(connect_timeout, flags)
     worker = await create_worker(
         client,
         task_queue=queue,
@@ -121,6 +128,7 @@ async def run_worker(
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
+        identity=identity,
     )
     config = worker.config()  # what the temporalio Worker was really given
     stop = asyncio.Event()
@@ -133,12 +141,13 @@ async def run_worker(
     try:
         async with worker:
             console.print(
-                f"worker {os.getpid()} ready: task queue [bold]{queue}[/], "
-                f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
-                f"Temporal {client.service_client.config.target_host}; "
+                f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
+                f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
+                f"Temporal {escape(client.service_client.config.target_host)}; "
                 f"max concurrent activities {config.get('max_concurrent_activities')}, "
                 f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
-                f"cached workflows {config.get('max_cached_workflows')}"
+                f"cached workflows {config.get('max_cached_workflows')}",
+                soft_wrap=True,
             )
             if ready_file is not None:
                 tmp = ready_file.with_suffix(".tmp")

@@ -39,16 +39,23 @@ from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bson.codec_options import CodecOptions
 from pydantic import ValidationError
-from pymongo import ASCENDING, ReturnDocument
-from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.database import Database
-from pymongo.errors import (
-    BulkWriteError,
-    DuplicateKeyError,
-    OperationFailure,
-)
+
+try:
+    from bson.codec_options import CodecOptions
+    from pymongo import ASCENDING, ReturnDocument
+    from pymongo.asynchronous.database import AsyncDatabase
+    from pymongo.database import Database
+    from pymongo.errors import (
+        BulkWriteError,
+        DuplicateKeyError,
+        OperationFailure,
+    )
+except ImportError as _missing:  # the mongo extra is not installed: say which one to install
+    raise ImportError(
+        f"MongoStore needs PyMongo ({_missing}): pip install 'durable-agent[mongo]'",
+        name=_missing.name,
+    ) from None
 
 from ..session.appendplan import encode_batch, plan_append
 from ..session.codec import bulk_decoding, decode_entry

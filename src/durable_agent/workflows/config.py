@@ -1,8 +1,13 @@
-"""Connecting to Temporal from the standard environment variables.
+"""Connecting to Temporal the way the ``temporal`` CLI does: its environment and its profiles.
 
-``TEMPORAL_ADDRESS`` (default ``localhost:7233``), ``TEMPORAL_NAMESPACE`` (default ``default``),
-``TEMPORAL_TLS_CERT`` / ``TEMPORAL_TLS_KEY`` (paths to a client certificate and key, for mTLS) and
-``TEMPORAL_API_KEY`` (Temporal Cloud; implies TLS). The pydantic data converter is always used.
+Settings come from :mod:`temporalio.envconfig`: the profile ``TEMPORAL_PROFILE`` names (default
+``default``) in ``TEMPORAL_CONFIG_FILE`` (default ``~/.config/temporalio/temporal.toml``),
+overridden by the ``temporal`` CLI's variables: ``TEMPORAL_ADDRESS`` (default ``localhost:7233``),
+``TEMPORAL_NAMESPACE`` (default ``default``), ``TEMPORAL_API_KEY`` (implies TLS), ``TEMPORAL_TLS``,
+``TEMPORAL_TLS_CLIENT_CERT_PATH`` / ``TEMPORAL_TLS_CLIENT_KEY_PATH`` (mTLS),
+``TEMPORAL_TLS_SERVER_CA_CERT_PATH`` and ``TEMPORAL_TLS_SERVER_NAME``. The older
+``TEMPORAL_TLS_CERT`` / ``TEMPORAL_TLS_KEY`` still work as the client certificate and key. The
+pydantic data converter is always used.
 """
 
 from __future__ import annotations
@@ -10,14 +15,55 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
 from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import PayloadCodec
 from temporalio.service import TLSConfig
 
-__all__ = ["connect", "connect_from_env"]
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "ConnectSettings",
+    "TemporalConfigError",
+    "connect",
+    "connect_from_env",
+    "resolve_connect_settings",
+]
+
+DEFAULT_ADDRESS = "localhost:7233"
+
+_LEGACY_TLS = {
+    "TEMPORAL_TLS_CERT": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_KEY": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+}
+
+
+class TemporalConfigError(ValueError):
+    """The Temporal settings cannot be used: an unknown profile, a bad config file, a TLS file
+    that cannot be read."""
+
+
+@dataclass(frozen=True)
+class ConnectSettings:
+    """Where and how to connect, resolved from a profile and the environment."""
+
+    address: str
+    namespace: str
+    tls: TLSConfig | bool
+    api_key: str | None
+    profile: str
+    address_source: str
+    """``"TEMPORAL_ADDRESS"``, ``"profile 'name'"`` or ``"default"``: says why this address."""
+
+    def describe(self) -> str:
+        """One line for messages; never the key or certificate contents."""
+        extras = [f"namespace {self.namespace}"]
+        if self.tls is not False:
+            extras.append("TLS")
+        if self.api_key:
+            extras.append("API key")
+        return f"{self.address} ({', '.join(extras)}; address from {self.address_source})"
 
 
 async def connect(
@@ -47,8 +93,39 @@ async def connect(
     )
 
 
-def _read(path: str) -> bytes:
-    return Path(path).read_bytes()
+def resolve_connect_settings(env: Mapping[str, str] | None = None) -> ConnectSettings:
+    """The settings ``connect_from_env(env)`` uses, without connecting (for messages and checks).
+
+    Raises :class:`TemporalConfigError` for an unknown profile, an unreadable config file or TLS
+    file.
+    """
+    from temporalio.envconfig import ClientConfigProfile
+
+    source = dict(os.environ if env is None else env)
+    for old, new in _LEGACY_TLS.items():
+        if source.get(old) and not source.get(new):
+            source[new] = source[old]
+    profile_name = source.get("TEMPORAL_PROFILE") or "default"
+    try:
+        profile = ClientConfigProfile.load(override_env_vars=source)
+        config = profile.to_client_connect_config()
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise TemporalConfigError(f"Temporal settings (profile {profile_name!r}): {exc}") from exc
+    if source.get("TEMPORAL_ADDRESS"):
+        address_source = "TEMPORAL_ADDRESS"
+    elif config.get("target_host"):
+        address_source = f"profile {profile_name!r}"
+    else:
+        address_source = "default"
+    api_key = config.get("api_key") or None
+    return ConnectSettings(
+        address=config.get("target_host") or DEFAULT_ADDRESS,
+        namespace=config.get("namespace") or "default",
+        tls=config.get("tls", bool(api_key)),
+        api_key=api_key,
+        profile=profile_name,
+        address_source=address_source,
+    )
 
 
 async def connect_from_env(
@@ -58,22 +135,14 @@ async def connect_from_env(
     interceptors: Sequence[Interceptor] = (),
     plugins: Sequence[Plugin] = (),
 ) -> Client:
-    """Connect as the standard ``TEMPORAL_*`` variables say (extras passed to :func:`connect`)."""
-    env = os.environ if env is None else env
-    address = env.get("TEMPORAL_ADDRESS", "localhost:7233")
-    namespace = env.get("TEMPORAL_NAMESPACE", "default")
-    cert, key = env.get("TEMPORAL_TLS_CERT"), env.get("TEMPORAL_TLS_KEY")
-    api_key = env.get("TEMPORAL_API_KEY") or None
-    tls: TLSConfig | bool = False
-    if cert and key:
-        tls = TLSConfig(client_cert=_read(cert), client_private_key=_read(key))
-    elif api_key:
-        tls = True
+    """Connect as the ``temporal`` CLI's variables and profile say (see the module docstring);
+    the extras are passed to :func:`connect`."""
+    settings = resolve_connect_settings(env)
     return await connect(
-        address,
-        namespace=namespace,
-        tls=tls,
-        api_key=api_key,
+        settings.address,
+        namespace=settings.namespace,
+        tls=settings.tls,
+        api_key=settings.api_key,
         payload_codec=payload_codec,
         interceptors=interceptors,
         plugins=plugins,
