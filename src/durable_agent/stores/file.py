@@ -43,6 +43,7 @@ from ..session.record import SessionRecord
 from .file_index import Index, covers, digest, reencode_line, scan_ids
 from .file_io import (
     FILE_MODE,
+    append_all,
     ensure_root,
     finish,
     flock,
@@ -115,7 +116,11 @@ class FileStore:
         return await asyncio.to_thread(self._guard, self._load_entries_sync, path, session_id)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
-        """Append the new entries of ``entries`` in one write; idempotent by entry ID."""
+        """Append the new entries of ``entries`` in one write; idempotent by entry ID.
+
+        A write that fails partway (a short write, then ``ENOSPC``) is cut back to the size before
+        it, so the call raises ``StoreUnavailableError`` and nothing of the batch stays.
+        """
         path = self.path(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         await finish(lambda: self._guard(self._append_sync, path, session_id, batch))
@@ -248,11 +253,13 @@ class FileStore:
         if not todo:
             return
         lines = [(wire + "\n").encode("utf-8") for _, wire in todo]
-        write_all(fd, b"".join(lines))
-        if self._fsync:
-            os.fsync(fd)
+        try:
+            append_all(fd, b"".join(lines), size=index.end, sync=self._fsync)
+        except BaseException:
+            self._forget(path)  # the rollback itself may have failed: rescan next time
+            raise
         for (entry, _), line in zip(todo, lines, strict=True):
-            index.ids.setdefault(entry.id, (index.end, digest(line[:-1])))
+            index.ids.setdefault(entry.id, (index.end, digest(line[:-1]), index.lines + 1))
             index.end += len(line)
             index.lines += 1
 
@@ -269,15 +276,15 @@ class FileStore:
         if index.end < st.st_size:
             with open(fd, "rb", closefd=False) as f:
                 scan = scan_ids(f, session_id, index.end, index.lines)
-            for offset, digest, entry_id in scan.found:
-                index.ids.setdefault(entry_id, (offset, digest))
+            for found in scan.found:
+                index.add(fd, session_id, found)
             index.end, index.lines = scan.end, scan.lines
             if scan.tail is not None:
-                self._repair(fd, index, scan.tail)
+                self._repair(fd, session_id, index, scan.tail)
         self._remember(path, index)
         return index
 
-    def _repair(self, fd: int, index: Index, tail: Tail) -> None:
+    def _repair(self, fd: int, session_id: str, index: Index, tail: Tail) -> None:
         """Make the file end in ``\\n``: drop a torn or blank tail, or terminate a complete one
         (cutting any NUL padding after it), and account for it in ``index``."""
         os.ftruncate(fd, tail.offset + tail.keep)
@@ -286,7 +293,7 @@ class FileStore:
             index.lines += 1
             if tail.entry is not None:
                 body = os.pread(fd, tail.keep, tail.offset)
-                index.ids.setdefault(tail.entry.id, (tail.offset, digest(body)))
+                index.add(fd, session_id, (tail.offset, digest(body), tail.entry.id, index.lines))
         if self._fsync:
             os.fsync(fd)
         index.end = tail.offset + tail.keep + (1 if tail.keep else 0)
@@ -316,6 +323,10 @@ class FileStore:
             if index is not None:
                 self._cache.move_to_end(path)
             return index
+
+    def _forget(self, path: Path) -> None:
+        with self._cache_lock:
+            self._cache.pop(path, None)
 
     def _remember(self, path: Path, index: Index) -> None:
         with self._cache_lock:

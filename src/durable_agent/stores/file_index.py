@@ -23,9 +23,10 @@ from .file_lines import (
     line_id,
     parse_header,
     read_lines,
+    repeated_id,
 )
 
-__all__ = ["Index", "Scan", "covers", "digest", "reencode_line", "scan_ids"]
+__all__ = ["Found", "Index", "Scan", "covers", "digest", "reencode_line", "scan_ids"]
 
 
 def digest(data: bytes) -> bytes:
@@ -43,7 +44,23 @@ class Index:
     file_key: tuple[int, int]
     end: int = 0
     lines: int = 0
-    ids: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    ids: dict[str, tuple[int, bytes, int]] = field(default_factory=dict)
+    """ID -> (offset, digest, line number) of the line that first holds it."""
+
+    def add(self, fd: int, session_id: str, found: Found) -> None:
+        """Index a stored line; a repeat of a stored ID must encode the same (first wins), else
+        the file was edited by hand and ``CorruptSessionError`` says where, as a load would."""
+        offset, line_digest, entry_id, lineno = found
+        known = self.ids.setdefault(entry_id, (offset, line_digest, lineno))
+        if known[0] == offset or known[1] == line_digest:
+            return
+        first = reencode_line(fd, known[0])
+        if first is None or first != reencode_line(fd, offset):
+            raise repeated_id(session_id, entry_id, known[2], lineno)
+
+
+Found = tuple[int, bytes, str, int]
+"""A stored line: its offset, digest, entry ID and line number."""
 
 
 @dataclass
@@ -52,7 +69,7 @@ class Scan:
 
     end: int
     lines: int
-    found: list[tuple[int, bytes, str]] = field(default_factory=list)
+    found: list[Found] = field(default_factory=list)
     tail: Tail | None = None
 
 
@@ -73,7 +90,7 @@ def scan_ids(f: IO[bytes], session_id: str, offset: int, lineno: int) -> Scan:
         else:
             entry_id = line_id(body, session_id, lineno)
             if entry_id is not None:
-                scan.found.append((start, digest(body), entry_id))
+                scan.found.append((start, digest(body), entry_id, lineno))
         scan.end, scan.lines = start + len(raw), lineno
     if lineno == 0:
         raise HeaderProblem("empty file")

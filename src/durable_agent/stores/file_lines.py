@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import IO
 
 from ..ai.timefmt import format_time, parse_time
-from ..session.codec import bulk_decoding, decode_entry, wire_to_entry
+from ..session.codec import bulk_decoding, decode_entry, encode_entry, wire_to_entry
 from ..session.entries import Entry
 from ..session.errors import CorruptSessionError, EntryDecodeError
 from ..session.record import SessionRecord
@@ -33,6 +33,7 @@ __all__ = [
     "line_id",
     "parse_header",
     "read_lines",
+    "repeated_id",
 ]
 
 
@@ -57,7 +58,7 @@ def parse_header(body: bytes, session_id: str) -> SessionRecord:
     """The record in header line ``body`` (no ``\\n``); ``HeaderProblem`` if it is not one."""
     try:
         data = json.loads(decode_text(body))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise HeaderProblem(f"invalid JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("type") != "session_init":
         raise HeaderProblem("line 1 is not a session_init object")
@@ -75,7 +76,18 @@ def parse_header(body: bytes, session_id: str) -> SessionRecord:
 
 
 def corrupt_line(session_id: str, lineno: int, exc: Exception) -> CorruptSessionError:
+    if isinstance(exc, RecursionError):
+        return CorruptSessionError(session_id, "decode entry: JSON nested too deep", line=lineno)
     return CorruptSessionError(session_id, f"decode entry: {exc}", line=lineno)
+
+
+def repeated_id(session_id: str, entry_id: str, first: int, lineno: int) -> CorruptSessionError:
+    """A later line repeats an entry ID with other content (identical repeats are skipped)."""
+    return CorruptSessionError(
+        session_id,
+        f"decode entry: entry {entry_id!r} repeats line {first} with other content",
+        line=lineno,
+    )
 
 
 def decode_line(body: bytes, session_id: str, lineno: int) -> Entry | None:
@@ -96,7 +108,7 @@ def line_id(body: bytes, session_id: str, lineno: int) -> str | None:
         if not text.strip():
             return None
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise corrupt_line(session_id, lineno, exc) from exc
     entry_id = data.get("id") if isinstance(data, dict) else None
     if not isinstance(entry_id, str) or not entry_id:
@@ -119,7 +131,7 @@ def classify_tail(raw: bytes, offset: int, session_id: str, lineno: int) -> Tail
     body = raw.rstrip(b"\x00")
     try:
         data = json.loads(decode_text(body))
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep for json counts as not complete
         text = utf8_prefix(body)
         if text is not None and is_json_prefix(text):
             return Tail(offset, keep=0)
@@ -156,6 +168,15 @@ def header_bytes(session_id: str, parent_id: str | None, created_at: datetime) -
     return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def _same_as_kept(entries: list[Entry], repeat: Entry) -> bool:
+    """Whether ``repeat`` encodes exactly as the kept entry of its ID (first wins, as appends do).
+
+    Linear, but only reached for a repeated ID, which only hand-editing produces.
+    """
+    kept = next(e for e in entries if e.id == repeat.id)
+    return encode_entry(kept) == encode_entry(repeat)
+
+
 def decode_lines(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
     """Every entry of a session file's ``(offset, line)`` list, applying the tables of SPEC §2.2."""
     with bulk_decoding():
@@ -164,6 +185,7 @@ def decode_lines(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]
 
 def _decode_all(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
     entries: list[Entry] = []
+    seen: dict[str, int] = {}  # entry ID -> its line, to catch a hand-copied repeat
     lineno = 0
     for offset, raw in lines:
         lineno += 1
@@ -176,8 +198,13 @@ def _decode_all(lines: list[tuple[int, bytes]], session_id: str) -> list[Entry]:
             entry = decode_line(raw[:-1], session_id, lineno)
         else:
             entry = classify_tail(raw, offset, session_id, lineno).entry
-        if entry is not None:
+        if entry is None:
+            continue
+        first = seen.setdefault(entry.id, lineno)
+        if first == lineno:
             entries.append(entry)
+        elif not _same_as_kept(entries, entry):
+            raise repeated_id(session_id, entry.id, first, lineno)
     if lineno == 0:
         raise HeaderProblem("empty file")
     return entries
