@@ -12,16 +12,24 @@ Figures, per store section:
 FileStore appends are measured with ``fsync=False`` (the CPU and syscall cost the index governs)
 and with the default ``fsync=True`` (what durability costs on this disk).
 
+MemoryStore also reports **load time** of 10k- and 100k-entry sessions (loads hand out independent
+copies, so they are not free).
+
 Run: ``.venv/bin/python bench/store_bench.py`` (``--stores memory,file``; ``--quick`` for smaller
-sizes; ``--root DIR`` to measure another file system). A new store kind adds a section function
-to ``SECTIONS``.
+sizes; ``--root DIR`` to measure another file system; ``--baseline REF`` to run the same bench
+first on the ``src/`` of git revision ``REF`` in a subprocess and print both side by side). A new
+store kind adds a section function to ``SECTIONS``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +45,13 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TEXT = "The quick brown fox jumps over the lazy dog. " * 6  # ~270 characters, a short turn
 LOAD_100K_TARGET_S = 1.5
 PREFILL_BATCH = 1000
+RESULTS: dict[str, float] = {}
+"""Every figure printed, in seconds, by label (what ``--baseline`` compares)."""
+
+
+def report(label: str, seconds: float, text: str) -> None:
+    RESULTS[label] = seconds
+    print(text)
 
 
 @dataclass(frozen=True)
@@ -102,12 +117,24 @@ async def append_curve(
         await store.append_entries(session_id, [make_entry(size)])  # warm the index at this size
         lat = await append_latencies(store, session_id, size + 1, samples)
         have = size + 1 + samples
-        print(f"  {label:<22} at {size:>6} entries: p50 {ms(p(lat, 50))}  p99 {ms(p(lat, 99))}")
+        name = f"{label} at {size} entries"
+        RESULTS[f"{name}: p50"] = p(lat, 50)
+        report(
+            f"{name}: p99",
+            p(lat, 99),
+            f"  {label:<22} at {size:>6} entries: p50 {ms(p(lat, 50))}  p99 {ms(p(lat, 99))}",
+        )
 
 
 async def memory_section(cfg: Config) -> None:
     print("MemoryStore")
     await append_curve("append", MemoryStore(), "curve", cfg, cfg.samples)
+    for size in cfg.load_sizes:
+        store = MemoryStore()
+        await store.create_session("load")
+        await fill(store, "load", 0, size)
+        seconds = await timed(lambda s=store: s.load_entries("load"))  # type: ignore[misc]
+        report(f"memory load {size}", seconds, f"  load {size:>6} entries: {seconds:7.3f} s")
 
 
 async def file_section(cfg: Config) -> None:
@@ -119,7 +146,11 @@ async def file_section(cfg: Config) -> None:
     cold = FileStore(cfg.root, fsync=False)  # as in a new process: no index yet
     seconds = await timed(lambda: cold.append_entries("curve-fast", [make_entry(10**6)]))
     size = max(cfg.append_sizes)
-    print(f"  first append by a fresh store at ~{size} entries (builds the index): {ms(seconds)}")
+    report(
+        "file first append",
+        seconds,
+        f"  first append by a fresh store at ~{size} entries (builds the index): {ms(seconds)}",
+    )
 
     for size in cfg.load_sizes:
         await load_time(cfg, size)
@@ -137,7 +168,7 @@ async def load_time(cfg: Config, size: int) -> None:
     if size == 100_000:
         verdict = "ok" if seconds < LOAD_100K_TARGET_S else "OVER"
         note = f"  (target < {LOAD_100K_TARGET_S} s: {verdict})"
-    print(f"  load {size:>6} entries: {seconds:7.3f} s{note}")
+    report(f"file load {size}", seconds, f"  load {size:>6} entries: {seconds:7.3f} s{note}")
 
 
 SECTIONS: dict[str, Callable[[Config], Awaitable[None]]] = {
@@ -153,11 +184,44 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fsync-samples", type=int, default=100, help="with fsync=True")
     parser.add_argument("--quick", action="store_true", help="smaller sessions (a smoke run)")
     parser.add_argument("--root", type=Path, help="FileStore directory (default: a temp dir)")
+    parser.add_argument("--baseline", help="git revision to measure first, side by side")
+    parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)  # the baseline's answer
     return parser.parse_args()
+
+
+def run_baseline(ref: str, argv: list[str]) -> dict[str, float]:
+    """Run this script on ``ref``'s ``src/`` in a subprocess and return its figures."""
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", ref, "src"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = Path(tmp) / "results.json"
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
+        print(f"== baseline {ref} ==", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--json", str(out)], env=env, check=True)
+        data: dict[str, float] = json.loads(out.read_text())
+        return data
+
+
+def side_by_side(ref: str, before: dict[str, float]) -> None:
+    print(f"\n{'figure':<44} {ref:>12} {'this tree':>12} {'ratio':>7}")
+    for label, after in RESULTS.items():
+        old = before.get(label)
+        if old is None:
+            print(f"{label:<44} {'-':>12} {after * 1000:9.3f} ms")
+            continue
+        print(f"{label:<44} {old * 1000:9.3f} ms {after * 1000:9.3f} ms {after / old:6.2f}x")
 
 
 async def main() -> None:
     args = parse_args()
+    before: dict[str, float] | None = None
+    if args.baseline:
+        argv = [a for a in sys.argv[1:] if a != "--baseline" and a != args.baseline]
+        before = run_baseline(args.baseline, argv)
+        print("== this tree ==", flush=True)
     unknown = set(args.stores.split(",")) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown stores {sorted(unknown)}; choose from {sorted(SECTIONS)}")
@@ -171,6 +235,10 @@ async def main() -> None:
         )
         for name in args.stores.split(","):
             await SECTIONS[name](cfg)
+    if args.json:
+        args.json.write_text(json.dumps(RESULTS))
+    if before is not None:
+        side_by_side(args.baseline, before)
 
 
 if __name__ == "__main__":

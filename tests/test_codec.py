@@ -555,3 +555,23 @@ def test_null_message_content_decodes_as_empty() -> None:
 def test_decode_fills_compaction_defaults() -> None:
     e = decode_entry('{"type":"compaction",' + HEADER + ',"summary":"s"}')
     assert e == CompactionEntry(id="e1", created_at=T0, summary="s")
+
+
+# -- hand-damaged wire data (issue 16.8) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("nested_in", ["arguments", "top"])
+def test_deeply_nested_wire_is_a_decode_error_not_recursion(nested_in: str) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    if nested_in == "top":
+        wire = deep
+    else:
+        wire = (
+            '{"type":"message","id":"e1","created_at":"2026-01-02T03:04:05Z","message":'
+            '{"role":"assistant","content":[{"type":"tool_call","id":"c1","name":"t",'
+            '"arguments":{"x":' + deep + "}}]}}"
+        )
+    with pytest.raises(EntryDecodeError, match="nested too deep"):
+        decode_entry(wire)
+    with pytest.raises(EntryDecodeError, match="nested too deep"):
+        decode_entry(wire.encode())

@@ -6,6 +6,7 @@ Files are damaged by writing bytes directly, exactly as a crash or a disk fault 
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import json
 import os
@@ -32,7 +33,6 @@ from durable_agent.session import (
     encode_entry,
 )
 from durable_agent.stores import FileStore
-from durable_agent.stores import file as file_module
 from durable_agent.stores.file import is_json_prefix
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)
@@ -479,10 +479,10 @@ async def test_root_that_is_a_regular_file(tmp_path: Path) -> None:
 async def test_failed_header_write_leaves_no_file(
     fs: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(fd: int, data: bytes) -> None:
-        raise OSError(28, "No space left on device")
+    def broken(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(file_module, "_write_all", broken)
+    monkeypatch.setattr(os, "write", broken)
     with pytest.raises(StoreUnavailableError):
         await fs.create_session("s1")
     assert not (fs.root / "s1.jsonl").exists()

@@ -497,3 +497,15 @@ async def test_cancelled_before_io_has_no_effect(store: Store) -> None:
     with pytest.raises(SessionNotFoundError):
         await store.load_entries("s2")
     await store.create_session("s2")  # nothing half-made is in the way
+
+
+async def test_loaded_entries_are_independent_copies(store: Store) -> None:
+    """Issue 11.7: mutating what a load returned never changes the store or a later load."""
+    await store.create_session("s1")
+    await store.append_entries("s1", [msg("e1", "hello")])
+    loaded = await store.load_entries("s1")
+    first = loaded[0]
+    assert isinstance(first, MessageEntry)
+    first.message.content.clear()
+    again = await store.load_entries("s1")
+    assert again == [msg("e1", "hello")]

@@ -88,6 +88,13 @@ def _header_fields(data: dict[str, Any]) -> dict[str, Any]:
 
 def wire_to_entry(data: Any) -> Entry:
     """Build an entry from a decoded JSON object (see :func:`decode_entry`)."""
+    try:
+        return _wire_to_entry(data)
+    except RecursionError:
+        raise EntryDecodeError("invalid entry: nested too deep") from None
+
+
+def _wire_to_entry(data: Any) -> Entry:
     if not isinstance(data, dict):
         raise EntryDecodeError(f"entry must be a JSON object, not {type(data).__name__}")
     kind = data.get("type")
@@ -154,6 +161,8 @@ def decode_entry(data: str | bytes) -> Entry:
         parsed = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EntryDecodeError(f"invalid entry JSON: {exc}") from exc
+    except RecursionError:
+        raise EntryDecodeError("invalid entry JSON: nested too deep") from None
     return wire_to_entry(parsed)
 
 

@@ -6,7 +6,8 @@ no ``await`` in it, so an append is atomic and a task cancelled before it runs h
 
 The stored entry is decoded back from its wire form, so a load returns exactly what a durable store
 would (``ephemeral`` reads false, an unregistered custom subclass reads as a bare ``CustomEntry``)
-and later mutation of the caller's objects (a tool call's ``arguments`` dict) cannot reach the log.
+and no mutation of the caller's objects (a tool call's ``arguments`` dict), or of what a load
+returned, can reach the log: every load decodes fresh copies from the stored wire strings.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..ai.timefmt import utc_now
 from ..session.appendplan import encode_batch, plan_append
-from ..session.codec import decode_entry
+from ..session.codec import bulk_decoding, decode_entry
 from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
@@ -81,13 +82,19 @@ class MemoryStore:
         return record
 
     async def load_entries(self, session_id: str) -> list[Entry]:
-        """A new list of the log in append order (the frozen entries themselves are shared)."""
+        """The log in append order, as independent copies decoded from the stored wire form.
+
+        Entries are frozen, but their content lists and argument dicts are not: sharing them
+        would let a caller clearing ``loaded[0].message.content`` change every later load.
+        """
         validate_session_id(session_id)
         with self._lock:
             log = self._logs.get(session_id)
             if log is None:
                 raise SessionNotFoundError(session_id)
-            return [entry for entry, _ in log.items]
+            wires = [wire for _, wire in log.items]
+        with bulk_decoding():
+            return [decode_entry(wire) for wire in wires]
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
@@ -98,5 +105,5 @@ class MemoryStore:
             if log is None:
                 raise SessionNotFoundError(session_id)
             todo = plan_append(session_id, batch, log.wires.get)
-            log.items.extend((decode_entry(wire), wire) for _, wire in todo)
+            log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
