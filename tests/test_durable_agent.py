@@ -748,7 +748,7 @@ async def test_cached_views_match_the_projection_of_the_path() -> None:
             k: v for k, v in index.items() if not (isinstance(v, MessageEntry) and v.ephemeral)
         }
         expected = path(index, agent.leaf_id)
-        assert agent._path() == expected
+        assert agent.state.path() == expected
         assert agent.messages() == model_view(expected)
-        assert agent._views() == (raw_model_view(expected), model_view(expected))
+        assert agent.state.views() == (raw_model_view(expected), model_view(expected))
         assert agent.transcript() == transcript_view(expected)

@@ -183,7 +183,7 @@ async def test_noop_returns_none_and_calls_nothing(store: Store) -> None:
     assert await agent.compact(keep_turns=1) is None
     assert await agent.compact(keep_turns=5) is None
     assert calls == 0 and counting.appends == appends and published == []
-    assert not agent._compacting
+    assert not agent.state.compacting
 
 
 async def test_turn_starts_count_before_earlier_compactions(store: Store) -> None:

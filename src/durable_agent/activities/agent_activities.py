@@ -28,20 +28,18 @@ from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
 from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
-from ..durable.executor import dangling_at
 from ..durable.publisher import PublisherLike, publish_one
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import (
     EntryConflictError,
     SessionError,
-    SessionExistsError,
-    SessionNotFoundError,
     StoreUnavailableError,
 )
-from ..session.store import Store
+from ..session.repair import start_repairs
+from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
-from ..session.views import model_view
+from ..session.views import model_view, raw_model_view
 from ..workflows.types import (
     AppendInput,
     AppendResult,
@@ -197,14 +195,7 @@ class AgentActivities:
         session_id = inp.session_id
         try:
             async with _heartbeating(STORE_GRACE):
-                try:
-                    entries = await self.store.load_entries(session_id)
-                except SessionNotFoundError:
-                    try:
-                        await self.store.create_session(session_id)
-                        entries = []
-                    except SessionExistsError:
-                        entries = await self.store.load_entries(session_id)
+                entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
         return entries[-1].id if entries else ""
@@ -215,7 +206,7 @@ class AgentActivities:
         spec = self._spec(inp.agent)
         async with _heartbeating(STORE_GRACE):
             p = await self._path(inp.session_id, inp.leaf_id)
-        repairs, _ = dangling_at(p)
+        repairs = start_repairs(raw_model_view(p))
         tools = [
             ToolInfo(
                 name=t.name,
@@ -231,7 +222,7 @@ class AgentActivities:
         ]
         turns = sum(1 for e in p if isinstance(e, MessageEntry) and e.message.role == "assistant")
         return PathInfo(
-            repairs=[e.message for e in repairs if isinstance(e, MessageEntry)],
+            repairs=[e.message for e in repairs],
             turn_count=turns,
             tools=tools,
             max_turns=spec.max_turns,

@@ -72,7 +72,7 @@ class AgentRun:
         self._started = True
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[AgentEvent]:
+    async def _iterate(self) -> AsyncGenerator[AgentEvent, None]:
         async with _closing(self._gen) as events:
             async for event in events:
                 if event.type == "message_end" and event.message is not None:
@@ -148,7 +148,9 @@ class ModelLoop:
             options=dict(self.options.model_options),
         )
 
-    async def _call_model(self, context: list[Message]) -> AsyncIterator[AgentEvent | Message]:
+    async def _call_model(
+        self, context: list[Message]
+    ) -> AsyncGenerator[AgentEvent | Message, None]:
         """Yield message_start/update events, then the complete message (not an event)."""
         hooks = self.options.hooks
         request = self._request(context)
@@ -221,7 +223,7 @@ class ModelLoop:
             break
         yield AgentEvent(type="agent_end", messages=produced, usage=usage)
 
-    async def _run_tools(self, calls: list[ToolCall]) -> AsyncIterator[AgentEvent]:
+    async def _run_tools(self, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
         """Run a turn's calls (concurrently when every called tool allows it), results in call
         order."""
         opts = self.options
@@ -247,7 +249,7 @@ class ModelLoop:
                 type="tool_execution_start", tool_call_id=c.id, tool_name=c.name, args=c.arguments
             )
 
-        async def drain(until: set[int]) -> AsyncIterator[AgentEvent]:
+        async def drain(until: set[int]) -> AsyncGenerator[AgentEvent, None]:
             while until:
                 i, partial = await updates.get()
                 if partial is None:

@@ -256,14 +256,19 @@ def tool_result_message(tool_call_id: str, tool_name: str, *blocks: ContentBlock
     )
 
 
-def error_tool_result_message(tool_call_id: str, tool_name: str, text: str) -> Message:
+def error_tool_result_message(
+    tool_call_id: str, tool_name: str, text: str, *, timestamp: datetime | None = None
+) -> Message:
+    """An error result: the one constructor of every result the library writes itself
+    (failed, cancelled, interrupted). ``timestamp`` defaults to now (a workflow passes its own
+    clock; run-start repair the dangling message's time)."""
     return Message(
         role="tool_result",
         content=[TextContent(text=text)],
         tool_call_id=tool_call_id,
         tool_name=tool_name,
         is_error=True,
-        timestamp=utc_now(),
+        timestamp=timestamp if timestamp is not None else utc_now(),
     )
 
 

@@ -1,11 +1,15 @@
 """The run engine: one implementation of a durable run, driven by two executors.
 
-The engine stores the run's input (after repairing a dangling tool call), runs the loop, stores
-every produced message before it emits that message's event (the event is the entry's
-**receipt**), and on cancellation stores what the user saw. All of its side effects go through
-:class:`RunEffects`: the in-process executor implements them with the store and an asyncio queue,
-the Temporal workflow with activities, ``workflow.now()`` and ``workflow.random()``. The engine
-itself does no I/O and reads no clock, so it runs unchanged inside a workflow.
+The engine owns the whole run (:meth:`RunEngine.run`): it stores the run's input (after the
+run-start repair the executor computed with :func:`~durable_agent.session.repair.start_repairs`),
+runs the loop, stores every produced message before it emits that message's event (the event is
+the entry's **receipt**), marks a failed run, and on cancellation stores what the user saw. A
+cancellation that arrives while a commit is in flight waits for the commit, records it and emits
+its receipt, and only then proceeds, so the store never holds an entry the run did not record.
+All of its side effects go through :class:`RunEffects`: the in-process executor implements them
+with the handle's state and an asyncio queue, the Temporal workflow with activities,
+``workflow.now()`` and ``workflow.random()``. The engine itself does no I/O and reads no clock,
+so it runs unchanged inside a workflow.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from typing import Literal, Protocol
 
 from ..agent.events import AgentEvent
 from ..agent.loop import Loop
-from ..ai.messages import Message, TextContent, ToolCall, Usage
+from ..agent.tool_exec import failure_text
+from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message
 from ..session.entries import Entry, MessageEntry
-from ..session.repair import interrupted_result
-from .errors import PersistError
+from ..session.errors import EntryTooLargeError
+from .errors import PersistError, RunCancelledError
 from .events import Event
-from .persist import Stamped, stamp
+from .persist import Stamped, see_through, stamp
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -30,7 +35,6 @@ __all__ = [
     "RunEngine",
     "RunStatus",
     "aborted_message",
-    "repair_entries",
 ]
 
 CANCELLED_TEXT = "tool execution cancelled"
@@ -70,13 +74,6 @@ def aborted_message(partial: Message | None) -> Message | None:
     return partial.model_copy(update={"content": content, "stop_reason": "aborted"})
 
 
-def repair_entries(dangling: Sequence[ToolCall], message: Message | None) -> list[MessageEntry]:
-    """The stored form of run-start repair (SPEC §5.2): one synthetic result per call."""
-    if message is None:
-        return []
-    return [MessageEntry(message=interrupted_result(c, message), synthetic=True) for c in dangling]
-
-
 class RunEngine:
     """Drives one run. Its public attributes are the live state a ``state()`` query reports."""
 
@@ -96,7 +93,10 @@ class RunEngine:
         self._partial: Message | None = None
         self._reserved: tuple[str, datetime] | None = None
         self._reserved_results: dict[str, tuple[str, datetime]] = {}
-        """The header a producer committed the next assistant reply under (see expect_committed)."""
+        """Headers producers committed the next reply / a call's result under (see
+        :meth:`expect_committed`)."""
+        self._cancel_pending = False
+        """A cancellation that arrived during a commit, raised once that commit's receipt is out."""
 
     def expect_committed(
         self, entry_id: str, created_at: datetime, tool_call_id: str | None = None
@@ -131,16 +131,28 @@ class RunEngine:
         previous = self.status
         self.status = "persisting"
         try:
-            await self.effects.commit(stamped)
-        except (asyncio.CancelledError, PersistError):
-            raise
-        except Exception as exc:
-            raise PersistError(f"{what}: {exc}") from exc
+            commit, cancelled = await see_through(self.effects.commit(stamped))
         finally:
             self.status = previous
+        if commit.cancelled():
+            raise asyncio.CancelledError()
+        exc = commit.exception()
+        if exc is not None:
+            if cancelled:
+                raise asyncio.CancelledError() from exc  # nothing recorded: cancel from the leaf
+            if isinstance(exc, PersistError):
+                raise exc
+            raise PersistError(f"{what}: {exc}") from exc
         self.leaf_id = stamped.leaf_id
         self.new_entry_ids.extend(e.id for e in stamped.durable)
+        self._cancel_pending = self._cancel_pending or cancelled
         return stamped.durable
+
+    def _checkpoint(self) -> None:
+        """Raise a cancellation deferred by :meth:`persist`, now that its receipt is emitted."""
+        if self._cancel_pending:
+            self._cancel_pending = False
+            raise asyncio.CancelledError()
 
     async def _emit(
         self, event: AgentEvent, entries: list[Entry] | None = None, leaf: bool = False
@@ -156,6 +168,23 @@ class RunEngine:
         )
 
     # -- the run -----------------------------------------------------------------------------
+
+    async def run(
+        self, loop: Loop, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()
+    ) -> list[Message]:
+        """The whole run: store repairs and input, drive the loop, and on cancellation store what
+        the user saw and raise :class:`RunCancelledError`; any other failure marks the run
+        ``failed`` and propagates. Returns what ``wait()`` returns."""
+        try:
+            receipt = await self.start(inputs, repairs)
+            await self.drive(loop, inputs, receipt)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.cancel())
+            raise RunCancelledError("run cancelled") from None
+        except Exception:
+            self.status = "failed"
+            raise
+        return list(self.produced)
 
     async def start(self, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()) -> list[Entry]:
         """Store the pre-model batch (repairs, then input); returns the agent_start receipt."""
@@ -185,11 +214,13 @@ class RunEngine:
                     started = True
                     first = event if event.type == "agent_start" else AgentEvent(type="agent_start")
                     await self._emit(first, receipt, leaf=True)
+                    self._checkpoint()
                     if event.type == "agent_start":
                         continue
                 await self._handle(event)
             if not started:
                 await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
+                self._checkpoint()
         finally:
             await run.aclose()
         self.status = "completed"
@@ -210,11 +241,35 @@ class RunEngine:
                 reserved, self._reserved = self._reserved, None
             elif message.role == "tool_result" and message.tool_call_id:
                 reserved = self._reserved_results.pop(message.tool_call_id, None)
-            receipt = await self.persist([self._entry(message)], "persist message", reserved)
+            receipt, message = await self._persist_produced(message, reserved)
+            if message is not event.message:
+                event = event.model_copy(update={"message": message})
             self._record(message)
             await self._emit(event, receipt)
+            self._checkpoint()
             return
         await self._emit(event)
+
+    async def _persist_produced(
+        self, message: Message, reserved: tuple[str, datetime] | None = None
+    ) -> tuple[list[Entry], Message]:
+        """Store a produced message; a tool result the store refuses as too large is answered
+        with ``tool execution failed: EntryTooLargeError: …`` instead (SPEC §5.3: the call is
+        never left dangling) and the run goes on."""
+        try:
+            entry = self._entry(message)
+            return await self.persist([entry], "persist message", reserved), message
+        except PersistError as exc:
+            cause = exc.__cause__
+            if message.role != "tool_result" or not isinstance(cause, EntryTooLargeError):
+                raise
+            stand_in = error_tool_result_message(
+                message.tool_call_id or "",
+                message.tool_name or "",
+                failure_text(cause),
+                timestamp=self.effects.now(),
+            )
+            return await self.persist([self._entry(stand_in)], "persist message"), stand_in
 
     def _entry(self, message: Message) -> MessageEntry:
         # an explicit created_at keeps the default clock out of workflow code (persist restamps)
@@ -242,13 +297,8 @@ class RunEngine:
         return aborted_message(self._partial)
 
     def _cancelled_result(self, call: ToolCall) -> Message:
-        return Message(
-            role="tool_result",
-            content=[TextContent(text=CANCELLED_TEXT)],
-            tool_call_id=call.id,
-            tool_name=call.name,
-            is_error=True,
-            timestamp=self.effects.now(),
+        return error_tool_result_message(
+            call.id, call.name, CANCELLED_TEXT, timestamp=self.effects.now()
         )
 
     async def store_message(self, message: Message) -> None:
@@ -275,4 +325,5 @@ class RunEngine:
             await self.store_message(aborted)
         for call in list(self.pending_calls):
             await self.store_message(self._cancelled_result(call))
+        self._cancel_pending = False  # this is the cancellation
         self.status = "cancelled"

@@ -1,53 +1,32 @@
 """Executors: where a run's engine runs and how lifecycle events reach the publisher.
 
 The :class:`LocalExecutor` runs the engine in this process. The Temporal executor
-(:mod:`durable_agent.workflows`) runs the same engine inside a workflow. Both receive the handle and
-use only its small internal API (``_snapshot``, ``_commit``, ``_options``, …).
+(:mod:`durable_agent.workflows`) runs the same engine inside a workflow. Both receive the handle's
+public :class:`~.state.SessionState` and :class:`~.state.AgentConfig`, and supply effects only:
+the run itself (repair, input, drive, failure, cancellation) is :meth:`RunEngine.run`.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..agent.loop import Factory, build_loop
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
-from ..session.repair import dangling_calls
-from ..session.views import raw_model_view
+from ..session.repair import start_repairs
 from .compaction import plan_compaction, summarize
-from .engine import RunEngine, repair_entries
-from .errors import NoFactoryError, RunCancelledError
+from .engine import RunEngine
+from .errors import NoFactoryError
 from .events import Event
+from .lifecycle import compacted_event
 from .persist import Stamped
-from .publisher import PublisherLike, compacted_key, deliver
+from .publisher import PublisherLike, deliver
+from .state import AgentConfig, SessionState
 from .stream import LocalRunStream, RunStream
 
-if TYPE_CHECKING:
-    from .agent import Agent
-
-__all__ = ["Executor", "LocalExecutor", "dangling_at"]
-
-
-def dangling_at(
-    path: Sequence[Entry], view: Sequence[Message] | None = None
-) -> tuple[list[Entry], Message | None]:
-    """Run-start repair for ``path``: the synthetic results to store (SPEC §5.2) and the
-    dangling assistant message they answer. ``view``: ``raw_model_view(path)`` if already
-    computed."""
-    if view is None:
-        view = raw_model_view(path)
-    calls = dangling_calls(view)
-    if not calls:
-        return [], None
-    j = len(view)
-    while view[j - 1].role == "tool_result":
-        j -= 1
-    message = view[j - 1]
-    return list(repair_entries(calls, message)), message
+__all__ = ["Executor", "LocalExecutor"]
 
 
 class Executor(Protocol):
@@ -60,21 +39,24 @@ class Executor(Protocol):
         ...
 
     async def start_run(
-        self, agent: Agent, entries: list[Entry], run_id: str | None
-    ) -> RunStream: ...
+        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+    ) -> RunStream:
+        """Start a run from ``state.leaf`` (read before the first ``await``: the handle holds
+        the busy flag and no write is in flight)."""
+        ...
 
     async def compact(
-        self, agent: Agent, keep_turns: int, prompt: str | None
+        self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None: ...
 
-    async def publish(self, agent: Agent, events: list[Event]) -> None: ...
+    async def publish(self, config: AgentConfig, events: list[Event]) -> None: ...
 
 
 class _LocalEffects:
-    """RunEffects for an in-process run: the handle's store and state, and the stream's queue."""
+    """RunEffects for an in-process run: the handle's state, and the stream's queue."""
 
-    def __init__(self, agent: Agent, put: Any) -> None:
-        self._agent = agent
+    def __init__(self, state: SessionState, put: Any) -> None:
+        self._state = state
         self._put = put
 
     def now(self) -> Any:
@@ -84,7 +66,7 @@ class _LocalEffects:
         return new_id()
 
     async def commit(self, stamped: Stamped) -> None:
-        await self._agent._commit(stamped)
+        await self._state.commit(stamped)
 
     async def emit(self, event: Event) -> None:
         self._put(event)
@@ -99,61 +81,41 @@ class LocalExecutor:
         if factory is not None and not callable(factory):
             raise TypeError("factory must be callable (or None for a record-only agent)")
 
-    async def start_run(self, agent: Agent, entries: list[Entry], run_id: str | None) -> RunStream:
-        factory: Factory | None = agent._factory
-        raw, history = agent._views()
-        leaf = agent.leaf_id
+    async def start_run(
+        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+    ) -> RunStream:
+        factory: Factory | None = config.factory
+        raw, history = state.views()
+        leaf = state.leaf
 
         async def produce(put: Any) -> list[Message]:
+            if factory is None:
+                raise NoFactoryError("this agent has no factory: it records but never runs")
+            options = config.options.model_copy(update={"history": history})
+            loop = await build_loop(factory, options)
             try:
-                if factory is None:
-                    raise NoFactoryError("this agent has no factory: it records but never runs")
-                options = agent._options.model_copy(update={"history": history})
-                loop = await build_loop(factory, options)
-                engine = RunEngine(agent.session_id, leaf, _LocalEffects(agent, put))
-                try:
-                    repairs, _ = dangling_at((), raw)
-                    receipt = await engine.start(entries, repairs)
-                    try:
-                        await engine.drive(loop, entries, receipt)
-                    except asyncio.CancelledError:
-                        await asyncio.shield(engine.cancel())
-                        raise RunCancelledError("run cancelled") from None
-                    return list(engine.produced)
-                finally:
-                    await loop.aclose()
+                engine = RunEngine(state.session_id, leaf, _LocalEffects(state, put))
+                return await engine.run(loop, entries, start_repairs(raw))
             finally:
-                agent._run_finished()
+                await loop.aclose()
 
-        return LocalRunStream(produce, on_abandon=agent._run_finished)
+        return LocalRunStream(produce)
 
     async def compact(
-        self, agent: Agent, keep_turns: int, prompt: str | None
+        self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
-        path = agent._path()
-        plan = plan_compaction(path, keep_turns)
+        plan = plan_compaction(state.path(), keep_turns)
         if plan is None:
             return None
-        summary = await summarize(agent._factory, agent._options, plan.prefix, prompt)
+        summary = await summarize(config.factory, config.options, plan.prefix, prompt)
         entry = CompactionEntry(
             summary=summary, first_kept_id=plan.first_kept_id, tokens_before=plan.tokens_before
         )
-        stamped = await agent._persist([entry])
+        stamped = await state.persist([entry], check=False)
         stored = stamped.durable[0]
         assert isinstance(stored, CompactionEntry)
-        await self.publish(
-            agent,
-            [
-                Event(
-                    type="session_compacted",
-                    session_id=agent.session_id,
-                    entries=[stored],
-                    leaf_id=stamped.leaf_id,
-                    idempotency_key=compacted_key(agent.session_id, stored.id),
-                )
-            ],
-        )
+        await self.publish(config, [compacted_event(state.session_id, stored)])
         return stored
 
-    async def publish(self, agent: Agent, events: list[Event]) -> None:
-        await deliver(agent._publisher, events)
+    async def publish(self, config: AgentConfig, events: list[Event]) -> None:
+        await deliver(config.publisher, events)

@@ -7,13 +7,17 @@ unchanged, so it never becomes anyone's parent in the store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from ..session.entries import Entry, MessageEntry
 
-__all__ = ["Stamped", "is_durable", "stamp"]
+__all__ = ["Stamped", "is_durable", "see_through", "stamp"]
+
+T = TypeVar("T")
 
 
 def is_durable(entry: Entry) -> bool:
@@ -45,3 +49,26 @@ def stamp(
             durable.append(copy)
             parent = copy.id
     return Stamped(copies=copies, durable=durable, leaf_id=parent or "")
+
+
+async def see_through(write: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
+    """Await ``write`` to its end even if the caller is cancelled meanwhile.
+
+    Returns the finished future and whether a cancellation arrived during the wait. A store
+    finishes a write it started (SPEC §2.1); so must whoever applies it: a write that reached
+    the store is applied (and gets its receipt) before the cancellation proceeds, or the handle
+    and the store disagree (issue 11.1).
+    """
+    task = asyncio.ensure_future(write)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)  # a cancel stops the wait, not the write
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                cancelled = True
+                if not task.done():
+                    continue
+        except Exception:
+            pass  # the caller reads it from the task
+        return task, cancelled

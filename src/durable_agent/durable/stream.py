@@ -24,6 +24,24 @@ class RunStream(abc.ABC):
 
     def __init__(self) -> None:
         self._events_taken = False
+        self._ended = False
+        self._end_callbacks: list[Callable[[], None]] = []
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the run has ended (at once if it already has), before
+        ``events()`` or ``wait()`` report the end. The handle clears its busy flag this way."""
+        if self._ended:
+            callback()
+        else:
+            self._end_callbacks.append(callback)
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        callbacks, self._end_callbacks = self._end_callbacks, []
+        for callback in callbacks:
+            callback()
 
     def events(self) -> AsyncIterator[Event]:
         """The run's events in order; may be called once."""
@@ -56,13 +74,10 @@ class LocalRunStream(RunStream):
         produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]],
         *,
         on_cancel: Callable[[], Awaitable[None]] | None = None,
-        on_abandon: Callable[[], None] | None = None,
     ) -> None:
-        """``on_abandon`` runs if the producer is cancelled before its first step (so ``produce``
-        never ran and its own cleanup, such as clearing the handle's ``running`` flag, did not)."""
+        """``on_cancel`` replaces cancelling the producer (a remote run is asked to cancel)."""
         super().__init__()
         self._on_cancel = on_cancel
-        self._on_abandon = on_abandon
         self._started = False
         self._cancel_requested = False
         self._queue: asyncio.Queue[object] = asyncio.Queue()
@@ -76,6 +91,7 @@ class LocalRunStream(RunStream):
         try:
             return await produce(self._queue.put_nowait)
         finally:
+            self._end()
             self._queue.put_nowait(_DONE)
 
     def _task_done(self, task: asyncio.Task[list[Message]]) -> None:
@@ -83,9 +99,8 @@ class LocalRunStream(RunStream):
             task.exception()  # surfaced by wait()/events(); never "unretrieved"
         if not self._started:
             # Cancelled before its first step: nothing ran, nothing was stored.
+            self._end()
             self._queue.put_nowait(_DONE)
-            if self._on_abandon is not None:
-                self._on_abandon()
 
     async def _iterate(self) -> AsyncIterator[Event]:
         while True:
@@ -124,6 +139,7 @@ class _FailedStream(RunStream):
     def __init__(self, exc: BaseException) -> None:
         super().__init__()
         self._exc = exc
+        self._end()
 
     async def _iterate(self) -> AsyncIterator[Event]:
         raise self._exc

@@ -2,30 +2,36 @@
 
 A crash between an assistant message and its tool results leaves calls without results, which
 providers reject. :func:`repair_tool_calls` is a pure projection applied to every model view;
-:func:`dangling_calls` finds the calls a run must answer in the store before it continues.
+:func:`start_repairs` is the one place a run computes what it must store before it continues
+(SPEC §5.2), for both executors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ai.messages import Message, TextContent, ToolCall
+from ..ai.messages import Message, ToolCall, error_tool_result_message
+from .entries import MessageEntry
 
-__all__ = ["INTERRUPTED_TEXT", "dangling_calls", "interrupted_result", "repair_tool_calls"]
+__all__ = [
+    "INTERRUPTED_TEXT",
+    "dangling_calls",
+    "interrupted_result",
+    "repair_tool_calls",
+    "start_repairs",
+]
 
 INTERRUPTED_TEXT = "tool execution interrupted"
 
 
 def interrupted_result(call: ToolCall, dangling: Message) -> Message:
     """The synthesized result for an unanswered call (timestamped like the dangling message)."""
-    return Message(
-        role="tool_result",
-        content=[TextContent(text=INTERRUPTED_TEXT)],
-        tool_call_id=call.id,
-        tool_name=call.name,
-        is_error=True,
-        timestamp=dangling.timestamp,
+    result = error_tool_result_message(
+        call.id, call.name, INTERRUPTED_TEXT, timestamp=dangling.timestamp
     )
+    if dangling.timestamp is None:  # an unparsable stored time stays unknown, never "now"
+        result = result.model_copy(update={"timestamp": None})
+    return result
 
 
 def _client_calls(message: Message) -> list[ToolCall]:
@@ -82,3 +88,17 @@ def dangling_calls(messages: Sequence[Message]) -> list[ToolCall]:
         return []
     calls = _client_calls(messages[j - 1])
     return _unanswered(calls, messages[j:]) if calls else []
+
+
+def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
+    """Run-start repair (SPEC §5.2): for a raw model view ending with an assistant message whose
+    non-server calls are unanswered (possibly followed by some results), one synthetic
+    ``tool execution interrupted`` entry per missing result, in call order; else ``[]``."""
+    calls = dangling_calls(view)
+    if not calls:
+        return []
+    j = len(view)
+    while view[j - 1].role == "tool_result":
+        j -= 1
+    dangling = view[j - 1]
+    return [MessageEntry(message=interrupted_result(c, dangling), synthetic=True) for c in calls]

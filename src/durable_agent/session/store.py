@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .entries import Entry
+from .errors import SessionExistsError, SessionNotFoundError
 from .record import SessionRecord
 
-__all__ = ["Store"]
+__all__ = ["Store", "open_session"]
 
 
 @runtime_checkable
@@ -28,3 +29,19 @@ class Store(Protocol):
     async def load_entries(self, session_id: str) -> list[Entry]: ...
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None: ...
+
+
+async def open_session(store: Store, session_id: str) -> list[Entry]:
+    """Open-or-create (SPEC §4.1 step 2): the session's entries, creating it (empty) if unknown.
+
+    A lost create race (``SessionExistsError``) loads again, so concurrent first opens succeed.
+    """
+    try:
+        return await store.load_entries(session_id)
+    except SessionNotFoundError:
+        pass
+    try:
+        await store.create_session(session_id)
+        return []
+    except SessionExistsError:
+        return await store.load_entries(session_id)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from ..durable.events import Event
+    from ..durable.lifecycle import compacted_event
     from ..durable.persist import stamp
-    from ..durable.publisher import compacted_key
     from ..session.codec import encode_entry
     from ..session.entries import CompactionEntry
     from .activity_calls import call_activity, ensure_session_attribute, store_retry
@@ -70,13 +69,7 @@ class CompactWorkflow:
             summary="append compaction",
         )
         stored = with_stored_times(stamped.durable[0], written.times[0])
-        event = Event(
-            type="session_compacted",
-            session_id=inp.session_id,
-            entries=[stored],
-            leaf_id=stamped.leaf_id,
-            idempotency_key=compacted_key(inp.session_id, stored.id),
-        )
+        event = compacted_event(inp.session_id, stored)
         await call_activity(
             "durable_agent.publish",
             PublishInput(events=[event_to_wire(event)]),

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
@@ -43,6 +43,7 @@ from ..durable.errors import (
     RunCancelledError,
 )
 from ..durable.events import Event
+from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
@@ -61,9 +62,6 @@ from .types import (
     event_from_wire,
     event_to_wire,
 )
-
-if TYPE_CHECKING:
-    from ..durable.agent import Agent
 
 __all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "run_workflow_id"]
 
@@ -185,7 +183,9 @@ class TemporalExecutor:
         except (TypeError, ValueError) as exc:
             raise TypeError(f"agent options must be plain JSON data: {exc}") from exc
 
-    async def start_run(self, agent: Agent, entries: list[Entry], run_id: str | None) -> RunStream:
+    async def start_run(
+        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+    ) -> RunStream:
         run_id = run_id or new_id()
         inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
         for item in inputs:
@@ -194,18 +194,18 @@ class TemporalExecutor:
                 raise PayloadTooLargeError(
                     f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
                 )
-        assert isinstance(agent._factory, str)
+        assert isinstance(config.factory, str)
         inp = RunInput(
-            session_id=agent.session_id,
+            session_id=state.session_id,
             run_id=run_id,
-            agent=agent._factory,
-            leaf_id=agent.leaf_id,
+            agent=config.factory,
+            leaf_id=state.leaf,
             inputs=inputs,
-            options=dict(agent._raw_options),
+            options=dict(config.raw_options),
             continue_as_new_after_turns=self.continue_as_new_after_turns,
             timeouts=self.timeouts,
         )
-        wid = run_workflow_id(agent.session_id, run_id)
+        wid = run_workflow_id(state.session_id, run_id)
         try:
             handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
                 "durable_agent.run",
@@ -215,8 +215,8 @@ class TemporalExecutor:
                 result_type=RunResult,
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=_search(agent.session_id, "run"),
-                static_summary=f"agent {agent._factory!r} run on session {agent.session_id!r}",
+                search_attributes=_search(state.session_id, "run"),
+                static_summary=f"agent {config.factory!r} run on session {state.session_id!r}",
             )
         except WorkflowAlreadyStartedError:
             handle = self.client.get_workflow_handle(wid, result_type=RunResult)
@@ -224,10 +224,10 @@ class TemporalExecutor:
         async def request_cancel() -> None:
             await handle.cancel()
 
-        return LocalRunStream(self._pump(agent, handle), on_cancel=request_cancel)
+        return LocalRunStream(self._pump(state, handle), on_cancel=request_cancel)
 
     def _pump(
-        self, agent: Agent, handle: WorkflowHandle[Any, RunResult]
+        self, state: SessionState, handle: WorkflowHandle[Any, RunResult]
     ) -> Callable[[Callable[[Event], None]], Any]:
         async def produce(put: Callable[[Event], None]) -> list[Message]:
             result_task = asyncio.ensure_future(_result(handle))
@@ -247,7 +247,7 @@ class TemporalExecutor:
                         for wire in answer.events:
                             event = event_from_wire(wire)
                             if event.entries is not None and event.leaf_id is not None:
-                                agent._apply_receipt(event.entries, event.leaf_id)
+                                state.apply_receipt(event.entries, event.leaf_id)
                             inner = event.agent
                             if (
                                 inner is not None
@@ -285,7 +285,6 @@ class TemporalExecutor:
             finally:
                 if not result_task.done():
                     result_task.cancel()
-                agent._run_finished()
 
         return produce
 
@@ -304,29 +303,29 @@ class TemporalExecutor:
             return None
 
     async def compact(
-        self, agent: Agent, keep_turns: int, prompt: str | None
+        self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
-        assert isinstance(agent._factory, str)
+        assert isinstance(config.factory, str)
         op_id = new_id()
         try:
             wire: str | None = await self.client.execute_workflow(
                 "durable_agent.compact",
                 CompactInput(
-                    session_id=agent.session_id,
+                    session_id=state.session_id,
                     op_id=op_id,
-                    agent=agent._factory,
-                    leaf_id=agent.leaf_id,
+                    agent=config.factory,
+                    leaf_id=state.leaf,
                     keep_turns=keep_turns,
                     prompt=prompt,
-                    options=dict(agent._raw_options),
+                    options=dict(config.raw_options),
                     timeouts=self.timeouts,
                 ),
-                id=compact_workflow_id(agent.session_id, op_id),
+                id=compact_workflow_id(state.session_id, op_id),
                 task_queue=self.task_queue,
-                result_type=str | None,
+                result_type=str | None,  # type: ignore[arg-type]
                 execution_timeout=self.execution_timeout,
-                search_attributes=_search(agent.session_id, "compact"),
-                static_summary=f"compact session {agent.session_id!r}",
+                search_attributes=_search(state.session_id, "compact"),
+                static_summary=f"compact session {state.session_id!r}",
             )
         except WorkflowFailureError as exc:
             error = client_error(exc)
@@ -337,10 +336,10 @@ class TemporalExecutor:
             return None
         entry = decode_entry(wire)
         assert isinstance(entry, CompactionEntry)
-        agent._apply_receipt([entry], entry.id)
+        state.apply_receipt([entry], entry.id)
         return entry
 
-    async def publish(self, agent: Agent, events: list[Event]) -> None:
+    async def publish(self, config: AgentConfig, events: list[Event]) -> None:
         if not events:
             return
         key = events[0].idempotency_key or new_id()

@@ -1,0 +1,191 @@
+"""A handle's session state: the seam between the handle and the executors that run it.
+
+The state holds what SPEC §4.3 lists (log, index, leaf, the busy and closed flags, the lock) and
+the one persist algorithm. Executors receive it (and the handle's :class:`AgentConfig`) instead of
+the handle, so neither side reaches into the other's private members.
+
+Every write goes through :meth:`SessionState.commit`: a write that reached the store is applied
+even if the caller is cancelled meanwhile (the cancellation is raised afterwards), so the handle's
+log always equals what the store holds for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent.options import AgentOptions
+from ..ai.messages import Message
+from ..ai.timefmt import utc_now
+from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.ids import new_id
+from ..session.repair import repair_tool_calls
+from ..session.store import Store
+from ..session.tree import path as tree_path
+from ..session.views import raw_model_view
+from .errors import AgentClosedError, RunActiveError
+from .persist import Stamped, see_through, stamp
+from .publisher import PublisherLike
+
+__all__ = ["AgentConfig", "SessionState"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What a handle was opened with, as executors need it."""
+
+    factory: Any
+    """A loop factory in process, an agent name on Temporal, or ``None`` (record only)."""
+    options: AgentOptions
+    raw_options: dict[str, Any] = field(default_factory=dict)
+    """The options as given (plain JSON for Temporal)."""
+    publisher: PublisherLike | None = None
+
+
+class SessionState:
+    """The live state of one handle on one session (SPEC §4.3)."""
+
+    def __init__(self, session_id: str, store: Store, entries: Sequence[Entry]) -> None:
+        self.session_id = session_id
+        self.store = store
+        self.log: list[Entry] = list(entries)
+        """All loaded or recorded entries in append order, ephemeral included."""
+        self.index: dict[str, Entry] = {e.id: e for e in entries}
+        """Stored entries by ID."""
+        self.leaf = entries[-1].id if entries else ""
+        self.lock = asyncio.Lock()
+        self.running = False
+        self.compacting = False
+        self.closed = False
+        self._active: _ActivePath | None = None
+
+    # -- guards ------------------------------------------------------------------------------
+
+    def check_mutable(self) -> None:
+        """Raise if closed, or busy with a run or compaction."""
+        if self.closed:
+            raise AgentClosedError(f"agent for session {self.session_id!r} is closed")
+        if self.running or self.compacting:
+            raise RunActiveError(f"a run or compaction is active on session {self.session_id!r}")
+
+    def run_finished(self) -> None:
+        self.running = False
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def path(self) -> list[Entry]:
+        """The active path (a new list)."""
+        return list(self._active_path().path)
+
+    def views(self) -> tuple[list[Message], list[Message]]:
+        """``raw_model_view`` and ``model_view`` of the active path (new lists)."""
+        return self._active_path().views()
+
+    def _active_path(self) -> _ActivePath:
+        active = self._active
+        if active is None or active.leaf != self.leaf:
+            active = _ActivePath(self.leaf, tree_path(self.index, self.leaf))
+            self._active = active
+        return active
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def apply(self, stamped: Stamped) -> None:
+        """Record a stored batch: extend log and index, move the leaf."""
+        old_leaf = self.leaf
+        self.log.extend(stamped.copies)
+        for entry in stamped.durable:
+            self.index[entry.id] = entry
+        self.leaf = stamped.leaf_id
+        active, durable = self._active, stamped.durable
+        if (
+            active is not None
+            and durable
+            and active.leaf == old_leaf
+            and durable[0].parent_id == (old_leaf or None)
+        ):
+            active.extend(stamped.leaf_id, durable)  # stamp() chains the durable copies
+
+    def apply_receipt(self, entries: Sequence[Entry], leaf_id: str) -> None:
+        """Follow a remote run's receipt (Temporal executor)."""
+        for entry in entries:
+            if entry.id not in self.index:
+                self.log.append(entry)
+                self.index[entry.id] = entry
+        self.leaf = leaf_id
+
+    async def commit(self, stamped: Stamped) -> None:
+        """Store a stamped batch in one append and apply it; on failure nothing changes."""
+        async with self.lock:
+            await self._write(stamped)
+
+    async def persist(self, entries: Sequence[Entry], *, check: bool = True) -> Stamped:
+        """Stamp ``entries`` at the leaf as it is under the lock, store and apply them.
+
+        ``check`` re-checks the busy rule under the lock: an append that waited for the lock
+        while a run started is refused rather than chained from a leaf the run moves.
+        """
+        async with self.lock:
+            if check:
+                self.check_mutable()
+            stamped = stamp(entries, self.leaf, utc_now(), new_id)
+            await self._write(stamped)
+            return stamped
+
+    async def _write(self, stamped: Stamped) -> None:
+        cancelled = False
+        if stamped.durable:
+            write, cancelled = await see_through(
+                self.store.append_entries(self.session_id, stamped.durable)
+            )
+            if write.cancelled():
+                raise asyncio.CancelledError()
+            exc = write.exception()
+            if exc is not None:
+                raise exc
+        self.apply(stamped)
+        if cancelled:
+            raise asyncio.CancelledError()
+
+
+class _ActivePath:
+    """The active path and its model views, cached for one leaf and extended as runs append.
+
+    A leaf's path never changes (stored entries are immutable and the index only gains new IDs),
+    so the cache is keyed by the leaf; a batch chained from the cached leaf extends it instead of
+    re-walking the tree, and the views grow incrementally, so a run's cost does not scale with
+    the transcript. Repair (SPEC §5.1) splits at any message that is not a ``tool_result``: the
+    contiguous results an assistant message consumes end before it. ``settled`` is the repaired
+    view of ``raw[:split]``; only the tail from ``split`` is repaired on each read.
+    """
+
+    def __init__(self, leaf: str, path: list[Entry]) -> None:
+        self.leaf = leaf
+        self.path = path
+        self.raw: list[Message] | None = None
+        self.settled: list[Message] = []
+        self.split = 0
+
+    def extend(self, leaf: str, entries: Sequence[Entry]) -> None:
+        self.leaf = leaf
+        self.path.extend(entries)
+        if self.raw is None:
+            return
+        if any(isinstance(e, CompactionEntry) for e in entries):
+            self.raw = None  # a new last compaction re-projects the view
+        else:
+            self.raw.extend(e.message for e in entries if isinstance(e, MessageEntry))
+
+    def views(self) -> tuple[list[Message], list[Message]]:
+        if self.raw is None:
+            self.raw, self.settled, self.split = raw_model_view(self.path), [], 0
+        raw = self.raw
+        k = len(raw) - 1
+        while k > self.split and raw[k].role == "tool_result":
+            k -= 1
+        if k > self.split:
+            self.settled.extend(repair_tool_calls(raw[self.split : k]))
+            self.split = k
+        return list(raw), self.settled + repair_tool_calls(raw[self.split :])
