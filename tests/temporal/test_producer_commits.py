@@ -76,10 +76,11 @@ async def test_a_model_turn_is_one_activity_and_its_receipt_names_the_stored_rep
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
     counts = _activity_counts(history)
-    # two model turns and a tool call, each one activity; append_entries only for the input
+    # two model turns, each one activity; append_entries only for the input and the tool
+    # result, never for a reply
     assert counts["durable_agent.call_model"] == 2
     assert counts["durable_agent.call_tool"] == 1
-    assert counts["durable_agent.append_entries"] == 1, counts
+    assert counts["durable_agent.append_entries"] == 2, counts
     await assert_replays(temporal_client, wid)
 
 

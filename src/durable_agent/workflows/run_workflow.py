@@ -570,19 +570,11 @@ class _ActivityTools:
         inp = self.wf._input
         assert inp is not None
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
-        engine = self.wf._engine
-        assert engine is not None
+        # Tool results are still stored by the engine (append_entries), not by call_tool: a
+        # terminated run's tool activity can finish after the termination, and its committed
+        # result would then sit beside the next run's "interrupted" repair (issue 11 item 8b:
+        # the run start must reconcile first). call_tool already honours a stamp.
         stamp: Stamp | None = None
-        pending = engine.pending_calls
-        # Only the one call still unanswered commits its own result: results of a turn chain
-        # in call order and the resume leaf is the last entry in append order (SPEC §2.1), so
-        # parallel results (which may finish in any order) are stored by the engine, in order.
-        if len(pending) == 1 and pending[0].id == call.id and workflow.patched(PRODUCER_COMMIT):
-            stamp = Stamp(
-                id=workflow_id_new(),
-                parent_id=engine.leaf_id or None,
-                created_at=format_time(workflow.now()),
-            )
         try:
             answer: Message | ToolReply = await call_activity(
                 "durable_agent.call_tool",
@@ -620,7 +612,4 @@ class _ActivityTools:
             )
         if isinstance(answer, Message):
             return answer
-        assert stamp is not None
-        self.wf._committed[stamp.id] = answer.stored
-        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
         return answer.message
