@@ -201,7 +201,9 @@ async def victim_running_activity(
                 continue
             for pending in described.raw_description.pending_activities:
                 started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                if started and pending.last_worker_identity == identity:
+                # CLI workers append " store:<id>" to Temporal's default pid@host identity
+                worker = pending.last_worker_identity.split(" ", 1)[0]
+                if started and worker == identity:
                     return workflow_id
         await asyncio.sleep(0.05)  # poll interval of the probe, not a synchronisation sleep
     raise TimeoutError(f"no activity of {identity} seen running within {within:.0f} s")
