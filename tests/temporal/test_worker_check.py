@@ -9,7 +9,8 @@ from rich.console import Console
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel
-from durable_agent.cli.worker import check_worker, queue_pollers
+from durable_agent.cli.commands import poller_identities
+from durable_agent.cli.worker import check_worker
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import running_worker
@@ -24,7 +25,7 @@ async def test_check_sees_pollers_only_while_a_worker_polls(
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     q, out = queue(), io.StringIO()
     console = Console(file=out, width=200)
-    assert await queue_pollers(temporal_client, q) == []
+    assert await poller_identities(temporal_client, q) == []
     assert await check_worker(q, console) == 1
     assert f"no worker polls task queue {q}" in out.getvalue()
     lm = ScriptedModel(["x"])
@@ -33,7 +34,7 @@ async def test_check_sees_pollers_only_while_a_worker_polls(
     ):
 
         async def polled() -> list[str] | None:
-            return await queue_pollers(temporal_client, q) or None
+            return await poller_identities(temporal_client, q) or None
 
         assert await eventually(polled, within=20, interval=0.2, what="a poller")
         assert await check_worker(q, console) == 0

@@ -16,9 +16,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from ..workflows import connect_from_env, create_worker
@@ -29,12 +26,13 @@ from ..workflows.worker import (
     check_tuning,
 )
 from .appdef import load_app
+from .commands import poller_identities
 from .settings import DEFAULT_TASK_QUEUE
 from .storeid import store_id, worker_identity
 from .stores import OpenedStore, open_store
 from .target import TemporalFlags, client_env, display_store
 
-__all__ = ["check_worker", "connect_with_retry", "queue_pollers", "run_worker"]
+__all__ = ["check_worker", "connect_with_retry", "run_worker"]
 
 
 async def connect_with_retry(within: float, flags: TemporalFlags | None = None) -> Client:
@@ -52,25 +50,13 @@ async def connect_with_retry(within: float, flags: TemporalFlags | None = None) 
             await asyncio.sleep(0.5)
 
 
-async def queue_pollers(client: Client, task_queue: str) -> list[str]:
-    """The identities polling ``task_queue`` for workflow tasks, as Temporal sees them."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return [p.identity for p in response.pollers]
-
-
 async def check_worker(task_queue: str | None, console: Console, within: float = 5.0) -> int:
     """``worker --check``: 0 if some worker polls the queue (a health check that proves polling,
     unlike a ready file), else 1."""
     queue = task_queue or DEFAULT_TASK_QUEUE
     try:
         client = await connect_with_retry(within)
-        pollers = await queue_pollers(client, queue)
+        pollers = await poller_identities(client, queue)
     except Exception as exc:
         console.print(f"unhealthy: {exc}")
         return 1
