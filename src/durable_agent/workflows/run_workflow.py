@@ -56,7 +56,6 @@ with workflow.unsafe.imports_passed_through():
         StoredTimes,
         ToolCallRef,
         ToolInfo,
-        ToolReply,
         WireEvent,
         event_to_wire,
         with_stored_times,
@@ -574,17 +573,15 @@ class _ActivityTools:
         # terminated run's tool activity can finish after the termination, and its committed
         # result would then sit beside the next run's "interrupted" repair (issue 11 item 8b:
         # the run start must reconcile first). call_tool already honours a stamp.
-        stamp: Stamp | None = None
         try:
-            answer: Message | ToolReply = await call_activity(
+            return await call_activity(
                 "durable_agent.call_tool",
                 CallToolInput(
                     session_id=inp.session_id,
                     agent=inp.agent,
                     call=call.model_dump(mode="json"),
-                    stamp=stamp,
                 ),
-                Message if stamp is None else ToolReply,
+                Message,
                 start_to_close=info.timeout,
                 heartbeat=inp.timeouts.tool_heartbeat,
                 retry=RetryPolicy(
@@ -594,7 +591,7 @@ class _ActivityTools:
                     maximum_attempts=info.max_attempts,
                     non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
                 ),
-                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
+                summary=f"tool {call.name}",
             )
         except ActivityError as exc:
             if _cancelled(exc):
@@ -610,6 +607,3 @@ class _ActivityTools:
                 is_error=True,
                 timestamp=workflow.now(),
             )
-        if isinstance(answer, Message):
-            return answer
-        return answer.message
