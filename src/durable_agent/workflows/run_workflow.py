@@ -76,6 +76,8 @@ PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
 BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
+CANCEL_WINS = "cancel-wins-v1"
+"""Patch marker: before it, a model call that failed after the run's cancel failed the run."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -553,6 +555,10 @@ class _ActivityModel:
             )
         except ActivityError as exc:
             if _cancelled(exc):
+                raise asyncio.CancelledError() from exc
+            if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
+                # The user cancelled while the call could not answer (its worker died): the
+                # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
                 raise asyncio.CancelledError() from exc
             kind, text = _failure(exc)
             if kind == "ModelError":
