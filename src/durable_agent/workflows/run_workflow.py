@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.engine import RunEngine
     from ..durable.errors import AgentError, PayloadTooLargeError
     from ..durable.events import Event
+    from ..durable.limits import PAYLOAD_LIMIT
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
     from ..session.entries import MessageEntry
@@ -38,6 +39,13 @@ with workflow.unsafe.imports_passed_through():
         call_activity,
         ensure_session_attribute,
         store_retry,
+    )
+    from .event_bodies import (
+        QUERY_INLINE_LIMIT,
+        BodyTracker,
+        carried,
+        encoded_size,
+        slim,
     )
     from .types import (
         AppendInput,
@@ -66,6 +74,10 @@ __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 QUERY_BUDGET = 1_000_000
 PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
+BOUNDED_CAN = "bounded-can-v1"
+"""Patch marker: executions started before it carry the last turn's events with their bodies."""
+CANCEL_WINS = "cancel-wins-v1"
+"""Patch marker: before it, a model call that failed after the run's cancel failed the run."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -123,6 +135,8 @@ class RunWorkflow:
         self._input: RunInput | None = None
         self._engine: RunEngine | None = None
         self._events: list[WireEvent] = []
+        self._bodies = BodyTracker()
+        """Which stored entry each recorded message body is (see event_bodies)."""
         self._next_position = 1
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
@@ -144,17 +158,25 @@ class RunWorkflow:
     def events(self, after: int = 0) -> EventsAnswer:
         """Retained events past position ``after``, in order, about 1 MiB at most (at least one).
 
+        Sizes are the real encoded bytes. An event over ``QUERY_INLINE_LIMIT`` goes without the
+        message bodies its stored entries hold (the client reads them from the store), and one
+        whose body is not stored yet waits for its receipt (the next poll gets it), so no answer
+        nears Temporal's 2 MB limit whatever the message size (issue 16 item 2).
+
         ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
         arguments (issue 15 item 5)."""
         out: list[WireEvent] = []
         size = 0
-        for ev in self._events:
+        for i, ev in enumerate(self._events):
             if ev.position <= after:
                 continue
-            cost = len(ev.model_dump_json())
+            sent = slim(ev, QUERY_INLINE_LIMIT, force=not self._bodies.pending(i))
+            if sent is None:
+                break
+            cost = encoded_size(sent)
             if out and size + cost > QUERY_BUDGET:
                 break
-            out.append(ev)
+            out.append(sent)
             size += cost
         first = self._events[0].position if self._events else self._next_position
         return EventsAnswer(events=out, first_position=first, last_position=self._next_position - 1)
@@ -258,7 +280,8 @@ class RunWorkflow:
             assert engine is not None
             agent_event = agent_event.model_copy(update={"messages": [], "usage": engine.usage})
             event = event.model_copy(update={"agent": agent_event})
-        self._events.append(event_to_wire(event, self._next_position))
+        ids = None if event.entries is None else [e.id for e in event.entries]
+        self._bodies.record(self._events, event_to_wire(event, self._next_position), ids)
         self._next_position += 1
         if self._cancel_deferred:
             self._cancel_deferred = False
@@ -284,6 +307,9 @@ class RunWorkflow:
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
         last_turn = _last_turn(self._events)
+        if workflow.patched(BOUNDED_CAN):
+            # positions and entry IDs, not message bodies: the input stays a few KB (issue 16)
+            last_turn = carried(last_turn)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
@@ -430,7 +456,7 @@ def store_summary(entries: list[Any]) -> str:
     return "store " + " + ".join(parts)
 
 
-def _check_payload(payload: str, what: str, limit: int = 1_572_864) -> None:
+def _check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
     size = len(payload.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
@@ -529,6 +555,10 @@ class _ActivityModel:
             )
         except ActivityError as exc:
             if _cancelled(exc):
+                raise asyncio.CancelledError() from exc
+            if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
+                # The user cancelled while the call could not answer (its worker died): the
+                # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
                 raise asyncio.CancelledError() from exc
             kind, text = _failure(exc)
             if kind == "ModelError":
