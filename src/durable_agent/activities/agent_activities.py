@@ -60,6 +60,7 @@ from ..workflows.types import (
     event_from_wire,
     stored_times,
 )
+from .reset_leaf import recorded_start_leaf
 from .spec import AgentSpec
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
@@ -199,6 +200,12 @@ class AgentActivities:
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+        workflow_id = activity.info().workflow_id
+        if inp.reset_of and workflow_id:
+            # a reset retries the run from where it started, not from the newest entry now
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
+            if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
+                return leaf
         return entries[-1].id if entries else ""
 
     @activity.defn(name="durable_agent.load_path")

@@ -78,6 +78,9 @@ BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
+RESET_START_LEAF = "reset-start-leaf-v1"
+"""Patch marker: a reset execution of a run started without a leaf retries from the leaf the
+original execution resolved (issue 15 item 8); recorded only in reset executions."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -342,7 +345,9 @@ class RunWorkflow:
             if leaf is None:
                 leaf = await call_activity(
                     "durable_agent.ensure_session",
-                    EnsureSessionInput(session_id=inp.session_id, agent=inp.agent),
+                    EnsureSessionInput(
+                        session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
+                    ),
                     str,
                     start_to_close=t.store_start_to_close,
                     retry=store_retry(t),
@@ -423,6 +428,21 @@ class RunWorkflow:
             ephemeral=list(self._ephemeral),
             start_leaf_id=self._start_leaf,
         )
+
+
+def _reset_of() -> str | None:
+    """The original run when this execution is an operator's reset of it, else ``None``.
+
+    A reset execution keeps the original's start event, so its ``original_execution_run_id``
+    names another run; a continue-as-new execution carries its leaf and never asks. The patch is
+    taken before looking at run IDs (which a replayer may not reproduce): the answer only feeds
+    an activity argument, so replay stays deterministic whatever it is."""
+    if not workflow.patched(RESET_START_LEAF):
+        return None
+    info = workflow.info()
+    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
+        return None
+    return info.original_execution_run_id
 
 
 def _last_turn(events: list[WireEvent]) -> list[WireEvent]:

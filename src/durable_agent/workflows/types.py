@@ -246,6 +246,8 @@ class EnsureSessionInput(_Model):
     session_id: str
     agent: str
     """Checked first: a run for an unknown agent creates nothing."""
+    reset_of: str | None = None
+    """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
 
 
 class LoadPathInput(_Model):
