@@ -130,7 +130,7 @@ def test_run_show_sessions_state(dev: Dev) -> None:
 
     listed = _json(run_cli(["sessions", "--json"], env))
     assert [row["id"] for row in listed] == ["s1"]
-    assert listed[0]["entries"] == 6
+    assert listed[0]["parent_id"] is None
 
     state = _json(run_cli(["state", "s1", "--json"], env))
     assert state["status"] == "completed"
