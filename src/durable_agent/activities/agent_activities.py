@@ -21,7 +21,13 @@ from temporalio.exceptions import ApplicationError
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import Message, ToolCall, tool_result_message
+from ..ai.messages import (
+    Message,
+    ToolCall,
+    encodable_text,
+    tool_result_message,
+    with_call_ids,
+)
 from ..ai.model import ModelError, ModelRequest
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
@@ -84,7 +90,7 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
         if exc.retry_after:
             next_delay = timedelta(seconds=exc.retry_after)
     return ApplicationError(
-        str(exc),
+        encodable_text(str(exc)),
         *details,
         type=type(exc).__name__,
         non_retryable=(not retryable) if non_retryable is None else non_retryable,
@@ -299,6 +305,8 @@ class AgentActivities:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
             )
+        # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
+        final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
         self._check_size("model reply", final.model_dump_json())
         if inp.stamp is None or cancelled:
             # a cancelled partial is stored by the workflow's cancel path, as in-process
@@ -359,7 +367,7 @@ class AgentActivities:
             return unknown_tool_result(call)
 
         async def report(partial: str) -> None:
-            activity.heartbeat(partial[:1000])
+            activity.heartbeat(encodable_text(partial[:1000]))
 
         ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
         try:
@@ -370,8 +378,9 @@ class AgentActivities:
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
             # the message becomes the result text (SPEC §5.3); the chain stays on the worker
+            # a failure message Temporal cannot encode would fail the activity task itself
             raise ApplicationError(
-                str(exc), type=type(exc).__name__, non_retryable=non_retryable
+                encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
         self._check_size(f"result of tool {call.name!r}", result.model_dump_json())
