@@ -50,6 +50,7 @@ from ..durable.errors import (
 )
 from ..durable.events import Event
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
@@ -203,6 +204,10 @@ class TemporalExecutor:
                     f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
                 )
         assert isinstance(config.factory, str)
+        # a terminated or failed run's write may have landed after it ended (a tool activity
+        # that finished after the termination, an append that timed out and then applied):
+        # adopt it first, so the workflow's repair answers only truly unanswered calls (11.8b)
+        await reconcile(state)
         inp = RunInput(
             session_id=state.session_id,
             run_id=run_id,
