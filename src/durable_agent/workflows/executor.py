@@ -48,6 +48,7 @@ from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
+from ..streaming import DeltaFollower, LiveDeltas, resolve
 from .activity_calls import KIND_KEY, SESSION_ID_KEY
 from .run_timeout import run_timeout_from_env
 from .types import (
@@ -68,6 +69,9 @@ __all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "ru
 logger = logging.getLogger("durable_agent.temporal")
 
 DEFAULT_PAYLOAD_LIMIT = 1_572_864
+LIVE_QUERY_EVERY = 0.25
+"""Longest gap between two ``events`` queries while a reply streams (its deltas are read every
+20 ms meanwhile), so its ``message_end`` receipt follows the last delta quickly."""
 
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
@@ -155,8 +159,12 @@ class TemporalExecutor:
         poll_initial: float = 0.05,
         poll_max: float = 1.0,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        live_deltas: LiveDeltas = "auto",
     ) -> None:
         self.client = client
+        self.live_deltas = live_deltas
+        """Where run streams read live ``message_update`` deltas: by default the channel of the
+        handle's store (the worker publishes on the same one), ``None`` for whole messages."""
         self.task_queue = task_queue
         # "default": DURABLE_AGENT_RUN_TIMEOUT or 24 hours (see run_timeout.py)
         self.execution_timeout = (
@@ -224,10 +232,15 @@ class TemporalExecutor:
         async def request_cancel() -> None:
             await handle.cancel()
 
-        return LocalRunStream(self._pump(state, handle), on_cancel=request_cancel)
+        channel = resolve(self.live_deltas, state.store)
+        follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
+        return LocalRunStream(self._pump(state, handle, follower), on_cancel=request_cancel)
 
     def _pump(
-        self, state: SessionState, handle: WorkflowHandle[Any, RunResult]
+        self,
+        state: SessionState,
+        handle: WorkflowHandle[Any, RunResult],
+        follower: DeltaFollower | None = None,
     ) -> Callable[[Callable[[Event], None]], Any]:
         async def produce(put: Callable[[Event], None]) -> list[Message]:
             result_task = asyncio.ensure_future(_result(handle))
@@ -246,6 +259,9 @@ class TemporalExecutor:
                             )
                         for wire in answer.events:
                             event = event_from_wire(wire)
+                            if follower is not None:  # live deltas go before their message_end
+                                for update in await follower.see(event, wire.position):
+                                    put(update)
                             if event.entries is not None and event.leaf_id is not None:
                                 state.apply_receipt(event.entries, event.leaf_id)
                             inner = event.agent
@@ -275,7 +291,10 @@ class TemporalExecutor:
                         continue
                     if closed:
                         break
-                    await asyncio.wait({result_task}, timeout=delay)
+                    if follower is not None and follower.open:
+                        await follower.follow(put, result_task, min(delay, LIVE_QUERY_EVERY))
+                    else:
+                        await asyncio.wait({result_task}, timeout=delay)
                     delay = min(delay * 2, self.poll_max)
                 try:
                     await result_task
