@@ -429,6 +429,10 @@ class RunWorkflow:
             options=inp.options,
             ephemeral=list(self._ephemeral),
             start_leaf_id=self._start_leaf,
+            # the loop pulls the model call only after the engine recorded its message_start,
+            # the last event so far: its position keys the reply's live deltas
+            run_id=inp.run_id,
+            position=self._next_position - 1,
         )
 
 

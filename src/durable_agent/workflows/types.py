@@ -324,6 +324,10 @@ class CallModelInput(_Model):
     stamp: Stamp | None = None
     """The reply's entry header, reserved by the workflow: the activity commits the reply under
     it (SPEC §7.2). ``None`` (histories from before producer commits): the workflow appends."""
+    run_id: str = ""
+    position: int = 0
+    """The run and the position of the reply's ``message_start``: the key its live deltas are
+    published under (issue 13); ``""``/``0`` publishes none."""
 
 
 class ModelReply(_Model):
