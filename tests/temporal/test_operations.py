@@ -233,7 +233,7 @@ async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> 
     ]
     assert messages_of(stored)[0].text() == "go"
     assert_one_chain(stored)
-    assert one.types() == two.types() == three.types()
+    assert one.recorded_types() == two.recorded_types() == three.recorded_types()
     assert (
         [e.id for e in one.receipts()] == [e.id for e in two.receipts()] == [e.id for e in stored]
     )
