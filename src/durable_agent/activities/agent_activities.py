@@ -30,6 +30,7 @@ from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
 from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
+from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike, publish_one
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -42,6 +43,7 @@ from ..session.repair import start_repairs
 from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import model_view, raw_model_view
+from ..streaming import DeltaKey, LiveDeltas, clear_later, resolve, writer_for
 from ..workflows.types import (
     AppendInput,
     AppendResult,
@@ -61,11 +63,12 @@ from ..workflows.types import (
     event_from_wire,
     stored_times,
 )
+from .reset_leaf import recorded_start_leaf
 from .spec import AgentSpec
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 
-DEFAULT_PAYLOAD_LIMIT = 1_572_864  # 1.5 MiB, under Temporal's 2 MB payload limit
+DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
 STORE_GRACE = 0.5
 """Seconds a store activity runs before it starts heartbeating."""
@@ -128,11 +131,14 @@ class AgentActivities:
         publisher: PublisherLike | None = None,
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        live_deltas: LiveDeltas = "auto",
     ) -> None:
         self.store = store
         self.agents = dict(agents)
         self.publisher = publisher
         self.payload_limit = payload_limit
+        self.deltas = resolve(live_deltas, store)
+        """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -200,6 +206,12 @@ class AgentActivities:
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+        workflow_id = activity.info().workflow_id
+        if inp.reset_of and workflow_id:
+            # a reset retries the run from where it started, not from the newest entry now
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
+            if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
+                return leaf
         return entries[-1].id if entries else ""
 
     @activity.defn(name="durable_agent.load_path")
@@ -254,6 +266,7 @@ class AgentActivities:
             if stored is not None:
                 # committed by an earlier attempt (crash between commit and completion, or a
                 # zombie that won the race): no second model call
+                self._clear_deltas(inp)
                 return _stored_reply(stored)
         p = self._path_in(inp.session_id, entries, inp.leaf_id)
         combined = _with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral])
@@ -267,11 +280,16 @@ class AgentActivities:
         partial: Message | None = None
         final: Message | None = None
         cancelled = False
+        live = writer_for(
+            self.deltas, inp.session_id, inp.run_id, inp.position, activity.info().attempt
+        )
         try:
             async with _heartbeating():
                 async for event in spec.model.stream(request):
                     partial = event.partial
                     activity.heartbeat()
+                    if live is not None:
+                        live.offer(partial)
                     if event.type == "done":
                         final = event.message
         except asyncio.CancelledError:
@@ -289,6 +307,11 @@ class AgentActivities:
             raise application_error(
                 ModelError(f"model call failed: {type(exc).__name__}", retryable=False)
             ) from None
+        finally:
+            if live is not None:
+                live.stop()
+        if live is not None and final is not None:
+            await live.finish(final)  # the whole reply is on the channel before it is stored
         if final is None:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
@@ -296,6 +319,7 @@ class AgentActivities:
         # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
         final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
         self._check_size("model reply", final.model_dump_json())
+        self._clear_deltas(inp)  # after the grace period, when the reply is long stored
         if inp.stamp is None or cancelled:
             # a cancelled partial is stored by the workflow's cancel path, as in-process
             return ModelReply(message=final, cancelled=cancelled)
@@ -306,6 +330,10 @@ class AgentActivities:
             # the run was cancelled while the reply was being written: a started write
             # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
             return _stored_reply(await commit, cancelled=True)
+
+    def _clear_deltas(self, inp: CallModelInput) -> None:
+        if self.deltas is not None and inp.run_id:
+            clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.position))
 
     async def _commit(
         self, session_id: str, stamp: Stamp, message: Message, what: str = "message"

@@ -23,12 +23,21 @@ import hashlib
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
 from .types import RunInput
 
-__all__ = ["INVALID_RUN_INPUT", "InvalidRunInputError", "decode_run_input", "derive_run_id"]
+__all__ = [
+    "INVALID_RUN_INPUT",
+    "InvalidRunInputError",
+    "decode_run_input",
+    "derive_run_id",
+    "read_run_input",
+]
 
 INVALID_RUN_INPUT = "InvalidRunInput"
 """The ``ApplicationError`` type a run with unusable input fails with."""
@@ -43,6 +52,25 @@ class InvalidRunInputError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
         self.field = field
+
+
+def read_run_input(raw: RawValue) -> RunInput:
+    """The run workflow's input, read in workflow code: a problem fails the workflow at once
+    with a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
+    try:
+        inp = decode_run_input(workflow.payload_converter().from_payload(raw.payload))
+    except InvalidRunInputError as exc:
+        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
+    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
+        raise ApplicationError(
+            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
+            type=INVALID_RUN_INPUT,
+            non_retryable=True,
+        ) from None
+    if not inp.run_id:
+        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
+        inp = inp.model_copy(update={"run_id": run_id})
+    return inp
 
 
 def decode_run_input(value: Any) -> RunInput:

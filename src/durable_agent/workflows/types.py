@@ -22,6 +22,7 @@ from ..session.entries import Entry, MessageEntry
 __all__ = [
     "AppendInput",
     "AppendResult",
+    "BodyRefs",
     "CallModelInput",
     "CallToolInput",
     "CompactInput",
@@ -98,6 +99,24 @@ class InputEntry(_Model):
         return decoded
 
 
+class BodyRefs(_Model):
+    """The stored entries an event's message bodies are (see ``event_bodies``).
+
+    A body named here may be left out of the event (``None``) in a query answer or a
+    continue-as-new input; the client reads the entry from the store and puts it back."""
+
+    entry_ids: list[str] | None = None
+    """The receipt's entries (``WireEvent.entries``)."""
+    message: str | None = None
+    """``agent.message``: the entry holding that message."""
+    result: str | None = None
+    """``agent.result`` (``tool_execution_end``)."""
+    args: str | None = None
+    """``agent.args``: the assistant entry whose tool call ``agent.tool_call_id`` has them."""
+    input: list[str] | None = None
+    """``agent.input`` (``turn_start``), one entry per injected message."""
+
+
 class WireEvent(_Model):
     """An :class:`Event` with its position in the run and its entries encoded."""
 
@@ -110,6 +129,8 @@ class WireEvent(_Model):
     leaf_id: str | None = None
     entries: list[str] | None = None
     idempotency_key: str | None = None
+    refs: BodyRefs | None = None
+    """Where the bodies are stored (receipts and events repeating a stored message)."""
 
 
 def event_to_wire(event: Event, position: int = 0) -> WireEvent:
@@ -175,6 +196,8 @@ class RunInput(_Model):
     new_entry_ids: list[str] = Field(default_factory=list)
     next_position: int = 1
     events: list[WireEvent] = Field(default_factory=list)
+    """The last turn's events; since ``bounded-can-v1`` without their message bodies (their
+    ``refs`` name the stored entries), so this input stays a few KB whatever the messages."""
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None
@@ -238,6 +261,8 @@ class EnsureSessionInput(_Model):
     session_id: str
     agent: str
     """Checked first: a run for an unknown agent creates nothing."""
+    reset_of: str | None = None
+    """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
 
 
 class LoadPathInput(_Model):
@@ -299,6 +324,10 @@ class CallModelInput(_Model):
     stamp: Stamp | None = None
     """The reply's entry header, reserved by the workflow: the activity commits the reply under
     it (SPEC §7.2). ``None`` (histories from before producer commits): the workflow appends."""
+    run_id: str = ""
+    position: int = 0
+    """The run and the position of the reply's ``message_start``: the key its live deltas are
+    published under (issue 13); ``""``/``0`` publishes none."""
 
 
 class ModelReply(_Model):
