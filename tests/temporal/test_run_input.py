@@ -35,6 +35,7 @@ ENTRY_WITHOUT_HEADER = json.dumps(
     {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
 )
 """An entry as one writes it by hand: no ``id``, no ``created_at``."""
+NO_ARGUMENT: Any = object()
 
 
 # -- decoding (no server) -----------------------------------------------------------------------
@@ -71,6 +72,21 @@ ENTRY_WITHOUT_HEADER = json.dumps(
         ),
         ({"session_id": "s", "agent": "a", "options": {"max_turns": "3"}}, "options.max_turns", ""),
         ({"session_id": "s", "agent": "a", "leaf_id": 7}, "leaf_id", "string"),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"store_start_to_close": -1}},
+            "timeouts.store_start_to_close",
+            "greater than 0",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"model_max_attempts": -1}},
+            "timeouts.model_max_attempts",
+            "0 (unlimited) or more",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "continue_as_new_after_turns": 0},
+            "continue_as_new_after_turns",
+            "at least 1",
+        ),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -115,9 +131,14 @@ async def production_worker(temporal_client: Client) -> AsyncIterator[tuple[str,
 async def _failure(
     client: Client, value: Any, task_queue: str, workflow_id: str
 ) -> ApplicationError:
-    handle = await client.start_workflow(
-        "durable_agent.run", value, id=workflow_id, task_queue=task_queue
-    )
+    if value is NO_ARGUMENT:  # the UI's Input field left empty
+        handle = await client.start_workflow(
+            "durable_agent.run", id=workflow_id, task_queue=task_queue
+        )
+    else:
+        handle = await client.start_workflow(
+            "durable_agent.run", value, id=workflow_id, task_queue=task_queue
+        )
     with pytest.raises(WorkflowFailureError) as info:
         await asyncio.wait_for(handle.result(), timeout=20)
     cause = info.value.cause
@@ -140,6 +161,12 @@ async def _failure(
         ({"agent": "assistant", "text": "hi"}, "session_id"),
         ({"agent": "assistant", "inputs": [{"role": "user", "content": 3}]}, "inputs[0].content"),
         ("hi", ""),
+        (None, ""),
+        (NO_ARGUMENT, ""),
+        (
+            {"agent": "assistant", "text": "hi", "timeouts": {"store_start_to_close": 0}},
+            "timeouts.store_start_to_close",
+        ),
     ],
 )
 async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
@@ -33,6 +34,7 @@ from .types import RunInput
 
 __all__ = [
     "INVALID_RUN_INPUT",
+    "NO_INPUT",
     "InvalidRunInputError",
     "decode_run_input",
     "derive_run_id",
@@ -54,10 +56,18 @@ class InvalidRunInputError(ValueError):
         self.field = field
 
 
+NO_INPUT = RawValue(Payload())
+"""What the run workflow gets when started without input (the UI's empty Input field)."""
+
+EXAMPLE = '{"session_id": "user-42", "agent": "assistant", "text": "hi"}'
+
+
 def read_run_input(raw: RawValue) -> RunInput:
     """The run workflow's input, read in workflow code: a problem fails the workflow at once
     with a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
     try:
+        if not raw.payload.metadata:
+            raise InvalidRunInputError("", f"invalid run input: none given; expected {EXAMPLE}")
         inp = decode_run_input(workflow.payload_converter().from_payload(raw.payload))
     except InvalidRunInputError as exc:
         raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
@@ -99,6 +109,7 @@ def decode_run_input(value: Any) -> RunInput:
         if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
             expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
             raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    _check_timeouts(inp)
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
@@ -106,6 +117,20 @@ def decode_run_input(value: Any) -> RunInput:
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
     return inp
+
+
+def _check_timeouts(inp: RunInput) -> None:
+    """Durations and attempt counts Temporal would refuse to schedule (a workflow task failure,
+    retried forever) are refused here."""
+    for name, value in inp.timeouts.model_dump().items():
+        if name.endswith("_max_attempts"):
+            if value < 0:  # 0: unlimited, as in Temporal's retry policies
+                raise InvalidRunInputError(f"timeouts.{name}", "must be 0 (unlimited) or more")
+        elif not value > 0:
+            raise InvalidRunInputError(f"timeouts.{name}", "must be greater than 0")
+    after = inp.continue_as_new_after_turns
+    if after is not None and after < 1:
+        raise InvalidRunInputError("continue_as_new_after_turns", "must be at least 1")
 
 
 def derive_run_id(workflow_id: str, session_id: str) -> str:

@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         encoded_size,
         slim,
     )
-    from .run_input import read_run_input
+    from .run_input import NO_INPUT, read_run_input
     from .types import (
         AppendInput,
         AppendResult,
@@ -334,7 +334,7 @@ class RunWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: RawValue) -> RunResult:
+    async def run(self, raw: RawValue = NO_INPUT) -> RunResult:
         inp = read_run_input(raw)
         self._input = inp
         self._events = list(inp.events)
