@@ -63,11 +63,23 @@ def test_configured_secrets_are_the_credential_variables() -> None:
         "GROQ_API_KEY": "gsk_0123456789",
         "GITHUB_TOKEN": "ghp_0123456789",
         "DB_PASSWORD": "hunter2hunter2",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "MY_APIKEY": "0123456789abcdef",
         "AWS_SECRET": "short",
         "HOME": "/root/somewhere",
         "TOKENIZER": "whitespace-tokenizer",
+        "MONKEY": "not-a-credential",
+        "MONGODB_URI": "mongodb://localhost:27017/db",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcloud/creds.json",
+        "SIGNING_KEY": "https://vault.example/key",
     }
-    assert configured_secrets(env) == ["gsk_0123456789", "ghp_0123456789", "hunter2hunter2"]
+    assert configured_secrets(env) == [
+        "gsk_0123456789",
+        "ghp_0123456789",
+        "hunter2hunter2",
+        "wJalrXUtnFEMI/K7MDENG",
+        "0123456789abcdef",
+    ]
 
 
 def hello() -> ModelRequest:

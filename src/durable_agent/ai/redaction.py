@@ -12,8 +12,8 @@ secret it is given:
 
 On top of that it masks what merely looks like a key (``sk-…``, ``Bearer …``, ``api_key=…``), for
 secrets nobody passed. :func:`configured_secrets` lists the credentials an environment holds
-(``*_API_KEY``, ``*_TOKEN``, …), for callers that only know the environment (the worker's error
-path, the CLI).
+(``*_KEY``, ``*_TOKEN``, ``*_SECRET``, …), for callers that only know the environment (the
+worker's error path, the CLI).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ _SUFFIX = 4
 _FUZZY_MIN = 12
 """Shorter secrets are only masked whole: their prefixes could be ordinary words."""
 
-_SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|credential)s?$")
+_NOT_A_KEY = re.compile(r"^[/.~]|^[A-Za-z]:\\|://|\s")
+_SECRET_NAME = re.compile(r"(?i)(?:^|_)(?:api)?(?:key|token|secret|password|passwd|credential)s?$")
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -90,6 +91,13 @@ def _pattern(secret: str) -> re.Pattern[str]:
 
 
 def configured_secrets(env: Mapping[str, str]) -> list[str]:
-    """The values of ``env``'s credential variables (names ending in ``API_KEY``, ``TOKEN``,
-    ``SECRET``, ``PASSWORD`` or ``CREDENTIAL``), at least eight characters long."""
-    return [v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8]
+    """The values of ``env``'s credential variables (names ending in ``_KEY``, ``_APIKEY``,
+    ``_TOKEN``, ``_SECRET``, ``_PASSWORD`` or ``_CREDENTIALS``), at least eight characters.
+
+    Values that name a file or a URL (``GOOGLE_APPLICATION_CREDENTIALS=/etc/creds.json``) or hold
+    spaces are not credentials themselves: masking them would hide paths in every error."""
+    return [
+        v
+        for k, v in env.items()
+        if _SECRET_NAME.search(k) and len(v) >= 8 and not _NOT_A_KEY.search(v)
+    ]
