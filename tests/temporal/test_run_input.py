@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +29,7 @@ from durable_agent.session import SessionNotFoundError, Store
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, create_worker, run_workflow_id
 from durable_agent.workflows.run_input import InvalidRunInputError, decode_run_input
+from tests.support.temporal import temporal_binary
 
 from .helpers import event_types, executor, queue, sid
 
@@ -116,6 +118,11 @@ def test_plain_input_becomes_stamped_messages() -> None:
 # -- on the server ------------------------------------------------------------------------------
 
 
+def pasted_text(session: str) -> str:
+    """The README's input, exactly as an operator pastes it."""
+    return f'{{"session_id": "{session}", "agent": "assistant", "text": "hi"}}'
+
+
 @pytest.fixture
 async def production_worker(temporal_client: Client) -> AsyncIterator[tuple[str, Store]]:
     """A worker as deployed (workflow bugs retry the task), with an agent named ``assistant``."""
@@ -191,7 +198,7 @@ async def test_an_operator_starts_a_run_from_plain_json_with_the_default_convert
     task_queue, store = production_worker
     raw = await Client.connect(address, namespace=temporal_client.namespace)  # default converter
     session = f"user-{uuid.uuid4().hex[:8]}"
-    pasted = json.loads(f'{{"session_id": "{session}", "agent": "assistant", "text": "hi"}}')
+    pasted = json.loads(pasted_text(session))
     handle = await raw.start_workflow(
         "durable_agent.run", pasted, id=run_workflow_id(session, "op1"), task_queue=task_queue
     )
@@ -238,3 +245,18 @@ async def test_an_operator_starts_a_run_from_plain_json_with_the_default_convert
     ]
     stored = await store.load_entries(session)
     assert stored[2].parent_id == stored[1].id
+
+    # the README's shell command, through the temporal CLI
+    wid = run_workflow_id(session, "op-cli")
+    command = [
+        temporal_binary("temporal"),
+        *("workflow", "start", "--address", address, "--namespace", raw.namespace),
+        *("--type", "durable_agent.run", "--task-queue", task_queue, "--workflow-id", wid),
+        *("--execution-timeout", "24h", "--input", pasted_text(session)),
+    ]
+    started = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    third = await asyncio.wait_for(raw.get_workflow_handle(wid).result(), timeout=30)
+    assert third["status"] == "completed" and len(third["new_entry_ids"]) == 2
