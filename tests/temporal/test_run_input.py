@@ -75,6 +75,14 @@ NO_ARGUMENT: Any = object()
         ({"session_id": "s", "agent": "a", "options": {"max_turns": "3"}}, "options.max_turns", ""),
         ({"session_id": "s", "agent": "a", "leaf_id": 7}, "leaf_id", "string"),
         (
+            {"session_id": "s", "agent": "a", "inputs": [{"role": "user", "contnet": "hi"}]},
+            "inputs[0].contnet",
+            "unknown field",
+        ),
+        ({"session_id": "s", "agent": "a", "inputs": [{"text": "hi"}]}, "inputs[0]", "needs"),
+        ({"session_id": "s", "agent": "a", "inputs": ["hi"]}, "inputs[0]", "must be an object"),
+        ({"session_id": "s", "agent": "a", "inputs": {"role": "user"}}, "inputs", "valid list"),
+        (
             {"session_id": "s", "agent": "a", "timeouts": {"store_start_to_close": -1}},
             "timeouts.store_start_to_close",
             "greater than 0",
@@ -105,14 +113,19 @@ def test_plain_input_becomes_stamped_messages() -> None:
         {
             "session_id": "user-42",
             "agent": "assistant",
-            "inputs": [{"role": "user", "content": "context"}],
+            "inputs": [
+                {"role": "user", "content": "context"},
+                {"role": "user", "content": "a nudge", "ephemeral": True},
+            ],
             "text": "hi",
         }
     )
     assert inp.run_id == "" and inp.leaf_id is None
     entries = [item.entry(i) for i, item in enumerate(inp.inputs)]
-    assert [e.id for e in entries] == ["input-0", "input-1"]
-    assert [e.message.text() for e in entries if isinstance(e, MessageEntry)] == ["context", "hi"]
+    assert [e.id for e in entries] == ["input-0", "input-1", "input-2"]
+    assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
+    texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+    assert texts == ["context", "a nudge", "hi"]
 
 
 # -- on the server ------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ Start Workflow form can be filled in by hand (issue 11 item 10)::
 
 ``run_id`` may be left out (the run derives it from the workflow ID), ``text`` is one user message
 (after any ``inputs``), and each ``inputs`` item may be a plain message object without ID or times,
-``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks), which the run
-stamps with its clock. Unknown top-level fields are refused, so a typo cannot go unnoticed.
+``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks; ``"ephemeral":
+true`` for this run only), which the run stamps with its clock. Unknown fields (at the top level
+and in plain messages) are refused, so a typo cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from ..ai.messages import Message
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
 from .types import RunInput
@@ -157,12 +159,21 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
         items.append({"role": "user", "content": text})
     plain: set[int] = set()
     for i, item in enumerate(items):
-        if isinstance(item, dict) and "role" in item and "wire" not in item:
-            message = dict(item)
-            if isinstance(message.get("content"), str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-            items[i] = {"message": message}
-            plain.add(i)
+        if not isinstance(item, dict) or "wire" in item:
+            continue
+        if "role" not in item:
+            raise InvalidRunInputError(
+                f"inputs[{i}]", 'needs "role" and "content" (a message) or "wire" (an entry)'
+            )
+        message = dict(item)
+        unknown = sorted(set(message) - set(Message.model_fields) - {"ephemeral"})
+        if unknown:
+            raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
+        ephemeral = message.pop("ephemeral", False)
+        if isinstance(message.get("content"), str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        items[i] = {"message": message, "ephemeral": ephemeral}
+        plain.add(i)
     data["inputs"] = items
     return data, plain
 
@@ -172,6 +183,9 @@ def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     loc = list(error["loc"])
     if len(loc) >= 3 and loc[0] == "inputs" and loc[1] in plain and loc[2] == "message":
         del loc[2]  # the operator wrote the message itself as the item
+    if loc[0] == "inputs" and len(loc) == 2 and error["type"] == "model_type":
+        problem = 'must be an object: a message ("role", "content") or an entry ("wire")'
+        return f"inputs[{loc[1]}]", problem
     field = ""
     for part in loc:
         if isinstance(part, int):
