@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -21,14 +22,9 @@ from temporalio.exceptions import ApplicationError
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import (
-    Message,
-    ToolCall,
-    encodable_text,
-    tool_result_message,
-    with_call_ids,
-)
+from ..ai.messages import Message, ToolCall, encodable_text, tool_result_message, with_call_ids
 from ..ai.model import ModelError, ModelRequest
+from ..ai.redaction import configured_secrets, redact
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
@@ -80,7 +76,7 @@ STORE_GRACE = 0.5
 
 def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
     """Wrap ``exc`` for Temporal, keeping its type name; secrets never appear because only the
-    message (already sanitized by providers) is kept, not the exception's attributes."""
+    message (sanitized by providers, then redacted of the worker environment's keys) is kept."""
     retryable = isinstance(exc, StoreUnavailableError) or (
         isinstance(exc, ModelError) and exc.retryable
     )
@@ -91,7 +87,7 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
         if exc.retry_after:
             next_delay = timedelta(seconds=exc.retry_after)
     return ApplicationError(
-        encodable_text(str(exc)),
+        redact(encodable_text(str(exc)), configured_secrets(os.environ)),
         *details,
         type=type(exc).__name__,
         non_retryable=(not retryable) if non_retryable is None else non_retryable,
@@ -398,8 +394,7 @@ class AgentActivities:
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
             # the message becomes the result text (SPEC §5.3); the chain stays on the worker
-            # a failure message Temporal cannot encode would fail the activity task itself
-            raise ApplicationError(
+            raise ApplicationError(  # (a message Temporal cannot encode fails the activity task)
                 encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)

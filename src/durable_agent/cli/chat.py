@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,6 +19,7 @@ from rich.text import Text
 from temporalio.client import Client
 
 from ..ai.model import ModelError
+from ..ai.redaction import configured_secrets, redact
 from ..durable.agent import Agent, new
 from ..durable.errors import AgentError, RunCancelledError
 from ..session.entries import Entry, MessageEntry
@@ -264,7 +266,8 @@ def run_chat(
                         f"at leaf {escape(chat.agent.leaf_id)}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
-                    console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+                    shown = redact(str(exc), configured_secrets(os.environ))
+                    console.print(Text.assemble(("error: ", "red"), shown), soft_wrap=True)
         finally:
             runner.run(chat.opened.close())
     return 0

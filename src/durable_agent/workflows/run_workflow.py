@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         encoded_size,
         slim,
     )
-    from .run_input import INVALID_RUN_INPUT, InvalidRunInputError, decode_run_input, derive_run_id
+    from .run_input import NO_INPUT, read_run_input
     from .types import (
         AppendInput,
         AppendResult,
@@ -334,8 +334,8 @@ class RunWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: RawValue) -> RunResult:
-        inp = _run_input(raw)
+    async def run(self, raw: RawValue = NO_INPUT) -> RunResult:
+        inp = read_run_input(raw)
         self._input = inp
         self._events = list(inp.events)
         self._next_position = inp.next_position
@@ -449,26 +449,6 @@ def _reset_of() -> str | None:
     if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
         return None
     return info.original_execution_run_id
-
-
-def _run_input(raw: RawValue) -> RunInput:
-    """Decode the run's input (see :mod:`.run_input`): a problem fails the workflow at once with
-    a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
-    try:
-        value = workflow.payload_converter().from_payload(raw.payload)
-        inp = decode_run_input(value)
-    except InvalidRunInputError as exc:
-        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
-    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        raise ApplicationError(
-            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
-            type=INVALID_RUN_INPUT,
-            non_retryable=True,
-        ) from None
-    if not inp.run_id:
-        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
-        inp = inp.model_copy(update={"run_id": run_id})
-    return inp
 
 
 def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
