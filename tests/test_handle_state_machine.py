@@ -278,8 +278,20 @@ class HandleMachine(RuleBasedStateMachine):
             receipts: list[Entry] = []
             assert await read_all(await starting, receipts) is None
             self.receipts += receipts
-            # the run started from the leaf as the append (and the branch) left it
-            assert receipts[0].parent_id == ((target or None) if branch_first else appended.id)
+            # the run started from the leaf as the append (and the branch) left it, or from
+            # stored results answering that leaf's calls (run-start reconcile, issue 11.8b)
+            expected = target if branch_first else appended.id
+            by_id = {e.id: e for e in self.agent.entries()}
+            start = receipts[0].parent_id or ""
+            while start != expected:
+                assert start in by_id, (
+                    f"the run started at {receipts[0].parent_id}, off {expected!r}"
+                )
+                node = by_id[start]
+                assert isinstance(node, MessageEntry) and node.message.role == "tool_result", (
+                    f"the run started at {receipts[0].parent_id}, not at {expected!r}"
+                )
+                start = node.parent_id or ""
 
         self.run(scenario())
 
