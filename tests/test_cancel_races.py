@@ -3,7 +3,7 @@
 Each race holds one write open after it reached the store (:class:`GatedStore`, a slow ``fsync``)
 and delivers a cancellation, or starts another verb, inside that window. Afterwards the handle's
 log must equal the store's, nothing may be stored twice as siblings, and every receipt must name
-a stored entry. The same windows on the Temporal executor are in tests/temporal/test_cancel_races.py.
+a stored entry. The same windows on the Temporal executor: tests/temporal/test_cancel_races.py.
 """
 
 from __future__ import annotations
