@@ -52,7 +52,11 @@ class RunEffects(Protocol):
     def new_id(self) -> str: ...
 
     async def commit(self, stamped: Stamped) -> None:
-        """Store ``stamped.durable`` in one append (and apply it to the handle's state)."""
+        """Store ``stamped.durable`` in one append (and apply it to the handle's state).
+
+        A store error raised from elsewhere (an activity's failure) names the original error
+        type in a ``kind`` attribute, so the engine can tell a store refusal it answers (an
+        oversized tool result) from one that fails the run."""
         ...
 
     async def emit(self, event: Event) -> None:
@@ -72,6 +76,16 @@ def aborted_message(partial: Message | None) -> Message | None:
     if not content:
         return None
     return with_call_ids(partial.model_copy(update={"content": content, "stop_reason": "aborted"}))
+
+
+def _too_large(exc: BaseException | None) -> str | None:
+    """``tool execution failed: EntryTooLargeError: …`` if ``exc`` is the store refusing an
+    entry as too large: raised here, or reported by a remote commit (see RunEffects.commit)."""
+    if isinstance(exc, EntryTooLargeError):
+        return failure_text(exc)
+    if exc is not None and getattr(exc, "kind", None) == EntryTooLargeError.__name__:
+        return f"tool execution failed: {EntryTooLargeError.__name__}: {exc}"
+    return None
 
 
 class RunEngine:
@@ -260,13 +274,13 @@ class RunEngine:
             entry = self._entry(message)
             return await self.persist([entry], "persist message", reserved), message
         except PersistError as exc:
-            cause = exc.__cause__
-            if message.role != "tool_result" or not isinstance(cause, EntryTooLargeError):
+            refusal = _too_large(exc.__cause__)
+            if message.role != "tool_result" or refusal is None:
                 raise
             stand_in = error_tool_result_message(
                 message.tool_call_id or "",
                 message.tool_name or "",
-                failure_text(cause),
+                refusal,
                 timestamp=self.effects.now(),
             )
             return await self.persist([self._entry(stand_in)], "persist message"), stand_in
