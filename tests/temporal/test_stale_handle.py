@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from temporalio.client import (
-    Client,
-    Interceptor,
-    OutboundInterceptor,
-    QueryWorkflowInput,
-)
+from temporalio.client import Client
 
 from durable_agent import EventGapError, Reply, RunActiveError, ScriptedModel, new, tool
 from durable_agent.ai import ModelEvent, ModelRequest
@@ -33,36 +27,12 @@ from tests.temporal.helpers import (
     queue,
     sid,
 )
+from tests.temporal.query_gate import QueryGate
 
 pytestmark = pytest.mark.temporal
 
 HOLD_AT = 3
 """The model call after this many tool results waits for the test (the run goes on meanwhile)."""
-
-
-class QueryGate(Interceptor):
-    """Holds ``events`` queries while ``open`` is clear; ``answered`` is set after each answer."""
-
-    def __init__(self) -> None:
-        self.open = asyncio.Event()
-        self.answered = asyncio.Event()
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Gated(next, self)
-
-
-class _Gated(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, gate: QueryGate) -> None:
-        super().__init__(next)
-        self.gate = gate
-
-    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
-        if input.query == "events":
-            await self.gate.open.wait()
-        answer = await super().query_workflow(input)
-        if input.query == "events":
-            self.gate.answered.set()
-        return answer
 
 
 class HeldModel:
@@ -103,9 +73,8 @@ async def count(n: int) -> str:
 
 async def test_a_broken_stream_keeps_the_handle_busy_then_resyncs(temporal_client: Client) -> None:
     gate = QueryGate()
-    config = temporal_client.config()
-    config["interceptors"] = [gate]
-    client = Client(**config)
+    gate.open.clear()  # the stream hears nothing until the run is three executions on
+    client = gate.client(temporal_client)
     lm, store, q = HeldModel(), MemoryStore(), queue()
     async with running_worker(
         temporal_client, store, {"counter": AgentSpec(model=lm, tools=[count])}, task_queue=q
