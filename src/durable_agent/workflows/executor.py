@@ -50,11 +50,13 @@ from ..durable.errors import (
 )
 from ..durable.events import Event
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
+from ..streaming import DeltaFollower, LiveDeltas, resolve
 from .activity_calls import KIND_KEY, SESSION_ID_KEY
 from .event_bodies import hydrate
 from .run_timeout import run_timeout_from_env
@@ -76,6 +78,9 @@ __all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "ru
 logger = logging.getLogger("durable_agent.temporal")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT
+LIVE_QUERY_EVERY = 0.25
+"""Longest gap between two ``events`` queries while a reply streams (its deltas are read every
+20 ms meanwhile), so its ``message_end`` receipt follows the last delta quickly."""
 
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
@@ -163,8 +168,12 @@ class TemporalExecutor:
         poll_initial: float = 0.05,
         poll_max: float = 1.0,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        live_deltas: LiveDeltas = "auto",
     ) -> None:
         self.client = client
+        self.live_deltas = live_deltas
+        """Where run streams read live ``message_update`` deltas: by default the channel of the
+        handle's store (the worker publishes on the same one), ``None`` for whole messages."""
         self.task_queue = task_queue
         # "default": DURABLE_AGENT_RUN_TIMEOUT or 24 hours (see run_timeout.py)
         self.execution_timeout = (
@@ -203,6 +212,10 @@ class TemporalExecutor:
                     f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
                 )
         assert isinstance(config.factory, str)
+        # a terminated or failed run's write may have landed after it ended (a tool activity
+        # that finished after the termination, an append that timed out and then applied):
+        # adopt it first, so the workflow's repair answers only truly unanswered calls (11.8b)
+        await reconcile(state)
         inp = RunInput(
             session_id=state.session_id,
             run_id=run_id,
@@ -232,17 +245,22 @@ class TemporalExecutor:
         async def request_cancel() -> None:
             await handle.cancel()
 
-        return LocalRunStream(self._pump(state, handle), on_cancel=request_cancel)
+        channel = resolve(self.live_deltas, state.store)
+        follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
+        return LocalRunStream(self._pump(state, handle, follower), on_cancel=request_cancel)
 
     def _pump(
-        self, state: SessionState, handle: WorkflowHandle[Any, RunResult]
+        self,
+        state: SessionState,
+        handle: WorkflowHandle[Any, RunResult],
+        follower: DeltaFollower | None = None,
     ) -> Callable[[Callable[[Event], None]], Any]:
         async def produce(put: Callable[[Event], None]) -> list[Message]:
             result_task = asyncio.ensure_future(_result(handle))
             produced: list[Message] = []
             try:
                 try:
-                    await self._follow(state, handle, result_task, put, produced)
+                    await self._follow(state, handle, result_task, put, produced, follower)
                 except Exception:
                     # The stream broke (a gap, a failed query or store read) while the run may
                     # go on: the handle stays busy until the run ends, then takes its log and
@@ -270,9 +288,12 @@ class TemporalExecutor:
         result_task: asyncio.Future[RunResult],
         put: Callable[[Event], None],
         produced: list[Message],
+        follower: DeltaFollower | None,
     ) -> None:
         """Poll ``events(after)`` until ``agent_end`` or the run's end, applying each receipt
-        and putting each event (bodies the answer left out read back from the store)."""
+        and putting each event (bodies the answer left out read back from the store); while a
+        reply streams, ``follower`` puts its live deltas (read from the store's delta channel)
+        before the reply's ``message_end``."""
         after, delay = 0, self.poll_initial
         while True:
             closed = result_task.done()
@@ -287,6 +308,9 @@ class TemporalExecutor:
                 ended = False
                 for wire in answer.events:
                     event = hydrate(wire, bodies)
+                    if follower is not None:  # live deltas go before their message_end
+                        for update in await follower.see(event, wire.position):
+                            put(update)
                     if event.entries is not None and event.leaf_id is not None:
                         state.apply_receipt(event.entries, event.leaf_id)
                     inner = event.agent
@@ -314,7 +338,10 @@ class TemporalExecutor:
                 continue
             if closed:
                 return
-            await asyncio.wait({result_task}, timeout=delay)
+            if follower is not None and follower.open:
+                await follower.follow(put, result_task, min(delay, LIVE_QUERY_EVERY))
+            else:
+                await asyncio.wait({result_task}, timeout=delay)
             delay = min(delay * 2, self.poll_max)
 
     async def _query_events(

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         encoded_size,
         slim,
     )
+    from .run_input import INVALID_RUN_INPUT, InvalidRunInputError, decode_run_input, derive_run_id
     from .types import (
         AppendInput,
         AppendResult,
@@ -78,6 +79,9 @@ BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
+RESET_START_LEAF = "reset-start-leaf-v1"
+"""Patch marker: a reset execution of a run started without a leaf retries from the leaf the
+original execution resolved (issue 15 item 8); recorded only in reset executions."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -330,7 +334,8 @@ class RunWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, inp: RunInput) -> RunResult:
+    async def run(self, raw: RawValue) -> RunResult:
+        inp = _run_input(raw)
         self._input = inp
         self._events = list(inp.events)
         self._next_position = inp.next_position
@@ -342,7 +347,9 @@ class RunWorkflow:
             if leaf is None:
                 leaf = await call_activity(
                     "durable_agent.ensure_session",
-                    EnsureSessionInput(session_id=inp.session_id, agent=inp.agent),
+                    EnsureSessionInput(
+                        session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
+                    ),
                     str,
                     start_to_close=t.store_start_to_close,
                     retry=store_retry(t),
@@ -376,7 +383,7 @@ class RunWorkflow:
             AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=_ActivityTools(self, {i.name: i for i in info.tools}),
         )
-        inputs = [i.entry() for i in inp.inputs]
+        inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
         try:
             receipt = []
             if not inp.resumed:
@@ -422,7 +429,46 @@ class RunWorkflow:
             options=inp.options,
             ephemeral=list(self._ephemeral),
             start_leaf_id=self._start_leaf,
+            # the loop pulls the model call only after the engine recorded its message_start,
+            # the last event so far: its position keys the reply's live deltas
+            run_id=inp.run_id,
+            position=self._next_position - 1,
         )
+
+
+def _reset_of() -> str | None:
+    """The original run when this execution is an operator's reset of it, else ``None``.
+
+    A reset execution keeps the original's start event, so its ``original_execution_run_id``
+    names another run; a continue-as-new execution carries its leaf and never asks. The patch is
+    taken before looking at run IDs (which a replayer may not reproduce): the answer only feeds
+    an activity argument, so replay stays deterministic whatever it is."""
+    if not workflow.patched(RESET_START_LEAF):
+        return None
+    info = workflow.info()
+    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
+        return None
+    return info.original_execution_run_id
+
+
+def _run_input(raw: RawValue) -> RunInput:
+    """Decode the run's input (see :mod:`.run_input`): a problem fails the workflow at once with
+    a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
+    try:
+        value = workflow.payload_converter().from_payload(raw.payload)
+        inp = decode_run_input(value)
+    except InvalidRunInputError as exc:
+        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
+    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
+        raise ApplicationError(
+            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
+            type=INVALID_RUN_INPUT,
+            non_retryable=True,
+        ) from None
+    if not inp.run_id:
+        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
+        inp = inp.model_copy(update={"run_id": run_id})
+    return inp
 
 
 def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
