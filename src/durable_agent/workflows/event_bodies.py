@@ -20,6 +20,7 @@ from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..durable.errors import AgentError
 from ..durable.events import Event
+from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from .types import BodyRefs, WireEvent, event_from_wire
 
@@ -79,6 +80,20 @@ class BodyTracker:
                 # result the store refused, a reply's empty start): it travels inline or not
                 self._awaiting = []
         events.append(wire if refs == BodyRefs() else wire.model_copy(update={"refs": refs}))
+
+    def adopt(self, carried: list[WireEvent]) -> list[WireEvent]:
+        """The events a continue-as-new input carried, as this execution's first events: those
+        carried whole (by executions from before ``bounded-can-v1``) get their bodies named
+        here, so a query can still leave their bodies out."""
+        events: list[WireEvent] = []
+        for wire in carried:
+            if wire.refs is not None:
+                events.append(wire)
+                continue
+            ids = None if wire.entries is None else [decode_entry(w).id for w in wire.entries]
+            self.record(events, wire, ids)
+        self._awaiting = []
+        return events
 
     def _receipt(self, events: list[WireEvent], agent: AgentEvent, entry_id: str) -> None:
         """Name ``entry_id`` in the earlier events of the turn that repeat its message."""

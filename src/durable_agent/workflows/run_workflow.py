@@ -337,7 +337,7 @@ class RunWorkflow:
     async def run(self, raw: RawValue) -> RunResult:
         inp = _run_input(raw)
         self._input = inp
-        self._events = list(inp.events)
+        self._events = self._bodies.adopt(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
         t = inp.timeouts
