@@ -2,10 +2,11 @@
 
 One run of ``turns`` tool turns, each with a ``size``-byte reply and a ``size``-byte tool result,
 continued-as-new after every turn. Read from the server: the decoded size of every
-``WorkflowExecutionContinuedAsNew`` input. Side by side, what the same turns' events weighed with
-their bodies (the carry before ``bounded-can-v1``: the last turn's events as recorded, computed
-from the events the client received, re-encoded whole): with 1 MB messages that exceeds
-Temporal's 2 MB limit, so before the change such a run never got past its first continue-as-new.
+``WorkflowExecutionContinuedAsNew`` input (now: the last two turns' events, bodies left out).
+Side by side, what the carry before ``bounded-can-v1`` weighed: the last turn's events with their
+bodies, computed from the events the client received, re-encoded whole. With 1 MB messages that
+exceeds Temporal's 2 MB limit, so before the change such a run never got past its first
+continue-as-new (the workflow task failed on every attempt until the run timed out).
 
 Standalone: ``.venv/bin/python bench/_can_size.py`` (starts its own dev server, ~15 s). In
 ``temporal_bench.py``: ``results["can_size"] = await bench_can_size(client, store)`` and
@@ -125,11 +126,8 @@ def print_can_size(res: dict[str, Any]) -> None:
         f"{res['message_bytes'] / 1e6:.1f} MB reply + tool result, continued after every turn"
     )
     carried = res["can_input_bytes"]
-    print(f"  carried input now:            {', '.join(f'{n:,} B' for n in carried)}")
-    print(
-        f"  the turn's events with bodies: {res['bodies_bytes']:,} B "
-        "(the carry before bounded-can-v1; over the 2,097,152-byte limit, the run wedged)"
-    )
+    print(f"  before (last turn, bodies):  {res['bodies_bytes']:,} B  > 2,097,152: the run wedged")
+    print(f"  after (last 2 turns, IDs):   {', '.join(f'{n:,} B' for n in carried)}")
     print(f"  run of {res['turns']} turns: {res['run_seconds']:.1f} s")
 
 
