@@ -312,12 +312,13 @@ class RunWorkflow:
         due = forced is not None and self._turns_this_execution >= forced
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
-        last_turn = _last_turn(self._events)
         if workflow.patched(BOUNDED_CAN):
             # positions and entry IDs, not message bodies: the input stays a few KB whatever
             # the messages (issue 16), so it can hold the last two turns, and a client that
             # polled just before the previous turn's end does not see a gap
             last_turn = carried(_last_turn(self._events, turns=CARRIED_TURNS))
+        else:
+            last_turn = _last_turn(self._events)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
