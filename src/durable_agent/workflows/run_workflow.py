@@ -77,6 +77,8 @@ PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
 BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
+CARRIED_TURNS = 2
+"""Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
 RESET_START_LEAF = "reset-start-leaf-v1"
@@ -310,10 +312,13 @@ class RunWorkflow:
         due = forced is not None and self._turns_this_execution >= forced
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
-        last_turn = _last_turn(self._events)
         if workflow.patched(BOUNDED_CAN):
-            # positions and entry IDs, not message bodies: the input stays a few KB (issue 16)
-            last_turn = carried(last_turn)
+            # positions and entry IDs, not message bodies: the input stays a few KB whatever
+            # the messages (issue 16), so it can hold the last two turns, and a client that
+            # polled just before the previous turn's end does not see a gap
+            last_turn = carried(_last_turn(self._events, turns=CARRIED_TURNS))
+        else:
+            last_turn = _last_turn(self._events)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
@@ -337,7 +342,7 @@ class RunWorkflow:
     async def run(self, raw: RawValue = NO_INPUT) -> RunResult:
         inp = read_run_input(raw)
         self._input = inp
-        self._events = list(inp.events)
+        self._events = self._bodies.adopt(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
         t = inp.timeouts
@@ -451,13 +456,16 @@ def _reset_of() -> str | None:
     return info.original_execution_run_id
 
 
-def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
-    """The events since the last ``turn_start`` (what continue-as-new carries)."""
+def _last_turn(events: list[WireEvent], turns: int = 1) -> list[WireEvent]:
+    """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
+    seen = 0
     for i in range(len(events) - 1, -1, -1):
         agent = events[i].agent
         if agent is not None and agent.type == "turn_start":
-            return events[i:]
-    return events[-50:]
+            seen += 1
+            if seen == turns:
+                return events[i:]
+    return events[-50 * turns :] if seen == 0 else events
 
 
 def store_summary(entries: list[Any]) -> str:

@@ -196,8 +196,9 @@ class RunInput(_Model):
     new_entry_ids: list[str] = Field(default_factory=list)
     next_position: int = 1
     events: list[WireEvent] = Field(default_factory=list)
-    """The last turn's events; since ``bounded-can-v1`` without their message bodies (their
-    ``refs`` name the stored entries), so this input stays a few KB whatever the messages."""
+    """The last turn's events; since ``bounded-can-v1`` the last two turns' events without
+    their message bodies (their ``refs`` name the stored entries), so this input stays a few KB
+    whatever the messages."""
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None
