@@ -96,6 +96,12 @@ _LOAD_BATCH_SIZE = 100_000
 _T = TypeVar("_T")
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a side task's outcome as retrieved (its error, if any, is reported elsewhere)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _now_ms() -> datetime:
     """The current UTC time truncated to milliseconds, the precision of a BSON date.
 
@@ -225,13 +231,21 @@ class MongoStore:
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            await self._require_session(sid)
-            cursor = self._entries.find(
-                {"session_id": sid},
-                {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
-                batch_size=_LOAD_BATCH_SIZE,
-            ).sort("seq", ASCENDING)
-            docs = [doc async for doc in cursor]
+            # The existence check goes out alongside the fetch (one round trip of latency, not
+            # two); a missing session still raises, whatever the fetch found.
+            check = asyncio.ensure_future(self._require_session(sid))
+            check.add_done_callback(_retrieve)
+            try:
+                cursor = self._entries.find(
+                    {"session_id": sid},
+                    {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
+                    batch_size=_LOAD_BATCH_SIZE,
+                ).sort("seq", ASCENDING)
+                docs = [doc async for doc in cursor]
+            except BaseException:
+                check.cancel()
+                raise
+            await check
         for doc in docs:
             seq = doc.get("seq")
             if not isinstance(seq, int) or isinstance(seq, bool):
