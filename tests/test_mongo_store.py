@@ -506,17 +506,26 @@ async def test_cancelled_conflicting_append_still_rolls_back(
 
 
 async def test_retry_after_a_stored_prefix_completes_in_batch_order(
-    mongo_database: AsyncDatabase[Any], sync_db: Any
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """What a failure other than a conflict may leave, a prefix, is completed by the retry."""
-    store = MongoStore(mongo_database)
+    """What a failure other than a conflict may leave, a prefix, is completed by the retry.
+
+    The retry's insert stops at the first stored entry; the rest goes in on the numbers the
+    retry already reserved (one reservation per append, also on this path).
+    """
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
     batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(6)]
     await store.append_entries("s1", batch[:2])  # the prefix a failed call left
+    commands.log.clear()
     await store.append_entries("s1", batch)
+    assert commands.names().count("findAndModify") == 1
+    assert commands.names().count("insert") == 2
     await store.append_entries("s1", batch)  # and a retry of the retry
     assert ids(await store.load_entries("s1")) == ids(batch)
-    assert sync_db.entries.count_documents({"session_id": "s1"}) == 6
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert seqs == [0, 1, 2, 3, 4, 5]  # the numbers of the stored prefix are not wasted
 
 
 async def test_counter_moving_backwards_keeps_order_and_loses_nothing(

@@ -102,18 +102,23 @@ class BatchWriter:
         twice. An ordered insert stops at the first error, so the entries before it are ours and
         stored; the rest is re-planned against what is stored: identical content is skipped,
         different content rolls back what this call inserted and raises ``EntryConflictError``,
-        and whatever is still missing gets fresh numbers in the next round.
+        and whatever is still missing goes in the next round, on the unused numbers of this
+        call's block when the collision was a stored entry (the usual retry: no second
+        reservation), else on fresh ones.
         """
         ours: list[str] = []  # _ids of the documents this call inserted
+        block = range(0)  # reserved numbers this call has not used yet
         for _ in range(_MAX_WRITE_ROUNDS):
-            first = await self._reserve(sid, len(todo))
+            if len(block) < len(todo):
+                first = await self._reserve(sid, len(todo))
+                block = range(first, first + len(todo))
             keys = [entry_key(sid, entry.id) for entry, _ in todo]
             docs = [
                 {
                     "_id": keys[offset],
                     "session_id": sid,
                     "entry_id": entry.id,
-                    "seq": first + offset,
+                    "seq": block[offset],
                     "type": entry.type,
                     "created_at": entry.created_at,
                     "wire": wire,
@@ -130,11 +135,17 @@ class BatchWriter:
                 return
             stop = _first_error_index(race)
             ours.extend(keys[:stop])
+            rest = todo[stop:]
             try:
-                todo = await self._unstored(sid, todo[stop:])
+                todo = await self._unstored(sid, rest)
             except EntryConflictError:
                 await self._roll_back(sid, ours)
                 raise
+            # The entry that collided is stored: the numbers from its own on are still ours and
+            # the next round needs no reservation. Otherwise its number was taken (a counter
+            # that is not atomic) and the next round reserves fresh ones.
+            entry_was_stored = not todo or todo[0][0] is not rest[0][0]
+            block = block[stop:] if entry_was_stored else range(0)
             if not todo:
                 return
         raise StoreUnavailableError(
