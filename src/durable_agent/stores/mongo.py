@@ -308,3 +308,44 @@ class MongoStore:
         self._writes.discard(task)
         if not task.cancelled():
             task.exception()
+
+    # -- retention (RetentionStore) -------------------------------------------------------------
+
+    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
+        """One page of session records, newest ``created_at`` first, then by ID; reads the
+        ``sessions`` collection only (never entries). A damaged session document is skipped."""
+        from ..session.store import check_page
+
+        check_page(limit, offset)
+        projection = {"parent_id": 1, "created_at": 1}
+        with self._errors("listing sessions"):
+            cursor = (
+                self._sessions.find({}, projection)
+                .sort([("created_at", -1), ("_id", 1)])
+                .skip(offset)
+                .limit(limit)
+            )
+            docs = [doc async for doc in cursor]
+        records = []
+        for doc in docs:
+            try:
+                records.append(
+                    SessionRecord(
+                        id=doc["_id"], parent_id=doc.get("parent_id"), created_at=doc["created_at"]
+                    )
+                )
+            except (KeyError, ValidationError):
+                continue
+        return records
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session document, then its entries; ``SessionNotFoundError`` if there is
+        no such session. The document goes first: an append after it finds no session to reserve
+        numbers on and raises ``SessionNotFoundError``."""
+        sid = validate_session_id(session_id)
+        with self._errors(f"session {sid!r}"):
+            deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
+            if deleted.deleted_count == 0:
+                raise SessionNotFoundError(sid)
+            await self._complete(self._entries.delete_many({"session_id": sid}))
+        self._floors.pop(sid, None)
