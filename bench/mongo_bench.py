@@ -3,16 +3,19 @@
 Figures, per implementation side by side:
 
 - append latency p50/p99 for 1-entry and 10-entry batches, one session, sequential calls;
-- load time of a 10k-entry session (fetch plus decoding every entry) and, for the stores, the
-  server's share alone (the raw ``find``);
+- load time of a 10k-entry session (fetch plus decoding every entry), for the stores the
+  server's share alone (the raw ``find``), and the collection's size per message (``collStats``):
+  FerretDB parses every stored document of the collection on each load, so its load time
+  follows those bytes;
 - entries/s with 20 concurrent sessions, each task appending 1-entry batches to its own session.
 
-Implementations: ``after`` is today's ``MongoStore``; ``--baseline`` adds ``before``, the store
-of main at a0d23ef (``bench/_mongo_baseline.py``, a verbatim copy), so one run prints before and
-after side by side; ``--peer`` adds the OpenAI Agents SDK's ``MongoDBSession`` (needs the
-``openai-agents`` package: run with ``.venv-peers/bin/python``, see ``make bench-peers``) and
-checks the issue 12 targets against it (10-entry append p50 <= 1.5x, 10k load <= 2x, 1-entry
-append p50 <= 1.1x). Sides alternate which goes first in every scenario.
+Implementations (they take turns call by call in the append and load scenarios, so load
+spikes on a shared machine hit them alike): ``after`` is today's ``MongoStore``; ``--baseline``
+adds ``before``, the store of main at a0d23ef (``bench/_mongo_baseline.py``, a verbatim copy),
+so one run prints before and after side by side; ``--peer`` adds the OpenAI Agents SDK's
+``MongoDBSession`` (needs the ``openai-agents`` package: run with ``.venv-peers/bin/python``, see
+``make bench-peers``) and checks the issue 12 targets against it (10-entry append p50 <= 1.5x,
+10k load <= 2x, 1-entry append p50 <= 1.1x).
 
 Each scenario of each side gets a fresh database: FerretDB's SQLite backend pushes only ``_id``
 equality down to SQL and scans the whole collection for other filters, so leftovers would slow
@@ -142,48 +145,69 @@ def fresh_db(tag: str) -> str:
 
 
 async def bench_append(
-    client: AsyncMongoClient[Any], open_side: Opener, batch: int, calls: int
-) -> dict[str, float]:
-    db = fresh_db(f"append{batch}")
-    side = await open_side(client, db, "s")
-    await side.append(0, batch)  # warm-up, same on every side: indexes, connections
-    samples = []
+    client: AsyncMongoClient[Any], openers: dict[str, Opener], batch: int, calls: int
+) -> dict[str, dict[str, float]]:
+    """Append latency, the sides taking turns call by call (so load spikes on a shared machine
+    hit every side alike), each in its own database."""
+    dbs = {name: fresh_db(f"append{batch}_{name}") for name in openers}
+    sides = {name: await open_side(client, dbs[name], "s") for name, open_side in openers.items()}
+    for side in sides.values():
+        await side.append(0, batch)  # warm-up, same on every side: indexes, connections
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
     for k in range(1, calls + 1):
-        began = time.perf_counter()
-        await side.append(k * batch, batch)
-        samples.append((time.perf_counter() - began) * 1000)
-    assert await side.count() == (calls + 1) * batch
-    await client.drop_database(db)
-    return {"p50_ms": statistics.median(samples), "p99_ms": percentile(samples, 0.99)}
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            began = time.perf_counter()
+            await sides[name].append(k * batch, batch)
+            samples[name].append((time.perf_counter() - began) * 1000)
+    out = {}
+    for name, side in sides.items():
+        assert await side.count() == (calls + 1) * batch
+        await client.drop_database(dbs[name])
+        got = samples[name]
+        out[name] = {"p50_ms": statistics.median(got), "p99_ms": percentile(got, 0.99)}
+    return out
 
 
 async def bench_load(
-    client: AsyncMongoClient[Any], open_side: Opener, step: int, repeats: int, raw: bool
-) -> dict[str, float]:
-    """Median load of a 10k-message session. Stores build it in 1000-entry appends (one
-    document per entry whatever the batch), the peer in 10-message appends (one document per
-    append: the layout a chat of 5-turn appends gets)."""
-    db = fresh_db("load")
-    side = await open_side(client, db, "big")
-    for start in range(0, LOAD_SIZE, step):
-        await side.append(start, step)
-    assert await side.count() == LOAD_SIZE  # also the warm-up load
-    totals, fetches = [], []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        assert await side.count() == LOAD_SIZE
-        totals.append((time.perf_counter() - began) * 1000)
-        if raw:
+    client: AsyncMongoClient[Any], openers: dict[str, Opener], repeats: int
+) -> dict[str, dict[str, float]]:
+    """Median load of a 10k-message session, the sides taking turns load by load. The peer is
+    built in 10-message appends (one document per append: the layout a chat of 5-turn appends
+    gets), the stores in 1000-entry appends (one document per entry whatever the batch, and the
+    baseline's 10-entry appends would take minutes on a loaded machine)."""
+    dbs = {name: fresh_db(f"load_{name}") for name in openers}
+    sides = {name: await open_side(client, dbs[name], "big") for name, open_side in openers.items()}
+    for name, side in sides.items():
+        step = 10 if name == "peer" else 1000
+        for start in range(0, LOAD_SIZE, step):
+            await side.append(start, step)
+        assert await side.count() == LOAD_SIZE  # also the warm-up load
+    totals: dict[str, list[float]] = {name: [] for name in sides}
+    fetches: dict[str, list[float]] = {name: [] for name in sides if name != "peer"}
+    names = list(sides)
+    for k in range(repeats):
+        for name in names[k % len(names) :] + names[: k % len(names)]:
             began = time.perf_counter()
-            cursor = client[db]["entries"].find(
-                {"session_id": "big"}, {"_id": 0, "seq": 1, "wire": 1}, batch_size=100_000
-            )
-            assert len(await cursor.sort("seq", 1).to_list(None)) == LOAD_SIZE
-            fetches.append((time.perf_counter() - began) * 1000)
-    await client.drop_database(db)
-    out = {"total_ms": statistics.median(totals), "total_min_ms": min(totals)}
-    if fetches:
-        out["server_fetch_ms"] = statistics.median(fetches)
+            assert await sides[name].count() == LOAD_SIZE
+            totals[name].append((time.perf_counter() - began) * 1000)
+            if name in fetches:
+                began = time.perf_counter()
+                cursor = client[dbs[name]]["entries"].find(
+                    {"session_id": "big"}, {"_id": 0, "seq": 1, "wire": 1}, batch_size=100_000
+                )
+                assert len(await cursor.sort("seq", 1).to_list(None)) == LOAD_SIZE
+                fetches[name].append((time.perf_counter() - began) * 1000)
+    out = {}
+    for name in names:
+        figures = {"total_ms": statistics.median(totals[name]), "total_min_ms": min(totals[name])}
+        if name in fetches:
+            figures["server_fetch_ms"] = statistics.median(fetches[name])
+        coll = "agent_messages" if name == "peer" else "entries"
+        stats = await client[dbs[name]].command("collStats", coll)
+        figures["bytes_per_message"] = stats.get("size", 0) / LOAD_SIZE  # what a load reads
+        await client.drop_database(dbs[name])
+        out[name] = figures
     return out
 
 
@@ -209,30 +233,31 @@ async def bench_concurrent(
 
 
 async def run(uri: str, names: list[str], quick: bool) -> dict[str, dict[str, Any]]:
-    openers: dict[str, Opener] = {"after": store_opener(MongoStore), "peer": open_peer}
+    known: dict[str, Opener] = {"after": store_opener(MongoStore), "peer": open_peer}
     if "before" in names:
         from _mongo_baseline import MongoStore as BaselineStore
 
-        openers["before"] = store_opener(BaselineStore)
+        known["before"] = store_opener(BaselineStore)
+    openers = {name: known[name] for name in names}
     calls1, calls10, loads, per_session = (60, 30, 3, 20) if quick else (200, 100, 5, 50)
     client: AsyncMongoClient[Any] = AsyncMongoClient(uri, serverSelectionTimeoutMS=5000)
     results: dict[str, dict[str, Any]] = {name: {} for name in names}
     try:
-        scenarios: list[tuple[str, Callable[[str], Awaitable[dict[str, float]]]]] = [
-            ("append_1", lambda n: bench_append(client, openers[n], 1, calls1)),
-            ("append_10", lambda n: bench_append(client, openers[n], 10, calls10)),
-            (
-                "load_10k",
-                lambda n: bench_load(
-                    client, openers[n], 10 if n == "peer" else 1000, loads, n != "peer"
-                ),
-            ),
-            ("concurrent_20", lambda n: bench_concurrent(client, openers[n], 20, per_session)),
-        ]
-        for k, (key, scenario) in enumerate(scenarios):
-            for name in names[k % len(names) :] + names[: k % len(names)]:  # rotate who goes first
-                results[name][key] = await scenario(name)
+        for key, figures in (
+            ("append_1", await bench_append(client, openers, 1, calls1)),
+            ("append_10", await bench_append(client, openers, 10, calls10)),
+            ("load_10k", await bench_load(client, openers, loads)),
+        ):
+            for name, values in figures.items():
+                results[name][key] = values
             print(f"  {key} done", file=sys.stderr, flush=True)
+        for name in names * 2:  # twice, alternating; each run has the server to itself
+            got = await bench_concurrent(client, openers[name], 20, per_session)
+            results[name].setdefault("concurrent_runs", []).append(got["entries_per_s"])
+        for name in names:
+            runs = results[name].pop("concurrent_runs")
+            results[name]["concurrent_20"] = {"entries_per_s": statistics.median(runs)}
+        print("  concurrent_20 done", file=sys.stderr, flush=True)
     finally:
         await client.close()
     return results
@@ -245,6 +270,7 @@ ROWS = [
     ("append 10-entry batch, p99", "ms", "append_10", "p99_ms"),
     ("load 10k entries (fetch + decode)", "ms", "load_10k", "total_ms"),
     ("load 10k: server fetch alone", "ms", "load_10k", "server_fetch_ms"),
+    ("load 10k: stored bytes per message", "bytes", "load_10k", "bytes_per_message"),
     ("20 concurrent sessions, 1-entry appends", "entries/s", "concurrent_20", "entries_per_s"),
 ]
 
