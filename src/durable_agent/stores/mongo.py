@@ -15,10 +15,12 @@ check, and the database the referee between concurrent writers, without multi-do
 transactions (the store runs on a standalone ``mongod`` and on FerretDB). Only a duplicate key
 costs more: the entries from the one that collided on are looked up by ``_id`` and re-planned
 (identical: skipped; different: a conflict), and what is still missing is inserted in a second
-``insert_many``, on the unused numbers of the same reservation. A reservation that is never used
-leaves a gap in ``seq``, which is harmless. The reservation cannot be folded into the insert: the
-insert carries the numbers, and guessing them (from what this object last wrote) would place an
-entry *before* others whenever another process appended in between and left a gap.
+``insert_many``, on the unused numbers of the same reservation when the entries found stored
+all sit below them (else on fresh ones, so a batch is always stored in order). A reservation
+that is never used leaves a gap in ``seq``, which is harmless. The reservation cannot be folded
+into the insert: the insert carries the numbers, and guessing them (from what this object last
+wrote) would place an entry *before* others whenever another process appended in between and
+left a gap.
 
 **A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
 (projection ``entry_id, seq, wire``; one large cursor batch) go out together.
@@ -32,8 +34,8 @@ entry *before* others whenever another process appended in between and left a ga
   cancelled caller).
 - any other failure (the server goes away mid-insert, ``StoreUnavailableError``): at most a
   *prefix* of the batch's new entries, in batch order, each with its final content; a retry of
-  the same batch skips that prefix by idempotency and writes the rest. If the server goes away during a
-  conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
+  the same batch skips that prefix by idempotency and writes the rest. If the server goes away
+  during a conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
 
 The one window the delete leaves: a *different* batch that shares an entry with the conflicting
 one, written at the same moment, can find that entry stored (identical), skip it and succeed just
