@@ -108,9 +108,10 @@ class BatchWriter:
         """
         ours: list[str] = []  # _ids of the documents this call inserted
         block = range(0)  # reserved numbers this call has not used yet
+        above = 0  # the next numbers must be at least this: above entries found stored
         for _ in range(_MAX_WRITE_ROUNDS):
             if len(block) < len(todo):
-                first = await self._reserve(sid, len(todo))
+                first = await self._reserve(sid, len(todo), above)
                 block = range(first, first + len(todo))
             keys = [entry_key(sid, entry.id) for entry, _ in todo]
             docs = [
@@ -151,13 +152,16 @@ class BatchWriter:
             entry_was_stored = todo[0][0] is not rest[0][0]
             below = highest is not None and highest < block[stop]
             block = block[stop:] if entry_was_stored and below else range(0)
+            if highest is not None:
+                above = max(above, highest + 1)
         raise StoreUnavailableError(
             f"session {sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
         ) from race
 
-    async def _reserve(self, sid: str, count: int) -> int:
-        """Reserve ``count`` sequence numbers; the first one (never below this object's floor)."""
+    async def _reserve(self, sid: str, count: int, above: int = 0) -> int:
+        """Reserve ``count`` sequence numbers; the first one, never below this object's floor
+        nor ``above`` (the counter is ahead of both on MongoDB, not always on FerretDB)."""
         try:
             reserved = await self._sessions.find_one_and_update(
                 {"_id": sid},
@@ -170,7 +174,7 @@ class BatchWriter:
             raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
         if reserved is None:
             raise SessionNotFoundError(sid)
-        first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
+        first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0), above)
         # Claim the block locally at once, so concurrent appends through this object never
         # pick overlapping numbers even when the server's counter lost an increment.
         self._floors.raise_to(sid, first + count)
