@@ -24,7 +24,7 @@ from ..durable.errors import AgentError
 from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
 from ..workflows.config import TemporalConfigError
 from .appdef import AppLoadError
-from .commands import NotFound, UsageError
+from .commands import NotFound, StoreMismatchError, UsageError
 from .entry import missing_extra
 from .procs import ProcessError
 from .sessionscmd import NotConfirmed
@@ -116,6 +116,7 @@ FAILURES = (
     AgentError,
     ModelError,
     TimeoutError,
+    StoreMismatchError,
 )
 
 
