@@ -21,6 +21,8 @@ EXTRAS = {
     "motor": "motor",
     "openai": "openai",
     "anthropic": "anthropic",
+    "cryptography": "encryption",
+    "opentelemetry": "otel",
 }
 """Top-level module -> the extra of ``durable-agent`` that installs it."""
 
