@@ -361,6 +361,9 @@ def test_a_worker_on_another_store_is_one_line(dev: Dev, tmp_path: Path) -> None
     assert "SessionNotFoundError" not in result.stderr
     assert not (other / "mm1.jsonl").exists(), "nothing created in the wrong store"
     assert not (_sessions_dir(dev) / "mm1.jsonl").exists()
+    chat = run_cli(["chat", "mm3", "--store", f"file:{other}"], dev.env)
+    assert chat.returncode == 1 and "use another store" in chat.stderr, chat.stderr
+    assert not (other / "mm3.jsonl").exists()
     # the same store under another name is the same store: IDs are compared, not specs
     alias = tmp_path / "alias"
     alias.symlink_to(_sessions_dir(dev))
@@ -456,6 +459,21 @@ def test_run_from_an_earlier_leaf(dev: Dev) -> None:
     assert shown["leaf_id"] == rooted["leaf_id"]
     bogus = run_cli(["run", "b1", "hi", "--leaf", "nosuch"], dev.env)
     assert bogus.returncode == 3 and "no entry 'nosuch' in session 'b1'" in bogus.stderr
+
+
+def test_a_chat_left_without_a_word_leaves_no_session(dev: Dev) -> None:
+    """15.17: opening a chat on a new session and leaving it creates nothing."""
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "e1"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("e1 ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert not (_sessions_dir(dev) / "e1.jsonl").exists()
 
 
 SGR = r"(?:\x1b\[[0-9;]*m)*"
