@@ -5,7 +5,9 @@ message); now it reads one page of session records (``list_sessions``: each file
 The bench builds ``--sessions`` sessions of ``--entries`` entries each, then times the command as
 a user runs it (a subprocess, interpreter start included), on the ``src/`` of git revision
 ``--baseline`` (default ``main``) and on this tree, side by side: the default page (100) and
-every session (``--limit`` = all) for the new code.
+every session (``--limit`` = all) for the new code. A second table times the listing alone in
+process (no interpreter start): the old per-session record and entries loads against
+``list_sessions``.
 
 Run: ``.venv/bin/python bench/sessions_list_bench.py`` (``--sessions 1000 --entries 50``,
 ``--repeat 3``).
@@ -48,6 +50,33 @@ async def build(root: Path, sessions: int, entries: int) -> None:
         await store.append_entries(sid, batch)
 
 
+async def in_process(root: Path, sessions: int, repeat: int) -> list[tuple[str, float]]:
+    """The listing alone, without interpreter start: what the old command did per session
+    (its record, then every entry), against one page and all records of ``list_sessions``."""
+    store = FileStore(root, fsync=False)
+    ids = await asyncio.to_thread(lambda: sorted(p.stem for p in root.glob("*.jsonl")))
+
+    async def before() -> None:
+        for sid in ids:
+            await store.load_session(sid)
+            await store.load_entries(sid)
+
+    cases = [
+        ("before: records + all entries", before),
+        ("after: list_sessions page", lambda: store.list_sessions()),
+        ("after: list_sessions all", lambda: store.list_sessions(limit=sessions)),
+    ]
+    out = []
+    for label, call in cases:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - start)
+        out.append((label, statistics.median(times)))
+    return out
+
+
 def export_src(ref: str, into: Path) -> Path:
     """The ``src/`` directory of git revision ``ref``, extracted under ``into``."""
     archive = subprocess.run(
@@ -87,6 +116,7 @@ def main() -> None:
         before_src = export_src(opts.baseline, work / "baseline")
         spec = ["--store", f"file:{store}", "--json"]
         rows = [
+            ("start only (sessions --help)", ROOT / "src", ["sessions", "--help"]),
             (f"before ({opts.baseline}), all", before_src, ["sessions", *spec]),
             ("after, first page (100)", ROOT / "src", ["sessions", *spec]),
             (
@@ -101,7 +131,10 @@ def main() -> None:
         )
         for label, src, args in rows:
             seconds = time_command(src, args, opts.repeat, work)
-            print(f"  {label:<28} {seconds:7.2f} s")
+            print(f"  {label:<30} {seconds:7.2f} s")
+        print("in process, the listing alone (same store, same run)")
+        for label, seconds in asyncio.run(in_process(store, opts.sessions, opts.repeat)):
+            print(f"  {label:<30} {seconds:7.3f} s")
 
 
 if __name__ == "__main__":
