@@ -25,7 +25,7 @@ from ..durable.errors import AgentError
 from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
 from ..workflows.config import TemporalConfigError
 from .appdef import AppLoadError
-from .commands import NotFound, UsageError
+from .commands import NotFound, StoreMismatchError, UsageError
 from .entry import missing_extra
 from .procs import ProcessError
 from .sessionscmd import NotConfirmed
@@ -118,6 +118,7 @@ FAILURES = (
     AgentError,
     ModelError,
     TimeoutError,
+    StoreMismatchError,
 )
 
 
