@@ -54,8 +54,10 @@ with workflow.unsafe.imports_passed_through():
         RunState,
         Stamp,
         StoredTimes,
+        Timeouts,
         ToolCallRef,
         ToolInfo,
+        ToolReply,
         WireEvent,
         event_to_wire,
         with_stored_times,
@@ -66,6 +68,8 @@ __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 QUERY_BUDGET = 1_000_000
 PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
+TOOL_COMMIT = "tool-commit-v1"
+"""Patch marker: executions started before it append every tool result in a second activity."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -557,41 +561,71 @@ class _ActivityModel:
 
 class _ActivityTools:
     """Runs each tool call as a ``call_tool`` activity with the tool's own retry policy; a call
-    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3)."""
+    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3).
+
+    **Who commits a result** (issue 10 item 2). A call that runs alone (a turn's only call, or
+    one of a turn's sequential calls) gets a stamp, parent = the current leaf, and ``call_tool``
+    commits its result under it (stamp-first lookup: a result that is stored never runs again),
+    so the tool leg costs one activity. A turn's *parallel* calls get no stamp: their results
+    are committed by the engine, one receipt each, in call order, after all of them finished.
+    Producers committing concurrently would land in completion order, and SPEC §2.1 resumes from
+    the **last entry in append order** while §4.4 chains results **in call order**: a reopened
+    handle (or a run terminated mid-batch) would resume from the wrong result, or from a chain
+    with a hole where an earlier call's result never landed. Committing after the batch keeps
+    append order == chain order; a crash mid-batch loses nothing either, because the results
+    of finished calls are in the workflow's history and are not run again.
+    """
 
     def __init__(self, wf: RunWorkflow, tools: dict[str, ToolInfo]) -> None:
         self.wf = wf
         self.tools = tools
 
+    def _runs_alone(self, call: ToolCall) -> bool:
+        """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
+        there are several and every called tool is parallel-safe."""
+        engine = self.wf._engine
+        assert engine is not None
+        turn = next((m for m in reversed(engine.produced) if m.role == "assistant"), None)
+        calls = [c for c in turn.tool_calls() if not c.server] if turn is not None else [call]
+        infos = [self.tools.get(c.name) for c in calls]
+        return not (len(calls) > 1 and all(i is not None and i.parallel_safe for i in infos))
+
+    def _stamp(self, call: ToolCall) -> Stamp | None:
+        engine = self.wf._engine
+        assert engine is not None
+        if not self._runs_alone(call) or not workflow.patched(TOOL_COMMIT):
+            return None
+        return Stamp(
+            id=workflow_id_new(),
+            parent_id=engine.leaf_id or None,
+            created_at=format_time(workflow.now()),
+        )
+
     async def execute(
         self, tool: Tool | None, call: ToolCall, report: Callable[[str], Awaitable[None]]
     ) -> Message:
-        inp = self.wf._input
-        assert inp is not None
+        inp, engine = self.wf._input, self.wf._engine
+        assert inp is not None and engine is not None
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
-        # Tool results are still stored by the engine (append_entries), not by call_tool: a
-        # terminated run's tool activity can finish after the termination, and its committed
-        # result would then sit beside the next run's "interrupted" repair (issue 11 item 8b:
-        # the run start must reconcile first). call_tool already honours a stamp.
+        stamp = self._stamp(call)
+        t = inp.timeouts
         try:
-            return await call_activity(
+            answer: Message | ToolReply = await call_activity(
                 "durable_agent.call_tool",
                 CallToolInput(
                     session_id=inp.session_id,
                     agent=inp.agent,
                     call=call.model_dump(mode="json"),
+                    stamp=stamp,
                 ),
-                Message,
+                Message if stamp is None else ToolReply,
                 start_to_close=info.timeout,
-                heartbeat=inp.timeouts.tool_heartbeat,
-                retry=RetryPolicy(
-                    initial_interval=timedelta(seconds=info.initial_interval),
-                    backoff_coefficient=info.backoff,
-                    maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
-                    maximum_attempts=info.max_attempts,
-                    non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
-                ),
-                summary=f"tool {call.name}",
+                heartbeat=t.tool_heartbeat,
+                retry=tool_retry(info, t),
+                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
+                # a stamped attempt may commit while a cancel is on its way: wait for its
+                # outcome, so a stored result gets its receipt instead of a cancelled sibling
+                wait_for_cancel=stamp is not None,
             )
         except ActivityError as exc:
             if _cancelled(exc):
@@ -607,3 +641,23 @@ class _ActivityTools:
                 is_error=True,
                 timestamp=workflow.now(),
             )
+        if isinstance(answer, Message):
+            return answer
+        assert stamp is not None
+        if workflow.cancellation_reason() is not None:
+            self.wf._cancel_deferred = True  # recorded first, then the cancellation proceeds
+        self.wf._committed[stamp.id] = answer.stored
+        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
+        return answer.message
+
+
+def tool_retry(info: ToolInfo, t: Timeouts) -> RetryPolicy:
+    """The tool's own retry policy (attempts, backoff); a crashed worker is noticed by the
+    heartbeat timeout, as for model calls."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=info.initial_interval),
+        backoff_coefficient=info.backoff,
+        maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
+        maximum_attempts=info.max_attempts,
+        non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
+    )
