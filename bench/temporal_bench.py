@@ -76,6 +76,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import _bare_workflow  # noqa: E402
+from _compare import print_side_by_side, run_against  # noqa: E402
 from _servers import start_dev_server  # noqa: E402
 from _stats import pct, summary  # noqa: E402
 
@@ -692,9 +693,11 @@ def print_crash(res: dict[str, Any]) -> None:
         t = r["timeouts"]
         what = "tool" if name.endswith("_tool") else "model call"
         beat = t["tool_heartbeat"] if name.endswith("_tool") else t["model_heartbeat"]
+        retry = "the tool's retry policy" if name.endswith("_tool") else "retry_initial="
+        retry += "" if name.endswith("_tool") else f"{t['retry_initial']} s"
         print(
             f"  {what}, {name.removesuffix('_tool')} Timeouts (heartbeat={beat} s, "
-            f"retry_initial={t['retry_initial']} s; worker sticky timeout 2 s):"
+            f"{retry}; worker sticky timeout 2 s):"
         )
         print(
             f"      kill -> new worker ready        {fmt(r['kill_to_new_worker_ready'], 's', 1, 2)}"
@@ -777,6 +780,66 @@ async def worker_main(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()
 
 
+# -- before/after ------------------------------------------------------------------------------
+
+
+def figures(res: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline figures of one run, as (label, value) rows for the side-by-side table."""
+    rows: list[tuple[str, str]] = []
+    h = res.get("history")
+    if h:
+        n = h["turns"]
+        r, o = h["runs"], h["one_run"]
+        rows += [
+            ("(a) run() call 1: events / B", f"{r['turn1']['events']} / {r['turn1']['bytes']}"),
+            (
+                f"(a) run() call {n}: events / B",
+                f"{r[f'turn{n}']['events']} / {r[f'turn{n}']['bytes']}",
+            ),
+            ("(a) model turn 1: +events / +B", f"{o['turn1']['events']} / {o['turn1']['bytes']}"),
+            (
+                f"(a) model turn {n}: +events / +B",
+                f"{o[f'turn{n}']['events']} / {o[f'turn{n}']['bytes']}",
+            ),
+        ]
+    b = res.get("overhead")
+    if b:
+        for label, key in [
+            ("bare activity round trip", "bare_activity"),
+            ("model turn", "model_turn"),
+            ("tool leg", "tool_leg"),
+            ("full tool-calling turn", "full_tool_turn"),
+            ("bare one-activity workflow", "bare_workflow"),
+            ("one-turn run", "one_turn_run"),
+        ]:
+            p50, p95 = b[key + "_p50"]["median"], b[key + "_p95"]["median"]
+            rows.append((f"(b) {label} p50 / p95", f"{p50 * 1000:.1f} / {p95 * 1000:.1f} ms"))
+        for label, key in [
+            ("model turn / bare activity", "model_turn_vs_bare_activity"),
+            ("one-turn run / bare workflow", "one_turn_run_vs_bare_workflow"),
+        ]:
+            p50, p95 = b[f"ratio_{key}_p50"]["median"], b[f"ratio_{key}_p95"]["median"]
+            rows.append((f"(b) {label} p50 / p95", f"{p50:.2f}x / {p95:.2f}x"))
+    c = res.get("crash")
+    if c:
+        d = c["call_seconds"]
+        for key, label in [
+            ("default", "model, default"),
+            ("short", "model, short"),
+            ("default_tool", "tool, default"),
+            ("short_tool", "tool, short"),
+        ]:
+            if key in c:
+                done = c[key]["kill_to_completed"]["median"]
+                rows.append(
+                    (
+                        f"(c) crash {label}: kill->done (beyond call)",
+                        f"{done:.2f} s ({done - d:+.2f} s)",
+                    )
+                )
+    return rows
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -785,7 +848,10 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="temporal-bench-"))
     dynamic = {TRANSFER_RPS_KEY: args.transfer_rps} if args.transfer_rps else {}
     server = await start_dev_server(root / "server", dynamic_config=dynamic)
+    import durable_agent
+
     results: dict[str, Any] = {
+        "library": str(Path(durable_agent.__file__).parent),
         "server": "temporal server start-dev, SQLite + WAL",
         "store": args.store,
         "sandbox": "passthrough durable_agent" if args.passthrough else "create_worker default",
@@ -870,12 +936,26 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the dev server's {TRANSFER_RPS_KEY} (0: the server default, 20)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--compare",
+        metavar="REV",
+        help="also run the same parts against git revision REV (a worktree) and print both",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.command == "worker":
         asyncio.run(worker_main(args))
         return 0
+    before = None
+    if args.compare:
+        before = run_against(
+            SCRIPT, args.compare, sys.argv[1:] if argv is None else argv, args.keep
+        )
+        print("=== after: this worktree ===", flush=True)
     results = asyncio.run(bench_main(args))
+    if before is not None:
+        results["before"] = before
+        print_side_by_side(figures(before), figures(results), before["revision"], "this worktree")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
         print(f"figures written to {args.json}")
