@@ -21,13 +21,20 @@ from temporalio.exceptions import ApplicationError
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import Message, ToolCall, tool_result_message
+from ..ai.messages import (
+    Message,
+    ToolCall,
+    encodable_text,
+    tool_result_message,
+    with_call_ids,
+)
 from ..ai.model import ModelError, ModelRequest
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
 from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
+from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike, publish_one
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -40,6 +47,7 @@ from ..session.repair import start_repairs
 from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import model_view, raw_model_view
+from ..streaming import DeltaKey, LiveDeltas, clear_later, resolve, writer_for
 from ..workflows.types import (
     AppendInput,
     AppendResult,
@@ -59,11 +67,12 @@ from ..workflows.types import (
     event_from_wire,
     stored_times,
 )
+from .reset_leaf import recorded_start_leaf
 from .spec import AgentSpec
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 
-DEFAULT_PAYLOAD_LIMIT = 1_572_864  # 1.5 MiB, under Temporal's 2 MB payload limit
+DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
 STORE_GRACE = 0.5
 """Seconds a store activity runs before it starts heartbeating."""
@@ -82,7 +91,7 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
         if exc.retry_after:
             next_delay = timedelta(seconds=exc.retry_after)
     return ApplicationError(
-        str(exc),
+        encodable_text(str(exc)),
         *details,
         type=type(exc).__name__,
         non_retryable=(not retryable) if non_retryable is None else non_retryable,
@@ -126,11 +135,14 @@ class AgentActivities:
         publisher: PublisherLike | None = None,
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        live_deltas: LiveDeltas = "auto",
     ) -> None:
         self.store = store
         self.agents = dict(agents)
         self.publisher = publisher
         self.payload_limit = payload_limit
+        self.deltas = resolve(live_deltas, store)
+        """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -198,6 +210,12 @@ class AgentActivities:
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+        workflow_id = activity.info().workflow_id
+        if inp.reset_of and workflow_id:
+            # a reset retries the run from where it started, not from the newest entry now
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
+            if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
+                return leaf
         return entries[-1].id if entries else ""
 
     @activity.defn(name="durable_agent.load_path")
@@ -252,6 +270,7 @@ class AgentActivities:
             if stored is not None:
                 # committed by an earlier attempt (crash between commit and completion, or a
                 # zombie that won the race): no second model call
+                self._clear_deltas(inp)
                 return _stored_reply(stored)
         p = self._path_in(inp.session_id, entries, inp.leaf_id)
         combined = _with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral])
@@ -265,11 +284,16 @@ class AgentActivities:
         partial: Message | None = None
         final: Message | None = None
         cancelled = False
+        live = writer_for(
+            self.deltas, inp.session_id, inp.run_id, inp.position, activity.info().attempt
+        )
         try:
             async with _heartbeating():
                 async for event in spec.model.stream(request):
                     partial = event.partial
                     activity.heartbeat()
+                    if live is not None:
+                        live.offer(partial)
                     if event.type == "done":
                         final = event.message
         except asyncio.CancelledError:
@@ -287,11 +311,19 @@ class AgentActivities:
             raise application_error(
                 ModelError(f"model call failed: {type(exc).__name__}", retryable=False)
             ) from None
+        finally:
+            if live is not None:
+                live.stop()
+        if live is not None and final is not None:
+            await live.finish(final)  # the whole reply is on the channel before it is stored
         if final is None:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
             )
+        # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
+        final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
         self._check_size("model reply", final.model_dump_json())
+        self._clear_deltas(inp)  # after the grace period, when the reply is long stored
         if inp.stamp is None or cancelled:
             # a cancelled partial is stored by the workflow's cancel path, as in-process
             return ModelReply(message=final, cancelled=cancelled)
@@ -302,6 +334,10 @@ class AgentActivities:
             # the run was cancelled while the reply was being written: a started write
             # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
             return _stored_reply(await commit, cancelled=True)
+
+    def _clear_deltas(self, inp: CallModelInput) -> None:
+        if self.deltas is not None and inp.run_id:
+            clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.position))
 
     async def _commit(
         self, session_id: str, stamp: Stamp, message: Message, what: str = "message"
@@ -363,7 +399,7 @@ class AgentActivities:
             return unknown_tool_result(call)
 
         async def report(partial: str) -> None:
-            activity.heartbeat(partial[:1000])
+            activity.heartbeat(encodable_text(partial[:1000]))
 
         ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
         try:
@@ -374,8 +410,9 @@ class AgentActivities:
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
             # the message becomes the result text (SPEC §5.3); the chain stays on the worker
+            # a failure message Temporal cannot encode would fail the activity task itself
             raise ApplicationError(
-                str(exc), type=type(exc).__name__, non_retryable=non_retryable
+                encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
         self._check_size(f"result of tool {call.name!r}", result.model_dump_json())

@@ -50,3 +50,7 @@ class AgentEvent(BaseModel):
     """``agent_end``: every message the run produced."""
     usage: Usage | None = None
     """``agent_end``: the run's total usage."""
+    restart: bool = False
+    """``message_update`` on Temporal: the model call was retried (a worker crashed mid-stream)
+    and this partial starts the reply over; discard what the earlier updates showed. In process
+    (and on every other event) always ``False``."""

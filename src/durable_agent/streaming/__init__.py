@@ -4,7 +4,27 @@ A model call's partial message is published as patches keyed by (session_id, run
 its ``message_start``); a reader rebuilds the exact partial messages. The stored entry always wins.
 """
 
-from .channel import DeltaKey, MemoryDeltas
+from .auto import LiveDeltas, channel_for, resolve
+from .channel import Cursor, DeltaChannel, DeltaKey, MemoryDeltas
+from .file_deltas import FileDeltas
+from .follow import DeltaFollower
 from .patch import Delta, apply_patch, diff_patch
+from .writer import DeltaWriter, clear_later, writer_for
 
-__all__ = ["Delta", "DeltaKey", "MemoryDeltas", "apply_patch", "diff_patch"]
+__all__ = [
+    "Cursor",
+    "Delta",
+    "DeltaChannel",
+    "DeltaFollower",
+    "DeltaKey",
+    "DeltaWriter",
+    "FileDeltas",
+    "LiveDeltas",
+    "MemoryDeltas",
+    "apply_patch",
+    "channel_for",
+    "clear_later",
+    "diff_patch",
+    "resolve",
+    "writer_for",
+]

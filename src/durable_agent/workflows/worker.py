@@ -16,8 +16,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
+from ..streaming import LiveDeltas
 from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
@@ -102,11 +104,12 @@ async def create_worker(
     store: Store,
     agents: Mapping[str, Any],
     publisher: PublisherLike | None = None,
-    payload_limit: int = 1_572_864,
+    payload_limit: int = PAYLOAD_LIMIT,
     register_search_attribute: bool = True,
     max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
+    live_deltas: LiveDeltas = "auto",
     **worker_options: Any,
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
@@ -114,6 +117,9 @@ async def create_worker(
     The three limits are per worker process (see the ``DEFAULT_*`` constants for why the defaults
     are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
     value raises ``ValueError`` before anything connects.
+
+    ``live_deltas`` is where model calls publish their streaming replies for clients (issue 13):
+    by default the store's own channel, ``None`` for none.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
@@ -131,7 +137,9 @@ async def create_worker(
         worker_options["max_concurrent_workflow_tasks"] = max_concurrent_workflow_tasks
     if register_search_attribute:
         await ensure_search_attribute(client)
-    activities = AgentActivities(store, agents, publisher, payload_limit=payload_limit)
+    activities = AgentActivities(
+        store, agents, publisher, payload_limit=payload_limit, live_deltas=live_deltas
+    )
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     # durable_agent is deterministic in workflow code (clock and IDs come through RunEffects), so
     # it is passed through instead of being re-imported for every workflow (about 250 ms each).

@@ -1,0 +1,138 @@
+"""The client side: turn a run's delta channel into ``message_update`` events.
+
+:class:`DeltaFollower` watches the run's recorded events (from the workflow's ``events`` query)
+for an assistant ``message_start``, reads that reply's deltas while it streams, and yields each
+rebuilt partial as a ``message_update``, as the in-process stream does (SPEC §6.1). A delta is
+taken only if it is the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later attempt:
+the model call was retried (a crashed worker), and that first update carries ``restart=True``.
+A client attaching late jumps straight to the latest attempt, and once ``message_end`` is
+recorded it gets no deltas at all for that reply. At ``message_end`` the stored message wins: if
+what was shown is not exactly its content, one last update brings it there (``restart=True`` when
+that is not an extension of what was shown), so the text a consumer built always ends equal to
+the stored message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ..agent.events import AgentEvent
+from ..ai.messages import Message
+from ..durable.events import Event
+from ..session.entries import MessageEntry
+from .channel import Cursor, DeltaChannel, DeltaKey
+from .patch import Delta, apply_patch, diff_patch
+
+__all__ = ["DEFAULT_POLL", "DeltaFollower"]
+
+logger = logging.getLogger("durable_agent.streaming")
+
+DEFAULT_POLL = 0.02
+"""Seconds between two reads of the channel while a reply streams."""
+
+
+def _extends(shown: Message, final: Message) -> bool:
+    """Whether ``final``'s content only grows ``shown``'s (text appended, blocks added)."""
+    patch = diff_patch(shown, final)
+    if patch is None:
+        return True
+    _, size, ops = patch
+    kept = len(shown.content)
+    return size >= kept and all(op == "+" or i >= kept for i, op, _ in ops)
+
+
+class DeltaFollower:
+    """Follows the streaming replies of one run, one at a time."""
+
+    def __init__(
+        self, channel: DeltaChannel, session_id: str, run_id: str, *, poll: float = DEFAULT_POLL
+    ) -> None:
+        self.channel = channel
+        self.session_id = session_id
+        self.run_id = run_id
+        self.poll_every = poll
+        self._key: DeltaKey | None = None
+        self._cursor: Cursor = (0, 0)
+        self._head: dict[str, Any] = {}
+        self._blocks: list[dict[str, Any]] = []
+        self._shown: Message | None = None
+
+    @property
+    def open(self) -> bool:
+        """A reply is streaming (its ``message_start`` seen, its ``message_end`` not yet)."""
+        return self._key is not None
+
+    def _wrap(self, inner: AgentEvent) -> Event:
+        return Event(type="agent", session_id=self.session_id, agent=inner)
+
+    async def see(self, event: Event, position: int) -> list[Event]:
+        """Call with each recorded event before delivering it; returns the updates that go first."""
+        inner = event.agent
+        if inner is None or inner.message is None or inner.message.role != "assistant":
+            return []
+        if inner.type == "message_start":
+            self._key = DeltaKey(self.session_id, self.run_id, position)
+            self._cursor, self._head, self._blocks, self._shown = (0, 0), {}, [], None
+            return []
+        if inner.type != "message_end" or self._key is None:
+            return []
+        stored = event.entries[0] if event.entries else None
+        final = stored.message if isinstance(stored, MessageEntry) else inner.message
+        out: list[Event] = []
+        if self._shown is not None:  # nothing shown: a late client gets no deltas, as promised
+            out = await self.poll()
+            shown = self._shown
+            if shown.content != final.content:
+                restart = not _extends(shown, final)
+                out.append(
+                    self._wrap(AgentEvent(type="message_update", message=final, restart=restart))
+                )
+        self._key, self._shown = None, None
+        return out
+
+    async def poll(self) -> list[Event]:
+        """The updates published since the last poll (``[]`` on a channel error: best effort)."""
+        key = self._key
+        if key is None:
+            return []
+        try:
+            deltas = await self.channel.read(key, self._cursor)
+        except Exception as exc:
+            logger.debug("reading live deltas of %s: %s", key.name(), exc)
+            return []
+        return [self._wrap(e) for e in self._take(deltas)]
+
+    def _take(self, deltas: list[Delta]) -> list[AgentEvent]:
+        attempt, seq = self._cursor
+        starts = [d.attempt for d in deltas if d.seq == 1 and d.attempt > attempt]
+        target = max(starts, default=attempt)
+        out: list[AgentEvent] = []
+        for delta in deltas:
+            if delta.attempt != target:
+                continue
+            restart = False
+            if delta.attempt > attempt:
+                # seq 1 of a later attempt: the call was retried, the reply starts over
+                restart = self._shown is not None
+                self._head, self._blocks = {}, []
+            elif delta.seq != seq + 1:
+                break  # a hole (a lost write): wait for a later attempt or the stored message
+            self._head, self._blocks, message = apply_patch(self._head, self._blocks, delta)
+            attempt, seq = delta.attempt, delta.seq
+            self._cursor, self._shown = (attempt, seq), message
+            out.append(AgentEvent(type="message_update", message=message, restart=restart))
+        return out
+
+    async def follow(self, put: Any, done: asyncio.Future[Any], duration: float) -> None:
+        """Poll for ``duration`` seconds (or until ``done``), handing each update to ``put``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + duration
+        while True:
+            for update in await self.poll():
+                put(update)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or done.done():
+                return
+            await asyncio.wait({done}, timeout=min(self.poll_every, remaining))
