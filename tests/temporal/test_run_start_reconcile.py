@@ -22,7 +22,7 @@ from durable_agent.session import INTERRUPTED_TEXT
 from durable_agent.session.tree import path as tree_path
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
-from tests.support.late_store import LateStore, is_tool_result, results_for
+from tests.support.late_store import LateStore, is_tool_result, is_user, results_for
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -142,4 +142,32 @@ async def test_a_tool_that_commits_after_its_run_was_terminated_is_adopted_not_r
         "carry on",
         "seen ['', 'ran anyway', 'carry on']",
     ]
+    assert [e.id for e in agent.entries()] == [e.id for e in stored]
+
+
+async def test_an_input_append_that_lands_after_the_run_failed_joins_the_path(
+    temporal_client: Client,
+) -> None:
+    """Not a tool result: the client learns the failed run's scheduled entry IDs from its
+    history, and the next run start adopts the ones that landed."""
+    inner = MemoryStore()
+    late, q = LateStore(inner), queue()
+    lm = ScriptedModel(["reply"])
+    async with running_worker(temporal_client, late, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a",
+            store=inner,
+            session_id=sid("late-input"),
+            executor=executor(temporal_client, q, timeouts=ONE_TRY),
+        )
+        late.hold_next(is_user)
+        failed = await consume(await agent.run("first"))
+        assert isinstance(failed.error, PersistError), repr(failed.error)
+        await late.land()
+
+        follow = await consume(await agent.run("second"))
+        assert follow.error is None, repr(follow.error)
+    stored = await inner.load_entries(agent.session_id)
+    assert_one_chain(stored)  # "first" is not left a sibling of "second"
+    assert [m.text() for m in messages_of(stored)] == ["first", "second", "reply"]
     assert [e.id for e in agent.entries()] == [e.id for e in stored]
