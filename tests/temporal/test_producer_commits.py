@@ -235,7 +235,7 @@ async def test_sequential_calls_commit_their_own_results_in_call_order(
 async def test_parallel_results_are_committed_after_the_batch_in_call_order(
     temporal_client: Client,
 ) -> None:
-    """Parallel results are appended by the workflow once all calls finished (see
+    """Parallel results are appended by the workflow in one batch once all calls finished (see
     ``_ActivityTools``): the slow first call still comes first in the chain."""
     release = asyncio.Event()
 
@@ -256,4 +256,4 @@ async def test_parallel_results_are_committed_after_the_batch_in_call_order(
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
     assert [(m.tool_call_id, m.text()) for m in results] == [("c1", "slow a"), ("c2", "fast b")]
     assert counts["durable_agent.call_tool"] == 2
-    assert counts["durable_agent.append_entries"] == 3, counts  # input + one per result
+    assert counts["durable_agent.append_entries"] == 2, counts  # input + one for the batch

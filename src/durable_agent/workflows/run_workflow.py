@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.limits import PAYLOAD_LIMIT
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
-    from ..session.entries import MessageEntry
+    from ..session.entries import Entry, MessageEntry
     from .activity_calls import (
         SESSION_ID_KEY,
         call_activity,
@@ -156,6 +156,7 @@ class RunWorkflow:
         """A cancellation that arrived during an append, raised once that append is recorded."""
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
+        self._tools: _ActivityTools | None = None
         self._committed: dict[str, StoredTimes] = {}
         """Entries their producing activity already stored (ID -> stored times): their commit
         records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
@@ -232,7 +233,9 @@ class RunWorkflow:
         if all(e.id in self._committed for e in stamped.durable):
             self._apply_stored_times(stamped, [self._committed.pop(e.id) for e in stamped.durable])
             return
-        wires = [encode_entry(e) for e in stamped.durable]
+        # the rest of a parallel batch rides along (see _ActivityTools): one append per batch
+        extra = self._tools.batch_after(stamped.durable) if self._tools is not None else []
+        wires = [encode_entry(e) for e in [*stamped.durable, *extra]]
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts
@@ -244,7 +247,7 @@ class RunWorkflow:
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
-                summary=store_summary(stamped.durable),
+                summary=store_summary([*stamped.durable, *extra]),
             )
         )
         try:
@@ -259,7 +262,10 @@ class RunWorkflow:
                 self._cancel_deferred = True
         except ActivityError as exc:
             raise _ActivityFailure(*_failure(exc)) from exc
-        self._apply_stored_times(stamped, write.result().times)
+        times = write.result().times
+        if extra and self._tools is not None:
+            self._tools.batch_committed(extra, times[len(stamped.durable) :])
+        self._apply_stored_times(stamped, times[: len(stamped.durable)])
 
     @staticmethod
     def _apply_stored_times(stamped: Stamped, times_list: list[StoredTimes]) -> None:
@@ -291,7 +297,8 @@ class RunWorkflow:
         ids = None if event.entries is None else [e.id for e in event.entries]
         self._bodies.record(self._events, event_to_wire(event, self._next_position), ids)
         self._next_position += 1
-        if self._cancel_deferred:
+        if self._cancel_deferred and not self._committed:
+            # (entries already stored for later events, a parallel batch's, get theirs first)
             self._cancel_deferred = False
             raise asyncio.CancelledError()
         if agent_event is not None and agent_event.type == "turn_end":
@@ -382,10 +389,11 @@ class RunWorkflow:
         self._engine = engine
         max_turns = inp.options.get("max_turns", info.max_turns)
         remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
+        self._tools = _ActivityTools(self, {i.name: i for i in info.tools})
         loop = ModelLoop(
             _ActivityModel(self),
             AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
-            tool_executor=_ActivityTools(self, {i.name: i for i in info.tools}),
+            tool_executor=self._tools,
         )
         inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
         try:
@@ -643,7 +651,8 @@ class _ActivityTools:
     one of a turn's sequential calls) gets a stamp, parent = the current leaf, and ``call_tool``
     commits its result under it (stamp-first lookup: a result that is stored never runs again),
     so the tool leg costs one activity. A turn's *parallel* calls get no stamp: their results
-    are committed by the engine, one receipt each, in call order, after all of them finished.
+    are committed in **one batch** (one ``append_entries``, chained in call order) once all of
+    them finished, and the engine records them one receipt each.
     Producers committing concurrently would land in completion order, and SPEC §2.1 resumes from
     the **last entry in append order** while §4.4 chains results **in call order**: a reopened
     handle (or a run terminated mid-batch) would resume from the wrong result, or from a chain
@@ -655,6 +664,48 @@ class _ActivityTools:
     def __init__(self, wf: RunWorkflow, tools: dict[str, ToolInfo]) -> None:
         self.wf = wf
         self.tools = tools
+        self._finished: dict[str, Message] = {}
+        """Results of this turn's parallel calls, by call ID, until they are committed."""
+
+    def batch_after(self, durable: list[Entry]) -> list[Entry]:
+        """The rest of a parallel batch to append with ``durable`` (the engine's commit of the
+        batch's first result), chained after it in call order; ``[]`` when ``durable`` is not
+        such a result or the batch is not complete."""
+        engine = self.wf._engine
+        assert engine is not None
+        if len(durable) != 1 or not isinstance(durable[0], MessageEntry):
+            return []
+        first = durable[0]
+        pending = [c.id for c in engine.pending_calls]
+        if not pending or first.message.tool_call_id != pending[0] or len(pending) < 2:
+            return []
+        rest = pending[1:]
+        if len(set(pending)) != len(pending) or any(i not in self._finished for i in rest):
+            return []
+        if not workflow.patched(TOOL_COMMIT):
+            return []
+        parent, out = first.id, list[Entry]()
+        for call_id in rest:
+            entry = MessageEntry(
+                id=workflow_id_new(),
+                parent_id=parent,
+                created_at=first.created_at,
+                message=self._finished[call_id],
+            )
+            out.append(entry)
+            parent = entry.id
+        return out
+
+    def batch_committed(self, extra: list[Entry], times: list[StoredTimes]) -> None:
+        """The batch's later results are stored: the engine records each under its ID."""
+        engine = self.wf._engine
+        assert engine is not None
+        for entry, stored in zip(extra, times, strict=True):
+            assert isinstance(entry, MessageEntry)
+            call_id = entry.message.tool_call_id
+            self._finished.pop(call_id or "", None)
+            self.wf._committed[entry.id] = stored
+            engine.expect_committed(entry.id, parse_time(stored.created_at), call_id)
 
     def _runs_alone(self, call: ToolCall) -> bool:
         """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
@@ -709,7 +760,7 @@ class _ActivityTools:
             kind, text = _failure(exc)
             if kind == "PayloadTooLargeError" and self.wf._too_large is None:
                 self.wf._too_large = PayloadTooLargeError(text)
-            return Message(
+            answer = Message(
                 role="tool_result",
                 content=[TextContent(text=f"tool execution failed: {kind}: {text}")],
                 tool_call_id=call.id,
@@ -717,7 +768,10 @@ class _ActivityTools:
                 is_error=True,
                 timestamp=workflow.now(),
             )
+            stamp = None
         if isinstance(answer, Message):
+            if not self._runs_alone(call):
+                self._finished[call.id] = answer
             return answer
         assert stamp is not None
         if workflow.cancellation_reason() is not None:
