@@ -26,6 +26,9 @@ first reply until the file ``go-zombie`` appears, then writes it and creates ``z
 ``zombie-retry`` writes its first reply only once ``zombie-committed`` exists). In these modes the
 first reply's text names the mode, so the store shows whose reply won.
 
+``parallel`` (with ``--parallel`` on the fresh worker) makes the first turn call every step at
+once: step 1 returns, step 2 parks (marker ``parallel-running``): a crash mid-batch.
+
 Every model call and tool run appends a line to ``calls.log`` in ``--markers`` (``model <pid>``,
 ``tool <step> <pid>``): the side-effect counter the tests check across processes.
 
@@ -51,6 +54,7 @@ from durable_agent.workflows import AgentSpec, connect, create_worker
 
 CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
 ZOMBIE_MODES = ("zombie", "zombie-retry")
+BATCH_MODES = ("parallel",)
 MARKERS = {
     "model": "model-streaming",
     "before-append": "before-append",
@@ -59,6 +63,7 @@ MARKERS = {
     "model-committed": "model-committed",
     "zombie": "zombie-parked",
     "zombie-retry": "retry-parked",
+    "parallel": "parallel-running",
 }
 CALLS_LOG = "calls.log"
 AGENT = "crashy"
@@ -93,7 +98,7 @@ async def _until_exists(path: Path) -> None:
         await asyncio.sleep(0.01)
 
 
-def responder(steps: int, slow: bool, tag: str = "") -> Any:
+def responder(steps: int, slow: bool, tag: str = "", parallel: bool = False) -> Any:
     """The model's script: a pure function of the request (same answer in every process)."""
 
     def respond(request: ModelRequest) -> Reply:
@@ -103,6 +108,12 @@ def responder(steps: int, slow: bool, tag: str = "") -> Any:
                 last_user = i
         user_text = request.messages[last_user].text() if request.messages else ""
         done = sum(1 for m in request.messages[last_user:] if m.role == "tool_result")
+        if parallel and done == 0:
+            calls = [
+                ToolCall(id=f"call-{user_text}-{k}", name="work", arguments={"step": k})
+                for k in range(1, steps + 1)
+            ]
+            return Reply(text=STREAMED_TEXT, tool_calls=calls)
         if done < steps:
             step = done + 1
             return Reply(
@@ -199,13 +210,17 @@ def build_agent(args: argparse.Namespace, markers: Path) -> AgentSpec:
     async def work(step: int) -> str:
         """Do one step of the work."""
         _count(markers, f"tool {step}")
+        if crash == "parallel" and step == 2:
+            _touch(markers, MARKERS["parallel"])
+            await _park()
         if crash == "tool":
             _touch(markers, MARKERS["tool"])
             await _park()
         return f"step {step} done"
 
     tag = f" [{crash}]" if crash in ZOMBIE_MODES else ""
-    lm = ScriptedModel(responder(args.steps, slow=crash == "model", tag=tag))
+    parallel = args.parallel or crash in BATCH_MODES
+    lm = ScriptedModel(responder(args.steps, slow=crash == "model", tag=tag, parallel=parallel))
     return AgentSpec(model=MarkingModel(lm, markers, crash), tools=[work])
 
 
@@ -218,7 +233,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mongo-uri")
     parser.add_argument("--mongo-db", default="durable_agent")
     parser.add_argument("--markers", required=True)
-    parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES)
+    parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES)
+    parser.add_argument("--parallel", action="store_true", help="one turn of parallel calls")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args(argv)
     if not args.root and not args.mongo_uri:

@@ -11,6 +11,7 @@ processes): most of a recovery is waiting for timeouts, so this keeps the suite 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 import traceback
@@ -35,6 +36,7 @@ from tests.temporal.helpers import (
     assert_receipts_stored,
     assert_replays,
     consume,
+    eventually,
     executor,
     messages_of,
     queue,
@@ -231,3 +233,67 @@ async def test_a_zombie_attempt_racing_its_retry_leaves_one_reply_the_workflow_h
     assert outcome.messages[0] == replies[0]  # ... is the one the workflow holds
     assert agent.leaf_id == stored[-1].id
     await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
+
+
+async def test_sigkill_mid_parallel_batch_reruns_only_the_unfinished_call(
+    temporal_client: Client, address: str, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    """Two parallel calls; the worker dies while the second runs, after the first completed:
+    the fresh worker runs only the second again, and both results are committed in one batch,
+    in call order."""
+    root, markers, q = tmp_path / "sessions", tmp_path / "markers", queue()
+    common = ["--address", address, "--task-queue", q, "--markers", str(markers), "--steps", "2"]
+    common += ["--root", str(root), "--parallel"]
+    first = worker_processes.start(*common, "--crash", "parallel")
+    await wait_for_file(markers / f"ready-{first.pid}")
+    agent = await new(
+        AGENT,
+        store=FileStore(root),
+        session_id=sid("batch"),
+        executor=executor(temporal_client, q, timeouts=CRASH),
+    )
+    rid = run_id()
+    seen = asyncio.create_task(consume(await agent.run("go", run_id=rid)))
+    handle = temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
+
+    async def first_call_recorded() -> bool:
+        events = json.loads((await handle.fetch_history()).to_json())["events"]
+        return _completed(events).count("durable_agent.call_tool") == 1
+
+    await wait_for_file(markers / MARKERS["parallel"])  # call 2 runs ...
+    await eventually(first_call_recorded, what="call 1 completed")  # ... call 1 is recorded
+    worker_processes.kill(first)
+    worker_processes.start(*common)
+    outcome = await asyncio.wait_for(seen, 60)
+    assert outcome.error is None, repr(outcome.error)
+
+    stored = await FileStore(root).load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    results = [m for m in messages_of(stored) if m.role == "tool_result"]
+    assert [m.text() for m in results] == ["step 1 done", "step 2 done"]
+    assert side_effects(markers) == (2, 1, 2)  # call 1 ran once, call 2 again after the kill
+    history = (await handle.fetch_history()).to_json()
+    appends = [
+        e
+        for e in json.loads(history)["events"]
+        if e.get("activityTaskScheduledEventAttributes", {}).get("activityType", {}).get("name")
+        == "durable_agent.append_entries"
+    ]
+    assert len(appends) == 2  # the input, then both results in one batch
+    await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
+
+
+def _completed(events: list[dict[str, Any]]) -> list[str]:
+    """The activity types of the completed activities in a history (JSON events), in order."""
+    scheduled = {
+        e["eventId"]: e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in events
+        if "activityTaskScheduledEventAttributes" in e
+    }
+    return [
+        scheduled[e["activityTaskCompletedEventAttributes"]["scheduledEventId"]]
+        for e in events
+        if "activityTaskCompletedEventAttributes" in e
+    ]
