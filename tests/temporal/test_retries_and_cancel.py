@@ -220,13 +220,16 @@ async def test_cancel_mid_model_stream_stores_the_partial_reply(temporal_client:
     assert partial.text() and LONG.startswith(partial.text()) and partial.text() != LONG
     assert agent.leaf_id == stored[-1].id and not agent.running
 
-    # the same events as in-process
     local_lm = SignallingModel(ScriptedModel(script))
     local = await new(model(local_lm), store=MemoryStore())
     local_outcome, _ = await _cancel_mid_stream(local.run("tell me"), local_lm)
     assert isinstance(local_outcome.error, RunCancelledError)
-    recorded = [t for t in local_outcome.types() if t != "message_update"]
-    assert outcome.types() == recorded
+
+    # the same events as in-process; live deltas (how many depends on batching) aside
+    def recorded(types: list[str]) -> list[str]:
+        return [t for t in types if t != "message_update"]
+
+    assert recorded(outcome.types()) == recorded(local_outcome.types())
 
 
 async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Client) -> None:
