@@ -141,8 +141,9 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         if e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
         == "durable_agent.append_entries"
     ]
-    # model replies are stored by call_model itself (SPEC §7.2): no append for them
-    assert store_summaries == ["store input", "store tool results"]
+    # model replies and a lone tool call's result are stored by their producing activity
+    # (SPEC §7.2): no append for them
+    assert store_summaries == ["store input"]
 
 
 async def test_search_attribute_lists_a_sessions_runs(

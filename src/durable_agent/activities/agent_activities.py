@@ -365,7 +365,11 @@ class AgentActivities:
     @activity.defn(name="durable_agent.call_tool")
     async def call_tool(self, inp: CallToolInput) -> Message | ToolReply:
         """Run one tool call with the worker's handler; failures are retried per the tool's
-        policy by Temporal, and the workflow answers an abandoned call itself."""
+        policy by Temporal, and the workflow answers an abandoned call itself.
+
+        With a stamp (SPEC §7.2) the result is committed here, under the stamp, and a stamp that
+        is already stored (an earlier attempt committed, then crashed or lost the race) is
+        returned without running the tool again; a conflicting earlier write wins."""
         spec = self._spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
         if inp.stamp is not None:
@@ -374,7 +378,15 @@ class AgentActivities:
                 # committed by an earlier attempt: a tool whose result is stored never runs again
                 return _tool_reply(stored)
             result = await self._run_tool(spec, call)
-            return _tool_reply(await self._commit(inp.session_id, inp.stamp, result, "tool result"))
+            commit = asyncio.ensure_future(
+                self._commit(inp.session_id, inp.stamp, result, "tool result")
+            )
+            try:
+                return _tool_reply(await asyncio.shield(commit))
+            except asyncio.CancelledError:
+                # cancelled while the result was being written: a started write completes
+                # (SPEC §2.1) and the workflow (waiting for this attempt) records it first
+                return _tool_reply(await commit)
         return await self._run_tool(spec, call)
 
     async def _run_tool(self, spec: AgentSpec, call: ToolCall) -> Message:

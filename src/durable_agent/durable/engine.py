@@ -220,6 +220,7 @@ class RunEngine:
         messages = [e.message for e in inputs if isinstance(e, MessageEntry)]
         run = loop.run(messages)
         started = resumed
+        closing = False
         try:
             async for event in run.events():
                 if event.type == "agent_start" and resumed:
@@ -235,8 +236,14 @@ class RunEngine:
             if not started:
                 await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
                 self._checkpoint()
+        except GeneratorExit:
+            # the coroutine is being closed (a terminated or evicted workflow): it must not
+            # await, and the loop's generators are closed along with it (issue 11 item 8)
+            closing = True
+            raise
         finally:
-            await run.aclose()
+            if not closing:
+                await run.aclose()
         self.status = "completed"
 
     async def _handle(self, event: AgentEvent) -> None:

@@ -173,7 +173,10 @@ class Timeouts(_Model):
     store_heartbeat: float = 5.0
     """Store activities heartbeat (after a short grace period), so a worker killed inside an
     append or load is noticed within this many seconds rather than at start-to-close."""
-    tool_heartbeat: float = 10.0
+    tool_heartbeat: float = 2.0
+    """As ``model_heartbeat``: a worker killed while a tool runs is noticed within this many
+    seconds (tools heartbeat in the background while they run), so a tool's crash recovery
+    costs about what a model call's does (issue 10)."""
 
 
 class RunInput(_Model):
