@@ -226,7 +226,8 @@ async def test_cancel_mid_model_stream_stores_the_partial_reply(temporal_client:
     local_outcome, _ = await _cancel_mid_stream(local.run("tell me"), local_lm)
     assert isinstance(local_outcome.error, RunCancelledError)
     recorded = [t for t in local_outcome.types() if t != "message_update"]
-    assert outcome.types() == recorded
+    # live deltas (issue 13) add updates between message_start and message_end, as in-process
+    assert [t for t in outcome.types() if t != "message_update"] == recorded
 
 
 async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Client) -> None:
@@ -291,7 +292,9 @@ async def test_cancel_while_a_tool_runs_answers_it_cancelled(temporal_client: Cl
     await local_stream.cancel()
     local_outcome = await local_seen
     assert isinstance(local_outcome.error, RunCancelledError)
-    assert outcome.types() == [t for t in local_outcome.types() if t != "message_update"]
+    assert [t for t in outcome.types() if t != "message_update"] == [
+        t for t in local_outcome.types() if t != "message_update"
+    ]
 
 
 class GatedStore:
