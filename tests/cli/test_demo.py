@@ -47,6 +47,7 @@ STEPS = [
     "↳ get_weather: Paris: 18°C, light rain",
     "✓ stored tool result",
     "Take an umbrella.",
+    "live updates came from the worker's delta channel",
     "3 · A worker killed mid-run",
     "⚙ tool crunch_numbers",
     "✗ SIGKILL worker",

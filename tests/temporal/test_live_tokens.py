@@ -354,3 +354,67 @@ async def test_streaming_adds_no_history_events(temporal_client: Client, live_st
     assert updates_on >= 4 and updates_off == 0, (updates_on, updates_off)
     assert len(on) == len(off)
     assert on == off
+
+
+class _Writes:
+    """A console file that keeps every write separately (what a terminal shows, as it shows it)."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+async def test_the_cli_printer_shows_temporal_replies_token_by_token(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from durable_agent.cli.render import RunPrinter
+
+    store = FileStore(tmp_path / "sessions")
+    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.01)])
+    q = queue()
+    async with running_worker(temporal_client, store, {"live": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "live", store=store, session_id=sid("cli"), executor=executor(temporal_client, q)
+        )
+        out = _Writes()
+        printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+        async for event in (await agent.run("go")).events():
+            printer.handle(event)
+        printer.finish()
+    receipt = next(i for i, w in enumerate(out.writes) if "✓ stored reply" in w)
+    pieces = [w for w in out.writes[:receipt] if w and LONG.find(w) > 0]
+    # the reply reached the terminal in many pieces before its receipt, and in full exactly once
+    assert len(pieces) >= 3 and printer.updates >= 3
+    assert "".join(out.writes[:receipt]).count(LONG.strip()) == 1
+
+
+def test_the_cli_printer_starts_a_restarted_reply_over() -> None:
+    from rich.console import Console
+
+    from durable_agent.agent.events import AgentEvent
+    from durable_agent.ai.messages import TextContent
+    from durable_agent.cli.render import RunPrinter
+
+    def update(text: str, *, restart: bool = False) -> Event:
+        partial = Message(role="assistant", content=[TextContent(text=text)])
+        inner = AgentEvent(type="message_update", message=partial, restart=restart)
+        return Event(type="agent", session_id="s", agent=inner)
+
+    out = _Writes()
+    printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+    start = AgentEvent(type="message_start", message=Message(role="assistant"))
+    printer.handle(Event(type="agent", session_id="s", agent=start))
+    for event in (update("Hel"), update("Hello wor"), update("Hi", restart=True), update("Hi!")):
+        printer.handle(event)
+    text = "".join(out.writes)
+    assert text.index("Hello wor") < text.index("↻ the model call was retried")
+    assert text.rstrip().endswith("assistant ▸ Hi!")
+    assert printer.updates == 4 and printer.restarts == 1
