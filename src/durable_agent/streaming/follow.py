@@ -25,12 +25,18 @@ from ..session.entries import MessageEntry
 from .channel import Cursor, DeltaChannel, DeltaKey
 from .patch import Delta, apply_patch, diff_patch
 
-__all__ = ["DEFAULT_POLL", "DeltaFollower"]
+__all__ = ["DEFAULT_POLL", "IDLE_POLL", "DeltaFollower"]
 
 logger = logging.getLogger("durable_agent.streaming")
 
 DEFAULT_POLL = 0.02
-"""Seconds between two reads of the channel while a reply streams."""
+"""Seconds between two reads of the channel while deltas arrive."""
+IDLE_POLL = 0.1
+"""The longest gap between two reads while none arrive (a model still thinking, a worker that
+publishes nothing): the poll interval grows from ``DEFAULT_POLL`` to this, so idle readers cost
+the store ten reads a second, not fifty."""
+IDLE_AFTER = 0.3
+"""Seconds without a delta after which a reader counts as idle (writers batch every 50 ms)."""
 
 
 def _extends(shown: Message, final: Message) -> bool:
@@ -53,6 +59,8 @@ class DeltaFollower:
         self.session_id = session_id
         self.run_id = run_id
         self.poll_every = poll
+        self._interval = poll
+        self._last_delta = 0.0
         self._key: DeltaKey | None = None
         self._cursor: Cursor = (0, 0)
         self._head: dict[str, Any] = {}
@@ -75,6 +83,8 @@ class DeltaFollower:
         if inner.type == "message_start":
             self._key = DeltaKey(self.session_id, self.run_id, position)
             self._cursor, self._head, self._blocks, self._shown = (0, 0), {}, [], None
+            self._interval = self.poll_every
+            self._last_delta = asyncio.get_running_loop().time()
             return []
         if inner.type != "message_end" or self._key is None:
             return []
@@ -130,9 +140,17 @@ class DeltaFollower:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + duration
         while True:
-            for update in await self.poll():
+            updates = await self.poll()
+            for update in updates:
                 put(update)
+            now = loop.time()
+            if updates:
+                self._last_delta = now
+            if now - self._last_delta < IDLE_AFTER:
+                self._interval = self.poll_every
+            else:
+                self._interval = min(self._interval * 1.5, max(IDLE_POLL, self.poll_every))
             remaining = deadline - loop.time()
             if remaining <= 0 or done.done():
                 return
-            await asyncio.wait({done}, timeout=min(self.poll_every, remaining))
+            await asyncio.wait({done}, timeout=min(self._interval, remaining))
