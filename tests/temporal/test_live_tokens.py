@@ -117,7 +117,12 @@ def _text(i: int) -> str:
 async def test_deltas_concatenate_to_the_stored_text_for_20_replies(
     temporal_client: Client, live_store: Store
 ) -> None:
-    lm = ScriptedModel([Reply(text=_text(i), chunk_size=6, chunk_delay=0.01) for i in range(20)])
+    # each reply waits a little before its first token, so the client (polling the run's events
+    # from 50 ms) has seen its message_start: otherwise a loaded machine may show the whole reply
+    # stored before the client looked, which correctly yields no deltas at all
+    lm = ScriptedModel(
+        [Reply(text=_text(i), chunk_size=6, chunk_delay=0.01, delay=0.3) for i in range(20)]
+    )
     q = queue()
     agents = {"live": AgentSpec(model=lm)}
     async with running_worker(temporal_client, live_store, agents, task_queue=q):
@@ -130,7 +135,7 @@ async def test_deltas_concatenate_to_the_stored_text_for_20_replies(
             [(updates, message)] = replies(outcome.events)
             assert message.text() == _text(i)
             # streamed for real: several batches, none of them a restart
-            assert len(updates) >= 3, len(updates)
+            assert len(updates) >= 3, (len(updates), outcome.types())
             assert not any(u.agent and u.agent.restart for u in updates)
             assert concatenated(updates) == message.text()
             assert outcome.messages == [message]
@@ -178,6 +183,7 @@ async def test_a_late_client_gets_the_missed_deltas_of_the_streaming_reply_only(
                 tool_calls=[ToolCall(id="c1", name="noop", arguments={})],
                 chunk_size=4,
                 chunk_delay=0.01,
+                delay=0.3,
             ),
             Reply(text=LONG, chunk_size=4, chunk_delay=0.03),
         ]
@@ -331,8 +337,9 @@ async def _history(client: Client, store: Store, live: bool) -> tuple[list[str],
                 tool_calls=[ToolCall(id="c1", name="noop", arguments={})],
                 chunk_size=8,
                 chunk_delay=0.01,
+                delay=0.3,
             ),
-            Reply(text=LONG, chunk_size=8, chunk_delay=0.01),
+            Reply(text=LONG, chunk_size=8, chunk_delay=0.01, delay=0.3),
         ]
     )
     q, session, rid = queue(), sid("hist"), run_id()
@@ -378,7 +385,7 @@ async def test_the_cli_printer_shows_temporal_replies_token_by_token(
     from durable_agent.cli.render import RunPrinter
 
     store = FileStore(tmp_path / "sessions")
-    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.01)])
+    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.01, delay=0.3)])
     q = queue()
     async with running_worker(temporal_client, store, {"live": AgentSpec(model=lm)}, task_queue=q):
         agent = await new(
