@@ -35,6 +35,8 @@ IDLE_POLL = 0.1
 """The longest gap between two reads while none arrive (a model still thinking, a worker that
 publishes nothing): the poll interval grows from ``DEFAULT_POLL`` to this, so idle readers cost
 the store ten reads a second, not fifty."""
+READ_TIMEOUT = 2.0
+"""Seconds a channel read may take before the reader gives up on it (and tries again)."""
 IDLE_AFTER = 0.3
 """Seconds without a delta after which a reader counts as idle (writers batch every 50 ms)."""
 
@@ -108,7 +110,8 @@ class DeltaFollower:
         if key is None:
             return []
         try:
-            deltas = await self.channel.read(key, self._cursor)
+            # a store that stops answering must not hold up the receipts behind it
+            deltas = await asyncio.wait_for(self.channel.read(key, self._cursor), READ_TIMEOUT)
         except Exception as exc:
             logger.debug("reading live deltas of %s: %s", key.name(), exc)
             return []
