@@ -4,10 +4,10 @@
 #   DURABLE_AGENT_APP         module:attr of the App to serve (default: the demo app)
 #   DURABLE_AGENT_STORE       file:PATH or mongodb://... (else MONGODB_URI)
 #   DURABLE_AGENT_TASK_QUEUE  task queue to poll (default: durable-agent)
-#   TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TLS_CERT/KEY, TEMPORAL_API_KEY
+#   TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS (see the README)
 #   OPENAI_API_KEY / OPENAI_BASE_URL / ANTHROPIC_API_KEY / DURABLE_AGENT_MODEL (demo app model)
 # To serve your own agents, build FROM this image, COPY your package in, set DURABLE_AGENT_APP.
-FROM python:3.11-slim
+FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -15,10 +15,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/durable-agent
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements-dev.txt ./
 COPY src ./src
 # the `temporal` extra is the SDK only (server binaries are in `dev`): the worker needs no servers.
-RUN pip install ".[temporal,mongo,cli,openai,anthropic]" \
+# requirements-dev.txt is the project's lock (the full freeze the tests ran with): as constraints
+# it pins every package the extras pull in, to the tested version, and installs nothing else.
+RUN pip install --constraint requirements-dev.txt ".[temporal,mongo,cli,openai,anthropic]" \
     && useradd --create-home --uid 10001 agent
 
 USER agent

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-load clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-load compose-secrets clean
 
 venv: $(VENV)/.installed
 
@@ -68,6 +68,11 @@ $(PEERS_VENV)/.installed: bench/peers/requirements.txt pyproject.toml
 	$(PEERS_VENV)/bin/python -m pip install -q -r bench/peers/requirements.txt
 	$(PEERS_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
+
+# docker-compose.yml's MongoDB passwords and replica-set key: random, in .compose/ (mode 600),
+# generated once and kept (compose refuses to start without them).
+compose-secrets:
+	$(PYTHON) deploy/compose_secrets.py .compose
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -280,22 +280,20 @@ async def test_parallel_tools_overlap_and_results_keep_call_order() -> None:
 
 async def test_one_parallel_unsafe_tool_forces_sequential_execution() -> None:
     log: list[str] = []
-    gate = asyncio.Event()
+    started = asyncio.Event()
+    release = asyncio.Event()
 
     @tool(parallel_safe=False)
     async def exclusive() -> str:
         log.append("exclusive start")
-        # if the other call ran concurrently it would have started by now
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        started.set()
+        await release.wait()  # held until the test saw that nothing else started meanwhile
         log.append("exclusive end")
-        gate.set()
         return "x"
 
     @tool
     async def normal() -> str:
         log.append("normal start")
-        assert gate.is_set()
         return "n"
 
     _, loop = loop_for(
@@ -310,7 +308,15 @@ async def test_one_parallel_unsafe_tool_forces_sequential_execution() -> None:
         ],
         tools=(exclusive, normal),
     )
-    events = await asyncio.wait_for(collect(loop.run([user_message("go")])), 10)
+    running = asyncio.ensure_future(collect(loop.run([user_message("go")])))
+    await started.wait()
+    # Concurrent calls are all started before the loop first waits (their tasks are created
+    # with their start events), so a concurrently started ``normal`` would have run before
+    # ``exclusive`` let this test resume: it did not, and the loop is waiting for exclusive.
+    assert log == ["exclusive start"]
+    assert not running.done()
+    release.set()
+    events = await asyncio.wait_for(running, 10)
     assert log == ["exclusive start", "exclusive end", "normal start"]
     tool_events = [(e.type, e.tool_call_id) for e in events if e.type.startswith("tool_execution")]
     assert tool_events == [

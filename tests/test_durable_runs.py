@@ -99,6 +99,14 @@ async def collect(stream: Any) -> list[Event]:
     return [e async for e in stream.events()]
 
 
+async def collect_until_cancelled(stream: Any) -> list[Event]:
+    events: list[Event] = []
+    with pytest.raises(RunCancelledError):
+        async for event in stream.events():
+            events.append(event)
+    return events
+
+
 def dangling_session_entries() -> list[Entry]:
     """What a crash between an assistant tool call and its result leaves."""
     return [
@@ -412,11 +420,14 @@ async def test_parallel_tools_overlap_results_stored_in_call_order() -> None:
 
 async def test_parallel_unsafe_tool_runs_sequentially(harness: Harness, store: Store) -> None:
     log: list[str] = []
+    started = asyncio.Event()
+    release = asyncio.Event()
 
     @tool(parallel_safe=False)
     async def exclusive() -> str:
         log.append("exclusive start")
-        await asyncio.sleep(0)
+        started.set()
+        await release.wait()  # held until the test saw that nothing else started meanwhile
         log.append("exclusive end")
         return "x"
 
@@ -432,7 +443,13 @@ async def test_parallel_unsafe_tool_runs_sequentially(harness: Harness, store: S
         session_id="sequential",
         tools=[exclusive, normal],
     )
-    events = await collect(await agent.run("go"))
+    running = asyncio.ensure_future(collect(await agent.run("go")))
+    await started.wait()
+    # a concurrently scheduled call would have started while exclusive holds (the tool order
+    # below proves the same from the stream, on every executor)
+    assert log == ["exclusive start"]
+    release.set()
+    events = await running
     assert log == ["exclusive start", "exclusive end", "normal start"]
     tool_events = [
         (e.agent.type, e.agent.tool_call_id)
@@ -991,6 +1008,9 @@ class GatedCancelResults:
         self.inner = inner
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
+        self.ended: asyncio.Event | None = None
+        self.ended_before_write: bool | None = None
+        """Whether the run had ended when the held write returned."""
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> Any:
         return await self.inner.create_session(session_id, parent_id)
@@ -1005,6 +1025,9 @@ class GatedCancelResults:
         ):
             self.entered.set()
             await self.release.wait()
+            await self.inner.append_entries(session_id, entries)
+            self.ended_before_write = self.ended is not None and self.ended.is_set()
+            return
         await self.inner.append_entries(session_id, entries)
 
 
@@ -1026,14 +1049,21 @@ async def test_second_cancel_does_not_interrupt_storing_the_cancellation(store: 
     )
     stream = await agent.run("go")
     await started.wait()
+    ended = gated.ended = asyncio.Event()
+    stream.when_done(ended.set)
+    reading = asyncio.ensure_future(collect_until_cancelled(stream))
     first = asyncio.create_task(stream.cancel())
     await gated.entered.wait()  # the cancellation result is being stored
     second = asyncio.create_task(stream.cancel())
-    await asyncio.sleep(0)
-    assert not second.done() and agent.running  # still storing: the run is not over
-    gated.release.set()
+    # release the write only after the second cancel's first step, in which a second
+    # ``task.cancel()`` would interrupt the storing (asyncio runs callbacks in FIFO order)
+    asyncio.get_running_loop().call_soon(gated.release.set)
     await asyncio.gather(first, second)
-    assert not agent.running
+    assert gated.ended_before_write is False  # the run ended only after its result was stored
+    assert ended.is_set() and not agent.running
+    events = await reading
+    receipts = [e for e in events if e.agent is not None and e.agent.type == "message_end"]
+    assert stored_texts(receipts[-1].entries or []) == ["tool execution cancelled"]
     with pytest.raises(RunCancelledError):
         await stream.wait()
     stored = await store.load_entries("double-cancel")

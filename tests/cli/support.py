@@ -6,9 +6,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from tests.support.polling import poll
 
 CLI = [sys.executable, "-m", "durable_agent.cli"]
 
@@ -66,12 +67,7 @@ def alive(pid: int) -> bool:
 
 def wait_dead(pids: Sequence[int], within: float = 15.0) -> list[int]:
     """The PIDs still alive once ``within`` seconds have passed (polling, not sleeping blind)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        left = [p for p in pids if alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
+    poll(lambda: not any(alive(p) for p in pids), within=within)
     return [p for p in pids if alive(p)]
 
 

@@ -24,7 +24,7 @@ from durable_agent.cli.settings import (
     temporal_env,
     write_server_info,
 )
-from durable_agent.cli.stores import StoreSpecError, list_sessions, open_store, resolve_store_spec
+from durable_agent.cli.stores import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
@@ -56,17 +56,6 @@ async def test_open_store_kinds(tmp_path: Path) -> None:
     for bad in ("redis://x", "file:", "mongodb://[bad"):
         with pytest.raises(StoreSpecError):
             open_store(bad)
-
-
-async def test_list_sessions_on_a_file_store(tmp_path: Path) -> None:
-    store = FileStore(tmp_path / "missing")
-    assert await list_sessions(store) == []
-    store = FileStore(tmp_path / "s")
-    await store.create_session("a")
-    await store.create_session("b", parent_id="a")
-    (tmp_path / "s" / "not-a-session.txt").write_text("x")
-    listed = await list_sessions(store)
-    assert [(s.id, s.parent_id) for s in listed] == [("a", None), ("b", "a")]
 
 
 def test_server_info_round_trip(tmp_path: Path) -> None:

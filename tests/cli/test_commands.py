@@ -12,7 +12,6 @@ import re
 import secrets
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pexpect
 import pytest
 
 from tests.cli.support import CLI, cli_env, plain, run_cli, wait_dead
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
 
@@ -36,15 +36,6 @@ class Dev:
     info: dict[str, Any]
 
 
-def _wait_for(predicate: Any, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     home = tmp_path_factory.mktemp("dev-home")
@@ -56,7 +47,11 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
             [*CLI, "dev"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
         )
     try:
-        _wait_for(lambda: "is up" in log.read_text() or proc.poll() is not None, 90, "dev to start")
+        wait_until(
+            lambda: "is up" in log.read_text() or proc.poll() is not None,
+            within=90,
+            what="dev to start",
+        )
         assert proc.poll() is None, log.read_text()
         info = json.loads((home / "durable-agent" / "server.json").read_text())
         yield Dev(env, proc, log, info)
@@ -135,7 +130,7 @@ def test_run_show_sessions_state(dev: Dev) -> None:
 
     listed = _json(run_cli(["sessions", "--json"], env))
     assert [row["id"] for row in listed] == ["s1"]
-    assert listed[0]["entries"] == 6
+    assert listed[0]["parent_id"] is None
 
     state = _json(run_cli(["state", "s1", "--json"], env))
     assert state["status"] == "completed"
@@ -158,7 +153,9 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_for(lambda: ready.exists() or worker.poll() is not None, 60, "the worker")
+        wait_until(
+            lambda: ready.exists() or worker.poll() is not None, within=60, what="the worker"
+        )
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
         turn = _json(
             run_cli(
@@ -209,7 +206,9 @@ def test_mongo_store_from_the_cli(dev: Dev, mongo_uri: str, tmp_path: Path) -> N
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_for(lambda: ready.exists() or worker.poll() is not None, 60, "the worker")
+        wait_until(
+            lambda: ready.exists() or worker.poll() is not None, within=60, what="the worker"
+        )
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
         client_env = {**env, "DURABLE_AGENT_STORE": mongo_uri}
         turn = _json(
@@ -288,8 +287,10 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
 
     first = int(re.search(r"worker\s+pid (\d+)", dev.log.read_text()).group(1))  # type: ignore[union-attr]
     os.kill(first, signal.SIGKILL)
-    _wait_for(lambda: "restarting" in dev.log.read_text(), 30, "dev to notice")
-    _wait_for(lambda: re.search(r"worker \d+ up in", dev.log.read_text()), 60, "a new worker")
+    wait_until(lambda: "restarting" in dev.log.read_text(), within=30, what="dev to notice")
+    wait_until(
+        lambda: re.search(r"worker \d+ up in", dev.log.read_text()), within=60, what="a new worker"
+    )
     turn = _json(run_cli(["run", "after-restart", "hello", "--json"], dev.env))
     assert turn["reply"].startswith("Hello!")
 
@@ -298,5 +299,8 @@ def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     result = run_cli(["sessions", "--store", "mongodb://127.0.0.1:1/x"], cli_env(tmp_path))
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: cannot reach MongoDB at 127.0.0.1:1 (")
-    assert result.stderr.splitlines()[0].endswith(")")
+    first = result.stderr.splitlines()[0]
+    # one line: where, why, and (from the store) what it was doing
+    assert re.fullmatch(
+        r"error: cannot reach MongoDB at 127\.0\.0\.1:1 \(.+\)( \[[a-z ]+\])?", first
+    )

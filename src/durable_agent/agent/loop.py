@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from types import TracebackType
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
-from ..ai.messages import Message, ToolCall, Usage
+from ..ai.messages import Message, ToolCall, Usage, with_call_ids
 from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
 from ..ai.tools import Tool
 from .events import AgentEvent
@@ -168,7 +168,7 @@ class ModelLoop:
             raise ModelError("model stream ended without a complete message", retryable=True)
         if hooks is not None:
             final = await call_hook(hooks.after_model, final) or final
-        yield final
+        yield with_call_ids(final)  # a call without an ID could not be answered durably
 
     async def _events(self, input_messages: list[Message]) -> AsyncGenerator[AgentEvent, None]:
         opts = self.options

@@ -14,11 +14,13 @@ from .messages import (
     ToolOutput,
     Usage,
     assistant_message,
+    encodable_text,
     error_tool_result_message,
     tool_result_message,
     user_file_message,
     user_image_message,
     user_message,
+    with_call_ids,
 )
 from .model import LanguageModel, ModelError, ModelEvent, ModelRequest, ToolSpec
 from .scripted import Reply, ScriptedModel
@@ -51,6 +53,7 @@ __all__ = [
     "Usage",
     "UtcDatetime",
     "assistant_message",
+    "encodable_text",
     "error_tool_result_message",
     "format_time",
     "parse_time",
@@ -59,4 +62,5 @@ __all__ = [
     "user_file_message",
     "user_image_message",
     "user_message",
+    "with_call_ids",
 ]

@@ -3,10 +3,19 @@
 Messages and content blocks are frozen pydantic models. Their JSON form omits every field other
 than ``role`` and ``content`` (and a block's identifying fields) when it is empty, zero, false or
 ``None``, so stored entries stay small and equal messages always serialize identically.
+
+Every message is encodable as UTF-8. Python strings can hold lone surrogates (``os.listdir``
+returns ``"report\\udcff.txt"`` for a file name that is not UTF-8), which no store, JSON payload
+or Temporal history can carry: building a :class:`Message` from Python objects replaces each one
+with U+FFFD (a pair split in two code points is joined back). This is the message boundary, where
+a tool result, a model reply or an input becomes a message, so a run never fails, and a tool
+never re-runs, over text that cannot be encoded (issue 16 item 6). Messages decoded from JSON
+need no check: JSON text cannot hold a lone surrogate.
 """
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -18,8 +27,10 @@ from pydantic import (
     PlainSerializer,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from .timefmt import format_time, parse_time, to_utc, utc_now
@@ -38,17 +49,82 @@ __all__ = [
     "ToolOutput",
     "Usage",
     "assistant_message",
+    "encodable_text",
     "error_tool_result_message",
     "tool_result_message",
     "user_file_message",
     "user_image_message",
     "user_message",
+    "with_call_ids",
 ]
 
 Role = Literal["user", "assistant", "tool_result"]
 StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 
 _EMPTY: tuple[Any, ...] = (None, False, "", 0, 0.0, {}, [])
+
+
+def encodable_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD; a surrogate pair split in two code
+    points is joined back into its character. Returns ``text`` itself when it is encodable."""
+    if not _has_surrogate(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _has_surrogate(text: str) -> bool:
+    # encoding is several times faster than a regex search, and an ASCII check faster still
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_LEAVES = frozenset({bool, int, float, type(None), datetime})
+
+
+def _unencodable(value: Any) -> bool:
+    """Whether any string in ``value`` (models, dicts, lists, keys included) holds a surrogate.
+
+    Runs on every message built from Python objects, so it skips scalars without a call."""
+    if isinstance(value, str):
+        return _has_surrogate(value)
+    if isinstance(value, BaseModel):
+        items: Any = value.__dict__.values()
+    elif isinstance(value, dict):
+        if any(_unencodable(k) for k in value):
+            return True
+        items = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return False
+    for item in items:
+        if item.__class__ in _LEAVES:
+            continue
+        if item.__class__ is str:
+            if _has_surrogate(item):
+                return True
+        elif _unencodable(item):
+            return True
+    return False
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with :func:`encodable_text` applied to every string (a model holding one
+    becomes its plain data, validated again by the caller)."""
+    if isinstance(value, str):
+        return encodable_text(value)
+    if isinstance(value, BaseModel):
+        return _encodable(value.model_dump()) if _unencodable(value) else value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def _is_empty(value: Any) -> bool:
@@ -221,6 +297,14 @@ class Message(WireModel):
     def _null_content(cls, value: Any) -> Any:
         return [] if value is None else value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _encodable_text(cls, data: Any, info: ValidationInfo) -> Any:
+        """Replace lone surrogates (see the module docstring); JSON input cannot hold any."""
+        if info.mode == "json" or not _unencodable(data):
+            return data
+        return _encodable(data)
+
     def text(self) -> str:
         """All text blocks joined with no separator."""
         return "".join(b.text for b in self.content if isinstance(b, TextContent))
@@ -228,6 +312,29 @@ class Message(WireModel):
     def tool_calls(self) -> list[ToolCall]:
         """Every tool call in the message, server-side ones included."""
         return [b for b in self.content if isinstance(b, ToolCall)]
+
+
+def with_call_ids(message: Message, seed: str | None = None) -> Message:
+    """``message`` with an ID for every tool call that has none (``id=""``).
+
+    A call without an ID cannot be answered durably: a result's empty ``tool_call_id`` is left
+    out on the wire and reads back ``None``, so after a reload the call looks unanswered (issue
+    16 item 7). The derived ID is ``call_`` plus 16 hex characters of
+    ``sha256(f"{seed}\\n{index}")``, ``index`` being the call's position in ``content``: the same
+    message and seed always derive the same IDs, so a retried or replayed call stamps what the
+    first attempt stamped. ``seed`` defaults to the message's own JSON (the Temporal worker
+    passes the reply's entry ID). Returns ``message`` itself when every call has an ID.
+    """
+    if all(c.id for c in message.tool_calls()):
+        return message
+    basis = message.model_dump_json() if seed is None else seed
+    content: list[ContentBlock] = []
+    for index, block in enumerate(message.content):
+        if isinstance(block, ToolCall) and not block.id:
+            digest = hashlib.sha256(f"{basis}\n{index}".encode()).hexdigest()
+            block = block.model_copy(update={"id": f"call_{digest[:16]}"})
+        content.append(block)
+    return message.model_copy(update={"content": content})
 
 
 def user_message(text: str) -> Message:

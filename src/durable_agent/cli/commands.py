@@ -1,4 +1,4 @@
-"""The one-shot session commands: ``run``, ``sessions``, ``show`` and ``state``."""
+"""The one-shot session commands: ``run``, ``show`` and ``state`` (``sessions``: sessionscmd)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from ..session.views import transcript_view
 from ..workflows import TemporalExecutor, connect_from_env, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
 from ..workflows.types import SEARCH_ATTRIBUTE, RunState
-from .render import RunPrinter, entry_json, message_summary, render_transcript, render_tree, short
+from .render import RunPrinter, entry_json, render_transcript, render_tree
 from .storeid import mismatch, store_id
-from .stores import OpenedStore, list_sessions, open_store
+from .stores import OpenedStore, open_store
 from .target import TemporalFlags, client_env, display_store
 
 
@@ -48,7 +48,6 @@ __all__ = [
     "has_pollers",
     "poller_identities",
     "latest_run",
-    "list_sessions_cmd",
     "query_state",
     "run_turn",
     "show_session",
@@ -241,51 +240,6 @@ async def _cancel(stream: RunStream) -> bool:
     except Exception:  # the run failed while cancelling: it ended
         return True
     return True
-
-
-async def list_sessions_cmd(console: Console, store_spec: str, as_json: bool) -> int:
-    opened = open_store(store_spec)
-    try:
-        summaries = await list_sessions(opened.store, opened.spec)
-        rows: list[dict[str, Any]] = []
-        for s in summaries:
-            entries = await opened.store.load_entries(s.id)
-            last = next((e for e in reversed(entries) if isinstance(e, MessageEntry)), None)
-            rows.append(
-                {
-                    "id": s.id,
-                    "parent_id": s.parent_id,
-                    "created_at": s.created_at.isoformat(),
-                    "entries": len(entries),
-                    "leaf_id": entries[-1].id if entries else "",
-                    "last": message_summary(last.message) if last is not None else "",
-                }
-            )
-        if as_json:
-            _print_json(console, rows)
-            return 0
-        if not rows:
-            console.print(f"no sessions in {opened.spec}")
-            return 0
-        table = Table(title=f"sessions in {opened.spec}", title_justify="left")
-        widest = max(len(row["id"]) for row in rows)
-        table.add_column("session", no_wrap=True, min_width=widest)
-        table.add_column("parent", no_wrap=True, min_width=min(widest, 24))
-        table.add_column("created", no_wrap=True, min_width=16)
-        table.add_column("entries", no_wrap=True, min_width=7, justify="right")
-        table.add_column("last message", no_wrap=True, overflow="ellipsis", max_width=48)
-        for row in rows:
-            table.add_row(
-                row["id"],
-                row["parent_id"] or "",
-                row["created_at"][:16].replace("T", " "),
-                str(row["entries"]),
-                short(row["last"], 60),
-            )
-        console.print(table)
-        return 0
-    finally:
-        await opened.close()
 
 
 async def show_session(

@@ -3,6 +3,8 @@
 A store is named by a spec: ``file:PATH`` or a ``mongodb://`` / ``mongodb+srv://`` URI. The spec
 comes from ``--store``, else ``DURABLE_AGENT_STORE``, else ``MONGODB_URI``, else a FileStore under
 the data directory, so that every command and the worker agree on one store without flags.
+Listing and deleting go through the store's own ``list_sessions`` / ``delete_session``
+(:class:`~durable_agent.session.RetentionStore`), which read records only.
 """
 
 from __future__ import annotations
@@ -10,13 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..session.errors import CorruptSessionError, SessionError, StoreUnavailableError
-from ..session.record import SessionRecord
-from ..session.store import Store
+from ..session.errors import StoreUnavailableError
+from ..session.store import RetentionStore, Store
 from ..stores.file import FileStore
 from .settings import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, data_dir
 from .target import TARGET, display_store
@@ -24,7 +24,7 @@ from .target import TARGET, display_store
 __all__ = [
     "OpenedStore",
     "StoreSpecError",
-    "list_sessions",
+    "retention",
     "mongo_unreachable",
     "open_store",
     "resolve_store_spec",
@@ -112,48 +112,12 @@ def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
     )
 
 
-@dataclass(frozen=True)
-class SessionSummary:
-    """One line of ``durable-agent sessions``."""
-
-    id: str
-    parent_id: str | None
-    created_at: datetime
-
-
-async def list_sessions(store: Store, spec: str = "") -> list[SessionSummary]:
-    """Every session of ``store``, oldest first. The Store protocol has no listing (SPEC keeps
-    it to three operations), so this knows the two built-in durable stores. ``spec`` names the
-    store in an unreachable-MongoDB error."""
-    records: list[SessionRecord] = []
-    if isinstance(store, FileStore):
-        if not store.root.is_dir():
-            return []
-        for path in sorted(store.root.glob("*.jsonl")):
-            try:
-                records.append(await store.load_session(path.stem))
-            except (SessionError, CorruptSessionError):
-                continue
-    else:
-        database = getattr(store, "database", None)
-        if database is None:
-            raise StoreSpecError(f"{type(store).__name__} cannot list its sessions")
-        from pymongo.errors import ConnectionFailure
-
-        cursor = database.get_collection("sessions").find({}, {"parent_id": 1, "created_at": 1})
-        failure: ConnectionFailure | None = None
-        try:
-            async for doc in cursor:
-                records.append(
-                    SessionRecord(
-                        id=str(doc["_id"]),
-                        parent_id=doc.get("parent_id"),
-                        created_at=doc["created_at"],
-                    )
-                )
-        except ConnectionFailure as exc:
-            failure = exc
-        if failure is not None:  # raised outside the handler: no topology dump in the context
-            raise mongo_unreachable(spec, failure)
-    records.sort(key=lambda r: r.created_at)
-    return [SessionSummary(r.id, r.parent_id, r.created_at) for r in records]
+def retention(opened: OpenedStore) -> RetentionStore:
+    """The store as a :class:`RetentionStore` (every built-in store is one), or a usage error
+    naming the store that cannot list or delete sessions (an application's own store)."""
+    if not isinstance(opened.store, RetentionStore):
+        raise StoreSpecError(
+            f"{type(opened.store).__name__} cannot list or delete sessions "
+            "(it has no list_sessions/delete_session)"
+        )
+    return opened.store

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 from ..agent.events import AgentEvent
 from ..agent.loop import Loop
 from ..agent.tool_exec import failure_text
-from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message
+from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message, with_call_ids
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryTooLargeError
 from .errors import PersistError, RunCancelledError
@@ -71,7 +71,7 @@ def aborted_message(partial: Message | None) -> Message | None:
         content.pop()
     if not content:
         return None
-    return partial.model_copy(update={"content": content, "stop_reason": "aborted"})
+    return with_call_ids(partial.model_copy(update={"content": content, "stop_reason": "aborted"}))
 
 
 class RunEngine:

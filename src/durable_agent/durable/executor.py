@@ -23,6 +23,7 @@ from .events import Event
 from .lifecycle import compacted_event
 from .persist import Stamped
 from .publisher import PublisherLike, deliver
+from .reconcile import reconcile
 from .state import AgentConfig, SessionState
 from .stream import LocalRunStream, RunStream
 
@@ -41,8 +42,8 @@ class Executor(Protocol):
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
-        """Start a run from ``state.leaf`` (read before the first ``await``: the handle holds
-        the busy flag and no write is in flight)."""
+        """Start a run from ``state.leaf`` as :func:`~.reconcile.reconcile` leaves it (the
+        handle holds the busy flag, so no write is in flight and nothing else moves the leaf)."""
         ...
 
     async def compact(
@@ -85,12 +86,15 @@ class LocalExecutor:
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         factory: Factory | None = config.factory
-        raw, history = state.views()
-        leaf = state.leaf
 
         async def produce(put: Any) -> list[Message]:
             if factory is None:
                 raise NoFactoryError("this agent has no factory: it records but never runs")
+            # the handle is busy, so nothing moves the leaf meanwhile: catch up with writes of
+            # a failed run that landed, so repair answers only truly unanswered calls (11.8b)
+            await reconcile(state)
+            raw, history = state.views()
+            leaf = state.leaf
             options = config.options.model_copy(update={"history": history})
             loop = await build_loop(factory, options)
             try:

@@ -20,6 +20,7 @@ from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
 from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
 from ..session.ids import new_id
 from ..session.repair import repair_tool_calls
 from ..session.store import Store
@@ -29,7 +30,11 @@ from .errors import AgentClosedError, RunActiveError
 from .persist import Stamped, see_through, stamp
 from .publisher import PublisherLike
 
-__all__ = ["AgentConfig", "SessionState"]
+__all__ = ["NOTHING_WRITTEN", "AgentConfig", "SessionState"]
+
+NOTHING_WRITTEN = (EntryConflictError, EntryTooLargeError, SessionNotFoundError, ValueError)
+"""Append failures that guarantee nothing of the batch was stored (SPEC §2.1); any other
+failure may have landed."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class SessionState:
         self.compacting = False
         self.closed = False
         self._active: _ActivePath | None = None
+        self.unsettled: list[str] = []
+        """IDs of a failed write that may have landed (the store raised after, or instead of,
+        applying it): the next run start reconciles them (see :mod:`.reconcile`)."""
 
     # -- guards ------------------------------------------------------------------------------
 
@@ -144,6 +152,8 @@ class SessionState:
                 raise asyncio.CancelledError()
             exc = write.exception()
             if exc is not None:
+                if not isinstance(exc, NOTHING_WRITTEN):
+                    self.unsettled.extend(e.id for e in stamped.durable)
                 raise exc
         self.apply(stamped)
         if cancelled:

@@ -25,7 +25,7 @@ from .errors import (
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
 from .record import SessionRecord
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
-from .store import Store
+from .store import RetentionStore, Store
 from .tree import TreeNode, path, tree
 from .views import model_view, raw_model_view, transcript_view
 
@@ -45,6 +45,7 @@ __all__ = [
     "SessionError",
     "SessionExistsError",
     "SessionNotFoundError",
+    "RetentionStore",
     "SessionRecord",
     "Store",
     "StoreUnavailableError",

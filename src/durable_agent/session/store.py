@@ -9,7 +9,17 @@ from .entries import Entry
 from .errors import SessionExistsError, SessionNotFoundError
 from .record import SessionRecord
 
-__all__ = ["Store", "open_session"]
+__all__ = [
+    "DEFAULT_PAGE",
+    "RetentionStore",
+    "Store",
+    "check_page",
+    "newest_first",
+    "open_session",
+]
+
+DEFAULT_PAGE = 100
+"""How many records ``list_sessions`` returns when not told."""
 
 
 @runtime_checkable
@@ -29,6 +39,45 @@ class Store(Protocol):
     async def load_entries(self, session_id: str) -> list[Entry]: ...
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None: ...
+
+
+@runtime_checkable
+class RetentionStore(Store, Protocol):
+    """A store that can also list and delete sessions (every built-in store: memory, file, mongo).
+
+    Kept apart from :class:`Store` so the durable agent still needs only the three operations;
+    operators and the CLI (``durable-agent sessions``, ``sessions rm``) need these.
+
+    - ``list_sessions`` reads session *records* only (never entries), newest ``created_at``
+      first, ties by ID, one page of at most ``limit`` records after skipping ``offset``.
+    - ``delete_session`` removes the session's entries and its record; ``SessionNotFoundError``
+      if it does not exist. Forks of it keep their ``parent_id`` (a lineage note, not a link that
+      must resolve). Later appends to it raise ``SessionNotFoundError``, so a run still holding
+      the session fails with that typed error instead of writing into nothing; creating the ID
+      again starts an empty session.
+    """
+
+    async def load_session(self, session_id: str) -> SessionRecord: ...
+
+    async def list_sessions(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionRecord]: ...
+
+    async def delete_session(self, session_id: str) -> None: ...
+
+
+def check_page(limit: int, offset: int) -> None:
+    """``list_sessions``' arguments: ``ValueError`` for a negative offset or a limit below 1."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+def newest_first(records: list[SessionRecord]) -> list[SessionRecord]:
+    """Records in ``list_sessions`` order: newest ``created_at`` first, then by ID."""
+    by_id = sorted(records, key=lambda r: r.id)
+    return sorted(by_id, key=lambda r: r.created_at, reverse=True)
 
 
 async def open_session(store: Store, session_id: str) -> list[Entry]:

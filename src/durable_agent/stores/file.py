@@ -34,12 +34,14 @@ from ..session.appendplan import encode_batch, plan_append
 from ..session.entries import Entry
 from ..session.errors import (
     CorruptSessionError,
+    InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
+from ..session.store import DEFAULT_PAGE, check_page, newest_first
 from .file_index import Index, covers, digest, reencode_line, scan_ids
 from .file_io import (
     FILE_MODE,
@@ -124,6 +126,58 @@ class FileStore:
         path = self.path(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         await finish(lambda: self._guard(self._append_sync, path, session_id, batch))
+
+    # -- retention ---------------------------------------------------------------------------------
+
+    async def list_sessions(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionRecord]:
+        """One page of records, newest first, from each file's header line only (never the
+        entries). A file whose name is no session ID, or whose header is damaged, is not listed."""
+        check_page(limit, offset)
+        records = await asyncio.to_thread(self._guard, self._records_sync)
+        return newest_first(records)[offset : offset + limit]
+
+    async def delete_session(self, session_id: str) -> None:
+        """Remove the session's file (its header is its record); ``SessionNotFoundError`` if
+        there is none. An append waiting on the file's lock then finds the file unlinked and
+        raises ``SessionNotFoundError`` rather than writing into the removed file."""
+        path = self.path(session_id)
+        await finish(lambda: self._guard(self._delete_sync, path, session_id))
+
+    def _records_sync(self) -> list[SessionRecord]:
+        if not self._root.is_dir():
+            return []
+        records = []
+        for path in self._root.glob("*.jsonl"):
+            try:
+                sid = validate_session_id(path.stem)
+                records.append(self._load_session_sync(path, sid))
+            except (InvalidSessionIdError, SessionNotFoundError, CorruptSessionError):
+                continue  # not a session file, deleted meanwhile, or damaged
+        return records
+
+    def _delete_sync(self, path: Path, session_id: str) -> None:
+        # No root lock: create is O_EXCL, so while the file exists nobody can replace it, and
+        # taking the root lock here could deadlock with a reader waiting for a create.
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SessionNotFoundError(session_id) from None
+        try:
+            with flock(fd, exclusive=True):  # appends and loads in flight finish first
+                if os.fstat(fd).st_nlink == 0:  # a concurrent delete won
+                    raise SessionNotFoundError(session_id)
+                path.unlink()
+        finally:
+            os.close(fd)
+            self._forget(path)
+        if self._fsync:
+            dirfd = open_dir(self._root)
+            try:
+                os.fsync(dirfd)
+            finally:
+                os.close(dirfd)
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -267,6 +321,8 @@ class FileStore:
         """The ID index of the locked file, read only past what the cache already covers; repairs
         a torn tail on the way so the file ends in ``\\n`` before anything is appended."""
         st = os.fstat(fd)
+        if st.st_nlink == 0:  # delete_session removed it while we waited for the lock
+            raise SessionNotFoundError(session_id)
         file_key = (st.st_dev, st.st_ino)
         if st.st_size == 0:
             raise HeaderProblem("empty file")

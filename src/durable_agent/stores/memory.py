@@ -24,6 +24,7 @@ from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
+from ..session.store import DEFAULT_PAGE, check_page, newest_first
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryStore"]
 
@@ -107,3 +108,20 @@ class MemoryStore:
             todo = plan_append(session_id, batch, log.wires.get)
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
+
+    async def list_sessions(
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+    ) -> list[SessionRecord]:
+        """One page of records, newest first (:class:`~durable_agent.session.RetentionStore`)."""
+        check_page(limit, offset)
+        with self._lock:
+            records = list(self._records.values())
+        return newest_first(records)[offset : offset + limit]
+
+    async def delete_session(self, session_id: str) -> None:
+        """Remove the record and the log; ``SessionNotFoundError`` if there is none."""
+        validate_session_id(session_id)
+        with self._lock:
+            if self._records.pop(session_id, None) is None:
+                raise SessionNotFoundError(session_id)
+            self._logs.pop(session_id, None)

@@ -5,26 +5,40 @@ Two collections. ``sessions`` holds one document per session,
 ``{_id, session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
 ``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
 round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
-An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``), so
-the idempotency check is a primary-key lookup: FerretDB's SQLite backend pushes only ``_id``
-equality down to SQL and scans the whole collection for any other filter.
+An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``).
 
-Append order is ``seq``. An append reserves a block of numbers with one
-``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document and then inserts
-the entries with ``insert_many(ordered=True)``; unique indexes on ``(session_id, entry_id)`` and
-``(session_id, seq)`` make the database the referee between concurrent writers, so no
-multi-document transaction is needed (the store runs on a standalone ``mongod`` and on FerretDB).
-A reservation that is never used leaves a gap in ``seq``, which is harmless.
+**An append is two round trips:** reserve a block of ``seq`` numbers with one
+``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document, then one
+``insert_many(ordered=True)``. There is no lookup first: the ``_id`` and the unique indexes on
+``(session_id, entry_id)`` and ``(session_id, seq)`` make the insert itself the idempotency
+check, and the database the referee between concurrent writers, without multi-document
+transactions (the store runs on a standalone ``mongod`` and on FerretDB). Only a duplicate key
+costs more: the entries from the one that collided on are looked up by ``_id`` and re-planned
+(identical: skipped; different: a conflict), and what is still missing is inserted with fresh
+numbers. A reservation that is never used leaves a gap in ``seq``, which is harmless. The
+reservation cannot be folded into the insert: the insert carries the numbers, and guessing them
+(from what this object last wrote) would place an entry *before* others whenever another process
+appended in between and left a gap.
 
-**Servers whose ``$inc`` is not atomic.** FerretDB 1.x implements ``findAndModify`` and
-``update`` as a read followed by a write with no transaction around them (FerretDB issues #2168,
-#3040): concurrent increments are lost, two writers can be handed the same numbers, and the
-counter can move backwards. Overlapping numbers are caught by the ``(session_id, seq)`` unique
-index and retried above the collision. A counter that went backwards could still place a
-writer's next entry *before* its previous one, so each store object also keeps a floor per
-session, one past the highest ``seq`` it has written or loaded, and never uses a number below
-it: a writer's appends get increasing numbers. On MongoDB the counter is always ahead of every
-stored ``seq`` and the floor never changes anything.
+**What a failed append leaves** (SPEC §2.1, issue 11 item 4):
+
+- ``EntryConflictError`` (an ID stored with other content, found before the call or by losing a
+  race to a concurrent writer: the first writer wins): *nothing* of the batch. The ordered insert
+  may have stored the entries before the conflicting one; they are deleted again, by ``_id``,
+  before the error is raised (the delete is part of the shielded write, so it also runs for a
+  cancelled caller).
+- any other failure (the server goes away mid-insert, ``StoreUnavailableError``): at most a
+  *prefix* of the batch, in batch order, each entry with its final content; a retry of the same
+  batch skips that prefix by idempotency and writes the rest. If the server goes away during a
+  conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
+
+The one window the delete leaves: a *different* batch that shares an entry with the conflicting
+one, written at the same moment, can find that entry stored (identical), skip it and succeed just
+before the delete removes it. Retries of one batch cannot hit it (they all conflict alike); it
+needs two different batches with a common entry ID, one of them conflicting, in flight together.
+
+On servers whose ``$inc`` is not atomic (FerretDB 1.x) the mechanism in
+:mod:`durable_agent.stores.mongo_append` keeps each writer's appends in order and loses nothing.
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -34,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,14 +56,10 @@ from pydantic import ValidationError
 
 try:
     from bson.codec_options import CodecOptions
-    from pymongo import ASCENDING, ReturnDocument
+    from pymongo import ASCENDING
     from pymongo.asynchronous.database import AsyncDatabase
     from pymongo.database import Database
-    from pymongo.errors import (
-        BulkWriteError,
-        DuplicateKeyError,
-        OperationFailure,
-    )
+    from pymongo.errors import DuplicateKeyError
 except ImportError as _missing:  # the mongo extra is not installed: say which one to install
     raise ImportError(
         f"MongoStore needs PyMongo ({_missing}): pip install 'durable-agent[mongo]'",
@@ -65,10 +74,10 @@ from ..session.errors import (
     EntryDecodeError,
     SessionExistsError,
     SessionNotFoundError,
-    StoreUnavailableError,
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
+from .mongo_append import BatchWriter, SeqFloors
 from .mongo_errors import translate_errors
 
 if TYPE_CHECKING:
@@ -79,20 +88,6 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
 #: leaves room for the other fields of the entry document.
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
-
-_DUPLICATE_KEY = 11000
-_TYPE_MISMATCH = 14  # e.g. $inc on a next_seq that is not a number
-
-#: Rounds of "reserve, insert, lose a race" before an append gives up. Each lost round means
-#: another writer stored entries, so this is only reached under pathological contention.
-_MAX_WRITE_ROUNDS = 50
-
-#: Batches up to this size check stored IDs with concurrent primary-key lookups; larger ones
-#: (forks, imports) with one ``$in`` query.
-_POINT_LOOKUP_LIMIT = 32
-
-#: Sessions whose sequence floor a store object remembers (least recently used are dropped).
-_FLOOR_CACHE_SIZE = 4096
 
 #: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
 #: instead of the default 101-document first batch and its extra round trips.
@@ -111,22 +106,6 @@ def _now_ms() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def _entry_key(session_id: str, entry_id: str) -> str:
-    """An entry document's ``_id``: unique per session and entry, found by primary-key lookup."""
-    return f"{session_id}/{entry_id}"
-
-
-def _only_duplicate_keys(exc: BulkWriteError) -> bool:
-    """True if every error in a bulk insert is a duplicate key (a concurrent writer's entry)."""
-    details = exc.details
-    errors = details.get("writeErrors") or []
-    return (
-        bool(errors)
-        and not details.get("writeConcernErrors")
-        and all(err.get("code") == _DUPLICATE_KEY for err in errors)
-    )
-
-
 class MongoStore:
     """A :class:`~durable_agent.session.Store` on MongoDB collections (SPEC §2.3).
 
@@ -135,6 +114,10 @@ class MongoStore:
     :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
     ``StoreUnavailableError``; how long a call waits for a down server is the client's
     ``serverSelectionTimeoutMS`` (or ``timeoutMS``).
+
+    A failed ``append_entries`` leaves nothing of its batch when it raises
+    ``EntryConflictError`` (also after losing a race: the first writer wins), and at most a
+    prefix of the batch otherwise, which a retry of the same batch completes (module doc).
     """
 
     def __init__(
@@ -163,8 +146,9 @@ class MongoStore:
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
-        # Per session, one past the highest seq this object wrote or loaded (see module doc).
-        self._floors: OrderedDict[str, int] = OrderedDict()
+        # Per session, one past the highest seq this object wrote or loaded (mongo_append).
+        self._floors = SeqFloors()
+        self._writer = BatchWriter(self._sessions, self._entries, self._floors)
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
@@ -255,7 +239,7 @@ class MongoStore:
                     sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
                 )
         if docs:
-            self._raise_floor(sid, int(docs[-1]["seq"]) + 1)
+            self._floors.raise_to(sid, int(docs[-1]["seq"]) + 1)
         out: list[Entry] = []
         with bulk_decoding():
             for doc in docs:
@@ -275,126 +259,24 @@ class MongoStore:
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append ``entries`` in order, skipping identical stored IDs (SPEC §2.1 idempotency).
 
-        Everything that can refuse the batch happens before the first write: ID validation,
-        encoding and the size limit, the conflict check against stored IDs. The write section
-        (reserve, insert, resolve a race) is shielded so a cancelled caller's write completes.
+        Validation, encoding, the size limit and repeats within the batch are settled before the
+        first write. There is no lookup before the insert: the insert's duplicate-key error *is*
+        the idempotency check (see the module doc). The write section (reserve, insert, resolve a
+        duplicate key, roll back a conflict) is shielded so a cancelled caller's write completes.
         """
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
+        todo = plan_append(sid, batch, lambda _: None)  # repeats within the batch only
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            if not batch:
+            if not todo:
                 await self._require_session(sid)
                 return
-            if len(batch) == 1:
-                # One entry: the insert's duplicate-key check is the idempotency check (a
-                # conflict cannot leave part of a one-entry batch written), saving a round trip
-                # on the most common append. A retried identical entry costs one unused seq.
-                todo = batch
-            else:
-                stored = await self._stored(sid, [entry.id for entry, _ in batch])
-                todo = plan_append(sid, batch, stored.get)
-            if todo:
-                await self._complete(self._write(sid, todo))
+            await self._complete(self._writer.write(sid, todo))
 
     async def _require_session(self, sid: str) -> None:
         if await self._sessions.find_one({"_id": sid}, {"_id": 1}) is None:
             raise SessionNotFoundError(sid)
-
-    async def _stored(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
-        """The stored encodings of those of ``entry_ids`` already in the session, by ``_id``."""
-        keys = [_entry_key(sid, eid) for eid in dict.fromkeys(entry_ids)]
-        projection = {"_id": 0, "entry_id": 1, "wire": 1}
-        if len(keys) <= _POINT_LOOKUP_LIMIT:
-            found = await asyncio.gather(
-                *(self._entries.find_one({"_id": key}, projection) for key in keys)
-            )
-            return {doc["entry_id"]: doc["wire"] for doc in found if doc is not None}
-        cursor = self._entries.find({"_id": {"$in": keys}}, projection)
-        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
-
-    async def _stored_by_index(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
-        """Like :meth:`_stored`, through the ``(session_id, entry_id)`` unique index.
-
-        Used after a duplicate-key error: the index is what rejected the insert, so it is the
-        authority (it also finds entries that other programs stored under another ``_id``).
-        """
-        cursor = self._entries.find(
-            {"session_id": sid, "entry_id": {"$in": list(dict.fromkeys(entry_ids))}},
-            {"_id": 0, "entry_id": 1, "wire": 1},
-        )
-        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
-
-    def _raise_floor(self, sid: str, floor: int) -> None:
-        self._floors[sid] = max(floor, self._floors.get(sid, 0))
-        self._floors.move_to_end(sid)
-        while len(self._floors) > _FLOOR_CACHE_SIZE:
-            self._floors.popitem(last=False)
-
-    async def _write(self, sid: str, todo: list[tuple[Entry, str]]) -> None:
-        """Reserve ``len(todo)`` sequence numbers and insert; resolve duplicate keys from a race.
-
-        A duplicate key means a concurrent writer got there first. On ``(session_id, entry_id)``
-        it stored that ID after our check (typically a retry of the same batch); on
-        ``(session_id, seq)`` it was handed overlapping numbers by a non-atomic counter. An
-        ordered insert stops at the first error, so the entries before it are ours and stored. We
-        re-read the batch's IDs and re-plan: identical content is skipped, different content
-        raises ``EntryConflictError`` (in that race, entries of this batch before the conflicting
-        one stay written: there is no transaction to undo them), and whatever is still missing
-        gets fresh numbers above the collision.
-        """
-        for _ in range(_MAX_WRITE_ROUNDS):
-            try:
-                reserved = await self._sessions.find_one_and_update(
-                    {"_id": sid},
-                    {"$inc": {"next_seq": len(todo)}},
-                    return_document=ReturnDocument.BEFORE,
-                )
-            except OperationFailure as exc:
-                if exc.code != _TYPE_MISMATCH:
-                    raise
-                raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
-            if reserved is None:
-                raise SessionNotFoundError(sid)
-            first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
-            # Claim the block locally at once, so concurrent appends through this object never
-            # pick overlapping numbers even when the server's counter lost an increment.
-            self._raise_floor(sid, first + len(todo))
-            docs = [
-                {
-                    "_id": _entry_key(sid, entry.id),
-                    "session_id": sid,
-                    "entry_id": entry.id,
-                    "seq": first + offset,
-                    "type": entry.type,
-                    "created_at": entry.created_at,
-                    "wire": wire,
-                }
-                for offset, (entry, wire) in enumerate(todo)
-            ]
-            try:
-                await self._entries.insert_many(docs, ordered=True)
-            except BulkWriteError as exc:
-                if not _only_duplicate_keys(exc):
-                    raise
-                race = exc
-            else:
-                return
-            todo_ids = [entry.id for entry, _ in todo]
-            remaining = plan_append(sid, todo, (await self._stored(sid, todo_ids)).get)
-            if len(remaining) == len(todo):
-                # Nothing went in and no ID of ours is stored under its usual _id: the numbers
-                # collided (the next round takes new ones), or another program stored one of the
-                # IDs under a different _id, which only the (session_id, entry_id) index finds.
-                stored = await self._stored_by_index(sid, todo_ids)
-                remaining = plan_append(sid, todo, stored.get)
-            todo = remaining
-            if not todo:
-                return
-        raise StoreUnavailableError(
-            f"session {sid!r}: append kept colliding with concurrent writers "
-            f"({_MAX_WRITE_ROUNDS} rounds)"
-        ) from race
 
     async def _complete(self, write: Awaitable[_T]) -> _T:
         """Run a started write to completion even if the caller is cancelled (SPEC §2.1).
@@ -412,3 +294,44 @@ class MongoStore:
         self._writes.discard(task)
         if not task.cancelled():
             task.exception()
+
+    # -- retention (RetentionStore) -------------------------------------------------------------
+
+    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
+        """One page of session records, newest ``created_at`` first, then by ID; reads the
+        ``sessions`` collection only (never entries). A damaged session document is skipped."""
+        from ..session.store import check_page
+
+        check_page(limit, offset)
+        projection = {"parent_id": 1, "created_at": 1}
+        with self._errors("listing sessions"):
+            cursor = (
+                self._sessions.find({}, projection)
+                .sort([("created_at", -1), ("_id", 1)])
+                .skip(offset)
+                .limit(limit)
+            )
+            docs = [doc async for doc in cursor]
+        records = []
+        for doc in docs:
+            try:
+                records.append(
+                    SessionRecord(
+                        id=doc["_id"], parent_id=doc.get("parent_id"), created_at=doc["created_at"]
+                    )
+                )
+            except (KeyError, ValidationError):
+                continue
+        return records
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session document, then its entries; ``SessionNotFoundError`` if there is
+        no such session. The document goes first: an append after it finds no session to reserve
+        numbers on and raises ``SessionNotFoundError``."""
+        sid = validate_session_id(session_id)
+        with self._errors(f"session {sid!r}"):
+            deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
+            if deleted.deleted_count == 0:
+                raise SessionNotFoundError(sid)
+            await self._complete(self._entries.delete_many({"session_id": sid}))
+        self._floors.pop(sid, None)

@@ -16,7 +16,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -43,6 +49,8 @@ from ..durable.errors import (
     RunCancelledError,
 )
 from ..durable.events import Event
+from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
@@ -50,7 +58,9 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..streaming import DeltaFollower, LiveDeltas, resolve
 from .activity_calls import KIND_KEY, SESSION_ID_KEY
+from .event_bodies import hydrate
 from .run_timeout import run_timeout_from_env
+from .stream_recovery import read_bodies, resync
 from .types import (
     CompactInput,
     EventsAnswer,
@@ -60,7 +70,6 @@ from .types import (
     RunResult,
     RunState,
     Timeouts,
-    event_from_wire,
     event_to_wire,
 )
 
@@ -68,7 +77,7 @@ __all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "ru
 
 logger = logging.getLogger("durable_agent.temporal")
 
-DEFAULT_PAYLOAD_LIMIT = 1_572_864
+DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT
 LIVE_QUERY_EVERY = 0.25
 """Longest gap between two ``events`` queries while a reply streams (its deltas are read every
 20 ms meanwhile), so its ``message_end`` receipt follows the last delta quickly."""
@@ -203,6 +212,10 @@ class TemporalExecutor:
                     f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
                 )
         assert isinstance(config.factory, str)
+        # a terminated or failed run's write may have landed after it ended (a tool activity
+        # that finished after the termination, an append that timed out and then applied):
+        # adopt it first, so the workflow's repair answers only truly unanswered calls (11.8b)
+        await reconcile(state)
         inp = RunInput(
             session_id=state.session_id,
             run_id=run_id,
@@ -245,57 +258,18 @@ class TemporalExecutor:
         async def produce(put: Callable[[Event], None]) -> list[Message]:
             result_task = asyncio.ensure_future(_result(handle))
             produced: list[Message] = []
-            after, delay = 0, self.poll_initial
-            ended = False
             try:
-                while True:
-                    closed = result_task.done()
-                    answer = await self._query_events(handle, after, result_task)
-                    if answer is not None and answer.events:
-                        if answer.events[0].position > after + 1:
-                            raise EventGapError(
-                                f"events {after + 1}..{answer.events[0].position - 1} of "
-                                f"{handle.id} are no longer retained"
-                            )
-                        for wire in answer.events:
-                            event = event_from_wire(wire)
-                            if follower is not None:  # live deltas go before their message_end
-                                for update in await follower.see(event, wire.position):
-                                    put(update)
-                            if event.entries is not None and event.leaf_id is not None:
-                                state.apply_receipt(event.entries, event.leaf_id)
-                            inner = event.agent
-                            if (
-                                inner is not None
-                                and inner.type == "message_end"
-                                and event.entries
-                                and inner.message is not None
-                            ):
-                                stored = event.entries[0]  # the stored form of the message
-                                message = (
-                                    stored.message
-                                    if isinstance(stored, MessageEntry)
-                                    else inner.message
-                                )
-                                produced.append(message)
-                            if inner and inner.type == "agent_end":
-                                # the workflow sends the run's usage, not its transcript
-                                inner = inner.model_copy(update={"messages": list(produced)})
-                                event = event.model_copy(update={"agent": inner})
-                            put(event)
-                            after = wire.position
-                            ended = ended or (inner is not None and inner.type == "agent_end")
-                        if ended:
-                            break  # agent_end is the last event: only the result remains
-                        delay = self.poll_initial
-                        continue
-                    if closed:
-                        break
-                    if follower is not None and follower.open:
-                        await follower.follow(put, result_task, min(delay, LIVE_QUERY_EVERY))
-                    else:
-                        await asyncio.wait({result_task}, timeout=delay)
-                    delay = min(delay * 2, self.poll_max)
+                try:
+                    await self._follow(state, handle, result_task, put, produced, follower)
+                except Exception:
+                    # The stream broke (a gap, a failed query or store read) while the run may
+                    # go on: the handle stays busy until the run ends, then takes its log and
+                    # leaf from the store, so no second run branches from a stale leaf.
+                    try:
+                        await resync(state, handle, result_task)
+                    except Exception:
+                        logger.exception("could not re-sync %s after its stream broke", handle.id)
+                    raise
                 try:
                     await result_task
                 except WorkflowFailureError as exc:
@@ -307,6 +281,69 @@ class TemporalExecutor:
 
         return produce
 
+    async def _follow(
+        self,
+        state: SessionState,
+        handle: WorkflowHandle[Any, RunResult],
+        result_task: asyncio.Future[RunResult],
+        put: Callable[[Event], None],
+        produced: list[Message],
+        follower: DeltaFollower | None,
+    ) -> None:
+        """Poll ``events(after)`` until ``agent_end`` or the run's end, applying each receipt
+        and putting each event (bodies the answer left out read back from the store); while a
+        reply streams, ``follower`` puts its live deltas (read from the store's delta channel)
+        before the reply's ``message_end``."""
+        after, delay = 0, self.poll_initial
+        while True:
+            closed = result_task.done()
+            answer = await self._query_events(handle, after, result_task)
+            if answer is not None and answer.events:
+                if answer.events[0].position > after + 1:
+                    raise EventGapError(
+                        f"events {after + 1}..{answer.events[0].position - 1} of "
+                        f"{handle.id} are no longer retained"
+                    )
+                bodies = await read_bodies(state, answer.events)
+                ended = False
+                for wire in answer.events:
+                    event = hydrate(wire, bodies)
+                    if follower is not None:  # live deltas go before their message_end
+                        for update in await follower.see(event, wire.position):
+                            put(update)
+                    if event.entries is not None and event.leaf_id is not None:
+                        state.apply_receipt(event.entries, event.leaf_id)
+                    inner = event.agent
+                    if (
+                        inner is not None
+                        and inner.type == "message_end"
+                        and event.entries
+                        and inner.message is not None
+                    ):
+                        stored = event.entries[0]  # the stored form of the message
+                        message = (
+                            stored.message if isinstance(stored, MessageEntry) else inner.message
+                        )
+                        produced.append(message)
+                    if inner and inner.type == "agent_end":
+                        # the workflow sends the run's usage, not its transcript
+                        inner = inner.model_copy(update={"messages": list(produced)})
+                        event = event.model_copy(update={"agent": inner})
+                    put(event)
+                    after = wire.position
+                    ended = ended or (inner is not None and inner.type == "agent_end")
+                if ended:
+                    return  # agent_end is the last event: only the result remains
+                delay = self.poll_initial
+                continue
+            if closed:
+                return
+            if follower is not None and follower.open:
+                await follower.follow(put, result_task, min(delay, LIVE_QUERY_EVERY))
+            else:
+                await asyncio.wait({result_task}, timeout=delay)
+            delay = min(delay * 2, self.poll_max)
+
     async def _query_events(
         self, handle: WorkflowHandle[Any, RunResult], after: int, result_task: asyncio.Future[Any]
     ) -> EventsAnswer | None:
@@ -314,6 +351,8 @@ class TemporalExecutor:
         try:
             answer: EventsAnswer = await handle.query("events", after, result_type=EventsAnswer)
             return answer
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            raise AgentError(f"the events query of {handle.id} failed: {exc}") from exc
         except RPCError as exc:
             if result_task.done() and result_task.exception() is not None:
                 logger.debug("events query after failure of %s: %s", handle.id, exc)

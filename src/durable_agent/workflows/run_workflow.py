@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.engine import RunEngine
     from ..durable.errors import AgentError, PayloadTooLargeError
     from ..durable.events import Event
+    from ..durable.limits import PAYLOAD_LIMIT
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
     from ..session.entries import MessageEntry
@@ -39,6 +40,14 @@ with workflow.unsafe.imports_passed_through():
         ensure_session_attribute,
         store_retry,
     )
+    from .event_bodies import (
+        QUERY_INLINE_LIMIT,
+        BodyTracker,
+        carried,
+        encoded_size,
+        slim,
+    )
+    from .run_input import INVALID_RUN_INPUT, InvalidRunInputError, decode_run_input, derive_run_id
     from .types import (
         AppendInput,
         AppendResult,
@@ -66,6 +75,13 @@ __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 QUERY_BUDGET = 1_000_000
 PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
+BOUNDED_CAN = "bounded-can-v1"
+"""Patch marker: executions started before it carry the last turn's events with their bodies."""
+CANCEL_WINS = "cancel-wins-v1"
+"""Patch marker: before it, a model call that failed after the run's cancel failed the run."""
+RESET_START_LEAF = "reset-start-leaf-v1"
+"""Patch marker: a reset execution of a run started without a leaf retries from the leaf the
+original execution resolved (issue 15 item 8); recorded only in reset executions."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -123,6 +139,8 @@ class RunWorkflow:
         self._input: RunInput | None = None
         self._engine: RunEngine | None = None
         self._events: list[WireEvent] = []
+        self._bodies = BodyTracker()
+        """Which stored entry each recorded message body is (see event_bodies)."""
         self._next_position = 1
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
@@ -144,17 +162,25 @@ class RunWorkflow:
     def events(self, after: int = 0) -> EventsAnswer:
         """Retained events past position ``after``, in order, about 1 MiB at most (at least one).
 
+        Sizes are the real encoded bytes. An event over ``QUERY_INLINE_LIMIT`` goes without the
+        message bodies its stored entries hold (the client reads them from the store), and one
+        whose body is not stored yet waits for its receipt (the next poll gets it), so no answer
+        nears Temporal's 2 MB limit whatever the message size (issue 16 item 2).
+
         ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
         arguments (issue 15 item 5)."""
         out: list[WireEvent] = []
         size = 0
-        for ev in self._events:
+        for i, ev in enumerate(self._events):
             if ev.position <= after:
                 continue
-            cost = len(ev.model_dump_json())
+            sent = slim(ev, QUERY_INLINE_LIMIT, force=not self._bodies.pending(i))
+            if sent is None:
+                break
+            cost = encoded_size(sent)
             if out and size + cost > QUERY_BUDGET:
                 break
-            out.append(ev)
+            out.append(sent)
             size += cost
         first = self._events[0].position if self._events else self._next_position
         return EventsAnswer(events=out, first_position=first, last_position=self._next_position - 1)
@@ -258,7 +284,8 @@ class RunWorkflow:
             assert engine is not None
             agent_event = agent_event.model_copy(update={"messages": [], "usage": engine.usage})
             event = event.model_copy(update={"agent": agent_event})
-        self._events.append(event_to_wire(event, self._next_position))
+        ids = None if event.entries is None else [e.id for e in event.entries]
+        self._bodies.record(self._events, event_to_wire(event, self._next_position), ids)
         self._next_position += 1
         if self._cancel_deferred:
             self._cancel_deferred = False
@@ -284,6 +311,9 @@ class RunWorkflow:
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
         last_turn = _last_turn(self._events)
+        if workflow.patched(BOUNDED_CAN):
+            # positions and entry IDs, not message bodies: the input stays a few KB (issue 16)
+            last_turn = carried(last_turn)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
@@ -304,7 +334,8 @@ class RunWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, inp: RunInput) -> RunResult:
+    async def run(self, raw: RawValue) -> RunResult:
+        inp = _run_input(raw)
         self._input = inp
         self._events = list(inp.events)
         self._next_position = inp.next_position
@@ -316,7 +347,9 @@ class RunWorkflow:
             if leaf is None:
                 leaf = await call_activity(
                     "durable_agent.ensure_session",
-                    EnsureSessionInput(session_id=inp.session_id, agent=inp.agent),
+                    EnsureSessionInput(
+                        session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
+                    ),
                     str,
                     start_to_close=t.store_start_to_close,
                     retry=store_retry(t),
@@ -350,7 +383,7 @@ class RunWorkflow:
             AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=_ActivityTools(self, {i.name: i for i in info.tools}),
         )
-        inputs = [i.entry() for i in inp.inputs]
+        inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
         try:
             receipt = []
             if not inp.resumed:
@@ -403,6 +436,41 @@ class RunWorkflow:
         )
 
 
+def _reset_of() -> str | None:
+    """The original run when this execution is an operator's reset of it, else ``None``.
+
+    A reset execution keeps the original's start event, so its ``original_execution_run_id``
+    names another run; a continue-as-new execution carries its leaf and never asks. The patch is
+    taken before looking at run IDs (which a replayer may not reproduce): the answer only feeds
+    an activity argument, so replay stays deterministic whatever it is."""
+    if not workflow.patched(RESET_START_LEAF):
+        return None
+    info = workflow.info()
+    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
+        return None
+    return info.original_execution_run_id
+
+
+def _run_input(raw: RawValue) -> RunInput:
+    """Decode the run's input (see :mod:`.run_input`): a problem fails the workflow at once with
+    a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
+    try:
+        value = workflow.payload_converter().from_payload(raw.payload)
+        inp = decode_run_input(value)
+    except InvalidRunInputError as exc:
+        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
+    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
+        raise ApplicationError(
+            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
+            type=INVALID_RUN_INPUT,
+            non_retryable=True,
+        ) from None
+    if not inp.run_id:
+        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
+        inp = inp.model_copy(update={"run_id": run_id})
+    return inp
+
+
 def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
     """The events since the last ``turn_start`` (what continue-as-new carries)."""
     for i in range(len(events) - 1, -1, -1):
@@ -434,7 +502,7 @@ def store_summary(entries: list[Any]) -> str:
     return "store " + " + ".join(parts)
 
 
-def _check_payload(payload: str, what: str, limit: int = 1_572_864) -> None:
+def _check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
     size = len(payload.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
@@ -533,6 +601,10 @@ class _ActivityModel:
             )
         except ActivityError as exc:
             if _cancelled(exc):
+                raise asyncio.CancelledError() from exc
+            if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
+                # The user cancelled while the call could not answer (its worker died): the
+                # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
                 raise asyncio.CancelledError() from exc
             kind, text = _failure(exc)
             if kind == "ModelError":

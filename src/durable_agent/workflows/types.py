@@ -7,6 +7,7 @@ extras), never as the whole transcript: activities read the active path from the
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,7 @@ from ..session.entries import Entry, MessageEntry
 __all__ = [
     "AppendInput",
     "AppendResult",
+    "BodyRefs",
     "CallModelInput",
     "CallToolInput",
     "CompactInput",
@@ -66,10 +68,13 @@ def decode_entries(wires: list[str]) -> list[Entry]:
 
 
 class InputEntry(_Model):
-    """A run input: its encoding plus the ephemeral flag (which the wire never carries)."""
+    """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
+    plain ``message`` with no header and maybe no timestamp (typed by an operator in the
+    Temporal UI; see :mod:`.run_input`), which the run stamps."""
 
-    wire: str
+    wire: str = ""
     ephemeral: bool = False
+    message: Message | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @classmethod
     def of(cls, entry: Entry, index: int) -> InputEntry:
@@ -77,11 +82,39 @@ class InputEntry(_Model):
         ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
         return cls(wire=encode_entry(placeholder), ephemeral=ephemeral)
 
-    def entry(self) -> Entry:
+    def entry(self, index: int = 0, now: datetime | None = None) -> Entry:
+        """The input entry; a plain message gets the placeholder ID ``input-<index>`` and, when
+        it has none, the timestamp ``now`` (the workflow's clock)."""
+        if self.message is not None:
+            message = self.message
+            if message.timestamp is None and now is not None:
+                message = message.model_copy(update={"timestamp": now})
+            header: dict[str, Any] = {"id": f"input-{index}"}
+            if now is not None:
+                header["created_at"] = now
+            return MessageEntry(**header, message=message, ephemeral=self.ephemeral)
         decoded = decode_entry(self.wire)
         if self.ephemeral and isinstance(decoded, MessageEntry):
             return decoded.model_copy(update={"ephemeral": True})
         return decoded
+
+
+class BodyRefs(_Model):
+    """The stored entries an event's message bodies are (see ``event_bodies``).
+
+    A body named here may be left out of the event (``None``) in a query answer or a
+    continue-as-new input; the client reads the entry from the store and puts it back."""
+
+    entry_ids: list[str] | None = None
+    """The receipt's entries (``WireEvent.entries``)."""
+    message: str | None = None
+    """``agent.message``: the entry holding that message."""
+    result: str | None = None
+    """``agent.result`` (``tool_execution_end``)."""
+    args: str | None = None
+    """``agent.args``: the assistant entry whose tool call ``agent.tool_call_id`` has them."""
+    input: list[str] | None = None
+    """``agent.input`` (``turn_start``), one entry per injected message."""
 
 
 class WireEvent(_Model):
@@ -96,6 +129,8 @@ class WireEvent(_Model):
     leaf_id: str | None = None
     entries: list[str] | None = None
     idempotency_key: str | None = None
+    refs: BodyRefs | None = None
+    """Where the bodies are stored (receipts and events repeating a stored message)."""
 
 
 def event_to_wire(event: Event, position: int = 0) -> WireEvent:
@@ -145,7 +180,8 @@ class RunInput(_Model):
     """Start (or continue) one run. ``leaf_id=None`` means the session's last appended entry."""
 
     session_id: str
-    run_id: str
+    run_id: str = ""
+    """``""`` (an operator's input): the run derives it from its workflow ID."""
     agent: str
     leaf_id: str | None = None
     inputs: list[InputEntry] = Field(default_factory=list)
@@ -160,6 +196,8 @@ class RunInput(_Model):
     new_entry_ids: list[str] = Field(default_factory=list)
     next_position: int = 1
     events: list[WireEvent] = Field(default_factory=list)
+    """The last turn's events; since ``bounded-can-v1`` without their message bodies (their
+    ``refs`` name the stored entries), so this input stays a few KB whatever the messages."""
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None
@@ -223,6 +261,8 @@ class EnsureSessionInput(_Model):
     session_id: str
     agent: str
     """Checked first: a run for an unknown agent creates nothing."""
+    reset_of: str | None = None
+    """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
 
 
 class LoadPathInput(_Model):

@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
 from ..streaming import LiveDeltas
@@ -103,7 +104,7 @@ async def create_worker(
     store: Store,
     agents: Mapping[str, Any],
     publisher: PublisherLike | None = None,
-    payload_limit: int = 1_572_864,
+    payload_limit: int = PAYLOAD_LIMIT,
     register_search_attribute: bool = True,
     max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,

@@ -15,16 +15,11 @@ Usage is as Anthropic reports it: ``input`` counts uncached input tokens, ``cach
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 try:
     import anthropic
-    import httpx2
     from anthropic import AsyncAnthropic
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -32,26 +27,22 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'durable-agent[anthropic]'"
     ) from exc
 
-from ..messages import (
-    ContentBlock,
-    FileContent,
-    ImageContent,
-    Message,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    Usage,
-)
-from ..model import ModelError, ModelEvent, ModelRequest, ToolSpec
+from ..messages import ContentBlock, StopReason, TextContent, ThinkingContent, ToolCall, Usage
+from ..model import ModelError, ModelEvent, ModelRequest
 from ._common import (
     Draft,
     final_arguments,
-    guarded,
     model_error,
     partial_arguments,
     retry_after_seconds,
     status_retryable,
+)
+from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
+from .anthropic_messages import (
+    API,
+    REDACTED_THINKING_PREFIX,
+    to_anthropic_messages,
+    to_anthropic_tools,
 )
 
 if TYPE_CHECKING:
@@ -67,16 +58,9 @@ __all__ = [
     "to_anthropic_tools",
 ]
 
-API = "anthropic-messages"
 
 DEFAULT_MAX_TOKENS = 8192
 """The Messages API requires ``max_tokens``; this is sent unless an option sets it."""
-
-REDACTED_THINKING_PREFIX = "redacted_thinking:"
-"""Marks a ThinkingContent signature that holds a ``redacted_thinking`` block's opaque data."""
-
-_RESERVED = frozenset({"model", "messages", "stream", "tools", "system"})
-"""Request keys the adapter owns; an option naming one is refused rather than silently lost."""
 
 _STOP: dict[str, StopReason] = {
     "end_turn": "stop",
@@ -95,7 +79,7 @@ _TRANSIENT_ERROR_TYPES = frozenset(
 """Error types (sent in a 200 stream, or with a status) worth retrying."""
 
 
-class AnthropicModel:
+class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
     """An Anthropic Messages model, streaming text, thinking (with signatures) and tool calls.
 
     ``model`` is the model ID; ``provider`` labels the messages produced. ``api_key`` and
@@ -107,6 +91,8 @@ class AnthropicModel:
     """
 
     api = API
+    reserved = frozenset({"model", "messages", "stream", "tools", "system"})
+    sdk_errors = (anthropic.APIError, *SDK_TRANSPORT_ERRORS)
 
     def __init__(
         self,
@@ -120,9 +106,6 @@ class AnthropicModel:
         client: AsyncAnthropic | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.model = model
-        self.provider = provider
-        self.options = dict(options or {})
         if client is None:
             client = AsyncAnthropic(
                 api_key=api_key,
@@ -130,24 +113,17 @@ class AnthropicModel:
                 max_retries=max_retries,
                 timeout=anthropic.not_given if timeout is None else timeout,
             )
-        self._client = client
-        self._secrets = (api_key, client.api_key, client.auth_token)
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel(model={self.model!r}, provider={self.provider!r})"
+        secrets = (api_key, client.api_key, client.auth_token)
+        super().__init__(model, provider=provider, options=options, secrets=secrets)
+        self.client = client
 
     async def aclose(self) -> None:
         """Close the SDK client's connection pool."""
-        await self._client.close()
+        await self.client.close()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this adapter sends for ``request`` (what the tests pin down)."""
-        options = {**self.options, **request.options}
-        reserved = _RESERVED & options.keys()
-        if reserved:
-            raise ModelError(
-                f"{self.provider}: options may not set {sorted(reserved)}", retryable=False
-            )
+        options = self.merged_options(request)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": options.pop("max_tokens", DEFAULT_MAX_TOKENS),
@@ -161,18 +137,7 @@ class AnthropicModel:
         body.update(options)
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        body = self.request_body(request)
-        stream = await self._open(body)
-        # However the consumer stops (done, error, cancel, aclose), the HTTP response is closed.
-        try:
-            async with aclosing(self._events(stream)) as events:
-                async for event in events:
-                    yield event
-        finally:
-            await stream.close()
-
-    async def _open(self, body: dict[str, Any]) -> AsyncStream[RawMessageStreamEvent]:
+    async def create(self, body: dict[str, Any]) -> AsyncStream[RawMessageStreamEvent]:
         params = dict(body)
         model = cast(str, params.pop("model"))
         max_tokens = cast(int, params.pop("max_tokens"))
@@ -180,28 +145,17 @@ class AnthropicModel:
         tools = cast("list[ToolUnionParam] | None", params.pop("tools", None))
         system = cast("str | None", params.pop("system", None))
         params.pop("stream")
-        try:
-            return await self._client.messages.create(
-                model=model,
-                max_tokens=max_tokens,
-                messages=messages,
-                stream=True,
-                system=anthropic.omit if system is None else system,
-                tools=anthropic.omit if tools is None else tools,
-                extra_body=params,
-            )
-        except _SDK_ERRORS as exc:
-            error = self._error(exc)
-        # Raised here, outside the except block, so the SDK error (which holds the request, headers
-        # included) is neither the cause nor the context of what the caller sees.
-        raise error
+        return await self.client.messages.create(
+            model=model,
+            max_tokens=max_tokens,
+            messages=messages,
+            stream=True,
+            system=anthropic.omit if system is None else system,
+            tools=anthropic.omit if tools is None else tools,
+            extra_body=params,
+        )
 
-    def _raw_events(
-        self, stream: AsyncStream[RawMessageStreamEvent]
-    ) -> AsyncIterator[RawMessageStreamEvent]:
-        return guarded(stream, _SDK_ERRORS, self._error)
-
-    async def _events(
+    async def events(
         self, stream: AsyncStream[RawMessageStreamEvent]
     ) -> AsyncGenerator[ModelEvent, None]:
         draft = Draft(api=API, provider=self.provider, model=self.model)
@@ -212,7 +166,7 @@ class AnthropicModel:
         refusal: str | None = None
         stopped = False
         yield ModelEvent(type="start", partial=draft.snapshot())
-        async for event in self._raw_events(stream):
+        async for event in self.items(stream):
             if event.type == "message_start":
                 _merge_usage(usage, event.message.usage)
             elif event.type == "content_block_start":
@@ -301,9 +255,9 @@ class AnthropicModel:
             arguments = partial_arguments(raw)
         draft.blocks[index] = ToolCall(id=call.id, name=call.name, arguments=arguments)
 
-    def _error(self, exc: Exception) -> ModelError:
+    def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
-        name, key = self.provider, self._secrets
+        name, key = self.provider, self.secrets
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
             kind = exc.type or ""
@@ -325,27 +279,12 @@ class AnthropicModel:
                 retry_after=retry_after_seconds(headers) if status != 200 else None,
                 secrets=key,
             )
-        if isinstance(exc, anthropic.APITimeoutError):
-            return model_error(name, "request timed out", retryable=True)
-        if isinstance(exc, anthropic.APIConnectionError):
-            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
-            return model_error(name, f"connection failed ({cause})", retryable=True)
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return model_error(name, "response did not match the API schema", retryable=False)
-        if isinstance(exc, httpx2.TimeoutException):
-            return model_error(name, "request timed out", retryable=True)
-        if isinstance(exc, httpx2.TransportError):
-            return model_error(name, f"connection failed ({type(exc).__name__})", retryable=True)
-        if isinstance(exc, json.JSONDecodeError):
-            return model_error(name, "malformed stream: an event is not valid JSON", retryable=True)
-        return model_error(name, f"unexpected {type(exc).__name__}", retryable=False)
-
-
-_SDK_ERRORS: tuple[type[Exception], ...] = (
-    anthropic.APIError,
-    httpx2.TransportError,
-    json.JSONDecodeError,
-)
+        return self.transport_error(
+            exc,
+            timeout=anthropic.APITimeoutError,
+            connection=anthropic.APIConnectionError,
+            validation=anthropic.APIResponseValidationError,
+        )
 
 
 def _start_block(block: Any) -> ContentBlock | None:
@@ -386,133 +325,3 @@ def _usage(totals: Mapping[str, int]) -> Usage:
         cache_write=totals.get("cache_creation_input_tokens", 0),
         reasoning=totals.get("thinking_tokens", 0),
     )
-
-
-# -- conversion ---------------------------------------------------------------------------------
-
-
-def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
-    """Tool specs as Messages API client tools."""
-    out: list[dict[str, Any]] = []
-    for spec in tools:
-        tool: dict[str, Any] = {"name": spec.name}
-        if spec.description:
-            tool["description"] = spec.description
-        tool["input_schema"] = spec.parameters
-        out.append(tool)
-    return out
-
-
-def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """The conversation as Messages API messages.
-
-    Consecutive tool results become the ``tool_result`` blocks of one user message, as the API
-    requires. Thinking is sent back only from messages this API produced (a signature from another
-    provider would be rejected) and only with its signature. Server-side tool calls, and empty text
-    blocks (which the API refuses), are left out, as is an assistant message left with nothing.
-    """
-    out: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] | None = None  # the open tool-result user message's content
-    for message in messages:
-        if message.role == "tool_result":
-            if results is None:
-                results = []
-                out.append({"role": "user", "content": results})
-            results.append(_tool_result(message))
-            continue
-        results = None
-        if message.role == "user":
-            content = [b for b in map(_user_block, message.content) if b is not None]
-            out.append({"role": "user", "content": content})
-        else:
-            content = _assistant_blocks(message)
-            if content:
-                out.append({"role": "assistant", "content": content})
-    return out
-
-
-def _user_block(block: ContentBlock) -> dict[str, Any] | None:
-    if isinstance(block, TextContent):
-        return {"type": "text", "text": block.text} if block.text else None
-    if isinstance(block, ImageContent):
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": block.mime_type, "data": block.data},
-        }
-    if isinstance(block, FileContent):
-        return _document(block)
-    return None
-
-
-def _document(block: FileContent) -> dict[str, Any]:
-    source: dict[str, Any]
-    if block.file_id:
-        source = {"type": "file", "file_id": block.file_id}
-    elif block.url:
-        source = {"type": "url", "url": block.url}
-    elif block.data and (block.mime_type or "").startswith("text/"):
-        try:
-            text = base64.b64decode(block.data, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise ModelError(
-                "anthropic-messages: a text file's data is not base64 UTF-8", retryable=False
-            ) from None
-        source = {"type": "text", "media_type": "text/plain", "data": text}
-    elif block.data:
-        source = {
-            "type": "base64",
-            "media_type": block.mime_type or "application/pdf",
-            "data": block.data,
-        }
-    else:
-        raise ModelError(
-            "anthropic-messages: a file block has no data, url or file_id", retryable=False
-        )
-    document: dict[str, Any] = {"type": "document", "source": source}
-    if block.filename:
-        document["title"] = block.filename
-    return document
-
-
-def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
-    native = message.api == API
-    out: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, ThinkingContent):
-            if not native or not block.signature:
-                continue
-            if block.signature.startswith(REDACTED_THINKING_PREFIX):
-                data = block.signature.removeprefix(REDACTED_THINKING_PREFIX)
-                out.append({"type": "redacted_thinking", "data": data})
-            else:
-                out.append(
-                    {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
-                )
-        elif isinstance(block, TextContent):
-            if block.text:
-                out.append({"type": "text", "text": block.text})
-        elif isinstance(block, ToolCall) and not block.server:
-            out.append(
-                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.arguments}
-            )
-    return out
-
-
-def _tool_result(message: Message) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, TextContent) and block.text:
-            content.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageContent):
-            content.append(
-                {
-                    "type": "image",
-                    "source": {"type": "base64", "media_type": block.mime_type, "data": block.data},
-                }
-            )
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
-    if content:
-        result["content"] = content
-    if message.is_error:
-        result["is_error"] = True
-    return result

@@ -17,14 +17,11 @@ Usage is normalised the way Anthropic reports it: ``input`` counts uncached prom
 
 from __future__ import annotations
 
-import json
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 try:
-    import httpx2
     import openai
     from openai import AsyncOpenAI
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -33,27 +30,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'durable-agent[openai]'"
     ) from exc
 
-from ..messages import (
-    ContentBlock,
-    FileContent,
-    ImageContent,
-    Message,
-    StopReason,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    Usage,
-)
-from ..model import ModelError, ModelEvent, ModelRequest, ToolSpec
+from ..messages import StopReason, TextContent, ThinkingContent, ToolCall, Usage
+from ..model import ModelError, ModelEvent, ModelRequest
 from ._common import (
     Draft,
     final_arguments,
-    guarded,
     model_error,
     partial_arguments,
     retry_after_seconds,
     status_retryable,
 )
+from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
+from .openai_messages import to_openai_messages, to_openai_tools
 
 if TYPE_CHECKING:
     from openai import AsyncStream
@@ -73,9 +61,6 @@ __all__ = [
 
 API = "openai-chat"
 
-_RESERVED = frozenset({"model", "messages", "stream", "tools"})
-"""Request keys the adapter owns; an option naming one is refused rather than silently lost."""
-
 _FINISH: dict[str, StopReason] = {
     "stop": "stop",
     "length": "length",
@@ -90,7 +75,7 @@ _TRANSIENT_STREAM_ERRORS = frozenset(
 """In-stream error types (the status was already 200) worth retrying; others are the request's."""
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
     """A Chat Completions model, streaming text, reasoning and tool calls.
 
     ``model`` is the provider's model ID; ``provider`` only labels the messages produced
@@ -104,6 +89,8 @@ class OpenAIChatModel:
     """
 
     api = API
+    reserved = frozenset({"model", "messages", "stream", "tools"})
+    sdk_errors = (openai.APIError, *SDK_TRANSPORT_ERRORS)
 
     def __init__(
         self,
@@ -119,11 +106,6 @@ class OpenAIChatModel:
         system_role: Literal["system", "developer"] = "system",
         stream_usage: bool = True,
     ) -> None:
-        self.model = model
-        self.provider = provider
-        self.options = dict(options or {})
-        self.system_role = system_role
-        self.stream_usage = stream_usage
         if client is None:
             client = AsyncOpenAI(
                 api_key=api_key,
@@ -131,24 +113,20 @@ class OpenAIChatModel:
                 max_retries=max_retries,
                 timeout=openai.not_given if timeout is None else timeout,
             )
-        self._client = client
-        self._secrets = (api_key, client.api_key)
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel(model={self.model!r}, provider={self.provider!r})"
+        super().__init__(
+            model, provider=provider, options=options, secrets=(api_key, client.api_key)
+        )
+        self.system_role = system_role
+        self.stream_usage = stream_usage
+        self.client = client
 
     async def aclose(self) -> None:
         """Close the SDK client's connection pool."""
-        await self._client.close()
+        await self.client.close()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this adapter sends for ``request`` (what the tests pin down)."""
-        options = {**self.options, **request.options}
-        reserved = _RESERVED & options.keys()
-        if reserved:
-            raise ModelError(
-                f"{self.provider}: options may not set {sorted(reserved)}", retryable=False
-            )
+        options = self.merged_options(request)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(
@@ -163,43 +141,21 @@ class OpenAIChatModel:
         body.update(options)
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        body = self.request_body(request)
-        stream = await self._open(body)
-        # However the consumer stops (done, error, cancel, aclose), the HTTP response is closed.
-        try:
-            async with aclosing(self._events(stream)) as events:
-                async for event in events:
-                    yield event
-        finally:
-            await stream.close()
-
-    async def _open(self, body: dict[str, Any]) -> AsyncStream[ChatCompletionChunk]:
+    async def create(self, body: dict[str, Any]) -> AsyncStream[ChatCompletionChunk]:
         params = dict(body)
         messages = cast("list[ChatCompletionMessageParam]", params.pop("messages"))
         tools = cast("list[ChatCompletionToolUnionParam] | None", params.pop("tools", None))
         model = cast(str, params.pop("model"))
         params.pop("stream")
-        try:
-            return await self._client.chat.completions.create(
-                model=model,
-                messages=messages,
-                stream=True,
-                tools=openai.omit if tools is None else tools,
-                extra_body=params,
-            )
-        except _SDK_ERRORS as exc:
-            error = self._error(exc)
-        # Raised here, outside the except block, so the SDK error (which holds the request, headers
-        # included) is neither the cause nor the context of what the caller sees.
-        raise error
+        return await self.client.chat.completions.create(
+            model=model,
+            messages=messages,
+            stream=True,
+            tools=openai.omit if tools is None else tools,
+            extra_body=params,
+        )
 
-    def _chunks(
-        self, stream: AsyncStream[ChatCompletionChunk]
-    ) -> AsyncIterator[ChatCompletionChunk]:
-        return guarded(stream, _SDK_ERRORS, self._error)
-
-    async def _events(
+    async def events(
         self, stream: AsyncStream[ChatCompletionChunk]
     ) -> AsyncGenerator[ModelEvent, None]:
         draft = Draft(api=API, provider=self.provider, model=self.model)
@@ -208,7 +164,7 @@ class OpenAIChatModel:
         finish: str | None = None
         usage = Usage()
         yield ModelEvent(type="start", partial=draft.snapshot())
-        async for chunk in self._chunks(stream):
+        async for chunk in self.items(stream):
             if chunk.usage is not None:
                 usage = _usage(chunk.usage)
             if not chunk.choices:
@@ -284,9 +240,9 @@ class OpenAIChatModel:
             type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
         )
 
-    def _error(self, exc: Exception) -> ModelError:
+    def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
-        name, key = self.provider, self._secrets
+        name, key = self.provider, self.secrets
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             headers = exc.response.headers
@@ -302,14 +258,9 @@ class OpenAIChatModel:
                 retry_after=retry_after_seconds(headers),
                 secrets=key,
             )
-        if isinstance(exc, openai.APITimeoutError):
-            return model_error(name, "request timed out", retryable=True)
-        if isinstance(exc, openai.APIConnectionError):
-            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
-            return model_error(name, f"connection failed ({cause})", retryable=True)
-        if isinstance(exc, openai.APIResponseValidationError):
-            return model_error(name, "response did not match the API schema", retryable=False)
-        if isinstance(exc, openai.APIError):  # an error object sent inside a 200 stream
+        if isinstance(exc, openai.APIError) and not isinstance(
+            exc, openai.APIConnectionError | openai.APIResponseValidationError
+        ):  # an error object sent inside a 200 stream
             kind = exc.type or exc.code or ""
             return model_error(
                 name,
@@ -318,20 +269,12 @@ class OpenAIChatModel:
                 retryable=kind in _TRANSIENT_STREAM_ERRORS or not kind,
                 secrets=key,
             )
-        if isinstance(exc, httpx2.TimeoutException):
-            return model_error(name, "request timed out", retryable=True)
-        if isinstance(exc, httpx2.TransportError):
-            return model_error(name, f"connection failed ({type(exc).__name__})", retryable=True)
-        if isinstance(exc, json.JSONDecodeError):
-            return model_error(name, "malformed stream: an event is not valid JSON", retryable=True)
-        return model_error(name, f"unexpected {type(exc).__name__}", retryable=False)
-
-
-_SDK_ERRORS: tuple[type[Exception], ...] = (
-    openai.APIError,
-    httpx2.TransportError,
-    json.JSONDecodeError,
-)
+        return self.transport_error(
+            exc,
+            timeout=openai.APITimeoutError,
+            connection=openai.APIConnectionError,
+            validation=openai.APIResponseValidationError,
+        )
 
 
 class _PendingCall:
@@ -398,125 +341,3 @@ def _body_message(body: object) -> str | None:
     if isinstance(body, str):
         return body
     return None
-
-
-# -- conversion ---------------------------------------------------------------------------------
-
-
-def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
-    """Tool specs as Chat Completions ``function`` tools."""
-    out: list[dict[str, Any]] = []
-    for spec in tools:
-        function: dict[str, Any] = {"name": spec.name}
-        if spec.description:
-            function["description"] = spec.description
-        function["parameters"] = spec.parameters
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def to_openai_messages(
-    system_prompt: str,
-    messages: list[Message],
-    *,
-    system_role: Literal["system", "developer"] = "system",
-) -> list[dict[str, Any]]:
-    """The conversation as Chat Completions messages.
-
-    Thinking blocks are dropped (Chat Completions takes no reasoning back) and so are server-side
-    tool calls. An error result is sent with an ``Error:`` prefix, the API having no error flag.
-    Tool messages carry text only, so images a tool returned follow the results in one user message.
-    An assistant message with nothing to send (an error with no content) is left out.
-    """
-    out: list[dict[str, Any]] = []
-    if system_prompt:
-        out.append({"role": system_role, "content": system_prompt})
-    tool_images: list[dict[str, Any]] = []
-
-    def flush_tool_images() -> None:
-        if tool_images:
-            intro = {"type": "text", "text": "Images returned by the tool calls above:"}
-            out.append({"role": "user", "content": [intro, *tool_images]})
-            tool_images.clear()
-
-    for message in messages:
-        if message.role != "tool_result":
-            flush_tool_images()
-        if message.role == "user":
-            out.append({"role": "user", "content": _user_content(message.content)})
-        elif message.role == "assistant":
-            converted = _assistant(message)
-            if converted is not None:
-                out.append(converted)
-        else:
-            text = "\n".join(b.text for b in message.content if isinstance(b, TextContent))
-            if message.is_error:
-                text = f"Error: {text}"
-            out.append(
-                {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
-            )
-            tool_images.extend(
-                _image_part(b) for b in message.content if isinstance(b, ImageContent)
-            )
-    flush_tool_images()
-    return out
-
-
-def _user_content(blocks: list[ContentBlock]) -> str | list[dict[str, Any]]:
-    if all(isinstance(b, TextContent) for b in blocks) and len(blocks) <= 1:
-        return blocks[0].text if blocks and isinstance(blocks[0], TextContent) else ""
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, TextContent):
-            parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageContent):
-            parts.append(_image_part(block))
-        elif isinstance(block, FileContent):
-            parts.append(_file_part(block))
-    return parts
-
-
-def _image_part(block: ImageContent) -> dict[str, Any]:
-    return {
-        "type": "image_url",
-        "image_url": {"url": f"data:{block.mime_type};base64,{block.data}"},
-    }
-
-
-def _file_part(block: FileContent) -> dict[str, Any]:
-    if block.file_id:
-        return {"type": "file", "file": {"file_id": block.file_id}}
-    if block.data:
-        mime = block.mime_type or "application/octet-stream"
-        file: dict[str, Any] = {"file_data": f"data:{mime};base64,{block.data}"}
-        file["filename"] = block.filename or "file"
-        return {"type": "file", "file": file}
-    raise ModelError(
-        "openai-chat: files by URL are not supported by Chat Completions; give data or file_id",
-        retryable=False,
-    )
-
-
-def _compact_json(value: object) -> str:
-    """Arguments as the API itself writes them: no spaces, non-ASCII kept (fewer tokens)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _assistant(message: Message) -> dict[str, Any] | None:
-    text = message.text()
-    calls = [c for c in message.tool_calls() if not c.server]
-    if not text and not calls:
-        return None
-    converted: dict[str, Any] = {"role": "assistant"}
-    if text:
-        converted["content"] = text
-    if calls:
-        converted["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": _compact_json(call.arguments)},
-            }
-            for call in calls
-        ]
-    return converted

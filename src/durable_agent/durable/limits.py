@@ -1,0 +1,20 @@
+"""Size limits, stated once.
+
+Temporal refuses any payload (an activity argument or result, a workflow input, a query answer)
+over 2 MB (2_097_152 bytes). The library keeps every single message under a lower limit, so one
+message, its entry header and the envelope around it always fit: an input entry, a model reply, a
+tool result or a stored entry over :data:`PAYLOAD_LIMIT` encoded bytes raises
+:class:`~durable_agent.durable.errors.PayloadTooLargeError` and nothing of it is stored. Everything
+else that crosses the boundary (continue-as-new inputs, query answers) is kept well under the
+server's limit by leaving message bodies out and naming their stored entries instead.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT"]
+
+PAYLOAD_LIMIT = 1_572_864
+"""1.5 MiB: the largest encoded entry (message plus header) a run accepts (SPEC §7.3)."""
+
+TEMPORAL_BLOB_LIMIT = 2_097_152
+"""The Temporal server's default per-payload limit, which nothing the library sends may reach."""

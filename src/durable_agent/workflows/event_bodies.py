@@ -1,0 +1,216 @@
+"""Message bodies left out of recorded events, and put back from the store.
+
+A run's recorded events repeat its messages: a 600 KB tool result is in ``tool_execution_end``,
+in the result's ``message_start`` and twice in its ``message_end`` (the message and the receipt).
+Carrying those events across continue-as-new, or answering them in one ``events(after)`` query,
+would exceed Temporal's 2 MB payload limit well below the documented message limit (issue 16).
+
+Every such body is a stored entry's message, so an event can name the entry instead
+(:class:`~durable_agent.workflows.types.BodyRefs`): the workflow records which entry each body
+is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
+when it is large (:func:`slim`), and the client reads the named entries from the store and puts
+the bodies back (:func:`needed_ids`, :func:`hydrate`) before the consumer sees the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..agent.events import AgentEvent
+from ..ai.messages import Message
+from ..durable.errors import AgentError
+from ..durable.events import Event
+from ..session.entries import Entry, MessageEntry
+from .types import BodyRefs, WireEvent, event_from_wire
+
+__all__ = [
+    "CARRY_INLINE_LIMIT",
+    "QUERY_INLINE_LIMIT",
+    "BodyTracker",
+    "carried",
+    "encoded_size",
+    "hydrate",
+    "needed_ids",
+    "slim",
+]
+
+QUERY_INLINE_LIMIT = 256 * 1024
+"""An event whose encoding is larger goes out of a query answer without its bodies."""
+
+CARRY_INLINE_LIMIT = 1024
+"""An event carried across continue-as-new keeps its bodies only up to this size."""
+
+
+def encoded_size(wire: WireEvent) -> int:
+    """The event's size as the payload converter writes it (UTF-8 JSON bytes)."""
+    return len(wire.model_dump_json().encode("utf-8"))
+
+
+class BodyTracker:
+    """Names the stored entry of each recorded body, as receipts come in (workflow side).
+
+    ``refs`` are attached to the recorded event itself (a copy with ``refs`` set), so what
+    continue-as-new carries and what a query answers are functions of the recorded events only.
+    """
+
+    def __init__(self) -> None:
+        self._awaiting: list[int] = []
+        """Indexes (into the event list) of events whose message or result awaits its receipt."""
+        self._assistant: str | None = None
+        """The entry ID of the last stored assistant message (where tool-call args live)."""
+
+    def record(self, events: list[WireEvent], wire: WireEvent, entry_ids: list[str] | None) -> None:
+        """Append ``wire`` to ``events``, naming the entries of its bodies where known
+        (``entry_ids``: the IDs of its receipt, if it is one)."""
+        agent = wire.agent
+        refs = BodyRefs()
+        if entry_ids is not None:
+            refs = refs.model_copy(update={"entry_ids": list(entry_ids)})
+        if agent is not None:
+            if agent.type == "message_end" and refs.entry_ids:
+                refs = self._receipt(events, agent, refs, refs.entry_ids[0])
+            elif agent.type == "turn_end" and agent.message is not None and self._assistant:
+                refs = refs.model_copy(update={"message": self._assistant})
+            elif agent.type == "tool_execution_start" and agent.args and self._assistant:
+                refs = refs.model_copy(update={"args": self._assistant})
+            elif agent.message is not None or agent.result is not None or agent.input:
+                self._awaiting.append(len(events))
+        events.append(wire if refs == BodyRefs() else wire.model_copy(update={"refs": refs}))
+
+    def _receipt(
+        self, events: list[WireEvent], agent: AgentEvent, refs: BodyRefs, entry_id: str
+    ) -> BodyRefs:
+        message = agent.message
+        assert message is not None
+        if message.role == "assistant":
+            self._assistant = entry_id
+        still: list[int] = []
+        for i in self._awaiting:
+            earlier = events[i]
+            inner = earlier.agent
+            assert inner is not None
+            update: dict[str, object] = {}
+            if inner.message is not None and inner.message == message:
+                update["message"] = entry_id
+            if inner.result is not None and inner.result == message:
+                update["result"] = entry_id
+            if inner.input:
+                names = list((earlier.refs.input if earlier.refs else None) or [])
+                names += [entry_id] if message in inner.input else []
+                if len(names) < len(inner.input):
+                    still.append(i)
+                update["input"] = names
+            if update:
+                old = earlier.refs or BodyRefs()
+                events[i] = earlier.model_copy(update={"refs": old.model_copy(update=update)})
+        self._awaiting = still
+        return refs.model_copy(update={"message": entry_id})
+
+    def pending(self, index: int) -> bool:
+        """The event at ``index`` has a body whose receipt is not recorded yet."""
+        return index in self._awaiting
+
+
+def slim(wire: WireEvent, inline_limit: int, *, force: bool = False) -> WireEvent | None:
+    """``wire`` itself if its encoding fits ``inline_limit``, else a copy without every body
+    whose entry ``refs`` names; ``None`` if a body that keeps it too large has no name yet.
+
+    ``force`` leaves such an unnamed body out too (an event whose body will never be stored,
+    such as the original of a result the store refused and answered with a stand-in): the
+    answer stays within its budget at the cost of that one body."""
+    if encoded_size(wire) <= inline_limit:
+        return wire
+    refs, agent = wire.refs or BodyRefs(), wire.agent
+    update: dict[str, object] = {}
+    if refs.entry_ids is not None or force:
+        update["entries"] = None
+    if agent is not None:
+        inner: dict[str, object] = {}
+        for name in ("message", "result", "args"):
+            if getattr(refs, name) is not None or force:
+                inner[name] = None
+        if force or (refs.input is not None and len(refs.input) == len(agent.input or ())):
+            inner["input"] = None
+        if inner:
+            update["agent"] = agent.model_copy(update=inner)
+    out = wire.model_copy(update=update)
+    if not force and encoded_size(out) > inline_limit:
+        return None
+    return out
+
+
+def carried(events: list[WireEvent]) -> list[WireEvent]:
+    """``events`` as continue-as-new carries them: every body over a few hundred bytes left out
+    (all of them are stored by the turn boundary), so the carried input is bounded."""
+    out = []
+    for wire in events:
+        sent = slim(wire, CARRY_INLINE_LIMIT, force=True)
+        assert sent is not None
+        out.append(sent)
+    return out
+
+
+def _elided(wire: WireEvent) -> BodyRefs | None:
+    """The refs of the bodies ``wire`` left out (``None`` if it left none out)."""
+    refs, agent = wire.refs, wire.agent
+    if refs is None:
+        return None
+    out = BodyRefs(
+        entry_ids=refs.entry_ids if wire.entries is None else None,
+        message=refs.message if agent is not None and agent.message is None else None,
+        result=refs.result if agent is not None and agent.result is None else None,
+        args=refs.args if agent is not None and agent.args is None else None,
+        input=refs.input if agent is not None and agent.input is None else None,
+    )
+    return None if out == BodyRefs() else out
+
+
+def needed_ids(wires: list[WireEvent]) -> set[str]:
+    """The entry IDs the client must read to put the left-out bodies back."""
+    ids: set[str] = set()
+    for wire in wires:
+        refs = _elided(wire)
+        if refs is None:
+            continue
+        ids.update(refs.entry_ids or ())
+        ids.update(refs.input or ())
+        ids.update(i for i in (refs.message, refs.result, refs.args) if i is not None)
+    return ids
+
+
+def _message_of(entries: Mapping[str, Entry], entry_id: str) -> Message:
+    entry = entries.get(entry_id)
+    if not isinstance(entry, MessageEntry):
+        raise AgentError(f"the stored entry {entry_id!r} an event names is not in the store")
+    return entry.message
+
+
+def hydrate(wire: WireEvent, entries: Mapping[str, Entry]) -> Event:
+    """The event ``wire`` stands for, with the bodies it left out read from ``entries`` (the
+    store's entries by ID); raises :class:`AgentError` if one is not there."""
+    refs = _elided(wire)
+    if refs is None:
+        return event_from_wire(wire)
+    event = event_from_wire(wire)
+    update: dict[str, object] = {}
+    if refs.entry_ids is not None:
+        missing = [i for i in refs.entry_ids if i not in entries]
+        if missing:
+            raise AgentError(f"the stored entries {missing} an event names are not in the store")
+        update["entries"] = [entries[i] for i in refs.entry_ids]
+    agent = event.agent
+    if agent is not None:
+        inner: dict[str, object] = {}
+        if refs.message is not None:
+            inner["message"] = _message_of(entries, refs.message)
+        if refs.result is not None:
+            inner["result"] = _message_of(entries, refs.result)
+        if refs.input is not None:
+            inner["input"] = [_message_of(entries, i) for i in refs.input]
+        if refs.args is not None:
+            calls = _message_of(entries, refs.args).tool_calls()
+            found = [c.arguments for c in calls if c.id == agent.tool_call_id]
+            inner["args"] = found[0] if found else {}
+        if inner:
+            update["agent"] = agent.model_copy(update=inner)
+    return event.model_copy(update=update)

@@ -1,0 +1,107 @@
+"""``durable-agent sessions`` (paged, from records) and ``sessions rm`` (asks, or ``--yes``).
+
+Sessions are made with the store API in the test process; the commands run in subprocesses (and
+``rm``'s question in a real terminal, pexpect), on a FileStore, with no Temporal needed.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pexpect
+
+from durable_agent.ai import user_message
+from durable_agent.session import MessageEntry
+from durable_agent.stores import FileStore
+from tests.cli.support import CLI, cli_env, run_cli
+
+
+async def make_sessions(root: Path, ids: list[str]) -> FileStore:
+    """Sessions created one after another at strictly later times (waiting for the clock)."""
+    store = FileStore(root, fsync=False)
+    last: datetime | None = None
+    for sid in ids:
+        while last is not None and datetime.now(UTC) <= last + timedelta(milliseconds=1):
+            pass
+        last = (await store.create_session(sid)).created_at
+    return store
+
+
+async def test_sessions_lists_newest_first_in_pages(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, [f"s{i}" for i in range(5)])
+    await store.append_entries("s1", [MessageEntry(id="e1", message=user_message("hi"))])
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+
+    everything = run_cli(["sessions", "--json"], env)
+    assert everything.returncode == 0, everything.stderr
+    assert [row["id"] for row in json.loads(everything.stdout)] == ["s4", "s3", "s2", "s1", "s0"]
+
+    page = run_cli(["sessions", "--limit", "2", "--offset", "2", "--json"], env)
+    assert [row["id"] for row in json.loads(page.stdout)] == ["s2", "s1"]
+
+    table = run_cli(["sessions", "--limit", "2"], env)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.index("s4") < table.stdout.index("s3")
+    assert "s2" not in table.stdout
+    assert "more with --offset 2" in table.stdout
+    last = run_cli(["sessions", "--limit", "2", "--offset", "4"], env)
+    assert "s0" in last.stdout and "more with" not in last.stdout
+
+
+async def test_sessions_reads_records_not_entries(tmp_path: Path) -> None:
+    """A session whose entries no longer decode is still listed: the listing reads records only
+    (before, it loaded every entry of every session)."""
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["ok", "damaged"])
+    await store.append_entries("damaged", [MessageEntry(id="e1", message=user_message("hi"))])
+    with (root / "damaged.jsonl").open("a") as f:
+        f.write('{"type": "message", "broken": true}\n')
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+    listed = run_cli(["sessions", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in json.loads(listed.stdout)] == ["damaged", "ok"]
+
+
+async def test_sessions_rm_asks_first(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["parent", "other"])
+    await store.append_entries("parent", [MessageEntry(id="e1", message=user_message("hi"))])
+    await store.create_session("child", parent_id="parent")
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+
+    def rm_in_terminal(answer: str) -> tuple[int | None, str]:
+        child = pexpect.spawn(
+            CLI[0], [*CLI[1:], "sessions", "rm", "parent"], env=env, encoding="utf-8", timeout=60
+        )
+        try:
+            child.expect(r"delete session parent and all its entries from file:.*\?")
+            child.sendline(answer)
+            child.expect(pexpect.EOF)
+            out = child.before or ""
+        finally:
+            child.close()
+        return child.exitstatus, out
+
+    code, out = rm_in_terminal("n")
+    assert code == 1 and "was not deleted" in out, out
+    assert [e.message.text() for e in await store.load_entries("parent")] == ["hi"]  # type: ignore[union-attr]
+
+    piped = run_cli(["sessions", "rm", "parent"], env)  # no terminal to ask on: nothing happens
+    assert piped.returncode == 1 and "pass --yes" in piped.stderr
+    assert (root / "parent.jsonl").exists()
+
+    code, out = rm_in_terminal("y")
+    assert code == 0 and "deleted session parent" in out, out
+    assert not (root / "parent.jsonl").exists()
+    listed = json.loads(run_cli(["sessions", "--json"], env).stdout)
+    assert {row["id"]: row["parent_id"] for row in listed} == {"child": "parent", "other": None}
+
+    gone = run_cli(["sessions", "rm", "parent", "--yes"], env)
+    assert gone.returncode == 3 and "no session 'parent'" in gone.stderr
+    yes = run_cli(["sessions", "rm", "other", "--yes"], env)
+    assert yes.returncode == 0 and not (root / "other.jsonl").exists()
+    bad = run_cli(["sessions", "rm", "../x", "--yes"], env)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -1,0 +1,82 @@
+"""A real store whose chosen append is held open after it reached the store (a slow ``fsync``).
+
+Cancel-race tests (issue 11 items 1 and 2) need a write that has landed but not yet returned, and
+a cancellation (or a concurrent verb) arriving in that window. :class:`GatedStore` delegates every
+call to a real store; the first append whose batch matches the armed predicate writes through,
+sets ``entered`` and then waits for ``release`` before returning, as a FileStore does whose
+``fsync`` is slow. Like every store (SPEC §2.1) it finishes a started write when its caller is
+cancelled: the caller sees ``CancelledError``, the entries stay stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from durable_agent.session import Entry, MessageEntry, SessionRecord, Store
+
+__all__ = ["GatedStore", "has_role", "has_text"]
+
+Predicate = Callable[[Sequence[Entry]], bool]
+
+
+def has_role(role: str) -> Predicate:
+    """A batch holding a message of ``role``."""
+
+    def match(entries: Sequence[Entry]) -> bool:
+        return any(isinstance(e, MessageEntry) and e.message.role == role for e in entries)
+
+    return match
+
+
+def has_text(text: str) -> Predicate:
+    """A batch holding a message whose text is ``text``."""
+
+    def match(entries: Sequence[Entry]) -> bool:
+        return any(isinstance(e, MessageEntry) and e.message.text() == text for e in entries)
+
+    return match
+
+
+class GatedStore:
+    """Delegates to ``inner``; holds the first append matching :meth:`arm`'s predicate."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.entered = asyncio.Event()
+        """Set once the held batch is in ``inner`` (the write reached the store)."""
+        self.release = asyncio.Event()
+        self.held: list[Entry] = []
+        """The batch that was held."""
+        self._armed: Predicate | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def arm(self, predicate: Predicate) -> None:
+        """Hold the next append whose batch matches ``predicate`` (once)."""
+        self._armed = predicate
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        return await self.inner.create_session(session_id, parent_id)
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        return await self.inner.load_session(session_id)  # type: ignore[attr-defined, no-any-return]
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        return await self.inner.load_entries(session_id)
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        armed = self._armed
+        if armed is None or not armed(entries):
+            await self.inner.append_entries(session_id, entries)
+            return
+        self._armed = None
+        write = asyncio.ensure_future(self._slow_write(session_id, list(entries)))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+        await asyncio.shield(write)  # a started write finishes even if the caller is cancelled
+
+    async def _slow_write(self, session_id: str, entries: list[Entry]) -> None:
+        await self.inner.append_entries(session_id, entries)
+        self.held = entries
+        self.entered.set()
+        await self.release.wait()

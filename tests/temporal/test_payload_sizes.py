@@ -1,0 +1,164 @@
+"""Every message size up to the documented limit passes through a run, continue-as-new and the
+event stream; just over it raises PayloadTooLargeError and stores nothing of it (SPEC §7.3,
+issue 16 items 1-3)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
+from durable_agent.ai import ModelRequest
+from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
+from durable_agent.workflows.types import EventsAnswer
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    assert_receipts_stored,
+    consume,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
+
+pytestmark = pytest.mark.temporal
+
+SIZES = [100_000, 600_000, 1_000_000, 1_400_000]
+"""Message sizes in bytes, the largest close under the 1.5 MiB limit."""
+
+CARRIED_BOUND = 16_000
+"""The continue-as-new input stays a few KB whatever the message size."""
+
+
+def _walker() -> ScriptedModel:
+    """Turn k: an assistant message of SIZES[k] bytes calling ``blob`` for as many; then done."""
+
+    def respond(request: ModelRequest) -> Reply:
+        last = request.messages[-1].text()
+        if last == "over the limit":
+            return Reply(text="o" * (PAYLOAD_LIMIT + 1), chunk_size=PAYLOAD_LIMIT * 2)
+        if last == "tool over the limit":
+            return Reply.call("blob", {"size": PAYLOAD_LIMIT + 1}, id="over")
+        done = sum(1 for m in request.messages if m.role == "tool_result")
+        if done >= len(SIZES) or last == "small":
+            return Reply(text="walked")
+        size = SIZES[done]
+        return Reply(
+            text="a" * size,
+            tool_calls=[ToolCall(id=f"w{done}", name="blob", arguments={"size": size})],
+            chunk_size=2 * size,
+        )
+
+    return ScriptedModel(respond)
+
+
+@tool
+async def blob(size: int) -> str:
+    """Returns ``size`` bytes."""
+    return "b" * size
+
+
+def _can_input_sizes(history_json: str) -> list[int]:
+    """Decoded sizes of the continue-as-new inputs in one execution's history."""
+    sizes = []
+    for event in json.loads(history_json)["events"]:
+        attrs = event.get("workflowExecutionContinuedAsNewEventAttributes")
+        if attrs:
+            payloads = attrs["input"]["payloads"]
+            sizes.append(sum(len(base64.b64decode(p["data"])) for p in payloads))
+    return sizes
+
+
+async def _chain_can_sizes(client: Client, session_id: str, rid: str) -> list[int]:
+    """The continue-as-new input sizes of every execution of one run, oldest first."""
+    wid = run_workflow_id(session_id, rid)
+    run: str | None = None
+    sizes: list[int] = []
+    while True:
+        history = (await client.get_workflow_handle(wid, run_id=run).fetch_history()).to_json()
+        sizes = _can_input_sizes(history) + sizes
+        first = json.loads(history)["events"][0]
+        run = first["workflowExecutionStartedEventAttributes"].get("continuedExecutionRunId")
+        if not run:
+            return sizes
+
+
+async def test_message_sizes_up_to_the_limit_pass_run_continue_as_new_and_stream(
+    temporal_client: Client,
+) -> None:
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=_walker(), tools=[blob])
+    async with running_worker(temporal_client, store, {"walker": spec}, task_queue=q):
+        # continue-as-new after turns 2 (600 KB) and 4 (1.4 MB); a client that polls often, so
+        # it is never a whole execution behind (that would be an EventGapError)
+        ex = executor(temporal_client, q, continue_as_new_after_turns=2, poll_max=0.1)
+        agent = await new("walker", store=store, session_id=sid("walk"), executor=ex)
+        rid = run_id()
+        outcome = await consume(await agent.run("walk the sizes", run_id=rid))
+        assert outcome.error is None, repr(outcome.error)
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, rid), result_type=RunResult
+        )
+        result = await handle.result()
+        can_sizes = await _chain_can_sizes(temporal_client, agent.session_id, rid)
+        answer = await handle.query("events", 0, result_type=EventsAnswer)
+
+        # just over the limit: typed, and nothing of the oversized message is stored
+        for prompt, roles in {
+            "over the limit": ["user"],
+            "tool over the limit": ["user", "assistant", "tool_result"],
+        }.items():
+            before = await store.load_entries(agent.session_id)
+            over = await consume(await agent.run(prompt))
+            assert isinstance(over.error, PayloadTooLargeError), (prompt, repr(over.error))
+            added = messages_of((await store.load_entries(agent.session_id))[len(before) :])
+            assert [m.role for m in added] == roles, prompt
+            assert all(len(m.model_dump_json()) < 10_000 for m in added), prompt
+            assert not agent.running
+            assert agent.leaf_id == (await store.load_entries(agent.session_id))[-1].id
+        last = await consume(await agent.run("small"))
+        assert last.error is None, repr(last.error)
+
+    stored = (await store.load_entries(agent.session_id))[: len(result.new_entry_ids)]
+    assert [e.id for e in stored] == result.new_entry_ids
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    texts = [m.text() for m in messages_of(stored)]
+    expected = ["walk the sizes"]
+    for size in SIZES:
+        expected += ["a" * size, "b" * size]
+    assert texts == [*expected, "walked"]  # every message stored whole
+    assert outcome.messages == messages_of(stored)[1:]
+
+    # the stream delivered every body whole, however it travelled
+    seen: dict[str, list[int]] = {}
+    for event in outcome.events:
+        inner = event.agent
+        assert inner is not None
+        if inner.type == "message_start" and inner.message and inner.message.role == "assistant":
+            continue  # a reply's message_start is sent when its call is scheduled: empty
+        body = inner.message or inner.result
+        if body is not None:
+            seen.setdefault(inner.type, []).append(len(body.text()))
+        if inner.type == "tool_execution_start":
+            assert inner.args is not None
+            seen.setdefault("args", []).append(inner.args["size"])
+    assert seen["tool_execution_end"] == SIZES
+    assert seen["message_start"] == SIZES  # the results'
+    assert seen["message_end"] == [n for size in SIZES for n in (size, size)] + [len("walked")]
+    assert seen["turn_end"] == [*SIZES, len("walked")]
+    assert seen["args"] == SIZES
+    assert outcome.types().count("agent_end") == 1
+
+    # continue-as-new carried positions and IDs only
+    assert len(can_sizes) == 2
+    assert max(can_sizes) < CARRIED_BOUND, can_sizes
+    # and a query answer stays far from Temporal's limit
+    assert len(answer.model_dump_json().encode()) < TEMPORAL_BLOB_LIMIT // 2

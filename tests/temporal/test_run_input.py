@@ -1,0 +1,213 @@
+"""Run input from operators (issue 11 items 9 and 10), on the real Temporal dev server.
+
+- Any input problem fails the run workflow at once with a non-retryable ``InvalidRunInput``
+  naming the field, before anything is stored; the workflow task never fails (Temporal would
+  retry it forever, leaving the run Running and silent).
+- The Start Workflow form of the Temporal UI can be filled in by hand: a plain
+  ``{"session_id", "agent", "text"}`` object, or ``inputs`` as plain message objects, started
+  here through a raw client with the default JSON converter (no project data converter).
+
+The worker is configured as in production (no ``workflow_failure_exception_types``), so a
+problem that failed the workflow task would show as a hang, bounded here by a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from durable_agent import MessageEntry, ScriptedModel, new
+from durable_agent.session import SessionNotFoundError, Store
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, create_worker, run_workflow_id
+from durable_agent.workflows.run_input import InvalidRunInputError, decode_run_input
+
+from .helpers import event_types, executor, queue, sid
+
+ENTRY_WITHOUT_HEADER = json.dumps(
+    {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
+)
+"""An entry as one writes it by hand: no ``id``, no ``created_at``."""
+
+
+# -- decoding (no server) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "problem"),
+    [
+        ([1, 2], "", "expected a JSON object, got an array"),
+        ({"agent": "a", "text": "hi"}, "session_id", "required"),
+        ({"session_id": "s", "text": "hi"}, "agent", "required"),
+        ({"session_id": "user 42", "agent": "a"}, "session_id", "invalid session ID"),
+        ({"session_id": "s", "agent": ""}, "agent", "must name an agent"),
+        ({"session_id": "s", "agent": "a", "txt": "hi"}, "txt", "unknown field"),
+        ({"session_id": "s", "agent": "a", "text": 5}, "text", "must be a string"),
+        (
+            {"session_id": "s", "agent": "a", "inputs": [{"wire": ENTRY_WITHOUT_HEADER}]},
+            "inputs[0].wire",
+            "id must be a non-empty string",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "inputs": [{"role": "bot", "content": "x"}]},
+            "inputs[0].role",
+            "Input should be 'user', 'assistant' or 'tool_result'",
+        ),
+        (
+            {
+                "session_id": "s",
+                "agent": "a",
+                "inputs": [{"role": "user", "content": [{"type": "video"}]}],
+            },
+            "inputs[0].content[0]",
+            "does not match any of the expected tags",
+        ),
+        ({"session_id": "s", "agent": "a", "options": {"max_turns": "3"}}, "options.max_turns", ""),
+        ({"session_id": "s", "agent": "a", "leaf_id": 7}, "leaf_id", "string"),
+    ],
+)
+def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
+    with pytest.raises(InvalidRunInputError) as info:
+        decode_run_input(value)
+    assert info.value.field == field
+    assert problem in str(info.value)
+    if field:
+        assert f"invalid run input: {field}: " in str(info.value)
+
+
+def test_plain_input_becomes_stamped_messages() -> None:
+    inp = decode_run_input(
+        {
+            "session_id": "user-42",
+            "agent": "assistant",
+            "inputs": [{"role": "user", "content": "context"}],
+            "text": "hi",
+        }
+    )
+    assert inp.run_id == "" and inp.leaf_id is None
+    entries = [item.entry(i) for i, item in enumerate(inp.inputs)]
+    assert [e.id for e in entries] == ["input-0", "input-1"]
+    assert [e.message.text() for e in entries if isinstance(e, MessageEntry)] == ["context", "hi"]
+
+
+# -- on the server ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def production_worker(temporal_client: Client) -> AsyncIterator[tuple[str, Store]]:
+    """A worker as deployed (workflow bugs retry the task), with an agent named ``assistant``."""
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=ScriptedModel(["hello, operator"] * 4))
+    worker = await create_worker(
+        temporal_client, task_queue=q, store=store, agents={"assistant": spec}
+    )
+    async with worker:
+        yield q, store
+
+
+async def _failure(
+    client: Client, value: Any, task_queue: str, workflow_id: str
+) -> ApplicationError:
+    handle = await client.start_workflow(
+        "durable_agent.run", value, id=workflow_id, task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    history = await handle.fetch_history()
+    types = event_types(history.to_json())
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in types
+    assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in types  # nothing stored, nothing created
+    assert types[-1] == "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"
+    return cause
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        (
+            {"run_id": "r1", "agent": "assistant", "inputs": [{"wire": ENTRY_WITHOUT_HEADER}]},
+            "inputs[0].wire",
+        ),
+        ({"agent": "assistant", "text": "hi"}, "session_id"),
+        ({"agent": "assistant", "inputs": [{"role": "user", "content": 3}]}, "inputs[0].content"),
+        ("hi", ""),
+    ],
+)
+async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
+    temporal_client: Client, production_worker: tuple[str, Store], value: Any, field: str
+) -> None:
+    task_queue, store = production_worker
+    session = sid("bad-input")
+    if isinstance(value, dict) and "agent" in value and field != "session_id":
+        value = {"session_id": session, **value}
+    cause = await _failure(temporal_client, value, task_queue, run_workflow_id(session, "r1"))
+    assert cause.type == "InvalidRunInput" and cause.non_retryable
+    assert cause.message.startswith("invalid run input")
+    if field:
+        assert f": {field}: " in cause.message
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries(session)
+
+
+async def test_an_operator_starts_a_run_from_plain_json_with_the_default_converter(
+    temporal_client: Client, production_worker: tuple[str, Store], address: str
+) -> None:
+    task_queue, store = production_worker
+    raw = await Client.connect(address, namespace=temporal_client.namespace)  # default converter
+    session = f"user-{uuid.uuid4().hex[:8]}"
+    pasted = json.loads(f'{{"session_id": "{session}", "agent": "assistant", "text": "hi"}}')
+    handle = await raw.start_workflow(
+        "durable_agent.run", pasted, id=run_workflow_id(session, "op1"), task_queue=task_queue
+    )
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+
+    assert isinstance(result, dict) and result["status"] == "completed"
+    stored = await store.load_entries(session)
+    assert [e.id for e in stored] == result["new_entry_ids"]
+    messages = [e.message for e in stored if isinstance(e, MessageEntry)]
+    assert [(m.role, m.text()) for m in messages] == [
+        ("user", "hi"),
+        ("assistant", "hello, operator"),
+    ]
+    assert messages[0].timestamp is not None  # stamped by the run
+    assert stored[0].parent_id is None and stored[1].parent_id == stored[0].id
+    assert all(len(e.id) == 16 for e in stored)
+
+    # plain message objects as inputs, a workflow ID the operator made up; the run continues
+    # from the last entry, and a handle opened on the session sees the whole conversation
+    second = await raw.start_workflow(
+        "durable_agent.run",
+        {
+            "session_id": session,
+            "agent": "assistant",
+            "inputs": [
+                {"role": "user", "content": [{"type": "text", "text": "more context"}]},
+                {"role": "user", "content": "and a question"},
+            ],
+        },
+        id=f"operator-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+    )
+    again = await asyncio.wait_for(second.result(), timeout=30)
+    assert again["status"] == "completed"
+    agent = await new(
+        "assistant", store=store, session_id=session, executor=executor(temporal_client, task_queue)
+    )
+    assert [m.text() for m in agent.messages()] == [
+        "hi",
+        "hello, operator",
+        "more context",
+        "and a question",
+        "hello, operator",
+    ]
+    stored = await store.load_entries(session)
+    assert stored[2].parent_id == stored[1].id

@@ -1,0 +1,156 @@
+"""Retention (issue 15.12): ``list_sessions`` and ``delete_session`` on every concrete store.
+
+Like the conformance suite, everything goes through the ``store`` fixture, so each store kind in
+``STORE_KINDS`` (memory, file, mongo) meets the same contract
+(:class:`durable_agent.session.RetentionStore`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.durable.errors import AgentError
+from durable_agent.session import (
+    InvalidSessionIdError,
+    MessageEntry,
+    RetentionStore,
+    SessionNotFoundError,
+    SessionRecord,
+    Store,
+)
+from durable_agent.stores import FileStore
+from tests.support.harness import Harness
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def retention(store: Store) -> RetentionStore:
+    assert isinstance(store, RetentionStore), f"{type(store).__name__} lists and deletes"
+    return store
+
+
+def entry(entry_id: str, parent: str | None = None) -> MessageEntry:
+    return MessageEntry(
+        id=entry_id,
+        parent_id=parent,
+        created_at=T0,
+        message=Message(role="user", content=[TextContent(text=f"text of {entry_id}")]),
+    )
+
+
+async def create_in_order(store: RetentionStore, ids: list[str]) -> list[SessionRecord]:
+    """Create the sessions one after another, each at a later millisecond than the one before
+    (a BSON date has millisecond precision), by waiting for the clock, not for a fixed time."""
+    records: list[SessionRecord] = []
+    for sid in ids:
+        if records:
+            while datetime.now(UTC) < records[-1].created_at + timedelta(milliseconds=2):
+                pass
+        records.append(await store.create_session(sid))
+    return records
+
+
+async def test_empty_store_lists_nothing(store: Store) -> None:
+    assert await retention(store).list_sessions() == []
+
+
+async def test_list_is_newest_first_and_paged(store: Store) -> None:
+    s = retention(store)
+    records = await create_in_order(s, ["s0", "s1", "s2", "s3", "s4"])
+    await s.append_entries("s2", [entry("a"), entry("b", "a")])
+    newest = list(reversed(records))
+    assert await s.list_sessions() == newest
+    assert await s.list_sessions(limit=2) == newest[:2]
+    assert await s.list_sessions(limit=2, offset=2) == newest[2:4]
+    assert await s.list_sessions(limit=2, offset=4) == newest[4:]
+    assert await s.list_sessions(offset=5) == []
+    assert await s.list_sessions(limit=1) == [await s.load_session("s4")]
+
+
+async def test_list_carries_the_fork_source(store: Store) -> None:
+    s = retention(store)
+    await create_in_order(s, ["root-1"])
+    await s.create_session("fork-1", parent_id="root-1")
+    listed = {r.id: r.parent_id for r in await s.list_sessions()}
+    assert listed == {"root-1": None, "fork-1": "root-1"}
+
+
+@pytest.mark.parametrize(("limit", "offset"), [(0, 0), (-1, 0), (10, -1), (True, 0)])
+async def test_bad_pages_are_value_errors(store: Store, limit: int, offset: int) -> None:
+    with pytest.raises(ValueError, match=r"limit|offset"):
+        await retention(store).list_sessions(limit=limit, offset=offset)
+
+
+async def test_delete_removes_entries_and_record(store: Store) -> None:
+    s = retention(store)
+    await create_in_order(s, ["keep", "gone"])
+    await s.append_entries("gone", [entry("a"), entry("b", "a")])
+    await s.append_entries("keep", [entry("k")])
+    await s.create_session("child", parent_id="gone")
+
+    await s.delete_session("gone")
+
+    with pytest.raises(SessionNotFoundError):
+        await s.load_entries("gone")
+    with pytest.raises(SessionNotFoundError):
+        await s.load_session("gone")
+    assert {r.id for r in await s.list_sessions()} == {"keep", "child"}
+    assert [e.id for e in await s.load_entries("keep")] == ["k"]
+    assert (await s.load_session("child")).parent_id == "gone", "forks keep their parent_id"
+    with pytest.raises(SessionNotFoundError):
+        await s.delete_session("gone")
+
+
+async def test_a_deleted_session_takes_no_appends_and_comes_back_empty(store: Store) -> None:
+    s = retention(store)
+    await s.create_session("s1")
+    await s.append_entries("s1", [entry("a")])
+    await s.delete_session("s1")
+    with pytest.raises(SessionNotFoundError):
+        await s.append_entries("s1", [entry("b", "a")])
+    await s.create_session("s1")
+    assert await s.load_entries("s1") == [], "the old entries do not come back"
+    await s.append_entries("s1", [entry("a")])
+    assert [e.id for e in await s.load_entries("s1")] == ["a"]
+
+
+async def test_delete_of_an_unknown_or_invalid_id(store: Store) -> None:
+    s = retention(store)
+    with pytest.raises(SessionNotFoundError):
+        await s.delete_session("never-was")
+    with pytest.raises(InvalidSessionIdError):
+        await s.delete_session("../escape")
+
+
+async def test_a_deleted_sessions_run_fails_with_a_typed_error(
+    harness: Harness, store: Store
+) -> None:
+    """An agent handle still open on a deleted session cannot write its next run anywhere: the
+    run fails with an ``AgentError`` (``PersistError`` in process) naming the missing session,
+    on every executor."""
+    s = retention(store)
+    agent = await harness.open(["one", "two"], store=s, session_id="doomed")
+    await (await agent.run("first")).wait()
+    await s.delete_session("doomed")
+    with pytest.raises(AgentError, match=r"session .doomed. not found"):
+        await (await agent.run("second")).wait()
+    with pytest.raises(SessionNotFoundError):
+        await s.load_entries("doomed")
+
+
+async def test_file_listing_reads_headers_only(tmp_path: object) -> None:
+    """A damaged entry line does not stop the listing (records only), while a load reports it."""
+    from pathlib import Path
+
+    root = Path(str(tmp_path)) / "sessions"
+    s = FileStore(root, fsync=False)
+    await s.create_session("s1")
+    await s.append_entries("s1", [entry("a")])
+    with (root / "s1.jsonl").open("a") as f:
+        f.write("{not json}\n")
+    (root / "notes.jsonl").write_text("not a session\n")
+    (root / "bad id.jsonl").write_text("")
+    assert [r.id for r in await s.list_sessions()] == ["s1"]
