@@ -180,3 +180,40 @@ async def test_a_failed_write_stops_the_attempt_without_a_hole() -> None:
     follower = await following(channel)
     assert shown(await follower.poll()) == [("a", False)]
     assert shown(await follower.see(end("abcd"), KEY.position)) == [("abcd", False)]
+
+
+async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
+    from durable_agent.ai.messages import ToolCall
+
+    channel = MemoryDeltas()
+    follower = await following(channel)
+    partial = Message(
+        role="assistant",
+        content=[TextContent(text="Let me"), ToolCall(id="", name="f", arguments={})],
+    )
+    patch = diff_patch(None, partial)
+    assert patch is not None
+    await channel.publish(KEY, Delta(attempt=1, seq=1, head=patch[0], size=patch[1], ops=patch[2]))
+    assert len(await follower.poll()) == 1
+    stored = Message(
+        role="assistant",
+        content=[
+            TextContent(text="Let me see"),
+            ToolCall(id="call_1", name="f", arguments={"a": 1}),
+        ],
+    )
+    entry = MessageEntry(id="e1", parent_id=None, message=stored)
+    inner = AgentEvent(type="message_end", message=stored)
+    end_event = Event(type="agent", session_id="s1", agent=inner, entries=[entry], leaf_id="e1")
+    [update] = await follower.see(end_event, KEY.position)
+    assert update.agent is not None and update.agent.message == stored
+    assert not update.agent.restart
+    # another call (or a rewritten text) is a restart
+    follower = await following(channel)
+    assert len(await follower.poll()) == 1
+    other = stored.model_copy(update={"content": [TextContent(text="No"), *stored.content[1:]]})
+    entry = MessageEntry(id="e1", parent_id=None, message=other)
+    inner = AgentEvent(type="message_end", message=other)
+    end_event = Event(type="agent", session_id="s1", agent=inner, entries=[entry], leaf_id="e1")
+    [update] = await follower.see(end_event, KEY.position)
+    assert update.agent is not None and update.agent.restart

@@ -28,6 +28,7 @@ from durable_agent.streaming import FileDeltas, channel_for
 from durable_agent.streaming.mongo_deltas import MongoDeltas
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.live_worker import AGENT, LIVE_TEXT, MARKER
+from tests.support.polling import eventually
 from tests.support.temporal import running_worker
 from tests.temporal.conftest import ROOT, WorkerProcesses
 from tests.temporal.helpers import (
@@ -37,7 +38,6 @@ from tests.temporal.helpers import (
     assert_replays,
     consume,
     event_types,
-    eventually,
     executor,
     messages_of,
     queue,
@@ -425,3 +425,33 @@ def test_the_cli_printer_starts_a_restarted_reply_over() -> None:
     assert text.index("Hello wor") < text.index("↻ the model call was retried")
     assert text.rstrip().endswith("assistant ▸ Hi!")
     assert printer.updates == 4 and printer.restarts == 1
+
+
+async def test_a_tool_call_without_an_id_streams_without_a_restart(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    store = FileStore(tmp_path / "sessions")
+    call = ToolCall(id="", name="noop", arguments={})
+    lm = ScriptedModel(
+        [Reply(text=LONG, tool_calls=[call], chunk_size=8, chunk_delay=0.01, delay=0.3), "done"]
+    )
+    q = queue()
+    agents = {"live": AgentSpec(model=lm, tools=[noop])}
+    async with running_worker(temporal_client, store, agents, task_queue=q):
+        agent = await new(
+            "live", store=store, session_id=sid("noid"), executor=executor(temporal_client, q)
+        )
+        outcome = await consume(await agent.run("go"))
+    assert outcome.error is None, repr(outcome.error)
+    (updates, message), _ = replies(outcome.events)
+    [stored_call] = message.tool_calls()
+    assert stored_call.id.startswith("call_")  # the worker gave the call its ID
+    assert updates and not any(u.agent and u.agent.restart for u in updates)
+    last = updates[-1].agent
+    assert last is not None and last.message is not None
+    assert last.message.content == message.content  # the last update is the stored reply

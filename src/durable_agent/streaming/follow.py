@@ -23,7 +23,7 @@ from ..ai.messages import Message
 from ..durable.events import Event
 from ..session.entries import MessageEntry
 from .channel import Cursor, DeltaChannel, DeltaKey
-from .patch import Delta, apply_patch, diff_patch
+from .patch import Delta, apply_patch
 
 __all__ = ["DEFAULT_POLL", "IDLE_POLL", "DeltaFollower"]
 
@@ -42,13 +42,25 @@ IDLE_AFTER = 0.3
 
 
 def _extends(shown: Message, final: Message) -> bool:
-    """Whether ``final``'s content only grows ``shown``'s (text appended, blocks added)."""
-    patch = diff_patch(shown, final)
-    if patch is None:
-        return True
-    _, size, ops = patch
-    kept = len(shown.content)
-    return size >= kept and all(op == "+" or i >= kept for i, op, _ in ops)
+    """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
+    the same kind, text and thinking only appended to, a tool call still the same call (its
+    arguments may have grown, an empty ID been filled in)."""
+    if len(final.content) < len(shown.content):
+        return False
+    for old, new in zip(shown.content, final.content, strict=False):
+        a, b = old.model_dump(), new.model_dump()
+        if a.get("type") != b.get("type"):
+            return False
+        kind = a.get("type")
+        if kind in ("text", "thinking"):
+            if not str(b.get(kind, "")).startswith(str(a.get(kind, ""))):
+                return False
+        elif kind == "tool_call":
+            if a.get("name") != b.get("name") or a.get("id") not in ("", b.get("id")):
+                return False
+        elif a != b:
+            return False
+    return True
 
 
 class DeltaFollower:
