@@ -892,6 +892,13 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             )
             print_crash(results["crash"])
             print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if "d" in parts:  # live token deltas (issue 13): bench/_delta_latency.py
+            import _delta_latency
+
+            t0 = time.perf_counter()
+            results["deltas"] = await _delta_latency.bench_deltas(client, root / "deltas")
+            _delta_latency.print_deltas(results["deltas"])
+            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
     finally:
         server.stop()
         if not args.keep:

@@ -48,6 +48,7 @@ STEPS = [
     "↳ get_weather: Paris: 18°C, light rain",
     "✓ stored tool result",
     "Take an umbrella.",
+    "live updates came from the worker's delta channel",
     "3 · A worker killed mid-run",
     "⚙ tool crunch_numbers",
     "✗ SIGKILL worker",
@@ -175,6 +176,9 @@ def test_demo_twice(tmp_path: Path) -> None:
     replacement = int(re.search(r"replacement worker (\d+)", output).group(1))  # type: ignore[union-attr]
     assert f"on worker {replacement}, attempt 2" in output
     assert killed != replacement
+    # the Temporal reply streamed live from the worker (issue 13)
+    live = re.search(r"(\d+) live updates came from the worker", output)
+    assert live is not None and int(live.group(1)) >= 2, output
     # everything it started is gone
     assert wait_dead(_pids(output)) == []
     session_id = re.search(r"Session (demo-[0-9a-f]+)", output).group(1)  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ from durable_agent.streaming import FileDeltas, channel_for
 from durable_agent.streaming.mongo_deltas import MongoDeltas
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.live_worker import AGENT, LIVE_TEXT, MARKER
+from tests.support.polling import eventually
 from tests.support.temporal import running_worker
 from tests.temporal.conftest import ROOT, WorkerProcesses
 from tests.temporal.helpers import (
@@ -37,7 +38,6 @@ from tests.temporal.helpers import (
     assert_replays,
     consume,
     event_types,
-    eventually,
     executor,
     messages_of,
     queue,
@@ -117,7 +117,12 @@ def _text(i: int) -> str:
 async def test_deltas_concatenate_to_the_stored_text_for_20_replies(
     temporal_client: Client, live_store: Store
 ) -> None:
-    lm = ScriptedModel([Reply(text=_text(i), chunk_size=6, chunk_delay=0.01) for i in range(20)])
+    # each reply waits a little before its first token, so the client (polling the run's events
+    # from 50 ms) has seen its message_start: otherwise a loaded machine may show the whole reply
+    # stored before the client looked, which correctly yields no deltas at all
+    lm = ScriptedModel(
+        [Reply(text=_text(i), chunk_size=6, chunk_delay=0.01, delay=0.3) for i in range(20)]
+    )
     q = queue()
     agents = {"live": AgentSpec(model=lm)}
     async with running_worker(temporal_client, live_store, agents, task_queue=q):
@@ -130,7 +135,7 @@ async def test_deltas_concatenate_to_the_stored_text_for_20_replies(
             [(updates, message)] = replies(outcome.events)
             assert message.text() == _text(i)
             # streamed for real: several batches, none of them a restart
-            assert len(updates) >= 3, len(updates)
+            assert len(updates) >= 3, (len(updates), outcome.types())
             assert not any(u.agent and u.agent.restart for u in updates)
             assert concatenated(updates) == message.text()
             assert outcome.messages == [message]
@@ -178,6 +183,7 @@ async def test_a_late_client_gets_the_missed_deltas_of_the_streaming_reply_only(
                 tool_calls=[ToolCall(id="c1", name="noop", arguments={})],
                 chunk_size=4,
                 chunk_delay=0.01,
+                delay=0.3,
             ),
             Reply(text=LONG, chunk_size=4, chunk_delay=0.03),
         ]
@@ -331,8 +337,9 @@ async def _history(client: Client, store: Store, live: bool) -> tuple[list[str],
                 tool_calls=[ToolCall(id="c1", name="noop", arguments={})],
                 chunk_size=8,
                 chunk_delay=0.01,
+                delay=0.3,
             ),
-            Reply(text=LONG, chunk_size=8, chunk_delay=0.01),
+            Reply(text=LONG, chunk_size=8, chunk_delay=0.01, delay=0.3),
         ]
     )
     q, session, rid = queue(), sid("hist"), run_id()
@@ -354,3 +361,97 @@ async def test_streaming_adds_no_history_events(temporal_client: Client, live_st
     assert updates_on >= 4 and updates_off == 0, (updates_on, updates_off)
     assert len(on) == len(off)
     assert on == off
+
+
+class _Writes:
+    """A console file that keeps every write separately (what a terminal shows, as it shows it)."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+async def test_the_cli_printer_shows_temporal_replies_token_by_token(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    from rich.console import Console
+
+    from durable_agent.cli.render import RunPrinter
+
+    store = FileStore(tmp_path / "sessions")
+    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.01, delay=0.3)])
+    q = queue()
+    async with running_worker(temporal_client, store, {"live": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "live", store=store, session_id=sid("cli"), executor=executor(temporal_client, q)
+        )
+        out = _Writes()
+        printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+        async for event in (await agent.run("go")).events():
+            printer.handle(event)
+        printer.finish()
+    receipt = next(i for i, w in enumerate(out.writes) if "✓ stored reply" in w)
+    pieces = [w for w in out.writes[:receipt] if w and LONG.find(w) > 0]
+    # the reply reached the terminal in many pieces before its receipt, and in full exactly once
+    assert len(pieces) >= 3 and printer.updates >= 3
+    assert "".join(out.writes[:receipt]).count(LONG.strip()) == 1
+
+
+def test_the_cli_printer_starts_a_restarted_reply_over() -> None:
+    from rich.console import Console
+
+    from durable_agent.agent.events import AgentEvent
+    from durable_agent.ai.messages import TextContent
+    from durable_agent.cli.render import RunPrinter
+
+    def update(text: str, *, restart: bool = False) -> Event:
+        partial = Message(role="assistant", content=[TextContent(text=text)])
+        inner = AgentEvent(type="message_update", message=partial, restart=restart)
+        return Event(type="agent", session_id="s", agent=inner)
+
+    out = _Writes()
+    printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+    start = AgentEvent(type="message_start", message=Message(role="assistant"))
+    printer.handle(Event(type="agent", session_id="s", agent=start))
+    for event in (update("Hel"), update("Hello wor"), update("Hi", restart=True), update("Hi!")):
+        printer.handle(event)
+    text = "".join(out.writes)
+    assert text.index("Hello wor") < text.index("↻ the model call was retried")
+    assert text.rstrip().endswith("assistant ▸ Hi!")
+    assert printer.updates == 4 and printer.restarts == 1
+
+
+async def test_a_tool_call_without_an_id_streams_without_a_restart(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    store = FileStore(tmp_path / "sessions")
+    call = ToolCall(id="", name="noop", arguments={})
+    lm = ScriptedModel(
+        [Reply(text=LONG, tool_calls=[call], chunk_size=8, chunk_delay=0.01, delay=0.3), "done"]
+    )
+    q = queue()
+    agents = {"live": AgentSpec(model=lm, tools=[noop])}
+    async with running_worker(temporal_client, store, agents, task_queue=q):
+        agent = await new(
+            "live", store=store, session_id=sid("noid"), executor=executor(temporal_client, q)
+        )
+        outcome = await consume(await agent.run("go"))
+    assert outcome.error is None, repr(outcome.error)
+    (updates, message), _ = replies(outcome.events)
+    [stored_call] = message.tool_calls()
+    assert stored_call.id.startswith("call_")  # the worker gave the call its ID
+    assert updates and not any(u.agent and u.agent.restart for u in updates)
+    last = updates[-1].agent
+    assert last is not None and last.message is not None
+    assert last.message.content == message.content  # the last update is the stored reply

@@ -298,26 +298,28 @@ class AgentActivities:
                 raise
             final, cancelled = aborted, True
         except ModelError as exc:
+            self._clear_deltas(inp, unless_retried=exc.retryable)
             # no cause chain: a provider's own exception may hold the request and its headers
             raise application_error(exc) from None
         except Exception as exc:
             # Not a ModelError, so nobody stripped credentials from its message: Temporal gets
             # only its type (the worker's log keeps the rest).
             activity.logger.warning("model call failed with %s", type(exc).__name__, exc_info=True)
+            self._clear_deltas(inp)
             raise application_error(
                 ModelError(f"model call failed: {type(exc).__name__}", retryable=False)
             ) from None
         finally:
             if live is not None:
                 live.stop()
-        if live is not None and final is not None:
-            await live.finish(final)  # the whole reply is on the channel before it is stored
         if final is None:
             raise application_error(
                 ModelError("model stream ended without a complete message", retryable=True)
             )
         # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
         final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
+        if live is not None:
+            await live.finish(final)  # the whole reply is on the channel before it is stored
         self._check_size("model reply", final.model_dump_json())
         self._clear_deltas(inp)  # after the grace period, when the reply is long stored
         if inp.stamp is None or cancelled:
@@ -331,9 +333,17 @@ class AgentActivities:
             # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
             return _stored_reply(await commit, cancelled=True)
 
-    def _clear_deltas(self, inp: CallModelInput) -> None:
-        if self.deltas is not None and inp.run_id:
-            clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.position))
+    def _clear_deltas(self, inp: CallModelInput, *, unless_retried: bool = False) -> None:
+        """Drop the reply's live deltas after the grace period; ``unless_retried``: only if this
+        was the last attempt (a retry's client still reads the same key)."""
+        if self.deltas is None or not inp.run_id:
+            return
+        if unless_retried:
+            info = activity.info()
+            most = info.retry_policy.maximum_attempts if info.retry_policy else 0
+            if most == 0 or info.attempt < most:
+                return
+        clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.position))
 
     async def _commit(
         self, session_id: str, stamp: Stamp, message: Message, what: str = "message"

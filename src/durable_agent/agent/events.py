@@ -50,7 +50,8 @@ class AgentEvent(BaseModel):
     """``agent_end``: every message the run produced."""
     usage: Usage | None = None
     """``agent_end``: the run's total usage."""
-    restart: bool = False
+    restart: bool = Field(default=False, exclude_if=lambda v: not v)
     """``message_update`` on Temporal: the model call was retried (a worker crashed mid-stream)
     and this partial starts the reply over; discard what the earlier updates showed. In process
-    (and on every other event) always ``False``."""
+    (and on every other event) always ``False``, and then left out of the JSON, so recorded
+    events (query answers, continue-as-new inputs) are byte for byte what they were before."""

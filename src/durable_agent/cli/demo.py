@@ -291,9 +291,13 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
         agent = await new(AGENT, store=store, session_id=session_id, executor=executor)
         console.print(
             f"  resumed at leaf {agent.leaf_id} with {len(agent.entries())} stored entries; "
-            "each reply below is printed when its receipt (entry ID + leaf) arrives"
+            "each reply streams live from the worker, then its receipt (entry ID + leaf) arrives"
         )
-        await _ask(console, agent, "What's the weather in Paris?")
+        printer = await _ask(console, agent, "What's the weather in Paris?")
+        console.print(
+            f"  [dim]{printer.updates} live updates came from the worker's delta channel in the "
+            "store, none of them in workflow history[/dim]"
+        )
 
         _step(console, 3, "A worker killed mid-run, replaced, and the run finishes anyway")
         await _crash_turn(console, stack, server, client, agent)

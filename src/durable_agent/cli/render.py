@@ -1,9 +1,10 @@
 """Rich rendering shared by the commands: run events as they happen, transcripts and trees.
 
 A run's events are its receipts: a ``message_end`` arrives only after its entry is stored, so the
-printer shows the stored entry ID and the new leaf right under each message. In-process runs also
-emit ``message_update`` deltas, which are streamed; Temporal runs do not record deltas, so each
-message is printed whole as its receipt arrives.
+printer shows the stored entry ID and the new leaf right under each message. ``message_update``
+deltas are printed as they arrive, in process and on Temporal alike (there the worker publishes
+them on the store's live delta channel, outside workflow history); an update with ``restart`` (the
+model call was retried after a worker crash) starts the reply's line over.
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ class RunPrinter:
         self.receipt_ids: list[str] = []
         self.leaf_id = ""
         self.tools_started: list[str] = []
+        self.updates = 0
+        """``message_update`` events printed (live tokens)."""
+        self.restarts = 0
 
     def _write(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
@@ -191,7 +195,17 @@ class RunPrinter:
             self._write(f"{self.indent}assistant ▸ ", "bold green")
             self._open = True
         elif inner.type == "message_update" and message is not None:
+            self.updates += 1
             text = message.text()
+            if inner.restart:
+                self.restarts += 1
+                self._close_line()
+                self.console.print(
+                    f"{self.indent}[yellow]↻ the model call was retried: the reply starts over[/]"
+                )
+                self._write(f"{self.indent}assistant ▸ ", "bold green")
+                self._open = True
+                self._streamed = ""
             if text.startswith(self._streamed) and len(text) > len(self._streamed):
                 self._write(text[len(self._streamed) :])
                 self._streamed = text

@@ -23,24 +23,44 @@ from ..ai.messages import Message
 from ..durable.events import Event
 from ..session.entries import MessageEntry
 from .channel import Cursor, DeltaChannel, DeltaKey
-from .patch import Delta, apply_patch, diff_patch
+from .patch import Delta, apply_patch
 
-__all__ = ["DEFAULT_POLL", "DeltaFollower"]
+__all__ = ["DEFAULT_POLL", "IDLE_POLL", "DeltaFollower"]
 
 logger = logging.getLogger("durable_agent.streaming")
 
 DEFAULT_POLL = 0.02
-"""Seconds between two reads of the channel while a reply streams."""
+"""Seconds between two reads of the channel while deltas arrive."""
+IDLE_POLL = 0.1
+"""The longest gap between two reads while none arrive (a model still thinking, a worker that
+publishes nothing): the poll interval grows from ``DEFAULT_POLL`` to this, so idle readers cost
+the store ten reads a second, not fifty."""
+READ_TIMEOUT = 2.0
+"""Seconds a channel read may take before the reader gives up on it (and tries again)."""
+IDLE_AFTER = 0.3
+"""Seconds without a delta after which a reader counts as idle (writers batch every 50 ms)."""
 
 
 def _extends(shown: Message, final: Message) -> bool:
-    """Whether ``final``'s content only grows ``shown``'s (text appended, blocks added)."""
-    patch = diff_patch(shown, final)
-    if patch is None:
-        return True
-    _, size, ops = patch
-    kept = len(shown.content)
-    return size >= kept and all(op == "+" or i >= kept for i, op, _ in ops)
+    """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
+    the same kind, text and thinking only appended to, a tool call still the same call (its
+    arguments may have grown, an empty ID been filled in)."""
+    if len(final.content) < len(shown.content):
+        return False
+    for old, new in zip(shown.content, final.content, strict=False):
+        a, b = old.model_dump(), new.model_dump()
+        if a.get("type") != b.get("type"):
+            return False
+        kind = a.get("type")
+        if kind in ("text", "thinking"):
+            if not str(b.get(kind, "")).startswith(str(a.get(kind, ""))):
+                return False
+        elif kind == "tool_call":
+            if a.get("name") != b.get("name") or a.get("id") not in ("", b.get("id")):
+                return False
+        elif a != b:
+            return False
+    return True
 
 
 class DeltaFollower:
@@ -53,6 +73,8 @@ class DeltaFollower:
         self.session_id = session_id
         self.run_id = run_id
         self.poll_every = poll
+        self._interval = poll
+        self._last_delta = 0.0
         self._key: DeltaKey | None = None
         self._cursor: Cursor = (0, 0)
         self._head: dict[str, Any] = {}
@@ -75,6 +97,8 @@ class DeltaFollower:
         if inner.type == "message_start":
             self._key = DeltaKey(self.session_id, self.run_id, position)
             self._cursor, self._head, self._blocks, self._shown = (0, 0), {}, [], None
+            self._interval = self.poll_every
+            self._last_delta = asyncio.get_running_loop().time()
             return []
         if inner.type != "message_end" or self._key is None:
             return []
@@ -98,7 +122,8 @@ class DeltaFollower:
         if key is None:
             return []
         try:
-            deltas = await self.channel.read(key, self._cursor)
+            # a store that stops answering must not hold up the receipts behind it
+            deltas = await asyncio.wait_for(self.channel.read(key, self._cursor), READ_TIMEOUT)
         except Exception as exc:
             logger.debug("reading live deltas of %s: %s", key.name(), exc)
             return []
@@ -130,9 +155,17 @@ class DeltaFollower:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + duration
         while True:
-            for update in await self.poll():
+            updates = await self.poll()
+            for update in updates:
                 put(update)
+            now = loop.time()
+            if updates:
+                self._last_delta = now
+            if now - self._last_delta < IDLE_AFTER:
+                self._interval = self.poll_every
+            else:
+                self._interval = min(self._interval * 1.5, max(IDLE_POLL, self.poll_every))
             remaining = deadline - loop.time()
             if remaining <= 0 or done.done():
                 return
-            await asyncio.wait({done}, timeout=min(self.poll_every, remaining))
+            await asyncio.wait({done}, timeout=min(self._interval, remaining))

@@ -32,6 +32,9 @@ DEFAULT_BATCH_EVERY = 0.05
 DEFAULT_CLEAR_AFTER = 5.0
 """Seconds a stored reply's deltas stay, so a client polling slowly still drains them."""
 
+FINISH_TIMEOUT = 2.0
+"""Seconds :meth:`DeltaWriter.finish` waits for its last writes."""
+
 _pending: set[asyncio.Task[None]] = set()
 
 
@@ -106,6 +109,14 @@ class DeltaWriter:
         whole reply before it is stored."""
         self._latest = final
         self.stop()
+        try:
+            # best effort: a store that stops answering must not hold up the reply's commit
+            await asyncio.wait_for(self._finish(), FINISH_TIMEOUT)
+        except TimeoutError:
+            self._failed = True
+            logger.warning("live deltas of %s: final write timed out", self.key.name())
+
+    async def _finish(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         await self._publish()
