@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from ..agent.events import AgentEvent
-from ..agent.loop import Loop
+from ..agent.loop import AgentRun, Loop
 from ..agent.tool_exec import failure_text
 from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message, with_call_ids
 from ..session.entries import Entry, MessageEntry
@@ -232,7 +232,7 @@ class RunEngine:
                     self._checkpoint()
                     if event.type == "agent_start":
                         continue
-                await self._handle(event)
+                await self._handle(event, run)
             if not started:
                 await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
                 self._checkpoint()
@@ -246,7 +246,7 @@ class RunEngine:
                 await run.aclose()
         self.status = "completed"
 
-    async def _handle(self, event: AgentEvent) -> None:
+    async def _handle(self, event: AgentEvent, run: AgentRun) -> None:
         kind = event.type
         message = event.message
         if kind == "turn_start":
@@ -265,6 +265,7 @@ class RunEngine:
             receipt, message = await self._persist_produced(message, reserved)
             if message is not event.message:
                 event = event.model_copy(update={"message": message})
+                run.stored_as(message)  # the model goes on with what the store holds
             self._record(message)
             await self._emit(event, receipt)
             self._checkpoint()
