@@ -1,6 +1,7 @@
 """The Temporal activities and the worker-side agent definition."""
 
-from .agent_activities import DEFAULT_PAYLOAD_LIMIT, AgentActivities, application_error
+from .agent_activities import DEFAULT_PAYLOAD_LIMIT, AgentActivities
+from .failures import application_error
 from .spec import PLAIN_OPTIONS, AgentSpec
 
 __all__ = [

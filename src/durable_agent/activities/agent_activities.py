@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -24,12 +22,11 @@ from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
 from ..ai.messages import Message, ToolCall, encodable_text, tool_result_message, with_call_ids
 from ..ai.model import ModelError, ModelRequest
-from ..ai.redaction import configured_secrets, redact
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.engine import aborted_message
-from ..durable.errors import CompactError, PayloadTooLargeError, PersistError
+from ..durable.errors import CompactError, PersistError
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike, publish_one
 from ..session.codec import decode_entry, encode_entry
@@ -44,6 +41,7 @@ from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import model_view, raw_model_view
 from ..streaming import DeltaKey, LiveDeltas, clear_later, resolve, writer_for
+from .failures import application_error, checked_payload
 from .reset_leaf import recorded_start_leaf
 from .spec import AgentSpec
 from .types import (
@@ -72,27 +70,6 @@ DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
 STORE_GRACE = 0.5
 """Seconds a store activity runs before it starts heartbeating."""
-
-
-def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
-    """Wrap ``exc`` for Temporal, keeping its type name; secrets never appear because only the
-    message (sanitized by providers, then redacted of the worker environment's keys) is kept."""
-    retryable = isinstance(exc, StoreUnavailableError) or (
-        isinstance(exc, ModelError) and exc.retryable
-    )
-    details: list[Any] = []
-    next_delay: timedelta | None = None
-    if isinstance(exc, ModelError):
-        details = [exc.retryable]
-        if exc.retry_after:
-            next_delay = timedelta(seconds=exc.retry_after)
-    return ApplicationError(
-        redact(encodable_text(str(exc)), configured_secrets(os.environ)),
-        *details,
-        type=type(exc).__name__,
-        non_retryable=(not retryable) if non_retryable is None else non_retryable,
-        next_retry_delay=next_delay,
-    )
 
 
 @contextlib.asynccontextmanager
@@ -184,14 +161,7 @@ class AgentActivities:
         return tree_path(index, leaf_id)
 
     def _check_size(self, what: str, payload: str) -> None:
-        size = len(payload.encode("utf-8"))
-        if size > self.payload_limit:
-            raise application_error(
-                PayloadTooLargeError(
-                    f"{what} is {size} bytes, over the {self.payload_limit}-byte payload limit"
-                ),
-                non_retryable=True,
-            )
+        checked_payload(what, payload, self.payload_limit)
 
     # -- activities --------------------------------------------------------------------------
 

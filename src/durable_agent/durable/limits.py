@@ -11,10 +11,21 @@ server's limit by leaving message bodies out and naming their stored entries ins
 
 from __future__ import annotations
 
-__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT"]
+from .errors import PayloadTooLargeError
+
+__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "check_payload"]
 
 PAYLOAD_LIMIT = 1_572_864
 """1.5 MiB: the largest encoded entry (message plus header) a run accepts (SPEC §7.3)."""
 
 TEMPORAL_BLOB_LIMIT = 2_097_152
 """The Temporal server's default per-payload limit, which nothing the library sends may reach."""
+
+
+def check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
+    """Raise :class:`PayloadTooLargeError` when ``payload`` encodes to more than ``limit`` bytes:
+    the one check (and wording) for run inputs (client), stored entries (workflow), model
+    replies and tool results (activities)."""
+    size = len(payload.encode("utf-8"))
+    if size > limit:
+        raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")

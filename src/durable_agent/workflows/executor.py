@@ -38,18 +38,16 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..activities.failures import agent_error
 from ..ai.messages import Message
-from ..ai.model import ModelError
-from ..durable import errors as agent_errors
 from ..durable.errors import (
     AgentError,
     CompactError,
     EventGapError,
-    PayloadTooLargeError,
     RunCancelledError,
 )
 from ..durable.events import Event
-from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.limits import PAYLOAD_LIMIT, check_payload
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
@@ -114,14 +112,7 @@ def client_error(exc: BaseException) -> BaseException:
     if isinstance(cause, TimeoutError):
         return AgentError(f"run timed out: {cause.message}")
     if isinstance(cause, ApplicationError):
-        kind, message = cause.type or "", cause.message
-        if kind == "ModelError":
-            retryable = bool(cause.details[0]) if cause.details else False
-            return ModelError(message, retryable=retryable)
-        cls = getattr(agent_errors, kind, None)
-        if isinstance(cls, type) and issubclass(cls, AgentError):
-            return cls(message)
-        return AgentError(f"{kind}: {message}" if kind else message)
+        return agent_error(cause)
     return AgentError(str(cause))
 
 
@@ -207,11 +198,7 @@ class TemporalExecutor:
         run_id = run_id or new_id()
         inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
         for item in inputs:
-            size = len(item.wire.encode("utf-8"))
-            if size > self.payload_limit:
-                raise PayloadTooLargeError(
-                    f"input entry is {size} bytes, over the {self.payload_limit}-byte limit"
-                )
+            check_payload(item.wire, "input entry", self.payload_limit)
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
         # that finished after the termination, an append that timed out and then applied):

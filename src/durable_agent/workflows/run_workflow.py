@@ -15,22 +15,30 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    from ..activities.failures import (
+        PAYLOAD_TOO_LARGE,
+        ActivityFailure,
+        activity_failure,
+        is_cancellation,
+        model_error,
+        run_failure,
+    )
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
     from ..ai.messages import Message, ToolCall, error_tool_result_message
-    from ..ai.model import ModelError, ModelEvent, ModelRequest
+    from ..ai.model import ModelEvent, ModelRequest
     from ..ai.timefmt import format_time, parse_time
     from ..ai.tools import RetryPolicy as ToolRetry
     from ..ai.tools import Tool
     from ..durable.engine import RunEngine
-    from ..durable.errors import AgentError, PayloadTooLargeError
+    from ..durable.errors import PayloadTooLargeError
     from ..durable.events import Event
-    from ..durable.limits import PAYLOAD_LIMIT
+    from ..durable.limits import check_payload
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
     from ..session.entries import Entry, MessageEntry
@@ -120,21 +128,6 @@ def _descriptor(info: ToolInfo) -> Tool:
         ),
         timeout=info.timeout,
     )
-
-
-def _cancelled(exc: BaseException) -> bool:
-    if isinstance(exc, (asyncio.CancelledError, CancelledError)):
-        return True
-    return isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError)
-
-
-def _failure(exc: ActivityError) -> tuple[str, str]:
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        return cause.type or "ApplicationError", cause.message
-    if cause is not None:
-        return type(cause).__name__, str(cause)
-    return type(exc).__name__, str(exc)
 
 
 @workflow.defn(name="durable_agent.run")
@@ -239,7 +232,7 @@ class RunWorkflow:
         extra = self._tools.batch_after(stamped.durable) if self._tools is not None else []
         wires = [encode_entry(e) for e in [*stamped.durable, *extra]]
         for wire in wires:
-            _check_payload(wire, "entry")
+            check_payload(wire, "entry")
         t = inp.timeouts
         write: asyncio.Future[AppendResult] = asyncio.ensure_future(
             call_activity(
@@ -263,7 +256,7 @@ class RunWorkflow:
                 await write
                 self._cancel_deferred = True
         except ActivityError as exc:
-            raise _ActivityFailure(*_failure(exc)) from exc
+            raise ActivityFailure(*activity_failure(exc)) from exc
         times = write.result().times
         if extra and self._tools is not None:
             self._tools.batch_committed(extra, times[len(stamped.durable) :])
@@ -382,9 +375,9 @@ class RunWorkflow:
                 summary="load path",
             )
         except ActivityError as exc:
-            if _cancelled(exc):
+            if is_cancellation(exc):
                 raise CancelledError("run cancelled") from exc
-            raise _as_failure(exc) from exc
+            raise run_failure(exc) from exc
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -412,9 +405,9 @@ class RunWorkflow:
             await engine.drive(loop, inputs, receipt, resumed=inp.resumed)
             aborted = False
         except Exception as exc:
-            if not _cancelled(exc):
+            if not is_cancellation(exc):
                 engine.status = "failed"
-                raise _as_failure(exc) from exc
+                raise run_failure(exc) from exc
             aborted = True
         except asyncio.CancelledError:
             aborted = True
@@ -502,55 +495,6 @@ def store_summary(entries: list[Any]) -> str:
     return "store " + " + ".join(parts)
 
 
-def _check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
-    size = len(payload.encode("utf-8"))
-    if size > limit:
-        raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
-
-
-class _ActivityFailure(Exception):
-    """An activity's failure as its own error (type name and message), so a store error reads
-    ``persist message: <the store's message>`` exactly as in-process."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def _payload_too_large(exc: BaseException | None) -> str | None:
-    """The message of a PayloadTooLargeError anywhere in ``exc``'s cause chain."""
-    while exc is not None:
-        if isinstance(exc, PayloadTooLargeError):
-            return str(exc)
-        if isinstance(exc, _ActivityFailure) and exc.kind == "PayloadTooLargeError":
-            return str(exc)
-        if isinstance(exc, ActivityError):
-            kind, message = _failure(exc)
-            if kind == "PayloadTooLargeError":
-                return message
-        exc = exc.__cause__
-    return None
-
-
-def _as_failure(exc: BaseException) -> ApplicationError:
-    """The run's failure as the client will re-raise it (type name kept, never retried)."""
-    too_large = _payload_too_large(exc)
-    if too_large is not None:
-        return ApplicationError(too_large, type="PayloadTooLargeError", non_retryable=True)
-    if isinstance(exc, ModelError):
-        return ApplicationError(str(exc), exc.retryable, type="ModelError", non_retryable=True)
-    if isinstance(exc, ActivityError):
-        kind, message = _failure(exc)
-        return ApplicationError(message, type=kind, non_retryable=True)
-    if isinstance(exc, (AgentError, ApplicationError)):
-        if isinstance(exc, ApplicationError):
-            return exc
-        return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
-    return ApplicationError(
-        f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True
-    )
-
-
 class _ActivityModel:
     """The loop's model inside the workflow: one ``call_model`` activity per call.
 
@@ -600,18 +544,15 @@ class _ActivityModel:
                 wait_for_cancel=True,
             )
         except ActivityError as exc:
-            if _cancelled(exc):
+            if is_cancellation(exc):
                 raise asyncio.CancelledError() from exc
             if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
                 # The user cancelled while the call could not answer (its worker died): the
                 # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
                 raise asyncio.CancelledError() from exc
-            kind, text = _failure(exc)
+            kind, text = activity_failure(exc)
             if kind == "ModelError":
-                cause = exc.cause
-                details = cause.details if isinstance(cause, ApplicationError) else ()
-                retryable = bool(details[0]) if details else False
-                raise ModelError(text, retryable=retryable) from exc
+                raise model_error(exc.cause, text) from exc
             raise
         if reply.cancelled and reply.stored is None:
             # the run is being cancelled: the workflow stores the partial reply on its cancel
@@ -743,10 +684,10 @@ class _ActivityTools:
                 wait_for_cancel=stamp is not None,
             )
         except ActivityError as exc:
-            if _cancelled(exc):
+            if is_cancellation(exc):
                 raise asyncio.CancelledError() from exc
-            kind, text = _failure(exc)
-            if kind == "PayloadTooLargeError" and self.wf._too_large is None:
+            kind, text = activity_failure(exc)
+            if kind == PAYLOAD_TOO_LARGE and self.wf._too_large is None:
                 self.wf._too_large = PayloadTooLargeError(text)
             answer = error_tool_result_message(
                 call.id,
