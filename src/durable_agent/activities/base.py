@@ -1,0 +1,173 @@
+"""What every activity shares: the worker's store and agents, heartbeats, the stamped commit.
+
+Activities read the active path from the store by ``(session_id, leaf_id)`` instead of receiving
+the transcript, so workflow history stays bounded. Errors leave as ``ApplicationError`` with the
+original exception's type name (:mod:`.failures`), which decides retries (only
+``StoreUnavailableError`` among store errors, only retryable ``ModelError``s among model errors)
+and lets the client re-raise the same error type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ..ai.messages import Message
+from ..ai.timefmt import parse_time
+from ..durable.errors import PersistError
+from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.publisher import PublisherLike
+from ..session.codec import encode_entry
+from ..session.entries import Entry, MessageEntry
+from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
+from ..session.store import Store
+from ..session.tree import path as tree_path
+from ..streaming import LiveDeltas, resolve
+from .failures import application_error, checked_payload
+from .spec import AgentSpec
+from .types import Stamp
+
+__all__ = [
+    "DEFAULT_PAYLOAD_LIMIT",
+    "HEARTBEAT_EVERY",
+    "STORE_GRACE",
+    "ActivityBase",
+    "find_entry",
+    "heartbeating",
+    "stored_message",
+]
+
+DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
+HEARTBEAT_EVERY = 0.5
+STORE_GRACE = 0.5
+"""Seconds a store activity runs before it starts heartbeating."""
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(grace: float = 0.0) -> AsyncIterator[None]:
+    """Heartbeat in the background, so a crashed worker is noticed within the heartbeat timeout
+    even while a model has not produced its first token or a tool is busy.
+
+    ``grace`` delays the first beat (capped at a quarter of the heartbeat timeout), so a quick
+    store call finishes without any heartbeat RPC while a slow or stuck one still beats."""
+
+    async def beat() -> None:
+        if grace:
+            timeout = activity.info().heartbeat_timeout
+            limit = timeout.total_seconds() / 4 if timeout else grace
+            await asyncio.sleep(min(grace, limit))
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class ActivityBase:
+    """One worker's store, named agents and publisher, and the helpers every activity uses."""
+
+    def __init__(
+        self,
+        store: Store,
+        agents: Mapping[str, AgentSpec],
+        publisher: PublisherLike | None = None,
+        *,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        live_deltas: LiveDeltas = "auto",
+    ) -> None:
+        self.store = store
+        self.agents = dict(agents)
+        self.publisher = publisher
+        self.payload_limit = payload_limit
+        self.deltas = resolve(live_deltas, store)
+        """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
+
+    def agent_spec(self, name: str) -> AgentSpec:
+        """The named agent; an unknown name fails the activity for good."""
+        spec = self.agents.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ApplicationError(
+                f"unknown agent {name!r} (this worker has: {known})",
+                type="UnknownAgentError",
+                non_retryable=True,
+            )
+        return spec
+
+    async def stored_entries(self, session_id: str) -> list[Entry]:
+        try:
+            return await self.store.load_entries(session_id)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+
+    async def path_to(self, session_id: str, leaf_id: str) -> list[Entry]:
+        return self.path_in(session_id, await self.stored_entries(session_id), leaf_id)
+
+    def path_in(self, session_id: str, entries: list[Entry], leaf_id: str) -> list[Entry]:
+        """The path from the root to ``leaf_id``; a leaf the session lacks fails for good."""
+        index = {e.id: e for e in entries}
+        if leaf_id and leaf_id not in index:
+            raise ApplicationError(
+                f"leaf {leaf_id!r} is not an entry of session {session_id!r}",
+                type="EntryNotFoundError",
+                non_retryable=True,
+            )
+        return tree_path(index, leaf_id)
+
+    def check_size(self, what: str, payload: str) -> None:
+        checked_payload(what, payload, self.payload_limit)
+
+    async def commit(
+        self, session_id: str, stamp: Stamp, message: Message, what: str = "message"
+    ) -> MessageEntry:
+        """Append ``message`` under the workflow's stamp and return what the store holds for it:
+        a conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
+        entry = MessageEntry(
+            id=stamp.id,
+            parent_id=stamp.parent_id,
+            created_at=parse_time(stamp.created_at),
+            message=message,
+        )
+        self.check_size("entry", encode_entry(entry))
+        try:
+            async with heartbeating(STORE_GRACE):
+                try:
+                    await self.store.append_entries(session_id, [entry])
+                    return entry
+                except EntryConflictError:
+                    stored = find_entry(await self.store.load_entries(session_id), stamp.id)
+        except SessionError as exc:
+            retryable = isinstance(exc, StoreUnavailableError)
+            raise application_error(
+                PersistError(f"persist {what}: {exc}"), non_retryable=not retryable
+            ) from exc
+        assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
+        return stored
+
+
+def find_entry(entries: list[Entry], entry_id: str) -> Entry | None:
+    for entry in reversed(entries):
+        if entry.id == entry_id:
+            return entry
+    return None
+
+
+def stored_message(entry: Entry, call: str) -> MessageEntry:
+    """``entry``, stored under a ``call``'s stamp, as the message entry it must be."""
+    if not isinstance(entry, MessageEntry):
+        raise ApplicationError(
+            f"entry {entry.id!r} under the {call}'s stamp is not a message",
+            type="EntryConflictError",
+            non_retryable=True,
+        )
+    return entry
