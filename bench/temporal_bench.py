@@ -497,9 +497,9 @@ def print_overhead(res: dict[str, Any]) -> None:
     )
     rows = [
         ("bare activity round trip (no-op, start->next start)", "bare_activity"),
-        ("model turn: call_model + append_entries", "model_turn"),
-        ("  tool leg: call_tool + append_entries", "tool_leg"),
-        ("  full tool-calling turn (model + append + tool + append)", "full_tool_turn"),
+        ("model turn: call_model (it commits the reply)", "model_turn"),
+        ("  tool leg: call_tool (it commits a lone call's result)", "tool_leg"),
+        ("  full tool-calling turn (model + tool)", "full_tool_turn"),
         ("bare one-activity workflow, start -> result", "bare_workflow"),
         ("one-turn run, run() -> last event", "one_turn_run"),
     ]
