@@ -3,14 +3,17 @@
 - **CPU and RSS** come from ``/proc/<pid>/stat`` (user + system ticks) and ``/proc/<pid>/status``
   (``VmRSS`` now, ``VmHWM`` peak), read before and after a point, so a process's CPU% over the
   point is its ticks over the wall time (100% = one core).
-- **Schedule-to-start** comes from each run's history on the server: ``WorkflowTaskScheduled`` to
-  its ``WorkflowTaskStarted``, ``ActivityTaskScheduled`` to its ``ActivityTaskStarted`` (the
-  server stamps the started event with the time a worker polled the task). Histories are read
-  after the point, so reading them does not load the measurement.
-- **Mongo ops/s**: MongoDB's ``serverStatus.opcounters``; FerretDB has none, and reports
-  ``serverStatus.metrics.commands.<name>.total`` instead, of which the data commands are summed
-  (the driver's handshakes and pings are left out). Server-side, so the client's and every
-  worker's store calls are all counted.
+- **Workflow-task schedule-to-start** comes from each run's history on the server:
+  ``WorkflowTaskScheduled`` to its ``WorkflowTaskStarted`` (stamped when a worker polled the
+  task). Histories are read after the point, so reading them does not load the measurement. The
+  same pairs for activities are kept as ``act_s2s_history_ms``, with the share that read 0: the
+  SDK dispatches an activity eagerly (in the workflow task's reply) when the worker has a free
+  slot, and history stamps that as started at once. The printed activity figure is measured in
+  the worker instead (:mod:`tests.support.worker_stats`).
+- **Mongo ops/s** are counted in the clients (``tests.support.worker_stats.OpCounter``, a PyMongo
+  ``CommandListener``). The server's own figure is kept as a cross-check (``server_ops_per_s``):
+  MongoDB's ``serverStatus.opcounters``, or FerretDB's ``metrics.commands.<name>.total`` (it
+  has no opcounters), of which the data commands are summed.
 """
 
 from __future__ import annotations

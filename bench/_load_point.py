@@ -26,6 +26,7 @@ from tests.support.load import (
     victim_running_activity,
     worker_identity,
 )
+from tests.support.worker_stats import OpCounter, read_stats, stats_after
 
 from _load_metrics import ProcSample, mongo_ops, proc_sample, schedule_to_start
 from _stats import pct
@@ -50,6 +51,8 @@ class Context:
     latency: float
     timeouts: Timeouts
     tuning: dict[str, int] = field(default_factory=dict)
+    budget: float | None = None
+    """Seconds each curve point starts new turns for (the kill point always runs every turn)."""
 
 
 def _db_uri(base: str, name: str) -> str:
@@ -91,6 +94,24 @@ async def _kill_and_replace(
     res["killed"]["replacement_ready_after"] = time.perf_counter() - t_kill
 
 
+def _p50_p95(seconds: list[float]) -> dict[str, float]:
+    return {"p50": 1000 * pct(seconds, 0.5), "p95": 1000 * pct(seconds, 0.95)}
+
+
+def _stats(fleet: WorkerFleet, index: int) -> dict[str, Any]:
+    return read_stats(fleet.stats_path(index))
+
+
+def _client_ops(
+    fleet: WorkerFleet, own: OpCounter, finals: dict[int, dict[str, Any]] | None = None
+) -> int:
+    """Data commands sent so far by every store client: each worker's and this process's."""
+    finals = finals or {}
+    return own.count + sum(
+        int((finals.get(i) or _stats(fleet, i))["ops"]) for i in range(len(fleet.procs))
+    )
+
+
 async def run_point(
     ctx: Context, workers: int, sessions: int, *, kill: bool = False
 ) -> dict[str, Any]:
@@ -100,7 +121,8 @@ async def run_point(
     fleet = WorkerFleet(
         ctx.address, uri, queue, ctx.logs / name, latency=ctx.latency, tuning=ctx.tuning
     )
-    mongo: AsyncMongoClient[Any] = AsyncMongoClient(uri)
+    client_ops = OpCounter()  # this process's store client; each worker counts its own
+    mongo: AsyncMongoClient[Any] = AsyncMongoClient(uri, event_listeners=[client_ops])
     res: dict[str, Any] = {
         "workers": workers,
         "sessions": sessions,
@@ -110,24 +132,44 @@ async def run_point(
     try:
         await asyncio.gather(*(fleet.start() for _ in range(workers)))
         store = MongoStore(mongo[name])
-        driver = LoadDriver(ctx.client, store, queue, sessions, ctx.turns, ctx.timeouts)
+        budget = None if kill else ctx.budget
+        driver = LoadDriver(
+            ctx.client, store, queue, sessions, ctx.turns, ctx.timeouts, budget=budget
+        )
         first = {p.pid: proc_sample(p.pid) for p in fleet.procs}
         others = {k: proc_sample(pid) for k, pid in ctx.pids.items()}
-        ops0, res["ops_source"] = await asyncio.to_thread(mongo_ops, ctx.mongo_uri)
+        began = time.time()
+        ops0 = client_ops.count + sum(
+            [int((await stats_after(fleet.stats_path(i), began))["ops"]) for i in range(workers)]
+        )
+        server0, res["server_ops_source"] = await asyncio.to_thread(mongo_ops, ctx.mongo_uri)
         busy0 = _machine_busy()
         load = asyncio.create_task(driver.run())
         if kill:
             await asyncio.gather(load, _kill_and_replace(ctx, fleet, driver, res))
         await load
         wall = driver.ended - driver.started
-        ops1, _ = await asyncio.to_thread(mongo_ops, ctx.mongo_uri)
+        server1, _ = await asyncio.to_thread(mongo_ops, ctx.mongo_uri)
         busy1 = _machine_busy()
         last = {p.pid: proc_sample(p.pid) for p in fleet.procs}
         if kill:
             last[res["killed"]["pid"]] = res.pop("victim_sample")
         after = {k: proc_sample(pid) for k, pid in ctx.pids.items()}
+        # every worker still running writes its counts once more, as of after the load ended
+        # (a killed worker's are those of its last write)
+        ended = time.time()
+        finals = {
+            i: await stats_after(fleet.stats_path(i), ended)
+            for i, proc in enumerate(fleet.procs)
+            if proc.running()
+        }
         res["seconds"] = wall
-        res["turns_per_s"] = driver.completed() / wall
+        res["budget_s"] = budget
+        if budget is not None and wall > budget:
+            # the steady state: every session busy; the drain after the budget is left out
+            res["turns_per_s"] = driver.completed_within(budget) / budget
+        else:
+            res["turns_per_s"] = driver.completed() / wall
         latencies = [r.latency for r in driver.records if r.error is None]
         res["run_latency_s"] = {
             q: pct(latencies, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
@@ -140,10 +182,20 @@ async def run_point(
         for key in ctx.pids:
             res[f"{key}_cpu_pct"] = _cpu(others[key], after[key], wall)
         res["machine_busy_pct"] = 200.0 * (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
-        res["mongo_ops_per_s"] = (ops1 - ops0) / wall
-        wft, act = await schedule_to_start(ctx.client, [r.workflow_id for r in driver.records])
-        res["wft_s2s_ms"] = {"p50": 1000 * pct(wft, 0.5), "p95": 1000 * pct(wft, 0.95)}
-        res["act_s2s_ms"] = {"p50": 1000 * pct(act, 0.5), "p95": 1000 * pct(act, 0.95)}
+        res["mongo_ops_per_s"] = (_client_ops(fleet, client_ops, finals) - ops0) / wall
+        res["server_ops_per_s"] = (server1 - server0) / wall
+        wft, act_history = await schedule_to_start(
+            ctx.client, [r.workflow_id for r in driver.records]
+        )
+        waits: dict[str, list[float]] = {"tool": [], "model": []}
+        for i in range(len(fleet.procs)):
+            for kind, values in (finals.get(i) or _stats(fleet, i))["activity_waits"].items():
+                waits.setdefault(kind, []).extend(values)
+        res["wft_s2s_ms"] = _p50_p95(wft)
+        res["act_s2s_ms"] = _p50_p95(waits["tool"])
+        res["model_start_ms"] = _p50_p95(waits["model"])
+        res["act_s2s_history_ms"] = _p50_p95(act_history)
+        res["act_eager_share"] = sum(1 for x in act_history if x < 0.001) / max(1, len(act_history))
         verdict = await audit(store, driver)
         res["audit"] = {
             "runs": verdict.runs,

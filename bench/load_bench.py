@@ -7,16 +7,23 @@ concurrently through the public client API (``new`` / ``run`` / ``wait``) from t
 model is a ScriptedModel waiting ``--latency`` per call (default 200 ms); every third turn it calls
 a tool first, so a tool turn is two model calls and one tool call.
 
-Per point it prints turns/s (runs returned per second of wall time), run latency p50/p95/p99
-(``run()`` to ``wait()`` returned), workflow-task and activity schedule-to-start p50/p95 (from the
-runs' histories), CPU% (100 = one core) of each worker, the server, FerretDB and this client
-process, the workers' peak RSS, Mongo ops/s, and the whole machine's busy % of its cores (other
-users of a shared machine included). Then the kill point: 2 workers, 50 sessions, the first worker
+Per point it prints turns/s (runs returned per second while every session was busy), run latency
+p50/p95/p99 (``run()`` to ``wait()`` returned), workflow-task schedule-to-start p50/p95 (from the
+runs' histories), activity schedule-to-start p50/p95 (the server's scheduled time of each tool
+attempt to its code running on a worker, noted by the load agent: history's
+``ActivityTaskStarted`` reads 0 for eagerly dispatched activities), CPU% (100 = one core) of each
+worker, the server, FerretDB and this client process, the workers' peak RSS, Mongo ops/s (data
+commands counted by a PyMongo ``CommandListener`` in every store client: the workers' and this
+process's), and the whole machine's busy % of its cores (other users of a shared machine
+included). Then the kill point: 2 workers, 50 sessions of all their turns, the first worker
 SIGKILLed mid-activity, a replacement joining later; the store audit prints
 ``runs <n> kills <k> lost <l> duplicated <d>``. Every point is audited the same way.
 
-Bounded: each run has an execution timeout, and the whole script stops itself after
-``--max-seconds`` (everything it started is stopped by PID). About 3-5 minutes on 2 cores.
+Bounded: each curve point starts new turns for ``--point-seconds`` (default 20; sessions then
+finish the turn in flight, and the audit expects exactly the turns each session started), each run
+has an execution timeout, and the whole script stops itself after ``--max-seconds``; everything it
+started is stopped by PID. The default curve plus the kill point takes about 4-5 minutes on 2
+cores (more on a busy machine).
 
 Run: ``make bench-load`` or ``.venv/bin/python bench/load_bench.py [--json PATH]``.
 """
@@ -133,6 +140,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             latency=args.latency,
             timeouts=TIMEOUTS,
             tuning=args.tuning,
+            budget=args.point_seconds or None,
         )
         print(
             f"Temporal dev server {server.address} (pid {server.pid}), FerretDB {ferret.uri} "
@@ -142,13 +150,22 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         t0 = time.perf_counter()
-        await asyncio.wait_for(_points(ctx, args, results), args.max_seconds)
+        try:
+            await asyncio.wait_for(_points(ctx, args, results), args.max_seconds)
+        except TimeoutError:
+            results["stopped"] = f"--max-seconds {args.max_seconds:.0f} reached"
+            print(f"\nstopped: --max-seconds {args.max_seconds:.0f} reached", flush=True)
         results["seconds"] = time.perf_counter() - t0
-        source = results["points"][0]["ops_source"] if results["points"] else "?"
         print(
-            f"\nCPU% = share of one core over the point (W worker processes each); box% = the "
-            f"whole machine busy over the point, of {os.cpu_count()} cores x 100; Mongo ops "
-            f"from {source}. total {results['seconds']:.0f} s"
+            f"\nturns/s over the first {args.point_seconds:.0f} s of each curve point (every "
+            "session busy; the kill point: all its turns over its wall time). wft s2s from the "
+            "runs' histories; act s2s = a tool attempt's scheduled time (server) to its code "
+            "running on a worker (history stamps eager dispatch as 0 wait). CPU% = share of one "
+            "core over the point (W worker processes each); box% = the whole machine busy, of "
+            f"{os.cpu_count()} cores x 100. mdb ops/s = data commands (insert/find/update/delete/"
+            "findAndModify/aggregate/getMore) counted by a PyMongo CommandListener in every "
+            "store client (each worker's and this process's), not from the server (FerretDB has "
+            f"no serverStatus opcounters). total {results['seconds']:.0f} s"
         )
     finally:
         ferret.stop()
@@ -174,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-concurrent-activities", type=int)
     parser.add_argument("--max-concurrent-workflow-tasks", type=int)
     parser.add_argument("--max-cached-workflows", type=int)
+    parser.add_argument(
+        "--point-seconds",
+        type=float,
+        default=20.0,
+        help="seconds each curve point starts new turns for (default 20; 0: all turns)",
+    )
     parser.add_argument("--max-seconds", type=float, default=900.0, help="stop after this")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")

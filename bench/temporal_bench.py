@@ -16,10 +16,13 @@
     query polling; the baseline is one no-op activity round trip measured the same way (start to
     next start). Also: a whole one-turn run (``run()`` → last event) against a whole one-activity
     workflow (start → result).
-(c) **Crash recovery.** A worker subprocess is SIGKILLed while a model call streams, a new worker
-    subprocess is started at once; kill → run completed (server) and kill → ``wait()`` returned
-    (client), with the executor's default ``Timeouts`` and with short ones. Target: under 5 s plus
-    the interrupted call's own duration.
+(c) **Crash recovery.** A worker subprocess is SIGKILLed while a model call streams, and again
+    while a slow tool runs; a new worker subprocess is started at once; kill → run completed
+    (server) and kill → ``wait()`` returned (client), with the executor's default ``Timeouts`` and
+    with short ones. Target: under 5 s plus the interrupted call's own duration.
+
+``--compare REV`` runs the same parts a second time against a git worktree of ``REV`` (this
+script, that revision's ``src`` on ``PYTHONPATH``, in a subprocess) and prints both side by side.
 
 The dev server is started with ``history.transferProcessorMaxPollRPS=1000``: its default (20,
 for its single history shard) lets about 28 activity round trips through at full speed and then
@@ -73,6 +76,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import _bare_workflow  # noqa: E402
+from _compare import print_side_by_side, run_against  # noqa: E402
 from _servers import start_dev_server  # noqa: E402
 from _stats import pct, summary  # noqa: E402
 
@@ -81,7 +85,9 @@ TRANSFER_RPS_KEY = "history.transferProcessorMaxPollRPS"
 
 def short_timeouts(heartbeat: float) -> Timeouts:
     """The short settings for (c): a short model heartbeat timeout, first retry after 0.1 s."""
-    return Timeouts(model_heartbeat=heartbeat, retry_initial=0.1, retry_max=1.0, tool_heartbeat=2.0)
+    return Timeouts(
+        model_heartbeat=heartbeat, retry_initial=0.1, retry_max=1.0, tool_heartbeat=heartbeat
+    )
 
 
 FIXED_USAGE = Usage(input=1000, output=100)
@@ -491,9 +497,9 @@ def print_overhead(res: dict[str, Any]) -> None:
     )
     rows = [
         ("bare activity round trip (no-op, start->next start)", "bare_activity"),
-        ("model turn: call_model + append_entries", "model_turn"),
-        ("  tool leg: call_tool + append_entries", "tool_leg"),
-        ("  full tool-calling turn (model + append + tool + append)", "full_tool_turn"),
+        ("model turn: call_model (it commits the reply)", "model_turn"),
+        ("  tool leg: call_tool (it commits a lone call's result)", "tool_leg"),
+        ("  full tool-calling turn (model + tool)", "full_tool_turn"),
         ("bare one-activity workflow, start -> result", "bare_workflow"),
         ("one-turn run, run() -> last event", "one_turn_run"),
     ]
@@ -591,7 +597,11 @@ async def crash_once(
     call_seconds: float,
     kill_after: float,
     passthrough: bool,
+    kind: str = "model",
 ) -> dict[str, float]:
+    """One run whose worker is killed ``kill_after`` s into the model call (``kind="model"``) or
+    into the slow tool (``kind="tool"``); a new worker finishes it."""
+    marker = "CALL" if kind == "model" else "TOOL"
     queue = queue_name("crash")
     first = await WorkerProcess.start(address, queue, store_dir, call_seconds, passthrough)
     second: WorkerProcess | None = None
@@ -601,12 +611,12 @@ async def crash_once(
         executor = TemporalExecutor(
             client, task_queue=queue, timeouts=timeouts, execution_timeout=timedelta(minutes=5)
         )
-        agent = await new("crash", store=store, executor=executor)
+        agent = await new(f"crash-{kind}", store=store, executor=executor)
         run_id = uuid.uuid4().hex[:12]
         stream = await agent.run("tell me something long", run_id=run_id)
         handle = client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
         server_done = asyncio.create_task(handle.result())
-        call_started = await first.wait_for("CALL 1")
+        call_started = await first.wait_for(f"{marker} 1")
         await asyncio.sleep(max(0.0, call_started + kill_after - time.perf_counter()))
         t_kill = time.perf_counter()
         first.proc.kill()  # SIGKILL, by PID
@@ -618,10 +628,11 @@ async def crash_once(
         t_client = time.perf_counter()
         entries = await store.load_entries(agent.session_id)
         roles = [getattr(getattr(e, "message", None), "role", None) for e in entries]
-        if roles != ["user", "assistant"] or len(messages) != 1:
+        expected = ["user", "assistant"] if kind == "model" else TOOL_ROLES
+        if roles != expected or len(messages) != len(expected) - 1:
             raise RuntimeError(f"unexpected store after recovery: {roles}, {len(messages)} msgs")
         ready = second.when("READY")
-        recall = second.when("CALL")
+        recall = second.when(marker)
         return {
             "kill_to_completed": t_server - t_kill,
             "kill_to_wait_returned": t_client - t_kill,
@@ -650,18 +661,20 @@ async def bench_crash(
         "kill_after": kill_after,
         "target_seconds": 5.0 + call_seconds,
     }
-    for name, timeouts in [("default", None), ("short", short_timeouts(short_heartbeat))]:
-        store_dir = root / f"crash-{name}"
+    settings = [("default", None), ("short", short_timeouts(short_heartbeat))]
+    for (name, timeouts), kind in itertools.product(settings, ("model", "tool")):
+        store_dir = root / f"crash-{name}-{kind}"
         runs = [
             await crash_once(
-                client, address, store_dir, timeouts, call_seconds, kill_after, passthrough
+                client, address, store_dir, timeouts, call_seconds, kill_after, passthrough, kind
             )
             for _ in range(reps)
         ]
         t = timeouts or Timeouts()
-        res[name] = {
+        key = name if kind == "model" else f"{name}_tool"
+        res[key] = {
             "timeouts": t.model_dump(),
-            **{key: summary([r[key] for r in runs]) for key in runs[0]},
+            **{k: summary([r[k] for r in runs]) for k in runs[0]},
         }
     return res
 
@@ -670,21 +683,27 @@ def print_crash(res: dict[str, Any]) -> None:
     d = res["call_seconds"]
     print(
         f"\n(c) crash recovery: worker SIGKILLed {res['kill_after']:.1f} s into a {d:.1f} s "
-        f"streaming model call, new worker subprocess started at once; medians over "
-        f"{res['reps']} repetitions (min..max)"
+        f"streaming model call / a {d:.1f} s tool, new worker subprocess started at once; "
+        f"medians over {res['reps']} repetitions (min..max)"
     )
-    for name in ("default", "short"):
+    for name in ("default", "short", "default_tool", "short_tool"):
+        if name not in res:
+            continue
         r = res[name]
         t = r["timeouts"]
+        what = "tool" if name.endswith("_tool") else "model call"
+        beat = t["tool_heartbeat"] if name.endswith("_tool") else t["model_heartbeat"]
+        retry = "the tool's retry policy" if name.endswith("_tool") else "retry_initial="
+        retry += "" if name.endswith("_tool") else f"{t['retry_initial']} s"
         print(
-            f"  {name} Timeouts (model_heartbeat={t['model_heartbeat']} s, "
-            f"retry_initial={t['retry_initial']} s; worker sticky timeout 2 s):"
+            f"  {what}, {name.removesuffix('_tool')} Timeouts (heartbeat={beat} s, "
+            f"{retry}; worker sticky timeout 2 s):"
         )
         print(
             f"      kill -> new worker ready        {fmt(r['kill_to_new_worker_ready'], 's', 1, 2)}"
         )
         print(
-            f"      kill -> model call restarted    {fmt(r['kill_to_call_restarted'], 's', 1, 2)}"
+            f"      kill -> {what + ' restarted':<24}{fmt(r['kill_to_call_restarted'], 's', 1, 2)}"
         )
         print(f"      kill -> run completed (server)  {fmt(r['kill_to_completed'], 's', 1, 2)}")
         print(f"      kill -> wait() returned         {fmt(r['kill_to_wait_returned'], 's', 1, 2)}")
@@ -719,18 +738,106 @@ class AnnouncingModel:
             yield event
 
 
+TOOL_ROLES = ["user", "assistant", "tool_result", "assistant"]
+
+
+def slow_tool(call_seconds: float) -> Any:
+    """A tool that runs ``call_seconds``; prints ``TOOL <attempt>`` when an attempt starts."""
+
+    @tool
+    async def slow(k: int) -> str:
+        """Works for a while."""
+        print(f"TOOL {activity.info().attempt}", flush=True)
+        await asyncio.sleep(call_seconds)
+        return f"worked {k}"
+
+    return slow
+
+
+def tool_then_answer(request: ModelRequest) -> Reply:
+    if assistant_turns(request) == 0:
+        return Reply(tool_calls=[ToolCall(id="slow-1", name="slow", arguments={"k": 1})])
+    return Reply(text="done")
+
+
 async def worker_main(args: argparse.Namespace) -> None:
     client = await connect(args.address)
+    tool_agent = AgentSpec(
+        model=ScriptedModel(tool_then_answer), tools=[slow_tool(args.call_seconds)]
+    )
     worker = await create_worker(
         client,
         task_queue=args.task_queue,
         store=FileStore(args.store),
-        agents={"crash": AgentSpec(model=AnnouncingModel(args.call_seconds))},
+        agents={
+            "crash-model": AgentSpec(model=AnnouncingModel(args.call_seconds)),
+            "crash-tool": tool_agent,
+        },
         **worker_options(args.passthrough),
     )
     async with worker:
         print("READY", flush=True)
         await asyncio.Event().wait()
+
+
+# -- before/after ------------------------------------------------------------------------------
+
+
+def figures(res: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline figures of one run, as (label, value) rows for the side-by-side table."""
+    rows: list[tuple[str, str]] = []
+    h = res.get("history")
+    if h:
+        n = h["turns"]
+        r, o = h["runs"], h["one_run"]
+        rows += [
+            ("(a) run() call 1: events / B", f"{r['turn1']['events']} / {r['turn1']['bytes']}"),
+            (
+                f"(a) run() call {n}: events / B",
+                f"{r[f'turn{n}']['events']} / {r[f'turn{n}']['bytes']}",
+            ),
+            ("(a) model turn 1: +events / +B", f"{o['turn1']['events']} / {o['turn1']['bytes']}"),
+            (
+                f"(a) model turn {n}: +events / +B",
+                f"{o[f'turn{n}']['events']} / {o[f'turn{n}']['bytes']}",
+            ),
+        ]
+    b = res.get("overhead")
+    if b:
+        for label, key in [
+            ("bare activity round trip", "bare_activity"),
+            ("model turn", "model_turn"),
+            ("tool leg", "tool_leg"),
+            ("full tool-calling turn", "full_tool_turn"),
+            ("bare one-activity workflow", "bare_workflow"),
+            ("one-turn run", "one_turn_run"),
+        ]:
+            p50, p95 = b[key + "_p50"]["median"], b[key + "_p95"]["median"]
+            rows.append((f"(b) {label} p50 / p95", f"{p50 * 1000:.1f} / {p95 * 1000:.1f} ms"))
+        for label, key in [
+            ("model turn / bare activity", "model_turn_vs_bare_activity"),
+            ("one-turn run / bare workflow", "one_turn_run_vs_bare_workflow"),
+        ]:
+            p50, p95 = b[f"ratio_{key}_p50"]["median"], b[f"ratio_{key}_p95"]["median"]
+            rows.append((f"(b) {label} p50 / p95", f"{p50:.2f}x / {p95:.2f}x"))
+    c = res.get("crash")
+    if c:
+        d = c["call_seconds"]
+        for key, label in [
+            ("default", "model, default"),
+            ("short", "model, short"),
+            ("default_tool", "tool, default"),
+            ("short_tool", "tool, short"),
+        ]:
+            if key in c:
+                done = c[key]["kill_to_completed"]["median"]
+                rows.append(
+                    (
+                        f"(c) crash {label}: kill->done (beyond call)",
+                        f"{done:.2f} s ({done - d:+.2f} s)",
+                    )
+                )
+    return rows
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -741,7 +848,10 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="temporal-bench-"))
     dynamic = {TRANSFER_RPS_KEY: args.transfer_rps} if args.transfer_rps else {}
     server = await start_dev_server(root / "server", dynamic_config=dynamic)
+    import durable_agent
+
     results: dict[str, Any] = {
+        "library": str(Path(durable_agent.__file__).parent),
         "server": "temporal server start-dev, SQLite + WAL",
         "store": args.store,
         "sandbox": "passthrough durable_agent" if args.passthrough else "create_worker default",
@@ -833,12 +943,26 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the dev server's {TRANSFER_RPS_KEY} (0: the server default, 20)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--compare",
+        metavar="REV",
+        help="also run the same parts against git revision REV (a worktree) and print both",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     if args.command == "worker":
         asyncio.run(worker_main(args))
         return 0
+    before = None
+    if args.compare:
+        before = run_against(
+            SCRIPT, args.compare, sys.argv[1:] if argv is None else argv, args.keep
+        )
+        print("=== after: this worktree ===", flush=True)
     results = asyncio.run(bench_main(args))
+    if before is not None:
+        results["before"] = before
+        print_side_by_side(figures(before), figures(results), before["revision"], "this worktree")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
         print(f"figures written to {args.json}")

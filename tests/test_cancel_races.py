@@ -3,12 +3,14 @@
 Each race holds one write open after it reached the store (:class:`GatedStore`, a slow ``fsync``)
 and delivers a cancellation, or starts another verb, inside that window. Afterwards the handle's
 log must equal the store's, nothing may be stored twice as siblings, and every receipt must name
-a stored entry. The same windows on the Temporal executor are in tests/temporal/test_races.py.
+a stored entry. The same windows on the Temporal executor: tests/temporal/test_cancel_races.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from durable_agent import (
     model,
     new,
 )
-from durable_agent.ai import Reply, ScriptedModel, tool
+from durable_agent.ai import ModelRequest, Reply, ScriptedModel, tool
 from durable_agent.session import Entry, SessionRecord, Store, encode_entry
 from durable_agent.stores import FileStore, MemoryStore
 from tests.support.gated_store import GatedStore, has_role, has_text
@@ -110,6 +112,42 @@ async def test_cancel_while_the_reply_is_written_keeps_one_reply(real_store: Sto
     ends = [e for e in events if e.agent is not None and e.agent.type == "message_end"]
     assert [e.entries for e in ends] == [[reply]]  # the reply got its receipt
     assert_receipts_stored(events, stored)
+
+
+async def test_cancel_during_a_slow_fsync_of_the_reply_keeps_one_reply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's own reproduction: a real FileStore whose ``fsync`` of the reply is slow."""
+    real_fsync = os.fsync
+    armed, entered, release = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_fsync(fd: int) -> None:
+        if armed.is_set():
+            armed.clear()
+            entered.set()  # the reply's bytes are written; the sync is under way
+            release.wait(30)
+        real_fsync(fd)
+
+    def respond(request: ModelRequest) -> Reply:
+        armed.set()  # the input is stored: the next fsync is the reply's
+        return Reply(text="the whole reply")
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    store = FileStore(tmp_path / "sessions")
+    agent = await new(model(ScriptedModel(respond)), store=store, session_id="slow-fsync")
+    stream = await agent.run("q")
+    reader = asyncio.ensure_future(consume(agent, stream))
+    assert await asyncio.to_thread(entered.wait, 30)
+    cancelling = asyncio.ensure_future(stream.cancel())
+    asyncio.get_running_loop().call_soon(release.set)  # after the cancel's first step
+    await cancelling
+    events = await reader
+
+    stored = await assert_handle_matches_store(agent)
+    assert stored_texts(stored) == ["q", "the whole reply"]
+    assert isinstance(stored[1], MessageEntry) and stored[1].message.stop_reason != "aborted"
+    assert_receipts_stored(events, stored)
+    assert any(e.entries == [stored[1]] for e in events)
 
 
 async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
@@ -249,6 +287,11 @@ async def test_oversized_tool_result_is_answered_with_a_failure_and_the_run_cont
     assert result.message.text().startswith("tool execution failed: EntryTooLargeError: ")
     assert stored_texts(stored)[-1] == "carried on"
     assert [m.text() for m in messages][-1] == "carried on"
+    # the run's own next model call, and its result, already go on with the stored failure
+    second_call = lm.requests[1].messages
+    assert result.message.text() in [m.text() for m in second_call]
+    assert all(len(m.text()) < 8_000 for m in second_call)
+    assert messages[1] == result.message
     # the next run's model sees the stored failure, not the result the store refused
     await (await agent.run("next")).wait()
     assert result.message.text() in [m.text() for m in lm.requests[-1].messages]

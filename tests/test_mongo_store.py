@@ -482,6 +482,45 @@ async def test_loser_of_a_conflicting_race_leaves_nothing(
     assert 1 <= commands.names().count("delete") <= rounds
 
 
+async def test_retries_and_a_conflicting_writer_race(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Three copies of batch A, one batch B that gives ``x`` other content, and two copies of an
+    unrelated batch C race on six clients. Each batch is all-or-nothing: either every copy of A
+    succeeds and nothing of B is stored, or B succeeds and nothing of A is; C always lands."""
+    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(6)]
+    a = [entry("a0"), entry("a1", parent="a0"), entry("a2"), entry("a3"), entry("x", "A")]
+    b = [entry("b0"), entry("x", "B"), entry("b1")]
+    c = [entry(f"c{i}") for i in range(5)]
+    plan = [a, b, a, a, c, c]
+
+    async def write(store: MongoStore, sid: str, batch: Sequence[Entry], go: asyncio.Event) -> None:
+        await go.wait()
+        await store.append_entries(sid, batch)
+
+    for r in range(8):
+        sid = f"mix{r}"
+        await stores[0].create_session(sid)
+        go = asyncio.Event()
+        tasks = [
+            asyncio.create_task(write(store, sid, batch, go))
+            for store, batch in zip(stores, plan, strict=True)
+        ]
+        go.set()
+        res = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(x is None or isinstance(x, EntryConflictError) for x in res), res
+        assert res[4] is None and res[5] is None
+        a_won = res[1] is not None
+        assert [res[i] is None for i in (0, 2, 3)] == [a_won] * 3
+        winner = a if a_won else b
+        loaded = ids(await stores[1].load_entries(sid))
+        assert sorted(loaded) == sorted(ids(winner) + ids(c))
+        for batch in (winner, c):
+            assert [eid for eid in loaded if eid in ids(batch)] == ids(batch)
+        seqs = [d["seq"] for d in sync_db.entries.find({"session_id": sid})]
+        assert len(seqs) == len(set(seqs))
+
+
 async def test_cancelled_conflicting_append_still_rolls_back(
     client_factory: Any, mongo_database: AsyncDatabase[Any]
 ) -> None:
@@ -506,17 +545,46 @@ async def test_cancelled_conflicting_append_still_rolls_back(
 
 
 async def test_retry_after_a_stored_prefix_completes_in_batch_order(
-    mongo_database: AsyncDatabase[Any], sync_db: Any
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """What a failure other than a conflict may leave, a prefix, is completed by the retry."""
-    store = MongoStore(mongo_database)
+    """What a failure other than a conflict may leave, a prefix, is completed by the retry.
+
+    The retry's insert stops at the first stored entry; the rest goes in on the numbers the
+    retry already reserved (one reservation per append, also on this path).
+    """
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
     batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(6)]
     await store.append_entries("s1", batch[:2])  # the prefix a failed call left
+    commands.log.clear()
     await store.append_entries("s1", batch)
+    assert commands.names().count("findAndModify") == 1
+    assert commands.names().count("insert") == 2
     await store.append_entries("s1", batch)  # and a retry of the retry
     assert ids(await store.load_entries("s1")) == ids(batch)
-    assert sync_db.entries.count_documents({"session_id": "s1"}) == 6
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert seqs == [0, 1, 2, 3, 4, 5]  # the numbers of the stored prefix are not wasted
+
+
+async def test_retry_numbered_below_a_concurrent_copy_keeps_batch_order(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A copy of the batch stored its first entries *above* the numbers the retry reserved (the
+    retry reserved first, the copy inserted first): the rest must not go in on the retry's
+    lower numbers, which would put ``a2`` before ``a0``. Driven with the counter: the copy's
+    entries sit at 5 and 6 and the retry is handed 0..4."""
+    copy = MongoStore(mongo_database)
+    await copy.create_session("s1")
+    batch = [entry(f"a{i}", parent=f"a{i - 1}" if i else None) for i in range(5)]
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 5}})
+    await copy.append_entries("s1", batch[:2])  # a0, a1 at 5, 6
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 0}})
+    retry = MongoStore(mongo_database)
+    await retry.append_entries("s1", batch)
+    assert ids(await retry.load_entries("s1")) == ids(batch)
+    seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert seqs[:2] == [5, 6] and len(set(seqs)) == 5
 
 
 async def test_counter_moving_backwards_keeps_order_and_loses_nothing(

@@ -9,7 +9,7 @@ import pytest
 
 from durable_agent import MessageEntry, PersistError, model, new
 from durable_agent.ai import Reply, ScriptedModel, tool
-from durable_agent.session import INTERRUPTED_TEXT
+from durable_agent.session import INTERRUPTED_TEXT, StoreUnavailableError
 from durable_agent.session.tree import path as tree_path
 from durable_agent.stores import FileStore, MemoryStore
 from tests.support.late_store import LateStore, is_tool_result, is_user, results_for
@@ -80,3 +80,22 @@ async def test_a_landed_result_is_adopted_only_from_the_handles_leaf() -> None:
     assert len(stored) == 6
     texts = [e.message.text() for e in tree_path(stored, b.leaf_id) if isinstance(e, MessageEntry)]
     assert texts == ["seed", "seeded", "question b", "answer b"]
+
+
+async def test_an_append_that_lands_after_it_failed_joins_the_path() -> None:
+    inner = MemoryStore()
+    store = LateStore(inner)
+    agent = await new(model(ScriptedModel(["reply"])), store=store)
+    store.hold_next(is_user)
+    with pytest.raises(StoreUnavailableError):
+        await agent.append("noted")
+    assert agent.entries() == []
+    await store.land()
+
+    await (await agent.run("go")).wait()
+    stored = await inner.load_entries(agent.session_id)
+    assert [e.id for e in agent.entries()] == [e.id for e in stored]
+    texts = [
+        e.message.text() for e in tree_path(stored, agent.leaf_id) if isinstance(e, MessageEntry)
+    ]
+    assert texts == ["noted", "go", "reply"]

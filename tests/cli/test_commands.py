@@ -304,3 +304,236 @@ def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     assert re.fullmatch(
         r"error: cannot reach MongoDB at 127\.0\.0\.1:1 \(.+\)( \[[a-z ]+\])?", first
     )
+    assert result.stderr.splitlines()[1:] == ["  (store mongodb://127.0.0.1:1/x)"]
+
+
+def _sessions_dir(dev: Dev) -> Path:
+    return Path(dev.env["XDG_DATA_HOME"]) / "durable-agent" / "sessions"
+
+
+def test_verbose_and_errors_say_what_is_used(dev: Dev) -> None:
+    """15.3: ``-v`` names the Temporal server (and why that one) and the store up front; an
+    error always does."""
+    store = f"file:{_sessions_dir(dev)}"
+    temporal = (
+        f"{dev.info['address']} (namespace default; address from the running `durable-agent dev`"
+    )
+    ran = run_cli(["run", "v1", "hello", "-v"], dev.env)
+    assert ran.returncode == 0, ran.stderr
+    assert f"using store {store}\n" in ran.stderr
+    assert f"using Temporal {temporal}" in ran.stderr
+    quiet = run_cli(["run", "v1", "hello"], dev.env)
+    assert quiet.returncode == 0 and "using" not in quiet.stderr
+    shown = run_cli(["show", "v1", "-v"], dev.env)
+    assert shown.returncode == 0 and f"using store {store}" in shown.stderr
+    listed = run_cli(["sessions", "-v"], dev.env)
+    assert listed.returncode == 0 and f"using store {store}" in listed.stderr
+    missing = run_cli(["state", "never-ran"], dev.env)
+    assert missing.returncode == 3
+    assert f"  (Temporal {temporal}" in missing.stderr
+    not_there = run_cli(["show", "never-was"], dev.env)
+    assert not_there.returncode == 3 and f"  (store {store})" in not_there.stderr
+
+
+def test_the_default_address_is_named(tmp_path: Path) -> None:
+    """With no flag, variable, profile or running dev, the command says it fell back to the
+    default address (whatever answers there)."""
+    env = cli_env(tmp_path, TEMPORAL_CONFIG_FILE=str(tmp_path / "none.toml"))
+    result = run_cli(["state", "x", "-v"], env, timeout=60)
+    assert result.returncode in (1, 3), result.stderr
+    assert "using Temporal localhost:7233 (namespace default; address from the default (no " in (
+        result.stderr
+    )
+    assert "(Temporal localhost:7233" in result.stderr, "the error names it again"
+
+
+def test_a_worker_on_another_store_is_one_line(dev: Dev, tmp_path: Path) -> None:
+    """15.3: the worker advertises its store's ID; a client on another store says so in one
+    line and creates nothing (before: a warning, an empty session, then SessionNotFoundError)."""
+    queue = dev.info["task_queue"]
+    other = tmp_path / "other"
+    result = run_cli(["run", "mm1", "hello", "--store", f"file:{other}"], dev.env)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"error: the worker(s) on task queue {queue!r} use another store than this command "
+        f"(file:{other}): give both the same --store"
+    )
+    assert "SessionNotFoundError" not in result.stderr
+    assert not (other / "mm1.jsonl").exists(), "nothing created in the wrong store"
+    assert not (_sessions_dir(dev) / "mm1.jsonl").exists()
+    chat = run_cli(["chat", "mm3", "--store", f"file:{other}"], dev.env)
+    assert chat.returncode == 1 and "use another store" in chat.stderr, chat.stderr
+    assert not (other / "mm3.jsonl").exists()
+    # the same store under another name is the same store: IDs are compared, not specs
+    alias = tmp_path / "alias"
+    alias.symlink_to(_sessions_dir(dev))
+    same = run_cli(["run", "mm2", "hello", "--store", f"file:{alias}", "--json"], dev.env)
+    assert same.returncode == 0, same.stderr
+
+
+def test_run_problems_leave_no_session(dev: Dev) -> None:
+    """15.17: a run that cannot start creates no session (and leaves an existing one alone)."""
+    sessions = _sessions_dir(dev)
+    problems: list[tuple[list[str | bytes], int, str]] = [
+        (["run", "p1", ""], 2, "the message is empty"),
+        (["run", "p1", "  \n "], 2, "the message is empty"),
+        (["run", "p1", b"caf\xe9"], 2, "not valid UTF-8"),
+        (["run", "p1", "hi", "--leaf", "nosuch"], 3, "no session 'p1'"),
+        (["run", "p1", "hi", "--agent", "nosuch"], 1, "unknown agent 'nosuch'"),
+    ]
+    for args, code, message in problems:
+        result = subprocess.run(
+            [*CLI, *args], env=dev.env, capture_output=True, timeout=120, check=False
+        )
+        stderr = result.stderr.decode("utf-8", "replace")
+        assert result.returncode == code, (args, stderr)
+        assert message in stderr and "Traceback" not in stderr, (args, stderr)
+        assert not (sessions / "p1.jsonl").exists(), f"{args} left an empty session"
+    big = subprocess.run(
+        [*CLI, "run", "p1", "-"],
+        env=dev.env,
+        input="x" * (3 * 1024 * 1024),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert big.returncode == 1 and "payload limit" in big.stderr, big.stderr
+    assert not (sessions / "p1.jsonl").exists()
+
+    kept = _json(run_cli(["run", "p2", "hello", "--json"], dev.env))
+    failed = run_cli(["run", "p2", "hello", "--agent", "nosuch"], dev.env)
+    assert failed.returncode == 1
+    after = _json(run_cli(["show", "p2", "--json"], dev.env))
+    assert after["leaf_id"] == kept["leaf_id"], "an existing session is never removed"
+
+
+def test_address_namespace_and_profile_flags(dev: Dev, tmp_path: Path) -> None:
+    """15.15: flags beat the temporal CLI's variables; profiles come from its config file."""
+    address, queue = dev.info["address"], dev.info["task_queue"]
+    env = {**dev.env, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    wrong = run_cli(["state", "f1"], env)
+    assert wrong.returncode == 1 and "cannot reach Temporal at 127.0.0.1:1" in wrong.stderr
+    assert "address from TEMPORAL_ADDRESS" in wrong.stderr
+    flagged = run_cli(
+        ["run", "f1", "hello", "--address", address, "--task-queue", queue, "--json"], env
+    )
+    assert flagged.returncode == 0, flagged.stderr
+    verbose = run_cli(["state", "f1", "--address", address, "-v", "--json"], env)
+    assert verbose.returncode == 0, verbose.stderr
+    assert f"using Temporal {address} (namespace default; address from --address)" in (
+        verbose.stderr
+    )
+    namespace = run_cli(["state", "f1", "--address", address, "--namespace", "no-such-ns"], env)
+    assert namespace.returncode == 1 and "no-such-ns" in namespace.stderr, namespace.stderr
+    assert "Traceback" not in namespace.stderr
+
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.staging]\naddress = "{address}"\nnamespace = "default"\n')
+    profiled = {**dev.env, "TEMPORAL_CONFIG_FILE": str(config)}
+    by_flag = run_cli(["state", "f1", "--profile", "staging", "-v", "--json"], profiled)
+    assert by_flag.returncode == 0, by_flag.stderr
+    assert "address from profile 'staging'" in by_flag.stderr
+    by_env = run_cli(["state", "f1", "--json"], {**profiled, "TEMPORAL_PROFILE": "staging"})
+    assert by_env.returncode == 0, by_env.stderr
+    unknown = run_cli(["state", "f1", "--profile", "nope"], profiled)
+    assert unknown.returncode == 2 and "Profile 'nope' not found" in unknown.stderr
+
+    check = run_cli(["worker", "--check", "--address", address, "--task-queue", queue], env)
+    assert check.returncode == 0 and "healthy" in check.stdout, check.stdout + check.stderr
+
+
+def test_run_from_an_earlier_leaf(dev: Dev) -> None:
+    """15.19: ``run --leaf ENTRY`` continues an earlier branch; ``--leaf root`` starts anew."""
+    first = _json(run_cli(["run", "b1", "What's the weather in Paris?", "--json"], dev.env))
+    second = _json(run_cli(["run", "b1", "hello", "--json"], dev.env))
+    assert second["entries"][0]["parent_id"] == first["leaf_id"]
+    branched = _json(
+        run_cli(["run", "b1", "Weather in Lisbon?", "--leaf", first["leaf_id"], "--json"], dev.env)
+    )
+    assert branched["entries"][0]["parent_id"] == first["leaf_id"]
+    assert "Lisbon" in branched["reply"]
+    rooted = _json(run_cli(["run", "b1", "hello", "--leaf", "root", "--json"], dev.env))
+    assert "parent_id" not in rooted["entries"][0] or rooted["entries"][0]["parent_id"] is None
+    shown = _json(run_cli(["show", "b1", "--json"], dev.env))
+    assert shown["leaf_id"] == rooted["leaf_id"]
+    bogus = run_cli(["run", "b1", "hi", "--leaf", "nosuch"], dev.env)
+    assert bogus.returncode == 3 and "no entry 'nosuch' in session 'b1'" in bogus.stderr
+
+
+def test_a_chat_left_without_a_word_leaves_no_session(dev: Dev) -> None:
+    """15.17: opening a chat on a new session and leaving it creates nothing."""
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "e1"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("e1 ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert not (_sessions_dir(dev) / "e1.jsonl").exists()
+
+
+SGR = r"(?:\x1b\[[0-9;]*m)*"
+"""Any run of styling escapes (bold and dim survive NO_COLOR in a terminal)."""
+
+
+def test_chat_switches_branches_and_sessions(dev: Dev) -> None:
+    """15.19: ``/switch`` lists the branches and returns to one, or to a fork's parent."""
+    child = pexpect.spawn(
+        CLI[0],
+        [*CLI[1:], "chat", "sw1"],
+        env=dev.env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 200),
+    )
+    try:
+        child.expect("sw1 ▸ ")
+        child.sendline("What's the weather in Paris?")
+        child.expect("Take an umbrella")
+        child.expect("sw1 ▸ ")
+        child.sendline("/retry")
+        child.expect("branched before")
+        child.expect("sw1 ▸ ")
+        child.sendline("/switch")
+        child.expect(rf"1\. {SGR}([0-9a-f]{{16}}){SGR} {SGR}assistant")
+        first_tip = child.match.group(1)
+        child.expect(rf"2\. {SGR}([0-9a-f]{{16}}){SGR} {SGR}assistant.*◀ active")
+        child.expect("sw1 ▸ ")
+        child.sendline("/switch 1")
+        child.expect(f"leaf is now {first_tip}")
+        child.expect("sw1 ▸ ")
+        child.sendline("hello")
+        child.expect("Hello!")
+        child.expect("sw1 ▸ ")
+        child.sendline("/fork sw1-fork")
+        child.expect("sw1-fork ▸ ")
+        child.sendline("/switch")
+        child.expect(r"parent session: sw1 \(/switch parent\)")
+        child.expect("sw1-fork ▸ ")
+        child.sendline("/switch parent")
+        child.expect(f"now in session {SGR}sw1{SGR} at leaf")
+        child.expect("sw1 ▸ ")
+        child.sendline(f"/leaf {first_tip}")
+        child.expect(f"leaf is now {first_tip}")
+        child.expect("sw1 ▸ ")
+        child.sendline("/switch no-such-session")
+        child.expect("no session no-such-session")
+        child.expect("sw1 ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    shown = _json(run_cli(["show", "sw1", "--tree", "--json"], dev.env))
+    hello = next(
+        e
+        for e in shown["entries"]
+        if e["type"] == "message"
+        and e["message"]["role"] == "user"
+        and e["message"]["content"][0]["text"] == "hello"
+    )
+    assert hello["parent_id"] == first_tip, "the turn after /switch 1 continued branch 1"

@@ -33,6 +33,7 @@ from durable_agent.cli.procs import ManagedProcess, start_worker
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.workflows import TemporalExecutor, Timeouts, run_workflow_id
 from tests.support.load_app import AGENT, LATENCY_ENV, answer_text, is_tool_turn, turn_text
+from tests.support.worker_stats import STATS_ENV
 
 __all__ = [
     "APP_REF",
@@ -88,10 +89,14 @@ class WorkerFleet:
             address=self.address,
             log_path=self.logs / f"worker-{index}.log",
             ready_dir=self.logs,
-            extra_env=self.env,
+            extra_env={**self.env, STATS_ENV: str(self.stats_path(index))},
         )
         self.procs.append(proc)
         return proc
+
+    def stats_path(self, index: int) -> Path:
+        """Where worker ``index`` writes its Mongo ops and activity waits (worker_stats)."""
+        return self.logs / f"worker-{index}.stats.json"
 
     def running(self) -> list[ManagedProcess]:
         return [p for p in self.procs if p.running()]
@@ -134,7 +139,12 @@ class LoadDriver:
     timeouts: Timeouts
     prefix: str = field(default_factory=lambda: f"load-{uuid.uuid4().hex[:8]}")
     run_timeout: float = 180.0
+    budget: float | None = None
+    """Seconds after which no session starts another turn (``None``: every session runs all
+    its turns); a session stopped early is expected to hold only the turns it started."""
     records: list[RunRecord] = field(default_factory=list)
+    planned: dict[str, int] = field(default_factory=dict)
+    """session ID -> turns it should hold (``turns`` unless the budget stopped it early)."""
     active: dict[str, str] = field(default_factory=dict)
     """session ID -> workflow ID of its run in flight."""
     started: float = 0.0
@@ -149,6 +159,14 @@ class LoadDriver:
 
     def completed(self) -> int:
         return sum(1 for r in self.records if r.ended and r.error is None)
+
+    def completed_within(self, seconds: float) -> int:
+        """Runs that returned within ``seconds`` of the start (the steady-state window)."""
+        return sum(
+            1
+            for r in self.records
+            if r.ended and r.error is None and r.ended - self.started <= seconds
+        )
 
     async def wait_completed(self, n: int, within: float) -> None:
         """Until ``n`` runs have returned from ``wait()`` (a real progress signal, no sleeps)."""
@@ -168,7 +186,11 @@ class LoadDriver:
 
     async def _session(self, session_id: str, executor: TemporalExecutor) -> None:
         agent = await new(AGENT, store=self.store, session_id=session_id, executor=executor)
+        self.planned[session_id] = self.turns
         for k in range(1, self.turns + 1):
+            if self.budget is not None and time.perf_counter() - self.started >= self.budget:
+                self.planned[session_id] = k - 1  # out of time: the turns not begun are not due
+                break
             rid = uuid.uuid4().hex[:16]
             record = RunRecord(session_id, k, run_workflow_id(session_id, rid), time.perf_counter())
             self.records.append(record)
@@ -288,12 +310,13 @@ def _audit_one(result: Audit, session_id: str, entries: Sequence[Entry], turns: 
 
 async def audit(store: Store, driver: LoadDriver) -> Audit:
     """Re-read every session of ``driver`` from ``store`` and count what is wrong."""
+    planned = {sid: driver.planned.get(sid, driver.turns) for sid in driver.session_ids}
     result = Audit(
-        runs=len(driver.session_ids) * driver.turns,
+        runs=sum(planned.values()),
         waits_returned=sum(1 for r in driver.records if r.ended and r.error is None),
     )
     for session_id in driver.session_ids:
         entries = await store.load_entries(session_id)
-        _audit_one(result, session_id, entries, driver.turns)
+        _audit_one(result, session_id, entries, planned[session_id])
     result.problems += [f"{r.workflow_id}: {r.error}" for r in driver.records if r.error]
     return result

@@ -16,7 +16,21 @@ line and of the request it gets, so two processes answer the same conversation t
                     assistant message, before anything is written (marker ``before-append``);
   ``tool``          while tool ``work`` runs (marker ``tool-running``);
   ``after-append``  in ``append_entries`` of the first tool result, after the write and before
-                    the activity reports back (marker ``after-append``).
+                    the activity reports back (marker ``after-append``): ``call_tool`` commits
+                    its own result, so this is a tool that committed but did not complete;
+  ``model-committed`` in ``append_entries`` of the first assistant message, after the write
+                    (``call_model`` commits its own reply): committed, not completed.
+
+Two more modes race a zombie attempt against its retry (``zombie`` parks before writing the
+first reply until the file ``go-zombie`` appears, then writes it and creates ``zombie-committed``;
+``zombie-retry`` writes its first reply only once ``zombie-committed`` exists). In these modes the
+first reply's text names the mode, so the store shows whose reply won.
+
+``parallel`` (with ``--parallel`` on the fresh worker) makes the first turn call every step at
+once: step 1 returns, step 2 parks (marker ``parallel-running``): a crash mid-batch.
+
+Every model call and tool run appends a line to ``calls.log`` in ``--markers`` (``model <pid>``,
+``tool <step> <pid>``): the side-effect counter the tests check across processes.
 
 Without ``--crash`` the process just works (the "fresh worker"). SIGTERM shuts it down cleanly.
 """
@@ -38,13 +52,20 @@ from durable_agent.ai import ModelEvent, ModelRequest, RetryPolicy
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.workflows import AgentSpec, connect, create_worker
 
-CRASH_POINTS = ("model", "before-append", "tool", "after-append")
+CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
+ZOMBIE_MODES = ("zombie", "zombie-retry")
+BATCH_MODES = ("parallel",)
 MARKERS = {
     "model": "model-streaming",
     "before-append": "before-append",
     "tool": "tool-running",
     "after-append": "after-append",
+    "model-committed": "model-committed",
+    "zombie": "zombie-parked",
+    "zombie-retry": "retry-parked",
+    "parallel": "parallel-running",
 }
+CALLS_LOG = "calls.log"
 AGENT = "crashy"
 STREAMED_TEXT = "Working on it, one careful step at a time. " * 2
 
@@ -60,7 +81,24 @@ async def _park() -> None:
     await asyncio.sleep(3600)
 
 
-def responder(steps: int, slow: bool) -> Any:
+def _count(markers: Path, what: str) -> None:
+    """One line per side effect; O_APPEND keeps lines from several processes whole."""
+    with (markers / CALLS_LOG).open("a") as log:
+        log.write(f"{what} {os.getpid()}\n")
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def _until_exists(path: Path) -> None:
+    """Wait for another process to create ``path`` (a cross-process signal: a file is all two
+    processes share here, so this polls it)."""
+    while not _exists(path):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+def responder(steps: int, slow: bool, tag: str = "", parallel: bool = False) -> Any:
     """The model's script: a pure function of the request (same answer in every process)."""
 
     def respond(request: ModelRequest) -> Reply:
@@ -70,10 +108,16 @@ def responder(steps: int, slow: bool) -> Any:
                 last_user = i
         user_text = request.messages[last_user].text() if request.messages else ""
         done = sum(1 for m in request.messages[last_user:] if m.role == "tool_result")
+        if parallel and done == 0:
+            calls = [
+                ToolCall(id=f"call-{user_text}-{k}", name="work", arguments={"step": k})
+                for k in range(1, steps + 1)
+            ]
+            return Reply(text=STREAMED_TEXT, tool_calls=calls)
         if done < steps:
             step = done + 1
             return Reply(
-                text=STREAMED_TEXT if step == 1 else f"step {step}",
+                text=STREAMED_TEXT + tag if step == 1 else f"step {step}",
                 tool_calls=[
                     ToolCall(id=f"call-{user_text}-{step}", name="work", arguments={"step": step})
                 ],
@@ -93,6 +137,7 @@ class MarkingModel:
         self.crash = crash
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        _count(self.markers, "model")
         marked = False
         async for event in self.inner.stream(request):
             if self.crash == "model" and not marked and event.type == "text_delta":
@@ -118,14 +163,30 @@ class CrashingStore:
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         roles = {e.message.role for e in entries if isinstance(e, MessageEntry)}
-        if not self.fired and self.crash == "before-append" and "assistant" in roles:
+        crash, first = self.crash, not self.fired and "assistant" in roles
+        if first and crash == "before-append":
             self.fired = True
             _touch(self.markers, MARKERS["before-append"])
             await _park()
+        if first and crash == "zombie":
+            self.fired = True
+            _touch(self.markers, MARKERS["zombie"])
+            await _until_exists(self.markers / "go-zombie")
+            await self.inner.append_entries(session_id, entries)
+            _touch(self.markers, "zombie-committed")
+            return
+        if first and crash == "zombie-retry":
+            self.fired = True
+            _touch(self.markers, MARKERS["zombie-retry"])
+            await _until_exists(self.markers / "zombie-committed")
         await self.inner.append_entries(session_id, entries)
-        if not self.fired and self.crash == "after-append" and "tool_result" in roles:
+        if not self.fired and crash == "after-append" and "tool_result" in roles:
             self.fired = True
             _touch(self.markers, MARKERS["after-append"])
+            await _park()
+        if first and crash == "model-committed":
+            self.fired = True
+            _touch(self.markers, MARKERS["model-committed"])
             await _park()
 
 
@@ -148,12 +209,18 @@ def build_agent(args: argparse.Namespace, markers: Path) -> AgentSpec:
     @tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05))
     async def work(step: int) -> str:
         """Do one step of the work."""
+        _count(markers, f"tool {step}")
+        if crash == "parallel" and step == 2:
+            _touch(markers, MARKERS["parallel"])
+            await _park()
         if crash == "tool":
             _touch(markers, MARKERS["tool"])
             await _park()
         return f"step {step} done"
 
-    lm = ScriptedModel(responder(args.steps, slow=crash == "model"))
+    tag = f" [{crash}]" if crash in ZOMBIE_MODES else ""
+    parallel = args.parallel or crash in BATCH_MODES
+    lm = ScriptedModel(responder(args.steps, slow=crash == "model", tag=tag, parallel=parallel))
     return AgentSpec(model=MarkingModel(lm, markers, crash), tools=[work])
 
 
@@ -166,7 +233,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mongo-uri")
     parser.add_argument("--mongo-db", default="durable_agent")
     parser.add_argument("--markers", required=True)
-    parser.add_argument("--crash", choices=CRASH_POINTS)
+    parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES)
+    parser.add_argument("--parallel", action="store_true", help="one turn of parallel calls")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args(argv)
     if not args.root and not args.mongo_uri:

@@ -94,6 +94,11 @@ class Outcome:
     def types(self) -> list[str]:
         return [e.agent.type for e in self.events if e.agent is not None]
 
+    def recorded_types(self) -> list[str]:
+        """:meth:`types` without the live deltas: what the run's history records (their number
+        depends on batching and on when a client attached)."""
+        return [t for t in self.types() if t != "message_update"]
+
     def receipts(self) -> list[Entry]:
         return [entry for e in self.events if e.entries for entry in e.entries]
 

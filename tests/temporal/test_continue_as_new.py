@@ -72,9 +72,8 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
     assert outcome.messages == messages_of(stored)[1:]
     assert agent.leaf_id == stored[-1].id
 
-    # positions 1..N without gaps, across the executions (live updates have no position)
-    recorded = [t for t in types if t != "message_update"]
-    assert positions == list(range(1, len(recorded) + 1))
+    # positions 1..N without gaps, across the executions (live deltas have none: not recorded)
+    assert positions == list(range(1, len(outcome.recorded_types()) + 1))
 
     # the result covers the whole run, not the last execution
     assert result.turn_count == TURNS + 1

@@ -143,8 +143,9 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         if e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
         == "durable_agent.append_entries"
     ]
-    # model replies are stored by call_model itself (SPEC §7.2): no append for them
-    assert store_summaries == ["store input", "store tool results"]
+    # model replies and a lone tool call's result are stored by their producing activity
+    # (SPEC §7.2): no append for them
+    assert store_summaries == ["store input"]
 
 
 async def test_search_attribute_lists_a_sessions_runs(
@@ -235,9 +236,7 @@ async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> 
     ]
     assert messages_of(stored)[0].text() == "go"
     assert_one_chain(stored)
-    # live updates depend on when a client attached (issue 13); the recorded events do not
-    recorded = [[t for t in o.types() if t != "message_update"] for o in (one, two, three)]
-    assert recorded[0] == recorded[1] == recorded[2]
+    assert one.recorded_types() == two.recorded_types() == three.recorded_types()
     assert (
         [e.id for e in one.receipts()] == [e.id for e in two.receipts()] == [e.id for e in stored]
     )

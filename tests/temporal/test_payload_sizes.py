@@ -4,14 +4,16 @@ issue 16 items 1-3)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
 
-from durable_agent import PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
-from durable_agent.ai import ModelRequest
+from durable_agent import Event, PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
+from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
@@ -27,6 +29,7 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
+from tests.temporal.query_gate import QueryGate
 
 pytestmark = pytest.mark.temporal
 
@@ -162,3 +165,79 @@ async def test_message_sizes_up_to_the_limit_pass_run_continue_as_new_and_stream
     assert max(can_sizes) < CARRIED_BOUND, can_sizes
     # and a query answer stays far from Temporal's limit
     assert len(answer.model_dump_json().encode()) < TEMPORAL_BLOB_LIMIT // 2
+
+
+class _HeldTurns:
+    """One tool turn with a 3 KB reply and a 5 KB result, then an answer; each model call
+    waits for its ``release`` event after setting its ``reached`` one."""
+
+    def __init__(self) -> None:
+        self.reached = [asyncio.Event(), asyncio.Event()]
+        self.release = [asyncio.Event(), asyncio.Event()]
+        self.inner = ScriptedModel(self._respond)
+
+    @staticmethod
+    def _respond(request: ModelRequest) -> Reply:
+        if any(m.role == "tool_result" for m in request.messages):
+            return Reply(text="done")
+        call = ToolCall(id="big1", name="blob", arguments={"size": 5000})
+        return Reply(text="x" * 3000, tool_calls=[call], chunk_size=10_000)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        turn = 1 if any(m.role == "tool_result" for m in request.messages) else 0
+        self.reached[turn].set()
+        await self.release[turn].wait()
+        async for event in self.inner.stream(request):
+            yield event
+
+
+async def test_events_carried_across_continue_as_new_arrive_whole(
+    temporal_client: Client,
+) -> None:
+    """The stream misses a turn's events until the run continued-as-new: it gets them from the
+    carried input, bodies left out, and reads the bodies back from the store."""
+    gate, lm, store, q = QueryGate(), _HeldTurns(), MemoryStore(), queue()
+    async with running_worker(
+        temporal_client, store, {"held": AgentSpec(model=lm, tools=[blob])}, task_queue=q
+    ):
+        ex = executor(gate.client(temporal_client), q, continue_as_new_after_turns=1)
+        agent = await new("held", store=store, session_id=sid("carry"), executor=ex)
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        seen: list[Event] = []
+        first_call = asyncio.Event()
+
+        async def read() -> None:
+            async for event in stream.events():
+                seen.append(event)
+                if event.agent is not None and event.agent.type == "message_start":
+                    first_call.set()
+
+        reader = asyncio.create_task(read())
+        await asyncio.wait_for(lm.reached[0].wait(), 30)
+        await asyncio.wait_for(first_call.wait(), 30)  # the stream is at the first model call
+        gate.open.clear()
+        await asyncio.wait_for(gate.holding.wait(), 30)  # its next query is held
+        lm.release[0].set()  # turn 1 runs, then the run continues-as-new
+        await asyncio.wait_for(lm.reached[1].wait(), 30)
+        gate.open.set()
+        lm.release[1].set()
+        await asyncio.wait_for(reader, 30)
+        can_sizes = await _chain_can_sizes(temporal_client, agent.session_id, rid)
+
+    stored = await store.load_entries(agent.session_id)
+    reply, result, answer = messages_of(stored)[1:]
+
+    def of(kind: str) -> list[Event]:
+        return [e for e in seen if e.agent is not None and e.agent.type == kind]
+
+    assert [e.agent.message for e in of("message_end") if e.agent] == [reply, result, answer]
+    assert [[x.id for x in e.entries or []] for e in of("message_end")] == [
+        [entry.id] for entry in stored[1:]
+    ]
+    assert [e.agent.args for e in of("tool_execution_start") if e.agent] == [{"size": 5000}]
+    assert [e.agent.result for e in of("tool_execution_end") if e.agent] == [result]
+    assert [e.agent.message for e in of("message_start") if e.agent][1] == result
+    assert [e.agent.message for e in of("turn_end") if e.agent] == [reply, answer]
+    assert agent.leaf_id == stored[-1].id
+    assert len(can_sizes) == 1 and can_sizes[0] < 6000, can_sizes  # the 8 KB turn stays out

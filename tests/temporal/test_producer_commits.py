@@ -4,6 +4,7 @@ model call, and a zombie attempt that stored first wins."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -11,8 +12,9 @@ from collections.abc import Sequence
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent import Reply, ScriptedModel, Tool, ToolCall, new, tool
 from durable_agent.activities import AgentActivities
+from durable_agent.ai import RetryPolicy as ToolRetry
 from durable_agent.ai.messages import TextContent, assistant_message
 from durable_agent.ai.timefmt import format_time, utc_now
 from durable_agent.session.entries import Entry, MessageEntry
@@ -21,6 +23,7 @@ from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.types import CallModelInput, CallToolInput, Stamp, ToolReply
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
+    Outcome,
     assert_one_chain,
     assert_receipts_stored,
     assert_replays,
@@ -76,11 +79,10 @@ async def test_a_model_turn_is_one_activity_and_its_receipt_names_the_stored_rep
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
     counts = _activity_counts(history)
-    # two model turns, each one activity; append_entries only for the input and the tool
-    # result, never for a reply
+    # two model turns and one tool leg, each one activity; append_entries only for the input
     assert counts["durable_agent.call_model"] == 2
     assert counts["durable_agent.call_tool"] == 1
-    assert counts["durable_agent.append_entries"] == 2, counts
+    assert counts["durable_agent.append_entries"] == 1, counts
     await assert_replays(temporal_client, wid)
 
 
@@ -162,3 +164,96 @@ async def test_a_tool_whose_result_is_stored_never_runs_again() -> None:
     stored = await store.load_entries("s1")
     assert [e.id for e in stored] == [stamp.id]
     assert isinstance(stored[0], MessageEntry) and stored[0].message == first.message
+
+
+async def _one_run(
+    client: Client, lm: ScriptedModel, tools: list[Tool]
+) -> tuple[list[Entry], Counter[str], Outcome]:
+    store, q = MemoryStore(), queue()
+    async with running_worker(client, store, {"a": AgentSpec(model=lm, tools=tools)}, task_queue=q):
+        agent = await new("a", store=store, session_id=sid("tools"), executor=executor(client, q))
+        rid = run_id()
+        outcome = await consume(await agent.run("go", run_id=rid))
+        wid = run_workflow_id(agent.session_id, rid)
+        history = (await client.get_workflow_handle(wid).fetch_history()).to_json()
+        await assert_replays(client, wid)
+    assert outcome.error is None, repr(outcome.error)
+    stored = await store.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    assert agent.leaf_id == stored[-1].id
+    return stored, _activity_counts(history), outcome
+
+
+def _calls(*texts: str) -> Reply:
+    return Reply(
+        tool_calls=[
+            ToolCall(id=f"c{i}", name=name, arguments={"text": text})
+            for i, (name, text) in enumerate((t.split(":") for t in texts), start=1)
+        ]
+    )
+
+
+async def test_a_retried_tool_commits_its_result_once_in_its_own_activity(
+    temporal_client: Client,
+) -> None:
+    runs: list[str] = []
+
+    @tool(retry=ToolRetry(max_attempts=3, initial_interval=0.01))
+    async def flaky(text: str) -> str:
+        """Fails its first attempt."""
+        runs.append(text)
+        if len(runs) == 1:
+            raise RuntimeError("transient")
+        return f"did {text}"
+
+    lm = ScriptedModel([_calls("flaky:x"), "done"])
+    stored, counts, _ = await _one_run(temporal_client, lm, [flaky])
+    assert runs == ["x", "x"]  # retried once by Temporal, within one activity
+    assert [m.text() for m in messages_of(stored) if m.role == "tool_result"] == ["did x"]
+    assert counts["durable_agent.call_tool"] == 1
+    assert counts["durable_agent.append_entries"] == 1, counts  # the input only
+
+
+async def test_sequential_calls_commit_their_own_results_in_call_order(
+    temporal_client: Client,
+) -> None:
+    @tool(parallel_safe=False)
+    async def step(text: str) -> str:
+        """One step at a time."""
+        return text
+
+    lm = ScriptedModel([_calls("step:a", "step:b"), "done"])
+    stored, counts, _ = await _one_run(temporal_client, lm, [step])
+    results = [m for m in messages_of(stored) if m.role == "tool_result"]
+    assert [(m.tool_call_id, m.text()) for m in results] == [("c1", "a"), ("c2", "b")]
+    assert counts["durable_agent.call_tool"] == 2
+    assert counts["durable_agent.append_entries"] == 1, counts
+
+
+async def test_parallel_results_are_committed_after_the_batch_in_call_order(
+    temporal_client: Client,
+) -> None:
+    """Parallel results are appended by the workflow in one batch once all calls finished (see
+    ``_ActivityTools``): the slow first call still comes first in the chain."""
+    release = asyncio.Event()
+
+    @tool(parallel_safe=True)
+    async def slow(text: str) -> str:
+        """Waits for the fast call."""
+        await release.wait()
+        return f"slow {text}"
+
+    @tool(parallel_safe=True)
+    async def fast(text: str) -> str:
+        """Lets the slow call finish."""
+        release.set()
+        return f"fast {text}"
+
+    lm = ScriptedModel([_calls("slow:a", "fast:b"), "done"])
+    stored, counts, _ = await _one_run(temporal_client, lm, [slow, fast])
+    results = [m for m in messages_of(stored) if m.role == "tool_result"]
+    assert [(m.tool_call_id, m.text()) for m in results] == [("c1", "slow a"), ("c2", "fast b")]
+    assert counts["durable_agent.call_tool"] == 2
+    assert counts["durable_agent.append_entries"] == 2, counts  # input + one for the batch

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +29,7 @@ from durable_agent.session import SessionNotFoundError, Store
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, create_worker, run_workflow_id
 from durable_agent.workflows.run_input import InvalidRunInputError, decode_run_input
+from tests.support.temporal import temporal_binary
 
 from .helpers import event_types, executor, queue, sid
 
@@ -35,6 +37,7 @@ ENTRY_WITHOUT_HEADER = json.dumps(
     {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
 )
 """An entry as one writes it by hand: no ``id``, no ``created_at``."""
+NO_ARGUMENT: Any = object()
 
 
 # -- decoding (no server) -----------------------------------------------------------------------
@@ -71,6 +74,29 @@ ENTRY_WITHOUT_HEADER = json.dumps(
         ),
         ({"session_id": "s", "agent": "a", "options": {"max_turns": "3"}}, "options.max_turns", ""),
         ({"session_id": "s", "agent": "a", "leaf_id": 7}, "leaf_id", "string"),
+        (
+            {"session_id": "s", "agent": "a", "inputs": [{"role": "user", "contnet": "hi"}]},
+            "inputs[0].contnet",
+            "unknown field",
+        ),
+        ({"session_id": "s", "agent": "a", "inputs": [{"text": "hi"}]}, "inputs[0]", "needs"),
+        ({"session_id": "s", "agent": "a", "inputs": ["hi"]}, "inputs[0]", "must be an object"),
+        ({"session_id": "s", "agent": "a", "inputs": {"role": "user"}}, "inputs", "valid list"),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"store_start_to_close": -1}},
+            "timeouts.store_start_to_close",
+            "greater than 0",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"model_max_attempts": -1}},
+            "timeouts.model_max_attempts",
+            "0 (unlimited) or more",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "continue_as_new_after_turns": 0},
+            "continue_as_new_after_turns",
+            "at least 1",
+        ),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -87,17 +113,27 @@ def test_plain_input_becomes_stamped_messages() -> None:
         {
             "session_id": "user-42",
             "agent": "assistant",
-            "inputs": [{"role": "user", "content": "context"}],
+            "inputs": [
+                {"role": "user", "content": "context"},
+                {"role": "user", "content": "a nudge", "ephemeral": True},
+            ],
             "text": "hi",
         }
     )
     assert inp.run_id == "" and inp.leaf_id is None
     entries = [item.entry(i) for i, item in enumerate(inp.inputs)]
-    assert [e.id for e in entries] == ["input-0", "input-1"]
-    assert [e.message.text() for e in entries if isinstance(e, MessageEntry)] == ["context", "hi"]
+    assert [e.id for e in entries] == ["input-0", "input-1", "input-2"]
+    assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
+    texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+    assert texts == ["context", "a nudge", "hi"]
 
 
 # -- on the server ------------------------------------------------------------------------------
+
+
+def pasted_text(session: str) -> str:
+    """The README's input, exactly as an operator pastes it."""
+    return f'{{"session_id": "{session}", "agent": "assistant", "text": "hi"}}'
 
 
 @pytest.fixture
@@ -115,9 +151,14 @@ async def production_worker(temporal_client: Client) -> AsyncIterator[tuple[str,
 async def _failure(
     client: Client, value: Any, task_queue: str, workflow_id: str
 ) -> ApplicationError:
-    handle = await client.start_workflow(
-        "durable_agent.run", value, id=workflow_id, task_queue=task_queue
-    )
+    if value is NO_ARGUMENT:  # the UI's Input field left empty
+        handle = await client.start_workflow(
+            "durable_agent.run", id=workflow_id, task_queue=task_queue
+        )
+    else:
+        handle = await client.start_workflow(
+            "durable_agent.run", value, id=workflow_id, task_queue=task_queue
+        )
     with pytest.raises(WorkflowFailureError) as info:
         await asyncio.wait_for(handle.result(), timeout=20)
     cause = info.value.cause
@@ -140,6 +181,12 @@ async def _failure(
         ({"agent": "assistant", "text": "hi"}, "session_id"),
         ({"agent": "assistant", "inputs": [{"role": "user", "content": 3}]}, "inputs[0].content"),
         ("hi", ""),
+        (None, ""),
+        (NO_ARGUMENT, ""),
+        (
+            {"agent": "assistant", "text": "hi", "timeouts": {"store_start_to_close": 0}},
+            "timeouts.store_start_to_close",
+        ),
     ],
 )
 async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
@@ -164,7 +211,7 @@ async def test_an_operator_starts_a_run_from_plain_json_with_the_default_convert
     task_queue, store = production_worker
     raw = await Client.connect(address, namespace=temporal_client.namespace)  # default converter
     session = f"user-{uuid.uuid4().hex[:8]}"
-    pasted = json.loads(f'{{"session_id": "{session}", "agent": "assistant", "text": "hi"}}')
+    pasted = json.loads(pasted_text(session))
     handle = await raw.start_workflow(
         "durable_agent.run", pasted, id=run_workflow_id(session, "op1"), task_queue=task_queue
     )
@@ -211,3 +258,18 @@ async def test_an_operator_starts_a_run_from_plain_json_with_the_default_convert
     ]
     stored = await store.load_entries(session)
     assert stored[2].parent_id == stored[1].id
+
+    # the README's shell command, through the temporal CLI
+    wid = run_workflow_id(session, "op-cli")
+    command = [
+        temporal_binary("temporal"),
+        *("workflow", "start", "--address", address, "--namespace", raw.namespace),
+        *("--type", "durable_agent.run", "--task-queue", task_queue, "--workflow-id", wid),
+        *("--execution-timeout", "24h", "--input", pasted_text(session)),
+    ]
+    started = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    third = await asyncio.wait_for(raw.get_workflow_handle(wid).result(), timeout=30)
+    assert third["status"] == "completed" and len(third["new_entry_ids"]) == 2

@@ -46,12 +46,16 @@ pytestmark = pytest.mark.temporal
 async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(
     temporal_client: Client,
 ) -> None:
-    gate = asyncio.Event()
+    gate, cancelled = asyncio.Event(), asyncio.Event()
 
     @tool
     async def hang(n: int) -> str:
-        """Blocks until the test releases it."""
-        await gate.wait()
+        """Blocks until the test releases it; the terminated run's heartbeat cancels it."""
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         return "too late"
 
     def respond(request: ModelRequest) -> Reply:
@@ -82,6 +86,8 @@ async def test_terminated_run_leaves_an_orphan_the_next_run_repairs(
             reason="operator"
         )
         outcome = await asyncio.wait_for(seen, 20)
+        # the tool never finishes (it would store its result: see test_run_start_reconcile)
+        await asyncio.wait_for(cancelled.wait(), 20)
         gate.set()
         assert isinstance(outcome.error, AgentError) and "terminated" in str(outcome.error)
         assert not agent.running

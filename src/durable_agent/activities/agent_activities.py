@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -21,14 +22,9 @@ from temporalio.exceptions import ApplicationError
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
 from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import (
-    Message,
-    ToolCall,
-    encodable_text,
-    tool_result_message,
-    with_call_ids,
-)
+from ..ai.messages import Message, ToolCall, encodable_text, tool_result_message, with_call_ids
 from ..ai.model import ModelError, ModelRequest
+from ..ai.redaction import configured_secrets, redact
 from ..ai.timefmt import parse_time
 from ..ai.tools import ToolContext
 from ..durable.compaction import plan_compaction, summarize
@@ -80,7 +76,7 @@ STORE_GRACE = 0.5
 
 def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
     """Wrap ``exc`` for Temporal, keeping its type name; secrets never appear because only the
-    message (already sanitized by providers) is kept, not the exception's attributes."""
+    message (sanitized by providers, then redacted of the worker environment's keys) is kept."""
     retryable = isinstance(exc, StoreUnavailableError) or (
         isinstance(exc, ModelError) and exc.retryable
     )
@@ -91,7 +87,7 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
         if exc.retry_after:
             next_delay = timedelta(seconds=exc.retry_after)
     return ApplicationError(
-        encodable_text(str(exc)),
+        redact(encodable_text(str(exc)), configured_secrets(os.environ)),
         *details,
         type=type(exc).__name__,
         non_retryable=(not retryable) if non_retryable is None else non_retryable,
@@ -379,7 +375,11 @@ class AgentActivities:
     @activity.defn(name="durable_agent.call_tool")
     async def call_tool(self, inp: CallToolInput) -> Message | ToolReply:
         """Run one tool call with the worker's handler; failures are retried per the tool's
-        policy by Temporal, and the workflow answers an abandoned call itself."""
+        policy by Temporal, and the workflow answers an abandoned call itself.
+
+        With a stamp (SPEC §7.2) the result is committed here, under the stamp, and a stamp that
+        is already stored (an earlier attempt committed, then crashed or lost the race) is
+        returned without running the tool again; a conflicting earlier write wins."""
         spec = self._spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
         if inp.stamp is not None:
@@ -388,7 +388,15 @@ class AgentActivities:
                 # committed by an earlier attempt: a tool whose result is stored never runs again
                 return _tool_reply(stored)
             result = await self._run_tool(spec, call)
-            return _tool_reply(await self._commit(inp.session_id, inp.stamp, result, "tool result"))
+            commit = asyncio.ensure_future(
+                self._commit(inp.session_id, inp.stamp, result, "tool result")
+            )
+            try:
+                return _tool_reply(await asyncio.shield(commit))
+            except asyncio.CancelledError:
+                # cancelled while the result was being written: a started write completes
+                # (SPEC §2.1) and the workflow (waiting for this attempt) records it first
+                return _tool_reply(await commit)
         return await self._run_tool(spec, call)
 
     async def _run_tool(self, spec: AgentSpec, call: ToolCall) -> Message:
@@ -408,8 +416,7 @@ class AgentActivities:
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
             # the message becomes the result text (SPEC §5.3); the chain stays on the worker
-            # a failure message Temporal cannot encode would fail the activity task itself
-            raise ApplicationError(
+            raise ApplicationError(  # (a message Temporal cannot encode fails the activity task)
                 encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)

@@ -161,7 +161,8 @@ def worker(
 
     if check:
         queue = task_queue or os.environ.get(ENV_TASK_QUEUE) or None
-        raise typer.Exit(run_command(lambda: check_worker(queue, console)))
+        check_flags = flags_from(address, namespace, profile, verbose)
+        raise typer.Exit(run_command(lambda: check_worker(queue, console, flags=check_flags)))
 
     ref = app or os.environ.get(ENV_APP)
     if not ref:

@@ -20,11 +20,12 @@ from rich.text import Text
 from temporalio.service import RPCError
 
 from ..ai.model import ModelError
+from ..ai.redaction import configured_secrets, redact
 from ..durable.errors import AgentError
 from ..session.errors import InvalidSessionIdError, SessionError, SessionNotFoundError
 from ..workflows.config import TemporalConfigError
 from .appdef import AppLoadError
-from .commands import NotFound, UsageError
+from .commands import NotFound, StoreMismatchError, UsageError
 from .entry import missing_extra
 from .procs import ProcessError
 from .sessionscmd import NotConfirmed
@@ -101,6 +102,7 @@ def run_command(make: Callable[[], Awaitable[T]]) -> T:
 def fail(code: int, message: str) -> NoReturn:
     """Print ``error: message`` as plain text (never markup: error text can hold ``[/]`` or
     ``[redacted]``), then what the command was talking to, and exit with ``code``."""
+    message = redact(message, configured_secrets(os.environ))  # the keys this process holds
     err.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
     for line in TARGET.lines():
         err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
@@ -116,6 +118,7 @@ FAILURES = (
     AgentError,
     ModelError,
     TimeoutError,
+    StoreMismatchError,
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,6 +19,7 @@ from rich.text import Text
 from temporalio.client import Client
 
 from ..ai.model import ModelError
+from ..ai.redaction import configured_secrets, redact
 from ..durable.agent import Agent, new
 from ..durable.errors import AgentError, RunCancelledError
 from ..session.entries import Entry, MessageEntry
@@ -26,7 +28,7 @@ from ..session.ids import validate_session_id
 from ..session.tree import path
 from ..session.views import transcript_view
 from ..workflows import TemporalExecutor
-from .commands import check_queue, connect_cli
+from .commands import check_queue, connect_cli, drop_if_empty, session_exists
 from .render import RunPrinter, entry_label, render_transcript, render_tree
 from .stores import OpenedStore, open_store
 from .target import TemporalFlags
@@ -58,6 +60,7 @@ class Chat:
         opened: OpenedStore,
         executor: TemporalExecutor | None = None,
         agent_name: str = "demo",
+        created: bool = False,
     ):
         self.console = console
         self.agent = agent
@@ -65,6 +68,8 @@ class Chat:
         self.opened = opened
         self.executor = executor or TemporalExecutor(client, task_queue="durable-agent")
         self.agent_name = agent_name
+        self.created = created
+        """Whether opening the chat created its session (removed again if left empty)."""
 
     def tips(self) -> list[Entry]:
         """The last entry of every branch (entries nothing follows), oldest first."""
@@ -215,9 +220,10 @@ async def _open(
     opened = open_store(store_spec)
     client = await connect_cli(flags)
     await check_queue(console, client, task_queue, opened)
+    existed = await session_exists(opened, session_id)
     executor = TemporalExecutor(client, task_queue=task_queue)
     agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
-    return Chat(console, agent, client, opened, executor, agent_name)
+    return Chat(console, agent, client, opened, executor, agent_name, created=not existed)
 
 
 def run_chat(
@@ -264,7 +270,10 @@ def run_chat(
                         f"at leaf {escape(chat.agent.leaf_id)}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
-                    console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+                    shown = redact(str(exc), configured_secrets(os.environ))
+                    console.print(Text.assemble(("error: ", "red"), shown), soft_wrap=True)
         finally:
+            if chat.created:  # nothing was said: leave no empty session behind
+                runner.run(drop_if_empty(chat.opened, session_id))
             runner.run(chat.opened.close())
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Sequence
 from datetime import timedelta
@@ -17,12 +18,13 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution
 
 from ..ai.messages import user_message
-from ..durable.agent import new
+from ..durable.agent import Agent, new
 from ..durable.errors import PayloadTooLargeError
 from ..durable.stream import RunStream
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
+from ..session.store import RetentionStore
 from ..session.tree import path
 from ..session.views import transcript_view
 from ..workflows import TemporalExecutor, connect_from_env, run_workflow_id
@@ -40,7 +42,10 @@ class NotFound(Exception):
 
 __all__ = [
     "NotFound",
+    "StoreMismatchError",
     "UsageError",
+    "drop_if_empty",
+    "session_exists",
     "check_leaf",
     "check_queue",
     "input_entry",
@@ -84,8 +89,14 @@ async def has_pollers(client: Client, task_queue: str) -> bool:
     return bool(await poller_identities(client, task_queue))
 
 
+class StoreMismatchError(Exception):
+    """The workers on the queue advertise another store's ID than the command's store: a run
+    would be stored where the command cannot see it (exit code 1, before anything is created)."""
+
+
 async def check_queue(err: Console, client: Client, task_queue: str, opened: OpenedStore) -> None:
-    """Warn, in one line each, when no worker polls the queue or the workers use another store."""
+    """Warn when no worker polls the queue; :class:`StoreMismatchError` when the workers use
+    another store (compared by store ID: specs differ between a host and a container)."""
     identities = await poller_identities(client, task_queue)
     if not identities:
         err.print(
@@ -99,11 +110,9 @@ async def check_queue(err: Console, client: Client, task_queue: str, opened: Ope
     except Exception:  # the store's own failure surfaces on first use, with its message
         return
     if mismatch(own, identities):
-        err.print(
-            f"[yellow]warning:[/] the worker(s) on task queue {escape(repr(task_queue))} use "
-            f"another store than this command ({escape(display_store(opened.spec))}): give "
-            "both the same --store",
-            soft_wrap=True,
+        raise StoreMismatchError(
+            f"the worker(s) on task queue {task_queue!r} use another store than this command "
+            f"({display_store(opened.spec)}): give both the same --store"
         )
 
 
@@ -171,7 +180,12 @@ async def run_turn(
     leaf: str | None = None,
     flags: TemporalFlags | None = None,
 ) -> int:
-    """One turn on Temporal; Ctrl-C or the timeout cancels the run (what was stored stays)."""
+    """One turn on Temporal; Ctrl-C or the timeout cancels the run (what was stored stays).
+
+    Everything that can be checked is checked before the session is created (the message, the
+    ID, ``--leaf``, Temporal, a worker on another store); a new session whose first run failed
+    before storing anything (an agent the worker does not have) is removed again.
+    """
     validate_session_id(session_id)
     entry = input_entry(text)
     opened = open_store(store_spec)
@@ -179,56 +193,92 @@ async def run_turn(
         start_at = await check_leaf(opened, session_id, leaf) if leaf is not None else None
         client = await connect_cli(flags)
         await check_queue(err, client, task_queue, opened)
+        existed = await session_exists(opened, session_id)
         executor = TemporalExecutor(client, task_queue=task_queue)
         agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
-        if start_at is not None:
-            await agent.branch(start_at)
-        run_id = new_id()
-        stream = await agent.run(entry, run_id=run_id)
-        printer = RunPrinter(console)
-        stored: list[Entry] = []
         try:
-            async with asyncio.timeout(limit.total_seconds()):
-                async for event in stream.events():
-                    stored += event.entries or []
-                    if not as_json:
-                        printer.handle(event)
-        except TimeoutError:
-            printer.finish()
-            ended = await _cancel(stream)
-            err.print(
-                f"[red]error:[/] the run did not finish in {limit.total_seconds():g} s; "
-                + (
-                    "it was cancelled"
-                    if ended
-                    else "cancellation was requested (it takes effect "
-                    "when a worker picks the run up)"
-                ),
-                soft_wrap=True,
-            )
-            return 1
-        except asyncio.CancelledError:
-            await _cancel(stream)
+            if start_at is not None:
+                await agent.branch(start_at)
+            return await _stream_turn(console, err, agent, entry, as_json, limit)
+        except BaseException:
+            if not existed:
+                await drop_if_empty(opened, session_id)
             raise
-        finally:
-            printer.finish()
-        messages = await stream.wait()
-        if as_json:
-            replies = [m for m in messages if m.role == "assistant"]
-            _print_json(
-                console,
-                {
-                    "session_id": session_id,
-                    "run_id": run_id,
-                    "workflow_id": run_workflow_id(session_id, run_id),
-                    "leaf_id": agent.leaf_id,
-                    "reply": replies[-1].text() if replies else "",
-                    "entries": [entry_json(e) for e in stored],
-                },
-            )
-        return 0
     finally:
         await opened.close()
+
+
+async def session_exists(opened: OpenedStore, session_id: str) -> bool:
+    """Whether the store has the session (before a command creates it)."""
+    try:
+        await opened.store.load_entries(session_id)
+    except SessionNotFoundError:
+        return False
+    return True
+
+
+async def drop_if_empty(opened: OpenedStore, session_id: str) -> None:
+    """Remove a session this command created if nothing was stored in it (best effort)."""
+    store = opened.store
+    if not isinstance(store, RetentionStore):
+        return
+    with contextlib.suppress(Exception):
+        if not await store.load_entries(session_id):
+            await store.delete_session(session_id)
+
+
+async def _stream_turn(
+    console: Console,
+    err: Console,
+    agent: Agent,
+    entry: MessageEntry,
+    as_json: bool,
+    limit: timedelta,
+) -> int:
+    session_id = agent.session_id
+    run_id = new_id()
+    stream = await agent.run(entry, run_id=run_id)
+    printer = RunPrinter(console)
+    stored: list[Entry] = []
+    try:
+        async with asyncio.timeout(limit.total_seconds()):
+            async for event in stream.events():
+                stored += event.entries or []
+                if not as_json:
+                    printer.handle(event)
+    except TimeoutError:
+        printer.finish()
+        ended = await _cancel(stream)
+        err.print(
+            f"[red]error:[/] the run did not finish in {limit.total_seconds():g} s; "
+            + (
+                "it was cancelled"
+                if ended
+                else "cancellation was requested (it takes effect when a worker picks the run up)"
+            ),
+            soft_wrap=True,
+        )
+        return 1
+    except asyncio.CancelledError:
+        await _cancel(stream)
+        raise
+    finally:
+        printer.finish()
+    messages = await stream.wait()
+    if as_json:
+        replies = [m for m in messages if m.role == "assistant"]
+        _print_json(
+            console,
+            {
+                "session_id": session_id,
+                "run_id": run_id,
+                "workflow_id": run_workflow_id(session_id, run_id),
+                "leaf_id": agent.leaf_id,
+                "reply": replies[-1].text() if replies else "",
+                "entries": [entry_json(e) for e in stored],
+            },
+        )
+    return 0
 
 
 async def _cancel(stream: RunStream) -> bool:

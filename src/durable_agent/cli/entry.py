@@ -21,21 +21,24 @@ EXTRAS = {
     "motor": "motor",
     "openai": "openai",
     "anthropic": "anthropic",
+    "cryptography": "encryption",
+    "opentelemetry": "otel",
 }
 """Top-level module -> the extra of ``durable-agent`` that installs it."""
 
 
-def missing_extra(exc: ImportError, *, needs: str = "cli,temporal") -> str | None:
+def missing_extra(exc: ImportError, *, needs: str = "cli") -> str | None:
     """The one-line message for a module an extra provides, or None for any other import error.
 
     ``needs`` is what to install when the missing module belongs to ``cli`` or ``temporal``
-    (the commands need both); a store's or provider's module names its own extra.
+    (the ``cli`` extra brings the Temporal SDK too); a store's or provider's module names its own
+    extra.
     """
     name = (exc.name or "").split(".")[0]
     extra = EXTRAS.get(name)
     if extra is None:
         return None
-    install = needs if extra in needs.split(",") else extra
+    install = needs if extra in ("cli", "temporal") else extra
     return (
         f"the {extra!r} extra of durable-agent is not installed (no module named {name!r}): "
         f"pip install 'durable-agent[{install}]'"

@@ -50,12 +50,17 @@ async def connect_with_retry(within: float, flags: TemporalFlags | None = None) 
             await asyncio.sleep(0.5)
 
 
-async def check_worker(task_queue: str | None, console: Console, within: float = 5.0) -> int:
+async def check_worker(
+    task_queue: str | None,
+    console: Console,
+    within: float = 5.0,
+    flags: TemporalFlags | None = None,
+) -> int:
     """``worker --check``: 0 if some worker polls the queue (a health check that proves polling,
-    unlike a ready file), else 1."""
+    unlike a ready file), else 1. Connects as ``--address``/``--namespace``/``--profile`` say."""
     queue = task_queue or DEFAULT_TASK_QUEUE
     try:
-        client = await connect_with_retry(within)
+        client = await connect_with_retry(within, flags)
         pollers = await poller_identities(client, queue)
     except Exception as exc:
         console.print(f"unhealthy: {exc}")
@@ -129,7 +134,8 @@ async def run_worker(
             console.print(
                 f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
                 f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
-                f"Temporal {escape(client.service_client.config.target_host)}; "
+                f"Temporal {escape(client.service_client.config.target_host)} "
+                f"(namespace {escape(client.namespace)}); "
                 f"max concurrent activities {config.get('max_concurrent_activities')}, "
                 f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
                 f"cached workflows {config.get('max_cached_workflows')}",

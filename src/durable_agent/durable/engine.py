@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from ..agent.events import AgentEvent
-from ..agent.loop import Loop
+from ..agent.loop import AgentRun, Loop
 from ..agent.tool_exec import failure_text
 from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message, with_call_ids
 from ..session.entries import Entry, MessageEntry
@@ -52,7 +52,11 @@ class RunEffects(Protocol):
     def new_id(self) -> str: ...
 
     async def commit(self, stamped: Stamped) -> None:
-        """Store ``stamped.durable`` in one append (and apply it to the handle's state)."""
+        """Store ``stamped.durable`` in one append (and apply it to the handle's state).
+
+        A store error raised from elsewhere (an activity's failure) names the original error
+        type in a ``kind`` attribute, so the engine can tell a store refusal it answers (an
+        oversized tool result) from one that fails the run."""
         ...
 
     async def emit(self, event: Event) -> None:
@@ -72,6 +76,16 @@ def aborted_message(partial: Message | None) -> Message | None:
     if not content:
         return None
     return with_call_ids(partial.model_copy(update={"content": content, "stop_reason": "aborted"}))
+
+
+def _too_large(exc: BaseException | None) -> str | None:
+    """``tool execution failed: EntryTooLargeError: …`` if ``exc`` is the store refusing an
+    entry as too large: raised here, or reported by a remote commit (see RunEffects.commit)."""
+    if isinstance(exc, EntryTooLargeError):
+        return failure_text(exc)
+    if exc is not None and getattr(exc, "kind", None) == EntryTooLargeError.__name__:
+        return f"tool execution failed: {EntryTooLargeError.__name__}: {exc}"
+    return None
 
 
 class RunEngine:
@@ -206,6 +220,7 @@ class RunEngine:
         messages = [e.message for e in inputs if isinstance(e, MessageEntry)]
         run = loop.run(messages)
         started = resumed
+        closing = False
         try:
             async for event in run.events():
                 if event.type == "agent_start" and resumed:
@@ -217,15 +232,21 @@ class RunEngine:
                     self._checkpoint()
                     if event.type == "agent_start":
                         continue
-                await self._handle(event)
+                await self._handle(event, run)
             if not started:
                 await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
                 self._checkpoint()
+        except GeneratorExit:
+            # the coroutine is being closed (a terminated or evicted workflow): it must not
+            # await, and the loop's generators are closed along with it (issue 11 item 8)
+            closing = True
+            raise
         finally:
-            await run.aclose()
+            if not closing:
+                await run.aclose()
         self.status = "completed"
 
-    async def _handle(self, event: AgentEvent) -> None:
+    async def _handle(self, event: AgentEvent, run: AgentRun) -> None:
         kind = event.type
         message = event.message
         if kind == "turn_start":
@@ -244,6 +265,7 @@ class RunEngine:
             receipt, message = await self._persist_produced(message, reserved)
             if message is not event.message:
                 event = event.model_copy(update={"message": message})
+                run.stored_as(message)  # the model goes on with what the store holds
             self._record(message)
             await self._emit(event, receipt)
             self._checkpoint()
@@ -260,13 +282,13 @@ class RunEngine:
             entry = self._entry(message)
             return await self.persist([entry], "persist message", reserved), message
         except PersistError as exc:
-            cause = exc.__cause__
-            if message.role != "tool_result" or not isinstance(cause, EntryTooLargeError):
+            refusal = _too_large(exc.__cause__)
+            if message.role != "tool_result" or refusal is None:
                 raise
             stand_in = error_tool_result_message(
                 message.tool_call_id or "",
                 message.tool_name or "",
-                failure_text(cause),
+                refusal,
                 timestamp=self.effects.now(),
             )
             return await self.persist([self._entry(stand_in)], "persist message"), stand_in

@@ -14,11 +14,16 @@ An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs ha
 check, and the database the referee between concurrent writers, without multi-document
 transactions (the store runs on a standalone ``mongod`` and on FerretDB). Only a duplicate key
 costs more: the entries from the one that collided on are looked up by ``_id`` and re-planned
-(identical: skipped; different: a conflict), and what is still missing is inserted with fresh
-numbers. A reservation that is never used leaves a gap in ``seq``, which is harmless. The
-reservation cannot be folded into the insert: the insert carries the numbers, and guessing them
-(from what this object last wrote) would place an entry *before* others whenever another process
-appended in between and left a gap.
+(identical: skipped; different: a conflict), and what is still missing is inserted in a second
+``insert_many``, on the unused numbers of the same reservation when the entries found stored
+all sit below them (else on fresh ones, so a batch is always stored in order). A reservation
+that is never used leaves a gap in ``seq``, which is harmless. The reservation cannot be folded
+into the insert: the insert carries the numbers, and guessing them (from what this object last
+wrote) would place an entry *before* others whenever another process appended in between and
+left a gap.
+
+**A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
+(projection ``entry_id, seq, wire``; one large cursor batch) go out together.
 
 **What a failed append leaves** (SPEC §2.1, issue 11 item 4):
 
@@ -28,9 +33,9 @@ appended in between and left a gap.
   before the error is raised (the delete is part of the shielded write, so it also runs for a
   cancelled caller).
 - any other failure (the server goes away mid-insert, ``StoreUnavailableError``): at most a
-  *prefix* of the batch, in batch order, each entry with its final content; a retry of the same
-  batch skips that prefix by idempotency and writes the rest. If the server goes away during a
-  conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
+  *prefix* of the batch's new entries, in batch order, each with its final content; a retry of
+  the same batch skips that prefix by idempotency and writes the rest. If the server goes away
+  during a conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
 
 The one window the delete leaves: a *different* batch that shares an entry with the conflicting
 one, written at the same moment, can find that entry stored (identical), skip it and succeed just
@@ -94,6 +99,12 @@ DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 _LOAD_BATCH_SIZE = 100_000
 
 _T = TypeVar("_T")
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a side task's outcome as retrieved (its error, if any, is reported elsewhere)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _now_ms() -> datetime:
@@ -225,13 +236,21 @@ class MongoStore:
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            await self._require_session(sid)
-            cursor = self._entries.find(
-                {"session_id": sid},
-                {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
-                batch_size=_LOAD_BATCH_SIZE,
-            ).sort("seq", ASCENDING)
-            docs = [doc async for doc in cursor]
+            # The existence check goes out alongside the fetch (one round trip of latency, not
+            # two); a missing session still raises, whatever the fetch found.
+            check = asyncio.ensure_future(self._require_session(sid))
+            check.add_done_callback(_retrieve)
+            try:
+                cursor = self._entries.find(
+                    {"session_id": sid},
+                    {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
+                    batch_size=_LOAD_BATCH_SIZE,
+                ).sort("seq", ASCENDING)
+                docs = [doc async for doc in cursor]
+            except BaseException:
+                check.cancel()
+                raise
+            await check
         for doc in docs:
             seq = doc.get("seq")
             if not isinstance(seq, int) or isinstance(seq, bool):

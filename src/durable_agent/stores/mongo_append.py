@@ -102,18 +102,24 @@ class BatchWriter:
         twice. An ordered insert stops at the first error, so the entries before it are ours and
         stored; the rest is re-planned against what is stored: identical content is skipped,
         different content rolls back what this call inserted and raises ``EntryConflictError``,
-        and whatever is still missing gets fresh numbers in the next round.
+        and whatever is still missing goes in the next round, on the unused numbers of this
+        call's block when that keeps the batch in order (the usual retry of a batch an earlier
+        call left a prefix of: no second reservation), else on fresh ones.
         """
         ours: list[str] = []  # _ids of the documents this call inserted
+        block = range(0)  # reserved numbers this call has not used yet
+        above = 0  # the next numbers must be at least this: above entries found stored
         for _ in range(_MAX_WRITE_ROUNDS):
-            first = await self._reserve(sid, len(todo))
+            if len(block) < len(todo):
+                first = await self._reserve(sid, len(todo), above)
+                block = range(first, first + len(todo))
             keys = [entry_key(sid, entry.id) for entry, _ in todo]
             docs = [
                 {
                     "_id": keys[offset],
                     "session_id": sid,
                     "entry_id": entry.id,
-                    "seq": first + offset,
+                    "seq": block[offset],
                     "type": entry.type,
                     "created_at": entry.created_at,
                     "wire": wire,
@@ -130,20 +136,32 @@ class BatchWriter:
                 return
             stop = _first_error_index(race)
             ours.extend(keys[:stop])
+            rest = todo[stop:]
             try:
-                todo = await self._unstored(sid, todo[stop:])
+                todo, highest = await self._unstored(sid, rest)
             except EntryConflictError:
                 await self._roll_back(sid, ours)
                 raise
             if not todo:
                 return
+            # The numbers from the collided entry's on are still ours when that entry is stored
+            # (its number went unused) and everything stored sits below them (a prefix left
+            # by an earlier call): the next round needs no reservation. Otherwise (a number
+            # taken twice by a counter that is not atomic, or a concurrent copy of this batch
+            # that stored entries above our numbers) it reserves fresh ones, above them all.
+            entry_was_stored = todo[0][0] is not rest[0][0]
+            below = highest is not None and highest < block[stop]
+            block = block[stop:] if entry_was_stored and below else range(0)
+            if highest is not None:
+                above = max(above, highest + 1)
         raise StoreUnavailableError(
             f"session {sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
         ) from race
 
-    async def _reserve(self, sid: str, count: int) -> int:
-        """Reserve ``count`` sequence numbers; the first one (never below this object's floor)."""
+    async def _reserve(self, sid: str, count: int, above: int = 0) -> int:
+        """Reserve ``count`` sequence numbers; the first one, never below this object's floor
+        nor ``above`` (the counter is ahead of both on MongoDB, not always on FerretDB)."""
         try:
             reserved = await self._sessions.find_one_and_update(
                 {"_id": sid},
@@ -156,47 +174,46 @@ class BatchWriter:
             raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
         if reserved is None:
             raise SessionNotFoundError(sid)
-        first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0))
+        first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0), above)
         # Claim the block locally at once, so concurrent appends through this object never
         # pick overlapping numbers even when the server's counter lost an increment.
         self._floors.raise_to(sid, first + count)
         return first
 
-    async def _unstored(self, sid: str, rest: _Batch) -> _Batch:
-        """The part of ``rest`` (its first entry hit a duplicate key) that is not stored yet.
+    async def _unstored(self, sid: str, rest: _Batch) -> tuple[_Batch, int | None]:
+        """The part of ``rest`` (its first entry hit a duplicate key) that is not stored yet, and
+        the highest ``seq`` among the stored ones (``None`` if none or not a number).
 
         Raises ``EntryConflictError`` if one of them is stored with other content.
         """
         rest_ids = [entry.id for entry, _ in rest]
-        remaining = plan_append(sid, rest, (await self._stored(sid, rest_ids)).get)
-        if len(remaining) == len(rest):
+        stored = await self._stored(sid, {"_id": {"$in": [entry_key(sid, e) for e in rest_ids]}})
+        if not stored:
             # No ID of ours is stored under its usual _id: the number collided (the next round
             # takes new ones), or another program stored the entry under a different _id,
             # which only the (session_id, entry_id) index finds.
-            remaining = plan_append(sid, rest, (await self._stored_by_index(sid, rest_ids)).get)
-        return remaining
+            stored = await self._stored(sid, {"session_id": sid, "entry_id": {"$in": rest_ids}})
+        remaining = plan_append(sid, rest, lambda eid: stored[eid][0] if eid in stored else None)
+        seqs = [seq for _, seq in stored.values()]
+        highest = max(seqs) if seqs and all(isinstance(n, int) for n in seqs) else None
+        return remaining, highest
 
-    async def _stored(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
-        """The stored encodings of those of ``entry_ids`` already in the session, by ``_id``."""
-        keys = [entry_key(sid, eid) for eid in dict.fromkeys(entry_ids)]
-        projection = {"_id": 0, "entry_id": 1, "wire": 1}
-        if len(keys) <= _POINT_LOOKUP_LIMIT:
+    async def _stored(self, sid: str, query: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+        """``{entry_id: (wire, seq)}`` of the stored entries ``query`` matches.
+
+        An ``_id`` ``$in`` query with up to ``_POINT_LOOKUP_LIMIT`` keys is sent as concurrent
+        primary-key lookups (the only filter FerretDB's SQLite backend pushes down).
+        """
+        projection = {"_id": 0, "entry_id": 1, "wire": 1, "seq": 1}
+        keys = query.get("_id", {}).get("$in")
+        if keys is not None and len(keys) <= _POINT_LOOKUP_LIMIT:
             found = await asyncio.gather(
-                *(self._entries.find_one({"_id": key}, projection) for key in keys)
+                *(self._entries.find_one({"_id": key}, projection) for key in dict.fromkeys(keys))
             )
-            return {doc["entry_id"]: doc["wire"] for doc in found if doc is not None}
-        cursor = self._entries.find({"_id": {"$in": keys}}, projection)
-        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
-
-    async def _stored_by_index(self, sid: str, entry_ids: list[str]) -> dict[str, str]:
-        """Like :meth:`_stored`, through the ``(session_id, entry_id)`` unique index: it is what
-        rejected the insert, so it also finds entries other programs stored under another
-        ``_id``."""
-        cursor = self._entries.find(
-            {"session_id": sid, "entry_id": {"$in": list(dict.fromkeys(entry_ids))}},
-            {"_id": 0, "entry_id": 1, "wire": 1},
-        )
-        return {doc["entry_id"]: doc["wire"] async for doc in cursor}
+            docs = [doc for doc in found if doc is not None]
+        else:
+            docs = [doc async for doc in self._entries.find(query, projection)]
+        return {doc["entry_id"]: (doc["wire"], doc.get("seq")) for doc in docs}
 
     async def _roll_back(self, sid: str, keys: list[str]) -> None:
         """Delete the documents this call inserted before it found a conflict (SPEC §2.1)."""

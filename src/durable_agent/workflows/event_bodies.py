@@ -20,6 +20,7 @@ from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..durable.errors import AgentError
 from ..durable.events import Event
+from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from .types import BodyRefs, WireEvent, event_from_wire
 
@@ -63,23 +64,39 @@ class BodyTracker:
         """Append ``wire`` to ``events``, naming the entries of its bodies where known
         (``entry_ids``: the IDs of its receipt, if it is one)."""
         agent = wire.agent
-        refs = BodyRefs()
-        if entry_ids is not None:
-            refs = refs.model_copy(update={"entry_ids": list(entry_ids)})
+        refs = BodyRefs() if entry_ids is None else BodyRefs(entry_ids=list(entry_ids))
         if agent is not None:
-            if agent.type == "message_end" and refs.entry_ids:
-                refs = self._receipt(events, agent, refs, refs.entry_ids[0])
+            if agent.type == "message_end" and entry_ids:
+                refs = refs.model_copy(update={"message": entry_ids[0]})
+                self._receipt(events, agent, entry_ids[0])
             elif agent.type == "turn_end" and agent.message is not None and self._assistant:
                 refs = refs.model_copy(update={"message": self._assistant})
             elif agent.type == "tool_execution_start" and agent.args and self._assistant:
                 refs = refs.model_copy(update={"args": self._assistant})
             elif agent.message is not None or agent.result is not None or agent.input:
                 self._awaiting.append(len(events))
+            if agent.type in ("turn_end", "agent_end"):
+                # what is still unnamed at the turn's end is never stored (the original of a
+                # result the store refused, a reply's empty start): it travels inline or not
+                self._awaiting = []
         events.append(wire if refs == BodyRefs() else wire.model_copy(update={"refs": refs}))
 
-    def _receipt(
-        self, events: list[WireEvent], agent: AgentEvent, refs: BodyRefs, entry_id: str
-    ) -> BodyRefs:
+    def adopt(self, carried: list[WireEvent]) -> list[WireEvent]:
+        """The events a continue-as-new input carried, as this execution's first events: those
+        carried whole (by executions from before ``bounded-can-v1``) get their bodies named
+        here, so a query can still leave their bodies out."""
+        events: list[WireEvent] = []
+        for wire in carried:
+            if wire.refs is not None:
+                events.append(wire)
+                continue
+            ids = None if wire.entries is None else [decode_entry(w).id for w in wire.entries]
+            self.record(events, wire, ids)
+        self._awaiting = []
+        return events
+
+    def _receipt(self, events: list[WireEvent], agent: AgentEvent, entry_id: str) -> None:
+        """Name ``entry_id`` in the earlier events of the turn that repeat its message."""
         message = agent.message
         assert message is not None
         if message.role == "assistant":
@@ -89,22 +106,26 @@ class BodyTracker:
             earlier = events[i]
             inner = earlier.agent
             assert inner is not None
+            old = earlier.refs or BodyRefs()
             update: dict[str, object] = {}
-            if inner.message is not None and inner.message == message:
+            if inner.message is not None and old.message is None and inner.message == message:
                 update["message"] = entry_id
-            if inner.result is not None and inner.result == message:
+            if inner.result is not None and old.result is None and inner.result == message:
                 update["result"] = entry_id
-            if inner.input:
-                names = list((earlier.refs.input if earlier.refs else None) or [])
-                names += [entry_id] if message in inner.input else []
-                if len(names) < len(inner.input):
-                    still.append(i)
-                update["input"] = names
+            names = list(old.input or [])
+            if inner.input and len(names) < len(inner.input) and message in inner.input:
+                update["input"] = names = [*names, entry_id]
             if update:
-                old = earlier.refs or BodyRefs()
-                events[i] = earlier.model_copy(update={"refs": old.model_copy(update=update)})
+                old = old.model_copy(update=update)
+                events[i] = earlier.model_copy(update={"refs": old})
+            named = (
+                (inner.message is None or old.message is not None)
+                and (inner.result is None or old.result is not None)
+                and len(names) == len(inner.input or ())
+            )
+            if not named:
+                still.append(i)
         self._awaiting = still
-        return refs.model_copy(update={"message": entry_id})
 
     def pending(self, index: int) -> bool:
         """The event at ``index`` has a body whose receipt is not recorded yet."""

@@ -72,6 +72,7 @@ from .types import (
     Timeouts,
     event_to_wire,
 )
+from .unsettled import scheduled_entry_ids
 
 __all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "run_workflow_id"]
 
@@ -273,6 +274,10 @@ class TemporalExecutor:
                 try:
                     await result_task
                 except WorkflowFailureError as exc:
+                    # writes the run scheduled may land after it ended: the next run start
+                    # reconciles them with the store (issue 11.8b)
+                    ids = await scheduled_entry_ids(self.client, handle.id)
+                    state.unsettled.extend(i for i in ids if i not in state.index)
                     raise client_error(exc) from exc
                 return produced
             finally:

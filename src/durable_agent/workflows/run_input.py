@@ -13,8 +13,9 @@ Start Workflow form can be filled in by hand (issue 11 item 10)::
 
 ``run_id`` may be left out (the run derives it from the workflow ID), ``text`` is one user message
 (after any ``inputs``), and each ``inputs`` item may be a plain message object without ID or times,
-``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks), which the run
-stamps with its clock. Unknown top-level fields are refused, so a typo cannot go unnoticed.
+``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks; ``"ephemeral":
+true`` for this run only), which the run stamps with its clock. Unknown fields (at the top level
+and in plain messages) are refused, so a typo cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,24 @@ import hashlib
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
+from ..ai.messages import Message
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
 from .types import RunInput
 
-__all__ = ["INVALID_RUN_INPUT", "InvalidRunInputError", "decode_run_input", "derive_run_id"]
+__all__ = [
+    "INVALID_RUN_INPUT",
+    "NO_INPUT",
+    "InvalidRunInputError",
+    "decode_run_input",
+    "derive_run_id",
+    "read_run_input",
+]
 
 INVALID_RUN_INPUT = "InvalidRunInput"
 """The ``ApplicationError`` type a run with unusable input fails with."""
@@ -43,6 +56,33 @@ class InvalidRunInputError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
         self.field = field
+
+
+NO_INPUT = RawValue(Payload())
+"""What the run workflow gets when started without input (the UI's empty Input field)."""
+
+EXAMPLE = '{"session_id": "user-42", "agent": "assistant", "text": "hi"}'
+
+
+def read_run_input(raw: RawValue) -> RunInput:
+    """The run workflow's input, read in workflow code: a problem fails the workflow at once
+    with a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
+    try:
+        if not raw.payload.metadata:
+            raise InvalidRunInputError("", f"invalid run input: none given; expected {EXAMPLE}")
+        inp = decode_run_input(workflow.payload_converter().from_payload(raw.payload))
+    except InvalidRunInputError as exc:
+        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
+    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
+        raise ApplicationError(
+            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
+            type=INVALID_RUN_INPUT,
+            non_retryable=True,
+        ) from None
+    if not inp.run_id:
+        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
+        inp = inp.model_copy(update={"run_id": run_id})
+    return inp
 
 
 def decode_run_input(value: Any) -> RunInput:
@@ -71,6 +111,7 @@ def decode_run_input(value: Any) -> RunInput:
         if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
             expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
             raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    _check_timeouts(inp)
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
@@ -78,6 +119,20 @@ def decode_run_input(value: Any) -> RunInput:
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
     return inp
+
+
+def _check_timeouts(inp: RunInput) -> None:
+    """Durations and attempt counts Temporal would refuse to schedule (a workflow task failure,
+    retried forever) are refused here."""
+    for name, value in inp.timeouts.model_dump().items():
+        if name.endswith("_max_attempts"):
+            if value < 0:  # 0: unlimited, as in Temporal's retry policies
+                raise InvalidRunInputError(f"timeouts.{name}", "must be 0 (unlimited) or more")
+        elif not value > 0:
+            raise InvalidRunInputError(f"timeouts.{name}", "must be greater than 0")
+    after = inp.continue_as_new_after_turns
+    if after is not None and after < 1:
+        raise InvalidRunInputError("continue_as_new_after_turns", "must be at least 1")
 
 
 def derive_run_id(workflow_id: str, session_id: str) -> str:
@@ -104,12 +159,21 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
         items.append({"role": "user", "content": text})
     plain: set[int] = set()
     for i, item in enumerate(items):
-        if isinstance(item, dict) and "role" in item and "wire" not in item:
-            message = dict(item)
-            if isinstance(message.get("content"), str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-            items[i] = {"message": message}
-            plain.add(i)
+        if not isinstance(item, dict) or "wire" in item:
+            continue
+        if "role" not in item:
+            raise InvalidRunInputError(
+                f"inputs[{i}]", 'needs "role" and "content" (a message) or "wire" (an entry)'
+            )
+        message = dict(item)
+        unknown = sorted(set(message) - set(Message.model_fields) - {"ephemeral"})
+        if unknown:
+            raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
+        ephemeral = message.pop("ephemeral", False)
+        if isinstance(message.get("content"), str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        items[i] = {"message": message, "ephemeral": ephemeral}
+        plain.add(i)
     data["inputs"] = items
     return data, plain
 
@@ -119,6 +183,9 @@ def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     loc = list(error["loc"])
     if len(loc) >= 3 and loc[0] == "inputs" and loc[1] in plain and loc[2] == "message":
         del loc[2]  # the operator wrote the message itself as the item
+    if loc[0] == "inputs" and len(loc) == 2 and error["type"] == "model_type":
+        problem = 'must be an object: a message ("role", "content") or an entry ("wire")'
+        return f"inputs[{loc[1]}]", problem
     field = ""
     for part in loc:
         if isinstance(part, int):

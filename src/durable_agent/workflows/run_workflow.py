@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.limits import PAYLOAD_LIMIT
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
-    from ..session.entries import MessageEntry
+    from ..session.entries import Entry, MessageEntry
     from .activity_calls import (
         SESSION_ID_KEY,
         call_activity,
@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         encoded_size,
         slim,
     )
-    from .run_input import INVALID_RUN_INPUT, InvalidRunInputError, decode_run_input, derive_run_id
+    from .run_input import NO_INPUT, read_run_input
     from .types import (
         AppendInput,
         AppendResult,
@@ -63,8 +63,10 @@ with workflow.unsafe.imports_passed_through():
         RunState,
         Stamp,
         StoredTimes,
+        Timeouts,
         ToolCallRef,
         ToolInfo,
+        ToolReply,
         WireEvent,
         event_to_wire,
         with_stored_times,
@@ -75,8 +77,12 @@ __all__ = ["RunWorkflow", "SESSION_ID_KEY"]
 QUERY_BUDGET = 1_000_000
 PRODUCER_COMMIT = "producer-commit-v1"
 """Patch marker: executions started before it append each reply in a second activity."""
+TOOL_COMMIT = "tool-commit-v1"
+"""Patch marker: executions started before it append every tool result in a second activity."""
 BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
+CARRIED_TURNS = 2
+"""Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
 RESET_START_LEAF = "reset-start-leaf-v1"
@@ -152,6 +158,7 @@ class RunWorkflow:
         """A cancellation that arrived during an append, raised once that append is recorded."""
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
+        self._tools: _ActivityTools | None = None
         self._committed: dict[str, StoredTimes] = {}
         """Entries their producing activity already stored (ID -> stored times): their commit
         records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
@@ -228,7 +235,9 @@ class RunWorkflow:
         if all(e.id in self._committed for e in stamped.durable):
             self._apply_stored_times(stamped, [self._committed.pop(e.id) for e in stamped.durable])
             return
-        wires = [encode_entry(e) for e in stamped.durable]
+        # the rest of a parallel batch rides along (see _ActivityTools): one append per batch
+        extra = self._tools.batch_after(stamped.durable) if self._tools is not None else []
+        wires = [encode_entry(e) for e in [*stamped.durable, *extra]]
         for wire in wires:
             _check_payload(wire, "entry")
         t = inp.timeouts
@@ -240,7 +249,7 @@ class RunWorkflow:
                 start_to_close=t.store_start_to_close,
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
-                summary=store_summary(stamped.durable),
+                summary=store_summary([*stamped.durable, *extra]),
             )
         )
         try:
@@ -255,7 +264,10 @@ class RunWorkflow:
                 self._cancel_deferred = True
         except ActivityError as exc:
             raise _ActivityFailure(*_failure(exc)) from exc
-        self._apply_stored_times(stamped, write.result().times)
+        times = write.result().times
+        if extra and self._tools is not None:
+            self._tools.batch_committed(extra, times[len(stamped.durable) :])
+        self._apply_stored_times(stamped, times[: len(stamped.durable)])
 
     @staticmethod
     def _apply_stored_times(stamped: Stamped, times_list: list[StoredTimes]) -> None:
@@ -287,7 +299,8 @@ class RunWorkflow:
         ids = None if event.entries is None else [e.id for e in event.entries]
         self._bodies.record(self._events, event_to_wire(event, self._next_position), ids)
         self._next_position += 1
-        if self._cancel_deferred:
+        if self._cancel_deferred and not self._committed:
+            # (entries already stored for later events, a parallel batch's, get theirs first)
             self._cancel_deferred = False
             raise asyncio.CancelledError()
         if agent_event is not None and agent_event.type == "turn_end":
@@ -310,10 +323,13 @@ class RunWorkflow:
         due = forced is not None and self._turns_this_execution >= forced
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
-        last_turn = _last_turn(self._events)
         if workflow.patched(BOUNDED_CAN):
-            # positions and entry IDs, not message bodies: the input stays a few KB (issue 16)
-            last_turn = carried(last_turn)
+            # positions and entry IDs, not message bodies: the input stays a few KB whatever
+            # the messages (issue 16), so it can hold the last two turns, and a client that
+            # polled just before the previous turn's end does not see a gap
+            last_turn = carried(_last_turn(self._events, turns=CARRIED_TURNS))
+        else:
+            last_turn = _last_turn(self._events)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
@@ -334,10 +350,10 @@ class RunWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: RawValue) -> RunResult:
-        inp = _run_input(raw)
+    async def run(self, raw: RawValue = NO_INPUT) -> RunResult:
+        inp = read_run_input(raw)
         self._input = inp
-        self._events = list(inp.events)
+        self._events = self._bodies.adopt(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
         t = inp.timeouts
@@ -378,10 +394,11 @@ class RunWorkflow:
         self._engine = engine
         max_turns = inp.options.get("max_turns", info.max_turns)
         remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
+        self._tools = _ActivityTools(self, {i.name: i for i in info.tools})
         loop = ModelLoop(
             _ActivityModel(self),
             AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
-            tool_executor=_ActivityTools(self, {i.name: i for i in info.tools}),
+            tool_executor=self._tools,
         )
         inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
         try:
@@ -451,33 +468,16 @@ def _reset_of() -> str | None:
     return info.original_execution_run_id
 
 
-def _run_input(raw: RawValue) -> RunInput:
-    """Decode the run's input (see :mod:`.run_input`): a problem fails the workflow at once with
-    a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
-    try:
-        value = workflow.payload_converter().from_payload(raw.payload)
-        inp = decode_run_input(value)
-    except InvalidRunInputError as exc:
-        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
-    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        raise ApplicationError(
-            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
-            type=INVALID_RUN_INPUT,
-            non_retryable=True,
-        ) from None
-    if not inp.run_id:
-        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
-        inp = inp.model_copy(update={"run_id": run_id})
-    return inp
-
-
-def _last_turn(events: list[WireEvent]) -> list[WireEvent]:
-    """The events since the last ``turn_start`` (what continue-as-new carries)."""
+def _last_turn(events: list[WireEvent], turns: int = 1) -> list[WireEvent]:
+    """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
+    seen = 0
     for i in range(len(events) - 1, -1, -1):
         agent = events[i].agent
         if agent is not None and agent.type == "turn_start":
-            return events[i:]
-    return events[-50:]
+            seen += 1
+            if seen == turns:
+                return events[i:]
+    return events[-50 * turns :] if seen == 0 else events
 
 
 def store_summary(entries: list[Any]) -> str:
@@ -633,41 +633,114 @@ class _ActivityModel:
 
 class _ActivityTools:
     """Runs each tool call as a ``call_tool`` activity with the tool's own retry policy; a call
-    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3)."""
+    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3).
+
+    **Who commits a result** (issue 10 item 2). A call that runs alone (a turn's only call, or
+    one of a turn's sequential calls) gets a stamp, parent = the current leaf, and ``call_tool``
+    commits its result under it (stamp-first lookup: a result that is stored never runs again),
+    so the tool leg costs one activity. A turn's *parallel* calls get no stamp: their results
+    are committed in **one batch** (one ``append_entries``, chained in call order) once all of
+    them finished, and the engine records them one receipt each.
+    Producers committing concurrently would land in completion order, and SPEC §2.1 resumes from
+    the **last entry in append order** while §4.4 chains results **in call order**: a reopened
+    handle (or a run terminated mid-batch) would resume from the wrong result, or from a chain
+    with a hole where an earlier call's result never landed. Committing after the batch keeps
+    append order == chain order; a crash mid-batch loses nothing either, because the results
+    of finished calls are in the workflow's history and are not run again.
+    """
 
     def __init__(self, wf: RunWorkflow, tools: dict[str, ToolInfo]) -> None:
         self.wf = wf
         self.tools = tools
+        self._finished: dict[str, Message] = {}
+        """Results of this turn's parallel calls, by call ID, until they are committed."""
+
+    def batch_after(self, durable: list[Entry]) -> list[Entry]:
+        """The rest of a parallel batch to append with ``durable`` (the engine's commit of the
+        batch's first result), chained after it in call order; ``[]`` when ``durable`` is not
+        such a result or the batch is not complete."""
+        engine = self.wf._engine
+        assert engine is not None
+        if len(durable) != 1 or not isinstance(durable[0], MessageEntry):
+            return []
+        first = durable[0]
+        pending = [c.id for c in engine.pending_calls]
+        if not pending or first.message.tool_call_id != pending[0] or len(pending) < 2:
+            return []
+        rest = pending[1:]
+        if len(set(pending)) != len(pending) or any(i not in self._finished for i in rest):
+            return []
+        if not workflow.patched(TOOL_COMMIT):
+            return []
+        parent, out = first.id, list[Entry]()
+        for call_id in rest:
+            entry = MessageEntry(
+                id=workflow_id_new(),
+                parent_id=parent,
+                created_at=first.created_at,
+                message=self._finished[call_id],
+            )
+            out.append(entry)
+            parent = entry.id
+        return out
+
+    def batch_committed(self, extra: list[Entry], times: list[StoredTimes]) -> None:
+        """The batch's later results are stored: the engine records each under its ID."""
+        engine = self.wf._engine
+        assert engine is not None
+        for entry, stored in zip(extra, times, strict=True):
+            assert isinstance(entry, MessageEntry)
+            call_id = entry.message.tool_call_id
+            self._finished.pop(call_id or "", None)
+            self.wf._committed[entry.id] = stored
+            engine.expect_committed(entry.id, parse_time(stored.created_at), call_id)
+
+    def _runs_alone(self, call: ToolCall) -> bool:
+        """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
+        there are several and every called tool is parallel-safe."""
+        engine = self.wf._engine
+        assert engine is not None
+        turn = next((m for m in reversed(engine.produced) if m.role == "assistant"), None)
+        calls = [c for c in turn.tool_calls() if not c.server] if turn is not None else [call]
+        infos = [self.tools.get(c.name) for c in calls]
+        return not (len(calls) > 1 and all(i is not None and i.parallel_safe for i in infos))
+
+    def _stamp(self, call: ToolCall) -> Stamp | None:
+        engine = self.wf._engine
+        assert engine is not None
+        if not self._runs_alone(call) or not workflow.patched(TOOL_COMMIT):
+            return None
+        return Stamp(
+            id=workflow_id_new(),
+            parent_id=engine.leaf_id or None,
+            created_at=format_time(workflow.now()),
+        )
 
     async def execute(
         self, tool: Tool | None, call: ToolCall, report: Callable[[str], Awaitable[None]]
     ) -> Message:
-        inp = self.wf._input
-        assert inp is not None
+        inp, engine = self.wf._input, self.wf._engine
+        assert inp is not None and engine is not None
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
-        # Tool results are still stored by the engine (append_entries), not by call_tool: a
-        # terminated run's tool activity can finish after the termination, and its committed
-        # result would then sit beside the next run's "interrupted" repair (issue 11 item 8b:
-        # the run start must reconcile first). call_tool already honours a stamp.
+        stamp = self._stamp(call)
+        t = inp.timeouts
         try:
-            return await call_activity(
+            answer: Message | ToolReply = await call_activity(
                 "durable_agent.call_tool",
                 CallToolInput(
                     session_id=inp.session_id,
                     agent=inp.agent,
                     call=call.model_dump(mode="json"),
+                    stamp=stamp,
                 ),
-                Message,
+                Message if stamp is None else ToolReply,
                 start_to_close=info.timeout,
-                heartbeat=inp.timeouts.tool_heartbeat,
-                retry=RetryPolicy(
-                    initial_interval=timedelta(seconds=info.initial_interval),
-                    backoff_coefficient=info.backoff,
-                    maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
-                    maximum_attempts=info.max_attempts,
-                    non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
-                ),
-                summary=f"tool {call.name}",
+                heartbeat=t.tool_heartbeat,
+                retry=tool_retry(info, t),
+                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
+                # a stamped attempt may commit while a cancel is on its way: wait for its
+                # outcome, so a stored result gets its receipt instead of a cancelled sibling
+                wait_for_cancel=stamp is not None,
             )
         except ActivityError as exc:
             if _cancelled(exc):
@@ -675,7 +748,7 @@ class _ActivityTools:
             kind, text = _failure(exc)
             if kind == "PayloadTooLargeError" and self.wf._too_large is None:
                 self.wf._too_large = PayloadTooLargeError(text)
-            return Message(
+            answer = Message(
                 role="tool_result",
                 content=[TextContent(text=f"tool execution failed: {kind}: {text}")],
                 tool_call_id=call.id,
@@ -683,3 +756,26 @@ class _ActivityTools:
                 is_error=True,
                 timestamp=workflow.now(),
             )
+            stamp = None
+        if isinstance(answer, Message):
+            if not self._runs_alone(call):
+                self._finished[call.id] = answer
+            return answer
+        assert stamp is not None
+        if workflow.cancellation_reason() is not None:
+            self.wf._cancel_deferred = True  # recorded first, then the cancellation proceeds
+        self.wf._committed[stamp.id] = answer.stored
+        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
+        return answer.message
+
+
+def tool_retry(info: ToolInfo, t: Timeouts) -> RetryPolicy:
+    """The tool's own retry policy (attempts, backoff); a crashed worker is noticed by the
+    heartbeat timeout, as for model calls."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=info.initial_interval),
+        backoff_coefficient=info.backoff,
+        maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
+        maximum_attempts=info.max_attempts,
+        non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
+    )

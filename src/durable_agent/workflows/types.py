@@ -173,7 +173,10 @@ class Timeouts(_Model):
     store_heartbeat: float = 5.0
     """Store activities heartbeat (after a short grace period), so a worker killed inside an
     append or load is noticed within this many seconds rather than at start-to-close."""
-    tool_heartbeat: float = 10.0
+    tool_heartbeat: float = 2.0
+    """As ``model_heartbeat``: a worker killed while a tool runs is noticed within this many
+    seconds (tools heartbeat in the background while they run), so a tool's crash recovery
+    costs about what a model call's does (issue 10)."""
 
 
 class RunInput(_Model):
@@ -196,8 +199,9 @@ class RunInput(_Model):
     new_entry_ids: list[str] = Field(default_factory=list)
     next_position: int = 1
     events: list[WireEvent] = Field(default_factory=list)
-    """The last turn's events; since ``bounded-can-v1`` without their message bodies (their
-    ``refs`` name the stored entries), so this input stays a few KB whatever the messages."""
+    """The last turn's events; since ``bounded-can-v1`` the last two turns' events without
+    their message bodies (their ``refs`` name the stored entries), so this input stays a few KB
+    whatever the messages."""
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None

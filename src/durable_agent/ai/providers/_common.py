@@ -1,4 +1,5 @@
-"""What the provider adapters share: error building, secret redaction, retry hints, tool arguments.
+"""What the provider adapters share: error building (redacted, see ``..redaction``), retry hints,
+tool arguments.
 
 Nothing here imports a provider SDK, so it is importable (and testable) without the extras.
 """
@@ -8,13 +9,13 @@ from __future__ import annotations
 import email.utils
 import json
 import math
-import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..messages import ContentBlock, Message, StopReason, Usage
 from ..model import ModelError
+from ..redaction import REDACTED, redact
 from ..timefmt import utc_now
 
 T = TypeVar("T")
@@ -31,43 +32,8 @@ __all__ = [
     "status_retryable",
 ]
 
-REDACTED = "[redacted]"
-
 _MAX_DETAIL = 500
 """Provider error text kept in a ModelError (errors travel in Temporal failures: keep it short)."""
-
-_TOKEN = r"(?!\[redacted\])[^\s\"'&,;()\[\]{}]+"
-"""A credential-like value: up to a delimiter, and not one already redacted."""
-
-_SECRET_PATTERNS = [
-    # "Bearer <token>" (or "Basic <token>") from an echoed Authorization header.
-    (re.compile(rf"(?i)\b((?:bearer|basic)\s+){_TOKEN}"), rf"\1{REDACTED}"),
-    # OpenAI ("sk-", "sk-proj-") and Anthropic ("sk-ant-") keys, masked ("sk-abc***xyz") or not.
-    (re.compile(r"\bsk-[A-Za-z0-9_\-*.]{3,}[A-Za-z0-9_\-*]"), REDACTED),
-    # "api_key=...", "x-api-key: ...", "authorization: ..." as echoed in some error bodies; a
-    # "Bearer"/"Basic" scheme word is left for the first pattern.
-    (
-        re.compile(
-            r"(?i)\b(api[_-]?key|x-api-key|authorization)([\"']?\s*[:=]\s*[\"']?)"
-            rf"(?!(?:bearer|basic)\s){_TOKEN}"
-        ),
-        rf"\1\2{REDACTED}",
-    ),
-]
-
-
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` without the given secrets or anything shaped like a key or bearer token.
-
-    Provider error bodies sometimes echo the key they rejected (in full, or masked but still
-    identifying); a ModelError is stored in workflow history and logs, so it must carry neither.
-    """
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def status_retryable(status: int) -> bool:

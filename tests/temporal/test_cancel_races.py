@@ -1,0 +1,213 @@
+"""Issue 11 items 1, 2 and 5 on the Temporal executor (the in-process twins are in
+tests/test_cancel_races.py).
+
+A write is held open after it reached the store (:class:`GatedStore`, a slow ``fsync``) and the
+run is cancelled inside that window: the workflow must record the write with its receipt and only
+then store what the cancellation leaves, so the store holds one chain that equals the handle's
+log. A run started while the handle's append commits chains from the appended entry. A tool
+result the store refuses as too large is answered with a stored failure and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import Agent, MessageEntry, RunCancelledError, RunStream, new, tool
+from durable_agent.ai import Reply, ScriptedModel
+from durable_agent.session import Entry, encode_entry
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, run_workflow_id
+from tests.support.gated_store import GatedStore, has_role, has_text
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import (
+    Outcome,
+    assert_one_chain,
+    assert_receipts_stored,
+    assert_replays,
+    consume,
+    event_types,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
+
+pytestmark = pytest.mark.temporal
+
+
+@tool
+async def echo(text: str) -> str:
+    """Echo the text."""
+    return f"echo: {text}"
+
+
+def texts(entries: Sequence[Entry]) -> list[str]:
+    return [m.text() for m in messages_of(entries)]
+
+
+async def cancel_requested(client: Client, session_id: str, rid: str) -> None:
+    """Until the run's history records the cancel request."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, rid))
+
+    async def probe() -> bool:
+        history = await handle.fetch_history()
+        return "EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED" in event_types(history.to_json())
+
+    await eventually(probe, within=20, what="the cancel request")
+
+
+async def cancel_inside_held_write(
+    client: Client, gated: GatedStore, agent: Agent, stream: RunStream, rid: str
+) -> Outcome:
+    """Cancel while the held write is open; let it return once the workflow has the request."""
+    seen = asyncio.ensure_future(consume(stream))
+    await asyncio.wait_for(gated.entered.wait(), 30)
+    cancelling = asyncio.ensure_future(stream.cancel())
+    await cancel_requested(client, agent.session_id, rid)
+    gated.release.set()
+    await asyncio.wait_for(cancelling, 30)
+    return await asyncio.wait_for(seen, 30)
+
+
+async def check_one_chain(client: Client, agent: Agent, rid: str, outcome: Outcome) -> list[Entry]:
+    """Cancelled; the store holds one chain, equal to the handle's log, every receipt stored."""
+    assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+    await assert_replays(client, run_workflow_id(agent.session_id, rid))
+    stored = await agent.store.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert_receipts_stored(outcome, stored)
+    assert [encode_entry(e) for e in agent.entries()] == [encode_entry(e) for e in stored]
+    assert agent.leaf_id == stored[-1].id
+    return stored
+
+
+async def test_cancel_while_the_reply_is_written_keeps_one_reply(temporal_client: Client) -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_role("assistant"))
+    q = queue()
+    spec = AgentSpec(model=ScriptedModel(["the whole reply"]))
+    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-reply"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        stream = await agent.run("q", run_id=rid)
+        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    assert texts(stored) == ["q", "the whole reply"]  # no aborted copy beside it
+    assert messages_of(stored)[1].stop_reason != "aborted"
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+
+
+async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
+    temporal_client: Client,
+) -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_role("tool_result"))
+    q = queue()
+    spec = AgentSpec(
+        model=ScriptedModel([Reply.call("echo", {"text": "x"}, id="c1"), "unused"]), tools=[echo]
+    )
+    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-result"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    # the tool ran: its result is the active path's answer, with no "cancelled" twin
+    assert texts(stored) == ["go", "", "echo: x"]
+    results = [m for m in messages_of(stored) if m.role == "tool_result"]
+    assert [(r.tool_call_id, r.is_error) for r in results] == [("c1", False)]
+
+
+async def test_cancel_while_the_run_input_is_written_keeps_the_input(
+    temporal_client: Client,
+) -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_text("the input"))
+    q = queue()
+    spec = AgentSpec(model=ScriptedModel(["unused"]))
+    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-input"), executor=executor(temporal_client, q)
+        )
+        await agent.append("before")
+        rid = run_id()
+        stream = await agent.run("the input", run_id=rid)
+        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    assert texts(stored) == ["before", "the input"]
+    assert outcome.events and outcome.events[0].entries == [stored[1]]
+    (after,) = await agent.append("after")  # chains from the input, not beside it
+    assert after.parent_id == stored[1].id
+
+
+async def test_run_started_during_an_append_chains_from_the_appended_entry(
+    temporal_client: Client,
+) -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)  # the handle's store; the worker writes to memory directly
+    q = queue()
+    spec = AgentSpec(model=ScriptedModel(["answer"]))
+    async with running_worker(temporal_client, memory, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=gated, session_id=sid("t-append"), executor=executor(temporal_client, q)
+        )
+        await agent.append("first")
+        gated.arm(has_text("appended"))
+        appending = asyncio.ensure_future(agent.append("appended"))
+        await gated.entered.wait()
+        starting = asyncio.ensure_future(agent.run("question"))
+        gated.release.set()
+        (appended,) = await appending
+        outcome = await asyncio.wait_for(consume(await starting), 30)
+
+    assert outcome.error is None, repr(outcome.error)
+    stored = await memory.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert texts(stored) == ["first", "appended", "question", "answer"]
+    assert stored[2].parent_id == appended.id
+    assert [encode_entry(e) for e in agent.entries()] == [encode_entry(e) for e in stored]
+
+
+@tool
+async def big() -> str:
+    """Return more than the store takes in one entry (and less than a Temporal payload)."""
+    return "x" * 20_000
+
+
+async def test_oversized_tool_result_is_answered_with_a_failure_and_the_run_continues(
+    temporal_client: Client,
+) -> None:
+    store = MemoryStore(max_entry_bytes=8_000)
+    q = queue()
+    spec = AgentSpec(model=ScriptedModel([Reply.call("big", id="b1"), "carried on"]), tools=[big])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("t-big"), executor=executor(temporal_client, q)
+        )
+        outcome = await asyncio.wait_for(consume(await agent.run("go")), 30)
+
+    assert outcome.error is None, repr(outcome.error)
+    stored = await store.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    result = stored[2]
+    assert isinstance(result, MessageEntry) and result.message.role == "tool_result"
+    assert result.message.tool_call_id == "b1" and result.message.is_error
+    assert result.message.text().startswith("tool execution failed: EntryTooLargeError: ")
+    assert texts(stored)[-1] == "carried on"
+    assert_receipts_stored(outcome, stored)

@@ -1,0 +1,119 @@
+"""Bodies left out of recorded events are put back exactly (issue 16 items 1-2): a turn with a
+hook-injected input, a large reply with tool calls, and two results whose ends interleave."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from durable_agent.agent.events import AgentEvent
+from durable_agent.ai.messages import Message, TextContent, ToolCall
+from durable_agent.durable.events import Event
+from durable_agent.session import Entry, MessageEntry
+from durable_agent.workflows.event_bodies import (
+    CARRY_INLINE_LIMIT,
+    QUERY_INLINE_LIMIT,
+    BodyTracker,
+    carried,
+    encoded_size,
+    hydrate,
+    slim,
+)
+from durable_agent.workflows.types import WireEvent, event_to_wire
+
+BIG = 300_000
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _text(role: str, text: str, **fields: object) -> Message:
+    return Message(role=role, content=[TextContent(text=text)], **fields)
+
+
+def _turn() -> tuple[list[tuple[AgentEvent, Entry | None]], dict[str, Entry]]:
+    nudge = _text("user", "n" * BIG)
+    calls = [
+        ToolCall(id="c1", name="t", arguments={"blob": "a" * BIG}),
+        ToolCall(id="c2", name="t", arguments={"blob": "b"}),
+    ]
+    reply = Message(role="assistant", content=[TextContent(text="r" * BIG), *calls])
+    r1 = _text("tool_result", "1" * BIG, tool_call_id="c1", tool_name="t")
+    r2 = _text("tool_result", "2" * BIG, tool_call_id="c2", tool_name="t")
+    entries = {
+        m_id: MessageEntry(id=m_id, message=m, created_at=NOW)
+        for m_id, m in [("e-nudge", nudge), ("e-reply", reply), ("e-r1", r1), ("e-r2", r2)]
+    }
+    e = entries
+    steps: list[tuple[AgentEvent, Entry | None]] = [
+        (AgentEvent(type="turn_start", input=[nudge]), None),
+        (AgentEvent(type="message_start", message=nudge), None),
+        (AgentEvent(type="message_end", message=nudge), e["e-nudge"]),
+        (AgentEvent(type="message_start", message=Message(role="assistant")), None),
+        (AgentEvent(type="message_end", message=reply), e["e-reply"]),
+        *[
+            (
+                AgentEvent(
+                    type="tool_execution_start", tool_call_id=c.id, tool_name="t", args=c.arguments
+                ),
+                None,
+            )
+            for c in calls
+        ],
+        (AgentEvent(type="tool_execution_end", tool_call_id="c1", tool_name="t", result=r1), None),
+        (AgentEvent(type="tool_execution_end", tool_call_id="c2", tool_name="t", result=r2), None),
+        (AgentEvent(type="message_start", message=r1), None),
+        (AgentEvent(type="message_end", message=r1), e["e-r1"]),
+        (AgentEvent(type="message_start", message=r2), None),
+        (AgentEvent(type="message_end", message=r2), e["e-r2"]),
+        (AgentEvent(type="turn_end", message=reply), None),
+    ]
+    return steps, dict(entries)
+
+
+def _record(
+    upto: int | None = None,
+) -> tuple[list[WireEvent], list[Event], BodyTracker, dict[str, Entry]]:
+    """The turn's first ``upto`` events (all by default) as the workflow records them."""
+    steps, entries = _turn()
+    steps = steps[:upto]
+    events: list[WireEvent] = []
+    originals: list[Event] = []
+    tracker = BodyTracker()
+    for position, (agent, entry) in enumerate(steps, start=1):
+        event = Event(
+            type="agent",
+            session_id="s",
+            agent=agent,
+            entries=None if entry is None else [entry],
+            leaf_id=None if entry is None else entry.id,
+        )
+        originals.append(event)
+        ids = None if entry is None else [entry.id]
+        tracker.record(events, event_to_wire(event, position), ids)
+    return events, originals, tracker, entries
+
+
+def test_every_body_is_named_by_the_turn_end_and_comes_back_whole() -> None:
+    events, originals, tracker, entries = _record()
+    assert not any(tracker.pending(i) for i in range(len(events)))
+    sent = [slim(e, QUERY_INLINE_LIMIT) for e in events]
+    assert all(s is not None and encoded_size(s) < 2_000 for s in sent)  # every one slimmed
+    assert [hydrate(s, entries) for s in sent if s is not None] == originals
+    carry = carried(events)
+    assert sum(encoded_size(e) for e in carry) < 15 * CARRY_INLINE_LIMIT
+    assert [hydrate(e, entries) for e in carry] == originals
+
+
+def test_a_result_waits_for_its_receipt_before_it_is_sent() -> None:
+    events, _, tracker, _ = _record(upto=8)  # up to the end of call c1, its result not stored
+    last = len(events) - 1
+    assert tracker.pending(last)
+    assert slim(events[last], QUERY_INLINE_LIMIT) is None  # too large to send whole
+
+
+def test_events_carried_whole_by_an_older_execution_are_named_when_adopted() -> None:
+    _, originals, _, entries = _record()
+    legacy = [event_to_wire(e, i) for i, e in enumerate(originals, start=1)]  # no refs
+    adopted = BodyTracker().adopt(legacy)
+    sent = [slim(e, QUERY_INLINE_LIMIT, force=True) for e in adopted]
+    assert all(s is not None and encoded_size(s) < 2_000 for s in sent)
+    assert [hydrate(s, entries) for s in sent if s is not None] == originals
+    assert BodyTracker().adopt(carried(adopted)) == carried(adopted)  # slim ones kept as they are
