@@ -52,7 +52,9 @@ from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import model_view, raw_model_view
 from ..streaming import DeltaKey, LiveDeltas, clear_later, resolve, writer_for
-from ..workflows.types import (
+from .reset_leaf import recorded_start_leaf
+from .spec import AgentSpec
+from .types import (
     AppendInput,
     AppendResult,
     CallModelInput,
@@ -68,11 +70,9 @@ from ..workflows.types import (
     ToolInfo,
     ToolReply,
     decode_entries,
-    event_from_wire,
     stored_times,
 )
-from .reset_leaf import recorded_start_leaf
-from .spec import AgentSpec
+from .wire import event_from_wire
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 

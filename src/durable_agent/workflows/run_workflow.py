@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
-    from ..ai.messages import Message, TextContent, ToolCall
+    from ..ai.messages import Message, ToolCall, error_tool_result_message
     from ..ai.model import ModelError, ModelEvent, ModelRequest
     from ..ai.timefmt import format_time, parse_time
     from ..ai.tools import RetryPolicy as ToolRetry
@@ -751,12 +751,10 @@ class _ActivityTools:
             kind, text = _failure(exc)
             if kind == "PayloadTooLargeError" and self.wf._too_large is None:
                 self.wf._too_large = PayloadTooLargeError(text)
-            answer = Message(
-                role="tool_result",
-                content=[TextContent(text=f"tool execution failed: {kind}: {text}")],
-                tool_call_id=call.id,
-                tool_name=call.name,
-                is_error=True,
+            answer = error_tool_result_message(
+                call.id,
+                call.name,
+                f"tool execution failed: {kind}: {text}",
                 timestamp=workflow.now(),
             )
             stamp = None
