@@ -11,13 +11,20 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import Message, ToolCall, encodable_text, tool_result_message
+from ..agent.tool_exec import failure_text, unknown_tool_result
+from ..ai.messages import (
+    Message,
+    ToolCall,
+    encodable_text,
+    error_tool_result_message,
+    tool_result_message,
+)
 from ..ai.tools import ToolContext
-from ..session.entries import Entry
+from ..session.entries import Entry, MessageEntry
+from ..session.errors import EntryTooLargeError
 from .base import ActivityBase, find_entry, heartbeating, stored_message
 from .spec import AgentSpec
-from .types import CallToolInput, ToolReply, stored_times
+from .types import CallToolInput, Stamp, ToolReply, stored_times
 
 __all__ = ["ToolActivity"]
 
@@ -41,9 +48,7 @@ class ToolActivity(ActivityBase):
                 # committed by an earlier attempt: a tool whose result is stored never runs again
                 return _tool_reply(stored)
             result = await self.run_tool(spec, call)
-            commit = asyncio.ensure_future(
-                self.commit(inp.session_id, inp.stamp, result, "tool result")
-            )
+            commit = asyncio.ensure_future(self.commit_result(inp.session_id, inp.stamp, result))
             try:
                 return _tool_reply(await asyncio.shield(commit))
             except asyncio.CancelledError:
@@ -51,6 +56,24 @@ class ToolActivity(ActivityBase):
                 # (SPEC §2.1) and the workflow (waiting for this attempt) records it first
                 return _tool_reply(await commit)
         return await self.run_tool(spec, call)
+
+    async def commit_result(self, session_id: str, stamp: Stamp, result: Message) -> MessageEntry:
+        """Commit a tool result under its stamp; one the store refuses as too large is answered
+        ``tool execution failed: EntryTooLargeError: …`` under the same stamp (SPEC §5.3: the
+        call is never left dangling; the same stand-in the engine stores in process)."""
+        try:
+            return await self.commit(session_id, stamp, result, "tool result")
+        except ApplicationError as exc:
+            refused = exc.__cause__
+            if not isinstance(refused, EntryTooLargeError):
+                raise
+        stand_in = error_tool_result_message(
+            result.tool_call_id or "",
+            result.tool_name or "",
+            failure_text(refused),
+            timestamp=result.timestamp,
+        )
+        return await self.commit(session_id, stamp, stand_in, "tool result")
 
     async def run_tool(self, spec: AgentSpec, call: ToolCall) -> Message:
         tool = spec.tool(call.name)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from ..agent.events import AgentEvent
-from ..durable.events import Event, EventType
+from ..durable.events import Event, EventFields
 from ..session.codec import decode_entry, encode_entry
 
 __all__ = ["BodyRefs", "FrozenModel", "WireEvent", "event_from_wire", "event_to_wire"]
@@ -39,44 +38,32 @@ class BodyRefs(FrozenModel):
     """``agent.input`` (``turn_start``), one entry per injected message."""
 
 
-class WireEvent(FrozenModel):
-    """An :class:`Event` with its position in the run and its entries encoded."""
-
+class _Positioned(FrozenModel):
     position: int
-    type: EventType
-    session_id: str
-    agent: AgentEvent | None = None
-    parent_id: str | None = None
-    from_id: str | None = None
-    leaf_id: str | None = None
-    entries: list[str] | None = None
-    idempotency_key: str | None = None
+
+
+class WireEvent(EventFields[str], _Positioned):
+    """An :class:`Event` with its position in the run and its entries encoded.
+
+    Derived from :class:`EventFields`, so a field added to ``Event`` travels too. The wire
+    order (``position`` first, ``refs`` last) is fixed by the base order and recorded in
+    histories: ``tests/temporal/test_wire_event.py`` pins it."""
+
     refs: BodyRefs | None = None
     """Where the bodies are stored (receipts and events repeating a stored message)."""
 
 
+_SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
+"""The fields ``Event`` and ``WireEvent`` hold alike, copied as they are."""
+
+
 def event_to_wire(event: Event, position: int = 0) -> WireEvent:
-    return WireEvent(
-        position=position,
-        type=event.type,
-        session_id=event.session_id,
-        agent=event.agent,
-        parent_id=event.parent_id,
-        from_id=event.from_id,
-        leaf_id=event.leaf_id,
-        entries=None if event.entries is None else [encode_entry(e) for e in event.entries],
-        idempotency_key=event.idempotency_key,
-    )
+    entries = None if event.entries is None else [encode_entry(e) for e in event.entries]
+    shared = {name: getattr(event, name) for name in _SHARED}
+    return WireEvent(position=position, entries=entries, **shared)
 
 
 def event_from_wire(wire: WireEvent) -> Event:
-    return Event(
-        type=wire.type,
-        session_id=wire.session_id,
-        agent=wire.agent,
-        parent_id=wire.parent_id,
-        from_id=wire.from_id,
-        leaf_id=wire.leaf_id,
-        entries=None if wire.entries is None else [decode_entry(w) for w in wire.entries],
-        idempotency_key=wire.idempotency_key,
-    )
+    """The event ``wire`` encodes; its ``position`` and ``refs`` stay behind."""
+    entries = None if wire.entries is None else [decode_entry(w) for w in wire.entries]
+    return Event(entries=entries, **{name: getattr(wire, name) for name in _SHARED})

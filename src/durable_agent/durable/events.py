@@ -7,22 +7,27 @@ consumer has seen is already in the store.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from ..agent.events import AgentEvent
 from ..session.entries import Entry
 
-__all__ = ["Event", "EventType"]
+__all__ = ["Event", "EventFields", "EventType"]
 
 EventType = Literal[
     "session_init", "session_branched", "session_forked", "session_compacted", "agent"
 ]
 
 
-class Event(BaseModel):
-    """A run event (``agent``) or a lifecycle event; unset fields are ``None``."""
+EntryT = TypeVar("EntryT")
+
+
+class EventFields(BaseModel, Generic[EntryT]):
+    """An event's fields, generic in how its entries are held: :class:`Event` holds them as
+    :class:`Entry` objects, the Temporal ``WireEvent`` as their encodings, so the two models
+    cannot drift apart field by field. Field order here is the wire order of both."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -34,7 +39,11 @@ class Event(BaseModel):
     from_id: str | None = None
     """``session_branched``: the old leaf (may be ``""``)."""
     leaf_id: str | None = None
-    entries: list[Entry] | None = None
+    entries: list[EntryT] | None = None
     """Receipts and ``session_compacted``: the stored entries, headers included."""
     idempotency_key: str | None = None
     """Lifecycle events: stable across redeliveries, unique per occurrence."""
+
+
+class Event(EventFields[Entry]):
+    """A run event (``agent``) or a lifecycle event; unset fields are ``None``."""

@@ -93,6 +93,9 @@ CARRIED_TURNS = 2
 """Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
+TOOL_LANDED = "tool-landed-on-cancel-v1"
+"""Patch marker: before it, a stamped tool result that arrived during the run's cancellation
+got a ``cancelled`` sibling; recorded only in runs cancelled in that window."""
 RESET_START_LEAF = "reset-start-leaf-v1"
 """Patch marker: a reset execution of a run started without a leaf retries from the leaf the
 original execution resolved (issue 15 item 8); recorded only in reset executions."""
@@ -701,10 +704,17 @@ class _ActivityTools:
                 self._finished[call.id] = answer
             return answer
         assert stamp is not None
+        landed: Message | None = None
         if workflow.cancellation_reason() is not None:
             self.wf._cancel_deferred = True  # recorded first, then the cancellation proceeds
+            if workflow.patched(TOOL_LANDED):
+                # the loop may be unwinding already and never yield it: the engine's cancel
+                # records it instead of a "cancelled" sibling (issue 11 item 1 on Temporal)
+                landed = answer.message
         self.wf._committed[stamp.id] = answer.stored
-        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
+        engine.expect_committed(
+            stamp.id, parse_time(answer.stored.created_at), call.id, landed=landed
+        )
         return answer.message
 
 

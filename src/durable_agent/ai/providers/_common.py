@@ -29,6 +29,7 @@ __all__ = [
     "partial_arguments",
     "redact",
     "retry_after_seconds",
+    "should_retry",
     "status_retryable",
 ]
 
@@ -43,6 +44,13 @@ def status_retryable(status: int) -> bool:
     that this decision, and the backoff, belong to the caller's retry policy.
     """
     return status in (408, 409, 429) or status >= 500
+
+
+def should_retry(headers: Mapping[str, str], *, default: bool) -> bool:
+    """The provider's ``x-should-retry`` verdict (``true``/``false``) when it sent one, else
+    ``default``: the SDKs honour it over their own status rules, and so do we."""
+    should = headers.get("x-should-retry")
+    return should == "true" if should in ("true", "false") else default
 
 
 def retry_after_seconds(

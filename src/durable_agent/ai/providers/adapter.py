@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import httpx2
 
 from ..model import ModelError, ModelEvent, ModelRequest
-from ._common import guarded, model_error
+from ._common import guarded, model_error, retry_after_seconds, should_retry, status_retryable
 
 __all__ = ["SDK_TRANSPORT_ERRORS", "SdkStream", "StreamingAdapter"]
 
@@ -122,6 +122,20 @@ class StreamingAdapter(ABC, Generic[StreamT]):
     def items(self, stream: StreamT) -> AsyncIterator[Any]:
         """The stream's items, its failures raised as ModelErrors (see ``_common.guarded``)."""
         return guarded(stream, self.sdk_errors, self.to_error)
+
+    def status_error(
+        self, status: int, kind: str | None, headers: Mapping[str, str], detail: str | None
+    ) -> ModelError:
+        """An HTTP error status (``kind``: the provider's error type), retryable as the provider's
+        ``x-should-retry`` header says, else by status, with the provider's retry hint."""
+        return model_error(
+            self.provider,
+            f"HTTP {status}" + (f" {kind}" if kind else ""),
+            detail=detail,
+            retryable=should_retry(headers, default=status_retryable(status)),
+            retry_after=retry_after_seconds(headers),
+            secrets=self.secrets,
+        )
 
     def transport_error(
         self,

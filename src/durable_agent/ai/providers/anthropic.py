@@ -34,8 +34,7 @@ from ._common import (
     final_arguments,
     model_error,
     partial_arguments,
-    retry_after_seconds,
-    status_retryable,
+    should_retry,
 )
 from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .anthropic_messages import (
@@ -259,24 +258,14 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
         name, key = self.provider, self.secrets
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            kind = exc.type or ""
-            headers = exc.response.headers
-            should = headers.get("x-should-retry")
-            if status == 200:  # an error event inside a stream
-                retryable = kind in _TRANSIENT_ERROR_TYPES
-                summary = "error in stream" + (f" {kind}" if kind else "")
-            else:
-                retryable = status_retryable(status)
-                summary = f"HTTP {status}" + (f" {kind}" if kind else "")
-            if should in ("true", "false"):
-                retryable = should == "true"
-            return model_error(
+            kind, headers = exc.type or "", exc.response.headers
+            if exc.status_code != 200:
+                return self.status_error(exc.status_code, kind, headers, exc.api_message)
+            return model_error(  # an error event inside a stream
                 name,
-                summary,
+                "error in stream" + (f" {kind}" if kind else ""),
                 detail=exc.api_message,
-                retryable=retryable,
-                retry_after=retry_after_seconds(headers) if status != 200 else None,
+                retryable=should_retry(headers, default=kind in _TRANSIENT_ERROR_TYPES),
                 secrets=key,
             )
         return self.transport_error(

@@ -37,8 +37,6 @@ from ._common import (
     final_arguments,
     model_error,
     partial_arguments,
-    retry_after_seconds,
-    status_retryable,
 )
 from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .openai_messages import to_openai_messages, to_openai_tools
@@ -244,20 +242,8 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
         name, key = self.provider, self.secrets
         if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            headers = exc.response.headers
-            should = headers.get("x-should-retry")
-            retryable = (
-                should == "true" if should in ("true", "false") else status_retryable(status)
-            )
-            return model_error(
-                name,
-                f"HTTP {status}" + (f" {exc.type}" if exc.type else ""),
-                detail=_body_message(exc.body),
-                retryable=retryable,
-                retry_after=retry_after_seconds(headers),
-                secrets=key,
-            )
+            detail = _body_message(exc.body)
+            return self.status_error(exc.status_code, exc.type, exc.response.headers, detail)
         if isinstance(exc, openai.APIError) and not isinstance(
             exc, openai.APIConnectionError | openai.APIResponseValidationError
         ):  # an error object sent inside a 200 stream
