@@ -56,16 +56,14 @@ with workflow.unsafe.imports_passed_through():
         slim,
     )
     from .run_input import NO_INPUT, read_run_input
+    from .run_start import open_path
     from .types import (
         AppendInput,
         AppendResult,
         CallModelInput,
         CallToolInput,
-        EnsureSessionInput,
         EventsAnswer,
-        LoadPathInput,
         ModelReply,
-        PathInfo,
         RunInput,
         RunResult,
         RunState,
@@ -96,9 +94,6 @@ CANCEL_WINS = "cancel-wins-v1"
 TOOL_LANDED = "tool-landed-on-cancel-v1"
 """Patch marker: before it, a stamped tool result that arrived during the run's cancellation
 got a ``cancelled`` sibling; recorded only in runs cancelled in that window."""
-RESET_START_LEAF = "reset-start-leaf-v1"
-"""Patch marker: a reset execution of a run started without a leaf retries from the leaf the
-original execution resolved (issue 15 item 8); recorded only in reset executions."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -352,35 +347,8 @@ class RunWorkflow:
         self._events = self._bodies.adopt(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
-        t = inp.timeouts
         ensure_session_attribute(inp.session_id)
-        leaf = inp.leaf_id
-        try:
-            if leaf is None:
-                leaf = await call_activity(
-                    "durable_agent.ensure_session",
-                    EnsureSessionInput(
-                        session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
-                    ),
-                    str,
-                    start_to_close=t.store_start_to_close,
-                    retry=store_retry(t),
-                    heartbeat=t.store_heartbeat,
-                    summary="ensure session",
-                )
-            info = await call_activity(
-                "durable_agent.load_path",
-                LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent),
-                PathInfo,
-                start_to_close=t.store_start_to_close,
-                retry=store_retry(t),
-                heartbeat=t.store_heartbeat,
-                summary="load path",
-            )
-        except ActivityError as exc:
-            if is_cancellation(exc):
-                raise CancelledError("run cancelled") from exc
-            raise run_failure(exc) from exc
+        leaf, info = await open_path(inp)
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -447,21 +415,6 @@ class RunWorkflow:
             run_id=inp.run_id,
             position=self._next_position - 1,
         )
-
-
-def _reset_of() -> str | None:
-    """The original run when this execution is an operator's reset of it, else ``None``.
-
-    A reset execution keeps the original's start event, so its ``original_execution_run_id``
-    names another run; a continue-as-new execution carries its leaf and never asks. The patch is
-    taken before looking at run IDs (which a replayer may not reproduce): the answer only feeds
-    an activity argument, so replay stays deterministic whatever it is."""
-    if not workflow.patched(RESET_START_LEAF):
-        return None
-    info = workflow.info()
-    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
-        return None
-    return info.original_execution_run_id
 
 
 def _last_turn(events: list[WireEvent], turns: int = 1) -> list[WireEvent]:
