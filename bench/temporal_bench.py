@@ -497,9 +497,9 @@ def print_overhead(res: dict[str, Any]) -> None:
     )
     rows = [
         ("bare activity round trip (no-op, start->next start)", "bare_activity"),
-        ("model turn: call_model + append_entries", "model_turn"),
-        ("  tool leg: call_tool + append_entries", "tool_leg"),
-        ("  full tool-calling turn (model + append + tool + append)", "full_tool_turn"),
+        ("model turn: call_model (it commits the reply)", "model_turn"),
+        ("  tool leg: call_tool (it commits a lone call's result)", "tool_leg"),
+        ("  full tool-calling turn (model + tool)", "full_tool_turn"),
         ("bare one-activity workflow, start -> result", "bare_workflow"),
         ("one-turn run, run() -> last event", "one_turn_run"),
     ]
@@ -899,6 +899,13 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             results["deltas"] = await _delta_latency.bench_deltas(client, root / "deltas")
             _delta_latency.print_deltas(results["deltas"])
             print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        if "e" in parts:  # carried continue-as-new input (issue 16): bench/_can_size.py
+            import _can_size
+
+            t0 = time.perf_counter()
+            results["can_size"] = await _can_size.bench_can_size(client, store)
+            _can_size.print_can_size(results["can_size"])
+            print(f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
     finally:
         server.stop()
         if not args.keep:
@@ -917,7 +924,14 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--store", required=True)
     w.add_argument("--call-seconds", type=float, required=True)
     w.add_argument("--passthrough", action="store_true")
-    parser.add_argument("--only", default="a,b,c", help="which parts to run (default: a,b,c)")
+    parser.add_argument(
+        "--only",
+        default="a,b,c",
+        help=(
+            "parts: a history, b overhead, c crash recovery, d live deltas, "
+            "e continue-as-new input size (default: a,b,c)"
+        ),
+    )
     parser.add_argument("--turns", type=int, default=100, help="(a) conversation length")
     parser.add_argument("--reps", type=int, default=3, help="(b) repetitions")
     parser.add_argument("--samples", type=int, default=30, help="(b) turns per repetition")

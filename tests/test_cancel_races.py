@@ -287,6 +287,11 @@ async def test_oversized_tool_result_is_answered_with_a_failure_and_the_run_cont
     assert result.message.text().startswith("tool execution failed: EntryTooLargeError: ")
     assert stored_texts(stored)[-1] == "carried on"
     assert [m.text() for m in messages][-1] == "carried on"
+    # the run's own next model call, and its result, already go on with the stored failure
+    second_call = lm.requests[1].messages
+    assert result.message.text() in [m.text() for m in second_call]
+    assert all(len(m.text()) < 8_000 for m in second_call)
+    assert messages[1] == result.message
     # the next run's model sees the stored failure, not the result the store refused
     await (await agent.run("next")).wait()
     assert result.message.text() in [m.text() for m in lm.requests[-1].messages]

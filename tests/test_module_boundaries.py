@@ -27,14 +27,7 @@ PACKAGE = "durable_agent"
 ALLOWED_PRIVATE: dict[tuple[str, str], str] = {}
 """(module, the private name it uses) -> why it may, for now."""
 
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("durable_agent.activities.agent_activities", "durable_agent.workflows.types"): (
-        "the activities' argument and result types still live in workflows/types.py with the "
-        "workflow's own; they move beside their activities with the one-activity-per-step "
-        "refactor of run_workflow.py / agent_activities.py (issue 14 item 3), which several "
-        "branches are editing now"
-    ),
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 """(activities module, workflows module it imports) -> why it may, for now."""
 
 

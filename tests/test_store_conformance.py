@@ -34,6 +34,7 @@ from durable_agent.session import (
     CustomEntry,
     Entry,
     EntryConflictError,
+    EntryEncodeError,
     EntryTooLargeError,
     InvalidSessionIdError,
     MessageEntry,
@@ -454,6 +455,20 @@ async def test_oversized_entry_writes_nothing_of_its_batch(store: Store) -> None
         await store.append_entries("s1", [msg("small"), huge, msg("after")])
     assert info.value.entry_id == "huge"
     assert info.value.size > info.value.limit
+    assert [e.id for e in await store.load_entries("s1")] == ["before"]
+
+
+async def test_custom_data_with_a_lone_surrogate_is_refused_typed_and_writes_nothing(
+    store: Store,
+) -> None:
+    # what os.listdir returns for a non-UTF-8 file name; messages replace it with U+FFFD, but
+    # application data is refused rather than rewritten (issue 16 item 6)
+    await fresh(store)
+    await store.append_entries("s1", [msg("before")])
+    bad = Note(id="bad", created_at=T0, text="report\udcff.txt")
+    with pytest.raises(EntryEncodeError) as info:
+        await store.append_entries("s1", [msg("small"), bad])
+    assert info.value.entry_id == "bad" and "U+DCFF" in str(info.value)
     assert [e.id for e in await store.load_entries("s1")] == ["before"]
 
 

@@ -21,8 +21,15 @@ from temporalio.exceptions import ApplicationError
 
 from ..agent.loop import ModelLoop
 from ..agent.options import AgentOptions
-from ..agent.tool_exec import unknown_tool_result
-from ..ai.messages import Message, ToolCall, encodable_text, tool_result_message, with_call_ids
+from ..agent.tool_exec import failure_text, unknown_tool_result
+from ..ai.messages import (
+    Message,
+    ToolCall,
+    encodable_text,
+    error_tool_result_message,
+    tool_result_message,
+    with_call_ids,
+)
 from ..ai.model import ModelError, ModelRequest
 from ..ai.redaction import configured_secrets, redact
 from ..ai.timefmt import parse_time
@@ -36,6 +43,7 @@ from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import (
     EntryConflictError,
+    EntryTooLargeError,
     SessionError,
     StoreUnavailableError,
 )
@@ -44,7 +52,9 @@ from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import model_view, raw_model_view
 from ..streaming import DeltaKey, LiveDeltas, clear_later, resolve, writer_for
-from ..workflows.types import (
+from .reset_leaf import recorded_start_leaf
+from .spec import AgentSpec
+from .types import (
     AppendInput,
     AppendResult,
     CallModelInput,
@@ -60,11 +70,9 @@ from ..workflows.types import (
     ToolInfo,
     ToolReply,
     decode_entries,
-    event_from_wire,
     stored_times,
 )
-from .reset_leaf import recorded_start_leaf
-from .spec import AgentSpec
+from .wire import event_from_wire
 
 __all__ = ["DEFAULT_PAYLOAD_LIMIT", "AgentActivities", "application_error"]
 
@@ -388,9 +396,7 @@ class AgentActivities:
                 # committed by an earlier attempt: a tool whose result is stored never runs again
                 return _tool_reply(stored)
             result = await self._run_tool(spec, call)
-            commit = asyncio.ensure_future(
-                self._commit(inp.session_id, inp.stamp, result, "tool result")
-            )
+            commit = asyncio.ensure_future(self._commit_result(inp.session_id, inp.stamp, result))
             try:
                 return _tool_reply(await asyncio.shield(commit))
             except asyncio.CancelledError:
@@ -398,6 +404,24 @@ class AgentActivities:
                 # (SPEC §2.1) and the workflow (waiting for this attempt) records it first
                 return _tool_reply(await commit)
         return await self._run_tool(spec, call)
+
+    async def _commit_result(self, session_id: str, stamp: Stamp, result: Message) -> MessageEntry:
+        """Commit a tool result under its stamp; one the store refuses as too large is answered
+        ``tool execution failed: EntryTooLargeError: …`` under the same stamp (SPEC §5.3: the
+        call is never left dangling; the same stand-in the engine stores in process)."""
+        try:
+            return await self._commit(session_id, stamp, result, "tool result")
+        except ApplicationError as exc:
+            refused = exc.__cause__
+            if not isinstance(refused, EntryTooLargeError):
+                raise
+        stand_in = error_tool_result_message(
+            result.tool_call_id or "",
+            result.tool_name or "",
+            failure_text(refused),
+            timestamp=result.timestamp,
+        )
+        return await self._commit(session_id, stamp, stand_in, "tool result")
 
     async def _run_tool(self, spec: AgentSpec, call: ToolCall) -> Message:
         tool = spec.tool(call.name)

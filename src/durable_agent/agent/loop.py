@@ -58,12 +58,31 @@ class _closing(Generic[T]):
 
 
 class AgentRun:
-    """One run of a loop: its events (once) and the messages it produced."""
+    """One run of a loop: its events (once) and the messages it produced.
 
-    def __init__(self, events: AsyncGenerator[AgentEvent, None]) -> None:
+    ``stored_forms`` is how a consumer that stored a tool result in another form (the engine's
+    stand-in for a result the store refused as too large, SPEC §5.3) tells the loop: the loop
+    goes on with the stored form in its context, so the model sees what the store holds. A loop
+    that ignores it (a custom one) keeps its own form; the store is still right.
+    """
+
+    def __init__(
+        self,
+        events: AsyncGenerator[AgentEvent, None],
+        *,
+        stored_forms: dict[str, Message] | None = None,
+    ) -> None:
         self._gen = events
         self._started = False
         self._messages: list[Message] = []
+        self.stored_forms: dict[str, Message] = {} if stored_forms is None else stored_forms
+        """Tool call ID -> the stored form of its result, when it differs from the yielded one."""
+
+    def stored_as(self, stored: Message) -> None:
+        """Record that the tool result just yielded was stored as ``stored`` (same call ID);
+        call it before asking for the next event."""
+        if stored.role == "tool_result" and stored.tool_call_id:
+            self.stored_forms[stored.tool_call_id] = stored
 
     def events(self) -> AsyncIterator[AgentEvent]:
         """The run's events, in order. May be called once."""
@@ -75,9 +94,14 @@ class AgentRun:
     async def _iterate(self) -> AsyncGenerator[AgentEvent, None]:
         async with _closing(self._gen) as events:
             async for event in events:
-                if event.type == "message_end" and event.message is not None:
-                    self._messages.append(event.message)
                 yield event
+                if event.type == "message_end" and event.message is not None:
+                    self._messages.append(self._stored_form(event.message))
+
+    def _stored_form(self, message: Message) -> Message:
+        if message.role == "tool_result" and message.tool_call_id:
+            return self.stored_forms.get(message.tool_call_id, message)
+        return message
 
     async def wait(self) -> list[Message]:
         """Run to the end (if nobody is reading events) and return the produced messages."""
@@ -126,7 +150,8 @@ class ModelLoop:
         """The tools' specs, built once per loop (a JSON schema per tool is not free)."""
 
     def run(self, messages: Sequence[Message]) -> AgentRun:
-        run = AgentRun(self._events(list(messages)))
+        forms: dict[str, Message] = {}
+        run = AgentRun(self._events(list(messages), forms), stored_forms=forms)
         self._runs.append(run)
         return run
 
@@ -170,7 +195,9 @@ class ModelLoop:
             final = await call_hook(hooks.after_model, final) or final
         yield with_call_ids(final)  # a call without an ID could not be answered durably
 
-    async def _events(self, input_messages: list[Message]) -> AsyncGenerator[AgentEvent, None]:
+    async def _events(
+        self, input_messages: list[Message], stored_forms: dict[str, Message]
+    ) -> AsyncGenerator[AgentEvent, None]:
         opts = self.options
         context = [*opts.history, *input_messages]
         produced: list[Message] = []
@@ -204,10 +231,12 @@ class ModelLoop:
             if calls:
                 async with _closing(self._run_tools(calls)) as tool_events:
                     async for event in tool_events:
-                        if event.type == "message_end" and event.message is not None:
-                            context.append(event.message)
-                            produced.append(event.message)
                         yield event
+                        if event.type == "message_end" and event.message is not None:
+                            # the consumer has stored it by now: go on with what it stored
+                            result = stored_forms.pop(event.message.tool_call_id or "", None)
+                            context.append(result or event.message)
+                            produced.append(result or event.message)
             yield AgentEvent(type="turn_end", message=assistant)
             may_continue = opts.max_turns is None or turns < opts.max_turns
             if calls and may_continue and assistant.stop_reason not in ("error", "aborted"):

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from ..agent.events import AgentEvent
-from ..agent.loop import Loop
+from ..agent.loop import AgentRun, Loop
 from ..agent.tool_exec import failure_text
 from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message, with_call_ids
 from ..session.entries import Entry, MessageEntry
@@ -107,22 +107,36 @@ class RunEngine:
         self._partial: Message | None = None
         self._reserved: tuple[str, datetime] | None = None
         self._reserved_results: dict[str, tuple[str, datetime]] = {}
+        self._landed: dict[str, Message] = {}
+        """Tool results a producer committed after the run's cancel was requested, by call ID:
+        the cancellation records them (with their receipts) instead of answering the call
+        ``cancelled`` beside them."""
         """Headers producers committed the next reply / a call's result under (see
         :meth:`expect_committed`)."""
         self._cancel_pending = False
         """A cancellation that arrived during a commit, raised once that commit's receipt is out."""
 
     def expect_committed(
-        self, entry_id: str, created_at: datetime, tool_call_id: str | None = None
+        self,
+        entry_id: str,
+        created_at: datetime,
+        tool_call_id: str | None = None,
+        *,
+        landed: Message | None = None,
     ) -> None:
         """The next assistant reply (or, with ``tool_call_id``, that call's result) was already
         committed by its producer under this header (the Temporal ``call_model`` / ``call_tool``
         activity, SPEC §7.2): the engine records it under the same ID and time, and the effects'
-        ``commit`` sees an entry that is already stored."""
+        ``commit`` sees an entry that is already stored.
+
+        ``landed`` is that result when it arrived while the run is being cancelled (the loop
+        may never yield it): :meth:`cancel` records it rather than a ``cancelled`` sibling."""
         if tool_call_id is None:
             self._reserved = (entry_id, created_at)
         else:
             self._reserved_results[tool_call_id] = (entry_id, created_at)
+            if landed is not None:
+                self._landed[tool_call_id] = landed
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -232,7 +246,7 @@ class RunEngine:
                     self._checkpoint()
                     if event.type == "agent_start":
                         continue
-                await self._handle(event)
+                await self._handle(event, run)
             if not started:
                 await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
                 self._checkpoint()
@@ -246,7 +260,7 @@ class RunEngine:
                 await run.aclose()
         self.status = "completed"
 
-    async def _handle(self, event: AgentEvent) -> None:
+    async def _handle(self, event: AgentEvent, run: AgentRun) -> None:
         kind = event.type
         message = event.message
         if kind == "turn_start":
@@ -262,9 +276,11 @@ class RunEngine:
                 reserved, self._reserved = self._reserved, None
             elif message.role == "tool_result" and message.tool_call_id:
                 reserved = self._reserved_results.pop(message.tool_call_id, None)
+                self._landed.pop(message.tool_call_id, None)
             receipt, message = await self._persist_produced(message, reserved)
             if message is not event.message:
                 event = event.model_copy(update={"message": message})
+                run.stored_as(message)  # the model goes on with what the store holds
             self._record(message)
             await self._emit(event, receipt)
             self._checkpoint()
@@ -322,11 +338,14 @@ class RunEngine:
             call.id, call.name, CANCELLED_TEXT, timestamp=self.effects.now()
         )
 
-    async def store_message(self, message: Message) -> None:
-        """Store and emit one message outside the loop (message_start, then its receipt)."""
+    async def store_message(
+        self, message: Message, reserved: tuple[str, datetime] | None = None
+    ) -> None:
+        """Store and emit one message outside the loop (message_start, then its receipt);
+        ``reserved``: the header a producer already stored it under."""
         if message.role != "assistant":
             await self._emit(AgentEvent(type="message_start", message=message))
-        receipt = await self.persist([self._entry(message)], "persist message")
+        receipt = await self.persist([self._entry(message)], "persist message", reserved)
         self._record(message)
         await self._emit(AgentEvent(type="message_end", message=message), receipt)
 
@@ -338,13 +357,23 @@ class RunEngine:
         its own).
         """
         self._reserved = None
+        landed = {
+            call_id: (message, self._reserved_results[call_id])
+            for call_id, message in self._landed.items()
+            if call_id in self._reserved_results
+        }
         self._reserved_results.clear()
+        self._landed.clear()
         if partial is not None:
             self._partial = partial
         aborted = self._aborted()
         if aborted is not None:
             await self.store_message(aborted)
         for call in list(self.pending_calls):
-            await self.store_message(self._cancelled_result(call))
+            if call.id in landed:  # the tool ran and its result is stored: that is its answer
+                message, reserved = landed[call.id]
+                await self.store_message(message, reserved)
+            else:
+                await self.store_message(self._cancelled_result(call))
         self._cancel_pending = False  # this is the cancellation
         self.status = "cancelled"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .codec import encode_entry
 from .entries import Entry
-from .errors import EntryConflictError, EntryTooLargeError
+from .errors import EntryConflictError, EntryEncodeError, EntryTooLargeError
 
 __all__ = ["encode_batch", "plan_append"]
 
@@ -19,16 +19,22 @@ __all__ = ["encode_batch", "plan_append"]
 def encode_batch(
     session_id: str, entries: Sequence[Entry], *, limit: int | None = None
 ) -> list[tuple[Entry, str]]:
-    """Encode every entry first (so an encoding error or an oversized entry writes nothing)."""
+    """Encode every entry first (so an encoding error or an oversized entry writes nothing):
+    every store writes UTF-8, so text that has no UTF-8 form is refused here, typed, for all
+    of them alike (:class:`EntryEncodeError`)."""
     out: list[tuple[Entry, str]] = []
     for entry in entries:
         if not entry.id:
             raise ValueError("entry id must not be empty")
         wire = encode_entry(entry)
-        if limit is not None:
+        try:
             size = len(wire.encode("utf-8"))
-            if size > limit:
-                raise EntryTooLargeError(session_id, entry.id, size, limit)
+        except UnicodeEncodeError as exc:
+            point = f"U+{ord(exc.object[exc.start]):04X}"
+            reason = f"its text holds {point}, a lone surrogate with no UTF-8 form"
+            raise EntryEncodeError(session_id, entry.id, reason) from None
+        if limit is not None and size > limit:
+            raise EntryTooLargeError(session_id, entry.id, size, limit)
         out.append((entry, wire))
     return out
 

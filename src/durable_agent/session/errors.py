@@ -6,6 +6,7 @@ __all__ = [
     "CorruptSessionError",
     "EntryConflictError",
     "EntryDecodeError",
+    "EntryEncodeError",
     "EntryTooLargeError",
     "InvalidSessionIdError",
     "SessionError",
@@ -55,6 +56,19 @@ class EntryConflictError(SessionError):
 
 class EntryDecodeError(SessionError, ValueError):
     """Wire data that is not a valid entry (bad JSON, unknown type or block, bad header)."""
+
+
+class EntryEncodeError(SessionError, ValueError):
+    """An entry no store can write: its text is not valid Unicode (a lone surrogate, as
+    ``os.listdir`` returns for a non-UTF-8 file name, in a custom entry's data). Messages never
+    raise it (they replace such code points with U+FFFD when built); application data is not
+    rewritten behind the caller's back, so it is refused before anything of the batch is stored.
+    """
+
+    def __init__(self, session_id: str, entry_id: str, reason: str) -> None:
+        super().__init__(f"entry {entry_id!r} of session {session_id!r} cannot be stored: {reason}")
+        self.session_id = session_id
+        self.entry_id = entry_id
 
 
 class CorruptSessionError(SessionError):

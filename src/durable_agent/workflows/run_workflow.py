@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
-    from ..ai.messages import Message, TextContent, ToolCall
+    from ..ai.messages import Message, ToolCall, error_tool_result_message
     from ..ai.model import ModelError, ModelEvent, ModelRequest
     from ..ai.timefmt import format_time, parse_time
     from ..ai.tools import RetryPolicy as ToolRetry
@@ -85,6 +85,9 @@ CARRIED_TURNS = 2
 """Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
 CANCEL_WINS = "cancel-wins-v1"
 """Patch marker: before it, a model call that failed after the run's cancel failed the run."""
+TOOL_LANDED = "tool-landed-on-cancel-v1"
+"""Patch marker: before it, a stamped tool result that arrived during the run's cancellation
+got a ``cancelled`` sibling; recorded only in runs cancelled in that window."""
 RESET_START_LEAF = "reset-start-leaf-v1"
 """Patch marker: a reset execution of a run started without a leaf retries from the leaf the
 original execution resolved (issue 15 item 8); recorded only in reset executions."""
@@ -748,12 +751,10 @@ class _ActivityTools:
             kind, text = _failure(exc)
             if kind == "PayloadTooLargeError" and self.wf._too_large is None:
                 self.wf._too_large = PayloadTooLargeError(text)
-            answer = Message(
-                role="tool_result",
-                content=[TextContent(text=f"tool execution failed: {kind}: {text}")],
-                tool_call_id=call.id,
-                tool_name=call.name,
-                is_error=True,
+            answer = error_tool_result_message(
+                call.id,
+                call.name,
+                f"tool execution failed: {kind}: {text}",
                 timestamp=workflow.now(),
             )
             stamp = None
@@ -762,10 +763,17 @@ class _ActivityTools:
                 self._finished[call.id] = answer
             return answer
         assert stamp is not None
+        landed: Message | None = None
         if workflow.cancellation_reason() is not None:
             self.wf._cancel_deferred = True  # recorded first, then the cancellation proceeds
+            if workflow.patched(TOOL_LANDED):
+                # the loop may be unwinding already and never yield it: the engine's cancel
+                # records it instead of a "cancelled" sibling (issue 11 item 1 on Temporal)
+                landed = answer.message
         self.wf._committed[stamp.id] = answer.stored
-        engine.expect_committed(stamp.id, parse_time(answer.stored.created_at), call.id)
+        engine.expect_committed(
+            stamp.id, parse_time(answer.stored.created_at), call.id, landed=landed
+        )
         return answer.message
 
 

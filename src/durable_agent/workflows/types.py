@@ -1,8 +1,10 @@
 """What crosses the Temporal boundary: workflow inputs, results, query answers, activity arguments.
 
-Entries travel as their ``encode_entry`` strings (an exact round trip that keeps custom classes and
-extras), never as the whole transcript: activities read the active path from the store by
-``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
+The workflows' own types live here; the activities' arguments and results live beside the
+activities (:mod:`durable_agent.activities.types`, :mod:`durable_agent.activities.wire`) and are
+re-exported, so dependencies run one way (``workflows/`` -> ``activities/``) while every public
+name stays importable from here. Entries travel as their ``encode_entry`` strings, never as the
+whole transcript.
 """
 
 from __future__ import annotations
@@ -10,12 +12,32 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ..agent.events import AgentEvent
+from ..activities.types import (
+    AppendInput,
+    AppendResult,
+    CallModelInput,
+    CallToolInput,
+    EnsureSessionInput,
+    LoadPathInput,
+    ModelReply,
+    PathInfo,
+    PublishInput,
+    Stamp,
+    StoredTimes,
+    SummarizeInput,
+    SummaryResult,
+    Timeouts,
+    ToolInfo,
+    ToolReply,
+    decode_entries,
+    encode_entries,
+    stored_times,
+    with_stored_times,
+)
+from ..activities.wire import BodyRefs, FrozenModel, WireEvent, event_from_wire, event_to_wire
 from ..ai.messages import Message, Usage
-from ..ai.timefmt import format_time, parse_time
-from ..durable.events import Event, EventFields
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 
@@ -41,6 +63,7 @@ __all__ = [
     "StoredTimes",
     "SummaryResult",
     "Timeouts",
+    "ToolCallRef",
     "ToolInfo",
     "ToolReply",
     "WireEvent",
@@ -55,19 +78,7 @@ __all__ = [
 SEARCH_ATTRIBUTE = "DurableAgentSessionId"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-def encode_entries(entries: list[Entry]) -> list[str]:
-    return [encode_entry(e) for e in entries]
-
-
-def decode_entries(wires: list[str]) -> list[Entry]:
-    return [decode_entry(w) for w in wires]
-
-
-class InputEntry(_Model):
+class InputEntry(FrozenModel):
     """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
     plain ``message`` with no header and maybe no timestamp (typed by an operator in the
     Temporal UI; see :mod:`.run_input`), which the run stamps."""
@@ -99,75 +110,7 @@ class InputEntry(_Model):
         return decoded
 
 
-class BodyRefs(_Model):
-    """The stored entries an event's message bodies are (see ``event_bodies``).
-
-    A body named here may be left out of the event (``None``) in a query answer or a
-    continue-as-new input; the client reads the entry from the store and puts it back."""
-
-    entry_ids: list[str] | None = None
-    """The receipt's entries (``WireEvent.entries``)."""
-    message: str | None = None
-    """``agent.message``: the entry holding that message."""
-    result: str | None = None
-    """``agent.result`` (``tool_execution_end``)."""
-    args: str | None = None
-    """``agent.args``: the assistant entry whose tool call ``agent.tool_call_id`` has them."""
-    input: list[str] | None = None
-    """``agent.input`` (``turn_start``), one entry per injected message."""
-
-
-class _Positioned(_Model):
-    position: int
-
-
-class WireEvent(EventFields[str], _Positioned):
-    """An :class:`Event` with its position in the run and its entries encoded.
-
-    Derived from :class:`EventFields`, so a field added to ``Event`` travels too. The wire
-    order (``position`` first, ``refs`` last) is fixed by the base order and recorded in
-    histories: ``tests/temporal/test_wire_event.py`` pins it."""
-
-    refs: BodyRefs | None = None
-    """Where the bodies are stored (receipts and events repeating a stored message)."""
-
-
-_SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
-"""The fields ``Event`` and ``WireEvent`` hold alike, copied as they are."""
-
-
-def event_to_wire(event: Event, position: int = 0) -> WireEvent:
-    entries = None if event.entries is None else encode_entries(event.entries)
-    shared = {name: getattr(event, name) for name in _SHARED}
-    return WireEvent(position=position, entries=entries, **shared)
-
-
-def event_from_wire(wire: WireEvent) -> Event:
-    """The event ``wire`` encodes; its ``position`` and ``refs`` stay behind."""
-    entries = None if wire.entries is None else decode_entries(wire.entries)
-    return Event(entries=entries, **{name: getattr(wire, name) for name in _SHARED})
-
-
-class Timeouts(_Model):
-    """Activity timing; defaults suit LLM calls, tests shorten them via run options."""
-
-    model_start_to_close: float = 600.0
-    model_heartbeat: float = 2.0
-    model_max_attempts: int = 5
-    retry_initial: float = 0.5
-    retry_max: float = 30.0
-    store_start_to_close: float = 30.0
-    store_max_attempts: int = 10
-    store_heartbeat: float = 5.0
-    """Store activities heartbeat (after a short grace period), so a worker killed inside an
-    append or load is noticed within this many seconds rather than at start-to-close."""
-    tool_heartbeat: float = 2.0
-    """As ``model_heartbeat``: a worker killed while a tool runs is noticed within this many
-    seconds (tools heartbeat in the background while they run), so a tool's crash recovery
-    costs about what a model call's does (issue 10)."""
-
-
-class RunInput(_Model):
+class RunInput(FrozenModel):
     """Start (or continue) one run. ``leaf_id=None`` means the session's last appended entry."""
 
     session_id: str
@@ -202,7 +145,7 @@ RunStatusName = Literal[
 ]
 
 
-class RunResult(_Model):
+class RunResult(FrozenModel):
     status: RunStatusName
     leaf_id: str
     new_entry_ids: list[str]
@@ -210,12 +153,12 @@ class RunResult(_Model):
     turn_count: int
 
 
-class ToolCallRef(_Model):
+class ToolCallRef(FrozenModel):
     id: str
     name: str
 
 
-class RunState(_Model):
+class RunState(FrozenModel):
     """The ``state()`` query."""
 
     session_id: str
@@ -228,7 +171,7 @@ class RunState(_Model):
     usage: Usage
 
 
-class EventsAnswer(_Model):
+class EventsAnswer(FrozenModel):
     """The ``events(after)`` query: retained events past ``after``, and the first retained one."""
 
     events: list[WireEvent]
@@ -236,121 +179,7 @@ class EventsAnswer(_Model):
     last_position: int
 
 
-class ToolInfo(_Model):
-    """What the workflow knows of a worker tool: enough to schedule it, not to run it."""
-
-    name: str
-    parallel_safe: bool = True
-    max_attempts: int = 3
-    initial_interval: float = 1.0
-    backoff: float = 2.0
-    max_interval: float = 30.0
-    non_retryable: list[str] = Field(default_factory=list)
-    timeout: float = 300.0
-
-
-class EnsureSessionInput(_Model):
-    session_id: str
-    agent: str
-    """Checked first: a run for an unknown agent creates nothing."""
-    reset_of: str | None = None
-    """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
-
-
-class LoadPathInput(_Model):
-    session_id: str
-    leaf_id: str
-    agent: str
-
-
-class PathInfo(_Model):
-    """``load_path``'s answer: the repairs a run must store first, and the agent's tools."""
-
-    repairs: list[Message]
-    turn_count: int
-    tools: list[ToolInfo]
-    max_turns: int | None
-
-
-class AppendInput(_Model):
-    session_id: str
-    entries: list[str]
-
-
-class StoredTimes(_Model):
-    """The clock-derived fields of one appended entry, as written (RFC 3339 strings)."""
-
-    created_at: str
-    timestamp: str | None = None
-    """A message entry's message timestamp."""
-
-
-class AppendResult(_Model):
-    """What ``append_entries`` wrote, reduced to the fields that come from ``workflow.now()``.
-
-    Recorded in history, so a workflow whose replay computed other times (a workflow task
-    re-run after a server restart can see a different ``workflow.now()``) still reports the
-    stored entries, not its recomputed ones. A few bytes per entry."""
-
-    times: list[StoredTimes]
-
-
-class Stamp(_Model):
-    """An entry header the workflow reserves before the producing activity runs: ID from
-    ``workflow.random()``, parent = the leaf, ``created_at`` from ``workflow.now()``."""
-
-    id: str
-    parent_id: str | None = None
-    created_at: str
-
-
-class CallModelInput(_Model):
-    session_id: str
-    leaf_id: str
-    agent: str
-    start_leaf_id: str | None = None
-    """The run's starting leaf: the view is history there plus this run's messages, as
-    in-process (input compactions and custom entries are stored, never sent this run)."""
-    options: dict[str, Any] = Field(default_factory=dict)
-    ephemeral: list[str] = Field(default_factory=list)
-    stamp: Stamp | None = None
-    """The reply's entry header, reserved by the workflow: the activity commits the reply under
-    it (SPEC §7.2). ``None`` (histories from before producer commits): the workflow appends."""
-    run_id: str = ""
-    position: int = 0
-    """The run and the position of the reply's ``message_start``: the key its live deltas are
-    published under (issue 13); ``""``/``0`` publishes none."""
-
-
-class ModelReply(_Model):
-    """``call_model``'s answer. ``cancelled``: the run was cancelled mid-call and ``message`` is
-    the partial reply as stored (``stop_reason="aborted"``, unfinished tool calls removed).
-    ``stored``: the activity committed ``message`` under the call's stamp (these are its stored
-    times); the workflow then records the receipt without another append."""
-
-    message: Message
-    cancelled: bool = False
-    stored: StoredTimes | None = None
-
-
-class CallToolInput(_Model):
-    session_id: str
-    agent: str
-    call: dict[str, Any]
-    """The ToolCall block, as JSON."""
-    stamp: Stamp | None = None
-    """The result's entry header: the activity commits the result under it and answers a
-    :class:`ToolReply` (``None``: the workflow appends it, the answer is the bare message)."""
-
-
-class ToolReply(_Model):
-    """``call_tool``'s answer for a stamped call: the result as stored, with its stored times."""
-
-    message: Message
-    stored: StoredTimes
-
-
-class CompactInput(_Model):
+class CompactInput(FrozenModel):
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     session_id: str
     op_id: str
@@ -359,41 +188,3 @@ class CompactInput(_Model):
     keep_turns: int = 0
     prompt: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
-
-
-class SummarizeInput(_Model):
-    session_id: str
-    agent: str
-    leaf_id: str
-    keep_turns: int = 0
-    prompt: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class SummaryResult(_Model):
-    summary: str
-    first_kept_id: str
-    tokens_before: int
-
-
-class PublishInput(_Model):
-    events: list[WireEvent]
-    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
-
-
-def stored_times(entry: Entry) -> StoredTimes:
-    timestamp = None
-    if isinstance(entry, MessageEntry) and entry.message.timestamp is not None:
-        timestamp = format_time(entry.message.timestamp)
-    return StoredTimes(created_at=format_time(entry.created_at), timestamp=timestamp)
-
-
-def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
-    """``entry`` with the times the store has for it (itself when they agree)."""
-    if stored_times(entry) == times:
-        return entry
-    update: dict[str, Any] = {"created_at": parse_time(times.created_at)}
-    if isinstance(entry, MessageEntry) and times.timestamp is not None:
-        message = entry.message.model_copy(update={"timestamp": parse_time(times.timestamp)})
-        update["message"] = message
-    return entry.model_copy(update=update)

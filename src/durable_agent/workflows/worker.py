@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from ..activities.agent_activities import AgentActivities
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
@@ -126,10 +127,6 @@ async def create_worker(
     quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
     workflow instead of retrying its task forever.
     """
-    # imported here: the activities module imports workflows.types, so a module-level import
-    # would make `import durable_agent.activities` circular
-    from ..activities.agent_activities import AgentActivities
-
     check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
