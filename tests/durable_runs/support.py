@@ -57,7 +57,7 @@ async def echo(text: str) -> str:
 
 
 def kinds(events: Sequence[Event], *, updates: bool = True) -> list[str]:
-    out = []
+    out: list[str] = []
     for event in events:
         assert event.agent is not None
         if not updates and event.agent.type in ("message_update", "tool_execution_update"):
