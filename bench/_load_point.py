@@ -159,8 +159,8 @@ async def run_point(
         # (a killed worker's are those of its last write)
         ended = time.time()
         finals = {
-            i: await stats_after(fleet.stats_path(i), ended)
-            for i, proc in enumerate(fleet.procs)
+            fleet.index_of(proc): await stats_after(fleet.stats_path(fleet.index_of(proc)), ended)
+            for proc in fleet.procs
             if proc.running()
         }
         res["seconds"] = wall

@@ -77,10 +77,14 @@ class WorkerFleet:
         for name, value in (tuning or {}).items():  # the CLI flags' environment variables
             self.env[f"DURABLE_AGENT_{name.upper()}"] = str(value)
         self.procs: list[ManagedProcess] = []
+        self._started = 0
+        self._index: dict[int, int] = {}
 
     async def start(self) -> ManagedProcess:
-        """One more worker; returns once it polls the task queue (its ready file exists)."""
-        index = len(self.procs)
+        """One more worker; returns once it polls the task queue (its ready file exists).
+        Its index is taken before the first await, so workers started together get their own
+        log and stats files."""
+        index, self._started = self._started, self._started + 1
         proc = await start_worker(
             name=f"worker-{index}",
             app_ref=APP_REF,
@@ -92,7 +96,12 @@ class WorkerFleet:
             extra_env={**self.env, STATS_ENV: str(self.stats_path(index))},
         )
         self.procs.append(proc)
+        self._index[proc.pid] = index
         return proc
+
+    def index_of(self, proc: ManagedProcess) -> int:
+        """The index ``proc`` was started under (its log and stats file names)."""
+        return self._index[proc.pid]
 
     def stats_path(self, index: int) -> Path:
         """Where worker ``index`` writes its Mongo ops and activity waits (worker_stats)."""
