@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from ..ai.messages import Message
     from ..ai.timefmt import parse_time
     from ..durable.engine import RunEngine
-    from ..durable.errors import PayloadTooLargeError
+    from ..durable.errors import PayloadTooLargeError, RunCancelledError
     from ..durable.events import Event
     from ..durable.limits import check_payload
     from ..durable.persist import Stamped, is_durable
@@ -316,31 +316,30 @@ class RunWorkflow:
             tool_executor=self._tools,
         )
         inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
+        repairs = []
+        if not inp.resumed:
+            now = workflow.now()
+            repairs = [
+                MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
+            ]
         try:
-            receipt = []
-            if not inp.resumed:
-                now = workflow.now()
-                repairs = [
-                    MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
-                ]
-                receipt = await engine.start(inputs, repairs)
-            await engine.drive(loop, inputs, receipt, resumed=inp.resumed)
-            aborted = False
+            # as in-process; cancelled: the partial reply (if the model call was cut), then a
+            # cancelled result for every unanswered call, each with its receipt
+            await engine.run(
+                loop,
+                inputs,
+                repairs,
+                resumed=inp.resumed,
+                aborted=self._take_aborted,
+                cancelled=is_cancellation,
+                shield=False,
+            )
+        except RunCancelledError:
+            raise CancelledError("run cancelled") from None
         except Exception as exc:
-            if not is_cancellation(exc):
-                engine.status = "failed"
-                raise run_failure(exc) from exc
-            aborted = True
-        except asyncio.CancelledError:
-            aborted = True
-        if aborted:
-            # as in-process: the partial reply (if the model call was cut), then a cancelled
-            # result for every unanswered call, each with its receipt
-            reply, self._aborted_reply = self._aborted_reply, None
-            if reply is not None:
-                await engine.store_message(reply)
-            await engine.cancel()
-            raise CancelledError("run cancelled")
+            if engine.status != "failed":
+                raise  # the cancel steps themselves failed: as ever, not the run's failure
+            raise run_failure(exc) from exc
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
@@ -395,6 +394,10 @@ class RunWorkflow:
 
     def keep_aborted(self, reply: Message) -> None:
         self._aborted_reply = reply
+
+    def _take_aborted(self) -> Message | None:
+        reply, self._aborted_reply = self._aborted_reply, None
+        return reply
 
     def fail_turn(self, error: PayloadTooLargeError) -> None:
         if self._too_large is None:
