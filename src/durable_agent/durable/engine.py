@@ -15,9 +15,9 @@ so it runs unchanged inside a workflow.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, NoReturn, Protocol
 
 from ..agent.events import AgentEvent
 from ..agent.loop import AgentRun, Loop
@@ -198,21 +198,41 @@ class RunEngine:
     # -- the run -----------------------------------------------------------------------------
 
     async def run(
-        self, loop: Loop, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()
+        self,
+        loop: Loop,
+        inputs: Sequence[Entry],
+        repairs: Sequence[Entry] = (),
+        *,
+        resumed: bool = False,
+        aborted: Callable[[], Message | None] = lambda: None,
+        cancelled: Callable[[BaseException], bool] = lambda _: False,
+        shield: bool = True,
     ) -> list[Message]:
-        """The whole run: store repairs and input, drive the loop, and on cancellation store what
-        the user saw and raise :class:`RunCancelledError`; any other failure marks the run
-        ``failed`` and propagates. Returns what ``wait()`` returns."""
+        """The whole run, for both executors: store repairs and input, drive the loop, and on
+        cancellation store what the user saw and raise :class:`RunCancelledError`; any other
+        failure marks the run ``failed`` and propagates. Returns what ``wait()`` returns.
+
+        The Temporal workflow passes what differs there: ``resumed`` (a continue-as-new
+        execution, whose input is stored and whose ``agent_start`` went out), ``aborted`` (the
+        reply a cancelled model activity cut itself, see :meth:`cancel`), ``cancelled`` (which
+        other exceptions are the run's cancellation: an activity's) and ``shield=False`` (the
+        workflow's cancel steps run in its own task: a new task would reorder its commands)."""
         try:
-            receipt = await self.start(inputs, repairs)
-            await self.drive(loop, inputs, receipt)
+            receipt = [] if resumed else await self.start(inputs, repairs)
+            await self.drive(loop, inputs, receipt, resumed=resumed)
         except asyncio.CancelledError:
-            await asyncio.shield(self.cancel())
-            raise RunCancelledError("run cancelled") from None
-        except Exception:
-            self.status = "failed"
-            raise
+            await self._cancel_run(aborted(), shield)
+        except Exception as exc:
+            if not cancelled(exc):
+                self.status = "failed"
+                raise
+            await self._cancel_run(aborted(), shield)
         return list(self.produced)
+
+    async def _cancel_run(self, aborted: Message | None, shield: bool) -> NoReturn:
+        steps = self.cancel(aborted)
+        await (asyncio.shield(steps) if shield else steps)
+        raise RunCancelledError("run cancelled") from None
 
     async def start(self, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()) -> list[Entry]:
         """Store the pre-model batch (repairs, then input); returns the agent_start receipt."""
@@ -349,12 +369,12 @@ class RunEngine:
         self._record(message)
         await self._emit(AgentEvent(type="message_end", message=message), receipt)
 
-    async def cancel(self, partial: Message | None = None) -> None:
+    async def cancel(self, aborted: Message | None = None) -> None:
         """Store what a cancelled run leaves: the aborted partial reply, then a ``tool execution
         cancelled`` result for each unanswered call. Call it shielded from the cancellation.
 
-        ``partial`` overrides the tracked partial message (the Temporal model activity returns
-        its own).
+        ``aborted``: the reply as its producer already cut it (the Temporal model activity
+        returns its own), stored as it is instead of the tracked partial.
         """
         self._reserved = None
         landed = {
@@ -364,9 +384,8 @@ class RunEngine:
         }
         self._reserved_results.clear()
         self._landed.clear()
-        if partial is not None:
-            self._partial = partial
-        aborted = self._aborted()
+        if aborted is None:
+            aborted = self._aborted()
         if aborted is not None:
             await self.store_message(aborted)
         for call in list(self.pending_calls):

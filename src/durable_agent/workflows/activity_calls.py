@@ -1,21 +1,15 @@
-"""How workflows call activities: names, timeouts and retry policies suited to LLM work.
-
-Workflows refer to activities by name (no import of the activity module into the sandbox).
-Model calls heartbeat, so a crashed worker is noticed within ``heartbeat_timeout``; store writes
-retry only while the store is unavailable.
+"""How workflows call activities (:mod:`durable_agent.activities.calls`, re-exported here) and
+the search attributes every workflow sets.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, TypeVar
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.workflow import ActivityCancellationType
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from .types import SEARCH_ATTRIBUTE, Timeouts
+    from ..activities.calls import STORE_NON_RETRYABLE, call_activity, store_retry
+    from .types import SEARCH_ATTRIBUTE
 
 __all__ = [
     "KIND_ATTRIBUTE",
@@ -57,55 +51,3 @@ def ensure_session_attribute(session_id: str) -> None:
         updates.append(KIND_KEY.value_set(kind))
     if updates:
         workflow.upsert_search_attributes(updates)
-
-
-T = TypeVar("T")
-
-STORE_NON_RETRYABLE = [
-    "SessionNotFoundError",
-    "SessionExistsError",
-    "InvalidSessionIdError",
-    "EntryConflictError",
-    "EntryDecodeError",
-    "CorruptSessionError",
-    "EntryTooLargeError",
-    "ValueError",
-]
-
-
-def store_retry(t: Timeouts) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=t.retry_initial),
-        maximum_interval=timedelta(seconds=t.retry_max),
-        maximum_attempts=t.store_max_attempts,
-        non_retryable_error_types=STORE_NON_RETRYABLE,
-    )
-
-
-async def call_activity(
-    name: str,
-    arg: Any,
-    result_type: type[T] | None,
-    *,
-    start_to_close: float,
-    retry: RetryPolicy,
-    summary: str,
-    heartbeat: float | None = None,
-    wait_for_cancel: bool = False,
-) -> T:
-    """Execute activity ``name`` with the given policy; the summary shows in the Temporal UI."""
-    result: T = await workflow.execute_activity(
-        name,
-        arg,
-        result_type=result_type,
-        start_to_close_timeout=timedelta(seconds=start_to_close),
-        heartbeat_timeout=None if heartbeat is None else timedelta(seconds=heartbeat),
-        retry_policy=retry,
-        cancellation_type=(
-            ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if wait_for_cancel
-            else ActivityCancellationType.TRY_CANCEL
-        ),
-        summary=summary,
-    )
-    return result

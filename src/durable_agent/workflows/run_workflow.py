@@ -9,39 +9,35 @@ model and tool calls are activities, and events are recorded (after their commit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import BaseModel
-
+    from ..activities.calls import store_summary, workflow_id_new
     from ..activities.failures import (
-        PAYLOAD_TOO_LARGE,
         ActivityFailure,
         activity_failure,
         is_cancellation,
-        model_error,
         run_failure,
     )
+    from ..activities.model_proxy import ActivityModel
+    from ..activities.tool_proxy import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
-    from ..ai.messages import Message, ToolCall, error_tool_result_message
-    from ..ai.model import ModelEvent, ModelRequest
-    from ..ai.timefmt import format_time, parse_time
-    from ..ai.tools import RetryPolicy as ToolRetry
-    from ..ai.tools import Tool
+    from ..ai.messages import Message
+    from ..ai.timefmt import parse_time
     from ..durable.engine import RunEngine
-    from ..durable.errors import PayloadTooLargeError
+    from ..durable.errors import PayloadTooLargeError, RunCancelledError
     from ..durable.events import Event
     from ..durable.limits import check_payload
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
-    from ..session.entries import Entry, MessageEntry
+    from ..session.entries import MessageEntry
     from .activity_calls import (
         SESSION_ID_KEY,
         call_activity,
@@ -61,71 +57,26 @@ with workflow.unsafe.imports_passed_through():
         AppendInput,
         AppendResult,
         CallModelInput,
-        CallToolInput,
         EventsAnswer,
-        ModelReply,
         RunInput,
         RunResult,
         RunState,
-        Stamp,
         StoredTimes,
         Timeouts,
         ToolCallRef,
-        ToolInfo,
-        ToolReply,
         WireEvent,
         event_to_wire,
         with_stored_times,
     )
 
-__all__ = ["RunWorkflow", "SESSION_ID_KEY"]
+__all__ = ["SESSION_ID_KEY", "RunWorkflow", "store_summary", "workflow_id_new"]
 
 QUERY_BUDGET = 1_000_000
-PRODUCER_COMMIT = "producer-commit-v1"
-"""Patch marker: executions started before it append each reply in a second activity."""
-TOOL_COMMIT = "tool-commit-v1"
-"""Patch marker: executions started before it append every tool result in a second activity."""
 BOUNDED_CAN = "bounded-can-v1"
 """Patch marker: executions started before it carry the last turn's events with their bodies."""
 CARRIED_TURNS = 2
 """Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
-CANCEL_WINS = "cancel-wins-v1"
-"""Patch marker: before it, a model call that failed after the run's cancel failed the run."""
-TOOL_LANDED = "tool-landed-on-cancel-v1"
-"""Patch marker: before it, a stamped tool result that arrived during the run's cancellation
-got a ``cancelled`` sibling; recorded only in runs cancelled in that window."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
-
-
-def workflow_id_new() -> str:
-    return f"{workflow.random().getrandbits(64):016x}"
-
-
-class _NoArgs(BaseModel):
-    pass
-
-
-async def _remote(**_: Any) -> str:  # pragma: no cover - never called: tools run in activities
-    raise RuntimeError("worker tools run in the call_tool activity")
-
-
-def _descriptor(info: ToolInfo) -> Tool:
-    """A stand-in Tool carrying what the loop needs to schedule calls (name, parallelism)."""
-    return Tool(
-        name=info.name,
-        description="",
-        args_model=_NoArgs,
-        handler=_remote,
-        parallel_safe=info.parallel_safe,
-        retry=ToolRetry(
-            max_attempts=info.max_attempts,
-            initial_interval=info.initial_interval,
-            backoff=info.backoff,
-            max_interval=info.max_interval,
-            non_retryable=tuple(info.non_retryable),
-        ),
-        timeout=info.timeout,
-    )
 
 
 @workflow.defn(name="durable_agent.run")
@@ -149,7 +100,7 @@ class RunWorkflow:
         """A cancellation that arrived during an append, raised once that append is recorded."""
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
-        self._tools: _ActivityTools | None = None
+        self._tools: ActivityTools | None = None
         self._committed: dict[str, StoredTimes] = {}
         """Entries their producing activity already stored (ID -> stored times): their commit
         records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
@@ -358,38 +309,37 @@ class RunWorkflow:
         self._engine = engine
         max_turns = inp.options.get("max_turns", info.max_turns)
         remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
-        self._tools = _ActivityTools(self, {i.name: i for i in info.tools})
+        self._tools = ActivityTools(self, {i.name: i for i in info.tools})
         loop = ModelLoop(
-            _ActivityModel(self),
-            AgentOptions(tools=tuple(_descriptor(i) for i in info.tools), max_turns=remaining),
+            ActivityModel(self),
+            AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=self._tools,
         )
         inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
+        repairs = []
+        if not inp.resumed:
+            now = workflow.now()
+            repairs = [
+                MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
+            ]
         try:
-            receipt = []
-            if not inp.resumed:
-                now = workflow.now()
-                repairs = [
-                    MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
-                ]
-                receipt = await engine.start(inputs, repairs)
-            await engine.drive(loop, inputs, receipt, resumed=inp.resumed)
-            aborted = False
+            # as in-process; cancelled: the partial reply (if the model call was cut), then a
+            # cancelled result for every unanswered call, each with its receipt
+            await engine.run(
+                loop,
+                inputs,
+                repairs,
+                resumed=inp.resumed,
+                aborted=self._take_aborted,
+                cancelled=is_cancellation,
+                shield=False,
+            )
+        except RunCancelledError:
+            raise CancelledError("run cancelled") from None
         except Exception as exc:
-            if not is_cancellation(exc):
-                engine.status = "failed"
-                raise run_failure(exc) from exc
-            aborted = True
-        except asyncio.CancelledError:
-            aborted = True
-        if aborted:
-            # as in-process: the partial reply (if the model call was cut), then a cancelled
-            # result for every unanswered call, each with its receipt
-            reply, self._aborted_reply = self._aborted_reply, None
-            if reply is not None:
-                await engine.store_message(reply)
-            await engine.cancel()
-            raise CancelledError("run cancelled")
+            if engine.status != "failed":
+                raise  # the cancel steps themselves failed: as ever, not the run's failure
+            raise run_failure(exc) from exc
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
@@ -398,7 +348,60 @@ class RunWorkflow:
             turn_count=engine.turn_count,
         )
 
-    # used by the proxies
+    # -- the proxies' host (RunHost) ----------------------------------------------------------
+
+    @property
+    def engine(self) -> RunEngine:
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def session_id(self) -> str:
+        return self._run_input.session_id
+
+    @property
+    def agent(self) -> str:
+        return self._run_input.agent
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._run_input.timeouts
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return self._run_input.options
+
+    @property
+    def _run_input(self) -> RunInput:
+        assert self._input is not None
+        return self._input
+
+    def producer_committed(
+        self,
+        entry_id: str,
+        stored: StoredTimes,
+        tool_call_id: str | None = None,
+        *,
+        landed: Message | None = None,
+    ) -> None:
+        self._committed[entry_id] = stored
+        self.engine.expect_committed(
+            entry_id, parse_time(stored.created_at), tool_call_id, landed=landed
+        )
+
+    def defer_cancel(self) -> None:
+        self._cancel_deferred = True
+
+    def keep_aborted(self, reply: Message) -> None:
+        self._aborted_reply = reply
+
+    def _take_aborted(self) -> Message | None:
+        reply, self._aborted_reply = self._aborted_reply, None
+        return reply
+
+    def fail_turn(self, error: PayloadTooLargeError) -> None:
+        if self._too_large is None:
+            self._too_large = error
 
     def model_call(self) -> CallModelInput:
         inp, engine = self._input, self._engine
@@ -427,257 +430,3 @@ def _last_turn(events: list[WireEvent], turns: int = 1) -> list[WireEvent]:
             if seen == turns:
                 return events[i:]
     return events[-50 * turns :] if seen == 0 else events
-
-
-def store_summary(entries: list[Any]) -> str:
-    """What an ``append_entries`` activity stores, in words (its summary in the Temporal UI)."""
-    messages = [e.message for e in entries if isinstance(e, MessageEntry)]
-    repairs = sum(1 for e in entries if isinstance(e, MessageEntry) and e.synthetic)
-    rest = len(entries) - repairs
-    parts = []
-    if repairs:
-        parts.append(f"repair ({repairs} call{'' if repairs == 1 else 's'})")
-    if rest:
-        results = [m for m in messages if m.role == "tool_result"]
-        if messages and len(results) == rest and all(m.is_error for m in results):
-            cancelled = all(m.text() == "tool execution cancelled" for m in results)
-            parts.append("cancellation results" if cancelled else "tool failure results")
-        elif len(messages) == rest and all(m.role == "assistant" for m in messages):
-            parts.append("model reply")
-        elif messages and len(results) == rest:
-            parts.append("tool results")
-        else:
-            parts.append("input")
-    return "store " + " + ".join(parts)
-
-
-class _ActivityModel:
-    """The loop's model inside the workflow: one ``call_model`` activity per call.
-
-    ``message_start`` is emitted when the call is scheduled (activities do not stream into
-    history); the reply arrives whole, with its usage and stop reason.
-    """
-
-    def __init__(self, wf: RunWorkflow) -> None:
-        self.wf = wf
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        yield ModelEvent(type="start", partial=Message(role="assistant"))
-        wf = self.wf
-        inp = wf._input
-        assert inp is not None
-        t = inp.timeouts
-        # the plain model_retry option means the same as in-process: attempts and first backoff
-        retry = inp.options.get("model_retry") or {}
-        attempts = int(retry.get("max_attempts", t.model_max_attempts))
-        initial = float(retry.get("initial_interval", t.retry_initial))
-        engine = wf._engine
-        assert engine is not None
-        call = wf.model_call()
-        stamp: Stamp | None = None
-        if workflow.patched(PRODUCER_COMMIT):
-            # the producer commits its own reply under this header: one activity per turn
-            stamp = Stamp(
-                id=workflow_id_new(),
-                parent_id=engine.leaf_id or None,
-                created_at=format_time(workflow.now()),
-            )
-            call = call.model_copy(update={"stamp": stamp})
-        try:
-            reply = await call_activity(
-                "durable_agent.call_model",
-                call,
-                ModelReply,
-                start_to_close=t.model_start_to_close,
-                heartbeat=t.model_heartbeat,
-                retry=RetryPolicy(
-                    initial_interval=timedelta(seconds=max(initial, 0.01)),
-                    maximum_interval=timedelta(seconds=t.retry_max),
-                    maximum_attempts=attempts,
-                    non_retryable_error_types=["UnknownAgentError", "EntryNotFoundError"],
-                ),
-                summary=f"model call (turn {(wf._engine.turn_count if wf._engine else 0) + 1})",
-                wait_for_cancel=True,
-            )
-        except ActivityError as exc:
-            if is_cancellation(exc):
-                raise asyncio.CancelledError() from exc
-            if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
-                # The user cancelled while the call could not answer (its worker died): the
-                # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
-                raise asyncio.CancelledError() from exc
-            kind, text = activity_failure(exc)
-            if kind == "ModelError":
-                raise model_error(exc.cause, text) from exc
-            raise
-        if reply.cancelled and reply.stored is None:
-            # the run is being cancelled: the workflow stores the partial reply on its cancel
-            # path, like the in-process engine (no turn_end or agent_end follows)
-            wf._aborted_reply = reply.message
-            raise asyncio.CancelledError()
-        if reply.stored is not None and (
-            reply.cancelled or workflow.cancellation_reason() is not None
-        ):
-            # the run was cancelled while the activity stored the complete reply (the activity
-            # may not have heard of it): the reply gets its receipt, then the cancellation
-            # proceeds (see emit)
-            wf._cancel_deferred = True
-        if stamp is not None and reply.stored is not None:
-            wf._committed[stamp.id] = reply.stored
-            engine.expect_committed(stamp.id, parse_time(reply.stored.created_at))
-        yield ModelEvent(type="done", partial=reply.message)
-
-
-class _ActivityTools:
-    """Runs each tool call as a ``call_tool`` activity with the tool's own retry policy; a call
-    the retries give up on is answered with ``tool execution failed: …`` (SPEC §5.3).
-
-    **Who commits a result** (issue 10 item 2). A call that runs alone (a turn's only call, or
-    one of a turn's sequential calls) gets a stamp, parent = the current leaf, and ``call_tool``
-    commits its result under it (stamp-first lookup: a result that is stored never runs again),
-    so the tool leg costs one activity. A turn's *parallel* calls get no stamp: their results
-    are committed in **one batch** (one ``append_entries``, chained in call order) once all of
-    them finished, and the engine records them one receipt each.
-    Producers committing concurrently would land in completion order, and SPEC §2.1 resumes from
-    the **last entry in append order** while §4.4 chains results **in call order**: a reopened
-    handle (or a run terminated mid-batch) would resume from the wrong result, or from a chain
-    with a hole where an earlier call's result never landed. Committing after the batch keeps
-    append order == chain order; a crash mid-batch loses nothing either, because the results
-    of finished calls are in the workflow's history and are not run again.
-    """
-
-    def __init__(self, wf: RunWorkflow, tools: dict[str, ToolInfo]) -> None:
-        self.wf = wf
-        self.tools = tools
-        self._finished: dict[str, Message] = {}
-        """Results of this turn's parallel calls, by call ID, until they are committed."""
-
-    def batch_after(self, durable: list[Entry]) -> list[Entry]:
-        """The rest of a parallel batch to append with ``durable`` (the engine's commit of the
-        batch's first result), chained after it in call order; ``[]`` when ``durable`` is not
-        such a result or the batch is not complete."""
-        engine = self.wf._engine
-        assert engine is not None
-        if len(durable) != 1 or not isinstance(durable[0], MessageEntry):
-            return []
-        first = durable[0]
-        pending = [c.id for c in engine.pending_calls]
-        if not pending or first.message.tool_call_id != pending[0] or len(pending) < 2:
-            return []
-        rest = pending[1:]
-        if len(set(pending)) != len(pending) or any(i not in self._finished for i in rest):
-            return []
-        if not workflow.patched(TOOL_COMMIT):
-            return []
-        parent, out = first.id, list[Entry]()
-        for call_id in rest:
-            entry = MessageEntry(
-                id=workflow_id_new(),
-                parent_id=parent,
-                created_at=first.created_at,
-                message=self._finished[call_id],
-            )
-            out.append(entry)
-            parent = entry.id
-        return out
-
-    def batch_committed(self, extra: list[Entry], times: list[StoredTimes]) -> None:
-        """The batch's later results are stored: the engine records each under its ID."""
-        engine = self.wf._engine
-        assert engine is not None
-        for entry, stored in zip(extra, times, strict=True):
-            assert isinstance(entry, MessageEntry)
-            call_id = entry.message.tool_call_id
-            self._finished.pop(call_id or "", None)
-            self.wf._committed[entry.id] = stored
-            engine.expect_committed(entry.id, parse_time(stored.created_at), call_id)
-
-    def _runs_alone(self, call: ToolCall) -> bool:
-        """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
-        there are several and every called tool is parallel-safe."""
-        engine = self.wf._engine
-        assert engine is not None
-        turn = next((m for m in reversed(engine.produced) if m.role == "assistant"), None)
-        calls = [c for c in turn.tool_calls() if not c.server] if turn is not None else [call]
-        infos = [self.tools.get(c.name) for c in calls]
-        return not (len(calls) > 1 and all(i is not None and i.parallel_safe for i in infos))
-
-    def _stamp(self, call: ToolCall) -> Stamp | None:
-        engine = self.wf._engine
-        assert engine is not None
-        if not self._runs_alone(call) or not workflow.patched(TOOL_COMMIT):
-            return None
-        return Stamp(
-            id=workflow_id_new(),
-            parent_id=engine.leaf_id or None,
-            created_at=format_time(workflow.now()),
-        )
-
-    async def execute(
-        self, tool: Tool | None, call: ToolCall, report: Callable[[str], Awaitable[None]]
-    ) -> Message:
-        inp, engine = self.wf._input, self.wf._engine
-        assert inp is not None and engine is not None
-        info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
-        stamp = self._stamp(call)
-        t = inp.timeouts
-        try:
-            answer: Message | ToolReply = await call_activity(
-                "durable_agent.call_tool",
-                CallToolInput(
-                    session_id=inp.session_id,
-                    agent=inp.agent,
-                    call=call.model_dump(mode="json"),
-                    stamp=stamp,
-                ),
-                Message if stamp is None else ToolReply,
-                start_to_close=info.timeout,
-                heartbeat=t.tool_heartbeat,
-                retry=tool_retry(info, t),
-                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
-                # a stamped attempt may commit while a cancel is on its way: wait for its
-                # outcome, so a stored result gets its receipt instead of a cancelled sibling
-                wait_for_cancel=stamp is not None,
-            )
-        except ActivityError as exc:
-            if is_cancellation(exc):
-                raise asyncio.CancelledError() from exc
-            kind, text = activity_failure(exc)
-            if kind == PAYLOAD_TOO_LARGE and self.wf._too_large is None:
-                self.wf._too_large = PayloadTooLargeError(text)
-            answer = error_tool_result_message(
-                call.id,
-                call.name,
-                f"tool execution failed: {kind}: {text}",
-                timestamp=workflow.now(),
-            )
-            stamp = None
-        if isinstance(answer, Message):
-            if not self._runs_alone(call):
-                self._finished[call.id] = answer
-            return answer
-        assert stamp is not None
-        landed: Message | None = None
-        if workflow.cancellation_reason() is not None:
-            self.wf._cancel_deferred = True  # recorded first, then the cancellation proceeds
-            if workflow.patched(TOOL_LANDED):
-                # the loop may be unwinding already and never yield it: the engine's cancel
-                # records it instead of a "cancelled" sibling (issue 11 item 1 on Temporal)
-                landed = answer.message
-        self.wf._committed[stamp.id] = answer.stored
-        engine.expect_committed(
-            stamp.id, parse_time(answer.stored.created_at), call.id, landed=landed
-        )
-        return answer.message
-
-
-def tool_retry(info: ToolInfo, t: Timeouts) -> RetryPolicy:
-    """The tool's own retry policy (attempts, backoff); a crashed worker is noticed by the
-    heartbeat timeout, as for model calls."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=info.initial_interval),
-        backoff_coefficient=info.backoff,
-        maximum_interval=timedelta(seconds=max(info.max_interval, 1.0)),
-        maximum_attempts=info.max_attempts,
-        non_retryable_error_types=[*info.non_retryable, "PayloadTooLargeError"],
-    )
