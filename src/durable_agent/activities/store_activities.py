@@ -14,7 +14,6 @@ from ..ai.model import ModelError
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.errors import CompactError
 from ..durable.publisher import publish_one
-from ..session.entries import MessageEntry
 from ..session.errors import SessionError
 from ..session.repair import start_repairs
 from ..session.store import open_session
@@ -82,10 +81,8 @@ class StoreActivities(ActivityBase):
             )
             for t in spec.tools
         ]
-        turns = sum(1 for e in p if isinstance(e, MessageEntry) and e.message.role == "assistant")
         return PathInfo(
             repairs=[e.message for e in repairs],
-            turn_count=turns,
             tools=tools,
             max_turns=spec.max_turns,
         )

@@ -104,7 +104,9 @@ class PathInfo(FrozenModel):
     """``load_path``'s answer: the repairs a run must store first, and the agent's tools."""
 
     repairs: list[Message]
-    turn_count: int
+    turn_count: int = 0
+    """Never read, no longer computed: kept (always 0) because a worker of an earlier version
+    requires it when it decodes this result, during a rolling deploy or a rollback."""
     tools: list[ToolInfo]
     max_turns: int | None
 

@@ -239,6 +239,80 @@ async def _wait_for_ctrl_c() -> None:
             loop.remove_signal_handler(sig)
 
 
+async def _edit_fork_compact(console: Console, agent: Agent, session_id: str) -> Agent:
+    """Steps 4-6: a branch (edit the last question), a fork, a compaction; returns the fork."""
+    _step(console, 4, "A branch: edit the last question")
+    question = next(
+        e
+        for e in reversed(agent.entries())
+        if isinstance(e, MessageEntry) and e.message.role == "user"
+    )
+    old_leaf = agent.leaf_id
+    await agent.branch(question.parent_id or "")
+    console.print(
+        f"  leaf moved {old_leaf} → {agent.leaf_id} (just before “{question.message.text()}”); "
+        "the old answer stays in the tree"
+    )
+    await _ask(console, agent, "Crunch the Q4 numbers instead.")
+
+    _step(console, 5, "A fork: a new session that starts from this path")
+    child = await agent.fork(f"{session_id}-fork")
+    console.print(
+        f"  forked {child.session_id} (parent {session_id}) with {len(child.entries())} "
+        "copied entries; the two now evolve independently"
+    )
+    await _ask(console, child, "Turn this into a one-line note for the team.")
+
+    _step(console, 6, "A compaction: summarize, keep the last turn verbatim")
+    before = len(agent.messages())
+    compaction = await agent.compact(keep_turns=1)
+    if compaction is None:
+        console.print("  nothing to compact")
+    else:
+        console.print(
+            f"  stored compaction {compaction.id} (about {compaction.tokens_before} tokens "
+            f"summarized): the model now sees {len(agent.messages())} messages instead of "
+            f"{before}; nothing was deleted"
+        )
+        console.print(f"  [yellow]summary ▸[/] {compaction.summary}")
+    await _ask(console, agent, "What do we know so far?")
+
+    return child
+
+
+async def _show_tree_and_ui(
+    console: Console,
+    client: Client,
+    server: DevServer,
+    sessions: tuple[Agent, Agent],
+    keep: bool,
+) -> None:
+    """Steps 7-8: the transcript trees, then where the runs are in the Temporal Web UI."""
+    agent, child = sessions
+    session_id = agent.session_id
+    _step(console, 7, "The transcript tree")
+    console.print(render_tree(agent.entries(), agent.leaf_id, f"session {session_id}"))
+    console.print(render_tree(child.entries(), child.leaf_id, f"session {child.session_id}"))
+
+    _step(console, 8, "Inspect the runs in the Temporal Web UI")
+    runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
+    console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
+    if server.ui_url:
+        console.print(f"  [bold link]{server.workflows_url(session_id)}[/]", soft_wrap=True)
+        if not keep:
+            console.print(
+                "  (the server stops with the demo; `durable-agent demo --keep` or "
+                "`durable-agent dev` serve the same database, runs included)"
+            )
+    console.print(
+        f"  Read it back later: durable-agent show {session_id} --tree   "
+        f"(or: durable-agent sessions)"
+    )
+    if keep:
+        console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
+        await _wait_for_ctrl_c()
+
+
 async def run_demo(console: Console, *, keep: bool = False) -> int:
     """The demo; returns the exit code. ``keep`` leaves the server and worker up until Ctrl-C,
     to look around the Web UI."""
@@ -302,62 +376,7 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
         _step(console, 3, "A worker killed mid-run, replaced, and the run finishes anyway")
         await _crash_turn(console, stack, server, client, agent)
 
-        _step(console, 4, "A branch: edit the last question")
-        question = next(
-            e
-            for e in reversed(agent.entries())
-            if isinstance(e, MessageEntry) and e.message.role == "user"
-        )
-        old_leaf = agent.leaf_id
-        await agent.branch(question.parent_id or "")
-        console.print(
-            f"  leaf moved {old_leaf} → {agent.leaf_id} (just before “{question.message.text()}”); "
-            "the old answer stays in the tree"
-        )
-        await _ask(console, agent, "Crunch the Q4 numbers instead.")
-
-        _step(console, 5, "A fork: a new session that starts from this path")
-        child = await agent.fork(f"{session_id}-fork")
-        console.print(
-            f"  forked {child.session_id} (parent {session_id}) with {len(child.entries())} "
-            "copied entries; the two now evolve independently"
-        )
-        await _ask(console, child, "Turn this into a one-line note for the team.")
-
-        _step(console, 6, "A compaction: summarize, keep the last turn verbatim")
-        before = len(agent.messages())
-        compaction = await agent.compact(keep_turns=1)
-        if compaction is None:
-            console.print("  nothing to compact")
-        else:
-            console.print(
-                f"  stored compaction {compaction.id} (about {compaction.tokens_before} tokens "
-                f"summarized): the model now sees {len(agent.messages())} messages instead of "
-                f"{before}; nothing was deleted"
-            )
-            console.print(f"  [yellow]summary ▸[/] {compaction.summary}")
-        await _ask(console, agent, "What do we know so far?")
-
-        _step(console, 7, "The transcript tree")
-        console.print(render_tree(agent.entries(), agent.leaf_id, f"session {session_id}"))
-        console.print(render_tree(child.entries(), child.leaf_id, f"session {child.session_id}"))
-
-        _step(console, 8, "Inspect the runs in the Temporal Web UI")
-        runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
-        console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
-        if server.ui_url:
-            console.print(f"  [bold link]{server.workflows_url(session_id)}[/]", soft_wrap=True)
-            if not keep:
-                console.print(
-                    "  (the server stops with the demo; `durable-agent demo --keep` or "
-                    "`durable-agent dev` serve the same database, runs included)"
-                )
-        console.print(
-            f"  Read it back later: durable-agent show {session_id} --tree   "
-            f"(or: durable-agent sessions)"
-        )
-        if keep:
-            console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
-            await _wait_for_ctrl_c()
+        child = await _edit_fork_compact(console, agent, session_id)
+        await _show_tree_and_ui(console, client, server, (agent, child), keep)
     console.print(f"\n[bold green]Demo complete[/] in {time.monotonic() - t_start:.1f} s.")
     return 0

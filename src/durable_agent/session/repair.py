@@ -9,6 +9,7 @@ providers reject. :func:`repair_tool_calls` is a pure projection applied to ever
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from ..ai.messages import Message, ToolCall, error_tool_result_message
 from .entries import MessageEntry
@@ -17,6 +18,7 @@ __all__ = [
     "INTERRUPTED_TEXT",
     "dangling_calls",
     "interrupted_result",
+    "repair_entries",
     "repair_tool_calls",
     "start_repairs",
 ]
@@ -101,4 +103,15 @@ def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
     while view[j - 1].role == "tool_result":
         j -= 1
     dangling = view[j - 1]
-    return [MessageEntry(message=interrupted_result(c, dangling), synthetic=True) for c in calls]
+    return repair_entries([interrupted_result(c, dangling) for c in calls])
+
+
+def repair_entries(
+    results: Sequence[Message], created_at: datetime | None = None
+) -> list[MessageEntry]:
+    """The entries that store run-start repair results: synthetic (SPEC §5.2), so the history
+    view keeps projecting them where the dangling message is. The Temporal run builds its own
+    from the results ``load_path`` computed with :func:`start_repairs`."""
+    if created_at is None:
+        return [MessageEntry(message=m, synthetic=True) for m in results]
+    return [MessageEntry(message=m, synthetic=True, created_at=created_at) for m in results]

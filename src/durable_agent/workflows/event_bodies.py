@@ -32,6 +32,7 @@ __all__ = [
     "carried",
     "encoded_size",
     "hydrate",
+    "last_turns",
     "needed_ids",
     "result_tail",
     "slim",
@@ -175,6 +176,18 @@ def carried(events: list[WireEvent]) -> list[WireEvent]:
 
 RESULT_TAIL_BUDGET = 64 * 1024
 """Bytes of events a run's result carries at most."""
+
+
+def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
+    """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
+    seen = 0
+    for i in range(len(events) - 1, -1, -1):
+        agent = events[i].agent
+        if agent is not None and agent.type == "turn_start":
+            seen += 1
+            if seen == turns:
+                return events[i:]
+    return events[-50 * turns :] if seen == 0 else events
 
 
 def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:

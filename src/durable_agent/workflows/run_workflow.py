@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.limits import check_payload
     from ..durable.persist import Stamped, is_durable
     from ..session.codec import encode_entry
-    from ..session.entries import MessageEntry
+    from ..session.repair import repair_entries
     from .activity_calls import (
         SESSION_ID_KEY,
         call_activity,
@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         BodyTracker,
         carried,
         encoded_size,
+        last_turns,
         result_tail,
         slim,
     )
@@ -279,9 +280,9 @@ class RunWorkflow:
             # positions and entry IDs, not message bodies: the input stays a few KB whatever
             # the messages (issue 16), so it can hold the last two turns, and a client that
             # polled just before the previous turn's end does not see a gap
-            last_turn = carried(_last_turn(self._events, turns=CARRIED_TURNS))
+            last_turn = carried(last_turns(self._events, CARRIED_TURNS))
         else:
-            last_turn = _last_turn(self._events)
+            last_turn = last_turns(self._events, 1)
         workflow.continue_as_new(
             inp.model_copy(
                 update={
@@ -327,12 +328,7 @@ class RunWorkflow:
             tool_executor=self._tools,
         )
         inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
-        repairs = []
-        if not inp.resumed:
-            now = workflow.now()
-            repairs = [
-                MessageEntry(message=m, synthetic=True, created_at=now) for m in info.repairs
-            ]
+        repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
             # as in-process; cancelled: the partial reply (if the model call was cut), then a
             # cancelled result for every unanswered call, each with its receipt
@@ -438,15 +434,3 @@ class RunWorkflow:
             run_id=inp.run_id,
             position=self._next_position - 1,
         )
-
-
-def _last_turn(events: list[WireEvent], turns: int = 1) -> list[WireEvent]:
-    """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
-    seen = 0
-    for i in range(len(events) - 1, -1, -1):
-        agent = events[i].agent
-        if agent is not None and agent.type == "turn_start":
-            seen += 1
-            if seen == turns:
-                return events[i:]
-    return events[-50 * turns :] if seen == 0 else events
