@@ -70,7 +70,10 @@ async def test_one_trace_per_run_with_model_tool_and_store_spans(address: str) -
     async with running_worker(
         client, store, {"a": AgentSpec(model=lm, tools=(weather,))}, task_queue=q
     ):
-        agent = await new("a", store=store, session_id=sid("otel"), executor=executor(client, q))
+        # poll at once (a run this short would otherwise end before the first poll, and the
+        # client takes its events from the result): the polls' spans are asserted below
+        ex = executor(client, q, poll_initial=0.0)
+        agent = await new("a", store=store, session_id=sid("otel"), executor=ex)
         first, second = run_id(), run_id()
         outcome = await consume(await agent.run("what's the weather?", run_id=first))
         assert outcome.error is None, repr(outcome.error)
