@@ -21,8 +21,9 @@ from durable_agent import Reply, RetryPolicy, ScriptedModel, ToolCall, new, tool
 from durable_agent.session import Entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
+from tests.support.polling import eventually
 from tests.support.temporal import FAST, running_worker
-from tests.temporal.helpers import eventually, executor, messages_of, queue, run_id, sid
+from tests.temporal.helpers import executor, messages_of, queue, run_id, sid
 
 pytestmark = pytest.mark.temporal
 
