@@ -193,7 +193,7 @@ async def run_point(
         res["machine_busy_pct"] = 200.0 * (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
         res["mongo_ops_per_s"] = (_client_ops(fleet, client_ops, finals) - ops0) / wall
         res["server_ops_per_s"] = (server1 - server0) / wall
-        wft, act_history = await schedule_to_start(
+        wft, act_history, retried = await schedule_to_start(
             ctx.client, [r.workflow_id for r in driver.records]
         )
         waits: dict[str, list[float]] = {"tool": [], "model": []}
@@ -204,6 +204,8 @@ async def run_point(
         res["act_s2s_ms"] = _p50_p95(waits["tool"])
         res["model_start_ms"] = _p50_p95(waits["model"])
         res["act_s2s_history_ms"] = _p50_p95(act_history)
+        res["activities_retried"] = retried
+        res["histories_read"] = min(len(driver.records), 300)
         res["act_eager_share"] = sum(1 for x in act_history if x < 0.001) / max(1, len(act_history))
         await driver.stop_unfinished()  # status read, then terminated: nothing writes any more
         verdict = await audit(store, driver)

@@ -112,7 +112,8 @@ def _print_audit(r: dict[str, Any]) -> None:
     print(
         f"  {a['line']}  | waits returned {a['waits_returned']}/{a['runs']}, {failed}, "
         f"{unfinished}; tool calls {a['tool_calls']} (not answered exactly once: "
-        f"{a['misanswered']}), off-chain {a['off_chain']}, unexpected {a['unexpected']}"
+        f"{a['misanswered']}), off-chain {a['off_chain']}, unexpected {a['unexpected']}; "
+        f"activities on a retry {r['activities_retried']} (of {r['histories_read']} runs read)"
     )
     if r["turns_asked"] < r["turns_planned"] or a["unfinished"]:
         print(
