@@ -90,11 +90,12 @@ def mongo_ops(uri: str) -> tuple[int, str]:
     return total, "FerretDB serverStatus metrics.commands (no opcounters)"
 
 
-async def _latencies(client: Client, workflow_id: str) -> tuple[list[float], list[float]]:
+async def _latencies(client: Client, workflow_id: str) -> tuple[list[float], list[float], int]:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     scheduled: dict[int, float] = {}
     wft: list[float] = []
     act: list[float] = []
+    retried = 0
     for event in history.events:
         t = event.event_time.ToDatetime().timestamp()
         if event.event_type in (
@@ -107,26 +108,32 @@ async def _latencies(client: Client, workflow_id: str) -> tuple[list[float], lis
             if sid in scheduled:
                 wft.append(t - scheduled[sid])
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            sid = event.activity_task_started_event_attributes.scheduled_event_id
-            if sid in scheduled:
-                act.append(t - scheduled[sid])
-    return wft, act
+            started = event.activity_task_started_event_attributes
+            retried += started.attempt > 1
+            if started.scheduled_event_id in scheduled:
+                act.append(t - scheduled[started.scheduled_event_id])
+    return wft, act, retried
 
 
 async def schedule_to_start(
     client: Client, workflow_ids: Iterable[str], *, limit: int = 300, concurrency: int = 8
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], int]:
     """Workflow-task and activity schedule-to-start latencies (seconds) over up to ``limit``
-    runs' histories, read ``concurrency`` at a time."""
+    runs' histories, read ``concurrency`` at a time, and how many of their activities ended
+    on a later attempt (an attempt failed or timed out first: a heartbeat missed under load)."""
     ids: Sequence[str] = list(workflow_ids)
     if len(ids) > limit:  # an even spread over the point, not just its start
         step = len(ids) / limit
         ids = [ids[int(i * step)] for i in range(limit)]
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(wid: str) -> tuple[list[float], list[float]]:
+    async def one(wid: str) -> tuple[list[float], list[float], int]:
         async with gate:
             return await _latencies(client, wid)
 
     results = await asyncio.gather(*(one(w) for w in ids))
-    return [x for r in results for x in r[0]], [x for r in results for x in r[1]]
+    return (
+        [x for r in results for x in r[0]],
+        [x for r in results for x in r[1]],
+        sum(r[2] for r in results),
+    )

@@ -53,6 +53,11 @@ class Context:
     tuning: dict[str, int] = field(default_factory=dict)
     budget: float | None = None
     """Seconds each curve point starts new turns for (the kill point always runs every turn)."""
+    drain: float = 120.0
+    """Seconds after ``budget`` a curve point still waits for the runs in flight; those left
+    are reported unfinished at budget (with their server status) and terminated."""
+    kill_cut: float = 300.0
+    """Seconds the kill point waits for all its runs at most."""
 
 
 def _db_uri(base: str, name: str) -> str:
@@ -133,8 +138,9 @@ async def run_point(
         await asyncio.gather(*(fleet.start() for _ in range(workers)))
         store = MongoStore(mongo[name])
         budget = None if kill else ctx.budget
+        cut = ctx.kill_cut if budget is None else budget + ctx.drain
         driver = LoadDriver(
-            ctx.client, store, queue, sessions, ctx.turns, ctx.timeouts, budget=budget
+            ctx.client, store, queue, sessions, ctx.turns, ctx.timeouts, budget=budget, cut=cut
         )
         first = {p.pid: proc_sample(p.pid) for p in fleet.procs}
         others = {k: proc_sample(pid) for k, pid in ctx.pids.items()}
@@ -165,12 +171,15 @@ async def run_point(
         }
         res["seconds"] = wall
         res["budget_s"] = budget
+        res["cut_s"] = cut
+        res["turns_asked"] = len(driver.records)
+        res["turns_planned"] = driver.planned
         if budget is not None and wall > budget:
             # the steady state: every session busy; the drain after the budget is left out
             res["turns_per_s"] = driver.completed_within(budget) / budget
         else:
             res["turns_per_s"] = driver.completed() / wall
-        latencies = [r.latency for r in driver.records if r.error is None]
+        latencies = [r.latency for r in driver.records if r.returned]
         res["run_latency_s"] = {
             q: pct(latencies, v) for q, v in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
         }
@@ -184,7 +193,7 @@ async def run_point(
         res["machine_busy_pct"] = 200.0 * (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
         res["mongo_ops_per_s"] = (_client_ops(fleet, client_ops, finals) - ops0) / wall
         res["server_ops_per_s"] = (server1 - server0) / wall
-        wft, act_history = await schedule_to_start(
+        wft, act_history, retried = await schedule_to_start(
             ctx.client, [r.workflow_id for r in driver.records]
         )
         waits: dict[str, list[float]] = {"tool": [], "model": []}
@@ -195,11 +204,17 @@ async def run_point(
         res["act_s2s_ms"] = _p50_p95(waits["tool"])
         res["model_start_ms"] = _p50_p95(waits["model"])
         res["act_s2s_history_ms"] = _p50_p95(act_history)
+        res["activities_retried"] = retried
+        res["histories_read"] = min(len(driver.records), 300)
         res["act_eager_share"] = sum(1 for x in act_history if x < 0.001) / max(1, len(act_history))
+        await driver.stop_unfinished()  # status read, then terminated: nothing writes any more
         verdict = await audit(store, driver)
         res["audit"] = {
             "runs": verdict.runs,
             "waits_returned": verdict.waits_returned,
+            "failed": verdict.failed,
+            "unfinished": verdict.unfinished,
+            "statuses": verdict.statuses,
             "lost": verdict.lost,
             "duplicated": verdict.duplicated,
             "tool_calls": verdict.tool_calls,
@@ -209,7 +224,13 @@ async def run_point(
             "problems": verdict.problems[:10],
             "line": verdict.line(1 if kill else 0),
             "clean": verdict.clean,
+            "complete": verdict.complete,
         }
+        res["not_returned"] = [
+            {"workflow_id": r.workflow_id, "turn": r.turn, "status": r.status, "error": r.error}
+            for r in driver.records
+            if not r.returned
+        ]
     finally:
         fleet.stop_all()
         await mongo.drop_database(name)

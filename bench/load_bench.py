@@ -19,11 +19,14 @@ included). Then the kill point: 2 workers, 50 sessions of all their turns, the f
 SIGKILLed mid-activity, a replacement joining later; the store audit prints
 ``runs <n> kills <k> lost <l> duplicated <d>``. Every point is audited the same way.
 
-Bounded: each curve point starts new turns for ``--point-seconds`` (default 20; sessions then
-finish the turn in flight, and the audit expects exactly the turns each session started), each run
-has an execution timeout, and the whole script stops itself after ``--max-seconds``; everything it
-started is stopped by PID. The default curve plus the kill point takes about 4-5 minutes on 2
-cores (more on a busy machine).
+Bounded: each curve point starts new turns for ``--point-seconds`` (default 20), then waits at
+most ``--drain-seconds`` (default 120) for the runs in flight; each run has an execution timeout,
+and the whole script stops itself after ``--max-seconds``; everything it started is stopped by
+PID. The audit counts only the turns the client asked for: a turn never started because the
+budget was spent is not lost, and a point whose budget cut its load short says so on its own
+line (turns asked for of S x T; runs unfinished at budget, with their status on the server, are
+terminated and counted apart from failed runs). The default curve plus the kill point takes
+about 6 minutes on 2 cores (more on a busy machine).
 
 Run: ``make bench-load`` or ``.venv/bin/python bench/load_bench.py [--json PATH]``.
 """
@@ -92,13 +95,32 @@ def _print_kill(r: dict[str, Any]) -> None:
     )
 
 
+def _statuses(a: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(a["statuses"].items()))
+
+
 def _print_audit(r: dict[str, Any]) -> None:
+    """The store audit of a point, and plainly whether its budget cut the load short."""
     a = r["audit"]
+    failed = f"failed {a['failed']}"
+    unfinished = f"unfinished at budget {a['unfinished']}"
+    if a["statuses"]:
+        note = f" (server: {_statuses(a)})"
+        failed, unfinished = (
+            (failed + note, unfinished) if a["failed"] else (failed, unfinished + note)
+        )
     print(
-        f"  {a['line']}  | waits returned {a['waits_returned']}/{a['runs']}, tool calls "
-        f"{a['tool_calls']} (not answered exactly once: {a['misanswered']}), off-chain "
-        f"{a['off_chain']}, unexpected {a['unexpected']}"
+        f"  {a['line']}  | waits returned {a['waits_returned']}/{a['runs']}, {failed}, "
+        f"{unfinished}; tool calls {a['tool_calls']} (not answered exactly once: "
+        f"{a['misanswered']}), off-chain {a['off_chain']}, unexpected {a['unexpected']}; "
+        f"activities on a retry {r['activities_retried']} (of {r['histories_read']} runs read)"
     )
+    if r["turns_asked"] < r["turns_planned"] or a["unfinished"]:
+        print(
+            f"  budget hit: {r['turns_asked']} of {r['turns_planned']} turns asked for (new "
+            f"turns for {r['budget_s'] or 0:.0f} s, waits cut at {r['cut_s']:.0f} s); the rest "
+            "were never started, so they are neither lost nor counted"
+        )
     for problem in a["problems"]:
         print(f"    ! {problem}")
 
@@ -110,8 +132,7 @@ async def _points(ctx: Context, args: argparse.Namespace, results: dict[str, Any
             r = await run_point(ctx, w, s)
             results["points"].append(r)
             print(_row(r), flush=True)
-            if not r["audit"]["clean"]:
-                _print_audit(r)
+            _print_audit(r)
     if args.kill_sessions:
         print(f"\nworker killed under load (2 workers, {args.kill_sessions} sessions):")
         print(HEADER)
@@ -141,6 +162,7 @@ async def bench_main(args: argparse.Namespace) -> dict[str, Any]:
             timeouts=TIMEOUTS,
             tuning=args.tuning,
             budget=args.point_seconds or None,
+            drain=args.drain_seconds,
         )
         print(
             f"Temporal dev server {server.address} (pid {server.pid}), FerretDB {ferret.uri} "
@@ -199,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         default=20.0,
         help="seconds each curve point starts new turns for (default 20; 0: all turns)",
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=120.0,
+        help="seconds a curve point then waits for its runs in flight (default 120); those "
+        "left are reported as unfinished at budget, with their server status",
+    )
     parser.add_argument("--max-seconds", type=float, default=900.0, help="stop after this")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
@@ -216,9 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
         print(f"figures written to {args.json}")
-    ok = all(
-        p["audit"]["clean"]
-        for p in [*results["points"], results.get("kill", {"audit": {"clean": True}})]
+    ok = all(p["audit"]["clean"] for p in results["points"]) and (
+        "kill" not in results or results["kill"]["audit"]["complete"]
     )
     return 0 if ok else 1
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
+from durable_agent.stores import MemoryStore
 from durable_agent.stores.mongo import MongoStore
 from tests.support.load import LoadDriver, WorkerFleet, audit
 from tests.support.worker_stats import DATA_COMMANDS, OpCounter, stats_after
@@ -30,7 +31,8 @@ pytestmark = [pytest.mark.temporal, pytest.mark.mongo]
 def _server_data_commands(uri: str) -> int | None:
     """FerretDB's own count of data commands served (``None`` on MongoDB, whose opcounters
     count differently)."""
-    with MongoClient(uri, serverSelectionTimeoutMS=5000) as client:
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, serverSelectionTimeoutMS=5000)
+    with client:
         status = client.admin.command("serverStatus")
     if "opcounters" in status:
         return None
@@ -116,5 +118,52 @@ async def test_a_budget_stops_new_turns_and_the_audit_expects_only_those(
     finally:
         await mongo.drop_database(name)
         await mongo.close()
-    assert driver.records == [] and driver.planned == {s: 0 for s in driver.session_ids}
-    assert verdict.runs == 0 and verdict.clean
+    assert driver.records == [] and driver.planned == 12
+    assert verdict.runs == 0 and verdict.clean and verdict.complete
+
+
+async def test_runs_in_flight_at_the_cut_are_unfinished_not_lost(temporal_client: Client) -> None:
+    # no worker polls the queue: every first turn is still running on the server at the cut
+    driver = LoadDriver(
+        temporal_client,
+        MemoryStore(),
+        f"nobody-{uuid.uuid4().hex[:8]}",
+        2,
+        3,
+        CRASH,
+        budget=0.5,
+        cut=1.0,
+    )
+    await asyncio.wait_for(driver.run(), 60)
+    assert [r.turn for r in driver.records] == [1, 1]
+    await driver.stop_unfinished()
+    verdict = await audit(driver.store, driver)
+    assert (verdict.runs, verdict.waits_returned, verdict.unfinished) == (2, 0, 2)
+    assert verdict.statuses == {"RUNNING": 2}  # as the server had them at the cut
+    assert (verdict.lost, verdict.failed, verdict.duplicated) == (0, 0, 0), verdict.problems
+    assert verdict.clean and not verdict.complete
+    for record in driver.records:  # and the bench left nothing running
+        described = await temporal_client.get_workflow_handle(record.workflow_id).describe()
+        assert described.status == WorkflowExecutionStatus.TERMINATED
+
+
+async def test_a_failed_run_is_counted_failed_and_the_turns_after_it_are_not_due(
+    temporal_client: Client,
+) -> None:
+    # no worker: the server times the run out (its execution timeout), wait() raises
+    driver = LoadDriver(
+        temporal_client,
+        MemoryStore(),
+        f"nobody-{uuid.uuid4().hex[:8]}",
+        1,
+        3,
+        CRASH,
+        run_timeout=1.0,
+    )
+    await asyncio.wait_for(driver.run(), 60)
+    verdict = await audit(driver.store, driver)
+    assert [(r.turn, r.status) for r in driver.records] == [(1, "TIMED_OUT")]
+    assert driver.records[0].error is not None
+    assert (verdict.runs, verdict.waits_returned, verdict.failed) == (1, 0, 1)
+    assert (verdict.lost, verdict.unfinished) == (0, 0), verdict.problems  # turns 2-3 never asked
+    assert not verdict.clean

@@ -36,16 +36,19 @@ class ModelActivity(ActivityBase):
         streamed so far as an ``aborted`` message."""
         spec = self.agent_spec(inp.agent)
         options = spec.options(inp.options)
-        entries = await self.stored_entries(inp.session_id)
-        if inp.stamp is not None:
-            stored = find_entry(entries, inp.stamp.id)
-            if stored is not None:
-                # committed by an earlier attempt (crash between commit and completion, or a
-                # zombie that won the race): no second model call
-                self.clear_deltas(inp)
-                return _stored_reply(stored)
-        request = self._request(options, inp, entries)
-        final, cancelled = await self._stream(spec, inp, request)
+        # heartbeats from the first store read on: a read that is slow under load (seconds on a
+        # busy FerretDB) would otherwise outlast the heartbeat timeout and fail the attempt
+        async with heartbeating():
+            entries = await self.stored_entries(inp.session_id)
+            if inp.stamp is not None:
+                stored = find_entry(entries, inp.stamp.id)
+                if stored is not None:
+                    # committed by an earlier attempt (crash between commit and completion, or
+                    # a zombie that won the race): no second model call
+                    self.clear_deltas(inp)
+                    return _stored_reply(stored)
+            request = self._request(options, inp, entries)
+            final, cancelled = await self._stream(spec, inp, request)
         if inp.stamp is None or cancelled:
             # a cancelled partial is stored by the workflow's cancel path, as in-process
             return ModelReply(message=final, cancelled=cancelled)
@@ -82,15 +85,14 @@ class ModelActivity(ActivityBase):
             self.deltas, inp.session_id, inp.run_id, inp.position, activity.info().attempt
         )
         try:
-            # the background beat proves liveness (and brings cancellation) every half second:
-            # a heartbeat per streamed token would only add a task and an encode per token
-            async with heartbeating():
-                async for event in spec.model.stream(request):
-                    partial = event.partial
-                    if live is not None:
-                        live.offer(partial)
-                    if event.type == "done":
-                        final = event.message
+            # the caller's background beat proves liveness (and brings cancellation) every half
+            # second: a heartbeat per streamed token would only add a task and an encode per token
+            async for event in spec.model.stream(request):
+                partial = event.partial
+                if live is not None:
+                    live.offer(partial)
+                if event.type == "done":
+                    final = event.message
         except asyncio.CancelledError:
             aborted = aborted_message(partial)
             if aborted is None:

@@ -22,7 +22,7 @@ from ..ai.messages import (
 from ..ai.tools import ToolContext
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryTooLargeError
-from .base import ActivityBase, find_entry, heartbeating, stored_message
+from .base import STORE_GRACE, ActivityBase, find_entry, heartbeating, stored_message
 from .spec import AgentSpec
 from .types import CallToolInput, Stamp, ToolReply, stored_times
 
@@ -43,7 +43,8 @@ class ToolActivity(ActivityBase):
         spec = self.agent_spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
         if inp.stamp is not None:
-            stored = find_entry(await self.stored_entries(inp.session_id), inp.stamp.id)
+            async with heartbeating(STORE_GRACE):  # a slow read must not outlast the timeout
+                stored = find_entry(await self.stored_entries(inp.session_id), inp.stamp.id)
             if stored is not None:
                 # committed by an earlier attempt: a tool whose result is stored never runs again
                 return _tool_reply(stored)
