@@ -55,7 +55,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -72,23 +72,27 @@ except ImportError as _missing:  # the mongo extra is not installed: say which o
     ) from None
 
 from ..session.appendplan import encode_batch, plan_append
-from ..session.codec import bulk_decoding, decode_entry
 from ..session.entries import Entry
 from ..session.errors import (
     CorruptSessionError,
-    EntryDecodeError,
     SessionExistsError,
     SessionNotFoundError,
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from .mongo_append import BatchWriter, SeqFloors
+from .mongo_batch import BatchDocumentWriter
 from .mongo_errors import translate_errors
+from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
 
 if TYPE_CHECKING:
     from motor.motor_asyncio import AsyncIOMotorDatabase
 
-__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
+
+#: How appends are stored: ``"batch"`` (default) one document per ``append_entries`` call,
+#: ``"entry"`` one document per entry (the layout before). Loads read both.
+Layout = Literal["batch", "entry"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
 #: leaves room for the other fields of the entry document.
@@ -138,6 +142,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        layout: Layout = "batch",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
@@ -146,6 +151,8 @@ class MongoStore:
             )
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
+        if layout not in ("batch", "entry"):
+            raise ValueError(f"layout must be 'batch' or 'entry', not {layout!r}")
         # Our own codec options, whatever the application configured on its client: plain dicts,
         # and aware UTC datetimes so created_at reads back equal to what was written.
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
@@ -159,7 +166,11 @@ class MongoStore:
         self._index_lock = asyncio.Lock()
         # Per session, one past the highest seq this object wrote or loaded (mongo_append).
         self._floors = SeqFloors()
-        self._writer = BatchWriter(self._sessions, self._entries, self._floors)
+        self._writer: BatchWriter | BatchDocumentWriter
+        if layout == "batch":
+            self._writer = BatchDocumentWriter(self._sessions, self._entries, self._floors)
+        else:
+            self._writer = BatchWriter(self._sessions, self._entries, self._floors)
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
@@ -181,7 +192,7 @@ class MongoStore:
         return self._database
 
     async def ensure_indexes(self) -> None:
-        """Create the two unique indexes if this store object has not done so yet.
+        """Create the three unique indexes if this store object has not done so yet.
 
         Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
         the server, so several store objects or processes may all call it. A failure leaves the
@@ -199,6 +210,8 @@ class MongoStore:
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
                 )
+                # Batch documents' keys; sparse: per-entry documents have none (mongo_batch).
+                await self._entries.create_index("keys", unique=True, sparse=True)
             self._indexed = True
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
@@ -242,38 +255,17 @@ class MongoStore:
             check.add_done_callback(_retrieve)
             try:
                 cursor = self._entries.find(
-                    {"session_id": sid},
-                    {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
-                    batch_size=_LOAD_BATCH_SIZE,
+                    {"session_id": sid}, LOAD_PROJECTION, batch_size=_LOAD_BATCH_SIZE
                 ).sort("seq", ASCENDING)
                 docs = [doc async for doc in cursor]
             except BaseException:
                 check.cancel()
                 raise
             await check
-        for doc in docs:
-            seq = doc.get("seq")
-            if not isinstance(seq, int) or isinstance(seq, bool):
-                raise CorruptSessionError(
-                    sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
-                )
+        end = end_seq(sid, docs)
         if docs:
-            self._floors.raise_to(sid, int(docs[-1]["seq"]) + 1)
-        out: list[Entry] = []
-        with bulk_decoding():
-            for doc in docs:
-                wire = doc.get("wire")
-                if not isinstance(wire, str):
-                    raise CorruptSessionError(
-                        sid, f"decode entry {doc.get('entry_id')!r}: no wire string"
-                    )
-                try:
-                    out.append(decode_entry(wire))
-                except EntryDecodeError as exc:
-                    raise CorruptSessionError(
-                        sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
-                    ) from exc
-        return out
+            self._floors.raise_to(sid, end)
+        return decode_documents(sid, docs)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append ``entries`` in order, skipping identical stored IDs (SPEC §2.1 idempotency).
