@@ -214,7 +214,9 @@ async def test_conflict_on_any_position_writes_nothing(
 
 
 def test_split_documents_keeps_order_under_the_limit() -> None:
-    batch = [(entry(f"e{i}", "x" * 300), encode_entry(entry(f"e{i}", "x" * 300))) for i in range(9)]
+    batch: list[tuple[Entry, str]] = [
+        (entry(f"e{i}", "x" * 300), encode_entry(entry(f"e{i}", "x" * 300))) for i in range(9)
+    ]
     runs = split_documents("s", batch, limit=1500)
     assert [item for run in runs for item in run] == batch
     assert len(runs) > 1 and all(run for run in runs)
