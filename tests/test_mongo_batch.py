@@ -31,6 +31,7 @@ from durable_agent.session import (
 )
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.stores.mongo_batch import split_documents
+from durable_agent.stores.mongo_claims import id_hash
 from tests.support.ferretdb import FerretDB, FerretDBUnavailable, start_ferretdb
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS
 
@@ -140,16 +141,39 @@ async def test_batch_document_shape_and_exact_wire(
     assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in [*batch, entry("m2")]]
 
 
-async def test_append_is_one_lookup_one_reservation_one_insert(
+async def test_new_batch_is_one_reservation_one_claim_one_insert(
     listened: tuple[MongoStore, Commands],
 ) -> None:
+    """No lookup for a batch of new IDs: the claim proves them new (mongo_claims); a batch with
+    a stored ID looks it up (``find``) and writes only the rest."""
     store, commands = listened
     await store.create_session("s1")
     for size in (1, 10):
         commands.names.clear()
         await store.append_entries("s1", [entry(f"n{size}-{k}") for k in range(size)])
-        assert sorted(commands.names) == ["find", "findAndModify", "insert"]
-    assert len(await store.load_entries("s1")) == 11
+        assert sorted(commands.names) == ["findAndModify", "insert", "update"]
+    commands.names.clear()
+    await store.append_entries("s1", [entry("n1-0"), entry("more")])
+    assert "find" in commands.names
+    assert ids(await store.load_entries("s1")) == [
+        "n1-0", *(f"n10-{k}" for k in range(10)), "more"
+    ]  # fmt: skip
+
+
+async def test_claimed_but_unstored_id_is_written(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A claim whose insert never happened (the writer lost the server in between) only sends
+    the next append down the careful path: the entry is stored, once."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.entries_ids.update_one({"_id": "s1"}, {"$push": {"h": id_hash("a")}})
+    await store.append_entries("s1", [entry("a"), entry("b")])
+    await store.append_entries("s1", [entry("a"), entry("b")])
+    assert ids(await store.load_entries("s1")) == ["a", "b"]
+    assert sync_db.entries.count_documents({}) == 1
+    claimed = sync_db.entries_ids.find_one({"_id": "s1"})["h"]
+    assert sorted(claimed) == sorted({id_hash("a"), id_hash("b")})
 
 
 async def test_legacy_layout_loads_and_appends(
@@ -159,7 +183,8 @@ async def test_legacy_layout_loads_and_appends(
     new appends land after it as batch documents, and its entries still count for
     idempotency and conflicts wherever they sit in a batch."""
     store = MongoStore(mongo_database)
-    await store.create_session("old")
+    # The session document as an older version created it (no claims document).
+    sync_db.sessions.insert_one({"_id": "old", "parent_id": None, "created_at": T0, "next_seq": 0})
     legacy = [entry("l0"), entry("l1", parent="l0"), entry("l2", parent="l1")]
     sync_db.entries.insert_many([legacy_doc("old", e, seq) for seq, e in enumerate(legacy)])
     sync_db.sessions.update_one({"_id": "old"}, {"$set": {"next_seq": 3}})
@@ -173,13 +198,9 @@ async def test_legacy_layout_loads_and_appends(
         await store.append_entries("old", [entry("n2"), entry("l2", "changed")])
     assert ids(await store.load_entries("old")) == ["l0", "l1", "l2", "n0", "n1"]
     assert sync_db.entries.count_documents({"session_id": "old"}) == 4  # 3 legacy + 1 batch
-
-    # A store still writing the per-entry layout and one writing batches share the session.
-    await MongoStore(mongo_database, layout="entry").append_entries("old", [entry("e0")])
-    await store.append_entries("old", [entry("e0"), entry("n3")])
-    assert ids(await MongoStore(mongo_database).load_entries("old")) == [
-        "l0", "l1", "l2", "n0", "n1", "e0", "n3"
-    ]  # fmt: skip
+    # Its first append built the claims document from the stored IDs.
+    claimed = set(sync_db.entries_ids.find_one({"_id": "old"})["h"])
+    assert claimed == {id_hash(e) for e in ("l0", "l1", "l2", "n0", "n1")}
 
 
 async def test_partial_overlap_retry_stores_only_the_rest(

@@ -217,7 +217,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
     assert commands.names().count("createIndexes") == 3
-    assert commands.names().count("insert") == 11
+    assert commands.names().count("insert") == 21  # 10 sessions, 10 claims documents, 1 batch
 
 
 async def test_unique_indexes_are_enforced_by_the_server(

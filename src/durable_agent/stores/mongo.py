@@ -82,6 +82,7 @@ from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from .mongo_append import BatchWriter, SeqFloors
 from .mongo_batch import BatchDocumentWriter
+from .mongo_claims import Claims
 from .mongo_errors import translate_errors
 from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
 
@@ -161,6 +162,11 @@ class MongoStore:
         self._database = database
         self._sessions = database.get_collection(sessions_collection, codec_options=codec)
         self._entries = database.get_collection(entries_collection, codec_options=codec)
+        # Entry-ID claims of the batch layout (mongo_claims): "<entries>_ids".
+        self._claims = Claims(
+            database.get_collection(f"{entries_collection}_ids", codec_options=codec)
+        )
+        self._layout = layout
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
@@ -168,7 +174,9 @@ class MongoStore:
         self._floors = SeqFloors()
         self._writer: BatchWriter | BatchDocumentWriter
         if layout == "batch":
-            self._writer = BatchDocumentWriter(self._sessions, self._entries, self._floors)
+            self._writer = BatchDocumentWriter(
+                self._sessions, self._entries, self._floors, self._claims
+            )
         else:
             self._writer = BatchWriter(self._sessions, self._entries, self._floors)
         # Strong references to shielded writes so a cancelled caller's write is not collected.
@@ -227,6 +235,8 @@ class MongoStore:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
+            if self._layout == "batch":
+                await self._complete(self._claims.create(sid))
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -344,5 +354,6 @@ class MongoStore:
             deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
             if deleted.deleted_count == 0:
                 raise SessionNotFoundError(sid)
+            await self._complete(self._claims.delete(sid))
             await self._complete(self._entries.delete_many({"session_id": sid}))
         self._floors.pop(sid, None)

@@ -35,8 +35,8 @@ race) deletes what this call inserted before raising, as in the per-entry layout
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
@@ -50,8 +50,15 @@ from .mongo_append import (
     only_duplicate_keys,
     reserve_seq,
 )
+from .mongo_claims import Claims
 
-__all__ = ["MAX_BATCH_DOCUMENT_BYTES", "BatchDocumentWriter", "split_documents", "stored_entries"]
+__all__ = [
+    "MAX_BATCH_DOCUMENT_BYTES",
+    "BatchDocumentWriter",
+    "split_documents",
+    "stored_entries",
+    "stored_ids",
+]
 
 #: Estimated BSON bytes a batch document may reach: 64 KiB below MongoDB's 16 MiB limit. One
 #: entry at the largest accepted size (15 MiB) always fits on its own.
@@ -65,6 +72,8 @@ _DOCUMENT_OVERHEAD = 256
 _MAX_WRITE_ROUNDS = 50
 
 _Batch = list[tuple[Entry, str]]
+_A = TypeVar("_A")
+_B = TypeVar("_B")
 
 
 def _key_bytes(sid: str, entry: Entry) -> int:
@@ -151,21 +160,66 @@ async def stored_entries(collection: Any, sid: str, todo: _Batch) -> dict[str, t
     return out
 
 
+async def stored_ids(collection: Any, sid: str) -> list[str]:
+    """Every entry ID stored in the session, in either layout (builds a claims document)."""
+    ids: list[str] = []
+    async for doc in collection.find({"session_id": sid}, {"_id": 0, "entry_id": 1, "keys": 1}):
+        keys = doc.get("keys")
+        if isinstance(keys, list):
+            ids.extend(k[len(sid) + 1 :] for k in keys if isinstance(k, str))
+        elif isinstance(doc.get("entry_id"), str):
+            ids.append(doc["entry_id"])
+    return ids
+
+
+async def _both(first: Awaitable[_A], second: Awaitable[_B]) -> tuple[_A, _B]:
+    """Both requests in flight at once; the first one's error wins (a missing session)."""
+    a, b = await asyncio.gather(first, second, return_exceptions=True)
+    if isinstance(a, BaseException):
+        raise a
+    if isinstance(b, BaseException):
+        raise b
+    return a, b
+
+
 class BatchDocumentWriter:
     """Writes encoded, de-duplicated batches as batch documents (module doc)."""
 
-    def __init__(self, sessions: Any, entries: Any, floors: SeqFloors) -> None:
+    def __init__(self, sessions: Any, entries: Any, floors: SeqFloors, claims: Claims) -> None:
         self._sessions = sessions
         self._entries = entries
         self._floors = floors
+        self._claims = claims
 
     async def write(self, sid: str, todo: _Batch) -> None:
-        """Look up and reserve together, skip what is stored, insert the rest in one document
-        (or several, over the size limit); a duplicate key starts another round."""
+        """The fast path: reserve and claim together (:mod:`~durable_agent.stores.mongo_claims`)
+        and, if no ID was claimed before, insert the one document; anything else (a claimed ID,
+        a duplicate key, a batch over one document) takes :meth:`_careful`."""
+        runs = split_documents(sid, todo)
+        if len(runs) == 1:
+            first, fresh = await _both(
+                reserve_seq(self._sessions, self._floors, sid, len(todo)),
+                self._claims.claim_new(sid, (entry.id for entry, _ in todo)),
+            )
+            if fresh:
+                try:
+                    await self._entries.insert_one(_documents(sid, runs, first)[0])
+                except DuplicateKeyError:
+                    pass  # a racing writer: look up what it stored
+                else:
+                    return
+        await self._careful(sid, todo)
+
+    async def _careful(self, sid: str, todo: _Batch) -> None:
+        """Look up and reserve together, skip what is stored, claim and insert the rest in one
+        document (or several, over the size limit); a duplicate key starts another round."""
         ours: list[str] = []  # _ids of documents this call inserted (only with several)
         race: Exception | None = None
         for _ in range(_MAX_WRITE_ROUNDS):
-            first, stored = await self._reserve_and_look_up(sid, todo)
+            first, stored = await _both(
+                reserve_seq(self._sessions, self._floors, sid, len(todo)),
+                stored_entries(self._entries, sid, todo),
+            )
             try:
                 todo = plan_append(sid, todo, _lookup(stored))
             except EntryConflictError:
@@ -179,6 +233,9 @@ class BatchDocumentWriter:
                 self._floors.raise_to(sid, first + len(todo))
             runs = split_documents(sid, todo)
             docs = _documents(sid, runs, first)
+            await self._claims.claim(
+                sid, (entry.id for entry, _ in todo), lambda: stored_ids(self._entries, sid)
+            )
             try:
                 await self._insert(docs)
             except DuplicateKeyError as exc:
@@ -197,21 +254,6 @@ class BatchDocumentWriter:
             f"session {sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
         ) from race
-
-    async def _reserve_and_look_up(
-        self, sid: str, todo: _Batch
-    ) -> tuple[int, dict[str, tuple[Any, Any]]]:
-        """Both requests in flight at once; a missing session (the reservation) wins."""
-        reserved, found = await asyncio.gather(
-            reserve_seq(self._sessions, self._floors, sid, len(todo)),
-            stored_entries(self._entries, sid, todo),
-            return_exceptions=True,
-        )
-        if isinstance(reserved, BaseException):
-            raise reserved
-        if isinstance(found, BaseException):
-            raise found
-        return reserved, found
 
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
         if len(docs) == 1:
