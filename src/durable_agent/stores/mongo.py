@@ -1,49 +1,42 @@
 """MongoStore: sessions in MongoDB (or a wire-compatible server such as FerretDB), SPEC §2.3.
 
-Two collections. ``sessions`` holds one document per session,
-``{_id: session_id, parent_id, created_at, next_seq}``; ``entries`` holds one document per entry,
-``{_id, session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
-``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
-round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
-An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``).
+``sessions`` holds one document per session, ``{_id: session_id, parent_id, created_at,
+next_seq}``. Entries are stored as their exact ``encode_entry`` strings (a byte-exact round trip;
+keys such as ``$x`` or ``a.b`` inside an entry never become field names), in ``entries``, in one
+of two layouts, chosen per store object with ``layout=`` (loads read both, sorted by ``seq``, so
+a session written in the old layout keeps loading and appending):
 
-**An append is two round trips:** reserve a block of ``seq`` numbers with one
-``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document, then one
-``insert_many(ordered=True)``. There is no lookup first: the ``_id`` and the unique indexes on
-``(session_id, entry_id)`` and ``(session_id, seq)`` make the insert itself the idempotency
-check, and the database the referee between concurrent writers, without multi-document
-transactions (the store runs on a standalone ``mongod`` and on FerretDB). Only a duplicate key
-costs more: the entries from the one that collided on are looked up by ``_id`` and re-planned
-(identical: skipped; different: a conflict), and what is still missing is inserted in a second
-``insert_many``, on the unused numbers of the same reservation when the entries found stored
-all sit below them (else on fresh ones, so a batch is always stored in order). A reservation
-that is never used leaves a gap in ``seq``, which is harmless. The reservation cannot be folded
-into the insert: the insert carries the numbers, and guessing them (from what this object last
-wrote) would place an entry *before* others whenever another process appended in between and
-left a gap.
+- ``"batch"`` (the default): one document per ``append_entries`` call,
+  ``{_id, session_id, entry_id, seq, keys, wires}``, plus one entry-ID claims document per
+  session in ``<entries>_ids``. A new batch is two round trips of latency (reserve ``seq`` and
+  claim the IDs together, then one ``insert_one``, written all or nothing); a batch with a
+  stored ID looks it up first. Loads read a tenth of the documents of 10-entry appends, which
+  is what FerretDB's per-document cost needs. See :mod:`~durable_agent.stores.mongo_batch` and
+  :mod:`~durable_agent.stores.mongo_claims`.
+- ``"entry"`` (the layout before): one document per entry, ``{_id, session_id, entry_id, seq,
+  type, created_at, wire}``; an append reserves ``seq`` numbers, then one ordered
+  ``insert_many`` whose duplicate keys are the idempotency check, and a conflict deletes the
+  prefix it stored. See :mod:`~durable_agent.stores.mongo_append`. A session must not be
+  written in this layout once batch writers use it (its entries are not claimed).
+
+An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
+the ``_id`` of a per-entry document and of a batch document whose first entry it is. Unique
+indexes on ``(session_id, entry_id)``, ``(session_id, seq)`` and (sparse) ``keys`` make the
+database the referee between concurrent writers, without multi-document transactions (the store
+runs on a standalone ``mongod`` and on FerretDB). A reservation never used leaves a gap in
+``seq``, which is harmless.
 
 **A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
-(projection ``entry_id, seq, wire``; one large cursor batch) go out together.
+(projection of the entry fields of both layouts; one large cursor batch) go out together.
 
-**What a failed append leaves** (SPEC §2.1, issue 11 item 4):
+**What a failed append leaves** (SPEC §2.1): on ``EntryConflictError`` (an ID stored with other
+content; the first writer wins) nothing of the batch; after any other failure, in the batch
+layout the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split
+across documents and may leave a prefix of them), in the entry layout a prefix. A retry of the
+same batch completes it by idempotency.
 
-- ``EntryConflictError`` (an ID stored with other content, found before the call or by losing a
-  race to a concurrent writer: the first writer wins): *nothing* of the batch. The ordered insert
-  may have stored the entries before the conflicting one; they are deleted again, by ``_id``,
-  before the error is raised (the delete is part of the shielded write, so it also runs for a
-  cancelled caller).
-- any other failure (the server goes away mid-insert, ``StoreUnavailableError``): at most a
-  *prefix* of the batch's new entries, in batch order, each with its final content; a retry of
-  the same batch skips that prefix by idempotency and writes the rest. If the server goes away
-  during a conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
-
-The one window the delete leaves: a *different* batch that shares an entry with the conflicting
-one, written at the same moment, can find that entry stored (identical), skip it and succeed just
-before the delete removes it. Retries of one batch cannot hit it (they all conflict alike); it
-needs two different batches with a common entry ID, one of them conflicting, in flight together.
-
-On servers whose ``$inc`` is not atomic (FerretDB 1.x) the mechanism in
-:mod:`durable_agent.stores.mongo_append` keeps each writer's appends in order and loses nothing.
+On servers whose ``$inc`` is not atomic (FerretDB 1.x) each store object's sequence floor keeps a
+writer's appends in order and loses nothing (:mod:`~durable_agent.stores.mongo_append`).
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.

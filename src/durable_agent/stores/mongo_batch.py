@@ -9,22 +9,25 @@ one-document-per-entry layout uses, so both layouts sort together). FerretDB is 
 document (its SQLite backend parses every stored document on a load), so a session written in
 10-entry appends loads a tenth of the documents.
 
-**An append is one round trip of latency, then one insert:** the ``seq`` reservation (the
-session's ``$inc``, see :func:`~durable_agent.stores.mongo_append.reserve_seq`) and the lookup of
-the batch's IDs go out together; identical stored entries are skipped, a stored ID with other
-content raises ``EntryConflictError`` before anything is written, and the rest goes in as one
-``insert_one``: a single document is written all or nothing, so a failed append leaves nothing of
-its batch, and a retry is clean. The lookup is needed because FerretDB 1.24 does not enforce a
-unique index on an array field per element (it indexes the whole array as one value); on MongoDB
-the sparse unique multikey index on ``keys`` additionally referees concurrent writers.
+**A new batch is two round trips of latency:** the ``seq`` reservation (the session's ``$inc``,
+:func:`~durable_agent.stores.mongo_append.reserve_seq`) and the claim of its IDs
+(:mod:`~durable_agent.stores.mongo_claims`) go out together, then one ``insert_one``: a single
+document is written all or nothing, so a failed append leaves nothing of its batch. A claim
+that fails (an ID is claimed already) sends the append down the careful path: the reservation
+and a lookup of the batch's IDs go out together, identical stored entries are skipped, a stored
+ID with other content raises ``EntryConflictError`` before anything is written, and the rest is
+claimed and inserted. The claims exist because FerretDB 1.24 does not enforce a unique index on
+an array field per element (it indexes the whole array as one value) and pushes only ``_id``
+equality down to SQL: a lookup by ``keys`` scans the whole collection there. On MongoDB the
+sparse unique multikey index on ``keys`` also referees concurrent writers.
 
-**Duplicate keys** (two writers raced past the lookup): the unique indexes on ``_id``,
-``(session_id, entry_id)``, ``(session_id, seq)`` and (MongoDB) ``keys`` reject the second
-document; the next round looks the IDs up again and writes only what is still missing, above what
-it found (so the batch reads in order). On FerretDB two *different* batches sharing an entry ID,
-in flight at the same moment, can both store it (only equal first IDs, equal ``keys`` arrays and
-equal numbers collide there); the load then drops an identical later copy and raises
-``CorruptSessionError`` for a differing one, so a wrong entry is never returned silently.
+**Duplicate keys** (two writers raced): the unique indexes on ``_id``, ``(session_id,
+entry_id)``, ``(session_id, seq)`` and (MongoDB) ``keys`` reject the second document; the
+careful path then looks the IDs up again and writes only what is still missing, above what it
+found (so the batch reads in order). On FerretDB, whose updates are not atomic, two *different*
+batches sharing an entry ID, in flight at the same moment, can both store it; the load then drops
+an identical later copy and raises ``CorruptSessionError`` for a differing one, so a wrong entry
+is never returned silently. Sequential appends and retries of one batch are exact everywhere.
 
 **Large batches:** a batch whose documents would pass MongoDB's 16 MiB limit is split into
 several documents, inserted with one ordered ``insert_many``: a failure can then leave a prefix
