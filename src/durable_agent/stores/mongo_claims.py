@@ -26,6 +26,8 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 from pymongo.errors import DuplicateKeyError
 
 __all__ = ["Claims", "id_hash"]
@@ -41,7 +43,8 @@ class Claims:
     """The claims documents of one MongoStore (module doc)."""
 
     def __init__(self, collection: Any) -> None:
-        self._collection = collection
+        raw: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSONDocument)
+        self._collection = collection.with_options(codec_options=raw)
 
     async def create(self, sid: str) -> None:
         """An empty claims document for a session just created (an existing one is kept)."""
@@ -52,18 +55,20 @@ class Claims:
         """Claim the IDs if none of them is claimed yet; ``False`` means "take the careful
         path" (one is claimed, or the session has no claims document)."""
         hashes = list(dict.fromkeys(id_hash(eid) for eid in entry_ids))
-        result = await self._collection.update_one(
+        # findAndModify, not update: FerretDB answers it several times faster (about 1.5 ms
+        # against 6 ms on the bench machine). It returns the whole document (FerretDB has no
+        # projection here); the collection's raw-BSON codec leaves it undecoded.
+        found = await self._collection.find_one_and_update(
             {"_id": sid, "h": {"$nin": hashes}}, {"$push": {"h": {"$each": hashes}}}
         )
-        return bool(result.matched_count)
+        return found is not None
 
     async def claim(self, sid: str, entry_ids: Iterable[str], stored_ids: Any) -> None:
         """Claim the IDs unconditionally (the careful path, before its insert). A session with
         no claims document gets one holding every ID ``stored_ids()`` returns and these."""
         hashes = list(dict.fromkeys(id_hash(eid) for eid in entry_ids))
         update = {"$addToSet": {"h": {"$each": hashes}}}
-        result = await self._collection.update_one({"_id": sid}, update)
-        if result.matched_count:
+        if await self._collection.find_one_and_update({"_id": sid}, update) is not None:
             return
         existing = [id_hash(eid) for eid in await stored_ids()]
         with contextlib.suppress(DuplicateKeyError):  # else a concurrent writer built it
