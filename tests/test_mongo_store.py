@@ -729,7 +729,7 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.entry_id == "big"
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
-    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 1  # nothing even reserved
+    assert sync_db.entries_ids.find_one({"_id": "s1"})["n"] == 1  # nothing even reserved
 
 
 async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:
@@ -927,11 +927,15 @@ async def test_unreachable_server_message_is_one_line() -> None:
         await client.close()
 
 
+@pytest.mark.parametrize(
+    ("layout", "counter"), [("entry", ("sessions", "next_seq")), ("batch", ("entries_ids", "n"))]
+)
 async def test_string_next_seq_raises_corrupt_session(
-    mongo_database: AsyncDatabase[Any], sync_db: Any
+    mongo_database: AsyncDatabase[Any], sync_db: Any, layout: Any, counter: tuple[str, str]
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout=layout)
     await store.create_session("s1")
-    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": "3"}})
+    collection, field = counter
+    sync_db[collection].update_one({"_id": "s1"}, {"$set": {field: "3"}})
     with pytest.raises(CorruptSessionError, match="'s1'"):
         await store.append_entries("s1", [entry("a")])

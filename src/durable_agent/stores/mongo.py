@@ -156,15 +156,13 @@ class MongoStore:
         self._sessions = database.get_collection(sessions_collection, codec_options=codec)
         self._entries = database.get_collection(entries_collection, codec_options=codec)
         # Entry-ID claims of the batch layout (mongo_claims): "<entries>_ids".
-        self._claims = Claims(
-            database.get_collection(f"{entries_collection}_ids", codec_options=codec)
-        )
         self._layout = layout
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
         # Per session, one past the highest seq this object wrote or loaded (mongo_append).
         self._floors = SeqFloors()
+        self._claims = Claims(database.get_collection(f"{entries_collection}_ids"), self._floors)
         self._writer: BatchWriter | BatchDocumentWriter
         if layout == "batch":
             self._writer = BatchDocumentWriter(
@@ -344,9 +342,11 @@ class MongoStore:
         numbers on and raises ``SessionNotFoundError``."""
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
+            # The claims document first: a batch append after it takes the careful path, which
+            # finds no session document to start a new one from.
+            await self._complete(self._claims.delete(sid))
             deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
             if deleted.deleted_count == 0:
                 raise SessionNotFoundError(sid)
-            await self._complete(self._claims.delete(sid))
             await self._complete(self._entries.delete_many({"session_id": sid}))
         self._floors.pop(sid, None)

@@ -37,21 +37,24 @@ race) deletes what this call inserted before raising, as in the per-entry layout
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from ..session.appendplan import plan_append
 from ..session.entries import Entry
-from ..session.errors import CorruptSessionError, EntryConflictError, StoreUnavailableError
+from ..session.errors import (
+    CorruptSessionError,
+    EntryConflictError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
 from .mongo_append import (
     SeqFloors,
     entry_key,
     first_error_index,
     only_duplicate_keys,
-    reserve_seq,
 )
 from .mongo_claims import Claims
 
@@ -75,8 +78,6 @@ _DOCUMENT_OVERHEAD = 256
 _MAX_WRITE_ROUNDS = 50
 
 _Batch = list[tuple[Entry, str]]
-_A = TypeVar("_A")
-_B = TypeVar("_B")
 
 
 def _key_bytes(sid: str, entry: Entry) -> int:
@@ -163,26 +164,22 @@ async def stored_entries(collection: Any, sid: str, todo: _Batch) -> dict[str, t
     return out
 
 
-async def stored_ids(collection: Any, sid: str) -> list[str]:
-    """Every entry ID stored in the session, in either layout (builds a claims document)."""
+async def stored_ids(collection: Any, sid: str) -> tuple[int, list[str]]:
+    """One past the highest ``seq`` used and every entry ID stored in the session, in either
+    layout (what a claims document is built from)."""
     ids: list[str] = []
-    async for doc in collection.find({"session_id": sid}, {"_id": 0, "entry_id": 1, "keys": 1}):
+    end = 0
+    projection = {"_id": 0, "entry_id": 1, "keys": 1, "seq": 1}
+    async for doc in collection.find({"session_id": sid}, projection):
         keys = doc.get("keys")
         if isinstance(keys, list):
             ids.extend(k[len(sid) + 1 :] for k in keys if isinstance(k, str))
         elif isinstance(doc.get("entry_id"), str):
             ids.append(doc["entry_id"])
-    return ids
-
-
-async def _both(first: Awaitable[_A], second: Awaitable[_B]) -> tuple[_A, _B]:
-    """Both requests in flight at once; the first one's error wins (a missing session)."""
-    a, b = await asyncio.gather(first, second, return_exceptions=True)
-    if isinstance(a, BaseException):
-        raise a
-    if isinstance(b, BaseException):
-        raise b
-    return a, b
+        seq = doc.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            end = max(end, seq + (len(keys) if isinstance(keys, list) else 1))
+    return end, ids
 
 
 class BatchDocumentWriter:
@@ -200,11 +197,8 @@ class BatchDocumentWriter:
         a duplicate key, a batch over one document) takes :meth:`_careful`."""
         runs = split_documents(sid, todo)
         if len(runs) == 1:
-            first, fresh = await _both(
-                reserve_seq(self._sessions, self._floors, sid, len(todo)),
-                self._claims.claim_new(sid, (entry.id for entry, _ in todo)),
-            )
-            if fresh:
+            first = await self._claims.reserve_new(sid, (e.id for e, _ in todo), len(todo))
+            if first is not None:
                 try:
                     await self._entries.insert_one(_documents(sid, runs, first)[0])
                 except DuplicateKeyError:
@@ -219,10 +213,7 @@ class BatchDocumentWriter:
         ours: list[str] = []  # _ids of documents this call inserted (only with several)
         race: Exception | None = None
         for _ in range(_MAX_WRITE_ROUNDS):
-            first, stored = await _both(
-                reserve_seq(self._sessions, self._floors, sid, len(todo)),
-                stored_entries(self._entries, sid, todo),
-            )
+            stored = await stored_entries(self._entries, sid, todo)
             try:
                 todo = plan_append(sid, todo, _lookup(stored))
             except EntryConflictError:
@@ -230,15 +221,15 @@ class BatchDocumentWriter:
                 raise
             if not todo:
                 return
+            first = await self._claims.reserve(
+                sid, (e.id for e, _ in todo), len(todo), lambda: self._initial(sid)
+            )
             seqs = [seq for _, seq in stored.values() if isinstance(seq, int)]
             if seqs and max(seqs) >= first:
                 first = max(seqs) + 1  # above what is stored, so the batch reads in order
                 self._floors.raise_to(sid, first + len(todo))
             runs = split_documents(sid, todo)
             docs = _documents(sid, runs, first)
-            await self._claims.claim(
-                sid, (entry.id for entry, _ in todo), lambda: stored_ids(self._entries, sid)
-            )
             try:
                 await self._insert(docs)
             except DuplicateKeyError as exc:
@@ -257,6 +248,18 @@ class BatchDocumentWriter:
             f"session {sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
         ) from race
+
+    async def _initial(self, sid: str) -> tuple[int, list[str]]:
+        """What a missing claims document starts from: the session's counter (or the end of
+        its stored entries, if higher) and its stored IDs; the session must exist."""
+        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
+        if session is None:
+            raise SessionNotFoundError(sid)
+        counter = session.get("next_seq", 0)
+        if not isinstance(counter, int) or isinstance(counter, bool):
+            raise CorruptSessionError(sid, f"bad session document: next_seq is {counter!r}")
+        end, ids = await stored_ids(self._entries, sid)
+        return max(counter, end), ids
 
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
         if len(docs) == 1:
