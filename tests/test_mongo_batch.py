@@ -1,4 +1,4 @@
-"""MongoStore's batch layout (the default): one document per ``append_entries`` call.
+"""MongoStore's batch layout (``layout="batch"``): one document per ``append_entries`` call.
 
 What only this layout has: the batch document's shape, one lookup and one insert per append,
 sessions written in the one-document-per-entry layout (written here directly with the driver, as
@@ -100,7 +100,7 @@ async def listened(
         mongo_uri, event_listeners=[commands], serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
     )
     try:
-        yield MongoStore(client[mongo_database.name]), commands
+        yield MongoStore(client[mongo_database.name], layout="batch"), commands
     finally:
         await client.close()
 
@@ -108,7 +108,7 @@ async def listened(
 async def test_batch_document_shape_and_exact_wire(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
     custom = decode_entry(
         '{"type":"custom","id":"c1","parent_id":"m1","created_at":"2026-01-02T03:04:05.5Z",'
@@ -166,7 +166,7 @@ async def test_claimed_but_unstored_id_is_written(
 ) -> None:
     """A claim whose insert never happened (the writer lost the server in between) only sends
     the next append down the careful path: the entry is stored, once."""
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
     sync_db.entries_ids.update_one({"_id": "s1"}, {"$push": {"h": id_hash("a")}})
     await store.append_entries("s1", [entry("a"), entry("b")])
@@ -183,7 +183,7 @@ async def test_legacy_layout_loads_and_appends(
     """A session an older version wrote, one document per entry: it loads in ``seq`` order,
     new appends land after it as batch documents, and its entries still count for
     idempotency and conflicts wherever they sit in a batch."""
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     # The session document as an older version created it (no claims document).
     sync_db.sessions.insert_one({"_id": "old", "parent_id": None, "created_at": T0, "next_seq": 0})
     legacy = [entry("l0"), entry("l1", parent="l0"), entry("l2", parent="l1")]
@@ -207,7 +207,7 @@ async def test_legacy_layout_loads_and_appends(
 async def test_partial_overlap_retry_stores_only_the_rest(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a"), entry("b"), entry("c")])
     await store.append_entries("s1", [entry("b"), entry("d")])  # b stored, not first in its doc
@@ -220,7 +220,7 @@ async def test_partial_overlap_retry_stores_only_the_rest(
 async def test_conflict_on_any_position_writes_nothing(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a"), entry("b")])
     for batch in (
@@ -250,7 +250,7 @@ async def test_batch_over_the_document_limit_is_split(
 ) -> None:
     """Three 6 MiB entries (18 MiB) cannot share one 16 MiB document: two documents, in order,
     and a retry of the whole batch is a no-op."""
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("big")
     batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
     await store.append_entries("big", [entry("first"), *batch])
@@ -278,7 +278,7 @@ async def test_split_batch_conflict_found_late_rolls_back(
         mongo_uri, event_listeners=[commands], serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
     )
     try:
-        store = MongoStore(client[mongo_database.name])
+        store = MongoStore(client[mongo_database.name], layout="batch")
         await store.create_session("s1")
         batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
         with pytest.raises(EntryConflictError) as info:
@@ -288,7 +288,7 @@ async def test_split_batch_conflict_found_late_rolls_back(
     assert info.value.entry_id == "b2"
     assert commands.names.count("delete") == 1  # the rollback of the first document
     assert [d["_id"] for d in sync_db.entries.find({"session_id": "s1"})] == ["s1/b2"]
-    assert ids(await MongoStore(mongo_database).load_entries("s1")) == ["b2"]
+    assert ids(await MongoStore(mongo_database, layout="batch").load_entries("s1")) == ["b2"]
 
 
 async def test_duplicate_id_across_batch_documents_on_load(
@@ -296,7 +296,7 @@ async def test_duplicate_id_across_batch_documents_on_load(
 ) -> None:
     """Two batches sharing an ID, both stored (a race FerretDB does not referee): an identical
     copy is returned once; a differing one is a typed error, never a silent wrong entry."""
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     for sid, shared in (("same", entry("x")), ("diff", entry("x", "other"))):
         await store.create_session(sid)
         await store.append_entries(sid, [entry("a"), entry("x")])
@@ -323,7 +323,7 @@ async def test_duplicate_id_across_batch_documents_on_load(
 async def test_damaged_batch_document_raises_corrupt_session(
     mongo_database: AsyncDatabase[Any], sync_db: Any, damage: dict[str, Any]
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a"), entry("b")])
     sync_db.entries.update_one({"_id": "s1/a"}, {"$set": damage})
@@ -350,7 +350,7 @@ async def test_server_lost_mid_batch_leaves_all_or_nothing(private_server: Ferre
         private_server.uri, serverSelectionTimeoutMS=1000, connectTimeoutMS=1000
     )
     try:
-        store = MongoStore(client["faults"])
+        store = MongoStore(client["faults"], layout="batch")
         await store.create_session("s1")
         three_done = asyncio.Event()
         failed: list[int] = []

@@ -217,7 +217,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
     assert commands.names().count("createIndexes") == 3
-    assert commands.names().count("insert") == 21  # 10 sessions, 10 claims documents, 1 batch
+    assert commands.names().count("insert") == 11
 
 
 async def test_unique_indexes_are_enforced_by_the_server(
@@ -729,7 +729,7 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.entry_id == "big"
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
-    assert sync_db.entries_ids.find_one({"_id": "s1"})["n"] == 1  # nothing even reserved
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 1  # nothing even reserved
 
 
 async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:

@@ -7,10 +7,10 @@ goes first. Messages are ~270-character texts on both sides: a durable-agent ``M
 an SDK ``{"role", "content"}`` input item. Before a figure counts, the session is read back and
 its length checked.
 
-Layouts: ``ours`` is MongoStore's default, the batch layout (one document per append, like the
-peer); ``PEERS_MONGO_LAYOUTS=batch,entry`` also measures ``ours_entry``, the one-document-per-entry
-layout of before, in the same run (the sides take turns), adds its rows (marked "per-entry
-layout") and prints the three columns side by side.
+Layouts: ``ours`` is MongoStore's default, one document per entry; ``PEERS_MONGO_LAYOUTS=
+entry,batch`` also measures ``ours_batch``, the opt-in batch layout (one document per append, like
+the peer), in the same run (the sides take turns), adds its rows (marked "batch layout") and
+prints the three columns side by side.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Side(Protocol):
 
 
 class Ours:
-    layout: Layout = "batch"
+    layout: Layout = "entry"
 
     def __init__(self, store: MongoStore, session_id: str) -> None:
         self.store = store
@@ -74,10 +74,10 @@ class Ours:
         return len(await self.store.load_entries(self.sid))
 
 
-class OursEntry(Ours):
-    """MongoStore writing the one-document-per-entry layout (the layout before batches)."""
+class OursBatch(Ours):
+    """MongoStore writing the opt-in batch layout (one document per append)."""
 
-    layout: Layout = "entry"
+    layout: Layout = "batch"
 
 
 class Peer:
@@ -101,14 +101,14 @@ class Peer:
 
 
 Opener = Callable[[AsyncMongoClient[Any], str, str], Awaitable[Side]]
-SIDES: dict[str, Opener] = {"ours": Ours.open, "ours_entry": OursEntry.open, "peer": Peer.open}
-BUILD_BATCH = {"ours": 10, "ours_entry": 10, "peer": 10}
+SIDES: dict[str, Opener] = {"ours": Ours.open, "ours_batch": OursBatch.open, "peer": Peer.open}
+BUILD_BATCH = {"ours": 10, "ours_batch": 10, "peer": 10}
 
 
 def measured_sides() -> list[str]:
-    """``ours`` and ``peer``, plus ``ours_entry`` when ``PEERS_MONGO_LAYOUTS`` names ``entry``."""
-    layouts = os.environ.get("PEERS_MONGO_LAYOUTS", "batch").split(",")
-    return ["ours", *(["ours_entry"] if "entry" in layouts else []), "peer"]
+    """``ours`` and ``peer``, plus ``ours_batch`` when ``PEERS_MONGO_LAYOUTS`` names ``batch``."""
+    layouts = os.environ.get("PEERS_MONGO_LAYOUTS", "entry").split(",")
+    return ["ours", *(["ours_batch"] if "batch" in layouts else []), "peer"]
 
 
 def fresh_db(tag: str) -> str:
@@ -141,8 +141,8 @@ async def load_time(
     client: AsyncMongoClient[Any], name: str, size: int, loads: int
 ) -> tuple[float, float]:
     """Median load time (ms) and build seconds. Both sides are built in 10-message appends:
-    the peer's layout and ours (batch layout) are one document per append (so this is the
-    figure a chat of 5-turn appends gets); ``ours_entry`` is one document per entry."""
+    the peer's layout and ``ours_batch`` are one document per append (so this is the figure a
+    chat of 5-turn appends gets); ``ours`` (the default layout) is one document per entry."""
     db = fresh_db(f"load{size}_{name}")
     side = await SIDES[name](client, db, "big")
     step = BUILD_BATCH[name]
@@ -214,8 +214,8 @@ async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
     finally:
         await client.close()
     rows = _rows(raw["ours"], raw["peer"], "")
-    if "ours_entry" in raw:
-        rows += _rows(raw["ours_entry"], raw["peer"], " (per-entry layout)")
+    if "ours_batch" in raw:
+        rows += _rows(raw["ours_batch"], raw["peer"], " (batch layout)")
         print_layouts(raw)
     return {
         "peer": "openai-agents MongoDBSession",
@@ -227,7 +227,7 @@ async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
             "loads_per_rep": loads,
             "load_built_in_batches_of": BUILD_BATCH,
             "sides": sides,
-            "ours_layout": "batch",
+            "ours_layout": "entry",
             "concurrent_sessions": 20,
             "appends_per_session": per_session,
             "message_chars": len(TEXT),
@@ -261,7 +261,7 @@ def print_layouts(raw: dict[str, dict[str, list[float]]]) -> None:
         f"{'entry/peer':>10} {'batch/peer':>10}"
     )
     for key, name, unit, _ in FIGURES:
-        e, b, p = (statistics.median(raw[side][key]) for side in ("ours_entry", "ours", "peer"))
+        e, b, p = (statistics.median(raw[side][key]) for side in ("ours", "ours_batch", "peer"))
         print(
             f"  {name:<40} {unit:<9} {e:>10.2f} {b:>10.2f} {p:>10.2f} {e / p:>9.2f}x {b / p:>9.2f}x"
         )

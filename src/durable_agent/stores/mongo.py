@@ -6,18 +6,27 @@ keys such as ``$x`` or ``a.b`` inside an entry never become field names), in ``e
 of two layouts, chosen per store object with ``layout=`` (loads read both, sorted by ``seq``, so
 a session written in the old layout keeps loading and appending):
 
-- ``"batch"`` (the default): one document per ``append_entries`` call,
+- ``"entry"`` (the default): one document per entry, ``{_id, session_id, entry_id, seq, type,
+  created_at, wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many``
+  whose duplicate keys are the idempotency check, and a conflict deletes the prefix it stored.
+  See :mod:`~durable_agent.stores.mongo_append`.
+- ``"batch"`` (opt-in): one document per ``append_entries`` call,
   ``{_id, session_id, entry_id, seq, keys, wires}``, plus one entry-ID claims document per
   session in ``<entries>_ids``. A new batch is two round trips of latency (reserve ``seq`` and
   claim the IDs together, then one ``insert_one``, written all or nothing); a batch with a
   stored ID looks it up first. Loads read a tenth of the documents of 10-entry appends, which
   is what FerretDB's per-document cost needs. See :mod:`~durable_agent.stores.mongo_batch` and
-  :mod:`~durable_agent.stores.mongo_claims`.
-- ``"entry"`` (the layout before): one document per entry, ``{_id, session_id, entry_id, seq,
-  type, created_at, wire}``; an append reserves ``seq`` numbers, then one ordered
-  ``insert_many`` whose duplicate keys are the idempotency check, and a conflict deletes the
-  prefix it stored. See :mod:`~durable_agent.stores.mongo_append`. A session must not be
-  written in this layout once batch writers use it (its entries are not claimed).
+  :mod:`~durable_agent.stores.mongo_claims`. A session written by batch writers must not be
+  appended to in the per-entry layout afterwards (those entries would not be claimed); a
+  per-entry session may move to batches (its first batch append claims what is stored).
+
+Why per-entry is the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=batch,entry``
+``bench/peers/run.py --only 3``, medians of 3): the batch layout loads 1.5x faster (10k entries
+489 against 756 ms; the peer 231) but its claims document is rewritten whole on every append,
+and FerretDB's cost for that grows with the session (a ``findAndModify`` on 1k claims takes
+8 ms, on 10k 75 ms), so 10-entry appends take 8.6 ms against 3.0 ms (peer 2.2) and 20 concurrent
+sessions write 152 against 422 entries/s. A session is loaded once per run, appended to several
+times per turn.
 
 An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
 the ``_id`` of a per-entry document and of a batch document whose first entry it is. Unique
@@ -84,8 +93,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
 
-#: How appends are stored: ``"batch"`` (default) one document per ``append_entries`` call,
-#: ``"entry"`` one document per entry (the layout before). Loads read both.
+#: How appends are stored: ``"entry"`` (default) one document per entry, ``"batch"`` one document
+#: per ``append_entries`` call (opt-in; see the module doc for the measured trade). Loads read both.
 Layout = Literal["batch", "entry"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
@@ -136,7 +145,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
-        layout: Layout = "batch",
+        layout: Layout = "entry",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
