@@ -80,7 +80,12 @@ async def running_worker(
     publisher: Any = None,
     **options: Any,
 ) -> AsyncIterator[Worker]:
-    """A test worker (workflow bugs fail fast) on its own task queue."""
+    """A test worker (workflow bugs fail fast) on its own task queue.
+
+    Sandboxed unless told otherwise: the sandbox refuses a clock, random or I/O call in workflow
+    code at once, so the suite guards the determinism the unsandboxed default relies on (the
+    worker subprocesses of the crash tests run that default)."""
+    options.setdefault("sandboxed", True)
     worker = await create_worker(
         client,
         task_queue=task_queue or f"test-{uuid.uuid4().hex[:12]}",

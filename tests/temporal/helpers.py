@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -177,18 +178,38 @@ async def fetch_history_text(handle: WorkflowHandle[Any, Any]) -> str:
     return history_text(history.to_json())
 
 
+def activity_counts(history_json: str) -> Counter[str]:
+    """Ordinary activities by type name; local ones (recorded as markers) as ``local:<name>``."""
+    counts: Counter[str] = Counter()
+    for event in json.loads(history_json)["events"]:
+        attrs = event.get("activityTaskScheduledEventAttributes")
+        if attrs:
+            counts[attrs["activityType"]["name"]] += 1
+        marker = event.get("markerRecordedEventAttributes")
+        if marker and marker["markerName"] == "core_local_activity":
+            data = json.loads(base64.b64decode(marker["details"]["data"]["payloads"][0]["data"]))
+            counts[f"local:{data['activity_type']}"] += 1
+    return counts
+
+
 def event_types(history_json: str) -> list[str]:
     return [e.get("eventType", "") for e in json.loads(history_json).get("events", [])]
 
 
 async def assert_replays(client: Client, workflow_id: str) -> None:
-    """The workflow's (latest) history replays without a determinism error."""
+    """The workflow's (latest) history replays without a determinism error, sandboxed and not."""
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Replayer
 
     from durable_agent.workflows import WORKFLOWS
+    from durable_agent.workflows.worker import workflow_runner
 
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{workflow_id}: {result.replay_failure!r}"
+    for sandboxed in (True, False):  # the suite's workers, and create_worker's default
+        replayer = Replayer(
+            workflows=WORKFLOWS,
+            data_converter=pydantic_data_converter,
+            workflow_runner=workflow_runner(sandboxed),
+        )
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{workflow_id}: {result.replay_failure!r}"

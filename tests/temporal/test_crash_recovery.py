@@ -32,6 +32,7 @@ from tests.support.worker_process import AGENT, CALLS_LOG, CRASH_POINTS, MARKERS
 from tests.temporal.conftest import WorkerProcesses
 from tests.temporal.helpers import (
     CRASH,
+    activity_counts,
     assert_one_chain,
     assert_receipts_stored,
     assert_replays,
@@ -275,13 +276,9 @@ async def test_sigkill_mid_parallel_batch_reruns_only_the_unfinished_call(
     assert [m.text() for m in results] == ["step 1 done", "step 2 done"]
     assert side_effects(markers) == (2, 1, 2)  # call 1 ran once, call 2 again after the kill
     history = (await handle.fetch_history()).to_json()
-    appends = [
-        e
-        for e in json.loads(history)["events"]
-        if e.get("activityTaskScheduledEventAttributes", {}).get("activityType", {}).get("name")
-        == "durable_agent.append_entries"
-    ]
-    assert len(appends) == 2  # the input, then both results in one batch
+    counts = activity_counts(history)
+    # the input (a local activity), then both results in one batch
+    assert counts["local:durable_agent.append_entries"] == 2, counts
     await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))
 
 

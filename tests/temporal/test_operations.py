@@ -8,6 +8,7 @@ import base64
 import json
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
@@ -128,20 +129,29 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
     assert [e.agent.type for e in everything.events if e.agent] == recorded
     assert recorded.count("message_update") == 0  # updates are not recorded
 
-    # every activity has a readable summary in the UI
+    # every activity, ordinary or local (a marker), has a readable summary in the UI
     events = json.loads(history.to_json())["events"]
     scheduled = [e for e in events if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"]
-    assert scheduled
-    for e in scheduled:
-        assert e.get("userMetadata", {}).get("summary"), e["activityTaskScheduledEventAttributes"][
-            "activityType"
-        ]
+    local = [
+        e
+        for e in events
+        if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_local_activity"
+    ]
+    assert scheduled and local
+    for e in [*scheduled, *local]:
+        assert e.get("userMetadata", {}).get("summary"), e
+
+    def kind(e: dict[str, Any]) -> str:
+        if "activityTaskScheduledEventAttributes" in e:
+            return str(e["activityTaskScheduledEventAttributes"]["activityType"]["name"])
+        data = e["markerRecordedEventAttributes"]["details"]["data"]["payloads"][0]["data"]
+        return str(json.loads(base64.b64decode(data))["activity_type"])
+
     # and the stores say what they store (issue 15 item 6)
     store_summaries = [
         json.loads(base64.b64decode(e["userMetadata"]["summary"]["data"]))
-        for e in scheduled
-        if e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
-        == "durable_agent.append_entries"
+        for e in [*scheduled, *local]
+        if kind(e) == "durable_agent.append_entries"
     ]
     # model replies and a lone tool call's result are stored by their producing activity
     # (SPEC §7.2): no append for them

@@ -5,7 +5,6 @@ model call, and a zombie attempt that stored first wins."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Sequence
 
@@ -24,6 +23,7 @@ from durable_agent.workflows.types import CallModelInput, CallToolInput, Stamp, 
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     Outcome,
+    activity_counts,
     assert_one_chain,
     assert_receipts_stored,
     assert_replays,
@@ -34,15 +34,6 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
-
-
-def _activity_counts(history_json: str) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for event in json.loads(history_json)["events"]:
-        attrs = event.get("activityTaskScheduledEventAttributes")
-        if attrs:
-            counts[attrs["activityType"]["name"]] += 1
-    return counts
 
 
 @tool
@@ -78,11 +69,15 @@ async def test_a_model_turn_is_one_activity_and_its_receipt_names_the_stored_rep
     assert_receipts_stored(outcome, stored)
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
-    counts = _activity_counts(history)
-    # two model turns and one tool leg, each one activity; append_entries only for the input
-    assert counts["durable_agent.call_model"] == 2
-    assert counts["durable_agent.call_tool"] == 1
-    assert counts["durable_agent.append_entries"] == 1, counts
+    counts = activity_counts(history)
+    # two model turns and one tool leg, each one activity; the run's start and its input commit
+    # are local activities (local-store-v1): no other activity task
+    assert counts == {
+        "durable_agent.call_model": 2,
+        "durable_agent.call_tool": 1,
+        "local:durable_agent.load_path": 1,
+        "local:durable_agent.append_entries": 1,
+    }, counts
     await assert_replays(temporal_client, wid)
 
 
@@ -183,7 +178,7 @@ async def _one_run(
     assert_receipts_stored(outcome, stored)
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
-    return stored, _activity_counts(history), outcome
+    return stored, activity_counts(history), outcome
 
 
 def _calls(*texts: str) -> Reply:
@@ -213,7 +208,7 @@ async def test_a_retried_tool_commits_its_result_once_in_its_own_activity(
     assert runs == ["x", "x"]  # retried once by Temporal, within one activity
     assert [m.text() for m in messages_of(stored) if m.role == "tool_result"] == ["did x"]
     assert counts["durable_agent.call_tool"] == 1
-    assert counts["durable_agent.append_entries"] == 1, counts  # the input only
+    assert counts["local:durable_agent.append_entries"] == 1, counts  # the input only
 
 
 async def test_sequential_calls_commit_their_own_results_in_call_order(
@@ -229,7 +224,7 @@ async def test_sequential_calls_commit_their_own_results_in_call_order(
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
     assert [(m.tool_call_id, m.text()) for m in results] == [("c1", "a"), ("c2", "b")]
     assert counts["durable_agent.call_tool"] == 2
-    assert counts["durable_agent.append_entries"] == 1, counts
+    assert counts["local:durable_agent.append_entries"] == 1, counts
 
 
 async def test_parallel_results_are_committed_after_the_batch_in_call_order(
@@ -256,4 +251,4 @@ async def test_parallel_results_are_committed_after_the_batch_in_call_order(
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
     assert [(m.tool_call_id, m.text()) for m in results] == [("c1", "slow a"), ("c2", "fast b")]
     assert counts["durable_agent.call_tool"] == 2
-    assert counts["durable_agent.append_entries"] == 2, counts  # input + one for the batch
+    assert counts["local:durable_agent.append_entries"] == 2, counts  # input + one for the batch

@@ -17,7 +17,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_agent import Reply, ScriptedModel, new, text
+from durable_agent import Reply, ScriptedModel, new, text, tool
 from durable_agent.ai import ModelRequest
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.stores import MemoryStore
@@ -72,16 +72,6 @@ def reset(client: Client, workflow_id: str, *how: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-async def completed_task_ids(client: Client, workflow_id: str) -> list[int]:
-    """Event IDs of the run's completed workflow tasks (the points a reset can go back to)."""
-    handle = client.get_workflow_handle(workflow_id)
-    return [
-        event.event_id
-        async for event in handle.fetch_history_events()
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    ]
-
-
 async def reset_result(client: Client, workflow_id: str) -> RunResult:
     """The reset execution's result (the handle follows the workflow ID to its newest run)."""
     handle = client.get_workflow_handle(workflow_id, result_type=RunResult)
@@ -134,27 +124,66 @@ async def test_reset_of_an_old_run_retries_it_as_a_sibling_branch(
         assert reopened.leaf_id == retried[-1].id
 
 
-async def test_reset_after_the_input_was_stored_answers_that_input_again(
+@tool
+async def look(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+def call_then_answer(request: ModelRequest) -> Reply:
+    last = request.messages[-1]
+    if last.role == "user":
+        return Reply.call("look", {"key": last.text()}, id=f"call-{last.text()}")
+    return Reply(text=f"answer after {last.text()}")
+
+
+async def scheduling_task(client: Client, workflow_id: str, activity_type: str) -> int:
+    """The event ID of the completed workflow task that scheduled ``activity_type`` (first)."""
+    last_completed = 0
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            last_completed = event.event_id
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+        ):
+            return last_completed
+    raise AssertionError(f"{workflow_id} scheduled no {activity_type}")
+
+
+async def test_reset_after_a_stored_reply_answers_its_call_again(
     temporal_client: Client,
 ) -> None:
+    """Reset to the task that scheduled the tool: the input and the reply (stored before that
+    point) stay shared, the tool call is answered again on a sibling branch. (Before
+    ``local-store-v1`` the same held for a reset between the input's append and the model call;
+    the input commit and the model call now share one workflow task.)"""
     store, q = MemoryStore(), queue()
-    lm = ScriptedModel(respond)
-    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
-        session, first, before = await two_turns(temporal_client, store, q)
-        wid = run_workflow_id(session, first)
-        # the workflow task that saw the input's append complete (and scheduled the model call)
-        tasks = await completed_task_ids(temporal_client, wid)
-        reset(temporal_client, wid, "--event-id", str(tasks[2]))
+    lm = ScriptedModel(call_then_answer)
+    spec = AgentSpec(model=lm, tools=[look])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("reset-tool"), executor=executor(temporal_client, q)
+        )
+        first = run_id()
+        assert (await consume(await agent.run("q1", run_id=first))).error is None
+        before = await store.load_entries(agent.session_id)
+        assert [_text(e) for e in before] == ["q1", "", "value of q1", "answer after value of q1"]
+        wid = run_workflow_id(agent.session_id, first)
+        point = await scheduling_task(temporal_client, wid, "durable_agent.call_tool")
+        reset(temporal_client, wid, "--event-id", str(point))
         result = await reset_result(temporal_client, wid)
         await assert_replays(temporal_client, wid)
 
-    stored = await store.load_entries(session)
+    stored = await store.load_entries(agent.session_id)
     assert [encode_entry(e) for e in stored[:4]] == [encode_entry(e) for e in before]
-    [again] = stored[4:]
-    # what was stored before the reset point stays shared: a second answer to the same q1
-    assert _text(again) == "answer to q1" and again.parent_id == before[0].id
-    assert again.id != before[1].id
-    assert result.new_entry_ids == [before[0].id, again.id]
+    again = stored[4:]
+    assert [_text(e) for e in again] == ["value of q1", "answer after value of q1"]
+    # the reply stored before the reset point is shared: its call gets a second answer
+    assert again[0].parent_id == before[1].id
+    assert {e.id for e in again}.isdisjoint(e.id for e in before)
+    assert_one_chain(again, root_parent=before[1].id)
+    assert result.new_entry_ids == [before[0].id, before[1].id, *(e.id for e in again)]
 
 
 async def test_reset_to_the_last_task_of_a_finished_run_stores_nothing(

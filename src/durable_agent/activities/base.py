@@ -55,6 +55,11 @@ async def heartbeating(grace: float = 0.0) -> AsyncIterator[None]:
     ``grace`` delays the first beat (capped at a quarter of the heartbeat timeout), so a quick
     store call finishes without any heartbeat RPC while a slow or stuck one still beats."""
 
+    if activity.info().is_local:
+        # a local activity has no heartbeat: the workflow task it runs in is its liveness
+        yield
+        return
+
     async def beat() -> None:
         if grace:
             timeout = activity.info().heartbeat_timeout

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 from ..session.entries import MessageEntry
@@ -64,20 +65,55 @@ async def call_activity(
     summary: str,
     heartbeat: float | None = None,
     wait_for_cancel: bool = False,
+    local: bool = False,
 ) -> T:
-    """Execute activity ``name`` with the given policy; the summary shows in the Temporal UI."""
-    result: T = await workflow.execute_activity(
+    """Execute activity ``name`` with the given policy; the summary shows in the Temporal UI.
+
+    ``local`` runs it as a local activity: on the worker holding the workflow task, inside that
+    task, its result recorded as one marker event. A short store step (the run's start, its input
+    commit) then costs no server round trip and no activity task; a worker lost inside one is
+    noticed by the workflow task timeout instead of a heartbeat, which is why model and tool calls
+    stay ordinary activities."""
+    cancellation = (
+        ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        if wait_for_cancel
+        else ActivityCancellationType.TRY_CANCEL
+    )
+    result: T
+    if local:
+        try:
+            result = await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timedelta(seconds=start_to_close),
+                retry_policy=retry,
+                cancellation_type=cancellation,
+                summary=summary,
+            )
+        except ActivityError:
+            raise
+        except FailureError as exc:
+            # a local activity's failure arrives as its bare cause (the ApplicationError it
+            # raised, a timeout, a cancellation): give callers the shape ordinary ones have
+            raise ActivityError(
+                f"local activity {name} failed",
+                scheduled_event_id=0,
+                started_event_id=0,
+                identity="",
+                activity_type=name,
+                activity_id="",
+                retry_state=None,
+            ) from exc
+        return result
+    result = await workflow.execute_activity(
         name,
         arg,
         result_type=result_type,
         start_to_close_timeout=timedelta(seconds=start_to_close),
         heartbeat_timeout=None if heartbeat is None else timedelta(seconds=heartbeat),
         retry_policy=retry,
-        cancellation_type=(
-            ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if wait_for_cancel
-            else ActivityCancellationType.TRY_CANCEL
-        ),
+        cancellation_type=cancellation,
         summary=summary,
     )
     return result

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..session.errors import StoreUnavailableError
 
 __all__ = [
     "PAYLOAD_TOO_LARGE",
+    "UNSETTLED",
     "ActivityFailure",
     "activity_failure",
     "agent_error",
@@ -45,6 +47,7 @@ __all__ = [
     "model_error",
     "payload_too_large",
     "run_failure",
+    "unsettled_ids",
 ]
 
 PAYLOAD_TOO_LARGE = PayloadTooLargeError.__name__
@@ -130,23 +133,44 @@ def payload_too_large(exc: BaseException | None) -> str | None:
     return None
 
 
-def run_failure(exc: BaseException) -> ApplicationError:
-    """The run's failure as the client will re-raise it (type name kept, never retried)."""
+UNSETTLED = "unsettled"
+"""The key of a run failure's detail naming entries it may have stored (see :func:`run_failure`)."""
+
+
+def run_failure(exc: BaseException, unsettled: Sequence[str] = ()) -> ApplicationError:
+    """The run's failure as the client will re-raise it (type name kept, never retried).
+
+    ``unsettled``: entry IDs of writes the run is unsure of (a local append that failed may
+    have applied: its input, unlike an ordinary activity's, is not in the history), carried as
+    a last ``{"unsettled": [...]}`` detail for the client to reconcile (issue 11.8b)."""
+    extra: list[Any] = [{UNSETTLED: list(unsettled)}] if unsettled else []
     too_large = payload_too_large(exc)
     if too_large is not None:
-        return ApplicationError(too_large, type=PAYLOAD_TOO_LARGE, non_retryable=True)
+        return ApplicationError(too_large, *extra, type=PAYLOAD_TOO_LARGE, non_retryable=True)
     if isinstance(exc, ModelError):
-        return ApplicationError(str(exc), exc.retryable, type="ModelError", non_retryable=True)
+        return ApplicationError(
+            str(exc), exc.retryable, *extra, type="ModelError", non_retryable=True
+        )
     if isinstance(exc, ActivityError):
         kind, message = activity_failure(exc)
-        return ApplicationError(message, type=kind, non_retryable=True)
+        return ApplicationError(message, *extra, type=kind, non_retryable=True)
     if isinstance(exc, ApplicationError):
         return exc
     if isinstance(exc, AgentError):
-        return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+        return ApplicationError(str(exc), *extra, type=type(exc).__name__, non_retryable=True)
     return ApplicationError(
-        f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True
+        f"{type(exc).__name__}: {exc}", *extra, type=type(exc).__name__, non_retryable=True
     )
+
+
+def unsettled_ids(failure: BaseException | None) -> list[str]:
+    """The entry IDs a run failure's ``unsettled`` detail names (``[]`` if none)."""
+    if not isinstance(failure, ApplicationError):
+        return []
+    for detail in failure.details:
+        if isinstance(detail, dict) and isinstance(detail.get(UNSETTLED), list):
+            return [str(i) for i in detail[UNSETTLED]]
+    return []
 
 
 def agent_error(cause: ApplicationError) -> BaseException:

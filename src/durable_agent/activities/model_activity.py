@@ -82,10 +82,11 @@ class ModelActivity(ActivityBase):
             self.deltas, inp.session_id, inp.run_id, inp.position, activity.info().attempt
         )
         try:
+            # the background beat proves liveness (and brings cancellation) every half second:
+            # a heartbeat per streamed token would only add a task and an encode per token
             async with heartbeating():
                 async for event in spec.model.stream(request):
                     partial = event.partial
-                    activity.heartbeat()
                     if live is not None:
                         live.offer(partial)
                     if event.type == "done":

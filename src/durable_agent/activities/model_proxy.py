@@ -51,7 +51,7 @@ class ActivityModel:
         engine = host.engine
         call = host.model_call()
         stamp: Stamp | None = None
-        if workflow.patched(PRODUCER_COMMIT):
+        if self.host.patched(PRODUCER_COMMIT):
             # the producer commits its own reply under this header: one activity per turn
             stamp = Stamp(
                 id=workflow_id_new(),
@@ -78,7 +78,7 @@ class ActivityModel:
         except ActivityError as exc:
             if is_cancellation(exc):
                 raise asyncio.CancelledError() from exc
-            if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_WINS):
+            if workflow.cancellation_reason() is not None and self.host.patched(CANCEL_WINS):
                 # The user cancelled while the call could not answer (its worker died): the
                 # call ends with its heartbeat timeout, but the run ends cancelled (issue 16).
                 raise asyncio.CancelledError() from exc

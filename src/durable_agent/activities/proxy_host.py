@@ -40,6 +40,11 @@ class RunHost(Protocol):
         """The run's plain options (``model_retry``, ``max_turns``, …)."""
         ...
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this execution takes the path of ``patch_id`` (``workflow.patched`` for
+        executions from before ``local-store-v1``; always, without a marker, after it)."""
+        ...
+
     def model_call(self) -> CallModelInput:
         """The next ``call_model`` input (the view's leaf, the ephemeral inputs, the live key)."""
         ...

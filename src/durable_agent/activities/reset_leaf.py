@@ -4,7 +4,8 @@ A run started without a leaf (from the Temporal UI, say) continues the session's
 which its ``ensure_session`` activity resolves. An operator's ``temporal workflow reset`` to the
 first workflow task runs that activity again, by which time the newest entry may be another
 run's answer, or the run's own. A reset is a retry of the run from where it started, so the
-activity reads the leaf the original execution's ``ensure_session`` returned from that
+activity reads the leaf the original execution's ``ensure_session`` returned (an ordinary
+activity's completion, or since ``local-store-v1`` a local activity's marker) from that
 execution's history (kept by Temporal for the namespace's retention period) instead.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
+
+from .markers import local_activity_result
 
 __all__ = ["ENSURE_SESSION", "recorded_start_leaf"]
 
@@ -31,6 +34,10 @@ async def recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
     scheduled: set[int] = set()
     try:
         async for event in handle.fetch_history_events():
+            local = local_activity_result(event, ENSURE_SESSION)  # since local-store-v1
+            if local:
+                [leaf] = await client.data_converter.decode(local, [str])
+                return leaf if isinstance(leaf, str) else None
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
                 if attrs.activity_type.name == ENSURE_SESSION:

@@ -113,7 +113,7 @@ class ActivityTools:
         rest = pending[1:]
         if len(set(pending)) != len(pending) or any(i not in self._finished for i in rest):
             return []
-        if not workflow.patched(TOOL_COMMIT):
+        if not self.host.patched(TOOL_COMMIT):
             return []
         parent, out = first.id, list[Entry]()
         for call_id in rest:
@@ -146,7 +146,7 @@ class ActivityTools:
 
     def _stamp(self, call: ToolCall) -> Stamp | None:
         engine = self.host.engine
-        if not self._runs_alone(call) or not workflow.patched(TOOL_COMMIT):
+        if not self._runs_alone(call) or not self.host.patched(TOOL_COMMIT):
             return None
         return Stamp(
             id=workflow_id_new(),
@@ -200,7 +200,7 @@ class ActivityTools:
         landed: Message | None = None
         if workflow.cancellation_reason() is not None:
             host.defer_cancel()  # recorded first, then the cancellation proceeds
-            if workflow.patched(TOOL_LANDED):
+            if self.host.patched(TOOL_LANDED):
                 # the loop may be unwinding already and never yield it: the engine's cancel
                 # records it instead of a "cancelled" sibling (issue 11 item 1 on Temporal)
                 landed = answer.message

@@ -26,12 +26,14 @@ from .types import BodyRefs, WireEvent, event_from_wire
 
 __all__ = [
     "CARRY_INLINE_LIMIT",
+    "RESULT_TAIL_BUDGET",
     "QUERY_INLINE_LIMIT",
     "BodyTracker",
     "carried",
     "encoded_size",
     "hydrate",
     "needed_ids",
+    "result_tail",
     "slim",
 ]
 
@@ -169,6 +171,29 @@ def carried(events: list[WireEvent]) -> list[WireEvent]:
         assert sent is not None
         out.append(sent)
     return out
+
+
+RESULT_TAIL_BUDGET = 64 * 1024
+"""Bytes of events a run's result carries at most."""
+
+
+def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:
+    """The events :attr:`~durable_agent.workflows.types.RunResult.tail` carries: from the
+    ``turns``-th last ``turn_start`` (all of them for a shorter run), bodies left out as
+    continue-as-new leaves them out (:func:`carried`),
+    the oldest dropped until the rest fits ``RESULT_TAIL_BUDGET``."""
+    starts = [
+        i for i, w in enumerate(events) if w.agent is not None and w.agent.type == "turn_start"
+    ]
+    first = starts[-turns] if len(starts) > turns else 0
+    tail = carried(events[first:])
+    sizes = [encoded_size(w) for w in tail]
+    total = sum(sizes)
+    cut = 0
+    while cut < len(tail) and total > RESULT_TAIL_BUDGET:
+        total -= sizes[cut]
+        cut += 1
+    return tail[cut:]
 
 
 def _elided(wire: WireEvent) -> BodyRefs | None:

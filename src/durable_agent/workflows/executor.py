@@ -38,7 +38,7 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.failures import agent_error
+from ..activities.failures import agent_error, unsettled_ids
 from ..ai.messages import Message
 from ..durable.errors import (
     AgentError,
@@ -125,6 +125,22 @@ TRANSIENT = frozenset(
     }
 )
 """RPC failures worth waiting out (a restarting server) rather than failing the stream."""
+
+
+def _tail_answer(result_task: asyncio.Future[RunResult], after: int) -> EventsAnswer | None:
+    """The events past ``after`` from a finished run's result (:attr:`RunResult.tail`), or
+    ``None`` when the result does not hold them all (a run that failed or was cancelled, an
+    older worker's result, a client that fell further behind than the tail reaches): then the
+    ``events`` query answers, at the cost of a replay of the closed workflow."""
+    if result_task.cancelled() or result_task.exception() is not None:
+        return None
+    tail = result_task.result().tail
+    if not tail or tail[0].position > after + 1:
+        return None
+    events = [w for w in tail if w.position > after]
+    return EventsAnswer(
+        events=events, first_position=tail[0].position, last_position=tail[-1].position
+    )
 
 
 async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
@@ -264,6 +280,7 @@ class TemporalExecutor:
                     # writes the run scheduled may land after it ended: the next run start
                     # reconciles them with the store (issue 11.8b)
                     ids = await scheduled_entry_ids(self.client, handle.id)
+                    ids += unsettled_ids(exc.cause)  # local appends: named by the failure
                     state.unsettled.extend(i for i in ids if i not in state.index)
                     raise client_error(exc) from exc
                 return produced
@@ -287,9 +304,15 @@ class TemporalExecutor:
         reply streams, ``follower`` puts its live deltas (read from the store's delta channel)
         before the reply's ``message_end``."""
         after, delay = 0, self.poll_initial
+        # A run's first events are visible only once its first workflow task completes, and a
+        # query that arrives during that task makes the worker cut it short to answer: wait a
+        # first interval (or for the end, whose result carries the last events) before asking.
+        await asyncio.wait({result_task}, timeout=delay)
         while True:
             closed = result_task.done()
-            answer = await self._query_events(handle, after, result_task)
+            answer = _tail_answer(result_task, after) if closed else None
+            if answer is None:
+                answer = await self._query_events(handle, after, result_task)
             if answer is not None and answer.events:
                 if answer.events[0].position > after + 1:
                     raise EventGapError(

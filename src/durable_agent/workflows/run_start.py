@@ -15,16 +15,23 @@ with workflow.unsafe.imports_passed_through():
     from .activity_calls import call_activity, store_retry
     from .types import EnsureSessionInput, LoadPathInput, PathInfo, RunInput
 
-__all__ = ["RESET_START_LEAF", "open_path"]
+__all__ = ["LOCAL_STORE", "RESET_START_LEAF", "open_path"]
+
+LOCAL_STORE = "local-store-v1"
+"""Patch marker: the run's store steps (``ensure_session``, ``load_path``, ``append_entries``)
+are local activities (issue 10): a run's start and input commit then cost no server round trip,
+so a one-turn run is one ordinary activity, its model call. Executions started before it replay
+with ordinary store activities."""
 
 RESET_START_LEAF = "reset-start-leaf-v1"
 """Patch marker: a reset execution of a run started without a leaf retries from the leaf the
 original execution resolved (issue 15 item 8); recorded only in reset executions."""
 
 
-async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
+async def open_path(inp: RunInput, *, local: bool = False) -> tuple[str, PathInfo]:
     """The run's starting leaf (the session's newest entry when the input names none, the
-    session created if absent) and what ``load_path`` found there: repairs, tools."""
+    session created if absent) and what ``load_path`` found there: repairs, tools.
+    ``local``: both as local activities (see :data:`LOCAL_STORE`)."""
     t = inp.timeouts
     leaf = inp.leaf_id
     try:
@@ -39,6 +46,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
                 summary="ensure session",
+                local=local,
             )
         info = await call_activity(
             "durable_agent.load_path",
@@ -48,6 +56,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             retry=store_retry(t),
             heartbeat=t.store_heartbeat,
             summary="load path",
+            local=local,
         )
     except ActivityError as exc:
         if is_cancellation(exc):

@@ -49,10 +49,11 @@ with workflow.unsafe.imports_passed_through():
         BodyTracker,
         carried,
         encoded_size,
+        result_tail,
         slim,
     )
     from .run_input import NO_INPUT, read_run_input
-    from .run_start import open_path
+    from .run_start import LOCAL_STORE, open_path
     from .types import (
         AppendInput,
         AppendResult,
@@ -101,6 +102,10 @@ class RunWorkflow:
         self._aborted_reply: Message | None = None
         """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
         self._tools: ActivityTools | None = None
+        self._local_store = False
+        """Store steps run as local activities (since ``local-store-v1``)."""
+        self._unsure: list[str] = []
+        """Entries of local appends that failed (they may have been stored all the same)."""
         self._committed: dict[str, StoredTimes] = {}
         """Entries their producing activity already stored (ID -> stored times): their commit
         records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
@@ -192,6 +197,7 @@ class RunWorkflow:
                 retry=store_retry(t),
                 heartbeat=t.store_heartbeat,
                 summary=store_summary([*stamped.durable, *extra]),
+                local=self._local_store,
             )
         )
         try:
@@ -205,6 +211,10 @@ class RunWorkflow:
                 await write
                 self._cancel_deferred = True
         except ActivityError as exc:
+            if self._local_store:
+                # a local append's input is not in the history: the failure names what it
+                # may have stored, for the client's next run start to reconcile (11.8b)
+                self._unsure.extend(e.id for e in [*stamped.durable, *extra])
             raise ActivityFailure(*activity_failure(exc)) from exc
         times = write.result().times
         if extra and self._tools is not None:
@@ -265,7 +275,7 @@ class RunWorkflow:
         due = forced is not None and self._turns_this_execution >= forced
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
-        if workflow.patched(BOUNDED_CAN):
+        if self.patched(BOUNDED_CAN):
             # positions and entry IDs, not message bodies: the input stays a few KB whatever
             # the messages (issue 16), so it can hold the last two turns, and a client that
             # polled just before the previous turn's end does not see a gap
@@ -299,7 +309,8 @@ class RunWorkflow:
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
         ensure_session_attribute(inp.session_id)
-        leaf, info = await open_path(inp)
+        self._local_store = workflow.patched(LOCAL_STORE)
+        leaf, info = await open_path(inp, local=self._local_store)
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -339,13 +350,14 @@ class RunWorkflow:
         except Exception as exc:
             if engine.status != "failed":
                 raise  # the cancel steps themselves failed: as ever, not the run's failure
-            raise run_failure(exc) from exc
+            raise run_failure(exc, self._unsure) from exc
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
             new_entry_ids=list(engine.new_entry_ids),
             usage=engine.usage,
             turn_count=engine.turn_count,
+            tail=result_tail(self._events, CARRIED_TURNS),
         )
 
     # -- the proxies' host (RunHost) ----------------------------------------------------------
@@ -375,6 +387,14 @@ class RunWorkflow:
     def _run_input(self) -> RunInput:
         assert self._input is not None
         return self._input
+
+    def patched(self, patch_id: str) -> bool:
+        # Since local-store-v1 every older patch is taken, without a marker: a patched() call
+        # that follows a local activity can be replayed in the wrong workflow task (a query
+        # that arrives during the task splits it after the local activity, and on replay the
+        # next patch marker then lies in a later task than the call: a nondeterminism error).
+        # Patches added later must be checked before the run's first local activity.
+        return True if self._local_store else workflow.patched(patch_id)
 
     def producer_committed(
         self,

@@ -151,6 +151,11 @@ class RunResult(FrozenModel):
     new_entry_ids: list[str]
     usage: Usage
     turn_count: int
+    tail: list[WireEvent] = Field(default_factory=list)
+    """The run's last events (its last two turns, bodies over a few hundred bytes left out, a
+    bounded size): a client that learns of the end from the result long poll takes the events
+    it has not seen from here, instead of querying a closed workflow (which a worker answers
+    only by replaying its whole history). Empty from runs started before it existed."""
 
 
 class ToolCallRef(FrozenModel):

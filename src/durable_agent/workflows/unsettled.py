@@ -3,7 +3,10 @@
 A run that ends badly can leave writes in flight: an ``append_entries`` that timed out and applied
 later, a ``call_model`` / ``call_tool`` attempt that commits under its stamp after the run was
 terminated. Every such write was scheduled with its entry IDs in the activity's input, so the
-run's history names them all. The client reads them once, when the run failed, and hands them to
+run's history names them all; except a local activity's (the run's input commit, since
+``local-store-v1``), whose input is not recorded: a run that fails after one names its entries in
+its failure instead (:func:`~durable_agent.activities.failures.unsettled_ids`). A run terminated
+during that local commit (a few milliseconds at its start) is the one case left to stored answers. The client reads them once, when the run failed, and hands them to
 the handle as unsettled; the next run start reconciles them with the store
 (:mod:`durable_agent.durable.reconcile`): the ones that landed join the handle's path.
 """

@@ -13,7 +13,7 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities.agent_activities import AgentActivities
@@ -35,6 +35,7 @@ __all__ = [
     "check_tuning",
     "create_worker",
     "ensure_search_attribute",
+    "workflow_runner",
 ]
 
 WORKFLOWS = [RunWorkflow, CompactWorkflow, PublishWorkflow]
@@ -98,6 +99,17 @@ async def ensure_search_attribute(client: Client) -> None:
             raise
 
 
+def workflow_runner(sandboxed: bool) -> WorkflowRunner:
+    """The runner :func:`create_worker` uses. Sandboxed, ``durable_agent`` is passed through
+    (deterministic in workflow code: clock and IDs come through RunEffects) instead of being
+    re-imported for every workflow (about 250 ms each)."""
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("durable_agent")
+    )
+
+
 async def create_worker(
     client: Client,
     *,
@@ -111,6 +123,7 @@ async def create_worker(
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
     live_deltas: LiveDeltas = "auto",
+    sandboxed: bool = False,
     **worker_options: Any,
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
@@ -121,6 +134,12 @@ async def create_worker(
 
     ``live_deltas`` is where model calls publish their streaming replies for clients (issue 13):
     by default the store's own channel, ``None`` for none.
+
+    ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
+    passed through). Off by default: these workflows run no user code (agents, models and tools
+    run in activities), their determinism is the library's and is checked by replay tests and
+    by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
+    every payload it converts, which costs about a tenth of a one-turn run (issue 10).
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
@@ -138,14 +157,7 @@ async def create_worker(
         store, agents, publisher, payload_limit=payload_limit, live_deltas=live_deltas
     )
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
-    # durable_agent is deterministic in workflow code (clock and IDs come through RunEffects), so
-    # it is passed through instead of being re-imported for every workflow (about 250 ms each).
-    worker_options.setdefault(
-        "workflow_runner",
-        SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("durable_agent")
-        ),
-    )
+    worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
     # A cancel request reaches a running activity only in a heartbeat response, and the SDK
     # throttles heartbeats to 0.8 x the heartbeat timeout (4 s for model calls by default): a
     # short throttle makes stream.cancel() take well under a second.
