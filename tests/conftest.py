@@ -18,7 +18,7 @@ from tests.support.harness import LocalHarness
 from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
 from tests.support.temporal import TemporalHarness, temporal_environment
 
-STORE_KINDS = ["memory", "file", "mongo"]
+STORE_KINDS = ["memory", "file", "mongo", "mongo_batch"]
 
 
 async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
@@ -31,6 +31,10 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
         from durable_agent.stores.mongo import MongoStore
 
         return MongoStore(request.getfixturevalue("mongo_database"))
+    if kind == "mongo_batch":  # MongoStore's opt-in batch layout
+        from durable_agent.stores.mongo import MongoStore
+
+        return MongoStore(request.getfixturevalue("mongo_database"), layout="batch")
     raise ValueError(f"unknown store kind {kind!r}")
 
 

@@ -139,7 +139,7 @@ async def test_session_document_shape(mongo_database: AsyncDatabase[Any], sync_d
 async def test_entry_document_shape_and_exact_wire(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="entry")
     await store.create_session("s1")
     # Keys that would be operators or paths if entries were stored as sub-documents.
     custom = decode_entry(
@@ -183,7 +183,11 @@ def _unique_indexes(sync_db: Any) -> set[tuple[tuple[str, int], ...]]:
     }
 
 
-EXPECTED_INDEXES = {(("session_id", 1), ("entry_id", 1)), (("session_id", 1), ("seq", 1))}
+EXPECTED_INDEXES = {
+    (("session_id", 1), ("entry_id", 1)),
+    (("session_id", 1), ("seq", 1)),
+    (("keys", 1),),  # batch documents' entry keys (sparse)
+}
 
 
 async def test_indexes_created_on_first_use(
@@ -212,7 +216,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     store = MongoStore(database)
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
-    assert commands.names().count("createIndexes") == 2
+    assert commands.names().count("createIndexes") == 3
     assert commands.names().count("insert") == 11
 
 
@@ -231,7 +235,7 @@ async def test_unique_indexes_are_enforced_by_the_server(
 
 
 async def test_seq_gaps_are_fine(mongo_database: AsyncDatabase[Any], sync_db: Any) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout="entry")
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
     sync_db.sessions.update_one({"_id": "s1"}, {"$inc": {"next_seq": 5}})  # an unused reservation
@@ -350,8 +354,8 @@ async def test_twenty_tasks_append_to_one_session(mongo_database: AsyncDatabase[
 async def test_two_stores_on_separate_clients(
     client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    a = MongoStore(client_factory()[mongo_database.name])
-    b = MongoStore(client_factory()[mongo_database.name])
+    a = MongoStore(client_factory()[mongo_database.name], layout="entry")
+    b = MongoStore(client_factory()[mongo_database.name], layout="entry")
     await a.create_session("s1")
     with pytest.raises(SessionExistsError):
         await b.create_session("s1")
@@ -400,7 +404,9 @@ async def test_append_is_one_reservation_and_one_insert(
 ) -> None:
     """No lookup before the insert: the insert's duplicate-key check is the idempotency check."""
     commands = Commands()
-    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    store = MongoStore(
+        client_factory(event_listeners=[commands])[mongo_database.name], layout="entry"
+    )
     await store.create_session("s1")
     for size in (1, 10):
         commands.log.clear()
@@ -419,8 +425,8 @@ async def test_stored_entries_found_through_the_duplicate_key(
     A stored entry with other content is a conflict, and what the call inserted before it is
     deleted again: nothing of the batch stays (SPEC §2.1).
     """
-    ours = MongoStore(mongo_database)
-    other = MongoStore(mongo_database)
+    ours = MongoStore(mongo_database, layout="entry")
+    other = MongoStore(mongo_database, layout="entry")
     await ours.create_session("s1")
     await other.append_entries("s1", [entry("b")])
     await ours.append_entries("s1", [entry("a"), entry("b"), entry("c")])
@@ -446,8 +452,8 @@ async def test_loser_of_a_conflicting_race_leaves_nothing(
     the entries before ``x`` first. Repeated on fresh sessions, so the interleavings vary.
     """
     commands = Commands()
-    a = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
-    b = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    a = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name], layout="entry")
+    b = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name], layout="entry")
     batches = {
         "a": [entry("a0"), entry("a1", parent="a0"), entry("x", "from a"), entry("a2")],
         "b": [entry("b0"), entry("x", "from b"), entry("b1", parent="x")],
@@ -488,7 +494,7 @@ async def test_retries_and_a_conflicting_writer_race(
     """Three copies of batch A, one batch B that gives ``x`` other content, and two copies of an
     unrelated batch C race on six clients. Each batch is all-or-nothing: either every copy of A
     succeeds and nothing of B is stored, or B succeeds and nothing of A is; C always lands."""
-    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(6)]
+    stores = [MongoStore(client_factory()[mongo_database.name], layout="entry") for _ in range(6)]
     a = [entry("a0"), entry("a1", parent="a0"), entry("a2"), entry("a3"), entry("x", "A")]
     b = [entry("b0"), entry("x", "B"), entry("b1")]
     c = [entry(f"c{i}") for i in range(5)]
@@ -526,7 +532,9 @@ async def test_cancelled_conflicting_append_still_rolls_back(
 ) -> None:
     """The delete that undoes a conflicting batch is part of the shielded write."""
     commands = Commands()
-    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    store = MongoStore(
+        client_factory(event_listeners=[commands])[mongo_database.name], layout="entry"
+    )
     await store.create_session("s1")
     await store.append_entries("s1", [entry("x", "stored")])
     inserting = commands.wait_for("started", "insert")
@@ -553,7 +561,9 @@ async def test_retry_after_a_stored_prefix_completes_in_batch_order(
     retry already reserved (one reservation per append, also on this path).
     """
     commands = Commands()
-    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    store = MongoStore(
+        client_factory(event_listeners=[commands])[mongo_database.name], layout="entry"
+    )
     await store.create_session("s1")
     batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(6)]
     await store.append_entries("s1", batch[:2])  # the prefix a failed call left
@@ -574,13 +584,13 @@ async def test_retry_numbered_below_a_concurrent_copy_keeps_batch_order(
     retry reserved first, the copy inserted first): the rest must not go in on the retry's
     lower numbers, which would put ``a2`` before ``a0``. Driven with the counter: the copy's
     entries sit at 5 and 6 and the retry is handed 0..4."""
-    copy = MongoStore(mongo_database)
+    copy = MongoStore(mongo_database, layout="entry")
     await copy.create_session("s1")
     batch = [entry(f"a{i}", parent=f"a{i - 1}" if i else None) for i in range(5)]
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 5}})
     await copy.append_entries("s1", batch[:2])  # a0, a1 at 5, 6
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 0}})
-    retry = MongoStore(mongo_database)
+    retry = MongoStore(mongo_database, layout="entry")
     await retry.append_entries("s1", batch)
     assert ids(await retry.load_entries("s1")) == ids(batch)
     seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
@@ -596,7 +606,7 @@ async def test_counter_moving_backwards_keeps_order_and_loses_nothing(
     still appends after its own entries (its floor), and a fresh store object handed taken
     numbers collides on the ``(session_id, seq)`` index and retries higher, losing nothing.
     """
-    writer = MongoStore(mongo_database)
+    writer = MongoStore(mongo_database, layout="entry")
     await writer.create_session("s1")
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 10}})  # seqs 0-9 unused
     await writer.append_entries("s1", [entry(f"e{i}") for i in range(5)])  # seqs 10-14
@@ -605,7 +615,7 @@ async def test_counter_moving_backwards_keeps_order_and_loses_nothing(
     assert ids(await writer.load_entries("s1")) == [f"e{i}" for i in range(6)]
 
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 11}})  # taken numbers
-    fresh = MongoStore(mongo_database)
+    fresh = MongoStore(mongo_database, layout="entry")
     await fresh.append_entries("s1", [entry("x"), entry("y", parent="x")])
     assert ids(await fresh.load_entries("s1")) == [*(f"e{i}" for i in range(6)), "x", "y"]
     seqs = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
@@ -917,11 +927,15 @@ async def test_unreachable_server_message_is_one_line() -> None:
         await client.close()
 
 
+@pytest.mark.parametrize(
+    ("layout", "counter"), [("entry", ("sessions", "next_seq")), ("batch", ("entries_ids", "n"))]
+)
 async def test_string_next_seq_raises_corrupt_session(
-    mongo_database: AsyncDatabase[Any], sync_db: Any
+    mongo_database: AsyncDatabase[Any], sync_db: Any, layout: Any, counter: tuple[str, str]
 ) -> None:
-    store = MongoStore(mongo_database)
+    store = MongoStore(mongo_database, layout=layout)
     await store.create_session("s1")
-    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": "3"}})
+    collection, field = counter
+    sync_db[collection].update_one({"_id": "s1"}, {"$set": {field: "3"}})
     with pytest.raises(CorruptSessionError, match="'s1'"):
         await store.append_entries("s1", [entry("a")])

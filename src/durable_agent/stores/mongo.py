@@ -1,49 +1,51 @@
 """MongoStore: sessions in MongoDB (or a wire-compatible server such as FerretDB), SPEC §2.3.
 
-Two collections. ``sessions`` holds one document per session,
-``{_id: session_id, parent_id, created_at, next_seq}``; ``entries`` holds one document per entry,
-``{_id, session_id, entry_id, seq, type, created_at, wire}``, where ``wire`` is the exact
-``encode_entry`` string. Keeping the entry as a string (not as a sub-document) gives a byte-exact
-round trip and means keys such as ``$x`` or ``a.b`` inside an entry never become field names.
-An entry's ``_id`` is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``).
+``sessions`` holds one document per session, ``{_id: session_id, parent_id, created_at,
+next_seq}``. Entries are stored as their exact ``encode_entry`` strings (a byte-exact round trip;
+keys such as ``$x`` or ``a.b`` inside an entry never become field names), in ``entries``, in one
+of two layouts, chosen per store object with ``layout=`` (loads read both, sorted by ``seq``, so
+a session written in the old layout keeps loading and appending):
 
-**An append is two round trips:** reserve a block of ``seq`` numbers with one
-``find_one_and_update({_id}, {$inc: {next_seq: n}})`` on the session document, then one
-``insert_many(ordered=True)``. There is no lookup first: the ``_id`` and the unique indexes on
-``(session_id, entry_id)`` and ``(session_id, seq)`` make the insert itself the idempotency
-check, and the database the referee between concurrent writers, without multi-document
-transactions (the store runs on a standalone ``mongod`` and on FerretDB). Only a duplicate key
-costs more: the entries from the one that collided on are looked up by ``_id`` and re-planned
-(identical: skipped; different: a conflict), and what is still missing is inserted in a second
-``insert_many``, on the unused numbers of the same reservation when the entries found stored
-all sit below them (else on fresh ones, so a batch is always stored in order). A reservation
-that is never used leaves a gap in ``seq``, which is harmless. The reservation cannot be folded
-into the insert: the insert carries the numbers, and guessing them (from what this object last
-wrote) would place an entry *before* others whenever another process appended in between and
-left a gap.
+- ``"entry"`` (the default): one document per entry, ``{_id, session_id, entry_id, seq, type,
+  created_at, wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many``
+  whose duplicate keys are the idempotency check, and a conflict deletes the prefix it stored.
+  See :mod:`~durable_agent.stores.mongo_append`.
+- ``"batch"`` (opt-in): one document per ``append_entries`` call,
+  ``{_id, session_id, entry_id, seq, keys, wires}``, plus one entry-ID claims document per
+  session in ``<entries>_ids``. A new batch is two round trips of latency (reserve ``seq`` and
+  claim the IDs together, then one ``insert_one``, written all or nothing); a batch with a
+  stored ID looks it up first. Loads read a tenth of the documents of 10-entry appends, which
+  is what FerretDB's per-document cost needs. See :mod:`~durable_agent.stores.mongo_batch` and
+  :mod:`~durable_agent.stores.mongo_claims`. A session written by batch writers must not be
+  appended to in the per-entry layout afterwards (those entries would not be claimed); a
+  per-entry session may move to batches (its first batch append claims what is stored).
+
+Why per-entry is the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=batch,entry``
+``bench/peers/run.py --only 3``, medians of 3): the batch layout loads 1.5x faster (10k entries
+489 against 756 ms; the peer 231) but its claims document is rewritten whole on every append,
+and FerretDB's cost for that grows with the session (a ``findAndModify`` on 1k claims takes
+8 ms, on 10k 75 ms), so 10-entry appends take 8.6 ms against 3.0 ms (peer 2.2) and 20 concurrent
+sessions write 152 against 422 entries/s. A session is loaded once per run, appended to several
+times per turn.
+
+An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
+the ``_id`` of a per-entry document and of a batch document whose first entry it is. Unique
+indexes on ``(session_id, entry_id)``, ``(session_id, seq)`` and (sparse) ``keys`` make the
+database the referee between concurrent writers, without multi-document transactions (the store
+runs on a standalone ``mongod`` and on FerretDB). A reservation never used leaves a gap in
+``seq``, which is harmless.
 
 **A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
-(projection ``entry_id, seq, wire``; one large cursor batch) go out together.
+(projection of the entry fields of both layouts; one large cursor batch) go out together.
 
-**What a failed append leaves** (SPEC §2.1, issue 11 item 4):
+**What a failed append leaves** (SPEC §2.1): on ``EntryConflictError`` (an ID stored with other
+content; the first writer wins) nothing of the batch; after any other failure, in the batch
+layout the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split
+across documents and may leave a prefix of them), in the entry layout a prefix. A retry of the
+same batch completes it by idempotency.
 
-- ``EntryConflictError`` (an ID stored with other content, found before the call or by losing a
-  race to a concurrent writer: the first writer wins): *nothing* of the batch. The ordered insert
-  may have stored the entries before the conflicting one; they are deleted again, by ``_id``,
-  before the error is raised (the delete is part of the shielded write, so it also runs for a
-  cancelled caller).
-- any other failure (the server goes away mid-insert, ``StoreUnavailableError``): at most a
-  *prefix* of the batch's new entries, in batch order, each with its final content; a retry of
-  the same batch skips that prefix by idempotency and writes the rest. If the server goes away
-  during a conflict's delete, that prefix stays too (and ``StoreUnavailableError`` is raised).
-
-The one window the delete leaves: a *different* batch that shares an entry with the conflicting
-one, written at the same moment, can find that entry stored (identical), skip it and succeed just
-before the delete removes it. Retries of one batch cannot hit it (they all conflict alike); it
-needs two different batches with a common entry ID, one of them conflicting, in flight together.
-
-On servers whose ``$inc`` is not atomic (FerretDB 1.x) the mechanism in
-:mod:`durable_agent.stores.mongo_append` keeps each writer's appends in order and loses nothing.
+On servers whose ``$inc`` is not atomic (FerretDB 1.x) each store object's sequence floor keeps a
+writer's appends in order and loses nothing (:mod:`~durable_agent.stores.mongo_append`).
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -55,7 +57,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -72,23 +74,28 @@ except ImportError as _missing:  # the mongo extra is not installed: say which o
     ) from None
 
 from ..session.appendplan import encode_batch, plan_append
-from ..session.codec import bulk_decoding, decode_entry
 from ..session.entries import Entry
 from ..session.errors import (
     CorruptSessionError,
-    EntryDecodeError,
     SessionExistsError,
     SessionNotFoundError,
 )
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from .mongo_append import BatchWriter, SeqFloors
+from .mongo_batch import BatchDocumentWriter
+from .mongo_claims import Claims
 from .mongo_errors import translate_errors
+from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
 
 if TYPE_CHECKING:
     from motor.motor_asyncio import AsyncIOMotorDatabase
 
-__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
+
+#: How appends are stored: ``"entry"`` (default) one document per entry, ``"batch"`` one document
+#: per ``append_entries`` call (opt-in; see the module doc for the measured trade). Loads read both.
+Layout = Literal["batch", "entry"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
 #: leaves room for the other fields of the entry document.
@@ -138,6 +145,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        layout: Layout = "entry",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
@@ -146,6 +154,8 @@ class MongoStore:
             )
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
+        if layout not in ("batch", "entry"):
+            raise ValueError(f"layout must be 'batch' or 'entry', not {layout!r}")
         # Our own codec options, whatever the application configured on its client: plain dicts,
         # and aware UTC datetimes so created_at reads back equal to what was written.
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
@@ -154,12 +164,21 @@ class MongoStore:
         self._database = database
         self._sessions = database.get_collection(sessions_collection, codec_options=codec)
         self._entries = database.get_collection(entries_collection, codec_options=codec)
+        # Entry-ID claims of the batch layout (mongo_claims): "<entries>_ids".
+        self._layout = layout
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
         # Per session, one past the highest seq this object wrote or loaded (mongo_append).
         self._floors = SeqFloors()
-        self._writer = BatchWriter(self._sessions, self._entries, self._floors)
+        self._claims = Claims(database.get_collection(f"{entries_collection}_ids"), self._floors)
+        self._writer: BatchWriter | BatchDocumentWriter
+        if layout == "batch":
+            self._writer = BatchDocumentWriter(
+                self._sessions, self._entries, self._floors, self._claims
+            )
+        else:
+            self._writer = BatchWriter(self._sessions, self._entries, self._floors)
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
@@ -181,7 +200,7 @@ class MongoStore:
         return self._database
 
     async def ensure_indexes(self) -> None:
-        """Create the two unique indexes if this store object has not done so yet.
+        """Create the three unique indexes if this store object has not done so yet.
 
         Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
         the server, so several store objects or processes may all call it. A failure leaves the
@@ -199,6 +218,8 @@ class MongoStore:
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
                 )
+                # Batch documents' keys; sparse: per-entry documents have none (mongo_batch).
+                await self._entries.create_index("keys", unique=True, sparse=True)
             self._indexed = True
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
@@ -214,6 +235,8 @@ class MongoStore:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
+            if self._layout == "batch":
+                await self._complete(self._claims.create(sid))
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -242,38 +265,17 @@ class MongoStore:
             check.add_done_callback(_retrieve)
             try:
                 cursor = self._entries.find(
-                    {"session_id": sid},
-                    {"_id": 0, "entry_id": 1, "seq": 1, "wire": 1},
-                    batch_size=_LOAD_BATCH_SIZE,
+                    {"session_id": sid}, LOAD_PROJECTION, batch_size=_LOAD_BATCH_SIZE
                 ).sort("seq", ASCENDING)
                 docs = [doc async for doc in cursor]
             except BaseException:
                 check.cancel()
                 raise
             await check
-        for doc in docs:
-            seq = doc.get("seq")
-            if not isinstance(seq, int) or isinstance(seq, bool):
-                raise CorruptSessionError(
-                    sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
-                )
+        end = end_seq(sid, docs)
         if docs:
-            self._floors.raise_to(sid, int(docs[-1]["seq"]) + 1)
-        out: list[Entry] = []
-        with bulk_decoding():
-            for doc in docs:
-                wire = doc.get("wire")
-                if not isinstance(wire, str):
-                    raise CorruptSessionError(
-                        sid, f"decode entry {doc.get('entry_id')!r}: no wire string"
-                    )
-                try:
-                    out.append(decode_entry(wire))
-                except EntryDecodeError as exc:
-                    raise CorruptSessionError(
-                        sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
-                    ) from exc
-        return out
+            self._floors.raise_to(sid, end)
+        return decode_documents(sid, docs)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append ``entries`` in order, skipping identical stored IDs (SPEC §2.1 idempotency).
@@ -349,6 +351,9 @@ class MongoStore:
         numbers on and raises ``SessionNotFoundError``."""
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
+            # The claims document first: a batch append after it takes the careful path, which
+            # finds no session document to start a new one from.
+            await self._complete(self._claims.delete(sid))
             deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
             if deleted.deleted_count == 0:
                 raise SessionNotFoundError(sid)

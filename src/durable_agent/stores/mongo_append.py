@@ -34,7 +34,14 @@ from ..session.errors import (
     StoreUnavailableError,
 )
 
-__all__ = ["BatchWriter", "SeqFloors", "entry_key"]
+__all__ = [
+    "BatchWriter",
+    "SeqFloors",
+    "entry_key",
+    "first_error_index",
+    "only_duplicate_keys",
+    "reserve_seq",
+]
 
 _DUPLICATE_KEY = 11000
 _TYPE_MISMATCH = 14  # e.g. $inc on a next_seq that is not a number
@@ -60,12 +67,12 @@ def entry_key(session_id: str, entry_id: str) -> str:
     return f"{session_id}/{entry_id}"
 
 
-def _first_error_index(exc: BulkWriteError) -> int:
+def first_error_index(exc: BulkWriteError) -> int:
     """How many documents an ordered insert stored before it stopped: its first error's index."""
     return min(int(err.get("index", 0)) for err in exc.details["writeErrors"])
 
 
-def _only_duplicate_keys(exc: BulkWriteError) -> bool:
+def only_duplicate_keys(exc: BulkWriteError) -> bool:
     """True if every error in a bulk insert is a duplicate key (an entry or number taken)."""
     details = exc.details
     errors = details.get("writeErrors") or []
@@ -84,6 +91,30 @@ class SeqFloors(OrderedDict[str, int]):
         self.move_to_end(session_id)
         while len(self) > _FLOOR_CACHE_SIZE:
             self.popitem(last=False)
+
+
+async def reserve_seq(
+    sessions: Any, floors: SeqFloors, sid: str, count: int, above: int = 0
+) -> int:
+    """Reserve ``count`` sequence numbers; the first one, never below this object's floor
+    nor ``above`` (the counter is ahead of both on MongoDB, not always on FerretDB)."""
+    try:
+        reserved = await sessions.find_one_and_update(
+            {"_id": sid},
+            {"$inc": {"next_seq": count}},
+            return_document=ReturnDocument.BEFORE,
+        )
+    except OperationFailure as exc:
+        if exc.code != _TYPE_MISMATCH:
+            raise
+        raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
+    if reserved is None:
+        raise SessionNotFoundError(sid)
+    first = max(int(reserved.get("next_seq", 0)), floors.get(sid, 0), above)
+    # Claim the block locally at once, so concurrent appends through this object never
+    # pick overlapping numbers even when the server's counter lost an increment.
+    floors.raise_to(sid, first + count)
+    return first
 
 
 class BatchWriter:
@@ -129,12 +160,12 @@ class BatchWriter:
             try:
                 await self._entries.insert_many(docs, ordered=True)
             except BulkWriteError as exc:
-                if not _only_duplicate_keys(exc):
+                if not only_duplicate_keys(exc):
                     raise
                 race = exc
             else:
                 return
-            stop = _first_error_index(race)
+            stop = first_error_index(race)
             ours.extend(keys[:stop])
             rest = todo[stop:]
             try:
@@ -160,25 +191,7 @@ class BatchWriter:
         ) from race
 
     async def _reserve(self, sid: str, count: int, above: int = 0) -> int:
-        """Reserve ``count`` sequence numbers; the first one, never below this object's floor
-        nor ``above`` (the counter is ahead of both on MongoDB, not always on FerretDB)."""
-        try:
-            reserved = await self._sessions.find_one_and_update(
-                {"_id": sid},
-                {"$inc": {"next_seq": count}},
-                return_document=ReturnDocument.BEFORE,
-            )
-        except OperationFailure as exc:
-            if exc.code != _TYPE_MISMATCH:
-                raise
-            raise CorruptSessionError(sid, f"bad session document: {exc}") from exc
-        if reserved is None:
-            raise SessionNotFoundError(sid)
-        first = max(int(reserved.get("next_seq", 0)), self._floors.get(sid, 0), above)
-        # Claim the block locally at once, so concurrent appends through this object never
-        # pick overlapping numbers even when the server's counter lost an increment.
-        self._floors.raise_to(sid, first + count)
-        return first
+        return await reserve_seq(self._sessions, self._floors, sid, count, above)
 
     async def _unstored(self, sid: str, rest: _Batch) -> tuple[_Batch, int | None]:
         """The part of ``rest`` (its first entry hit a duplicate key) that is not stored yet, and
