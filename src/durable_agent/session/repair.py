@@ -112,6 +112,5 @@ def repair_entries(
     """The entries that store run-start repair results: synthetic (SPEC §5.2), so the history
     view keeps projecting them where the dangling message is. The Temporal run builds its own
     from the results ``load_path`` computed with :func:`start_repairs`."""
-    if created_at is None:
-        return [MessageEntry(message=m, synthetic=True) for m in results]
-    return [MessageEntry(message=m, synthetic=True, created_at=created_at) for m in results]
+    header = {} if created_at is None else {"created_at": created_at}
+    return [MessageEntry(message=m, synthetic=True, **header) for m in results]

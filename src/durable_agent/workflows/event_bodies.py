@@ -195,11 +195,8 @@ def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:
     ``turns``-th last ``turn_start`` (all of them for a shorter run), bodies left out as
     continue-as-new leaves them out (:func:`carried`),
     the oldest dropped until the rest fits ``RESULT_TAIL_BUDGET``."""
-    starts = [
-        i for i, w in enumerate(events) if w.agent is not None and w.agent.type == "turn_start"
-    ]
-    first = starts[-turns] if len(starts) > turns else 0
-    tail = carried(events[first:])
+    starts = sum(1 for w in events if w.agent is not None and w.agent.type == "turn_start")
+    tail = carried(last_turns(events, turns) if starts > turns else events)
     sizes = [encoded_size(w) for w in tail]
     total = sum(sizes)
     cut = 0
