@@ -31,7 +31,7 @@ from durable_agent.session import (
 )
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.stores.mongo_batch import split_documents
-from durable_agent.stores.mongo_claims import id_hash
+from durable_agent.stores.mongo_claims import wire_hash
 from tests.support.ferretdb import FerretDB, FerretDBUnavailable, start_ferretdb
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS
 
@@ -65,23 +65,33 @@ def legacy_doc(sid: str, item: Entry, seq: int) -> dict[str, Any]:
 
 
 class Commands(monitoring.CommandListener):
-    """The names of the commands a client sends; ``after_find`` runs once, synchronously, when
-    the first ``find`` reply arrives (before the client's caller sees it)."""
+    """The names of the commands a client sends; ``hook`` runs once, synchronously, when the
+    first reply to a command named ``after`` arrives (before the client's caller sees it)."""
 
-    def __init__(self, after_find: Callable[[], object] | None = None) -> None:
+    def __init__(self, hook: Callable[[], object] | None = None, after: str = "find") -> None:
         self.names: list[str] = []
-        self._after_find = after_find
+        self._hook = hook
+        self._after = after
+
+    def arm(self, hook: Callable[[], object]) -> None:
+        """Run ``hook`` after the next reply to an ``after`` command."""
+        self._hook = hook
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         self.names.append(event.command_name)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.command_name == "find" and self._after_find is not None:
-            hook, self._after_find = self._after_find, None
+        if event.command_name == self._after and self._hook is not None:
+            hook, self._hook = self._hook, None
             hook()
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+def claim_ids(sync_db: Any, sid: str) -> set[str]:
+    """The entry claims of a session (slots, ``<sid>#<seq>``, left out)."""
+    return {d["_id"] for d in sync_db.entries_claims.find({"s": sid}) if "/" in d["_id"]}
 
 
 @pytest.fixture
@@ -136,23 +146,25 @@ async def test_batch_document_shape_and_exact_wire(
             "wires": [encode_entry(entry("m2"))],
         },
     ]
-    # The batch layout's counter lives in the session's claims document (mongo_claims).
-    assert sync_db.entries_ids.find_one({"_id": "s1"})["n"] == 3
+    # Every entry has a claim pointing at its document, every append a slot (mongo_claims).
+    claims = {d["_id"]: d for d in sync_db.entries_claims.find({"s": "s1"})}
+    assert {k: d.get("b", d.get("n")) for k, d in claims.items()} == {
+        "s1#0": 2, "s1/m1": "s1/m1", "s1/c1": "s1/m1", "s1#2": 1, "s1/m2": "s1/m2"
+    }  # fmt: skip
+    assert claims["s1/c1"]["h"] == wire_hash(encode_entry(custom))
     loaded = await store.load_entries("s1")
     assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in [*batch, entry("m2")]]
 
 
-async def test_new_batch_is_one_reservation_one_claim_one_insert(
-    listened: tuple[MongoStore, Commands],
-) -> None:
-    """No lookup for a batch of new IDs: the claim proves them new (mongo_claims); a batch with
-    a stored ID looks it up (``find``) and writes only the rest."""
+async def test_new_batch_is_two_inserts(listened: tuple[MongoStore, Commands]) -> None:
+    """No lookup and no counter for a batch of new IDs: one insert of its slot and claims, one
+    of its document (mongo_claims); a batch with a stored ID looks it up and writes the rest."""
     store, commands = listened
     await store.create_session("s1")
     for size in (1, 10):
         commands.names.clear()
         await store.append_entries("s1", [entry(f"n{size}-{k}") for k in range(size)])
-        assert commands.names == ["findAndModify", "insert"]  # claim and reserve, insert
+        assert commands.names == ["insert", "insert"]
     commands.names.clear()
     await store.append_entries("s1", [entry("n1-0"), entry("more")])
     assert "find" in commands.names
@@ -161,20 +173,95 @@ async def test_new_batch_is_one_reservation_one_claim_one_insert(
     ]  # fmt: skip
 
 
-async def test_claimed_but_unstored_id_is_written(
+async def test_fresh_store_walks_the_slots_and_moves_the_hint(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A claim whose insert never happened (the writer lost the server in between) only sends
-    the next append down the careful path: the entry is stored, once."""
+    """A store object that never saw the session starts at the session's ``next_seq`` hint,
+    follows the taken slots to the end (its batch lands after all of them) and, after a long
+    walk, moves the hint there, so the next newcomer starts near the end."""
+    writer = MongoStore(mongo_database, layout="batch")
+    await writer.create_session("s1")
+    for k in range(20):
+        await writer.append_entries("s1", [entry(f"w{k}-{i}") for i in range(k % 3 + 1)])
+    end = sum(k % 3 + 1 for k in range(20))
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 0
+    await MongoStore(mongo_database, layout="batch").append_entries("s1", [entry("late")])
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == end
+    assert sync_db.entries.find_one({"_id": "s1/late"})["seq"] == end
+    await writer.append_entries("s1", [entry("after")])  # its floor is behind: walks one slot
+    loaded = ids(await MongoStore(mongo_database, layout="batch").load_entries("s1"))
+    assert loaded[-2:] == ["late", "after"] and len(loaded) == end + 2
+
+
+async def test_overlapping_retry_stores_only_the_new_entry(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """[b, c] after [a, b]: b is claimed and stored, so only c is written, after b."""
     store = MongoStore(mongo_database, layout="batch")
     await store.create_session("s1")
-    sync_db.entries_ids.update_one({"_id": "s1"}, {"$push": {"h": id_hash("a")}})
     await store.append_entries("s1", [entry("a"), entry("b")])
-    await store.append_entries("s1", [entry("a"), entry("b")])
-    assert ids(await store.load_entries("s1")) == ["a", "b"]
-    assert sync_db.entries.count_documents({}) == 1
-    claimed = sync_db.entries_ids.find_one({"_id": "s1"})["h"]
-    assert sorted(claimed) == sorted({id_hash("a"), id_hash("b")})
+    for retry in (store, MongoStore(mongo_database, layout="batch")):
+        await retry.append_entries("s1", [entry("b"), entry("c")])
+    assert ids(await store.load_entries("s1")) == ["a", "b", "c"]
+    keys = [d["keys"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert keys == [["s1/a", "s1/b"], ["s1/c"]]
+    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b", "s1/c"}
+
+
+async def test_concurrent_writers_of_one_batch_store_one_copy(
+    mongo_uri: str, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Two store objects (two clients, as two workers) append the same batches at once: every
+    batch is stored exactly once, whichever wins each race."""
+    clients: list[AsyncMongoClient[dict[str, Any]]] = [
+        AsyncMongoClient(mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS)
+        for _ in range(2)
+    ]
+    try:
+        a, b = (MongoStore(c[mongo_database.name], layout="batch") for c in clients)
+        await a.create_session("s1")
+        await b.load_entries("s1")
+        for k in range(15):
+            batch = [entry(f"e{k}-{i}") for i in range(k % 4 + 1)]
+            await asyncio.gather(a.append_entries("s1", batch), b.append_entries("s1", batch))
+    finally:
+        for client in clients:
+            await client.close()
+    expected = [f"e{k}-{i}" for k in range(15) for i in range(k % 4 + 1)]
+    stored = [
+        key for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1) for key in d["keys"]
+    ]
+    assert stored == [f"s1/{e}" for e in expected]  # one copy of each, in order
+    assert ids(await MongoStore(mongo_database, layout="batch").load_entries("s1")) == expected
+
+
+async def test_concurrent_writers_of_different_batches_keep_each_order(
+    mongo_uri: str, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """Two store objects append their own batches at once: nothing is lost, and each writer's
+    batches read back in the order it wrote them (the slots referee the numbers)."""
+    clients: list[AsyncMongoClient[dict[str, Any]]] = [
+        AsyncMongoClient(mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS)
+        for _ in range(2)
+    ]
+    try:
+        stores = [MongoStore(c[mongo_database.name], layout="batch") for c in clients]
+        await stores[0].create_session("s1")
+
+        async def writer(n: int) -> None:
+            for k in range(20):
+                await stores[n].append_entries("s1", [entry(f"w{n}-{k}-{i}") for i in range(2)])
+
+        await asyncio.gather(writer(0), writer(1))
+    finally:
+        for client in clients:
+            await client.close()
+    loaded = ids(await MongoStore(mongo_database, layout="batch").load_entries("s1"))
+    for n in range(2):
+        assert [e for e in loaded if e.startswith(f"w{n}-")] == [
+            f"w{n}-{k}-{i}" for k in range(20) for i in range(2)
+        ]
+    assert len(loaded) == 80
 
 
 async def test_legacy_layout_loads_and_appends(
@@ -199,9 +286,9 @@ async def test_legacy_layout_loads_and_appends(
         await store.append_entries("old", [entry("n2"), entry("l2", "changed")])
     assert ids(await store.load_entries("old")) == ["l0", "l1", "l2", "n0", "n1"]
     assert sync_db.entries.count_documents({"session_id": "old"}) == 4  # 3 legacy + 1 batch
-    # Its first append built the claims document from the stored IDs.
-    claimed = set(sync_db.entries_ids.find_one({"_id": "old"})["h"])
-    assert claimed == {id_hash(e) for e in ("l0", "l1", "l2", "n0", "n1")}
+    # Its first append gave the stored entries claims and marked the session.
+    assert claim_ids(sync_db, "old") == {f"old/{e}" for e in ("l0", "l1", "l2", "n0", "n1")}
+    assert sync_db.sessions.find_one({"_id": "old"})["claims"] == 1
 
 
 async def test_partial_overlap_retry_stores_only_the_rest(
@@ -233,6 +320,9 @@ async def test_conflict_on_any_position_writes_nothing(
         assert info.value.entry_id in {"a", "b"}
     assert ids(await store.load_entries("s1")) == ["a", "b"]
     assert sync_db.entries.count_documents({}) == 1
+    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b"}  # the failed batches' claims released
+    await store.append_entries("s1", [entry("n1"), entry("n2")])  # so n1 and n2 are free
+    assert ids(await store.load_entries("s1")) == ["a", "b", "n1", "n2"]
 
 
 def test_split_documents_keeps_order_under_the_limit() -> None:
@@ -265,29 +355,32 @@ async def test_batch_over_the_document_limit_is_split(
 async def test_split_batch_conflict_found_late_rolls_back(
     mongo_uri: str, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A split batch whose second document collides (another writer stored its first entry with
-    other content after this call's lookup): the first document, already inserted, is deleted
-    again and the call raises the conflict, so nothing of the batch stays.
+    """A split batch whose second document collides (a writer without claims stored its first
+    entry with other content after this call claimed the IDs): the first document, already
+    inserted, is deleted again with the call's claims, and the call raises the conflict, so
+    nothing of the batch stays.
 
-    The other writer is a document inserted the moment the lookup's reply arrives, before the
-    store's insert goes out.
+    The other writer is a document inserted the moment the claims insert's reply arrives,
+    before the store's document insert goes out.
     """
     rival = legacy_doc("s1", entry("b2", "rival"), 1000)
-    commands = Commands(after_find=lambda: sync_db.entries.insert_one(rival))
+    commands = Commands(hook=lambda: sync_db.entries.insert_one(rival), after="insert")
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
         mongo_uri, event_listeners=[commands], serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
     )
     try:
         store = MongoStore(client[mongo_database.name], layout="batch")
         await store.create_session("s1")
+        commands.names.clear()
         batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
         with pytest.raises(EntryConflictError) as info:
             await store.append_entries("s1", batch)
     finally:
         await client.close()
     assert info.value.entry_id == "b2"
-    assert commands.names.count("delete") == 1  # the rollback of the first document
+    assert commands.names[:2] == ["insert", "insert"]  # claims, then the two documents
     assert [d["_id"] for d in sync_db.entries.find({"session_id": "s1"})] == ["s1/b2"]
+    assert claim_ids(sync_db, "s1") == set()
     assert ids(await MongoStore(mongo_database, layout="batch").load_entries("s1")) == ["b2"]
 
 
@@ -383,4 +476,45 @@ async def test_server_lost_mid_batch_leaves_all_or_nothing(private_server: Ferre
             f"e{k}-{i}" for k in range(lost + 1) for i in range(10)
         ]
     finally:
+        await client.close()
+
+
+async def test_claims_without_their_document_are_completed_by_a_retry(
+    private_server: FerretDB,
+) -> None:
+    """The crash window: the slot and claims of [a, b] went in, then the server went away
+    before the batch document did. A retry (by the same object or a fresh one, as after a
+    worker crash) notices the IDs are claimed with its content but not stored and writes
+    them, once; another content for a claimed ID is a conflict (the first claimer wins)."""
+    commands = Commands(after="insert")
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        private_server.uri,
+        serverSelectionTimeoutMS=1000,
+        connectTimeoutMS=1000,
+        event_listeners=[commands],
+    )
+    sync: MongoClient[dict[str, Any]] = MongoClient(private_server.uri, tz_aware=True)
+    try:
+        store = MongoStore(client["crash"], layout="batch")
+        await store.create_session("s1")
+        await store.append_entries("s1", [entry("first")])
+        commands.names.clear()
+        commands.arm(private_server.stop)
+        with pytest.raises(StoreUnavailableError):
+            await store.append_entries("s1", [entry("a"), entry("b")])
+        await asyncio.to_thread(private_server.start)
+        db = sync["crash"]
+        assert claim_ids(db, "s1") == {"s1/first", "s1/a", "s1/b"}
+        assert db.entries.count_documents({"session_id": "s1"}) == 1  # no document of [a, b]
+        with pytest.raises(EntryConflictError):
+            await MongoStore(client["crash"], layout="batch").append_entries(
+                "s1", [entry("c"), entry("a", "other")]
+            )
+        for retry in (MongoStore(client["crash"], layout="batch"), store):
+            await retry.append_entries("s1", [entry("a"), entry("b")])
+        assert ids(await store.load_entries("s1")) == ["first", "a", "b"]
+        assert db.entries.count_documents({"session_id": "s1"}) == 2
+        assert db.entries_claims.find_one({"_id": "s1/b"})["b"] == "s1/a"
+    finally:
+        sync.close()
         await client.close()

@@ -11,14 +11,16 @@ a session written in the old layout keeps loading and appending):
   whose duplicate keys are the idempotency check, and a conflict deletes the prefix it stored.
   See :mod:`~durable_agent.stores.mongo_append`.
 - ``"batch"`` (opt-in): one document per ``append_entries`` call,
-  ``{_id, session_id, entry_id, seq, keys, wires}``, plus one entry-ID claims document per
-  session in ``<entries>_ids``. A new batch is two round trips of latency (reserve ``seq`` and
-  claim the IDs together, then one ``insert_one``, written all or nothing); a batch with a
-  stored ID looks it up first. Loads read a tenth of the documents of 10-entry appends, which
-  is what FerretDB's per-document cost needs. See :mod:`~durable_agent.stores.mongo_batch` and
-  :mod:`~durable_agent.stores.mongo_claims`. A session written by batch writers must not be
-  appended to in the per-entry layout afterwards (those entries would not be claimed); a
-  per-entry session may move to batches (its first batch append claims what is stored).
+  ``{_id, session_id, entry_id, seq, keys, wires}``, plus a claim per entry and a slot per
+  append in ``<entries>_claims`` (small documents found by ``_id``, never read by a load). A
+  new batch is two writes, like the peer's session store: one ordered ``insert_many`` of its
+  slot and claims, then one ``insert_one`` of its document (written all or nothing); a batch
+  with a claimed ID looks up the claims and the documents they point at. Loads read a tenth of
+  the documents of 10-entry appends, which is what FerretDB's per-document cost needs. See
+  :mod:`~durable_agent.stores.mongo_batch` and :mod:`~durable_agent.stores.mongo_claims`. A
+  session written by batch writers must not be appended to in the per-entry layout afterwards
+  (those entries would have no claims); a per-entry session may move to batches (its first
+  batch append gives what is stored claims).
 
 Why per-entry is the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=batch,entry``
 ``bench/peers/run.py --only 3``, medians of 3): the batch layout loads 1.5x faster (10k entries
@@ -83,7 +85,7 @@ from ..session.errors import (
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from .mongo_append import BatchWriter, SeqFloors
-from .mongo_batch import BatchDocumentWriter
+from .mongo_batch import CLAIMED, BatchDocumentWriter
 from .mongo_claims import Claims
 from .mongo_errors import translate_errors
 from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
@@ -164,21 +166,23 @@ class MongoStore:
         self._database = database
         self._sessions = database.get_collection(sessions_collection, codec_options=codec)
         self._entries = database.get_collection(entries_collection, codec_options=codec)
-        # Entry-ID claims of the batch layout (mongo_claims): "<entries>_ids".
         self._layout = layout
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
         # Per session, one past the highest seq this object wrote or loaded (mongo_append).
         self._floors = SeqFloors()
-        self._claims = Claims(database.get_collection(f"{entries_collection}_ids"), self._floors)
-        self._writer: BatchWriter | BatchDocumentWriter
-        if layout == "batch":
-            self._writer = BatchDocumentWriter(
-                self._sessions, self._entries, self._floors, self._claims
-            )
-        else:
-            self._writer = BatchWriter(self._sessions, self._entries, self._floors)
+        # Entry-ID claims and sequence slots of the batch layout (mongo_claims).
+        claims = database.get_collection(f"{entries_collection}_claims", codec_options=codec)
+        self._claims = Claims(claims, self._sessions)
+        self._batches = BatchDocumentWriter(
+            self._sessions, self._entries, self._floors, self._claims
+        )
+        self._writer: BatchWriter | BatchDocumentWriter = (
+            self._batches
+            if layout == "batch"
+            else BatchWriter(self._sessions, self._entries, self._floors)
+        )
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
@@ -228,15 +232,22 @@ class MongoStore:
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
-        doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
+        doc: dict[str, Any] = {
+            "_id": sid,
+            "parent_id": parent,
+            "created_at": created_at,
+            "next_seq": 0,
+        }
+        if self._layout == "batch":
+            doc["claims"] = CLAIMED  # every entry will have a claim (mongo_claims)
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
-            if self._layout == "batch":
-                await self._complete(self._claims.create(sid))
+        if self._layout == "batch":
+            self._batches.created(sid)
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -261,7 +272,7 @@ class MongoStore:
             await self.ensure_indexes()
             # The existence check goes out alongside the fetch (one round trip of latency, not
             # two); a missing session still raises, whatever the fetch found.
-            check = asyncio.ensure_future(self._require_session(sid))
+            check = asyncio.ensure_future(self._session_doc(sid))
             check.add_done_callback(_retrieve)
             try:
                 cursor = self._entries.find(
@@ -271,10 +282,12 @@ class MongoStore:
             except BaseException:
                 check.cancel()
                 raise
-            await check
+            session = await check
         end = end_seq(sid, docs)
         if docs:
             self._floors.raise_to(sid, end)
+        if self._layout == "batch":
+            self._batches.seen(sid, session, end)
         return decode_documents(sid, docs)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
@@ -298,6 +311,15 @@ class MongoStore:
     async def _require_session(self, sid: str) -> None:
         if await self._sessions.find_one({"_id": sid}, {"_id": 1}) is None:
             raise SessionNotFoundError(sid)
+
+    async def _session_doc(self, sid: str) -> dict[str, Any]:
+        """The session document's numbering fields (``next_seq``, ``claims``); it must exist."""
+        doc: dict[str, Any] | None = await self._sessions.find_one(
+            {"_id": sid}, {"next_seq": 1, "claims": 1}
+        )
+        if doc is None:
+            raise SessionNotFoundError(sid)
+        return doc
 
     async def _complete(self, write: Awaitable[_T]) -> _T:
         """Run a started write to completion even if the caller is cancelled (SPEC §2.1).
@@ -351,11 +373,11 @@ class MongoStore:
         numbers on and raises ``SessionNotFoundError``."""
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
-            # The claims document first: a batch append after it takes the careful path, which
-            # finds no session document to start a new one from.
-            await self._complete(self._claims.delete(sid))
+            self._batches.forget(sid)
             deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
             if deleted.deleted_count == 0:
                 raise SessionNotFoundError(sid)
             await self._complete(self._entries.delete_many({"session_id": sid}))
+            # Claims and slots last: an append racing the delete finds no session document.
+            await self._complete(self._claims.delete_session(sid))
         self._floors.pop(sid, None)

@@ -1,44 +1,42 @@
 """How MongoStore writes one batch in the batch layout: one document per ``append_entries`` call.
 
-The layout (opt-in, ``MongoStore(layout="batch")``; :mod:`durable_agent.stores.mongo` says why
-it is not the default): a batch document
-``{_id, session_id, entry_id, seq, keys, wires}`` holds the entries of one call in order:
-``wires`` are their exact ``encode_entry`` strings, ``keys`` their ``"<session_id>/<entry_id>"``
-keys, ``entry_id`` the first entry's ID (``_id`` is its key) and ``seq`` the first entry's number
-(the batch's entries take ``seq .. seq + len - 1``, numbers from the same counter the
-one-document-per-entry layout uses, so both layouts sort together). FerretDB is slow per
-document (its SQLite backend parses every stored document on a load), so a session written in
-10-entry appends loads a tenth of the documents.
+A batch document ``{_id, session_id, entry_id, seq, keys, wires}`` holds the entries of one call
+in order: ``wires`` are their exact ``encode_entry`` strings, ``keys`` their
+``"<session_id>/<entry_id>"`` keys, ``entry_id`` the first entry's ID (``_id`` is its key) and
+``seq`` the first entry's number (the batch's entries take ``seq .. seq + len - 1``, so documents
+of both layouts sort together). FerretDB is slow per document (its SQLite backend parses every
+stored document of the collection on a load), so a session written in 10-entry appends loads a
+tenth of the documents of the per-entry layout.
 
-**A new batch is two writes:** one ``findAndModify`` on the session's claims document claims
-its IDs and reserves its ``seq`` numbers (:mod:`~durable_agent.stores.mongo_claims`), then one
-``insert_one``: a single document is written all or nothing, so a failed append leaves nothing
-of its batch. A claim that fails (an ID is claimed already) sends the append down the careful
-path: the batch's IDs are looked up, identical stored entries are skipped, a stored ID with
-other content raises ``EntryConflictError`` before anything is written, and the rest is claimed
-and inserted. The claims exist because FerretDB 1.24 does not enforce a unique index on an
-array field per element (it indexes the whole array as one value) and pushes only ``_id``
-equality down to SQL: a lookup by ``keys`` scans the whole collection there, which cost 10x in
-throughput with 20 concurrent sessions when every append did it. On MongoDB the sparse unique
-multikey index on ``keys`` also referees concurrent writers.
+**A new batch is two writes** (:mod:`~durable_agent.stores.mongo_claims` has the claims and
+slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
+batch's claims, sent together with a primary-key read of the session document (it must still
+exist), then one ``insert_one`` of the batch document: a single document is written all or
+nothing. A writer that does not know the session's end yet reads the session document first
+(its ``next_seq`` hint, and whether its entries have claims: a session written before claims
+existed gets them now, from what is stored).
 
-**Duplicate keys** (two writers raced): the unique indexes on ``_id``, ``(session_id,
-entry_id)``, ``(session_id, seq)`` and (MongoDB) ``keys`` reject the second document; the
-careful path then looks the IDs up again and writes only what is still missing, above what it
-found (so the batch reads in order). On FerretDB, whose updates are not atomic, two *different*
-batches sharing an entry ID, in flight at the same moment, can both store it; the load then drops
-an identical later copy and raises ``CorruptSessionError`` for a differing one, so a wrong entry
-is never returned silently. Sequential appends and retries of one batch are exact everywhere.
+**The careful path**, when an ID of the batch is claimed already: the claims and the documents
+they point at are looked up by ``_id``; stored identical entries are skipped, a stored or
+claimed ID with other content raises ``EntryConflictError`` (and this call's claims are deleted:
+nothing of the batch stays), and an ID claimed with the same content but not stored (its writer
+crashed between the claim and the insert, or is still in flight) is written by this call, which
+points the claim at its own document. The rest is claimed and inserted in a fresh slot. Two
+writers of the same batch insert documents with the same ``_id``: one copy is stored. Two
+overlapping batches in flight together may both store a shared entry, identical by its claim's
+hash: the load returns it once (:mod:`~durable_agent.stores.mongo_read`).
 
 **Large batches:** a batch whose documents would pass MongoDB's 16 MiB limit is split into
-several documents, inserted with one ordered ``insert_many``: a failure can then leave a prefix
-of those documents (a retry completes it), and a conflict found after one of them went in (a
-race) deletes what this call inserted before raising, as in the per-entry layout.
+several documents in one slot, inserted with one ordered ``insert_many``: a failure can then
+leave a prefix of them (a retry completes it), and a conflict found after one of them went in
+deletes what this call inserted before raising.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections import OrderedDict
 from typing import Any
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
@@ -51,20 +49,15 @@ from ..session.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from .mongo_append import (
-    SeqFloors,
-    entry_key,
-    first_error_index,
-    only_duplicate_keys,
-)
-from .mongo_claims import Claims
+from .mongo_append import SeqFloors, entry_key, first_error_index, only_duplicate_keys
+from .mongo_claims import Claim, Claims, claim_doc, slot_key, wire_hash
 
 __all__ = [
+    "CLAIMED",
     "MAX_BATCH_DOCUMENT_BYTES",
+    "VERIFY_INTERVAL",
     "BatchDocumentWriter",
     "split_documents",
-    "stored_entries",
-    "stored_ids",
 ]
 
 #: Estimated BSON bytes a batch document may reach: 64 KiB below MongoDB's 16 MiB limit. One
@@ -75,8 +68,19 @@ MAX_BATCH_DOCUMENT_BYTES = 16 * 1024 * 1024 - 64 * 1024
 _ELEMENT_OVERHEAD = 16
 _DOCUMENT_OVERHEAD = 256
 
-#: Rounds of "look up, reserve, insert, hit a duplicate key" before an append gives up.
+#: Rounds of "look up, claim, insert, hit a duplicate key" before an append gives up.
 _MAX_WRITE_ROUNDS = 50
+
+#: Sessions a store object remembers as having claims for all their entries (LRU).
+_READY_CACHE_SIZE = 4096
+
+#: Seconds during which a fast-path append trusts that a session this object saw (created,
+#: loaded, checked) still exists; after that the next append reads the session document
+#: alongside its claims (module doc: an append racing a delete by another process).
+VERIFY_INTERVAL = 1.0
+
+#: The value of the session document's ``claims`` field once all its entries are claimed.
+CLAIMED = 1
 
 _Batch = list[tuple[Entry, str]]
 
@@ -146,41 +150,23 @@ def _stored_from(sid: str, doc: dict[str, Any]) -> list[tuple[str, str, Any]]:
     ]
 
 
-async def stored_entries(collection: Any, sid: str, todo: _Batch) -> dict[str, tuple[Any, Any]]:
-    """``{entry_id: (wire, seq)}`` of the IDs of ``todo`` stored in either layout.
-
-    Batch documents are found by ``keys``, per-entry documents (and a batch's first entry) by
-    ``entry_id``; on MongoDB both are index lookups, FerretDB scans the collection.
-    """
-    ids = list(dict.fromkeys(entry.id for entry, _ in todo))
-    keys = [entry_key(sid, eid) for eid in ids]
-    query = {"session_id": sid, "$or": [{"keys": {"$in": keys}}, {"entry_id": {"$in": ids}}]}
-    projection = {"_id": 1, "entry_id": 1, "seq": 1, "wire": 1, "keys": 1, "wires": 1}
-    wanted = set(ids)
-    out: dict[str, tuple[Any, Any]] = {}
-    async for doc in collection.find(query, projection):
-        for eid, wire, seq in _stored_from(sid, doc):
-            if eid in wanted and eid not in out:
-                out[eid] = (wire, seq)
-    return out
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-async def stored_ids(collection: Any, sid: str) -> tuple[int, list[str]]:
-    """One past the highest ``seq`` used and every entry ID stored in the session, in either
-    layout (what a claims document is built from)."""
-    ids: list[str] = []
-    end = 0
-    projection = {"_id": 0, "entry_id": 1, "keys": 1, "seq": 1}
-    async for doc in collection.find({"session_id": sid}, projection):
-        keys = doc.get("keys")
-        if isinstance(keys, list):
-            ids.extend(k[len(sid) + 1 :] for k in keys if isinstance(k, str))
-        elif isinstance(doc.get("entry_id"), str):
-            ids.append(doc["entry_id"])
-        seq = doc.get("seq")
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            end = max(end, seq + (len(keys) if isinstance(keys, list) else 1))
-    return end, ids
+class _Ready(OrderedDict[str, float]):
+    """Sessions this store object knows to have claims for every stored entry, with when it
+    last saw the session document (``time.monotonic()``; LRU-bounded)."""
+
+    def add(self, sid: str) -> None:
+        self[sid] = time.monotonic()
+        self.move_to_end(sid)
+        while len(self) > _READY_CACHE_SIZE:
+            self.popitem(last=False)
+
+    def stale(self, sid: str) -> bool:
+        """Whether the session document was last seen over ``VERIFY_INTERVAL`` ago."""
+        return time.monotonic() - self[sid] > VERIFY_INTERVAL
 
 
 class BatchDocumentWriter:
@@ -191,46 +177,141 @@ class BatchDocumentWriter:
         self._entries = entries
         self._floors = floors
         self._claims = claims
+        self._ready = _Ready()
+
+    def seen(self, sid: str, session: dict[str, Any], end: int) -> None:
+        """A load read the session document and its entries up to ``end``: a session with
+        claims needs no preparation before the next append, which starts at the later of
+        ``end`` and the ``next_seq`` hint (both slot boundaries)."""
+        hint = session.get("next_seq", 0)
+        if session.get("claims") == CLAIMED and _int(hint):
+            self._floors.raise_to(sid, max(end, hint))
+            self._ready.add(sid)
+
+    def created(self, sid: str) -> None:
+        """This object created the session with claims (``claims: 1``, ``next_seq`` 0)."""
+        self._floors.raise_to(sid, 0)
+        self._ready.add(sid)
+
+    def forget(self, sid: str) -> None:
+        self._ready.pop(sid, None)
 
     async def write(self, sid: str, todo: _Batch) -> None:
-        """The fast path: reserve and claim together (:mod:`~durable_agent.stores.mongo_claims`)
-        and, if no ID was claimed before, insert the one document; anything else (a claimed ID,
-        a duplicate key, a batch over one document) takes :meth:`_careful`."""
+        """The fast path: claim the slot and the IDs in one insert (checking the session
+        exists alongside), then insert the document; a claimed ID takes :meth:`_careful`."""
+        check = None
+        if sid in self._ready and sid in self._floors:
+            first = self._floors[sid]
+            if self._ready.stale(sid):
+                check = asyncio.ensure_future(self._exists(sid))
+        else:
+            first = await self._prepare(sid)
         runs = split_documents(sid, todo)
-        if len(runs) == 1:
-            first = await self._claims.reserve_new(sid, (e.id for e, _ in todo), len(todo))
-            if first is not None:
-                try:
-                    await self._entries.insert_one(_documents(sid, runs, first)[0])
-                except DuplicateKeyError:
-                    pass  # a racing writer: look up what it stored
-                else:
-                    return
-        await self._careful(sid, todo)
+        count = len(todo)
+        while True:
+            docs = _documents(sid, runs, first)
+            claims: list[dict[str, Any]] = [{"_id": slot_key(sid, first), "s": sid, "n": count}]
+            claims += _claims_for(sid, runs, docs)
+            if check is None:
+                done = await self._claims.insert(claims)
+            else:
+                done, exists = await _together(self._claims.insert(claims), check)
+                check = None
+                if not exists:
+                    self.forget(sid)
+                    await self._claims.release([c["_id"] for c in claims[:done]])
+                    raise SessionNotFoundError(sid)
+                self._ready.add(sid)
+            if done:
+                break
+            first = await self._claims.walk(sid, first)  # the slot is taken: another writer
+        self._floors.raise_to(sid, first + count)
+        mine = {c["_id"]: c["b"] for c in claims[1:done]}
+        ours: list[str] = []  # documents of a split batch stored before a duplicate key
+        if done == len(claims):
+            try:
+                await self._insert(docs)
+            except DuplicateKeyError:
+                pass  # a writer without claims (module doc of mongo): look it up
+            except BulkWriteError as exc:
+                if not only_duplicate_keys(exc):
+                    raise
+                ours = [doc["_id"] for doc in docs[: first_error_index(exc)]]
+            else:
+                return
+        await self._careful(sid, todo, mine, first + count, ours)
 
-    async def _careful(self, sid: str, todo: _Batch) -> None:
-        """Look up and reserve together, skip what is stored, claim and insert the rest in one
-        document (or several, over the size limit); a duplicate key starts another round."""
-        ours: list[str] = []  # _ids of documents this call inserted (only with several)
+    async def _exists(self, sid: str) -> bool:
+        return await self._sessions.find_one({"_id": sid}, {"_id": 1}) is not None
+
+    async def _prepare(self, sid: str) -> int:
+        """Read the session document (it must exist); give its entries claims if it has none
+        yet; the first slot boundary to try, never below this object's floor."""
+        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1, "claims": 1})
+        if session is None:
+            raise SessionNotFoundError(sid)
+        hint = session.get("next_seq", 0)
+        if not _int(hint):
+            raise CorruptSessionError(sid, f"bad session document: next_seq is {hint!r}")
+        if session.get("claims") != CLAIMED:
+            hint = await self._backfill(sid, hint)
+        first = max(int(hint), self._floors.get(sid, 0))
+        self._floors.raise_to(sid, first)
+        self._ready.add(sid)
+        return first
+
+    async def _backfill(self, sid: str, hint: int) -> int:
+        """Claims for every stored entry of a session written without them (per-entry documents,
+        or batch documents of an older version); its slots start past what is stored."""
+        end = hint
+        claims = []
+        projection = {"entry_id": 1, "seq": 1, "wire": 1, "keys": 1, "wires": 1}
+        async for doc in self._entries.find({"session_id": sid}, projection):
+            for eid, wire, seq in _stored_from(sid, doc):
+                if isinstance(wire, str):
+                    claims.append(claim_doc(sid, eid, wire, doc["_id"]))
+                if _int(seq):
+                    end = max(end, seq + 1)
+        await self._claims.backfill(claims)
+        await self._sessions.update_one(
+            {"_id": sid}, {"$set": {"claims": CLAIMED}, "$max": {"next_seq": end}}
+        )
+        return end
+
+    async def _careful(
+        self, sid: str, todo: _Batch, mine: dict[str, str], above: int, ours: list[str]
+    ) -> None:
+        """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
+        slot (``mine``: claims this call holds, by key, with their batch document; ``ours``:
+        documents it stored, deleted again on a conflict)."""
         race: Exception | None = None
         for _ in range(_MAX_WRITE_ROUNDS):
-            stored = await stored_entries(self._entries, sid, todo)
+            keys = [entry_key(sid, entry.id) for entry, _ in todo]
+            claims = await self._claims.claims(k for k in keys if k not in mine)
+            stored = await self._stored(sid, todo, claims, mine)
             try:
-                todo = plan_append(sid, todo, _lookup(stored))
+                todo = plan_append(sid, todo, _lookup(sid, stored, claims, todo))
             except EntryConflictError:
-                await self._roll_back(sid, ours)
+                await self._roll_back(sid, ours, list(mine))
                 raise
             if not todo:
                 return
-            first = await self._claims.reserve(
-                sid, (e.id for e, _ in todo), len(todo), lambda: self._initial(sid)
-            )
-            seqs = [seq for _, seq in stored.values() if isinstance(seq, int)]
-            if seqs and max(seqs) >= first:
-                first = max(seqs) + 1  # above what is stored, so the batch reads in order
-                self._floors.raise_to(sid, first + len(todo))
+            first = await self._claims.take_slot(sid, above, len(todo))
+            above = first + len(todo)
+            self._floors.raise_to(sid, above)
             runs = split_documents(sid, todo)
             docs = _documents(sid, runs, first)
+            wanted = _claims_for(sid, runs, docs)
+            new = [c for c in wanted if c["_id"] not in mine and c["_id"] not in claims]
+            done = await self._claims.insert(new)
+            mine.update((c["_id"], c["b"]) for c in new[:done])
+            if done < len(new):
+                continue  # a racing writer claimed one of them: look again
+            for c in wanted:
+                held = mine.get(c["_id"]) or getattr(claims.get(c["_id"]), "batch_id", None)
+                if held != c["b"]:
+                    await self._claims.point_at([c["_id"]], c["b"])
+                    mine[c["_id"]] = c["b"]
             try:
                 await self._insert(docs)
             except DuplicateKeyError as exc:
@@ -240,9 +321,7 @@ class BatchDocumentWriter:
                 if not only_duplicate_keys(exc):
                     raise
                 race = exc
-                done = first_error_index(exc)
-                ours.extend(doc["_id"] for doc in docs[:done])
-                todo = [item for run in runs[done:] for item in run]
+                ours.extend(doc["_id"] for doc in docs[: first_error_index(exc)])
                 continue
             return
         raise StoreUnavailableError(
@@ -250,17 +329,35 @@ class BatchDocumentWriter:
             f"({_MAX_WRITE_ROUNDS} rounds)"
         ) from race
 
-    async def _initial(self, sid: str) -> tuple[int, list[str]]:
-        """What a missing claims document starts from: the session's counter (or the end of
-        its stored entries, if higher) and its stored IDs; the session must exist."""
-        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
-        if session is None:
-            raise SessionNotFoundError(sid)
-        counter = session.get("next_seq", 0)
-        if not isinstance(counter, int) or isinstance(counter, bool):
-            raise CorruptSessionError(sid, f"bad session document: next_seq is {counter!r}")
-        end, ids = await stored_ids(self._entries, sid)
-        return max(counter, end), ids
+    async def _stored(
+        self, sid: str, todo: _Batch, claims: dict[str, Claim], mine: dict[str, str]
+    ) -> dict[str, tuple[Any, Any]]:
+        """``{entry_id: (wire, seq)}`` of the IDs of ``todo`` that are stored: in the document
+        their claim points at, or in a document whose ``_id`` is their own key (a per-entry
+        document, or a batch they are first in)."""
+        wanted = {entry.id for entry, _ in todo}
+        places: set[str] = set()
+        for entry, _ in todo:
+            key = entry_key(sid, entry.id)
+            places.add(key)
+            held = mine.get(key) or getattr(claims.get(key), "batch_id", None)
+            if held:
+                places.add(held)
+        projection = {"entry_id": 1, "seq": 1, "wire": 1, "keys": 1, "wires": 1}
+        if len(places) <= 32:
+            found = await asyncio.gather(
+                *(self._entries.find_one({"_id": p}, projection) for p in sorted(places))
+            )
+            docs = [doc for doc in found if doc is not None]
+        else:
+            query = {"_id": {"$in": sorted(places)}, "session_id": sid}
+            docs = [doc async for doc in self._entries.find(query, projection)]
+        out: dict[str, tuple[Any, Any]] = {}
+        for doc in docs:
+            for eid, wire, seq in _stored_from(sid, doc):
+                if eid in wanted and eid not in out:
+                    out[eid] = (wire, seq)
+        return out
 
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
         if len(docs) == 1:
@@ -268,20 +365,52 @@ class BatchDocumentWriter:
         else:
             await self._entries.insert_many(docs, ordered=True)
 
-    async def _roll_back(self, sid: str, keys: list[str]) -> None:
-        """Delete the documents this call inserted before it found a conflict (SPEC §2.1)."""
-        if keys:
-            await self._entries.delete_many({"_id": {"$in": keys}, "session_id": sid})
+    async def _roll_back(self, sid: str, docs: list[str], claims: list[str]) -> None:
+        """Delete what this call wrote before it found a conflict (SPEC §2.1): its documents,
+        then its claims (its slot stays, a gap in ``seq``)."""
+        if docs:
+            await self._entries.delete_many({"_id": {"$in": docs}, "session_id": sid})
+        await self._claims.release(claims)
 
 
-def _lookup(stored: dict[str, tuple[Any, Any]]) -> Callable[[str], str | None]:
-    """``plan_append``'s view of what is stored: the wire of an ID, or ``None``; a stored
-    value that is not a string compares unequal to every wire (a conflict, never a skip)."""
+def _claims_for(sid: str, runs: list[_Batch], docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The claims of a batch's entries, each pointing at the document of its run."""
+    return [
+        claim_doc(sid, entry.id, wire, doc["_id"])
+        for run, doc in zip(runs, docs, strict=True)
+        for entry, wire in run
+    ]
+
+
+async def _together(insert: Any, check: asyncio.Future[bool]) -> tuple[int, bool]:
+    """Await the claims insert and the session check sent alongside it; a missing session
+    wins over the insert's error (the insert is then undone by the caller's release)."""
+    results = await asyncio.gather(insert, check, return_exceptions=True)
+    done, exists = results
+    if isinstance(exists, BaseException):
+        raise exists
+    if isinstance(done, BaseException):
+        if not exists:
+            return 0, False
+        raise done
+    return int(done), bool(exists)
+
+
+def _lookup(
+    sid: str, stored: dict[str, tuple[Any, Any]], claims: dict[str, Claim], todo: _Batch
+) -> Any:
+    """``plan_append``'s view: a stored entry's wire (a value that is not a string compares
+    unequal to every wire: a conflict, never a skip); for an ID claimed but not stored, ``None``
+    (write it) if the claim's hash is this call's content, else ``""`` (a conflict)."""
+    wires = {entry.id: wire for entry, wire in todo}
 
     def wire_of(eid: str) -> str | None:
         found = stored.get(eid)
-        if found is None:
+        if found is not None:
+            return found[0] if isinstance(found[0], str) else ""
+        claim = claims.get(entry_key(sid, eid))
+        if claim is None or claim.digest == wire_hash(wires[eid]):
             return None
-        return found[0] if isinstance(found[0], str) else ""
+        return ""
 
     return wire_of

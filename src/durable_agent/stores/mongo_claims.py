@@ -1,121 +1,164 @@
-"""Entry-ID claims and the batch layout's counter: one document per session.
+"""Entry-ID claims and sequence slots of the batch layout: small documents keyed by ``_id``.
 
-The batch layout (:mod:`durable_agent.stores.mongo_batch`) cannot find an entry that is not first
-in its document by primary key, and FerretDB pushes nothing but ``_id`` equality down to SQL:
-any other lookup scans the whole collection, once per append. So each session has one claims
-document, ``{_id: session_id, n, h: [hash, ...]}`` (collection ``<entries>_ids``): ``h`` holds a
-32-bit hash of every entry ID stored in the session, ``n`` is the next free ``seq``. An append's
-first request is one ``findAndModify``, ``{_id, h: {$nin: hashes}} -> {$inc: {n}, $push: {h}}``:
-if it matched, none of the batch's IDs is stored, they are now claimed and the numbers reserved,
-so the batch is inserted at once (two writes in all, like the peer's session store). If it did
-not match (an ID, or a hash collision, is already claimed; or the session has no claims
-document), the append takes the careful path: it looks the IDs up, claims and reserves what it
-will write, then inserts.
+The batch layout (:mod:`durable_agent.stores.mongo_batch`) stores one document per append, so an
+entry that is not first in its document has no ``_id`` of its own, and FerretDB pushes nothing
+but ``_id`` equality down to SQL (any other lookup scans the whole collection). So every stored
+entry also has a **claim** in the claims collection (``<entries>_claims``), and every append a
+**slot**, both found by primary key and never read by a load:
 
-The invariant is "stored implies claimed": claims are written before the entries, and a claim
-whose insert then failed only sends a later append down the careful path. A session written
-before claims existed gets its claims document on its first careful append, built from its
-stored IDs, numbered from its session document's ``next_seq`` (or past its stored ``seq``). On
-MongoDB the conditional update is atomic; on FerretDB 1.x (a read and a write without a
-transaction) two concurrent writers can lose a claim or an increment: the unique ``seq`` index
-and each object's sequence floor keep order and lose nothing, and a lost claim leaves the window
-the batch layout documents for racing writers there.
+- claim ``{_id: "<session_id>/<entry_id>", s: session_id, h: <16-byte hash of the wire>,
+  b: <_id of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
+  FerretDB included) makes the first claimer of an ID the owner; ``h`` lets a later writer tell
+  "identical, skip" from "different, conflict" without reading the entry; ``b`` says where to
+  check that the entry really got stored (a claim is written before its entry).
+- slot ``{_id: "<session_id>#<seq>", s: session_id, n: count}``: the append that inserts it owns
+  the numbers ``seq .. seq + n - 1``. Session IDs hold neither ``/`` nor ``#``, so slots and
+  claims never collide. Slots replace a counter: a writer that knows the end of the session (it
+  created, loaded or wrote it) claims the slot there with the batch's claims in **one** ordered
+  ``insert_many``, slot first; if the slot is taken, another writer appended meanwhile, and the
+  next candidate is that slot's end (:meth:`Claims.walk`). Slots are never deleted (an append
+  that failed after claiming one leaves a harmless gap in ``seq``), so the slots of a session
+  form a chain from its root, and every stored batch fills its slot exactly: the end a load
+  computes is always a slot boundary.
+
+The session document carries ``claims: 1`` once every stored entry of the session has a claim
+(set at creation by the batch layout, or by the first batch append to an older session, which
+builds claims for what is stored), and ``next_seq``, a slot boundary no later than the end of
+the chain (the root; moved forward after a long walk), where a writer that knows nothing
+starts walking.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bson.codec_options import CodecOptions
-from bson.raw_bson import RawBSONDocument
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from bson.binary import Binary
+from pymongo.errors import BulkWriteError
 
-from ..session.errors import CorruptSessionError, SessionNotFoundError
-from .mongo_append import SeqFloors
+from .mongo_append import entry_key, first_error_index, only_duplicate_keys
 
-__all__ = ["Claims", "id_hash"]
+__all__ = ["Claim", "Claims", "slot_key", "wire_hash"]
 
-_TYPE_MISMATCH = 14  # $inc on an n that is not a number
+#: Walk steps after which the walker moves the session's ``next_seq`` hint to where it landed.
+_HINT_AFTER_STEPS = 16
+
+#: Up to this many claims are read (or deleted) with concurrent primary-key requests; more with
+#: one ``$in`` query (a collection scan on FerretDB, but only forks and imports get there).
+_POINT_LIMIT = 32
 
 
-def id_hash(entry_id: str) -> int:
-    """A signed 32-bit hash of an entry ID (stable across processes and versions). Small, as
-    the claims document is rewritten on every append; a collision only sends an append down
-    the careful path (about 1 in 400,000 new IDs in a 10k-entry session)."""
-    digest = hashlib.blake2b(entry_id.encode("utf-8", "surrogatepass"), digest_size=4).digest()
-    return int.from_bytes(digest, "big", signed=True)
+def wire_hash(wire: str) -> bytes:
+    """A 128-bit hash of an entry's exact encoding: equal hashes mean identical content."""
+    return hashlib.blake2b(wire.encode("utf-8"), digest_size=16).digest()
+
+
+def slot_key(session_id: str, seq: int) -> str:
+    """A slot's ``_id``: the session and the first number of the append that owns it."""
+    return f"{session_id}#{seq}"
+
+
+def claim_doc(sid: str, entry_id: str, wire: str, batch_id: str) -> dict[str, Any]:
+    """The claim of one entry, pointing at the batch document that will hold it."""
+    return {"_id": entry_key(sid, entry_id), "s": sid, "h": Binary(wire_hash(wire)), "b": batch_id}
+
+
+class Claim:
+    """A stored claim: the hash of the claimed content and the batch document meant to hold it."""
+
+    __slots__ = ("batch_id", "digest")
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        h = doc.get("h")
+        self.digest = bytes(h) if isinstance(h, bytes) else b""
+        b = doc.get("b")
+        self.batch_id = b if isinstance(b, str) else None
 
 
 class Claims:
-    """The claims documents of one MongoStore (module doc)."""
+    """The claims collection of one MongoStore (module doc)."""
 
-    def __init__(self, collection: Any, floors: SeqFloors) -> None:
-        raw: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSONDocument)
-        self._collection = collection.with_options(codec_options=raw)
-        self._floors = floors
+    def __init__(self, collection: Any, sessions: Any) -> None:
+        self._collection = collection
+        self._sessions = sessions
 
-    async def create(self, sid: str) -> None:
-        """An empty claims document for a session just created (an existing one is kept)."""
-        with contextlib.suppress(DuplicateKeyError):
-            await self._collection.insert_one({"_id": sid, "n": 0, "h": []})
-
-    async def reserve_new(self, sid: str, entry_ids: Iterable[str], count: int) -> int | None:
-        """Claim the IDs and reserve ``count`` numbers if none of the IDs is claimed yet: the
-        first number, or ``None`` for "take the careful path" (an ID is claimed, or the session
-        has no claims document)."""
-        hashes = list(dict.fromkeys(id_hash(eid) for eid in entry_ids))
-        before = await self._modify(
-            sid,
-            {"_id": sid, "h": {"$nin": hashes}},
-            {"$inc": {"n": count}, "$push": {"h": {"$each": hashes}}},
-        )
-        return None if before is None else self._first(sid, before, count)
-
-    async def reserve(
-        self,
-        sid: str,
-        entry_ids: Iterable[str],
-        count: int,
-        initial: Callable[[], Awaitable[tuple[int, list[str]]]],
-    ) -> int:
-        """Claim the IDs and reserve ``count`` numbers unconditionally (the careful path, before
-        its insert). A session with no claims document gets one first, from ``initial()``: the
-        next free number and every stored ID (it raises if the session does not exist)."""
-        hashes = list(dict.fromkeys(id_hash(eid) for eid in entry_ids))
-        update = {"$inc": {"n": count}, "$addToSet": {"h": {"$each": hashes}}}
-        before = await self._modify(sid, {"_id": sid}, update)
-        if before is None:
-            start, stored = await initial()
-            existing = list(dict.fromkeys(id_hash(eid) for eid in stored))
-            with contextlib.suppress(DuplicateKeyError):  # else a concurrent writer built it
-                await self._collection.insert_one({"_id": sid, "n": start, "h": existing})
-            before = await self._modify(sid, {"_id": sid}, update)
-            if before is None:  # deleted meanwhile
-                raise SessionNotFoundError(sid)
-        return self._first(sid, before, count)
-
-    async def _modify(self, sid: str, query: dict[str, Any], update: dict[str, Any]) -> Any:
-        """``find_one_and_update`` returning the document before; a counter that is not a
-        number (``$inc`` fails with a type mismatch) is a corrupt session."""
+    async def insert(self, docs: Sequence[dict[str, Any]]) -> int:
+        """Insert ``docs`` in order; how many went in before the first taken ``_id`` (all of
+        them: ``len(docs)``). Any error other than a duplicate key propagates."""
+        if not docs:
+            return 0
         try:
-            return await self._collection.find_one_and_update(query, update)
-        except OperationFailure as exc:
-            if exc.code != _TYPE_MISMATCH:
+            await self._collection.insert_many(list(docs), ordered=True)
+        except BulkWriteError as exc:
+            if not only_duplicate_keys(exc):
                 raise
-            raise CorruptSessionError(sid, f"bad claims document: {exc}") from exc
+            return first_error_index(exc)
+        return len(docs)
 
-    def _first(self, sid: str, before: Any, count: int) -> int:
-        """The first reserved number: the counter before the ``$inc``, never below this object's
-        floor (FerretDB's findAndModify is not atomic: see mongo_append)."""
-        n = before.get("n", 0)
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise CorruptSessionError(sid, f"bad claims document: n is {n!r}")
-        first = max(n, self._floors.get(sid, 0))
-        self._floors.raise_to(sid, first + count)
-        return first
+    async def claims(self, keys: Iterable[str]) -> dict[str, Claim]:
+        """The stored claims among ``keys`` (entry keys), by key."""
+        wanted = list(dict.fromkeys(keys))
+        projection = {"h": 1, "b": 1}
+        if len(wanted) <= _POINT_LIMIT:
+            found = await asyncio.gather(
+                *(self._collection.find_one({"_id": key}, projection) for key in wanted)
+            )
+            docs = [doc for doc in found if doc is not None]
+        else:
+            query = {"_id": {"$in": wanted}}
+            docs = [doc async for doc in self._collection.find(query, projection)]
+        return {doc["_id"]: Claim(doc) for doc in docs}
 
-    async def delete(self, sid: str) -> None:
-        await self._collection.delete_one({"_id": sid})
+    async def point_at(self, keys: Iterable[str], batch_id: str) -> None:
+        """Make the claims of ``keys`` point at ``batch_id`` (a writer taking over entries whose
+        first claimer never stored them, or moving its own into another document)."""
+        for key in keys:
+            await self._collection.update_one({"_id": key}, {"$set": {"b": batch_id}})
+
+    async def release(self, keys: Sequence[str]) -> None:
+        """Delete claims this call made for entries it will not store (a conflict)."""
+        if not keys:
+            return
+        if len(keys) <= _POINT_LIMIT:
+            for key in keys:
+                await self._collection.delete_one({"_id": key})
+        else:
+            await self._collection.delete_many({"_id": {"$in": list(keys)}})
+
+    async def walk(self, sid: str, seq: int, *, steps: int = 0) -> int:
+        """The first slot boundary at or after the slot ``seq`` that is free right now: follow
+        taken slots to their ends. A long walk moves the session's ``next_seq`` hint forward."""
+        while True:
+            slot = await self._collection.find_one({"_id": slot_key(sid, seq)}, {"n": 1})
+            if slot is None:
+                break
+            n = slot.get("n")
+            seq += n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+            steps += 1
+        if steps > _HINT_AFTER_STEPS:
+            await self._sessions.update_one({"_id": sid}, {"$max": {"next_seq": seq}})
+        return seq
+
+    async def take_slot(self, sid: str, seq: int, count: int) -> int:
+        """Claim a slot of ``count`` numbers at the first free boundary from ``seq`` on."""
+        while True:
+            seq = await self.walk(sid, seq)
+            if await self.insert([{"_id": slot_key(sid, seq), "s": sid, "n": count}]):
+                return seq
+
+    async def backfill(self, docs: Iterable[dict[str, Any]]) -> None:
+        """Claims for entries stored before the session had claims (IDs already claimed, by a
+        concurrent backfill or append, are left as they are)."""
+        batch = list(docs)
+        for start in range(0, len(batch), 1000):
+            try:
+                await self._collection.insert_many(batch[start : start + 1000], ordered=False)
+            except BulkWriteError as exc:
+                if not only_duplicate_keys(exc):
+                    raise
+
+    async def delete_session(self, sid: str) -> None:
+        """Every claim and slot of a deleted session."""
+        await self._collection.delete_many({"s": sid})
