@@ -30,8 +30,8 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
     if kind == "mongo":
         from durable_agent.stores.mongo import MongoStore
 
-        return MongoStore(request.getfixturevalue("mongo_database"))
-    if kind == "mongo_batch":  # MongoStore's opt-in batch layout
+        return MongoStore(request.getfixturevalue("mongo_database"), layout="entry")
+    if kind == "mongo_batch":  # MongoStore's default batch layout
         from durable_agent.stores.mongo import MongoStore
 
         return MongoStore(request.getfixturevalue("mongo_database"), layout="batch")

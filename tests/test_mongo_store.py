@@ -87,6 +87,27 @@ class Commands(monitoring.CommandListener):
         self._fire("failed", event.command_name)
 
 
+class InsertsCounted(monitoring.CommandListener):
+    """Sets ``done`` once ``wanted`` inserts succeeded since ``count`` was last reset."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.command_name == "insert":
+            self.count += 1
+            if self.count >= self.wanted:
+                self.done.set()
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
 @pytest.fixture
 async def client_factory(
     mongo_uri: str,
@@ -125,6 +146,7 @@ async def test_session_document_shape(mongo_database: AsyncDatabase[Any], sync_d
         "parent_id": "parent",
         "created_at": record.created_at,
         "next_seq": 0,
+        "claims": 1,  # the default batch layout claims every entry (mongo_claims)
     }
     assert isinstance(doc["created_at"], datetime)  # a BSON date, not a string
     assert record.created_at.microsecond % 1000 == 0  # the clock is truncated to milliseconds
@@ -217,7 +239,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
     assert commands.names().count("createIndexes") == 3
-    assert commands.names().count("insert") == 11
+    assert commands.names().count("insert") == 12  # 10 sessions; claims + slot, the batch
 
 
 async def test_unique_indexes_are_enforced_by_the_server(
@@ -721,7 +743,7 @@ async def test_dotted_ids_are_plain_values(mongo_database: AsyncDatabase[Any]) -
 async def test_oversized_entry_writes_nothing_of_its_batch(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    store = MongoStore(mongo_database, max_entry_bytes=2000)
+    store = MongoStore(mongo_database, max_entry_bytes=2000, layout="entry")
     await store.create_session("s1")
     await store.append_entries("s1", [entry("before")])
     with pytest.raises(EntryTooLargeError) as info:
@@ -730,6 +752,11 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
     assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 1  # nothing even reserved
+    batches = MongoStore(mongo_database, max_entry_bytes=2000)
+    await batches.create_session("s2")
+    with pytest.raises(EntryTooLargeError):
+        await batches.append_entries("s2", [entry("a"), entry("big", "x" * 2000)])
+    assert sync_db.entries_claims.count_documents({"s": "s2"}) == 0  # nothing even claimed
 
 
 async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:
@@ -759,22 +786,28 @@ async def test_cancel_before_io_has_no_effect(mongo_database: AsyncDatabase[Any]
     assert await store.load_entries("s1") == []
 
 
+@pytest.mark.parametrize(("layout", "first"), [("entry", "findAndModify"), ("batch", "insert")])
 async def test_started_write_completes_after_cancel(
-    client_factory: Any, mongo_database: AsyncDatabase[Any]
+    client_factory: Any, mongo_database: AsyncDatabase[Any], layout: Any, first: str
 ) -> None:
+    """Cancelled once its first write went out (reserving numbers, or claiming the IDs), the
+    append still completes (shielded), and the caller's retry is a no-op."""
     commands = Commands()
-    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    inserts = InsertsCounted(wanted=2 if layout == "batch" else 1)  # claims, then the batch
+    client = client_factory(event_listeners=[commands, inserts])
+    store = MongoStore(client[mongo_database.name], layout=layout)
     await store.create_session("s1")
-    reserving = commands.wait_for("started", "findAndModify")
-    inserted = commands.wait_for("succeeded", "insert")
-    inserted.clear()
+    started = commands.wait_for("started", first)
+    started.clear()
+    inserts.count = 0
+    inserts.done.clear()
     batch = [entry("a"), entry("b")]
     task = asyncio.create_task(store.append_entries("s1", batch))
-    await reserving.wait()  # the write has started: sequence numbers are being reserved
+    await started.wait()  # the write has started
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await inserted.wait()  # the shielded write carried on to the insert
+    await inserts.done.wait()  # the shielded write carried on to its last insert
     assert ids(await store.load_entries("s1")) == ["a", "b"]
     await store.append_entries("s1", batch)  # the caller's retry is a no-op
     assert ids(await store.load_entries("s1")) == ["a", "b"]

@@ -1,16 +1,13 @@
 """MongoStore: sessions in MongoDB (or a wire-compatible server such as FerretDB), SPEC §2.3.
 
-``sessions`` holds one document per session, ``{_id: session_id, parent_id, created_at,
-next_seq}``. Entries are stored as their exact ``encode_entry`` strings (a byte-exact round trip;
-keys such as ``$x`` or ``a.b`` inside an entry never become field names), in ``entries``, in one
-of two layouts, chosen per store object with ``layout=`` (loads read both, sorted by ``seq``, so
-a session written in the old layout keeps loading and appending):
+``sessions`` holds one document per session, ``{_id: session_id, parent_id, created_at, next_seq}``
+(and ``claims: 1`` once the batch layout claims its entries). Entries are stored as their exact
+``encode_entry`` strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry
+never become field names), in ``entries``, in one of two layouts, chosen per store object with
+``layout=`` (loads read both, sorted by ``seq``, so a session written in the old layout keeps
+loading and appending):
 
-- ``"entry"`` (the default): one document per entry, ``{_id, session_id, entry_id, seq, type,
-  created_at, wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many``
-  whose duplicate keys are the idempotency check, and a conflict deletes the prefix it stored.
-  See :mod:`~durable_agent.stores.mongo_append`.
-- ``"batch"`` (opt-in): one document per ``append_entries`` call,
+- ``"batch"`` (the default): one document per ``append_entries`` call,
   ``{_id, session_id, entry_id, seq, keys, wires}``, plus a claim per entry and a slot per
   append in ``<entries>_claims`` (small documents found by ``_id``, never read by a load). A
   new batch is two writes, like the peer's session store: one ordered ``insert_many`` of its
@@ -19,23 +16,29 @@ a session written in the old layout keeps loading and appending):
   the documents of 10-entry appends, which is what FerretDB's per-document cost needs. See
   :mod:`~durable_agent.stores.mongo_batch` and :mod:`~durable_agent.stores.mongo_claims`. A
   session written by batch writers must not be appended to in the per-entry layout afterwards
-  (those entries would have no claims); a per-entry session may move to batches (its first
-  batch append gives what is stored claims).
+  (those entries would have no claims, and its counter would stop being a slot boundary; so
+  upgrade every worker before the first batch append, or keep ``layout="entry"`` until then);
+  a per-entry session moves to batches on its first batch append, which gives what is stored
+  claims and marks the session (``claims: 1``).
+- ``"entry"``: one document per entry, ``{_id, session_id, entry_id, seq, type, created_at,
+  wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many`` whose duplicate
+  keys are the idempotency check, and a conflict deletes the prefix it stored. See
+  :mod:`~durable_agent.stores.mongo_append`.
 
-Why per-entry is the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=batch,entry``
-``bench/peers/run.py --only 3``, medians of 3): the batch layout loads 1.5x faster (10k entries
-489 against 756 ms; the peer 231) but its claims document is rewritten whole on every append,
-and FerretDB's cost for that grows with the session (a ``findAndModify`` on 1k claims takes
-8 ms, on 10k 75 ms), so 10-entry appends take 8.6 ms against 3.0 ms (peer 2.2) and 20 concurrent
-sessions write 152 against 422 entries/s. A session is loaded once per run, appended to several
-times per turn.
+Why batches are the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch``
+``bench/peers/run.py --only 3``, medians of 3, ratios to the OpenAI Agents SDK's
+``MongoDBSession`` on the same server): the batch layout loads 10k entries in 435 ms (1.96x the
+peer; per-entry 689 ms, 3.1x) and appends 1 / 10 entries in 1.84 / 2.37 ms p50 (1.08x / 1.26x;
+per-entry is one write fewer for a lone entry but ten documents for ten). FerretDB parses every
+document of the collection on a load, so the document count decides it; on MongoDB both
+layouts are index lookups.
 
 An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
-the ``_id`` of a per-entry document and of a batch document whose first entry it is. Unique
-indexes on ``(session_id, entry_id)``, ``(session_id, seq)`` and (sparse) ``keys`` make the
-database the referee between concurrent writers, without multi-document transactions (the store
-runs on a standalone ``mongod`` and on FerretDB). A reservation never used leaves a gap in
-``seq``, which is harmless.
+the ``_id`` of a per-entry document, of a batch document whose first entry it is, and of the
+entry's claim. Unique ``_id`` (claims, slots) and unique indexes on ``(session_id, entry_id)``,
+``(session_id, seq)`` and (sparse) ``keys`` make the database the referee between concurrent
+writers, without multi-document transactions (the store runs on a standalone ``mongod`` and on
+FerretDB). A reservation or slot never used leaves a gap in ``seq``, which is harmless.
 
 **A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
 (projection of the entry fields of both layouts; one large cursor batch) go out together.
@@ -47,7 +50,15 @@ across documents and may leave a prefix of them), in the entry layout a prefix. 
 same batch completes it by idempotency.
 
 On servers whose ``$inc`` is not atomic (FerretDB 1.x) each store object's sequence floor keeps a
-writer's appends in order and loses nothing (:mod:`~durable_agent.stores.mongo_append`).
+writer's appends in order and loses nothing (:mod:`~durable_agent.stores.mongo_append`); the
+batch layout needs no ``$inc`` (its slots are inserts, refereed by ``_id``).
+
+**A session deleted by another process:** a batch-layout store object trusts for
+``VERIFY_INTERVAL`` (1 s) that a session it created, loaded or checked still exists, and checks
+the session document alongside the claims insert after that; an append through it within that
+second of a delete elsewhere can leave orphaned entries and claims (the per-entry layout has the
+same race within one round trip). ``delete_session`` removes the session's claims and slots
+last.
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -95,8 +106,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
 
-#: How appends are stored: ``"entry"`` (default) one document per entry, ``"batch"`` one document
-#: per ``append_entries`` call (opt-in; see the module doc for the measured trade). Loads read both.
+#: How appends are stored: ``"batch"`` (default) one document per ``append_entries`` call,
+#: ``"entry"`` one document per entry (see the module doc for the measured trade). Loads read both.
 Layout = Literal["batch", "entry"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
@@ -147,7 +158,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
-        layout: Layout = "entry",
+        layout: Layout = "batch",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(

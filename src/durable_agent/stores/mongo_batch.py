@@ -8,13 +8,13 @@ of both layouts sort together). FerretDB is slow per document (its SQLite backen
 stored document of the collection on a load), so a session written in 10-entry appends loads a
 tenth of the documents of the per-entry layout.
 
-**A new batch is two writes** (:mod:`~durable_agent.stores.mongo_claims` has the claims and
-slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
-batch's claims, sent together with a primary-key read of the session document (it must still
-exist), then one ``insert_one`` of the batch document: a single document is written all or
-nothing. A writer that does not know the session's end yet reads the session document first
-(its ``next_seq`` hint, and whether its entries have claims: a session written before claims
-existed gets them now, from what is stored).
+**A new batch is two writes** (:mod:`~durable_agent.stores.mongo_claims` has the claims and slots):
+one ordered ``insert_many`` of the slot at the end this store object knows and the batch's claims
+(sent together with a primary-key read of the session document, which must still exist, when this
+object last saw it over ``VERIFY_INTERVAL`` ago), then one ``insert_one`` of the batch document: a
+single document is written all or nothing. A writer that does not know the session's end yet reads
+the session document first (its ``next_seq`` hint, and whether its entries have claims: a session
+written before claims existed gets them now, from what is stored).
 
 **The careful path**, when an ID of the batch is claimed already: the claims and the documents
 they point at are looked up by ``_id``; stored identical entries are skipped, a stored or
@@ -228,18 +228,20 @@ class BatchDocumentWriter:
         self._floors.raise_to(sid, first + count)
         mine = {c["_id"]: c["b"] for c in claims[1:done]}
         ours: list[str] = []  # documents of a split batch stored before a duplicate key
+        race: Exception | None = None
         if done == len(claims):
             try:
                 await self._insert(docs)
-            except DuplicateKeyError:
-                pass  # a writer without claims (module doc of mongo): look it up
+            except DuplicateKeyError as exc:
+                race = exc  # a writer without claims (module doc of mongo): look it up
             except BulkWriteError as exc:
                 if not only_duplicate_keys(exc):
                     raise
+                race = exc
                 ours = [doc["_id"] for doc in docs[: first_error_index(exc)]]
             else:
                 return
-        await self._careful(sid, todo, mine, first + count, ours)
+        await self._careful(sid, todo, mine, first + count, ours, race)
 
     async def _exists(self, sid: str) -> bool:
         return await self._sessions.find_one({"_id": sid}, {"_id": 1}) is not None
@@ -279,16 +281,22 @@ class BatchDocumentWriter:
         return end
 
     async def _careful(
-        self, sid: str, todo: _Batch, mine: dict[str, str], above: int, ours: list[str]
+        self,
+        sid: str,
+        todo: _Batch,
+        mine: dict[str, str],
+        above: int,
+        ours: list[str],
+        race: Exception | None,
     ) -> None:
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
         slot (``mine``: claims this call holds, by key, with their batch document; ``ours``:
-        documents it stored, deleted again on a conflict)."""
-        race: Exception | None = None
+        documents it stored, deleted again on a conflict; ``race``: the duplicate key of its
+        last document insert, if any)."""
         for _ in range(_MAX_WRITE_ROUNDS):
             keys = [entry_key(sid, entry.id) for entry, _ in todo]
             claims = await self._claims.claims(k for k in keys if k not in mine)
-            stored = await self._stored(sid, todo, claims, mine)
+            stored = await self._stored(sid, todo, claims, mine, exhaustive=race is not None)
             try:
                 todo = plan_append(sid, todo, _lookup(sid, stored, claims, todo))
             except EntryConflictError:
@@ -330,11 +338,19 @@ class BatchDocumentWriter:
         ) from race
 
     async def _stored(
-        self, sid: str, todo: _Batch, claims: dict[str, Claim], mine: dict[str, str]
+        self,
+        sid: str,
+        todo: _Batch,
+        claims: dict[str, Claim],
+        mine: dict[str, str],
+        *,
+        exhaustive: bool = False,
     ) -> dict[str, tuple[Any, Any]]:
         """``{entry_id: (wire, seq)}`` of the IDs of ``todo`` that are stored: in the document
         their claim points at, or in a document whose ``_id`` is their own key (a per-entry
-        document, or a batch they are first in)."""
+        document, or a batch they are first in); ``exhaustive`` (after a document insert hit a
+        duplicate key) also by ``entry_id``, which finds one another program stored under an
+        ``_id`` of its own (a collection scan on FerretDB)."""
         wanted = {entry.id for entry, _ in todo}
         places: set[str] = set()
         for entry, _ in todo:
@@ -352,6 +368,9 @@ class BatchDocumentWriter:
         else:
             query = {"_id": {"$in": sorted(places)}, "session_id": sid}
             docs = [doc async for doc in self._entries.find(query, projection)]
+        if exhaustive:
+            query = {"session_id": sid, "entry_id": {"$in": sorted(wanted)}}
+            docs += [doc async for doc in self._entries.find(query, projection)]
         out: dict[str, tuple[Any, Any]] = {}
         for doc in docs:
             for eid, wire, seq in _stored_from(sid, doc):
