@@ -483,9 +483,10 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
     private_server: FerretDB,
 ) -> None:
     """The crash window: the slot and claims of [a, b] went in, then the server went away
-    before the batch document did. A retry (by the same object or a fresh one, as after a
-    worker crash) notices the IDs are claimed with its content but not stored and writes
-    them, once; another content for a claimed ID is a conflict (the first claimer wins)."""
+    before the batch document did. A retry (by a fresh object, as after a worker crash, or by
+    the same one) notices the IDs are claimed but not stored and writes them, once. Nothing was
+    stored, so a retry whose content differs from the crashed attempt's is stored too (as in
+    the per-entry layout): only a stored entry wins."""
     commands = Commands(after="insert")
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
         private_server.uri,
@@ -498,24 +499,27 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
         store = MongoStore(client["crash"], layout="batch")
         await store.create_session("s1")
         await store.append_entries("s1", [entry("first")])
-        commands.names.clear()
-        commands.arm(private_server.stop)
+        commands.arm(private_server.stop)  # right after the claims insert's reply
         with pytest.raises(StoreUnavailableError):
             await store.append_entries("s1", [entry("a"), entry("b")])
         await asyncio.to_thread(private_server.start)
         db = sync["crash"]
         assert claim_ids(db, "s1") == {"s1/first", "s1/a", "s1/b"}
         assert db.entries.count_documents({"session_id": "s1"}) == 1  # no document of [a, b]
-        with pytest.raises(EntryConflictError):
-            await MongoStore(client["crash"], layout="batch").append_entries(
-                "s1", [entry("c"), entry("a", "other")]
-            )
-        for retry in (MongoStore(client["crash"], layout="batch"), store):
-            await retry.append_entries("s1", [entry("a"), entry("b")])
-        assert ids(await store.load_entries("s1")) == ["first", "a", "b"]
+        fresh = MongoStore(client["crash"], layout="batch")
+        await fresh.append_entries("s1", [entry("a"), entry("b", "changed")])
+        await fresh.append_entries("s1", [entry("a"), entry("b", "changed")])  # now a no-op
+        with pytest.raises(EntryConflictError) as info:
+            await store.append_entries("s1", [entry("a"), entry("b")])  # b is stored otherwise
+        assert info.value.entry_id == "b"
+        loaded = await store.load_entries("s1")
+        assert [encode_entry(e) for e in loaded] == [
+            encode_entry(e) for e in (entry("first"), entry("a"), entry("b", "changed"))
+        ]
         assert db.entries.count_documents({"session_id": "s1"}) == 2
         claim = db.entries_claims.find_one({"_id": "s1/b"})
         assert claim is not None and claim["b"] == "s1/a"
+        assert claim["h"] == wire_hash(encode_entry(entry("b", "changed")))
     finally:
         sync.close()
         await client.close()

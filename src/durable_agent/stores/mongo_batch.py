@@ -17,14 +17,17 @@ the session document first (its ``next_seq`` hint, and whether its entries have 
 written before claims existed gets them now, from what is stored).
 
 **The careful path**, when an ID of the batch is claimed already: the claims and the documents
-they point at are looked up by ``_id``; stored identical entries are skipped, a stored or
-claimed ID with other content raises ``EntryConflictError`` (and this call's claims are deleted:
-nothing of the batch stays), and an ID claimed with the same content but not stored (its writer
-crashed between the claim and the insert, or is still in flight) is written by this call, which
-points the claim at its own document. The rest is claimed and inserted in a fresh slot. Two
-writers of the same batch insert documents with the same ``_id``: one copy is stored. Two
-overlapping batches in flight together may both store a shared entry, identical by its claim's
-hash: the load returns it once (:mod:`~durable_agent.stores.mongo_read`).
+they point at are looked up by ``_id``; stored identical entries are skipped, a stored ID with
+other content raises ``EntryConflictError`` (and this call's claims are deleted: nothing of the
+batch stays), and an ID claimed but not stored (its writer crashed between the claim and the
+insert, or is still in flight) is written by this call, which points the claim at its own
+document and content: as in the per-entry layout, only a stored entry wins, so a retry whose
+entry differs from what a crashed attempt claimed is stored. The rest is claimed and inserted
+in a fresh slot. Two writers of the same batch insert documents with the same ``_id``: one copy
+is stored. Two overlapping batches in flight together may both store a shared entry: on MongoDB
+the unique multikey index on ``keys`` rejects the second; on FerretDB (which does not enforce it
+per element) the load returns an identical copy once and raises ``CorruptSessionError`` for a
+differing one (:mod:`~durable_agent.stores.mongo_read`), never a wrong entry silently.
 
 **Large batches:** a batch whose documents would pass MongoDB's 16 MiB limit is split into
 several documents in one slot, inserted with one ordered ``insert_many``: a failure can then
@@ -37,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
@@ -50,7 +54,7 @@ from ..session.errors import (
     StoreUnavailableError,
 )
 from .mongo_append import SeqFloors, entry_key, first_error_index, only_duplicate_keys
-from .mongo_claims import Claim, Claims, claim_doc, slot_key, wire_hash
+from .mongo_claims import Claim, Claims, claim_doc, slot_key
 
 __all__ = [
     "CLAIMED",
@@ -298,7 +302,7 @@ class BatchDocumentWriter:
             claims = await self._claims.claims(k for k in keys if k not in mine)
             stored = await self._stored(sid, todo, claims, mine, exhaustive=race is not None)
             try:
-                todo = plan_append(sid, todo, _lookup(sid, stored, claims, todo))
+                todo = plan_append(sid, todo, _lookup(stored))
             except EntryConflictError:
                 await self._roll_back(sid, ours, list(mine))
                 raise
@@ -315,10 +319,9 @@ class BatchDocumentWriter:
             mine.update((c["_id"], c["b"]) for c in new[:done])
             if done < len(new):
                 continue  # a racing writer claimed one of them: look again
-            for c in wanted:
-                held = mine.get(c["_id"]) or getattr(claims.get(c["_id"]), "batch_id", None)
-                if held != c["b"]:
-                    await self._claims.point_at([c["_id"]], c["b"])
+            for c in wanted:  # taken over, or moved to another document of this call
+                if c["_id"] in claims or mine.get(c["_id"]) != c["b"]:
+                    await self._claims.point_at(c)
                     mine[c["_id"]] = c["b"]
             try:
                 await self._insert(docs)
@@ -415,21 +418,15 @@ async def _together(insert: Any, check: asyncio.Future[bool]) -> tuple[int, bool
     return int(done), bool(exists)
 
 
-def _lookup(
-    sid: str, stored: dict[str, tuple[Any, Any]], claims: dict[str, Claim], todo: _Batch
-) -> Any:
-    """``plan_append``'s view: a stored entry's wire (a value that is not a string compares
-    unequal to every wire: a conflict, never a skip); for an ID claimed but not stored, ``None``
-    (write it) if the claim's hash is this call's content, else ``""`` (a conflict)."""
-    wires = {entry.id: wire for entry, wire in todo}
+def _lookup(stored: dict[str, tuple[Any, Any]]) -> Callable[[str], str | None]:
+    """``plan_append``'s view of what is stored: the wire of an ID, or ``None``; a stored
+    value that is not a string compares unequal to every wire (a conflict, never a skip). A
+    claim without its entry counts as not stored: nothing of that append was stored."""
 
     def wire_of(eid: str) -> str | None:
         found = stored.get(eid)
-        if found is not None:
-            return found[0] if isinstance(found[0], str) else ""
-        claim = claims.get(entry_key(sid, eid))
-        if claim is None or claim.digest == wire_hash(wires[eid]):
+        if found is None:
             return None
-        return ""
+        return found[0] if isinstance(found[0], str) else ""
 
     return wire_of

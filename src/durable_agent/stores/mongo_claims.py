@@ -8,9 +8,10 @@ entry also has a **claim** in the claims collection (``<entries>_claims``), and 
 
 - claim ``{_id: "<session_id>/<entry_id>", s: session_id, h: <16-byte hash of the wire>,
   b: <_id of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
-  FerretDB included) makes the first claimer of an ID the owner; ``h`` lets a later writer tell
-  "identical, skip" from "different, conflict" without reading the entry; ``b`` says where to
-  check that the entry really got stored (a claim is written before its entry).
+  FerretDB included) makes the first claimer of an ID the one to store it; ``b`` says where to
+  check that the entry really got stored (a claim is written before its entry: a claim whose
+  entry never came, its writer lost, is taken over by the next writer of that ID); ``h`` is the
+  claimed content's hash, for inspection and repair tools.
 - slot ``{_id: "<session_id>#<seq>", s: session_id, n: count}``: the append that inserts it owns
   the numbers ``seq .. seq + n - 1``. Session IDs hold neither ``/`` nor ``#``, so slots and
   claims never collide. Slots replace a counter: a writer that knows the end of the session (it
@@ -111,11 +112,12 @@ class Claims:
             docs = [doc async for doc in self._collection.find(query, projection)]
         return {doc["_id"]: Claim(doc) for doc in docs}
 
-    async def point_at(self, keys: Iterable[str], batch_id: str) -> None:
-        """Make the claims of ``keys`` point at ``batch_id`` (a writer taking over entries whose
-        first claimer never stored them, or moving its own into another document)."""
-        for key in keys:
-            await self._collection.update_one({"_id": key}, {"$set": {"b": batch_id}})
+    async def point_at(self, claim: dict[str, Any]) -> None:
+        """Make a stored claim say what ``claim`` says (a writer taking over an entry whose first
+        claimer never stored it, or moving its own into another document)."""
+        await self._collection.update_one(
+            {"_id": claim["_id"]}, {"$set": {"h": claim["h"], "b": claim["b"]}}
+        )
 
     async def release(self, keys: Sequence[str]) -> None:
         """Delete claims this call made for entries it will not store (a conflict)."""
