@@ -27,11 +27,12 @@ loading and appending):
 
 Why batches are the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch``
 ``bench/peers/run.py --only 3``, medians of 3, ratios to the OpenAI Agents SDK's
-``MongoDBSession`` on the same server): the batch layout loads 10k entries in 435 ms (1.96x the
-peer; per-entry 689 ms, 3.1x) and appends 1 / 10 entries in 1.84 / 2.37 ms p50 (1.08x / 1.26x;
-per-entry is one write fewer for a lone entry but ten documents for ten). FerretDB parses every
-document of the collection on a load, so the document count decides it; on MongoDB both
-layouts are index lookups.
+``MongoDBSession`` on the same server, one run under other load): the batch layout loads 10k
+entries in 334 ms (2.13x the peer; per-entry 609 ms, 3.9x; about a third of it is decoding) and
+appends 1 / 10 entries in 1.58 / 2.69 ms p50 (0.89x / 1.29x; per-entry 1.59 / 2.33), and 20
+concurrent sessions write 685 entries/s against 472 per entry (peer 441). FerretDB parses every
+document of the collection on a load, so the document count decides it; on MongoDB both layouts
+are index lookups.
 
 An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
 the ``_id`` of a per-entry document, of a batch document whose first entry it is, and of the
