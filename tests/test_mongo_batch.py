@@ -291,6 +291,36 @@ async def test_legacy_layout_loads_and_appends(
     assert sync_db.sessions.find_one({"_id": "old"})["claims"] == 1
 
 
+async def test_old_batch_documents_without_claims_load_and_append(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Batch documents an older version wrote (its claims lived elsewhere, its session document
+    has no ``claims`` mark and a stale ``next_seq``): the first append claims them, numbers
+    after them, and their entries count for idempotency and conflicts at any position."""
+    sync_db.sessions.insert_one({"_id": "ob", "parent_id": None, "created_at": T0, "next_seq": 0})
+    old = [[entry("o0"), entry("o1")], [entry("o2"), entry("o3"), entry("o4")]]
+    seq = 0
+    for run in old:
+        sync_db.entries.insert_one(
+            {
+                "_id": f"ob/{run[0].id}",
+                "session_id": "ob",
+                "entry_id": run[0].id,
+                "seq": seq,
+                "keys": [f"ob/{e.id}" for e in run],
+                "wires": [encode_entry(e) for e in run],
+            }
+        )
+        seq += len(run)
+    store = MongoStore(mongo_database)  # the default layout
+    await store.append_entries("ob", [entry("o3"), entry("n0")])
+    with pytest.raises(EntryConflictError):
+        await store.append_entries("ob", [entry("n1"), entry("o1", "changed")])
+    assert ids(await store.load_entries("ob")) == ["o0", "o1", "o2", "o3", "o4", "n0"]
+    assert sync_db.entries.find_one({"_id": "ob/n0"})["seq"] >= 5  # after o4 (seq 4)
+    assert claim_ids(sync_db, "ob") == {f"ob/{e}" for e in ("o0", "o1", "o2", "o3", "o4", "n0")}
+
+
 async def test_partial_overlap_retry_stores_only_the_rest(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
