@@ -154,3 +154,24 @@ async def test_a_run_of_tool_turns_loads_no_session_in_its_model_and_tool_calls(
     # every model call saw the whole path so far, exactly as a load would have built it
     seen: Sequence[int] = [len(r.messages) for r in lm.requests]
     assert seen == [1, 3, 5, 7]
+
+
+async def test_known_entries_zero_loads_the_session_in_every_model_call() -> None:
+    store = LoadCountingStore()
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("q1", None, "question")])
+    lm = ScriptedModel(["one", "two"])
+    activities = AgentActivities(store, {"a": AgentSpec(model=lm)}, known_entries=0)
+    env = ActivityEnvironment()
+    for n in (1, 2):
+        stamp = Stamp(id=f"r{n}", parent_id="q1", created_at=format_time(utc_now()))
+        inp = CallModelInput(session_id="s1", leaf_id="q1", agent="a", stamp=stamp)
+        await env.run(activities.call_model, inp)
+    assert sum(store.loads.values()) == 2
+    assert [[m.text() for m in r.messages] for r in lm.requests] == [["question"], ["question"]]
+
+
+def test_a_tools_spec_is_built_once() -> None:
+    first = look.spec
+    assert look.spec is first
+    assert first.parameters["properties"]["text"]["type"] == "string"

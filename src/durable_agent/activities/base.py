@@ -29,7 +29,7 @@ from ..session.store import Store
 from ..session.tree import path as tree_path
 from ..streaming import LiveDeltas, resolve
 from .failures import application_error, checked_payload
-from .known_entries import KnownEntries, as_stored
+from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries, as_stored
 from .spec import AgentSpec
 from .types import Stamp
 
@@ -97,6 +97,7 @@ class ActivityBase:
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         live_deltas: LiveDeltas = "auto",
+        known_entries: int = DEFAULT_KNOWN_ENTRIES,
     ) -> None:
         self.store = store
         self.agents = dict(agents)
@@ -104,7 +105,7 @@ class ActivityBase:
         self.payload_limit = payload_limit
         self.deltas = resolve(live_deltas, store)
         """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
-        self.known = KnownEntries()
+        self.known = KnownEntries(known_entries)
         """What this worker stored or loaded, so a path rarely costs a session load."""
 
     def agent_spec(self, name: str) -> AgentSpec:

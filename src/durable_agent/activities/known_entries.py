@@ -27,8 +27,9 @@ from ..session.entries import Entry
 
 __all__ = ["DEFAULT_KNOWN_ENTRIES", "KnownEntries", "as_stored"]
 
-DEFAULT_KNOWN_ENTRIES = 100_000
-"""Entries a worker remembers in total across sessions."""
+DEFAULT_KNOWN_ENTRIES = 20_000
+"""Entries a worker remembers in total across sessions (tens of MB for chat-sized entries); a
+session longer than this is loaded in every model call, as is any session when it is 0."""
 
 _MAX_SESSIONS = 1024
 
