@@ -5,6 +5,7 @@ model call, and a zombie attempt that stored first wins."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -99,6 +100,12 @@ def _model_input(session_id: str, stamp: Stamp) -> CallModelInput:
     return CallModelInput(session_id=session_id, leaf_id="", agent="a", stamp=stamp)
 
 
+def _retry(env: ActivityEnvironment) -> ActivityEnvironment:
+    """``env`` as the second attempt of the same activity (only a retry looks its stamp up)."""
+    env.info = dataclasses.replace(env.info, attempt=2)
+    return env
+
+
 async def test_a_retry_whose_stamp_is_stored_makes_no_model_call() -> None:
     store = _CountingStore()
     await store.create_session("s1")
@@ -107,7 +114,7 @@ async def test_a_retry_whose_stamp_is_stored_makes_no_model_call() -> None:
     stamp = Stamp(id="0123456789abcdef", created_at=format_time(utc_now()))
     env = ActivityEnvironment()
     first = await env.run(activities.call_model, _model_input("s1", stamp))
-    again = await env.run(activities.call_model, _model_input("s1", stamp))
+    again = await _retry(env).run(activities.call_model, _model_input("s1", stamp))
     assert len(lm.requests) == 1
     assert first.stored is not None and again.stored == first.stored
     assert again.message == first.message and first.message.text() == "first reply"
@@ -153,7 +160,7 @@ async def test_a_tool_whose_result_is_stored_never_runs_again() -> None:
     inp = CallToolInput(session_id="s1", agent="a", call=call, stamp=stamp)
     env = ActivityEnvironment()
     first = await env.run(activities.call_tool, inp)
-    again = await env.run(activities.call_tool, inp)
+    again = await _retry(env).run(activities.call_tool, inp)
     assert runs == ["x"]
     assert isinstance(first, ToolReply) and first == again
     stored = await store.load_entries("s1")

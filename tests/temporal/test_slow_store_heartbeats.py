@@ -6,18 +6,26 @@ heartbeats started, so the server timed the attempt out (``activity Heartbeat ti
 after the model's five attempts, failed the run: at 2 workers x 200 sessions in
 ``bench/load_bench.py``. Here the read of one activity type is held, in a real store, until the
 server shows the attempt has outlived its heartbeat timeout (it heartbeated past it) or was
-timed out; with one attempt allowed, the run completes only if the read is covered by heartbeats.
+timed out; with no attempt left after it, the run completes only if the read is covered by
+heartbeats.
+
+Since a first attempt no longer reads the store (its path is known to the worker, and only a
+retry can find its stamp stored: ``activities/base.py is_retry``), the read held is the stamp
+lookup of the second attempt: the model or the tool fails once, retryably, and two attempts are
+allowed.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_agent import Reply, RetryPolicy, ScriptedModel, ToolCall, new, tool
+from durable_agent.ai import LanguageModel, ModelError, ModelEvent, ModelRequest
 from durable_agent.session import Entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
@@ -32,8 +40,8 @@ HEARTBEAT = 1.0
 
 
 class SlowReadStore(MemoryStore):
-    """A memory store whose first ``load_entries`` inside activity ``held_in`` waits for
-    ``release`` (a read that takes longer than the heartbeat timeout)."""
+    """A memory store whose first ``load_entries`` inside a retry of activity ``held_in`` waits
+    for ``release`` (a read that takes longer than the heartbeat timeout)."""
 
     def __init__(self, held_in: str) -> None:
         super().__init__()
@@ -46,6 +54,7 @@ class SlowReadStore(MemoryStore):
             self.reads_held == 0
             and activity.in_activity()
             and activity.info().activity_type == self.held_in
+            and activity.info().attempt == 2
         ):
             self.reads_held += 1
             await self.release.wait()
@@ -64,8 +73,10 @@ async def _outlived_or_timed_out(client: Client, workflow_id: str, activity_type
         for pending in described.raw_description.pending_activities:
             if pending.activity_type.name != activity_type:
                 continue
-            if pending.attempt > 1:
+            if pending.attempt > 2:
                 return "timed out"
+            if pending.attempt < 2:
+                return None
             if not pending.HasField("last_heartbeat_time"):
                 return None
             beat = pending.last_heartbeat_time.ToDatetime()
@@ -77,21 +88,42 @@ async def _outlived_or_timed_out(client: Client, workflow_id: str, activity_type
     return await eventually(probe, within=30, what=f"{activity_type} outliving its heartbeat")
 
 
+class FailsOnce:
+    """A model whose first call fails retryably (so its second attempt looks its stamp up)."""
+
+    def __init__(self, inner: LanguageModel) -> None:
+        self.inner = inner
+        self.failed = False
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if not self.failed:
+            self.failed = True
+            raise ModelError("overloaded", retryable=True)
+        async for event in self.inner.stream(request):
+            yield event
+
+
 @pytest.mark.parametrize("held_in", ["durable_agent.call_model", "durable_agent.call_tool"])
 async def test_a_slow_store_read_does_not_time_the_attempt_out(
     temporal_client: Client, held_in: str
 ) -> None:
-    @tool(retry=RetryPolicy(max_attempts=1))
+    tool_runs: list[str] = []
+
+    @tool(retry=RetryPolicy(max_attempts=2, initial_interval=0.01))
     async def lookup() -> str:
-        """Instant."""
+        """Fails its first run when the tool's retry is the one held."""
+        tool_runs.append("run")
+        if held_in == "durable_agent.call_tool" and len(tool_runs) == 1:
+            raise RuntimeError("flaky")
         return "looked up"
 
-    lm = ScriptedModel(
+    script = ScriptedModel(
         [Reply(tool_calls=[ToolCall(id="c1", name="lookup", arguments={})]), "the answer"]
     )
+    lm: LanguageModel = FailsOnce(script) if held_in == "durable_agent.call_model" else script
     store, q = SlowReadStore(held_in), queue()
     timeouts = FAST.model_copy(
-        update={"model_heartbeat": HEARTBEAT, "tool_heartbeat": HEARTBEAT, "model_max_attempts": 1}
+        update={"model_heartbeat": HEARTBEAT, "tool_heartbeat": HEARTBEAT, "model_max_attempts": 2}
     )
     spec = AgentSpec(model=lm, tools=[lookup])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):

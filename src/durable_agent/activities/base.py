@@ -1,7 +1,8 @@
 """What every activity shares: the worker's store and agents, heartbeats, the stamped commit.
 
-Activities read the active path from the store by ``(session_id, leaf_id)`` instead of receiving
-the transcript, so workflow history stays bounded. Errors leave as ``ApplicationError`` with the
+Activities get the active path by ``(session_id, leaf_id)`` instead of receiving the
+transcript, so workflow history stays bounded: from the entries this worker stored or loaded
+(:mod:`.known_entries`), else from the store. Errors leave as ``ApplicationError`` with the
 original exception's type name (:mod:`.failures`), which decides retries (only
 ``StoreUnavailableError`` among store errors, only retryable ``ModelError``s among model errors)
 and lets the client re-raise the same error type.
@@ -28,16 +29,19 @@ from ..session.store import Store
 from ..session.tree import path as tree_path
 from ..streaming import LiveDeltas, resolve
 from .failures import application_error, checked_payload
+from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries, as_stored
 from .spec import AgentSpec
 from .types import Stamp
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",
+    "CALL_GRACE",
     "HEARTBEAT_EVERY",
     "STORE_GRACE",
     "ActivityBase",
     "find_entry",
     "heartbeating",
+    "is_retry",
     "stored_message",
 ]
 
@@ -45,6 +49,10 @@ DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
 STORE_GRACE = 0.5
 """Seconds a store activity runs before it starts heartbeating."""
+CALL_GRACE = 0.1
+"""Seconds a model or tool call runs before it starts heartbeating: a quick call then finishes
+without a heartbeat RPC (one per call otherwise, on the critical path of every turn), while a
+cancellation of a longer one still arrives within this plus the heartbeat throttle."""
 
 
 @contextlib.asynccontextmanager
@@ -89,6 +97,7 @@ class ActivityBase:
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         live_deltas: LiveDeltas = "auto",
+        known_entries: int = DEFAULT_KNOWN_ENTRIES,
     ) -> None:
         self.store = store
         self.agents = dict(agents)
@@ -96,6 +105,8 @@ class ActivityBase:
         self.payload_limit = payload_limit
         self.deltas = resolve(live_deltas, store)
         """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
+        self.known = KnownEntries(known_entries)
+        """What this worker stored or loaded, so a path rarely costs a session load."""
 
     def agent_spec(self, name: str) -> AgentSpec:
         """The named agent; an unknown name fails the activity for good."""
@@ -110,12 +121,19 @@ class ActivityBase:
         return spec
 
     async def stored_entries(self, session_id: str) -> list[Entry]:
+        """The whole session, loaded (and remembered, see :mod:`.known_entries`)."""
         try:
-            return await self.store.load_entries(session_id)
+            entries = await self.store.load_entries(session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
+        self.known.replace(session_id, entries)
+        return entries
 
     async def path_to(self, session_id: str, leaf_id: str) -> list[Entry]:
+        """The path to ``leaf_id``: from what this worker knows is stored, else from a load."""
+        known = self.known.path(session_id, leaf_id)
+        if known is not None:
+            return known
         return self.path_in(session_id, await self.stored_entries(session_id), leaf_id)
 
     def path_in(self, session_id: str, entries: list[Entry], leaf_id: str) -> list[Entry]:
@@ -148,9 +166,12 @@ class ActivityBase:
             async with heartbeating(STORE_GRACE):
                 try:
                     await self.store.append_entries(session_id, [entry])
+                    self.known.add(session_id, [as_stored(entry)])
                     return entry
                 except EntryConflictError:
-                    stored = find_entry(await self.store.load_entries(session_id), stamp.id)
+                    entries = await self.store.load_entries(session_id)
+                    self.known.replace(session_id, entries)
+                    stored = find_entry(entries, stamp.id)
         except SessionError as exc:
             retryable = isinstance(exc, StoreUnavailableError)
             raise application_error(
@@ -158,6 +179,19 @@ class ActivityBase:
             ) from exc
         assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
         return stored
+
+
+def is_retry() -> bool:
+    """Whether this activity attempt follows an earlier one of the same activity.
+
+    The workflow stamps each output with a fresh ID and schedules exactly one activity with it
+    (a replayed or retried workflow task regenerates the same command, which the server does not
+    schedule again; a reset or continue-as-new draws new IDs). So only a retry can find its stamp
+    stored (the earlier attempt committed, then crashed or lost the race): the first attempt
+    skips that lookup, and with it a whole-session load. A first attempt that still meets a
+    stored stamp (a bug, or a hand-made input) is settled by the commit: first writer wins.
+    """
+    return activity.info().attempt > 1
 
 
 def find_entry(entries: list[Entry], entry_id: str) -> Entry | None:

@@ -2,7 +2,9 @@
 
 The reply streams to the live-delta channel (issue 13), never into workflow history; the
 activity answers the whole reply. With a stamp (SPEC §7.2) it commits the reply itself, so a
-turn's model leg costs one activity, and an attempt that finds its stamp stored answers that.
+turn's model leg costs one activity, and a retry that finds its stamp stored answers that (a first
+attempt cannot: :func:`.base.is_retry`). The path comes from what the worker knows is stored
+(:mod:`.known_entries`), so a turn costs no session load.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from ..durable.engine import aborted_message
 from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.views import model_view
-from ..streaming import DeltaKey, clear_later, writer_for
-from .base import ActivityBase, find_entry, heartbeating, stored_message
+from ..streaming import DeltaKey, DeltaWriter, clear_later, writer_for
+from .base import CALL_GRACE, ActivityBase, find_entry, heartbeating, is_retry, stored_message
 from .failures import application_error
 from .spec import AgentSpec
 from .types import CallModelInput, ModelReply, stored_times
@@ -38,33 +40,35 @@ class ModelActivity(ActivityBase):
         options = spec.options(inp.options)
         # heartbeats from the first store read on: a read that is slow under load (seconds on a
         # busy FerretDB) would otherwise outlast the heartbeat timeout and fail the attempt
-        async with heartbeating():
-            entries = await self.stored_entries(inp.session_id)
-            if inp.stamp is not None:
-                stored = find_entry(entries, inp.stamp.id)
+        async with heartbeating(CALL_GRACE):
+            if inp.stamp is not None and is_retry():
+                stored = find_entry(await self.stored_entries(inp.session_id), inp.stamp.id)
                 if stored is not None:
                     # committed by an earlier attempt (crash between commit and completion, or
                     # a zombie that won the race): no second model call
                     self.clear_deltas(inp)
                     return _stored_reply(stored)
-            request = self._request(options, inp, entries)
-            final, cancelled = await self._stream(spec, inp, request)
+            request = self._request(options, inp, await self.path_to(inp.session_id, inp.leaf_id))
+            final, cancelled, live = await self._stream(spec, inp, request)
+        # the reply's last deltas go out while it is committed: a client sees the reply's
+        # receipt only after this activity returns, and by then both are done
+        finishing = None if live is None else asyncio.ensure_future(live.finish(final))
         if inp.stamp is None or cancelled:
+            if finishing is not None:
+                await finishing  # best effort and bounded (DeltaWriter.finish)
             # a cancelled partial is stored by the workflow's cancel path, as in-process
             return ModelReply(message=final, cancelled=cancelled)
         commit = asyncio.ensure_future(self.commit(inp.session_id, inp.stamp, final))
         try:
-            return _stored_reply(await asyncio.shield(commit))
+            await asyncio.shield(commit if finishing is None else asyncio.gather(commit, finishing))
+            return _stored_reply(commit.result())
         except asyncio.CancelledError:
             # the run was cancelled while the reply was being written: a started write
             # completes (SPEC §2.1) and gets its receipt before the cancellation proceeds
             return _stored_reply(await commit, cancelled=True)
 
-    def _request(
-        self, options: AgentOptions, inp: CallModelInput, entries: list[Entry]
-    ) -> ModelRequest:
-        """The model's request: the view at the leaf with this run's ephemeral inputs."""
-        p = self.path_in(inp.session_id, entries, inp.leaf_id)
+    def _request(self, options: AgentOptions, inp: CallModelInput, p: list[Entry]) -> ModelRequest:
+        """The model's request: the view of path ``p`` with this run's ephemeral inputs."""
         combined = _with_ephemeral(p, [decode_entry(w) for w in inp.ephemeral])
         return ModelRequest(
             system_prompt=options.system_prompt,
@@ -75,9 +79,9 @@ class ModelActivity(ActivityBase):
 
     async def _stream(
         self, spec: AgentSpec, inp: CallModelInput, request: ModelRequest
-    ) -> tuple[Message, bool]:
-        """The complete reply (checked against the payload limit), and whether it is the
-        partial one a cancellation cut short."""
+    ) -> tuple[Message, bool, DeltaWriter | None]:
+        """The complete reply (checked against the payload limit), whether it is the partial
+        one a cancellation cut short, and the writer whose last deltas the caller finishes."""
         partial: Message | None = None
         final: Message | None = None
         cancelled = False
@@ -119,11 +123,9 @@ class ModelActivity(ActivityBase):
             )
         # the stamp's entry ID seeds the IDs of calls that came without one (issue 16 item 7)
         final = with_call_ids(final, None if inp.stamp is None else inp.stamp.id)
-        if live is not None:
-            await live.finish(final)  # the whole reply is on the channel before it is stored
         self.check_size("model reply", final.model_dump_json())
         self.clear_deltas(inp)  # after the grace period, when the reply is long stored
-        return final, cancelled
+        return final, cancelled, live
 
     def clear_deltas(self, inp: CallModelInput, *, unless_retried: bool = False) -> None:
         """Drop the reply's live deltas after the grace period; ``unless_retried``: only if this

@@ -22,7 +22,15 @@ from ..ai.messages import (
 from ..ai.tools import ToolContext
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryTooLargeError
-from .base import STORE_GRACE, ActivityBase, find_entry, heartbeating, stored_message
+from .base import (
+    CALL_GRACE,
+    STORE_GRACE,
+    ActivityBase,
+    find_entry,
+    heartbeating,
+    is_retry,
+    stored_message,
+)
 from .spec import AgentSpec
 from .types import CallToolInput, Stamp, ToolReply, stored_times
 
@@ -43,11 +51,13 @@ class ToolActivity(ActivityBase):
         spec = self.agent_spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
         if inp.stamp is not None:
-            async with heartbeating(STORE_GRACE):  # a slow read must not outlast the timeout
-                stored = find_entry(await self.stored_entries(inp.session_id), inp.stamp.id)
-            if stored is not None:
-                # committed by an earlier attempt: a tool whose result is stored never runs again
-                return _tool_reply(stored)
+            if is_retry():
+                async with heartbeating(STORE_GRACE):  # a slow read must not outlast the timeout
+                    stored = find_entry(await self.stored_entries(inp.session_id), inp.stamp.id)
+                if stored is not None:
+                    # committed by an earlier attempt: a tool whose result is stored never runs
+                    # again
+                    return _tool_reply(stored)
             result = await self.run_tool(spec, call)
             commit = asyncio.ensure_future(self.commit_result(inp.session_id, inp.stamp, result))
             try:
@@ -86,7 +96,7 @@ class ToolActivity(ActivityBase):
 
         ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
         try:
-            async with heartbeating():
+            async with heartbeating(CALL_GRACE):
                 blocks = await tool.invoke(call.arguments, ctx)
         except asyncio.CancelledError:
             raise

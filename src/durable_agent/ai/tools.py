@@ -7,6 +7,7 @@ to run in parallel with others and how it is retried (in-process and as a Tempor
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -70,8 +71,11 @@ class Tool:
     takes_model: bool = False
     """The handler takes the validated argument model itself rather than its fields."""
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
+        """What the model is told about this tool, built once per tool: generating a JSON schema
+        takes about as long as a whole no-op activity round trip, and a Temporal worker needs
+        the specs for every model call. Shared between calls, so treat it as read-only."""
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, parameters=schema)

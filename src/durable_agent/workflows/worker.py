@@ -17,6 +17,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities.agent_activities import AgentActivities
+from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
@@ -124,6 +125,7 @@ async def create_worker(
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
     live_deltas: LiveDeltas = "auto",
     sandboxed: bool = False,
+    known_entries: int = DEFAULT_KNOWN_ENTRIES,
     **worker_options: Any,
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
@@ -134,6 +136,10 @@ async def create_worker(
 
     ``live_deltas`` is where model calls publish their streaming replies for clients (issue 13):
     by default the store's own channel, ``None`` for none.
+
+    ``known_entries``: how many stored entries (across sessions) the worker remembers so a model
+    call builds its path without loading the session (``activities/known_entries.py``); 0 loads
+    the session in every model call, as before issue 10's last step.
 
     ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
     passed through). Off by default: these workflows run no user code (agents, models and tools
@@ -154,7 +160,12 @@ async def create_worker(
     if register_search_attribute:
         await ensure_search_attribute(client)
     activities = AgentActivities(
-        store, agents, publisher, payload_limit=payload_limit, live_deltas=live_deltas
+        store,
+        agents,
+        publisher,
+        payload_limit=payload_limit,
+        live_deltas=live_deltas,
+        known_entries=known_entries,
     )
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
