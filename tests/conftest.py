@@ -31,7 +31,7 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
         from durable_agent.stores.mongo import MongoStore
 
         return MongoStore(request.getfixturevalue("mongo_database"), layout="entry")
-    if kind == "mongo_batch":  # MongoStore's opt-in batch layout
+    if kind == "mongo_batch":  # MongoStore's default batch layout
         from durable_agent.stores.mongo import MongoStore
 
         return MongoStore(request.getfixturevalue("mongo_database"), layout="batch")

@@ -312,7 +312,7 @@ async def test_old_batch_documents_without_claims_load_and_append(
             }
         )
         seq += len(run)
-    store = MongoStore(mongo_database, layout="batch")
+    store = MongoStore(mongo_database)  # the default layout
     await store.append_entries("ob", [entry("o3"), entry("n0")])
     with pytest.raises(EntryConflictError):
         await store.append_entries("ob", [entry("n1"), entry("o1", "changed")])

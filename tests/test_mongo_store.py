@@ -146,6 +146,7 @@ async def test_session_document_shape(mongo_database: AsyncDatabase[Any], sync_d
         "parent_id": "parent",
         "created_at": record.created_at,
         "next_seq": 0,
+        "claims": 1,  # the default batch layout claims every entry (mongo_claims)
     }
     assert isinstance(doc["created_at"], datetime)  # a BSON date, not a string
     assert record.created_at.microsecond % 1000 == 0  # the clock is truncated to milliseconds
@@ -238,7 +239,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
     assert commands.names().count("createIndexes") == 3
-    assert commands.names().count("insert") == 11
+    assert commands.names().count("insert") == 12  # 10 sessions; claims + slot, the batch
 
 
 async def test_unique_indexes_are_enforced_by_the_server(
@@ -751,7 +752,7 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
     assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 1  # nothing even reserved
-    batches = MongoStore(mongo_database, max_entry_bytes=2000, layout="batch")
+    batches = MongoStore(mongo_database, max_entry_bytes=2000)
     await batches.create_session("s2")
     with pytest.raises(EntryTooLargeError):
         await batches.append_entries("s2", [entry("a"), entry("big", "x" * 2000)])

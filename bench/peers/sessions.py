@@ -7,10 +7,10 @@ goes first. Messages are ~270-character texts on both sides: a durable-agent ``M
 an SDK ``{"role", "content"}`` input item. Before a figure counts, the session is read back and
 its length checked.
 
-Layouts: ``ours`` is MongoStore's default, one document per entry; ``PEERS_MONGO_LAYOUTS=
-entry,batch`` also measures ``ours_batch``, the opt-in batch layout (one document per append, like
-the peer), in the same run (the sides take turns), adds its rows (marked "batch layout") and
-prints the three columns side by side.
+Layouts: ``ours`` is MongoStore's per-entry layout (``layout="entry"``, one document per entry;
+the default before issue 12); ``PEERS_MONGO_LAYOUTS=entry,batch`` also measures ``ours_batch``,
+the default batch layout (one document per append, like the peer), in the same run (the sides
+take turns), adds its rows (marked "batch layout") and prints the three columns side by side.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Ours:
 
 
 class OursBatch(Ours):
-    """MongoStore writing the opt-in batch layout (one document per append)."""
+    """MongoStore writing its default batch layout (one document per append)."""
 
     layout: Layout = "batch"
 

