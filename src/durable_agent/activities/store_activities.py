@@ -14,7 +14,9 @@ from ..ai.model import ModelError
 from ..durable.compaction import plan_compaction, summarize
 from ..durable.errors import CompactError
 from ..durable.publisher import publish_one
-from ..session.errors import SessionError
+from ..session.codec import encode_entry
+from ..session.entries import Entry
+from ..session.errors import EntryConflictError, SessionError
 from ..session.repair import start_repairs
 from ..session.store import open_session
 from ..session.views import raw_model_view
@@ -33,6 +35,7 @@ from .types import (
     ToolInfo,
     decode_entries,
     stored_times,
+    with_stored_times,
 )
 from .wire import event_from_wire
 
@@ -95,11 +98,42 @@ class StoreActivities(ActivityBase):
         entries = decode_entries(inp.entries)
         try:
             async with heartbeating(STORE_GRACE):
-                await self.store.append_entries(inp.session_id, entries)
+                try:
+                    await self.store.append_entries(inp.session_id, entries)
+                except EntryConflictError:
+                    entries = await self._adopt_earlier_stamps(inp.session_id, entries)
         except SessionError as exc:
             raise application_error(exc) from exc
         self.known.add(inp.session_id, entries)
         return AppendResult(times=[stored_times(e) for e in entries])
+
+    async def _adopt_earlier_stamps(self, session_id: str, entries: list[Entry]) -> list[Entry]:
+        """Settle a conflict that is only the clock: ``entries`` as the store holds them.
+
+        A run's input and repairs are committed by a local activity inside a workflow task. If
+        the worker dies after that write but before the task completes, another worker runs the
+        task again: the same entry IDs (the run's random source is seeded once) but another
+        ``workflow.now()``, so the same entries come with other ``created_at`` (and message
+        timestamps the run stamped). The stored ones win, as for a producer's commit: the
+        result names their times, which the workflow adopts (``AppendResult``). Entries not
+        stored yet are appended; any other difference is a real conflict and raises.
+        """
+        stored = {e.id: e for e in await self.store.load_entries(session_id)}
+        settled: list[Entry] = []
+        missing: list[Entry] = []
+        for entry in entries:
+            earlier = stored.get(entry.id)
+            if earlier is None:
+                missing.append(entry)
+                settled.append(entry)
+                continue
+            same = with_stored_times(entry, stored_times(earlier))
+            if encode_entry(same) != encode_entry(earlier):
+                raise EntryConflictError(session_id, entry.id)
+            settled.append(earlier)
+        if missing:
+            await self.store.append_entries(session_id, missing)
+        return settled
 
     @activity.defn(name="durable_agent.summarize")
     async def summarize(self, inp: SummarizeInput) -> SummaryResult | None:

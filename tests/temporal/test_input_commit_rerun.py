@@ -1,0 +1,70 @@
+"""A workflow task re-run after its worker died re-commits the run's input: the stored one wins.
+
+The input and repair commit is a local activity inside the run's workflow task. A worker killed
+after that write but before the task completed leaves the entries stored and the task to run
+again on another worker, with the same entry IDs (the run's random source is seeded once) but
+another ``workflow.now()``: the same entries with other ``created_at``. Found by
+``test_worker_kill_under_load`` (issue 12): the re-run's append raised ``EntryConflictError`` and
+the run failed. Now ``append_entries`` answers the stored times, which the workflow adopts.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from durable_agent import ScriptedModel
+from durable_agent.activities import AgentActivities
+from durable_agent.ai import Message, TextContent
+from durable_agent.ai.timefmt import format_time, utc_now
+from durable_agent.session import MessageEntry
+from durable_agent.session.codec import encode_entry
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec
+from durable_agent.workflows.types import AppendInput
+
+
+def user(eid: str, parent: str | None, text: str, at_offset: float) -> MessageEntry:
+    at = utc_now() + timedelta(seconds=at_offset)
+    return MessageEntry(
+        id=eid,
+        parent_id=parent,
+        created_at=at,
+        message=Message(role="user", content=[TextContent(text=text)], timestamp=at),
+    )
+
+
+async def test_a_rerun_commit_of_stored_input_answers_the_stored_times() -> None:
+    store = MemoryStore()
+    await store.create_session("s1")
+    first_try = user("in1", None, "question", 0)
+    await store.append_entries("s1", [first_try])  # the dead worker's write
+    activities = AgentActivities(store, {"a": AgentSpec(model=ScriptedModel([]))})
+    rerun = [user("in1", None, "question", 10), user("in2", "in1", "more", 10)]
+    result = await ActivityEnvironment().run(
+        activities.append_entries,
+        AppendInput(session_id="s1", entries=[encode_entry(e) for e in rerun]),
+    )
+    assert result.times[0].created_at == format_time(first_try.created_at)
+    assert result.times[0].timestamp == format_time(first_try.created_at)
+    assert result.times[1].created_at == format_time(rerun[1].created_at)
+    stored = await store.load_entries("s1")
+    assert [encode_entry(e) for e in stored] == [encode_entry(first_try), encode_entry(rerun[1])]
+
+
+async def test_other_content_under_a_stored_id_is_still_a_conflict() -> None:
+    store = MemoryStore()
+    await store.create_session("s1")
+    await store.append_entries("s1", [user("in1", None, "question", 0)])
+    activities = AgentActivities(store, {"a": AgentSpec(model=ScriptedModel([]))})
+    rerun = [user("in1", None, "another question", 10), user("in2", "in1", "more", 10)]
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(
+            activities.append_entries,
+            AppendInput(session_id="s1", entries=[encode_entry(e) for e in rerun]),
+        )
+    assert caught.value.type == "EntryConflictError"
+    assert [e.id for e in await store.load_entries("s1")] == ["in1"]
