@@ -27,10 +27,10 @@ loading and appending):
 
 Why batches are the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch``
 ``bench/peers/run.py --only 3``, medians of 3, ratios to the OpenAI Agents SDK's
-``MongoDBSession`` on the same server, one run under other load): the batch layout loads 10k
-entries in 334 ms (2.13x the peer; per-entry 609 ms, 3.9x; about a third of it is decoding) and
-appends 1 / 10 entries in 1.58 / 2.69 ms p50 (0.89x / 1.29x; per-entry 1.59 / 2.33), and 20
-concurrent sessions write 685 entries/s against 472 per entry (peer 441). FerretDB parses every
+``MongoDBSession`` on the same server, idle machine, 2026-12-04): the batch layout loads 10k
+entries in 333 ms (1.89x the peer; per-entry 581 ms, 3.3x; about a third of it is decoding) and
+appends 1 / 10 entries in 1.50 / 2.10 ms p50 (0.96x / 1.24x; per-entry 1.66 / 2.35), and 20
+concurrent sessions write 745 entries/s against 558 per entry (peer 514). FerretDB parses every
 document of the collection on a load, so the document count decides it; on MongoDB both layouts
 are index lookups.
 
