@@ -147,8 +147,17 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
     ready = tmp_path / "worker.ready"
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
-        [*CLI, "worker", "--app", f"{EXAMPLE_APP}:app", "--ready-file", str(ready)],
-        env=dev.env,
+        [
+            *CLI,
+            "worker",
+            "--app",
+            f"{EXAMPLE_APP}:app",
+            "--ready-file",
+            str(ready),
+            "--max-cached-workflows",
+            "50",
+        ],
+        env={**dev.env, "DURABLE_AGENT_KNOWN_ENTRIES": "500"},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -179,6 +188,9 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
         log.close()
     assert code == 0
     assert not ready.exists(), "the ready file goes away with the worker"
+    # The tuning reached the worker: by flag and by environment (the ready line says what it got).
+    said = " ".join((tmp_path / "worker.log").read_text().split())
+    assert "cached workflows 50" in said and "known entries 500" in said, said
 
 
 @pytest.mark.mongo

@@ -53,6 +53,7 @@ async def test_documented_defaults(temporal_client: Client) -> None:
         {"max_concurrent_activities": 0},
         {"max_concurrent_workflow_tasks": 1},
         {"max_cached_workflows": -1},
+        {"known_entries": -1},
         {"max_concurrent_activities": "10"},
     ],
 )

@@ -20,6 +20,7 @@ from typing import Annotated
 
 import typer
 
+from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..workflows.worker import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
@@ -149,6 +150,14 @@ def worker(
             help="Open runs kept in memory between turns (0: replay every task).",
         ),
     ] = DEFAULT_MAX_CACHED_WORKFLOWS,
+    known_entries: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="DURABLE_AGENT_KNOWN_ENTRIES",
+            help="Stored entries kept in memory so a model call needs no session load (0: none).",
+        ),
+    ] = DEFAULT_KNOWN_ENTRIES,
     address: AddressOpt = None,
     namespace: NamespaceOpt = None,
     profile: ProfileOpt = None,
@@ -156,7 +165,7 @@ def worker(
 ) -> None:
     """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.).
 
-    Size the three limits from README "Running at scale"."""
+    Size the limits from README "Running at scale"."""
     from .worker import check_worker, run_worker
 
     if check:
@@ -180,6 +189,7 @@ def worker(
             max_concurrent_activities=max_concurrent_activities,
             max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
             max_cached_workflows=max_cached_workflows,
+            known_entries=known_entries,
             flags=flags,
         )
     )

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from temporalio.client import Client
 
+from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..workflows import connect_from_env, create_worker
 from ..workflows.worker import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
@@ -93,10 +94,16 @@ async def run_worker(
     max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
+    known_entries: int = DEFAULT_KNOWN_ENTRIES,
     flags: TemporalFlags | None = None,
 ) -> int:
-    """Run until stopped; the exit code. The three limits go to :func:`create_worker`."""
-    check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
+    """Run until stopped; the exit code. The limits go to :func:`create_worker`."""
+    check_tuning(
+        max_concurrent_activities,
+        max_concurrent_workflow_tasks,
+        max_cached_workflows,
+        known_entries,
+    )
     app = load_app(app_ref)
     queue = task_queue or app.task_queue or DEFAULT_TASK_QUEUE
     opened: OpenedStore | None = None
@@ -119,6 +126,7 @@ async def run_worker(
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
+        known_entries=known_entries,
         identity=identity,
     )
     config = worker.config()  # what the temporalio Worker was really given
@@ -138,7 +146,8 @@ async def run_worker(
                 f"(namespace {escape(client.namespace)}); "
                 f"max concurrent activities {config.get('max_concurrent_activities')}, "
                 f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
-                f"cached workflows {config.get('max_cached_workflows')}",
+                f"cached workflows {config.get('max_cached_workflows')}, "
+                f"known entries {known_entries}",
                 soft_wrap=True,
             )
             if ready_file is not None:

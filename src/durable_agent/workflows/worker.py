@@ -59,12 +59,14 @@ def check_tuning(
     max_concurrent_activities: int,
     max_concurrent_workflow_tasks: int,
     max_cached_workflows: int,
+    known_entries: int = DEFAULT_KNOWN_ENTRIES,
 ) -> None:
     """Refuse tuning values Temporal would reject later, or that would stall every run."""
     for name, value, least in (
         ("max_concurrent_activities", max_concurrent_activities, 1),
         ("max_concurrent_workflow_tasks", max_concurrent_workflow_tasks, 1),
         ("max_cached_workflows", max_cached_workflows, 0),
+        ("known_entries", known_entries, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -152,7 +154,12 @@ async def create_worker(
     quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
     workflow instead of retrying its task forever.
     """
-    check_tuning(max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
+    check_tuning(
+        max_concurrent_activities,
+        max_concurrent_workflow_tasks,
+        max_cached_workflows,
+        known_entries,
+    )
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
         worker_options["max_concurrent_activities"] = max_concurrent_activities
