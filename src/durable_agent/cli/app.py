@@ -20,8 +20,8 @@ from typing import Annotated
 
 import typer
 
-from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..workflows.worker import (
+    DEFAULT_KNOWN_ENTRIES,
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,

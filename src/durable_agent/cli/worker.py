@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.markup import escape
 from temporalio.client import Client
 
-from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..workflows import connect_from_env, create_worker
 from ..workflows.worker import (
+    DEFAULT_KNOWN_ENTRIES,
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,

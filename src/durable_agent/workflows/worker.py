@@ -29,6 +29,7 @@ from .run_workflow import RunWorkflow
 from .types import SEARCH_ATTRIBUTE
 
 __all__ = [
+    "DEFAULT_KNOWN_ENTRIES",
     "DEFAULT_MAX_CACHED_WORKFLOWS",
     "DEFAULT_MAX_CONCURRENT_ACTIVITIES",
     "DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS",
