@@ -569,6 +569,26 @@ async def test_started_write_completes_when_the_caller_is_cancelled(
     assert ids(await fs.load_entries("s1")) == ["e1", "e2"]
 
 
+async def test_a_write_queued_behind_busy_threads_completes_when_the_caller_is_cancelled(
+    fs: FileStore,
+) -> None:
+    """The write is handed to the thread pool when the call starts, before any thread is free:
+    cancelling the caller while it waits in the queue still lets it run (nothing half-done)."""
+    await fs.create_session("s1")
+    loop = asyncio.get_running_loop()
+    hold = threading.Event()
+    busy = [loop.run_in_executor(None, hold.wait) for _ in range(64)]  # more than the pool
+    task = asyncio.ensure_future(fs.append_entries("s1", [msg("e1")]))
+    await asyncio.sleep(0)  # the call has started: its write is queued behind the busy threads
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    hold.set()
+    await asyncio.gather(*busy)
+    # the pool runs its queue in order: this load runs after the queued write
+    assert ids(await fs.load_entries("s1")) == ["e1"]
+
+
 # -- the torn-JSON classifier ----------------------------------------------------------------------
 
 

@@ -13,10 +13,12 @@ from durable_agent.workflows.event_bodies import (
     CARRY_INLINE_LIMIT,
     QUERY_INLINE_LIMIT,
     BodyTracker,
+    SlimCache,
     carried,
     encoded_size,
     hydrate,
     slim,
+    slim_sized,
 )
 from durable_agent.workflows.types import WireEvent, event_to_wire
 
@@ -117,3 +119,38 @@ def test_events_carried_whole_by_an_older_execution_are_named_when_adopted() -> 
     assert all(s is not None and encoded_size(s) < 2_000 for s in sent)
     assert [hydrate(s, entries) for s in sent if s is not None] == originals
     assert BodyTracker().adopt(carried(adopted)) == carried(adopted)  # slim ones kept as they are
+
+
+def test_slim_sized_measures_exactly_what_it_returns() -> None:
+    events, _, tracker, _ = _record()
+    for wire in events:
+        for force in (False, True):
+            sized = slim_sized(wire, QUERY_INLINE_LIMIT, force=force)
+            assert (None if sized is None else sized[0]) == slim(
+                wire, QUERY_INLINE_LIMIT, force=force
+            )
+            if sized is not None:
+                assert sized[1] == encoded_size(sized[0])
+    assert not tracker.pending(0)
+
+
+def test_the_query_cache_answers_a_recorded_event_again_until_it_is_replaced() -> None:
+    # the turn up to c1's result (not stored yet), then the same turn once its receipt is in:
+    # BodyTracker replaces the waiting event with a copy naming the entry, so the cache must
+    # measure the copy afresh, and an event answered with another ``force`` too
+    early, _, early_tracker, _ = _record(upto=8)
+    cache = SlimCache(QUERY_INLINE_LIMIT)
+    waiting = len(early) - 1
+    assert early_tracker.pending(waiting)
+    assert cache.sized(early[waiting], force=False) is None  # its body has no name yet
+    forced = cache.sized(early[waiting], force=True)
+    assert forced is not None and forced[1] < 2_000  # without the body
+    again = cache.sized(early[waiting], force=True)
+    assert again is not None and again[0] is forced[0]  # kept, not slimmed again
+    assert cache.sized(early[waiting], force=False) is None  # another question, answered anew
+
+    later, _, tracker, _ = _record()
+    for i, wire in enumerate(later):
+        want = slim_sized(wire, QUERY_INLINE_LIMIT, force=not tracker.pending(i))
+        assert cache.sized(wire, force=not tracker.pending(i)) == want  # the copy, measured
+        assert (want is not None and want[0].refs is not None) or encoded_size(wire) < 2_000

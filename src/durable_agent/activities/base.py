@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 
 from temporalio import activity
@@ -22,14 +23,14 @@ from ..ai.timefmt import parse_time
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
-from ..session.codec import encode_entry
+from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
 from ..session.store import Store
 from ..session.tree import path as tree_path
 from ..streaming import LiveDeltas, resolve
 from .failures import application_error, checked_payload
-from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries, as_stored
+from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries
 from .spec import AgentSpec
 from .types import Stamp
 
@@ -44,6 +45,8 @@ __all__ = [
     "is_retry",
     "stored_message",
 ]
+
+logger = logging.getLogger("durable_agent.activities")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
 HEARTBEAT_EVERY = 0.5
@@ -81,9 +84,22 @@ async def heartbeating(grace: float = 0.0) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        # Not awaited: a cancelled beat sends nothing more (it is parked in a sleep, where the
+        # cancellation lands), and waiting for it to wind down cost a loop iteration on the
+        # critical path of every model and tool call (two per call).
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        _winding_down.add(task)
+        task.add_done_callback(_wound_down)
+
+
+_winding_down: set[asyncio.Task[None]] = set()
+"""Cancelled heartbeat tasks, held until they finish (the loop holds only weak references)."""
+
+
+def _wound_down(task: asyncio.Task[None]) -> None:
+    _winding_down.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("heartbeat task failed", exc_info=task.exception())
 
 
 class ActivityBase:
@@ -161,12 +177,14 @@ class ActivityBase:
             created_at=parse_time(stamp.created_at),
             message=message,
         )
-        self.check_size("entry", encode_entry(entry))
+        encoded = encode_entry(entry)
+        self.check_size("entry", encoded)
         try:
             async with heartbeating(STORE_GRACE):
                 try:
                     await self.store.append_entries(session_id, [entry])
-                    self.known.add(session_id, [as_stored(entry)])
+                    # remembered as a load returns it: the decoded encoding checked above
+                    self.known.add(session_id, [decode_entry(encoded)])
                     return entry
                 except EntryConflictError:
                     entries = await self.store.load_entries(session_id)

@@ -22,21 +22,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
 
-__all__ = ["DEFAULT_KNOWN_ENTRIES", "KnownEntries", "as_stored"]
+__all__ = ["DEFAULT_KNOWN_ENTRIES", "KnownEntries"]
 
 DEFAULT_KNOWN_ENTRIES = 20_000
 """Entries a worker remembers in total across sessions (tens of MB for chat-sized entries); a
 session longer than this is loaded in every model call, as is any session when it is 0."""
 
 _MAX_SESSIONS = 1024
-
-
-def as_stored(entry: Entry) -> Entry:
-    """``entry`` as a load returns it (its encoding decoded), for an entry built in memory."""
-    return decode_entry(encode_entry(entry))
 
 
 class KnownEntries:

@@ -60,7 +60,9 @@ class ModelActivity(ActivityBase):
             return ModelReply(message=final, cancelled=cancelled)
         commit = asyncio.ensure_future(self.commit(inp.session_id, inp.stamp, final))
         try:
-            await asyncio.shield(commit if finishing is None else asyncio.gather(commit, finishing))
+            await asyncio.shield(commit)
+            if finishing is not None and not finishing.done():  # (usually done: no fsync)
+                await asyncio.shield(finishing)
             return _stored_reply(commit.result())
         except asyncio.CancelledError:
             # the run was cancelled while the reply was being written: a started write

@@ -62,7 +62,8 @@ __all__ = [
 Role = Literal["user", "assistant", "tool_result"]
 StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 
-_EMPTY: tuple[Any, ...] = (None, False, "", 0, 0.0, {}, [])
+_FALSY_EMPTY = frozenset({str, int, float, dict, list})
+"""Types whose falsy values (``""``, ``0``, ``0.0``, ``{}``, ``[]``) a wire dump omits."""
 
 
 def encodable_text(text: str) -> str:
@@ -129,7 +130,9 @@ def _encodable(value: Any) -> Any:
 
 
 def _is_empty(value: Any) -> bool:
-    return any(value is e or (type(value) is type(e) and value == e) for e in _EMPTY)
+    """``None``, ``False`` or an empty/zero value of exactly one of :data:`_FALSY_EMPTY` (not a
+    subclass, so ``True`` and a ``str`` enum are kept). Runs for every field of every dump."""
+    return value is None or value is False or (type(value) in _FALSY_EMPTY and not value)
 
 
 class WireModel(BaseModel):
@@ -143,7 +146,8 @@ class WireModel(BaseModel):
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if k in self._wire_keep or not _is_empty(v)}
+        keep = self._wire_keep
+        return {k: v for k, v in data.items() if k in keep or not _is_empty(v)}
 
 
 class Cost(WireModel):

@@ -8,6 +8,7 @@ MongoStore work and constructing a FileStore raises ``NotImplementedError`` sayi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -117,6 +118,8 @@ async def finish(call: Callable[[], T]) -> T:
     Cancellation before this point has no effect; after it, the write completes (the caller may
     still see ``CancelledError``) and a retry is an idempotent no-op.
     """
-    task = asyncio.ensure_future(asyncio.to_thread(call))
-    task.add_done_callback(_consume)
-    return await asyncio.shield(task)
+    # submitted here, not from a task that starts on the next loop iteration (as
+    # ``asyncio.to_thread`` would be): the write is on the critical path of every turn
+    future = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, call)
+    future.add_done_callback(_consume)
+    return await asyncio.shield(future)

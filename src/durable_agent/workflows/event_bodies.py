@@ -29,6 +29,7 @@ __all__ = [
     "RESULT_TAIL_BUDGET",
     "QUERY_INLINE_LIMIT",
     "BodyTracker",
+    "SlimCache",
     "carried",
     "encoded_size",
     "hydrate",
@@ -36,6 +37,7 @@ __all__ = [
     "needed_ids",
     "result_tail",
     "slim",
+    "slim_sized",
 ]
 
 QUERY_INLINE_LIMIT = 256 * 1024
@@ -142,8 +144,17 @@ def slim(wire: WireEvent, inline_limit: int, *, force: bool = False) -> WireEven
     ``force`` leaves such an unnamed body out too (an event whose body will never be stored,
     such as the original of a result the store refused and answered with a stand-in): the
     answer stays within its budget at the cost of that one body."""
-    if encoded_size(wire) <= inline_limit:
-        return wire
+    sized = slim_sized(wire, inline_limit, force=force)
+    return None if sized is None else sized[0]
+
+
+def slim_sized(
+    wire: WireEvent, inline_limit: int, *, force: bool = False
+) -> tuple[WireEvent, int] | None:
+    """:func:`slim` with the encoded size of what it returns (measured on the way, once)."""
+    size = encoded_size(wire)
+    if size <= inline_limit:
+        return wire, size
     refs, agent = wire.refs or BodyRefs(), wire.agent
     update: dict[str, object] = {}
     if refs.entry_ids is not None or force:
@@ -158,9 +169,33 @@ def slim(wire: WireEvent, inline_limit: int, *, force: bool = False) -> WireEven
         if inner:
             update["agent"] = agent.model_copy(update=inner)
     out = wire.model_copy(update=update)
-    if not force and encoded_size(out) > inline_limit:
+    size = encoded_size(out)
+    if not force and size > inline_limit:
         return None
-    return out
+    return out, size
+
+
+class SlimCache:
+    """What a query sends for each recorded event, and its size, worked out once per event.
+
+    The client queries ``events(after)`` on every poll, and encoding each answered event twice
+    (to measure it, then to measure its slim form) was most of a query's cost on the worker. A
+    recorded event never changes in place (a receipt replaces it with a copy), so an answer is
+    kept while the same event object sits at its position with the same ``force``."""
+
+    def __init__(self, inline_limit: int) -> None:
+        self._inline_limit = inline_limit
+        self._by_position: dict[int, tuple[WireEvent, bool, WireEvent, int]] = {}
+
+    def sized(self, wire: WireEvent, *, force: bool) -> tuple[WireEvent, int] | None:
+        """:func:`slim_sized` of ``wire``, from the cache when ``wire`` was answered before."""
+        hit = self._by_position.get(wire.position)
+        if hit is not None and hit[0] is wire and hit[1] == force:
+            return hit[2], hit[3]
+        sized = slim_sized(wire, self._inline_limit, force=force)
+        if sized is not None:
+            self._by_position[wire.position] = (wire, force, *sized)
+        return sized
 
 
 def carried(events: list[WireEvent]) -> list[WireEvent]:

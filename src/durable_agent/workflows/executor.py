@@ -350,7 +350,11 @@ class TemporalExecutor:
                 if ended:
                     return  # agent_end is the last event: only the result remains
                 delay = self.poll_initial
-                continue
+                if after < answer.last_position:
+                    continue  # the answer stopped at its size budget: the rest is ready now
+                # caught up: the next events are at least a workflow task away, so wait (for the
+                # end too) instead of asking again at once (an empty answer, nearly always: a
+                # second query per poll, a workflow activation and server work each)
             if closed:
                 return
             if follower is not None and follower.open:

@@ -9,6 +9,7 @@ model and tool calls are activities, and events are recorded (after their commit
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -47,11 +48,10 @@ with workflow.unsafe.imports_passed_through():
     from .event_bodies import (
         QUERY_INLINE_LIMIT,
         BodyTracker,
+        SlimCache,
         carried,
-        encoded_size,
         last_turns,
         result_tail,
-        slim,
     )
     from .run_input import NO_INPUT, read_run_input
     from .run_start import LOCAL_STORE, open_path
@@ -91,6 +91,8 @@ class RunWorkflow:
         self._events: list[WireEvent] = []
         self._bodies = BodyTracker()
         """Which stored entry each recorded message body is (see event_bodies)."""
+        self._query_sizes = SlimCache(QUERY_INLINE_LIMIT)
+        """What the ``events`` query sends of each event, and its size (queries only)."""
         self._next_position = 1
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
@@ -126,13 +128,13 @@ class RunWorkflow:
         arguments (issue 15 item 5)."""
         out: list[WireEvent] = []
         size = 0
-        for i, ev in enumerate(self._events):
-            if ev.position <= after:
-                continue
-            sent = slim(ev, QUERY_INLINE_LIMIT, force=not self._bodies.pending(i))
-            if sent is None:
+        events = self._events
+        # positions increase along the list: start at the first one past ``after``
+        for i in range(bisect_right(events, after, key=_position), len(events)):
+            sized = self._query_sizes.sized(events[i], force=not self._bodies.pending(i))
+            if sized is None:
                 break
-            cost = encoded_size(sent)
+            sent, cost = sized
             if out and size + cost > QUERY_BUDGET:
                 break
             out.append(sent)
@@ -434,3 +436,7 @@ class RunWorkflow:
             run_id=inp.run_id,
             position=self._next_position - 1,
         )
+
+
+def _position(wire: WireEvent) -> int:
+    return wire.position
