@@ -241,3 +241,45 @@ async def test_events_carried_across_continue_as_new_arrive_whole(
     assert [e.agent.message for e in of("turn_end") if e.agent] == [reply, answer]
     assert agent.leaf_id == stored[-1].id
     assert len(can_sizes) == 1 and can_sizes[0] < 6000, can_sizes  # the 8 KB turn stays out
+
+
+async def test_an_answer_from_position_zero_stays_under_the_sdk_warning_size(
+    temporal_client: Client,
+) -> None:
+    """A finished run whose events hold about 1.2 MB of inline bodies: ``events(0)`` answers in
+    pieces of at most ``QUERY_BUDGET`` (under the SDK's 512 KiB warning), each starting where
+    the last ended, together every recorded event once."""
+    size = 100_000  # under QUERY_INLINE_LIMIT: the bodies travel inline
+    replies = [
+        Reply(
+            text="t" * size,
+            tool_calls=[ToolCall(id=f"c{k}", name="blob", arguments={"size": 10})],
+            chunk_size=2 * size,
+        )
+        for k in range(4)
+    ]
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=ScriptedModel([*replies, "done"]), tools=[blob])
+    async with running_worker(temporal_client, store, {"big": spec}, task_queue=q):
+        agent = await new(
+            "big", store=store, session_id=sid("pieces"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        outcome = await consume(await agent.run("go", run_id=rid))
+        assert outcome.error is None, repr(outcome.error)
+        handle = temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
+        pieces: list[EventsAnswer] = []
+        after = 0
+        while True:
+            answer = await handle.query("events", after, result_type=EventsAnswer)
+            if not answer.events:
+                break
+            pieces.append(answer)
+            after = answer.events[-1].position
+    assert len(pieces) >= 2  # ~1.2 MB of bodies does not fit one answer
+    for answer in pieces:
+        assert len(answer.model_dump_json().encode()) < 512 * 1024
+        assert answer.last_position == after
+    positions = [w.position for a in pieces for w in a.events]
+    assert positions == list(range(1, after + 1))
+    assert len(positions) == len(outcome.recorded_types())
