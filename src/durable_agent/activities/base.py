@@ -98,8 +98,9 @@ _winding_down: set[asyncio.Task[None]] = set()
 
 def _wound_down(task: asyncio.Task[None]) -> None:
     _winding_down.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("heartbeat task failed", exc_info=task.exception())
+    failure = None if task.cancelled() else task.exception()
+    if failure is not None:
+        logger.warning("heartbeat task failed", exc_info=failure)
 
 
 class ActivityBase:

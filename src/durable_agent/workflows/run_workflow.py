@@ -12,6 +12,7 @@ import asyncio
 from bisect import bisect_right
 from collections.abc import Mapping
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from temporalio import workflow
@@ -135,7 +136,7 @@ class RunWorkflow:
         size = 0
         events = self._events
         # positions increase along the list: start at the first one past ``after``
-        for i in range(bisect_right(events, after, key=_position), len(events)):
+        for i in range(bisect_right(events, after, key=attrgetter("position")), len(events)):
             sized = self._query_sizes.sized(events[i], force=not self._bodies.pending(i))
             if sized is None:
                 break
@@ -441,7 +442,3 @@ class RunWorkflow:
             run_id=inp.run_id,
             position=self._next_position - 1,
         )
-
-
-def _position(wire: WireEvent) -> int:
-    return wire.position
