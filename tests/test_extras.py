@@ -64,7 +64,7 @@ CHECKS: dict[str, str] = {
     ),
     "temporal": (
         "from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker\n"
-        "from durable_agent.activities.agent_activities import AgentActivities\n"
+        "from durable_agent.activities import AgentActivities\n"
     ),
     "dev": (
         "import os, sys, temporalio.testing\n"

@@ -30,7 +30,7 @@ from durable_agent.cli.settings import (
     WORKER_ENV,
 )
 from durable_agent.cli.stores import open_store, resolve_store_spec
-from durable_agent.workflows.types import SEARCH_ATTRIBUTE
+from durable_agent.workflows import SEARCH_ATTRIBUTE
 from tests.support.extras import canonical, closure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_mongo_is_healthy_only_with_a_primary(compose: dict[str, Any]) -> None:
 
 
 def test_temporal_registers_both_search_attributes(compose: dict[str, Any]) -> None:
-    from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE
+    from durable_agent.workflows.search import KIND_ATTRIBUTE
 
     command = compose["services"]["temporal"]["command"]
     assert f"{KIND_ATTRIBUTE}=Keyword" in command and f"{SEARCH_ATTRIBUTE}=Keyword" in command

@@ -18,13 +18,13 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent import ScriptedModel
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.contracts import AppendInput
 from durable_agent.ai import Message, TextContent
 from durable_agent.ai.timefmt import format_time, utc_now
 from durable_agent.session import MessageEntry
 from durable_agent.session.codec import encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
-from durable_agent.workflows.types import AppendInput
 
 
 def user(eid: str, parent: str | None, text: str, at_offset: float) -> MessageEntry:

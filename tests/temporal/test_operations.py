@@ -14,6 +14,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
+from durable_agent.activities.contracts import EventsAnswer, InputEntry, RunInput
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     SEARCH_ATTRIBUTE,
@@ -21,7 +22,6 @@ from durable_agent.workflows import (
     RunResult,
     run_workflow_id,
 )
-from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -286,7 +286,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
     assert result.new_entry_ids == [e.id for e in stored]
     assert result.turn_count == 1
     # an operator's start without search attributes still lists under the session
-    from durable_agent.workflows.run_workflow import SESSION_ID_KEY
+    from durable_agent.workflows.search import SESSION_ID_KEY
 
     assert description.typed_search_attributes.get(SESSION_ID_KEY) == session
 
@@ -379,9 +379,9 @@ async def test_connect_from_env(address: str) -> None:
 
 
 def test_store_summaries_name_repair_and_cancellation() -> None:
+    from durable_agent.activities.store_steps import store_summary
     from durable_agent.ai import Message, TextContent
     from durable_agent.session import MessageEntry
-    from durable_agent.workflows.run_workflow import store_summary
 
     def result(text: str) -> MessageEntry:
         message = Message(

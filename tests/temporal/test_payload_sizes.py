@@ -13,11 +13,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import Event, PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
+from durable_agent.activities.contracts import EventsAnswer
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.types import EventsAnswer
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,

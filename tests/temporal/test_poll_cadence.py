@@ -15,9 +15,9 @@ from typing import Any
 from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWorkflowInput
 
 from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent.activities.contracts import EventsAnswer
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, TemporalExecutor
-from durable_agent.workflows.types import EventsAnswer
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import assert_receipts_stored, consume, queue, run_id, sid
 

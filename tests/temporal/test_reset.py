@@ -18,11 +18,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent import Reply, ScriptedModel, new, text, tool
+from durable_agent.activities.contracts import InputEntry, RunInput
 from durable_agent.ai import ModelRequest
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.types import InputEntry, RunInput
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,

@@ -15,6 +15,7 @@ from temporalio.client import (
 )
 
 from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent.activities.contracts import EventsAnswer, RunResult, WireEvent, event_to_wire
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
 from durable_agent.durable.events import Event
@@ -27,7 +28,6 @@ from durable_agent.workflows.event_bodies import (
     encoded_size,
     result_tail,
 )
-from durable_agent.workflows.types import EventsAnswer, RunResult, WireEvent, event_to_wire
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import assert_receipts_stored, consume, queue, run_id, sid
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_agent.activities.contracts import BodyRefs, WireEvent, event_from_wire, event_to_wire
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
 from durable_agent.durable.events import Event, EventFields, EventType
 from durable_agent.session import MessageEntry
-from durable_agent.workflows.types import BodyRefs, WireEvent, event_from_wire, event_to_wire
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -10,11 +10,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel, new, text
+from durable_agent.activities.contracts import InputEntry, RunInput
 from durable_agent.cli.procs import workflows_url
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE, KIND_KEY
-from durable_agent.workflows.types import InputEntry, RunInput
+from durable_agent.workflows.search import KIND_ATTRIBUTE, KIND_KEY
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import RUN_TIMEOUT, consume, eventually, executor, queue, run_id
 

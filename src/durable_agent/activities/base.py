@@ -2,10 +2,10 @@
 
 Activities get the active path by ``(session_id, leaf_id)`` instead of receiving the
 transcript, so workflow history stays bounded: from the entries this worker stored or loaded
-(:mod:`.known_entries`), else from the store. Errors leave as ``ApplicationError`` with the
-original exception's type name (:mod:`.failures`), which decides retries (only
-``StoreUnavailableError`` among store errors, only retryable ``ModelError``s among model errors)
-and lets the client re-raise the same error type.
+(:mod:`.known_entries`), else from the store (docs/design.md#worker-memory). Errors leave as
+``ApplicationError`` with the original exception's type name (:mod:`.failures`), which decides
+retries (only ``StoreUnavailableError`` among store errors, only retryable ``ModelError``s among
+model errors) and lets the client re-raise the same error type.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..ai.messages import Message
-from ..ai.timefmt import parse_time
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -32,7 +32,6 @@ from ..streaming import LiveDeltas, resolve
 from .failures import application_error, checked_payload
 from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries
 from .spec import AgentSpec
-from .types import Stamp
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",
@@ -40,10 +39,8 @@ __all__ = [
     "HEARTBEAT_EVERY",
     "STORE_GRACE",
     "ActivityBase",
-    "find_entry",
     "heartbeating",
     "is_retry",
-    "stored_message",
 ]
 
 logger = logging.getLogger("durable_agent.activities")
@@ -121,7 +118,8 @@ class ActivityBase:
         self.publisher = publisher
         self.payload_limit = payload_limit
         self.deltas = resolve(live_deltas, store)
-        """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
+        """Where ``call_model`` publishes its streaming reply (no workflow history,
+        docs/design.md#live-deltas)."""
         self.known = KnownEntries(known_entries)
         """What this worker stored or loaded, so a path rarely costs a session load."""
 
@@ -164,20 +162,25 @@ class ActivityBase:
             )
         return tree_path(index, leaf_id)
 
+    async def stored_earlier(
+        self, session_id: str, stamp: Header, call: str
+    ) -> MessageEntry | None:
+        """What an earlier attempt of this activity stored under ``stamp``, looked up on a
+        retry only (see :func:`is_retry`); ``None`` on a first attempt or if nothing is stored."""
+        if not is_retry():
+            return None
+        stored = find_entry(await self.stored_entries(session_id), stamp.id)
+        return None if stored is None else stored_message(stored, call)
+
     def check_size(self, what: str, payload: str) -> None:
         checked_payload(what, payload, self.payload_limit)
 
     async def commit(
-        self, session_id: str, stamp: Stamp, message: Message, what: str = "message"
+        self, session_id: str, stamp: Header, message: Message, what: str = "message"
     ) -> MessageEntry:
-        """Append ``message`` under the workflow's stamp and return what the store holds for it:
-        a conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
-        entry = MessageEntry(
-            id=stamp.id,
-            parent_id=stamp.parent_id,
-            created_at=parse_time(stamp.created_at),
-            message=message,
-        )
+        """Append ``message`` under the run's stamp and return what the store holds for it: a
+        conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
+        entry = stamp.on(MessageEntry(message=message))
         encoded = encode_entry(entry)
         self.check_size("entry", encoded)
         try:

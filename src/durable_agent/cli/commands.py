@@ -27,9 +27,14 @@ from ..session.ids import new_id, validate_session_id
 from ..session.store import RetentionStore
 from ..session.tree import path
 from ..session.views import transcript_view
-from ..workflows import TemporalExecutor, connect_from_env, run_workflow_id
+from ..workflows import (
+    SEARCH_ATTRIBUTE,
+    RunState,
+    TemporalExecutor,
+    connect_from_env,
+    run_workflow_id,
+)
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
-from ..workflows.types import SEARCH_ATTRIBUTE, RunState
 from .render import RunPrinter, entry_json, render_transcript, render_tree
 from .storeid import mismatch, store_id
 from .stores import OpenedStore, open_store

@@ -31,8 +31,7 @@ from ..durable.stream import RunStream
 from ..session.entries import MessageEntry
 from ..session.ids import new_id
 from ..stores.file import FileStore
-from ..workflows import TemporalExecutor, Timeouts, connect, run_workflow_id
-from ..workflows.types import SEARCH_ATTRIBUTE
+from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
 from .procs import (
     DevServer,

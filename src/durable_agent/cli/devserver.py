@@ -22,8 +22,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from ..workflows.activity_calls import KIND_ATTRIBUTE
-from ..workflows.types import SEARCH_ATTRIBUTE
+from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .settings import ServerInfo, read_server_info
 from .supervise import ManagedProcess, ProcessError, die_with_parent, free_port, spawn
 

@@ -3,10 +3,11 @@
 A run's recorded events repeat its messages: a 600 KB tool result is in ``tool_execution_end``,
 in the result's ``message_start`` and twice in its ``message_end`` (the message and the receipt).
 Carrying those events across continue-as-new, or answering them in one ``events(after)`` query,
-would exceed Temporal's 2 MB payload limit well below the documented message limit (issue 16).
+would exceed Temporal's 2 MB payload limit well below the documented message limit
+(docs/design.md#bounded-history).
 
 Every such body is a stored entry's message, so an event can name the entry instead
-(:class:`~durable_agent.workflows.types.BodyRefs`): the workflow records which entry each body
+(:class:`~durable_agent.activities.contracts.BodyRefs`): the workflow records which entry each body
 is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
 when it is large (:func:`slim`), and the client reads the named entries from the store and puts
 the bodies back (:func:`needed_ids`, :func:`hydrate`) before the consumer sees the event.
@@ -16,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..activities.contracts import BodyRefs, WireEvent, event_from_wire
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..durable.errors import AgentError
 from ..durable.events import Event
-from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
-from .types import BodyRefs, WireEvent, event_from_wire
 
 __all__ = [
     "CARRY_INLINE_LIMIT",
@@ -85,20 +85,6 @@ class BodyTracker:
                 # result the store refused, a reply's empty start): it travels inline or not
                 self._awaiting = []
         events.append(wire if refs == BodyRefs() else wire.model_copy(update={"refs": refs}))
-
-    def adopt(self, carried: list[WireEvent]) -> list[WireEvent]:
-        """The events a continue-as-new input carried, as this execution's first events: those
-        carried whole (by executions from before ``bounded-can-v1``) get their bodies named
-        here, so a query can still leave their bodies out."""
-        events: list[WireEvent] = []
-        for wire in carried:
-            if wire.refs is not None:
-                events.append(wire)
-                continue
-            ids = None if wire.entries is None else [decode_entry(w).id for w in wire.entries]
-            self.record(events, wire, ids)
-        self._awaiting = []
-        return events
 
     def _receipt(self, events: list[WireEvent], agent: AgentEvent, entry_id: str) -> None:
         """Name ``entry_id`` in the earlier events of the turn that repeat its message."""
@@ -226,7 +212,7 @@ def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
 
 
 def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:
-    """The events :attr:`~durable_agent.workflows.types.RunResult.tail` carries: from the
+    """The events :attr:`~durable_agent.activities.contracts.RunResult.tail` carries: from the
     ``turns``-th last ``turn_start`` (all of them for a shorter run), bodies left out as
     continue-as-new leaves them out (:func:`carried`),
     the oldest dropped until the rest fits ``RESULT_TAIL_BUDGET``."""

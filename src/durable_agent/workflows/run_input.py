@@ -4,10 +4,10 @@ The run workflow takes its input as a raw payload and decodes it here, so that n
 can fail the workflow *task* (which Temporal retries forever, leaving the run Running and silent):
 anything wrong raises :class:`InvalidRunInputError`, naming the field, and the workflow fails at
 once with a non-retryable ``ApplicationError`` of type ``InvalidRunInput``, before it stores or
-schedules anything (issue 11 item 9).
+schedules anything (docs/design.md#errors).
 
 Besides the client's form (:class:`RunInput`, each input an encoded entry), the Temporal UI's
-Start Workflow form can be filled in by hand (issue 11 item 10)::
+Start Workflow form can be filled in by hand::
 
     {"session_id": "user-42", "agent": "assistant", "text": "hi"}
 
@@ -29,10 +29,10 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from ..activities.contracts import RunInput
 from ..ai.messages import Message
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
-from .types import RunInput
 
 __all__ = [
     "INVALID_RUN_INPUT",

@@ -6,27 +6,20 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from ..activities.agent_activities import AgentActivities
+from ..activities import AgentActivities
 from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
 from ..streaming import LiveDeltas
-from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
 from .run_workflow import RunWorkflow
-from .types import SEARCH_ATTRIBUTE
+from .search import ensure_search_attribute
 
 __all__ = [
     "DEFAULT_KNOWN_ENTRIES",
@@ -36,7 +29,6 @@ __all__ = [
     "WORKFLOWS",
     "check_tuning",
     "create_worker",
-    "ensure_search_attribute",
     "workflow_runner",
 ]
 
@@ -78,31 +70,6 @@ def check_tuning(
         )
 
 
-async def ensure_search_attribute(client: Client) -> None:
-    """Register the ``DurableAgentSessionId`` and ``DurableAgentKind`` Keyword search attributes
-    if they are missing."""
-    listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [
-        name for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE) if name not in listed.custom_attributes
-    ]
-    if not missing:
-        return
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={
-                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
-                },
-            )
-        )
-    except RPCError as exc:  # another worker registered them first
-        if exc.status != RPCStatusCode.ALREADY_EXISTS:
-            raise
-
-
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     """The runner :func:`create_worker` uses. Sandboxed, ``durable_agent`` is passed through
     (deterministic in workflow code: clock and IDs come through RunEffects) instead of being
@@ -137,18 +104,18 @@ async def create_worker(
     are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
     value raises ``ValueError`` before anything connects.
 
-    ``live_deltas`` is where model calls publish their streaming replies for clients (issue 13):
-    by default the store's own channel, ``None`` for none.
+    ``live_deltas`` is where model calls publish their streaming replies for clients
+    (docs/design.md#live-deltas): by default the store's own channel, ``None`` for none.
 
     ``known_entries``: how many stored entries (across sessions) the worker remembers so a model
-    call builds its path without loading the session (``activities/known_entries.py``); 0 loads
-    the session in every model call, as before issue 10's last step.
+    call builds its path without loading the session (docs/design.md#worker-memory); 0 loads
+    the session in every model call.
 
     ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
     passed through). Off by default: these workflows run no user code (agents, models and tools
     run in activities), their determinism is the library's and is checked by replay tests and
     by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
-    every payload it converts, which costs about a tenth of a one-turn run (issue 10).
+    every payload it converts, which costs about a tenth of a one-turn run.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call

@@ -1,0 +1,375 @@
+"""Every type that crosses the Temporal boundary: workflow inputs, results and query answers,
+activity arguments and results, events on the wire (docs/design.md#temporal).
+
+The other modules of ``activities/`` and ``workflows/`` import this one, which imports none of
+them. Entries travel as their ``encode_entry`` strings (an exact round trip that keeps custom
+classes and extras), never as the whole transcript: activities read the active path from the
+store by ``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
+Class and field names are the payloads' JSON: renaming one changes what recorded histories
+replay (docs/design.md#versioning).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..ai.messages import Message, Usage
+from ..durable.events import Event, EventFields
+from ..durable.persist import Header
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import Entry, MessageEntry
+
+__all__ = [
+    "AppendInput",
+    "AppendResult",
+    "BodyRefs",
+    "CallModelInput",
+    "CallToolInput",
+    "CompactInput",
+    "EnsureSessionInput",
+    "EventsAnswer",
+    "FrozenModel",
+    "InputEntry",
+    "LoadPathInput",
+    "ModelReply",
+    "PathInfo",
+    "PublishInput",
+    "RunInput",
+    "RunResult",
+    "RunState",
+    "RunStatusName",
+    "StoredTimes",
+    "SummarizeInput",
+    "Timeouts",
+    "ToolCallRef",
+    "ToolInfo",
+    "ToolReply",
+    "WireEvent",
+    "event_from_wire",
+    "event_to_wire",
+]
+
+
+class FrozenModel(BaseModel):
+    """The base of every type that crosses the Temporal boundary: immutable once built."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class Timeouts(FrozenModel):
+    """Activity timing; defaults suit LLM calls, tests shorten them via run options."""
+
+    model_start_to_close: float = 600.0
+    model_heartbeat: float = 2.0
+    model_max_attempts: int = 5
+    retry_initial: float = 0.5
+    retry_max: float = 30.0
+    store_start_to_close: float = 30.0
+    store_max_attempts: int = 10
+    store_heartbeat: float = 5.0
+    """Store activities heartbeat (after a short grace period), so a worker killed inside an
+    append or load is noticed within this many seconds rather than at start-to-close."""
+    tool_heartbeat: float = 2.0
+    """As ``model_heartbeat``: a worker killed while a tool runs is noticed within this many
+    seconds (tools heartbeat in the background while they run), so a tool's crash recovery
+    costs about what a model call's does."""
+
+
+# -- the store steps ------------------------------------------------------------------------
+
+
+class ToolInfo(FrozenModel):
+    """What the workflow knows of a worker tool: enough to schedule it, not to run it."""
+
+    name: str
+    parallel_safe: bool = True
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 30.0
+    non_retryable: list[str] = Field(default_factory=list)
+    timeout: float = 300.0
+
+
+class EnsureSessionInput(FrozenModel):
+    session_id: str
+    agent: str
+    """Checked first: a run for an unknown agent creates nothing."""
+    reset_of: str | None = None
+    """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
+
+
+class LoadPathInput(FrozenModel):
+    session_id: str
+    leaf_id: str
+    agent: str
+
+
+class PathInfo(FrozenModel):
+    """``load_path``'s answer: the repairs a run must store first, and the agent's tools."""
+
+    repairs: list[Message]
+    tools: list[ToolInfo]
+    max_turns: int | None
+
+
+class AppendInput(FrozenModel):
+    session_id: str
+    entries: list[str]
+    """The stamped entries, encoded."""
+
+
+class StoredTimes(FrozenModel):
+    """The clock-derived fields of one appended entry, as written (RFC 3339 strings)."""
+
+    created_at: str
+    timestamp: str | None = None
+    """A message entry's message timestamp."""
+
+
+class AppendResult(FrozenModel):
+    """What ``append_entries`` wrote, reduced to the fields that come from ``workflow.now()``.
+
+    Recorded in history, so a workflow whose replay computed other times (a workflow task
+    re-run after a server restart can see a different ``workflow.now()``) still reports the
+    stored entries, not its recomputed ones. A few bytes per entry."""
+
+    times: list[StoredTimes]
+
+
+# -- the producers ---------------------------------------------------------------------------
+
+
+class CallModelInput(FrozenModel):
+    session_id: str
+    leaf_id: str
+    agent: str
+    start_leaf_id: str
+    """The run's starting leaf: the view is the history there plus this run's messages, as
+    in-process (``session.views.run_view``)."""
+    stamp: Header
+    """The reply's entry header, reserved by the run: the activity commits the reply under it."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    ephemeral: list[str] = Field(default_factory=list)
+    """This run's ephemeral inputs (with their headers), encoded."""
+    run_id: str = ""
+    position: int = 0
+    """The run and the position of the reply's ``message_start``: the key its live deltas are
+    published under; ``""``/``0`` publishes none."""
+
+
+class ModelReply(FrozenModel):
+    """``call_model``'s answer: the reply as stored under the call's stamp, or the partial reply
+    of a call the run's cancellation cut short."""
+
+    entry: MessageEntry | None = None
+    """The reply's entry as the store holds it (an earlier attempt's, if one stored first)."""
+    aborted: Message | None = None
+    """Instead of ``entry``: the partial reply (``stop_reason="aborted"``, unfinished tool
+    calls removed), which the run's cancellation stores, as in-process."""
+    cancelled: bool = False
+    """With ``entry``: the run's cancellation arrived while the reply was being stored."""
+
+
+class CallToolInput(FrozenModel):
+    session_id: str
+    agent: str
+    call: dict[str, Any]
+    """The ToolCall block, as JSON."""
+    stamp: Header | None = None
+    """The result's entry header: the activity commits the result under it (a call that runs
+    alone); ``None`` for a parallel call, whose result the run commits with its batch."""
+
+
+class ToolReply(FrozenModel):
+    """``call_tool``'s answer: the stamped result as stored, or a parallel call's bare result."""
+
+    entry: MessageEntry | None = None
+    result: Message | None = None
+
+
+# -- compaction and lifecycle events --------------------------------------------------------
+
+
+class SummarizeInput(FrozenModel):
+    session_id: str
+    agent: str
+    leaf_id: str
+    keep_turns: int = 0
+    prompt: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BodyRefs(FrozenModel):
+    """The stored entries an event's message bodies are (see ``workflows.event_bodies``).
+
+    A body named here may be left out of the event (``None``) in a query answer or a
+    continue-as-new input; the client reads the entry from the store and puts it back."""
+
+    entry_ids: list[str] | None = None
+    """The receipt's entries (``WireEvent.entries``)."""
+    message: str | None = None
+    """``agent.message``: the entry holding that message."""
+    result: str | None = None
+    """``agent.result`` (``tool_execution_end``)."""
+    args: str | None = None
+    """``agent.args``: the assistant entry whose tool call ``agent.tool_call_id`` has them."""
+    input: list[str] | None = None
+    """``agent.input`` (``turn_start``), one entry per injected message."""
+
+
+class _Positioned(FrozenModel):
+    position: int
+
+
+class WireEvent(EventFields[str], _Positioned):
+    """An :class:`Event` with its position in the run and its entries encoded.
+
+    Derived from :class:`EventFields`, so a field added to ``Event`` travels too. The wire
+    order (``position`` first, ``refs`` last) is fixed by the base order and recorded in
+    histories: ``tests/temporal/test_wire_event.py`` pins it."""
+
+    refs: BodyRefs | None = None
+    """Where the bodies are stored (receipts and events repeating a stored message)."""
+
+
+_SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
+"""The fields ``Event`` and ``WireEvent`` hold alike, copied as they are."""
+
+
+def event_to_wire(event: Event, position: int = 0) -> WireEvent:
+    entries = None if event.entries is None else [encode_entry(e) for e in event.entries]
+    shared = {name: getattr(event, name) for name in _SHARED}
+    return WireEvent(position=position, entries=entries, **shared)
+
+
+def event_from_wire(wire: WireEvent) -> Event:
+    """The event ``wire`` encodes; its ``position`` and ``refs`` stay behind."""
+    entries = None if wire.entries is None else [decode_entry(w) for w in wire.entries]
+    return Event(entries=entries, **{name: getattr(wire, name) for name in _SHARED})
+
+
+class PublishInput(FrozenModel):
+    events: list[WireEvent]
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+
+
+# -- the workflows ---------------------------------------------------------------------------
+
+
+class InputEntry(FrozenModel):
+    """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
+    plain ``message`` with no header and maybe no timestamp (typed by an operator in the
+    Temporal UI; see ``workflows.run_input``), which the run stamps."""
+
+    wire: str = ""
+    ephemeral: bool = False
+    message: Message | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @classmethod
+    def of(cls, entry: Entry, index: int) -> InputEntry:
+        placeholder = entry.model_copy(update={"id": entry.id or f"input-{index}"})
+        ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
+        return cls(wire=encode_entry(placeholder), ephemeral=ephemeral)
+
+    def entry(self, index: int = 0, now: datetime | None = None) -> Entry:
+        """The input entry; a plain message gets the placeholder ID ``input-<index>`` and, when
+        it has none, the timestamp ``now`` (the workflow's clock)."""
+        if self.message is not None:
+            message = self.message
+            if message.timestamp is None and now is not None:
+                message = message.model_copy(update={"timestamp": now})
+            header: dict[str, Any] = {"id": f"input-{index}"}
+            if now is not None:
+                header["created_at"] = now
+            return MessageEntry(**header, message=message, ephemeral=self.ephemeral)
+        decoded = decode_entry(self.wire)
+        if self.ephemeral and isinstance(decoded, MessageEntry):
+            return decoded.model_copy(update={"ephemeral": True})
+        return decoded
+
+
+class RunInput(FrozenModel):
+    """Start (or continue) one run. ``leaf_id=None`` means the session's last appended entry."""
+
+    session_id: str
+    run_id: str = ""
+    """``""`` (an operator's input): the run derives it from its workflow ID."""
+    agent: str
+    leaf_id: str | None = None
+    inputs: list[InputEntry] = Field(default_factory=list)
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""
+    continue_as_new_after_turns: int | None = None
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    # carried across continue-as-new
+    resumed: bool = False
+    turn_count: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    new_entry_ids: list[str] = Field(default_factory=list)
+    next_position: int = 1
+    events: list[WireEvent] = Field(default_factory=list)
+    """The last two turns' events without their message bodies (their ``refs`` name the
+    stored entries), so this input stays a few KB whatever the messages."""
+    ephemeral: list[str] = Field(default_factory=list)
+    """This run's ephemeral input copies (with headers), for later model calls."""
+    start_leaf_id: str | None = None
+    """The leaf the run started from (set at first start, carried across continue-as-new)."""
+
+
+RunStatusName = Literal[
+    "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
+]
+
+
+class RunResult(FrozenModel):
+    status: RunStatusName
+    leaf_id: str
+    new_entry_ids: list[str]
+    usage: Usage
+    turn_count: int
+    tail: list[WireEvent]
+    """The run's last events (its last two turns, bodies over a few hundred bytes left out, a
+    bounded size): a client that learns of the end from the result long poll takes the events
+    it has not seen from here, instead of querying a closed workflow (which a worker answers
+    only by replaying its whole history)."""
+
+
+class ToolCallRef(FrozenModel):
+    id: str
+    name: str
+
+
+class RunState(FrozenModel):
+    """The ``state()`` query."""
+
+    session_id: str
+    run_id: str
+    leaf_id: str
+    status: RunStatusName
+    turn_count: int
+    pending_tool_calls: list[ToolCallRef]
+    new_entry_ids: list[str]
+    usage: Usage
+
+
+class EventsAnswer(FrozenModel):
+    """The ``events(after)`` query: retained events past ``after``, and the first retained one."""
+
+    events: list[WireEvent]
+    first_position: int
+    last_position: int
+
+
+class CompactInput(FrozenModel):
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    session_id: str
+    op_id: str
+    agent: str
+    leaf_id: str
+    keep_turns: int = 0
+    prompt: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
