@@ -73,7 +73,12 @@ def check_tuning(
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     """The runner :func:`create_worker` uses. Sandboxed, ``durable_agent`` is passed through
     (deterministic in workflow code: clock and IDs come through RunEffects) instead of being
-    re-imported for every workflow (about 250 ms each)."""
+    re-imported for every workflow (about 250 ms each).
+
+    Unsandboxed by default: these workflows run no user code (agents, models and tools run in
+    activities), their determinism is the library's and is checked by replay tests and by the
+    test suite, which runs every workflow sandboxed; the sandbox re-enters itself for every
+    payload it converts, which costs about a tenth of a one-turn run."""
     if not sandboxed:
         return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
@@ -100,34 +105,17 @@ async def create_worker(
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
 
-    The three limits are per worker process (see the ``DEFAULT_*`` constants for why the defaults
-    are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
-    value raises ``ValueError`` before anything connects.
-
-    ``live_deltas`` is where model calls publish their streaming replies for clients
-    (docs/design.md#live-deltas): by default the store's own channel, ``None`` for none.
-
-    ``known_entries``: how many stored entries (across sessions) the worker remembers so a model
-    call builds its path without loading the session (docs/design.md#worker-memory); 0 loads
-    the session in every model call.
-
-    ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
-    passed through). Off by default: these workflows run no user code (agents, models and tools
-    run in activities), their determinism is the library's and is checked by replay tests and
-    by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
-    every payload it converts, which costs about a tenth of a one-turn run.
-
-    A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
-    seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
-    quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
-    workflow instead of retrying its task forever.
+    The three limits are per worker process (see the ``DEFAULT_*`` constants); a ``tuner`` in
+    ``worker_options`` replaces the two slot limits; a bad value raises ``ValueError`` before
+    anything connects. ``live_deltas``: where model calls publish their streaming replies
+    (docs/design.md#live-deltas), by default the store's own channel, ``None`` for none.
+    ``known_entries``: how many stored entries the worker remembers so a model call needs no
+    session load (docs/design.md#worker-memory); 0 loads the session every time. ``sandboxed``:
+    see :func:`workflow_runner`. Pass ``workflow_failure_exception_types=[Exception]`` in tests
+    so a bug fails the workflow instead of retrying its task forever.
     """
-    check_tuning(
-        max_concurrent_activities,
-        max_concurrent_workflow_tasks,
-        max_cached_workflows,
-        known_entries,
-    )
+    slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
+    check_tuning(*slots, known_entries)
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
         worker_options["max_concurrent_activities"] = max_concurrent_activities
@@ -142,6 +130,7 @@ async def create_worker(
         live_deltas=live_deltas,
         known_entries=known_entries,
     )
+    # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
     # A cancel request reaches a running activity only in a heartbeat response, and the SDK
