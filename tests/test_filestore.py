@@ -33,7 +33,7 @@ from durable_agent.session import (
     encode_entry,
 )
 from durable_agent.stores import FileStore
-from durable_agent.stores.file import is_json_prefix
+from durable_agent.stores.file.lines import is_json_prefix
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import CorruptSessionError, Entry, MessageEntry, encode_entry
 from durable_agent.stores import FileStore
-from durable_agent.stores.file import is_json_prefix
+from durable_agent.stores.file.lines import is_json_prefix
 
 T = TypeVar("T")
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -1,0 +1,91 @@
+"""The live-delta channel of a MongoStore: one small collection next to the store's own.
+
+One document per published delta, ``{_id: "<key>/<attempt>/<seq>", k: "<key>", at, d}``, with
+attempt and seq zero-padded so ``_id`` order is ``(attempt, seq)`` order. An index on ``k`` finds a
+reply's deltas, a TTL index on ``at`` expires what a crashed worker never cleared (FerretDB has no
+TTL indexes: there the first delta of each reply deletes the expired ones); a stored reply's
+deltas are deleted by the worker shortly after it stores the message. The collection therefore
+only holds replies being streamed, which also keeps FerretDB (which scans for non-``_id``
+filters) fast (docs/design.md#live-deltas).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pymongo import ASCENDING
+from pymongo.errors import OperationFailure
+
+from ..session.deltas import Cursor, Delta, DeltaKey
+
+__all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
+
+DEFAULT_COLLECTION = "live_deltas"
+DEFAULT_TTL = 600
+"""Seconds after which a never-cleared delta expires (a worker killed mid-stream)."""
+
+
+_NOT_IMPLEMENTED = 238
+
+
+def _doc_id(key: str, attempt: int, seq: int) -> str:
+    return f"{key}/{attempt:06d}/{seq:09d}"
+
+
+class MongoDeltas:
+    """Deltas in ``database[collection]``; indexes are created on first use."""
+
+    def __init__(
+        self, database: Any, *, collection: str = DEFAULT_COLLECTION, ttl: int = DEFAULT_TTL
+    ) -> None:
+        self._coll = database.get_collection(collection)
+        self._ttl = ttl
+        self._indexed = False
+        self._sweep = False
+        """No TTL index on this server: publishing sweeps expired deltas itself."""
+        self._lock = asyncio.Lock()
+
+    async def _ensure_indexes(self) -> None:
+        if self._indexed:
+            return
+        async with self._lock:
+            if not self._indexed:
+                await self._coll.create_index([("k", ASCENDING)], name="k")
+                try:
+                    await self._coll.create_index("at", name="at_ttl", expireAfterSeconds=self._ttl)
+                except OperationFailure as exc:
+                    if exc.code != _NOT_IMPLEMENTED:
+                        raise
+                    self._sweep = True
+                self._indexed = True
+
+    async def publish(self, key: DeltaKey, delta: Delta) -> None:
+        await self._ensure_indexes()
+        name = key.name()
+        now = datetime.now(UTC)
+        if self._sweep and delta.seq == 1:
+            await self._coll.delete_many({"at": {"$lt": now - timedelta(seconds=self._ttl)}})
+        await self._coll.insert_one(
+            {
+                "_id": _doc_id(name, delta.attempt, delta.seq),
+                "k": name,
+                "at": now,
+                "d": delta.model_dump_json(),
+            }
+        )
+
+    async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        name = key.name()
+        query = {"k": name, "_id": {"$gt": _doc_id(name, *after)}}
+        docs = await self._coll.find(query, {"d": 1}).sort("_id", ASCENDING).to_list(None)
+        return [Delta.model_validate_json(doc["d"]) for doc in docs]
+
+    async def clear(self, key: DeltaKey) -> None:
+        await self._coll.delete_many({"k": key.name()})
+
+    async def size(self) -> int:
+        """Documents held (the bench's bound check)."""
+        count: int = await self._coll.count_documents({})
+        return count
