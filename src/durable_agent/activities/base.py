@@ -22,13 +22,13 @@ from ..ai.messages import Message
 from ..ai.timefmt import parse_time
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.live import LiveDeltas, live_channel
 from ..durable.publisher import PublisherLike
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
 from ..session.store import Store
 from ..session.tree import path as tree_path
-from ..streaming import LiveDeltas, resolve
 from .failures import application_error, checked_payload
 from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries
 from .spec import AgentSpec
@@ -120,8 +120,8 @@ class ActivityBase:
         self.agents = dict(agents)
         self.publisher = publisher
         self.payload_limit = payload_limit
-        self.deltas = resolve(live_deltas, store)
-        """Where ``call_model`` publishes its streaming reply (no workflow history, issue 13)."""
+        self.deltas = live_channel(live_deltas, store)
+        """Where ``call_model`` publishes its streaming reply (docs/design.md#live-deltas)."""
         self.known = KnownEntries(known_entries)
         """What this worker stored or loaded, so a path rarely costs a session load."""
 

@@ -17,10 +17,11 @@ from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelRequest
 from ..durable.engine import aborted_message
+from ..durable.live import DeltaWriter, clear_later, writer_for
 from ..session.codec import decode_entry
+from ..session.deltas import DeltaKey
 from ..session.entries import Entry, MessageEntry
 from ..session.views import model_view
-from ..streaming import DeltaKey, DeltaWriter, clear_later, writer_for
 from .base import CALL_GRACE, ActivityBase, find_entry, heartbeating, is_retry, stored_message
 from .failures import application_error
 from .spec import AgentSpec

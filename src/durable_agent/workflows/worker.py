@@ -19,9 +19,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from ..activities.agent_activities import AgentActivities
 from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
-from ..streaming import LiveDeltas
 from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
