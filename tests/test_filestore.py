@@ -1,4 +1,5 @@
-"""SPEC §2.2: FileStore layout, the line-outcome tables, torn-tail repair, locking and OS errors.
+"""FileStore layout, the line-outcome tables, torn-tail repair, locking and OS errors
+(docs/design.md#file-store).
 
 Files are damaged by writing bytes directly, exactly as a crash or a disk fault would leave them.
 """

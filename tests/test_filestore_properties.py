@@ -1,6 +1,6 @@
-"""SPEC §2.2 as properties: whatever a crash or a disk fault does to a session file, a load either
-fails loudly (CorruptSessionError) or returns what was written before the damage, and a later append
-keeps the file readable.
+"""The FileStore contract (docs/design.md#file-store) as properties: whatever a crash or a disk
+fault does to a session file, a load either fails loudly (CorruptSessionError) or returns what was
+written before the damage, and a later append keeps the file readable.
 
 Each example writes a real file, damages it with raw bytes and reads it back through the public API
 (a fresh FileStore, as after a restart).
