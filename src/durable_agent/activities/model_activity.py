@@ -1,10 +1,11 @@
 """The ``call_model`` activity: one model reply, streamed live, committed under its stamp.
 
-The reply streams to the live-delta channel (issue 13), never into workflow history; the
-activity answers the whole reply. With a stamp (SPEC §7.2) it commits the reply itself, so a
-turn's model leg costs one activity, and a retry that finds its stamp stored answers that (a first
-attempt cannot: :func:`.base.is_retry`). The path comes from what the worker remembers it stored
-(:class:`~durable_agent.stores.RememberingStore`), so a turn costs no session load.
+The reply streams to the live-delta channel (docs/design.md#live-deltas), never into workflow
+history; the activity answers the whole reply. With a stamp (docs/design.md#stamps-and-producers)
+it commits the reply itself, so a turn's model leg costs one activity, and a retry that finds its
+stamp stored answers that (a first attempt cannot: :func:`.base.is_retry`). The path comes from
+what the worker remembers it stored (:class:`~durable_agent.stores.RememberingStore`), so a turn
+costs no session load.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ async def create_worker(
     passed through). Off by default: these workflows run no user code (agents, models and tools
     run in activities), their determinism is the library's and is checked by replay tests and
     by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
-    every payload it converts, which costs about a tenth of a one-turn run (issue 10).
+    every payload it converts, which costs about a tenth of a one-turn run.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
