@@ -170,7 +170,7 @@ class RememberingStore:
                 if entry.id not in known.entries:
                     known.add(entry, size)
             self._held += known.bytes - before
-            self._settle(session_id, known)
+            self._trim(session_id, known)
 
     def _replace(self, session_id: str, entries: list[Entry], deletes: int) -> None:
         """Remember exactly what a whole-session load returned."""
@@ -193,19 +193,14 @@ class RememberingStore:
             self._drop(session_id)
             self._sessions[session_id] = fresh
             self._held += fresh.bytes
-            self._settle(session_id, fresh)
+            self._trim(session_id, fresh)
 
-    def _settle(self, session_id: str, known: _Session) -> None:
-        """After ``session_id`` grew: drop it if it alone is over the bound, then the least
-        recently used sessions until memory fits."""
+    def _trim(self, grown: str, known: _Session) -> None:
+        """After ``grown`` grew: drop it if it alone is over the bound, then the least recently
+        used sessions until memory fits."""
         if known.bytes > self.max_bytes:
-            self._drop(session_id)
-        self._trim()
-
-    def _trim(self) -> None:
-        while self._sessions and (
-            self._held > self.max_bytes or len(self._sessions) > MAX_SESSIONS
-        ):
+            self._drop(grown)
+        while self._held > self.max_bytes or len(self._sessions) > MAX_SESSIONS:
             _, dropped = self._sessions.popitem(last=False)
             self._held -= dropped.bytes
 
