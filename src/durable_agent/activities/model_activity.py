@@ -1,10 +1,11 @@
 """The ``call_model`` activity: one model reply, streamed live, committed under its stamp.
 
-The reply streams to the live-delta channel (issue 13), never into workflow history; the
-activity answers the whole reply. With a stamp (SPEC §7.2) it commits the reply itself, so a
-turn's model leg costs one activity, and a retry that finds its stamp stored answers that (a first
-attempt cannot: :func:`.base.is_retry`). The path comes from what the worker knows is stored
-(:mod:`.known_entries`), so a turn costs no session load.
+The reply streams to the live-delta channel (docs/design.md#live-deltas), never into workflow
+history; the activity answers the whole reply. With a stamp (docs/design.md#stamps-and-producers)
+it commits the reply itself, so a turn's model leg costs one activity, and a retry that finds its
+stamp stored answers that (a first attempt cannot: :func:`.base.is_retry`). The path comes from
+what the worker remembers it stored (:class:`~durable_agent.stores.RememberingStore`), so a turn
+costs no session load.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelRequest
 from ..durable.engine import aborted_message
+from ..durable.live import DeltaWriter, clear_later, writer_for
 from ..session.codec import decode_entry
+from ..session.deltas import DeltaKey
 from ..session.entries import Entry, MessageEntry
 from ..session.views import model_view
-from ..streaming import DeltaKey, DeltaWriter, clear_later, writer_for
 from .base import CALL_GRACE, ActivityBase, find_entry, heartbeating, is_retry, stored_message
 from .failures import application_error
 from .spec import AgentSpec

@@ -48,13 +48,13 @@ from ..durable.errors import (
 )
 from ..durable.events import Event
 from ..durable.limits import PAYLOAD_LIMIT, check_payload
+from ..durable.live import DeltaFollower, LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
-from ..streaming import DeltaFollower, LiveDeltas, resolve
 from .activity_calls import KIND_KEY, SESSION_ID_KEY
 from .event_bodies import hydrate
 from .run_timeout import run_timeout_from_env
@@ -249,7 +249,7 @@ class TemporalExecutor:
         async def request_cancel() -> None:
             await handle.cancel()
 
-        channel = resolve(self.live_deltas, state.store)
+        channel = live_channel(self.live_deltas, state.store)
         follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         return LocalRunStream(self._pump(state, handle, follower), on_cancel=request_cancel)
 

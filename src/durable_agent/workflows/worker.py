@@ -17,11 +17,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities.agent_activities import AgentActivities
-from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
-from ..streaming import LiveDeltas
+from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
 from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
@@ -137,18 +137,20 @@ async def create_worker(
     are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
     value raises ``ValueError`` before anything connects.
 
-    ``live_deltas`` is where model calls publish their streaming replies for clients (issue 13):
-    by default the store's own channel, ``None`` for none.
+    ``live_deltas`` is where model calls publish their streaming replies for clients
+    (docs/design.md#live-deltas): by default the store's own channel (``store.live_deltas()``),
+    a channel of your own, or ``None`` for none.
 
-    ``known_entries``: how many stored entries (across sessions) the worker remembers so a model
-    call builds its path without loading the session (``activities/known_entries.py``); 0 loads
-    the session in every model call, as before issue 10's last step.
+    ``known_entries``: how many bytes of encoded entries (across sessions, least recently used
+    dropped first) the worker remembers so a model call builds its path without loading the
+    session (:class:`~durable_agent.stores.RememberingStore`, docs/design.md#worker-memory); a
+    session larger than that is loaded in every call, and 0 loads the session in every call.
 
     ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
     passed through). Off by default: these workflows run no user code (agents, models and tools
     run in activities), their determinism is the library's and is checked by replay tests and
     by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
-    every payload it converts, which costs about a tenth of a one-turn run (issue 10).
+    every payload it converts, which costs about a tenth of a one-turn run.
 
     A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
     seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
