@@ -1,4 +1,4 @@
-"""Part (d) of the Temporal benchmark: live token deltas (issue 13).
+"""Part (d) of the Temporal benchmark: live token deltas.
 
 1. **Channel choice.** Publish -> visible latency of each candidate side channel, with a writer
    publishing every 20 ms and a reader polling every 20 ms as the client does: the MongoDB
@@ -38,14 +38,9 @@ from _stats import pct
 from durable_agent import new, tool
 from durable_agent.ai import ModelEvent, ModelRequest, Reply, ScriptedModel, ToolCall
 from durable_agent.session import Store
+from durable_agent.session.deltas import Delta, DeltaChannel, DeltaKey, LiveStore
 from durable_agent.stores import FileStore
-from durable_agent.streaming import (
-    Delta,
-    DeltaChannel,
-    DeltaKey,
-    FileDeltas,
-    channel_for,
-)
+from durable_agent.stores.file import FileDeltas
 from durable_agent.workflows import (
     AgentSpec,
     TemporalExecutor,
@@ -166,7 +161,9 @@ class TimedModel:
 
 
 async def _held(store: Store, session_id: str) -> int:
-    channel = channel_for(store)
+    if not isinstance(store, LiveStore):
+        return -1
+    channel = store.live_deltas()
     if isinstance(channel, FileDeltas):
         return channel.size(session_id)
     size = getattr(channel, "size", None)
@@ -247,7 +244,6 @@ async def bench_deltas(client: Client, root: Path, *, turns: int = 10) -> dict[s
     from tests.support.ferretdb import start_ferretdb
 
     from durable_agent.stores.mongo import MongoStore
-    from durable_agent.streaming.mongo_deltas import MongoDeltas
 
     root.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
     ferret = start_ferretdb(root / "ferretdb")
@@ -256,8 +252,8 @@ async def bench_deltas(client: Client, root: Path, *, turns: int = 10) -> dict[s
         mongo: AsyncMongoClient[Any] = AsyncMongoClient(ferret.uri)
         database = mongo["bench_deltas"]
         results["channels"] = {
-            "mongo (FerretDB)": await channel_latency(MongoDeltas(database)),
-            "file": await channel_latency(FileDeltas(root / "files")),
+            "mongo (FerretDB)": await channel_latency(MongoStore(database).live_deltas()),
+            "file": await channel_latency(FileStore(root / "files").live_deltas()),
             "heartbeat details": await heartbeat_latency(client),
         }
         for name, store in (

@@ -1,4 +1,5 @@
-"""SPEC §2.2: FileStore layout, the line-outcome tables, torn-tail repair, locking and OS errors.
+"""FileStore layout, the line-outcome tables, torn-tail repair, locking and OS errors
+(docs/design.md#file-store).
 
 Files are damaged by writing bytes directly, exactly as a crash or a disk fault would leave them.
 """
@@ -33,7 +34,7 @@ from durable_agent.session import (
     encode_entry,
 )
 from durable_agent.stores import FileStore
-from durable_agent.stores.file import is_json_prefix
+from durable_agent.stores.file.lines import is_json_prefix
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)
 

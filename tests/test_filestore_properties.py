@@ -1,6 +1,6 @@
-"""SPEC §2.2 as properties: whatever a crash or a disk fault does to a session file, a load either
-fails loudly (CorruptSessionError) or returns what was written before the damage, and a later append
-keeps the file readable.
+"""The FileStore contract (docs/design.md#file-store) as properties: whatever a crash or a disk
+fault does to a session file, a load either fails loudly (CorruptSessionError) or returns what was
+written before the damage, and a later append keeps the file readable.
 
 Each example writes a real file, damages it with raw bytes and reads it back through the public API
 (a fresh FileStore, as after a restart).
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import CorruptSessionError, Entry, MessageEntry, encode_entry
 from durable_agent.stores import FileStore
-from durable_agent.stores.file import is_json_prefix
+from durable_agent.stores.file.lines import is_json_prefix
 
 T = TypeVar("T")
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The live delta channels, writer and follower on their own (issue 13), on real stores' channels:
+"""The live delta channels, writer and follower on their own, on real stores' channels:
 order and restarts are decided by ``(attempt, seq)``, never by arrival, and the stored message
 always wins at ``message_end``."""
 
@@ -12,30 +12,25 @@ import pytest
 from durable_agent import Event
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
+from durable_agent.durable.live import DeltaFollower, DeltaWriter
+from durable_agent.session.deltas import Delta, DeltaChannel, DeltaKey, diff_patch
 from durable_agent.session.entries import MessageEntry
-from durable_agent.streaming import (
-    Delta,
-    DeltaChannel,
-    DeltaFollower,
-    DeltaKey,
-    DeltaWriter,
-    FileDeltas,
-    MemoryDeltas,
-    diff_patch,
-)
+from durable_agent.stores import FileStore, MemoryStore
+from durable_agent.stores.memory import MemoryDeltas
 
 KEY = DeltaKey("s1", "run1", 4)
 
 
 @pytest.fixture(params=["memory", "file", "mongo"])
 def channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
+    """Each store's own channel, as ``live_deltas="auto"`` finds it."""
     if request.param == "memory":
-        return MemoryDeltas()
+        return MemoryStore().live_deltas()
     if request.param == "file":
-        return FileDeltas(tmp_path)
-    from durable_agent.streaming.mongo_deltas import MongoDeltas
+        return FileStore(tmp_path).live_deltas()
+    from durable_agent.stores.mongo import MongoStore
 
-    return MongoDeltas(request.getfixturevalue("mongo_database"))
+    return MongoStore(request.getfixturevalue("mongo_database")).live_deltas()
 
 
 def text(t: str) -> Message:

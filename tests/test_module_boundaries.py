@@ -215,7 +215,7 @@ def test_activities_do_not_import_workflows() -> None:
 
 
 TEMPORAL_ORDER = [
-    ["contracts", "failures", "spec", "known_entries"],
+    ["contracts", "failures", "spec"],
     ["base"],
     ["store_steps"],
     ["model_call", "tool_call", "verb_steps"],

@@ -1,4 +1,4 @@
-"""Patches rebuild every partial a ScriptedModel streams, exactly (issue 13, phase 1)."""
+"""Patches rebuild every partial a ScriptedModel streams, exactly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, ToolCall
 from durable_agent.ai.messages import Message
-from durable_agent.streaming import Delta, DeltaKey, MemoryDeltas, apply_patch, diff_patch
+from durable_agent.session.deltas import Delta, DeltaKey, apply_patch, diff_patch
+from durable_agent.stores.memory import MemoryDeltas
 
 
 async def test_patches_rebuild_each_partial_and_the_final_text() -> None:

@@ -1,8 +1,10 @@
-"""A worker builds a model call's path from the entries it stored or loaded (issue 10).
+"""A worker builds a model call's path from the entries it stored or loaded
+(docs/design.md#worker-memory).
 
 Loading and decoding the whole session in every ``call_model`` made each turn slower than the
-last. The worker now remembers what it stored (``activities/known_entries.py``); a first attempt
-reads the store only for a path it does not know, and a retry still looks its stamp up.
+last. The worker's store remembers what it stored (``RememberingStore``, whose own tests are in
+``tests/test_remembering_store.py``); a first attempt reads the store only for a path it does not
+know, and a retry still looks its stamp up.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from temporalio.testing import ActivityEnvironment
 from durable_agent import Reply, ScriptedModel, ToolCall, new, tool
 from durable_agent.activities import AgentActivities
 from durable_agent.activities.contracts import AppendInput, CallModelInput
-from durable_agent.activities.known_entries import KnownEntries
 from durable_agent.ai import Message, TextContent
 from durable_agent.ai.timefmt import utc_now
 from durable_agent.durable.persist import Header
@@ -51,40 +52,6 @@ def entry(eid: str, parent: str | None, text: str = "hi") -> MessageEntry:
         created_at=utc_now(),
         message=Message(role="user", content=[TextContent(text=text)]),
     )
-
-
-def test_a_path_is_known_only_when_its_whole_ancestry_is() -> None:
-    known = KnownEntries()
-    a, b, c = entry("a", None), entry("b", "a"), entry("c", "b")
-    known.add("s", [a, c])
-    assert known.path("s", "c") is None  # b is missing
-    assert known.path("s", "") == []
-    known.add("s", [b])
-    assert known.path("s", "c") == [a, b, c]
-    assert known.path("other", "c") is None
-    # a stored entry never changes: a later add under the same ID does not replace it
-    known.add("s", [entry("b", "a", "other text")])
-    assert known.path("s", "c") == [a, b, c]
-    known.forget("s")
-    assert known.path("s", "c") is None
-
-
-def test_a_parent_cycle_is_not_a_path() -> None:
-    known = KnownEntries()
-    known.replace("s", [entry("x", "y"), entry("y", "x")])
-    assert known.path("s", "x") is None
-
-
-def test_the_least_recently_used_sessions_go_first_past_the_bound() -> None:
-    known = KnownEntries(max_entries=3)
-    known.add("s1", [entry("a", None), entry("b", "a")])
-    known.add("s2", [entry("c", None)])
-    assert known.path("s1", "b") is not None  # s1 is now the most recently used
-    known.add("s3", [entry("d", None)])
-    assert known.path("s2", "c") is None
-    assert known.path("s1", "b") is not None and known.path("s3", "d") is not None
-    known.replace("big", [entry(f"e{i}", None) for i in range(4)])  # over the bound alone
-    assert known.path("big", "e0") is None
 
 
 async def test_a_first_attempt_reads_the_store_only_for_a_path_it_does_not_know() -> None:

@@ -1,4 +1,4 @@
-"""Live tokens on Temporal (issue 13): the call_model activity publishes its streaming reply on
+"""Live tokens on Temporal: the call_model activity publishes its streaming reply on
 the store's delta channel, the client's run stream yields it as ``message_update`` events in the
 in-process order, and none of it costs workflow history.
 
@@ -22,10 +22,10 @@ from temporalio.client import Client
 from durable_agent import Event, Reply, RunStream, ScriptedModel, ToolCall, new, tool
 from durable_agent.ai.messages import Message
 from durable_agent.session import Store
+from durable_agent.session.deltas import LiveStore
 from durable_agent.stores import FileStore
+from durable_agent.stores.file import FileDeltas
 from durable_agent.stores.mongo import MongoStore
-from durable_agent.streaming import FileDeltas, channel_for
-from durable_agent.streaming.mongo_deltas import MongoDeltas
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.live_worker import AGENT, LIVE_TEXT, MARKER
 from tests.support.polling import eventually
@@ -69,7 +69,7 @@ def live_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
 
 def replies(events: list[Event]) -> list[tuple[list[Event], Message]]:
     """Per assistant reply: its ``message_update`` events and its stored message, checking the
-    SPEC §6.1 order (``message_start``, updates, then the ``message_end`` receipt)."""
+    in-process order (``message_start``, updates, then the ``message_end`` receipt)."""
     out: list[tuple[list[Event], Message]] = []
     updates: list[Event] | None = None
     for event in events:
@@ -149,11 +149,12 @@ async def test_deltas_concatenate_to_the_stored_text_for_20_replies(
 
 async def held(store: Store, session_id: str) -> int:
     """Deltas (MongoDB: documents; FileStore: side-file bytes) the store's channel holds."""
-    channel = channel_for(store)
+    assert isinstance(store, LiveStore)
+    channel = store.live_deltas()
     if isinstance(channel, FileDeltas):
         return channel.size(session_id)
-    assert isinstance(channel, MongoDeltas)
-    count: int = await channel.size()
+    assert isinstance(store, MongoStore)
+    count: int = await store.live_deltas().size()
     return count
 
 

@@ -2,10 +2,10 @@
 
 Activities get the active path by ``(session_id, leaf_id)`` instead of receiving the
 transcript, so workflow history stays bounded: from the entries this worker stored or loaded
-(:mod:`.known_entries`), else from the store (docs/design.md#worker-memory). Errors leave as
-``ApplicationError`` with the original exception's type name (:mod:`.failures`), which decides
-retries (only ``StoreUnavailableError`` among store errors, only retryable ``ModelError``s among
-model errors) and lets the client re-raise the same error type.
+(its store is a :class:`~durable_agent.stores.RememberingStore`), else from a load. Errors
+leave as ``ApplicationError`` with the original exception's type name (:mod:`.failures`), which
+decides retries (only ``StoreUnavailableError`` among store errors, only retryable
+``ModelError``s among model errors) and lets the client re-raise the same error type.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ from temporalio.exceptions import ApplicationError
 from ..ai.messages import Message
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.live import LiveDeltas, live_channel
 from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
-from ..session.codec import decode_entry, encode_entry
+from ..session.codec import encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
 from ..session.store import Store
-from ..session.tree import path as tree_path
-from ..streaming import LiveDeltas, resolve
+from ..stores.remembering import DEFAULT_KNOWN_ENTRIES, RememberingStore
 from .failures import application_error, checked_payload
-from .known_entries import DEFAULT_KNOWN_ENTRIES, KnownEntries
 from .spec import AgentSpec
 
 __all__ = [
@@ -113,15 +112,14 @@ class ActivityBase:
         live_deltas: LiveDeltas = "auto",
         known_entries: int = DEFAULT_KNOWN_ENTRIES,
     ) -> None:
-        self.store = store
+        self.store = RememberingStore(store, max_bytes=known_entries)
+        """The worker's store, remembering what it stored or loaded (``known_entries`` bytes), so
+        a path rarely costs a session load."""
         self.agents = dict(agents)
         self.publisher = publisher
         self.payload_limit = payload_limit
-        self.deltas = resolve(live_deltas, store)
-        """Where ``call_model`` publishes its streaming reply (no workflow history,
-        docs/design.md#live-deltas)."""
-        self.known = KnownEntries(known_entries)
-        """What this worker stored or loaded, so a path rarely costs a session load."""
+        self.deltas = live_channel(live_deltas, store)
+        """Where ``call_model`` publishes its streaming reply (docs/design.md#live-deltas)."""
 
     def agent_spec(self, name: str) -> AgentSpec:
         """The named agent; an unknown name fails the activity for good."""
@@ -136,31 +134,26 @@ class ActivityBase:
         return spec
 
     async def stored_entries(self, session_id: str) -> list[Entry]:
-        """The whole session, loaded (and remembered, see :mod:`.known_entries`)."""
+        """The whole session, loaded (and so remembered)."""
         try:
-            entries = await self.store.load_entries(session_id)
+            return await self.store.load_entries(session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
-        self.known.replace(session_id, entries)
-        return entries
 
     async def path_to(self, session_id: str, leaf_id: str) -> list[Entry]:
-        """The path to ``leaf_id``: from what this worker knows is stored, else from a load."""
-        known = self.known.path(session_id, leaf_id)
-        if known is not None:
-            return known
-        return self.path_in(session_id, await self.stored_entries(session_id), leaf_id)
-
-    def path_in(self, session_id: str, entries: list[Entry], leaf_id: str) -> list[Entry]:
-        """The path from the root to ``leaf_id``; a leaf the session lacks fails for good."""
-        index = {e.id: e for e in entries}
-        if leaf_id and leaf_id not in index:
+        """The path to ``leaf_id``: from what this worker remembers, else from a load; a leaf
+        the session lacks fails for good."""
+        try:
+            found = await self.store.path(session_id, leaf_id)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+        if leaf_id and not found:
             raise ApplicationError(
                 f"leaf {leaf_id!r} is not an entry of session {session_id!r}",
                 type="EntryNotFoundError",
                 non_retryable=True,
             )
-        return tree_path(index, leaf_id)
+        return found
 
     async def stored_earlier(
         self, session_id: str, stamp: Header, call: str
@@ -181,19 +174,14 @@ class ActivityBase:
         """Append ``message`` under the run's stamp and return what the store holds for it: a
         conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
         entry = stamp.on(MessageEntry(message=message))
-        encoded = encode_entry(entry)
-        self.check_size("entry", encoded)
+        self.check_size("entry", encode_entry(entry))
         try:
             async with heartbeating(STORE_GRACE):
                 try:
                     await self.store.append_entries(session_id, [entry])
-                    # remembered as a load returns it: the decoded encoding checked above
-                    self.known.add(session_id, [decode_entry(encoded)])
                     return entry
                 except EntryConflictError:
-                    entries = await self.store.load_entries(session_id)
-                    self.known.replace(session_id, entries)
-                    stored = find_entry(entries, stamp.id)
+                    stored = find_entry(await self.store.load_entries(session_id), stamp.id)
         except SessionError as exc:
             retryable = isinstance(exc, StoreUnavailableError)
             raise application_error(

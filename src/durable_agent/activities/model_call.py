@@ -27,11 +27,12 @@ from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelEvent, ModelRequest
 from ..durable.engine import RunEngine, aborted_message
+from ..durable.live import DeltaWriter, clear_later, writer_for
 from ..durable.persist import Header
 from ..session.codec import decode_entry
+from ..session.deltas import DeltaKey
 from ..session.entries import Entry
 from ..session.views import run_view
-from ..streaming import DeltaKey, DeltaWriter, clear_later, writer_for
 from .base import CALL_GRACE, ActivityBase, heartbeating
 from .contracts import CallModelInput, ModelReply, Timeouts
 from .failures import activity_failure, application_error, is_cancellation, model_error

@@ -88,7 +88,6 @@ class StoreSteps(ActivityBase):
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
-        self.known.replace(session_id, entries)  # so the run's load_path reads nothing more
         workflow_id = activity.info().workflow_id
         if inp.reset_of and workflow_id:
             # a reset retries the run from where it started, not from the newest entry now
@@ -132,7 +131,6 @@ class StoreSteps(ActivityBase):
                     entries = await self._adopt_earlier_stamps(inp.session_id, entries)
         except SessionError as exc:
             raise application_error(exc) from exc
-        self.known.add(inp.session_id, entries)
         return AppendResult(times=[stored_times(e) for e in entries])
 
     async def _adopt_earlier_stamps(self, session_id: str, entries: list[Entry]) -> list[Entry]:

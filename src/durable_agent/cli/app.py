@@ -155,7 +155,8 @@ def worker(
         typer.Option(
             min=0,
             envvar="DURABLE_AGENT_KNOWN_ENTRIES",
-            help="Stored entries kept in memory so a model call needs no session load (0: none).",
+            help="Bytes of stored entries kept in memory (all sessions, least recently used "
+            "dropped first) so a model call needs no session load (0: none).",
         ),
     ] = DEFAULT_KNOWN_ENTRIES,
     address: AddressOpt = None,

@@ -147,7 +147,7 @@ async def run_worker(
                 f"max concurrent activities {config.get('max_concurrent_activities')}, "
                 f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
                 f"cached workflows {config.get('max_cached_workflows')}, "
-                f"known entries {known_entries}",
+                f"known entries {known_entries} bytes",
                 soft_wrap=True,
             )
             if ready_file is not None:

@@ -1,4 +1,5 @@
-"""Store implementations: MemoryStore, FileStore and (with the ``mongo`` extra) MongoStore.
+"""Store implementations: MemoryStore, FileStore and (with the ``mongo`` extra) MongoStore, and
+RememberingStore, the wrapper a worker puts around its store to build paths from memory.
 
 ``MongoStore`` is imported lazily so that ``import durable_agent.stores`` never needs PyMongo.
 """
@@ -9,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from .file import FileStore
 from .memory import MemoryStore
+from .remembering import RememberingStore
 
 if TYPE_CHECKING:
     from .mongo import MongoStore
 
-__all__ = ["FileStore", "MemoryStore", "MongoStore"]
+__all__ = ["FileStore", "MemoryStore", "MongoStore", "RememberingStore"]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,10 @@ The stored entry is decoded back from its wire form, so a load returns exactly w
 would (``ephemeral`` reads false, an unregistered custom subclass reads as a bare ``CustomEntry``)
 and no mutation of the caller's objects (a tool call's ``arguments`` dict), or of what a load
 returned, can reach the log: every load decodes fresh copies from the stored wire strings.
+
+Its live-delta channel (:class:`MemoryDeltas`) is a dict shared by everyone holding the store
+object, so a worker and its clients in one process stream to each other
+(docs/design.md#live-deltas).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from typing import Any
 from ..ai.timefmt import utc_now
 from ..session.appendplan import encode_batch, plan_append
 from ..session.codec import bulk_decoding, decode_entry
+from ..session.deltas import Cursor, Delta, DeltaKey
 from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from ..session.store import DEFAULT_PAGE, check_page, newest_first
 
-__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryStore"]
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryDeltas", "MemoryStore"]
 
 DEFAULT_MAX_ENTRY_BYTES = 16 * 1024 * 1024
 """Largest accepted entry encoding, in UTF-8 bytes (the same default as FileStore)."""
@@ -37,6 +42,27 @@ def check_parent_id(parent_id: Any) -> str | None:
     if parent_id is None or parent_id == "":
         return None
     return validate_session_id(parent_id)
+
+
+class MemoryDeltas:
+    """Deltas in a dict: for a worker and its clients in one process (tests, MemoryStore)."""
+
+    def __init__(self) -> None:
+        self._log: dict[DeltaKey, list[Delta]] = {}
+
+    async def publish(self, key: DeltaKey, delta: Delta) -> None:
+        self._log.setdefault(key, []).append(delta)
+
+    async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        deltas = [d for d in self._log.get(key, []) if (d.attempt, d.seq) > after]
+        return sorted(deltas, key=lambda d: (d.attempt, d.seq))
+
+    async def clear(self, key: DeltaKey) -> None:
+        self._log.pop(key, None)
+
+    def size(self) -> int:
+        """Deltas held (the bench's bound check)."""
+        return sum(len(v) for v in self._log.values())
 
 
 @dataclass
@@ -60,6 +86,11 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._records: dict[str, SessionRecord] = {}
         self._logs: dict[str, _Log] = {}
+        self._deltas = MemoryDeltas()
+
+    def live_deltas(self) -> MemoryDeltas:
+        """This store's live-delta channel (one per store object, in this process only)."""
+        return self._deltas
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         """Record the session; ``SessionExistsError`` if it is already there."""

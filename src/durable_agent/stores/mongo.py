@@ -99,6 +99,7 @@ from ..session.record import SessionRecord
 from .mongo_append import BatchWriter, SeqFloors
 from .mongo_batch import CLAIMED, BatchDocumentWriter
 from .mongo_claims import Claims
+from .mongo_deltas import MongoDeltas
 from .mongo_errors import translate_errors
 from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
 
@@ -197,6 +198,7 @@ class MongoStore:
         )
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
+        self._deltas = MongoDeltas(database)
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         return translate_errors(what, self._address)
@@ -214,6 +216,10 @@ class MongoStore:
     def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase[Any]:
         """The database this store was built on."""
         return self._database
+
+    def live_deltas(self) -> MongoDeltas:
+        """This store's live-delta channel: collection ``live_deltas`` of the same database."""
+        return self._deltas
 
     async def ensure_indexes(self) -> None:
         """Create the three unique indexes if this store object has not done so yet.

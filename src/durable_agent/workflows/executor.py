@@ -32,13 +32,13 @@ from ..activities.contracts import (
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
 from ..durable.limits import PAYLOAD_LIMIT, check_payload
+from ..durable.live import DeltaFollower, LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
-from ..streaming import DeltaFollower, LiveDeltas, resolve
 from .run_stream import RunPoller, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
@@ -159,7 +159,7 @@ class TemporalExecutor:
         async def request_cancel() -> None:
             await handle.cancel()
 
-        channel = resolve(self.live_deltas, state.store)
+        channel = live_channel(self.live_deltas, state.store)
         follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         poller = RunPoller(
             self.client,

@@ -37,9 +37,9 @@ from ..activities.failures import agent_error, unsettled_ids
 from ..ai.messages import Message
 from ..durable.errors import AgentError, EventGapError, RunCancelledError
 from ..durable.events import Event
+from ..durable.live import DeltaFollower
 from ..durable.state import SessionState
 from ..session.entries import MessageEntry
-from ..streaming import DeltaFollower
 from .event_bodies import hydrate
 from .stream_recovery import read_bodies, resync, scheduled_entry_ids
 

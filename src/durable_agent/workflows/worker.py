@@ -11,11 +11,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities import AgentActivities
-from ..activities.known_entries import DEFAULT_KNOWN_ENTRIES
 from ..durable.limits import PAYLOAD_LIMIT
+from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
-from ..streaming import LiveDeltas
+from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
 from .run_workflow import RunWorkflow
@@ -108,11 +108,13 @@ async def create_worker(
     The three limits are per worker process (see the ``DEFAULT_*`` constants); a ``tuner`` in
     ``worker_options`` replaces the two slot limits; a bad value raises ``ValueError`` before
     anything connects. ``live_deltas``: where model calls publish their streaming replies
-    (docs/design.md#live-deltas), by default the store's own channel, ``None`` for none.
-    ``known_entries``: how many stored entries the worker remembers so a model call needs no
-    session load (docs/design.md#worker-memory); 0 loads the session every time. ``sandboxed``:
-    see :func:`workflow_runner`. Pass ``workflow_failure_exception_types=[Exception]`` in tests
-    so a bug fails the workflow instead of retrying its task forever.
+    (docs/design.md#live-deltas): by default the store's own channel (``store.live_deltas()``),
+    a channel of your own, or ``None`` for none. ``known_entries``: how many bytes of encoded
+    entries (across sessions, least recently used dropped first) the worker remembers so a model
+    call needs no session load (:class:`~durable_agent.stores.RememberingStore`,
+    docs/design.md#worker-memory); 0 loads the session in every call. ``sandboxed``: see
+    :func:`workflow_runner`. Pass ``workflow_failure_exception_types=[Exception]`` in tests so a
+    bug fails the workflow instead of retrying its task forever.
     """
     slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
     check_tuning(*slots, known_entries)

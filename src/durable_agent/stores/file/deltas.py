@@ -1,10 +1,10 @@
-"""The delta channel of a FileStore: side files next to the session file.
+"""The live-delta channel of a FileStore: side files next to the session file.
 
 A reply's deltas go to ``<root>/<session_id>.live/<run>.<position>.jsonl``, one JSON line per
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
 progress). The file is removed shortly after the reply is stored, and the directory with its last
 file, so a session's side files only ever hold the replies being streamed. Store listings glob
-``*.jsonl`` in the root only, so they never see these files.
+``*.jsonl`` in the root only, so they never see these files (docs/design.md#live-deltas).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..session.ids import validate_session_id
-from .channel import Cursor, DeltaKey
-from .patch import Delta
+from ...session.deltas import Cursor, Delta, DeltaKey
+from ...session.ids import validate_session_id
 
 __all__ = ["FileDeltas"]
 

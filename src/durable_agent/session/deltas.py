@@ -1,21 +1,55 @@
-"""Patches between two partial messages, so a reader rebuilds each published partial exactly.
+"""Live deltas: the contract of a store's side channel for a model reply still streaming.
+
+A model call's partial message is published as patches keyed by (session_id, run_id, position of
+its ``message_start``); a reader rebuilds the exact partial messages
+(docs/design.md#live-deltas). The channel is a **side** channel: the workflow never sees it (no
+history cost) and it is never the source of truth (the stored entry is). Publishing is best
+effort; a reader checks every delta's ``(attempt, seq)`` so a lost, late or duplicated write can
+never reorder what it shows.
 
 A patch holds the message fields other than ``content`` when they changed (``head``), the
 resulting block count (``size``) and per-block operations: ``+`` appends to a text or thinking
 block's growing field, ``=`` replaces the block. Any provider's partials round-trip unchanged.
+
+Each store that can carry deltas owns its channel (:class:`LiveStore`): in memory for
+``MemoryStore``, side files for ``FileStore``, a collection for ``MongoStore``; worker and client
+find it from the store they already share.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from ..ai.messages import Message
 
-__all__ = ["Delta", "apply_patch", "diff_patch"]
+__all__ = [
+    "Cursor",
+    "Delta",
+    "DeltaChannel",
+    "DeltaKey",
+    "LiveStore",
+    "apply_patch",
+    "diff_patch",
+]
 
-_GROWING = {"text": "text", "thinking": "thinking"}
+Cursor = tuple[int, int]
+"""``(attempt, seq)`` of the last delta a reader took; ``(0, 0)`` before the first."""
+
+
+@dataclass(frozen=True)
+class DeltaKey:
+    """One model reply: its run and the event position of its ``message_start``."""
+
+    session_id: str
+    run_id: str
+    position: int
+
+    def name(self) -> str:
+        """A string key, unique per reply (session IDs have no ``/``; positions are padded)."""
+        return f"{self.session_id}/{self.run_id}/{self.position:09d}"
 
 
 class Delta(BaseModel):
@@ -26,6 +60,30 @@ class Delta(BaseModel):
     head: dict[str, Any] | None = None
     size: int = 0
     ops: list[tuple[int, str, Any]] = Field(default_factory=list)
+
+
+class DeltaChannel(Protocol):
+    """Where a ``call_model`` activity publishes its reply's deltas and clients read them."""
+
+    async def publish(self, key: DeltaKey, delta: Delta) -> None:
+        """Store one delta; may raise (the writer then stops publishing for its attempt)."""
+
+    async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        """Deltas past ``after`` in ``(attempt, seq)`` order (``[]`` once cleared)."""
+
+    async def clear(self, key: DeltaKey) -> None:
+        """Drop a reply's deltas (its message is stored)."""
+
+
+@runtime_checkable
+class LiveStore(Protocol):
+    """A store that carries live deltas beside its sessions: one channel per store object, so
+    every worker and client holding that store (or one on the same backend) meets there."""
+
+    def live_deltas(self) -> DeltaChannel: ...
+
+
+_GROWING = {"text": "text", "thinking": "thinking"}
 
 
 def _split(message: Message | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

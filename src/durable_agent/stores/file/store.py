@@ -1,4 +1,4 @@
-"""FileStore: one append-only JSON Lines file per session (SPEC §2.2).
+"""FileStore: one append-only JSON Lines file per session (docs/design.md#file-store).
 
 ``<root>/<session_id>.jsonl`` starts with a ``session_init`` header line; every later line is
 one ``encode_entry`` object plus ``\\n``. The format is chosen so that a crash at any moment
@@ -13,37 +13,37 @@ holds an exclusive ``flock`` on the root directory while it writes the header; a
 missing or torn header waits on that lock once and looks again, so it never mistakes a session being
 created for a corrupt one. All blocking I/O runs in a worker thread.
 
-The store is split along its seams: ``file_prefix`` (is a torn line a JSON prefix?),
-``file_lines`` (what each line means), ``file_index`` (the cached append-side ID index),
-``file_io`` (locks, whole writes, worker threads) and this module (the store's verbs).
+The store is split along its seams: ``lines`` (what each line means, and whether a torn one is a
+JSON prefix), ``index`` (the cached append-side ID index), ``io`` (locks, whole writes, worker
+threads), ``deltas`` (the live-delta side files) and this module (the store's verbs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ..ai.timefmt import utc_now
-from ..session.appendplan import encode_batch, plan_append
-from ..session.entries import Entry
-from ..session.errors import (
+from ...ai.timefmt import utc_now
+from ...session.appendplan import encode_batch, plan_append
+from ...session.entries import Entry
+from ...session.errors import (
     CorruptSessionError,
     InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from ..session.ids import validate_session_id
-from ..session.record import SessionRecord
-from ..session.store import DEFAULT_PAGE, check_page, newest_first
-from .file_index import Index, covers, digest, reencode_line, scan_ids
-from .file_io import (
+from ...session.ids import validate_session_id
+from ...session.record import SessionRecord
+from ...session.store import DEFAULT_PAGE, check_page, newest_first
+from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
+from .deltas import FileDeltas
+from .index import Index, IndexCache, covers, digest, reencode_line, scan_ids
+from .io import (
     FILE_MODE,
     append_all,
     ensure_root,
@@ -53,15 +53,12 @@ from .file_io import (
     posix_locks,
     write_all,
 )
-from .file_lines import HeaderProblem, Tail, decode_lines, header_bytes, parse_header, read_lines
-from .file_prefix import is_json_prefix
-from .memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
+from .lines import HeaderProblem, Tail, decode_lines, header_bytes, parse_header, read_lines
 
-__all__ = ["FileStore", "is_json_prefix"]
+__all__ = ["FileStore"]
 
 T = TypeVar("T")
 
-_INDEX_CACHE_SIZE = 256
 _CONFLICT = "\x00stored entry differs"
 """What ``plan_append`` sees for a stored ID whose encoding differs: never equal to a wire."""
 
@@ -85,8 +82,8 @@ class FileStore:
         self._root = Path(root)
         self._fsync = fsync
         self._max_entry_bytes = max_entry_bytes
-        self._cache: OrderedDict[Path, Index] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._indexes = IndexCache()
+        self._deltas: FileDeltas | None = None
 
     @property
     def root(self) -> Path:
@@ -96,6 +93,12 @@ class FileStore:
     def path(self, session_id: str) -> Path:
         """The file of ``session_id`` (validated first, so no ID ever escapes ``root``)."""
         return self._root / f"{validate_session_id(session_id)}.jsonl"
+
+    def live_deltas(self) -> FileDeltas:
+        """This store's live-delta channel: side files under ``root`` (one per store object)."""
+        if self._deltas is None:
+            self._deltas = FileDeltas(self._root)
+        return self._deltas
 
     # -- protocol ----------------------------------------------------------------------------------
 
@@ -171,7 +174,7 @@ class FileStore:
                 path.unlink()
         finally:
             os.close(fd)
-            self._forget(path)
+            self._indexes.forget(path)
         if self._fsync:
             dirfd = open_dir(self._root)
             try:
@@ -310,7 +313,7 @@ class FileStore:
         try:
             append_all(fd, b"".join(lines), size=index.end, sync=self._fsync)
         except BaseException:
-            self._forget(path)  # the rollback itself may have failed: rescan next time
+            self._indexes.forget(path)  # the rollback itself may have failed: rescan next time
             raise
         for (entry, _), line in zip(todo, lines, strict=True):
             index.ids.setdefault(entry.id, (index.end, digest(line[:-1]), index.lines + 1))
@@ -326,7 +329,7 @@ class FileStore:
         file_key = (st.st_dev, st.st_ino)
         if st.st_size == 0:
             raise HeaderProblem("empty file")
-        index = self._cached(path)
+        index = self._indexes.get(path)
         if index is None or not covers(fd, index, file_key, st.st_size):
             index = Index(file_key)
         if index.end < st.st_size:
@@ -337,7 +340,7 @@ class FileStore:
             index.end, index.lines = scan.end, scan.lines
             if scan.tail is not None:
                 self._repair(fd, session_id, index, scan.tail)
-        self._remember(path, index)
+        self._indexes.put(path, index)
         return index
 
     def _repair(self, fd: int, session_id: str, index: Index, tail: Tail) -> None:
@@ -372,21 +375,3 @@ class FileStore:
             return reencode_line(fd, known[0]) or _CONFLICT
 
         return stored
-
-    def _cached(self, path: Path) -> Index | None:
-        with self._cache_lock:
-            index = self._cache.get(path)
-            if index is not None:
-                self._cache.move_to_end(path)
-            return index
-
-    def _forget(self, path: Path) -> None:
-        with self._cache_lock:
-            self._cache.pop(path, None)
-
-    def _remember(self, path: Path, index: Index) -> None:
-        with self._cache_lock:
-            self._cache[path] = index
-            self._cache.move_to_end(path)
-            while len(self._cache) > _INDEX_CACHE_SIZE:
-                self._cache.popitem(last=False)

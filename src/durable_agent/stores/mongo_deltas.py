@@ -1,4 +1,4 @@
-"""The delta channel of a MongoStore: one small collection next to the store's own.
+"""The live-delta channel of a MongoStore: one small collection next to the store's own.
 
 One document per published delta, ``{_id: "<key>/<attempt>/<seq>", k: "<key>", at, d}``, with
 attempt and seq zero-padded so ``_id`` order is ``(attempt, seq)`` order. An index on ``k`` finds a
@@ -6,7 +6,7 @@ reply's deltas, a TTL index on ``at`` expires what a crashed worker never cleare
 TTL indexes: there the first delta of each reply deletes the expired ones); a stored reply's
 deltas are deleted by the worker shortly after it stores the message. The collection therefore
 only holds replies being streamed, which also keeps FerretDB (which scans for non-``_id``
-filters) fast.
+filters) fast (docs/design.md#live-deltas).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import OperationFailure
 
-from .channel import Cursor, DeltaKey
-from .patch import Delta
+from ..session.deltas import Cursor, Delta, DeltaKey
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
 

@@ -1,20 +1,24 @@
 """The append-side ID index of FileStore, cached per path and keyed by file identity and size.
 
-Idempotency (SPEC §2.1) needs the stored IDs of a session before every append. Reading the whole
-file each time would make appends O(session length), so a store keeps, per file, the IDs and line
-digests up to a known offset and reads only what was appended since (by anyone).
+Idempotency (docs/design.md#store-contract) needs the stored IDs of a session before every
+append. Reading the whole file each time would make appends O(session length), so a store keeps,
+per file, the IDs and line digests up to a known offset and reads only what was appended since
+(by anyone).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
-from ..session.codec import decode_entry, encode_entry
-from ..session.errors import EntryDecodeError
-from .file_lines import (
+from ...session.codec import decode_entry, encode_entry
+from ...session.errors import EntryDecodeError
+from .lines import (
     HeaderProblem,
     Tail,
     classify_tail,
@@ -26,7 +30,16 @@ from .file_lines import (
     repeated_id,
 )
 
-__all__ = ["Found", "Index", "Scan", "covers", "digest", "reencode_line", "scan_ids"]
+__all__ = [
+    "Found",
+    "Index",
+    "IndexCache",
+    "Scan",
+    "covers",
+    "digest",
+    "reencode_line",
+    "scan_ids",
+]
 
 
 def digest(data: bytes) -> bytes:
@@ -38,7 +51,7 @@ class Index:
     """Stored IDs of one file up to ``end`` (always just after a ``\\n``): ID → (offset, digest).
 
     Digests of the stored lines keep the cache small; a digest mismatch is settled by re-reading the
-    stored line and comparing ``encode_entry`` outputs, as SPEC §2.1 defines idempotency.
+    stored line and comparing ``encode_entry`` outputs, as the store contract defines idempotency.
     """
 
     file_key: tuple[int, int]
@@ -115,3 +128,30 @@ def reencode_line(fd: int, offset: int) -> str | None:
         return encode_entry(decode_entry(decode_text(raw.rstrip(b"\n"))))
     except (UnicodeDecodeError, EntryDecodeError):
         return None
+
+
+class IndexCache:
+    """The indexes of the most recently appended files, least recently used dropped first."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._indexes: OrderedDict[Path, Index] = OrderedDict()
+        self._lock = threading.Lock()  # blocking I/O (and so this cache) runs in worker threads
+
+    def get(self, path: Path) -> Index | None:
+        with self._lock:
+            index = self._indexes.get(path)
+            if index is not None:
+                self._indexes.move_to_end(path)
+            return index
+
+    def forget(self, path: Path) -> None:
+        with self._lock:
+            self._indexes.pop(path, None)
+
+    def put(self, path: Path, index: Index) -> None:
+        with self._lock:
+            self._indexes[path] = index
+            self._indexes.move_to_end(path)
+            while len(self._indexes) > self._size:
+                self._indexes.popitem(last=False)

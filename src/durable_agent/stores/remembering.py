@@ -1,0 +1,210 @@
+"""RememberingStore: a store wrapper that remembers the entries it saw stored, per session, so
+a worker builds a run's path without loading the session (docs/design.md#worker-memory).
+
+Every model call needs the path from the session's root to the run's leaf. Loading it means
+reading and decoding the whole session, which made each turn slower than the last. But a worker
+wrote most of those entries itself, moments before: the run's input and repairs, the model's
+replies and the tool results. So the wrapper remembers every entry that went through it, and
+:meth:`RememberingStore.path` answers from memory when the leaf's whole ancestry is remembered;
+otherwise (another worker wrote part of it, or this one restarted) it loads the session once and
+remembers what it read.
+
+Why a remembered path is exact: stored entries never change (the log is append-only, the first
+writer wins) and a path is fixed by its leaf's parent links. An entry is remembered only after the
+store accepted it (an append returned) or returned it (a load), and as its stored encoding decodes,
+so a path built here is the one a load would build. Deleting or creating a session through the
+wrapper forgets what it held of that ID, and a load racing a delete is not remembered.
+
+Memory is bounded in bytes of encoded entries across sessions, and in sessions; the least
+recently used sessions go first, and a session larger than the whole bound is not remembered
+(its paths are always loaded). ``max_bytes=0`` remembers nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import Entry
+from ..session.record import SessionRecord
+from ..session.store import RetentionStore, Store
+from ..session.tree import path as tree_path
+
+__all__ = ["DEFAULT_KNOWN_ENTRIES", "MAX_SESSIONS", "RememberingStore"]
+
+DEFAULT_KNOWN_ENTRIES = 64 * 1024 * 1024
+"""Bytes of encoded entries a worker remembers across sessions (``create_worker(known_entries=)``):
+64 MiB holds about 100,000 chat-sized entries."""
+
+MAX_SESSIONS = 1024
+"""Sessions remembered at most, whatever their size."""
+
+
+@dataclass
+class _Session:
+    """What is remembered of one session: its entries by ID, each with its encoded size."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+
+    def add(self, entry: Entry, size: int) -> None:
+        self.sizes[entry.id] = size  # first: a reader that finds the entry finds its size
+        self.entries[entry.id] = entry
+        self.bytes += size
+
+
+def _size(wire: str) -> int:
+    return len(wire.encode("utf-8"))
+
+
+class RememberingStore:
+    """A :class:`~durable_agent.session.Store` over ``store`` that remembers what it stores and
+    loads (module doc). ``delete_session`` forgets the session; every other public attribute of
+    ``store`` (``load_session``, ``list_sessions``, ``live_deltas``, ``root``…) passes through
+    unchanged. Remembered entries are shared, not copied: treat what ``path`` returns as
+    read-only."""
+
+    def __init__(self, store: Store, *, max_bytes: int = DEFAULT_KNOWN_ENTRIES) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"max_bytes must be an integer >= 0, got {max_bytes!r}")
+        self.store = store
+        self.max_bytes = max_bytes
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._held = 0
+        self._deletes = 0
+        """Deletes so far: an append or load that overlapped one is not remembered."""
+        self._lock = threading.Lock()  # activities may run in threads (sync activity executors)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.store, name)
+
+    # -- the store protocol, remembering ----------------------------------------------------------
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        record = await self.store.create_session(session_id, parent_id)
+        with self._lock:  # a new session: nothing remembered under its ID belongs to it
+            self._drop(session_id)
+        return record
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        """The store's load; remembered as the session's whole content."""
+        deletes = self._deletes
+        entries = await self.store.load_entries(session_id)
+        if self.max_bytes:
+            self._replace(session_id, entries, deletes)
+        return entries
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        """The store's append; once it returns, the batch is remembered as a load returns it."""
+        deletes = self._deletes
+        await self.store.append_entries(session_id, entries)
+        if self.max_bytes:
+            self._add(session_id, entries, deletes)
+
+    async def delete_session(self, session_id: str) -> None:
+        """The store's delete; the session is forgotten whatever the outcome."""
+        if not isinstance(self.store, RetentionStore):
+            raise TypeError(f"{type(self.store).__name__} cannot delete sessions")
+        retention = self.store
+        with self._lock:
+            self._deletes += 1
+            self._drop(session_id)
+        try:
+            await retention.delete_session(session_id)
+        finally:
+            with self._lock:
+                self._deletes += 1
+                self._drop(session_id)
+
+    # -- paths -------------------------------------------------------------------------------------
+
+    async def path(self, session_id: str, leaf_id: str) -> list[Entry]:
+        """Root-to-leaf path of ``leaf_id``: from memory when every entry from the leaf up to a
+        root is remembered, else from one load. ``[]`` for ``""`` and for a leaf the session
+        does not hold."""
+        if not leaf_id:
+            return []
+        with self._lock:
+            known = self._sessions.get(session_id)
+            if known is not None:
+                self._sessions.move_to_end(session_id)
+                remembered = tree_path(known.entries, leaf_id)
+                # complete when the walk reached a root; it stops early at an entry not
+                # remembered (or at a parent cycle, which a load walks the same way)
+                if remembered and remembered[0].parent_id is None:
+                    return remembered
+        return tree_path(await self.load_entries(session_id), leaf_id)
+
+    def remembered_bytes(self) -> int:
+        """Encoded bytes of the entries remembered, across sessions."""
+        return self._held
+
+    # -- memory ------------------------------------------------------------------------------------
+
+    def _add(self, session_id: str, entries: Sequence[Entry], deletes: int) -> None:
+        with self._lock:
+            known = self._sessions.get(session_id)
+            # first writer wins: an ID remembered already holds what is stored under it
+            todo = [e for e in entries if known is None or e.id not in known.entries]
+        fresh: list[tuple[Entry, int]] = []
+        seen: set[str] = set()
+        for entry in todo:  # encoded outside the lock
+            if entry.id not in seen:  # a repeat within the batch was stored as the first
+                seen.add(entry.id)
+                wire = encode_entry(entry)
+                fresh.append((decode_entry(wire), _size(wire)))
+        with self._lock:
+            if deletes != self._deletes:
+                return
+            known = self._sessions.setdefault(session_id, _Session())
+            self._sessions.move_to_end(session_id)
+            before = known.bytes
+            for entry, size in fresh:
+                if entry.id not in known.entries:
+                    known.add(entry, size)
+            self._held += known.bytes - before
+            self._trim(session_id, known)
+
+    def _replace(self, session_id: str, entries: list[Entry], deletes: int) -> None:
+        """Remember exactly what a whole-session load returned."""
+        with self._lock:
+            old = self._sessions.get(session_id)
+        fresh = _Session()
+        for entry in entries:
+            if entry.id in fresh.entries:
+                continue
+            if old is not None and old.entries.get(entry.id) == entry:
+                size = old.sizes[entry.id]  # equal entries encode equally: no encode needed
+            else:
+                size = _size(encode_entry(entry))
+            fresh.add(entry, size)
+            if fresh.bytes > self.max_bytes:
+                break  # too large to remember: not worth measuring further
+        with self._lock:
+            if deletes != self._deletes:
+                return
+            self._drop(session_id)
+            self._sessions[session_id] = fresh
+            self._held += fresh.bytes
+            self._trim(session_id, fresh)
+
+    def _trim(self, grown: str, known: _Session) -> None:
+        """After ``grown`` grew: drop it if it alone is over the bound, then the least recently
+        used sessions until memory fits."""
+        if known.bytes > self.max_bytes:
+            self._drop(grown)
+        while self._held > self.max_bytes or len(self._sessions) > MAX_SESSIONS:
+            _, dropped = self._sessions.popitem(last=False)
+            self._held -= dropped.bytes
+
+    def _drop(self, session_id: str) -> None:
+        dropped = self._sessions.pop(session_id, None)
+        if dropped is not None:
+            self._held -= dropped.bytes
