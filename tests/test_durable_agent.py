@@ -1,4 +1,4 @@
-"""The durable agent API (SPEC §4.1 to §4.5, §4.9 to §4.11): new, factory, inputs, persist, append,
+"""The durable agent API (docs/design.md#handle-and-engine): new, factory, inputs, persist, append,
 reads, close, the busy rule, errors.
 
 Scenarios that need only a scripted model, tools and plain options go through ``harness.open`` so
@@ -219,7 +219,7 @@ async def test_new_never_writes_or_repairs(store: Store) -> None:
 
 
 async def test_two_handles_grow_sibling_branches(harness: Harness, store: Store) -> None:
-    """SPEC §7.6: instances are untracked; each appends from its own leaf."""
+    """Handles are untracked: each appends from its own leaf (docs/design.md#handle-and-engine)."""
     seed = await harness.open(["seed answer"], store=store, session_id="shared")
     await (await seed.run("seed question")).wait()
     answer_id = seed.leaf_id

@@ -1,5 +1,5 @@
 """Continue-as-new forced every 2 turns: positions, receipts and the result stay continuous
-(SPEC §7.4, §7.6)."""
+(docs/design.md#receipts, docs/design.md#temporal)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ async def test_a_stream_that_falls_behind_continue_as_new_raises_event_gap(
     temporal_client: Client,
 ) -> None:
     """Events a client never received and the workflow no longer retains: EventGapError; the
-    store is complete anyway (SPEC §7.4)."""
+    store is complete anyway (docs/design.md#receipts)."""
     script = [Reply.call("count", {"n": i}, id=f"g{i}") for i in range(1, 5)]
     lm = ScriptedModel([*script, "done"])
     store, q = MemoryStore(), queue()

@@ -1,4 +1,4 @@
-"""Bodies left out of recorded events are put back exactly (issue 16 items 1-2): a turn with a
+"""Bodies left out of recorded events are put back exactly: a turn with a
 hook-injected input, a large reply with tool calls, and two results whose ends interleave."""
 
 from __future__ import annotations

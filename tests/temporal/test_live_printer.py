@@ -1,4 +1,4 @@
-"""The CLI's run printer on live Temporal replies (issue 13 item 4): tokens reach the terminal as
+"""The CLI's run printer on live Temporal replies: tokens reach the terminal as
 they stream from the worker, and a restarted reply starts its line over."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Queries and operations: ``state()``, ``events(after)``, the search attribute, workflow IDs,
-attaching by run ID, UI-style starts and unknown agents (SPEC §7.1, §7.4)."""
+attaching by run ID, UI-style starts and unknown agents (docs/design.md#temporal,
+docs/design.md#receipts)."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
     assert final.new_entry_ids == [e.id for e in stored]
     assert final.leaf_id == stored[-1].id == agent.leaf_id
 
-    # updates come from the live delta channel (issue 13), never from the query
+    # updates come from the live delta channel, never from the query
     recorded = [t for t in outcome.types() if t != "message_update"]
     positions = [e.position for e in everything.events]
     assert positions == list(range(1, len(recorded) + 1))
@@ -147,14 +148,14 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         data = e["markerRecordedEventAttributes"]["details"]["data"]["payloads"][0]["data"]
         return str(json.loads(base64.b64decode(data))["activity_type"])
 
-    # and the stores say what they store (issue 15 item 6)
+    # and the stores say what they store
     store_summaries = [
         json.loads(base64.b64decode(e["userMetadata"]["summary"]["data"]))
         for e in [*scheduled, *local]
         if kind(e) == "durable_agent.append_entries"
     ]
     # model replies and a lone tool call's result are stored by their producing activity
-    # (SPEC §7.2): no append for them
+    # (docs/design.md#stamps-and-producers): no append for them
     assert store_summaries == ["store input"]
 
 

@@ -1,6 +1,6 @@
-"""Every message size up to the documented limit passes through a run, continue-as-new and the
-event stream; just over it raises PayloadTooLargeError and stores nothing of it (SPEC §7.3,
-issue 16 items 1-3)."""
+"""Every message size up to the documented limit passes through a run, continue-as-new and the event
+stream; just over it raises PayloadTooLargeError and stores nothing of it
+(docs/design.md#bounded-history)."""
 
 from __future__ import annotations
 

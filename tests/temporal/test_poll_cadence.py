@@ -1,8 +1,8 @@
-"""How often a client asks for a run's events: after an answer that caught up with everything
-the workflow recorded, the next query waits its poll interval (or for the run's end) instead of
+"""How often a client asks for a run's events: after an answer that caught up with everything the
+workflow recorded, the next query waits its poll interval (or for the run's end) instead of
 following at once. The immediate follow-up came back empty nearly every time, yet each cost a
-workflow activation on the worker and work on the server (issue 10: the machine a turn runs on
-is the one answering these). An answer cut short by its size budget is still followed at once.
+workflow activation on the worker and work on the server (the machine a turn runs on is the one
+answering these). An answer cut short by its size budget is still followed at once.
 """
 
 from __future__ import annotations

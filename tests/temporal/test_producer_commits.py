@@ -1,6 +1,6 @@
-"""Producer-committed replies (SPEC §7.2, §7.5): ``call_model`` stores its own reply under the
-workflow's stamp, so a model turn costs one activity; a retry whose stamp is stored makes no
-model call, and a zombie attempt that stored first wins."""
+"""Producer-committed replies (docs/design.md#stamps-and-producers, docs/design.md#cancellation):
+``call_model`` stores its own reply under the workflow's stamp, so a model turn costs one activity;
+a retry whose stamp is stored makes no model call, and a zombie attempt that stored first wins."""
 
 from __future__ import annotations
 

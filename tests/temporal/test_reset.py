@@ -1,4 +1,4 @@
-"""What an operator's ``temporal workflow reset`` of a run leaves in the session (issue 15 item 8).
+"""What an operator's ``temporal workflow reset`` of a run leaves in the session.
 
 A reset is a **retry of that run from the leaf it started at**: what the run stored before the
 reset point stays, everything after it is produced again under fresh entry IDs (Temporal gives

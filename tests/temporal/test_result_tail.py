@@ -1,4 +1,4 @@
-"""A finished run's result carries its last events (issue 10 item 3): a client that learns of the
+"""A finished run's result carries its last events: a client that learns of the
 end from the result long poll takes the events it has not seen from there, and queries a closed
 workflow (which a worker answers only by replaying its whole history) only when the tail does not
 reach back far enough."""

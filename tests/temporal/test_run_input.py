@@ -1,4 +1,4 @@
-"""Run input from operators (issue 11 items 9 and 10), on the real Temporal dev server.
+"""Run input from operators, on the real Temporal dev server.
 
 - Any input problem fails the run workflow at once with a non-retryable ``InvalidRunInput``
   naming the field, before anything is stored; the workflow task never fails (Temporal would

@@ -1,5 +1,5 @@
 """A handle whose stream broke while its run goes on stays busy until the run ends, then takes
-its log and leaf from the store: a second run never branches from a stale leaf (issue 16 item 4).
+its log and leaf from the store: a second run never branches from a stale leaf.
 
 The stream breaks for real: the client's ``events`` queries are held (a client interceptor,
 the client is otherwise the real one) while the run continues-as-new past them, so the first

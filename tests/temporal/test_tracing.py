@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of runs (issue 15 item 11): ``connect(..., interceptors=[...])`` with
+"""OpenTelemetry tracing of runs: ``connect(..., interceptors=[...])`` with
 ``temporalio.contrib.opentelemetry``'s interceptor (the ``otel`` extra) gives one trace per run
 holding the run's workflow span and its model, tool and store activity spans, exported here to
 the SDK's in-memory exporter."""

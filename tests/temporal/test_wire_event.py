@@ -1,4 +1,4 @@
-"""``WireEvent`` is derived from ``Event`` (issue 14 item 4), and its encoding is the one recorded
+"""``WireEvent`` is derived from ``Event``, and its encoding is the one recorded
 in workflow histories: same bytes, same field order, so recorded runs replay and old query
 answers and continue-as-new inputs still decode."""
 

@@ -1,4 +1,4 @@
-"""``durable-agent worker --check`` proves polling via describe_task_queue (issue 15.13)."""
+"""``durable-agent worker --check`` proves polling via describe_task_queue."""
 
 from __future__ import annotations
 

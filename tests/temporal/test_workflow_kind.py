@@ -1,5 +1,5 @@
-"""``DurableAgentKind``: runs are separable from a session's publish and compaction workflows
-(issue 15.7), both for workflows the library starts and for an operator's UI-style start."""
+"""``DurableAgentKind``: runs are separable from a session's publish and compaction workflows,
+both for workflows the library starts and for an operator's UI-style start."""
 
 from __future__ import annotations
 
