@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityHandle
 
 from ..ai.messages import Message
 from ..durable.errors import PersistError
@@ -40,6 +42,7 @@ __all__ = [
     "ActivityBase",
     "heartbeating",
     "is_retry",
+    "producer_answer",
 ]
 
 logger = logging.getLogger("durable_agent.activities")
@@ -189,6 +192,38 @@ class ActivityBase:
             ) from exc
         assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
         return stored
+
+
+T = TypeVar("T")
+
+
+async def producer_answer(handle: ActivityHandle[T]) -> T:
+    """A producing activity's answer (workflow side), even when the run's cancellation arrives
+    with it.
+
+    A producer commits its output under a header the run reserved, so its answer must reach the
+    engine whatever happens. Awaited directly, an answer that arrives in the same workflow
+    activation as the run's cancellation is dropped for the ``CancelledError`` (the SDK raises
+    the cancellation over a completed activity), and the store would hold an entry the run never
+    recorded. So the activity runs as its own handle and the cancellation interrupts only the
+    wait: an answer already on its way is taken; otherwise the activity is asked to stop (it
+    waits for its cancellation to complete, so it answers what it stored meanwhile, or fails as
+    cancelled). The caller checks ``workflow.cancellation_reason()`` to go on cancelling."""
+    try:
+        return await asyncio.shield(handle)
+    except asyncio.CancelledError:
+        for _ in range(3):  # an answer of this activation reaches the handle within a few steps
+            if handle.done():
+                break
+            await asyncio.sleep(0)
+        if not handle.done():
+            handle.cancel()
+    while True:
+        try:
+            return await asyncio.shield(handle)
+        except asyncio.CancelledError:
+            if handle.done():
+                raise  # the activity ended cancelled
 
 
 def is_retry() -> bool:

@@ -33,7 +33,7 @@ from ..session.codec import decode_entry
 from ..session.deltas import DeltaKey
 from ..session.entries import Entry
 from ..session.views import run_view
-from .base import CALL_GRACE, ActivityBase, heartbeating
+from .base import CALL_GRACE, ActivityBase, heartbeating, producer_answer
 from .contracts import CallModelInput, ModelReply, Timeouts
 from .failures import activity_failure, application_error, is_cancellation, model_error
 from .spec import AgentSpec
@@ -187,7 +187,7 @@ class ActivityModel:
         yield ModelEvent(type="start", partial=Message(role="assistant"))
         engine, t = self.engine, self.timeouts
         try:
-            reply = await workflow.execute_activity_method(
+            call = workflow.start_activity_method(
                 ModelActivity.call_model,
                 self.call_input(engine.reserve()),
                 start_to_close_timeout=timedelta(seconds=t.model_start_to_close),
@@ -196,6 +196,7 @@ class ActivityModel:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"model call (turn {engine.turn_count + 1})",
             )
+            reply = await producer_answer(call)
         except ActivityError as exc:
             if is_cancellation(exc) or workflow.cancellation_reason() is not None:
                 # cancelled; or the user cancelled while the call could not answer (its worker

@@ -45,7 +45,14 @@ from ..durable.errors import PayloadTooLargeError
 from ..durable.persist import Header
 from ..session.entries import MessageEntry
 from ..session.errors import EntryTooLargeError
-from .base import CALL_GRACE, STORE_GRACE, ActivityBase, heartbeating, is_retry
+from .base import (
+    CALL_GRACE,
+    STORE_GRACE,
+    ActivityBase,
+    heartbeating,
+    is_retry,
+    producer_answer,
+)
 from .contracts import CallToolInput, Timeouts, ToolInfo, ToolReply
 from .failures import PAYLOAD_TOO_LARGE, activity_failure, is_cancellation
 from .spec import AgentSpec
@@ -206,26 +213,14 @@ class ActivityTools:
         parallel = self._parallel(calls)
         stamp = None if parallel else self.engine.reserve()
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
-        t = self.timeouts
+        inp = CallToolInput(
+            session_id=self.session_id,
+            agent=self.agent,
+            call=call.model_dump(mode="json"),
+            stamp=stamp,
+        )
         try:
-            reply = await workflow.execute_activity_method(
-                ToolActivity.call_tool,
-                CallToolInput(
-                    session_id=self.session_id,
-                    agent=self.agent,
-                    call=call.model_dump(mode="json"),
-                    stamp=stamp,
-                ),
-                start_to_close_timeout=timedelta(seconds=info.timeout),
-                heartbeat_timeout=timedelta(seconds=t.tool_heartbeat),
-                retry_policy=tool_retry(info, t),
-                # a stamped attempt may commit while a cancel is on its way: wait for its
-                # outcome, so a stored result gets its receipt instead of a cancelled sibling
-                cancellation_type=ActivityCancellationType.TRY_CANCEL
-                if stamp is None
-                else ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"tool {call.name}" + ("" if stamp is None else " (stores its result)"),
-            )
+            reply = await self._call(info, inp)
         except ActivityError as exc:
             if is_cancellation(exc):
                 raise asyncio.CancelledError() from exc
@@ -248,6 +243,27 @@ class ActivityTools:
         if parallel:
             await self._batch(calls, call.id, result)
         return result
+
+    async def _call(self, info: ToolInfo, inp: CallToolInput) -> ToolReply:
+        """Schedule ``call_tool``; a stamped call waits for the outcome of its cancellation, so
+        a result stored meanwhile gets its receipt instead of a cancelled sibling."""
+        t = self.timeouts
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=info.timeout),
+            "heartbeat_timeout": timedelta(seconds=t.tool_heartbeat),
+            "retry_policy": tool_retry(info, t),
+            "summary": f"tool {info.name}" + (" (stores its result)" if inp.stamp else ""),
+        }
+        if inp.stamp is None:
+            reply: ToolReply = await workflow.execute_activity_method(
+                ToolActivity.call_tool, inp, **options
+            )
+            return reply
+        cancellation = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        handle = workflow.start_activity_method(
+            ToolActivity.call_tool, inp, cancellation_type=cancellation, **options
+        )
+        return await producer_answer(handle)
 
     async def _batch(self, calls: list[ToolCall], call_id: str, result: Message) -> None:
         """Keep a parallel call's result; the last of the turn commits them all, in call order
