@@ -247,7 +247,7 @@ async def bench_deltas(client: Client, root: Path, *, turns: int = 10) -> dict[s
     from tests.support.ferretdb import start_ferretdb
 
     from durable_agent.stores.mongo import MongoStore
-    from durable_agent.streaming.mongo_deltas import MongoDeltas
+    from durable_agent.stores.mongo.deltas import MongoDeltas
 
     root.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
     ferret = start_ferretdb(root / "ferretdb")

@@ -33,7 +33,7 @@ def channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
         return MemoryDeltas()
     if request.param == "file":
         return FileDeltas(tmp_path)
-    from durable_agent.streaming.mongo_deltas import MongoDeltas
+    from durable_agent.stores.mongo.deltas import MongoDeltas
 
     return MongoDeltas(request.getfixturevalue("mongo_database"))
 

@@ -44,9 +44,7 @@ def channel_for(store: Store) -> DeltaChannel | None:
         from ..stores.mongo import MongoStore
 
         if isinstance(store, MongoStore):
-            from .mongo_deltas import MongoDeltas
-
-            channel = MongoDeltas(store.database)
+            channel = store.live_deltas()
     if channel is not None:
         _channels[store] = channel
     return channel
