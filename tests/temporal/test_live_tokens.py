@@ -23,9 +23,8 @@ from durable_agent import Event, Reply, RunStream, ScriptedModel, ToolCall, new,
 from durable_agent.ai.messages import Message
 from durable_agent.session import Store
 from durable_agent.stores import FileStore
-from durable_agent.stores.mongo import MongoStore
+from durable_agent.stores.mongo import MongoDeltas, MongoStore
 from durable_agent.streaming import FileDeltas, channel_for
-from durable_agent.stores.mongo.deltas import MongoDeltas
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.live_worker import AGENT, LIVE_TEXT, MARKER
 from tests.support.polling import eventually
