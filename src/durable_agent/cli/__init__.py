@@ -8,7 +8,7 @@ stores are built only in the worker process that uses them).
 
 This module imports nothing beyond the standard library at its top level: an app module imports
 :class:`App` with only the ``temporal`` extra installed, and the script's entry point
-(:mod:`durable_agent.cli.main`), which runs after this package is imported, can still say which
+(:mod:`durable_agent.cli.__main__`), which runs after this package is imported, can still say which
 extra is missing. The commands themselves live in the package's modules, one per command group.
 """
 

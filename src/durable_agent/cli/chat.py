@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from typing import Annotated
 
 import typer
@@ -20,7 +19,6 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..ai import ModelError
-from ..ai.redaction import configured_secrets, redact
 from ..durable import Agent, AgentError, RunCancelledError, new
 from ..session import (
     Entry,
@@ -49,6 +47,7 @@ from .render import (
     entry_label,
     flags_from,
     guard,
+    print_error,
     render_transcript,
     render_tree,
 )
@@ -320,8 +319,7 @@ def run_chat(
                         f"at leaf {escape(chat.agent.leaf_id)}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
-                    shown = redact(str(exc), configured_secrets(os.environ))
-                    console.print(Text.assemble(("error: ", "red"), shown), soft_wrap=True)
+                    print_error(console, str(exc))
         finally:
             if chat.created:  # nothing was said: leave no empty session behind
                 runner.run(drop_if_empty(chat.opened, session_id))

@@ -32,7 +32,7 @@ from ..stores import FileStore
 from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
 from .config import DEMO_APP, data_dir
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
-from .dev import DevServer, advertise, start_dev_server
+from .dev import DevServer, advertise, start_dev_server, workflows_url
 from .processes import (
     ManagedProcess,
     ProcessError,
@@ -299,7 +299,7 @@ async def _show_tree_and_ui(
     runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
     console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
     if server.ui_url:
-        console.print(f"  [bold link]{server.workflows_url(session_id)}[/]", soft_wrap=True)
+        console.print(f"  [bold link]{workflows_url(server.ui_url, session_id)}[/]", soft_wrap=True)
         if not keep:
             console.print(
                 "  (the server stops with the demo; `durable-agent demo --keep` or "

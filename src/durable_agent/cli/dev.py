@@ -104,10 +104,6 @@ class DevServer:
     ui_url: str
     process: ManagedProcess | None
 
-    def workflows_url(self, session_id: str) -> str:
-        """The UI's workflow list filtered to one session's runs."""
-        return workflows_url(self.ui_url, session_id)
-
 
 def workflows_url(ui_url: str, session_id: str, namespace: str = "default") -> str:
     """The Web UI's workflow list filtered to one session's runs (publish and compaction

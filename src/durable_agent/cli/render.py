@@ -59,6 +59,7 @@ __all__ = [
     "fail",
     "flags_from",
     "guard",
+    "print_error",
     "print_json",
     "render_transcript",
     "render_tree",
@@ -88,11 +89,16 @@ def flags_from(
     return TemporalFlags(address=address, namespace=namespace, profile=profile)
 
 
+def print_error(out: Console, message: str) -> None:
+    """``error: message`` as plain text (never markup: error text can hold ``[/]`` or
+    ``[redacted]``), without the keys this process holds."""
+    message = redact(message, configured_secrets(os.environ))
+    out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+
+
 def fail(code: int, message: str) -> NoReturn:
-    """Print ``error: message`` as plain text (never markup: error text can hold ``[/]`` or
-    ``[redacted]``), then what the command was talking to, and exit with ``code``."""
-    message = redact(message, configured_secrets(os.environ))  # the keys this process holds
-    err.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+    """Print the error, then what the command was talking to, and exit with ``code``."""
+    print_error(err, message)
     for line in TARGET.lines():
         err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
     raise typer.Exit(code)
