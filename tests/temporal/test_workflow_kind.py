@@ -1,5 +1,5 @@
-"""``DurableAgentKind``: runs are separable from a session's publish and compaction workflows
-(issue 15.7), both for workflows the library starts and for an operator's UI-style start."""
+"""``DurableAgentKind``: runs are separable from a session's publish and compaction workflows,
+both for workflows the library starts and for an operator's UI-style start."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel, new, text
-from durable_agent.cli.procs import workflows_url
+from durable_agent.cli.dev import workflows_url
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, RunResult, run_workflow_id
 from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE, KIND_KEY
