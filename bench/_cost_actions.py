@@ -6,13 +6,15 @@ every successful billable call (``common/rpc/interceptor/telemetry.go``): a work
 scheduled activity (and one per retried attempt, ``activity_retry``), one ``command_BatchMarkers``
 per workflow task that records markers (local activities), a heartbeat that reaches the server, a
 query (but the SDK's metadata query), a signal, an accepted or rejected update, a timer, a search
-attribute upsert, a continue-as-new, a child workflow (two). :func:`scrape` reads the counter by
-``action_type`` for one namespace; :func:`by_kind` groups the labels into the kinds the tables show.
+attribute upsert (both sides' run workflows make one), a continue-as-new, a child workflow (two).
+:func:`scrape` reads the counter by ``action_type`` for one namespace; :func:`by_kind` groups the
+labels into the kinds the tables show.
 
 :func:`history_actions` counts what histories record of the same (starts, activities and their
-retries, marker-recording workflow tasks, timers, signals, accepted updates, the rest as
-``other``); queries are not in histories and are taken from the clients' own counts; heartbeats
-have no second source (only their throttled sends reach the server) and are compared with nothing.
+retries, marker-recording workflow tasks, timers, signals, accepted updates, search attribute
+upserts, the rest as ``other``); queries are not in histories and are taken from the clients' own
+counts; heartbeats have no second source (only their throttled sends reach the server) and are
+compared with nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ KINDS = (
     "updates",
     "signals",
     "timers",
+    "search-attribute upserts",
     "other",
 )
 
@@ -100,6 +103,7 @@ def kind_of(action_type: str) -> str:
         ("updates", ("updateworkflowexecution:",)),
         ("signals", ("signalworkflowexecution", "signalexternal")),
         ("timers", ("starttimer",)),
+        ("search-attribute upserts", ("upsertworkflowsearch", "modifyworkflowproperties")),
     )
     for kind, needles in rules:
         if any(n in key for n in needles):
@@ -162,13 +166,14 @@ def history_actions(events: Iterable[HistoryEvent]) -> Counter[str]:
             out["signals"] += 1
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             out["updates"] += 1
-        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-            out["other"] += 2
         elif t in (
             EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
             EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
-            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
         ):
+            out["search-attribute upserts"] += 1
+        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            out["other"] += 2
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             out["other"] += 1
     out["local-activity tasks"] += len(marker_tasks)
     return out

@@ -229,7 +229,7 @@ RATIOS = ("actions", "client CPU ms", "worker CPU ms")
 
 
 def row(label: str, cells: list[str]) -> None:
-    print(f"  {label:<32}" + "".join(f"{c:>22}" for c in cells))
+    print(f"  {label:<36}" + "".join(f"{c:>22}" for c in cells))
 
 
 def print_latency(latency: float, results: dict[str, list[dict[str, Any]]], turns: int) -> None:
