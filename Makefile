@@ -63,7 +63,7 @@ bench-peers: ferretdb $(PEERS_VENV)/.installed
 	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PEERS_VENV)/bin/python bench/peers/run.py
 
 # Temporal billable actions, client and worker CPU per conversation turn vs Pydantic AI, at 0, 1, 3
-# and 10 s of model latency (about 15 minutes); BEFORE=<rev> adds durable-agent as of <rev>.
+# and 10 s of model latency (about 14 minutes); BEFORE=<rev> adds durable-agent as of <rev>.
 bench-cost: $(PEERS_VENV)/.installed
 	$(PEERS_VENV)/bin/python bench/cost_bench.py $(if $(BEFORE),--before $(BEFORE))
 

@@ -18,7 +18,7 @@ conversation, the worker's between the two scrapes, both as each process reports
 ``--before REV`` runs durable-agent's variants twice, once from a ``git worktree`` of ``REV``
 (its ``src`` first on the subprocesses' ``PYTHONPATH``) and once from this tree, so figures before
 and after a change appear side by side. Prints one table per latency and writes
-``bench/results/cost.json``. The default run takes about 15 minutes (most of it the 10 s model).
+``bench/results/cost.json``. The default run takes about 14 minutes (most of it the 10 s model).
 
 Run: ``make bench-cost`` or ``.venv-peers/bin/python bench/cost_bench.py [--latencies 0,1]
 [--turns 20] [--reps 1] [--before REV]``.
