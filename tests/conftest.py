@@ -18,7 +18,7 @@ from tests.support.harness import LocalHarness
 from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
 from tests.support.temporal import TemporalHarness, temporal_environment
 
-STORE_KINDS = ["memory", "file", "mongo", "mongo_batch"]
+STORE_KINDS = ["memory", "file", "mongo"]
 
 
 async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
@@ -30,11 +30,7 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
     if kind == "mongo":
         from durable_agent.stores.mongo import MongoStore
 
-        return MongoStore(request.getfixturevalue("mongo_database"), layout="entry")
-    if kind == "mongo_batch":  # MongoStore's default batch layout
-        from durable_agent.stores.mongo import MongoStore
-
-        return MongoStore(request.getfixturevalue("mongo_database"), layout="batch")
+        return MongoStore(request.getfixturevalue("mongo_database"))
     raise ValueError(f"unknown store kind {kind!r}")
 
 

@@ -1,4 +1,4 @@
-"""The extras in pyproject.toml (issue 15.10): runtime extras carry no server binaries, and each
+"""The extras in pyproject.toml: runtime extras carry no server binaries, and each
 extra brings what its entry points import."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_runtime_extras_carry_no_server_binaries() -> None:
 
 
 def test_the_cli_extra_brings_the_temporal_sdk() -> None:
-    # every CLI command imports temporalio (durable_agent.cli.app -> workflows)
+    # every CLI command imports temporalio (durable_agent.cli.config -> workflows)
     extras = _extras()
     assert {"typer", "rich", "temporalio"} <= extras["cli"]
     assert "temporalio" in extras["temporal"] and "temporalio" in extras["dev"]
@@ -50,7 +50,7 @@ def test_dev_requirements_keep_the_binary_pins() -> None:
 # -- each extra alone, in a fresh environment ------------------------------------------------
 
 ENTRY = (
-    "import sys; from durable_agent.cli.entry import main; sys.argv[0] = 'durable-agent'; main()"
+    "import sys; from durable_agent.cli.__main__ import main; sys.argv[0] = 'durable-agent'; main()"
 )
 """What the ``durable-agent`` console script runs (its entry point in pyproject.toml)."""
 
@@ -81,7 +81,7 @@ CHECKS: dict[str, str] = {
         "from durable_agent.stores.mongo import MongoStore\n"
         "MongoStore(AsyncIOMotorClient('mongodb://127.0.0.1:9', connect=False)['db'])\n"
     ),
-    "cli": "from durable_agent.cli.app import main\n",
+    "cli": "from durable_agent.cli.__main__ import command\ncommand()\n",
     "openai": (
         "from durable_agent.ai.providers import resolve_model\n"
         "resolve_model('openai:gpt-4.1-mini', env={'OPENAI_API_KEY': 'sk-test'})\n"

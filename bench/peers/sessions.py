@@ -5,19 +5,13 @@ repetition gets a fresh database on each side (FerretDB's SQLite backend scans a
 non-``_id`` filters, so leftovers would slow whichever side ran later); the sides alternate which
 goes first. Messages are ~270-character texts on both sides: a durable-agent ``MessageEntry`` and
 an SDK ``{"role", "content"}`` input item. Before a figure counts, the session is read back and
-its length checked.
-
-Layouts: ``ours`` is MongoStore's per-entry layout (``layout="entry"``, one document per entry;
-the default before issue 12); ``PEERS_MONGO_LAYOUTS=entry,batch`` also measures ``ours_batch``,
-the default batch layout (one document per append, like the peer), in the same run (the sides
-take turns), adds its rows (marked "batch layout") and prints the three columns side by side.
+its length checked. Both store one document per append (ours adds a small claim per entry and a
+slot per append, which a load never reads).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,7 +25,7 @@ from pymongo import AsyncMongoClient
 from _stats import pct
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import MessageEntry
-from durable_agent.stores.mongo import Layout, MongoStore
+from durable_agent.stores.mongo import MongoStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -44,15 +38,13 @@ class Side(Protocol):
 
 
 class Ours:
-    layout: Layout = "entry"
-
     def __init__(self, store: MongoStore, session_id: str) -> None:
         self.store = store
         self.sid = session_id
 
     @classmethod
     async def open(cls, client: AsyncMongoClient[Any], db: str, session_id: str) -> Ours:
-        store = MongoStore(client[db], layout=cls.layout)
+        store = MongoStore(client[db])
         await store.create_session(session_id)
         return cls(store, session_id)
 
@@ -72,12 +64,6 @@ class Ours:
 
     async def count(self) -> int:
         return len(await self.store.load_entries(self.sid))
-
-
-class OursBatch(Ours):
-    """MongoStore writing its default batch layout (one document per append)."""
-
-    layout: Layout = "batch"
 
 
 class Peer:
@@ -101,14 +87,8 @@ class Peer:
 
 
 Opener = Callable[[AsyncMongoClient[Any], str, str], Awaitable[Side]]
-SIDES: dict[str, Opener] = {"ours": Ours.open, "ours_batch": OursBatch.open, "peer": Peer.open}
-BUILD_BATCH = {"ours": 10, "ours_batch": 10, "peer": 10}
-
-
-def measured_sides() -> list[str]:
-    """``ours`` and ``peer``, plus ``ours_batch`` when ``PEERS_MONGO_LAYOUTS`` names ``batch``."""
-    layouts = os.environ.get("PEERS_MONGO_LAYOUTS", "entry").split(",")
-    return ["ours", *(["ours_batch"] if "batch" in layouts else []), "peer"]
+SIDES: dict[str, Opener] = {"ours": Ours.open, "peer": Peer.open}
+BUILD_BATCH = {"ours": 10, "peer": 10}
 
 
 def fresh_db(tag: str) -> str:
@@ -140,9 +120,8 @@ async def append_latency(
 async def load_time(
     client: AsyncMongoClient[Any], name: str, size: int, loads: int
 ) -> tuple[float, float]:
-    """Median load time (ms) and build seconds. Both sides are built in 10-message appends:
-    the peer's layout and ``ours_batch`` are one document per append (so this is the figure a
-    chat of 5-turn appends gets); ``ours`` (the default layout) is one document per entry."""
+    """Median load time (ms) and build seconds. Both sides are built in 10-message appends, one
+    document per append on both (so this is the figure a chat of 5-turn appends gets)."""
     db = fresh_db(f"load{size}_{name}")
     side = await SIDES[name](client, db, "big")
     step = BUILD_BATCH[name]
@@ -189,7 +168,7 @@ async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
     sizes = (1000, 10_000)
     loads = 5
     per_session = 20 if quick else 50
-    sides = measured_sides()
+    sides = list(SIDES)
     raw: dict[str, dict[str, list[float]]] = {name: {} for name in sides}
 
     def add(name: str, key: str, value: float) -> None:
@@ -213,10 +192,6 @@ async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
             print(f"  (3) repetition {rep + 1}/{reps} done", flush=True)
     finally:
         await client.close()
-    rows = _rows(raw["ours"], raw["peer"], "")
-    if "ours_batch" in raw:
-        rows += _rows(raw["ours_batch"], raw["peer"], " (batch layout)")
-        print_layouts(raw)
     return {
         "peer": "openai-agents MongoDBSession",
         "reps": reps,
@@ -227,12 +202,11 @@ async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
             "loads_per_rep": loads,
             "load_built_in_batches_of": BUILD_BATCH,
             "sides": sides,
-            "ours_layout": "entry",
             "concurrent_sessions": 20,
             "appends_per_session": per_session,
             "message_chars": len(TEXT),
         },
-        "rows": rows,
+        "rows": [figure(n, unit, raw["ours"][k], raw["peer"][k], b) for k, n, unit, b in FIGURES],
         "raw": raw,
     }
 
@@ -247,21 +221,3 @@ FIGURES = [
     ("load10000_ms", "load 10k-message session", "ms", "lower"),
     ("concurrent20", "20 concurrent sessions, 1-msg appends", "entries/s", "higher"),
 ]
-
-
-def _rows(o: dict[str, list[float]], p: dict[str, list[float]], tag: str) -> list[dict[str, Any]]:
-    return [figure(name + tag, unit, o[key], p[key], better) for key, name, unit, better in FIGURES]
-
-
-def print_layouts(raw: dict[str, dict[str, list[float]]]) -> None:
-    """Per-entry layout, batch layout and the peer side by side (medians over repetitions)."""
-    print("\n(3) MongoStore layouts on FerretDB [medians over repetitions]")
-    print(
-        f"  {'figure':<40} {'unit':<9} {'per-entry':>10} {'batch':>10} {'peer':>10} "
-        f"{'entry/peer':>10} {'batch/peer':>10}"
-    )
-    for key, name, unit, _ in FIGURES:
-        e, b, p = (statistics.median(raw[side][key]) for side in ("ours", "ours_batch", "peer"))
-        print(
-            f"  {name:<40} {unit:<9} {e:>10.2f} {b:>10.2f} {p:>10.2f} {e / p:>9.2f}x {b / p:>9.2f}x"
-        )

@@ -1,5 +1,5 @@
 """A provider echoing the worker's key, partially masked, reaches neither Temporal history nor
-the CLI's output (issue 16 item 10).
+the CLI's output.
 
 A real ``durable-agent worker`` (the demo app, on the OpenAI adapter) calls a local server that
 answers 401 with ``Invalid API Key: gsk_b72f0b********Yodd``, the way an OpenAI-compatible

@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from durable_agent.cli.appdef import load_app
-from durable_agent.cli.settings import (
+from durable_agent.cli import load_app
+from durable_agent.cli.config import (
     DEFAULT_TASK_QUEUE,
     ENV_APP,
     ENV_STORE,

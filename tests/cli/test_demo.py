@@ -23,7 +23,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from durable_agent.cli.procs import free_port
+from durable_agent.cli.processes import free_port
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from tests.cli.support import CLI, cli_env, in_order, plain, run_cli, wait_dead
@@ -176,7 +176,7 @@ def test_demo_twice(tmp_path: Path) -> None:
     replacement = int(re.search(r"replacement worker (\d+)", output).group(1))  # type: ignore[union-attr]
     assert f"on worker {replacement}, attempt 2" in output
     assert killed != replacement
-    # the Temporal reply streamed live from the worker (issue 13)
+    # the Temporal reply streamed live from the worker (docs/design.md#live-deltas)
     live = re.search(r"(\d+) live updates came from the worker", output)
     assert live is not None and int(live.group(1)) >= 2, output
     # everything it started is gone

@@ -1,4 +1,4 @@
-"""15.16: an install without an extra says which extra to install, for the CLI and each store.
+"""An install without an extra says which extra to install, for the CLI and each store.
 
 Each case runs a fresh interpreter without ``site`` (so the test venv's packages are not
 importable) on a directory holding exactly the packages of one install: the base install's
@@ -55,7 +55,9 @@ def run_isolated(packages: Path, code: str, tmp_path: Path) -> subprocess.Comple
     )
 
 
-SCRIPT = "from durable_agent.cli.entry import main\nsys.argv = ['durable-agent', *{args!r}]\nmain()"
+SCRIPT = (
+    "from durable_agent.cli.__main__ import main\nsys.argv = ['durable-agent', *{args!r}]\nmain()"
+)
 
 
 def test_a_base_install_names_the_cli_extra(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`durable-agent run --timeout N` with no worker polling its queue (issue 11 item 12).
+"""`durable-agent run --timeout N` with no worker polling its queue.
 
 The run's workflow starts but nothing executes it, so its cancellation can only take effect once
 a worker picks it up. The command must still exit soon after the timeout (its wait for the
@@ -16,7 +16,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_agent.cli.commands import CANCEL_WAIT
+from durable_agent.cli.run import CANCEL_WAIT
 from durable_agent.workflows import ensure_search_attribute
 from tests.cli.support import CLI, cli_env
 

@@ -33,7 +33,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from durable_agent import Agent, RunStream, new
-from durable_agent.cli.procs import ManagedProcess, start_worker
+from durable_agent.cli.processes import ManagedProcess, start_worker
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.workflows import TemporalExecutor, Timeouts, run_workflow_id
 from tests.support.load_app import AGENT, LATENCY_ENV, answer_text, is_tool_turn, turn_text

@@ -9,8 +9,7 @@ from rich.console import Console
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel
-from durable_agent.cli.commands import poller_identities
-from durable_agent.cli.worker import check_worker
+from durable_agent.cli.worker import check_worker, poller_identities
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import running_worker

@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from durable_agent import ScriptedModel, new, text
 from durable_agent.activities.contracts import InputEntry, RunInput
-from durable_agent.cli.procs import workflows_url
+from durable_agent.cli.dev import workflows_url
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, RunResult, run_workflow_id
 from durable_agent.workflows.search import KIND_ATTRIBUTE, KIND_KEY

@@ -3,37 +3,88 @@
 The prompt is read with ``input()`` (readline editing and history) in the main thread, and each
 turn runs on one persistent event loop (:class:`asyncio.Runner`). A Ctrl-C during a turn cancels
 that turn's *task*, which asks the workflow to cancel and waits until what it stored has arrived;
-the session and the REPL carry on. Temporal runs do not record token deltas, so each message is
-printed whole as its receipt arrives.
+the session and the REPL carry on. Replies stream live from the worker, and each stored entry's
+receipt is printed under it, as in ``run``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
-from temporalio.client import Client
 
-from ..ai.model import ModelError
-from ..ai.redaction import configured_secrets, redact
-from ..durable.agent import Agent, new
-from ..durable.errors import AgentError, RunCancelledError
-from ..session.entries import Entry, MessageEntry
-from ..session.errors import SessionError, SessionNotFoundError
-from ..session.ids import validate_session_id
-from ..session.tree import path
-from ..session.views import transcript_view
+from ..ai import ModelError
+from ..durable import Agent, AgentError, RunCancelledError, new
+from ..session import (
+    Entry,
+    MessageEntry,
+    SessionError,
+    SessionNotFoundError,
+    path,
+    transcript_view,
+    validate_session_id,
+)
 from ..workflows import TemporalExecutor
-from .commands import check_queue, connect_cli, drop_if_empty, session_exists
-from .render import RunPrinter, entry_label, render_transcript, render_tree
-from .stores import OpenedStore, open_store
-from .target import TemporalFlags
+from .config import (
+    AddressOpt,
+    AgentOpt,
+    NamespaceOpt,
+    ProfileOpt,
+    QueueOpt,
+    StoreOpt,
+    TemporalFlags,
+    VerboseOpt,
+    queue_for,
+)
+from .render import (
+    RunPrinter,
+    console,
+    entry_label,
+    flags_from,
+    guard,
+    print_error,
+    render_transcript,
+    render_tree,
+)
+from .run import drop_if_empty, open_agent
+from .sessions import parent_of
+from .stores import OpenedStore, open_store, resolve_store_spec
 
-__all__ = ["HELP", "Chat", "run_chat"]
+__all__ = ["HELP", "Chat", "chat", "run_chat"]
+
+
+def chat(
+    session_id: Annotated[str, typer.Argument(help="Session to chat in (created if unknown).")],
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    agent: AgentOpt = "demo",
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Interactive chat: /edit TEXT, /retry, /branch ID, /switch [N|ID|SESSION], /fork [ID],
+    /compact [N], /tree, /show, /help, /quit. Ctrl-C during a reply cancels that run; the
+    session stays."""
+    flags = flags_from(address, namespace, profile, verbose)
+    raise typer.Exit(
+        guard(
+            lambda: run_chat(
+                console,
+                session_id=session_id,
+                store_spec=resolve_store_spec(store),
+                task_queue=queue_for(task_queue, flags),
+                agent_name=agent,
+                flags=flags,
+            )
+        )
+    )
+
 
 HELP = """commands:
   /tree              the branch tree (the active path in bold)
@@ -56,17 +107,15 @@ class Chat:
         self,
         console: Console,
         agent: Agent,
-        client: Client,
         opened: OpenedStore,
-        executor: TemporalExecutor | None = None,
-        agent_name: str = "demo",
-        created: bool = False,
+        executor: TemporalExecutor,
+        agent_name: str,
+        created: bool,
     ):
         self.console = console
         self.agent = agent
-        self.client = client
         self.opened = opened
-        self.executor = executor or TemporalExecutor(client, task_queue="durable-agent")
+        self.executor = executor
         self.agent_name = agent_name
         self.created = created
         """Whether opening the chat created its session (removed again if left empty)."""
@@ -86,7 +135,7 @@ class Chat:
             for n, tip in enumerate(tips, 1):
                 mark = "  ◀ active" if tip.id == active else ""
                 self.console.print(Text(f"  {n}. ").append(entry_label(tip)).append(mark))
-            parent = await self._parent_of(agent.session_id)
+            parent = await parent_of(self.opened.store, agent.session_id)
             if parent:
                 self.console.print(f"  parent session: {escape(parent)} (/switch parent)")
             return
@@ -95,20 +144,17 @@ class Chat:
         elif target in {e.id for e in agent.entries()}:
             await agent.branch(target)
         else:
-            session = await self._parent_of(agent.session_id) if target == "parent" else target
+            session = (
+                await parent_of(self.opened.store, agent.session_id)
+                if target == "parent"
+                else target
+            )
             if not session:
                 self.console.print(f"session {escape(agent.session_id)} has no parent")
                 return
             await self._open_session(validate_session_id(session))
             return
         self.console.print(f"leaf is now {escape(self.agent.leaf_id or '(root)')}")
-
-    async def _parent_of(self, session_id: str) -> str | None:
-        load_session = getattr(self.opened.store, "load_session", None)
-        if load_session is None:
-            return None
-        record = await load_session(session_id)
-        return record.parent_id if record is not None else None
 
     async def _open_session(self, session_id: str) -> None:
         try:
@@ -218,12 +264,15 @@ async def _open(
 ) -> Chat:
     validate_session_id(session_id)
     opened = open_store(store_spec)
-    client = await connect_cli(flags)
-    await check_queue(console, client, task_queue, opened)
-    existed = await session_exists(opened, session_id)
-    executor = TemporalExecutor(client, task_queue=task_queue)
-    agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
-    return Chat(console, agent, client, opened, executor, agent_name, created=not existed)
+    agent, executor, existed = await open_agent(
+        console,
+        opened,
+        session_id=session_id,
+        task_queue=task_queue,
+        agent_name=agent_name,
+        flags=flags,
+    )
+    return Chat(console, agent, opened, executor, agent_name, created=not existed)
 
 
 def run_chat(
@@ -270,8 +319,7 @@ def run_chat(
                         f"at leaf {escape(chat.agent.leaf_id)}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
-                    shown = redact(str(exc), configured_secrets(os.environ))
-                    console.print(Text.assemble(("error: ", "red"), shown), soft_wrap=True)
+                    print_error(console, str(exc))
         finally:
             if chat.created:  # nothing was said: leave no empty session behind
                 runner.run(drop_if_empty(chat.opened, session_id))

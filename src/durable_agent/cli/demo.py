@@ -11,53 +11,65 @@ Each run uses a new session ID, so running it twice is safe.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.panel import Panel
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from ..agent.loop import model
-from ..durable.agent import Agent, new
-from ..durable.stream import RunStream
-from ..session.entries import MessageEntry
-from ..session.ids import new_id
-from ..stores.file import FileStore
+from ..agent import model
+from ..durable import Agent, RunStream, new
+from ..session import MessageEntry, new_id
+from ..stores import FileStore
 from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
+from .config import DEMO_APP, data_dir
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
-from .procs import (
-    DevServer,
+from .dev import DevServer, advertise, start_dev_server, workflows_url
+from .processes import (
     ManagedProcess,
     ProcessError,
     ServerLock,
-    start_dev_server,
+    read_server_info,
+    remove_server_info,
     start_worker,
     stop_orphan,
 )
-from .render import RunPrinter, render_tree
-from .settings import ServerInfo, data_dir, read_server_info, remove_server_info, write_server_info
+from .render import RunPrinter, console, render_tree, run_command
 
-__all__ = ["DEMO_APP", "DEMO_TASK_QUEUE", "run_demo"]
+__all__ = ["demo", "run_demo"]
 
-DEMO_APP = "durable_agent.cli.demo_app:app"
-DEMO_TASK_QUEUE = "durable-agent-demo"
-"""Replaced by a per-run queue (``durable-agent-<session>``): two demos sharing a server never
-serve each other's runs, and a run an interrupted demo left open is never picked up later."""
 
-DEMO_TIMEOUTS = Timeouts(
-    model_heartbeat=2.0,
-    tool_heartbeat=2.0,
-    retry_initial=0.1,
-    retry_max=1.0,
-)
+def demo(
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the server and worker up until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Run the offline demo end to end: a real Temporal dev server, a worker that gets killed
+    mid-run and replaced, branch, fork, compaction and the transcript tree."""
+    _interrupt_on(signal.SIGTERM, signal.SIGHUP)
+    raise typer.Exit(run_command(lambda: run_demo(console, keep=keep)))
+
+
+def _interrupt_on(*signals: signal.Signals) -> None:
+    """Treat these signals as Ctrl-C, so a closed terminal or a ``kill`` still runs the cleanup
+    that stops the server and workers (asyncio turns SIGINT into cancelling the command)."""
+
+    def forward(signum: int, frame: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    for sig in signals:
+        signal.signal(sig, forward)
+
+
+DEMO_TIMEOUTS = Timeouts(model_heartbeat=2.0, tool_heartbeat=2.0, retry_initial=0.1, retry_max=1.0)
 """Heartbeats of 2 s: a killed worker's activity is retried elsewhere about 2 s after the kill."""
 
 
@@ -68,10 +80,20 @@ class Stack:
     root: Path
     console: Console
     lock: ServerLock
+    queue: str
+    """The run's own task queue: two demos sharing a server never serve each other's runs, and
+    a run an interrupted demo left open is never picked up later."""
     workers: list[ManagedProcess] = field(default_factory=list)
     server: DevServer | None = None
     owns_server: bool = False
-    queue: str = DEMO_TASK_QUEUE
+
+    async def __aenter__(self) -> Stack:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.console.print()
+        self.console.rule("[bold]Cleaning up", align="left")
+        await asyncio.to_thread(self.stop)
 
     def stop(self) -> None:
         for worker in reversed(self.workers):
@@ -105,16 +127,7 @@ async def _server(stack: Stack) -> DevServer:
     assert server.process is not None
     stack.server = server
     stack.owns_server = True
-    write_server_info(
-        root,
-        ServerInfo(
-            pid=server.process.pid,
-            owner_pid=os.getpid(),
-            address=server.address,
-            ui_url=server.ui_url,
-            task_queue=stack.queue,
-        ),
-    )
+    advertise(root, server, stack.queue)
     console.print(
         f"Temporal dev server {server.process.pid} up in {time.monotonic() - t0:.1f} s: "
         f"gRPC {server.address}, Web UI {server.ui_url}, data {root / 'temporal.db'}"
@@ -215,17 +228,6 @@ async def _crash_turn(
     )
 
 
-@contextlib.asynccontextmanager
-async def _stack(root: Path, console: Console) -> AsyncIterator[Stack]:
-    stack = Stack(root, console, ServerLock(root))
-    try:
-        yield stack
-    finally:
-        console.print()
-        console.rule("[bold]Cleaning up", align="left")
-        await asyncio.to_thread(stack.stop)
-
-
 async def _wait_for_ctrl_c() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -297,7 +299,7 @@ async def _show_tree_and_ui(
     runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
     console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
     if server.ui_url:
-        console.print(f"  [bold link]{server.workflows_url(session_id)}[/]", soft_wrap=True)
+        console.print(f"  [bold link]{workflows_url(server.ui_url, session_id)}[/]", soft_wrap=True)
         if not keep:
             console.print(
                 "  (the server stops with the demo; `durable-agent demo --keep` or "
@@ -312,12 +314,7 @@ async def _show_tree_and_ui(
         await _wait_for_ctrl_c()
 
 
-async def run_demo(console: Console, *, keep: bool = False) -> int:
-    """The demo; returns the exit code. ``keep`` leaves the server and worker up until Ctrl-C,
-    to look around the Web UI."""
-    t_start = time.monotonic()
-    root = data_dir()
-    root.mkdir(parents=True, exist_ok=True)
+def _introduce(console: Console, root: Path) -> None:
     console.print(
         Panel.fit(
             "[bold]durable-agent demo[/]: a conversation that survives a crashed worker.\n"
@@ -333,44 +330,60 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
         )
     else:
         console.print(f"Model: {spec_name} (from the environment).")
+
+
+async def _local_then_temporal(
+    console: Console, client: Client, queue: str, store: FileStore, session_id: str
+) -> Agent:
+    """Steps 1-2: a turn in process, then the same session on Temporal; returns its handle."""
+    _step(console, 1, "A streamed turn, in process (token by token)")
+    spec = demo_spec()
+    local = await new(
+        model(spec.model),
+        store=store,
+        session_id=session_id,
+        tools=tuple(spec.tools),
+        system_prompt=spec.system_prompt,
+    )
+    await _ask(console, local, "Hi! What can you do?")
+    await local.close()
+
+    _step(console, 2, "The same session resumed on Temporal: a tool call and its receipts")
+    executor = TemporalExecutor(
+        client,
+        task_queue=queue,
+        execution_timeout=timedelta(minutes=10),
+        timeouts=DEMO_TIMEOUTS,
+    )
+    agent = await new(AGENT, store=store, session_id=session_id, executor=executor)
+    console.print(
+        f"  resumed at leaf {agent.leaf_id} with {len(agent.entries())} stored entries; "
+        "each reply streams live from the worker, then its receipt (entry ID + leaf) arrives"
+    )
+    printer = await _ask(console, agent, "What's the weather in Paris?")
+    console.print(
+        f"  [dim]{printer.updates} live updates came from the worker's delta channel in the "
+        "store, none of them in workflow history[/dim]"
+    )
+    return agent
+
+
+async def run_demo(console: Console, *, keep: bool = False) -> int:
+    """The demo; returns the exit code. ``keep`` leaves the server and worker up until Ctrl-C,
+    to look around the Web UI."""
+    t_start = time.monotonic()
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    _introduce(console, root)
     session_id = f"demo-{new_id()[:8]}"
     store = FileStore(root / "sessions")
-    async with _stack(root, console) as stack:
-        stack.queue = f"durable-agent-{session_id}"  # session IDs start with "demo-"
+    queue = f"durable-agent-{session_id}"  # session IDs start with "demo-"
+    async with Stack(root, console, ServerLock(root), queue) as stack:
         server = await _server(stack)
         await _worker(stack, server, 1)
         client = await connect(server.address)
         console.print(f"Session [bold]{session_id}[/] in FileStore {store.root}")
-
-        _step(console, 1, "A streamed turn, in process (token by token)")
-        spec = demo_spec()
-        local = await new(
-            model(spec.model),
-            store=store,
-            session_id=session_id,
-            tools=tuple(spec.tools),
-            system_prompt=spec.system_prompt,
-        )
-        await _ask(console, local, "Hi! What can you do?")
-        await local.close()
-
-        _step(console, 2, "The same session resumed on Temporal: a tool call and its receipts")
-        executor = TemporalExecutor(
-            client,
-            task_queue=stack.queue,
-            execution_timeout=timedelta(minutes=10),
-            timeouts=DEMO_TIMEOUTS,
-        )
-        agent = await new(AGENT, store=store, session_id=session_id, executor=executor)
-        console.print(
-            f"  resumed at leaf {agent.leaf_id} with {len(agent.entries())} stored entries; "
-            "each reply streams live from the worker, then its receipt (entry ID + leaf) arrives"
-        )
-        printer = await _ask(console, agent, "What's the weather in Paris?")
-        console.print(
-            f"  [dim]{printer.updates} live updates came from the worker's delta channel in the "
-            "store, none of them in workflow history[/dim]"
-        )
+        agent = await _local_then_temporal(console, client, stack.queue, store, session_id)
 
         _step(console, 3, "A worker killed mid-run, replaced, and the run finishes anyway")
         await _crash_turn(console, stack, server, client, agent)

@@ -14,14 +14,20 @@ import os
 import re
 from collections.abc import Mapping
 
-from ..ai.messages import Message
-from ..ai.model import LanguageModel, ModelRequest
-from ..ai.scripted import Reply, ScriptedModel
-from ..ai.tools import RetryPolicy, Tool, tool
-from ..durable.compaction import DEFAULT_COMPACT_PROMPT
+from ..ai import (
+    LanguageModel,
+    Message,
+    ModelRequest,
+    Reply,
+    RetryPolicy,
+    ScriptedModel,
+    Tool,
+    tool,
+)
+from ..durable import DEFAULT_COMPACT_PROMPT
 from ..workflows import AgentSpec
-from .appdef import App
-from .settings import ENV_MODEL
+from . import App
+from .config import ENV_MODEL
 
 __all__ = [
     "AGENT",

@@ -1,38 +1,167 @@
-"""Rich rendering shared by the commands: run events as they happen, transcripts and trees.
+"""What the commands print: run events as they happen, transcripts, trees, JSON, and a failure as
+one ``error:`` line with an exit code.
 
 A run's events are its receipts: a ``message_end`` arrives only after its entry is stored, so the
 printer shows the stored entry ID and the new leaf right under each message. ``message_update``
 deltas are printed as they arrive, in process and on Temporal alike (there the worker publishes
 them on the store's live delta channel, outside workflow history); an update with ``restart`` (the
 model call was retried after a worker crash) starts the reply's line over.
+
+Exit codes: 0 success, 1 failure (the message says why), 2 usage error (a bad argument, store
+spec, session ID or Temporal profile), 3 no such session, entry or run, 130 interrupted. Errors
+say which Temporal server and store the command used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
-from typing import Any
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
+from temporalio.service import RPCError
 
-from ..ai.messages import Message, ToolCall
-from ..durable.events import Event
-from ..session.codec import encode_entry
-from ..session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
-from ..session.tree import TreeNode, path, tree
+from ..ai import Message, ModelError, ToolCall
+from ..ai.redaction import configured_secrets, redact
+from ..durable import AgentError, Event
+from ..session import (
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    InvalidSessionIdError,
+    MessageEntry,
+    SessionError,
+    SessionNotFoundError,
+    TreeNode,
+    encode_entry,
+    path,
+    tree,
+)
+from ..workflows.config import TemporalConfigError
+from . import AppLoadError
+from .config import TARGET, CommandError, TemporalFlags
+from .processes import ProcessError
+from .stores import mongo_unreachable
 
 __all__ = [
     "RunPrinter",
+    "console",
     "entry_json",
     "entry_label",
-    "message_summary",
+    "err",
+    "fail",
+    "flags_from",
+    "guard",
+    "print_error",
+    "print_json",
     "render_transcript",
     "render_tree",
-    "short",
+    "run_command",
+    "set_verbose",
 ]
+
+T = TypeVar("T")
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+# -- failures -------------------------------------------------------------------------------------
+
+
+def set_verbose(verbose: bool) -> None:
+    """``-v``: say which Temporal server and store are used as soon as each is resolved."""
+    if verbose:
+        TARGET.echo = lambda line: err.print(Text(line, style="dim"), soft_wrap=True)
+
+
+def flags_from(
+    address: str | None, namespace: str | None, profile: str | None, verbose: bool
+) -> TemporalFlags:
+    set_verbose(verbose)
+    return TemporalFlags(address=address, namespace=namespace, profile=profile)
+
+
+def print_error(out: Console, message: str) -> None:
+    """``error: message`` as plain text (never markup: error text can hold ``[/]`` or
+    ``[redacted]``), without the keys this process holds."""
+    message = redact(message, configured_secrets(os.environ))
+    out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+
+
+def fail(code: int, message: str) -> NoReturn:
+    """Print the error, then what the command was talking to, and exit with ``code``."""
+    print_error(err, message)
+    for line in TARGET.lines():
+        err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+FAILURES = (
+    AppLoadError,
+    ProcessError,
+    SessionError,
+    ConnectionError,
+    AgentError,
+    ModelError,
+    TimeoutError,
+)
+"""Failures of the library and the processes that end a command with exit code 1."""
+
+
+def guard(body: Callable[[], T]) -> T:
+    """Known failures become a one-line message and an exit code; bugs keep their traceback."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        raise typer.Exit(130) from None
+    except SessionNotFoundError as exc:
+        fail(3, str(exc))
+    except (InvalidSessionIdError, TemporalConfigError) as exc:
+        fail(2, str(exc))
+    except CommandError as exc:
+        fail(exc.exit_code, str(exc))
+    except FAILURES as exc:
+        fail(1, str(exc))
+    except RPCError as exc:
+        fail(1, f"Temporal said: {exc}")
+    except Exception as exc:
+        if _is_mongo_connection_failure(exc):
+            fail(1, str(mongo_unreachable(TARGET.store or "", exc)))
+        raise
+
+
+def _is_mongo_connection_failure(exc: BaseException) -> bool:
+    """PyMongo's ConnectionFailure, without importing PyMongo when it is not installed."""
+    module = sys.modules.get("pymongo.errors")
+    failure = getattr(module, "ConnectionFailure", None)
+    return failure is not None and isinstance(exc, failure)
+
+
+def run_command(make: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine under :func:`guard`."""
+
+    async def call() -> T:
+        return await make()
+
+    return guard(lambda: asyncio.run(call()))
+
+
+# -- entries, transcripts and trees ---------------------------------------------------------------
+
+
+def print_json(console: Console, data: Any) -> None:
+    """Plain JSON on the console's file: rich would wrap long strings into invalid JSON."""
+    console.file.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+    console.file.flush()
 
 
 def short(text: str, limit: int = 90) -> str:
@@ -149,18 +278,15 @@ def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
 class RunPrinter:
     """Prints one run's events as they arrive, receipts included."""
 
-    def __init__(self, console: Console, *, receipts: bool = True, indent: str = "  ") -> None:
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.receipts = receipts
-        self.indent = indent
+        self.indent = "  "
         self._streamed = ""
         self._open = False
-        self.receipt_ids: list[str] = []
-        self.leaf_id = ""
-        self.tools_started: list[str] = []
         self.updates = 0
         """``message_update`` events printed (live tokens)."""
         self.restarts = 0
+        """Model calls retried after a worker crash (the reply started over)."""
 
     def _write(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
@@ -172,11 +298,8 @@ class RunPrinter:
             self._open = False
 
     def _receipt(self, event: Event, what: str) -> None:
-        if event.leaf_id is not None:
-            self.leaf_id = event.leaf_id
         ids = [e.id for e in event.entries or []]
-        self.receipt_ids += ids
-        if self.receipts and ids:
+        if ids:
             self.console.print(
                 f"{self.indent}[dim]✓ stored {what} {escape(', '.join(ids))}"
                 f" · leaf {escape(event.leaf_id or '')}[/dim]"
@@ -213,7 +336,6 @@ class RunPrinter:
             self._end_message(event, message)
         elif inner.type == "tool_execution_start":
             self._close_line()
-            self.tools_started.append(inner.tool_name or "")
             args = json.dumps(inner.args or {}, ensure_ascii=False)
             self.console.print(
                 f"{self.indent}[bold magenta]⚙ tool[/] {escape(inner.tool_name or '')}"

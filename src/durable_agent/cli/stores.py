@@ -1,40 +1,66 @@
-"""Opening the store a command names, and listing its sessions.
+"""The store a command names, and the store's identity.
 
-A store is named by a spec: ``file:PATH`` or a ``mongodb://`` / ``mongodb+srv://`` URI. The spec
-comes from ``--store``, else ``DURABLE_AGENT_STORE``, else ``MONGODB_URI``, else a FileStore under
-the data directory, so that every command and the worker agree on one store without flags.
-Listing and deleting go through the store's own ``list_sessions`` / ``delete_session``
+A store is named by a spec, ``file:PATH`` or a ``mongodb://`` / ``mongodb+srv://`` URI, from
+``--store``, else ``DURABLE_AGENT_STORE``, else ``MONGODB_URI``, else a FileStore under the data
+directory, so that every command and the worker agree on one store without flags. Listing and
+deleting go through the store's own ``list_sessions`` / ``delete_session``
 (:class:`~durable_agent.session.RetentionStore`), which read records only.
+
+Comparing specs cannot tell whether a worker uses the client's store: a worker in a container
+reaches the same MongoDB as ``mongodb://mongo:27017`` that the host calls
+``mongodb://localhost:27017``, and two paths can name one directory. So the store itself carries a
+random ID: a marker file in a FileStore's directory, a document in a MongoStore's database
+(``durable-agent worker`` puts it in its Temporal identity, see :mod:`.worker`). A store other
+than these two has no ID and nothing is compared.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..session.errors import StoreUnavailableError
-from ..session.store import RetentionStore, Store
-from ..stores.file import FileStore
-from .settings import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, data_dir
-from .target import TARGET, display_store
+from ..session import RetentionStore, Store, StoreUnavailableError, new_id
+from ..stores import FileStore
+from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError, data_dir
 
 __all__ = [
+    "MARKER",
+    "META_COLLECTION",
     "OpenedStore",
     "StoreSpecError",
-    "retention",
+    "display_store",
     "mongo_unreachable",
     "open_store",
     "resolve_store_spec",
+    "retention",
+    "store_id",
 ]
 
 DEFAULT_MONGODB_DB = "durable_agent"
 
 
-class StoreSpecError(ValueError):
+class StoreSpecError(UsageError):
     """A store spec the CLI cannot open (bad scheme, missing extra)."""
+
+
+# -- opening the store named by a spec ------------------------------------------------------------
+
+_USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/]*)@")
+
+
+def display_store(spec: str) -> str:
+    """A store spec fit to print: a MongoDB password is masked."""
+
+    def mask(match: re.Match[str]) -> str:
+        user = match.group(2).split(":", 1)[0]
+        return f"{match.group(1)}{user}:***@" if ":" in match.group(2) else match.group(0)
+
+    return _USERINFO.sub(mask, spec)
 
 
 def resolve_store_spec(flag: str | None, env: Mapping[str, str] | None = None) -> str:
@@ -102,7 +128,7 @@ def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
         name = _mongo_database_name(spec, env)
         from pymongo import AsyncMongoClient
 
-        from ..stores.mongo import MongoStore
+        from ..stores import MongoStore
 
         client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
         return OpenedStore(MongoStore(client[name]), spec, client)
@@ -121,3 +147,51 @@ def retention(opened: OpenedStore) -> RetentionStore:
             "(it has no list_sessions/delete_session)"
         )
     return opened.store
+
+
+# -- the store's identity -------------------------------------------------------------------------
+
+MARKER = ".durable-agent-store-id"
+"""The marker file in a FileStore's directory (stores list only ``*.jsonl`` files)."""
+META_COLLECTION = "durable_agent_meta"
+"""The MongoDB collection holding ``{_id: "store_id", value: <id>}``."""
+
+
+def _file_id(store: FileStore, create: bool) -> str | None:
+    path = store.root / MARKER
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_text().strip() or None
+    if not create:
+        return None
+    store.root.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another process won the race: use its ID
+        return path.read_text().strip() or None
+    with os.fdopen(fd, "w") as out:
+        out.write(new_id() + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    return path.read_text().strip()
+
+
+async def _mongo_id(database: object, create: bool) -> str | None:
+    collection = database.get_collection(META_COLLECTION)  # type: ignore[attr-defined]
+    doc = await collection.find_one({"_id": "store_id"})
+    if doc is None and create:
+        from pymongo.errors import DuplicateKeyError
+
+        with contextlib.suppress(DuplicateKeyError):
+            await collection.insert_one({"_id": "store_id", "value": new_id()})
+        doc = await collection.find_one({"_id": "store_id"})
+    return str(doc["value"]) if doc is not None else None
+
+
+async def store_id(store: Store, *, create: bool) -> str | None:
+    """The store's ID; ``create`` makes one if it has none. None for stores without one."""
+    if isinstance(store, FileStore):
+        return _file_id(store, create)
+    database = getattr(store, "database", None)
+    if database is not None and hasattr(database, "get_collection"):
+        return await _mongo_id(database, create)
+    return None

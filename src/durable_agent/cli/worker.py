@@ -1,8 +1,13 @@
-"""``durable-agent worker``: serve an app's agents on a task queue until told to stop.
+"""``durable-agent worker``: serve an app's agents on a task queue until told to stop; and how a
+client finds the workers on its queue and tells whether they use its store.
 
-Stops cleanly on SIGTERM/SIGINT and, when started by ``demo``/``dev`` (``--parent-pid``), as soon
-as its parent is gone, so a killed demo never leaves a worker behind. A Temporal server that is not
-up yet is retried until ``connect_timeout`` (containers start in any order).
+The worker stops cleanly on SIGTERM/SIGINT and, when started by ``demo``/``dev``
+(``--parent-pid``), as soon as its parent is gone, so a killed demo never leaves a worker behind.
+A Temporal server that is not up yet is retried until ``--connect-timeout`` (containers start in
+any order). The worker puts its store's ID (:func:`.stores.store_id`) in its Temporal identity
+(``pid@host store:<id>``), which Temporal reports for the task queue's pollers, so a client can
+compare it with its own store's before it starts a run. A worker not started by this CLI
+advertises no ID and nothing is compared.
 """
 
 from __future__ import annotations
@@ -10,15 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
-import time
+import socket
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.markup import escape
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
-from ..workflows import connect_from_env, create_worker
+from ..workflows import create_worker
 from ..workflows.worker import (
     DEFAULT_KNOWN_ENTRIES,
     DEFAULT_MAX_CACHED_WORKFLOWS,
@@ -26,29 +39,200 @@ from ..workflows.worker import (
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     check_tuning,
 )
-from .appdef import load_app
-from .commands import poller_identities
-from .settings import DEFAULT_TASK_QUEUE
-from .storeid import store_id, worker_identity
-from .stores import OpenedStore, open_store
-from .target import TemporalFlags, client_env, display_store
+from . import load_app
+from .config import (
+    DEFAULT_TASK_QUEUE,
+    ENV_APP,
+    ENV_TASK_QUEUE,
+    AddressOpt,
+    CommandError,
+    NamespaceOpt,
+    ProfileOpt,
+    QueueOpt,
+    StoreOpt,
+    TemporalFlags,
+    VerboseOpt,
+    connect,
+)
+from .render import console, fail, flags_from, run_command
+from .stores import OpenedStore, display_store, open_store, resolve_store_spec, store_id
 
-__all__ = ["check_worker", "connect_with_retry", "run_worker"]
+__all__ = [
+    "StoreMismatchError",
+    "check_worker",
+    "check_workers",
+    "poller_identities",
+    "run_worker",
+    "worker",
+    "worker_identity",
+]
 
 
-async def connect_with_retry(within: float, flags: TemporalFlags | None = None) -> Client:
-    """``connect_from_env``, retried every half second for ``within`` seconds."""
-    env, settings = client_env(flags or TemporalFlags())
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await connect_from_env(env)
-        except Exception as exc:
-            if time.monotonic() >= deadline:
-                raise ConnectionError(
-                    f"cannot reach Temporal at {settings.address}: {exc}"
-                ) from exc
-            await asyncio.sleep(0.5)
+# -- the command ----------------------------------------------------------------------------------
+
+
+ActivitiesOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        envvar="DURABLE_AGENT_MAX_CONCURRENT_ACTIVITIES",
+        help="Model calls, tool calls and store writes in flight in this process.",
+    ),
+]
+WorkflowTasksOpt = Annotated[
+    int,
+    typer.Option(
+        min=2,
+        envvar="DURABLE_AGENT_MAX_CONCURRENT_WORKFLOW_TASKS",
+        help="Workflow tasks (run steps) this process works on at once.",
+    ),
+]
+CachedWorkflowsOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        envvar="DURABLE_AGENT_MAX_CACHED_WORKFLOWS",
+        help="Open runs kept in memory between turns (0: replay every task).",
+    ),
+]
+KnownEntriesOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        envvar="DURABLE_AGENT_KNOWN_ENTRIES",
+        help="Bytes of stored entries kept in memory (all sessions, least recently used "
+        "dropped first) so a model call needs no session load (0: none).",
+    ),
+]
+
+
+AppOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        help=f"module:attr (or file.py:attr) of a durable_agent.cli.App (default: ${ENV_APP}).",
+        show_default=False,
+    ),
+]
+
+
+def worker(
+    app: AppOpt = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Create this file once polling, remove it on exit (container health checks)."
+        ),
+    ] = None,
+    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
+    ] = 30.0,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 0 if a worker polls the queue, else 1.")
+    ] = False,
+    max_concurrent_activities: ActivitiesOpt = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    max_concurrent_workflow_tasks: WorkflowTasksOpt = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+    max_cached_workflows: CachedWorkflowsOpt = DEFAULT_MAX_CACHED_WORKFLOWS,
+    known_entries: KnownEntriesOpt = DEFAULT_KNOWN_ENTRIES,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.).
+
+    Size the limits from README "Running at scale"."""
+    flags = flags_from(address, namespace, profile, verbose)
+    queue = task_queue or os.environ.get(ENV_TASK_QUEUE) or None
+    if check:
+        raise typer.Exit(run_command(lambda: check_worker(queue, console, flags=flags)))
+    ref = app or os.environ.get(ENV_APP)
+    if not ref:
+        fail(2, f"--app module:attr is required (or set {ENV_APP})")
+    limits = (
+        max_concurrent_activities,
+        max_concurrent_workflow_tasks,
+        max_cached_workflows,
+        known_entries,
+    )
+    code = run_command(
+        lambda: run_worker(
+            app_ref=ref,
+            store_spec=resolve_store_spec(store),
+            task_queue=queue,
+            console=console,
+            ready_file=ready_file,
+            parent_pid=parent_pid,
+            connect_timeout=connect_timeout,
+            limits=limits,
+            flags=flags,
+        )
+    )
+    raise typer.Exit(code)
+
+
+# -- the worker's identity ----------------------------------------------------------------------
+
+_IN_IDENTITY = re.compile(r"\bstore:([0-9a-f]{16})\b")
+
+
+def worker_identity(sid: str | None) -> str:
+    """Temporal's default identity (``pid@host``), plus the store's ID when there is one."""
+    base = f"{os.getpid()}@{socket.gethostname()}"
+    return f"{base} store:{sid}" if sid else base
+
+
+# -- the workers on a queue -----------------------------------------------------------------------
+
+
+class StoreMismatchError(CommandError):
+    """The workers on the queue advertise another store's ID than the command's store: a run
+    would be stored where the command cannot see it (exit code 1, before anything is created)."""
+
+
+async def poller_identities(client: Client, task_queue: str) -> list[str]:
+    """The identities of the workers polling ``task_queue`` for workflow tasks right now."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return [p.identity for p in response.pollers]
+
+
+def _mismatch(own: str | None, identities: Iterable[str]) -> bool:
+    """Whether workers that advertise a store ID all advertise another one than ``own``."""
+    advertised = {m.group(1) for i in identities if (m := _IN_IDENTITY.search(i))}
+    return bool(advertised) and own not in advertised
+
+
+async def check_workers(
+    warn: Console, client: Client, task_queue: str, opened: OpenedStore
+) -> None:
+    """Warn when no worker polls the queue; :class:`StoreMismatchError` when the workers use
+    another store (compared by store ID: specs differ between a host and a container)."""
+    identities = await poller_identities(client, task_queue)
+    if not identities:
+        warn.print(
+            f"[yellow]warning:[/] no worker polls task queue {escape(repr(task_queue))}; runs "
+            "wait for one (start `durable-agent worker` or `durable-agent dev`)",
+            soft_wrap=True,
+        )
+        return
+    try:
+        own = await store_id(opened.store, create=False)
+    except Exception:  # the store's own failure surfaces on first use, with its message
+        return
+    if _mismatch(own, identities):
+        raise StoreMismatchError(
+            f"the worker(s) on task queue {task_queue!r} use another store than this command "
+            f"({display_store(opened.spec)}): give both the same --store"
+        )
 
 
 async def check_worker(
@@ -61,7 +245,7 @@ async def check_worker(
     unlike a ready file), else 1. Connects as ``--address``/``--namespace``/``--profile`` say."""
     queue = task_queue or DEFAULT_TASK_QUEUE
     try:
-        client = await connect_with_retry(within, flags)
+        client = await connect(flags, within=within)
         pollers = await poller_identities(client, queue)
     except Exception as exc:
         console.print(f"unhealthy: {exc}")
@@ -73,13 +257,7 @@ async def check_worker(
     return 0
 
 
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        if os.getppid() != parent_pid:
-            stop.set()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.5)
+# -- serving --------------------------------------------------------------------------------------
 
 
 async def run_worker(
@@ -91,45 +269,65 @@ async def run_worker(
     ready_file: Path | None = None,
     parent_pid: int | None = None,
     connect_timeout: float = 30.0,
-    max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
-    max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
-    max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
-    known_entries: int = DEFAULT_KNOWN_ENTRIES,
+    limits: tuple[int, int, int, int] = (
+        DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+        DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+        DEFAULT_MAX_CACHED_WORKFLOWS,
+        DEFAULT_KNOWN_ENTRIES,
+    ),
     flags: TemporalFlags | None = None,
 ) -> int:
-    """Run until stopped; the exit code. The limits go to :func:`create_worker`."""
-    check_tuning(
-        max_concurrent_activities,
-        max_concurrent_workflow_tasks,
-        max_cached_workflows,
-        known_entries,
-    )
+    """Run until stopped; the exit code. ``limits`` (concurrent activities, workflow tasks,
+    cached workflows, known entries) go to :func:`create_worker`."""
+    activities, workflow_tasks, cached, known = limits
+    check_tuning(activities, workflow_tasks, cached, known)
     app = load_app(app_ref)
     queue = task_queue or app.task_queue or DEFAULT_TASK_QUEUE
-    opened: OpenedStore | None = None
-    if app.store is None:
-        opened = open_store(store_spec)
-        store = opened.store
-        store_name = display_store(opened.spec)
-    else:
-        store = app.store
-        store_name = type(store).__name__
-    # The store's ID goes into the worker's identity, so clients can tell a store mismatch.
-    identity = worker_identity(await store_id(store, create=True))
-    client = await connect_with_retry(connect_timeout, flags)
-    worker = await create_worker(
-        client,
-        task_queue=queue,
-        store=store,
-        agents=app.agents,
-        publisher=app.publisher,
-        max_concurrent_activities=max_concurrent_activities,
-        max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-        max_cached_workflows=max_cached_workflows,
-        known_entries=known_entries,
-        identity=identity,
-    )
-    config = worker.config()  # what the temporalio Worker was really given
+    opened = open_store(store_spec) if app.store is None else None
+    store = opened.store if opened is not None else app.store
+    assert store is not None
+    store_name = display_store(opened.spec) if opened is not None else type(store).__name__
+    try:
+        # The store's ID goes into the worker's identity, so clients can tell a store mismatch.
+        identity = worker_identity(await store_id(store, create=True))
+        client = await connect(flags, within=connect_timeout)
+        temporal_worker = await create_worker(
+            client,
+            task_queue=queue,
+            store=store,
+            agents=app.agents,
+            publisher=app.publisher,
+            max_concurrent_activities=activities,
+            max_concurrent_workflow_tasks=workflow_tasks,
+            max_cached_workflows=cached,
+            known_entries=known,
+            identity=identity,
+        )
+        config = temporal_worker.config()  # what the temporalio Worker was really given
+        ready = (
+            f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
+            f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
+            f"Temporal {escape(client.service_client.config.target_host)} "
+            f"(namespace {escape(client.namespace)}); "
+            f"max concurrent activities {config.get('max_concurrent_activities')}, "
+            f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
+            f"cached workflows {config.get('max_cached_workflows')}, known entries {known} bytes"
+        )
+        await _serve(temporal_worker, console, ready, ready_file, parent_pid)
+    finally:
+        if opened is not None:
+            await opened.close()
+    return 0
+
+
+async def _serve(
+    temporal_worker: Worker,
+    console: Console,
+    ready: str,
+    ready_file: Path | None,
+    parent_pid: int | None,
+) -> None:
+    """Poll until SIGTERM/SIGINT or the parent's exit; the ready file exists while polling."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,18 +336,8 @@ async def run_worker(
         asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid is not None else None
     )
     try:
-        async with worker:
-            console.print(
-                f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
-                f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
-                f"Temporal {escape(client.service_client.config.target_host)} "
-                f"(namespace {escape(client.namespace)}); "
-                f"max concurrent activities {config.get('max_concurrent_activities')}, "
-                f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
-                f"cached workflows {config.get('max_cached_workflows')}, "
-                f"known entries {known_entries} bytes",
-                soft_wrap=True,
-            )
+        async with temporal_worker:
+            console.print(ready, soft_wrap=True)
             if ready_file is not None:
                 tmp = ready_file.with_suffix(".tmp")
                 tmp.write_text(f"{os.getpid()}\n")
@@ -162,6 +350,12 @@ async def run_worker(
                 os.unlink(ready_file)
         if watcher is not None:
             watcher.cancel()
-        if opened is not None:
-            await opened.close()
-    return 0
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)

@@ -1,65 +1,41 @@
-"""MongoStore: sessions in MongoDB (or a wire-compatible server such as FerretDB), SPEC §2.3.
+"""MongoStore: sessions in MongoDB or a wire-compatible server such as FerretDB.
 
-``sessions`` holds one document per session, ``{_id: session_id, parent_id, created_at, next_seq}``
-(and ``claims: 1`` once the batch layout claims its entries). Entries are stored as their exact
+The design is docs/design.md#mongo-store. ``sessions`` holds one document per session,
+``{_id: session_id, parent_id, created_at, next_seq}``. ``entries`` holds **one document per
+append** (:mod:`~durable_agent.stores.mongo.writer`), its entries kept as their exact
 ``encode_entry`` strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry
-never become field names), in ``entries``, in one of two layouts, chosen per store object with
-``layout=`` (loads read both, sorted by ``seq``, so a session written in the old layout keeps
-loading and appending):
+never become field names), and ``<entries>_claims`` a claim per entry and a slot per append
+(:mod:`~durable_agent.stores.mongo.claims`): small documents found by ``_id``, never read by a
+load, that make appends idempotent and ordered without a counter or a transaction (the store
+runs on a standalone ``mongod`` and on FerretDB). A new batch is two writes, like the OpenAI
+Agents SDK's ``MongoDBSession``: one ordered ``insert_many`` of its slot and claims, then one
+``insert_one`` of its document.
 
-- ``"batch"`` (the default): one document per ``append_entries`` call,
-  ``{_id, session_id, entry_id, seq, keys, wires}``, plus a claim per entry and a slot per
-  append in ``<entries>_claims`` (small documents found by ``_id``, never read by a load). A
-  new batch is two writes, like the peer's session store: one ordered ``insert_many`` of its
-  slot and claims, then one ``insert_one`` of its document (written all or nothing); a batch
-  with a claimed ID looks up the claims and the documents they point at. Loads read a tenth of
-  the documents of 10-entry appends, which is what FerretDB's per-document cost needs. See
-  :mod:`~durable_agent.stores.mongo_batch` and :mod:`~durable_agent.stores.mongo_claims`. A
-  session written by batch writers must not be appended to in the per-entry layout afterwards
-  (those entries would have no claims, and its counter would stop being a slot boundary; so
-  upgrade every worker before the first batch append, or keep ``layout="entry"`` until then);
-  a per-entry session moves to batches on its first batch append, which gives what is stored
-  claims and marks the session (``claims: 1``).
-- ``"entry"``: one document per entry, ``{_id, session_id, entry_id, seq, type, created_at,
-  wire}``; an append reserves ``seq`` numbers, then one ordered ``insert_many`` whose duplicate
-  keys are the idempotency check, and a conflict deletes the prefix it stored. See
-  :mod:`~durable_agent.stores.mongo_append`.
+Why one document per append (FerretDB 1.24, ``make bench-peers`` part 3, medians of 3, idle
+machine, 2026-12-04): 10k entries load in 333 ms (1.89x that peer; one document per entry took
+581 ms, 3.3x; about a third of it is decoding), appends of 1 / 10 entries take 1.50 / 2.10 ms p50
+(0.96x / 1.24x), and 20 concurrent sessions write 745 entries/s (peer 514). FerretDB parses every
+document of the collection on a load, so the document count decides it; on MongoDB a load is an
+index range scan either way.
 
-Why batches are the default (issue 12, FerretDB 1.24, ``PEERS_MONGO_LAYOUTS=entry,batch``
-``bench/peers/run.py --only 3``, medians of 3, ratios to the OpenAI Agents SDK's
-``MongoDBSession`` on the same server, idle machine, 2026-12-04): the batch layout loads 10k
-entries in 333 ms (1.89x the peer; per-entry 581 ms, 3.3x; about a third of it is decoding) and
-appends 1 / 10 entries in 1.50 / 2.10 ms p50 (0.96x / 1.24x; per-entry 1.66 / 2.35), and 20
-concurrent sessions write 745 entries/s against 558 per entry (peer 514). FerretDB parses every
-document of the collection on a load, so the document count decides it; on MongoDB both layouts
-are index lookups.
-
-An entry's key is ``"<session_id>/<entry_id>"`` (unambiguous: session IDs have no ``/``); it is
-the ``_id`` of a per-entry document, of a batch document whose first entry it is, and of the
-entry's claim. Unique ``_id`` (claims, slots) and unique indexes on ``(session_id, entry_id)``,
-``(session_id, seq)`` and (sparse) ``keys`` make the database the referee between concurrent
-writers, without multi-document transactions (the store runs on a standalone ``mongod`` and on
-FerretDB). A reservation or slot never used leaves a gap in ``seq``, which is harmless.
+Unique ``_id`` (claims, slots) and unique indexes on ``(session_id, entry_id)``,
+``(session_id, seq)`` and ``keys`` make the database the referee between concurrent writers. An
+unused slot leaves a gap in ``seq``, which is harmless: ``seq`` orders, it does not count.
 
 **A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
-(projection of the entry fields of both layouts; one large cursor batch) go out together.
+(one large cursor batch) go out together. :meth:`MongoStore.load_entries_after` reads only the
+entries after a sequence number (:mod:`~durable_agent.stores.mongo.decode`).
 
-**What a failed append leaves** (SPEC §2.1): on ``EntryConflictError`` (an ID stored with other
-content; the first writer wins) nothing of the batch; after any other failure, in the batch
-layout the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split
-across documents and may leave a prefix of them), in the entry layout a prefix. A retry of the
-same batch completes it by idempotency.
+**What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError`` (an ID
+stored with other content; the first writer wins) nothing of the batch; after any other failure
+the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split across
+documents and may leave a prefix of them). A retry of the same batch completes it by idempotency.
 
-On servers whose ``$inc`` is not atomic (FerretDB 1.x) each store object's sequence floor keeps a
-writer's appends in order and loses nothing (:mod:`~durable_agent.stores.mongo_append`); the
-batch layout needs no ``$inc`` (its slots are inserts, refereed by ``_id``).
-
-**A session deleted by another process:** a batch-layout store object trusts for
-``VERIFY_INTERVAL`` (1 s) that a session it created, loaded or checked still exists, and checks
-the session document alongside the claims insert after that; an append through it within that
-second of a delete elsewhere can leave orphaned entries and claims (the per-entry layout has the
-same race within one round trip). ``delete_session`` removes the session's claims and slots
-last.
+**A session deleted by another process:** a store object trusts for ``VERIFY_INTERVAL`` (1 s)
+that a session it created, loaded or checked still exists, and checks the session document
+alongside the claims insert after that; an append through it within that second of a delete
+elsewhere can leave orphaned entries and claims. ``delete_session`` removes the session's claims
+and slots last.
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -71,46 +47,38 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from bson.codec_options import CodecOptions
 from pydantic import ValidationError
+from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.database import Database
+from pymongo.errors import DuplicateKeyError
 
-try:
-    from bson.codec_options import CodecOptions
-    from pymongo import ASCENDING
-    from pymongo.asynchronous.database import AsyncDatabase
-    from pymongo.database import Database
-    from pymongo.errors import DuplicateKeyError
-except ImportError as _missing:  # the mongo extra is not installed: say which one to install
-    raise ImportError(
-        f"MongoStore needs PyMongo ({_missing}): pip install 'durable-agent[mongo]'",
-        name=_missing.name,
-    ) from None
-
-from ..session.appendplan import encode_batch, plan_append
-from ..session.entries import Entry
-from ..session.errors import (
-    CorruptSessionError,
-    SessionExistsError,
-    SessionNotFoundError,
+from ...session.appendplan import encode_batch, plan_append
+from ...session.entries import Entry
+from ...session.errors import CorruptSessionError, SessionExistsError, SessionNotFoundError
+from ...session.ids import validate_session_id
+from ...session.record import SessionRecord
+from ...session.store import check_page
+from .claims import POINT_LIMIT, Claims
+from .decode import (
+    LOAD_PROJECTION,
+    OUTLINE_PROJECTION,
+    Part,
+    decode_documents,
+    end_seq,
+    tail,
+    translate_errors,
 )
-from ..session.ids import validate_session_id
-from ..session.record import SessionRecord
-from .mongo_append import BatchWriter, SeqFloors
-from .mongo_batch import CLAIMED, BatchDocumentWriter
-from .mongo_claims import Claims
-from .mongo_deltas import MongoDeltas
-from .mongo_errors import translate_errors
-from .mongo_read import LOAD_PROJECTION, decode_documents, end_seq
+from .deltas import MongoDeltas
+from .writer import BatchWriter
 
 if TYPE_CHECKING:
     from motor.motor_asyncio import AsyncIOMotorDatabase
 
-__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Layout", "MongoStore"]
-
-#: How appends are stored: ``"batch"`` (default) one document per ``append_entries`` call,
-#: ``"entry"`` one document per entry (see the module doc for the measured trade). Loads read both.
-Layout = Literal["batch", "entry"]
+__all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 
 #: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
 #: leaves room for the other fields of the entry document.
@@ -140,17 +108,13 @@ def _now_ms() -> datetime:
 
 
 class MongoStore:
-    """A :class:`~durable_agent.session.Store` on MongoDB collections (SPEC §2.3).
+    """A :class:`~durable_agent.session.Store` on MongoDB collections (module doc).
 
     ``database`` is a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``. The unique
     indexes are created on first use by each store object (or up front with
     :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
     ``StoreUnavailableError``; how long a call waits for a down server is the client's
     ``serverSelectionTimeoutMS`` (or ``timeoutMS``).
-
-    A failed ``append_entries`` leaves nothing of its batch when it raises
-    ``EntryConflictError`` (also after losing a race: the first writer wins), and at most a
-    prefix of the batch otherwise, which a retry of the same batch completes (module doc).
     """
 
     def __init__(
@@ -160,7 +124,6 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
-        layout: Layout = "batch",
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
@@ -169,8 +132,6 @@ class MongoStore:
             )
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
-        if layout not in ("batch", "entry"):
-            raise ValueError(f"layout must be 'batch' or 'entry', not {layout!r}")
         # Our own codec options, whatever the application configured on its client: plain dicts,
         # and aware UTC datetimes so created_at reads back equal to what was written.
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
@@ -179,26 +140,15 @@ class MongoStore:
         self._database = database
         self._sessions = database.get_collection(sessions_collection, codec_options=codec)
         self._entries = database.get_collection(entries_collection, codec_options=codec)
-        self._layout = layout
         self._max_entry_bytes = max_entry_bytes
         self._indexed = False
         self._index_lock = asyncio.Lock()
-        # Per session, one past the highest seq this object wrote or loaded (mongo_append).
-        self._floors = SeqFloors()
-        # Entry-ID claims and sequence slots of the batch layout (mongo_claims).
         claims = database.get_collection(f"{entries_collection}_claims", codec_options=codec)
         self._claims = Claims(claims, self._sessions)
-        self._batches = BatchDocumentWriter(
-            self._sessions, self._entries, self._floors, self._claims
-        )
-        self._writer: BatchWriter | BatchDocumentWriter = (
-            self._batches
-            if layout == "batch"
-            else BatchWriter(self._sessions, self._entries, self._floors)
-        )
+        self._writer = BatchWriter(self._sessions, self._entries, self._claims)
+        self._live: MongoDeltas | None = None
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
-        self._deltas = MongoDeltas(database)
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         return translate_errors(what, self._address)
@@ -218,8 +168,12 @@ class MongoStore:
         return self._database
 
     def live_deltas(self) -> MongoDeltas:
-        """This store's live-delta channel: collection ``live_deltas`` of the same database."""
-        return self._deltas
+        """This store's live-delta channel (docs/design.md#live-deltas): a ``live_deltas``
+        collection in the same database, so a worker and its clients find it from the store they
+        share. One channel per store object."""
+        if self._live is None:
+            self._live = MongoDeltas(self._database)
+        return self._live
 
     async def ensure_indexes(self) -> None:
         """Create the three unique indexes if this store object has not done so yet.
@@ -240,7 +194,7 @@ class MongoStore:
                 await self._entries.create_index(
                     [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
                 )
-                # Batch documents' keys; sparse: per-entry documents have none (mongo_batch).
+                # Every entry's key (sparse as first defined: options are fixed under a name).
                 await self._entries.create_index("keys", unique=True, sparse=True)
             self._indexed = True
 
@@ -250,22 +204,14 @@ class MongoStore:
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
-        doc: dict[str, Any] = {
-            "_id": sid,
-            "parent_id": parent,
-            "created_at": created_at,
-            "next_seq": 0,
-        }
-        if self._layout == "batch":
-            doc["claims"] = CLAIMED  # every entry will have a claim (mongo_claims)
+        doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
-        if self._layout == "batch":
-            self._batches.created(sid)
+        self._writer.created(sid)
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -288,33 +234,41 @@ class MongoStore:
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            # The existence check goes out alongside the fetch (one round trip of latency, not
-            # two); a missing session still raises, whatever the fetch found.
-            check = asyncio.ensure_future(self._session_doc(sid))
-            check.add_done_callback(_retrieve)
-            try:
-                cursor = self._entries.find(
-                    {"session_id": sid}, LOAD_PROJECTION, batch_size=_LOAD_BATCH_SIZE
-                ).sort("seq", ASCENDING)
-                docs = [doc async for doc in cursor]
-            except BaseException:
-                check.cancel()
-                raise
-            session = await check
-        end = end_seq(sid, docs)
-        if docs:
-            self._floors.raise_to(sid, end)
-        if self._layout == "batch":
-            self._batches.seen(sid, session, end)
+            session, docs = await self._find(sid, LOAD_PROJECTION)
+        self._writer.seen(sid, session, end_seq(sid, docs))
         return decode_documents(sid, docs)
 
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        """The entries after sequence number ``after``, each with its seq: its 1-based position
+        in append order (the order :meth:`load_entries` returns). ``after`` 0 gives them all.
+
+        Reads what follows ``after`` only (module doc of
+        :mod:`~durable_agent.stores.mongo.decode`): every document's ``seq`` and entry keys,
+        then the documents holding later entries by ``_id``. A seq stays put while no append is
+        in flight before it (two writers of one session may land out of slot order).
+        """
+        sid = validate_session_id(session_id)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a non-negative integer, not {after!r}")
+        with self._errors(f"session {sid!r}"):
+            await self.ensure_indexes()
+            session, outline = await self._find(sid, OUTLINE_PROJECTION)
+            self._writer.seen(sid, session, end_seq(sid, outline, "keys"))
+            parts = tail(sid, outline, after)
+            docs = None if parts is None else await self._fetch(sid, parts)
+        if parts is None or docs is None:  # an ID stored twice, or a document gone meanwhile
+            entries = await self.load_entries(sid)
+            return list(enumerate(entries, 1))[after:]
+        skip = parts[0].skip if parts else 0
+        return list(enumerate(decode_documents(sid, docs, skip), after + 1))
+
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
-        """Append ``entries`` in order, skipping identical stored IDs (SPEC §2.1 idempotency).
+        """Append ``entries`` in order, skipping identical stored IDs (idempotency,
+        docs/design.md#store-contract).
 
         Validation, encoding, the size limit and repeats within the batch are settled before the
-        first write. There is no lookup before the insert: the insert's duplicate-key error *is*
-        the idempotency check (see the module doc). The write section (reserve, insert, resolve a
-        duplicate key, roll back a conflict) is shielded so a cancelled caller's write completes.
+        first write. The write (claims, document, a conflict's roll-back) is shielded so a
+        cancelled caller's write completes.
         """
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
@@ -322,25 +276,56 @@ class MongoStore:
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             if not todo:
-                await self._require_session(sid)
+                await self._session_doc(sid)
                 return
             await self._complete(self._writer.write(sid, todo))
 
-    async def _require_session(self, sid: str) -> None:
-        if await self._sessions.find_one({"_id": sid}, {"_id": 1}) is None:
-            raise SessionNotFoundError(sid)
+    async def _find(
+        self, sid: str, projection: dict[str, int]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The session document and the session's documents (``projection``), sorted by
+        ``seq``. The existence check goes out alongside the fetch (one round trip of latency,
+        not two); a missing session raises ``SessionNotFoundError``, whatever the fetch found."""
+        check = asyncio.ensure_future(self._session_doc(sid))
+        check.add_done_callback(_retrieve)
+        try:
+            cursor = self._entries.find(
+                {"session_id": sid}, projection, batch_size=_LOAD_BATCH_SIZE
+            ).sort("seq", ASCENDING)
+            docs = [doc async for doc in cursor]
+        except BaseException:
+            check.cancel()
+            raise
+        return await check, docs
+
+    async def _fetch(self, sid: str, parts: list[Part]) -> list[dict[str, Any]] | None:
+        """The documents of ``parts``, whole and in order; ``None`` if one is gone or changed."""
+        if not parts:
+            return []
+        projection = {**LOAD_PROJECTION, "_id": 1}
+        if len(parts) <= POINT_LIMIT:  # primary-key reads, the only kind FerretDB does not scan
+            found = await asyncio.gather(
+                *(self._entries.find_one({"_id": p.doc_id}, projection) for p in parts)
+            )
+        else:
+            query = {"session_id": sid, "seq": {"$gte": parts[0].seq}}
+            cursor = self._entries.find(query, projection, batch_size=_LOAD_BATCH_SIZE)
+            by_id = {doc["_id"]: doc async for doc in cursor}
+            found = [by_id.get(p.doc_id) for p in parts]
+        docs = [doc for doc in found if doc is not None]
+        shapes = [(doc["_id"], len(doc.get("wires") or ())) for doc in docs]
+        return docs if shapes == [(p.doc_id, p.size) for p in parts] else None
 
     async def _session_doc(self, sid: str) -> dict[str, Any]:
-        """The session document's numbering fields (``next_seq``, ``claims``); it must exist."""
-        doc: dict[str, Any] | None = await self._sessions.find_one(
-            {"_id": sid}, {"next_seq": 1, "claims": 1}
-        )
+        """The session document's ``next_seq``; it must exist."""
+        doc: dict[str, Any] | None = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
         if doc is None:
             raise SessionNotFoundError(sid)
         return doc
 
     async def _complete(self, write: Awaitable[_T]) -> _T:
-        """Run a started write to completion even if the caller is cancelled (SPEC §2.1).
+        """Run a started write to completion even if the caller is cancelled
+        (docs/design.md#store-contract: a started write completes).
 
         The caller still sees ``CancelledError``; the write carries on in its own task, and its
         outcome is retrieved by a callback so a failure after cancellation is not reported as
@@ -361,8 +346,6 @@ class MongoStore:
     async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
         """One page of session records, newest ``created_at`` first, then by ID; reads the
         ``sessions`` collection only (never entries). A damaged session document is skipped."""
-        from ..session.store import check_page
-
         check_page(limit, offset)
         projection = {"parent_id": 1, "created_at": 1}
         with self._errors("listing sessions"):
@@ -387,15 +370,14 @@ class MongoStore:
 
     async def delete_session(self, session_id: str) -> None:
         """Delete the session document, then its entries; ``SessionNotFoundError`` if there is
-        no such session. The document goes first: an append after it finds no session to reserve
-        numbers on and raises ``SessionNotFoundError``."""
+        no such session. The document goes first: an append after it finds no session and
+        raises ``SessionNotFoundError``."""
         sid = validate_session_id(session_id)
         with self._errors(f"session {sid!r}"):
-            self._batches.forget(sid)
+            self._writer.forget(sid)
             deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
             if deleted.deleted_count == 0:
                 raise SessionNotFoundError(sid)
             await self._complete(self._entries.delete_many({"session_id": sid}))
             # Claims and slots last: an append racing the delete finds no session document.
             await self._complete(self._claims.delete_session(sid))
-        self._floors.pop(sid, None)

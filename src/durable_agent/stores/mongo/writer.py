@@ -1,33 +1,33 @@
-"""How MongoStore writes one batch in the batch layout: one document per ``append_entries`` call.
+"""How MongoStore writes one append: one batch document (docs/design.md#mongo-store).
 
-A batch document ``{_id, session_id, entry_id, seq, keys, wires}`` holds the entries of one call
-in order: ``wires`` are their exact ``encode_entry`` strings, ``keys`` their
-``"<session_id>/<entry_id>"`` keys, ``entry_id`` the first entry's ID (``_id`` is its key) and
-``seq`` the first entry's number (the batch's entries take ``seq .. seq + len - 1``, so documents
-of both layouts sort together). FerretDB is slow per document (its SQLite backend parses every
-stored document of the collection on a load), so a session written in 10-entry appends loads a
-tenth of the documents of the per-entry layout.
+A batch document ``{_id, session_id, entry_id, seq, keys, wires}`` holds the entries of one
+``append_entries`` call in order: ``wires`` are their exact ``encode_entry`` strings, ``keys``
+their ``"<session_id>/<entry_id>"`` keys, ``entry_id`` the first entry's ID (``_id`` is its key)
+and ``seq`` the first entry's number (the batch's entries take ``seq .. seq + len - 1``).
+FerretDB is slow per document (its SQLite backend parses every stored document of the
+collection on a load), so one document per append, not per entry, keeps loads fast there.
 
-**A new batch is two writes** (:mod:`~durable_agent.stores.mongo_claims` has the claims and slots):
-one ordered ``insert_many`` of the slot at the end this store object knows and the batch's claims
-(sent together with a primary-key read of the session document, which must still exist, when this
-object last saw it over ``VERIFY_INTERVAL`` ago), then one ``insert_one`` of the batch document: a
-single document is written all or nothing. A writer that does not know the session's end yet reads
-the session document first (its ``next_seq`` hint, and whether its entries have claims: a session
-written before claims existed gets them now, from what is stored).
+**A new batch is two writes** (:mod:`~durable_agent.stores.mongo.claims` has the claims and
+slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
+batch's claims (sent together with a primary-key read of the session document, which must still
+exist, when this object last saw it over ``VERIFY_INTERVAL`` ago), then one ``insert_one`` of the
+batch document: a single document is written all or nothing. A writer that does not know the
+session's end yet reads the session document's ``next_seq`` hint first.
 
 **The careful path**, when an ID of the batch is claimed already: the claims and the documents
 they point at are looked up by ``_id``; stored identical entries are skipped, a stored ID with
 other content raises ``EntryConflictError`` (and this call's claims are deleted: nothing of the
 batch stays), and an ID claimed but not stored (its writer crashed between the claim and the
 insert, or is still in flight) is written by this call, which points the claim at its own
-document and content: as in the per-entry layout, only a stored entry wins, so a retry whose
-entry differs from what a crashed attempt claimed is stored. The rest is claimed and inserted
-in a fresh slot. Two writers of the same batch insert documents with the same ``_id``: one copy
-is stored. Two overlapping batches in flight together may both store a shared entry: on MongoDB
-the unique multikey index on ``keys`` rejects the second; on FerretDB (which does not enforce it
-per element) the load returns an identical copy once and raises ``CorruptSessionError`` for a
-differing one (:mod:`~durable_agent.stores.mongo_read`), never a wrong entry silently.
+document and content: only a stored entry wins, so a retry whose entry differs from what a
+crashed attempt claimed is stored. The rest is claimed and inserted in a fresh slot. Two writers
+of the same batch insert documents with the same ``_id``: one copy is stored; the loser's
+duplicate key sends it back to look (also by ``entry_id``, which finds a document another program
+stored under an ``_id`` of its own). Two overlapping batches in flight together may both store a
+shared entry: on MongoDB the unique multikey index on ``keys`` rejects the second; on FerretDB
+(which does not enforce it per element) the load returns an identical copy once and raises
+``CorruptSessionError`` for a differing one (:mod:`~durable_agent.stores.mongo.decode`), never a
+wrong entry silently.
 
 **Large batches:** a batch whose documents would pass MongoDB's 16 MiB limit is split into
 several documents in one slot, inserted with one ordered ``insert_many``: a failure can then
@@ -45,22 +45,31 @@ from typing import Any
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from ..session.appendplan import plan_append
-from ..session.entries import Entry
-from ..session.errors import (
+from ...session.appendplan import plan_append
+from ...session.entries import Entry
+from ...session.errors import (
     CorruptSessionError,
     EntryConflictError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from .mongo_append import SeqFloors, entry_key, first_error_index, only_duplicate_keys
-from .mongo_claims import Claim, Claims, claim_doc, slot_key
+from .claims import (
+    POINT_LIMIT,
+    Claim,
+    Claims,
+    claim_doc,
+    entry_key,
+    first_error_index,
+    only_duplicate_keys,
+    slot_key,
+)
+from .decode import stored_entries
 
 __all__ = [
-    "CLAIMED",
     "MAX_BATCH_DOCUMENT_BYTES",
     "VERIFY_INTERVAL",
-    "BatchDocumentWriter",
+    "BatchWriter",
+    "SessionEnds",
     "split_documents",
 ]
 
@@ -75,16 +84,13 @@ _DOCUMENT_OVERHEAD = 256
 #: Rounds of "look up, claim, insert, hit a duplicate key" before an append gives up.
 _MAX_WRITE_ROUNDS = 50
 
-#: Sessions a store object remembers as having claims for all their entries (LRU).
-_READY_CACHE_SIZE = 4096
+#: Sessions whose end (and when it was last seen) a store object remembers (LRU).
+_CACHE_SIZE = 4096
 
 #: Seconds during which a fast-path append trusts that a session this object saw (created,
 #: loaded, checked) still exists; after that the next append reads the session document
 #: alongside its claims (module doc: an append racing a delete by another process).
 VERIFY_INTERVAL = 1.0
-
-#: The value of the session document's ``claims`` field once all its entries are claimed.
-CLAIMED = 1
 
 _Batch = list[tuple[Entry, str]]
 
@@ -133,80 +139,58 @@ def _documents(sid: str, runs: list[_Batch], first: int) -> list[dict[str, Any]]
     return docs
 
 
-def _stored_from(sid: str, doc: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """``(entry_id, wire, seq)`` of every entry a stored document of either layout holds."""
-    seq = doc.get("seq")
-    if "wires" not in doc:
-        return [(doc.get("entry_id", ""), doc.get("wire", ""), seq)]
-    keys, wires = doc.get("keys"), doc.get("wires")
-    prefix = f"{sid}/"
-    if (
-        not isinstance(keys, list)
-        or not isinstance(wires, list)
-        or len(keys) != len(wires)
-        or not all(isinstance(k, str) and k.startswith(prefix) for k in keys)
-    ):
-        raise CorruptSessionError(sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
-    base = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-    return [
-        (key[len(prefix) :], wire, None if base is None else base + i)
-        for i, (key, wire) in enumerate(zip(keys, wires, strict=True))
-    ]
-
-
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class _Ready(OrderedDict[str, float]):
-    """Sessions this store object knows to have claims for every stored entry, with when it
-    last saw the session document (``time.monotonic()``; LRU-bounded)."""
+class SessionEnds(OrderedDict[str, tuple[int, float]]):
+    """Per session, the slot boundary where this store object puts its next append (one past
+    the highest ``seq`` it wrote or loaded: a writer's appends keep their order) and when it
+    last saw the session document (``time.monotonic()``); LRU-bounded."""
 
-    def add(self, sid: str) -> None:
-        self[sid] = time.monotonic()
+    def raise_to(self, sid: str, end: int, *, seen: bool = False) -> None:
+        known, at = self.get(sid, (0, 0.0))
+        self[sid] = (max(end, known), time.monotonic() if seen else at)
         self.move_to_end(sid)
-        while len(self) > _READY_CACHE_SIZE:
+        while len(self) > _CACHE_SIZE:
             self.popitem(last=False)
 
     def stale(self, sid: str) -> bool:
         """Whether the session document was last seen over ``VERIFY_INTERVAL`` ago."""
-        return time.monotonic() - self[sid] > VERIFY_INTERVAL
+        return time.monotonic() - self[sid][1] > VERIFY_INTERVAL
 
 
-class BatchDocumentWriter:
+class BatchWriter:
     """Writes encoded, de-duplicated batches as batch documents (module doc)."""
 
-    def __init__(self, sessions: Any, entries: Any, floors: SeqFloors, claims: Claims) -> None:
+    def __init__(self, sessions: Any, entries: Any, claims: Claims) -> None:
         self._sessions = sessions
         self._entries = entries
-        self._floors = floors
         self._claims = claims
-        self._ready = _Ready()
+        self._ends = SessionEnds()
 
     def seen(self, sid: str, session: dict[str, Any], end: int) -> None:
-        """A load read the session document and its entries up to ``end``: a session with
-        claims needs no preparation before the next append, which starts at the later of
-        ``end`` and the ``next_seq`` hint (both slot boundaries)."""
+        """A load read the session document and its entries up to ``end``: the next append
+        needs no preparation and starts at the later of ``end`` and the ``next_seq`` hint
+        (both slot boundaries)."""
         hint = session.get("next_seq", 0)
-        if session.get("claims") == CLAIMED and _int(hint):
-            self._floors.raise_to(sid, max(end, hint))
-            self._ready.add(sid)
+        if _int(hint):
+            self._ends.raise_to(sid, max(end, hint), seen=True)
 
     def created(self, sid: str) -> None:
-        """This object created the session with claims (``claims: 1``, ``next_seq`` 0)."""
-        self._floors.raise_to(sid, 0)
-        self._ready.add(sid)
+        """This object created the session (``next_seq`` 0)."""
+        self._ends.raise_to(sid, 0, seen=True)
 
     def forget(self, sid: str) -> None:
-        self._ready.pop(sid, None)
+        self._ends.pop(sid, None)
 
     async def write(self, sid: str, todo: _Batch) -> None:
         """The fast path: claim the slot and the IDs in one insert (checking the session
         exists alongside), then insert the document; a claimed ID takes :meth:`_careful`."""
         check = None
-        if sid in self._ready and sid in self._floors:
-            first = self._floors[sid]
-            if self._ready.stale(sid):
+        if sid in self._ends:
+            first = self._ends[sid][0]
+            if self._ends.stale(sid):
                 check = asyncio.ensure_future(self._exists(sid))
         else:
             first = await self._prepare(sid)
@@ -225,11 +209,11 @@ class BatchDocumentWriter:
                     self.forget(sid)
                     await self._claims.release([c["_id"] for c in claims[:done]])
                     raise SessionNotFoundError(sid)
-                self._ready.add(sid)
+                self._ends.raise_to(sid, first, seen=True)
             if done:
                 break
             first = await self._claims.walk(sid, first)  # the slot is taken: another writer
-        self._floors.raise_to(sid, first + count)
+        self._ends.raise_to(sid, first + count)
         mine = {c["_id"]: c["b"] for c in claims[1:done]}
         ours: list[str] = []  # documents of a split batch stored before a duplicate key
         race: Exception | None = None
@@ -237,7 +221,7 @@ class BatchDocumentWriter:
             try:
                 await self._insert(docs)
             except DuplicateKeyError as exc:
-                race = exc  # a writer without claims (module doc of mongo): look it up
+                race = exc  # another copy of this batch, or a foreign document: look it up
             except BulkWriteError as exc:
                 if not only_duplicate_keys(exc):
                     raise
@@ -251,38 +235,16 @@ class BatchDocumentWriter:
         return await self._sessions.find_one({"_id": sid}, {"_id": 1}) is not None
 
     async def _prepare(self, sid: str) -> int:
-        """Read the session document (it must exist); give its entries claims if it has none
-        yet; the first slot boundary to try, never below this object's floor."""
-        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1, "claims": 1})
+        """Read the session document (it must exist): the first slot boundary to try, its
+        ``next_seq`` hint, never below this object's floor."""
+        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
         if session is None:
             raise SessionNotFoundError(sid)
         hint = session.get("next_seq", 0)
         if not _int(hint):
             raise CorruptSessionError(sid, f"bad session document: next_seq is {hint!r}")
-        if session.get("claims") != CLAIMED:
-            hint = await self._backfill(sid, hint)
-        first = max(int(hint), self._floors.get(sid, 0))
-        self._floors.raise_to(sid, first)
-        self._ready.add(sid)
-        return first
-
-    async def _backfill(self, sid: str, hint: int) -> int:
-        """Claims for every stored entry of a session written without them (per-entry documents,
-        or batch documents of an older version); its slots start past what is stored."""
-        end = hint
-        claims = []
-        projection = {"entry_id": 1, "seq": 1, "wire": 1, "keys": 1, "wires": 1}
-        async for doc in self._entries.find({"session_id": sid}, projection):
-            for eid, wire, seq in _stored_from(sid, doc):
-                if isinstance(wire, str):
-                    claims.append(claim_doc(sid, eid, wire, doc["_id"]))
-                if _int(seq):
-                    end = max(end, seq + 1)
-        await self._claims.backfill(claims)
-        await self._sessions.update_one(
-            {"_id": sid}, {"$set": {"claims": CLAIMED}, "$max": {"next_seq": end}}
-        )
-        return end
+        self._ends.raise_to(sid, int(hint), seen=True)
+        return self._ends[sid][0]
 
     async def _careful(
         self,
@@ -310,7 +272,7 @@ class BatchDocumentWriter:
                 return
             first = await self._claims.take_slot(sid, above, len(todo))
             above = first + len(todo)
-            self._floors.raise_to(sid, above)
+            self._ends.raise_to(sid, above)
             runs = split_documents(sid, todo)
             docs = _documents(sid, runs, first)
             wanted = _claims_for(sid, runs, docs)
@@ -348,12 +310,12 @@ class BatchDocumentWriter:
         mine: dict[str, str],
         *,
         exhaustive: bool = False,
-    ) -> dict[str, tuple[Any, Any]]:
-        """``{entry_id: (wire, seq)}`` of the IDs of ``todo`` that are stored: in the document
-        their claim points at, or in a document whose ``_id`` is their own key (a per-entry
-        document, or a batch they are first in); ``exhaustive`` (after a document insert hit a
-        duplicate key) also by ``entry_id``, which finds one another program stored under an
-        ``_id`` of its own (a collection scan on FerretDB)."""
+    ) -> dict[str, Any]:
+        """``{entry_id: wire}`` of the IDs of ``todo`` that are stored: in the document their
+        claim points at, or in a document whose ``_id`` is their own key (a batch they are first
+        in); ``exhaustive`` (after a document insert hit a duplicate key) also by ``entry_id``,
+        which finds one another program stored under an ``_id`` of its own (a collection scan on
+        FerretDB)."""
         wanted = {entry.id for entry, _ in todo}
         places: set[str] = set()
         for entry, _ in todo:
@@ -362,8 +324,8 @@ class BatchDocumentWriter:
             held = mine.get(key) or getattr(claims.get(key), "batch_id", None)
             if held:
                 places.add(held)
-        projection = {"entry_id": 1, "seq": 1, "wire": 1, "keys": 1, "wires": 1}
-        if len(places) <= 32:
+        projection = {"keys": 1, "wires": 1}
+        if len(places) <= POINT_LIMIT:
             found = await asyncio.gather(
                 *(self._entries.find_one({"_id": p}, projection) for p in sorted(places))
             )
@@ -374,11 +336,11 @@ class BatchDocumentWriter:
         if exhaustive:
             query = {"session_id": sid, "entry_id": {"$in": sorted(wanted)}}
             docs += [doc async for doc in self._entries.find(query, projection)]
-        out: dict[str, tuple[Any, Any]] = {}
+        out: dict[str, Any] = {}
         for doc in docs:
-            for eid, wire, seq in _stored_from(sid, doc):
+            for eid, wire in stored_entries(sid, doc):
                 if eid in wanted and eid not in out:
-                    out[eid] = (wire, seq)
+                    out[eid] = wire
         return out
 
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
@@ -388,8 +350,9 @@ class BatchDocumentWriter:
             await self._entries.insert_many(docs, ordered=True)
 
     async def _roll_back(self, sid: str, docs: list[str], claims: list[str]) -> None:
-        """Delete what this call wrote before it found a conflict (SPEC §2.1): its documents,
-        then its claims (its slot stays, a gap in ``seq``)."""
+        """Delete what this call wrote before it found a conflict (nothing of a conflicting batch
+        stays, docs/design.md#store-contract): its documents, then its claims (its slot stays, a
+        gap in ``seq``)."""
         if docs:
             await self._entries.delete_many({"_id": {"$in": docs}, "session_id": sid})
         await self._claims.release(claims)
@@ -418,7 +381,7 @@ async def _together(insert: Any, check: asyncio.Future[bool]) -> tuple[int, bool
     return int(done), bool(exists)
 
 
-def _lookup(stored: dict[str, tuple[Any, Any]]) -> Callable[[str], str | None]:
+def _lookup(stored: dict[str, Any]) -> Callable[[str], str | None]:
     """``plan_append``'s view of what is stored: the wire of an ID, or ``None``; a stored
     value that is not a string compares unequal to every wire (a conflict, never a skip). A
     claim without its entry counts as not stored: nothing of that append was stored."""
@@ -427,6 +390,6 @@ def _lookup(stored: dict[str, tuple[Any, Any]]) -> Callable[[str], str | None]:
         found = stored.get(eid)
         if found is None:
             return None
-        return found[0] if isinstance(found[0], str) else ""
+        return found if isinstance(found, str) else ""
 
     return wire_of

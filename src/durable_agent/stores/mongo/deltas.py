@@ -1,4 +1,5 @@
-"""The live-delta channel of a MongoStore: one small collection next to the store's own.
+"""The live-delta channel of a MongoStore: one small collection next to the store's own
+(docs/design.md#live-deltas; reached as ``MongoStore.live_deltas()``).
 
 One document per published delta, ``{_id: "<key>/<attempt>/<seq>", k: "<key>", at, d}``, with
 attempt and seq zero-padded so ``_id`` order is ``(attempt, seq)`` order. An index on ``k`` finds a
@@ -18,7 +19,7 @@ from typing import Any
 from pymongo import ASCENDING
 from pymongo.errors import OperationFailure
 
-from ..session.deltas import Cursor, Delta, DeltaKey
+from ...session.deltas import Cursor, Delta, DeltaKey
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
 

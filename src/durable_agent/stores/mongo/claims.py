@@ -1,10 +1,10 @@
-"""Entry-ID claims and sequence slots of the batch layout: small documents keyed by ``_id``.
+"""Entry-ID claims and sequence slots: small documents found by ``_id``; docs/design.md#mongo-store.
 
-The batch layout (:mod:`durable_agent.stores.mongo_batch`) stores one document per append, so an
-entry that is not first in its document has no ``_id`` of its own, and FerretDB pushes nothing
-but ``_id`` equality down to SQL (any other lookup scans the whole collection). So every stored
-entry also has a **claim** in the claims collection (``<entries>_claims``), and every append a
-**slot**, both found by primary key and never read by a load:
+MongoStore stores one document per append, so an entry that is not first in its document has no
+``_id`` of its own, and FerretDB pushes nothing but ``_id`` equality down to SQL (any other lookup
+scans the whole collection). So every stored entry also has a **claim** in the claims collection
+(``<entries>_claims``), and every append a **slot**, both found by primary key and never read by
+a load:
 
 - claim ``{_id: "<session_id>/<entry_id>", s: session_id, h: <16-byte hash of the wire>,
   b: <_id of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
@@ -22,11 +22,8 @@ entry also has a **claim** in the claims collection (``<entries>_claims``), and 
   form a chain from its root, and every stored batch fills its slot exactly: the end a load
   computes is always a slot boundary.
 
-The session document carries ``claims: 1`` once every stored entry of the session has a claim
-(set at creation by the batch layout, or by the first batch append to an older session, which
-builds claims for what is stored), and ``next_seq``, a slot boundary no later than the end of
-the chain (the root; moved forward after a long walk), where a writer that knows nothing
-starts walking.
+The session document's ``next_seq`` is a slot boundary no later than the end of the chain (the
+root; moved forward after a long walk), where a writer that knows nothing starts walking.
 """
 
 from __future__ import annotations
@@ -39,21 +36,30 @@ from typing import Any
 from bson.binary import Binary
 from pymongo.errors import BulkWriteError
 
-from .mongo_append import entry_key, first_error_index, only_duplicate_keys
+__all__ = [
+    "Claim",
+    "Claims",
+    "claim_doc",
+    "entry_key",
+    "first_error_index",
+    "only_duplicate_keys",
+    "slot_key",
+    "wire_hash",
+]
 
-__all__ = ["Claim", "Claims", "slot_key", "wire_hash"]
+_DUPLICATE_KEY = 11000
 
 #: Walk steps after which the walker moves the session's ``next_seq`` hint to where it landed.
 _HINT_AFTER_STEPS = 16
 
 #: Up to this many claims are read (or deleted) with concurrent primary-key requests; more with
 #: one ``$in`` query (a collection scan on FerretDB, but only forks and imports get there).
-_POINT_LIMIT = 32
+POINT_LIMIT = 32
 
 
-def wire_hash(wire: str) -> bytes:
-    """A 128-bit hash of an entry's exact encoding: equal hashes mean identical content."""
-    return hashlib.blake2b(wire.encode("utf-8"), digest_size=16).digest()
+def entry_key(session_id: str, entry_id: str) -> str:
+    """An entry's key: its claim's ``_id``, and the ``_id`` of a batch document it is first in."""
+    return f"{session_id}/{entry_id}"
 
 
 def slot_key(session_id: str, seq: int) -> str:
@@ -61,9 +67,30 @@ def slot_key(session_id: str, seq: int) -> str:
     return f"{session_id}#{seq}"
 
 
+def wire_hash(wire: str) -> bytes:
+    """A 128-bit hash of an entry's exact encoding: equal hashes mean identical content."""
+    return hashlib.blake2b(wire.encode("utf-8"), digest_size=16).digest()
+
+
 def claim_doc(sid: str, entry_id: str, wire: str, batch_id: str) -> dict[str, Any]:
     """The claim of one entry, pointing at the batch document that will hold it."""
     return {"_id": entry_key(sid, entry_id), "s": sid, "h": Binary(wire_hash(wire)), "b": batch_id}
+
+
+def first_error_index(exc: BulkWriteError) -> int:
+    """How many documents an ordered insert stored before it stopped: its first error's index."""
+    return min(int(err.get("index", 0)) for err in exc.details["writeErrors"])
+
+
+def only_duplicate_keys(exc: BulkWriteError) -> bool:
+    """True if every error in a bulk insert is a duplicate key (an ID, slot or document taken)."""
+    details = exc.details
+    errors = details.get("writeErrors") or []
+    return (
+        bool(errors)
+        and not details.get("writeConcernErrors")
+        and all(err.get("code") == _DUPLICATE_KEY for err in errors)
+    )
 
 
 class Claim:
@@ -102,7 +129,7 @@ class Claims:
         """The stored claims among ``keys`` (entry keys), by key."""
         wanted = list(dict.fromkeys(keys))
         projection = {"h": 1, "b": 1}
-        if len(wanted) <= _POINT_LIMIT:
+        if len(wanted) <= POINT_LIMIT:
             found = await asyncio.gather(
                 *(self._collection.find_one({"_id": key}, projection) for key in wanted)
             )
@@ -123,7 +150,7 @@ class Claims:
         """Delete claims this call made for entries it will not store (a conflict)."""
         if not keys:
             return
-        if len(keys) <= _POINT_LIMIT:
+        if len(keys) <= POINT_LIMIT:
             for key in keys:
                 await self._collection.delete_one({"_id": key})
         else:
@@ -149,17 +176,6 @@ class Claims:
             seq = await self.walk(sid, seq)
             if await self.insert([{"_id": slot_key(sid, seq), "s": sid, "n": count}]):
                 return seq
-
-    async def backfill(self, docs: Iterable[dict[str, Any]]) -> None:
-        """Claims for entries stored before the session had claims (IDs already claimed, by a
-        concurrent backfill or append, are left as they are)."""
-        batch = list(docs)
-        for start in range(0, len(batch), 1000):
-            try:
-                await self._collection.insert_many(batch[start : start + 1000], ordered=False)
-            except BulkWriteError as exc:
-                if not only_duplicate_keys(exc):
-                    raise
 
     async def delete_session(self, sid: str) -> None:
         """Every claim and slot of a deleted session."""

@@ -1,0 +1,284 @@
+"""``durable-agent dev``: a Temporal dev server, its Web UI and one worker, until Ctrl-C; and the
+dev server ``demo`` runs too.
+
+The server is advertised in ``<data dir>/server.json`` while it runs, so ``run``, ``chat`` and
+``state`` in another terminal find it without ``TEMPORAL_ADDRESS``. If the worker dies it is
+restarted (that is what a deployment would do); if the server dies, ``dev`` stops. Fixed ports
+are used when free and others picked otherwise, so a busy 7233 never stops the demo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from temporalio.client import Client
+
+from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
+from .config import (
+    DEFAULT_TASK_QUEUE,
+    DEMO_APP,
+    ENV_APP,
+    ENV_TASK_QUEUE,
+    QueueOpt,
+    StoreOpt,
+    data_dir,
+)
+from .processes import (
+    ManagedProcess,
+    ProcessError,
+    ServerInfo,
+    ServerLock,
+    die_with_parent,
+    free_port,
+    read_server_info,
+    remove_server_info,
+    spawn,
+    start_worker,
+    stop_orphan,
+    temporal_binary,
+    write_server_info,
+)
+from .render import console, run_command
+from .stores import resolve_store_spec
+
+__all__ = [
+    "DevServer",
+    "advertise",
+    "dev",
+    "run_dev",
+    "start_dev_server",
+    "wait_for_ui",
+    "workflows_url",
+]
+
+
+def dev(
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app", help=f"module:attr of the worker app (default: ${ENV_APP}, else the demo app)."
+        ),
+    ] = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    port: Annotated[int, typer.Option(help="gRPC port (another is picked if taken).")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port (another is picked if taken).")] = 8233,
+) -> None:
+    """Run a Temporal dev server (with its Web UI) and a worker until Ctrl-C.
+
+    Other commands (run, chat, state) find this server without TEMPORAL_ADDRESS."""
+    code = run_command(
+        lambda: run_dev(
+            console,
+            app_ref=app or os.environ.get(ENV_APP) or DEMO_APP,
+            store_spec=resolve_store_spec(store),
+            task_queue=task_queue or os.environ.get(ENV_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
+            port=port,
+            ui_port=ui_port,
+        )
+    )
+    raise typer.Exit(code)
+
+
+# -- the dev server -------------------------------------------------------------------------------
+
+
+@dataclass
+class DevServer:
+    """A running ``temporal server start-dev`` (``process`` is None when it is someone else's)."""
+
+    address: str
+    ui_url: str
+    process: ManagedProcess | None
+
+
+def workflows_url(ui_url: str, session_id: str, namespace: str = "default") -> str:
+    """The Web UI's workflow list filtered to one session's runs (publish and compaction
+    workflows carry the session ID too, with another ``DurableAgentKind``)."""
+    query = urllib.parse.quote(
+        f'{SEARCH_ATTRIBUTE}="{session_id}" AND {KIND_ATTRIBUTE}="run"', safe=""
+    )
+    return f"{ui_url}/namespaces/{namespace}/workflows?query={query}"
+
+
+async def _wait_client(address: str, proc: ManagedProcess, deadline: float) -> None:
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        if not proc.running():
+            raise proc.exited()
+        try:
+            client = await Client.connect(address)
+            await client.service_client.check_health()
+            return
+        except Exception as exc:  # not up yet
+            last = exc
+            await asyncio.sleep(0.1)
+    raise ProcessError(f"the Temporal server at {address} did not answer in time ({last})")
+
+
+def _ui_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return int(response.status) < 500
+    except OSError:
+        return False
+
+
+async def wait_for_ui(url: str, deadline: float) -> bool:
+    """Poll the Web UI until it serves a page; False if the deadline passes first."""
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(_ui_answers, url):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def start_dev_server(
+    root: Path,
+    *,
+    port: int | None = 7233,
+    ui_port: int | None = 8233,
+    headless: bool = False,
+    within: float = 60.0,
+) -> DevServer:
+    """Start a dev server on ``root/temporal.db`` and wait until it answers gRPC (and the UI)."""
+    grpc_port = free_port(port)
+    web_port = None if headless else free_port(ui_port, avoid=[grpc_port])
+    argv = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1"]
+    argv += ["--port", str(grpc_port), "--db-filename", str(root / "temporal.db")]
+    argv += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
+    argv += ["--log-level", "warn"]
+    argv += ["--search-attribute", f"{SEARCH_ATTRIBUTE}=Keyword"]
+    argv += ["--search-attribute", f"{KIND_ATTRIBUTE}=Keyword"]
+    argv += ["--headless"] if web_port is None else ["--ui-port", str(web_port)]
+    log = root / "logs" / "temporal.log"
+    proc = spawn("Temporal server", die_with_parent(argv), log, dict(os.environ))
+    address = f"127.0.0.1:{grpc_port}"
+    deadline = time.monotonic() + within
+    try:
+        await _wait_client(address, proc, deadline)
+        ui_url = f"http://127.0.0.1:{web_port}" if web_port is not None else ""
+        server = DevServer(address, ui_url, proc)
+        if web_port is not None:
+            await wait_for_ui(server.ui_url, min(deadline, time.monotonic() + 15))
+    except BaseException:
+        proc.stop()
+        raise
+    return server
+
+
+def advertise(root: Path, server: DevServer, task_queue: str) -> None:
+    """Write ``server.json`` for the server this process started (see the module docstring)."""
+    assert server.process is not None
+    info = ServerInfo(
+        pid=server.process.pid,
+        owner_pid=os.getpid(),
+        address=server.address,
+        ui_url=server.ui_url,
+        task_queue=task_queue,
+    )
+    write_server_info(root, info)
+
+
+# -- dev ------------------------------------------------------------------------------------------
+
+
+async def run_dev(
+    console: Console,
+    *,
+    app_ref: str,
+    store_spec: str,
+    task_queue: str,
+    port: int,
+    ui_port: int,
+) -> int:
+    """The ``dev`` command: the exit code (1 when the server exits on its own)."""
+    root = data_dir()
+    lock = ServerLock(root)
+    if not lock.try_acquire():
+        info = read_server_info(root)
+        where = f" (server {info.address}, owner pid {info.owner_pid})" if info else ""
+        raise ProcessError(
+            f"another durable-agent process is already serving {root / 'temporal.db'}{where}"
+        )
+    workers: list[ManagedProcess] = []
+    server = None
+    try:
+        orphan = stop_orphan(root, root / "temporal.db")
+        if orphan is not None:
+            console.print(f"stopped Temporal server {orphan}, left behind by an interrupted run")
+        server = await start_dev_server(root, port=port, ui_port=ui_port)
+        advertise(root, server, task_queue)
+
+        async def start() -> ManagedProcess:
+            worker = await start_worker(
+                name="worker",
+                app_ref=app_ref,
+                store_spec=store_spec,
+                task_queue=task_queue,
+                address=server.address,
+                log_path=root / "logs" / "dev-worker.log",
+                ready_dir=root / "run",
+            )
+            workers.append(worker)
+            return worker
+
+        worker = await start()
+        console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
+        console.print(
+            f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})"
+        )
+        console.print(f"  Web UI         {server.ui_url}")
+        console.print(f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}")
+        console.print(f"  store          {store_spec}")
+        console.print(f"  logs           {root / 'logs'}")
+        console.print("  try:           durable-agent chat my-session")
+        return await _supervise(console, server, worker, start)
+    finally:
+        for w in workers:
+            w.stop()
+        if server is not None and server.process is not None:
+            server.process.stop()
+            remove_server_info(root, os.getpid())
+        lock.release()
+
+
+async def _supervise(
+    console: Console,
+    server: DevServer,
+    worker: ManagedProcess,
+    start: Callable[[], Awaitable[ManagedProcess]],
+) -> int:
+    """Until Ctrl-C (or SIGTERM, SIGHUP): restart a worker that exits, stop if the server does."""
+    assert server.process is not None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+        if not server.process.running():
+            console.print(f"[red]the Temporal server exited[/]:\n{server.process.log_tail()}")
+            return 1
+        if not worker.running():
+            console.print(
+                f"[yellow]worker {worker.pid} exited ({worker.proc.returncode}); restarting[/]"
+            )
+            t0 = time.monotonic()
+            worker = await start()
+            console.print(f"worker {worker.pid} up in {time.monotonic() - t0:.1f} s")
+    console.print("stopping")
+    return 0

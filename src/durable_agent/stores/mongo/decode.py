@@ -1,0 +1,223 @@
+"""What MongoStore makes of the server's answers (docs/design.md#mongo-store).
+
+**Stored documents into entries.** A session's batch documents (one per append, written by
+:mod:`~durable_agent.stores.mongo.writer`) come back from one ``find`` sorted by ``seq``; a
+document's entries sit at ``seq .. seq + len - 1``, so that order is the append order. The store
+is trusted but may be corrupted: a document of the wrong shape, a ``seq`` that is not an integer,
+or an entry that does not decode raises ``CorruptSessionError`` naming the document's first
+entry. An entry ID that appears twice (possible only on servers that do not enforce the unique
+multikey index, FerretDB, when two different batches sharing it raced) is returned once if the
+copies are identical, and raises ``CorruptSessionError`` if they differ.
+
+**A read after a sequence number** (an entry's seq is its 1-based position in append order)
+first reads every document's ``seq`` and ``keys`` (a few bytes per entry, nothing decoded):
+positions are counted from those, because ``seq`` has gaps (an unused slot) and so is not a
+position. Then only the documents that hold later positions are fetched whole (:func:`tail`).
+
+**Driver errors into typed errors.** A backend that is down or too slow raises
+``StoreUnavailableError`` with a one-line message (:func:`translate_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from pymongo.errors import (
+    ConnectionFailure,
+    ExecutionTimeout,
+    OperationFailure,
+    PyMongoError,
+    WTimeoutError,
+)
+
+from ...session.codec import bulk_decoding, decode_entry
+from ...session.entries import Entry
+from ...session.errors import CorruptSessionError, EntryDecodeError, StoreUnavailableError
+
+__all__ = [
+    "LOAD_PROJECTION",
+    "OUTLINE_PROJECTION",
+    "Part",
+    "decode_documents",
+    "end_seq",
+    "stored_entries",
+    "tail",
+    "translate_errors",
+]
+
+#: The fields a load reads.
+LOAD_PROJECTION = {"_id": 0, "entry_id": 1, "seq": 1, "wires": 1}
+
+#: The fields a read after a sequence number first reads of every document.
+OUTLINE_PROJECTION = {"seq": 1, "keys": 1}
+
+
+def _seq(sid: str, doc: dict[str, Any]) -> int:
+    seq = doc.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise CorruptSessionError(
+            sid, f"decode entry {doc.get('entry_id')!r}: seq is {seq!r}, not an integer"
+        )
+    return seq
+
+
+def _strings(sid: str, doc: dict[str, Any], field: str) -> list[str]:
+    """A document's ``wires`` or ``keys``, checked to be a list of strings."""
+    values = doc.get(field)
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        name = doc.get("entry_id", doc.get("_id"))
+        raise CorruptSessionError(sid, f"decode batch at {name!r}: {field} is not a string list")
+    return values
+
+
+def end_seq(sid: str, docs: list[dict[str, Any]], field: str = "wires") -> int:
+    """One past the highest ``seq`` the documents use (their ``field`` lists count the
+    entries); 0 for none. Checks every ``seq`` first, so a bad one raises before anything is
+    decoded."""
+    end = 0
+    for doc in docs:
+        seq = _seq(sid, doc)
+        values = doc.get(field)
+        end = max(end, seq + (len(values) if isinstance(values, list) else 1))
+    return end
+
+
+def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> list[Entry]:
+    """Every entry of ``docs`` (sorted by ``seq``), decoded, in order (module doc); ``skip``
+    leaves out the first entries of the first document."""
+    out: list[Entry] = []
+    seen: dict[str, str] = {}
+    with bulk_decoding():
+        for n, doc in enumerate(docs):
+            for wire in _strings(sid, doc, "wires")[skip if n == 0 else 0 :]:
+                try:
+                    entry = decode_entry(wire)
+                except EntryDecodeError as exc:
+                    raise CorruptSessionError(
+                        sid, f"decode entry {doc.get('entry_id')!r}: {exc}"
+                    ) from exc
+                first = seen.get(entry.id)
+                if first is not None:
+                    if first != wire:
+                        raise CorruptSessionError(
+                            sid, f"entry {entry.id!r} is stored twice with different content"
+                        )
+                    continue
+                seen[entry.id] = wire
+                out.append(entry)
+    return out
+
+
+def stored_entries(sid: str, doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(entry_id, wire)`` of every entry of a stored document (read by ``_id`` to check what
+    an append would store twice); a wire is compared, not decoded, so it is not checked here."""
+    keys, wires = doc.get("keys"), doc.get("wires")
+    prefix = f"{sid}/"
+    if (
+        not isinstance(keys, list)
+        or not isinstance(wires, list)
+        or len(keys) != len(wires)
+        or not all(isinstance(k, str) and k.startswith(prefix) for k in keys)
+    ):
+        raise CorruptSessionError(sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
+    return [(key[len(prefix) :], wire) for key, wire in zip(keys, wires, strict=True)]
+
+
+class Part(NamedTuple):
+    """A document holding entries after the asked-for seq: its ``_id`` and ``seq``, how many
+    of its entries come before the asked-for seq, and how many it holds."""
+
+    doc_id: Any
+    seq: int
+    skip: int
+    size: int
+
+
+def tail(sid: str, outline: list[dict[str, Any]], after: int) -> list[Part] | None:
+    """The documents of ``outline`` (``_id``, ``seq``, ``keys``; sorted by ``seq``) that hold
+    the positions after ``after``, in order; ``None`` when an entry key repeats (the FerretDB race
+    in the module doc), whose positions only a whole decode settles."""
+    seen: set[str] = set()
+    position = 0
+    parts: list[Part] = []
+    for doc in outline:
+        seq = _seq(sid, doc)
+        keys = _strings(sid, doc, "keys")
+        if seen.intersection(keys) or len(set(keys)) != len(keys):
+            return None
+        seen.update(keys)
+        if position + len(keys) > after:
+            parts.append(Part(doc["_id"], seq, max(0, after - position), len(keys)))
+        position += len(keys)
+    return parts
+
+
+# -- driver errors --------------------------------------------------------------------------------
+
+#: Server error codes that mean "the server is going away or not reachable right now", not "your
+#: request is wrong": shutdown, step-down, network and time-limit failures reported by the server.
+_UNAVAILABLE_CODES = frozenset(
+    {
+        6,  # HostUnreachable
+        7,  # HostNotFound
+        50,  # MaxTimeMSExpired
+        89,  # NetworkTimeout
+        91,  # ShutdownInProgress
+        189,  # PrimarySteppedDown
+        262,  # ExceededTimeLimit
+        9001,  # SocketException
+        10107,  # NotWritablePrimary
+        11600,  # InterruptedAtShutdown
+        11602,  # InterruptedDueToReplStateChange
+        13435,  # NotPrimaryNoSecondaryOk
+        13436,  # NotPrimaryOrSecondary
+    }
+)
+
+
+def _is_unavailable(exc: PyMongoError) -> bool:
+    """Whether ``exc`` means the backend is down or too slow, as opposed to a bad request.
+
+    Covers server selection, connection and network errors (``ConnectionFailure`` and its
+    subclasses ``AutoReconnect``, ``NetworkTimeout``, ``ServerSelectionTimeoutError``,
+    ``WaitQueueTimeoutError``), server-side time limits, write-concern timeouts, client-side
+    operation timeouts (``exc.timeout``) and shutdown/step-down codes.
+    """
+    if isinstance(exc, ConnectionFailure | ExecutionTimeout | WTimeoutError):
+        return True
+    if exc.timeout:
+        return True
+    return isinstance(exc, OperationFailure) and exc.code in _UNAVAILABLE_CODES
+
+
+def _short_reason(exc: BaseException) -> str:
+    """The first clause of a driver error, without pymongo's topology dump."""
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    for cut in (" (configured timeouts", ", Timeout:", ", Topology Description"):
+        text = text.split(cut, 1)[0]
+    if ": " in text and text.split(": ", 1)[0].count(":") == 1:  # drop a "host:port: " prefix
+        text = text.split(": ", 1)[1]
+    return text[:160] or type(exc).__name__
+
+
+@contextlib.contextmanager
+def translate_errors(what: str, address: Callable[[], str]) -> Iterator[None]:
+    """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on.
+
+    The message is one line, ``cannot reach MongoDB at host:port (reason) [what]``; ``what``
+    names the object of the call, e.g. ``session 's1'``.
+    """
+    try:
+        yield
+    except PyMongoError as exc:
+        if _is_unavailable(exc):
+            raise StoreUnavailableError(
+                f"cannot reach MongoDB at {address()} ({_short_reason(exc)}) [{what}]"
+            ) from exc
+        raise
+    except OSError as exc:
+        raise StoreUnavailableError(
+            f"cannot reach MongoDB at {address()} ({_short_reason(exc)}) [{what}]"
+        ) from exc

@@ -1,0 +1,134 @@
+"""Entries with fixed content, raw batch documents, and a command listener for the Mongo tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import monitoring
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.session import Entry, MessageEntry, encode_entry
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+MIB = 1024 * 1024
+
+
+def entry(eid: str, text: str | None = None, parent: str | None = None) -> MessageEntry:
+    """A message entry with fixed content, so re-creating it gives an identical encoding."""
+    message = Message(role="user", content=[TextContent(text=text or eid)], timestamp=T0)
+    return MessageEntry(id=eid, parent_id=parent, created_at=T0, message=message)
+
+
+def ids(entries: Sequence[Entry]) -> list[str]:
+    return [e.id for e in entries]
+
+
+def batch_doc(sid: str, entries: Sequence[Entry], seq: int, **fields: Any) -> dict[str, Any]:
+    """A batch document as the store writes it (``fields`` override or add fields)."""
+    head = entries[0].id
+    return {
+        "_id": f"{sid}/{head}",
+        "session_id": sid,
+        "entry_id": head,
+        "seq": seq,
+        "keys": [f"{sid}/{e.id}" for e in entries],
+        "wires": [encode_entry(e) for e in entries],
+        **fields,
+    }
+
+
+def claim_ids(sync_db: Any, sid: str) -> set[str]:
+    """The entry claims of a session (slots, ``<sid>#<seq>``, left out)."""
+    return {d["_id"] for d in sync_db.entries_claims.find({"s": sid}) if "/" in d["_id"]}
+
+
+def assert_writer_orders(loaded: list[Entry], writers: dict[str, list[str]]) -> None:
+    """No loss, no duplicate, and each writer's entries appear in the order it wrote them."""
+    got = ids(loaded)
+    assert len(got) == len(set(got))
+    assert sorted(got) == sorted(eid for written in writers.values() for eid in written)
+    for written in writers.values():
+        assert [eid for eid in got if eid in set(written)] == written
+
+
+class Commands(monitoring.CommandListener):
+    """Every command a client sends (name and body), with events tests can wait on, and hooks
+    that run once, synchronously: when the next reply to a command arrives (before the client's
+    caller sees it), or before a command matching a test is sent."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, dict[str, Any]]] = []
+        self.waiters: dict[tuple[str, str], asyncio.Event] = {}
+        self._hook: tuple[str, Callable[[], object]] | None = None
+        self._before: tuple[Callable[[dict[str, Any]], bool], Callable[[], object]] | None = None
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.log]
+
+    def wait_for(self, phase: str, command: str) -> asyncio.Event:
+        """An event set when ``command`` reaches ``phase`` ("started" or "succeeded")."""
+        return self.waiters.setdefault((phase, command), asyncio.Event())
+
+    def arm(self, hook: Callable[[], object], after: str) -> None:
+        """Run ``hook`` when the next reply to an ``after`` command arrives."""
+        self._hook = (after, hook)
+
+    def arm_before(
+        self, hook: Callable[[], object], when: Callable[[dict[str, Any]], bool]
+    ) -> None:
+        """Run ``hook`` before the first command whose body ``when`` accepts is sent."""
+        self._before = (when, hook)
+
+    def _fire(self, phase: str, command: str) -> None:
+        waiter = self.waiters.get((phase, command))
+        if waiter is not None:
+            waiter.set()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        body = dict(event.command)
+        self.log.append((event.command_name, body))
+        if self._before is not None and self._before[0](body):
+            hook = self._before[1]
+            self._before = None
+            hook()
+        self._fire("started", event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if self._hook is not None and self._hook[0] == event.command_name:
+            hook = self._hook[1]
+            self._hook = None
+            hook()
+        self._fire("succeeded", event.command_name)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._fire("failed", event.command_name)
+
+
+class Counted(monitoring.CommandListener):
+    """Sets ``done`` once ``wanted`` commands named ``command`` succeeded since ``count`` was
+    last reset."""
+
+    def __init__(self, command: str, wanted: int) -> None:
+        self.command = command
+        self.wanted = wanted
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.done.clear()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.command_name == self.command:
+            self.count += 1
+            if self.count >= self.wanted:
+                self.done.set()
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass

@@ -1,0 +1,394 @@
+"""MongoStore appends: two writes per new batch, idempotent retries, conflicts that leave nothing,
+and concurrent writers refereed by claims and slots (docs/design.md#mongo-store)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
+
+from durable_agent.session import Entry, EntryConflictError, SessionExistsError, encode_entry
+from durable_agent.stores.mongo import MongoStore
+from tests.mongo.helpers import (
+    MIB,
+    Commands,
+    assert_writer_orders,
+    batch_doc,
+    claim_ids,
+    entry,
+    ids,
+)
+from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS
+
+pytestmark = pytest.mark.mongo
+
+
+# --- one writer -----------------------------------------------------------------------------
+
+
+async def test_new_batch_is_two_inserts(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """No lookup and no counter for a batch of new IDs: one insert of its slot and claims, one
+    of its document; a batch with a stored ID looks it up and writes the rest."""
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await store.create_session("s1")
+    for size in (1, 10):
+        commands.log.clear()
+        await store.append_entries("s1", [entry(f"n{size}-{k}") for k in range(size)])
+        assert commands.names() == ["insert", "insert"]
+    commands.log.clear()
+    await store.append_entries("s1", [entry("n1-0"), entry("more")])
+    assert "find" in commands.names()
+    assert ids(await store.load_entries("s1")) == [
+        "n1-0", *(f"n10-{k}" for k in range(10)), "more"
+    ]  # fmt: skip
+
+
+async def test_fresh_store_walks_the_slots_and_moves_the_hint(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A store object that never saw the session starts at the session's ``next_seq`` hint,
+    follows the taken slots to the end (its batch lands after all of them) and, after a long
+    walk, moves the hint there, so the next newcomer starts near the end."""
+    writer = MongoStore(mongo_database)
+    await writer.create_session("s1")
+    for k in range(20):
+        await writer.append_entries("s1", [entry(f"w{k}-{i}") for i in range(k % 3 + 1)])
+    end = sum(k % 3 + 1 for k in range(20))
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 0
+    await MongoStore(mongo_database).append_entries("s1", [entry("late")])
+    assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == end
+    assert sync_db.entries.find_one({"_id": "s1/late"})["seq"] == end
+    await writer.append_entries("s1", [entry("after")])  # its end is behind: walks one slot
+    loaded = ids(await MongoStore(mongo_database).load_entries("s1"))
+    assert loaded[-2:] == ["late", "after"] and len(loaded) == end + 2
+
+
+async def test_overlapping_retry_stores_only_the_new_entry(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """[b, c] after [a, b]: b is claimed and stored, so only c is written, after b."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a"), entry("b")])
+    for retry in (store, MongoStore(mongo_database)):
+        await retry.append_entries("s1", [entry("b"), entry("c")])
+    assert ids(await store.load_entries("s1")) == ["a", "b", "c"]
+    keys = [d["keys"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert keys == [["s1/a", "s1/b"], ["s1/c"]]
+    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b", "s1/c"}
+
+
+async def test_partial_overlap_retry_stores_only_the_rest(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a"), entry("b"), entry("c")])
+    await store.append_entries("s1", [entry("b"), entry("d")])  # b stored, not first in its doc
+    await store.append_entries("s1", [entry("x"), entry("c"), entry("a"), entry("y")])
+    assert ids(await store.load_entries("s1")) == ["a", "b", "c", "d", "x", "y"]
+    keys = [d["keys"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
+    assert keys == [["s1/a", "s1/b", "s1/c"], ["s1/d"], ["s1/x", "s1/y"]]
+
+
+async def test_conflict_on_any_position_writes_nothing(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a"), entry("b")])
+    for batch in (
+        [entry("n1"), entry("b", "changed"), entry("n2")],
+        [entry("a", "changed")],
+        [entry("b", parent="other")],
+    ):
+        with pytest.raises(EntryConflictError) as info:
+            await store.append_entries("s1", batch)
+        assert info.value.entry_id in {"a", "b"}
+    assert ids(await store.load_entries("s1")) == ["a", "b"]
+    assert sync_db.entries.count_documents({}) == 1
+    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b"}  # the failed batches' claims released
+    await store.append_entries("s1", [entry("n1"), entry("n2")])  # so n1 and n2 are free
+    assert ids(await store.load_entries("s1")) == ["a", "b", "n1", "n2"]
+
+
+async def test_entries_another_store_object_stored_are_skipped_or_conflict(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Another store object stored ``b`` first: the rest of the batch goes in after it. A
+    stored entry with other content is a conflict, and nothing of that batch stays."""
+    ours = MongoStore(mongo_database)
+    other = MongoStore(mongo_database)
+    await ours.create_session("s1")
+    await other.append_entries("s1", [entry("b")])
+    await ours.append_entries("s1", [entry("a"), entry("b"), entry("c")])
+    assert ids(await ours.load_entries("s1")) == ["b", "a", "c"]
+
+    await other.append_entries("s1", [entry("z", "theirs")])
+    with pytest.raises(EntryConflictError) as info:
+        await ours.append_entries("s1", [entry("y"), entry("y2"), entry("z", "ours"), entry("w")])
+    assert info.value.entry_id == "z"
+    loaded = {e.id: encode_entry(e) for e in await ours.load_entries("s1")}
+    assert sorted(loaded) == ["a", "b", "c", "z"]
+    assert loaded["z"] == encode_entry(entry("z", "theirs"))
+    assert claim_ids(sync_db, "s1") == {f"s1/{e}" for e in ("a", "b", "c", "z")}
+
+
+async def test_entry_stored_under_a_foreign_id_is_still_found(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """An entry another program stored with an ObjectId ``_id`` and no claim still counts for
+    idempotency: the document insert hits the ``(session_id, entry_id)`` index, and the
+    re-check by ``entry_id`` finds it."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.entries.insert_one(batch_doc("s1", [entry("f")], 0, _id=ObjectId()))
+    await store.append_entries("s1", [entry("f")])
+    await store.append_entries("s1", [entry("f"), entry("g", parent="f")])
+    assert ids(await store.load_entries("s1")) == ["f", "g"]
+    with pytest.raises(EntryConflictError):
+        await store.append_entries("s1", [entry("f", "changed")])
+    assert sync_db.entries.count_documents({"session_id": "s1"}) == 2
+
+
+async def test_large_batch_idempotency(mongo_database: AsyncDatabase[Any]) -> None:
+    """Batches above the point-lookup limit are checked with one query, to the same effect."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    batch = [entry(f"e{i:03d}") for i in range(50)]
+    await store.append_entries("s1", batch[:30])
+    await store.append_entries("s1", batch)
+    with pytest.raises(EntryConflictError):
+        await store.append_entries("s1", [*batch, entry("e010", "changed"), entry("new")])
+    assert ids(await store.load_entries("s1")) == ids(batch)
+
+
+async def test_split_batch_conflict_found_late_rolls_back(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A split batch whose second document collides (a program without claims stored its first
+    entry with other content after this call claimed the IDs): the first document, already
+    inserted, is deleted again with the call's claims, and the call raises the conflict, so
+    nothing of the batch stays.
+
+    The other writer is a document inserted the moment the claims insert's reply arrives,
+    before the store's document insert goes out.
+    """
+    rival = batch_doc("s1", [entry("b2", "rival")], 1000)
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await store.create_session("s1")
+    commands.log.clear()
+    commands.arm(lambda: sync_db.entries.insert_one(rival), after="insert")
+    batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
+    with pytest.raises(EntryConflictError) as info:
+        await store.append_entries("s1", batch)
+    assert info.value.entry_id == "b2"
+    assert commands.names()[:2] == ["insert", "insert"]  # claims, then the two documents
+    assert [d["_id"] for d in sync_db.entries.find({"session_id": "s1"})] == ["s1/b2"]
+    assert claim_ids(sync_db, "s1") == set()
+    assert ids(await MongoStore(mongo_database).load_entries("s1")) == ["b2"]
+
+
+# --- concurrent writers ---------------------------------------------------------------------
+
+
+async def test_twenty_tasks_append_to_one_session(mongo_database: AsyncDatabase[Any]) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    go = asyncio.Event()
+    writers = {f"w{w}": [f"w{w}-{k}" for k in range(12)] for w in range(20)}
+
+    async def write(name: str) -> None:
+        await go.wait()
+        written = writers[name]
+        for c, k in enumerate(range(0, len(written), 3)):
+            chunk = [entry(eid) for eid in written[k : k + 3]]
+            if c % 2 == 0:  # batches of three and single entries interleave
+                await store.append_entries("s1", chunk)
+            else:
+                for one in chunk:
+                    await store.append_entries("s1", [one])
+
+    tasks = [asyncio.create_task(write(name)) for name in writers]
+    go.set()
+    await asyncio.gather(*tasks)
+    assert_writer_orders(await store.load_entries("s1"), writers)
+
+
+def _disjoint_seqs(sync_db: Any, sid: str) -> None:
+    """Every document's numbers ``seq .. seq + len - 1`` are its own."""
+    spans = [(d["seq"], len(d["keys"])) for d in sync_db.entries.find({"session_id": sid})]
+    numbers = [seq + i for seq, n in spans for i in range(n)]
+    assert len(numbers) == len(set(numbers))
+
+
+async def test_two_stores_on_separate_clients(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    a = MongoStore(client_factory()[mongo_database.name])
+    b = MongoStore(client_factory()[mongo_database.name])
+    await a.create_session("s1")
+    with pytest.raises(SessionExistsError):
+        await b.create_session("s1")
+    writers = {name: [f"{name}-{k}" for k in range(40)] for name in ("a", "b")}
+
+    async def write(store: MongoStore, name: str) -> None:
+        for k in range(0, 40, 4):
+            await store.append_entries("s1", [entry(eid) for eid in writers[name][k : k + 4]])
+
+    await asyncio.gather(write(a, "a"), write(b, "b"))
+    for store in (a, b):
+        assert_writer_orders(await store.load_entries("s1"), writers)
+    _disjoint_seqs(sync_db, "s1")
+
+
+async def test_concurrent_identical_retries_store_once(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(4)]
+    await stores[0].create_session("s1")
+    batch = [entry(f"e{i}", parent=f"e{i - 1}" if i else None) for i in range(5)]
+    await asyncio.gather(*(stores[i % 4].append_entries("s1", batch) for i in range(12)))
+    assert ids(await stores[0].load_entries("s1")) == ids(batch)
+
+
+async def test_concurrent_conflicting_appends_one_wins(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    a = MongoStore(client_factory()[mongo_database.name])
+    b = MongoStore(client_factory()[mongo_database.name])
+    await a.create_session("s1")
+    results = await asyncio.gather(
+        a.append_entries("s1", [entry("x", "from a")]),
+        b.append_entries("s1", [entry("x", "from b")]),
+        return_exceptions=True,
+    )
+    assert sorted(type(r).__name__ for r in results) == ["EntryConflictError", "NoneType"]
+    winner = "from a" if results[0] is None else "from b"
+    [stored] = await a.load_entries("s1")
+    assert encode_entry(stored) == encode_entry(entry("x", winner))
+
+
+async def _race(stores: Sequence[MongoStore], sid: str, plan: Sequence[Sequence[Entry]]) -> Any:
+    """Every store appends its batch of ``plan`` at once; the outcomes, in order."""
+    go = asyncio.Event()
+
+    async def write(store: MongoStore, batch: Sequence[Entry]) -> None:
+        await go.wait()
+        await store.append_entries(sid, batch)
+
+    tasks = [asyncio.create_task(write(s, b)) for s, b in zip(stores, plan, strict=True)]
+    go.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_loser_of_a_conflicting_race_leaves_nothing(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Two clients race batches that share the ID ``x`` with different content. The first
+    writer of ``x`` wins and its whole batch is stored; the other raises
+    ``EntryConflictError`` and nothing of its batch stays, not even its claims. Repeated on
+    fresh sessions, so the interleavings vary."""
+    a = MongoStore(client_factory()[mongo_database.name])
+    b = MongoStore(client_factory()[mongo_database.name])
+    batches = {
+        "a": [entry("a0"), entry("a1", parent="a0"), entry("x", "from a"), entry("a2")],
+        "b": [entry("b0"), entry("x", "from b"), entry("b1", parent="x")],
+    }
+    for r in range(12):
+        sid = f"race{r}"
+        await a.create_session(sid)
+        outcome = dict(zip("ab", await _race((a, b), sid, list(batches.values())), strict=True))
+        [winner] = [name for name, res in outcome.items() if res is None]
+        [loser] = [name for name, res in outcome.items() if res is not None]
+        failure = outcome[loser]
+        assert isinstance(failure, EntryConflictError) and failure.entry_id == "x"
+        stored = await a.load_entries(sid)
+        assert ids(stored) == ids(batches[winner])  # all of the winner's, none of the loser's
+        [x] = [e for e in stored if e.id == "x"]
+        assert encode_entry(x) == encode_entry(entry("x", f"from {winner}"))
+        assert ids(await b.load_entries(sid)) == ids(stored)
+        assert claim_ids(sync_db, sid) == {f"{sid}/{e}" for e in ids(batches[winner])}
+
+
+async def test_retries_and_a_conflicting_writer_race(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Three copies of batch A, one batch B that gives ``x`` other content, and two copies of an
+    unrelated batch C race on six clients. Each batch is all-or-nothing: either every copy of A
+    succeeds and nothing of B is stored, or B succeeds and nothing of A is; C always lands."""
+    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(6)]
+    a = [entry("a0"), entry("a1", parent="a0"), entry("a2"), entry("a3"), entry("x", "A")]
+    b = [entry("b0"), entry("x", "B"), entry("b1")]
+    c = [entry(f"c{i}") for i in range(5)]
+    for r in range(8):
+        sid = f"mix{r}"
+        await stores[0].create_session(sid)
+        res = await _race(stores, sid, [a, b, a, a, c, c])
+        assert all(x is None or isinstance(x, EntryConflictError) for x in res), res
+        assert res[4] is None and res[5] is None
+        a_won = res[1] is not None
+        assert [res[i] is None for i in (0, 2, 3)] == [a_won] * 3
+        winner = a if a_won else b
+        loaded = ids(await stores[1].load_entries(sid))
+        assert sorted(loaded) == sorted(ids(winner) + ids(c))
+        for batch in (winner, c):
+            assert [eid for eid in loaded if eid in ids(batch)] == ids(batch)
+        _disjoint_seqs(sync_db, sid)
+
+
+async def test_concurrent_writers_of_one_batch_store_one_copy(
+    mongo_uri: str, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """Two store objects (two clients, as two workers) append the same batches at once: every
+    batch is stored exactly once, whichever wins each race."""
+    clients: list[AsyncMongoClient[dict[str, Any]]] = [
+        AsyncMongoClient(mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS)
+        for _ in range(2)
+    ]
+    try:
+        a, b = (MongoStore(c[mongo_database.name]) for c in clients)
+        await a.create_session("s1")
+        await b.load_entries("s1")
+        for k in range(15):
+            batch = [entry(f"e{k}-{i}") for i in range(k % 4 + 1)]
+            await asyncio.gather(a.append_entries("s1", batch), b.append_entries("s1", batch))
+    finally:
+        for client in clients:
+            await client.close()
+    expected = [f"e{k}-{i}" for k in range(15) for i in range(k % 4 + 1)]
+    stored = [
+        key for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1) for key in d["keys"]
+    ]
+    assert stored == [f"s1/{e}" for e in expected]  # one copy of each, in order
+    assert ids(await MongoStore(mongo_database).load_entries("s1")) == expected
+
+
+async def test_concurrent_writers_of_different_batches_keep_each_order(
+    client_factory: Any, mongo_database: AsyncDatabase[Any]
+) -> None:
+    """Two store objects append their own batches at once: nothing is lost, and each writer's
+    batches read back in the order it wrote them (the slots referee the numbers)."""
+    stores = [MongoStore(client_factory()[mongo_database.name]) for _ in range(2)]
+    await stores[0].create_session("s1")
+
+    async def writer(n: int) -> None:
+        for k in range(20):
+            await stores[n].append_entries("s1", [entry(f"w{n}-{k}-{i}") for i in range(2)])
+
+    await asyncio.gather(writer(0), writer(1))
+    loaded = ids(await MongoStore(mongo_database).load_entries("s1"))
+    for n in range(2):
+        assert [e for e in loaded if e.startswith(f"w{n}-")] == [
+            f"w{n}-{k}-{i}" for k in range(20) for i in range(2)
+        ]
+    assert len(loaded) == 80
