@@ -270,9 +270,7 @@ def test_no_import_circle_in_workflows() -> None:
     assert circles == [], "\n".join(" -> ".join(c) for c in circles)
 
 
-ALLOWED_SHIMS: dict[str, str] = {
-    "durable_agent.cli.procs": "folded into the CLI's process module by the CLI refactor",
-}
+ALLOWED_SHIMS: dict[str, str] = {}
 """Re-export-only modules still waiting for their refactor, each with its reason."""
 
 BY_NAME = {"execute_activity", "execute_local_activity", "start_activity", "start_local_activity"}
