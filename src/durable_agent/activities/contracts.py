@@ -6,7 +6,8 @@ them. Entries travel as their ``encode_entry`` strings (an exact round trip that
 classes and extras), never as the whole transcript: activities read the active path from the
 store by ``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
 Class and field names are the payloads' JSON: renaming one changes what recorded histories
-replay (docs/design.md#versioning).
+replay (docs/design.md#versioning). The header a producer commits under is the stamping
+algorithm's own :class:`~durable_agent.durable.persist.Header`, used here as it is.
 """
 
 from __future__ import annotations
