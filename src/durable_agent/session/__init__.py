@@ -26,7 +26,7 @@ from .errors import (
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
 from .record import SessionRecord
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
-from .store import RetentionStore, Store
+from .store import RetentionStore, SeqStore, Store
 from .tree import TreeNode, path, tree
 from .views import model_view, raw_model_view, transcript_view
 
@@ -48,6 +48,7 @@ __all__ = [
     "SessionExistsError",
     "SessionNotFoundError",
     "RetentionStore",
+    "SeqStore",
     "SessionRecord",
     "Store",
     "StoreUnavailableError",
