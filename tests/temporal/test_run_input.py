@@ -121,8 +121,8 @@ def test_plain_input_becomes_stamped_messages() -> None:
         }
     )
     assert inp.run_id == "" and inp.leaf_id is None
-    entries = [item.entry(i) for i, item in enumerate(inp.inputs)]
-    assert [e.id for e in entries] == ["input-0", "input-1", "input-2"]
+    entries = [item.entry() for item in inp.inputs]
+    assert [e.id for e in entries] == ["", "", ""]  # the run draws their IDs
     assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
     texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
     assert texts == ["context", "a nudge", "hi"]

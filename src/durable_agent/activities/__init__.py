@@ -43,6 +43,7 @@ class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps):
             self.load_path,
             self.append_entries,
             self.call_model,
+            self.note_cancel,
             self.call_tool,
             self.summarize,
             self.publish,

@@ -22,6 +22,7 @@ from ..durable.events import Event, EventFields
 from ..durable.persist import Header
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
+from ..session.ids import new_id
 
 __all__ = [
     "AppendInput",
@@ -29,6 +30,7 @@ __all__ = [
     "BodyRefs",
     "CallModelInput",
     "CallToolInput",
+    "CancelNoteInput",
     "CompactInput",
     "EnsureSessionInput",
     "EventsAnswer",
@@ -61,22 +63,27 @@ class FrozenModel(BaseModel):
 
 
 class Timeouts(FrozenModel):
-    """Activity timing; defaults suit LLM calls, tests shorten them via run options."""
+    """Activity timing; defaults suit LLM calls, tests shorten them via run options.
+
+    A heartbeat timeout is how long a crashed worker's call goes unnoticed before Temporal
+    retries it elsewhere; a call sends its first heartbeat half a timeout in and the next 0.8
+    timeouts apart (``activities.base.heartbeating``), so a call shorter than half the timeout
+    sends none: with 10 s, a model call costs no heartbeat up to 5 s and one up to 13 s. A run's
+    cancellation does not wait for a heartbeat (docs/design.md#cancellation)."""
 
     model_start_to_close: float = 600.0
-    model_heartbeat: float = 2.0
+    model_heartbeat: float = 10.0
     model_max_attempts: int = 5
     retry_initial: float = 0.5
     retry_max: float = 30.0
     store_start_to_close: float = 30.0
     store_max_attempts: int = 10
     store_heartbeat: float = 5.0
-    """Store activities heartbeat (after a short grace period), so a worker killed inside an
-    append or load is noticed within this many seconds rather than at start-to-close."""
-    tool_heartbeat: float = 2.0
+    """Store activities heartbeat too, so a worker killed inside an append or load is noticed
+    within this many seconds rather than at start-to-close."""
+    tool_heartbeat: float = 10.0
     """As ``model_heartbeat``: a worker killed while a tool runs is noticed within this many
-    seconds (tools heartbeat in the background while they run), so a tool's crash recovery
-    costs about what a model call's does."""
+    seconds (tools heartbeat in the background while they run)."""
 
 
 # -- the store steps ------------------------------------------------------------------------
@@ -157,9 +164,10 @@ class CallModelInput(FrozenModel):
     ephemeral: list[str] = Field(default_factory=list)
     """This run's ephemeral inputs (with their headers), encoded."""
     run_id: str = ""
-    position: int = 0
-    """The run and the position of the reply's ``message_start``: the key its live deltas are
-    published under; ``""``/``0`` publishes none."""
+    turn: int = 0
+    """The run and the reply's turn (its model call's number in the run, from 1): the key its
+    live deltas are published under; ``""``/``0`` publishes none. The call also stops when the
+    run's cancel note appears (docs/design.md#cancellation)."""
 
 
 class ModelReply(FrozenModel):
@@ -183,13 +191,24 @@ class CallToolInput(FrozenModel):
     stamp: Header | None = None
     """The result's entry header: the activity commits the result under it (a call that runs
     alone); ``None`` for a parallel call, whose result the run commits with its batch."""
+    run_id: str = ""
+    """The run: the call stops when its cancel note appears (docs/design.md#cancellation)."""
 
 
 class ToolReply(FrozenModel):
-    """``call_tool``'s answer: the stamped result as stored, or a parallel call's bare result."""
+    """``call_tool``'s answer: the stamped result as stored, or a parallel call's bare result;
+    neither when the run's cancel note stopped the tool (``cancelled``)."""
 
     entry: MessageEntry | None = None
     result: Message | None = None
+    cancelled: bool = Field(default=False, exclude_if=lambda v: not v)
+
+
+class CancelNoteInput(FrozenModel):
+    """``note_cancel``: the run whose calls in flight must stop."""
+
+    session_id: str
+    run_id: str
 
 
 # -- compaction and lifecycle events --------------------------------------------------------
@@ -264,26 +283,29 @@ class PublishInput(FrozenModel):
 class InputEntry(FrozenModel):
     """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
     plain ``message`` with no header and maybe no timestamp (typed by an operator in the
-    Temporal UI; see ``workflows.run_input``), which the run stamps."""
+    Temporal UI; see ``workflows.run_input``), which the run stamps. An encoded input carries
+    the fresh ID its client chose, which the run keeps, so the client can tell the run's input
+    in the store (docs/design.md#receipts)."""
 
     wire: str = ""
     ephemeral: bool = False
     message: Message | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @classmethod
-    def of(cls, entry: Entry, index: int) -> InputEntry:
-        placeholder = entry.model_copy(update={"id": entry.id or f"input-{index}"})
+    def of(cls, entry: Entry) -> InputEntry:
+        """``entry`` as a run input, under a fresh ID (whatever ID it had)."""
+        fresh = entry.model_copy(update={"id": new_id()})
         ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
-        return cls(wire=encode_entry(placeholder), ephemeral=ephemeral)
+        return cls(wire=encode_entry(fresh), ephemeral=ephemeral)
 
-    def entry(self, index: int = 0, now: datetime | None = None) -> Entry:
-        """The input entry; a plain message gets the placeholder ID ``input-<index>`` and, when
-        it has none, the timestamp ``now`` (the workflow's clock)."""
+    def entry(self, now: datetime | None = None) -> Entry:
+        """The input entry; a plain message gets no ID (the run draws one) and, when it has
+        none, the timestamp ``now`` (the workflow's clock)."""
         if self.message is not None:
             message = self.message
             if message.timestamp is None and now is not None:
                 message = message.model_copy(update={"timestamp": now})
-            header: dict[str, Any] = {"id": f"input-{index}"}
+            header: dict[str, Any] = {}
             if now is not None:
                 header["created_at"] = now
             return MessageEntry(**header, message=message, ephemeral=self.ephemeral)
@@ -332,11 +354,6 @@ class RunResult(FrozenModel):
     new_entry_ids: list[str]
     usage: Usage
     turn_count: int
-    tail: list[WireEvent]
-    """The run's last events (its last two turns, bodies over a few hundred bytes left out, a
-    bounded size): a client that learns of the end from the result long poll takes the events
-    it has not seen from here, instead of querying a closed workflow (which a worker answers
-    only by replaying its whole history)."""
 
 
 class ToolCallRef(FrozenModel):

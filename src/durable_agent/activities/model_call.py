@@ -14,31 +14,31 @@ calling the model again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelEvent, ModelRequest
 from ..durable.engine import RunEngine, aborted_message
-from ..durable.live import DeltaWriter, clear_later, writer_for
+from ..durable.live import DeltaWriter, clear_later, write_cancel_note, writer_for
 from ..durable.persist import Header
 from ..session.codec import decode_entry
 from ..session.deltas import DeltaKey
 from ..session.entries import Entry
 from ..session.views import run_view
-from .base import CALL_GRACE, ActivityBase, heartbeating, producer_answer
-from .contracts import CallModelInput, ModelReply, Timeouts
+from .base import ActivityBase, heartbeating, producer_answer, run_cancelled
+from .contracts import CallModelInput, CancelNoteInput, ModelReply, Timeouts
 from .failures import activity_failure, application_error, is_cancellation, model_error
 from .spec import AgentSpec
 
-__all__ = ["ActivityModel", "ModelActivity"]
+__all__ = ["ActivityModel", "ModelActivity", "note_cancel"]
 
 
 class ModelActivity(ActivityBase):
@@ -47,12 +47,13 @@ class ModelActivity(ActivityBase):
     @activity.defn(name="durable_agent.call_model")
     async def call_model(self, inp: CallModelInput) -> ModelReply:
         """Stream one model reply from the view at the leaf and commit it under the stamp; on
-        cancellation answer what was streamed so far as an ``aborted`` message."""
+        cancellation (Temporal's, or the run's cancel note) answer what was streamed so far as
+        an ``aborted`` message."""
         spec = self.agent_spec(inp.agent)
         options = spec.options(inp.options)
-        # heartbeats from the first store read on: a read that is slow under load (seconds on a
-        # busy FerretDB) would otherwise outlast the heartbeat timeout and fail the attempt
-        async with heartbeating(CALL_GRACE):
+        # one heartbeat schedule for the whole call: a read that is slow under load (seconds
+        # on a busy FerretDB) must not outlast the heartbeat timeout either
+        async with heartbeating():
             stored = await self.stored_earlier(inp.session_id, inp.stamp, "model call")
             if stored is not None:
                 # committed by an earlier attempt (crash between commit and completion, or
@@ -61,24 +62,31 @@ class ModelActivity(ActivityBase):
                 return ModelReply(entry=stored)
             request = self._request(options, inp, await self.path_to(inp.session_id, inp.leaf_id))
             final, cancelled, live = await self._stream(spec, inp, request)
-        # the reply's last deltas go out while it is committed: a client sees the reply's
-        # receipt only after this activity returns, and by then both are done
-        finishing = None if live is None else asyncio.ensure_future(live.finish(final))
-        if cancelled:
-            if finishing is not None:
-                await finishing  # best effort and bounded (DeltaWriter.finish)
-            return ModelReply(aborted=final)
-        commit = asyncio.ensure_future(self.commit(inp.session_id, inp.stamp, final))
-        try:
-            await asyncio.shield(commit)
-            # the deltas' last write (no fsync) has usually finished by now: no extra hop then
-            if finishing is not None and not finishing.done():
-                await asyncio.shield(finishing)
-            return ModelReply(entry=commit.result())
-        except asyncio.CancelledError:
-            # the run was cancelled while the reply was being written: a started write
-            # completes and gets its receipt before the cancellation proceeds
-            return ModelReply(entry=await commit, cancelled=True)
+            # the reply's last deltas go out while it is committed: a client sees the reply's
+            # receipt only after it is stored, and by then both are done
+            finishing = None if live is None else asyncio.ensure_future(live.finish(final))
+            if cancelled:
+                if finishing is not None:
+                    await finishing  # best effort and bounded (DeltaWriter.finish)
+                return ModelReply(aborted=aborted_message(final))
+            commit = asyncio.ensure_future(self.commit(inp.session_id, inp.stamp, final))
+            try:
+                await asyncio.shield(commit)
+                # the deltas' last write (no fsync) has usually finished by now: no extra hop
+                if finishing is not None and not finishing.done():
+                    await asyncio.shield(finishing)
+                return ModelReply(entry=commit.result())
+            except asyncio.CancelledError:
+                # the run was cancelled while the reply was being written: a started write
+                # completes and gets its receipt before the cancellation proceeds
+                return ModelReply(entry=await commit, cancelled=True)
+
+    @activity.defn(name="durable_agent.note_cancel")
+    async def note_cancel(self, inp: CancelNoteInput) -> None:
+        """Write the run's cancel note, which stops its calls in flight on every worker within
+        a fraction of a second (docs/design.md#cancellation); nothing without a channel."""
+        if self.deltas is not None:
+            await write_cancel_note(self.deltas, inp.session_id, inp.run_id)
 
     def _request(self, options: AgentOptions, inp: CallModelInput, p: list[Entry]) -> ModelRequest:
         """The model's request: the run's view of path ``p``, its ephemeral inputs included."""
@@ -93,28 +101,30 @@ class ModelActivity(ActivityBase):
     async def _stream(
         self, spec: AgentSpec, inp: CallModelInput, request: ModelRequest
     ) -> tuple[Message, bool, DeltaWriter | None]:
-        """The complete reply (checked against the payload limit), whether it is the partial
-        one a cancellation cut short, and the writer whose last deltas the caller finishes."""
+        """The complete reply (checked against the payload limit), or the partial one a
+        cancellation cut short (then ``True``), and the writer whose last deltas the caller
+        finishes."""
         partial: Message | None = None
         final: Message | None = None
         cancelled = False
         live = writer_for(
-            self.deltas, inp.session_id, inp.run_id, inp.position, activity.info().attempt
+            self.deltas, inp.session_id, inp.run_id, inp.turn, activity.info().attempt
         )
+        watch = self.watching(inp.session_id, inp.run_id)
         try:
-            # the caller's background beat proves liveness (and brings cancellation) every half
-            # second: a heartbeat per streamed token would only add a task and an encode per token
-            async for event in spec.model.stream(request):
-                partial = event.partial
-                if live is not None:
-                    live.offer(partial)
-                if event.type == "done":
-                    final = event.message
+            with watch as watched:
+                async for event in spec.model.stream(request):
+                    partial = event.partial
+                    if live is not None:
+                        live.offer(partial)
+                    if event.type == "done":
+                        final = event.message
         except asyncio.CancelledError:
-            aborted = aborted_message(partial)
-            if aborted is None:
-                raise
-            final, cancelled = aborted, True
+            if not run_cancelled(watched):
+                raise  # the worker shutting down, say: the call is retried elsewhere
+            # the reply so far is what the user saw (an empty one stores nothing, but a call
+            # the cancel note stopped must answer all the same)
+            return partial or Message(role="assistant"), True, live
         except ModelError as exc:
             self.clear_deltas(inp, unless_retried=exc.retryable)
             # no cause chain: a provider's own exception may hold the request and its headers
@@ -150,7 +160,7 @@ class ModelActivity(ActivityBase):
             most = info.retry_policy.maximum_attempts if info.retry_policy else 0
             if most == 0 or info.attempt < most:
                 return
-        clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.position))
+        clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.turn))
 
 
 class ActivityModel:
@@ -159,7 +169,8 @@ class ActivityModel:
     ``message_start`` is emitted when the call is scheduled (activities do not stream into
     history); the reply arrives whole, with its usage and stop reason. ``call_input`` builds
     the activity's input around the reply's header (the view's leaf, the run's ephemeral
-    inputs, the live-delta key); ``model_retry`` is the run's plain option of that name.
+    inputs, the live-delta key); ``on_cancel`` writes the run's cancel note when the run is
+    cancelled during the call; ``model_retry`` is the run's plain option of that name.
     """
 
     def __init__(
@@ -167,11 +178,13 @@ class ActivityModel:
         engine: RunEngine,
         timeouts: Timeouts,
         call_input: Callable[[Header], CallModelInput],
+        on_cancel: Callable[[], Awaitable[None]],
         model_retry: Mapping[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.timeouts = timeouts
         self.call_input = call_input
+        self.on_cancel = on_cancel
         # the plain model_retry option means the same as in-process: attempts and first backoff
         retry = model_retry or {}
         self.retry = RetryPolicy(
@@ -196,7 +209,7 @@ class ActivityModel:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"model call (turn {engine.turn_count + 1})",
             )
-            reply = await producer_answer(call)
+            reply = await producer_answer(call, self.on_cancel)
         except ActivityError as exc:
             if is_cancellation(exc) or workflow.cancellation_reason() is not None:
                 # cancelled; or the user cancelled while the call could not answer (its worker
@@ -217,3 +230,18 @@ class ActivityModel:
         cancelled = reply.cancelled or workflow.cancellation_reason() is not None
         engine.producer_stored(reply.entry, cancelled=cancelled)
         yield ModelEvent(type="done", partial=reply.entry.message)
+
+
+async def note_cancel(session_id: str, run_id: str) -> None:
+    """Schedule ``note_cancel`` as a local activity (workflow side): best effort and quick; a
+    note that cannot be written leaves the calls to Temporal's cancellation (a heartbeat away)."""
+    try:
+        await workflow.execute_local_activity_method(
+            ModelActivity.note_cancel,
+            CancelNoteInput(session_id=session_id, run_id=run_id),
+            start_to_close_timeout=timedelta(seconds=5),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary="note the run's cancellation for its calls in flight",
+        )
+    except FailureError:  # a local activity fails with its bare cause
+        workflow.logger.warning("could not write the cancel note of run %s", run_id)

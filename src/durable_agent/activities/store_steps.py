@@ -36,7 +36,7 @@ from ..session.errors import EntryConflictError, SessionError
 from ..session.repair import start_repairs
 from ..session.store import open_session
 from ..session.views import raw_model_view
-from .base import STORE_GRACE, ActivityBase, heartbeating
+from .base import ActivityBase, heartbeating
 from .contracts import (
     AppendInput,
     AppendResult,
@@ -54,8 +54,10 @@ __all__ = [
     "STORE_NON_RETRYABLE",
     "StoreSteps",
     "append",
+    "local_activity_result",
     "new_entry_id",
     "open_path",
+    "reset_of",
     "store_retry",
     "store_summary",
     "stored_times",
@@ -84,7 +86,7 @@ class StoreSteps(ActivityBase):
         self.agent_spec(inp.agent)
         session_id = inp.session_id
         try:
-            async with heartbeating(STORE_GRACE):
+            async with heartbeating():
                 entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
@@ -100,7 +102,7 @@ class StoreSteps(ActivityBase):
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
         """Check the leaf and the agent before the run writes anything; return the repairs."""
         spec = self.agent_spec(inp.agent)
-        async with heartbeating(STORE_GRACE):
+        async with heartbeating():
             p = await self.path_to(inp.session_id, inp.leaf_id)
         repairs = start_repairs(raw_model_view(p))
         tools = [
@@ -124,7 +126,7 @@ class StoreSteps(ActivityBase):
         Returns the stored times (see :class:`AppendResult`)."""
         entries = [decode_entry(w) for w in inp.entries]
         try:
-            async with heartbeating(STORE_GRACE):
+            async with heartbeating():
                 try:
                     await self.store.append_entries(inp.session_id, entries)
                 except EntryConflictError:
@@ -196,7 +198,7 @@ async def _recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     try:
         async for event in handle.fetch_history_events():
-            result = _local_activity_result(event, "durable_agent.ensure_session")
+            result = local_activity_result(event, "durable_agent.ensure_session")
             if result:
                 [leaf] = await client.data_converter.decode(result, [str])
                 return leaf if isinstance(leaf, str) else None
@@ -210,7 +212,7 @@ async def _recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
     return None
 
 
-def _local_activity_result(event: HistoryEvent, activity_type: str) -> list[Payload] | None:
+def local_activity_result(event: HistoryEvent, activity_type: str) -> list[Payload] | None:
     """The result payloads of a successful local activity of type ``activity_type`` that
     ``event`` records, else ``None``. A local activity shows in history as one marker, recorded
     when it has ended, holding its type (in the marker's ``data``, JSON) and its result."""
@@ -285,7 +287,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     try:
         if leaf is None:
             start = EnsureSessionInput(
-                session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
+                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of()
             )
             leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
         at = LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent)
@@ -297,7 +299,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     return leaf, info
 
 
-def _reset_of() -> str | None:
+def reset_of() -> str | None:
     """The original run when this execution is an operator's reset of it, else ``None``.
 
     A reset execution keeps the original's start event, so its ``original_execution_run_id``

@@ -45,14 +45,7 @@ from ..durable.errors import PayloadTooLargeError
 from ..durable.persist import Header
 from ..session.entries import MessageEntry
 from ..session.errors import EntryTooLargeError
-from .base import (
-    CALL_GRACE,
-    STORE_GRACE,
-    ActivityBase,
-    heartbeating,
-    is_retry,
-    producer_answer,
-)
+from .base import ActivityBase, heartbeating, is_retry, producer_answer
 from .contracts import CallToolInput, Timeouts, ToolInfo, ToolReply
 from .failures import PAYLOAD_TOO_LARGE, activity_failure, is_cancellation
 from .spec import AgentSpec
@@ -67,24 +60,31 @@ class ToolActivity(ActivityBase):
     async def call_tool(self, inp: CallToolInput) -> ToolReply:
         """Run one tool call with the worker's handler; with a stamp, commit its result under
         it (a conflicting earlier write wins), and on a retry answer a result already stored
-        under it without running the tool again."""
+        under it without running the tool again. The run's cancel note stops the tool."""
         spec = self.agent_spec(inp.agent)
         call = ToolCall.model_validate(inp.call)
-        if inp.stamp is None:
-            return ToolReply(result=await self.run_tool(spec, call))
-        if is_retry():
-            async with heartbeating(STORE_GRACE):  # a slow read must not outlast the timeout
+        async with heartbeating():  # one schedule for the whole call (a slow read included)
+            if inp.stamp is not None and is_retry():
                 stored = await self.stored_earlier(inp.session_id, inp.stamp, "tool call")
-            if stored is not None:
-                return ToolReply(entry=stored)  # a tool whose result is stored never runs again
-        result = await self.run_tool(spec, call)
-        commit = asyncio.ensure_future(self.commit_result(inp.session_id, inp.stamp, result))
-        try:
-            return ToolReply(entry=await asyncio.shield(commit))
-        except asyncio.CancelledError:
-            # cancelled while the result was being written: a started write completes and the
-            # run (waiting for this attempt) records it first
-            return ToolReply(entry=await commit)
+                if stored is not None:
+                    return ToolReply(entry=stored)  # a stored result's tool never runs again
+            watch = self.watching(inp.session_id, inp.run_id)
+            try:
+                with watch as watched:
+                    result = await self.run_tool(spec, call)
+            except asyncio.CancelledError:
+                if watched is None or not watched.fired:
+                    raise  # Temporal's cancellation: the call ends cancelled
+                return ToolReply(cancelled=True)  # the run's cancel note: the run answers it
+            if inp.stamp is None:
+                return ToolReply(result=result)
+            commit = asyncio.ensure_future(self.commit_result(inp.session_id, inp.stamp, result))
+            try:
+                return ToolReply(entry=await asyncio.shield(commit))
+            except asyncio.CancelledError:
+                # cancelled while the result was being written: a started write completes and
+                # the run (waiting for this attempt) records it first
+                return ToolReply(entry=await commit)
 
     async def commit_result(self, session_id: str, stamp: Header, result: Message) -> MessageEntry:
         """Commit a tool result under its stamp; one the store refuses as too large is answered
@@ -114,8 +114,7 @@ class ToolActivity(ActivityBase):
 
         ctx = ToolContext(tool_call_id=call.id, tool_name=call.name, report=report)
         try:
-            async with heartbeating(CALL_GRACE):
-                blocks = await tool.invoke(call.arguments, ctx)
+            blocks = await tool.invoke(call.arguments, ctx)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -184,9 +183,15 @@ class ActivityTools:
         agent: str,
         tools: dict[str, ToolInfo],
         timeouts: Timeouts,
+        *,
+        run_id: str = "",
+        on_cancel: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.session_id = session_id
+        self.run_id = run_id
+        self.on_cancel = on_cancel
+        """Writes the run's cancel note when the run is cancelled during a call."""
         self.agent = agent
         self.tools = tools
         self.timeouts = timeouts
@@ -218,6 +223,7 @@ class ActivityTools:
             agent=self.agent,
             call=call.model_dump(mode="json"),
             stamp=stamp,
+            run_id=self.run_id,
         )
         try:
             reply = await self._call(info, inp)
@@ -232,6 +238,8 @@ class ActivityTools:
                 call.id, call.name, message, timestamp=workflow.now()
             )
         else:
+            if reply.cancelled:
+                raise asyncio.CancelledError()  # the cancel note stopped it: the run answers it
             if reply.entry is not None:
                 # recorded first if the run is being cancelled: the loop may be unwinding
                 # already, and then the engine's cancellation records it (no cancelled sibling)
@@ -255,15 +263,20 @@ class ActivityTools:
             "summary": f"tool {info.name}" + (" (stores its result)" if inp.stamp else ""),
         }
         if inp.stamp is None:
-            reply: ToolReply = await workflow.execute_activity_method(
-                ToolActivity.call_tool, inp, **options
-            )
+            try:
+                reply: ToolReply = await workflow.execute_activity_method(
+                    ToolActivity.call_tool, inp, **options
+                )
+            except asyncio.CancelledError:
+                if self.on_cancel is not None:
+                    await self.on_cancel()  # the batch's other calls stop too
+                raise
             return reply
         cancellation = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
         handle = workflow.start_activity_method(
             ToolActivity.call_tool, inp, cancellation_type=cancellation, **options
         )
-        return await producer_answer(handle)
+        return await producer_answer(handle, self.on_cancel)
 
     async def _batch(self, calls: list[ToolCall], call_id: str, result: Message) -> None:
         """Keep a parallel call's result; the last of the turn commits them all, in call order

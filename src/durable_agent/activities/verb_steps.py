@@ -16,7 +16,7 @@ from ..durable.compaction import summary_entry
 from ..durable.errors import CompactError
 from ..durable.publisher import publish_one
 from ..session.entries import CompactionEntry
-from .base import STORE_GRACE, ActivityBase, heartbeating
+from .base import ActivityBase, heartbeating
 from .contracts import PublishInput, SummarizeInput, Timeouts, event_from_wire
 from .failures import application_error
 from .store_steps import store_retry
@@ -51,7 +51,7 @@ class VerbSteps(ActivityBase):
         """Hand events to the worker's publisher, at least once (consumers dedupe by key)."""
         if self.publisher is None:
             return
-        async with heartbeating(STORE_GRACE):
+        async with heartbeating():
             for wire in inp.events:
                 await publish_one(self.publisher, event_from_wire(wire))
 

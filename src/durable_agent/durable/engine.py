@@ -105,8 +105,7 @@ class RunEngine:
     # -- producers ---------------------------------------------------------------------------
 
     def reserve(self) -> Header:
-        """The header :meth:`persist` would give the next entry, for a producer that commits
-        its own output under it (the Temporal ``call_model`` and ``call_tool`` activities)."""
+        """The next entry's header, for a producer committing under it (Temporal activities)."""
         return reserve(self.leaf_id, self.effects.now(), self.effects.new_id)
 
     def producer_stored(self, entry: MessageEntry, *, cancelled: bool = False) -> None:
@@ -147,12 +146,11 @@ class RunEngine:
 
     # -- persistence -------------------------------------------------------------------------
 
-    async def persist(self, entries: Sequence[Entry], what: str) -> list[Entry]:
-        """Stamp and commit one batch; returns its durable copies (the receipt).
-
-        A store failure raises :class:`PersistError` (``what: cause``) and leaves the leaf.
-        """
-        stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
+    async def persist(self, entries: Sequence[Entry], what: str, keep: bool = False) -> list[Entry]:
+        """Stamp and commit one batch; returns its durable copies (the receipt). A store
+        failure raises :class:`PersistError` (``what: cause``) and leaves the leaf."""
+        now = self.effects.now()
+        stamped = stamp(entries, self.leaf_id, now, self.effects.new_id, keep_ids=keep)
         stored, cancelled = await self._commit(stamped, what)
         self._cancel_pending = self._cancel_pending or cancelled
         return self._apply(stored)
@@ -211,6 +209,7 @@ class RunEngine:
         resumed: bool = False,
         cancelled: Callable[[BaseException], bool] = lambda _: False,
         shield: bool = True,
+        keep_input_ids: bool = False,
     ) -> list[Message]:
         """The whole run, for both executors: store repairs and input, drive the loop, and on
         cancellation store what the user saw and raise :class:`RunCancelledError`; any other
@@ -220,10 +219,11 @@ class RunEngine:
         execution, whose input is stored and whose ``agent_start`` went out), ``cancelled``
         (which other exceptions are the run's cancellation: an activity's) and ``shield=False``
         (the workflow's cancel steps run in its own task: a new task would reorder its
-        commands)."""
+        commands) and ``keep_input_ids`` (inputs keep their client's IDs: persist.stamp)."""
         try:
             # the pre-model batch: repairs, then input; its receipt goes out with agent_start
-            receipt = [] if resumed else await self.persist([*repairs, *inputs], "persist input")
+            batch, keep = [*repairs, *inputs], keep_input_ids
+            receipt = [] if resumed else await self.persist(batch, "persist input", keep)
             await self._drive(loop, inputs, receipt, resumed=resumed)
         except asyncio.CancelledError:
             await self._cancel_run(shield)

@@ -99,14 +99,25 @@ class CommitEffects(Protocol):
 
 
 def stamp(
-    entries: Sequence[Entry], leaf_id: str, now: datetime, new_id: Callable[[], str]
+    entries: Sequence[Entry],
+    leaf_id: str,
+    now: datetime,
+    new_id: Callable[[], str],
+    *,
+    keep_ids: bool = False,
 ) -> Stamped:
-    """Copy ``entries`` with headers ``{new ID, parent, now}`` starting at ``leaf_id``."""
+    """Copy ``entries`` with headers ``{new ID, parent, now}`` starting at ``leaf_id``.
+
+    ``keep_ids``: an entry that has an ID keeps it (a Temporal run's inputs, whose fresh IDs its
+    client chose, so it can tell them in the store: docs/design.md#receipts)."""
     parent = leaf_id
     copies: list[Entry] = []
     durable: list[Entry] = []
     for entry in entries:
-        copy = reserve(parent, now, new_id).on(entry)
+        header = reserve(parent, now, new_id)
+        if keep_ids and entry.id:
+            header = header.model_copy(update={"id": entry.id})
+        copy = header.on(entry)
         copies.append(copy)
         if is_durable(copy):
             durable.append(copy)

@@ -31,7 +31,7 @@ from typing import Any
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
 from ..session.record import SessionRecord
-from ..session.store import RetentionStore, SeqStore, Store
+from ..session.store import RetentionStore, SeqStore, Store, check_after
 from ..session.tree import path as tree_path
 
 __all__ = ["DEFAULT_KNOWN_ENTRIES", "MAX_SESSIONS", "RememberingStore"]
@@ -102,11 +102,12 @@ class RememberingStore:
         return entries
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
-        """The store's seq read (:class:`~durable_agent.session.SeqStore`), passed through;
-        ``TypeError`` for a store without one. Not remembered: a part of a log is no load."""
-        if not isinstance(self.store, SeqStore):
-            raise TypeError(f"{type(self.store).__name__} cannot read after a sequence number")
-        return await self.store.load_entries_after(session_id, after)
+        """The store's seq read (:class:`~durable_agent.session.SeqStore`), passed through and
+        not remembered (a part of a log is no load); for a store without one, a whole load
+        (remembered) from which the entries after ``after`` are taken."""
+        if isinstance(self.store, SeqStore):
+            return await self.store.load_entries_after(session_id, after)
+        return list(enumerate(await self.load_entries(session_id), 1))[check_after(after) :]
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """The store's append; once it returns, the batch is remembered as a load returns it."""

@@ -9,8 +9,9 @@ would exceed Temporal's 2 MB payload limit well below the documented message lim
 Every such body is a stored entry's message, so an event can name the entry instead
 (:class:`~durable_agent.activities.contracts.BodyRefs`): the workflow records which entry each body
 is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
-when it is large (:func:`slim`), and the client reads the named entries from the store and puts
-the bodies back (:func:`needed_ids`, :func:`hydrate`) before the consumer sees the event.
+when it is large (:func:`slim`), and a reader of the query (an operator's tool, a test comparing
+a client's events with the recorded ones) reads the named entries from the store and puts the
+bodies back (:func:`needed_ids`, :func:`hydrate`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from ..session.entries import Entry, MessageEntry
 
 __all__ = [
     "CARRY_INLINE_LIMIT",
-    "RESULT_TAIL_BUDGET",
     "QUERY_INLINE_LIMIT",
     "BodyTracker",
     "SlimCache",
@@ -35,7 +35,6 @@ __all__ = [
     "hydrate",
     "last_turns",
     "needed_ids",
-    "result_tail",
     "slim",
     "slim_sized",
 ]
@@ -195,10 +194,6 @@ def carried(events: list[WireEvent]) -> list[WireEvent]:
     return out
 
 
-RESULT_TAIL_BUDGET = 64 * 1024
-"""Bytes of events a run's result carries at most."""
-
-
 def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
     """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
     seen = 0
@@ -209,22 +204,6 @@ def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
             if seen == turns:
                 return events[i:]
     return events[-50 * turns :] if seen == 0 else events
-
-
-def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:
-    """The events :attr:`~durable_agent.activities.contracts.RunResult.tail` carries: from the
-    ``turns``-th last ``turn_start`` (all of them for a shorter run), bodies left out as
-    continue-as-new leaves them out (:func:`carried`),
-    the oldest dropped until the rest fits ``RESULT_TAIL_BUDGET``."""
-    starts = sum(1 for w in events if w.agent is not None and w.agent.type == "turn_start")
-    tail = carried(last_turns(events, turns) if starts > turns else events)
-    sizes = [encoded_size(w) for w in tail]
-    total = sum(sizes)
-    cut = 0
-    while cut < len(tail) and total > RESULT_TAIL_BUDGET:
-        total -= sizes[cut]
-        cut += 1
-    return tail[cut:]
 
 
 def _elided(wire: WireEvent) -> BodyRefs | None:

@@ -2,9 +2,9 @@
 
 ``new(..., executor=TemporalExecutor(client, task_queue=...))`` returns the usual handle. The handle
 still uses the store directly for ``new``, ``append``, ``branch`` and ``fork``; runs and
-compactions are workflows on the worker, and lifecycle events go through a publish workflow. The
-run stream polls the workflow's ``events(after)`` query (queries add no history) and applies each
-receipt to the handle as it arrives, read or not.
+compactions are workflows on the worker, and lifecycle events go through a publish workflow when
+a worker on the queue has a publisher. The run stream follows the run's entries in the store
+(:mod:`.run_stream`) and applies each receipt to the handle as it arrives, read or not.
 """
 
 from __future__ import annotations
@@ -32,14 +32,16 @@ from ..activities.contracts import (
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
 from ..durable.limits import PAYLOAD_LIMIT, check_payload
-from ..durable.live import DeltaFollower, LiveDeltas, live_channel
+from ..durable.live import LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
-from .run_stream import RunPoller, client_error
+from .publisher_check import PublisherCheck
+from .run_start import attached, started_here
+from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
 
@@ -83,8 +85,6 @@ class TemporalExecutor:
         execution_timeout: timedelta | Literal["default"] | None = "default",
         continue_as_new_after_turns: int | None = None,
         timeouts: Timeouts | None = None,
-        poll_initial: float = 0.05,
-        poll_max: float = 1.0,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         live_deltas: LiveDeltas = "auto",
     ) -> None:
@@ -99,9 +99,8 @@ class TemporalExecutor:
         )
         self.continue_as_new_after_turns = continue_as_new_after_turns
         self.timeouts = timeouts or Timeouts()
-        self.poll_initial = poll_initial
-        self.poll_max = poll_max
         self.payload_limit = payload_limit
+        self.publishers = PublisherCheck(client, task_queue)
 
     # -- Executor ----------------------------------------------------------------------------
 
@@ -122,7 +121,9 @@ class TemporalExecutor:
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         run_id = run_id or new_id()
-        inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
+        # fresh IDs chosen here, kept by the run: they tell this client the run's input in the
+        # store (docs/design.md#receipts)
+        inputs = [InputEntry.of(e) for e in entries]
         for item in inputs:
             check_payload(item.wire, "input entry", self.payload_limit)
         assert isinstance(config.factory, str)
@@ -141,6 +142,7 @@ class TemporalExecutor:
             timeouts=self.timeouts,
         )
         wid = run_workflow_id(state.session_id, run_id)
+        start = started_here(state, inputs)
         try:
             handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
                 "durable_agent.run",
@@ -154,22 +156,22 @@ class TemporalExecutor:
                 static_summary=f"agent {config.factory!r} run on session {state.session_id!r}",
             )
         except WorkflowAlreadyStartedError:
+            # a run of this ID exists: follow it from where it started (its input is its own)
             handle = self.client.get_workflow_handle(wid, result_type=RunResult)
+            start = await attached(self.client, handle, state)
 
         async def request_cancel() -> None:
             await handle.cancel()
 
         channel = live_channel(self.live_deltas, state.store)
-        follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
-        poller = RunPoller(
-            self.client,
-            state,
-            handle,
-            follower,
-            poll_initial=self.poll_initial,
-            poll_max=self.poll_max,
-        )
-        return LocalRunStream(poller.produce, on_cancel=request_cancel)
+        stream: LocalRunStream | None = None
+
+        def reading() -> bool:
+            return stream is not None and stream.events_taken
+
+        follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)
+        stream = LocalRunStream(follower.produce, on_cancel=request_cancel)
+        return stream
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
@@ -209,8 +211,8 @@ class TemporalExecutor:
         return entry
 
     async def publish(self, config: AgentConfig, events: list[Event]) -> None:
-        if not events:
-            return
+        if not events or not await self.publishers.any():
+            return  # no worker on the queue has a publisher: it would drop them
         key = events[0].idempotency_key or new_id()
         try:
             await self.client.start_workflow(

@@ -115,7 +115,7 @@ def decode_run_input(value: Any) -> RunInput:
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
-                item.entry(i)
+                item.entry()
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
     return inp

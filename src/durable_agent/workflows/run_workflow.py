@@ -39,8 +39,8 @@ with workflow.unsafe.imports_passed_through():
         is_cancellation,
         run_failure,
     )
-    from ..activities.model_call import ActivityModel
-    from ..activities.store_steps import append, new_entry_id, open_path
+    from ..activities.model_call import ActivityModel, note_cancel
+    from ..activities.store_steps import append, new_entry_id, open_path, reset_of
     from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
@@ -57,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         SlimCache,
         carried,
         last_turns,
-        result_tail,
     )
     from .search import ensure_session_attribute
 
@@ -69,7 +68,7 @@ at which the Temporal SDK logs a warning for every larger query answer (TMPRL110
 operator's query from position 0 of a long run used to trigger; a client behind by more asks again
 at once."""
 CARRIED_TURNS = 2
-"""Turns of events continue-as-new carries (and the result's tail holds), bodies left out."""
+"""Turns of events continue-as-new carries, bodies left out."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
@@ -94,6 +93,8 @@ class RunWorkflow:
         self._start_leaf = ""
         self._unsure: list[str] = []
         """Entries of local appends that failed (they may have been stored all the same)."""
+        self._noted = False
+        """The run's cancel note is written (or being written)."""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -255,13 +256,22 @@ class RunWorkflow:
         max_turns = inp.options.get("max_turns", info.max_turns)
         remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
         tools = {i.name: i for i in info.tools}
-        self._tools = ActivityTools(engine, inp.session_id, inp.agent, tools, inp.timeouts)
+        self._tools = ActivityTools(
+            engine,
+            inp.session_id,
+            inp.agent,
+            tools,
+            inp.timeouts,
+            run_id=inp.run_id,
+            on_cancel=self._note_cancel,
+        )
+        retry = inp.options.get("model_retry")
         loop = ModelLoop(
-            ActivityModel(engine, inp.timeouts, self._call_input, inp.options.get("model_retry")),
+            ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry),
             AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=self._tools,
         )
-        inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
+        inputs = [item.entry(workflow.now()) for item in inp.inputs]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
             # as in-process; cancelled: the partial reply (if the model call was cut), then a
@@ -273,6 +283,9 @@ class RunWorkflow:
                 resumed=inp.resumed,
                 cancelled=is_cancellation,
                 shield=False,
+                # the client's input IDs tell it the run's entries in the store; a reset
+                # re-runs the input under new IDs, as it always did
+                keep_input_ids=reset_of() is None,
             )
         except RunCancelledError:
             raise CancelledError("run cancelled") from None
@@ -286,7 +299,6 @@ class RunWorkflow:
             new_entry_ids=list(engine.new_entry_ids),
             usage=engine.usage,
             turn_count=engine.turn_count,
-            tail=result_tail(self._events, CARRIED_TURNS),
         )
 
     def _call_input(self, stamp: Header) -> CallModelInput:
@@ -301,8 +313,16 @@ class RunWorkflow:
             stamp=stamp,
             options=inp.options,
             ephemeral=list(self._ephemeral),
-            # the loop pulls the model call only after the engine recorded its message_start,
-            # the last event so far: its position keys the reply's live deltas
+            # the reply's turn keys its live deltas: its model call's number in the run, which
+            # a client following the run's stored entries counts alike
             run_id=inp.run_id,
-            position=self._next_position - 1,
+            turn=engine.turn_count + 1,
         )
+
+    async def _note_cancel(self) -> None:
+        """Write the run's cancel note (once), so its calls in flight stop at once."""
+        inp = self._input
+        assert inp is not None
+        if not self._noted:
+            self._noted = True
+            await note_cancel(inp.session_id, inp.run_id)

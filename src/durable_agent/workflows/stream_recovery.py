@@ -1,12 +1,11 @@
-"""What the client's run stream reads besides the events query: bodies an event left out, the
-store after a broken stream, and what a failed run may have stored.
+"""What the client's run stream does when following the store was not enough: re-sync the handle
+after a broken stream, and name what a failed run may have stored.
 
-All exist because the client, not the workflow, holds the store for its handle. An
-``events(after)`` answer may name stored entries instead of repeating large message bodies
-(see ``event_bodies``): :func:`read_bodies` reads them. A stream that broke (a gap, a failed
-query or store read) while its run goes on must not free the handle at a stale leaf — the run
-keeps appending past it, and a second run would branch from it: :func:`resync` waits for the run
-to end, then applies what the run stored, so the handle's log and leaf match the store again.
+A stream that broke (a store read that failed for good) while its run goes on must not free the
+handle at a stale leaf — the run keeps appending past it, and a second run would branch from it:
+:func:`resync` waits for the run to end, then applies what the run stored, so the handle's log
+and leaf match the store again. The same happens when the entries the stream followed are not
+the run's own account of them.
 
 A run that ends badly can leave writes in flight: an ``append_entries`` that timed out and
 applied later, a ``call_model`` / ``call_tool`` attempt that commits under its stamp after the
@@ -35,31 +34,17 @@ from ..activities.contracts import (
     CallToolInput,
     RunResult,
     RunState,
-    WireEvent,
 )
 from ..durable.state import SessionState
 from ..session.entries import Entry
 from ..session.tree import path
-from .event_bodies import needed_ids
 
-__all__ = ["read_bodies", "resync", "scheduled_entry_ids"]
+__all__ = ["resync", "scheduled_entry_ids"]
 
 logger = logging.getLogger("durable_agent.temporal")
 
 STATE_QUERY_TIMEOUT = 10.0
 """How long a re-sync asks a closed run for its entries before walking the store instead."""
-
-
-async def read_bodies(state: SessionState, wires: list[WireEvent]) -> dict[str, Entry]:
-    """The entries ``wires`` name for the bodies they left out: from the handle's index, and
-    from one store read for the rest (entries of this very run the handle has not applied)."""
-    ids = needed_ids(wires)
-    found = {i: state.index[i] for i in ids if i in state.index}
-    if len(found) < len(ids):
-        for entry in await state.store.load_entries(state.session_id):
-            if entry.id in ids:
-                found[entry.id] = entry
-    return found
 
 
 async def resync(

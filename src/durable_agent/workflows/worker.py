@@ -18,6 +18,7 @@ from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
+from .publisher_check import PUBLISHER_MARK
 from .run_workflow import RunWorkflow
 from .search import ensure_search_attribute
 
@@ -135,10 +136,11 @@ async def create_worker(
     # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
-    # A cancel request reaches a running activity only in a heartbeat response, and the SDK
-    # throttles heartbeats to 0.8 x the heartbeat timeout (4 s for model calls by default): a
-    # short throttle makes stream.cancel() take well under a second.
-    worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=0.5))
+    if publisher is not None:
+        # clients publish lifecycle events only when a worker on the queue can deliver them
+        # (docs/design.md#temporal): they read this from the queue's pollers
+        identity = worker_options.get("identity") or client.identity
+        worker_options["identity"] = f"{identity} {PUBLISHER_MARK}"
     return Worker(
         client,
         task_queue=task_queue,

@@ -108,9 +108,9 @@ class Marks:
         return (st.st_dev, st.st_ino) == mark.file_key and st.st_size == mark.end
 
 
-def read_after(f: IO[bytes], session_id: str, after: int, marks: Marks, path: Path) -> list[
-    tuple[int, Entry]
-]:
+def read_after(
+    f: IO[bytes], session_id: str, after: int, marks: Marks, path: Path
+) -> list[tuple[int, Entry]]:
     """The entries of the (shared-locked) open file ``f`` after seq ``after``, with their seqs."""
     fd = f.fileno()
     st = os.fstat(fd)

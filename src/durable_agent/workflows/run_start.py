@@ -1,0 +1,87 @@
+"""Where a run starts in its session, as the client that follows it needs to know
+(docs/design.md#receipts): the starting leaf, the IDs of its durable inputs (the client chose
+them), how many run-start repairs it stores ahead of them, and a seq before its first entry.
+
+A client that starts the run knows all of it (:func:`started_here`). A client that attaches to a
+run already started (``agent.run(..., run_id=<a started run>)``) reads it from the run's first
+execution's history (:func:`attached`): its input names the leaf (or, for an operator's run
+without one, the ``ensure_session`` step recorded it) and the inputs' IDs; it follows the
+session from its first entry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from ..activities.contracts import InputEntry
+from ..activities.store_steps import local_activity_result
+from ..durable.persist import is_durable
+from ..durable.state import SessionState
+from ..session.entries import Entry
+from ..session.repair import start_repairs
+from ..session.tree import path as tree_path
+from ..session.views import raw_model_view
+from .run_input import decode_run_input
+from .run_stream import RunStart
+
+__all__ = ["attached", "started_here"]
+
+
+def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:
+    """A run this client starts now from the handle's leaf with ``inputs``."""
+    durable = sum(1 for e in state.log if is_durable(e))  # at most the store's count: a seq
+    ids: list[str | None] = [_input_id(item) for item in inputs if not item.ephemeral]
+    return RunStart(
+        leaf=state.leaf,
+        inputs=ids,
+        repairs=len(start_repairs(state.views()[0])),
+        after=durable,
+    )
+
+
+async def attached(
+    client: Client, handle: WorkflowHandle[Any, Any], state: SessionState
+) -> RunStart:
+    """A run started elsewhere: read from its first execution's history (module doc)."""
+    description = await handle.describe()
+    first = description.raw_description.workflow_execution_info.first_run_id or None
+    history = client.get_workflow_handle(handle.id, run_id=first).fetch_history_events()
+    leaf: str | None = None
+    inputs: list[str | None] = []
+    async for event in history:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [value] = await client.data_converter.decode(payloads)
+            inp = decode_run_input(value)
+            leaf = inp.leaf_id
+            inputs = [_input_id(item) for item in inp.inputs if not item.ephemeral]
+            if leaf is not None:
+                break
+            continue
+        recorded = local_activity_result(event, "durable_agent.ensure_session")
+        if recorded:
+            [leaf] = await client.data_converter.decode(recorded, [str])
+            break
+    leaf = leaf or ""
+    return RunStart(leaf=leaf, inputs=inputs, repairs=await _repairs(state, leaf), after=0)
+
+
+def _input_id(item: InputEntry) -> str | None:
+    """The ID an input is stored under: its wire's (the client chose it); ``None`` for an
+    operator's plain message, which the run names itself."""
+    if item.message is not None:
+        return None
+    entry_id = json.loads(item.wire).get("id")
+    return entry_id if isinstance(entry_id, str) and entry_id else None
+
+
+async def _repairs(state: SessionState, leaf: str) -> int:
+    """How many run-start repairs the run stores at ``leaf`` (as ``load_path`` computes them)."""
+    index: dict[str, Entry] = state.index
+    if leaf and leaf not in index:
+        index = {e.id: e for e in await state.store.load_entries(state.session_id)}
+    return len(start_repairs(raw_model_view(tree_path(index, leaf))))
