@@ -75,9 +75,9 @@ async def test_a_query_during_the_run_start_is_answered_and_the_run_replays(
     async with running_worker(
         temporal_client, store, {"a": AgentSpec(model=ScriptedModel(["hello"]))}, task_queue=q
     ):
-        # the stream's own polls wait for the end: the test's query is the only one buffered
-        # while the start is held (the server buffers few)
-        ex = executor(temporal_client, q, poll_initial=60.0)
+        # the stream follows the store, never the workflow: the test's query is the only one
+        # buffered while the start is held (the server buffers few)
+        ex = executor(temporal_client, q)
         agent = await new("a", store=store, session_id=sid("split"), executor=ex)
         rid = run_id()
         store.armed = True  # the run's input commit (a local activity) waits at the gate

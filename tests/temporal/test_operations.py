@@ -182,9 +182,7 @@ async def test_search_attribute_lists_a_sessions_runs(
             ids = {w.id async for w in temporal_client.list_workflows(query)}
             return ids if expected <= ids else None
 
-        ids = await eventually(listed, within=20, interval=0.2, what="visibility")
-        # the session's publish workflow (session_init from new()) is listed too
-        assert any(w.startswith("durable-agent/publish/session_init:") for w in ids)
+        await eventually(listed, within=20, interval=0.2, what="visibility")
 
         # the operator's command line sees the same
         cli = await asyncio.create_subprocess_exec(

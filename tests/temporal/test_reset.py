@@ -1,10 +1,11 @@
 """What an operator's ``temporal workflow reset`` of a run leaves in the session.
 
-A reset is a **retry of that run from the leaf it started at**: what the run stored before the
-reset point stays, everything after it is produced again under fresh entry IDs (Temporal gives
-the reset execution a new random seed), so the retry grows a sibling branch and the original
-entries are untouched. The reset's entries are the session's newest, so a handle opened
-afterwards resumes on the retried branch, as after ``/retry``. Resets go through the bundled
+A reset is a **retry of that run from its input**: what the run stored before the reset point
+stays, everything after it is produced again under fresh entry IDs (Temporal gives the reset
+execution a new random seed), so the retry grows a sibling branch and the original entries are
+untouched. The input keeps the ID its client chose, so a reset to the run's first task finds it
+stored and retries below it, as ``/retry`` does. The reset's entries are the session's newest,
+so a handle opened afterwards resumes on the retried branch. Resets go through the bundled
 ``temporal`` CLI, as an operator would run them.
 """
 
@@ -107,14 +108,12 @@ async def test_reset_of_an_old_run_retries_it_as_a_sibling_branch(
         # the original four entries are untouched, byte for byte, and come first
         assert [encode_entry(e) for e in stored[:4]] == [encode_entry(e) for e in before]
         retried = stored[4:]
-        assert [_text(e) for e in retried] == ["q1", "answer to q1"]
-        # a sibling of the original run's input: the same parent (run 1 started on the empty
-        # leaf, so the retry is a second root), new IDs
-        assert retried[0].parent_id == before[0].parent_id is None
-        assert_one_chain(retried)
+        assert [_text(e) for e in retried] == ["answer to q1"]
+        # a sibling of the original answer, below the same stored input, under a new ID
+        assert retried[0].parent_id == before[0].id
         assert {e.id for e in retried}.isdisjoint(e.id for e in before)
         assert result.status == "completed"
-        assert result.new_entry_ids == [e.id for e in retried]
+        assert result.new_entry_ids == [before[0].id, *(e.id for e in retried)]
         assert result.leaf_id == retried[-1].id
 
         # the retried branch is the session's newest: a handle opened now resumes there
@@ -255,9 +254,10 @@ async def test_reset_of_a_run_started_without_a_leaf_retries_from_where_it_start
     stored = await store.load_entries(session)
     assert [encode_entry(e) for e in stored[:6]] == [encode_entry(e) for e in before]
     retried = stored[6:]
-    assert [_text(e) for e in retried] == ["q1", "answer to q1"]
-    # under q0's answer, where the run started, not under q2's answer (the newest entry now)
-    assert retried[0].parent_id == before[1].id
-    assert result.new_entry_ids == [e.id for e in retried]
+    assert [_text(e) for e in retried] == ["answer to q1"]
+    # below q1, stored under q0's answer where the run started, not under q2's answer (the
+    # newest entry now)
+    assert retried[0].parent_id == before[2].id and before[2].parent_id == before[1].id
+    assert result.new_entry_ids == [before[2].id, *(e.id for e in retried)]
     # the model saw the path the run started on: q0, its answer, q1
     assert [m.text() for m in lm.requests[-1].messages] == ["q0", "answer to q0", "q1"]

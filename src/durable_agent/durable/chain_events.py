@@ -31,7 +31,8 @@ account (``new_entry_ids`` in its result) is checked against :attr:`RunChain.ids
 
 A cancelled run's own entries have their own shape: a reply cut short (``stop_reason="aborted"``)
 gets no ``turn_end``, and each ``tool execution cancelled`` result only ``message_start`` and
-``message_end``. A tool result over the payload limit fails the run at the end of its turn, so
+``message_end`` (a turn of several calls cancelled before any result counts as parallel, the
+default: one of sequential calls shows only its first call started then). A tool result over the payload limit fails the run at the end of its turn, so
 its turn gets no ``turn_end`` either.
 """
 
@@ -253,9 +254,11 @@ class RunChain:
             return []
         out: list[Event] = []
         if self._cancelling or _cancelled(result):
-            # the cancel path: the started call's start went out; the others never started
+            # the cancel path answers every call still open (no tool_execution_end), each call
+            # started or not: with no result in yet, a turn's calls ran in parallel (tools are
+            # parallel-safe unless they say otherwise), so all of them had started
             if not self._cancelling and self._parallel is None and self._starts == 0:
-                out += self._start(0)
+                out += self._start_all()
             self._cancelling = True
         else:
             if self._parallel is None:

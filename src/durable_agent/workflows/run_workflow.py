@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         run_failure,
     )
     from ..activities.model_call import ActivityModel, note_cancel
-    from ..activities.store_steps import append, new_entry_id, open_path, reset_of
+    from ..activities.store_steps import append, new_entry_id, open_path
     from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
@@ -283,9 +283,10 @@ class RunWorkflow:
                 resumed=inp.resumed,
                 cancelled=is_cancellation,
                 shield=False,
-                # the client's input IDs tell it the run's entries in the store; a reset
-                # re-runs the input under new IDs, as it always did
-                keep_input_ids=reset_of() is None,
+                # the client's input IDs tell it the run's entries in the store (and a reset
+                # that re-runs the input commit finds the same entries stored: it retries the
+                # run below them, docs/design.md#receipts)
+                keep_input_ids=True,
             )
         except RunCancelledError:
             raise CancelledError("run cancelled") from None
