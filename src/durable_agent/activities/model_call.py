@@ -117,6 +117,8 @@ class ModelActivity(ActivityBase):
                     partial = event.partial
                     if live is not None:
                         live.offer(partial)
+                    if watched is not None:
+                        watched.tick()
                     if event.type == "done":
                         final = event.message
         except asyncio.CancelledError:

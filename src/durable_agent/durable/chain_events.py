@@ -32,8 +32,9 @@ account (``new_entry_ids`` in its result) is checked against :attr:`RunChain.ids
 A cancelled run's own entries have their own shape: a reply cut short (``stop_reason="aborted"``)
 gets no ``turn_end``, and each ``tool execution cancelled`` result only ``message_start`` and
 ``message_end`` (a turn of several calls cancelled before any result counts as parallel, the
-default: one of sequential calls shows only its first call started then). A tool result over the payload limit fails the run at the end of its turn, so
-its turn gets no ``turn_end`` either.
+default: one of sequential calls shows only its first call started then). A tool result over
+the payload limit fails the run at the end of its turn, so its turn gets no ``turn_end``
+either.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..agent.events import AgentEvent
@@ -43,6 +43,17 @@ async def entries_after(store: Store, session_id: str, after: int) -> list[tuple
     if isinstance(store, SeqStore):
         return await store.load_entries_after(session_id, after)
     return list(enumerate(await store.load_entries(session_id), 1))[after:]
+
+
+def _reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
+    """How to read ``store`` after a seq, decided once (a protocol check is not free)."""
+    if isinstance(store, SeqStore):
+        return store.load_entries_after
+
+    async def sliced(session_id: str, after: int) -> list[tuple[int, Entry]]:
+        return list(enumerate(await store.load_entries(session_id), 1))[after:]
+
+    return sliced
 
 
 class SessionFollower:
@@ -80,14 +91,22 @@ class SessionFollower:
         self.growth = growth
         self._wait = fastest
         self._due = 0.0
+        self.read_at = float("-inf")
+        """When (the event loop's clock) the last read was."""
         self._seen: set[str] = set()
         self._woken = asyncio.Event()
+        self._read = _reader(store)
 
     def wake(self) -> None:
         """Something happened on the session: read at once, and fast for a while."""
         self._wait = self.fastest
         self._due = 0.0
         self._woken.set()
+
+    @property
+    def woken(self) -> bool:
+        """:meth:`wake` was called since the last read."""
+        return self._woken.is_set()
 
     def due_in(self) -> float:
         """Seconds until the next read is due (0 when it is)."""
@@ -96,8 +115,9 @@ class SessionFollower:
     async def read(self) -> list[tuple[int, Entry]]:
         """One read now: the entries after the cursor (the cursor moves past them)."""
         self._woken.clear()
+        self.read_at = asyncio.get_running_loop().time()
         try:
-            found = await entries_after(self.store, self.session_id, self.after)
+            found = await self._read(self.session_id, self.after)
         except StoreUnavailableError as exc:
             logger.debug("following %s: %s", self.session_id, exc)
             found = []
@@ -128,11 +148,14 @@ class SessionFollower:
 
 # -- live deltas ----------------------------------------------------------------------------------
 
-FAST_POLL = 0.05
-"""Seconds between two reads of the channel while deltas arrive (writers write every 0.1 s)."""
-IDLE_POLL = 0.25
-"""Seconds between two reads while none arrive (a model still thinking, a reply not begun)."""
-IDLE_AFTER = 0.4
+FAST_POLL = 0.25
+"""Seconds between two reads of the channel while deltas arrive, as often as writers write:
+each read is a wake-up of the client's event loop, what following a reply costs it."""
+FIRST_POLL = 0.1
+"""Seconds to the first read of a reply's deltas; the wait doubles while none arrive (a model
+still thinking) up to ``IDLE_POLL``."""
+IDLE_POLL = 1.0
+IDLE_AFTER = 0.6
 """Seconds without a delta after which a reply counts as idle."""
 READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
@@ -176,8 +199,9 @@ class DeltaFollower:
         self._blocks: list[dict[str, Any]] = []
         self._shown: Message | None = None
         self._text = ""
-        self._last_delta = 0.0
+        self._last_delta = float("-inf")
         self._due = 0.0
+        self._idle_wait = FIRST_POLL
 
     @property
     def turn(self) -> int | None:
@@ -196,7 +220,15 @@ class DeltaFollower:
         self._cursor, self._head, self._blocks = (0, 0), {}, []
         self._shown, self._text, self.final = None, "", False
         self._due = 0.0
-        self._last_delta = asyncio.get_running_loop().time()
+        self._idle_wait = FIRST_POLL
+        self._last_delta = float("-inf")
+
+    @property
+    def busy(self) -> bool:
+        """Deltas are arriving: the reply streams (its last one will say when it is stored)."""
+        if self._key is None or self._shown is None or self.final:
+            return False
+        return asyncio.get_running_loop().time() - self._last_delta < IDLE_AFTER
 
     def due_in(self) -> float:
         """Seconds until the next read is due (``inf`` when no reply is followed)."""
@@ -213,15 +245,19 @@ class DeltaFollower:
         now = asyncio.get_running_loop().time()
         try:
             # a store that stops answering must not hold up the receipts behind it
-            deltas = await asyncio.wait_for(self.channel.read(key, self._cursor), READ_TIMEOUT)
+            async with asyncio.timeout(READ_TIMEOUT):
+                deltas = await self.channel.read(key, self._cursor)
         except Exception as exc:
             logger.debug("reading live deltas of %s: %s", key.name(), exc)
             deltas = []
         update = self._take(deltas) if deltas and self._key == key else None
         if update is not None:
-            self._last_delta = now
-        busy = now - self._last_delta < IDLE_AFTER
-        self._due = now + (FAST_POLL if busy else IDLE_POLL)
+            self._last_delta, self._idle_wait = now, FAST_POLL
+        if now - self._last_delta < IDLE_AFTER:
+            self._due = now + FAST_POLL
+        else:
+            self._due = now + self._idle_wait
+            self._idle_wait = min(self._idle_wait * 2, IDLE_POLL)
         return update
 
     def _take(self, deltas: list[Delta]) -> AgentEvent | None:

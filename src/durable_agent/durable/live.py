@@ -2,18 +2,19 @@
 
 **Writer.** The model loop hands every partial to :meth:`DeltaWriter.offer`, which never waits; a
 write of the difference since the last written partial goes out at most once per ``every``
-seconds (the first at once), so a fast model costs one store write per batch, not per token,
-and no task or timer runs between batches. A failed write stops publishing for this attempt (a
-reader would otherwise see a hole it cannot fill): the client then catches up from the stored
-message. :meth:`DeltaWriter.finish` writes the rest marked ``final``, so a reader looks for the
-reply's entry at once. Nothing here can fail or slow the model call.
+seconds (a quarter of a second by default; the first at once), from the offer that finds it due,
+so a fast model costs one store write per batch, not per token, and streaming adds no wake-up
+of the worker's event loop beyond the model's own. A failed write stops publishing for this
+attempt (a reader would otherwise see a hole it cannot fill): the client then catches up from
+the stored message. :meth:`DeltaWriter.finish` writes the rest marked ``final``, so a reader
+looks for the reply's entry at once. Nothing here can fail or slow the model call.
 
 **Cancel notes.** A cancelled run writes a note under its run's turn-0 key
 (:func:`~durable_agent.session.deltas.cancel_note`; the run workflow does it on its cancel path,
-whoever cancelled it). :class:`CancelWatch` checks, a few times a second and in one read per
-check where the channel can (``held``), the notes of the runs whose calls are in flight on this
-worker, and cancels a call's task when its run's note appears: a streaming model call stops
-within a fraction of a second, without a heartbeat per fraction of a second
+whoever cancelled it). :class:`CancelWatch` checks, in one read per check where the channel can
+(``held``), the notes of the runs whose calls are in flight on this worker twice a second, and
+cancels a call's task when its run's note appears: a streaming model call stops within a
+fraction of a second, without a heartbeat per fraction of a second
 (docs/design.md#cancellation).
 
 **Which channel.** ``create_worker`` and ``TemporalExecutor`` take ``live_deltas``: ``"auto"``
@@ -71,9 +72,10 @@ def live_channel(live: LiveDeltas, store: object) -> DeltaChannel | None:
 
 # -- writer -------------------------------------------------------------------------------------
 
-DEFAULT_BATCH_EVERY = 0.1
-"""Seconds between two writes of one reply (the first partial is written at once): ten writes a
-second keep the text moving for a reader while costing the worker little."""
+DEFAULT_BATCH_EVERY = 0.25
+"""Seconds between two writes of one reply (the first partial is written at once): four writes
+a second keep the text moving for a reader, and each write is a wake-up of the worker's event
+loop, which is what streaming costs it (docs/design.md#live-deltas)."""
 DEFAULT_CLEAR_AFTER = 5.0
 """Seconds a stored reply's deltas stay, so a client polling slowly still drains them."""
 
@@ -117,31 +119,38 @@ class DeltaWriter:
 
     def offer(self, partial: Message) -> None:
         """The reply so far (replaces the previous offer). The empty partial a stream starts
-        with is its ``message_start``, not an update: it is not published."""
+        with is its ``message_start``, not an update: it is not published.
+
+        A write that is due goes out from here, on the model's own wake-up; a timer (two
+        intervals on, pushed back by every write) only writes what a model that paused left
+        unwritten: a steadily streaming reply costs the worker no wake-up of its own."""
         if self._sent is None and not partial.content:
             return
         self._latest = partial
-        self._schedule()
+        if self._closing or self._failed or self._writing is not None:
+            return
+        if self._loop.time() - self._last_write >= self.every:
+            self._write_now()
+        elif self._timer is None:
+            self._timer = self._loop.call_at(self._last_write + 2 * self.every, self._overdue)
 
-    def _schedule(self) -> None:
-        if self._closing or self._failed or self._timer is not None or self._writing is not None:
-            return
-        if self._latest is self._sent:
-            return
-        delay = max(0.0, self._last_write + self.every - self._loop.time())
-        self._timer = self._loop.call_later(delay, self._write_now)
+    def _overdue(self) -> None:
+        self._timer = None
+        if self._writing is None and not self._closing and self._latest is not self._sent:
+            self._write_now()
 
     def _write_now(self) -> None:
-        self._timer = None
-        if self._closing:
-            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._last_write = self._loop.time()
         self._writing = _keep(self._loop.create_task(self._publish(final=False)))
         self._writing.add_done_callback(self._written)
 
     def _written(self, _: asyncio.Task[None]) -> None:
         self._writing = None
-        self._last_write = self._loop.time()
-        self._schedule()
+        if self._latest is not self._sent and not self._closing and self._timer is None:
+            self._timer = self._loop.call_at(self._last_write + 2 * self.every, self._overdue)
 
     async def _publish(self, *, final: bool) -> None:
         latest = self._latest
@@ -217,8 +226,9 @@ def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLE
 
 # -- cancel notes -------------------------------------------------------------------------------
 
-CANCEL_CHECK_EVERY = 0.25
-"""Seconds between two checks of the cancel notes of the runs with calls in flight."""
+CANCEL_CHECK_EVERY = 0.5
+"""Seconds between two checks of the cancel notes of the runs with calls in flight: a call
+stops well within a second of its run's cancellation, at two wake-ups a second per worker."""
 NOTE_KEPT = 60.0
 """Seconds a cancel note stays: a call of the run still starting meets it."""
 
@@ -236,17 +246,29 @@ class Watched:
 
     key: DeltaKey
     task: asyncio.Task[Any]
+    watch: CancelWatch
     fired: bool = False
+
+    def tick(self) -> None:
+        """The call woke up anyway (a model's delta): check the notes now if a check is due."""
+        self.watch.tick()
 
 
 class CancelWatch:
-    """The cancel notes of the runs whose calls are in flight on this worker (module doc)."""
+    """The cancel notes of the runs whose calls are in flight on this worker (module doc).
+
+    A check is due every ``every`` seconds. Calls that wake up anyway (a streaming model, for
+    each delta) run the due checks (:meth:`Watched.tick`); a timer half an interval later runs
+    one no call ran (a model thinking, a tool busy), so watching costs no wake-up of its own
+    while a reply streams."""
 
     def __init__(self, channel: DeltaChannel, *, every: float = CANCEL_CHECK_EVERY) -> None:
         self.channel = channel
         self.every = every
         self._watched: list[Watched] = []
-        self._checker: asyncio.Task[None] | None = None
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._checking: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def watching(self, session_id: str, run_id: str) -> Iterator[Watched]:
@@ -254,28 +276,58 @@ class CancelWatch:
         (``fired`` then tells that cancellation from Temporal's own)."""
         task = asyncio.current_task()
         assert task is not None
-        watched = Watched(cancel_note(session_id, run_id)[0], task)
+        watched = Watched(cancel_note(session_id, run_id)[0], task, self)
+        if not self._watched:
+            self._last = task.get_loop().time()
         self._watched.append(watched)
-        if self._checker is None or self._checker.done():
-            self._checker = _keep(asyncio.get_running_loop().create_task(self._check()))
+        if self._timer is None and self._checking is None:
+            self._arm()
         try:
             yield watched
         finally:
             self._watched.remove(watched)
+            if not self._watched and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._watched and self._checking is None and loop.time() - self._last >= self.every:
+            self._check_now()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(self._last + 1.5 * self.every, self._overdue)
+
+    def _overdue(self) -> None:
+        self._timer = None
+        if self._watched and self._checking is None:
+            self._check_now()
+
+    def _check_now(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        self._checking = _keep(loop.create_task(self._check()))
+        self._checking.add_done_callback(self._checked)
+
+    def _checked(self, _: asyncio.Task[None]) -> None:
+        self._checking = None
+        if self._watched:
+            self._arm()
 
     async def _check(self) -> None:
-        while self._watched:
-            await asyncio.sleep(self.every)
-            keys = list({w.key for w in self._watched})
-            try:
-                noted = await self._noted(keys)
-            except Exception as exc:  # best effort: Temporal's cancellation still arrives
-                logger.debug("reading cancel notes: %s", exc)
-                continue
-            for watched in list(self._watched):
-                if watched.key in noted and not watched.fired:
-                    watched.fired = True
-                    watched.task.cancel()
+        keys = list({w.key for w in self._watched})
+        try:
+            noted = await self._noted(keys)
+        except Exception as exc:  # best effort: Temporal's cancellation still arrives
+            logger.debug("reading cancel notes: %s", exc)
+            return
+        for watched in list(self._watched):
+            if watched.key in noted and not watched.fired:
+                watched.fired = True
+                watched.task.cancel()
 
     async def _noted(self, keys: list[DeltaKey]) -> set[DeltaKey]:
         held = getattr(self.channel, "held", None)

@@ -99,9 +99,18 @@ class RunStart:
     after: int
 
 
+FASTEST_READ = 0.1
+"""Seconds to the next read of the session after one that found entries, or after a reply's
+last delta woke the reader (its entry is being stored as the delta is written)."""
 SLOWEST_READ = 1.0
 """Seconds between two reads of the session at most while the run goes on (a read with nothing
 new costs a FileStore one ``stat``); a reply's deltas, its last above all, hurry the next."""
+SLACK = 0.05
+"""Seconds within which a read that is due soon is done on the current wake-up."""
+UNREAD_PACE = 1.0
+"""Seconds between two reads of the session while nobody reads the events (``wait()`` only):
+the receipts still reach the handle as the run goes, at one read a second, and the run's end
+brings the rest at once."""
 
 
 class RunFollower:
@@ -124,7 +133,7 @@ class RunFollower:
         self.handle = handle
         self.chain = RunChain(state.session_id, start.leaf, start.inputs, start.repairs)
         self.entries = SessionFollower(
-            state.store, state.session_id, start.after, slowest=SLOWEST_READ
+            state.store, state.session_id, start.after, fastest=FASTEST_READ, slowest=SLOWEST_READ
         )
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
@@ -171,28 +180,48 @@ class RunFollower:
         self, result_task: asyncio.Future[RunResult], put: Callable[[Event], None]
     ) -> None:
         """Read the session (and the streaming reply's deltas) until the run ended and every
-        entry it stored before ending was read."""
+        entry it stored before ending was read. Every wait is a wake-up of the event loop, which
+        is what following a run costs the client: reads due within ``SLACK`` of each other share
+        one, and while a reply streams only its deltas pace the loop (its last delta wakes the
+        store's reader)."""
         entries, deltas = self.entries, self.deltas
         while True:
             ended = result_task.done()
-            if ended or entries.due_in() == 0:
-                found = await entries.read()
-                await self._deliver(self.chain.add(e for _, e in found), put)
-            if ended:
-                return  # everything the run stored was stored before it ended
+            reading = self.reading()
             turn = self.chain.reply_turn
-            following = deltas is not None and turn is not None and self.reading()
+            following = deltas is not None and turn is not None and reading
             if following:
                 assert deltas is not None and turn is not None
                 deltas.expect(turn)
-                if deltas.due_in() == 0:
+                if deltas.due_in() <= SLACK:
                     await self._update(deltas, put)
-            wait = entries.due_in()
+            streaming = following and deltas is not None and deltas.busy
+            if ended or self._store_in(reading, streaming) <= SLACK:
+                found = await entries.read()
+                await self._deliver(self.chain.add(e for _, e in found), put)
+                if ended:
+                    return  # everything the run stored was stored before it ended
+                continue  # the run moved on: what it awaits now may have changed
+            wait = self._store_in(reading, streaming)
             if following:
                 assert deltas is not None
                 wait = min(wait, deltas.due_in())
-            if wait > 0:
-                await asyncio.wait({result_task}, timeout=wait)
+            await asyncio.wait({result_task}, timeout=None if wait == float("inf") else wait)
+
+    def _store_in(self, reading: bool, streaming: bool) -> float:
+        """Seconds until the session is due to be read: at once when woken; while a reply
+        streams, when its last delta wakes it; without a reader of the events, at most once
+        per ``UNREAD_PACE``."""
+        entries = self.entries
+        if entries.woken:
+            return 0.0
+        if streaming:
+            return float("inf")
+        due = entries.due_in()
+        if not reading:
+            since = asyncio.get_running_loop().time() - entries.read_at
+            due = max(due, UNREAD_PACE - since)
+        return due
 
     async def _update(self, deltas: DeltaFollower, put: Callable[[Event], None]) -> None:
         """One read of the streaming reply's deltas; its last one hurries the next store read

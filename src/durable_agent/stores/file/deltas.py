@@ -35,8 +35,10 @@ class FileDeltas:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root)
-        self._read_to: OrderedDict[Path, tuple[int, int, Cursor]] = OrderedDict()
+        self._read_to: OrderedDict[str, tuple[int, int, Cursor]] = OrderedDict()
         """Path -> (inode, offset read to, highest ``(attempt, seq)`` before that offset)."""
+        self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
+        """Recently read keys' paths (a reader asks for the same key many times a second)."""
 
     def directory(self, session_id: str) -> Path:
         return self._root / f"{validate_session_id(session_id)}.live"
@@ -60,8 +62,16 @@ class FileDeltas:
         finally:
             os.close(fd)
 
+    def _read_path(self, key: DeltaKey) -> str:
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = str(self.path(key))
+            while len(self._paths) > _READ_MARKS:
+                self._paths.popitem(last=False)
+        return path
+
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
-        path = self.path(key)
+        path = self._read_path(key)
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -100,7 +110,7 @@ class FileDeltas:
 
     async def clear(self, key: DeltaKey) -> None:
         path = self.path(key)
-        self._read_to.pop(path, None)
+        self._read_to.pop(str(path), None)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         with contextlib.suppress(OSError):
