@@ -25,9 +25,11 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from ..agent.events import AgentEvent
-from ..ai.messages import Message
-from ..session.deltas import Cursor, Delta, DeltaChannel, DeltaKey, apply_patch
+from ..ai.messages import ContentBlock, Message, TextContent
+from ..session.deltas import GROWING, Cursor, Delta, DeltaChannel, DeltaKey
 from ..session.entries import Entry
 from ..session.errors import StoreUnavailableError
 from ..session.store import SeqStore, Store
@@ -161,6 +163,40 @@ READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
 
 
+_BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+
+
+class _Partial:
+    """One attempt's partial reply, rebuilt delta by delta (``session.deltas.apply_patch``'s
+    result), validating only the blocks a delta changed and the head when it changes: a reader
+    rebuilds the message a few times a second, and the text grows in one block."""
+
+    def __init__(self) -> None:
+        self.base = Message(role="assistant")
+        self.raw: list[dict[str, Any]] = []
+        self.blocks: list[ContentBlock] = []
+
+    def apply(self, delta: Delta) -> Message:
+        if delta.head is not None:
+            self.base = Message.model_validate({**delta.head, "content": []})
+        raw, blocks = self.raw[: delta.size], self.blocks[: delta.size]
+        changed: set[int] = set()
+        for i, op, value in delta.ops:
+            while len(raw) <= i:
+                raw.append({})
+                blocks.append(TextContent(text=""))  # replaced below: the op fills it
+            if op == "=":
+                raw[i] = dict(value)
+            else:
+                field = GROWING[str(raw[i].get("type"))]
+                raw[i] = {**raw[i], field: str(raw[i].get(field, "")) + str(value)}
+            changed.add(i)
+        for i in changed:
+            blocks[i] = _BLOCK.validate_python(raw[i])
+        self.raw, self.blocks = raw, blocks
+        return self.base.model_copy(update={"content": list(blocks)})
+
+
 def extends(shown: Message, final: Message) -> bool:
     """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
     the same kind, text and thinking only appended to, a tool call still the same call (its
@@ -195,8 +231,7 @@ class DeltaFollower:
         """The reply's last delta was read: its entry is being stored."""
         self._key: DeltaKey | None = None
         self._cursor: Cursor = (0, 0)
-        self._head: dict[str, Any] = {}
-        self._blocks: list[dict[str, Any]] = []
+        self._partial = _Partial()
         self._shown: Message | None = None
         self._text = ""
         self._last_delta = float("-inf")
@@ -217,7 +252,7 @@ class DeltaFollower:
         if self._key is not None and self._key.turn == turn:
             return
         self._key = DeltaKey(self.session_id, self.run_id, turn)
-        self._cursor, self._head, self._blocks = (0, 0), {}, []
+        self._cursor, self._partial = (0, 0), _Partial()
         self._shown, self._text, self.final = None, "", False
         self._due = 0.0
         self._idle_wait = FIRST_POLL
@@ -272,10 +307,10 @@ class DeltaFollower:
             if delta.attempt > attempt:
                 # seq 1 of a later attempt: the call was retried, the reply starts over
                 restart = restart or self._shown is not None or message is not None
-                self._head, self._blocks = {}, []
+                self._partial = _Partial()
             elif delta.seq != seq + 1:
                 break  # a hole (a lost write): wait for a later attempt or the stored message
-            self._head, self._blocks, message = apply_patch(self._head, self._blocks, delta)
+            message = self._partial.apply(delta)
             attempt, seq = delta.attempt, delta.seq
             self._cursor = (attempt, seq)
             self.final = delta.final
@@ -290,7 +325,10 @@ class DeltaFollower:
         else:
             delta = text[len(self._text) :]
         self._shown, self._text = message, text
-        return AgentEvent(type="message_update", message=message, restart=restart, delta=delta)
+        # built unvalidated: every field is of its type already, and this runs per update
+        return AgentEvent.model_construct(
+            type="message_update", message=message, restart=restart, delta=delta
+        )
 
     async def finish(self, stored: Message) -> list[AgentEvent]:
         """The reply's receipt is here: its last updates, then stop following it. Nothing for a

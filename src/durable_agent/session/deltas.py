@@ -32,6 +32,7 @@ __all__ = [
     "Delta",
     "DeltaChannel",
     "DeltaKey",
+    "GROWING",
     "LiveStore",
     "apply_patch",
     "cancel_note",
@@ -97,7 +98,8 @@ class LiveStore(Protocol):
     def live_deltas(self) -> DeltaChannel: ...
 
 
-_GROWING = {"text": "text", "thinking": "thinking"}
+GROWING = {"text": "text", "thinking": "thinking"}
+"""Block types whose field grows by ``+`` ops, and that field."""
 
 
 def _split(message: Message | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -119,7 +121,7 @@ def diff_patch(
         old = prev_blocks[i] if i < len(prev_blocks) else None
         if old == block:
             continue
-        field = _GROWING.get(str(block.get("type")))
+        field = GROWING.get(str(block.get("type")))
         if (
             old is not None
             and field is not None
@@ -150,6 +152,6 @@ def apply_patch(
         if op == "=":
             out[i] = dict(value)
         else:
-            field = _GROWING[str(out[i].get("type"))]
+            field = GROWING[str(out[i].get("type"))]
             out[i][field] = str(out[i].get(field, "")) + str(value)
     return head, out, Message.model_validate({**head, "content": out})

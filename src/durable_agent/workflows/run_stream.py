@@ -249,4 +249,5 @@ class RunFollower:
             put(event)
 
     def _wrap(self, inner: AgentEvent) -> Event:
-        return Event(type="agent", session_id=self.state.session_id, agent=inner)
+        # built unvalidated: a live update, a few a second, of fields already of their types
+        return Event.model_construct(type="agent", session_id=self.state.session_id, agent=inner)
