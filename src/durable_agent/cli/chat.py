@@ -19,12 +19,12 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..ai import ModelError
-from ..durable import Agent, AgentError, RunCancelledError, new
+from ..durable import Agent, AgentError, RunCancelledError, RunStream, new
 from ..session import (
     Entry,
-    MessageEntry,
     SessionError,
     SessionNotFoundError,
+    last_turn,
     path,
     transcript_view,
     validate_session_id,
@@ -170,15 +170,12 @@ class Chat:
             f"{escape(self.agent.leaf_id or '(root)')} ({len(self.agent.entries())} entries)"
         )
 
-    def _last_user(self) -> MessageEntry | None:
-        for entry in reversed(path(self.agent.entries(), self.agent.leaf_id)):
-            if isinstance(entry, MessageEntry) and entry.message.role == "user":
-                return entry
-        return None
-
     async def turn(self, text: str) -> None:
         """One run; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
-        stream = await self.agent.run(text)
+        await self.follow(await self.agent.run(text))
+
+    async def follow(self, stream: RunStream) -> None:
+        """Print a run's events; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
         printer = RunPrinter(self.console)
         try:
             async for event in stream.events():
@@ -222,17 +219,16 @@ class Chat:
         elif name in ("switch", "leaf"):
             await self.switch(rest)
         elif name in ("retry", "edit"):
-            last = self._last_user()
-            if last is None:
-                self.console.print("nothing to retry yet")
-                return True
-            text = rest if name == "edit" else last.message.text()
-            if not text:
+            if name == "edit" and not rest:
                 self.console.print("usage: /edit TEXT")
                 return True
-            await agent.branch(last.parent_id or "")
-            self.console.print(f"[dim]branched before {escape(last.id)}[/dim]")
-            await self.turn(text)
+            turn = last_turn(path(agent.entries(), agent.leaf_id))
+            if turn is None:
+                self.console.print(f"nothing to {name} yet")
+                return True
+            stream = await (agent.edit(rest) if name == "edit" else agent.retry())
+            self.console.print(f"[dim]branched before {escape(turn.start.id)}[/dim]")
+            await self.follow(stream)
         elif name == "fork":
             child = await agent.fork(validate_session_id(args[0]) if args else None)
             self.agent = child

@@ -2,7 +2,8 @@
 
 A handle holds a :class:`~.state.SessionState`: the session's log (append order, ephemeral
 included), an index of stored entries by ID, and the **leaf** where the next entry attaches. Edit,
-retry and rewind are all ``branch``: moving the leaf. Everything a handle records goes through one
+retry and rewind are all ``branch``: moving the leaf (``edit`` and ``retry`` are a ``branch``
+to before the last question, then a ``run``). Everything a handle records goes through one
 persist algorithm (:mod:`.persist`) under the state's lock; lifecycle events are published after
 the lock is released.
 """
@@ -24,6 +25,7 @@ from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id, validate_session_id
 from ..session.store import Store, open_session
+from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .errors import AgentClosedError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
@@ -169,6 +171,36 @@ class Agent:
         await self._executor.publish(
             self._config, [branched_event(state.session_id, old, entry_id, new_id())]
         )
+
+    async def edit(
+        self, entry: EntryLike, *more: EntryLike, run_id: str | None = None
+    ) -> RunStream:
+        """Replace the last question on the active path: branch to before it, then run
+        ``entry`` (and ``more``) there. The old question and its answers stay, a sibling
+        branch. :class:`EntryNotFoundError` when no one asked anything yet."""
+        turn = self._last_turn("edit")
+        await self.branch(turn.start.parent_id or "")
+        return await self.run(entry, *more, run_id=run_id)
+
+    async def retry(self, *, run_id: str | None = None) -> RunStream:
+        """Ask the last question on the active path again: branch to before it, then run its
+        input again (the question and what was stored with it before the first reply: meta
+        messages, custom entries), so the model sees what it saw the first time. The earlier
+        answer stays, a sibling branch. Ephemeral inputs were never stored, so they are not
+        sent again. :class:`EntryNotFoundError` when no one asked anything yet."""
+        turn = self._last_turn("retry")
+        inputs = [e.model_copy(update={"id": "", "parent_id": None}) for e in turn.inputs]
+        await self.branch(turn.start.parent_id or "")
+        return await self.run(*inputs, run_id=run_id)
+
+    def _last_turn(self, verb: str) -> Turn:
+        self._state.check_mutable()
+        turn = last_turn(self._state.path())
+        if turn is None:
+            raise EntryNotFoundError(
+                f"no question on the active path of session {self.session_id!r} to {verb}"
+            )
+        return turn
 
     async def fork(self, new_session_id: str | None = None) -> Agent:
         """Copy the active path into a new child session and return its handle."""

@@ -25,9 +25,11 @@ from .errors import (
 )
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
 from .record import SessionRecord
+from .render import TreeLine, entry_summary, message_summary, render_tree, tree_lines
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
 from .store import RetentionStore, Store
 from .tree import TreeNode, path, tree
+from .turns import Turn, is_turn_start, last_turn
 from .views import model_view, raw_model_view, transcript_view
 
 __all__ = [
@@ -51,23 +53,31 @@ __all__ = [
     "SessionRecord",
     "Store",
     "StoreUnavailableError",
+    "TreeLine",
     "TreeNode",
+    "Turn",
     "custom_class",
     "dangling_calls",
     "decode_entry",
     "encode_batch",
     "encode_entry",
+    "entry_summary",
     "entry_to_wire",
     "interrupted_result",
+    "is_turn_start",
+    "last_turn",
+    "message_summary",
     "model_view",
     "new_id",
     "path",
     "plan_append",
     "raw_model_view",
     "register_custom",
+    "render_tree",
     "repair_tool_calls",
     "transcript_view",
     "tree",
+    "tree_lines",
     "validate_session_id",
     "wire_to_entry",
 ]
