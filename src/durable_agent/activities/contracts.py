@@ -301,6 +301,9 @@ class RunInput(FrozenModel):
     """``""`` (an operator's input): the run derives it from its workflow ID."""
     agent: str
     leaf_id: str | None = None
+    create_session: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Create the session if absent, after checking the agent (a client handle's first run on
+    a new session), then run from ``leaf_id``; left out of the payload when false."""
     inputs: list[InputEntry] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
     """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""

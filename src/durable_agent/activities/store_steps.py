@@ -278,16 +278,17 @@ async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
 
 async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     """The run's starting leaf (the session's newest entry when the input names none, the
-    session created if absent) and what ``load_path`` found there: repairs, tools. A failure
-    fails the run before it stores anything."""
+    session created if absent, as it is for ``create_session``) and what ``load_path`` found
+    there: repairs, tools. A failure fails the run before it stores anything."""
     t = inp.timeouts
     leaf = inp.leaf_id
     try:
-        if leaf is None:
+        if leaf is None or inp.create_session:
             start = EnsureSessionInput(
                 session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
             )
-            leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
+            newest = await _local(StoreSteps.ensure_session, start, t, "ensure session")
+            leaf = newest if leaf is None else leaf
         at = LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent)
         info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:

@@ -51,7 +51,7 @@ from .render import (
     render_transcript,
     render_tree,
 )
-from .run import drop_if_empty, open_agent
+from .run import open_agent
 from .sessions import parent_of
 from .stores import OpenedStore, open_store, resolve_store_spec
 
@@ -110,15 +110,12 @@ class Chat:
         opened: OpenedStore,
         executor: TemporalExecutor,
         agent_name: str,
-        created: bool,
     ):
         self.console = console
         self.agent = agent
         self.opened = opened
         self.executor = executor
         self.agent_name = agent_name
-        self.created = created
-        """Whether opening the chat created its session (removed again if left empty)."""
 
     def tips(self) -> list[Entry]:
         """The last entry of every branch (entries nothing follows), oldest first."""
@@ -260,7 +257,7 @@ async def _open(
 ) -> Chat:
     validate_session_id(session_id)
     opened = open_store(store_spec)
-    agent, executor, existed = await open_agent(
+    agent, executor = await open_agent(
         console,
         opened,
         session_id=session_id,
@@ -268,7 +265,7 @@ async def _open(
         agent_name=agent_name,
         flags=flags,
     )
-    return Chat(console, agent, opened, executor, agent_name, created=not existed)
+    return Chat(console, agent, opened, executor, agent_name)
 
 
 def run_chat(
@@ -317,7 +314,5 @@ def run_chat(
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
                     print_error(console, str(exc))
         finally:
-            if chat.created:  # nothing was said: leave no empty session behind
-                runner.run(drop_if_empty(chat.opened, session_id))
             runner.run(chat.opened.close())
     return 0

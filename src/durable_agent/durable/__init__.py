@@ -15,6 +15,7 @@ from .errors import (
     PersistError,
     RunActiveError,
     RunCancelledError,
+    UnknownAgentError,
 )
 from .events import Event, EventType
 from .executor import Executor, LocalExecutor
@@ -49,6 +50,7 @@ __all__ = [
     "RunStatus",
     "RunStream",
     "Runner",
+    "UnknownAgentError",
     "ephemeral",
     "estimate_tokens",
     "fail",

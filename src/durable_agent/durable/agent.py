@@ -24,7 +24,7 @@ from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import Store, open_session
+from ..session.store import Store
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .errors import AgentClosedError, EntryNotFoundError
@@ -322,7 +322,9 @@ async def new(
 
     There is no resume verb: a known ID resumes at its last appended entry. Without ``store`` a
     private MemoryStore is used; without ``session_id`` one is generated. Publishes
-    ``session_init`` on create and on resume. Never writes or repairs entries.
+    ``session_init`` on create and on resume. Never writes or repairs entries. On Temporal an
+    unknown session is created by its first run, once the worker has checked the agent (a run
+    that cannot start creates nothing), or by the handle's first write.
     """
     runner = executor or LocalExecutor()
     options = _validate_options(agent_options)
@@ -332,12 +334,12 @@ async def new(
         from ..stores.memory import MemoryStore
 
         store = MemoryStore()
-    entries = await open_session(store, sid)
+    entries, created = await runner.open(store, sid)
     config = AgentConfig(
         factory=factory, options=options, raw_options=dict(agent_options), publisher=publisher
     )
     agent = Agent(
-        state=SessionState(sid, store, entries),
+        state=SessionState(sid, store, entries, created=created),
         config=config,
         middleware=middleware,
         executor=runner,

@@ -23,7 +23,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
 from ..session.ids import new_id
 from ..session.repair import repair_tool_calls
-from ..session.store import Store
+from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import raw_model_view
 from .errors import AgentClosedError, RunActiveError
@@ -52,9 +52,15 @@ class AgentConfig:
 class SessionState:
     """The live state of one handle on one session (SPEC §4.3)."""
 
-    def __init__(self, session_id: str, store: Store, entries: Sequence[Entry]) -> None:
+    def __init__(
+        self, session_id: str, store: Store, entries: Sequence[Entry], *, created: bool = True
+    ) -> None:
         self.session_id = session_id
         self.store = store
+        self.created = created
+        """Whether the store holds the session. A Temporal handle on an unknown session leaves
+        creating it to its first run, which checks the agent first (so a run that cannot start
+        creates nothing), or to its first write (:meth:`commit`, :meth:`persist`)."""
         self.log: list[Entry] = list(entries)
         """All loaded or recorded entries in append order, ephemeral included."""
         self.index: dict[str, Entry] = {e.id: e for e in entries}
@@ -123,6 +129,7 @@ class SessionState:
                 self.log.append(entry)
                 self.index[entry.id] = entry
         self.leaf = leaf_id
+        self.created = True  # the run that sent it opened the session first
 
     async def commit(self, stamped: Stamped) -> None:
         """Store a stamped batch in one append and apply it; on failure nothing changes."""
@@ -144,6 +151,9 @@ class SessionState:
 
     async def _write(self, stamped: Stamped) -> None:
         cancelled = False
+        if stamped.durable and not self.created:
+            await open_session(self.store, self.session_id)
+            self.created = True
         if stamped.durable:
             write, cancelled = await see_through(
                 self.store.append_entries(self.session_id, stamped.durable)

@@ -38,7 +38,9 @@ from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
 from ..session.codec import decode_entry
 from ..session.entries import CompactionEntry, Entry
+from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
+from ..session.store import Store
 from .run_stream import RunPoller, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
@@ -54,6 +56,15 @@ __all__ = [
 logger = logging.getLogger("durable_agent.temporal")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT
+
+
+_NOT_ON_TEMPORAL = {
+    "tools": "on Temporal, tools are registered on the worker (`AgentSpec(tools=...)`), not "
+    "passed to new(): the client names the agent",
+    "hooks": "on Temporal, hooks are not available: a run on a worker has none (they run "
+    "in-process only, with a factory)",
+}
+"""Agent options a Temporal client cannot carry, and what to do instead."""
 
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
@@ -113,10 +124,21 @@ class TemporalExecutor:
             )
         if publisher is not None:
             raise ValueError("with the Temporal executor the worker owns the publisher")
+        for name, problem in _NOT_ON_TEMPORAL.items():
+            if options.get(name):
+                raise TypeError(problem)
         try:
             json.dumps(options)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"agent options must be plain JSON data: {exc}") from exc
+
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        """The session's entries; an unknown session is left to the first run (which checks
+        the agent before creating it) or the handle's first write."""
+        try:
+            return await store.load_entries(session_id), True
+        except SessionNotFoundError:
+            return [], False
 
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
@@ -135,6 +157,7 @@ class TemporalExecutor:
             run_id=run_id,
             agent=config.factory,
             leaf_id=state.leaf,
+            create_session=not state.created,
             inputs=inputs,
             options=dict(config.raw_options),
             continue_as_new_after_turns=self.continue_as_new_after_turns,
@@ -175,6 +198,8 @@ class TemporalExecutor:
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
         assert isinstance(config.factory, str)
+        if not state.created:
+            return None  # nothing stored, so nothing to summarize
         op_id = new_id()
         try:
             wire: str | None = await self.client.execute_workflow(

@@ -221,6 +221,7 @@ class RunWorkflow:
             inp.model_copy(
                 update={
                     "leaf_id": engine.leaf_id,
+                    "create_session": False,
                     "inputs": [],
                     "resumed": True,
                     "turn_count": engine.turn_count,
