@@ -226,7 +226,7 @@ async def test_reset_of_a_run_started_without_a_leaf_retries_from_where_it_start
                 run_id=rid,
                 agent="a",
                 leaf_id=None,
-                inputs=[InputEntry.of(text("q1"), 0)],
+                inputs=[InputEntry.of(text("q1"))],
                 timeouts=FAST,
             ),
             id=wid,

@@ -49,7 +49,7 @@ async def test_kind_separates_runs_from_publish_and_compact(temporal_client: Cli
                 session_id=session,
                 run_id=ui_rid,
                 agent="plain",
-                inputs=[InputEntry.of(text("from the UI"), 0)],
+                inputs=[InputEntry.of(text("from the UI"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, ui_rid),

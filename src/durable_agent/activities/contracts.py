@@ -6,8 +6,11 @@ them. Entries travel as their ``encode_entry`` strings (an exact round trip that
 classes and extras), never as the whole transcript: activities read the active path from the
 store by ``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
 Class and field names are the payloads' JSON: renaming one changes what recorded histories
-replay (docs/design.md#versioning). The header a producer commits under is the stamping
-algorithm's own :class:`~durable_agent.durable.persist.Header`, used here as it is.
+replay (docs/design.md#versioning). An operator reads these payloads in the Temporal UI, so their
+JSON leaves out every field at its default (``null``, ``[]``, ``0``, ``false``) and a run's input
+messages are plain messages, the shape an operator types (docs/design.md#temporal). The header a
+producer commits under is the stamping algorithm's own
+:class:`~durable_agent.durable.persist.Header`, used here as it is.
 """
 
 from __future__ import annotations
@@ -15,8 +18,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
 
+from ..agent.events import AgentEvent
 from ..ai.messages import Message, Usage
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
@@ -55,9 +68,26 @@ __all__ = [
 
 
 class FrozenModel(BaseModel):
-    """The base of every type that crosses the Temporal boundary: immutable once built."""
+    """The base of every type that crosses the Temporal boundary: immutable once built, and
+    written as JSON without the fields at their defaults (decoding puts them back)."""
 
     model_config = ConfigDict(frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        if not info.mode_is_json() or not isinstance(data, dict):
+            return data
+        for name, field in type(self).model_fields.items():
+            if (
+                name in data
+                and not field.is_required()
+                and getattr(self, name) == field.get_default(call_default_factory=True)
+            ):
+                del data[name]
+        return data
 
 
 class Timeouts(FrozenModel):
@@ -236,6 +266,17 @@ class WireEvent(EventFields[str], _Positioned):
     refs: BodyRefs | None = None
     """Where the bodies are stored (receipts and events repeating a stored message)."""
 
+    @field_serializer("agent", mode="wrap")
+    def _agent_without_nulls(
+        self, agent: AgentEvent | None, handler: SerializerFunctionWrapHandler
+    ) -> Any:
+        """The inner event without its unset (``None``) fields; a value inside one (a tool
+        call's arguments) is written as it is."""
+        data = handler(agent)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
 
 _SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
 """The fields ``Event`` and ``WireEvent`` hold alike, copied as they are."""
@@ -262,23 +303,44 @@ class PublishInput(FrozenModel):
 
 
 class InputEntry(FrozenModel):
-    """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
-    plain ``message`` with no header and maybe no timestamp (typed by an operator in the
-    Temporal UI; see ``workflows.run_input``), which the run stamps."""
+    """A run input. A message is written as the plain message itself, the shape an operator
+    types in the Temporal UI (``{"role": "user", "content": [...]}``, plus ``"meta": true`` or
+    ``"ephemeral": true``), which the run stamps; any other entry (custom, compaction) as its
+    stored encoding in ``wire``."""
 
     wire: str = ""
     ephemeral: bool = False
-    message: Message | None = Field(default=None, exclude_if=lambda v: v is None)
+    meta: bool = False
+    message: Message | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_plain(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "role" in value:
+            message = {k: v for k, v in value.items() if k not in ("ephemeral", "meta")}
+            if isinstance(message.get("content"), str):
+                message["content"] = [{"type": "text", "text": message["content"]}]
+            flags = {k: value[k] for k in ("ephemeral", "meta") if k in value}
+            return {"message": message, **flags}
+        return value
+
+    @model_serializer(mode="wrap")
+    def _as_plain(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if not info.mode_is_json() or self.message is None:
+            return data
+        flags = {k: True for k in ("ephemeral", "meta") if getattr(self, k)}
+        return {**data["message"], **flags}
 
     @classmethod
-    def of(cls, entry: Entry, index: int) -> InputEntry:
-        placeholder = entry.model_copy(update={"id": entry.id or f"input-{index}"})
-        ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
-        return cls(wire=encode_entry(placeholder), ephemeral=ephemeral)
+    def of(cls, entry: Entry) -> InputEntry:
+        if isinstance(entry, MessageEntry):
+            return cls(message=entry.message, ephemeral=entry.ephemeral, meta=entry.meta)
+        return cls(wire=encode_entry(entry.model_copy(update={"id": entry.id or "input"})))
 
     def entry(self, index: int = 0, now: datetime | None = None) -> Entry:
-        """The input entry; a plain message gets the placeholder ID ``input-<index>`` and, when
-        it has none, the timestamp ``now`` (the workflow's clock)."""
+        """The input entry, with the placeholder ID ``input-<index>``; a message gets the
+        timestamp ``now`` (the workflow's clock) when it has none."""
         if self.message is not None:
             message = self.message
             if message.timestamp is None and now is not None:
@@ -286,7 +348,7 @@ class InputEntry(FrozenModel):
             header: dict[str, Any] = {"id": f"input-{index}"}
             if now is not None:
                 header["created_at"] = now
-            return MessageEntry(**header, message=message, ephemeral=self.ephemeral)
+            return MessageEntry(**header, message=message, ephemeral=self.ephemeral, meta=self.meta)
         decoded = decode_entry(self.wire)
         if self.ephemeral and isinstance(decoded, MessageEntry):
             return decoded.model_copy(update={"ephemeral": True})

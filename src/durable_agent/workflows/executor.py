@@ -36,11 +36,13 @@ from ..durable.live import DeltaFollower, LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
-from ..session.codec import decode_entry
-from ..session.entries import CompactionEntry, Entry
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
+from ..session.render import short
 from ..session.store import Store
+from ..session.turns import is_turn_start
 from .run_stream import RunPoller, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
@@ -77,6 +79,20 @@ def compact_workflow_id(session_id: str, op_id: str) -> str:
 
 def publish_workflow_id(key: str) -> str:
     return f"durable-agent/publish/{key}"
+
+
+SUMMARY_WORDS = 60
+"""Characters of the question a run's summary shows."""
+
+
+def run_summary(agent: str, entries: list[Entry]) -> str:
+    """The run's summary in the Temporal UI's list: the agent and the first words of the
+    question (the last user message of the input), so runs of one session tell apart."""
+    starts = [e for e in entries if is_turn_start(e) and isinstance(e, MessageEntry)]
+    question = starts[-1].message.text() if starts else ""
+    if not question:
+        return f"{agent}: (no question)"
+    return f"{agent}: {short(question, SUMMARY_WORDS)}"
 
 
 class TemporalExecutor:
@@ -144,9 +160,9 @@ class TemporalExecutor:
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         run_id = run_id or new_id()
-        inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
-        for item in inputs:
-            check_payload(item.wire, "input entry", self.payload_limit)
+        for entry in entries:
+            check_payload(encode_entry(entry), "input entry", self.payload_limit)
+        inputs = [InputEntry.of(e) for e in entries]
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
         # that finished after the termination, an append that timed out and then applied):
@@ -174,7 +190,7 @@ class TemporalExecutor:
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=search_attributes(state.session_id, "run"),
-                static_summary=f"agent {config.factory!r} run on session {state.session_id!r}",
+                static_summary=run_summary(config.factory, entries),
             )
         except WorkflowAlreadyStartedError:
             handle = self.client.get_workflow_handle(wid, result_type=RunResult)

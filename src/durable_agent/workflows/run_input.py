@@ -6,16 +6,17 @@ anything wrong raises :class:`InvalidRunInputError`, naming the field, and the w
 once with a non-retryable ``ApplicationError`` of type ``InvalidRunInput``, before it stores or
 schedules anything (docs/design.md#errors).
 
-Besides the client's form (:class:`RunInput`, each input an encoded entry), the Temporal UI's
-Start Workflow form can be filled in by hand::
+The client writes the same form an operator can type (:class:`RunInput`, each input message a
+plain message object); the Temporal UI's Start Workflow form can be filled in by hand::
 
     {"session_id": "user-42", "agent": "assistant", "text": "hi"}
 
 ``run_id`` may be left out (the run derives it from the workflow ID), ``text`` is one user message
 (after any ``inputs``), and each ``inputs`` item may be a plain message object without ID or times,
 ``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks; ``"ephemeral":
-true`` for this run only), which the run stamps with its clock. Unknown fields (at the top level
-and in plain messages) are refused, so a typo cannot go unnoticed.
+true`` for this run only, ``"meta": true`` for context the transcript hides), which the run stamps
+with its clock; a custom entry travels in its stored encoding, ``{"wire": "..."}``. Unknown
+fields (at the top level and in plain messages) are refused, so a typo cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -165,14 +166,9 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
             raise InvalidRunInputError(
                 f"inputs[{i}]", 'needs "role" and "content" (a message) or "wire" (an entry)'
             )
-        message = dict(item)
-        unknown = sorted(set(message) - set(Message.model_fields) - {"ephemeral"})
+        unknown = sorted(set(item) - set(Message.model_fields) - {"ephemeral", "meta"})
         if unknown:
             raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
-        ephemeral = message.pop("ephemeral", False)
-        if isinstance(message.get("content"), str):
-            message["content"] = [{"type": "text", "text": message["content"]}]
-        items[i] = {"message": message, "ephemeral": ephemeral}
         plain.add(i)
     data["inputs"] = items
     return data, plain
