@@ -218,7 +218,7 @@ TEMPORAL_ORDER = [
     ["contracts", "failures", "spec"],
     ["base"],
     ["store_steps"],
-    ["model_call", "tool_call", "verb_steps"],
+    ["model_call", "tool_call", "verb_steps", "reset_steps"],
     [""],
 ]
 """The modules of ``activities/`` by rank (``""``: the package): a module imports only modules of

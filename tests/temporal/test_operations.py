@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
-from durable_agent.activities.contracts import EventsAnswer, InputEntry, RunInput
+from durable_agent.activities.contracts import EventsAnswer, RunInput
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     SEARCH_ATTRIBUTE,
@@ -23,6 +23,7 @@ from durable_agent.workflows import (
     RunResult,
     run_workflow_id,
 )
+from durable_agent.workflows.executor import run_input_item
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -269,7 +270,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 run_id=rid,
                 agent="plain",
                 leaf_id=None,
-                inputs=[InputEntry.of(text("hi"))],
+                inputs=[run_input_item(text("hi"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid),
@@ -303,7 +304,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 session_id=session,
                 run_id=rid2,
                 agent="plain",
-                inputs=[InputEntry.of(text("more"))],
+                inputs=[run_input_item(text("more"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid2),
@@ -347,7 +348,7 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                     session_id=session,
                     run_id=rid,
                     agent="nope",
-                    inputs=[InputEntry.of(text("hi"))],
+                    inputs=[run_input_item(text("hi"))],
                     timeouts=FAST,
                 ),
                 id=run_workflow_id(session, rid),

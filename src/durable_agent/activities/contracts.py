@@ -6,35 +6,24 @@ them. Entries travel as their ``encode_entry`` strings (an exact round trip that
 classes and extras), never as the whole transcript: activities read the active path from the
 store by ``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
 Class and field names are the payloads' JSON: renaming one changes what recorded histories
-replay (docs/design.md#versioning). An operator reads these payloads in the Temporal UI, so their
-JSON leaves out every field at its default (``null``, ``[]``, ``0``, ``false``) and a run's input
-messages are plain messages, the shape an operator types (docs/design.md#temporal). The header a
-producer commits under is the stamping algorithm's own
-:class:`~durable_agent.durable.persist.Header`, used here as it is.
+replay (docs/design.md#versioning); an operator reads them in the Temporal UI. The header a
+producer commits under is the stamping algorithm's own ``durable.persist.Header``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    field_serializer,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_serializer
+from pydantic import SerializationInfo as Info
+from pydantic import SerializerFunctionWrapHandler as Handler
 
 from ..agent.events import AgentEvent
 from ..ai.messages import Message, Usage
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
 from ..session.codec import decode_entry, encode_entry
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import MessageEntry
 
 __all__ = [
     "AppendInput",
@@ -47,10 +36,12 @@ __all__ = [
     "EventsAnswer",
     "FrozenModel",
     "InputEntry",
+    "KeepLeafInput",
     "LoadPathInput",
     "ModelReply",
     "PathInfo",
     "PublishInput",
+    "ResetNote",
     "RunInput",
     "RunResult",
     "RunState",
@@ -68,25 +59,16 @@ __all__ = [
 
 
 class FrozenModel(BaseModel):
-    """The base of every type that crosses the Temporal boundary: immutable once built, and
-    written as JSON without the fields at their defaults (decoding puts them back)."""
+    """Crosses the Temporal boundary: frozen; its JSON leaves out fields at their defaults."""
 
     model_config = ConfigDict(frozen=True)
 
     @model_serializer(mode="wrap")
-    def _without_defaults(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> Any:
+    def _without_defaults(self, handler: Handler, info: Info) -> Any:
         data = handler(self)
-        if not info.mode_is_json() or not isinstance(data, dict):
-            return data
-        for name, field in type(self).model_fields.items():
-            if (
-                name in data
-                and not field.is_required()
-                and getattr(self, name) == field.get_default(call_default_factory=True)
-            ):
-                del data[name]
+        for name, field in type(self).model_fields.items() if info.mode_is_json() else ():
+            if getattr(self, name) == field.get_default(call_default_factory=True):
+                data.pop(name, None)
         return data
 
 
@@ -137,6 +119,7 @@ class LoadPathInput(FrozenModel):
     session_id: str
     leaf_id: str
     agent: str
+    reset_of: str | None = None  # as in EnsureSessionInput, echoed in PathInfo
 
 
 class PathInfo(FrozenModel):
@@ -145,6 +128,7 @@ class PathInfo(FrozenModel):
     repairs: list[Message]
     tools: list[ToolInfo]
     max_turns: int | None
+    reset_of: str | None = None  # a reset of the whole run, recorded (activities.reset_steps)
 
 
 class AppendInput(FrozenModel):
@@ -267,15 +251,9 @@ class WireEvent(EventFields[str], _Positioned):
     """Where the bodies are stored (receipts and events repeating a stored message)."""
 
     @field_serializer("agent", mode="wrap")
-    def _agent_without_nulls(
-        self, agent: AgentEvent | None, handler: SerializerFunctionWrapHandler
-    ) -> Any:
-        """The inner event without its unset (``None``) fields; a value inside one (a tool
-        call's arguments) is written as it is."""
-        data = handler(agent)
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None}
-        return data
+    def _agent_without_nulls(self, agent: AgentEvent | None, handler: Handler) -> Any:
+        data = handler(agent)  # its unset fields left out (values inside them kept as they are)
+        return {k: v for k, v in data.items() if v is not None} if data else data
 
 
 _SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
@@ -303,56 +281,20 @@ class PublishInput(FrozenModel):
 
 
 class InputEntry(FrozenModel):
-    """A run input. A message is written as the plain message itself, the shape an operator
-    types in the Temporal UI (``{"role": "user", "content": [...]}``, plus ``"meta": true`` or
-    ``"ephemeral": true``), which the run stamps; any other entry (custom, compaction) as its
-    stored encoding in ``wire``."""
+    """A run input: a message written as the plain message an operator types (``{"role": ...,
+    "content": [...], "meta"?: true, "ephemeral"?: true}``), another entry encoded in ``wire``."""
 
     wire: str = ""
     ephemeral: bool = False
     meta: bool = False
     message: Message | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_plain(cls, value: Any) -> Any:
-        if isinstance(value, dict) and "role" in value:
-            message = {k: v for k, v in value.items() if k not in ("ephemeral", "meta")}
-            if isinstance(message.get("content"), str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-            flags = {k: value[k] for k in ("ephemeral", "meta") if k in value}
-            return {"message": message, **flags}
-        return value
-
     @model_serializer(mode="wrap")
-    def _as_plain(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+    def _as_plain(self, handler: Handler, info: Info) -> Any:
         data = handler(self)
-        if not info.mode_is_json() or self.message is None:
-            return data
+        plain = data["message"] if self.message else {"wire": self.wire}
         flags = {k: True for k in ("ephemeral", "meta") if getattr(self, k)}
-        return {**data["message"], **flags}
-
-    @classmethod
-    def of(cls, entry: Entry) -> InputEntry:
-        if isinstance(entry, MessageEntry):
-            return cls(message=entry.message, ephemeral=entry.ephemeral, meta=entry.meta)
-        return cls(wire=encode_entry(entry.model_copy(update={"id": entry.id or "input"})))
-
-    def entry(self, index: int = 0, now: datetime | None = None) -> Entry:
-        """The input entry, with the placeholder ID ``input-<index>``; a message gets the
-        timestamp ``now`` (the workflow's clock) when it has none."""
-        if self.message is not None:
-            message = self.message
-            if message.timestamp is None and now is not None:
-                message = message.model_copy(update={"timestamp": now})
-            header: dict[str, Any] = {"id": f"input-{index}"}
-            if now is not None:
-                header["created_at"] = now
-            return MessageEntry(**header, message=message, ephemeral=self.ephemeral, meta=self.meta)
-        decoded = decode_entry(self.wire)
-        if self.ephemeral and isinstance(decoded, MessageEntry):
-            return decoded.model_copy(update={"ephemeral": True})
-        return decoded
+        return {**plain, **flags} if info.mode_is_json() else data
 
 
 class RunInput(FrozenModel):
@@ -363,9 +305,8 @@ class RunInput(FrozenModel):
     """``""`` (an operator's input): the run derives it from its workflow ID."""
     agent: str
     leaf_id: str | None = None
-    create_session: bool = Field(default=False, exclude_if=lambda v: not v)
-    """Create the session if absent, after checking the agent (a client handle's first run on
-    a new session), then run from ``leaf_id``; left out of the payload when false."""
+    create_session: bool = False
+    """Create the session if absent, after checking the agent, then run from ``leaf_id``."""
     inputs: list[InputEntry] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
     """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""
@@ -384,11 +325,21 @@ class RunInput(FrozenModel):
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None
     """The leaf the run started from (set at first start, carried across continue-as-new)."""
+    reset_of: str | None = None
+    """An operator's reset of this run: the original execution (continue-as-new carries it)."""
 
 
 RunStatusName = Literal[
     "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
 ]
+
+
+class ResetNote(FrozenModel):
+    """A reset run's effect on the active branch (see ``activities.reset_steps``)."""
+
+    of_run: str
+    kept_leaf: str = ""
+    marker_id: str = ""
 
 
 class RunResult(FrozenModel):
@@ -402,6 +353,14 @@ class RunResult(FrozenModel):
     bounded size): a client that learns of the end from the result long poll takes the events
     it has not seen from here, instead of querying a closed workflow (which a worker answers
     only by replaying its whole history)."""
+    reset: ResetNote | None = None  # only on a run an operator reset
+
+
+class KeepLeafInput(FrozenModel):
+    session_id: str
+    reset_of: str
+    own_entry_ids: list[str]
+    marker: Header
 
 
 class ToolCallRef(FrozenModel):

@@ -52,6 +52,7 @@ __all__ = [
     "TemporalExecutor",
     "compact_workflow_id",
     "publish_workflow_id",
+    "run_input_item",
     "run_workflow_id",
 ]
 
@@ -79,6 +80,14 @@ def compact_workflow_id(session_id: str, op_id: str) -> str:
 
 def publish_workflow_id(key: str) -> str:
     return f"durable-agent/publish/{key}"
+
+
+def run_input_item(entry: Entry) -> InputEntry:
+    """``entry`` as a run input: a message as the plain message (what an operator reads in the
+    Temporal UI), any other entry in its stored encoding."""
+    if isinstance(entry, MessageEntry):
+        return InputEntry(message=entry.message, ephemeral=entry.ephemeral, meta=entry.meta)
+    return InputEntry(wire=encode_entry(entry.model_copy(update={"id": entry.id or "input"})))
 
 
 SUMMARY_WORDS = 60
@@ -162,7 +171,7 @@ class TemporalExecutor:
         run_id = run_id or new_id()
         for entry in entries:
             check_payload(encode_entry(entry), "input entry", self.payload_limit)
-        inputs = [InputEntry.of(e) for e in entries]
+        inputs = [run_input_item(e) for e in entries]
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
         # that finished after the termination, an append that timed out and then applied):

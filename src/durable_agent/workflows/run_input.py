@@ -22,6 +22,7 @@ fields (at the top level and in plain messages) are refused, so a typo cannot go
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,13 +31,16 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from ..activities.contracts import RunInput
+from ..activities.contracts import InputEntry, RunInput
 from ..ai.messages import Message
+from ..session.codec import decode_entry
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
 
 __all__ = [
     "INVALID_RUN_INPUT",
+    "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
     "decode_run_input",
@@ -86,6 +90,23 @@ def read_run_input(raw: RawValue) -> RunInput:
     return inp
 
 
+def input_entry(item: InputEntry, index: int = 0, now: datetime | None = None) -> Entry:
+    """The entry of run input ``item`` (ID ``input-<index>``; the run stamps it), a message
+    without a timestamp getting ``now`` (the workflow's clock)."""
+    if item.message is not None:
+        message = item.message
+        if message.timestamp is None and now is not None:
+            message = message.model_copy(update={"timestamp": now})
+        header: dict[str, Any] = {"id": f"input-{index}"}
+        if now is not None:
+            header["created_at"] = now
+        return MessageEntry(**header, message=message, ephemeral=item.ephemeral, meta=item.meta)
+    decoded = decode_entry(item.wire)
+    if item.ephemeral and isinstance(decoded, MessageEntry):
+        return decoded.model_copy(update={"ephemeral": True})
+    return decoded
+
+
 def decode_run_input(value: Any) -> RunInput:
     """A :class:`RunInput` from the decoded JSON payload, or :class:`InvalidRunInputError`."""
     if not isinstance(value, dict):
@@ -116,7 +137,7 @@ def decode_run_input(value: Any) -> RunInput:
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
-                item.entry(i)
+                input_entry(item, i)
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
     return inp
@@ -166,9 +187,14 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
             raise InvalidRunInputError(
                 f"inputs[{i}]", 'needs "role" and "content" (a message) or "wire" (an entry)'
             )
-        unknown = sorted(set(item) - set(Message.model_fields) - {"ephemeral", "meta"})
+        message = dict(item)
+        unknown = sorted(set(message) - set(Message.model_fields) - {"ephemeral", "meta"})
         if unknown:
             raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
+        flags = {k: message.pop(k) for k in ("ephemeral", "meta") if k in message}
+        if isinstance(message.get("content"), str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        items[i] = {"message": message, **flags}
         plain.add(i)
     data["inputs"] = items
     return data, plain

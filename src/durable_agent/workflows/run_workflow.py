@@ -20,12 +20,13 @@ from temporalio.exceptions import ActivityError, CancelledError
 # package's __init__ has loaded every module of the block below in the sandbox already, and one
 # first imported inside it would come from the host (its RunInput a class the sandbox's
 # RunResult refuses).
-from .run_input import NO_INPUT, read_run_input
+from .run_input import NO_INPUT, input_entry, read_run_input
 
 with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import (
         CallModelInput,
         EventsAnswer,
+        ResetNote,
         RunInput,
         RunResult,
         RunState,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         run_failure,
     )
     from ..activities.model_call import ActivityModel
+    from ..activities.reset_steps import keep_session_leaf
     from ..activities.store_steps import append, new_entry_id, open_path
     from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
@@ -94,6 +96,9 @@ class RunWorkflow:
         self._start_leaf = ""
         self._unsure: list[str] = []
         """Entries of local appends that failed (they may have been stored all the same)."""
+        self._reset_of: str | None = None
+        """An operator's reset of this run: the original execution (see reset_steps)."""
+        self._original_run = ""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -231,6 +236,7 @@ class RunWorkflow:
                     "events": last_turns_carried,
                     "ephemeral": list(self._ephemeral),
                     "start_leaf_id": self._start_leaf,
+                    "reset_of": self._reset_of,
                 }
             )
         )
@@ -244,8 +250,14 @@ class RunWorkflow:
         self._events = list(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
+        self._reset_of = inp.reset_of
+        self._original_run = workflow.info().original_execution_run_id
+        # a reset past the first workflow task reseeds the randomness at its reset point
+        workflow.register_random_seed_callback(self._reseeded)
         ensure_session_attribute(inp.session_id)
         leaf, info = await open_path(inp)
+        if info.reset_of and not inp.resumed:  # a reset to the first workflow task
+            self._reset_of = info.reset_of
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -262,7 +274,7 @@ class RunWorkflow:
             AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=self._tools,
         )
-        inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
+        inputs = [input_entry(item, i, workflow.now()) for i, item in enumerate(inp.inputs)]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
             # as in-process; cancelled: the partial reply (if the model call was cut), then a
@@ -276,11 +288,14 @@ class RunWorkflow:
                 shield=False,
             )
         except RunCancelledError:
+            await self._keep_session_leaf()
             raise CancelledError("run cancelled") from None
         except Exception as exc:
             if engine.status != "failed":
                 raise  # the cancel steps themselves failed: as ever, not the run's failure
+            await self._keep_session_leaf()
             raise run_failure(exc, self._unsure) from exc
+        reset = await self._keep_session_leaf()
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
@@ -288,6 +303,22 @@ class RunWorkflow:
             usage=engine.usage,
             turn_count=engine.turn_count,
             tail=result_tail(self._events, CARRIED_TURNS),
+            reset=reset,
+        )
+
+    def _reseeded(self, _seed: int) -> None:
+        # called while the activation's jobs are applied, outside workflow code: no info() here
+        self._reset_of = self._reset_of or self._original_run
+
+    async def _keep_session_leaf(self) -> ResetNote | None:
+        """A reset run's last step: keep the session's active branch (activities.reset_steps);
+        ``None`` for every other run, which schedules nothing here."""
+        inp, engine = self._input, self._engine
+        assert inp is not None and engine is not None
+        if self._reset_of is None:
+            return None
+        return await keep_session_leaf(
+            inp.session_id, self._reset_of, list(engine.new_entry_ids), inp.timeouts
         )
 
     def _call_input(self, stamp: Header) -> CallModelInput:
