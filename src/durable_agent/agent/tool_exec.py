@@ -1,7 +1,7 @@
 """Running one tool call: the in-process executor and the interface the Temporal one implements.
 
 An executor always returns a result message. When it gives up on a tool (retries exhausted, a
-non-retryable error) it answers with an error result itself (SPEC §5.3), so the only way to leave an
+non-retryable error) it answers with an error result itself (docs/design.md#repair-and-reconcile), so the only way to leave an
 unanswered call is a hard kill, which run-start repair handles.
 """
 
