@@ -93,9 +93,10 @@ def dangling_calls(messages: Sequence[Message]) -> list[ToolCall]:
 
 
 def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
-    """Run-start repair (docs/design.md#repair-and-reconcile): for a raw model view ending with an assistant message whose
-    non-server calls are unanswered (possibly followed by some results), one synthetic
-    ``tool execution interrupted`` entry per missing result, in call order; else ``[]``."""
+    """Run-start repair (docs/design.md#repair-and-reconcile): for a raw model view ending with an
+    assistant message whose non-server calls are unanswered (possibly followed by some results), one
+    synthetic ``tool execution interrupted`` entry per missing result, in call order; else
+    ``[]``."""
     calls = dangling_calls(view)
     if not calls:
         return []
@@ -109,8 +110,9 @@ def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
 def repair_entries(
     results: Sequence[Message], created_at: datetime | None = None
 ) -> list[MessageEntry]:
-    """The entries that store run-start repair results: synthetic (docs/design.md#repair-and-reconcile), so the history
-    view keeps projecting them where the dangling message is. The Temporal run builds its own
-    from the results ``load_path`` computed with :func:`start_repairs`."""
+    """The entries that store run-start repair results: synthetic
+    (docs/design.md#repair-and-reconcile), so the history view keeps projecting them where the
+    dangling message is. The Temporal run builds its own from the results ``load_path`` computed
+    with :func:`start_repairs`."""
     header = {} if created_at is None else {"created_at": created_at}
     return [MessageEntry(message=m, synthetic=True, **header) for m in results]

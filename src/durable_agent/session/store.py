@@ -81,7 +81,8 @@ def newest_first(records: list[SessionRecord]) -> list[SessionRecord]:
 
 
 async def open_session(store: Store, session_id: str) -> list[Entry]:
-    """Open-or-create (docs/design.md#handle-and-engine): the session's entries, creating it (empty) if unknown.
+    """Open-or-create (docs/design.md#handle-and-engine): the session's entries, creating it (empty)
+    if unknown.
 
     A lost create race (``SessionExistsError``) loads again, so concurrent first opens succeed.
     """
