@@ -27,6 +27,13 @@ from temporalio.client import Client
 
 from ..workflows import SEARCH_ATTRIBUTE
 from ..workflows.activity_calls import KIND_ATTRIBUTE
+from ..workflows.config import (
+    ServerInfo,
+    data_dir,
+    read_server_info,
+    remove_server_info,
+    write_server_info,
+)
 from .config import (
     DEFAULT_TASK_QUEUE,
     DEMO_APP,
@@ -34,22 +41,17 @@ from .config import (
     ENV_TASK_QUEUE,
     QueueOpt,
     StoreOpt,
-    data_dir,
 )
 from .processes import (
     ManagedProcess,
     ProcessError,
-    ServerInfo,
     ServerLock,
     die_with_parent,
     free_port,
-    read_server_info,
-    remove_server_info,
     spawn,
     start_worker,
     stop_orphan,
     temporal_binary,
-    write_server_info,
 )
 from .render import console, run_command
 from .stores import resolve_store_spec

@@ -6,8 +6,9 @@ nothing behind that the next run's checks would not find. A worker subprocess wr
 once it polls its task queue and watches ``--parent-pid``. The dev server's SQLite file lives in
 the data directory and is reused across runs: an exclusive ``flock`` on ``temporal.lock`` keeps
 one server per file, a server orphaned by a killed ``demo``/``dev`` is recognised by its command
-line and stopped before a new one starts, and ``server.json`` advertises the running one so that
-``run``, ``show`` and ``chat`` find it without ``TEMPORAL_ADDRESS``.
+line and stopped before a new one starts, and ``server.json`` advertises the running one
+(:class:`durable_agent.workflows.config.ServerInfo`) so that every command, and the library's
+``connect_from_env``, finds it without ``TEMPORAL_ADDRESS``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -24,25 +24,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from ..workflows.config import read_server_info
 
 __all__ = [
     "ManagedProcess",
     "ProcessError",
-    "ServerInfo",
     "ServerLock",
     "die_with_parent",
     "free_port",
-    "read_server_info",
-    "remove_server_info",
     "spawn",
     "start_worker",
     "stop_orphan",
     "temporal_binary",
     "wait_for_file",
-    "write_server_info",
 ]
 
 
@@ -249,66 +247,6 @@ class ServerLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-
-
-SERVER_INFO = "server.json"
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """A dev server some ``durable-agent dev``/``demo`` process is running right now."""
-
-    pid: int
-    """The server process."""
-    owner_pid: int
-    """The ``durable-agent`` process that started it (and will stop it)."""
-    address: str
-    ui_url: str
-    task_queue: str
-
-    def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-def write_server_info(root: Path, info: ServerInfo) -> None:
-    """Advertise a running dev server so ``run``/``show``/``chat`` find it without exports."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / (SERVER_INFO + ".tmp")
-    tmp.write_text(json.dumps(asdict(info)))
-    tmp.replace(root / SERVER_INFO)
-
-
-def read_server_info(root: Path) -> ServerInfo | None:
-    """The advertised dev server, if its process is still alive."""
-    try:
-        raw: dict[str, Any] = json.loads((root / SERVER_INFO).read_text())
-        info = ServerInfo(
-            pid=int(raw["pid"]),
-            owner_pid=int(raw["owner_pid"]),
-            address=str(raw["address"]),
-            ui_url=str(raw["ui_url"]),
-            task_queue=str(raw["task_queue"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return info if info.alive() else None
-
-
-def remove_server_info(root: Path, owner_pid: int) -> None:
-    """Withdraw the advertisement, but only our own (a later server may have replaced it)."""
-    path = root / SERVER_INFO
-    try:
-        raw = json.loads(path.read_text())
-        if int(raw.get("owner_pid", -1)) == owner_pid:
-            path.unlink()
-    except (OSError, ValueError, TypeError):
-        pass
 
 
 def _is_our_orphan(pid: int, db_file: Path) -> bool:

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..session import RetentionStore, Store, StoreUnavailableError, new_id
 from ..stores import FileStore
-from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError, data_dir
+from ..workflows.config import data_dir
+from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError
 
 __all__ = [
     "MARKER",
