@@ -420,9 +420,6 @@ def test_address_namespace_and_profile_flags(dev: Dev, tmp_path: Path) -> None:
     unknown = run_cli(["state", "f1", "--profile", "nope"], profiled)
     assert unknown.returncode == 2 and "Profile 'nope' not found" in unknown.stderr
 
-    check = run_cli(["worker", "--check", "--address", address, "--task-queue", queue], env)
-    assert check.returncode == 0 and "healthy" in check.stdout, check.stdout + check.stderr
-
 
 def test_run_from_an_earlier_leaf(dev: Dev) -> None:
     """15.19: ``run --leaf ENTRY`` continues an earlier branch; ``--leaf root`` starts anew."""

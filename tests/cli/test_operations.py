@@ -195,7 +195,9 @@ async def test_state_of_a_failed_run_says_why_and_names_the_run_before(dev: Dev)
     previous = state["previous_run"]
     assert previous["workflow_status"] == "COMPLETED"
     assert previous["workflow_id"] == f"durable-agent/{session_id}/run/{real['run_id']}"
-    table = run_cli(["state", session_id], dev.env).stdout
+    shown = run_cli(["state", session_id], dev.env)
+    assert shown.returncode == 0, shown.stderr
+    table = " ".join(shown.stdout.split())
     assert "failed" in table and "UnknownAgentError" in table and previous["workflow_id"] in table
 
 

@@ -31,11 +31,13 @@ from ..workflows.config import (
     read_server_info,
     resolve_connect_settings,
 )
+from ..workflows.worker_logs import LogFormat
 
 __all__ = [
     "DEFAULT_TASK_QUEUE",
     "DEMO_APP",
     "ENV_APP",
+    "ENV_LOG_FORMAT",
     "ENV_MODEL",
     "ENV_MONGODB_DB",
     "ENV_MONGODB_URI",
@@ -48,6 +50,7 @@ __all__ = [
     "AgentOpt",
     "CommandError",
     "JsonOpt",
+    "LogFormatOpt",
     "NamespaceOpt",
     "NotFound",
     "ProfileOpt",
@@ -72,6 +75,8 @@ ENV_TASK_QUEUE = "DURABLE_AGENT_TASK_QUEUE"
 """The task queue workers poll and clients start runs on (default ``durable-agent``)."""
 ENV_APP = "DURABLE_AGENT_APP"
 """The worker's ``--app`` when the flag is not given (handy in containers)."""
+ENV_LOG_FORMAT = "DURABLE_AGENT_LOG_FORMAT"
+"""The worker's ``--log-format`` (``text`` or ``json``) when the flag is not given."""
 ENV_MODEL = "DURABLE_AGENT_MODEL"
 """The demo app's model spec (``openai:gpt-4.1-mini``...); unset means pick from the API keys."""
 
@@ -93,6 +98,7 @@ WORKER_ENV = frozenset(
         ENV_TASK_QUEUE,
         ENV_APP,
         ENV_DATA_DIR,
+        ENV_LOG_FORMAT,
         ENV_MODEL,
         "OPENAI_API_KEY",
         "OPENAI_BASE_URL",
@@ -269,3 +275,11 @@ VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say which Temporal server and store are used.")
 ]
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name registered on the worker.")]
+LogFormatOpt = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar=ENV_LOG_FORMAT,
+        help="The worker's log lines: text, or one JSON object per line.",
+    ),
+]

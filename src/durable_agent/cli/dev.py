@@ -39,6 +39,7 @@ from .config import (
     DEMO_APP,
     ENV_APP,
     ENV_TASK_QUEUE,
+    LogFormatOpt,
     QueueOpt,
     StoreOpt,
 )
@@ -78,6 +79,7 @@ def dev(
     task_queue: QueueOpt = None,
     port: Annotated[int, typer.Option(help="gRPC port (another is picked if taken).")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Web UI port (another is picked if taken).")] = 8233,
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Run a Temporal dev server (with its Web UI) and a worker until Ctrl-C.
 
@@ -90,6 +92,7 @@ def dev(
             task_queue=task_queue or os.environ.get(ENV_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
             port=port,
             ui_port=ui_port,
+            log_format=log_format,
         )
     )
     raise typer.Exit(code)
@@ -206,6 +209,7 @@ async def run_dev(
     task_queue: str,
     port: int,
     ui_port: int,
+    log_format: str = "text",
 ) -> int:
     """The ``dev`` command: the exit code (1 when the server exits on its own)."""
     root = data_dir()
@@ -234,6 +238,7 @@ async def run_dev(
                 address=server.address,
                 log_path=root / "logs" / "dev-worker.log",
                 ready_dir=root / "run",
+                log_format=log_format,
             )
             workers.append(worker)
             return worker

@@ -2,11 +2,13 @@
 
 Everything started here is stopped by its PID (SIGTERM, then SIGKILL after a deadline), never by
 name; on Linux a child also dies with its parent (``--pdeathsig``), so a killed parent leaves
-nothing behind that the next run's checks would not find. A worker subprocess writes a ready file
-once it polls its task queue and watches ``--parent-pid``. The dev server's SQLite file lives in
-the data directory and is reused across runs: an exclusive ``flock`` on ``temporal.lock`` keeps
-one server per file, a server orphaned by a killed ``demo``/``dev`` is recognised by its command
-line and stopped before a new one starts, and ``server.json`` advertises the running one
+nothing behind that the next run's checks would not find. A worker writes a ready file once it
+polls its task queue and beats it every half second while it does (``worker --check`` reads it: a
+liveness signal from that process itself); a worker subprocess also watches ``--parent-pid``.
+The dev server's SQLite file lives in the data directory and is reused across runs: an exclusive
+``flock`` on ``temporal.lock`` keeps one server per file, a server orphaned by a killed
+``demo``/``dev`` is recognised by its command line and stopped before a new one starts, and
+``server.json`` advertises the running one
 (:class:`durable_agent.workflows.config.ServerInfo`) so that every command, and the library's
 ``connect_from_env``, finds it without ``TEMPORAL_ADDRESS``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -33,7 +36,11 @@ from ..workflows.config import read_server_info
 __all__ = [
     "ManagedProcess",
     "ProcessError",
+    "HEARTBEAT_INTERVAL",
+    "STALE_AFTER",
     "ServerLock",
+    "beat",
+    "check_liveness",
     "die_with_parent",
     "free_port",
     "spawn",
@@ -186,6 +193,7 @@ async def start_worker(
     ready_dir: Path,
     within: float = 60.0,
     extra_env: dict[str, str] | None = None,
+    log_format: str = "text",
 ) -> ManagedProcess:
     """Start ``durable-agent worker`` with this interpreter (whatever is on PATH) and wait until
     it is polling its task queue."""
@@ -193,7 +201,7 @@ async def start_worker(
     ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
     argv = [sys.executable, "-m", "durable_agent.cli", "worker", "--app", app_ref]
     argv += ["--store", store_spec, "--task-queue", task_queue, "--parent-pid", str(os.getpid())]
-    argv += ["--ready-file", str(ready)]
+    argv += ["--ready-file", str(ready), "--log-format", log_format]
     env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {})}
     proc = spawn(name, argv, log_path, env)
     try:
@@ -205,6 +213,42 @@ async def start_worker(
         with contextlib.suppress(OSError):
             ready.unlink()
     return proc
+
+
+# -- a worker's liveness -------------------------------------------------------------------------
+
+HEARTBEAT_INTERVAL = 0.5
+"""Seconds between two beats of a worker's ready file (and two looks at its parent)."""
+STALE_AFTER = 5.0
+"""A ready file whose last beat is older than this belongs to a stuck or stopped worker."""
+
+
+def beat(path: Path, task_queue: str) -> None:
+    """Rewrite a worker's ready file (atomically): its PID, its queue and the time of this beat.
+    A worker beats while it polls, so the file proves that this process is alive and its event
+    loop turning; a file left by a SIGKILL names a PID that is gone, and its beat goes stale."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "task_queue": task_queue, "beat": time.time()}))
+    tmp.replace(path)
+
+
+def check_liveness(path: Path) -> tuple[bool, str]:
+    """Whether the worker that writes ``path`` is alive and polling, and one line saying so."""
+    try:
+        raw = json.loads(path.read_text())
+        pid, queue, age = int(raw["pid"]), str(raw["task_queue"]), time.time() - float(raw["beat"])
+    except FileNotFoundError:
+        return False, f"no ready file at {path}: no worker polls with it (not up yet, or stopped)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return False, f"{path} is not a worker's ready file ({exc})"
+    if not _running(pid):
+        return False, f"worker pid {pid} is gone (its ready file {path} outlived it)"
+    if age > STALE_AFTER:
+        return False, (
+            f"worker pid {pid} last beat {age:.1f} s ago (more than {STALE_AFTER:.0f} s: its "
+            "heartbeat stopped, the process is stuck or stopped)"
+        )
+    return True, f"worker pid {pid} polls task queue {queue} (heartbeat {age:.1f} s ago)"
 
 
 # -- the dev server's process ---------------------------------------------------------------------
@@ -260,9 +304,18 @@ def _is_our_orphan(pid: int, db_file: Path) -> bool:
 
 
 def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    """Alive and not a zombie (an exited child its parent has not reaped yet; where there is no
+    ``/proc`` to tell, alive is enough)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
     except (OSError, IndexError):
         return False
 
