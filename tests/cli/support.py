@@ -111,7 +111,7 @@ class Dev:
 @contextmanager
 def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
     """``durable-agent dev`` with its data under ``home``, until the block ends; then it must
-    stop cleanly (exit 0, its server gone, its advertisement withdrawn)."""
+    stop cleanly (exit 0, its server gone, its advertisement and workers' ready files removed)."""
     env = cli_env(home, **extra_env)
     log = home / "dev.out"
     with log.open("w") as out:
@@ -137,6 +137,8 @@ def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
     assert code == 0, log.read_text()
     assert wait_dead([info["pid"]]) == [], "dev stopped its server"
     assert not (home / "durable-agent" / "server.json").exists()
+    left = list((home / "durable-agent" / "run").glob("*.ready*"))
+    assert left == [], "the workers' ready files go with them (a SIGKILLed one's too)"
 
 
 @dataclass

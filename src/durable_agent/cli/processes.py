@@ -90,6 +90,8 @@ class ManagedProcess:
     proc: subprocess.Popen[bytes]
     log_path: Path
     _log: IO[bytes] | None = field(default=None, repr=False)
+    ready_file: Path | None = None
+    """A worker's ready file, removed with the process (one it was SIGKILLed leaves behind)."""
 
     @property
     def pid(self) -> int:
@@ -117,7 +119,7 @@ class ManagedProcess:
         if self.running():
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self._close_log()
+        self._release()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code."""
@@ -129,10 +131,13 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._close_log()
+        self._release()
         return self.proc.returncode
 
-    def _close_log(self) -> None:
+    def _release(self) -> None:
+        if self.ready_file is not None:
+            with contextlib.suppress(OSError):
+                self.ready_file.unlink()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -204,14 +209,12 @@ async def start_worker(
     argv += ["--ready-file", str(ready), "--log-format", log_format]
     env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {})}
     proc = spawn(name, argv, log_path, env)
+    proc.ready_file = ready
     try:
         await wait_for_file(ready, proc, within)
     except BaseException:
         proc.stop()
         raise
-    finally:
-        with contextlib.suppress(OSError):
-            ready.unlink()
     return proc
 
 

@@ -349,7 +349,8 @@ async def _serve(
                 if parent_pid is not None and os.getppid() != parent_pid:
                     break
                 if ready_file is not None and temporal_worker.is_running:
-                    beat(ready_file, queue)
+                    with contextlib.suppress(OSError):  # a missed beat reads as stuck: that is all
+                        beat(ready_file, queue)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), HEARTBEAT_INTERVAL)
             logger.info("worker %d stopping", os.getpid())
