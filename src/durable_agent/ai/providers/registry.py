@@ -125,9 +125,7 @@ def resolve_model(
 
 
 def _import_error(extra: str) -> ProviderConfigError:
-    return ProviderConfigError(
-        f"the {extra} provider needs its SDK: pip install 'durable-agent[{extra}]'"
-    )
+    return ProviderConfigError(f"the {extra} provider needs its SDK: pip install '.[{extra}]'")
 
 
 def _openai(model: str, env: Mapping[str, str], options: dict[str, Any]) -> LanguageModel:
