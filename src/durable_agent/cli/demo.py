@@ -30,15 +30,14 @@ from ..durable import Agent, RunStream, new
 from ..session import MessageEntry, new_id
 from ..stores import FileStore
 from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
-from .config import DEMO_APP, data_dir
+from ..workflows.config import data_dir, read_server_info, remove_server_info
+from .config import DEMO_APP
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
 from .dev import DevServer, advertise, start_dev_server, workflows_url
 from .processes import (
     ManagedProcess,
     ProcessError,
     ServerLock,
-    read_server_info,
-    remove_server_info,
     start_worker,
     stop_orphan,
 )

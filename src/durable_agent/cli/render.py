@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -50,6 +51,7 @@ from .processes import ProcessError
 from .stores import mongo_unreachable
 
 __all__ = [
+    "FAILURE_LOG",
     "RunPrinter",
     "console",
     "entry_json",
@@ -95,8 +97,16 @@ def print_error(out: Console, message: str) -> None:
     out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
 
 
+FAILURE_LOG: logging.Logger | None = None
+"""Set by a command whose output is a log (``worker``): its failure is one more log line."""
+
+
 def fail(code: int, message: str) -> NoReturn:
     """Print the error, then what the command was talking to, and exit with ``code``."""
+    if FAILURE_LOG is not None:
+        text = redact(message, configured_secrets(os.environ))
+        FAILURE_LOG.error("%s", "; ".join([text, *TARGET.lines()]))
+        raise typer.Exit(code)
     print_error(err, message)
     for line in TARGET.lines():
         err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)

@@ -1,4 +1,10 @@
-"""Sessions: entries, the record, the store contract, the codec, the tree, views and repair."""
+"""Sessions: entries, the record, the store contract, the codec, the tree, views and repair.
+
+Where a turn goes through this package: the run's history is the model view
+(:mod:`.views`) of the active path (:func:`path`, :mod:`.tree`), repaired so every call is
+answered (:mod:`.repair`); every entry the turn produces is encoded (:mod:`.codec`) and appended
+through the :class:`Store` protocol (:mod:`.store`) (docs/design.md#store-contract).
+"""
 
 from .appendplan import encode_batch, plan_append
 from .codec import decode_entry, encode_entry, entry_to_wire, wire_to_entry
