@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
 from durable_agent.activities.contracts import EventsAnswer, RunInput
+from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     SEARCH_ATTRIBUTE,
@@ -335,7 +336,8 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
         assert isinstance(outcome.error, AgentError)
         assert "unknown agent 'unknown'" in str(outcome.error)
         assert outcome.events == []
-        assert await store.load_entries(agent.session_id) == []
+        with pytest.raises(SessionNotFoundError):  # the session was never created
+            await store.load_entries(agent.session_id)
         assert agent.leaf_id == "" and not agent.running
 
         # UI-style start on an unknown session: nothing is created either
@@ -356,7 +358,6 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                 result_type=RunResult,
                 execution_timeout=timedelta(seconds=30),
             )
-    from durable_agent import SessionNotFoundError
 
     with pytest.raises(SessionNotFoundError):
         await store.load_entries(session)

@@ -120,6 +120,7 @@ class LoadPathInput(FrozenModel):
     leaf_id: str
     agent: str
     reset_of: str | None = None  # as in EnsureSessionInput, echoed in PathInfo
+    create_session: bool = False  # as in RunInput
 
 
 class PathInfo(FrozenModel):
@@ -305,8 +306,7 @@ class RunInput(FrozenModel):
     """``""`` (an operator's input): the run derives it from its workflow ID."""
     agent: str
     leaf_id: str | None = None
-    create_session: bool = False
-    """Create the session if absent, after checking the agent, then run from ``leaf_id``."""
+    create_session: bool = False  # create it if absent, after checking the agent
     inputs: list[InputEntry] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
     """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""

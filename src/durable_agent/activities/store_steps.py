@@ -99,8 +99,15 @@ class StoreSteps(ActivityBase):
 
     @activity.defn(name="durable_agent.load_path")
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
-        """Check the leaf and the agent before the run writes anything; return the repairs."""
+        """Check the agent and the leaf before the run writes anything (then create the session
+        if asked and absent); return the repairs."""
         spec = self.agent_spec(inp.agent)
+        if inp.create_session:
+            try:
+                async with heartbeating(STORE_GRACE):
+                    await open_session(self.store, inp.session_id)
+            except SessionError as exc:
+                raise application_error(exc) from exc
         async with heartbeating(STORE_GRACE):
             p = await self.path_to(inp.session_id, inp.leaf_id)
         repairs = start_repairs(raw_model_view(p))
@@ -284,18 +291,21 @@ async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
 
 async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     """The run's starting leaf (the session's newest entry when the input names none, the
-    session created if absent, as it is for ``create_session``) and what ``load_path`` found
-    there: repairs, tools. A failure fails the run before it stores anything."""
+    session created if absent, as ``load_path`` does for ``create_session``) and what
+    ``load_path`` found there: repairs, tools. A failure fails the run before it stores anything."""
     t, leaf, reset_of = inp.timeouts, inp.leaf_id, reset_of_execution()
     try:
-        if leaf is None or inp.create_session:
+        if leaf is None:
             start = EnsureSessionInput(
                 session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
             )
-            newest = await _local(StoreSteps.ensure_session, start, t, "ensure session")
-            leaf = newest if leaf is None else leaf
+            leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
         at = LoadPathInput(
-            session_id=inp.session_id, leaf_id=leaf, agent=inp.agent, reset_of=reset_of
+            session_id=inp.session_id,
+            leaf_id=leaf,
+            agent=inp.agent,
+            reset_of=reset_of,
+            create_session=inp.leaf_id is not None and inp.create_session,
         )
         info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:
