@@ -158,4 +158,4 @@ def test_the_script_without_the_cli_extras_names_them(fresh_env: FreshEnvs, extr
         return
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert "pip install 'durable-agent[" in done.stderr
+    assert "pip install '.[" in done.stderr

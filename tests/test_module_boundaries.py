@@ -2,8 +2,8 @@
 
 - Modules talk through public names: no module imports another module's ``_private`` name
   (``from x import _y``), reaches into one (``x._y`` on an imported module of the package), or
-  uses a private member its own code does not define (``agent._commit(...)`` in the executor:
-  the 21 private ``Agent`` members issue 14 counted).
+  uses a private member its own code does not define (``agent._commit(...)`` in the executor,
+  as the executors once reached into 21 private ``Agent`` members).
 - No import circle between the modules of ``durable/``.
 - Temporal packages depend one way, ``workflows/`` -> ``activities/`` -> ``durable/``: nothing in
   ``activities/`` imports ``workflows/``. Inside ``activities/`` the modules keep an order
@@ -218,7 +218,7 @@ TEMPORAL_ORDER = [
     ["contracts", "failures", "spec"],
     ["base"],
     ["store_steps"],
-    ["model_call", "tool_call", "verb_steps"],
+    ["model_call", "tool_call", "verb_steps", "reset_steps"],
     [""],
 ]
 """The modules of ``activities/`` by rank (``""``: the package): a module imports only modules of

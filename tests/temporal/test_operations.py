@@ -15,7 +15,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
-from durable_agent.activities.contracts import EventsAnswer, InputEntry, RunInput
+from durable_agent.activities.contracts import EventsAnswer, RunInput
+from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     SEARCH_ATTRIBUTE,
@@ -23,6 +24,7 @@ from durable_agent.workflows import (
     RunResult,
     run_workflow_id,
 )
+from durable_agent.workflows.executor import run_input_item
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -267,7 +269,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 run_id=rid,
                 agent="plain",
                 leaf_id=None,
-                inputs=[InputEntry.of(text("hi"))],
+                inputs=[run_input_item(text("hi"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid),
@@ -301,7 +303,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 session_id=session,
                 run_id=rid2,
                 agent="plain",
-                inputs=[InputEntry.of(text("more"))],
+                inputs=[run_input_item(text("more"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid2),
@@ -332,7 +334,8 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
         assert isinstance(outcome.error, AgentError)
         assert "unknown agent 'unknown'" in str(outcome.error)
         assert outcome.events == []
-        assert await store.load_entries(agent.session_id) == []
+        with pytest.raises(SessionNotFoundError):  # the session was never created
+            await store.load_entries(agent.session_id)
         assert agent.leaf_id == "" and not agent.running
 
         # UI-style start on an unknown session: nothing is created either
@@ -345,7 +348,7 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                     session_id=session,
                     run_id=rid,
                     agent="nope",
-                    inputs=[InputEntry.of(text("hi"))],
+                    inputs=[run_input_item(text("hi"))],
                     timeouts=FAST,
                 ),
                 id=run_workflow_id(session, rid),
@@ -353,7 +356,6 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                 result_type=RunResult,
                 execution_timeout=timedelta(seconds=30),
             )
-    from durable_agent import SessionNotFoundError
 
     with pytest.raises(SessionNotFoundError):
         await store.load_entries(session)

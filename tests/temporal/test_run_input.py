@@ -28,7 +28,11 @@ from durable_agent import MessageEntry, ScriptedModel, new
 from durable_agent.session import SessionNotFoundError, Store
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, create_worker, run_workflow_id
-from durable_agent.workflows.run_input import InvalidRunInputError, decode_run_input
+from durable_agent.workflows.run_input import (
+    InvalidRunInputError,
+    decode_run_input,
+    input_entry,
+)
 from tests.support.temporal import temporal_binary
 
 from .helpers import event_types, executor, queue, sid
@@ -121,7 +125,7 @@ def test_plain_input_becomes_stamped_messages() -> None:
         }
     )
     assert inp.run_id == "" and inp.leaf_id is None
-    entries = [item.entry() for item in inp.inputs]
+    entries = [input_entry(item) for item in inp.inputs]
     assert [e.id for e in entries] == ["", "", ""]  # the run draws their IDs
     assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
     texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]

@@ -20,6 +20,7 @@ from typing import Any
 from .base import DEFAULT_PAYLOAD_LIMIT
 from .failures import application_error
 from .model_call import ModelActivity
+from .reset_steps import ResetSteps
 from .spec import PLAIN_OPTIONS, AgentSpec
 from .store_steps import StoreSteps
 from .tool_call import ToolActivity
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps):
+class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps, ResetSteps):
     """Activities bound to one worker's store, named agents and publisher."""
 
     def all(self) -> list[Callable[..., Any]]:
@@ -47,4 +48,5 @@ class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps):
             self.call_tool,
             self.summarize,
             self.publish,
+            self.keep_session_leaf,
         ]

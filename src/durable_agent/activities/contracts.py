@@ -6,23 +6,24 @@ them. Entries travel as their ``encode_entry`` strings (an exact round trip that
 classes and extras), never as the whole transcript: activities read the active path from the
 store by ``(session_id, leaf_id)``, so history grows per turn by that turn's messages only.
 Class and field names are the payloads' JSON: renaming one changes what recorded histories
-replay (docs/design.md#versioning). The header a producer commits under is the stamping
-algorithm's own :class:`~durable_agent.durable.persist.Header`, used here as it is.
+replay (docs/design.md#versioning); an operator reads them in the Temporal UI. The header a
+producer commits under is the stamping algorithm's own ``durable.persist.Header``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_serializer
+from pydantic import SerializationInfo as Info
+from pydantic import SerializerFunctionWrapHandler as Handler
 
+from ..agent.events import AgentEvent
 from ..ai.messages import Message, Usage
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
 from ..session.codec import decode_entry, encode_entry
-from ..session.entries import Entry, MessageEntry
-from ..session.ids import new_id
+from ..session.entries import MessageEntry
 
 __all__ = [
     "AppendInput",
@@ -36,10 +37,12 @@ __all__ = [
     "EventsAnswer",
     "FrozenModel",
     "InputEntry",
+    "KeepLeafInput",
     "LoadPathInput",
     "ModelReply",
     "PathInfo",
     "PublishInput",
+    "ResetNote",
     "RunInput",
     "RunResult",
     "RunState",
@@ -57,9 +60,17 @@ __all__ = [
 
 
 class FrozenModel(BaseModel):
-    """The base of every type that crosses the Temporal boundary: immutable once built."""
+    """Crosses the Temporal boundary: frozen; its JSON leaves out fields at their defaults."""
 
     model_config = ConfigDict(frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: Handler, info: Info) -> Any:
+        data = handler(self)
+        for name, field in type(self).model_fields.items() if info.mode_is_json() else ():
+            if getattr(self, name) == field.get_default(call_default_factory=True):
+                data.pop(name, None)
+        return data
 
 
 class Timeouts(FrozenModel):
@@ -114,6 +125,8 @@ class LoadPathInput(FrozenModel):
     session_id: str
     leaf_id: str
     agent: str
+    reset_of: str | None = None  # as in EnsureSessionInput, echoed in PathInfo
+    create_session: bool = False  # as in RunInput
 
 
 class PathInfo(FrozenModel):
@@ -122,6 +135,7 @@ class PathInfo(FrozenModel):
     repairs: list[Message]
     tools: list[ToolInfo]
     max_turns: int | None
+    reset_of: str | None = None  # a reset of the whole run, recorded (activities.reset_steps)
 
 
 class AppendInput(FrozenModel):
@@ -255,6 +269,11 @@ class WireEvent(EventFields[str], _Positioned):
     refs: BodyRefs | None = None
     """Where the bodies are stored (receipts and events repeating a stored message)."""
 
+    @field_serializer("agent", mode="wrap")
+    def _agent_without_nulls(self, agent: AgentEvent | None, handler: Handler) -> Any:
+        data = handler(agent)  # its unset fields left out (values inside them kept as they are)
+        return {k: v for k, v in data.items() if v is not None} if data else data
+
 
 _SHARED = tuple(name for name in EventFields.model_fields if name != "entries")
 """The fields ``Event`` and ``WireEvent`` hold alike, copied as they are."""
@@ -281,38 +300,26 @@ class PublishInput(FrozenModel):
 
 
 class InputEntry(FrozenModel):
-    """A run input: its encoding plus the ephemeral flag (which the wire never carries), or a
-    plain ``message`` with no header and maybe no timestamp (typed by an operator in the
-    Temporal UI; see ``workflows.run_input``), which the run stamps. An encoded input carries
-    the fresh ID its client chose, which the run keeps, so the client can tell the run's input
-    in the store (docs/design.md#receipts)."""
+    """A run input: a message written as the plain message an operator types (``{"role": ...,
+    "content": [...], "meta"?: true, "ephemeral"?: true}``), another entry encoded in ``wire``.
+
+    ``id`` (a message's; an encoded entry carries its own) is the fresh ID its client chose,
+    which the run keeps, so the client can tell the run's input in the store
+    (docs/design.md#receipts); an operator's message may leave it out (the run draws one)."""
 
     wire: str = ""
     ephemeral: bool = False
-    message: Message | None = Field(default=None, exclude_if=lambda v: v is None)
+    meta: bool = False
+    message: Message | None = None
+    id: str = ""
 
-    @classmethod
-    def of(cls, entry: Entry) -> InputEntry:
-        """``entry`` as a run input, under a fresh ID (whatever ID it had)."""
-        fresh = entry.model_copy(update={"id": new_id()})
-        ephemeral = isinstance(entry, MessageEntry) and entry.ephemeral
-        return cls(wire=encode_entry(fresh), ephemeral=ephemeral)
-
-    def entry(self, now: datetime | None = None) -> Entry:
-        """The input entry; a plain message gets no ID (the run draws one) and, when it has
-        none, the timestamp ``now`` (the workflow's clock)."""
-        if self.message is not None:
-            message = self.message
-            if message.timestamp is None and now is not None:
-                message = message.model_copy(update={"timestamp": now})
-            header: dict[str, Any] = {}
-            if now is not None:
-                header["created_at"] = now
-            return MessageEntry(**header, message=message, ephemeral=self.ephemeral)
-        decoded = decode_entry(self.wire)
-        if self.ephemeral and isinstance(decoded, MessageEntry):
-            return decoded.model_copy(update={"ephemeral": True})
-        return decoded
+    @model_serializer(mode="wrap")
+    def _as_plain(self, handler: Handler, info: Info) -> Any:
+        data = handler(self)
+        plain = data["message"] if self.message else {"wire": self.wire}
+        named = {"id": self.id} if self.id and self.message else {}
+        flags = {k: True for k in ("ephemeral", "meta") if getattr(self, k)}
+        return {**named, **plain, **flags} if info.mode_is_json() else data
 
 
 class RunInput(FrozenModel):
@@ -323,6 +330,7 @@ class RunInput(FrozenModel):
     """``""`` (an operator's input): the run derives it from its workflow ID."""
     agent: str
     leaf_id: str | None = None
+    create_session: bool = False  # create it if absent, after checking the agent
     inputs: list[InputEntry] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
     """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""
@@ -341,11 +349,21 @@ class RunInput(FrozenModel):
     """This run's ephemeral input copies (with headers), for later model calls."""
     start_leaf_id: str | None = None
     """The leaf the run started from (set at first start, carried across continue-as-new)."""
+    reset_of: str | None = None
+    """An operator's reset of this run: the original execution (continue-as-new carries it)."""
 
 
 RunStatusName = Literal[
     "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
 ]
+
+
+class ResetNote(FrozenModel):
+    """A reset run's effect on the active branch (see ``activities.reset_steps``)."""
+
+    of_run: str
+    kept_leaf: str = ""
+    marker_id: str = ""
 
 
 class RunResult(FrozenModel):
@@ -354,6 +372,14 @@ class RunResult(FrozenModel):
     new_entry_ids: list[str]
     usage: Usage
     turn_count: int
+    reset: ResetNote | None = None  # only on a run an operator reset
+
+
+class KeepLeafInput(FrozenModel):
+    session_id: str
+    reset_of: str
+    own_entry_ids: list[str]
+    marker: Header
 
 
 class ToolCallRef(FrozenModel):

@@ -57,7 +57,7 @@ __all__ = [
     "local_activity_result",
     "new_entry_id",
     "open_path",
-    "reset_of",
+    "reset_of_execution",
     "store_retry",
     "store_summary",
     "stored_times",
@@ -100,8 +100,15 @@ class StoreSteps(ActivityBase):
 
     @activity.defn(name="durable_agent.load_path")
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
-        """Check the leaf and the agent before the run writes anything; return the repairs."""
+        """Check the agent and the leaf before the run writes anything (then create the session
+        if asked and absent); return the repairs."""
         spec = self.agent_spec(inp.agent)
+        if inp.create_session:
+            try:
+                async with heartbeating():
+                    await open_session(self.store, inp.session_id)
+            except SessionError as exc:
+                raise application_error(exc) from exc
         async with heartbeating():
             p = await self.path_to(inp.session_id, inp.leaf_id)
         repairs = start_repairs(raw_model_view(p))
@@ -118,7 +125,12 @@ class StoreSteps(ActivityBase):
             )
             for t in spec.tools
         ]
-        return PathInfo(repairs=[e.message for e in repairs], tools=tools, max_turns=spec.max_turns)
+        return PathInfo(
+            repairs=[e.message for e in repairs],
+            tools=tools,
+            max_turns=spec.max_turns,
+            reset_of=inp.reset_of,
+        )
 
     @activity.defn(name="durable_agent.append_entries")
     async def append_entries(self, inp: AppendInput) -> AppendResult:
@@ -280,17 +292,22 @@ async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
 
 async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     """The run's starting leaf (the session's newest entry when the input names none, the
-    session created if absent) and what ``load_path`` found there: repairs, tools. A failure
-    fails the run before it stores anything."""
-    t = inp.timeouts
-    leaf = inp.leaf_id
+    session created if absent, as ``load_path`` does for ``create_session``) and what
+    ``load_path`` found there: repairs, tools. A failure fails the run before it stores anything."""
+    t, leaf, reset_of = inp.timeouts, inp.leaf_id, reset_of_execution()
     try:
         if leaf is None:
             start = EnsureSessionInput(
-                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of()
+                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
             )
             leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
-        at = LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent)
+        at = LoadPathInput(
+            session_id=inp.session_id,
+            leaf_id=leaf,
+            agent=inp.agent,
+            reset_of=reset_of,
+            create_session=inp.leaf_id is not None and inp.create_session,
+        )
         info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:
         if is_cancellation(exc):
@@ -299,12 +316,14 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     return leaf, info
 
 
-def reset_of() -> str | None:
+def reset_of_execution() -> str | None:
     """The original run when this execution is an operator's reset of it, else ``None``.
 
     A reset execution keeps the original's start event, so its ``original_execution_run_id``
     names another run; a continue-as-new execution carries its leaf and never asks. The answer
-    only feeds an activity argument, so replay stays deterministic whatever it is."""
+    only feeds activity arguments, so replay stays deterministic whatever it is (a replayer
+    given the history alone sees the original's run ID as its own: workflow code decides
+    nothing on it, see activities.reset_steps)."""
     info = workflow.info()
     if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
         return None

@@ -1,4 +1,4 @@
-"""The inner loop's events, in the order docs/design.md#receipts gives.
+"""The inner loop's events, in a fixed order (docs/design.md#receipts).
 
 ``agent_start``; per turn ``turn_start``, the assistant's ``message_start``, ``message_update``…,
 ``message_end``, per tool ``tool_execution_start``, ``tool_execution_update``…,

@@ -63,9 +63,8 @@ class AgentRun:
     ``stored_forms`` is how a consumer that stored a tool result in another form (the engine's
     stand-in for a result the store refused as too large, docs/design.md#repair-and-reconcile)
     tells the loop: the loop goes on with the stored form in its context, so the model sees what
-    the store holds. A loop
-    that ignores it (a custom one) keeps its own form; the store is still right.
-    """
+    the store holds. A loop that ignores it (a custom one) keeps its own form; the store is still
+    right."""
 
     def __init__(
         self,

@@ -24,7 +24,8 @@ from ..ai.messages import (
     ToolCall,
     user_message,
 )
-from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry
+from ..session.turns import is_turn_start
 from ..session.views import model_view
 from .errors import CompactError, NoFactoryError
 from .events import Event
@@ -82,20 +83,11 @@ def estimate_tokens(view: Sequence[Message]) -> int:
     return reported + math.ceil(chars / 4)
 
 
-def _is_turn_start(entry: Entry) -> bool:
-    return (
-        isinstance(entry, MessageEntry)
-        and entry.message.role == "user"
-        and not entry.meta
-        and not entry.ephemeral
-    )
-
-
 def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPlan | None:
     """What to summarize, or ``None`` when there is nothing to do (no turn beyond those kept)."""
     if keep_turns < 0:
         raise ValueError("keep_turns must be >= 0")
-    starts = [i for i, e in enumerate(path) if _is_turn_start(e)]
+    starts = [i for i, e in enumerate(path) if is_turn_start(e)]
     if not starts or len(starts) <= keep_turns:
         return None
     tokens = estimate_tokens(model_view(path))

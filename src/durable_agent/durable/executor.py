@@ -19,6 +19,7 @@ from ..ai.timefmt import utc_now
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
 from ..session.repair import start_repairs
+from ..session.store import Store, open_session
 from .compaction import compact, summary_entry
 from .engine import RunEngine
 from .errors import NoFactoryError
@@ -39,6 +40,11 @@ class Executor(Protocol):
         self, factory: Any, options: dict[str, Any], publisher: PublisherLike | None
     ) -> None:
         """Refuse what this executor cannot carry (raise TypeError/ValueError)."""
+        ...
+
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        """The session's entries, and whether the store holds the session (``False``: not
+        created yet, see :attr:`SessionState.created`)."""
         ...
 
     async def start_run(
@@ -98,6 +104,9 @@ class LocalExecutor:
     ) -> None:
         if factory is not None and not callable(factory):
             raise TypeError("factory must be callable (or None for a record-only agent)")
+
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        return await open_session(store, session_id), True
 
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None

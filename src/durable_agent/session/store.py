@@ -26,7 +26,7 @@ DEFAULT_PAGE = 100
 
 @runtime_checkable
 class Store(Protocol):
-    """Where sessions live. Implementations must follow SPEC §2.1.
+    """Where sessions live. Implementations must follow docs/design.md#store-contract.
 
     - ``load_entries`` returns the log in append order; the last entry is the resume leaf.
     - ``append_entries`` is idempotent by entry ID: an identical re-append is skipped, a different
@@ -106,7 +106,8 @@ def newest_first(records: list[SessionRecord]) -> list[SessionRecord]:
 
 
 async def open_session(store: Store, session_id: str) -> list[Entry]:
-    """Open-or-create (SPEC §4.1 step 2): the session's entries, creating it (empty) if unknown.
+    """Open-or-create (docs/design.md#handle-and-engine): the session's entries, creating it (empty)
+    if unknown.
 
     A lost create race (``SessionExistsError``) loads again, so concurrent first opens succeed.
     """

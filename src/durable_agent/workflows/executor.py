@@ -36,9 +36,13 @@ from ..durable.live import LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
-from ..session.codec import decode_entry
-from ..session.entries import CompactionEntry, Entry
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
+from ..session.render import short
+from ..session.store import Store
+from ..session.turns import is_turn_start
 from .publisher_check import PublisherCheck
 from .run_start import attached, started_here
 from .run_stream import RunFollower, client_error
@@ -50,12 +54,22 @@ __all__ = [
     "TemporalExecutor",
     "compact_workflow_id",
     "publish_workflow_id",
+    "run_input_item",
     "run_workflow_id",
 ]
 
 logger = logging.getLogger("durable_agent.temporal")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT
+
+
+_NOT_ON_TEMPORAL = {
+    "tools": "on Temporal, tools are registered on the worker (`AgentSpec(tools=...)`), not "
+    "passed to new(): the client names the agent",
+    "hooks": "on Temporal, hooks are not available: a run on a worker has none (they run "
+    "in-process only, with a factory)",
+}
+"""Agent options a Temporal client cannot carry, and what to do instead."""
 
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
@@ -68,6 +82,32 @@ def compact_workflow_id(session_id: str, op_id: str) -> str:
 
 def publish_workflow_id(key: str) -> str:
     return f"durable-agent/publish/{key}"
+
+
+def run_input_item(entry: Entry) -> InputEntry:
+    """``entry`` as a run input: a message as the plain message (what an operator reads in the
+    Temporal UI), any other entry in its stored encoding; either under a fresh ID chosen here,
+    which the run keeps, so this client tells the run's input in the store
+    (docs/design.md#receipts)."""
+    fresh = new_id()
+    if isinstance(entry, MessageEntry):
+        message, ephemeral, meta = entry.message, entry.ephemeral, entry.meta
+        return InputEntry(id=fresh, message=message, ephemeral=ephemeral, meta=meta)
+    return InputEntry(wire=encode_entry(entry.model_copy(update={"id": fresh})))
+
+
+SUMMARY_WORDS = 60
+"""Characters of the question a run's summary shows."""
+
+
+def run_summary(agent: str, entries: list[Entry]) -> str:
+    """The run's summary in the Temporal UI's list: the agent and the first words of the
+    question (the last user message of the input), so runs of one session tell apart."""
+    starts = [e for e in entries if is_turn_start(e) and isinstance(e, MessageEntry)]
+    question = starts[-1].message.text() if starts else ""
+    if not question:
+        return f"{agent}: (no question)"
+    return f"{agent}: {short(question, SUMMARY_WORDS)}"
 
 
 class TemporalExecutor:
@@ -112,20 +152,29 @@ class TemporalExecutor:
             )
         if publisher is not None:
             raise ValueError("with the Temporal executor the worker owns the publisher")
+        for name, problem in _NOT_ON_TEMPORAL.items():
+            if options.get(name):
+                raise TypeError(problem)
         try:
             json.dumps(options)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"agent options must be plain JSON data: {exc}") from exc
 
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        """The session's entries; an unknown session is left to the first run (which checks
+        the agent before creating it) or the handle's first write."""
+        try:
+            return await store.load_entries(session_id), True
+        except SessionNotFoundError:
+            return [], False
+
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         run_id = run_id or new_id()
-        # fresh IDs chosen here, kept by the run: they tell this client the run's input in the
-        # store (docs/design.md#receipts)
-        inputs = [InputEntry.of(e) for e in entries]
-        for item in inputs:
-            check_payload(item.wire, "input entry", self.payload_limit)
+        for entry in entries:
+            check_payload(encode_entry(entry), "input entry", self.payload_limit)
+        inputs = [run_input_item(e) for e in entries]
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
         # that finished after the termination, an append that timed out and then applied):
@@ -136,6 +185,7 @@ class TemporalExecutor:
             run_id=run_id,
             agent=config.factory,
             leaf_id=state.leaf,
+            create_session=not state.created,
             inputs=inputs,
             options=dict(config.raw_options),
             continue_as_new_after_turns=self.continue_as_new_after_turns,
@@ -153,7 +203,7 @@ class TemporalExecutor:
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=search_attributes(state.session_id, "run"),
-                static_summary=f"agent {config.factory!r} run on session {state.session_id!r}",
+                static_summary=run_summary(config.factory, entries),
             )
         except WorkflowAlreadyStartedError:
             # a run of this ID exists: follow it from where it started (its input is its own)
@@ -177,6 +227,8 @@ class TemporalExecutor:
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
         assert isinstance(config.factory, str)
+        if not state.created:
+            return None  # nothing stored, so nothing to summarize
         op_id = new_id()
         try:
             wire: str | None = await self.client.execute_workflow(

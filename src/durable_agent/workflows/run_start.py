@@ -71,10 +71,10 @@ async def attached(
 
 
 def _input_id(item: InputEntry) -> str | None:
-    """The ID an input is stored under: its wire's (the client chose it); ``None`` for an
-    operator's plain message, which the run names itself."""
+    """The ID an input is stored under, which its client chose; ``None`` for an operator's
+    message without one, which the run names itself."""
     if item.message is not None:
-        return None
+        return item.id or None
     entry_id = json.loads(item.wire).get("id")
     return entry_id if isinstance(entry_id, str) and entry_id else None
 

@@ -20,12 +20,13 @@ from temporalio.exceptions import ActivityError, CancelledError
 # package's __init__ has loaded every module of the block below in the sandbox already, and one
 # first imported inside it would come from the host (its RunInput a class the sandbox's
 # RunResult refuses).
-from .run_input import NO_INPUT, read_run_input
+from .run_input import NO_INPUT, input_entry, read_run_input
 
 with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import (
         CallModelInput,
         EventsAnswer,
+        ResetNote,
         RunInput,
         RunResult,
         RunState,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         run_failure,
     )
     from ..activities.model_call import ActivityModel, note_cancel
+    from ..activities.reset_steps import keep_session_leaf
     from ..activities.store_steps import append, new_entry_id, open_path
     from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
@@ -95,6 +97,9 @@ class RunWorkflow:
         """Entries of local appends that failed (they may have been stored all the same)."""
         self._noted = False
         """The run's cancel note is written (or being written)."""
+        self._reset_of: str | None = None
+        """An operator's reset of this run: the original execution (see reset_steps)."""
+        self._original_run = ""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -222,6 +227,7 @@ class RunWorkflow:
             inp.model_copy(
                 update={
                     "leaf_id": engine.leaf_id,
+                    "create_session": False,
                     "inputs": [],
                     "resumed": True,
                     "turn_count": engine.turn_count,
@@ -231,6 +237,7 @@ class RunWorkflow:
                     "events": last_turns_carried,
                     "ephemeral": list(self._ephemeral),
                     "start_leaf_id": self._start_leaf,
+                    "reset_of": self._reset_of,
                 }
             )
         )
@@ -244,8 +251,14 @@ class RunWorkflow:
         self._events = list(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
+        self._reset_of = inp.reset_of
+        self._original_run = workflow.info().original_execution_run_id
+        # a reset past the first workflow task reseeds the randomness at its reset point
+        workflow.register_random_seed_callback(self._reseeded)
         ensure_session_attribute(inp.session_id)
         leaf, info = await open_path(inp)
+        if info.reset_of and not inp.resumed:  # a reset to the first workflow task
+            self._reset_of = info.reset_of
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -271,7 +284,7 @@ class RunWorkflow:
             AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=self._tools,
         )
-        inputs = [item.entry(workflow.now()) for item in inp.inputs]
+        inputs = [input_entry(item, workflow.now()) for item in inp.inputs]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
             # as in-process; cancelled: the partial reply (if the model call was cut), then a
@@ -283,23 +296,42 @@ class RunWorkflow:
                 resumed=inp.resumed,
                 cancelled=is_cancellation,
                 shield=False,
-                # the client's input IDs tell it the run's entries in the store (and a reset
-                # that re-runs the input commit finds the same entries stored: it retries the
-                # run below them, docs/design.md#receipts)
-                keep_input_ids=True,
+                # the client's input IDs tell it the run's entries in the store
+                # (docs/design.md#receipts); a reset to the first task stores its input again
+                # under new IDs, a sibling of the original's, as the rest of its retry
+                keep_input_ids=not info.reset_of,
             )
         except RunCancelledError:
+            await self._keep_session_leaf()
             raise CancelledError("run cancelled") from None
         except Exception as exc:
             if engine.status != "failed":
                 raise  # the cancel steps themselves failed: as ever, not the run's failure
+            await self._keep_session_leaf()
             raise run_failure(exc, self._unsure) from exc
+        reset = await self._keep_session_leaf()
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
             new_entry_ids=list(engine.new_entry_ids),
             usage=engine.usage,
             turn_count=engine.turn_count,
+            reset=reset,
+        )
+
+    def _reseeded(self, _seed: int) -> None:
+        # called while the activation's jobs are applied, outside workflow code: no info() here
+        self._reset_of = self._reset_of or self._original_run
+
+    async def _keep_session_leaf(self) -> ResetNote | None:
+        """A reset run's last step: keep the session's active branch (activities.reset_steps);
+        ``None`` for every other run, which schedules nothing here."""
+        inp, engine = self._input, self._engine
+        assert inp is not None and engine is not None
+        if self._reset_of is None:
+            return None
+        return await keep_session_leaf(
+            inp.session_id, self._reset_of, list(engine.new_entry_ids), inp.timeouts
         )
 
     def _call_input(self, stamp: Header) -> CallModelInput:
