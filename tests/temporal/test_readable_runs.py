@@ -20,7 +20,7 @@ from tests.temporal.helpers import consume, executor, queue, run_id, sid
 
 pytestmark = pytest.mark.temporal
 
-RESULT_FIELDS = {"status", "leaf_id", "new_entry_ids", "usage", "turn_count", "tail"}
+RESULT_FIELDS = {"status", "leaf_id", "new_entry_ids", "usage", "turn_count"}
 """The result's documented fields (README, "Starting a run by hand")."""
 INPUT_FIELDS = {
     "session_id",
