@@ -31,7 +31,7 @@ from ..agent.events import AgentEvent
 from ..ai.messages import ContentBlock, Message, TextContent
 from ..session.deltas import GROWING, Cursor, Delta, DeltaChannel, DeltaKey
 from ..session.entries import Entry
-from ..session.errors import StoreUnavailableError
+from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.store import SeqStore, Store
 
 __all__ = ["DeltaFollower", "SessionFollower", "entries_after"]
@@ -68,7 +68,8 @@ class SessionFollower:
     read per ``slowest`` seconds. :meth:`wake` (call it on live-channel activity: a reply
     streaming, its last delta written, a run starting) makes the next read due at once and the
     back-off start over. A store that is down (``StoreUnavailableError``) reads as nothing new
-    until it is back; any other store error is raised.
+    until it is back; any other store error is raised (``SessionNotFoundError`` too, unless
+    ``missing_ok``).
 
     Each entry is yielded once even if a store's seqs shift under concurrent writers (an entry
     ID already yielded is skipped).
@@ -83,8 +84,11 @@ class SessionFollower:
         fastest: float = 0.05,
         slowest: float = 1.0,
         growth: float = 2.0,
+        missing_ok: bool = False,
     ) -> None:
         self.store = store
+        self.missing_ok = missing_ok
+        """A session not created yet reads as empty (a Temporal run creates its session)."""
         self.session_id = session_id
         self.after = after
         """The seq of the last entry read (the cursor)."""
@@ -122,6 +126,10 @@ class SessionFollower:
             found = await self._read(self.session_id, self.after)
         except StoreUnavailableError as exc:
             logger.debug("following %s: %s", self.session_id, exc)
+            found = []
+        except SessionNotFoundError:
+            if not self.missing_ok:
+                raise
             found = []
         new = [(seq, e) for seq, e in found if e.id not in self._seen]
         if found:

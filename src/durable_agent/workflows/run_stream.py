@@ -133,7 +133,12 @@ class RunFollower:
         self.handle = handle
         self.chain = RunChain(state.session_id, start.leaf, start.inputs, start.repairs)
         self.entries = SessionFollower(
-            state.store, state.session_id, start.after, fastest=FASTEST_READ, slowest=SLOWEST_READ
+            state.store,
+            state.session_id,
+            start.after,
+            fastest=FASTEST_READ,
+            slowest=SLOWEST_READ,
+            missing_ok=True,  # a new session's first run creates it
         )
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
