@@ -28,6 +28,7 @@ EXPECTED = {
     "quickstart": "['Hello! How can I help?']",
     "quickstart-temporal": "['Hello! How can I help?']",
     "edit-and-retry": "└── ⑂ branch 3/3 (active)",
+    "print-tokens": "Tokens arrive as the model writes them.",
 }
 """What each named script prints (a line of it)."""
 

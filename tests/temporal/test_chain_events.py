@@ -19,7 +19,7 @@ from durable_agent import Event, MessageEntry, ModelError, Reply, RunStream, Scr
 from durable_agent.activities.contracts import EventsAnswer, RunResult
 from durable_agent.ai import RetryPolicy, ToolCall, assistant_message, tool, user_message
 from durable_agent.durable.chain_events import RunChain
-from durable_agent.session import Entry, encode_entry
+from durable_agent.session import Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.event_bodies import hydrate
@@ -139,6 +139,14 @@ async def _cancel_when(stream: RunStream, when: str) -> list[Event]:
     return seen
 
 
+async def _stored(store: MemoryStore, session: str) -> int:
+    """Entries stored so far (a new session is created by its first run)."""
+    try:
+        return len(await store.load_entries(session))
+    except SessionNotFoundError:
+        return 0
+
+
 async def _run(client: Client, name: str, scenario: Scenario) -> None:
     store, q, session, rid = MemoryStore(), queue(), sid("chain"), run_id()
     agents = {
@@ -150,9 +158,10 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
         ex = executor(client, q, continue_as_new_after_turns=scenario.can_every)
         agent = await new("a", store=store, session_id=session, executor=ex, **scenario.options)
         if scenario.before:
+            await store.create_session(session)
             await store.append_entries(session, scenario.before)
             agent = await new("a", store=store, session_id=session, executor=ex, **scenario.options)
-        after = len(await store.load_entries(session))
+        after = await _stored(store, session)
         start_leaf = agent.leaf_id
         stream = await agent.run(*scenario.run, run_id=rid)
         if scenario.cancel is None:

@@ -241,11 +241,10 @@ async def test_a_late_client_gets_the_missed_deltas_of_the_streaming_reply_only(
     assert a1 and a2, "the first client saw both replies stream"
     assert l1 == [], "the late client gets no deltas for a reply already stored"
     # the missed deltas of the streaming reply, from its first (those already published come
-    # as one update), then as the first client saw them
+    # as one update), then the rest as they are published
     assert len(l2) >= 2
     assert not any(u.agent and u.agent.restart for u in l2)
     assert concatenated(l2) == m2.text() == LONG
-    assert set(update_texts(l2)[1:]) <= set(update_texts(a2))
     assert [e for e in after.events if e.agent and e.agent.type == "message_update"] == []
     assert [e.agent.type for e in late.events if e.agent and e.agent.type != "message_update"] == [
         e.agent.type for e in seen if e.agent and e.agent.type != "message_update"
