@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import monitoring
+from pymongo import AsyncMongoClient, monitoring
 
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import Entry, MessageEntry, encode_entry
@@ -132,3 +133,22 @@ class Counted(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+def elsewhere(uri: str, database: str, work: Callable[[Any], Awaitable[object]]) -> object:
+    """Run ``work`` on a MongoStore of its own, on a client and event loop of its own, to the
+    end, as another process would; callable from a synchronous command hook (it blocks the
+    hooked client's loop meanwhile). Returns what ``work`` returned or the exception it raised."""
+    from durable_agent.stores.mongo import MongoStore
+
+    async def main() -> object:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, tz_aware=True)
+        try:
+            return await work(MongoStore(client[database]))
+        except Exception as exc:
+            return exc
+        finally:
+            await client.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
