@@ -105,9 +105,9 @@ def copied_sources() -> list[str]:
     """The local sources of the Dockerfile's ``COPY`` lines (not ``--from`` stages)."""
     sources: list[str] = []
     for line in (ROOT / "Dockerfile").read_text().splitlines():
-        words = shlex.split(line, comments=True)
-        if not words or words[0].upper() != "COPY":
+        if line.split(maxsplit=1)[:1] != ["COPY"]:
             continue
+        words = shlex.split(line, comments=True)
         args = [w for w in words[1:] if not w.startswith("--")]
         assert not any(w.startswith("--from") for w in words), line
         sources += args[:-1]
