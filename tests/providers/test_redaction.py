@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 import traceback
 import urllib.parse
 from typing import Any
@@ -195,3 +196,14 @@ async def test_a_hostile_echo_never_reaches_the_model_error(
     for rendering in (str(error), repr(error), "".join(traceback.format_exception(error))):
         assert runs_of(key, rendering) == [], rendering
     assert f"bad key {REDACTED} (rejected)" in str(error)
+
+
+def test_redaction_is_linear_on_long_runs_of_key_and_mask_characters() -> None:
+    """Error text with a long masked-looking or key-looking run (a markdown rule, a base64
+    blob) is redacted in linear time: a quadratic pattern made 2,000 ``*`` take seconds, and
+    these 300,000 characters would take hours."""
+    key = openai_key()
+    text = "x" + "*" * 100_000 + " a" + "." * 100_000 + " " + secrets.token_urlsafe(75_000)
+    started = time.perf_counter()
+    assert redact(text + key[5:25], [key]).endswith(REDACTED)
+    assert time.perf_counter() - started < 5
