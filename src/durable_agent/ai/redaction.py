@@ -136,7 +136,8 @@ def _mask_runs(text: str, forms: list[tuple[str, bool]]) -> str:
             spans.append((start, end))
     if not spans:
         return text
-    out, last = [], 0
+    out: list[str] = []
+    last = 0
     for start, end in sorted(spans):
         if start > last or not out:
             out += [text[last:start], REDACTED]
