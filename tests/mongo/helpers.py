@@ -27,23 +27,40 @@ def ids(entries: Sequence[Entry]) -> list[str]:
     return [e.id for e in entries]
 
 
-def batch_doc(sid: str, entries: Sequence[Entry], seq: int, **fields: Any) -> dict[str, Any]:
-    """A batch document as the store writes it (``fields`` override or add fields)."""
-    head = entries[0].id
+def inc_of(sync_db: Any, sid: str) -> str:
+    """The incarnation of a session, from its session document."""
+    inc: str = sync_db.sessions.find_one({"_id": sid})["inc"]
+    return inc
+
+
+def batch_doc(
+    sync_db: Any, sid: str, entries: Sequence[Entry], seq: int, **fields: Any
+) -> dict[str, Any]:
+    """A batch document as the store writes it for the session's current incarnation
+    (``fields`` override or add fields)."""
+    inc = inc_of(sync_db, sid)
     return {
-        "_id": f"{sid}/{head}",
+        "_id": f"{sid}/{inc}#{seq}",
         "session_id": sid,
-        "entry_id": head,
+        "inc": inc,
+        "entry_id": entries[0].id,
         "seq": seq,
-        "keys": [f"{sid}/{e.id}" for e in entries],
+        "keys": [f"{sid}/{inc}/{e.id}" for e in entries],
         "wires": [encode_entry(e) for e in entries],
         **fields,
     }
 
 
+def keys_of(sync_db: Any, sid: str) -> list[list[str]]:
+    """The entry IDs of each batch document of a session, in ``seq`` order (fences left out)."""
+    docs = sync_db.entries.find({"session_id": sid, "fence": {"$exists": False}}).sort("seq", 1)
+    return [[key.split("/", 2)[2] for key in doc["keys"]] for doc in docs]
+
+
 def claim_ids(sync_db: Any, sid: str) -> set[str]:
-    """The entry claims of a session (slots, ``<sid>#<seq>``, left out)."""
-    return {d["_id"] for d in sync_db.entries_claims.find({"s": sid}) if "/" in d["_id"]}
+    """The entry IDs a session's claims are for (slots, ``<sid>/<inc>#<seq>``, left out)."""
+    claims = sync_db.entries_claims.find({"s": sid})
+    return {d["_id"].split("/", 2)[2] for d in claims if d["_id"].count("/") >= 2}
 
 
 def assert_writer_orders(loaded: list[Entry], writers: dict[str, list[str]]) -> None:

@@ -1,13 +1,14 @@
 """What MongoStore makes of the server's answers (docs/design.md#mongo-store).
 
 **Stored documents into entries.** A session's batch documents (one per append, written by
-:mod:`~durable_agent.stores.mongo.writer`) come back from one ``find`` sorted by ``seq``; a
-document's entries sit at ``seq .. seq + len - 1``, so that order is the append order. The store
-is trusted but may be corrupted: a document of the wrong shape, a ``seq`` that is not an integer,
-or an entry that does not decode raises ``CorruptSessionError`` naming the document's first
-entry. An entry ID that appears twice (possible only on servers that do not enforce the unique
-multikey index, FerretDB, when two different batches sharing it raced) is returned once if the
-copies are identical, and raises ``CorruptSessionError`` if they differ.
+:mod:`~durable_agent.stores.mongo.writer`) come back from one ``find`` sorted by incarnation and
+``seq``; only those of the session document's incarnation are read (:func:`of_incarnation`:
+nothing of a deleted session under the same ID, no fences). A document's entries sit at
+``seq .. seq + len - 1``, so that order is the append order. The store is trusted but may be
+corrupted: a document of the wrong shape, a ``seq`` that is not an integer, or an entry that does
+not decode raises ``CorruptSessionError`` naming the document's first entry. An entry ID that
+appears twice (the writers never store one twice; a hand-edited or foreign document could) is
+returned once if the copies are identical, and raises ``CorruptSessionError`` if they differ.
 
 **A read after a sequence number** (an entry's seq is its 1-based position in append order)
 first reads every document's ``seq`` and ``keys`` (a few bytes per entry, nothing decoded):
@@ -35,6 +36,7 @@ from pymongo.errors import (
 from ...session.codec import bulk_decoding, decode_entry
 from ...session.entries import Entry
 from ...session.errors import CorruptSessionError, EntryDecodeError, StoreUnavailableError
+from .incarnation import Scope
 
 __all__ = [
     "LOAD_PROJECTION",
@@ -42,16 +44,22 @@ __all__ = [
     "Part",
     "decode_documents",
     "end_seq",
+    "of_incarnation",
     "stored_entries",
     "tail",
     "translate_errors",
 ]
 
 #: The fields a load reads.
-LOAD_PROJECTION = {"_id": 0, "entry_id": 1, "seq": 1, "wires": 1}
+LOAD_PROJECTION = {"_id": 0, "inc": 1, "fence": 1, "entry_id": 1, "seq": 1, "wires": 1}
 
 #: The fields a read after a sequence number first reads of every document.
-OUTLINE_PROJECTION = {"seq": 1, "keys": 1}
+OUTLINE_PROJECTION = {"inc": 1, "fence": 1, "seq": 1, "keys": 1}
+
+
+def of_incarnation(docs: list[dict[str, Any]], inc: str) -> list[dict[str, Any]]:
+    """The batch documents of incarnation ``inc`` (module doc), fences left out."""
+    return [doc for doc in docs if doc.get("inc") == inc and not doc.get("fence")]
 
 
 def _seq(sid: str, doc: dict[str, Any]) -> int:
@@ -110,19 +118,22 @@ def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> lis
     return out
 
 
-def stored_entries(sid: str, doc: dict[str, Any]) -> list[tuple[str, Any]]:
+def stored_entries(scope: Scope, doc: dict[str, Any]) -> list[tuple[str, Any]]:
     """``(entry_id, wire)`` of every entry of a stored document (read by ``_id`` to check what
-    an append would store twice); a wire is compared, not decoded, so it is not checked here."""
+    an append would store twice; a fence holds none); a wire is compared, not decoded, so it is
+    not checked here."""
+    if doc.get("fence"):
+        return []
     keys, wires = doc.get("keys"), doc.get("wires")
-    prefix = f"{sid}/"
+    ids = [scope.entry_id(k) if isinstance(k, str) else None for k in keys or ()]
     if (
         not isinstance(keys, list)
         or not isinstance(wires, list)
         or len(keys) != len(wires)
-        or not all(isinstance(k, str) and k.startswith(prefix) for k in keys)
+        or None in ids
     ):
-        raise CorruptSessionError(sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
-    return [(key[len(prefix) :], wire) for key, wire in zip(keys, wires, strict=True)]
+        raise CorruptSessionError(scope.sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
+    return [(eid, wire) for eid, wire in zip(ids, wires, strict=True) if eid is not None]
 
 
 class Part(NamedTuple):

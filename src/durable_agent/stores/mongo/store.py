@@ -1,41 +1,41 @@
 """MongoStore: sessions in MongoDB or a wire-compatible server such as FerretDB.
 
 The design is docs/design.md#mongo-store. ``sessions`` holds one document per session,
-``{_id: session_id, parent_id, created_at, next_seq}``. ``entries`` holds **one document per
-append** (:mod:`~durable_agent.stores.mongo.writer`), its entries kept as their exact
-``encode_entry`` strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry
-never become field names), and ``<entries>_claims`` a claim per entry and a slot per append
+``{_id: session_id, inc, parent_id, created_at, next_seq}``, ``inc`` being the session's
+incarnation (:mod:`~durable_agent.stores.mongo.incarnation`: what keeps a deleted session
+deleted). ``entries`` holds **one document per append**
+(:mod:`~durable_agent.stores.mongo.writer`), its entries kept as their exact ``encode_entry``
+strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry never become
+field names), and ``<entries>_claims`` a claim per entry and a slot per append
 (:mod:`~durable_agent.stores.mongo.claims`): small documents found by ``_id``, never read by a
 load, that make appends idempotent and ordered without a counter or a transaction (the store
-runs on a standalone ``mongod`` and on FerretDB). A new batch is two writes, like the OpenAI
-Agents SDK's ``MongoDBSession``: one ordered ``insert_many`` of its slot and claims, then one
-``insert_one`` of its document.
+runs on a standalone ``mongod`` and on FerretDB). A new batch is one ordered ``insert_many`` of
+its slot and claims, one ``insert_one`` of its document, then a primary-key read of the session
+document confirming it was not deleted meanwhile.
 
 Why one document per append (FerretDB 1.24, ``make bench-peers`` part 3, medians of 3, idle
-machine, 2026-12-04): 10k entries load in 333 ms (1.89x that peer; one document per entry took
-581 ms, 3.3x; about a third of it is decoding), appends of 1 / 10 entries take 1.50 / 2.10 ms p50
-(0.96x / 1.24x), and 20 concurrent sessions write 745 entries/s (peer 514). FerretDB parses every
-document of the collection on a load, so the document count decides it; on MongoDB a load is an
-index range scan either way.
+machine, 2026-12-04, before the confirming read was added): 10k entries load in 333 ms (1.89x
+that peer; one document per entry took 581 ms, 3.3x; about a third of it is decoding), appends
+of 1 / 10 entries take 1.50 / 2.10 ms p50 (0.96x / 1.24x), and 20 concurrent sessions write 745
+entries/s (peer 514). FerretDB parses every document of the collection on a load, so the document
+count decides it; on MongoDB a load is an index range scan either way.
 
-Unique ``_id`` (claims, slots) and unique indexes on ``(session_id, entry_id)``,
-``(session_id, seq)`` and ``keys`` make the database the referee between concurrent writers. An
-unused slot leaves a gap in ``seq``, which is harmless: ``seq`` orders, it does not count.
+Unique ``_id`` (claims, slots, batch documents and fences) and unique indexes on
+``(session_id, inc, seq)`` and ``keys`` make the database the referee between concurrent
+writers. An unused slot leaves a gap in ``seq``, which is harmless: ``seq`` orders, it does not
+count.
 
-**A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
-(one large cursor batch) go out together. :meth:`MongoStore.load_entries_after` reads only the
-entries after a sequence number (:mod:`~durable_agent.stores.mongo.decode`).
+**A load is one round trip of latency:** the session document and one ``find`` sorted by
+incarnation and ``seq`` (one large cursor batch) go out together; the documents of the session
+document's incarnation are kept. :meth:`MongoStore.load_entries_after` reads only the entries
+after a sequence number (:mod:`~durable_agent.stores.mongo.decode`).
 
-**What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError`` (an ID
-stored with other content; the first writer wins) nothing of the batch; after any other failure
-the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split across
-documents and may leave a prefix of them). A retry of the same batch completes it by idempotency.
+**What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError``
+nothing of the batch; after any other failure the whole batch or nothing (a batch over MongoDB's
+16 MiB limit is split across documents and may leave a prefix of them); a retry completes it.
 
-**A session deleted by another process:** a store object trusts for ``VERIFY_INTERVAL`` (1 s)
-that a session it created, loaded or checked still exists, and checks the session document
-alongside the claims insert after that; an append through it within that second of a delete
-elsewhere can leave orphaned entries and claims. ``delete_session`` removes the session's claims
-and slots last.
+**Deleted means deleted** (docs/design.md#retention): a delete and the appends racing it are
+refereed by the session's incarnation (:mod:`~durable_agent.stores.mongo.incarnation`).
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -69,10 +69,12 @@ from .decode import (
     Part,
     decode_documents,
     end_seq,
+    of_incarnation,
     tail,
     translate_errors,
 )
 from .deltas import MongoDeltas
+from .incarnation import Scope, incarnation_of, new_incarnation
 from .writer import BatchWriter
 
 if TYPE_CHECKING:
@@ -98,11 +100,8 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 def _now_ms() -> datetime:
-    """The current UTC time truncated to milliseconds, the precision of a BSON date.
-
-    Truncating before storing means the ``SessionRecord`` returned by ``create_session`` equals
-    the one ``load_session`` reads back later.
-    """
+    """The current UTC time truncated to milliseconds, the precision of a BSON date, so the
+    record ``create_session`` returns equals the one ``load_session`` reads back later."""
     now = datetime.now(UTC)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
@@ -176,7 +175,7 @@ class MongoStore:
         return self._live
 
     async def ensure_indexes(self) -> None:
-        """Create the three unique indexes if this store object has not done so yet.
+        """Create the two unique indexes if this store object has not done so yet.
 
         Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
         the server, so several store objects or processes may all call it. A failure leaves the
@@ -188,11 +187,10 @@ class MongoStore:
             if self._indexed:
                 return
             with self._errors("creating indexes"):
+                # A load's sorted range, and one document or fence per place.
                 await self._entries.create_index(
-                    [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
-                )
-                await self._entries.create_index(
-                    [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
+                    [("session_id", ASCENDING), ("inc", ASCENDING), ("seq", ASCENDING)],
+                    unique=True,
                 )
                 # Every entry's key (sparse as first defined: options are fixed under a name).
                 await self._entries.create_index("keys", unique=True, sparse=True)
@@ -204,14 +202,21 @@ class MongoStore:
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
-        doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
+        scope = Scope(sid, new_incarnation())
+        doc = {
+            "_id": sid,
+            "inc": scope.inc,
+            "parent_id": parent,
+            "created_at": created_at,
+            "next_seq": 0,
+        }
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
-        self._writer.created(sid)
+        self._writer.created(scope)
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -255,7 +260,8 @@ class MongoStore:
             session, outline = await self._find(sid, OUTLINE_PROJECTION)
             self._writer.seen(sid, session, end_seq(sid, outline, "keys"))
             parts = tail(sid, outline, after)
-            docs = None if parts is None else await self._fetch(sid, parts)
+            scope = Scope(sid, incarnation_of(sid, session))
+            docs = None if parts is None else await self._fetch(scope, parts)
         if parts is None or docs is None:  # an ID stored twice, or a document gone meanwhile
             entries = await self.load_entries(sid)
             return list(enumerate(entries, 1))[after:]
@@ -283,22 +289,26 @@ class MongoStore:
     async def _find(
         self, sid: str, projection: dict[str, int]
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session document and the session's documents (``projection``), sorted by
-        ``seq``. The existence check goes out alongside the fetch (one round trip of latency,
-        not two); a missing session raises ``SessionNotFoundError``, whatever the fetch found."""
+        """The session document and the documents of its incarnation (``projection``), sorted
+        by ``seq``. The session document is read alongside the fetch (one round trip of latency,
+        not two), so the fetch takes every incarnation's documents, sorted by incarnation then
+        ``seq`` (the index order), and those of the session document's one are kept (leftovers
+        of a deleted session under the same ID are rare, and never read). A missing session
+        raises ``SessionNotFoundError``, whatever the fetch found."""
         check = asyncio.ensure_future(self._session_doc(sid))
         check.add_done_callback(_retrieve)
         try:
             cursor = self._entries.find(
                 {"session_id": sid}, projection, batch_size=_LOAD_BATCH_SIZE
-            ).sort("seq", ASCENDING)
+            ).sort([("inc", ASCENDING), ("seq", ASCENDING)])
             docs = [doc async for doc in cursor]
         except BaseException:
             check.cancel()
             raise
-        return await check, docs
+        session = await check
+        return session, of_incarnation(docs, incarnation_of(sid, session))
 
-    async def _fetch(self, sid: str, parts: list[Part]) -> list[dict[str, Any]] | None:
+    async def _fetch(self, scope: Scope, parts: list[Part]) -> list[dict[str, Any]] | None:
         """The documents of ``parts``, whole and in order; ``None`` if one is gone or changed."""
         if not parts:
             return []
@@ -308,7 +318,7 @@ class MongoStore:
                 *(self._entries.find_one({"_id": p.doc_id}, projection) for p in parts)
             )
         else:
-            query = {"session_id": sid, "seq": {"$gte": parts[0].seq}}
+            query = {"session_id": scope.sid, "inc": scope.inc, "seq": {"$gte": parts[0].seq}}
             cursor = self._entries.find(query, projection, batch_size=_LOAD_BATCH_SIZE)
             by_id = {doc["_id"]: doc async for doc in cursor}
             found = [by_id.get(p.doc_id) for p in parts]
@@ -317,8 +327,10 @@ class MongoStore:
         return docs if shapes == [(p.doc_id, p.size) for p in parts] else None
 
     async def _session_doc(self, sid: str) -> dict[str, Any]:
-        """The session document's ``next_seq``; it must exist."""
-        doc: dict[str, Any] | None = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
+        """The session document's incarnation and ``next_seq``; it must exist."""
+        doc: dict[str, Any] | None = await self._sessions.find_one(
+            {"_id": sid}, {"inc": 1, "next_seq": 1}
+        )
         if doc is None:
             raise SessionNotFoundError(sid)
         return doc
@@ -369,15 +381,19 @@ class MongoStore:
         return records
 
     async def delete_session(self, session_id: str) -> None:
-        """Delete the session document, then its entries; ``SessionNotFoundError`` if there is
-        no such session. The document goes first: an append after it finds no session and
-        raises ``SessionNotFoundError``."""
+        """Delete the session document, then everything of its incarnation, then whatever an
+        earlier incarnation left behind, then its live deltas (docs/design.md#retention). The
+        document goes first: an append that confirms its incarnation after that removes what it
+        wrote itself. ``SessionNotFoundError`` if there was no session document; what a delete
+        that died half-way left behind is removed all the same."""
         sid = validate_session_id(session_id)
+        self._writer.forget(sid)
         with self._errors(f"session {sid!r}"):
-            self._writer.forget(sid)
-            deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
-            if deleted.deleted_count == 0:
+            if not await self._complete(self._delete(sid)):  # all of it, even if cancelled
                 raise SessionNotFoundError(sid)
-            await self._complete(self._entries.delete_many({"session_id": sid}))
-            # Claims and slots last: an append racing the delete finds no session document.
-            await self._complete(self._claims.delete_session(sid))
+
+    async def _delete(self, sid: str) -> bool:
+        doc = await self._sessions.find_one_and_delete({"_id": sid})
+        await self._writer.bury(sid, doc)
+        await self.live_deltas().drop_session(sid)
+        return doc is not None
