@@ -1,5 +1,6 @@
-"""MongoStore appends: two writes per new batch, idempotent retries, conflicts that leave nothing,
-and concurrent writers refereed by claims and slots (docs/design.md#mongo-store)."""
+"""MongoStore appends: a slot-and-claims insert, a document insert and a confirming read per new
+batch, idempotent retries, conflicts that leave nothing, and concurrent writers refereed by claims
+and slots (docs/design.md#mongo-store)."""
 
 from __future__ import annotations
 
