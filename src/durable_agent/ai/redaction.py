@@ -22,6 +22,7 @@ worker's error path, the CLI).
 from __future__ import annotations
 
 import base64
+import bisect
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -104,7 +105,7 @@ def _forms(secret: str) -> list[tuple[str, bool]]:
     return [(form, grow) for form, grow in forms.items() if len(form) >= _FUZZY_MIN]
 
 
-_BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=_\-]+")
 
 
 def _mask_runs(text: str, forms: list[tuple[str, bool]]) -> str:
@@ -120,6 +121,7 @@ def _mask_runs(text: str, forms: list[tuple[str, bool]]) -> str:
         for j in range(len(form) - step + 1):
             pieces.setdefault(form[j : j + step], []).append((form, j, grow))
     spans: list[tuple[int, int]] = []
+    tokens: list[tuple[int, int]] | None = None  # the runs of base64 characters, when needed
     for p in range(0, len(text) - step + 1, step):
         for form, j, grow in pieces.get(text[p : p + step], ()):
             start, end, before, after = p, p + step, j, j + step
@@ -129,10 +131,11 @@ def _mask_runs(text: str, forms: list[tuple[str, bool]]) -> str:
                 end, after = end + 1, after + 1
             if end - start < _FUZZY_MIN:
                 continue
-            while grow and start and text[start - 1] in _BASE64:
-                start -= 1
-            while grow and end < len(text) and text[end] in _BASE64:
-                end += 1
+            if grow:  # to the whole base64 token around it
+                if tokens is None:
+                    tokens = [m.span() for m in _BASE64_RUN.finditer(text)]
+                start = tokens[bisect.bisect_right(tokens, (start, len(text))) - 1][0]
+                end = tokens[bisect.bisect_right(tokens, (end - 1, len(text))) - 1][1]
             spans.append((start, end))
     if not spans:
         return text
