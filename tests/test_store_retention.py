@@ -22,7 +22,7 @@ from durable_agent.session import (
     Store,
 )
 from durable_agent.session.deltas import Delta, DeltaKey, LiveStore
-from durable_agent.stores import FileStore, MemoryStore
+from durable_agent.stores import FileStore, MemoryStore, RememberingStore
 from tests.support.harness import Harness
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -161,7 +161,10 @@ async def test_file_listing_reads_headers_only(tmp_path: object) -> None:
 
 
 def twin(store: Store) -> RetentionStore:
-    """Another store object on the same backend (a MemoryStore is its own backend: itself)."""
+    """Another store object on the same backend (a MemoryStore is its own backend: itself; a
+    worker's remembering wrapper gets one of its own, as another worker would)."""
+    if isinstance(store, RememberingStore):
+        return RememberingStore(twin(store.store))
     if isinstance(store, FileStore):
         return FileStore(store.root)
     if isinstance(store, MemoryStore):
