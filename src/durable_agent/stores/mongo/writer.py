@@ -22,8 +22,9 @@ by every server, FerretDB included, unlike the multikey index on ``keys``). Whic
 first, the claimer's document or the fence, decides: an entry is stored at most once, and the
 first writer to store it wins. To keep two writers from fencing each other in turn, a writer
 fences only documents placed before its own first slot; a claim that a later writer moved is
-waited for (briefly), and if that writer died the append fails retryably, and its retry, started
-later, takes over.
+waited for (briefly: that writer is between moving its claims and inserting its document, and a
+writer that gives up such a place fences it itself), and if that writer died the append fails
+retryably, and its retry, started later, takes over.
 
 **Large batches**, split into several documents, are inserted with one ordered
 ``insert_many``: a failure can leave a prefix of them (a retry completes it), and a conflict
@@ -157,19 +158,27 @@ class BatchWriter:
         self._ends.raise_to(scope, first + count)
         mine = {c["_id"]: c["q"] for c in claims[1:done]}
         ours: list[str] = []  # documents of a split batch stored before a duplicate key
-        if done == len(claims):
-            try:
-                await self._insert(docs)
-            except DuplicateKeyError:
-                pass  # a fence at this batch's place: another writer took its claims over
-            except BulkWriteError as exc:
-                if not only_duplicate_keys(exc):
-                    raise
-                ours = [doc["_id"] for doc in docs[: first_error_index(exc)]]
-            else:
-                return await self._confirm(scope)
+        if done == len(claims) and await self._land(scope, docs, ours):
+            return await self._confirm(scope)
         await self._careful(scope, todo, mine, first, first + count, ours)
         await self._confirm(scope)
+
+    async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[str]) -> bool:
+        """Insert a batch's documents; ``False`` if one hit a fence (another writer took its
+        claims over): then those stored before it are added to ``ours``, and those after it are
+        fenced too, so every claim pointing at a document of this attempt may be taken over."""
+        try:
+            await self._insert(docs)
+        except DuplicateKeyError:
+            return False
+        except BulkWriteError as exc:
+            if not only_duplicate_keys(exc):
+                raise
+            stored = first_error_index(exc)
+            ours.extend(doc["_id"] for doc in docs[:stored])
+            await self._fence_places(scope, [doc["seq"] for doc in docs[stored + 1 :]])
+            return False
+        return True
 
     async def _confirm(self, scope: Scope) -> None:
         """The session document still has the incarnation written to, so a delete has not begun
@@ -228,17 +237,13 @@ class BatchWriter:
             runs = split_documents(scope.prefix, todo)
             docs = documents(scope, runs, first)
             if not await self._hold(scope, claims_for(scope, runs, docs), claims, mine):
+                # Abandoned: fenced, so the claims already moved here may be taken over (a
+                # writer that started before this slot waits for them otherwise, while this
+                # call may be waiting for it).
+                await self._fence_places(scope, [doc["seq"] for doc in docs])
                 continue
-            try:
-                await self._insert(docs)
-            except DuplicateKeyError:
-                continue  # fenced meanwhile: look again
-            except BulkWriteError as exc:
-                if not only_duplicate_keys(exc):
-                    raise
-                ours.extend(doc["_id"] for doc in docs[: first_error_index(exc)])
-                continue
-            return
+            if await self._land(scope, docs, ours):
+                return
         raise StoreUnavailableError(
             f"session {scope.sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
@@ -246,20 +251,29 @@ class BatchWriter:
 
     async def _fence(self, scope: Scope, taken: list[Claim], birth: int) -> bool:
         """Make sure the documents other writers' claims in ``taken`` point at can never land
-        (their entries are not stored): a fence at each one's place. ``False`` when one of them
-        cannot be fenced yet (it landed meanwhile, or a writer that started after this call
-        placed it): look again."""
+        (their entries are not stored): a fence at each one's place. A place after this call's
+        first slot is only found fenced, never fenced (its writer started later and is still
+        placing it, or abandoned and fenced it). ``False`` when one is not fenced (it landed
+        meanwhile, or is still being placed): look again."""
         for seq in sorted({claim.seq for claim in taken if claim.seq is not None}):
-            if seq >= birth:
+            if seq < birth and await self._fence_places(scope, [seq]):
+                continue
+            there = await self._entries.find_one({"_id": scope.at(seq)}, {"fence": 1})
+            if there is None or not there.get("fence"):
                 return False
+        return True
+
+    async def _fence_places(self, scope: Scope, seqs: list[int]) -> bool:
+        """Put a fence at each place in ``seqs`` (where a batch document was meant to go);
+        ``False`` if one of them is taken (by a document or a fence)."""
+        fenced = True
+        for seq in seqs:
             fence = {"_id": scope.at(seq), "session_id": scope.sid, "inc": scope.inc}
             try:
                 await self._entries.insert_one({**fence, "seq": seq, "fence": True})
             except DuplicateKeyError:
-                there = await self._entries.find_one({"_id": scope.at(seq)}, {"fence": 1})
-                if there is None or not there.get("fence"):
-                    return False  # the document landed: its entries are stored now
-        return True
+                fenced = False
+        return fenced
 
     async def _hold(
         self,
