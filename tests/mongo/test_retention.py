@@ -17,7 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from durable_agent.session import EntryConflictError, SessionNotFoundError, encode_entry
 from durable_agent.session.deltas import Delta, DeltaKey
 from durable_agent.stores.mongo import MongoStore
-from tests.mongo.helpers import Commands, elsewhere, entry, ids
+from tests.mongo.helpers import Commands, elsewhere, entry, ids, inc_of
 
 pytestmark = pytest.mark.mongo
 
@@ -118,6 +118,24 @@ async def test_a_half_deleted_sessions_leftovers_never_reach_its_successor(
     assert encode_entry(b) == encode_entry(entry("b", "new b"))
     assert [e.id for _, e in await store.load_entries_after("s1", 0)] == ["b"]
     await store.delete_session("s1")
+    assert leftovers(sync_db, "s1") == {}
+
+
+async def test_a_conflict_found_in_a_deleted_session_is_session_not_found(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A store object that knew the session appends after its delete and meets, in the deleted
+    incarnation, an entry another racing writer stored there with other content: the session is
+    gone, so ``SessionNotFoundError`` (not a conflict), and nothing is left."""
+    stale = MongoStore(mongo_database)
+    await stale.create_session("s1")
+    p = f"s1/{inc_of(sync_db, 's1')}"
+    await MongoStore(mongo_database).delete_session("s1")
+    racer = {"_id": f"{p}#5", "session_id": "s1", "inc": p[3:], "entry_id": "d", "seq": 5}
+    sync_db.entries.insert_one({**racer, "keys": [f"{p}/d"], "wires": [encode_entry(entry("d"))]})
+    sync_db.entries_claims.insert_one({"_id": f"{p}/d", "s": "s1", "i": p[3:], "q": 5})
+    with pytest.raises(SessionNotFoundError):
+        await stale.append_entries("s1", [entry("d", "other")])
     assert leftovers(sync_db, "s1") == {}
 
 

@@ -160,7 +160,11 @@ class BatchWriter:
         ours: list[str] = []  # documents of a split batch stored before a duplicate key
         if done == len(claims) and await self._land(scope, docs, ours):
             return await self._confirm(scope)
-        await self._careful(scope, todo, mine, first, first + count, ours)
+        try:
+            await self._careful(scope, todo, mine, first, first + count, ours)
+        except EntryConflictError:
+            await self._confirm(scope)  # a conflict in a deleted incarnation is none
+            raise
         await self._confirm(scope)
 
     async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[str]) -> bool:
