@@ -32,4 +32,4 @@ ENV DURABLE_AGENT_APP=durable_agent.cli.demo_app:app \
 ENTRYPOINT ["durable-agent"]
 CMD ["worker", "--ready-file", "/tmp/durable-agent-worker.ready"]
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["test", "-f", "/tmp/durable-agent-worker.ready"]
+    CMD ["durable-agent", "worker", "--check", "--ready-file", "/tmp/durable-agent-worker.ready"]

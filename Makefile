@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-load compose-secrets clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-cost bench-cancel bench-load compose-secrets clean
 
 venv: $(VENV)/.installed
 
@@ -61,6 +61,16 @@ PEERS_VENV ?= .venv-peers
 
 bench-peers: ferretdb $(PEERS_VENV)/.installed
 	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PEERS_VENV)/bin/python bench/peers/run.py
+
+# Temporal billable actions, client and worker CPU per conversation turn vs Pydantic AI, at 0, 1, 3
+# and 10 s of model latency (about 14 minutes); BEFORE=<rev> adds durable-agent as of <rev>.
+bench-cost: $(PEERS_VENV)/.installed
+	$(PEERS_VENV)/bin/python bench/cost_bench.py $(if $(BEFORE),--before $(BEFORE))
+
+# Seconds from stream.cancel() to a streaming model call's stop on the worker (p50, p95);
+# BEFORE=<rev> adds durable-agent as of <rev>.
+bench-cancel: venv
+	$(PY) bench/cancel_bench.py $(if $(BEFORE),--before $(BEFORE))
 
 $(PEERS_VENV)/.installed: bench/peers/requirements.txt pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)

@@ -29,12 +29,12 @@ from typing import Any
 from temporalio.client import Client
 
 from durable_agent import Event, new, tool
+from durable_agent.activities.contracts import event_to_wire
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, ToolCall
 from durable_agent.session import Store
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker
 from durable_agent.workflows import run_workflow_id as workflow_id
-from durable_agent.workflows.types import event_to_wire
 
 __all__ = ["bench_can_size", "print_can_size"]
 

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,9 +86,14 @@ class DevServer:
             self.process.wait(timeout)
 
 
-def launch(directory: Path, dynamic_config: Mapping[str, object] | None = None) -> DevServer:
+def launch(
+    directory: Path,
+    dynamic_config: Mapping[str, object] | None = None,
+    extra_args: Sequence[str] = (),
+) -> DevServer:
     """Spawn a headless dev server on a free port, its state in ``directory/temporal.db`` (WAL);
-    ``dynamic_config`` adds ``--dynamic-config-value KEY=VALUE`` flags (values JSON-encoded)."""
+    ``dynamic_config`` adds ``--dynamic-config-value KEY=VALUE`` flags (values JSON-encoded),
+    ``extra_args`` any other ``start-dev`` flags (e.g. ``--metrics-port``)."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "temporal.db"
     log_path = directory / "temporal-server.log"
@@ -113,6 +118,7 @@ def launch(directory: Path, dynamic_config: Mapping[str, object] | None = None) 
                 "--log-level",
                 "warn",
                 *dynamic_flags(dynamic_config or {}),
+                *extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -122,13 +128,17 @@ def launch(directory: Path, dynamic_config: Mapping[str, object] | None = None) 
 
 
 async def start_dev_server(
-    directory: Path, *, dynamic_config: Mapping[str, object] | None = None, within: float = 30.0
+    directory: Path,
+    *,
+    dynamic_config: Mapping[str, object] | None = None,
+    extra_args: Sequence[str] = (),
+    within: float = 30.0,
 ) -> DevServer:
     """Start a dev server (see :func:`launch`) and wait until its default namespace answers."""
     last_error: BaseException | None = None
     log_path = directory / "temporal-server.log"
     for _ in range(3):  # a port taken between free_port() and bind: try another
-        server = launch(directory, dynamic_config)
+        server = launch(directory, dynamic_config, extra_args)
         log_path = server.log_path
         deadline = time.monotonic() + within
         while time.monotonic() < deadline and server.process.poll() is None:

@@ -1,4 +1,4 @@
-"""Cancel and concurrency races on one handle (issue 11 items 1, 2, 5 and 6), in process.
+"""Cancel and concurrency races on one handle, in process.
 
 Each race holds one write open after it reached the store (:class:`GatedStore`, a slow ``fsync``)
 and delivers a cancellation, or starts another verb, inside that window. Afterwards the handle's

@@ -69,17 +69,6 @@ def test_empty_parent_id_is_none_in_models() -> None:
     assert CompactionEntry(summary="s", parent_id="").parent_id is None
 
 
-def test_with_header_replaces_only_the_header() -> None:
-    e = MessageEntry(id="old", parent_id="p", created_at=T0, message=msg(), meta=True)
-    later = T0 + timedelta(seconds=1)
-    copy = e.with_header("new", None, later)
-    assert isinstance(copy, MessageEntry)
-    assert (copy.id, copy.parent_id, copy.created_at) == ("new", None, later)
-    assert copy.message == e.message
-    assert copy.meta is True
-    assert e.id == "old"
-
-
 def test_created_at_is_aware_utc() -> None:
     e = MessageEntry(message=msg(), created_at=datetime(2026, 1, 2, 3, 4, 5))
     assert e.created_at == T0

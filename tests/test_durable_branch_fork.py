@@ -1,4 +1,4 @@
-"""``branch`` (SPEC §4.6) and ``fork`` (§4.7), decisions 2, 4 and 8."""
+"""``branch`` and ``fork`` (docs/design.md#handle-and-engine), decisions 2, 4 and 8."""
 
 from __future__ import annotations
 

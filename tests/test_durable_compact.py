@@ -1,4 +1,4 @@
-"""``compact`` (SPEC §4.8), decisions 1, 9 and 13."""
+"""``compact`` (docs/design.md#compaction), decisions 1, 9 and 13."""
 
 from __future__ import annotations
 

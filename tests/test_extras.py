@@ -64,7 +64,7 @@ CHECKS: dict[str, str] = {
     ),
     "temporal": (
         "from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker\n"
-        "from durable_agent.activities.agent_activities import AgentActivities\n"
+        "from durable_agent.activities import AgentActivities\n"
     ),
     "dev": (
         "import os, sys, temporalio.testing\n"
@@ -158,4 +158,4 @@ def test_the_script_without_the_cli_extras_names_them(fresh_env: FreshEnvs, extr
         return
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
-    assert "pip install 'durable-agent[" in done.stderr
+    assert "pip install '.[" in done.stderr

@@ -1,6 +1,6 @@
 """The live delta channels, writer and follower on their own, on real stores' channels:
-order and restarts are decided by ``(attempt, seq)``, never by arrival, and the stored message
-always wins at ``message_end``."""
+order and restarts are decided by ``(attempt, seq)``, never by arrival, the stored message
+always wins at the reply's receipt, and every update's ``delta`` is the text it adds."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent import Event
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
-from durable_agent.durable.live import DeltaFollower, DeltaWriter
+from durable_agent.durable.follow import DeltaFollower
+from durable_agent.durable.live import DeltaWriter
 from durable_agent.session.deltas import Delta, DeltaChannel, DeltaKey, diff_patch
-from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.stores.memory import MemoryDeltas
+from tests.support.polling import eventually
 
 KEY = DeltaKey("s1", "run1", 4)
 
@@ -54,30 +54,21 @@ async def publish(channel: DeltaChannel, attempt: int, texts: list[str], first: 
         prev = cur
 
 
-def start() -> Event:
-    inner = AgentEvent(type="message_start", message=Message(role="assistant"))
-    return Event(type="agent", session_id=KEY.session_id, agent=inner)
-
-
-def end(final: str) -> Event:
-    entry = MessageEntry(id="e1", parent_id=None, message=text(final))
-    inner = AgentEvent(type="message_end", message=text(final))
-    return Event(
-        type="agent", session_id=KEY.session_id, agent=inner, entries=[entry], leaf_id="e1"
-    )
-
-
-def shown(events: list[Event]) -> list[tuple[str, bool]]:
+def shown(updates: list[AgentEvent | None]) -> list[tuple[str, bool]]:
+    """Text and restart of each update; each one's ``delta`` must be the text it adds (so the
+    text ends with it, and after a restart is it)."""
     out = []
-    for e in events:
-        assert e.agent is not None and e.agent.type == "message_update" and e.agent.message
-        out.append((e.agent.message.text(), e.agent.restart))
+    for u in updates:
+        assert u is not None and u.type == "message_update" and u.message and u.delta is not None
+        assert u.message.text().endswith(u.delta)
+        assert not u.restart or u.delta == u.message.text()
+        out.append((u.message.text(), u.restart))
     return out
 
 
-async def following(channel: DeltaChannel) -> DeltaFollower:
+def following(channel: DeltaChannel) -> DeltaFollower:
     follower = DeltaFollower(channel, KEY.session_id, KEY.run_id)
-    assert await follower.see(start(), KEY.position) == []
+    follower.expect(KEY.turn)
     return follower
 
 
@@ -93,48 +84,65 @@ async def test_channels_order_by_attempt_and_seq_and_clear(channel: DeltaChannel
 
 
 async def test_a_hole_stops_the_reader_and_a_retry_restarts_it(channel: DeltaChannel) -> None:
-    follower = await following(channel)
-    await publish(channel, 1, ["He", "Hell"])
-    assert shown(await follower.poll()) == [("He", False), ("Hell", False)]
+    follower = following(channel)
+    await publish(channel, 1, ["He"])
+    assert shown([await follower.poll()]) == [("He", False)]
+    await publish(channel, 1, ["He", "Hell"], first=2)
+    assert shown([await follower.poll()]) == [("Hell", False)]
     await publish(channel, 1, ["He", "Hell", "Hello", "Hello w"], first=4)  # seq 3 was lost
-    assert await follower.poll() == []  # never past a hole
+    assert await follower.poll() is None  # never past a hole
     await publish(channel, 2, ["Hi", "Hi there"])
-    assert shown(await follower.poll()) == [("Hi", True), ("Hi there", False)]
+    # read together, the retried attempt's deltas are one update, which starts the reply over
+    [update] = shown([await follower.poll()])
+    assert update == ("Hi there", True)
     # a zombie attempt writing on gets ignored
     await publish(channel, 1, ["He", "Hell", "Hello", "Hello w", "Hello wo"], first=5)
-    assert await follower.poll() == []
-    assert shown(await follower.see(end("Hi there!"), KEY.position)) == [("Hi there!", False)]
-    assert not follower.open
+    assert await follower.poll() is None
+    assert shown(await follower.finish(text("Hi there!"))) == [("Hi there!", False)]
+    assert follower.turn is None
+
+
+async def test_deltas_read_together_are_one_update_adding_their_text(
+    channel: DeltaChannel,
+) -> None:
+    follower = following(channel)
+    await publish(channel, 1, ["Hel", "Hello", "Hello, w"])
+    [update] = [await follower.poll()]
+    assert update is not None and update.delta == "Hello, w" and not update.restart
+    await publish(channel, 1, ["Hel", "Hello", "Hello, w", "Hello, wor", "Hello, world"], first=4)
+    update = await follower.poll()
+    assert update is not None and update.delta == "orld" and update.message is not None
+    assert update.message.text() == "Hello, world"
 
 
 async def test_a_late_reader_starts_at_the_latest_attempt(channel: DeltaChannel) -> None:
     await publish(channel, 1, ["x", "xy", "xyz"])
     await publish(channel, 3, ["a", "ab"])
-    follower = await following(channel)
-    assert shown(await follower.poll()) == [("a", False), ("ab", False)]
+    follower = following(channel)
+    assert shown([await follower.poll()]) == [("ab", False)]
 
 
-async def test_the_stored_message_wins_at_message_end(channel: DeltaChannel) -> None:
-    follower = await following(channel)
+async def test_the_stored_message_wins_at_the_receipt(channel: DeltaChannel) -> None:
+    follower = following(channel)
     await publish(channel, 2, ["Hi", "Hi the"])
-    assert len(await follower.poll()) == 2
+    assert await follower.poll() is not None
     # the stored reply is another attempt's (a zombie won the commit): one restart to it
-    assert shown(await follower.see(end("Hello"), KEY.position)) == [("Hello", True)]
+    assert shown(await follower.finish(text("Hello"))) == [("Hello", True)]
     # the drained tail arrives before the receipt; nothing more when the shown text is stored
-    follower = await following(channel)
+    follower = following(channel)
     await channel.clear(KEY)
     await publish(channel, 1, ["Al"])
-    assert len(await follower.poll()) == 1
+    assert await follower.poll() is not None
     await publish(channel, 1, ["Al", "All"], first=2)
-    assert shown(await follower.see(end("All"), KEY.position)) == [("All", False)]
+    assert shown(await follower.finish(text("All"))) == [("All", False)]
 
 
 async def test_a_reply_stored_before_the_reader_looked_gets_no_deltas(
     channel: DeltaChannel,
 ) -> None:
     await publish(channel, 1, ["x", "xy"])
-    follower = await following(channel)
-    assert await follower.see(end("xy"), KEY.position) == []
+    follower = following(channel)
+    assert await follower.finish(text("xy")) == []
 
 
 class _Failing(MemoryDeltas):
@@ -162,8 +170,29 @@ async def test_the_writer_batches_and_publishes_the_whole_reply() -> None:
     deltas = await channel.read(KEY)
     assert 2 <= len(deltas) <= 15, len(deltas)
     assert [d.seq for d in deltas] == list(range(1, len(deltas) + 1))
-    follower = await following(channel)
-    assert shown(await follower.poll())[-1] == (final, False)
+    assert [d.final for d in deltas] == [False] * (len(deltas) - 1) + [True]
+    follower = following(channel)
+    assert shown([await follower.poll()])[-1] == (final, False)
+
+
+async def test_what_a_paused_model_left_is_written_within_two_intervals() -> None:
+    """Writes go out from the offers that find one due; a model that pauses does not leave its
+    last partial unwritten: a timer writes it two intervals after the last write."""
+    channel = MemoryDeltas()
+    writer = DeltaWriter(channel, KEY, 1, every=0.05)
+    writer.offer(text("a"))  # written at once
+    await asyncio.sleep(0.01)
+    writer.offer(text("ab"))  # not due yet; then the model pauses
+    await asyncio.sleep(0.02)
+    assert [d.seq for d in await channel.read(KEY)] == [1]
+
+    async def caught_up() -> bool:
+        return len(await channel.read(KEY)) == 2
+
+    await eventually(caught_up, within=1.0, interval=0.01, what="the paused partial")
+    follower = following(channel)
+    assert shown([await follower.poll()]) == [("ab", False)]
+    writer.stop()
 
 
 async def test_a_failed_write_stops_the_attempt_without_a_hole() -> None:
@@ -174,16 +203,16 @@ async def test_a_failed_write_stops_the_attempt_without_a_hole() -> None:
         await asyncio.sleep(0.01)
     await writer.finish(text("abcd"))
     assert [d.seq for d in await channel.read(KEY)] == [1]
-    follower = await following(channel)
-    assert shown(await follower.poll()) == [("a", False)]
-    assert shown(await follower.see(end("abcd"), KEY.position)) == [("abcd", False)]
+    follower = following(channel)
+    assert shown([await follower.poll()]) == [("a", False)]
+    assert shown(await follower.finish(text("abcd"))) == [("abcd", False)]
 
 
 async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
     from durable_agent.ai.messages import ToolCall
 
     channel = MemoryDeltas()
-    follower = await following(channel)
+    follower = following(channel)
     partial = Message(
         role="assistant",
         content=[TextContent(text="Let me"), ToolCall(id="", name="f", arguments={})],
@@ -191,7 +220,7 @@ async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
     patch = diff_patch(None, partial)
     assert patch is not None
     await channel.publish(KEY, Delta(attempt=1, seq=1, head=patch[0], size=patch[1], ops=patch[2]))
-    assert len(await follower.poll()) == 1
+    assert await follower.poll() is not None
     stored = Message(
         role="assistant",
         content=[
@@ -199,21 +228,15 @@ async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
             ToolCall(id="call_1", name="f", arguments={"a": 1}),
         ],
     )
-    entry = MessageEntry(id="e1", parent_id=None, message=stored)
-    inner = AgentEvent(type="message_end", message=stored)
-    end_event = Event(type="agent", session_id="s1", agent=inner, entries=[entry], leaf_id="e1")
-    [update] = await follower.see(end_event, KEY.position)
-    assert update.agent is not None and update.agent.message == stored
-    assert not update.agent.restart
+    [update] = await follower.finish(stored)
+    assert update.message == stored and update.delta == " see"
+    assert not update.restart
     # another call (or a rewritten text) is a restart
-    follower = await following(channel)
-    assert len(await follower.poll()) == 1
+    follower = following(channel)
+    assert await follower.poll() is not None
     other = stored.model_copy(update={"content": [TextContent(text="No"), *stored.content[1:]]})
-    entry = MessageEntry(id="e1", parent_id=None, message=other)
-    inner = AgentEvent(type="message_end", message=other)
-    end_event = Event(type="agent", session_id="s1", agent=inner, entries=[entry], leaf_id="e1")
-    [update] = await follower.see(end_event, KEY.position)
-    assert update.agent is not None and update.agent.restart
+    [update] = await follower.finish(other)
+    assert update.restart and update.delta == "No"
 
 
 async def test_the_file_channel_sweeps_orphaned_and_expired_delta_files(tmp_path: Path) -> None:

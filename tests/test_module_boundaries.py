@@ -1,12 +1,18 @@
-"""Module boundaries in ``src/`` (issue 14, "Done means"), checked on the source's AST.
+"""Module boundaries in ``src/``, checked on the source's AST.
 
 - Modules talk through public names: no module imports another module's ``_private`` name
   (``from x import _y``), reaches into one (``x._y`` on an imported module of the package), or
-  uses a private member its own code does not define (``agent._commit(...)`` in the executor:
-  the 21 private ``Agent`` members issue 14 counted).
+  uses a private member its own code does not define (``agent._commit(...)`` in the executor,
+  as the executors once reached into 21 private ``Agent`` members).
 - No import circle between the modules of ``durable/``.
 - Temporal packages depend one way, ``workflows/`` -> ``activities/`` -> ``durable/``: nothing in
-  ``activities/`` imports ``workflows/``.
+  ``activities/`` imports ``workflows/``. Inside ``activities/`` the modules keep an order
+  (``contracts`` first: every module that crosses the boundary imports it, it imports none of
+  them; then the shared base; then each capability, the model and tool calls importing no other
+  capability); inside ``workflows/`` there is no import circle.
+- Workflow code calls activities by reference (``execute_activity_method`` and friends), never by
+  a name string.
+- No module only re-exports what others define (package ``__init__`` files excepted).
 
 Every import counts, also one inside a function or under ``TYPE_CHECKING``: a deferred import
 hides a circle from the interpreter, not from the design. The allow-lists name what is still
@@ -158,7 +164,7 @@ def _cycle_from(start: str, edges: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_scan_sees_the_package() -> None:
     found = modules()
-    assert "durable_agent.durable.agent" in found and "durable_agent.workflows.types" in found
+    assert "durable_agent.durable.agent" in found and "durable_agent.activities.contracts" in found
     agent = found["durable_agent.durable.agent"]
     assert "durable_agent.durable.state" in agent.imports  # relative imports resolved
     assert "durable_agent.session.store" in agent.imports
@@ -206,3 +212,103 @@ def test_activities_do_not_import_workflows() -> None:
         for i in m.imports
     )
     assert downward, "workflows/ is expected to build on activities/"
+
+
+TEMPORAL_ORDER = [
+    ["contracts", "failures", "spec"],
+    ["base"],
+    ["store_steps"],
+    ["model_call", "tool_call", "verb_steps", "reset_steps"],
+    [""],
+]
+"""The modules of ``activities/`` by rank (``""``: the package): a module imports only modules of
+a lower rank (and the first rank imports none of the package)."""
+
+
+def _activities(name: str) -> str:
+    return f"{PACKAGE}.activities" + (f".{name}" if name else "")
+
+
+def test_the_activities_keep_their_order() -> None:
+    found = modules()
+    rank = {_activities(n): i for i, names in enumerate(TEMPORAL_ORDER) for n in names}
+    listed = {m for m in found if m.startswith(f"{PACKAGE}.activities")}
+    assert listed == set(rank), f"place these in TEMPORAL_ORDER: {sorted(listed ^ set(rank))}"
+    upward = sorted(
+        f"{name} imports {i}"
+        for name, r in rank.items()
+        for i in found[name].imports
+        if i in rank and rank[i] >= r and i != name
+    )
+    assert upward == [], "activities/ modules importing their own rank or above:\n" + "\n".join(
+        upward
+    )
+
+
+def test_contracts_are_what_crosses_the_boundary() -> None:
+    found = modules()
+    contracts = _activities("contracts")
+    crossing = [_activities(n) for n in ("model_call", "tool_call", "store_steps", "verb_steps")]
+    crossing += [
+        f"{PACKAGE}.workflows.{n}"
+        for n in ("run_workflow", "compact_workflow", "publish_workflow", "executor", "run_stream")
+    ]
+    missing = [m for m in crossing if contracts not in found[m].imports]
+    assert missing == [], f"modules crossing the boundary without the contracts: {missing}"
+    inside = {i for i in found[contracts].imports if i.startswith(f"{PACKAGE}.activities")}
+    assert inside == set(), f"contracts import their users: {inside}"
+
+
+def test_no_import_circle_in_workflows() -> None:
+    prefix = f"{PACKAGE}.workflows."
+    edges = {
+        m.name: {i for i in m.imports if i.startswith(prefix)}
+        for m in modules().values()
+        if m.name.startswith(prefix)
+    }
+    circles = [c for start in sorted(edges) if (c := _cycle_from(start, edges))]
+    assert circles == [], "\n".join(" -> ".join(c) for c in circles)
+
+
+ALLOWED_SHIMS: dict[str, str] = {}
+"""Re-export-only modules still waiting for their refactor, each with its reason."""
+
+BY_NAME = {"execute_activity", "execute_local_activity", "start_activity", "start_local_activity"}
+"""``workflow`` functions that take an activity by its name string."""
+
+
+def test_workflow_code_calls_activities_by_reference() -> None:
+    by_name = sorted(
+        f"{m.name} line {node.lineno}: {ast.unparse(node.func)}"
+        for m in modules().values()
+        if m.name.startswith((f"{PACKAGE}.workflows", f"{PACKAGE}.activities"))
+        for node in ast.walk(ast.parse(m.path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in BY_NAME
+    )
+    assert by_name == [], "activities called by name:\n" + "\n".join(by_name)
+
+
+def test_no_module_only_re_exports() -> None:
+    """A module whose top level is only imports (and ``__all__``) adds nothing of its own."""
+
+    def defines(tree: ast.Module) -> bool:
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)):
+                continue  # imports, and the docstring
+            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [
+                "__all__"
+            ]:
+                continue
+            return True
+        return False
+
+    shims = {
+        m.name
+        for m in modules().values()
+        if m.path.name != "__init__.py" and not defines(ast.parse(m.path.read_text()))
+    }
+    assert sorted(shims - set(ALLOWED_SHIMS)) == [], f"modules that only re-export: {shims}"
+    stale = sorted(set(ALLOWED_SHIMS) - shims)
+    assert stale == [], f"allow-list entries that match nothing any more: {stale}"

@@ -1,4 +1,4 @@
-"""Run-start reconcile (issue 11 item 8b): a write that lands after its run failed becomes part of
+"""Run-start reconcile: a write that lands after its run failed becomes part of
 the handle's path, and repair answers only calls with no stored result."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §3: tree, path, model_view and transcript_view."""
+"""Tree, path, model_view and transcript_view (docs/design.md#tree-and-views)."""
 
 from __future__ import annotations
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
-from tests.support.polling import poll
+from tests.support.polling import poll, wait_until
 
 CLI = [sys.executable, "-m", "durable_agent.cli"]
 
@@ -90,3 +95,92 @@ def in_order(text: str, markers: Sequence[str]) -> list[str]:
         else:
             position = found + len(marker)
     return problems
+
+
+@dataclass
+class Dev:
+    """A running ``durable-agent dev``: the environment that finds it, its output and the
+    ``server.json`` it advertises."""
+
+    env: dict[str, str]
+    proc: subprocess.Popen[str]
+    log: Path
+    info: dict[str, Any]
+
+
+@contextmanager
+def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
+    """``durable-agent dev`` with its data under ``home``, until the block ends; then it must
+    stop cleanly (exit 0, its server gone, its advertisement and workers' ready files removed)."""
+    env = cli_env(home, **extra_env)
+    log = home / "dev.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*CLI, "dev", *args], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        wait_until(
+            lambda: "is up" in log.read_text() or proc.poll() is not None,
+            within=90,
+            what="dev to start",
+        )
+        assert proc.poll() is None, log.read_text()
+        info = json.loads((home / "durable-agent" / "server.json").read_text())
+        yield Dev(env, proc, log, info)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0, log.read_text()
+    assert wait_dead([info["pid"]]) == [], "dev stopped its server"
+    assert not (home / "durable-agent" / "server.json").exists()
+    left = list((home / "durable-agent" / "run").glob("*.ready*"))
+    assert left == [], "the workers' ready files go with them (a SIGKILLed one's too)"
+
+
+@dataclass
+class WorkerProcess:
+    """A ``durable-agent worker`` subprocess, its ready file and its output file."""
+
+    proc: subprocess.Popen[bytes]
+    ready: Path
+    log: Path
+    _out: IO[bytes]
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self) -> int:
+        """SIGTERM (a no-op if it is gone), then its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self._out.close()
+
+
+@contextmanager
+def worker_process(
+    env: dict[str, str], workdir: Path, *args: str, name: str = "worker"
+) -> Iterator[WorkerProcess]:
+    """``durable-agent worker --ready-file <workdir>/<name>.ready ARGS``, up (its ready file
+    written) for the block, stopped after it."""
+    ready, log = workdir / f"{name}.ready", workdir / f"{name}.log"
+    out = log.open("wb")
+    proc = subprocess.Popen(
+        [*CLI, "worker", "--ready-file", str(ready), *args],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    worker = WorkerProcess(proc, ready, log, out)
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, within=60, what=name)
+        assert proc.poll() is None, log.read_text()
+        yield worker
+    finally:
+        worker.stop()

@@ -12,22 +12,23 @@ from durable_agent import Reply, ScriptedModel
 from durable_agent.ai.messages import Message, TextContent, user_message
 from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
-from durable_agent.cli.config import data_dir, temporal_env
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import workflows_url
-from durable_agent.cli.processes import (
-    ServerInfo,
-    free_port,
-    read_server_info,
-    remove_server_info,
-    write_server_info,
-)
+from durable_agent.cli.processes import free_port
 from durable_agent.cli.render import render_tree
 from durable_agent.cli.stores import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
+from durable_agent.workflows.config import (
+    ServerInfo,
+    data_dir,
+    read_server_info,
+    remove_server_info,
+    resolve_connect_settings,
+    write_server_info,
+)
 
 
 def test_data_dir_follows_xdg_and_override(tmp_path: Path) -> None:
@@ -65,10 +66,12 @@ def test_server_info_round_trip(tmp_path: Path) -> None:
     )
     write_server_info(tmp_path, info)
     assert read_server_info(tmp_path) == info
-    env = temporal_env({"DURABLE_AGENT_DATA_DIR": str(tmp_path)})
-    assert env["TEMPORAL_ADDRESS"] == "127.0.0.1:1"
-    explicit = temporal_env({"DURABLE_AGENT_DATA_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "h:2"})
-    assert explicit["TEMPORAL_ADDRESS"] == "h:2"
+    env = {"DURABLE_AGENT_DATA_DIR": str(tmp_path), "TEMPORAL_CONFIG_FILE": str(tmp_path / "no")}
+    found = resolve_connect_settings(env)
+    assert (found.address, found.dev_server) == ("127.0.0.1:1", info)
+    assert found.address_source == f"the running `durable-agent dev` (pid {info.owner_pid})"
+    explicit = resolve_connect_settings({**env, "TEMPORAL_ADDRESS": "h:2"})
+    assert (explicit.address, explicit.dev_server) == ("h:2", None)
     remove_server_info(tmp_path, owner_pid=info.owner_pid + 1)  # not ours: kept
     assert read_server_info(tmp_path) == info
     remove_server_info(tmp_path, owner_pid=info.owner_pid)

@@ -13,14 +13,13 @@ import secrets
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pexpect
 import pytest
 
-from tests.cli.support import CLI, cli_env, plain, run_cli, wait_dead
+from tests.cli.support import CLI, Dev, cli_env, plain, run_cli, running_dev
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
@@ -28,43 +27,13 @@ pytestmark = pytest.mark.temporal
 EXAMPLE_APP = Path(__file__).resolve().parents[2] / "examples" / "weather_app.py"
 
 
-@dataclass
-class Dev:
-    env: dict[str, str]
-    proc: subprocess.Popen[str]
-    log: Path
-    info: dict[str, Any]
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    home = tmp_path_factory.mktemp("dev-home")
     # a slow tool long enough to press Ctrl-C while it runs
-    env = cli_env(home, DURABLE_AGENT_DEMO_TOOL_SECONDS="20")
-    log = home / "dev.out"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*CLI, "dev"], env=env, stdout=out, stderr=subprocess.STDOUT, text=True
-        )
-    try:
-        wait_until(
-            lambda: "is up" in log.read_text() or proc.poll() is not None,
-            within=90,
-            what="dev to start",
-        )
-        assert proc.poll() is None, log.read_text()
-        info = json.loads((home / "durable-agent" / "server.json").read_text())
-        yield Dev(env, proc, log, info)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert code == 0, log.read_text()
-    assert wait_dead([info["pid"]]) == [], "dev stopped its server"
-    assert not (home / "durable-agent" / "server.json").exists()
+    with running_dev(
+        tmp_path_factory.mktemp("dev-home"), DURABLE_AGENT_DEMO_TOOL_SECONDS="20"
+    ) as running:
+        yield running
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:
@@ -450,9 +419,6 @@ def test_address_namespace_and_profile_flags(dev: Dev, tmp_path: Path) -> None:
     assert by_env.returncode == 0, by_env.stderr
     unknown = run_cli(["state", "f1", "--profile", "nope"], profiled)
     assert unknown.returncode == 2 and "Profile 'nope' not found" in unknown.stderr
-
-    check = run_cli(["worker", "--check", "--address", address, "--task-queue", queue], env)
-    assert check.returncode == 0 and "healthy" in check.stdout, check.stdout + check.stderr
 
 
 def test_run_from_an_earlier_leaf(dev: Dev) -> None:

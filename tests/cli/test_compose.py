@@ -30,7 +30,7 @@ from durable_agent.cli.config import (
     WORKER_ENV,
 )
 from durable_agent.cli.stores import open_store, resolve_store_spec
-from durable_agent.workflows.types import SEARCH_ATTRIBUTE
+from durable_agent.workflows import SEARCH_ATTRIBUTE
 from tests.support.extras import canonical, closure
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_mongo_is_healthy_only_with_a_primary(compose: dict[str, Any]) -> None:
 
 
 def test_temporal_registers_both_search_attributes(compose: dict[str, Any]) -> None:
-    from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE
+    from durable_agent.workflows.search import KIND_ATTRIBUTE
 
     command = compose["services"]["temporal"]["command"]
     assert f"{KIND_ATTRIBUTE}=Keyword" in command and f"{SEARCH_ATTRIBUTE}=Keyword" in command
@@ -300,7 +300,8 @@ def test_worker_environment_is_what_the_worker_reads(
     assert app.agents, "the app the worker serves loads and defines agents"
     ready = _flag(worker["command"], "--ready-file")
     assert ready
-    assert worker["healthcheck"]["test"] == ["CMD", "durable-agent", "worker", "--check"]
+    check = ["CMD", "durable-agent", "worker", "--check", "--ready-file", ready]
+    assert worker["healthcheck"]["test"] == check, "the health check reads the worker's heartbeat"
     assert worker["build"] == {"context": ".", "dockerfile": "Dockerfile"}
 
 
@@ -316,6 +317,7 @@ def test_dockerfile_agrees(compose: dict[str, Any]) -> None:
     worker = compose["services"]["worker"]
     ready = _flag(worker["command"], "--ready-file")
     assert ready in dockerfile, "image and compose use the same readiness file"
+    assert "HEALTHCHECK" in dockerfile and f'"--check", "--ready-file", "{ready}"' in dockerfile
     for name in re.findall(r"^\s+(DURABLE_AGENT_[A-Z_]+)=", dockerfile, re.M):
         assert name in WORKER_ENV
     default_app = re.search(r"DURABLE_AGENT_APP=(\S+)", dockerfile)

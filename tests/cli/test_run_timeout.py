@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent.cli.run import CANCEL_WAIT
-from durable_agent.workflows.worker import ensure_search_attribute
+from durable_agent.workflows import ensure_search_attribute
 from tests.cli.support import CLI, cli_env
 
 pytestmark = pytest.mark.temporal

@@ -1,4 +1,5 @@
-"""Run inputs (SPEC §4.4): ephemeral, meta, custom and compaction inputs, hook follow-ups."""
+"""Run inputs (docs/design.md#handle-and-engine): ephemeral, meta, custom and compaction inputs,
+hook follow-ups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Run-start repair (SPEC §5.2): dangling tool calls answered before the run goes on."""
+"""Run-start repair (docs/design.md#repair-and-reconcile): dangling tool calls answered before the
+run goes on."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tests.durable_runs.support import (
 )
 from tests.support.harness import Harness
 
-# -- run-start repair (§5.2) ------------------------------------------------------------------
+# -- run-start repair ------------------------------------------------------------------------
 
 
 async def test_carry_on_example_in_process(store: Store) -> None:

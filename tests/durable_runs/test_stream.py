@@ -1,4 +1,5 @@
-"""Run streams (SPEC §6.1): receipts, event order, and what consumers see; see ``support``."""
+"""Run streams (docs/design.md#receipts): receipts, event order, and what consumers see; see
+``support``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tool calls in a run: parallel and sequential execution, stored failures (SPEC §5.3)."""
+"""Tool calls in a run: parallel and sequential execution, stored failures
+(docs/design.md#repair-and-reconcile)."""
 
 from __future__ import annotations
 

@@ -164,13 +164,13 @@ def test_the_package_imports_and_reports_missing_sdks_without_them() -> None:
             try:
                 resolve_model(spec, env={"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"})
             except ProviderConfigError as exc:
-                assert f"durable-agent[{extra}]" in str(exc), str(exc)
+                assert f"pip install '.[{extra}]'" in str(exc), str(exc)
             else:
                 raise AssertionError(spec)
         try:
             from durable_agent.ai.providers import OpenAIChatModel
         except ImportError as exc:
-            assert "durable-agent[openai]" in str(exc), str(exc)
+            assert "pip install '.[openai]'" in str(exc), str(exc)
         else:
             raise AssertionError("OpenAIChatModel imported without the SDK")
         print("ok")

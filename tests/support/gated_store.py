@@ -1,11 +1,11 @@
 """A real store whose chosen append is held open after it reached the store (a slow ``fsync``).
 
-Cancel-race tests (issue 11 items 1 and 2) need a write that has landed but not yet returned, and
-a cancellation (or a concurrent verb) arriving in that window. :class:`GatedStore` delegates every
-call to a real store; the first append whose batch matches the armed predicate writes through,
-sets ``entered`` and then waits for ``release`` before returning, as a FileStore does whose
-``fsync`` is slow. Like every store (SPEC §2.1) it finishes a started write when its caller is
-cancelled: the caller sees ``CancelledError``, the entries stay stored.
+Cancel-race tests need a write that has landed but not yet returned, and a cancellation (or a
+concurrent verb) arriving in that window. :class:`GatedStore` delegates every call to a real store;
+the first append whose batch matches the armed predicate writes through, sets ``entered`` and then
+waits for ``release`` before returning, as a FileStore does whose ``fsync`` is slow. Like every
+store (docs/design.md#store-contract) it finishes a started write when its caller is cancelled: the
+caller sees ``CancelledError``, the entries stay stored.
 """
 
 from __future__ import annotations

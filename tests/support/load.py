@@ -34,7 +34,7 @@ from temporalio.client import Client
 
 from durable_agent import Agent, RunStream, new
 from durable_agent.cli.processes import ManagedProcess, start_worker
-from durable_agent.session import Entry, MessageEntry, Store
+from durable_agent.session import Entry, MessageEntry, SessionNotFoundError, Store
 from durable_agent.workflows import TemporalExecutor, Timeouts, run_workflow_id
 from tests.support.load_app import AGENT, LATENCY_ENV, answer_text, is_tool_turn, turn_text
 from tests.support.worker_stats import STATS_ENV
@@ -435,6 +435,9 @@ async def audit(store: Store, driver: LoadDriver) -> Audit:
     for record in driver.records:
         by_session[record.session_id].append(record)
     for session_id, runs in by_session.items():
-        entries = await store.load_entries(session_id)
+        try:
+            entries = await store.load_entries(session_id)
+        except SessionNotFoundError:  # on Temporal a session is created by its first run
+            entries = []
         _audit_one(result, session_id, entries, runs)
     return result

@@ -1,1 +1,1 @@
-"""Temporal executor tests against a real server (SPEC §7; issue 4 item 5)."""
+"""Temporal executor tests against a real server (docs/design.md#temporal)."""

@@ -1,6 +1,6 @@
 """A user's cancel wins over the retry timeout: cancelling a run whose worker died during the
 model call ends it ``cancelled`` with RunCancelledError, not ``failed`` with the heartbeat
-timeout (SPEC §7.5, issue 16 item 5)."""
+timeout (docs/design.md#cancellation)."""
 
 from __future__ import annotations
 

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 
 import pytest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from durable_agent import Agent, MessageEntry, RunCancelledError, RunStream, new, tool
+from durable_agent.activities import AgentActivities
 from durable_agent.ai import Reply, ScriptedModel
 from durable_agent.session import Entry, encode_entry
 from durable_agent.stores import MemoryStore
-from durable_agent.workflows import AgentSpec, run_workflow_id
+from durable_agent.workflows import WORKFLOWS, AgentSpec, ensure_search_attribute, run_workflow_id
+from durable_agent.workflows.worker import workflow_runner
 from tests.support.gated_store import GatedStore, has_role, has_text
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
@@ -130,6 +134,80 @@ async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
     assert texts(stored) == ["go", "", "echo: x"]
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
     assert [(r.tool_call_id, r.is_error) for r in results] == [("c1", False)]
+
+
+@pytest.mark.parametrize("held", ["assistant", "tool_result"])
+async def test_a_cancel_that_arrives_with_the_stored_answer_keeps_it(
+    temporal_client: Client, held: str
+) -> None:
+    """The run's cancellation and a producer's answer reach the workflow in the same activation
+    (its workflow worker was away while both happened): the answer, already stored, still gets
+    its receipt; the SDK raises the cancellation over a completed activity that is awaited
+    directly, which once left a stored result without one, or beside a cancelled twin."""
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_role(held))
+    q = queue()
+    spec = AgentSpec(
+        model=ScriptedModel([Reply.call("echo", {"text": "x"}, id="c1"), "unused"]), tools=[echo]
+    )
+    await ensure_search_attribute(temporal_client)
+    registered = AgentActivities(gated, {"a": spec}).all()
+    activities = Worker(
+        temporal_client,
+        task_queue=q,
+        activities=registered,
+        max_heartbeat_throttle_interval=timedelta(seconds=0.5),
+    )
+
+    def workflows() -> Worker:
+        """Workflow tasks and the run's local store steps, no model or tool call."""
+        return Worker(
+            temporal_client,
+            task_queue=q,
+            workflows=WORKFLOWS,
+            activities=registered,
+            no_remote_activities=True,
+            workflow_runner=workflow_runner(True),
+            workflow_failure_exception_types=[Exception],
+            max_cached_workflows=0,
+        )
+
+    async with activities:
+        agent = await new(
+            "a",
+            store=memory,
+            session_id=sid(f"t-with-{held}"),
+            executor=executor(temporal_client, q),
+        )
+        rid = run_id()
+        async with workflows():
+            stream = await agent.run("go", run_id=rid)
+            seen = asyncio.ensure_future(consume(stream))
+            await asyncio.wait_for(gated.entered.wait(), 30)
+        # no workflow worker now: the cancel request and the answer wait in history, together
+        cancelling = asyncio.ensure_future(stream.cancel())
+        await cancel_requested(temporal_client, agent.session_id, rid)
+        gated.release.set()
+        handle = temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
+
+        async def answered() -> bool:
+            history = (await handle.fetch_history()).to_json()
+            return event_types(history).count("EVENT_TYPE_ACTIVITY_TASK_COMPLETED") >= 1 + (
+                held == "tool_result"
+            )
+
+        await eventually(answered, within=20, what="the held answer in history")
+        async with workflows():
+            # (a workflow task the stopped worker's last poll took is retried after its timeout)
+            await asyncio.wait_for(cancelling, 90)
+            outcome = await asyncio.wait_for(seen, 30)
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    if held == "assistant":  # the reply kept, its call then answered as cancelled
+        assert texts(stored) == ["go", "", "tool execution cancelled"]
+    else:  # the tool ran: its result answers the call, with no cancelled twin
+        assert texts(stored) == ["go", "", "echo: x"]
 
 
 async def test_cancel_while_the_run_input_is_written_keeps_the_input(

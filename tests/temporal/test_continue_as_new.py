@@ -1,5 +1,5 @@
 """Continue-as-new forced every 2 turns: positions, receipts and the result stay continuous
-(SPEC §7.4, §7.6)."""
+(docs/design.md#receipts, docs/design.md#temporal)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_agent import EventGapError, Reply, ScriptedModel, new, tool
+from durable_agent import Reply, ScriptedModel, new, tool
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import WORKFLOWS, AgentSpec, RunResult, run_workflow_id
 from tests.support.temporal import running_worker
@@ -106,7 +106,7 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
 
 async def _positions(client: Client, session_id: str, rid: str) -> list[int]:
     """The positions the last execution still retains are the tail of 1..N (spot check)."""
-    from durable_agent.workflows.types import EventsAnswer
+    from durable_agent.activities.contracts import EventsAnswer
 
     handle = client.get_workflow_handle(run_workflow_id(session_id, rid))
     answer = await handle.query("events", 0, result_type=EventsAnswer)
@@ -130,32 +130,39 @@ async def _executions(client: Client, session_id: str, rid: str) -> int:
             return count
 
 
-async def test_a_stream_that_falls_behind_continue_as_new_raises_event_gap(
+async def test_a_client_reading_after_the_run_ended_gets_every_event_across_continue_as_new(
     temporal_client: Client,
 ) -> None:
-    """Events a client never received and the workflow no longer retains: EventGapError; the
-    store is complete anyway (SPEC §7.4)."""
+    """A client that reads nothing until a run that continued as new every turn has ended still
+    gets every event, each receipt once: they come from the store, which keeps them all
+    (docs/design.md#receipts); no event can fall out of a window."""
     script = [Reply.call("count", {"n": i}, id=f"g{i}") for i in range(1, 5)]
     lm = ScriptedModel([*script, "done"])
     store, q = MemoryStore(), queue()
     async with running_worker(
         temporal_client, store, {"counter": AgentSpec(model=lm, tools=[count])}, task_queue=q
     ):
-        # a client that polls only every few seconds, a run that continues-as-new every turn
-        ex = executor(temporal_client, q, continue_as_new_after_turns=1, poll_initial=4.0)
-        agent = await new("counter", store=store, session_id=sid("gap"), executor=ex)
+        ex = executor(temporal_client, q, continue_as_new_after_turns=1)
+        agent = await new("counter", store=store, session_id=sid("late"), executor=ex)
         rid = run_id()
         stream = await agent.run("count", run_id=rid)
         handle = temporal_client.get_workflow_handle(
             run_workflow_id(agent.session_id, rid), result_type=RunResult
         )
-        result = await handle.result()  # the run finishes before the client's first poll
+        result = await handle.result()  # the run finishes before the client reads anything
         outcome = await consume(stream)
+        executions = await _executions(temporal_client, agent.session_id, rid)
 
-    assert isinstance(outcome.error, EventGapError), repr(outcome.error)
-    assert outcome.events == []
+    assert outcome.error is None, repr(outcome.error)
+    assert executions == 5
+    tool_turn = ["turn_start", "message_start", "message_end", "tool_execution_start"]
+    tool_turn += ["tool_execution_end", "message_start", "message_end", "turn_end"]
+    last = ["turn_start", "message_start", "message_end", "turn_end", "agent_end"]
+    assert outcome.recorded_types() == ["agent_start", *tool_turn * 4, *last]
     stored = await store.load_entries(agent.session_id)
     assert len(stored) == 1 + 2 * 4 + 1
     assert result.new_entry_ids == [e.id for e in stored]
+    assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
+    assert_receipts_stored(outcome, stored)
     assert_one_chain(stored)
     assert not agent.running

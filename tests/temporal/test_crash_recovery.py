@@ -1,8 +1,9 @@
 """Crash recovery: the worker is a subprocess, SIGKILLed at five points of a run; a fresh worker
 finishes the run and the store holds every message exactly once, chained, with every receipt the
-client saw naming a stored entry (SPEC §7.2, §7.5; issue 4 item 5). Model calls and tool runs are
-counted across both processes: a reply or result its producer committed is never produced again
-(issue 10). A zombie attempt racing its retry leaves one reply, the one the workflow holds.
+client saw naming a stored entry (docs/design.md#stamps-and-producers, docs/design.md#cancellation).
+Model calls and tool runs are counted across both processes: a reply or result its producer
+committed is never produced again. A zombie attempt racing its retry leaves one reply, the one the
+workflow holds.
 
 The four kill points run concurrently (each with its own task queue, session and worker
 processes): most of a recovery is waiting for timeouts, so this keeps the suite short.

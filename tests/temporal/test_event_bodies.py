@@ -1,10 +1,11 @@
-"""Bodies left out of recorded events are put back exactly (issue 16 items 1-2): a turn with a
+"""Bodies left out of recorded events are put back exactly: a turn with a
 hook-injected input, a large reply with tool calls, and two results whose ends interleave."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from durable_agent.activities.contracts import WireEvent, event_to_wire
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent, ToolCall
 from durable_agent.durable.events import Event
@@ -20,7 +21,6 @@ from durable_agent.workflows.event_bodies import (
     slim,
     slim_sized,
 )
-from durable_agent.workflows.types import WireEvent, event_to_wire
 
 BIG = 300_000
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -109,16 +109,6 @@ def test_a_result_waits_for_its_receipt_before_it_is_sent() -> None:
     last = len(events) - 1
     assert tracker.pending(last)
     assert slim(events[last], QUERY_INLINE_LIMIT) is None  # too large to send whole
-
-
-def test_events_carried_whole_by_an_older_execution_are_named_when_adopted() -> None:
-    _, originals, _, entries = _record()
-    legacy = [event_to_wire(e, i) for i, e in enumerate(originals, start=1)]  # no refs
-    adopted = BodyTracker().adopt(legacy)
-    sent = [slim(e, QUERY_INLINE_LIMIT, force=True) for e in adopted]
-    assert all(s is not None and encoded_size(s) < 2_000 for s in sent)
-    assert [hydrate(s, entries) for s in sent if s is not None] == originals
-    assert BodyTracker().adopt(carried(adopted)) == carried(adopted)  # slim ones kept as they are
 
 
 def test_slim_sized_measures_exactly_what_it_returns() -> None:

@@ -1,5 +1,7 @@
 """The background heartbeat of model, tool and store calls (``activities.base.heartbeating``):
-it beats while the body runs and never after the body is done, whichever way the body ends.
+the first beat half a heartbeat timeout in, the next ones 0.8 timeouts apart, so a call shorter
+than half the timeout sends none (a heartbeat that reaches the server is a billed action); none
+without a heartbeat timeout; never after the body is done, whichever way the body ends.
 
 Its exit does not wait for the beat task to wind down (that cost a loop iteration on every
 call's critical path): these tests pin down that nothing is sent after the exit all the same.
@@ -8,19 +10,18 @@ call's critical path): these tests pin down that nothing is sent after the exit 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
+import time
+from datetime import timedelta
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from durable_agent.activities import base
-from durable_agent.activities.base import heartbeating
+from durable_agent.activities.base import FIRST_BEAT, NEXT_BEAT, heartbeating
 
-BEAT = 0.01
-
-
-@pytest.fixture(autouse=True)
-def quick_beats(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(base, "HEARTBEAT_EVERY", BEAT)
+TIMEOUT = 0.05
+BEAT = TIMEOUT * NEXT_BEAT
 
 
 class Beats(list[str]):
@@ -40,8 +41,10 @@ class Beats(list[str]):
             await self.seen.wait()
 
 
-def _recording() -> tuple[ActivityEnvironment, Beats]:
+def _recording(timeout: float | None = TIMEOUT) -> tuple[ActivityEnvironment, Beats]:
     env = ActivityEnvironment()
+    heartbeat_timeout = None if timeout is None else timedelta(seconds=timeout)
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=heartbeat_timeout)
     beats = Beats()
     env.on_heartbeat = beats.record
     return env, beats
@@ -69,13 +72,34 @@ async def test_beats_while_the_body_runs_and_not_after_it_returns() -> None:
     assert len(beats) == marks[0]
 
 
-async def test_a_quick_body_within_the_grace_sends_no_beat() -> None:
+async def test_the_first_beat_comes_half_a_timeout_in_and_the_next_ones_later() -> None:
     env, beats = _recording()
+    times: list[float] = []
+
+    async def body() -> None:
+        started = time.monotonic()
+        async with heartbeating():
+            for n in (1, 2, 3):
+                await beats.reach(n)
+                times.append(time.monotonic() - started)
+
+    await env.run(body)
+    # asyncio's timers may fire a clock tick early; a loaded machine makes them late
+    assert times[0] >= TIMEOUT * FIRST_BEAT * 0.9
+    for earlier, later in itertools.pairwise(times):
+        assert later - earlier >= BEAT * 0.9
+
+
+@pytest.mark.parametrize("heartbeat", [60.0, None], ids=["shorter-than-half", "no-timeout"])
+async def test_a_body_shorter_than_half_the_timeout_or_without_one_sends_no_beat(
+    heartbeat: float | None,
+) -> None:
+    env, beats = _recording(heartbeat)
     marks: list[int] = []
 
     async def body() -> None:
-        async with heartbeating(grace=60.0):
-            await asyncio.sleep(0)
+        async with heartbeating():
+            await asyncio.sleep(TIMEOUT * 2)
         await _after_exit(beats, marks)
 
     await env.run(body)

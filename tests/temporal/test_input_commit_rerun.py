@@ -4,7 +4,7 @@ The input and repair commit is a local activity inside the run's workflow task. 
 after that write but before the task completed leaves the entries stored and the task to run
 again on another worker, with the same entry IDs (the run's random source is seeded once) but
 another ``workflow.now()``: the same entries with other ``created_at``. Found by
-``test_worker_kill_under_load`` (issue 12): the re-run's append raised ``EntryConflictError`` and
+``test_worker_kill_under_load``: the re-run's append raised ``EntryConflictError`` and
 the run failed. Now ``append_entries`` answers the stored times, which the workflow adopts.
 """
 
@@ -18,13 +18,13 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent import ScriptedModel
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.contracts import AppendInput
 from durable_agent.ai import Message, TextContent
 from durable_agent.ai.timefmt import format_time, utc_now
 from durable_agent.session import MessageEntry
 from durable_agent.session.codec import encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
-from durable_agent.workflows.types import AppendInput
 
 
 def user(eid: str, parent: str | None, text: str, at_offset: float) -> MessageEntry:

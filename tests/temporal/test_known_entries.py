@@ -19,13 +19,14 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent import Reply, ScriptedModel, ToolCall, new, tool
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.contracts import AppendInput, CallModelInput
 from durable_agent.ai import Message, TextContent
-from durable_agent.ai.timefmt import format_time, utc_now
+from durable_agent.ai.timefmt import utc_now
+from durable_agent.durable.persist import Header
 from durable_agent.session import Entry, MessageEntry
 from durable_agent.session.codec import encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
-from durable_agent.workflows.types import AppendInput, CallModelInput, Stamp
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import consume, executor, messages_of, queue, sid
 
@@ -63,17 +64,19 @@ async def test_a_first_attempt_reads_the_store_only_for_a_path_it_does_not_know(
     await env.run(
         activities.append_entries, AppendInput(session_id="s1", entries=[encode_entry(question)])
     )
-    stamp = Stamp(id="r1", parent_id="q1", created_at=format_time(utc_now()))
-    inp = CallModelInput(session_id="s1", leaf_id="q1", agent="a", stamp=stamp)
+    stamp = Header(id="r1", parent_id="q1", created_at=utc_now())
+    inp = CallModelInput(session_id="s1", leaf_id="q1", start_leaf_id="q1", agent="a", stamp=stamp)
     reply = await env.run(activities.call_model, inp)
-    assert reply.message.text() == "one"
+    assert reply.entry is not None and reply.entry.message.text() == "one"
     assert sum(store.loads.values()) == 0
     assert [m.text() for m in lm.requests[0].messages] == ["question"]
 
     # another writer (a client, another worker) appends: that leaf is unknown, so it is loaded
     await store.append_entries("s1", [entry("q2", "r1", "follow-up")])
-    stamp2 = Stamp(id="r2", parent_id="q2", created_at=format_time(utc_now()))
-    inp2 = CallModelInput(session_id="s1", leaf_id="q2", agent="a", stamp=stamp2)
+    stamp2 = Header(id="r2", parent_id="q2", created_at=utc_now())
+    inp2 = CallModelInput(
+        session_id="s1", leaf_id="q2", start_leaf_id="q2", agent="a", stamp=stamp2
+    )
     await env.run(activities.call_model, inp2)
     assert sum(store.loads.values()) == 1
     assert [m.text() for m in lm.requests[1].messages] == ["question", "one", "follow-up"]
@@ -131,8 +134,10 @@ async def test_known_entries_zero_loads_the_session_in_every_model_call() -> Non
     activities = AgentActivities(store, {"a": AgentSpec(model=lm)}, known_entries=0)
     env = ActivityEnvironment()
     for n in (1, 2):
-        stamp = Stamp(id=f"r{n}", parent_id="q1", created_at=format_time(utc_now()))
-        inp = CallModelInput(session_id="s1", leaf_id="q1", agent="a", stamp=stamp)
+        stamp = Header(id=f"r{n}", parent_id="q1", created_at=utc_now())
+        inp = CallModelInput(
+            session_id="s1", leaf_id="q1", start_leaf_id="q1", agent="a", stamp=stamp
+        )
         await env.run(activities.call_model, inp)
     assert sum(store.loads.values()) == 2
     assert [[m.text() for m in r.messages] for r in lm.requests] == [["question"], ["question"]]

@@ -1,4 +1,4 @@
-"""The CLI's run printer on live Temporal replies (issue 13 item 4): tokens reach the terminal as
+"""The CLI's run printer on live Temporal replies: tokens reach the terminal as
 they stream from the worker, and a restarted reply starts its line over."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ async def test_the_cli_printer_shows_temporal_replies_token_by_token(
 ) -> None:
 
     store = FileStore(tmp_path / "sessions")
-    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.01, delay=0.3)])
+    lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.05, delay=0.3)])
     q = queue()
     async with running_worker(temporal_client, store, {"live": AgentSpec(model=lm)}, task_queue=q):
         agent = await new(

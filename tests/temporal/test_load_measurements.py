@@ -1,4 +1,4 @@
-"""The load benchmark's measurements (issue 12): Mongo ops counted in every store client, the
+"""The load benchmark's measurements: Mongo ops counted in every store client, the
 activity wait to start measured on the worker, and a time budget the audit understands.
 
 One ``durable-agent worker`` process (the CLI, serving the load app) and 3 sessions x 3 turns:

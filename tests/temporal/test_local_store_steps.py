@@ -1,11 +1,9 @@
-"""The run's store steps as local activities (issue 10, ``local-store-v1``).
+"""The run's store steps as local activities.
 
 A one-turn run is one ordinary activity (its model call): the start (``load_path``) and the input
 commit run as local activities inside the first workflow task. A query that arrives while one of
 them runs makes the worker complete the task early to answer, so the run's commands spread over
-two tasks; the run must still replay (a ``workflow.patched`` call after a local activity would
-not: every older patch is implied since ``local-store-v1``), and its receipts still name stored
-entries.
+two tasks; the run must still replay, and its receipts still name stored entries.
 """
 
 from __future__ import annotations
@@ -77,9 +75,9 @@ async def test_a_query_during_the_run_start_is_answered_and_the_run_replays(
     async with running_worker(
         temporal_client, store, {"a": AgentSpec(model=ScriptedModel(["hello"]))}, task_queue=q
     ):
-        # the stream's own polls wait for the end: the test's query is the only one buffered
-        # while the start is held (the server buffers few)
-        ex = executor(temporal_client, q, poll_initial=60.0)
+        # the stream follows the store, never the workflow: the test's query is the only one
+        # buffered while the start is held (the server buffers few)
+        ex = executor(temporal_client, q)
         agent = await new("a", store=store, session_id=sid("split"), executor=ex)
         rid = run_id()
         store.armed = True  # the run's input commit (a local activity) waits at the gate
@@ -99,8 +97,8 @@ async def test_a_query_during_the_run_start_is_answered_and_the_run_replays(
     assert_receipts_stored(outcome, stored)
     shape = _history_shape(history)
     # the start's and the input's local activities landed in different workflow tasks, so
-    # the model call was scheduled in a later task than the first local activity's (before
-    # local-store-v1 made older patches implied, its patch marker then failed the replay)
+    # the model call was scheduled in a later task than the first local activity's (a patch
+    # marker after a local activity would then fail the replay)
     first, second = [i for i, s in enumerate(shape) if s == "core_local_activity"]
     assert "task" in shape[first + 1 : second], shape
     assert _count(shape, "durable_agent.call_model") == 1
@@ -130,8 +128,8 @@ async def test_one_turn_run_is_one_activity_and_two_local_store_steps(
             assert [s for s in shape if s.startswith("durable_agent.")] == [
                 "durable_agent.call_model"
             ]
-            # one patch marker (local-store-v1): every older patch is implied, none recorded
-            assert _count(shape, "core_patch") == 1, shape
+            # no patch marker: workflow code carries no patches (docs/design.md#versioning)
+            assert _count(shape, "core_patch") == 0, shape
             await assert_replays(temporal_client, handle.id)
     stored = await store.load_entries(agent.session_id)
     assert [m.text() for m in messages_of(stored)] == ["first", "one", "second", "two"]

@@ -1,5 +1,6 @@
 """Queries and operations: ``state()``, ``events(after)``, the search attribute, workflow IDs,
-attaching by run ID, UI-style starts and unknown agents (SPEC §7.1, §7.4)."""
+attaching by run ID, UI-style starts and unknown agents (docs/design.md#temporal,
+docs/design.md#receipts)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
+from durable_agent.activities.contracts import EventsAnswer, RunInput
+from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     SEARCH_ATTRIBUTE,
@@ -21,7 +24,7 @@ from durable_agent.workflows import (
     RunResult,
     run_workflow_id,
 )
-from durable_agent.workflows.types import EventsAnswer, InputEntry, RunInput
+from durable_agent.workflows.executor import run_input_item
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -119,7 +122,7 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
     assert final.new_entry_ids == [e.id for e in stored]
     assert final.leaf_id == stored[-1].id == agent.leaf_id
 
-    # updates come from the live delta channel (issue 13), never from the query
+    # updates come from the live delta channel, never from the query
     recorded = [t for t in outcome.types() if t != "message_update"]
     positions = [e.position for e in everything.events]
     assert positions == list(range(1, len(recorded) + 1))
@@ -147,14 +150,14 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         data = e["markerRecordedEventAttributes"]["details"]["data"]["payloads"][0]["data"]
         return str(json.loads(base64.b64decode(data))["activity_type"])
 
-    # and the stores say what they store (issue 15 item 6)
+    # and the stores say what they store
     store_summaries = [
         json.loads(base64.b64decode(e["userMetadata"]["summary"]["data"]))
         for e in [*scheduled, *local]
         if kind(e) == "durable_agent.append_entries"
     ]
     # model replies and a lone tool call's result are stored by their producing activity
-    # (SPEC §7.2): no append for them
+    # (docs/design.md#stamps-and-producers): no append for them
     assert store_summaries == ["store input"]
 
 
@@ -181,9 +184,7 @@ async def test_search_attribute_lists_a_sessions_runs(
             ids = {w.id async for w in temporal_client.list_workflows(query)}
             return ids if expected <= ids else None
 
-        ids = await eventually(listed, within=20, interval=0.2, what="visibility")
-        # the session's publish workflow (session_init from new()) is listed too
-        assert any(w.startswith("durable-agent/publish/session_init:") for w in ids)
+        await eventually(listed, within=20, interval=0.2, what="visibility")
 
         # the operator's command line sees the same
         cli = await asyncio.create_subprocess_exec(
@@ -268,7 +269,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 run_id=rid,
                 agent="plain",
                 leaf_id=None,
-                inputs=[InputEntry.of(text("hi"), 0)],
+                inputs=[run_input_item(text("hi"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid),
@@ -286,7 +287,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
     assert result.new_entry_ids == [e.id for e in stored]
     assert result.turn_count == 1
     # an operator's start without search attributes still lists under the session
-    from durable_agent.workflows.run_workflow import SESSION_ID_KEY
+    from durable_agent.workflows.search import SESSION_ID_KEY
 
     assert description.typed_search_attributes.get(SESSION_ID_KEY) == session
 
@@ -302,7 +303,7 @@ async def test_ui_style_start_with_no_leaf_creates_the_session(temporal_client: 
                 session_id=session,
                 run_id=rid2,
                 agent="plain",
-                inputs=[InputEntry.of(text("more"), 0)],
+                inputs=[run_input_item(text("more"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, rid2),
@@ -333,7 +334,8 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
         assert isinstance(outcome.error, AgentError)
         assert "unknown agent 'unknown'" in str(outcome.error)
         assert outcome.events == []
-        assert await store.load_entries(agent.session_id) == []
+        with pytest.raises(SessionNotFoundError):  # the session was never created
+            await store.load_entries(agent.session_id)
         assert agent.leaf_id == "" and not agent.running
 
         # UI-style start on an unknown session: nothing is created either
@@ -346,7 +348,7 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                     session_id=session,
                     run_id=rid,
                     agent="nope",
-                    inputs=[InputEntry.of(text("hi"), 0)],
+                    inputs=[run_input_item(text("hi"))],
                     timeouts=FAST,
                 ),
                 id=run_workflow_id(session, rid),
@@ -354,7 +356,6 @@ async def test_unknown_agent_fails_the_run_before_any_write(temporal_client: Cli
                 result_type=RunResult,
                 execution_timeout=timedelta(seconds=30),
             )
-    from durable_agent import SessionNotFoundError
 
     with pytest.raises(SessionNotFoundError):
         await store.load_entries(session)
@@ -379,9 +380,9 @@ async def test_connect_from_env(address: str) -> None:
 
 
 def test_store_summaries_name_repair_and_cancellation() -> None:
+    from durable_agent.activities.store_steps import store_summary
     from durable_agent.ai import Message, TextContent
     from durable_agent.session import MessageEntry
-    from durable_agent.workflows.run_workflow import store_summary
 
     def result(text: str) -> MessageEntry:
         message = Message(

@@ -1,5 +1,6 @@
 """Outages: the Temporal server restarted mid-run on its SQLite file, and the store briefly
-unavailable; runs complete after recovery with every entry exactly once (SPEC §7.5)."""
+unavailable; runs complete after recovery with every entry exactly once
+(docs/design.md#cancellation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A payload codec through ``connect()``: conversation text never readable in history (15.11)."""
+"""A payload codec through ``connect()``: conversation text never readable in history."""
 
 from __future__ import annotations
 

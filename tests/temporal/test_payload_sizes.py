@@ -1,6 +1,6 @@
-"""Every message size up to the documented limit passes through a run, continue-as-new and the
-event stream; just over it raises PayloadTooLargeError and stores nothing of it (SPEC §7.3,
-issue 16 items 1-3)."""
+"""Every message size up to the documented limit passes through a run, continue-as-new and the event
+stream; just over it raises PayloadTooLargeError and stores nothing of it
+(docs/design.md#bounded-history)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import Event, PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
+from durable_agent.activities.contracts import EventsAnswer
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.types import EventsAnswer
+from durable_agent.workflows.event_bodies import hydrate
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -29,7 +30,6 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
-from tests.temporal.query_gate import QueryGate
 
 pytestmark = pytest.mark.temporal
 
@@ -99,9 +99,8 @@ async def test_message_sizes_up_to_the_limit_pass_run_continue_as_new_and_stream
     store, q = MemoryStore(), queue()
     spec = AgentSpec(model=_walker(), tools=[blob])
     async with running_worker(temporal_client, store, {"walker": spec}, task_queue=q):
-        # continue-as-new after turns 2 (600 KB) and 4 (1.4 MB); a client that polls often, so
-        # it is never a whole execution behind (that would be an EventGapError)
-        ex = executor(temporal_client, q, continue_as_new_after_turns=2, poll_max=0.1)
+        # continue-as-new after turns 2 (600 KB) and 4 (1.4 MB)
+        ex = executor(temporal_client, q, continue_as_new_after_turns=2)
         agent = await new("walker", store=store, session_id=sid("walk"), executor=ex)
         rid = run_id()
         outcome = await consume(await agent.run("walk the sizes", run_id=rid))
@@ -191,54 +190,42 @@ class _HeldTurns:
             yield event
 
 
-async def test_events_carried_across_continue_as_new_arrive_whole(
+async def test_events_carried_across_continue_as_new_read_back_whole(
     temporal_client: Client,
 ) -> None:
-    """The stream misses a turn's events until the run continued-as-new: it gets them from the
-    carried input, bodies left out, and reads the bodies back from the store."""
-    gate, lm, store, q = QueryGate(), _HeldTurns(), MemoryStore(), queue()
+    """Continue-as-new carries the last turn's events with their bodies left out; an operator's
+    ``events`` query on the new execution names the stored entries, which put them back whole,
+    and the client's own stream (from the store) has every body whole too."""
+    lm, store, q = _HeldTurns(), MemoryStore(), queue()
+    for event in lm.release:
+        event.set()
     async with running_worker(
         temporal_client, store, {"held": AgentSpec(model=lm, tools=[blob])}, task_queue=q
     ):
-        ex = executor(gate.client(temporal_client), q, continue_as_new_after_turns=1)
+        ex = executor(temporal_client, q, continue_as_new_after_turns=1)
         agent = await new("held", store=store, session_id=sid("carry"), executor=ex)
         rid = run_id()
-        stream = await agent.run("go", run_id=rid)
-        seen: list[Event] = []
-        first_call = asyncio.Event()
-
-        async def read() -> None:
-            async for event in stream.events():
-                seen.append(event)
-                if event.agent is not None and event.agent.type == "message_start":
-                    first_call.set()
-
-        reader = asyncio.create_task(read())
-        await asyncio.wait_for(lm.reached[0].wait(), 30)
-        await asyncio.wait_for(first_call.wait(), 30)  # the stream is at the first model call
-        gate.open.clear()
-        await asyncio.wait_for(gate.holding.wait(), 30)  # its next query is held
-        lm.release[0].set()  # turn 1 runs, then the run continues-as-new
-        await asyncio.wait_for(lm.reached[1].wait(), 30)
-        gate.open.set()
-        lm.release[1].set()
-        await asyncio.wait_for(reader, 30)
+        outcome = await consume(await agent.run("go", run_id=rid))
+        assert outcome.error is None, repr(outcome.error)
+        handle = temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
+        answer = await handle.query("events", 0, result_type=EventsAnswer)
         can_sizes = await _chain_can_sizes(temporal_client, agent.session_id, rid)
 
     stored = await store.load_entries(agent.session_id)
-    reply, result, answer = messages_of(stored)[1:]
+    reply, result, last = messages_of(stored)[1:]
+    recorded = [hydrate(w, {e.id: e for e in stored}) for w in answer.events]
 
-    def of(kind: str) -> list[Event]:
-        return [e for e in seen if e.agent is not None and e.agent.type == kind]
+    for seen in (outcome.events, recorded):
 
-    assert [e.agent.message for e in of("message_end") if e.agent] == [reply, result, answer]
-    assert [[x.id for x in e.entries or []] for e in of("message_end")] == [
-        [entry.id] for entry in stored[1:]
-    ]
-    assert [e.agent.args for e in of("tool_execution_start") if e.agent] == [{"size": 5000}]
-    assert [e.agent.result for e in of("tool_execution_end") if e.agent] == [result]
-    assert [e.agent.message for e in of("message_start") if e.agent][1] == result
-    assert [e.agent.message for e in of("turn_end") if e.agent] == [reply, answer]
+        def of(kind: str, events: list[Event] = seen) -> list[Event]:
+            return [e for e in events if e.agent is not None and e.agent.type == kind]
+
+        assert [e.agent.message for e in of("message_end") if e.agent][-3:] == [reply, result, last]
+        assert [e.agent.args for e in of("tool_execution_start") if e.agent] == [{"size": 5000}]
+        assert [e.agent.result for e in of("tool_execution_end") if e.agent] == [result]
+        assert [e.agent.message for e in of("turn_end") if e.agent] == [reply, last]
+    receipts = [[x.id for x in e.entries] for e in outcome.events if e.entries]
+    assert receipts == [[entry.id] for entry in stored]
     assert agent.leaf_id == stored[-1].id
     assert len(can_sizes) == 1 and can_sizes[0] < 6000, can_sizes  # the 8 KB turn stays out
 

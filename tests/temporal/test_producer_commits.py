@@ -1,6 +1,6 @@
-"""Producer-committed replies (SPEC §7.2, §7.5): ``call_model`` stores its own reply under the
-workflow's stamp, so a model turn costs one activity; a retry whose stamp is stored makes no
-model call, and a zombie attempt that stored first wins."""
+"""Producer-committed replies (docs/design.md#stamps-and-producers, docs/design.md#cancellation):
+``call_model`` stores its own reply under the workflow's stamp, so a model turn costs one activity;
+a retry whose stamp is stored makes no model call, and a zombie attempt that stored first wins."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from temporalio.testing import ActivityEnvironment
 
 from durable_agent import Reply, ScriptedModel, Tool, ToolCall, new, tool
 from durable_agent.activities import AgentActivities
+from durable_agent.activities.contracts import CallModelInput, CallToolInput, ToolReply
 from durable_agent.ai import RetryPolicy as ToolRetry
 from durable_agent.ai.messages import TextContent, assistant_message
-from durable_agent.ai.timefmt import format_time, utc_now
+from durable_agent.ai.timefmt import utc_now
+from durable_agent.durable.persist import Header
 from durable_agent.session.entries import Entry, MessageEntry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
-from durable_agent.workflows.types import CallModelInput, CallToolInput, Stamp, ToolReply
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     Outcome,
@@ -96,8 +97,10 @@ class _CountingStore(MemoryStore):
         await super().append_entries(session_id, entries)
 
 
-def _model_input(session_id: str, stamp: Stamp) -> CallModelInput:
-    return CallModelInput(session_id=session_id, leaf_id="", agent="a", stamp=stamp)
+def _model_input(session_id: str, stamp: Header) -> CallModelInput:
+    return CallModelInput(
+        session_id=session_id, leaf_id="", start_leaf_id="", agent="a", stamp=stamp
+    )
 
 
 def _retry(env: ActivityEnvironment) -> ActivityEnvironment:
@@ -111,13 +114,13 @@ async def test_a_retry_whose_stamp_is_stored_makes_no_model_call() -> None:
     await store.create_session("s1")
     lm = ScriptedModel(["first reply", "second reply"])
     activities = AgentActivities(store, {"a": AgentSpec(model=lm)})
-    stamp = Stamp(id="0123456789abcdef", created_at=format_time(utc_now()))
+    stamp = Header(id="0123456789abcdef", created_at=utc_now())
     env = ActivityEnvironment()
     first = await env.run(activities.call_model, _model_input("s1", stamp))
     again = await _retry(env).run(activities.call_model, _model_input("s1", stamp))
     assert len(lm.requests) == 1
-    assert first.stored is not None and again.stored == first.stored
-    assert again.message == first.message and first.message.text() == "first reply"
+    assert first.entry is not None and again.entry == first.entry
+    assert first.entry.message.text() == "first reply"
     stored = await store.load_entries("s1")
     assert [e.id for e in stored] == [stamp.id]
 
@@ -125,7 +128,7 @@ async def test_a_retry_whose_stamp_is_stored_makes_no_model_call() -> None:
 async def test_a_zombie_that_stored_first_wins() -> None:
     store = _CountingStore()
     await store.create_session("s1")
-    stamp = Stamp(id="fedcba9876543210", created_at=format_time(utc_now()))
+    stamp = Header(id="fedcba9876543210", created_at=utc_now())
     store.zombie = MessageEntry(
         id=stamp.id,
         created_at=utc_now(),
@@ -137,8 +140,8 @@ async def test_a_zombie_that_stored_first_wins() -> None:
     stored = await store.load_entries("s1")
     assert len(stored) == 1
     assert isinstance(stored[0], MessageEntry)
-    assert reply.message == stored[0].message
-    assert reply.message.text() == "the zombie's reply"
+    assert reply.entry is not None and reply.entry.message == stored[0].message
+    assert reply.entry.message.text() == "the zombie's reply"
 
 
 async def test_a_tool_whose_result_is_stored_never_runs_again() -> None:
@@ -155,17 +158,17 @@ async def test_a_tool_whose_result_is_stored_never_runs_again() -> None:
     activities = AgentActivities(
         store, {"a": AgentSpec(model=ScriptedModel([]), tools=[side_effect])}
     )
-    stamp = Stamp(id="00112233445566aa", created_at=format_time(utc_now()))
+    stamp = Header(id="00112233445566aa", created_at=utc_now())
     call = {"type": "tool_call", "id": "c1", "name": "side_effect", "arguments": {"text": "x"}}
     inp = CallToolInput(session_id="s1", agent="a", call=call, stamp=stamp)
     env = ActivityEnvironment()
     first = await env.run(activities.call_tool, inp)
     again = await _retry(env).run(activities.call_tool, inp)
     assert runs == ["x"]
-    assert isinstance(first, ToolReply) and first == again
+    assert isinstance(first, ToolReply) and first.entry is not None and first == again
     stored = await store.load_entries("s1")
     assert [e.id for e in stored] == [stamp.id]
-    assert isinstance(stored[0], MessageEntry) and stored[0].message == first.message
+    assert isinstance(stored[0], MessageEntry) and stored[0].message == first.entry.message
 
 
 async def _one_run(

@@ -1,12 +1,11 @@
-"""Replay safety across versions (issue 10 item 5): a history recorded by an earlier version of
-the run workflow still replays on today's workflow code without a determinism error.
+"""Replay safety: a recorded history of the run workflow still replays on today's workflow code
+without a determinism error, sandboxed and not.
 
-``histories/run_v1.json`` was recorded on main at 328e167 (two activities per output: the producer,
-then ``append_entries``); ``histories/run_v2.json`` on main at fe1f1d0 (producers commit their own
-output; the run's start and input commit are ordinary activities, before ``local-store-v1``
-made them local); see ``histories/record.py``. A change that makes the workflow schedule
-other commands for the same history must keep the old path behind ``workflow.patched`` (or use a
-new workflow type name), or this test fails.
+``histories/run_0_2.json`` is the 0.2 baseline (see ``histories/record.py``). While no release
+has users, a change to the commands the workflow schedules re-records it (runs started on an
+older version finish before new workers take over); after one, such a change keeps the old path
+behind ``workflow.patched`` (tests/test_versioning_policy.py, docs/design.md#versioning), or
+this test fails.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
 @pytest.mark.parametrize("sandboxed", [False, True], ids=["default-runner", "sandboxed"])
-@pytest.mark.parametrize(("name", "session"), [("run_v1", "replay-v1"), ("run_v2", "replay-v2")])
+@pytest.mark.parametrize(("name", "session"), [("run_0_2", "replay-0-2")])
 async def test_recorded_run_history_replays_on_current_code(
     name: str, session: str, sandboxed: bool
 ) -> None:

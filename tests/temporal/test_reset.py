@@ -1,11 +1,14 @@
-"""What an operator's ``temporal workflow reset`` of a run leaves in the session (issue 15 item 8).
+"""What an operator's ``temporal workflow reset`` of a run leaves in the session.
 
 A reset is a **retry of that run from the leaf it started at**: what the run stored before the
 reset point stays, everything after it is produced again under fresh entry IDs (Temporal gives
 the reset execution a new random seed), so the retry grows a sibling branch and the original
-entries are untouched. The reset's entries are the session's newest, so a handle opened
-afterwards resumes on the retried branch, as after ``/retry``. Resets go through the bundled
-``temporal`` CLI, as an operator would run them.
+entries are untouched. A reset of the session's latest run makes the retried branch the newest,
+so a handle opened afterwards resumes on it, as after ``/retry``. When the session moved on since
+the run ended (later runs, appends), the reset run ends by appending a small custom entry
+(``durable_agent.reset``) under the session's newest entry, so the user's chat stays where it
+was, and its result says so. Resets go through the bundled ``temporal`` CLI, as an operator
+would run them.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent import Reply, ScriptedModel, new, text, tool
+from durable_agent.activities.contracts import RunInput
 from durable_agent.ai import ModelRequest
-from durable_agent.session import Entry, MessageEntry, Store, encode_entry
+from durable_agent.session import CustomEntry, Entry, MessageEntry, Store, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.types import InputEntry, RunInput
+from durable_agent.workflows.executor import run_input_item
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -91,7 +95,7 @@ async def two_turns(client: Client, store: Store, q: str) -> tuple[str, str, lis
     return agent.session_id, first, stored
 
 
-async def test_reset_of_an_old_run_retries_it_as_a_sibling_branch(
+async def test_reset_of_an_old_run_keeps_the_session_where_it_was(
     temporal_client: Client,
 ) -> None:
     store, q = MemoryStore(), queue()
@@ -106,7 +110,7 @@ async def test_reset_of_an_old_run_retries_it_as_a_sibling_branch(
         stored = await store.load_entries(session)
         # the original four entries are untouched, byte for byte, and come first
         assert [encode_entry(e) for e in stored[:4]] == [encode_entry(e) for e in before]
-        retried = stored[4:]
+        retried, marker = stored[4:6], stored[6]
         assert [_text(e) for e in retried] == ["q1", "answer to q1"]
         # a sibling of the original run's input: the same parent (run 1 started on the empty
         # leaf, so the retry is a second root), new IDs
@@ -117,9 +121,50 @@ async def test_reset_of_an_old_run_retries_it_as_a_sibling_branch(
         assert result.new_entry_ids == [e.id for e in retried]
         assert result.leaf_id == retried[-1].id
 
-        # the retried branch is the session's newest: a handle opened now resumes there
+        # the session had moved on (q2 came after run 1): the user's branch stays the active
+        # one, held by a custom entry under its newest entry, and the result says so
+        assert isinstance(marker, CustomEntry) and marker.kind == "durable_agent.reset"
+        assert marker.parent_id == before[-1].id
+        assert len(stored) == 7
+        assert result.reset is not None
+        assert result.reset.kept_leaf == before[-1].id
+        assert result.reset.marker_id == marker.id
         reopened = await new(
             "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        assert reopened.leaf_id == marker.id
+        assert [m.text() for m in reopened.messages()] == [
+            "q1",
+            "answer to q1",
+            "q2",
+            "answer to q2",
+        ]
+
+
+async def test_reset_of_the_latest_run_makes_its_retry_the_active_branch(
+    temporal_client: Client,
+) -> None:
+    store, q = MemoryStore(), queue()
+    lm = ScriptedModel(respond)
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("reset-last"), executor=executor(temporal_client, q)
+        )
+        assert (await consume(await agent.run("q1"))).error is None
+        last = run_id()
+        assert (await consume(await agent.run("q2", run_id=last))).error is None
+        before = await store.load_entries(agent.session_id)
+        wid = run_workflow_id(agent.session_id, last)
+        reset(temporal_client, wid, "--type", "FirstWorkflowTask")
+        result = await reset_result(temporal_client, wid)
+
+        stored = await store.load_entries(agent.session_id)
+        retried = stored[4:]
+        assert [_text(e) for e in retried] == ["q2", "answer to q2"]
+        assert retried[0].parent_id == before[1].id
+        assert result.reset is not None and result.reset.kept_leaf == ""
+        reopened = await new(
+            "a", store=store, session_id=agent.session_id, executor=executor(temporal_client, q)
         )
         assert reopened.leaf_id == retried[-1].id
 
@@ -184,6 +229,40 @@ async def test_reset_after_a_stored_reply_answers_its_call_again(
     assert {e.id for e in again}.isdisjoint(e.id for e in before)
     assert_one_chain(again, root_parent=before[1].id)
     assert result.new_entry_ids == [before[0].id, before[1].id, *(e.id for e in again)]
+    # the run was the session's latest: its retry is the active branch
+    assert result.reset is not None and result.reset.kept_leaf == ""
+
+
+async def test_reset_past_the_first_task_of_an_old_run_keeps_the_session_where_it_was(
+    temporal_client: Client,
+) -> None:
+    """A reset point after the run's first workflow task (the reset is known from the
+    reseeded randomness there): the session moved on, so its branch stays the active one."""
+    store, q = MemoryStore(), queue()
+    lm = ScriptedModel(call_then_answer)
+    spec = AgentSpec(model=lm, tools=[look])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("reset-on"), executor=executor(temporal_client, q)
+        )
+        first = run_id()
+        assert (await consume(await agent.run("q1", run_id=first))).error is None
+        assert (await consume(await agent.run("q2"))).error is None
+        before = await store.load_entries(agent.session_id)
+        assert len(before) == 8
+        wid = run_workflow_id(agent.session_id, first)
+        point = await scheduling_task(temporal_client, wid, "durable_agent.call_tool")
+        reset(temporal_client, wid, "--event-id", str(point))
+        result = await reset_result(temporal_client, wid)
+        await assert_replays(temporal_client, wid)
+
+    stored = await store.load_entries(agent.session_id)
+    again, marker = stored[8:10], stored[10]
+    assert [_text(e) for e in again] == ["value of q1", "answer after value of q1"]
+    assert again[0].parent_id == before[1].id
+    assert isinstance(marker, CustomEntry) and marker.parent_id == before[-1].id
+    assert result.reset is not None
+    assert (result.reset.kept_leaf, result.reset.marker_id) == (before[-1].id, marker.id)
 
 
 async def test_reset_to_the_last_task_of_a_finished_run_stores_nothing(
@@ -226,7 +305,7 @@ async def test_reset_of_a_run_started_without_a_leaf_retries_from_where_it_start
                 run_id=rid,
                 agent="a",
                 leaf_id=None,
-                inputs=[InputEntry.of(text("q1"), 0)],
+                inputs=[run_input_item(text("q1"))],
                 timeouts=FAST,
             ),
             id=wid,
@@ -254,8 +333,10 @@ async def test_reset_of_a_run_started_without_a_leaf_retries_from_where_it_start
 
     stored = await store.load_entries(session)
     assert [encode_entry(e) for e in stored[:6]] == [encode_entry(e) for e in before]
-    retried = stored[6:]
+    retried, marker = stored[6:8], stored[8]
     assert [_text(e) for e in retried] == ["q1", "answer to q1"]
+    # the session moved on (q2): its branch stays the active one
+    assert isinstance(marker, CustomEntry) and marker.parent_id == before[-1].id
     # under q0's answer, where the run started, not under q2's answer (the newest entry now)
     assert retried[0].parent_id == before[1].id
     assert result.new_entry_ids == [e.id for e in retried]

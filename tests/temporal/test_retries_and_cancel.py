@@ -1,5 +1,6 @@
-"""Retries, failures and cancellation on Temporal (SPEC §4.4, §5.3, §7.5), compared with the
-in-process executor where the behaviour must be the same."""
+"""Retries, failures and cancellation on Temporal (docs/design.md#handle-and-engine,
+docs/design.md#repair-and-reconcile, docs/design.md#cancellation), compared with the in-process
+executor where the behaviour must be the same."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run input from operators (issue 11 items 9 and 10), on the real Temporal dev server.
+"""Run input from operators, on the real Temporal dev server.
 
 - Any input problem fails the run workflow at once with a non-retryable ``InvalidRunInput``
   naming the field, before anything is stored; the workflow task never fails (Temporal would
@@ -28,7 +28,11 @@ from durable_agent import MessageEntry, ScriptedModel, new
 from durable_agent.session import SessionNotFoundError, Store
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, create_worker, run_workflow_id
-from durable_agent.workflows.run_input import InvalidRunInputError, decode_run_input
+from durable_agent.workflows.run_input import (
+    InvalidRunInputError,
+    decode_run_input,
+    input_entry,
+)
 from tests.support.temporal import temporal_binary
 
 from .helpers import event_types, executor, queue, sid
@@ -121,8 +125,8 @@ def test_plain_input_becomes_stamped_messages() -> None:
         }
     )
     assert inp.run_id == "" and inp.leaf_id is None
-    entries = [item.entry(i) for i, item in enumerate(inp.inputs)]
-    assert [e.id for e in entries] == ["input-0", "input-1", "input-2"]
+    entries = [input_entry(item) for item in inp.inputs]
+    assert [e.id for e in entries] == ["", "", ""]  # the run draws their IDs
     assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
     texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
     assert texts == ["context", "a nudge", "hi"]

@@ -1,4 +1,4 @@
-"""Run-start reconcile on Temporal (issue 11 item 8b): a write that lands after its run failed or
+"""Run-start reconcile on Temporal: a write that lands after its run failed or
 was terminated becomes part of the handle's path; repair answers only calls without a result."""
 
 from __future__ import annotations

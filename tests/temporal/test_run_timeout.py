@@ -1,4 +1,4 @@
-"""The default execution timeout of library-started workflows and how to change it (issue 15.9)."""
+"""The default execution timeout of library-started workflows and how to change it."""
 
 from __future__ import annotations
 

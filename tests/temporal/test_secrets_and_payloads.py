@@ -1,5 +1,5 @@
-"""Secrets never reach workflow histories (SPEC §7.6); oversized payloads fail loudly and nothing
-is truncated (SPEC §7.3)."""
+"""Secrets never reach workflow histories (docs/design.md#temporal); oversized payloads fail loudly
+and nothing is truncated (docs/design.md#bounded-history)."""
 
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ async def test_oversized_payloads_raise_and_nothing_is_truncated(temporal_client
             assert new_messages[0].text() == prompt
             assert all(len(m.model_dump_json()) < 10_000 for m in new_messages)  # nothing cut
             assert agent.leaf_id == after[-1].id and not agent.running
-        # the abandoned call is answered (SPEC §5.3), saying why; the result was not cut
+        # the abandoned call is answered, saying why; the result was not cut
         result = messages_of(await store.load_entries(agent.session_id))[-1]
         assert result.is_error and result.tool_call_id == "d1"
         assert result.text().startswith("tool execution failed: PayloadTooLargeError: ")

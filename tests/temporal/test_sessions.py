@@ -1,5 +1,6 @@
-"""Session-level behaviour on Temporal: orphan repair after a termination (SPEC §5.2, §7.5),
-sibling branches from two handles (§7.6) and compaction through its workflow (§4.8, §7.1)."""
+"""Session-level behaviour on Temporal: orphan repair after a termination, sibling branches from
+two handles and compaction through its workflow (docs/design.md#repair-and-reconcile,
+docs/design.md#temporal, docs/design.md#compaction)."""
 
 from __future__ import annotations
 
@@ -235,7 +236,7 @@ async def test_compaction_through_the_compact_workflow(temporal_client: Client) 
 
 async def test_client_verbs_publish_through_publish_workflows(temporal_client: Client) -> None:
     """new, branch and fork publish their lifecycle events via the worker's publisher, each
-    occurrence once per idempotency key, a fork's two events in order (SPEC §6.3, §7.1)."""
+    occurrence once per idempotency key, a fork's two events in order (docs/design.md#receipts)."""
     published: list[Event] = []
     store, q = MemoryStore(), queue()
     session = sid("verbs")

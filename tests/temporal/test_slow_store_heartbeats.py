@@ -1,4 +1,4 @@
-"""A model or tool attempt stays alive while its store read is slow (issue 12, found under load).
+"""A model or tool attempt stays alive while its store read is slow.
 
 ``call_model`` and ``call_tool`` first read the session from the store (the view at the leaf, the
 stamp check); under load that read took seconds on FerretDB, and it ran before the activity's

@@ -1,21 +1,24 @@
 """A handle whose stream broke while its run goes on stays busy until the run ends, then takes
-its log and leaf from the store: a second run never branches from a stale leaf (issue 16 item 4).
+its log and leaf from the store: a second run never branches from a stale leaf.
 
-The stream breaks for real: the client's ``events`` queries are held (a client interceptor,
-the client is otherwise the real one) while the run continues-as-new past them, so the first
-answer after the hold no longer retains what the client missed (EventGapError).
+The stream breaks for real: the client's store (a real MemoryStore behind a wrapper; the worker
+uses the store itself) starts failing its reads after the sequence number for good (a damaged
+session, say) while the run goes on and continues as new.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from durable_agent import EventGapError, Reply, RunActiveError, ScriptedModel, new, tool
+from durable_agent import Reply, RunActiveError, ScriptedModel, new, tool
 from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.session import CorruptSessionError, Entry
+from durable_agent.session.deltas import DeltaChannel
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import running_worker
@@ -27,7 +30,6 @@ from tests.temporal.helpers import (
     queue,
     sid,
 )
-from tests.temporal.query_gate import QueryGate
 
 pytestmark = pytest.mark.temporal
 
@@ -71,22 +73,46 @@ async def count(n: int) -> str:
     return f"counted {n}"
 
 
+class BreakingStore(MemoryStore):
+    """The client's view of ``store``: its reads after a seq fail for good once ``broken``."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__()
+        self.store = store
+        self.broken = False
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        return await self.store.load_entries(session_id)
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        if self.broken:
+            raise CorruptSessionError(session_id, "damaged")
+        return await self.store.load_entries_after(session_id, after)
+
+    async def append_entries(self, session_id: str, entries: Any) -> None:
+        await self.store.append_entries(session_id, entries)
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> Any:
+        return await self.store.create_session(session_id, parent_id)
+
+    def live_deltas(self) -> Any:
+        channel: DeltaChannel = self.store.live_deltas()
+        return channel
+
+
 async def test_a_broken_stream_keeps_the_handle_busy_then_resyncs(temporal_client: Client) -> None:
-    gate = QueryGate()
-    gate.open.clear()  # the stream hears nothing until the run is three executions on
-    client = gate.client(temporal_client)
     lm, store, q = HeldModel(), MemoryStore(), queue()
+    client_store = BreakingStore(store)
     async with running_worker(
         temporal_client, store, {"counter": AgentSpec(model=lm, tools=[count])}, task_queue=q
     ):
-        ex = executor(client, q, continue_as_new_after_turns=1)
-        agent = await new("counter", store=store, session_id=sid("stale"), executor=ex)
+        ex = executor(temporal_client, q, continue_as_new_after_turns=1)
+        agent = await new("counter", store=client_store, session_id=sid("stale"), executor=ex)
         start_leaf = agent.leaf_id
+        client_store.broken = True  # the stream hears nothing of the run
         stream = await agent.run("count")
         seen = asyncio.create_task(consume(stream))
         await asyncio.wait_for(lm.reached.wait(), 30)  # 3 turns, 3 continue-as-new, held
-        gate.open.set()
-        await asyncio.wait_for(gate.answered.wait(), 30)  # the answer has a gap
 
         # the run goes on: the handle stays busy, no second run starts from its stale leaf
         assert agent.running
@@ -96,7 +122,8 @@ async def test_a_broken_stream_keeps_the_handle_busy_then_resyncs(temporal_clien
 
         lm.release.set()
         outcome = await asyncio.wait_for(seen, 30)
-        assert isinstance(outcome.error, EventGapError), repr(outcome.error)
+        assert isinstance(outcome.error, CorruptSessionError), repr(outcome.error)
+        client_store.broken = False
 
         # re-synced from the store: log and leaf are what the run stored
         stored = await store.load_entries(agent.session_id)

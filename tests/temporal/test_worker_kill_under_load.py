@@ -1,4 +1,4 @@
-"""A worker SIGKILLed under load (issue 12 item 2): 10 sessions x 3 turns on two worker processes,
+"""A worker SIGKILLed under load: 10 sessions x 3 turns on two worker processes,
 one killed while it has an activity running (seen on the server), a replacement joining after the
 survivor returned more runs; the store holds every turn once and every wait() returned."""
 

@@ -1,4 +1,4 @@
-"""Worker tuning (issue 12 item 3): the three limits reach the temporalio Worker; bad ones fail."""
+"""Worker tuning: the three limits reach the temporalio Worker; bad ones fail."""
 
 from __future__ import annotations
 

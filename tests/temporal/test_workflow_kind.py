@@ -10,11 +10,12 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel, new, text
+from durable_agent.activities.contracts import RunInput
 from durable_agent.cli.dev import workflows_url
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.activity_calls import KIND_ATTRIBUTE, KIND_KEY
-from durable_agent.workflows.types import InputEntry, RunInput
+from durable_agent.workflows.executor import run_input_item
+from durable_agent.workflows.search import KIND_ATTRIBUTE, KIND_KEY
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import RUN_TIMEOUT, consume, eventually, executor, queue, run_id
 
@@ -49,7 +50,7 @@ async def test_kind_separates_runs_from_publish_and_compact(temporal_client: Cli
                 session_id=session,
                 run_id=ui_rid,
                 agent="plain",
-                inputs=[InputEntry.of(text("from the UI"), 0)],
+                inputs=[run_input_item(text("from the UI"))],
                 timeouts=FAST,
             ),
             id=run_workflow_id(session, ui_rid),

@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityHandle
 
 from ..ai.messages import Message
-from ..ai.timefmt import parse_time
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
-from ..durable.live import LiveDeltas, live_channel
+from ..durable.live import CancelWatch, LiveDeltas, Watched, live_channel
+from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
 from ..session.codec import encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -31,53 +33,52 @@ from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES, RememberingStore
 from .failures import application_error, checked_payload
 from .spec import AgentSpec
-from .types import Stamp
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",
-    "CALL_GRACE",
-    "HEARTBEAT_EVERY",
-    "STORE_GRACE",
+    "FIRST_BEAT",
+    "NEXT_BEAT",
     "ActivityBase",
-    "find_entry",
     "heartbeating",
     "is_retry",
-    "stored_message",
+    "producer_answer",
+    "run_cancelled",
 ]
 
 logger = logging.getLogger("durable_agent.activities")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT  # the one limit (durable/limits.py)
-HEARTBEAT_EVERY = 0.5
-STORE_GRACE = 0.5
-"""Seconds a store activity runs before it starts heartbeating."""
-CALL_GRACE = 0.1
-"""Seconds a model or tool call runs before it starts heartbeating: a quick call then finishes
-without a heartbeat RPC (one per call otherwise, on the critical path of every turn), while a
-cancellation of a longer one still arrives within this plus the heartbeat throttle."""
+FIRST_BEAT = 0.5
+"""The first heartbeat goes out this fraction of the heartbeat timeout into the call."""
+NEXT_BEAT = 0.8
+"""Later ones this fraction of the timeout apart (the SDK's own throttle interval)."""
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(grace: float = 0.0) -> AsyncIterator[None]:
+async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background, so a crashed worker is noticed within the heartbeat timeout
     even while a model has not produced its first token or a tool is busy.
 
-    ``grace`` delays the first beat (capped at a quarter of the heartbeat timeout), so a quick
-    store call finishes without any heartbeat RPC while a slow or stuck one still beats."""
-
-    if activity.info().is_local:
+    A heartbeat that reaches the server is a billed action, and it no longer carries anything a
+    call waits for (a run's cancellation reaches its calls through the run's cancel note,
+    docs/design.md#cancellation). So the first beat goes out halfway through the heartbeat
+    timeout and the next ones 0.8 timeouts apart: a call shorter than half the timeout sends
+    none, a longer one one per 0.8 timeouts, and the server still hears from a live worker well
+    within every timeout. Hold one context for the whole activity (a second one would restart
+    the schedule). Without a heartbeat timeout there is nothing to beat for."""
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if info.is_local or not timeout:
         # a local activity has no heartbeat: the workflow task it runs in is its liveness
         yield
         return
+    seconds = timeout.total_seconds()
 
     async def beat() -> None:
-        if grace:
-            timeout = activity.info().heartbeat_timeout
-            limit = timeout.total_seconds() / 4 if timeout else grace
-            await asyncio.sleep(min(grace, limit))
+        await asyncio.sleep(seconds * FIRST_BEAT)
         while True:
             activity.heartbeat()
-            await asyncio.sleep(HEARTBEAT_EVERY)
+            await asyncio.sleep(seconds * NEXT_BEAT)
 
     task = asyncio.create_task(beat())
     try:
@@ -123,6 +124,18 @@ class ActivityBase:
         self.payload_limit = payload_limit
         self.deltas = live_channel(live_deltas, store)
         """Where ``call_model`` publishes its streaming reply (docs/design.md#live-deltas)."""
+        self.cancels = None if self.deltas is None else CancelWatch(self.deltas)
+        """The cancel notes of the runs whose calls are in flight here."""
+
+    def watching(
+        self, session_id: str, run_id: str
+    ) -> contextlib.AbstractContextManager[Watched | None]:
+        """Stop the current call when its run's cancel note appears (docs/design.md#cancellation):
+        the block's task is cancelled; the context's ``fired`` tells that from Temporal's own
+        cancellation. Nothing is watched without a channel or a run."""
+        if self.cancels is None or not run_id:
+            return contextlib.nullcontext()
+        return self.cancels.watching(session_id, run_id)
 
     def agent_spec(self, name: str) -> AgentSpec:
         """The named agent; an unknown name fails the activity for good."""
@@ -158,28 +171,32 @@ class ActivityBase:
             )
         return found
 
+    async def stored_earlier(
+        self, session_id: str, stamp: Header, call: str
+    ) -> MessageEntry | None:
+        """What an earlier attempt of this activity stored under ``stamp``, looked up on a
+        retry only (see :func:`is_retry`); ``None`` on a first attempt or if nothing is stored."""
+        if not is_retry():
+            return None
+        stored = find_entry(await self.stored_entries(session_id), stamp.id)
+        return None if stored is None else stored_message(stored, call)
+
     def check_size(self, what: str, payload: str) -> None:
         checked_payload(what, payload, self.payload_limit)
 
     async def commit(
-        self, session_id: str, stamp: Stamp, message: Message, what: str = "message"
+        self, session_id: str, stamp: Header, message: Message, what: str = "message"
     ) -> MessageEntry:
-        """Append ``message`` under the workflow's stamp and return what the store holds for it:
-        a conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
-        entry = MessageEntry(
-            id=stamp.id,
-            parent_id=stamp.parent_id,
-            created_at=parse_time(stamp.created_at),
-            message=message,
-        )
+        """Append ``message`` under the run's stamp and return what the store holds for it: a
+        conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
+        entry = stamp.on(MessageEntry(message=message))
         self.check_size("entry", encode_entry(entry))
         try:
-            async with heartbeating(STORE_GRACE):
-                try:
-                    await self.store.append_entries(session_id, [entry])
-                    return entry
-                except EntryConflictError:
-                    stored = find_entry(await self.store.load_entries(session_id), stamp.id)
+            try:
+                await self.store.append_entries(session_id, [entry])
+                return entry
+            except EntryConflictError:
+                stored = find_entry(await self.store.load_entries(session_id), stamp.id)
         except SessionError as exc:
             retryable = isinstance(exc, StoreUnavailableError)
             raise application_error(
@@ -187,6 +204,53 @@ class ActivityBase:
             ) from exc
         assert isinstance(stored, MessageEntry), "a conflicting entry is stored under the stamp"
         return stored
+
+
+T = TypeVar("T")
+
+
+async def producer_answer(
+    handle: ActivityHandle[T], on_cancel: Callable[[], Awaitable[None]] | None = None
+) -> T:
+    """A producing activity's answer (workflow side), even when the run's cancellation arrives
+    with it.
+
+    A producer commits its output under a header the run reserved, so its answer must reach the
+    engine whatever happens. Awaited directly, an answer that arrives in the same workflow
+    activation as the run's cancellation is dropped for the ``CancelledError`` (the SDK raises
+    the cancellation over a completed activity), and the store would hold an entry the run never
+    recorded. So the activity runs as its own handle and the cancellation interrupts only the
+    wait: an answer already on its way is taken; otherwise the activity is asked to stop (it
+    waits for its cancellation to complete, so it answers what it stored meanwhile, or fails as
+    cancelled) and ``on_cancel`` runs: the run's cancel note, which the activity sees within a
+    fraction of a second (docs/design.md#cancellation). The caller checks
+    ``workflow.cancellation_reason()`` to go on cancelling."""
+    try:
+        return await asyncio.shield(handle)
+    except asyncio.CancelledError:
+        for _ in range(3):  # an answer of this activation reaches the handle within a few steps
+            if handle.done():
+                break
+            await asyncio.sleep(0)
+        if not handle.done():
+            handle.cancel()
+            if on_cancel is not None:
+                await on_cancel()
+    while True:
+        try:
+            return await asyncio.shield(handle)
+        except asyncio.CancelledError:
+            if handle.done():
+                raise  # the activity ended cancelled
+
+
+def run_cancelled(watched: Watched | None) -> bool:
+    """Whether a ``CancelledError`` in an activity is its run's cancellation: the run's cancel
+    note (``watched.fired``) or Temporal's cancel request, not a worker shutting down."""
+    if watched is not None and watched.fired:
+        return True
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
 
 
 def is_retry() -> bool:

@@ -1,4 +1,4 @@
-"""Temporal error translation, written once (issue 14 item 3).
+"""Temporal error translation, written once (docs/design.md#errors).
 
 An error crosses three hops on its way from a worker to the caller, and each hop is one function
 here, so the type name, the message and a model error's ``retryable`` flag survive all three the
@@ -142,7 +142,8 @@ def run_failure(exc: BaseException, unsettled: Sequence[str] = ()) -> Applicatio
 
     ``unsettled``: entry IDs of writes the run is unsure of (a local append that failed may
     have applied: its input, unlike an ordinary activity's, is not in the history), carried as
-    a last ``{"unsettled": [...]}`` detail for the client to reconcile (issue 11.8b)."""
+    a last ``{"unsettled": [...]}`` detail for the client to reconcile
+    (docs/design.md#repair-and-reconcile)."""
     extra: list[Any] = [{UNSETTLED: list(unsettled)}] if unsettled else []
     too_large = payload_too_large(exc)
     if too_large is not None:

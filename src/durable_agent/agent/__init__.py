@@ -1,4 +1,11 @@
-"""The inner agent loop and its events."""
+"""The inner agent loop and its events.
+
+Where a turn goes through this package: :class:`ModelLoop` sends the model the conversation so
+far, yields the reply's ``message_start`` / ``message_update`` / ``message_end`` events, runs the
+reply's tool calls (concurrently when every tool allows it) and yields their results, then
+``turn_end``. It is pull-based: it waits while its consumer (the run engine) stores each message,
+so nothing goes on before the store has it (docs/design.md#handle-and-engine).
+"""
 
 from .events import AgentEvent, AgentEventType
 from .hooks import Hooks

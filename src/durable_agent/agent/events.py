@@ -1,4 +1,4 @@
-"""The inner loop's events, in the order SPEC §6.1 fixes.
+"""The inner loop's events, in a fixed order (docs/design.md#receipts).
 
 ``agent_start``; per turn ``turn_start``, the assistant's ``message_start``, ``message_update``…,
 ``message_end``, per tool ``tool_execution_start``, ``tool_execution_update``…,
@@ -50,6 +50,11 @@ class AgentEvent(BaseModel):
     """``agent_end``: every message the run produced."""
     usage: Usage | None = None
     """``agent_end``: the run's total usage."""
+    delta: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """``message_update``: the text this update adds to what the previous update of its message
+    showed (after a ``restart``, the reply's whole text so far), so a consumer prints ``delta``
+    (and starts over on ``restart``); ``""`` when only something else grew (thinking, a tool
+    call's arguments). ``None`` on every other event, and then left out of the JSON."""
     restart: bool = Field(default=False, exclude_if=lambda v: not v)
     """``message_update`` on Temporal: the model call was retried (a worker crashed mid-stream)
     and this partial starts the reply over; discard what the earlier updates showed. In process

@@ -61,10 +61,10 @@ class AgentRun:
     """One run of a loop: its events (once) and the messages it produced.
 
     ``stored_forms`` is how a consumer that stored a tool result in another form (the engine's
-    stand-in for a result the store refused as too large, SPEC §5.3) tells the loop: the loop
-    goes on with the stored form in its context, so the model sees what the store holds. A loop
-    that ignores it (a custom one) keeps its own form; the store is still right.
-    """
+    stand-in for a result the store refused as too large, docs/design.md#repair-and-reconcile)
+    tells the loop: the loop goes on with the stored form in its context, so the model sees what
+    the store holds. A loop that ignores it (a custom one) keeps its own form; the store is still
+    right."""
 
     def __init__(
         self,
@@ -182,13 +182,18 @@ class ModelLoop:
         if hooks is not None:
             request = await call_hook(hooks.before_model, request) or request
         final: Message | None = None
+        shown = ""  # the text of the reply's last update: each update's delta is what it adds
         async for ev in self.lm.stream(request):
             if ev.type == "start":
+                shown = ""  # a retry starts a new message (and a new message_start)
                 yield AgentEvent(type="message_start", message=ev.partial)
             elif ev.type == "done":
                 final = ev.message
             else:
-                yield AgentEvent(type="message_update", message=ev.partial)
+                text = ev.partial.text()
+                delta = text[len(shown) :] if text.startswith(shown) else text
+                shown = text
+                yield AgentEvent(type="message_update", message=ev.partial, delta=delta)
         if final is None:
             raise ModelError("model stream ended without a complete message", retryable=True)
         if hooks is not None:

@@ -1,9 +1,8 @@
 """Running one tool call: the in-process executor and the interface the Temporal one implements.
 
 An executor always returns a result message. When it gives up on a tool (retries exhausted, a
-non-retryable error) it answers with an error result itself (SPEC §5.3), so the only way to leave an
-unanswered call is a hard kill, which run-start repair handles.
-"""
+non-retryable error) it answers with an error result itself (docs/design.md#repair-and-reconcile),
+so the only way to leave an unanswered call is a hard kill, which run-start repair handles."""
 
 from __future__ import annotations
 

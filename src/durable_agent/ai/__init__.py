@@ -1,4 +1,11 @@
-"""Messages, tools, the language-model protocol and the ScriptedModel."""
+"""Messages, tools, the language-model protocol and the ScriptedModel.
+
+Where a turn goes through this package: the loop hands a :class:`ModelRequest` to a
+:class:`LanguageModel` (a provider adapter in :mod:`.providers`, or :class:`ScriptedModel`), which
+streams deltas and ends with the complete assistant :class:`Message`; a tool call in it names a
+:class:`Tool`, whose result comes back as a ``tool_result`` message
+(docs/design.md#sessions-and-entries).
+"""
 
 from .messages import (
     ContentBlock,

@@ -9,7 +9,7 @@ returns ``"report\\udcff.txt"`` for a file name that is not UTF-8), which no sto
 or Temporal history can carry: building a :class:`Message` from Python objects replaces each one
 with U+FFFD (a pair split in two code points is joined back). This is the message boundary, where
 a tool result, a model reply or an input becomes a message, so a run never fails, and a tool
-never re-runs, over text that cannot be encoded (issue 16 item 6). Messages pydantic validates
+never re-runs, over text that cannot be encoded. Messages pydantic validates
 from JSON text need no check (its parser refuses a lone ``\\udcff`` escape); ``json.loads``
 output is Python data, and checked.
 """

@@ -119,6 +119,19 @@ class ScriptedModel:
             **extra,
         )
 
+    def _partial(self, blocks: list[ContentBlock]) -> Message:
+        """A partial reply, built without validation: its blocks come from a validated
+        :class:`Reply` (the final message is validated), and a streaming model builds one per
+        delta, which a benchmark's model should do cheaply."""
+        return Message.model_construct(
+            role="assistant",
+            content=list(blocks),
+            api="scripted",
+            provider=self.provider,
+            model=self.model,
+            timestamp=utc_now(),
+        )
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
         reply = self._next_reply(request)
@@ -137,10 +150,12 @@ class ScriptedModel:
             acc = ""
             for piece in _chunks(reply.thinking, reply.chunk_size):
                 acc += piece
-                current = ThinkingContent(thinking=acc, signature=reply.thinking_signature)
+                current = ThinkingContent.model_construct(
+                    thinking=acc, signature=reply.thinking_signature
+                )
                 await pause()
                 yield ModelEvent(
-                    type="thinking_delta", partial=self._message([*blocks, current]), delta=piece
+                    type="thinking_delta", partial=self._partial([*blocks, current]), delta=piece
                 )
             blocks.append(ThinkingContent(thinking=acc, signature=reply.thinking_signature))
         if reply.text:
@@ -150,7 +165,7 @@ class ScriptedModel:
                 await pause()
                 yield ModelEvent(
                     type="text_delta",
-                    partial=self._message([*blocks, TextContent(text=acc)]),
+                    partial=self._partial([*blocks, TextContent.model_construct(text=acc)]),
                     delta=piece,
                     index=len(blocks),
                 )
@@ -161,10 +176,10 @@ class ScriptedModel:
             args_json = json.dumps(call.arguments)
             for piece in _chunks(args_json, reply.chunk_size * 4):
                 await pause()
-                partial_call = ToolCall(id=call.id, name=call.name)
+                partial_call = ToolCall.model_construct(id=call.id, name=call.name)
                 yield ModelEvent(
                     type="tool_call_delta",
-                    partial=self._message([*blocks, partial_call]),
+                    partial=self._partial([*blocks, partial_call]),
                     delta=piece,
                     index=len(blocks),
                 )

@@ -48,7 +48,7 @@ def missing_extra(exc: ImportError, *, needs: str = "cli") -> str | None:
 
     ``needs`` is what to install when the missing module belongs to ``cli`` or ``temporal``
     (the ``cli`` extra brings the Temporal SDK too); a store's or provider's module names its own
-    extra.
+    extra. The install line is spelled as the README installs: from a clone, ``'.[extra]'``.
     """
     name = (exc.name or "").split(".")[0]
     extra = EXTRAS.get(name)
@@ -57,7 +57,7 @@ def missing_extra(exc: ImportError, *, needs: str = "cli") -> str | None:
     install = needs if extra in ("cli", "temporal") else extra
     return (
         f"the {extra!r} extra of durable-agent is not installed (no module named {name!r}): "
-        f"pip install 'durable-agent[{install}]'"
+        f"pip install '.[{install}]' (from the durable-agent clone)"
     )
 
 

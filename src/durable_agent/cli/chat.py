@@ -19,12 +19,12 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..ai import ModelError
-from ..durable import Agent, AgentError, RunCancelledError, new
+from ..durable import Agent, AgentError, RunCancelledError, RunStream, new
 from ..session import (
     Entry,
-    MessageEntry,
     SessionError,
     SessionNotFoundError,
+    last_turn,
     path,
     transcript_view,
     validate_session_id,
@@ -51,7 +51,7 @@ from .render import (
     render_transcript,
     render_tree,
 )
-from .run import drop_if_empty, open_agent
+from .run import open_agent
 from .sessions import parent_of
 from .stores import OpenedStore, open_store, resolve_store_spec
 
@@ -110,15 +110,12 @@ class Chat:
         opened: OpenedStore,
         executor: TemporalExecutor,
         agent_name: str,
-        created: bool,
     ):
         self.console = console
         self.agent = agent
         self.opened = opened
         self.executor = executor
         self.agent_name = agent_name
-        self.created = created
-        """Whether opening the chat created its session (removed again if left empty)."""
 
     def tips(self) -> list[Entry]:
         """The last entry of every branch (entries nothing follows), oldest first."""
@@ -170,15 +167,12 @@ class Chat:
             f"{escape(self.agent.leaf_id or '(root)')} ({len(self.agent.entries())} entries)"
         )
 
-    def _last_user(self) -> MessageEntry | None:
-        for entry in reversed(path(self.agent.entries(), self.agent.leaf_id)):
-            if isinstance(entry, MessageEntry) and entry.message.role == "user":
-                return entry
-        return None
-
     async def turn(self, text: str) -> None:
         """One run; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
-        stream = await self.agent.run(text)
+        await self.follow(await self.agent.run(text))
+
+    async def follow(self, stream: RunStream) -> None:
+        """Print a run's events; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
         printer = RunPrinter(self.console)
         try:
             async for event in stream.events():
@@ -222,17 +216,16 @@ class Chat:
         elif name in ("switch", "leaf"):
             await self.switch(rest)
         elif name in ("retry", "edit"):
-            last = self._last_user()
-            if last is None:
-                self.console.print("nothing to retry yet")
-                return True
-            text = rest if name == "edit" else last.message.text()
-            if not text:
+            if name == "edit" and not rest:
                 self.console.print("usage: /edit TEXT")
                 return True
-            await agent.branch(last.parent_id or "")
-            self.console.print(f"[dim]branched before {escape(last.id)}[/dim]")
-            await self.turn(text)
+            turn = last_turn(path(agent.entries(), agent.leaf_id))
+            if turn is None:
+                self.console.print(f"nothing to {name} yet")
+                return True
+            stream = await (agent.edit(rest) if name == "edit" else agent.retry())
+            self.console.print(f"[dim]branched before {escape(turn.start.id)}[/dim]")
+            await self.follow(stream)
         elif name == "fork":
             child = await agent.fork(validate_session_id(args[0]) if args else None)
             self.agent = child
@@ -264,7 +257,7 @@ async def _open(
 ) -> Chat:
     validate_session_id(session_id)
     opened = open_store(store_spec)
-    agent, executor, existed = await open_agent(
+    agent, executor = await open_agent(
         console,
         opened,
         session_id=session_id,
@@ -272,7 +265,7 @@ async def _open(
         agent_name=agent_name,
         flags=flags,
     )
-    return Chat(console, agent, opened, executor, agent_name, created=not existed)
+    return Chat(console, agent, opened, executor, agent_name)
 
 
 def run_chat(
@@ -321,7 +314,5 @@ def run_chat(
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
                     print_error(console, str(exc))
         finally:
-            if chat.created:  # nothing was said: leave no empty session behind
-                runner.run(drop_if_empty(chat.opened, session_id))
             runner.run(chat.opened.close())
     return 0

@@ -1,10 +1,11 @@
-"""What a command is pointed at and what every command shares: the environment it reads, the data
-directory, the Temporal server, the options, and the failures with their exit codes.
+"""What a command is pointed at and what every command shares: the environment it reads, the
+Temporal server, the options, and the failures with their exit codes.
 
 Every variable the worker and the other commands read is named here once, so
 ``docker-compose.yml`` and its test can be checked against this module rather than against prose.
-Temporal comes from ``--address``/``--namespace``/``--profile``, then the ``temporal`` CLI's
-variables and profiles, then a running ``durable-agent dev``, then ``localhost:7233``. Each command
+Temporal comes from ``--address``/``--namespace``/``--profile``, then the chain the library's
+``connect_from_env`` follows (:mod:`durable_agent.workflows.config`: the ``temporal`` CLI's
+variables and profiles, a running ``durable-agent dev``, ``localhost:7233``). Each command
 records in :data:`TARGET` what it resolved (this Temporal server, the store in :mod:`.stores`):
 errors always print it and ``-v`` prints it up front.
 """
@@ -16,21 +17,27 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from temporalio.client import Client
 
-from ..workflows import connect_from_env
-from ..workflows.config import ConnectSettings, resolve_connect_settings
-from .processes import read_server_info
+from ..workflows.config import (
+    ENV_DATA_DIR,
+    ConnectSettings,
+    TemporalConnectError,
+    connect_with,
+    data_dir,
+    read_server_info,
+    resolve_connect_settings,
+)
+from ..workflows.worker_logs import LogFormat
 
 __all__ = [
     "DEFAULT_TASK_QUEUE",
     "DEMO_APP",
     "ENV_APP",
-    "ENV_DATA_DIR",
+    "ENV_LOG_FORMAT",
     "ENV_MODEL",
     "ENV_MONGODB_DB",
     "ENV_MONGODB_URI",
@@ -43,6 +50,7 @@ __all__ = [
     "AgentOpt",
     "CommandError",
     "JsonOpt",
+    "LogFormatOpt",
     "NamespaceOpt",
     "NotFound",
     "ProfileOpt",
@@ -52,11 +60,9 @@ __all__ = [
     "TemporalFlags",
     "UsageError",
     "VerboseOpt",
-    "client_env",
+    "client_settings",
     "connect",
-    "data_dir",
     "queue_for",
-    "temporal_env",
 ]
 
 ENV_STORE = "DURABLE_AGENT_STORE"
@@ -69,8 +75,8 @@ ENV_TASK_QUEUE = "DURABLE_AGENT_TASK_QUEUE"
 """The task queue workers poll and clients start runs on (default ``durable-agent``)."""
 ENV_APP = "DURABLE_AGENT_APP"
 """The worker's ``--app`` when the flag is not given (handy in containers)."""
-ENV_DATA_DIR = "DURABLE_AGENT_DATA_DIR"
-"""Overrides the data directory (default ``${XDG_DATA_HOME:-~/.local/share}/durable-agent``)."""
+ENV_LOG_FORMAT = "DURABLE_AGENT_LOG_FORMAT"
+"""The worker's ``--log-format`` (``text`` or ``json``) when the flag is not given."""
 ENV_MODEL = "DURABLE_AGENT_MODEL"
 """The demo app's model spec (``openai:gpt-4.1-mini``...); unset means pick from the API keys."""
 
@@ -92,6 +98,7 @@ WORKER_ENV = frozenset(
         ENV_TASK_QUEUE,
         ENV_APP,
         ENV_DATA_DIR,
+        ENV_LOG_FORMAT,
         ENV_MODEL,
         "OPENAI_API_KEY",
         "OPENAI_BASE_URL",
@@ -123,16 +130,6 @@ class NotFound(CommandError):
     """A session, entry or run the command was pointed at does not exist (exit code 3)."""
 
     exit_code = 3
-
-
-def data_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user data directory (XDG), created on first use by whoever writes there."""
-    env = os.environ if env is None else env
-    explicit = env.get(ENV_DATA_DIR)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base).expanduser() / "durable-agent"
 
 
 # -- Temporal -------------------------------------------------------------------------------------
@@ -178,25 +175,10 @@ class Target:
 TARGET = Target()
 
 
-def temporal_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``connect_from_env``: ``TEMPORAL_ADDRESS`` if set, else the address
-    of a running ``durable-agent dev`` server, else the SDK default."""
-    merged = dict(os.environ if env is None else env)
-    if not merged.get("TEMPORAL_ADDRESS"):
-        info = read_server_info(data_dir(merged))
-        if info is not None:
-            merged["TEMPORAL_ADDRESS"] = info.address
-    return merged
-
-
-def client_env(
-    flags: TemporalFlags, env: Mapping[str, str] | None = None
-) -> tuple[dict[str, str], ConnectSettings]:
-    """The environment ``connect_from_env`` gets, and the settings it resolves to.
-
-    Flags override their variables; with no address from the flag, ``TEMPORAL_ADDRESS`` or the
-    profile, a running ``durable-agent dev`` server is used, then ``localhost:7233``.
-    """
+def client_settings(flags: TemporalFlags, env: Mapping[str, str] | None = None) -> ConnectSettings:
+    """The settings :func:`connect` uses: the flags beat their variables, then the library's
+    chain (:func:`durable_agent.workflows.config.resolve_connect_settings`: the ``temporal`` CLI's
+    settings, a running ``durable-agent dev``, ``localhost:7233``)."""
     merged = dict(os.environ if env is None else env)
     for name, value in (
         ("TEMPORAL_ADDRESS", flags.address),
@@ -206,45 +188,26 @@ def client_env(
         if value:
             merged[name] = value
     settings = resolve_connect_settings(merged)
-    if settings.address_source == "default":
-        info = read_server_info(data_dir(merged))
-        if info is not None:
-            merged["TEMPORAL_ADDRESS"] = info.address
-            settings = resolve_connect_settings(merged)
-            source = f"the running `durable-agent dev` (pid {info.owner_pid})"
-        else:
-            source = (
-                "the default (no --address, TEMPORAL_ADDRESS, profile or "
-                "running `durable-agent dev`)"
-            )
-        settings = replace(settings, address_source=source)
     if flags.address:
         settings = replace(settings, address_source="--address")
     TARGET.set_temporal(settings.describe())
-    return merged, settings
+    return settings
 
 
 async def connect(flags: TemporalFlags | None = None, *, within: float | None = None) -> Client:
-    """A client as the flags, the environment, a profile or a running ``dev`` say, with a
-    readable failure that names the address. A worker passes ``within``: seconds to keep retrying
-    an unreachable server every half second (its containers start in any order)."""
-    env, settings = client_env(flags or TemporalFlags())
+    """A client as the flags, the environment, a profile or a running ``dev`` say; a server that
+    does not answer is a :class:`TemporalConnectError` (a ``ConnectionError``: one ``error:``
+    line). A worker passes ``within``: seconds to keep retrying an unreachable server every half
+    second (its containers start in any order)."""
+    settings = client_settings(flags or TemporalFlags())
     deadline = time.monotonic() + (within or 0.0)
     while True:
         try:
-            return await connect_from_env(env)
-        except Exception as exc:
-            if time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-                continue
-            if within is not None:
-                raise ConnectionError(
-                    f"cannot reach Temporal at {settings.address}: {exc}"
-                ) from exc
-            raise ConnectionError(
-                f"cannot reach Temporal at {settings.address} ({exc}); start one with "
-                "`durable-agent dev`, or pass --address / set TEMPORAL_ADDRESS"
-            ) from exc
+            return await connect_with(settings)
+        except TemporalConnectError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def queue_for(flag: str | None, flags: TemporalFlags | None = None) -> str:
@@ -312,3 +275,11 @@ VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say which Temporal server and store are used.")
 ]
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name registered on the worker.")]
+LogFormatOpt = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar=ENV_LOG_FORMAT,
+        help="The worker's log lines: text, or one JSON object per line.",
+    ),
+]

@@ -27,18 +27,17 @@ from temporalio.client import Client
 
 from ..agent import model
 from ..durable import Agent, RunStream, new
-from ..session import MessageEntry, new_id
+from ..session import last_turn, new_id
 from ..stores import FileStore
 from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
-from .config import DEMO_APP, data_dir
+from ..workflows.config import data_dir, read_server_info, remove_server_info
+from .config import DEMO_APP
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
 from .dev import DevServer, advertise, start_dev_server, workflows_url
 from .processes import (
     ManagedProcess,
     ProcessError,
     ServerLock,
-    read_server_info,
-    remove_server_info,
     start_worker,
     stop_orphan,
 )
@@ -159,9 +158,12 @@ def _step(console: Console, n: int, title: str) -> None:
     console.rule(f"[bold]{n} · {title}", align="left")
 
 
-async def _ask(console: Console, agent: Agent, text: str, **kw: str) -> RunPrinter:
+async def _ask(
+    console: Console, agent: Agent, text: str, *, edit: bool = False, **kw: str
+) -> RunPrinter:
+    """Ask ``text`` (``edit``: instead of the last question) and print the run."""
     console.print(f"  [bold cyan]you ▸[/] {text}")
-    stream = await agent.run(text, **kw)
+    stream = await (agent.edit(text) if edit else agent.run(text, **kw))
     printer = RunPrinter(console)
     async for event in stream.events():
         printer.handle(event)
@@ -243,18 +245,14 @@ async def _wait_for_ctrl_c() -> None:
 async def _edit_fork_compact(console: Console, agent: Agent, session_id: str) -> Agent:
     """Steps 4-6: a branch (edit the last question), a fork, a compaction; returns the fork."""
     _step(console, 4, "A branch: edit the last question")
-    question = next(
-        e
-        for e in reversed(agent.entries())
-        if isinstance(e, MessageEntry) and e.message.role == "user"
-    )
-    old_leaf = agent.leaf_id
-    await agent.branch(question.parent_id or "")
+    turn = last_turn(agent.transcript())
+    assert turn is not None
+    question = turn.start
     console.print(
-        f"  leaf moved {old_leaf} → {agent.leaf_id} (just before “{question.message.text()}”); "
-        "the old answer stays in the tree"
+        f"  leaf moved {agent.leaf_id} → {question.parent_id or '(root)'} (just before "
+        f"“{question.message.text()}”); the old answer stays in the tree"
     )
-    await _ask(console, agent, "Crunch the Q4 numbers instead.")
+    await _ask(console, agent, "Crunch the Q4 numbers instead.", edit=True)
 
     _step(console, 5, "A fork: a new session that starts from this path")
     child = await agent.fork(f"{session_id}-fork")

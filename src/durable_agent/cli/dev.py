@@ -25,31 +25,33 @@ import typer
 from rich.console import Console
 from temporalio.client import Client
 
-from ..workflows import SEARCH_ATTRIBUTE
-from ..workflows.activity_calls import KIND_ATTRIBUTE
+from ..workflows.config import (
+    ServerInfo,
+    data_dir,
+    read_server_info,
+    remove_server_info,
+    write_server_info,
+)
+from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .config import (
     DEFAULT_TASK_QUEUE,
     DEMO_APP,
     ENV_APP,
     ENV_TASK_QUEUE,
+    LogFormatOpt,
     QueueOpt,
     StoreOpt,
-    data_dir,
 )
 from .processes import (
     ManagedProcess,
     ProcessError,
-    ServerInfo,
     ServerLock,
     die_with_parent,
     free_port,
-    read_server_info,
-    remove_server_info,
     spawn,
     start_worker,
     stop_orphan,
     temporal_binary,
-    write_server_info,
 )
 from .render import console, run_command
 from .stores import resolve_store_spec
@@ -76,6 +78,7 @@ def dev(
     task_queue: QueueOpt = None,
     port: Annotated[int, typer.Option(help="gRPC port (another is picked if taken).")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Web UI port (another is picked if taken).")] = 8233,
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Run a Temporal dev server (with its Web UI) and a worker until Ctrl-C.
 
@@ -88,6 +91,7 @@ def dev(
             task_queue=task_queue or os.environ.get(ENV_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
             port=port,
             ui_port=ui_port,
+            log_format=log_format,
         )
     )
     raise typer.Exit(code)
@@ -204,6 +208,7 @@ async def run_dev(
     task_queue: str,
     port: int,
     ui_port: int,
+    log_format: str = "text",
 ) -> int:
     """The ``dev`` command: the exit code (1 when the server exits on its own)."""
     root = data_dir()
@@ -232,6 +237,7 @@ async def run_dev(
                 address=server.address,
                 log_path=root / "logs" / "dev-worker.log",
                 ready_dir=root / "run",
+                log_format=log_format,
             )
             workers.append(worker)
             return worker

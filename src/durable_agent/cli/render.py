@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,7 +26,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
-from rich.tree import Tree
 from temporalio.service import RPCError
 
 from ..ai import Message, ModelError, ToolCall
@@ -33,17 +33,17 @@ from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError, Event
 from ..session import (
     CompactionEntry,
-    CustomEntry,
     Entry,
     InvalidSessionIdError,
     MessageEntry,
     SessionError,
     SessionNotFoundError,
-    TreeNode,
     encode_entry,
-    path,
-    tree,
+    entry_summary,
+    message_summary,
+    tree_lines,
 )
+from ..session.render import ACTIVE, LEAF, OFF_PATH, short
 from ..workflows.config import TemporalConfigError
 from . import AppLoadError
 from .config import TARGET, CommandError, TemporalFlags
@@ -51,6 +51,7 @@ from .processes import ProcessError
 from .stores import mongo_unreachable
 
 __all__ = [
+    "FAILURE_LOG",
     "RunPrinter",
     "console",
     "entry_json",
@@ -96,8 +97,16 @@ def print_error(out: Console, message: str) -> None:
     out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
 
 
+FAILURE_LOG: logging.Logger | None = None
+"""Set by a command whose output is a log (``worker``): its failure is one more log line."""
+
+
 def fail(code: int, message: str) -> NoReturn:
     """Print the error, then what the command was talking to, and exit with ``code``."""
+    if FAILURE_LOG is not None:
+        text = redact(message, configured_secrets(os.environ))
+        FAILURE_LOG.error("%s", "; ".join([text, *TARGET.lines()]))
+        raise typer.Exit(code)
     print_error(err, message)
     for line in TARGET.lines():
         err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
@@ -164,44 +173,22 @@ def print_json(console: Console, data: Any) -> None:
     console.file.flush()
 
 
-def short(text: str, limit: int = 90) -> str:
-    """One line, at most ``limit`` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _call_text(call: ToolCall) -> str:
     return f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
 
 
-def message_summary(message: Message) -> str:
-    """What a message says, in one line (tool calls shown as ``name(args)``)."""
-    parts = [message.text()] if message.text() else []
-    parts += [f"→ {_call_text(c)}" for c in message.tool_calls()]
-    return " ".join(parts) if parts else "(empty)"
-
-
 _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool_result": "bold magenta"}
+_KIND_STYLE = {"compaction: ": "bold yellow"}
 
 
 def entry_label(entry: Entry, *, limit: int = 70) -> Text:
-    """``<id> role: text`` for trees and listings."""
-    label = Text()
-    label.append(entry.id, style="dim")
-    label.append(" ")
+    """``<id> role: text`` for trees and listings (the library's one-line summary, styled)."""
+    kind, said, suffix = entry_summary(entry, limit)
     if isinstance(entry, MessageEntry):
-        role = entry.message.role
-        name = "tool" if role == "tool_result" else role
-        label.append(f"{name}: ", style=_ROLE_STYLE.get(role, "bold"))
-        label.append(short(message_summary(entry.message), limit))
-        if entry.meta:
-            label.append(" [meta]", style="dim")
-    elif isinstance(entry, CompactionEntry):
-        label.append("compaction: ", style="bold yellow")
-        label.append(short(entry.summary, limit))
-    elif isinstance(entry, CustomEntry):
-        label.append(f"custom {entry.kind or '?'}", style="bold blue")
-    return label
+        style = _ROLE_STYLE.get(entry.message.role, "bold")
+    else:
+        style = _KIND_STYLE.get(kind, "bold blue")
+    return Text.assemble((entry.id, "dim"), " ", (kind, style), said, (suffix, "dim"))
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:
@@ -210,52 +197,22 @@ def entry_json(entry: Entry) -> dict[str, Any]:
     return data
 
 
-ACTIVE = "● "
-"""Marks an entry on the active path, in text (it survives pipes and ``NO_COLOR``)."""
-OFF_PATH = "○ "
-"""Marks an entry off the active path."""
-
-
-def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Tree:
-    """The transcript tree: a straight run of entries stays at one level and the tree only
-    indents where the conversation branches, so a long chat stays readable. Every branch point,
-    several roots included (a retry or edit of the first question), opens one ``⑂ branch i/n``
-    node per branch; entries on the active path (root to ``leaf_id``) start with ``●``, the others
-    with ``○``, and the leaf is marked, so the text reads right without colour."""
-    active = {e.id for e in path(entries, leaf_id)}
-    root = Tree(Text(title, style="bold"))
-
-    def label(node: TreeNode) -> Text:
-        on_path = node.entry.id in active
-        text = Text(ACTIVE if on_path else OFF_PATH)
-        text.append(entry_label(node.entry))
-        text.stylize("bold" if on_path else "dim")
-        if node.entry.id == leaf_id:
-            text.append("  ◀ leaf", style="bold yellow")
-        return text
-
-    def add_branches(parent: Tree, nodes: Sequence[TreeNode]) -> None:
-        if len(nodes) == 1:
-            add_chain(parent, nodes[0])
-            return
-        for i, child in enumerate(nodes, 1):
-            on_path = child.entry.id in active
-            marker = f"⑂ branch {i}/{len(nodes)}" + (" (active)" if on_path else "")
-            add_chain(parent.add(Text(marker, style="yellow")), child)
-
-    def add_chain(parent: Tree, node: TreeNode) -> None:
-        current = node
-        while True:
-            added = parent.add(label(current))
-            if len(current.children) == 1:
-                current = current.children[0]
-                continue
-            if current.children:
-                add_branches(added, current.children)
-            return
-
-    add_branches(root, tree(entries))
-    return root
+def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Text:
+    """The library's plain-text tree (:func:`durable_agent.session.render_tree`), styled: the
+    active path bold, other entries dim, branch headers yellow, the leaf marked."""
+    out = Text(title, style="bold")
+    for line in tree_lines(entries, leaf_id):
+        out.append("\n" + line.guide)
+        if line.entry is None:
+            out.append(line.text()[len(line.guide) :], style="yellow")
+            continue
+        text = Text(ACTIVE if line.active else OFF_PATH)
+        text.append(entry_label(line.entry))
+        text.stylize("bold" if line.active else "dim")
+        if line.leaf:
+            text.append(LEAF, style="bold yellow")
+        out.append(text)
+    return out
 
 
 def render_transcript(console: Console, entries: Sequence[Entry]) -> None:

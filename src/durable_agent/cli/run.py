@@ -1,15 +1,15 @@
 """``durable-agent run``: one turn on Temporal, printed as it happens (or as JSON at the end).
 
 Everything that can be checked is checked before the session is created: the message, the ID,
-``--leaf``, Temporal, and a worker on another store. A new session whose first run failed before
-storing anything (an agent the worker does not have) is removed again. Ctrl-C or ``--timeout``
-cancels the run; what it stored stays. :func:`open_agent` is also how ``chat`` opens its session.
+``--leaf``, Temporal, and a worker on another store; a new session is created by its first run
+once the worker has checked the agent, so an agent the worker does not have creates nothing.
+Ctrl-C or ``--timeout`` cancels the run; what it stored stays. :func:`open_agent` is also how
+``chat`` opens its session.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from datetime import timedelta
 from typing import Annotated
@@ -22,7 +22,6 @@ from ..durable import Agent, PayloadTooLargeError, RunStream, new
 from ..session import (
     Entry,
     MessageEntry,
-    RetentionStore,
     SessionNotFoundError,
     new_id,
     validate_session_id,
@@ -51,7 +50,6 @@ from .worker import check_workers
 __all__ = [
     "CANCEL_WAIT",
     "check_leaf",
-    "drop_if_empty",
     "input_entry",
     "open_agent",
     "run",
@@ -151,29 +149,14 @@ async def open_agent(
     task_queue: str,
     agent_name: str,
     flags: TemporalFlags | None,
-) -> tuple[Agent, TemporalExecutor, bool]:
+) -> tuple[Agent, TemporalExecutor]:
     """The session's handle on Temporal, after checking that a worker on the command's store
-    polls ``task_queue``; also its executor and whether the session existed before."""
+    polls ``task_queue``; also its executor."""
     client = await connect(flags)
     await check_workers(warn, client, task_queue, opened)
-    try:
-        await opened.store.load_entries(session_id)
-        existed = True
-    except SessionNotFoundError:
-        existed = False
     executor = TemporalExecutor(client, task_queue=task_queue)
     agent = await new(agent_name, store=opened.store, session_id=session_id, executor=executor)
-    return agent, executor, existed
-
-
-async def drop_if_empty(opened: OpenedStore, session_id: str) -> None:
-    """Remove a session this command created if nothing was stored in it (best effort)."""
-    store = opened.store
-    if not isinstance(store, RetentionStore):
-        return
-    with contextlib.suppress(Exception):
-        if not await store.load_entries(session_id):
-            await store.delete_session(session_id)
+    return agent, executor
 
 
 async def run_turn(
@@ -196,7 +179,7 @@ async def run_turn(
     opened = open_store(store_spec)
     try:
         start_at = await check_leaf(opened, session_id, leaf) if leaf is not None else None
-        agent, _, existed = await open_agent(
+        agent, _ = await open_agent(
             err,
             opened,
             session_id=session_id,
@@ -204,14 +187,9 @@ async def run_turn(
             agent_name=agent_name,
             flags=flags,
         )
-        try:
-            if start_at is not None:
-                await agent.branch(start_at)
-            return await _stream_turn(console, err, agent, entry, as_json, limit)
-        except BaseException:
-            if not existed:
-                await drop_if_empty(opened, session_id)
-            raise
+        if start_at is not None:
+            await agent.branch(start_at)
+        return await _stream_turn(console, err, agent, entry, as_json, limit)
     finally:
         await opened.close()
 

@@ -5,7 +5,8 @@ The listing reads records only, through the store's ``list_sessions`` (newest fi
 one page of records however long the sessions are; entry counts and transcripts are ``show``'s
 job. ``rm`` asks before deleting unless told ``--yes``; forks of the deleted session keep their
 ``parent_id``. ``state`` asks Temporal, not the store: it queries the run workflow, which needs a
-worker polling the run's task queue.
+worker polling the run's task queue, and describes it: a closed run reports how it closed (and why,
+and which run came before it, when it did not complete).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import ApplicationError
 
 from ..session import Entry, SessionNotFoundError, Store, path, transcript_view, validate_session_id
 from ..workflows import SEARCH_ATTRIBUTE, RunState
@@ -50,11 +58,12 @@ from .stores import display_store, open_store, resolve_store_spec, retention
 
 __all__ = [
     "NotConfirmed",
-    "latest_run",
+    "latest_runs",
     "list_sessions",
     "parent_of",
     "query_state",
     "remove_session",
+    "run_state",
     "sessions_cli",
     "show",
     "show_session",
@@ -261,26 +270,46 @@ async def show_session(
 
 # -- the latest run's state -----------------------------------------------------------------------
 
+_CLOSED = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "continued_as_new",
+}
+"""A closed run's status by how its workflow closed: it wins over what the ``state()`` query
+replays (a run terminated mid-tool replays as ``running_tools``, one that failed before its first
+step as ``starting``)."""
 
-async def latest_run(client: Client, session_id: str) -> WorkflowExecution | None:
-    """The most recently started run workflow of ``session_id`` (found by search attribute)."""
+
+async def latest_runs(client: Client, session_id: str, n: int = 2) -> list[WorkflowExecution]:
+    """The ``n`` most recently started run workflows of ``session_id`` (found by search
+    attribute), newest first."""
     sid = validate_session_id(session_id)
     query = f'{SEARCH_ATTRIBUTE}="{sid}" AND WorkflowType="durable_agent.run"'
-    latest: WorkflowExecution | None = None
-    async for execution in client.list_workflows(query):
-        if latest is None or execution.start_time > latest.start_time:
-            latest = execution
-    return latest
+    runs = [execution async for execution in client.list_workflows(query)]
+    return sorted(runs, key=lambda e: e.start_time, reverse=True)[:n]
 
 
-async def query_state(
-    console: Console, session_id: str, as_json: bool, flags: TemporalFlags | None = None
-) -> int:
-    client = await connect(flags)
-    execution = await latest_run(client, session_id)
-    if execution is None:
-        raise NotFound(f"no runs of session {session_id!r} on this Temporal server")
+async def _why_closed(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """Why a run that did not complete closed: its failure, or the termination's reason."""
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=15))
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type:
+            return f"{cause.type}: {cause.message}"
+        return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    except Exception:  # the status says enough
+        return None
+    return None
+
+
+async def run_state(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
+    """The run's ``state()`` with its workflow's facts; a closed workflow's status wins."""
     handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+    described = await handle.describe()
     try:
         state: RunState = await handle.query(
             "state", result_type=RunState, rpc_timeout=timedelta(seconds=15)
@@ -290,31 +319,55 @@ async def query_state(
             f"the state query of {execution.id} was not answered ({exc}); queries need a worker "
             "polling the run's task queue"
         ) from exc
-    status = execution.status.name if execution.status is not None else "UNKNOWN"
+    data = state.model_dump(mode="json")
+    closed = _CLOSED.get(described.status) if described.status is not None else None
+    data.update(
+        status=closed or state.status,
+        workflow_id=execution.id,
+        workflow_run_id=execution.run_id,
+        workflow_status=described.status.name if described.status is not None else "UNKNOWN",
+        task_queue=execution.task_queue,
+    )
+    if closed not in (None, "completed", "continued_as_new"):
+        data["failure"] = await _why_closed(handle)
+    return data
+
+
+async def query_state(
+    console: Console, session_id: str, as_json: bool, flags: TemporalFlags | None = None
+) -> int:
+    client = await connect(flags)
+    runs = await latest_runs(client, session_id)
+    if not runs:
+        raise NotFound(f"no runs of session {session_id!r} on this Temporal server")
+    data = await run_state(client, runs[0])
+    if "failure" in data and len(runs) > 1:  # the run before it is the session's last real one
+        status = runs[1].status.name if runs[1].status is not None else "UNKNOWN"
+        data["previous_run"] = {"workflow_id": runs[1].id, "workflow_status": status}
     if as_json:
-        data = state.model_dump(mode="json")
-        data.update(
-            workflow_id=execution.id,
-            workflow_run_id=execution.run_id,
-            workflow_status=status,
-            task_queue=execution.task_queue,
-        )
         print_json(console, data)
         return 0
     table = Table(title=f"latest run of {session_id}", title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
+    pending = ", ".join(f"{c['name']} ({c['id']})" for c in data["pending_tool_calls"])
+    usage = data["usage"]
     rows = [
-        ("workflow", execution.id),
-        ("workflow status", status),
-        ("run status", state.status),
-        ("turns", str(state.turn_count)),
-        ("leaf", state.leaf_id),
-        ("pending tools", ", ".join(f"{c.name} ({c.id})" for c in state.pending_tool_calls) or "-"),
-        ("new entries", ", ".join(state.new_entry_ids) or "-"),
-        ("usage", f"{state.usage.input} in / {state.usage.output} out tokens"),
+        ("workflow", data["workflow_id"]),
+        ("workflow status", data["workflow_status"]),
+        ("run status", data["status"]),
+        ("failure", data.get("failure")),
+        ("turns", str(data["turn_count"])),
+        ("leaf", data["leaf_id"]),
+        ("pending tools", pending or "-"),
+        ("new entries", ", ".join(data["new_entry_ids"]) or "-"),
+        ("usage", f"{usage.get('input', 0)} in / {usage.get('output', 0)} out tokens"),
     ]
+    if "previous_run" in data:
+        previous = data["previous_run"]
+        rows.append(("previous run", f"{previous['workflow_id']} ({previous['workflow_status']})"))
     for key, value in rows:
-        table.add_row(key, value)
+        if value is not None:
+            table.add_row(key, escape(value))
     console.print(table)
     return 0

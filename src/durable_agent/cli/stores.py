@@ -26,7 +26,8 @@ from typing import Any
 
 from ..session import RetentionStore, Store, StoreUnavailableError, new_id
 from ..stores import FileStore
-from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError, data_dir
+from ..workflows.config import data_dir
+from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError
 
 __all__ = [
     "MARKER",
@@ -91,9 +92,7 @@ def _mongo_database_name(uri: str, env: Mapping[str, str]) -> str:
     try:
         from pymongo.uri_parser import parse_uri
     except ImportError as exc:  # pragma: no cover - the mongo extra is missing
-        raise StoreSpecError(
-            "a mongodb:// store needs PyMongo: pip install 'durable-agent[mongo]'"
-        ) from exc
+        raise StoreSpecError("a mongodb:// store needs PyMongo: pip install '.[mongo]'") from exc
     try:
         parsed = parse_uri(uri)
     except Exception as exc:

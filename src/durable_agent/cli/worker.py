@@ -1,8 +1,13 @@
-"""``durable-agent worker``: serve an app's agents on a task queue until told to stop; and how a
-client finds the workers on its queue and tells whether they use its store.
+"""``durable-agent worker``: serve an app's agents on a task queue until told to stop, and say
+whether it is alive; and how a client finds the workers on its queue and tells whether they use
+its store.
 
 The worker stops cleanly on SIGTERM/SIGINT and, when started by ``demo``/``dev``
 (``--parent-pid``), as soon as its parent is gone, so a killed demo never leaves a worker behind.
+Its log lines carry time and level, as text or JSON (``--log-format``), and an expected failure
+takes one line (:mod:`durable_agent.workflows.worker_logs`). While it polls it beats its
+``--ready-file`` every half second; ``worker --check --ready-file PATH`` is healthy only while that
+process is alive and its last beat is fresh (:func:`.processes.check_liveness`).
 A Temporal server that is not up yet is retried until ``--connect-timeout`` (containers start in
 any order). The worker puts its store's ID (:func:`.stores.store_id`) in its Temporal identity
 (``pid@host store:<id>``), which Temporal reports for the task queue's pollers, so a client can
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -39,13 +45,15 @@ from ..workflows.worker import (
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     check_tuning,
 )
-from . import load_app
+from ..workflows.worker_logs import configure_worker_logging
+from . import load_app, render
 from .config import (
     DEFAULT_TASK_QUEUE,
     ENV_APP,
     ENV_TASK_QUEUE,
     AddressOpt,
     CommandError,
+    LogFormatOpt,
     NamespaceOpt,
     ProfileOpt,
     QueueOpt,
@@ -54,18 +62,22 @@ from .config import (
     VerboseOpt,
     connect,
 )
+from .processes import HEARTBEAT_INTERVAL, beat, check_liveness
 from .render import console, fail, flags_from, run_command
 from .stores import OpenedStore, display_store, open_store, resolve_store_spec, store_id
 
 __all__ = [
     "StoreMismatchError",
-    "check_worker",
     "check_workers",
     "poller_identities",
     "run_worker",
     "worker",
     "worker_identity",
 ]
+
+
+logger = logging.getLogger("durable_agent.worker")
+"""The worker's own lines: ready, stopping, and a failure that ends it."""
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -123,7 +135,8 @@ def worker(
     ready_file: Annotated[
         Path | None,
         typer.Option(
-            help="Create this file once polling, remove it on exit (container health checks)."
+            help="Create this file once polling and beat it twice a second, remove it on exit; "
+            "--check reads it (container health checks)."
         ),
     ] = None,
     parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
@@ -131,7 +144,12 @@ def worker(
         float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
     ] = 30.0,
     check: Annotated[
-        bool, typer.Option("--check", help="Exit 0 if a worker polls the queue, else 1.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 0 if the worker that writes --ready-file is alive and its heartbeat "
+            "fresh, else 1.",
+        ),
     ] = False,
     max_concurrent_activities: ActivitiesOpt = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: WorkflowTasksOpt = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
@@ -141,6 +159,7 @@ def worker(
     namespace: NamespaceOpt = None,
     profile: ProfileOpt = None,
     verbose: VerboseOpt = False,
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Serve an app's agents on a task queue (Temporal from TEMPORAL_ADDRESS etc.).
 
@@ -148,10 +167,12 @@ def worker(
     flags = flags_from(address, namespace, profile, verbose)
     queue = task_queue or os.environ.get(ENV_TASK_QUEUE) or None
     if check:
-        raise typer.Exit(run_command(lambda: check_worker(queue, console, flags=flags)))
+        raise typer.Exit(check_worker(ready_file))
     ref = app or os.environ.get(ENV_APP)
     if not ref:
         fail(2, f"--app module:attr is required (or set {ENV_APP})")
+    configure_worker_logging(log_format)
+    render.FAILURE_LOG = logger
     limits = (
         max_concurrent_activities,
         max_concurrent_workflow_tasks,
@@ -163,7 +184,6 @@ def worker(
             app_ref=ref,
             store_spec=resolve_store_spec(store),
             task_queue=queue,
-            console=console,
             ready_file=ready_file,
             parent_pid=parent_pid,
             connect_timeout=connect_timeout,
@@ -235,26 +255,14 @@ async def check_workers(
         )
 
 
-async def check_worker(
-    task_queue: str | None,
-    console: Console,
-    within: float = 5.0,
-    flags: TemporalFlags | None = None,
-) -> int:
-    """``worker --check``: 0 if some worker polls the queue (a health check that proves polling,
-    unlike a ready file), else 1. Connects as ``--address``/``--namespace``/``--profile`` say."""
-    queue = task_queue or DEFAULT_TASK_QUEUE
-    try:
-        client = await connect(flags, within=within)
-        pollers = await poller_identities(client, queue)
-    except Exception as exc:
-        console.print(f"unhealthy: {exc}")
-        return 1
-    if not pollers:
-        console.print(f"unhealthy: no worker polls task queue {queue}")
-        return 1
-    console.print(f"healthy: {len(pollers)} poller(s) on task queue {queue}")
-    return 0
+def check_worker(ready_file: Path | None) -> int:
+    """``worker --check``: 0 if the worker writing ``ready_file`` is alive and beating, else 1
+    (the check of this one worker, from its own process: not of any poller on its queue)."""
+    if ready_file is None:
+        fail(2, "--check needs --ready-file PATH: the ready file of the worker to check")
+    healthy, line = check_liveness(ready_file)
+    console.print(f"{'healthy' if healthy else 'unhealthy'}: {line}", soft_wrap=True, markup=False)
+    return 0 if healthy else 1
 
 
 # -- serving --------------------------------------------------------------------------------------
@@ -265,7 +273,6 @@ async def run_worker(
     app_ref: str,
     store_spec: str,
     task_queue: str | None,
-    console: Console,
     ready_file: Path | None = None,
     parent_pid: int | None = None,
     connect_timeout: float = 30.0,
@@ -305,15 +312,15 @@ async def run_worker(
         )
         config = temporal_worker.config()  # what the temporalio Worker was really given
         ready = (
-            f"worker {os.getpid()} ready: task queue [bold]{escape(queue)}[/], "
-            f"agents {escape(', '.join(sorted(app.agents)))}, store {escape(store_name)}, "
-            f"Temporal {escape(client.service_client.config.target_host)} "
-            f"(namespace {escape(client.namespace)}); "
+            f"worker {os.getpid()} ready: task queue {queue}, "
+            f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
+            f"Temporal {client.service_client.config.target_host} "
+            f"(namespace {client.namespace}); "
             f"max concurrent activities {config.get('max_concurrent_activities')}, "
             f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
             f"cached workflows {config.get('max_cached_workflows')}, known entries {known} bytes"
         )
-        await _serve(temporal_worker, console, ready, ready_file, parent_pid)
+        await _serve(temporal_worker, ready, queue, ready_file, parent_pid)
     finally:
         if opened is not None:
             await opened.close()
@@ -322,40 +329,32 @@ async def run_worker(
 
 async def _serve(
     temporal_worker: Worker,
-    console: Console,
     ready: str,
+    queue: str,
     ready_file: Path | None,
     parent_pid: int | None,
 ) -> None:
-    """Poll until SIGTERM/SIGINT or the parent's exit; the ready file exists while polling."""
+    """Poll until SIGTERM/SIGINT or the parent's exit; the ready file beats while polling."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    watcher = (
-        asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid is not None else None
-    )
+    if ready_file is not None:  # a file a crash left would be read as this worker's
+        with contextlib.suppress(OSError):
+            os.unlink(ready_file)
     try:
         async with temporal_worker:
-            console.print(ready, soft_wrap=True)
-            if ready_file is not None:
-                tmp = ready_file.with_suffix(".tmp")
-                tmp.write_text(f"{os.getpid()}\n")
-                tmp.replace(ready_file)
-            await stop.wait()
-            console.print(f"worker {os.getpid()} stopping")
+            logger.info("%s", ready)
+            while not stop.is_set():
+                if parent_pid is not None and os.getppid() != parent_pid:
+                    break
+                if ready_file is not None and temporal_worker.is_running:
+                    with contextlib.suppress(OSError):  # a missed beat reads as stuck: that is all
+                        beat(ready_file, queue)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), HEARTBEAT_INTERVAL)
+            logger.info("worker %d stopping", os.getpid())
     finally:
         if ready_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(ready_file)
-        if watcher is not None:
-            watcher.cancel()
-
-
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        if os.getppid() != parent_pid:
-            stop.set()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.5)

@@ -1,4 +1,12 @@
-"""The durable agent: sessions that survive crashes, one run engine, two executors."""
+"""The durable agent: sessions that survive crashes, one run engine, two executors.
+
+Where a turn goes through this package: :meth:`Agent.run` (:mod:`.agent`) reconciles the handle
+with the store (:mod:`.reconcile`) and hands the run to its executor (:mod:`.executor` in
+process; ``durable_agent.workflows`` on Temporal); either way the :class:`RunEngine`
+(:mod:`.engine`) drives the loop, stamps each produced entry (:mod:`.persist`), commits it and
+only then emits its event, the receipt the :class:`RunStream` (:mod:`.stream`) hands to the
+caller and applies to the handle's state (:mod:`.state`) (docs/design.md#handle-and-engine).
+"""
 
 from ..agent.loop import model
 from .agent import Agent, Middleware, Runner, fork_entry_id, new
@@ -15,6 +23,7 @@ from .errors import (
     PersistError,
     RunActiveError,
     RunCancelledError,
+    UnknownAgentError,
 )
 from .events import Event, EventType
 from .executor import Executor, LocalExecutor
@@ -49,6 +58,7 @@ __all__ = [
     "RunStatus",
     "RunStream",
     "Runner",
+    "UnknownAgentError",
     "ephemeral",
     "estimate_tokens",
     "fail",

@@ -2,7 +2,8 @@
 
 A handle holds a :class:`~.state.SessionState`: the session's log (append order, ephemeral
 included), an index of stored entries by ID, and the **leaf** where the next entry attaches. Edit,
-retry and rewind are all ``branch``: moving the leaf. Everything a handle records goes through one
+retry and rewind are all ``branch``: moving the leaf (``edit`` and ``retry`` are a ``branch``
+to before the last question, then a ``run``). Everything a handle records goes through one
 persist algorithm (:mod:`.persist`) under the state's lock; lifecycle events are published after
 the lock is released.
 """
@@ -23,7 +24,8 @@ from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import Store, open_session
+from ..session.store import Store
+from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .errors import AgentClosedError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
@@ -170,6 +172,36 @@ class Agent:
             self._config, [branched_event(state.session_id, old, entry_id, new_id())]
         )
 
+    async def edit(
+        self, entry: EntryLike, *more: EntryLike, run_id: str | None = None
+    ) -> RunStream:
+        """Replace the last question on the active path: branch to before it, then run
+        ``entry`` (and ``more``) there. The old question and its answers stay, a sibling
+        branch. :class:`EntryNotFoundError` when no one asked anything yet."""
+        turn = self._last_turn("edit")
+        await self.branch(turn.start.parent_id or "")
+        return await self.run(entry, *more, run_id=run_id)
+
+    async def retry(self, *, run_id: str | None = None) -> RunStream:
+        """Ask the last question on the active path again: branch to before it, then run its
+        input again (the question and what was stored with it before the first reply: meta
+        messages, custom entries), so the model sees what it saw the first time. The earlier
+        answer stays, a sibling branch. Ephemeral inputs were never stored, so they are not
+        sent again. :class:`EntryNotFoundError` when no one asked anything yet."""
+        turn = self._last_turn("retry")
+        inputs = [e.model_copy(update={"id": "", "parent_id": None}) for e in turn.inputs]
+        await self.branch(turn.start.parent_id or "")
+        return await self.run(*inputs, run_id=run_id)
+
+    def _last_turn(self, verb: str) -> Turn:
+        self._state.check_mutable()
+        turn = last_turn(self._state.path())
+        if turn is None:
+            raise EntryNotFoundError(
+                f"no question on the active path of session {self.session_id!r} to {verb}"
+            )
+        return turn
+
     async def fork(self, new_session_id: str | None = None) -> Agent:
         """Copy the active path into a new child session and return its handle."""
         state = self._state
@@ -290,7 +322,9 @@ async def new(
 
     There is no resume verb: a known ID resumes at its last appended entry. Without ``store`` a
     private MemoryStore is used; without ``session_id`` one is generated. Publishes
-    ``session_init`` on create and on resume. Never writes or repairs entries.
+    ``session_init`` on create and on resume. Never writes or repairs entries. On Temporal an
+    unknown session is created by its first run, once the worker has checked the agent (a run
+    that cannot start creates nothing), or by the handle's first write.
     """
     runner = executor or LocalExecutor()
     options = _validate_options(agent_options)
@@ -300,12 +334,12 @@ async def new(
         from ..stores.memory import MemoryStore
 
         store = MemoryStore()
-    entries = await open_session(store, sid)
+    entries, created = await runner.open(store, sid)
     config = AgentConfig(
         factory=factory, options=options, raw_options=dict(agent_options), publisher=publisher
     )
     agent = Agent(
-        state=SessionState(sid, store, entries),
+        state=SessionState(sid, store, entries, created=created),
         config=config,
         middleware=middleware,
         executor=runner,

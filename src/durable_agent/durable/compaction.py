@@ -1,7 +1,10 @@
-"""Compaction (SPEC §4.8): summarize the path so far into one appended entry.
+"""Compaction: summarize the path so far into one appended entry (docs/design.md#compaction).
 
-The planning and the summarizer call are shared by the in-process agent and the Temporal
-``summarize`` activity; only where the result is stored and announced differs.
+One flow for both executors (:func:`compact`): summarize, stamp the entry at the leaf, commit it,
+publish ``session_compacted``. Each executor supplies the effects (:class:`CompactionEffects`):
+in process the handle's state and publisher, on Temporal the compaction workflow's activities.
+The summary itself (:func:`summary_entry`: plan, then run the summarizer) is the same function in
+the handle and in the ``summarize`` activity.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..agent.loop import Factory, build_loop
 from ..agent.options import AgentOptions
@@ -20,16 +24,23 @@ from ..ai.messages import (
     ToolCall,
     user_message,
 )
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry
+from ..session.turns import is_turn_start
 from ..session.views import model_view
 from .errors import CompactError, NoFactoryError
+from .events import Event
+from .lifecycle import compacted_event
+from .persist import CommitEffects, stamp
 
 __all__ = [
     "DEFAULT_COMPACT_PROMPT",
+    "CompactionEffects",
     "CompactionPlan",
+    "compact",
     "estimate_tokens",
     "plan_compaction",
     "summarize",
+    "summary_entry",
 ]
 
 DEFAULT_COMPACT_PROMPT = (
@@ -72,20 +83,11 @@ def estimate_tokens(view: Sequence[Message]) -> int:
     return reported + math.ceil(chars / 4)
 
 
-def _is_turn_start(entry: Entry) -> bool:
-    return (
-        isinstance(entry, MessageEntry)
-        and entry.message.role == "user"
-        and not entry.meta
-        and not entry.ephemeral
-    )
-
-
 def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPlan | None:
     """What to summarize, or ``None`` when there is nothing to do (no turn beyond those kept)."""
     if keep_turns < 0:
         raise ValueError("keep_turns must be >= 0")
-    starts = [i for i, e in enumerate(path) if _is_turn_start(e)]
+    starts = [i for i, e in enumerate(path) if is_turn_start(e)]
     if not starts or len(starts) <= keep_turns:
         return None
     tokens = estimate_tokens(model_view(path))
@@ -127,3 +129,50 @@ async def summarize(
     if not text:
         raise CompactError("summarizer returned an empty summary")
     return last.text()
+
+
+async def summary_entry(
+    factory: Factory | None,
+    options: AgentOptions,
+    path: Sequence[Entry],
+    keep_turns: int = 0,
+    prompt: str | None = None,
+) -> CompactionEntry | None:
+    """The compaction entry for ``path`` (its header not stamped yet), or ``None`` when there is
+    nothing to compact."""
+    plan = plan_compaction(path, keep_turns)
+    if plan is None:
+        return None
+    text = await summarize(factory, options, plan.prefix, prompt)
+    return CompactionEntry(
+        summary=text, first_kept_id=plan.first_kept_id, tokens_before=plan.tokens_before
+    )
+
+
+class CompactionEffects(CommitEffects, Protocol):
+    """What a compaction does outside the flow: stamping and the commit (as a run's), the
+    summary of the path at the leaf, and the publication."""
+
+    async def summarize(self, keep_turns: int, prompt: str | None) -> CompactionEntry | None: ...
+
+    async def publish(self, event: Event) -> None: ...
+
+
+async def compact(
+    effects: CompactionEffects,
+    session_id: str,
+    leaf_id: str,
+    keep_turns: int = 0,
+    prompt: str | None = None,
+) -> CompactionEntry | None:
+    """Summarize the path at ``leaf_id``, store the entry after it and announce it; ``None``
+    when there was nothing to compact. The caller holds the session still (the handle's busy
+    rule), so ``leaf_id`` is the leaf the entry chains from."""
+    entry = await effects.summarize(keep_turns, prompt)
+    if entry is None:
+        return None
+    stamped = await effects.commit(stamp([entry], leaf_id, effects.now(), effects.new_id))
+    stored = stamped.durable[0]
+    assert isinstance(stored, CompactionEntry)
+    await effects.publish(compacted_event(session_id, stored))
+    return stored

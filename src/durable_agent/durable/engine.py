@@ -1,22 +1,23 @@
 """The run engine: one implementation of a durable run, driven by two executors.
 
 The engine owns the whole run (:meth:`RunEngine.run`): it stores the run's input (after the
-run-start repair the executor computed with :func:`~durable_agent.session.repair.start_repairs`),
-runs the loop, stores every produced message before it emits that message's event (the event is
-the entry's **receipt**), marks a failed run, and on cancellation stores what the user saw. A
-cancellation that arrives while a commit is in flight waits for the commit, records it and emits
-its receipt, and only then proceeds, so the store never holds an entry the run did not record.
-All of its side effects go through :class:`RunEffects`: the in-process executor implements them
-with the handle's state and an asyncio queue, the Temporal workflow with activities,
-``workflow.now()`` and ``workflow.random()``. The engine itself does no I/O and reads no clock,
-so it runs unchanged inside a workflow.
+run-start repair its executor computed), runs the loop, stores every produced message before it
+emits that message's event (the event is the entry's **receipt**), marks a failed run, and on
+cancellation stores what the user saw. A cancellation that arrives while a commit is in flight
+waits for it and for its receipt, so the store never holds an entry the run did not record.
+
+Every entry is stamped by :mod:`.persist`. An entry may be stored ahead of its ``message_end``:
+by a producer committing its own output under a header the engine reserved, or in a batch
+committed ahead; the engine then records that entry as the receipt
+(docs/design.md#stamps-and-producers). Side effects go through :class:`RunEffects` (in process:
+the handle's state and a queue; on Temporal: activities, ``workflow.now()``, ``workflow.random()``),
+so the engine does no I/O, reads no clock and runs unchanged inside a workflow.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Literal, NoReturn, Protocol
 
 from ..agent.events import AgentEvent
@@ -27,7 +28,7 @@ from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryTooLargeError
 from .errors import PersistError, RunCancelledError
 from .events import Event
-from .persist import Stamped, see_through, stamp
+from .persist import CommitEffects, Header, Stamped, reserve, see_through, stamp
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -44,20 +45,9 @@ RunStatus = Literal[
 ]
 
 
-class RunEffects(Protocol):
-    """The engine's side effects: a clock, an ID source, a commit and an event sink."""
-
-    def now(self) -> datetime: ...
-
-    def new_id(self) -> str: ...
-
-    async def commit(self, stamped: Stamped) -> None:
-        """Store ``stamped.durable`` in one append (and apply it to the handle's state).
-
-        A store error raised from elsewhere (an activity's failure) names the original error
-        type in a ``kind`` attribute, so the engine can tell a store refusal it answers (an
-        oversized tool result) from one that fails the run."""
-        ...
+class RunEffects(CommitEffects, Protocol):
+    """The engine's side effects: stamping and commits (:class:`~.persist.CommitEffects`) and
+    an event sink."""
 
     async def emit(self, event: Event) -> None:
         """Deliver a run event; called only after the entries it names are committed."""
@@ -80,7 +70,7 @@ def aborted_message(partial: Message | None) -> Message | None:
 
 def _too_large(exc: BaseException | None) -> str | None:
     """``tool execution failed: EntryTooLargeError: …`` if ``exc`` is the store refusing an
-    entry as too large: raised here, or reported by a remote commit (see RunEffects.commit)."""
+    entry as too large: raised here, or reported by a remote commit (see CommitEffects)."""
     if isinstance(exc, EntryTooLargeError):
         return failure_text(exc)
     if exc is not None and getattr(exc, "kind", None) == EntryTooLargeError.__name__:
@@ -105,57 +95,68 @@ class RunEngine:
         self.pending_calls: list[ToolCall] = []
         """Calls of the last assistant message without a stored result."""
         self._partial: Message | None = None
-        self._reserved: tuple[str, datetime] | None = None
-        self._reserved_results: dict[str, tuple[str, datetime]] = {}
-        self._landed: dict[str, Message] = {}
-        """Tool results a producer committed after the run's cancel was requested, by call ID:
-        the cancellation records them (with their receipts) instead of answering the call
-        ``cancelled`` beside them."""
-        """Headers producers committed the next reply / a call's result under (see
-        :meth:`expect_committed`)."""
+        self._cut: Message | None = None
+        """The partial reply a cancelled model producer returned (see :meth:`keep_partial`)."""
+        self._stored: dict[str, MessageEntry] = {}
+        """Entries stored ahead of their ``message_end`` (by :func:`_key`)."""
         self._cancel_pending = False
         """A cancellation that arrived during a commit, raised once that commit's receipt is out."""
 
-    def expect_committed(
-        self,
-        entry_id: str,
-        created_at: datetime,
-        tool_call_id: str | None = None,
-        *,
-        landed: Message | None = None,
-    ) -> None:
-        """The next assistant reply (or, with ``tool_call_id``, that call's result) was already
-        committed by its producer under this header (the Temporal ``call_model`` / ``call_tool``
-        activity, SPEC §7.2): the engine records it under the same ID and time, and the effects'
-        ``commit`` sees an entry that is already stored.
+    # -- producers ---------------------------------------------------------------------------
 
-        ``landed`` is that result when it arrived while the run is being cancelled (the loop
-        may never yield it): :meth:`cancel` records it rather than a ``cancelled`` sibling."""
-        if tool_call_id is None:
-            self._reserved = (entry_id, created_at)
-        else:
-            self._reserved_results[tool_call_id] = (entry_id, created_at)
-            if landed is not None:
-                self._landed[tool_call_id] = landed
+    def reserve(self) -> Header:
+        """The next entry's header, for a producer committing under it (Temporal activities)."""
+        return reserve(self.leaf_id, self.effects.now(), self.effects.new_id)
+
+    def producer_stored(self, entry: MessageEntry, *, cancelled: bool = False) -> None:
+        """A producer stored ``entry`` under a header from :meth:`reserve`: the message's
+        ``message_end`` records it as the receipt, or, should the loop never hand it over, the
+        cancellation does. ``cancelled``: the run's cancel arrived meanwhile; it proceeds once
+        the receipt is out."""
+        key = _key(entry.message)
+        if key is not None:
+            self._stored[key] = entry
+        self._cancel_pending = self._cancel_pending or cancelled
+
+    def keep_partial(self, reply: Message) -> None:
+        """A cancelled model producer returned ``reply``, its partial message as it cut it
+        (``stop_reason="aborted"``): the cancellation stores it instead of the tracked partial."""
+        self._cut = reply
+
+    async def commit_batch(self, results: Sequence[Message]) -> None:
+        """Store tool results the loop will hand over next, in one append chained from the leaf
+        in the given (call) order; each ``message_end`` then records its entry.
+
+        The Temporal executor commits a turn's parallel results this way once all of them are
+        in, so append order equals chain order. A batch the store refuses as too large is left to
+        the results' own commits, which answer the oversized one with its failure."""
+        entries = [self._entry(m) for m in results]
+        stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
+        try:
+            stored, cancelled = await self._commit(stamped, "persist message")
+        except PersistError as exc:
+            if _too_large(exc.__cause__) is None:
+                raise
+            return
+        for entry in stored.durable:
+            assert isinstance(entry, MessageEntry)
+            self.producer_stored(entry)
+        if cancelled:
+            raise asyncio.CancelledError()
 
     # -- persistence -------------------------------------------------------------------------
 
-    async def persist(
-        self,
-        entries: Sequence[Entry],
-        what: str,
-        reserved: tuple[str, datetime] | None = None,
-    ) -> list[Entry]:
-        """Stamp and commit one batch; returns its durable copies (the receipt).
+    async def persist(self, entries: Sequence[Entry], what: str, keep: bool = False) -> list[Entry]:
+        """Stamp and commit one batch; returns its durable copies (the receipt). A store
+        failure raises :class:`PersistError` (``what: cause``) and leaves the leaf."""
+        now = self.effects.now()
+        stamped = stamp(entries, self.leaf_id, now, self.effects.new_id, keep_ids=keep)
+        stored, cancelled = await self._commit(stamped, what)
+        self._cancel_pending = self._cancel_pending or cancelled
+        return self._apply(stored)
 
-        ``reserved``: the (ID, created_at) a producer already stored a one-entry batch under.
-        A store failure raises :class:`PersistError` (``what: cause``) and leaves the leaf.
-        """
-        if reserved is None:
-            stamped = stamp(entries, self.leaf_id, self.effects.now(), self.effects.new_id)
-        else:
-            entry_id, created_at = reserved
-            stamped = stamp(entries, self.leaf_id, created_at, lambda: entry_id)
+    async def _commit(self, stamped: Stamped, what: str) -> tuple[Stamped, bool]:
+        """The batch as stored, and whether a cancellation arrived during the write."""
         previous = self.status
         self.status = "persisting"
         try:
@@ -171,13 +172,15 @@ class RunEngine:
             if isinstance(exc, PersistError):
                 raise exc
             raise PersistError(f"{what}: {exc}") from exc
+        return commit.result(), cancelled
+
+    def _apply(self, stamped: Stamped) -> list[Entry]:
         self.leaf_id = stamped.leaf_id
         self.new_entry_ids.extend(e.id for e in stamped.durable)
-        self._cancel_pending = self._cancel_pending or cancelled
         return stamped.durable
 
     def _checkpoint(self) -> None:
-        """Raise a cancellation deferred by :meth:`persist`, now that its receipt is emitted."""
+        """Raise a cancellation deferred by a commit, now that its receipt is emitted."""
         if self._cancel_pending:
             self._cancel_pending = False
             raise asyncio.CancelledError()
@@ -204,41 +207,39 @@ class RunEngine:
         repairs: Sequence[Entry] = (),
         *,
         resumed: bool = False,
-        aborted: Callable[[], Message | None] = lambda: None,
         cancelled: Callable[[BaseException], bool] = lambda _: False,
         shield: bool = True,
+        keep_input_ids: bool = False,
     ) -> list[Message]:
         """The whole run, for both executors: store repairs and input, drive the loop, and on
         cancellation store what the user saw and raise :class:`RunCancelledError`; any other
         failure marks the run ``failed`` and propagates. Returns what ``wait()`` returns.
 
         The Temporal workflow passes what differs there: ``resumed`` (a continue-as-new
-        execution, whose input is stored and whose ``agent_start`` went out), ``aborted`` (the
-        reply a cancelled model activity cut itself, see :meth:`cancel`), ``cancelled`` (which
-        other exceptions are the run's cancellation: an activity's) and ``shield=False`` (the
-        workflow's cancel steps run in its own task: a new task would reorder its commands)."""
+        execution, whose input is stored and whose ``agent_start`` went out), ``cancelled``
+        (which other exceptions are the run's cancellation: an activity's) and ``shield=False``
+        (the workflow's cancel steps run in its own task: a new task would reorder its
+        commands) and ``keep_input_ids`` (inputs keep their client's IDs: persist.stamp)."""
         try:
-            receipt = [] if resumed else await self.start(inputs, repairs)
-            await self.drive(loop, inputs, receipt, resumed=resumed)
+            # the pre-model batch: repairs, then input; its receipt goes out with agent_start
+            batch, keep = [*repairs, *inputs], keep_input_ids
+            receipt = [] if resumed else await self.persist(batch, "persist input", keep)
+            await self._drive(loop, inputs, receipt, resumed=resumed)
         except asyncio.CancelledError:
-            await self._cancel_run(aborted(), shield)
+            await self._cancel_run(shield)
         except Exception as exc:
             if not cancelled(exc):
                 self.status = "failed"
                 raise
-            await self._cancel_run(aborted(), shield)
+            await self._cancel_run(shield)
         return list(self.produced)
 
-    async def _cancel_run(self, aborted: Message | None, shield: bool) -> NoReturn:
-        steps = self.cancel(aborted)
+    async def _cancel_run(self, shield: bool) -> NoReturn:
+        steps = self.cancel()
         await (asyncio.shield(steps) if shield else steps)
         raise RunCancelledError("run cancelled") from None
 
-    async def start(self, inputs: Sequence[Entry], repairs: Sequence[Entry] = ()) -> list[Entry]:
-        """Store the pre-model batch (repairs, then input); returns the agent_start receipt."""
-        return await self.persist([*repairs, *inputs], "persist input")
-
-    async def drive(
+    async def _drive(
         self,
         loop: Loop,
         inputs: Sequence[Entry],
@@ -272,7 +273,7 @@ class RunEngine:
                 self._checkpoint()
         except GeneratorExit:
             # the coroutine is being closed (a terminated or evicted workflow): it must not
-            # await, and the loop's generators are closed along with it (issue 11 item 8)
+            # await, and the loop's generators are closed along with it
             closing = True
             raise
         finally:
@@ -291,13 +292,7 @@ class RunEngine:
         elif kind == "tool_execution_start":
             self.status = "running_tools"
         if kind == "message_end" and message is not None:
-            reserved = None
-            if message.role == "assistant":
-                reserved, self._reserved = self._reserved, None
-            elif message.role == "tool_result" and message.tool_call_id:
-                reserved = self._reserved_results.pop(message.tool_call_id, None)
-                self._landed.pop(message.tool_call_id, None)
-            receipt, message = await self._persist_produced(message, reserved)
+            receipt, message = await self._persist_produced(message)
             if message is not event.message:
                 event = event.model_copy(update={"message": message})
                 run.stored_as(message)  # the model goes on with what the store holds
@@ -307,15 +302,16 @@ class RunEngine:
             return
         await self._emit(event)
 
-    async def _persist_produced(
-        self, message: Message, reserved: tuple[str, datetime] | None = None
-    ) -> tuple[list[Entry], Message]:
-        """Store a produced message; a tool result the store refuses as too large is answered
-        with ``tool execution failed: EntryTooLargeError: …`` instead (SPEC §5.3: the call is
-        never left dangling) and the run goes on."""
+    async def _persist_produced(self, message: Message) -> tuple[list[Entry], Message]:
+        """Store a produced message (or record what its producer stored); a tool result the
+        store refuses as too large is answered with ``tool execution failed:
+        EntryTooLargeError: …`` instead (the call is never left dangling,
+        docs/design.md#repair-and-reconcile) and the run goes on."""
+        stored = self._take_stored(message)
+        if stored is not None:
+            return self._apply(Stamped.stored(stored)), stored.message
         try:
-            entry = self._entry(message)
-            return await self.persist([entry], "persist message", reserved), message
+            return await self.persist([self._entry(message)], "persist message"), message
         except PersistError as exc:
             refusal = _too_large(exc.__cause__)
             if message.role != "tool_result" or refusal is None:
@@ -327,6 +323,10 @@ class RunEngine:
                 timestamp=self.effects.now(),
             )
             return await self.persist([self._entry(stand_in)], "persist message"), stand_in
+
+    def _take_stored(self, message: Message) -> MessageEntry | None:
+        key = _key(message)
+        return None if key is None else self._stored.pop(key, None)
 
     def _entry(self, message: Message) -> MessageEntry:
         # an explicit created_at keeps the default clock out of workflow code (persist restamps)
@@ -350,49 +350,50 @@ class RunEngine:
 
     # -- cancellation ------------------------------------------------------------------------
 
-    def _aborted(self) -> Message | None:
-        return aborted_message(self._partial)
-
-    def _cancelled_result(self, call: ToolCall) -> Message:
-        return error_tool_result_message(
-            call.id, call.name, CANCELLED_TEXT, timestamp=self.effects.now()
-        )
-
-    async def store_message(
-        self, message: Message, reserved: tuple[str, datetime] | None = None
-    ) -> None:
+    async def _store_message(self, message: Message, stored: MessageEntry | None = None) -> None:
         """Store and emit one message outside the loop (message_start, then its receipt);
-        ``reserved``: the header a producer already stored it under."""
+        ``stored``: the entry a producer already stored it as."""
         if message.role != "assistant":
             await self._emit(AgentEvent(type="message_start", message=message))
-        receipt = await self.persist([self._entry(message)], "persist message", reserved)
+        if stored is None:
+            receipt = await self.persist([self._entry(message)], "persist message")
+        else:
+            receipt = self._apply(Stamped.stored(stored))
         self._record(message)
         await self._emit(AgentEvent(type="message_end", message=message), receipt)
 
-    async def cancel(self, aborted: Message | None = None) -> None:
+    async def cancel(self) -> None:
         """Store what a cancelled run leaves: the aborted partial reply, then a ``tool execution
         cancelled`` result for each unanswered call. Call it shielded from the cancellation.
 
-        ``aborted``: the reply as its producer already cut it (the Temporal model activity
-        returns its own), stored as it is instead of the tracked partial.
+        What a producer stored that the loop never handed over is recorded as stored instead: a
+        reply, or a call's result (the call ran: that is its answer). The partial reply is the
+        one its producer cut (:meth:`keep_partial`), else the one tracked here.
         """
-        self._reserved = None
-        landed = {
-            call_id: (message, self._reserved_results[call_id])
-            for call_id, message in self._landed.items()
-            if call_id in self._reserved_results
-        }
-        self._reserved_results.clear()
-        self._landed.clear()
-        if aborted is None:
-            aborted = self._aborted()
+        stored, self._stored = self._stored, {}
+        reply = stored.pop("", None)
+        aborted = reply.message if reply else self._cut or aborted_message(self._partial)
         if aborted is not None:
-            await self.store_message(aborted)
+            await self._store_message(aborted, reply)
         for call in list(self.pending_calls):
-            if call.id in landed:  # the tool ran and its result is stored: that is its answer
-                message, reserved = landed[call.id]
-                await self.store_message(message, reserved)
+            result = stored.get(call.id)
+            if result is None:
+                cancelled = error_tool_result_message(
+                    call.id, call.name, CANCELLED_TEXT, timestamp=self.effects.now()
+                )
+                await self._store_message(cancelled)
             else:
-                await self.store_message(self._cancelled_result(call))
+                await self._store_message(result.message, result)
+        self._cut = None
         self._cancel_pending = False  # this is the cancellation
         self.status = "cancelled"
+
+
+def _key(message: Message) -> str | None:
+    """Where an entry stored ahead of its ``message_end`` waits: ``""`` for the reply, the call
+    ID for a tool result; ``None`` for messages no producer stores."""
+    if message.role == "assistant":
+        return ""
+    if message.role == "tool_result" and message.tool_call_id:
+        return message.tool_call_id
+    return None

@@ -13,6 +13,7 @@ __all__ = [
     "PersistError",
     "RunActiveError",
     "RunCancelledError",
+    "UnknownAgentError",
 ]
 
 
@@ -50,6 +51,11 @@ class RunCancelledError(AgentError):
 
 class PayloadTooLargeError(AgentError):
     """A Temporal payload would exceed the configured limit; nothing was truncated."""
+
+
+class UnknownAgentError(AgentError):
+    """On Temporal: the run names an agent the worker does not have (the message lists those it
+    has). Checked before the run writes anything, so the run created and stored nothing."""
 
 
 class EventGapError(AgentError):

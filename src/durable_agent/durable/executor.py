@@ -3,11 +3,14 @@
 The :class:`LocalExecutor` runs the engine in this process. The Temporal executor
 (:mod:`durable_agent.workflows`) runs the same engine inside a workflow. Both receive the handle's
 public :class:`~.state.SessionState` and :class:`~.state.AgentConfig`, and supply effects only:
-the run itself (repair, input, drive, failure, cancellation) is :meth:`RunEngine.run`.
+the run itself (repair, input, drive, failure, cancellation) is :meth:`RunEngine.run`, and a
+compaction is :func:`~.compaction.compact` (docs/design.md#handle-and-engine).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..agent.loop import Factory, build_loop
@@ -16,11 +19,11 @@ from ..ai.timefmt import utc_now
 from ..session.entries import CompactionEntry, Entry
 from ..session.ids import new_id
 from ..session.repair import start_repairs
-from .compaction import plan_compaction, summarize
+from ..session.store import Store, open_session
+from .compaction import compact, summary_entry
 from .engine import RunEngine
 from .errors import NoFactoryError
 from .events import Event
-from .lifecycle import compacted_event
 from .persist import Stamped
 from .publisher import PublisherLike, deliver
 from .reconcile import reconcile
@@ -39,6 +42,11 @@ class Executor(Protocol):
         """Refuse what this executor cannot carry (raise TypeError/ValueError)."""
         ...
 
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        """The session's entries, and whether the store holds the session (``False``: not
+        created yet, see :attr:`SessionState.created`)."""
+        ...
+
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
@@ -54,23 +62,38 @@ class Executor(Protocol):
 
 
 class _LocalEffects:
-    """RunEffects for an in-process run: the handle's state, and the stream's queue."""
+    """The effects of an in-process run or compaction: the handle's state, the stream's queue
+    (runs), the handle's factory and publisher (compactions)."""
 
-    def __init__(self, state: SessionState, put: Any) -> None:
+    def __init__(
+        self, state: SessionState, config: AgentConfig, put: Callable[[Event], None] | None = None
+    ) -> None:
         self._state = state
+        self._config = config
         self._put = put
 
-    def now(self) -> Any:
+    def now(self) -> datetime:
         return utc_now()
 
     def new_id(self) -> str:
         return new_id()
 
-    async def commit(self, stamped: Stamped) -> None:
+    async def commit(self, stamped: Stamped) -> Stamped:
         await self._state.commit(stamped)
+        return stamped
 
     async def emit(self, event: Event) -> None:
+        assert self._put is not None
         self._put(event)
+
+    async def summarize(self, keep_turns: int, prompt: str | None) -> CompactionEntry | None:
+        config = self._config
+        return await summary_entry(
+            config.factory, config.options, self._state.path(), keep_turns, prompt
+        )
+
+    async def publish(self, event: Event) -> None:
+        await deliver(self._config.publisher, [event])
 
 
 class LocalExecutor:
@@ -82,23 +105,28 @@ class LocalExecutor:
         if factory is not None and not callable(factory):
             raise TypeError("factory must be callable (or None for a record-only agent)")
 
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        return await open_session(store, session_id), True
+
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         factory: Factory | None = config.factory
 
-        async def produce(put: Any) -> list[Message]:
+        async def produce(put: Callable[[Event], None]) -> list[Message]:
             if factory is None:
                 raise NoFactoryError("this agent has no factory: it records but never runs")
             # the handle is busy, so nothing moves the leaf meanwhile: catch up with writes of
-            # a failed run that landed, so repair answers only truly unanswered calls (11.8b)
+            # a failed run that landed, so repair answers only truly unanswered calls
             await reconcile(state)
+            # the loop starts from the model view at the leaf (the handle keeps it cached) and
+            # appends the run's messages: the formula session.views.run_view reads back
             raw, history = state.views()
             leaf = state.leaf
             options = config.options.model_copy(update={"history": history})
             loop = await build_loop(factory, options)
             try:
-                engine = RunEngine(state.session_id, leaf, _LocalEffects(state, put))
+                engine = RunEngine(state.session_id, leaf, _LocalEffects(state, config, put))
                 return await engine.run(loop, entries, start_repairs(raw))
             finally:
                 await loop.aclose()
@@ -108,18 +136,8 @@ class LocalExecutor:
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
-        plan = plan_compaction(state.path(), keep_turns)
-        if plan is None:
-            return None
-        summary = await summarize(config.factory, config.options, plan.prefix, prompt)
-        entry = CompactionEntry(
-            summary=summary, first_kept_id=plan.first_kept_id, tokens_before=plan.tokens_before
-        )
-        stamped = await state.persist([entry], check=False)
-        stored = stamped.durable[0]
-        assert isinstance(stored, CompactionEntry)
-        await self.publish(config, [compacted_event(state.session_id, stored)])
-        return stored
+        effects = _LocalEffects(state, config)
+        return await compact(effects, state.session_id, state.leaf, keep_turns, prompt)
 
     async def publish(self, config: AgentConfig, events: list[Event]) -> None:
         await deliver(config.publisher, events)

@@ -1,6 +1,6 @@
-"""The lifecycle events (SPEC §6.2): one constructor each, shared by both executors.
+"""The lifecycle events (docs/design.md#receipts): one constructor each, shared by both executors.
 
-Each carries its idempotency key (SPEC §6.3), so a redelivered event is recognisable.
+Each carries its idempotency key, so a redelivered event is recognisable.
 """
 
 from __future__ import annotations

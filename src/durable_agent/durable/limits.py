@@ -16,7 +16,8 @@ from .errors import PayloadTooLargeError
 __all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "check_payload"]
 
 PAYLOAD_LIMIT = 1_572_864
-"""1.5 MiB: the largest encoded entry (message plus header) a run accepts (SPEC §7.3)."""
+"""1.5 MiB: the largest encoded entry (message plus header) a run accepts
+(docs/design.md#bounded-history)."""
 
 TEMPORAL_BLOB_LIMIT = 2_097_152
 """The Temporal server's default per-payload limit, which nothing the library sends may reach."""

@@ -1,22 +1,21 @@
-"""Live deltas in motion: the worker's writer and the client's follower.
+"""Live deltas on the worker: the reply's writer, the run's cancel note and which channel to use.
 
-**Writer** (worker side). The model loop hands every partial to :meth:`DeltaWriter.offer`, which
-never waits; a background task publishes the difference since the last published partial at most
-once per ``every`` seconds, so a fast model costs one store write per batch, not per token. A
-failed write stops publishing for this attempt (a reader would otherwise see a hole it cannot
-fill): the client then catches up from the stored message. Nothing here can fail or slow the
-model call.
+**Writer.** The model loop hands every partial to :meth:`DeltaWriter.offer`, which never waits; a
+write of the difference since the last written partial goes out at most once per ``every``
+seconds (a quarter of a second by default; the first at once), from the offer that finds it due,
+so a fast model costs one store write per batch, not per token, and streaming adds no wake-up
+of the worker's event loop beyond the model's own. A failed write stops publishing for this
+attempt (a reader would otherwise see a hole it cannot fill): the client then catches up from
+the stored message. :meth:`DeltaWriter.finish` writes the rest marked ``final``, so a reader
+looks for the reply's entry at once. Nothing here can fail or slow the model call.
 
-**Follower** (client side). :class:`DeltaFollower` watches the run's recorded events (from the
-workflow's ``events`` query) for an assistant ``message_start``, reads that reply's deltas while it
-streams, and yields each rebuilt partial as a ``message_update``, as the in-process stream does. A
-delta is taken only if it is the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later
-attempt: the model call was retried (a crashed worker), and that first update carries
-``restart=True``. A client attaching late jumps straight to the latest attempt, and once
-``message_end`` is recorded it gets no deltas at all for that reply. At ``message_end`` the stored
-message wins: if what was shown is not exactly its content, one last update brings it there
-(``restart=True`` when that is not an extension of what was shown), so the text a consumer built
-always ends equal to the stored message.
+**Cancel notes.** A cancelled run writes a note under its run's turn-0 key
+(:func:`~durable_agent.session.deltas.cancel_note`; the run workflow does it on its cancel path,
+whoever cancelled it). :class:`CancelWatch` checks, in one read per check where the channel can
+(``held``), the notes of the runs whose calls are in flight on this worker twice a second, and
+cancels a call's task when its run's note appears: a streaming model call stops within a
+fraction of a second, without a heartbeat per fraction of a second
+(docs/design.md#cancellation).
 
 **Which channel.** ``create_worker`` and ``TemporalExecutor`` take ``live_deltas``: ``"auto"``
 (the default) is the store's own channel when the store has one (:class:`LiveStore`), so worker
@@ -29,32 +28,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..session.deltas import (
-    Cursor,
     Delta,
     DeltaChannel,
     DeltaKey,
     LiveStore,
-    apply_patch,
+    cancel_note,
     diff_patch,
 )
-from ..session.entries import MessageEntry
-from .events import Event
 
 __all__ = [
+    "CANCEL_CHECK_EVERY",
     "DEFAULT_BATCH_EVERY",
     "DEFAULT_CLEAR_AFTER",
-    "DEFAULT_POLL",
-    "IDLE_POLL",
-    "DeltaFollower",
+    "CancelWatch",
     "DeltaWriter",
     "LiveDeltas",
+    "Watched",
     "clear_later",
     "live_channel",
+    "write_cancel_note",
     "writer_for",
 ]
 
@@ -72,17 +70,26 @@ def live_channel(live: LiveDeltas, store: object) -> DeltaChannel | None:
     return live
 
 
-# -- writer (worker side) ---------------------------------------------------------------------
+# -- writer -------------------------------------------------------------------------------------
 
-DEFAULT_BATCH_EVERY = 0.05
-"""Seconds between two writes of one reply (the first partial is written at once)."""
+DEFAULT_BATCH_EVERY = 0.25
+"""Seconds between two writes of one reply (the first partial is written at once): four writes
+a second keep the text moving for a reader, and each write is a wake-up of the worker's event
+loop, which is what streaming costs it (docs/design.md#live-deltas)."""
 DEFAULT_CLEAR_AFTER = 5.0
 """Seconds a stored reply's deltas stay, so a client polling slowly still drains them."""
 
 FINISH_TIMEOUT = 2.0
 """Seconds :meth:`DeltaWriter.finish` waits for its last writes."""
 
-_pending: set[asyncio.Task[None]] = set()
+_pending: set[asyncio.Task[Any]] = set()
+"""Background tasks of this module, held until they end (the loop keeps weak references)."""
+
+
+def _keep(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+    return task
 
 
 class DeltaWriter:
@@ -101,61 +108,83 @@ class DeltaWriter:
         self.attempt = attempt
         self.every = every
         self.published = 0
+        self._loop = asyncio.get_running_loop()
         self._latest: Message | None = None
         self._sent: Message | None = None
-        self._dirty = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._last_write = float("-inf")
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
         self._closing = False
         self._failed = False
-        self._task = asyncio.create_task(self._loop())
 
     def offer(self, partial: Message) -> None:
         """The reply so far (replaces the previous offer). The empty partial a stream starts
-        with is its ``message_start``, not an update: it is not published."""
+        with is its ``message_start``, not an update: it is not published.
+
+        A write that is due goes out from here, on the model's own wake-up; a timer (two
+        intervals on, pushed back by every write) only writes what a model that paused left
+        unwritten: a steadily streaming reply costs the worker no wake-up of its own."""
         if self._sent is None and not partial.content:
             return
         self._latest = partial
-        self._dirty.set()
+        if self._closing or self._failed or self._writing is not None:
+            return
+        if self._loop.time() - self._last_write >= self.every:
+            self._write_now()
+        elif self._timer is None:
+            self._timer = self._loop.call_at(self._last_write + 2 * self.every, self._overdue)
 
-    async def _publish(self) -> None:
+    def _overdue(self) -> None:
+        self._timer = None
+        if self._writing is None and not self._closing and self._latest is not self._sent:
+            self._write_now()
+
+    def _write_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._last_write = self._loop.time()
+        self._writing = _keep(self._loop.create_task(self._publish(final=False)))
+        self._writing.add_done_callback(self._written)
+
+    def _written(self, _: asyncio.Task[None]) -> None:
+        self._writing = None
+        if self._latest is not self._sent and not self._closing and self._timer is None:
+            self._timer = self._loop.call_at(self._last_write + 2 * self.every, self._overdue)
+
+    async def _publish(self, *, final: bool) -> None:
         latest = self._latest
         if latest is None or self._failed:
             return
         patch = diff_patch(self._sent, latest)
-        if patch is None:
+        if patch is None and not final:
             return
-        head, size, ops = patch
-        delta = Delta(attempt=self.attempt, seq=self.published + 1, head=head, size=size, ops=ops)
+        head, size, ops = patch if patch is not None else (None, len(latest.content), [])
+        seq = self.published + 1
+        delta = Delta(attempt=self.attempt, seq=seq, head=head, size=size, ops=ops, final=final)
         try:
             await self.channel.publish(self.key, delta)
         except Exception:
             self._failed = True
             logger.warning("live deltas of %s stopped", self.key.name(), exc_info=True)
             return
-        self.published += 1
+        self.published = seq
         self._sent = latest
-
-    async def _loop(self) -> None:
-        while not self._closing:
-            await self._dirty.wait()
-            if self._closing:
-                return
-            self._dirty.clear()
-            await self._publish()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.every)
 
     def stop(self) -> None:
         """Stop publishing (a write in flight still completes); safe to call more than once."""
         self._closing = True
-        self._stop.set()
-        self._dirty.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def finish(self, final: Message) -> None:
-        """Publish ``final`` (what is left of the reply) and stop: the channel then holds the
-        whole reply before it is stored."""
-        self._latest = final
+        """Publish ``final`` (what is left of the reply, marked final) and stop: the channel
+        then holds the whole reply before it is stored."""
         self.stop()
+        if self._sent is None and not final.content:
+            return
+        self._latest = final
         try:
             # best effort: a store that stops answering must not hold up the reply's commit
             await asyncio.wait_for(self._finish(), FINISH_TIMEOUT)
@@ -164,19 +193,21 @@ class DeltaWriter:
             logger.warning("live deltas of %s: final write timed out", self.key.name())
 
     async def _finish(self) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await self._publish()
+        writing = self._writing
+        if writing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(writing)
+        await self._publish(final=True)
 
 
 def writer_for(
-    channel: DeltaChannel | None, session_id: str, run_id: str, position: int, attempt: int
+    channel: DeltaChannel | None, session_id: str, run_id: str, turn: int, attempt: int
 ) -> DeltaWriter | None:
     """A writer for one model-call attempt, or ``None`` without a channel or a key (a call made
-    outside a run, with no run ID or event position, has no reply to key)."""
-    if channel is None or not run_id or position <= 0:
+    outside a run, with no run ID or turn, has no reply to key)."""
+    if channel is None or not run_id or turn <= 0:
         return None
-    return DeltaWriter(channel, DeltaKey(session_id, run_id, position), attempt)
+    return DeltaWriter(channel, DeltaKey(session_id, run_id, turn), attempt)
 
 
 def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLEAR_AFTER) -> None:
@@ -190,150 +221,118 @@ def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLE
         except Exception:
             logger.warning("could not clear live deltas of %s", key.name(), exc_info=True)
 
-    task = asyncio.get_running_loop().create_task(run())
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
+    _keep(asyncio.get_running_loop().create_task(run()))
 
 
-# -- follower (client side) ------------------------------------------------------------------
+# -- cancel notes -------------------------------------------------------------------------------
 
-DEFAULT_POLL = 0.02
-"""Seconds between two reads of the channel while deltas arrive."""
-IDLE_POLL = 0.1
-"""The longest gap between two reads while none arrive (a model still thinking, a worker that
-publishes nothing): the poll interval grows from ``DEFAULT_POLL`` to this, so idle readers cost
-the store ten reads a second, not fifty."""
-READ_TIMEOUT = 2.0
-"""Seconds a channel read may take before the reader gives up on it (and tries again)."""
-IDLE_AFTER = 0.3
-"""Seconds without a delta after which a reader counts as idle (writers batch every 50 ms)."""
+CANCEL_CHECK_EVERY = 0.5
+"""Seconds between two checks of the cancel notes of the runs with calls in flight: a call
+stops well within a second of its run's cancellation, at two wake-ups a second per worker."""
+NOTE_KEPT = 60.0
+"""Seconds a cancel note stays: a call of the run still starting meets it."""
 
 
-def _extends(shown: Message, final: Message) -> bool:
-    """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
-    the same kind, text and thinking only appended to, a tool call still the same call (its
-    arguments may have grown, an empty ID been filled in)."""
-    if len(final.content) < len(shown.content):
-        return False
-    for old, new in zip(shown.content, final.content, strict=False):
-        a, b = old.model_dump(), new.model_dump()
-        if a.get("type") != b.get("type"):
-            return False
-        kind = a.get("type")
-        if kind in ("text", "thinking"):
-            if not str(b.get(kind, "")).startswith(str(a.get(kind, ""))):
-                return False
-        elif kind == "tool_call":
-            if a.get("name") != b.get("name") or a.get("id") not in ("", b.get("id")):
-                return False
-        elif a != b:
-            return False
-    return True
+async def write_cancel_note(channel: DeltaChannel, session_id: str, run_id: str) -> None:
+    """Note that the run was cancelled (cleared again after a minute, best effort)."""
+    key, note = cancel_note(session_id, run_id)
+    await channel.publish(key, note)
+    clear_later(channel, key, NOTE_KEPT)
 
 
-class DeltaFollower:
-    """Follows the streaming replies of one run, one at a time."""
+@dataclass
+class Watched:
+    """One call whose run's cancel note is watched; ``fired`` once it cancelled the call."""
 
-    def __init__(
-        self, channel: DeltaChannel, session_id: str, run_id: str, *, poll: float = DEFAULT_POLL
-    ) -> None:
+    key: DeltaKey
+    task: asyncio.Task[Any]
+    watch: CancelWatch
+    fired: bool = False
+
+    def tick(self) -> None:
+        """The call woke up anyway (a model's delta): check the notes now if a check is due."""
+        self.watch.tick()
+
+
+class CancelWatch:
+    """The cancel notes of the runs whose calls are in flight on this worker (module doc).
+
+    A check is due every ``every`` seconds. Calls that wake up anyway (a streaming model, for
+    each delta) run the due checks (:meth:`Watched.tick`); a timer half an interval later runs
+    one no call ran (a model thinking, a tool busy), so watching costs no wake-up of its own
+    while a reply streams."""
+
+    def __init__(self, channel: DeltaChannel, *, every: float = CANCEL_CHECK_EVERY) -> None:
         self.channel = channel
-        self.session_id = session_id
-        self.run_id = run_id
-        self.poll_every = poll
-        self._interval = poll
-        self._last_delta = 0.0
-        self._key: DeltaKey | None = None
-        self._cursor: Cursor = (0, 0)
-        self._head: dict[str, Any] = {}
-        self._blocks: list[dict[str, Any]] = []
-        self._shown: Message | None = None
+        self.every = every
+        self._watched: list[Watched] = []
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._checking: asyncio.Task[None] | None = None
 
-    @property
-    def open(self) -> bool:
-        """A reply is streaming (its ``message_start`` seen, its ``message_end`` not yet)."""
-        return self._key is not None
-
-    def _wrap(self, inner: AgentEvent) -> Event:
-        return Event(type="agent", session_id=self.session_id, agent=inner)
-
-    async def see(self, event: Event, position: int) -> list[Event]:
-        """Call with each recorded event before delivering it; returns the updates that go first."""
-        inner = event.agent
-        if inner is None or inner.message is None or inner.message.role != "assistant":
-            return []
-        if inner.type == "message_start":
-            self._key = DeltaKey(self.session_id, self.run_id, position)
-            self._cursor, self._head, self._blocks, self._shown = (0, 0), {}, [], None
-            self._interval = self.poll_every
-            self._last_delta = asyncio.get_running_loop().time()
-            return []
-        if inner.type != "message_end" or self._key is None:
-            return []
-        stored = event.entries[0] if event.entries else None
-        final = stored.message if isinstance(stored, MessageEntry) else inner.message
-        out: list[Event] = []
-        if self._shown is not None:  # nothing shown: a late client gets no deltas, as promised
-            out = await self.poll()
-            shown = self._shown
-            if shown.content != final.content:
-                restart = not _extends(shown, final)
-                out.append(
-                    self._wrap(AgentEvent(type="message_update", message=final, restart=restart))
-                )
-        self._key, self._shown = None, None
-        return out
-
-    async def poll(self) -> list[Event]:
-        """The updates published since the last poll (``[]`` on a channel error: best effort)."""
-        key = self._key
-        if key is None:
-            return []
+    @contextlib.contextmanager
+    def watching(self, session_id: str, run_id: str) -> Iterator[Watched]:
+        """Cancel the current task if run ``run_id``'s cancel note appears while in the block
+        (``fired`` then tells that cancellation from Temporal's own)."""
+        task = asyncio.current_task()
+        assert task is not None
+        watched = Watched(cancel_note(session_id, run_id)[0], task, self)
+        if not self._watched:
+            self._last = task.get_loop().time()
+        self._watched.append(watched)
+        if self._timer is None and self._checking is None:
+            self._arm()
         try:
-            # a store that stops answering must not hold up the receipts behind it
-            deltas = await asyncio.wait_for(self.channel.read(key, self._cursor), READ_TIMEOUT)
-        except Exception as exc:
-            logger.debug("reading live deltas of %s: %s", key.name(), exc)
-            return []
-        return [self._wrap(e) for e in self._take(deltas)]
+            yield watched
+        finally:
+            self._watched.remove(watched)
+            if not self._watched and self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
-    def _take(self, deltas: list[Delta]) -> list[AgentEvent]:
-        attempt, seq = self._cursor
-        starts = [d.attempt for d in deltas if d.seq == 1 and d.attempt > attempt]
-        target = max(starts, default=attempt)
-        out: list[AgentEvent] = []
-        for delta in deltas:
-            if delta.attempt != target:
-                continue
-            restart = False
-            if delta.attempt > attempt:
-                # seq 1 of a later attempt: the call was retried, the reply starts over
-                restart = self._shown is not None
-                self._head, self._blocks = {}, []
-            elif delta.seq != seq + 1:
-                break  # a hole (a lost write): wait for a later attempt or the stored message
-            self._head, self._blocks, message = apply_patch(self._head, self._blocks, delta)
-            attempt, seq = delta.attempt, delta.seq
-            self._cursor, self._shown = (attempt, seq), message
-            out.append(AgentEvent(type="message_update", message=message, restart=restart))
-        return out
-
-    async def follow(self, put: Any, done: asyncio.Future[Any], duration: float) -> None:
-        """Poll for ``duration`` seconds (or until ``done``), handing each update to ``put``."""
+    def tick(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + duration
-        while True:
-            updates = await self.poll()
-            for update in updates:
-                put(update)
-            now = loop.time()
-            if updates:
-                self._last_delta = now
-            if now - self._last_delta < IDLE_AFTER:
-                self._interval = self.poll_every
-            else:
-                self._interval = min(self._interval * 1.5, max(IDLE_POLL, self.poll_every))
-            remaining = deadline - loop.time()
-            if remaining <= 0 or done.done():
-                return
-            await asyncio.wait({done}, timeout=min(self._interval, remaining))
+        if self._watched and self._checking is None and loop.time() - self._last >= self.every:
+            self._check_now()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(self._last + 1.5 * self.every, self._overdue)
+
+    def _overdue(self) -> None:
+        self._timer = None
+        if self._watched and self._checking is None:
+            self._check_now()
+
+    def _check_now(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        self._checking = _keep(loop.create_task(self._check()))
+        self._checking.add_done_callback(self._checked)
+
+    def _checked(self, _: asyncio.Task[None]) -> None:
+        self._checking = None
+        if self._watched:
+            self._arm()
+
+    async def _check(self) -> None:
+        keys = list({w.key for w in self._watched})
+        try:
+            noted = await self._noted(keys)
+        except Exception as exc:  # best effort: Temporal's cancellation still arrives
+            logger.debug("reading cancel notes: %s", exc)
+            return
+        for watched in list(self._watched):
+            if watched.key in noted and not watched.fired:
+                watched.fired = True
+                watched.task.cancel()
+
+    async def _noted(self, keys: list[DeltaKey]) -> set[DeltaKey]:
+        held = getattr(self.channel, "held", None)
+        if held is not None:
+            found: set[DeltaKey] = await held(keys)
+            return found
+        reads = await asyncio.gather(*(self.channel.read(k) for k in keys))
+        return {k for k, deltas in zip(keys, reads, strict=True) if deltas}

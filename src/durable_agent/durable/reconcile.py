@@ -1,9 +1,10 @@
-"""Run-start reconcile: the handle catches up with what the store holds for it (issue 11.8b).
+"""Run-start reconcile: the handle catches up with what the store holds for it
+(docs/design.md#repair-and-reconcile).
 
 A write can land after the run that made it failed: a store that timed out or lost the
 connection after applying an append, or, on Temporal, a producer activity (``call_tool`` /
 ``call_model`` committing under its stamp) that finishes after its run was terminated. The handle
-then lacks entries the store has, and run-start repair (SPEC §5.2) would answer a call a second
+then lacks entries the store has, and run-start repair would answer a call a second
 time: one call, two results, the real one off the path and the model told a tool that ran was
 interrupted.
 
@@ -16,7 +17,9 @@ when there is something to reconcile (a write it is unsure of, or a dangling cal
   first in append order per call), whoever stored them, so repair answers only the calls that
   truly have no stored result.
 
-Nothing else moves the leaf: another handle's sibling branch (SPEC §7.6) stays a sibling.
+Nothing else moves the leaf: another handle's sibling branch stays a sibling. The store's
+append order puts every entry after its parent, so one pass over the log in that order follows
+the leaf down, always taking the first child that qualifies.
 """
 
 from __future__ import annotations
@@ -52,27 +55,19 @@ async def reconcile(state: SessionState) -> list[Entry]:
     except SessionError as exc:
         raise PersistError(f"persist input: reconcile with the store: {exc}") from exc
     state.unsettled.clear()
-    children: dict[str, list[Entry]] = {}
-    for entry in stored:
-        children.setdefault(entry.parent_id or "", []).append(entry)
     adopted: list[Entry] = []
-    leaf = state.leaf
-    while True:
+    open_calls = {c.id for c in dangling_calls(state.views()[0])}
+    for entry in stored:
+        if entry.parent_id != (state.leaf or None):
+            continue
+        if not (
+            (entry.id in unsettled and entry.id not in state.index) or _answers(entry, open_calls)
+        ):
+            continue
+        if entry.id not in state.index:
+            adopted.append(entry)
+        state.apply_receipt([entry], entry.id)
         open_calls = {c.id for c in dangling_calls(state.views()[0])}
-        step = next(
-            (
-                e
-                for e in children.get(leaf, [])
-                if (e.id in unsettled and e.id not in state.index) or _answers(e, open_calls)
-            ),
-            None,
-        )
-        if step is None:
-            break
-        if step.id not in state.index:
-            adopted.append(step)
-        state.apply_receipt([step], step.id)
-        leaf = step.id
     # the rest of what landed is stored for this handle too, off its path (a batch chained
     # from a leaf the handle has since left)
     rest = [e for e in stored if e.id in unsettled and e.id not in state.index]

@@ -1,8 +1,9 @@
 """A handle's session state: the seam between the handle and the executors that run it.
 
-The state holds what SPEC §4.3 lists (log, index, leaf, the busy and closed flags, the lock) and
-the one persist algorithm. Executors receive it (and the handle's :class:`AgentConfig`) instead of
-the handle, so neither side reaches into the other's private members.
+The state holds what docs/design.md#handle-and-engine describes (log, index, leaf, the busy and
+closed flags, the lock) and the one persist algorithm. Executors receive it (and the handle's
+:class:`AgentConfig`) instead of the handle, so neither side reaches into the other's private
+members.
 
 Every write goes through :meth:`SessionState.commit`: a write that reached the store is applied
 even if the caller is cancelled meanwhile (the cancellation is raised afterwards), so the handle's
@@ -23,7 +24,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
 from ..session.ids import new_id
 from ..session.repair import repair_tool_calls
-from ..session.store import Store
+from ..session.store import Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import raw_model_view
 from .errors import AgentClosedError, RunActiveError
@@ -33,8 +34,8 @@ from .publisher import PublisherLike
 __all__ = ["NOTHING_WRITTEN", "AgentConfig", "SessionState"]
 
 NOTHING_WRITTEN = (EntryConflictError, EntryTooLargeError, SessionNotFoundError, ValueError)
-"""Append failures that guarantee nothing of the batch was stored (SPEC §2.1); any other
-failure may have landed."""
+"""Append failures that guarantee nothing of the batch was stored (docs/design.md#store-contract);
+any other failure may have landed."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,17 @@ class AgentConfig:
 
 
 class SessionState:
-    """The live state of one handle on one session (SPEC §4.3)."""
+    """The live state of one handle on one session (docs/design.md#handle-and-engine)."""
 
-    def __init__(self, session_id: str, store: Store, entries: Sequence[Entry]) -> None:
+    def __init__(
+        self, session_id: str, store: Store, entries: Sequence[Entry], *, created: bool = True
+    ) -> None:
         self.session_id = session_id
         self.store = store
+        self.created = created
+        """Whether the store holds the session. A Temporal handle on an unknown session leaves
+        creating it to its first run, which checks the agent first (so a run that cannot start
+        creates nothing), or to its first write (:meth:`commit`, :meth:`persist`)."""
         self.log: list[Entry] = list(entries)
         """All loaded or recorded entries in append order, ephemeral included."""
         self.index: dict[str, Entry] = {e.id: e for e in entries}
@@ -123,6 +130,7 @@ class SessionState:
                 self.log.append(entry)
                 self.index[entry.id] = entry
         self.leaf = leaf_id
+        self.created = True  # the run that sent it opened the session first
 
     async def commit(self, stamped: Stamped) -> None:
         """Store a stamped batch in one append and apply it; on failure nothing changes."""
@@ -144,6 +152,9 @@ class SessionState:
 
     async def _write(self, stamped: Stamped) -> None:
         cancelled = False
+        if stamped.durable and not self.created:
+            await open_session(self.store, self.session_id)
+            self.created = True
         if stamped.durable:
             write, cancelled = await see_through(
                 self.store.append_entries(self.session_id, stamped.durable)
@@ -166,9 +177,9 @@ class _ActivePath:
     A leaf's path never changes (stored entries are immutable and the index only gains new IDs),
     so the cache is keyed by the leaf; a batch chained from the cached leaf extends it instead of
     re-walking the tree, and the views grow incrementally, so a run's cost does not scale with
-    the transcript. Repair (SPEC §5.1) splits at any message that is not a ``tool_result``: the
-    contiguous results an assistant message consumes end before it. ``settled`` is the repaired
-    view of ``raw[:split]``; only the tail from ``split`` is repaired on each read.
+    the transcript. Repair (docs/design.md#repair-and-reconcile) splits at any message that is not a
+    ``tool_result``: the contiguous results an assistant message consumes end before it. ``settled``
+    is the repaired view of ``raw[:split]``; only the tail from ``split`` is repaired on each read.
     """
 
     def __init__(self, leaf: str, path: list[Entry]) -> None:

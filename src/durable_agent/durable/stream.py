@@ -43,6 +43,11 @@ class RunStream(abc.ABC):
         for callback in callbacks:
             callback()
 
+    @property
+    def events_taken(self) -> bool:
+        """Whether :meth:`events` was called (someone reads the events, live updates too)."""
+        return self._events_taken
+
     def events(self) -> AsyncIterator[Event]:
         """The run's events in order; may be called once."""
         if self._events_taken:

@@ -1,8 +1,10 @@
 """Live deltas: the contract of a store's side channel for a model reply still streaming.
 
-A model call's partial message is published as patches keyed by (session_id, run_id, position of
-its ``message_start``); a reader rebuilds the exact partial messages
-(docs/design.md#live-deltas). The channel is a **side** channel: the workflow never sees it (no
+A model call's partial message is published as patches keyed by (session_id, run_id, turn: the
+run's model calls counted from 1, across continue-as-new); a reader rebuilds the exact partial
+messages (docs/design.md#live-deltas). Turn 0 holds the run's own notes: its cancel note, which a
+cancelled run writes so that its calls in flight stop within a fraction of a second
+(docs/design.md#cancellation). The channel is a **side** channel: the workflow never sees it (no
 history cost) and it is never the source of truth (the stored entry is). Publishing is best
 effort; a reader checks every delta's ``(attempt, seq)`` so a lost, late or duplicated write can
 never reorder what it shows.
@@ -30,8 +32,10 @@ __all__ = [
     "Delta",
     "DeltaChannel",
     "DeltaKey",
+    "GROWING",
     "LiveStore",
     "apply_patch",
+    "cancel_note",
     "diff_patch",
 ]
 
@@ -41,15 +45,17 @@ Cursor = tuple[int, int]
 
 @dataclass(frozen=True)
 class DeltaKey:
-    """One model reply: its run and the event position of its ``message_start``."""
+    """One model reply: its run and its turn (the model call's number in the run, from 1, as
+    both the worker and a client following the run's stored entries count it); turn 0 is the
+    run's own note key (:func:`cancel_note`)."""
 
     session_id: str
     run_id: str
-    position: int
+    turn: int
 
     def name(self) -> str:
-        """A string key, unique per reply (session IDs have no ``/``; positions are padded)."""
-        return f"{self.session_id}/{self.run_id}/{self.position:09d}"
+        """A string key, unique per reply (session IDs have no ``/``; turns are padded)."""
+        return f"{self.session_id}/{self.run_id}/{self.turn:09d}"
 
 
 class Delta(BaseModel):
@@ -60,6 +66,9 @@ class Delta(BaseModel):
     head: dict[str, Any] | None = None
     size: int = 0
     ops: list[tuple[int, str, Any]] = Field(default_factory=list)
+    final: bool = False
+    """The attempt's last delta: the reply is complete and about to be stored (a reader
+    looks for its entry now rather than at its next idle poll)."""
 
 
 class DeltaChannel(Protocol):
@@ -75,6 +84,12 @@ class DeltaChannel(Protocol):
         """Drop a reply's deltas (its message is stored)."""
 
 
+def cancel_note(session_id: str, run_id: str) -> tuple[DeltaKey, Delta]:
+    """The key and delta of a run's cancel note: any delta under its turn-0 key means the run
+    was cancelled (readers of replies never read turn 0)."""
+    return DeltaKey(session_id, run_id, 0), Delta(attempt=0, seq=1, head={"cancelled": True})
+
+
 @runtime_checkable
 class LiveStore(Protocol):
     """A store that carries live deltas beside its sessions: one channel per store object, so
@@ -83,7 +98,8 @@ class LiveStore(Protocol):
     def live_deltas(self) -> DeltaChannel: ...
 
 
-_GROWING = {"text": "text", "thinking": "thinking"}
+GROWING = {"text": "text", "thinking": "thinking"}
+"""Block types whose field grows by ``+`` ops, and that field."""
 
 
 def _split(message: Message | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -105,7 +121,7 @@ def diff_patch(
         old = prev_blocks[i] if i < len(prev_blocks) else None
         if old == block:
             continue
-        field = _GROWING.get(str(block.get("type")))
+        field = GROWING.get(str(block.get("type")))
         if (
             old is not None
             and field is not None
@@ -136,6 +152,6 @@ def apply_patch(
         if op == "=":
             out[i] = dict(value)
         else:
-            field = _GROWING[str(out[i].get("type"))]
+            field = GROWING[str(out[i].get("type"))]
             out[i][field] = str(out[i].get(field, "")) + str(value)
     return head, out, Message.model_validate({**head, "content": out})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import AliasChoices, AliasPath, BaseModel, ConfigDict, Field, field_validator
@@ -46,10 +45,6 @@ class EntryBase(BaseModel):
     @classmethod
     def _empty_parent_is_root(cls, value: Any) -> Any:
         return None if value == "" else value
-
-    def with_header(self, id: str, parent_id: str | None, created_at: datetime) -> EntryBase:
-        """A copy with a new header; every other field kept."""
-        return self.model_copy(update={"id": id, "parent_id": parent_id, "created_at": created_at})
 
 
 class MessageEntry(EntryBase):

@@ -3,7 +3,7 @@
 A crash between an assistant message and its tool results leaves calls without results, which
 providers reject. :func:`repair_tool_calls` is a pure projection applied to every model view;
 :func:`start_repairs` is the one place a run computes what it must store before it continues
-(SPEC §5.2), for both executors.
+(docs/design.md#repair-and-reconcile), for both executors.
 """
 
 from __future__ import annotations
@@ -93,9 +93,10 @@ def dangling_calls(messages: Sequence[Message]) -> list[ToolCall]:
 
 
 def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
-    """Run-start repair (SPEC §5.2): for a raw model view ending with an assistant message whose
-    non-server calls are unanswered (possibly followed by some results), one synthetic
-    ``tool execution interrupted`` entry per missing result, in call order; else ``[]``."""
+    """Run-start repair (docs/design.md#repair-and-reconcile): for a raw model view ending with an
+    assistant message whose non-server calls are unanswered (possibly followed by some results), one
+    synthetic ``tool execution interrupted`` entry per missing result, in call order; else
+    ``[]``."""
     calls = dangling_calls(view)
     if not calls:
         return []
@@ -109,8 +110,9 @@ def start_repairs(view: Sequence[Message]) -> list[MessageEntry]:
 def repair_entries(
     results: Sequence[Message], created_at: datetime | None = None
 ) -> list[MessageEntry]:
-    """The entries that store run-start repair results: synthetic (SPEC §5.2), so the history
-    view keeps projecting them where the dangling message is. The Temporal run builds its own
-    from the results ``load_path`` computed with :func:`start_repairs`."""
+    """The entries that store run-start repair results: synthetic
+    (docs/design.md#repair-and-reconcile), so the history view keeps projecting them where the
+    dangling message is. The Temporal run builds its own from the results ``load_path`` computed
+    with :func:`start_repairs`."""
     header = {} if created_at is None else {"created_at": created_at}
     return [MessageEntry(message=m, synthetic=True, **header) for m in results]

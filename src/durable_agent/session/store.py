@@ -12,7 +12,9 @@ from .record import SessionRecord
 __all__ = [
     "DEFAULT_PAGE",
     "RetentionStore",
+    "SeqStore",
     "Store",
+    "check_after",
     "check_page",
     "newest_first",
     "open_session",
@@ -24,7 +26,7 @@ DEFAULT_PAGE = 100
 
 @runtime_checkable
 class Store(Protocol):
-    """Where sessions live. Implementations must follow SPEC §2.1.
+    """Where sessions live. Implementations must follow docs/design.md#store-contract.
 
     - ``load_entries`` returns the log in append order; the last entry is the resume leaf.
     - ``append_entries`` is idempotent by entry ID: an identical re-append is skipped, a different
@@ -66,6 +68,29 @@ class RetentionStore(Store, Protocol):
     async def delete_session(self, session_id: str) -> None: ...
 
 
+@runtime_checkable
+class SeqStore(Store, Protocol):
+    """A store that reads a session from a sequence number on (every built-in store).
+
+    An entry's **seq** is its 1-based position in its session's append order (the order
+    ``load_entries`` returns); seqs never change and are never reused, so "the entries after
+    seq N" is a resumable cursor: a run stream and the HTTP stream follow a session by it
+    (docs/design.md#store-contract). ``load_entries_after(session_id, after)`` returns the
+    entries with seq > ``after``, each with its seq, in seq order, reading only what follows
+    ``after`` where the backend allows; ``after`` past the end gives ``[]``, a negative or
+    non-integer ``after`` is a ``ValueError``, an unknown session ``SessionNotFoundError``.
+    """
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]: ...
+
+
+def check_after(after: object) -> int:
+    """``load_entries_after``'s cursor: a non-negative integer, else ``ValueError``."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError(f"after must be a non-negative integer, not {after!r}")
+    return after
+
+
 def check_page(limit: int, offset: int) -> None:
     """``list_sessions``' arguments: ``ValueError`` for a negative offset or a limit below 1."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -81,7 +106,8 @@ def newest_first(records: list[SessionRecord]) -> list[SessionRecord]:
 
 
 async def open_session(store: Store, session_id: str) -> list[Entry]:
-    """Open-or-create (SPEC §4.1 step 2): the session's entries, creating it (empty) if unknown.
+    """Open-or-create (docs/design.md#handle-and-engine): the session's entries, creating it (empty)
+    if unknown.
 
     A lost create race (``SessionExistsError``) loads again, so concurrent first opens succeed.
     """

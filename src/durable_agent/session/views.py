@@ -1,4 +1,11 @@
-"""Views of a path: what the model sees, and what a person reads."""
+"""Views of a path: what the model sees, and what a person reads.
+
+What the model is sent has one formula, here, for both executors (docs/design.md#tree-and-views):
+the model view of the history at the run's starting leaf, then the run's own messages in order
+(:func:`run_view`). The in-process loop starts from :func:`model_view` of its path and appends the
+run's messages as they are produced; the Temporal ``call_model`` activity, which holds no loop,
+rebuilds the same list from the stored path with :func:`run_view`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from ..ai.messages import Message, TextContent
 from .entries import CompactionEntry, Entry, MessageEntry
 from .repair import repair_tool_calls
 
-__all__ = ["model_view", "raw_model_view", "transcript_view"]
+__all__ = ["model_view", "raw_model_view", "run_view", "transcript_view"]
 
 
 def raw_model_view(path: Sequence[Entry]) -> list[Message]:
@@ -46,6 +53,39 @@ def model_view(path: Sequence[Entry]) -> list[Message]:
     (if it names an earlier path entry) or from just after the compaction. Always repaired.
     """
     return repair_tool_calls(raw_model_view(path))
+
+
+def run_view(
+    path: Sequence[Entry], start_leaf_id: str, ephemeral: Sequence[Entry] = ()
+) -> list[Message]:
+    """What the model sees mid-run, exactly as the in-process loop holds it.
+
+    ``path`` runs from the root to the run's current leaf, through ``start_leaf_id`` (where the
+    run started, ``""`` for a new root). The history is :func:`model_view` of the path up to the
+    start leaf; the run's messages follow in order: its message inputs (meta ones included,
+    custom and compaction inputs stored but never sent), the replies and results. ``ephemeral``
+    are the run's ephemeral inputs, which the store never holds: each goes right after the entry
+    its stamp names as parent (first for a root). The run's stored repair results are left out
+    of its messages: the history already projects them.
+    """
+    entries = _with_ephemeral(path, ephemeral)
+    cut = next((i for i, e in enumerate(entries) if e.id == start_leaf_id), -1)
+    run = [e.message for e in entries[cut + 1 :] if isinstance(e, MessageEntry) and not e.synthetic]
+    return [*model_view(entries[: cut + 1]), *run]
+
+
+def _with_ephemeral(path: Sequence[Entry], ephemeral: Sequence[Entry]) -> Sequence[Entry]:
+    """``path`` with each ephemeral entry placed after the entry its parent names."""
+    if not ephemeral:
+        return path
+    by_parent: dict[str | None, list[Entry]] = {}
+    for e in ephemeral:
+        by_parent.setdefault(e.parent_id, []).append(e)
+    out = by_parent.pop(None, [])
+    for entry in path:
+        out.append(entry)
+        out.extend(by_parent.pop(entry.id, []))
+    return out
 
 
 def transcript_view(path: Sequence[Entry]) -> list[Entry]:

@@ -29,7 +29,7 @@ from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
-from ..session.store import DEFAULT_PAGE, check_page, newest_first
+from ..session.store import DEFAULT_PAGE, check_after, check_page, newest_first
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryDeltas", "MemoryStore"]
 
@@ -132,6 +132,19 @@ class MemoryStore:
             wires = [wire for _, wire in log.items]
         with bulk_decoding():
             return [decode_entry(wire) for wire in wires]
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        """The entries after seq ``after`` (1-based positions in the log), each with its seq
+        (:class:`~durable_agent.session.SeqStore`): a slice of the log."""
+        validate_session_id(session_id)
+        check_after(after)
+        with self._lock:
+            log = self._logs.get(session_id)
+            if log is None:
+                raise SessionNotFoundError(session_id)
+            wires = [wire for _, wire in log.items[after:]]
+        with bulk_decoding():
+            return [(after + i, decode_entry(wire)) for i, wire in enumerate(wires, 1)]
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""

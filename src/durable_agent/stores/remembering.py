@@ -31,7 +31,7 @@ from typing import Any
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
 from ..session.record import SessionRecord
-from ..session.store import RetentionStore, Store
+from ..session.store import RetentionStore, SeqStore, Store, check_after
 from ..session.tree import path as tree_path
 
 __all__ = ["DEFAULT_KNOWN_ENTRIES", "MAX_SESSIONS", "RememberingStore"]
@@ -100,6 +100,14 @@ class RememberingStore:
         if self.max_bytes:
             self._replace(session_id, entries, deletes)
         return entries
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        """The store's seq read (:class:`~durable_agent.session.SeqStore`), passed through and
+        not remembered (a part of a log is no load); for a store without one, a whole load
+        (remembered) from which the entries after ``after`` are taken."""
+        if isinstance(self.store, SeqStore):
+            return await self.store.load_entries_after(session_id, after)
+        return list(enumerate(await self.load_entries(session_id), 1))[check_after(after) :]
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """The store's append; once it returns, the batch is remembered as a load returns it."""

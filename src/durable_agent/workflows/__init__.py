@@ -1,14 +1,20 @@
 """The Temporal executor: workflows, the worker factory and the client-side executor.
 
-Requires the ``temporal`` extra (``temporalio``).
+Requires the ``temporal`` extra (``temporalio``). Where a model turn goes through this package:
+:class:`TemporalExecutor` (:mod:`.executor`) starts the run workflow (:mod:`.run_workflow`),
+whose engine drives the loop and schedules ``call_model`` through the activity-backed model of
+``activities.model_call``; the stored reply comes back as the engine's receipt, recorded for the
+``events`` query, which the client's :class:`~.run_stream.RunPoller` polls, applying each
+receipt to the handle (docs/design.md#temporal).
 """
 
+from ..activities.contracts import RunResult, RunState, Timeouts
 from ..activities.spec import AgentSpec
 from .config import connect, connect_from_env
 from .executor import TemporalExecutor, compact_workflow_id, publish_workflow_id, run_workflow_id
 from .run_timeout import DEFAULT_EXECUTION_TIMEOUT, ENV_RUN_TIMEOUT
-from .types import SEARCH_ATTRIBUTE, RunResult, RunState, Timeouts
-from .worker import WORKFLOWS, create_worker, ensure_search_attribute
+from .search import SEARCH_ATTRIBUTE, ensure_search_attribute
+from .worker import WORKFLOWS, create_worker
 
 __all__ = [
     "DEFAULT_EXECUTION_TIMEOUT",

@@ -1,26 +1,23 @@
-"""The compaction workflow: summarize from the store, append the entry, publish the event."""
+"""The compaction workflow: the one compaction flow (``durable.compaction.compact``) with
+activities as its effects: ``summarize`` from the store, ``append_entries``, ``publish``.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from ..durable.lifecycle import compacted_event
-    from ..durable.persist import stamp
+    from ..activities import verb_steps
+    from ..activities.contracts import CompactInput, PublishInput, SummarizeInput, event_to_wire
+    from ..activities.store_steps import append, new_entry_id
+    from ..durable.compaction import compact
+    from ..durable.events import Event
+    from ..durable.persist import Stamped
     from ..session.codec import encode_entry
     from ..session.entries import CompactionEntry
-    from .activity_calls import call_activity, ensure_session_attribute, store_retry
-    from .run_workflow import workflow_id_new
-    from .types import (
-        AppendInput,
-        AppendResult,
-        CompactInput,
-        PublishInput,
-        SummarizeInput,
-        SummaryResult,
-        event_to_wire,
-        with_stored_times,
-    )
+    from .search import ensure_session_attribute
 
 __all__ = ["CompactWorkflow"]
 
@@ -30,53 +27,47 @@ class CompactWorkflow:
     """ID ``durable-agent/<session_id>/compact/<op_id>``; returns the stored entry (encoded) or
     ``None`` when there was nothing to compact."""
 
+    def __init__(self) -> None:
+        self._input: CompactInput | None = None
+
     @workflow.run
     async def run(self, inp: CompactInput) -> str | None:
-        t = inp.timeouts
+        self._input = inp
         ensure_session_attribute(inp.session_id)
-        result = await call_activity(
-            "durable_agent.summarize",
-            SummarizeInput(
-                session_id=inp.session_id,
-                agent=inp.agent,
-                leaf_id=inp.leaf_id,
-                keep_turns=inp.keep_turns,
-                prompt=inp.prompt,
-                options=inp.options,
-            ),
-            SummaryResult,
-            start_to_close=t.model_start_to_close,
-            heartbeat=t.model_heartbeat,
-            retry=store_retry(t),
-            summary=f"summarize (keep {inp.keep_turns} turns)",
+        stored = await compact(self, inp.session_id, inp.leaf_id, inp.keep_turns, inp.prompt)
+        return None if stored is None else encode_entry(stored)
+
+    # -- effects (CompactionEffects) ---------------------------------------------------------
+
+    @property
+    def _inp(self) -> CompactInput:
+        assert self._input is not None
+        return self._input
+
+    def now(self) -> datetime:
+        return workflow.now()
+
+    def new_id(self) -> str:
+        return new_entry_id()
+
+    async def summarize(self, keep_turns: int, prompt: str | None) -> CompactionEntry | None:
+        inp = self._inp
+        summary = SummarizeInput(
+            session_id=inp.session_id,
+            agent=inp.agent,
+            leaf_id=inp.leaf_id,
+            keep_turns=keep_turns,
+            prompt=prompt,
+            options=inp.options,
         )
-        if result is None:
-            return None
-        entry = CompactionEntry(
-            summary=result.summary,
-            first_kept_id=result.first_kept_id,
-            tokens_before=result.tokens_before,
-            created_at=workflow.now(),
+        return await verb_steps.summarize(summary, inp.timeouts)
+
+    async def commit(self, stamped: Stamped) -> Stamped:
+        inp = self._inp
+        return await append(
+            inp.session_id, stamped, inp.timeouts, local=False, summary="append compaction"
         )
-        stamped = stamp([entry], inp.leaf_id, workflow.now(), workflow_id_new)
-        written = await call_activity(
-            "durable_agent.append_entries",
-            AppendInput(session_id=inp.session_id, entries=[encode_entry(stamped.durable[0])]),
-            AppendResult,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary="append compaction",
-        )
-        stored = with_stored_times(stamped.durable[0], written.times[0])
-        event = compacted_event(inp.session_id, stored)
-        await call_activity(
-            "durable_agent.publish",
-            PublishInput(events=[event_to_wire(event)]),
-            None,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary="publish session_compacted",
-        )
-        return encode_entry(stored)
+
+    async def publish(self, event: Event) -> None:
+        events = [event_to_wire(event)]
+        await verb_steps.publish(PublishInput(events=events, timeouts=self._inp.timeouts))

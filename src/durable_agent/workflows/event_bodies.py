@@ -3,30 +3,30 @@
 A run's recorded events repeat its messages: a 600 KB tool result is in ``tool_execution_end``,
 in the result's ``message_start`` and twice in its ``message_end`` (the message and the receipt).
 Carrying those events across continue-as-new, or answering them in one ``events(after)`` query,
-would exceed Temporal's 2 MB payload limit well below the documented message limit (issue 16).
+would exceed Temporal's 2 MB payload limit well below the documented message limit
+(docs/design.md#bounded-history).
 
 Every such body is a stored entry's message, so an event can name the entry instead
-(:class:`~durable_agent.workflows.types.BodyRefs`): the workflow records which entry each body
+(:class:`~durable_agent.activities.contracts.BodyRefs`): the workflow records which entry each body
 is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
-when it is large (:func:`slim`), and the client reads the named entries from the store and puts
-the bodies back (:func:`needed_ids`, :func:`hydrate`) before the consumer sees the event.
+when it is large (:func:`slim`), and a reader of the query (an operator's tool, a test comparing
+a client's events with the recorded ones) reads the named entries from the store and puts the
+bodies back (:func:`needed_ids`, :func:`hydrate`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..activities.contracts import BodyRefs, WireEvent, event_from_wire
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..durable.errors import AgentError
 from ..durable.events import Event
-from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
-from .types import BodyRefs, WireEvent, event_from_wire
 
 __all__ = [
     "CARRY_INLINE_LIMIT",
-    "RESULT_TAIL_BUDGET",
     "QUERY_INLINE_LIMIT",
     "BodyTracker",
     "SlimCache",
@@ -35,7 +35,6 @@ __all__ = [
     "hydrate",
     "last_turns",
     "needed_ids",
-    "result_tail",
     "slim",
     "slim_sized",
 ]
@@ -85,20 +84,6 @@ class BodyTracker:
                 # result the store refused, a reply's empty start): it travels inline or not
                 self._awaiting = []
         events.append(wire if refs == BodyRefs() else wire.model_copy(update={"refs": refs}))
-
-    def adopt(self, carried: list[WireEvent]) -> list[WireEvent]:
-        """The events a continue-as-new input carried, as this execution's first events: those
-        carried whole (by executions from before ``bounded-can-v1``) get their bodies named
-        here, so a query can still leave their bodies out."""
-        events: list[WireEvent] = []
-        for wire in carried:
-            if wire.refs is not None:
-                events.append(wire)
-                continue
-            ids = None if wire.entries is None else [decode_entry(w).id for w in wire.entries]
-            self.record(events, wire, ids)
-        self._awaiting = []
-        return events
 
     def _receipt(self, events: list[WireEvent], agent: AgentEvent, entry_id: str) -> None:
         """Name ``entry_id`` in the earlier events of the turn that repeat its message."""
@@ -209,10 +194,6 @@ def carried(events: list[WireEvent]) -> list[WireEvent]:
     return out
 
 
-RESULT_TAIL_BUDGET = 64 * 1024
-"""Bytes of events a run's result carries at most."""
-
-
 def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
     """The events since the ``turns``-th last ``turn_start`` (what continue-as-new carries)."""
     seen = 0
@@ -223,22 +204,6 @@ def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
             if seen == turns:
                 return events[i:]
     return events[-50 * turns :] if seen == 0 else events
-
-
-def result_tail(events: list[WireEvent], turns: int) -> list[WireEvent]:
-    """The events :attr:`~durable_agent.workflows.types.RunResult.tail` carries: from the
-    ``turns``-th last ``turn_start`` (all of them for a shorter run), bodies left out as
-    continue-as-new leaves them out (:func:`carried`),
-    the oldest dropped until the rest fits ``RESULT_TAIL_BUDGET``."""
-    starts = sum(1 for w in events if w.agent is not None and w.agent.type == "turn_start")
-    tail = carried(last_turns(events, turns) if starts > turns else events)
-    sizes = [encoded_size(w) for w in tail]
-    total = sum(sizes)
-    cut = 0
-    while cut < len(tail) and total > RESULT_TAIL_BUDGET:
-        total -= sizes[cut]
-        cut += 1
-    return tail[cut:]
 
 
 def _elided(wire: WireEvent) -> BodyRefs | None:

@@ -2,66 +2,25 @@
 
 ``new(..., executor=TemporalExecutor(client, task_queue=...))`` returns the usual handle. The handle
 still uses the store directly for ``new``, ``append``, ``branch`` and ``fork``; runs and
-compactions are workflows on the worker, and lifecycle events go through a publish workflow. The
-run stream polls the workflow's ``events(after)`` query (queries add no history) and applies each
-receipt to the handle as it arrives, read or not.
+compactions are workflows on the worker, and lifecycle events go through a publish workflow when
+a worker on the queue has a publisher. The run stream follows the run's entries in the store
+(:mod:`.run_stream`) and applies each receipt to the handle as it arrives, read or not.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
-from temporalio.client import (
-    Client,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
-)
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TerminatedError,
-    TimeoutError,
-    WorkflowAlreadyStartedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
-from ..activities.failures import agent_error, unsettled_ids
-from ..ai.messages import Message
-from ..durable.errors import (
-    AgentError,
-    CompactError,
-    EventGapError,
-    RunCancelledError,
-)
-from ..durable.events import Event
-from ..durable.limits import PAYLOAD_LIMIT, check_payload
-from ..durable.live import DeltaFollower, LiveDeltas, live_channel
-from ..durable.reconcile import reconcile
-from ..durable.state import AgentConfig, SessionState
-from ..durable.stream import LocalRunStream, RunStream
-from ..session.codec import decode_entry
-from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.ids import new_id
-from .activity_calls import KIND_KEY, SESSION_ID_KEY
-from .event_bodies import hydrate
-from .run_timeout import run_timeout_from_env
-from .stream_recovery import read_bodies, resync
-from .types import (
+from ..activities.contracts import (
     CompactInput,
-    EventsAnswer,
     InputEntry,
     PublishInput,
     RunInput,
@@ -70,16 +29,47 @@ from .types import (
     Timeouts,
     event_to_wire,
 )
-from .unsettled import scheduled_entry_ids
+from ..durable.errors import AgentError, CompactError
+from ..durable.events import Event
+from ..durable.limits import PAYLOAD_LIMIT, check_payload
+from ..durable.live import LiveDeltas, live_channel
+from ..durable.reconcile import reconcile
+from ..durable.state import AgentConfig, SessionState
+from ..durable.stream import LocalRunStream, RunStream
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.errors import SessionNotFoundError
+from ..session.ids import new_id
+from ..session.render import short
+from ..session.store import Store
+from ..session.turns import is_turn_start
+from .publisher_check import PublisherCheck
+from .run_start import attached, started_here
+from .run_stream import RunFollower, client_error
+from .run_timeout import run_timeout_from_env
+from .search import search_attributes
 
-__all__ = ["TemporalExecutor", "compact_workflow_id", "publish_workflow_id", "run_workflow_id"]
+__all__ = [
+    "DEFAULT_PAYLOAD_LIMIT",
+    "TemporalExecutor",
+    "compact_workflow_id",
+    "publish_workflow_id",
+    "run_input_item",
+    "run_workflow_id",
+]
 
 logger = logging.getLogger("durable_agent.temporal")
 
 DEFAULT_PAYLOAD_LIMIT = PAYLOAD_LIMIT
-LIVE_QUERY_EVERY = 0.25
-"""Longest gap between two ``events`` queries while a reply streams (its deltas are read every
-20 ms meanwhile), so its ``message_end`` receipt follows the last delta quickly."""
+
+
+_NOT_ON_TEMPORAL = {
+    "tools": "on Temporal, tools are registered on the worker (`AgentSpec(tools=...)`), not "
+    "passed to new(): the client names the agent",
+    "hooks": "on Temporal, hooks are not available: a run on a worker has none (they run "
+    "in-process only, with a factory)",
+}
+"""Agent options a Temporal client cannot carry, and what to do instead."""
 
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
@@ -94,68 +84,30 @@ def publish_workflow_id(key: str) -> str:
     return f"durable-agent/publish/{key}"
 
 
-def _search(session_id: str, kind: str) -> TypedSearchAttributes:
-    return TypedSearchAttributes(
-        [SearchAttributePair(SESSION_ID_KEY, session_id), SearchAttributePair(KIND_KEY, kind)]
-    )
+def run_input_item(entry: Entry) -> InputEntry:
+    """``entry`` as a run input: a message as the plain message (what an operator reads in the
+    Temporal UI), any other entry in its stored encoding; either under a fresh ID chosen here,
+    which the run keeps, so this client tells the run's input in the store
+    (docs/design.md#receipts)."""
+    fresh = new_id()
+    if isinstance(entry, MessageEntry):
+        message, ephemeral, meta = entry.message, entry.ephemeral, entry.meta
+        return InputEntry(id=fresh, message=message, ephemeral=ephemeral, meta=meta)
+    return InputEntry(wire=encode_entry(entry.model_copy(update={"id": fresh})))
 
 
-def client_error(exc: BaseException) -> BaseException:
-    """A workflow failure as the in-process executor would have raised it."""
-    cause = exc.cause if isinstance(exc, WorkflowFailureError) else exc
-    if isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause  # a workflow that let an activity failure through: report its cause
-    if isinstance(cause, CancelledError):
-        return RunCancelledError("run cancelled")
-    if isinstance(cause, TerminatedError):
-        return AgentError(f"run terminated: {cause.message}")
-    if isinstance(cause, TimeoutError):
-        return AgentError(f"run timed out: {cause.message}")
-    if isinstance(cause, ApplicationError):
-        return agent_error(cause)
-    return AgentError(str(cause))
+SUMMARY_WORDS = 60
+"""Characters of the question a run's summary shows."""
 
 
-TRANSIENT = frozenset(
-    {
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
-        RPCStatusCode.ABORTED,
-    }
-)
-"""RPC failures worth waiting out (a restarting server) rather than failing the stream."""
-
-
-def _tail_answer(result_task: asyncio.Future[RunResult], after: int) -> EventsAnswer | None:
-    """The events past ``after`` from a finished run's result (:attr:`RunResult.tail`), or
-    ``None`` when the result does not hold them all (a run that failed or was cancelled, an
-    older worker's result, a client that fell further behind than the tail reaches): then the
-    ``events`` query answers, at the cost of a replay of the closed workflow."""
-    if result_task.cancelled() or result_task.exception() is not None:
-        return None
-    tail = result_task.result().tail
-    if not tail or tail[0].position > after + 1:
-        return None
-    events = [w for w in tail if w.position > after]
-    return EventsAnswer(
-        events=events, first_position=tail[0].position, last_position=tail[-1].position
-    )
-
-
-async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
-    """The run's result, waiting out server outages longer than the client's own RPC retries
-    (the run itself goes on in Temporal; the stream must not give up on it)."""
-    delay = 0.5
-    while True:
-        try:
-            return await handle.result()
-        except RPCError as exc:
-            if exc.status not in TRANSIENT:
-                raise
-            logger.warning("waiting for the result of %s: %s", handle.id, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+def run_summary(agent: str, entries: list[Entry]) -> str:
+    """The run's summary in the Temporal UI's list: the agent and the first words of the
+    question (the last user message of the input), so runs of one session tell apart."""
+    starts = [e for e in entries if is_turn_start(e) and isinstance(e, MessageEntry)]
+    question = starts[-1].message.text() if starts else ""
+    if not question:
+        return f"{agent}: (no question)"
+    return f"{agent}: {short(question, SUMMARY_WORDS)}"
 
 
 class TemporalExecutor:
@@ -173,8 +125,6 @@ class TemporalExecutor:
         execution_timeout: timedelta | Literal["default"] | None = "default",
         continue_as_new_after_turns: int | None = None,
         timeouts: Timeouts | None = None,
-        poll_initial: float = 0.05,
-        poll_max: float = 1.0,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         live_deltas: LiveDeltas = "auto",
     ) -> None:
@@ -189,9 +139,8 @@ class TemporalExecutor:
         )
         self.continue_as_new_after_turns = continue_as_new_after_turns
         self.timeouts = timeouts or Timeouts()
-        self.poll_initial = poll_initial
-        self.poll_max = poll_max
         self.payload_limit = payload_limit
+        self.publishers = PublisherCheck(client, task_queue)
 
     # -- Executor ----------------------------------------------------------------------------
 
@@ -203,34 +152,47 @@ class TemporalExecutor:
             )
         if publisher is not None:
             raise ValueError("with the Temporal executor the worker owns the publisher")
+        for name, problem in _NOT_ON_TEMPORAL.items():
+            if options.get(name):
+                raise TypeError(problem)
         try:
             json.dumps(options)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"agent options must be plain JSON data: {exc}") from exc
 
+    async def open(self, store: Store, session_id: str) -> tuple[list[Entry], bool]:
+        """The session's entries; an unknown session is left to the first run (which checks
+        the agent before creating it) or the handle's first write."""
+        try:
+            return await store.load_entries(session_id), True
+        except SessionNotFoundError:
+            return [], False
+
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         run_id = run_id or new_id()
-        inputs = [InputEntry.of(e, i) for i, e in enumerate(entries)]
-        for item in inputs:
-            check_payload(item.wire, "input entry", self.payload_limit)
+        for entry in entries:
+            check_payload(encode_entry(entry), "input entry", self.payload_limit)
+        inputs = [run_input_item(e) for e in entries]
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
         # that finished after the termination, an append that timed out and then applied):
-        # adopt it first, so the workflow's repair answers only truly unanswered calls (11.8b)
+        # adopt it first, so the workflow's repair answers only truly unanswered calls
         await reconcile(state)
         inp = RunInput(
             session_id=state.session_id,
             run_id=run_id,
             agent=config.factory,
             leaf_id=state.leaf,
+            create_session=not state.created,
             inputs=inputs,
             options=dict(config.raw_options),
             continue_as_new_after_turns=self.continue_as_new_after_turns,
             timeouts=self.timeouts,
         )
         wid = run_workflow_id(state.session_id, run_id)
+        start = started_here(state, inputs)
         try:
             handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
                 "durable_agent.run",
@@ -240,149 +202,33 @@ class TemporalExecutor:
                 result_type=RunResult,
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=_search(state.session_id, "run"),
-                static_summary=f"agent {config.factory!r} run on session {state.session_id!r}",
+                search_attributes=search_attributes(state.session_id, "run"),
+                static_summary=run_summary(config.factory, entries),
             )
         except WorkflowAlreadyStartedError:
+            # a run of this ID exists: follow it from where it started (its input is its own)
             handle = self.client.get_workflow_handle(wid, result_type=RunResult)
+            start = await attached(self.client, handle, state)
 
         async def request_cancel() -> None:
             await handle.cancel()
 
         channel = live_channel(self.live_deltas, state.store)
-        follower = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
-        return LocalRunStream(self._pump(state, handle, follower), on_cancel=request_cancel)
+        stream: LocalRunStream | None = None
 
-    def _pump(
-        self,
-        state: SessionState,
-        handle: WorkflowHandle[Any, RunResult],
-        follower: DeltaFollower | None = None,
-    ) -> Callable[[Callable[[Event], None]], Any]:
-        async def produce(put: Callable[[Event], None]) -> list[Message]:
-            result_task = asyncio.ensure_future(_result(handle))
-            produced: list[Message] = []
-            try:
-                try:
-                    await self._follow(state, handle, result_task, put, produced, follower)
-                except Exception:
-                    # The stream broke (a gap, a failed query or store read) while the run may
-                    # go on: the handle stays busy until the run ends, then takes its log and
-                    # leaf from the store, so no second run branches from a stale leaf.
-                    try:
-                        await resync(state, handle, result_task)
-                    except Exception:
-                        logger.exception("could not re-sync %s after its stream broke", handle.id)
-                    raise
-                try:
-                    await result_task
-                except WorkflowFailureError as exc:
-                    # writes the run scheduled may land after it ended: the next run start
-                    # reconciles them with the store (issue 11.8b)
-                    ids = await scheduled_entry_ids(self.client, handle.id)
-                    ids += unsettled_ids(exc.cause)  # local appends: named by the failure
-                    state.unsettled.extend(i for i in ids if i not in state.index)
-                    raise client_error(exc) from exc
-                return produced
-            finally:
-                if not result_task.done():
-                    result_task.cancel()
+        def reading() -> bool:
+            return stream is not None and stream.events_taken
 
-        return produce
-
-    async def _follow(
-        self,
-        state: SessionState,
-        handle: WorkflowHandle[Any, RunResult],
-        result_task: asyncio.Future[RunResult],
-        put: Callable[[Event], None],
-        produced: list[Message],
-        follower: DeltaFollower | None,
-    ) -> None:
-        """Poll ``events(after)`` until ``agent_end`` or the run's end, applying each receipt
-        and putting each event (bodies the answer left out read back from the store); while a
-        reply streams, ``follower`` puts its live deltas (read from the store's delta channel)
-        before the reply's ``message_end``."""
-        after, delay = 0, self.poll_initial
-        # A run's first events are visible only once its first workflow task completes, and a
-        # query that arrives during that task makes the worker cut it short to answer: wait a
-        # first interval (or for the end, whose result carries the last events) before asking.
-        await asyncio.wait({result_task}, timeout=delay)
-        while True:
-            closed = result_task.done()
-            answer = _tail_answer(result_task, after) if closed else None
-            if answer is None:
-                answer = await self._query_events(handle, after, result_task)
-            if answer is not None and answer.events:
-                if answer.events[0].position > after + 1:
-                    raise EventGapError(
-                        f"events {after + 1}..{answer.events[0].position - 1} of "
-                        f"{handle.id} are no longer retained"
-                    )
-                bodies = await read_bodies(state, answer.events)
-                ended = False
-                for wire in answer.events:
-                    event = hydrate(wire, bodies)
-                    if follower is not None:  # live deltas go before their message_end
-                        for update in await follower.see(event, wire.position):
-                            put(update)
-                    if event.entries is not None and event.leaf_id is not None:
-                        state.apply_receipt(event.entries, event.leaf_id)
-                    inner = event.agent
-                    if (
-                        inner is not None
-                        and inner.type == "message_end"
-                        and event.entries
-                        and inner.message is not None
-                    ):
-                        stored = event.entries[0]  # the stored form of the message
-                        message = (
-                            stored.message if isinstance(stored, MessageEntry) else inner.message
-                        )
-                        produced.append(message)
-                    if inner and inner.type == "agent_end":
-                        # the workflow sends the run's usage, not its transcript
-                        inner = inner.model_copy(update={"messages": list(produced)})
-                        event = event.model_copy(update={"agent": inner})
-                    put(event)
-                    after = wire.position
-                    ended = ended or (inner is not None and inner.type == "agent_end")
-                if ended:
-                    return  # agent_end is the last event: only the result remains
-                delay = self.poll_initial
-                if after < answer.last_position:
-                    continue  # the answer stopped at its size budget: the rest is ready now
-                # caught up: the next events are at least a workflow task away, so wait (for the
-                # end too) instead of asking again at once (an empty answer, nearly always: a
-                # second query per poll, a workflow activation and server work each)
-            if closed:
-                return
-            if follower is not None and follower.open:
-                await follower.follow(put, result_task, min(delay, LIVE_QUERY_EVERY))
-            else:
-                await asyncio.wait({result_task}, timeout=delay)
-            delay = min(delay * 2, self.poll_max)
-
-    async def _query_events(
-        self, handle: WorkflowHandle[Any, RunResult], after: int, result_task: asyncio.Future[Any]
-    ) -> EventsAnswer | None:
-        """One ``events(after)`` query; ``None`` while the workflow cannot answer yet."""
-        try:
-            answer: EventsAnswer = await handle.query("events", after, result_type=EventsAnswer)
-            return answer
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            raise AgentError(f"the events query of {handle.id} failed: {exc}") from exc
-        except RPCError as exc:
-            if result_task.done() and result_task.exception() is not None:
-                logger.debug("events query after failure of %s: %s", handle.id, exc)
-                return None
-            logger.debug("events query of %s not answered yet: %s", handle.id, exc)
-            return None
+        follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)
+        stream = LocalRunStream(follower.produce, on_cancel=request_cancel)
+        return stream
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
     ) -> CompactionEntry | None:
         assert isinstance(config.factory, str)
+        if not state.created:
+            return None  # nothing stored, so nothing to summarize
         op_id = new_id()
         try:
             wire: str | None = await self.client.execute_workflow(
@@ -401,7 +247,7 @@ class TemporalExecutor:
                 task_queue=self.task_queue,
                 result_type=str | None,  # type: ignore[arg-type]
                 execution_timeout=self.execution_timeout,
-                search_attributes=_search(state.session_id, "compact"),
+                search_attributes=search_attributes(state.session_id, "compact"),
                 static_summary=f"compact session {state.session_id!r}",
             )
         except WorkflowFailureError as exc:
@@ -417,8 +263,8 @@ class TemporalExecutor:
         return entry
 
     async def publish(self, config: AgentConfig, events: list[Event]) -> None:
-        if not events:
-            return
+        if not events or not await self.publishers.any():
+            return  # no worker on the queue has a publisher: it would drop them
         key = events[0].idempotency_key or new_id()
         try:
             await self.client.start_workflow(
@@ -427,7 +273,7 @@ class TemporalExecutor:
                 id=publish_workflow_id(key),
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=_search(events[0].session_id, "publish"),
+                search_attributes=search_attributes(events[0].session_id, "publish"),
                 static_summary=", ".join(e.type for e in events),
             )
         except WorkflowAlreadyStartedError:

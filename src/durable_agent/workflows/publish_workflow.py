@@ -9,8 +9,9 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from .activity_calls import call_activity, ensure_session_attribute, store_retry
-    from .types import PublishInput
+    from ..activities import verb_steps
+    from ..activities.contracts import PublishInput
+    from .search import ensure_session_attribute
 
 __all__ = ["PublishWorkflow"]
 
@@ -19,15 +20,6 @@ __all__ = ["PublishWorkflow"]
 class PublishWorkflow:
     @workflow.run
     async def run(self, inp: PublishInput) -> None:
-        t = inp.timeouts
         if inp.events:
             ensure_session_attribute(inp.events[0].session_id)
-        await call_activity(
-            "durable_agent.publish",
-            inp,
-            None,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary="publish " + ", ".join(e.type for e in inp.events),
-        )
+        await verb_steps.publish(inp)

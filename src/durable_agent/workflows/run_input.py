@@ -4,23 +4,25 @@ The run workflow takes its input as a raw payload and decodes it here, so that n
 can fail the workflow *task* (which Temporal retries forever, leaving the run Running and silent):
 anything wrong raises :class:`InvalidRunInputError`, naming the field, and the workflow fails at
 once with a non-retryable ``ApplicationError`` of type ``InvalidRunInput``, before it stores or
-schedules anything (issue 11 item 9).
+schedules anything (docs/design.md#errors).
 
-Besides the client's form (:class:`RunInput`, each input an encoded entry), the Temporal UI's
-Start Workflow form can be filled in by hand (issue 11 item 10)::
+The client writes the same form an operator can type (:class:`RunInput`, each input message a
+plain message object); the Temporal UI's Start Workflow form can be filled in by hand::
 
     {"session_id": "user-42", "agent": "assistant", "text": "hi"}
 
 ``run_id`` may be left out (the run derives it from the workflow ID), ``text`` is one user message
 (after any ``inputs``), and each ``inputs`` item may be a plain message object without ID or times,
 ``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks; ``"ephemeral":
-true`` for this run only), which the run stamps with its clock. Unknown fields (at the top level
-and in plain messages) are refused, so a typo cannot go unnoticed.
+true`` for this run only, ``"meta": true`` for context the transcript hides), which the run stamps
+with its clock; a custom entry travels in its stored encoding, ``{"wire": "..."}``. Unknown
+fields (at the top level and in plain messages) are refused, so a typo cannot go unnoticed.
 """
 
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,13 +31,16 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from ..activities.contracts import InputEntry, RunInput
 from ..ai.messages import Message
+from ..session.codec import decode_entry
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
-from .types import RunInput
 
 __all__ = [
     "INVALID_RUN_INPUT",
+    "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
     "decode_run_input",
@@ -85,6 +90,24 @@ def read_run_input(raw: RawValue) -> RunInput:
     return inp
 
 
+def input_entry(item: InputEntry, now: datetime | None = None) -> Entry:
+    """The entry of run input ``item`` under the ID its client chose (a message an operator
+    typed has none: the run draws one when it stamps it), a message without a timestamp
+    getting ``now`` (the workflow's clock)."""
+    if item.message is not None:
+        message = item.message
+        if message.timestamp is None and now is not None:
+            message = message.model_copy(update={"timestamp": now})
+        header: dict[str, Any] = {"id": item.id}
+        if now is not None:
+            header["created_at"] = now
+        return MessageEntry(**header, message=message, ephemeral=item.ephemeral, meta=item.meta)
+    decoded = decode_entry(item.wire)
+    if item.ephemeral and isinstance(decoded, MessageEntry):
+        return decoded.model_copy(update={"ephemeral": True})
+    return decoded
+
+
 def decode_run_input(value: Any) -> RunInput:
     """A :class:`RunInput` from the decoded JSON payload, or :class:`InvalidRunInputError`."""
     if not isinstance(value, dict):
@@ -115,7 +138,7 @@ def decode_run_input(value: Any) -> RunInput:
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
-                item.entry(i)
+                input_entry(item)
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
     return inp
@@ -166,13 +189,14 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
                 f"inputs[{i}]", 'needs "role" and "content" (a message) or "wire" (an entry)'
             )
         message = dict(item)
-        unknown = sorted(set(message) - set(Message.model_fields) - {"ephemeral"})
+        extra = {"ephemeral", "meta", "id"}  # the flags, and the ID a client chose
+        unknown = sorted(set(message) - set(Message.model_fields) - extra)
         if unknown:
             raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
-        ephemeral = message.pop("ephemeral", False)
+        flags = {k: message.pop(k) for k in sorted(extra) if k in message}
         if isinstance(message.get("content"), str):
             message["content"] = [{"type": "text", "text": message["content"]}]
-        items[i] = {"message": message, "ephemeral": ephemeral}
+        items[i] = {"message": message, **flags}
         plain.add(i)
     data["inputs"] = items
     return data, plain

@@ -1,80 +1,87 @@
-"""Where a run starts: its leaf and what the store holds there, before the run writes anything.
+"""Where a run starts in its session, as the client that follows it needs to know
+(docs/design.md#receipts): the starting leaf, the IDs of its durable inputs (the client chose
+them), how many run-start repairs it stores ahead of them, and a seq before its first entry.
 
-Two store activities, both checked before any entry is stored: ``ensure_session`` (only when the
-input names no leaf: create the session if absent, resolve its newest entry) and ``load_path``
-(check the agent and the leaf, answer the repairs the run stores first and the agent's tools).
+A client that starts the run knows all of it (:func:`started_here`). A client that attaches to a
+run already started (``agent.run(..., run_id=<a started run>)``) reads it from the run's first
+execution's history (:func:`attached`): its input names the leaf (or, for an operator's run
+without one, the ``ensure_session`` step recorded it) and the inputs' IDs; it follows the
+session from its first entry.
 """
 
 from __future__ import annotations
 
-from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+import json
+from typing import Any
 
-with workflow.unsafe.imports_passed_through():
-    from ..activities.failures import is_cancellation, run_failure
-    from .activity_calls import call_activity, store_retry
-    from .types import EnsureSessionInput, LoadPathInput, PathInfo, RunInput
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 
-__all__ = ["LOCAL_STORE", "RESET_START_LEAF", "open_path"]
+from ..activities.contracts import InputEntry
+from ..activities.store_steps import local_activity_result
+from ..durable.persist import is_durable
+from ..durable.state import SessionState
+from ..session.entries import Entry
+from ..session.repair import start_repairs
+from ..session.tree import path as tree_path
+from ..session.views import raw_model_view
+from .run_input import decode_run_input
+from .run_stream import RunStart
 
-LOCAL_STORE = "local-store-v1"
-"""Patch marker: the run's store steps (``ensure_session``, ``load_path``, ``append_entries``)
-are local activities (issue 10): a run's start and input commit then cost no server round trip,
-so a one-turn run is one ordinary activity, its model call. Executions started before it replay
-with ordinary store activities."""
-
-RESET_START_LEAF = "reset-start-leaf-v1"
-"""Patch marker: a reset execution of a run started without a leaf retries from the leaf the
-original execution resolved (issue 15 item 8); recorded only in reset executions."""
-
-
-async def open_path(inp: RunInput, *, local: bool = False) -> tuple[str, PathInfo]:
-    """The run's starting leaf (the session's newest entry when the input names none, the
-    session created if absent) and what ``load_path`` found there: repairs, tools.
-    ``local``: both as local activities (see :data:`LOCAL_STORE`)."""
-    t = inp.timeouts
-    leaf = inp.leaf_id
-    try:
-        if leaf is None:
-            leaf = await call_activity(
-                "durable_agent.ensure_session",
-                EnsureSessionInput(
-                    session_id=inp.session_id, agent=inp.agent, reset_of=_reset_of()
-                ),
-                str,
-                start_to_close=t.store_start_to_close,
-                retry=store_retry(t),
-                heartbeat=t.store_heartbeat,
-                summary="ensure session",
-                local=local,
-            )
-        info = await call_activity(
-            "durable_agent.load_path",
-            LoadPathInput(session_id=inp.session_id, leaf_id=leaf, agent=inp.agent),
-            PathInfo,
-            start_to_close=t.store_start_to_close,
-            retry=store_retry(t),
-            heartbeat=t.store_heartbeat,
-            summary="load path",
-            local=local,
-        )
-    except ActivityError as exc:
-        if is_cancellation(exc):
-            raise CancelledError("run cancelled") from exc
-        raise run_failure(exc) from exc
-    return leaf, info
+__all__ = ["attached", "started_here"]
 
 
-def _reset_of() -> str | None:
-    """The original run when this execution is an operator's reset of it, else ``None``.
+def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:
+    """A run this client starts now from the handle's leaf with ``inputs``."""
+    durable = sum(1 for e in state.log if is_durable(e))  # at most the store's count: a seq
+    ids: list[str | None] = [_input_id(item) for item in inputs if not item.ephemeral]
+    return RunStart(
+        leaf=state.leaf,
+        inputs=ids,
+        repairs=len(start_repairs(state.views()[0])),
+        after=durable,
+    )
 
-    A reset execution keeps the original's start event, so its ``original_execution_run_id``
-    names another run; a continue-as-new execution carries its leaf and never asks. The patch is
-    taken before looking at run IDs (which a replayer may not reproduce): the answer only feeds
-    an activity argument, so replay stays deterministic whatever it is."""
-    if not workflow.patched(RESET_START_LEAF):
-        return None
-    info = workflow.info()
-    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
-        return None
-    return info.original_execution_run_id
+
+async def attached(
+    client: Client, handle: WorkflowHandle[Any, Any], state: SessionState
+) -> RunStart:
+    """A run started elsewhere: read from its first execution's history (module doc)."""
+    description = await handle.describe()
+    first = description.raw_description.workflow_execution_info.first_run_id or None
+    history = client.get_workflow_handle(handle.id, run_id=first).fetch_history_events()
+    leaf: str | None = None
+    inputs: list[str | None] = []
+    async for event in history:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [value] = await client.data_converter.decode(payloads)
+            inp = decode_run_input(value)
+            leaf = inp.leaf_id
+            inputs = [_input_id(item) for item in inp.inputs if not item.ephemeral]
+            if leaf is not None:
+                break
+            continue
+        recorded = local_activity_result(event, "durable_agent.ensure_session")
+        if recorded:
+            [leaf] = await client.data_converter.decode(recorded, [str])
+            break
+    leaf = leaf or ""
+    return RunStart(leaf=leaf, inputs=inputs, repairs=await _repairs(state, leaf), after=0)
+
+
+def _input_id(item: InputEntry) -> str | None:
+    """The ID an input is stored under, which its client chose; ``None`` for an operator's
+    message without one, which the run names itself."""
+    if item.message is not None:
+        return item.id or None
+    entry_id = json.loads(item.wire).get("id")
+    return entry_id if isinstance(entry_id, str) and entry_id else None
+
+
+async def _repairs(state: SessionState, leaf: str) -> int:
+    """How many run-start repairs the run stores at ``leaf`` (as ``load_path`` computes them)."""
+    index: dict[str, Entry] = state.index
+    if leaf and leaf not in index:
+        index = {e.id: e for e in await state.store.load_entries(state.session_id)}
+    return len(start_repairs(raw_model_view(tree_path(index, leaf))))

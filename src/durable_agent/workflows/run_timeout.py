@@ -6,7 +6,8 @@ for any client attached to it. Runs and compactions started by :class:`TemporalE
 by every CLI command) get ``DEFAULT_EXECUTION_TIMEOUT`` (24 hours) unless the executor is given
 ``execution_timeout=`` (``None`` for none) or the client's environment sets
 ``DURABLE_AGENT_RUN_TIMEOUT`` (``90s``, ``30m``, ``24h``, ``7d``, plain seconds, or ``none``).
-A timed-out run is a hard termination (SPEC §7.5): the next run repairs what it left.
+A timed-out run is a hard termination (docs/design.md#cancellation): the next run repairs what
+it left.
 """
 
 from __future__ import annotations

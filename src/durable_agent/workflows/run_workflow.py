@@ -8,91 +8,81 @@ model and tool calls are activities, and events are recorded (after their commit
 
 from __future__ import annotations
 
-import asyncio
 from bisect import bisect_right
-from collections.abc import Mapping
 from datetime import datetime
 from operator import attrgetter
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, CancelledError
 
+# Not passed through: under a sandbox that reloads durable_agent (Temporal's default runner), the
+# package's __init__ has loaded every module of the block below in the sandbox already, and one
+# first imported inside it would come from the host (its RunInput a class the sandbox's
+# RunResult refuses).
+from .run_input import NO_INPUT, input_entry, read_run_input
+
 with workflow.unsafe.imports_passed_through():
-    from ..activities.calls import store_summary, workflow_id_new
+    from ..activities.contracts import (
+        CallModelInput,
+        EventsAnswer,
+        ResetNote,
+        RunInput,
+        RunResult,
+        RunState,
+        ToolCallRef,
+        WireEvent,
+        event_to_wire,
+    )
     from ..activities.failures import (
         ActivityFailure,
         activity_failure,
         is_cancellation,
         run_failure,
     )
-    from ..activities.model_proxy import ActivityModel
-    from ..activities.tool_proxy import ActivityTools, tool_descriptor
+    from ..activities.model_call import ActivityModel, note_cancel
+    from ..activities.reset_steps import keep_session_leaf
+    from ..activities.store_steps import append, new_entry_id, open_path
+    from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop
     from ..agent.options import AgentOptions
     from ..ai.messages import Message
-    from ..ai.timefmt import parse_time
     from ..durable.engine import RunEngine
-    from ..durable.errors import PayloadTooLargeError, RunCancelledError
+    from ..durable.errors import RunCancelledError
     from ..durable.events import Event
-    from ..durable.limits import check_payload
-    from ..durable.persist import Stamped, is_durable
+    from ..durable.persist import Header, Stamped, is_durable
     from ..session.codec import encode_entry
     from ..session.repair import repair_entries
-    from .activity_calls import (
-        SESSION_ID_KEY,
-        call_activity,
-        ensure_session_attribute,
-        store_retry,
-    )
     from .event_bodies import (
         QUERY_INLINE_LIMIT,
         BodyTracker,
         SlimCache,
         carried,
         last_turns,
-        result_tail,
     )
-    from .run_input import NO_INPUT, read_run_input
-    from .run_start import LOCAL_STORE, open_path
-    from .types import (
-        AppendInput,
-        AppendResult,
-        CallModelInput,
-        EventsAnswer,
-        RunInput,
-        RunResult,
-        RunState,
-        StoredTimes,
-        Timeouts,
-        ToolCallRef,
-        WireEvent,
-        event_to_wire,
-        with_stored_times,
-    )
+    from .search import ensure_session_attribute
 
-__all__ = ["SESSION_ID_KEY", "RunWorkflow", "store_summary", "workflow_id_new"]
+__all__ = ["RunWorkflow"]
 
 QUERY_BUDGET = 480 * 1024
 """Bytes of events one ``events`` answer holds at most (beyond its first event): under the 512 KiB
 at which the Temporal SDK logs a warning for every larger query answer (TMPRL1103), which an
 operator's query from position 0 of a long run used to trigger; a client behind by more asks again
-at once (SPEC §7.4 bounds an answer at about 1 MiB)."""
-BOUNDED_CAN = "bounded-can-v1"
-"""Patch marker: executions started before it carry the last turn's events with their bodies."""
+at once."""
 CARRIED_TURNS = 2
-"""Turns of events continue-as-new carries (since ``bounded-can-v1``), bodies left out."""
+"""Turns of events continue-as-new carries, bodies left out."""
 UNRECORDED = frozenset({"message_update", "tool_execution_update"})
 
 
 @workflow.defn(name="durable_agent.run")
 class RunWorkflow:
-    """One durable agent run (SPEC §7). ID ``durable-agent/<session_id>/run/<run_id>``."""
+    """One durable agent run (docs/design.md#temporal). ID
+    ``durable-agent/<session_id>/run/<run_id>``."""
 
     def __init__(self) -> None:
         self._input: RunInput | None = None
         self._engine: RunEngine | None = None
+        self._tools: ActivityTools | None = None
         self._events: list[WireEvent] = []
         self._bodies = BodyTracker()
         """Which stored entry each recorded message body is (see event_bodies)."""
@@ -102,21 +92,14 @@ class RunWorkflow:
         self._ephemeral: list[str] = []
         self._turns_this_execution = 0
         self._max_turns: int | None = None
-        self._start_leaf: str | None = None
-        self._too_large: PayloadTooLargeError | None = None
-        """A tool result over the payload limit, raised at the end of its turn."""
-        self._cancel_deferred = False
-        """A cancellation that arrived during an append, raised once that append is recorded."""
-        self._aborted_reply: Message | None = None
-        """The partial reply a cancelled ``call_model`` returned, stored by the cancel path."""
-        self._tools: ActivityTools | None = None
-        self._local_store = False
-        """Store steps run as local activities (since ``local-store-v1``)."""
+        self._start_leaf = ""
         self._unsure: list[str] = []
         """Entries of local appends that failed (they may have been stored all the same)."""
-        self._committed: dict[str, StoredTimes] = {}
-        """Entries their producing activity already stored (ID -> stored times): their commit
-        records the receipt without an ``append_entries`` activity (SPEC §7.2)."""
+        self._noted = False
+        """The run's cancel note is written (or being written)."""
+        self._reset_of: str | None = None
+        """An operator's reset of this run: the original execution (see reset_steps)."""
+        self._original_run = ""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -128,10 +111,10 @@ class RunWorkflow:
         Sizes are the real encoded bytes. An event over ``QUERY_INLINE_LIMIT`` goes without the
         message bodies its stored entries hold (the client reads them from the store), and one
         whose body is not stored yet waits for its receipt (the next poll gets it), so no answer
-        nears Temporal's 2 MB limit whatever the message size (issue 16 item 2).
+        nears Temporal's 2 MB limit whatever the message size (docs/design.md#bounded-history).
 
         ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
-        arguments (issue 15 item 5)."""
+        arguments."""
         out: list[WireEvent] = []
         size = 0
         events = self._events
@@ -180,75 +163,31 @@ class RunWorkflow:
         return workflow.now()
 
     def new_id(self) -> str:
-        return workflow_id_new()
+        return new_entry_id()
 
-    async def commit(self, stamped: Stamped) -> None:
+    async def commit(self, stamped: Stamped) -> Stamped:
         inp = self._input
         assert inp is not None
         self._ephemeral.extend(encode_entry(c) for c in stamped.copies if not is_durable(c))
         if not stamped.durable:
-            return
-        if all(e.id in self._committed for e in stamped.durable):
-            self._apply_stored_times(stamped, [self._committed.pop(e.id) for e in stamped.durable])
-            return
-        # the rest of a parallel batch rides along (see _ActivityTools): one append per batch
-        extra = self._tools.batch_after(stamped.durable) if self._tools is not None else []
-        wires = [encode_entry(e) for e in [*stamped.durable, *extra]]
-        for wire in wires:
-            check_payload(wire, "entry")
-        t = inp.timeouts
-        write: asyncio.Future[AppendResult] = asyncio.ensure_future(
-            call_activity(
-                "durable_agent.append_entries",
-                AppendInput(session_id=inp.session_id, entries=wires),
-                AppendResult,
-                start_to_close=t.store_start_to_close,
-                retry=store_retry(t),
-                heartbeat=t.store_heartbeat,
-                summary=store_summary([*stamped.durable, *extra]),
-                local=self._local_store,
-            )
-        )
+            return stamped
         try:
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                # stream.cancel() arrived while the write was in flight. Abandoning it would
-                # leave an entry stored without its receipt (and the cancel results on a
-                # sibling branch): let it finish, let the engine record it, and resume the
-                # cancellation at the next event (see emit).
-                await write
-                self._cancel_deferred = True
+            return await append(inp.session_id, stamped, inp.timeouts, local=True)
         except ActivityError as exc:
-            if self._local_store:
-                # a local append's input is not in the history: the failure names what it
-                # may have stored, for the client's next run start to reconcile (11.8b)
-                self._unsure.extend(e.id for e in [*stamped.durable, *extra])
+            # a local append's input is not in the history: the failure names what it may
+            # have stored, for the client's next run start to reconcile
+            self._unsure.extend(e.id for e in stamped.durable)
             raise ActivityFailure(*activity_failure(exc)) from exc
-        times = write.result().times
-        if extra and self._tools is not None:
-            self._tools.batch_committed(extra, times[len(stamped.durable) :])
-        self._apply_stored_times(stamped, times[: len(stamped.durable)])
-
-    @staticmethod
-    def _apply_stored_times(stamped: Stamped, times_list: list[StoredTimes]) -> None:
-        """Make the receipt name what the store holds (see AppendResult)."""
-        fixed = {}
-        for i, (entry, times) in enumerate(zip(stamped.durable, times_list, strict=True)):
-            stored = with_stored_times(entry, times)
-            if stored is not entry:
-                stamped.durable[i] = fixed[entry.id] = stored
-        if fixed:
-            stamped.copies[:] = [fixed.get(c.id, c) for c in stamped.copies]
 
     async def emit(self, event: Event) -> None:
         agent_event = event.agent
         if agent_event is not None and agent_event.type in UNRECORDED:
             return
-        if agent_event is not None and agent_event.type == "turn_end" and self._too_large:
+        too_large = None if self._tools is None else self._tools.too_large
+        if agent_event is not None and agent_event.type == "turn_end" and too_large:
             # a tool result over the payload limit: its call is answered (stored, like every
             # other result of the turn), then the run fails with PayloadTooLargeError
-            raise self._too_large
+            raise too_large
         if agent_event is not None and agent_event.type == "agent_end":
             # The loop only knows this execution's part of the run (continue-as-new restarts
             # it), and the whole transcript does not belong in a query answer: the run's usage
@@ -260,10 +199,6 @@ class RunWorkflow:
         ids = None if event.entries is None else [e.id for e in event.entries]
         self._bodies.record(self._events, event_to_wire(event, self._next_position), ids)
         self._next_position += 1
-        if self._cancel_deferred and not self._committed:
-            # (entries already stored for later events, a parallel batch's, get theirs first)
-            self._cancel_deferred = False
-            raise asyncio.CancelledError()
         if agent_event is not None and agent_event.type == "turn_end":
             self._turns_this_execution += 1
             self._maybe_continue_as_new(agent_event.message)
@@ -284,26 +219,25 @@ class RunWorkflow:
         due = forced is not None and self._turns_this_execution >= forced
         if not (due or workflow.info().is_continue_as_new_suggested()):
             return
-        if self.patched(BOUNDED_CAN):
-            # positions and entry IDs, not message bodies: the input stays a few KB whatever
-            # the messages (issue 16), so it can hold the last two turns, and a client that
-            # polled just before the previous turn's end does not see a gap
-            last_turn = carried(last_turns(self._events, CARRIED_TURNS))
-        else:
-            last_turn = last_turns(self._events, 1)
+        # positions and entry IDs, not message bodies: the input stays a few KB whatever the
+        # messages, so it can hold the last two turns, and a client that polled just before the
+        # previous turn's end does not see a gap (docs/design.md#continue-as-new)
+        last_turns_carried = carried(last_turns(self._events, CARRIED_TURNS))
         workflow.continue_as_new(
             inp.model_copy(
                 update={
                     "leaf_id": engine.leaf_id,
+                    "create_session": False,
                     "inputs": [],
                     "resumed": True,
                     "turn_count": engine.turn_count,
                     "usage": engine.usage,
                     "new_entry_ids": list(engine.new_entry_ids),
                     "next_position": self._next_position,
-                    "events": last_turn,
+                    "events": last_turns_carried,
                     "ephemeral": list(self._ephemeral),
                     "start_leaf_id": self._start_leaf,
+                    "reset_of": self._reset_of,
                 }
             )
         )
@@ -314,12 +248,17 @@ class RunWorkflow:
     async def run(self, raw: RawValue = NO_INPUT) -> RunResult:
         inp = read_run_input(raw)
         self._input = inp
-        self._events = self._bodies.adopt(inp.events)
+        self._events = list(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
+        self._reset_of = inp.reset_of
+        self._original_run = workflow.info().original_execution_run_id
+        # a reset past the first workflow task reseeds the randomness at its reset point
+        workflow.register_random_seed_callback(self._reseeded)
         ensure_session_attribute(inp.session_id)
-        self._local_store = workflow.patched(LOCAL_STORE)
-        leaf, info = await open_path(inp, local=self._local_store)
+        leaf, info = await open_path(inp)
+        if info.reset_of and not inp.resumed:  # a reset to the first workflow task
+            self._reset_of = info.reset_of
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self)
@@ -329,13 +268,23 @@ class RunWorkflow:
         self._engine = engine
         max_turns = inp.options.get("max_turns", info.max_turns)
         remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
-        self._tools = ActivityTools(self, {i.name: i for i in info.tools})
+        tools = {i.name: i for i in info.tools}
+        self._tools = ActivityTools(
+            engine,
+            inp.session_id,
+            inp.agent,
+            tools,
+            inp.timeouts,
+            run_id=inp.run_id,
+            on_cancel=self._note_cancel,
+        )
+        retry = inp.options.get("model_retry")
         loop = ModelLoop(
-            ActivityModel(self),
+            ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry),
             AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
             tool_executor=self._tools,
         )
-        inputs = [item.entry(i, workflow.now()) for i, item in enumerate(inp.inputs)]
+        inputs = [input_entry(item, workflow.now()) for item in inp.inputs]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
             # as in-process; cancelled: the partial reply (if the model call was cut), then a
@@ -345,100 +294,68 @@ class RunWorkflow:
                 inputs,
                 repairs,
                 resumed=inp.resumed,
-                aborted=self._take_aborted,
                 cancelled=is_cancellation,
                 shield=False,
+                # the client's input IDs tell it the run's entries in the store
+                # (docs/design.md#receipts); a reset to the first task stores its input again
+                # under new IDs, a sibling of the original's, as the rest of its retry
+                keep_input_ids=not info.reset_of,
             )
         except RunCancelledError:
+            await self._keep_session_leaf()
             raise CancelledError("run cancelled") from None
         except Exception as exc:
             if engine.status != "failed":
                 raise  # the cancel steps themselves failed: as ever, not the run's failure
+            await self._keep_session_leaf()
             raise run_failure(exc, self._unsure) from exc
+        reset = await self._keep_session_leaf()
         return RunResult(
             status="completed",
             leaf_id=engine.leaf_id,
             new_entry_ids=list(engine.new_entry_ids),
             usage=engine.usage,
             turn_count=engine.turn_count,
-            tail=result_tail(self._events, CARRIED_TURNS),
+            reset=reset,
         )
 
-    # -- the proxies' host (RunHost) ----------------------------------------------------------
+    def _reseeded(self, _seed: int) -> None:
+        # called while the activation's jobs are applied, outside workflow code: no info() here
+        self._reset_of = self._reset_of or self._original_run
 
-    @property
-    def engine(self) -> RunEngine:
-        assert self._engine is not None
-        return self._engine
-
-    @property
-    def session_id(self) -> str:
-        return self._run_input.session_id
-
-    @property
-    def agent(self) -> str:
-        return self._run_input.agent
-
-    @property
-    def timeouts(self) -> Timeouts:
-        return self._run_input.timeouts
-
-    @property
-    def options(self) -> Mapping[str, Any]:
-        return self._run_input.options
-
-    @property
-    def _run_input(self) -> RunInput:
-        assert self._input is not None
-        return self._input
-
-    def patched(self, patch_id: str) -> bool:
-        # Since local-store-v1 every older patch is taken, without a marker: a patched() call
-        # that follows a local activity can be replayed in the wrong workflow task (a query
-        # that arrives during the task splits it after the local activity, and on replay the
-        # next patch marker then lies in a later task than the call: a nondeterminism error).
-        # Patches added later must be checked before the run's first local activity.
-        return True if self._local_store else workflow.patched(patch_id)
-
-    def producer_committed(
-        self,
-        entry_id: str,
-        stored: StoredTimes,
-        tool_call_id: str | None = None,
-        *,
-        landed: Message | None = None,
-    ) -> None:
-        self._committed[entry_id] = stored
-        self.engine.expect_committed(
-            entry_id, parse_time(stored.created_at), tool_call_id, landed=landed
+    async def _keep_session_leaf(self) -> ResetNote | None:
+        """A reset run's last step: keep the session's active branch (activities.reset_steps);
+        ``None`` for every other run, which schedules nothing here."""
+        inp, engine = self._input, self._engine
+        assert inp is not None and engine is not None
+        if self._reset_of is None:
+            return None
+        return await keep_session_leaf(
+            inp.session_id, self._reset_of, list(engine.new_entry_ids), inp.timeouts
         )
 
-    def defer_cancel(self) -> None:
-        self._cancel_deferred = True
-
-    def keep_aborted(self, reply: Message) -> None:
-        self._aborted_reply = reply
-
-    def _take_aborted(self) -> Message | None:
-        reply, self._aborted_reply = self._aborted_reply, None
-        return reply
-
-    def fail_turn(self, error: PayloadTooLargeError) -> None:
-        if self._too_large is None:
-            self._too_large = error
-
-    def model_call(self) -> CallModelInput:
+    def _call_input(self, stamp: Header) -> CallModelInput:
+        """The next ``call_model`` input around the reply's header ``stamp``."""
         inp, engine = self._input, self._engine
         assert inp is not None and engine is not None
         return CallModelInput(
             session_id=inp.session_id,
             leaf_id=engine.leaf_id,
             agent=inp.agent,
+            start_leaf_id=self._start_leaf,
+            stamp=stamp,
             options=inp.options,
             ephemeral=list(self._ephemeral),
-            start_leaf_id=self._start_leaf,
-            # the loop pulls the model call only after the engine recorded its message_start,
-            # the last event so far: its position keys the reply's live deltas
+            # the reply's turn keys its live deltas: its model call's number in the run, which
+            # a client following the run's stored entries counts alike
             run_id=inp.run_id,
-            position=self._next_position - 1,
+            turn=engine.turn_count + 1,
         )
+
+    async def _note_cancel(self) -> None:
+        """Write the run's cancel note (once), so its calls in flight stop at once."""
+        inp = self._input
+        assert inp is not None
+        if not self._noted:
+            self._noted = True
+            await note_cancel(inp.session_id, inp.run_id)

@@ -1,45 +1,50 @@
-"""The client stream's two store reads: bodies an event left out, and a re-sync after a break.
+"""What the client's run stream does when following the store was not enough: re-sync the handle
+after a broken stream, and name what a failed run may have stored.
 
-Both exist because the client, not the workflow, holds the store for its handle. An
-``events(after)`` answer may name stored entries instead of repeating large message bodies
-(see ``event_bodies``): :func:`read_bodies` reads them. A stream that broke (a gap, a failed
-query or store read) while its run goes on must not free the handle at a stale leaf — the run
-keeps appending past it, and a second run would branch from it: :func:`resync` waits for the run
-to end, then applies what the run stored, so the handle's log and leaf match the store again.
+A stream that broke (a store read that failed for good) while its run goes on must not free the
+handle at a stale leaf — the run keeps appending past it, and a second run would branch from it:
+:func:`resync` waits for the run to end, then applies what the run stored, so the handle's log
+and leaf match the store again. The same happens when the entries the stream followed are not
+the run's own account of them.
+
+A run that ends badly can leave writes in flight: an ``append_entries`` that timed out and
+applied later, a ``call_model`` / ``call_tool`` attempt that commits under its stamp after the
+run was terminated. Every such write was scheduled with its entry IDs in the activity's input,
+so the run's history names them all (:func:`scheduled_entry_ids`); except a local activity's
+(the run's store steps), whose input is not recorded: a run that fails after one names its
+entries in its failure instead (``activities.failures.unsettled_ids``). The client hands them
+to the handle as unsettled; the next run start reconciles them with the store
+(docs/design.md#repair-and-reconcile).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
+from ..activities.contracts import (
+    AppendInput,
+    CallModelInput,
+    CallToolInput,
+    RunResult,
+    RunState,
+)
 from ..durable.state import SessionState
 from ..session.entries import Entry
-from .event_bodies import needed_ids
-from .types import RunResult, RunState, WireEvent
+from ..session.tree import path
 
-__all__ = ["read_bodies", "resync"]
+__all__ = ["resync", "scheduled_entry_ids"]
 
 logger = logging.getLogger("durable_agent.temporal")
 
 STATE_QUERY_TIMEOUT = 10.0
 """How long a re-sync asks a closed run for its entries before walking the store instead."""
-
-
-async def read_bodies(state: SessionState, wires: list[WireEvent]) -> dict[str, Entry]:
-    """The entries ``wires`` name for the bodies they left out: from the handle's index, and
-    from one store read for the rest (entries of this very run the handle has not applied)."""
-    ids = needed_ids(wires)
-    found = {i: state.index[i] for i in ids if i in state.index}
-    if len(found) < len(ids):
-        for entry in await state.store.load_entries(state.session_id):
-            if entry.id in ids:
-                found[entry.id] = entry
-    return found
 
 
 async def resync(
@@ -79,15 +84,57 @@ async def _run_entries(
 
 
 def _walk(stored: list[Entry], state: SessionState) -> tuple[list[str], str]:
-    """Without the run's own account: follow the single-child chain below the handle's leaf
-    through entries the handle does not hold (where it forks, the run's path is unknown)."""
-    children: dict[str | None, list[Entry]] = {}
-    for entry in stored:
-        if entry.id not in state.index:
-            children.setdefault(entry.parent_id, []).append(entry)
+    """Without the run's own account: the chain below the handle's leaf through entries the
+    handle does not hold, as far as it goes unbranched (where it forks, the run's path is
+    unknown): the part every such branch's path shares."""
+    new = [e for e in stored if e.id not in state.index]
+    parents = {e.parent_id for e in new}
+    index = {e.id: e for e in stored}
+    chains: list[list[str]] = []
+    for tip in new:
+        if tip.id in parents:
+            continue
+        ids = [e.id for e in path(index, tip.id)]
+        if state.leaf:
+            if state.leaf not in ids:
+                continue  # a branch elsewhere in the tree
+            ids = ids[ids.index(state.leaf) + 1 :]
+        if not any(i in state.index for i in ids):
+            chains.append(ids)
+    shared: list[str] = []
+    for column in zip(*chains, strict=False):
+        if len(set(column)) > 1:
+            break
+        shared.append(column[0])
+    return shared, shared[-1] if shared else state.leaf
+
+
+_INPUTS: dict[str, type[Any]] = {
+    "durable_agent.append_entries": AppendInput,
+    "durable_agent.call_model": CallModelInput,
+    "durable_agent.call_tool": CallToolInput,
+}
+
+
+async def scheduled_entry_ids(client: Client, workflow_id: str) -> list[str]:
+    """The entry IDs the latest execution of ``workflow_id`` scheduled writes for, in order
+    (``[]`` if its history cannot be read: reconciling is then left to stored answers)."""
     ids: list[str] = []
-    leaf = state.leaf
-    while len(children.get(leaf or None, [])) == 1:
-        leaf = children[leaf or None][0].id
-        ids.append(leaf)
-    return ids, leaf
+    handle = client.get_workflow_handle(workflow_id)  # the latest run of a continued chain
+    try:
+        async for event in handle.fetch_history_events():
+            if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                continue
+            attrs = event.activity_task_scheduled_event_attributes
+            kind = _INPUTS.get(attrs.activity_type.name)
+            if kind is None:
+                continue
+            [arg] = await client.data_converter.decode(attrs.input.payloads, [kind])
+            if isinstance(arg, AppendInput):
+                ids.extend(str(json.loads(wire)["id"]) for wire in arg.entries)
+            elif arg.stamp is not None:
+                ids.append(arg.stamp.id)
+    except Exception as exc:  # best effort: a failed read leaves reconcile to stored answers
+        logger.warning("could not read the history of %s: %s", workflow_id, exc)
+        return []
+    return ids

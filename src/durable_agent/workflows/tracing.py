@@ -33,7 +33,7 @@ def tracing_interceptor(tracer: Tracer | None = None, **options: Any) -> Interce
     except ImportError as exc:
         raise ImportError(
             f"tracing needs the 'otel' extra of durable-agent (no module named {exc.name!r}): "
-            "pip install 'durable-agent[otel]'",
+            "pip install '.[otel]'",
             name=exc.name,
         ) from exc
     return TracingInterceptor(tracer, **options)

@@ -6,27 +6,21 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from ..activities.agent_activities import AgentActivities
+from ..activities import AgentActivities
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
-from .activity_calls import KIND_ATTRIBUTE
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
+from .publisher_check import PUBLISHER_MARK
 from .run_workflow import RunWorkflow
-from .types import SEARCH_ATTRIBUTE
+from .search import ensure_search_attribute
 
 __all__ = [
     "DEFAULT_KNOWN_ENTRIES",
@@ -36,7 +30,6 @@ __all__ = [
     "WORKFLOWS",
     "check_tuning",
     "create_worker",
-    "ensure_search_attribute",
     "workflow_runner",
 ]
 
@@ -78,35 +71,15 @@ def check_tuning(
         )
 
 
-async def ensure_search_attribute(client: Client) -> None:
-    """Register the ``DurableAgentSessionId`` and ``DurableAgentKind`` Keyword search attributes
-    if they are missing."""
-    listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [
-        name for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE) if name not in listed.custom_attributes
-    ]
-    if not missing:
-        return
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={
-                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
-                },
-            )
-        )
-    except RPCError as exc:  # another worker registered them first
-        if exc.status != RPCStatusCode.ALREADY_EXISTS:
-            raise
-
-
 def workflow_runner(sandboxed: bool) -> WorkflowRunner:
     """The runner :func:`create_worker` uses. Sandboxed, ``durable_agent`` is passed through
     (deterministic in workflow code: clock and IDs come through RunEffects) instead of being
-    re-imported for every workflow (about 250 ms each)."""
+    re-imported for every workflow (about 250 ms each).
+
+    Unsandboxed by default: these workflows run no user code (agents, models and tools run in
+    activities), their determinism is the library's and is checked by replay tests and by the
+    test suite, which runs every workflow sandboxed; the sandbox re-enters itself for every
+    payload it converts, which costs about a tenth of a one-turn run."""
     if not sandboxed:
         return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
@@ -133,36 +106,19 @@ async def create_worker(
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
 
-    The three limits are per worker process (see the ``DEFAULT_*`` constants for why the defaults
-    are what they are); a ``tuner`` in ``worker_options`` replaces the two slot limits. A bad
-    value raises ``ValueError`` before anything connects.
-
-    ``live_deltas`` is where model calls publish their streaming replies for clients
+    The three limits are per worker process (see the ``DEFAULT_*`` constants); a ``tuner`` in
+    ``worker_options`` replaces the two slot limits; a bad value raises ``ValueError`` before
+    anything connects. ``live_deltas``: where model calls publish their streaming replies
     (docs/design.md#live-deltas): by default the store's own channel (``store.live_deltas()``),
-    a channel of your own, or ``None`` for none.
-
-    ``known_entries``: how many bytes of encoded entries (across sessions, least recently used
-    dropped first) the worker remembers so a model call builds its path without loading the
-    session (:class:`~durable_agent.stores.RememberingStore`, docs/design.md#worker-memory); a
-    session larger than that is loaded in every call, and 0 loads the session in every call.
-
-    ``sandboxed``: run the workflows in Temporal's workflow sandbox (with ``durable_agent``
-    passed through). Off by default: these workflows run no user code (agents, models and tools
-    run in activities), their determinism is the library's and is checked by replay tests and
-    by the test suite, which runs every workflow sandboxed; the sandbox re-enters itself for
-    every payload it converts, which costs about a tenth of a one-turn run.
-
-    A short sticky-queue timeout lets a crashed worker's workflows move to another worker within
-    seconds, and a short heartbeat throttle lets a cancellation reach a streaming model call
-    quickly; pass ``workflow_failure_exception_types=[Exception]`` in tests so a bug fails the
-    workflow instead of retrying its task forever.
+    a channel of your own, or ``None`` for none. ``known_entries``: how many bytes of encoded
+    entries (across sessions, least recently used dropped first) the worker remembers so a model
+    call needs no session load (:class:`~durable_agent.stores.RememberingStore`,
+    docs/design.md#worker-memory); 0 loads the session in every call. ``sandboxed``: see
+    :func:`workflow_runner`. Pass ``workflow_failure_exception_types=[Exception]`` in tests so a
+    bug fails the workflow instead of retrying its task forever.
     """
-    check_tuning(
-        max_concurrent_activities,
-        max_concurrent_workflow_tasks,
-        max_cached_workflows,
-        known_entries,
-    )
+    slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
+    check_tuning(*slots, known_entries)
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
         worker_options["max_concurrent_activities"] = max_concurrent_activities
@@ -177,12 +133,14 @@ async def create_worker(
         live_deltas=live_deltas,
         known_entries=known_entries,
     )
+    # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
-    # A cancel request reaches a running activity only in a heartbeat response, and the SDK
-    # throttles heartbeats to 0.8 x the heartbeat timeout (4 s for model calls by default): a
-    # short throttle makes stream.cancel() take well under a second.
-    worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=0.5))
+    if publisher is not None:
+        # clients publish lifecycle events only when a worker on the queue can deliver them
+        # (docs/design.md#temporal): they read this from the queue's pollers
+        identity = worker_options.get("identity") or client.identity
+        worker_options["identity"] = f"{identity} {PUBLISHER_MARK}"
     return Worker(
         client,
         task_queue=task_queue,

@@ -1,12 +1,9 @@
 """Record run-workflow histories for the replay test (tests/temporal/test_replay_versions.py).
 
 Run ``.venv/bin/python -m tests.temporal.histories.record NAME [SESSION]`` on the code whose
-histories you want to keep (it writes ``tests/temporal/histories/NAME.json``).
-``run_v1.json`` was recorded on main at 328e167, before producer-committed outputs (issue 10):
-every model reply and tool result is stored there by a separate ``append_entries`` activity;
-``run_v2.json`` (session ``replay-v2``) on main at fe1f1d0, before ``local-store-v1``. The
-scenario: a user message, a turn with one tool call, a turn with two parallel calls, a final
-answer.
+histories you want to keep (it writes ``tests/temporal/histories/NAME.json``). ``run_0_2.json``
+(session ``replay-0-2``) is the 0.2 baseline. The scenario: a user message, a turn with one tool
+call, a turn with two parallel calls, a final answer.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from durable_agent.workflows import AgentSpec, TemporalExecutor, run_workflow_id
 from tests.support.temporal import FAST, running_worker, temporal_environment
 
 HERE = Path(__file__).resolve().parent
-SESSION = sys.argv[2] if len(sys.argv) > 2 else "replay-v1"
+SESSION = sys.argv[2] if len(sys.argv) > 2 else "replay-0-2"
 RUN_ID = "00000000000000a1"
 
 
@@ -66,4 +63,4 @@ async def record(name: str) -> Path:
 
 
 if __name__ == "__main__":
-    print(asyncio.run(record(sys.argv[1] if len(sys.argv) > 1 else "run_v1")))
+    print(asyncio.run(record(sys.argv[1] if len(sys.argv) > 1 else "run_0_2")))

@@ -23,8 +23,7 @@ try:
     from anthropic import AsyncAnthropic
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "durable_agent.ai.providers.anthropic needs the anthropic SDK: "
-        "pip install 'durable-agent[anthropic]'"
+        "durable_agent.ai.providers.anthropic needs the anthropic SDK: pip install '.[anthropic]'"
     ) from exc
 
 from ..messages import ContentBlock, StopReason, TextContent, ThinkingContent, ToolCall, Usage

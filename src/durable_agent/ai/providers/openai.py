@@ -26,8 +26,7 @@ try:
     from openai import AsyncOpenAI
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "durable_agent.ai.providers.openai needs the openai SDK: "
-        "pip install 'durable-agent[openai]'"
+        "durable_agent.ai.providers.openai needs the openai SDK: pip install '.[openai]'"
     ) from exc
 
 from ..messages import StopReason, TextContent, ThinkingContent, ToolCall, Usage

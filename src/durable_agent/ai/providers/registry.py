@@ -2,9 +2,9 @@
 
 A spec names a provider and a model and nothing else, so it is safe to put in agent options,
 workflow inputs and configuration files. Credentials are read from the environment by
-:func:`resolve_model` only, when the model client is built, which is the worker's job (SPEC §7.1:
-the worker builds model clients and keys from its own configuration; §7.6: secrets never enter
-workflow data).
+:func:`resolve_model` only, when the model client is built, which is the worker's job: the
+worker builds model clients and keys from its own configuration, and secrets never enter workflow
+data (docs/design.md#temporal).
 
 Built-in providers and the variables they read:
 
@@ -125,9 +125,7 @@ def resolve_model(
 
 
 def _import_error(extra: str) -> ProviderConfigError:
-    return ProviderConfigError(
-        f"the {extra} provider needs its SDK: pip install 'durable-agent[{extra}]'"
-    )
+    return ProviderConfigError(f"the {extra} provider needs its SDK: pip install '.[{extra}]'")
 
 
 def _openai(model: str, env: Mapping[str, str], options: dict[str, Any]) -> LanguageModel:

@@ -1,8 +1,10 @@
 """The live-delta channel of a FileStore: side files next to the session file.
 
-A reply's deltas go to ``<root>/<session_id>.live/<run>.<position>.jsonl``, one JSON line per
+A reply's deltas go to ``<root>/<session_id>.live/<run>.<turn>.jsonl``, one JSON line per
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
-progress). The file is removed shortly after the reply is stored, and the directory with its last
+progress). A reader polls while a reply streams, so the channel remembers, per file, how far it
+read: a poll with nothing new is one ``stat``, and one with news reads only the new lines. The
+file is removed shortly after the reply is stored, and the directory with its last
 file, so a session's side files only ever hold the replies being streamed. Store listings glob
 ``*.jsonl`` in the root only, so they never see these files (docs/design.md#live-deltas).
 
@@ -20,6 +22,7 @@ import hashlib
 import os
 import re
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -38,6 +41,8 @@ DEFAULT_TTL = 600
 
 _SWEEP_EVERY = 60.0
 """Seconds between two sweeps of the root by one channel object."""
+_READ_MARKS = 256
+"""Files whose read position a channel remembers (least recently read dropped first)."""
 
 
 class FileDeltas:
@@ -47,6 +52,10 @@ class FileDeltas:
         self._root = Path(root)
         self._ttl = ttl
         self._swept_at: float | None = None
+        self._read_to: OrderedDict[str, tuple[int, int, Cursor]] = OrderedDict()
+        """Path -> (inode, offset read to, highest ``(attempt, seq)`` before that offset)."""
+        self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
+        """Recently read keys' paths (a reader asks for the same key many times a second)."""
 
     def directory(self, session_id: str) -> Path:
         return self._root / f"{validate_session_id(session_id)}{_SUFFIX}"
@@ -55,7 +64,7 @@ class FileDeltas:
         run = key.run_id
         if not _SAFE.fullmatch(run):
             run = hashlib.sha256(run.encode("utf-8")).hexdigest()[:32]
-        return self.directory(key.session_id) / f"{run}.{key.position}.jsonl"
+        return self.directory(key.session_id) / f"{run}.{key.turn}.jsonl"
 
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
         path = self.path(key)
@@ -74,23 +83,55 @@ class FileDeltas:
         finally:
             os.close(fd)
 
+    def _read_path(self, key: DeltaKey) -> str:
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = str(self.path(key))
+            while len(self._paths) > _READ_MARKS:
+                self._paths.popitem(last=False)
+        return path
+
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        path = self._read_path(key)
         try:
-            data = self.path(key).read_bytes()
+            st = os.stat(path)
         except FileNotFoundError:
             return []
+        start, highest = 0, (0, 0)
+        known = self._read_to.get(path)
+        # everything before the offset read to is at or before ``after``: read past it only
+        if known and known[0] == st.st_ino and known[1] <= st.st_size and after >= known[2]:
+            if known[1] == st.st_size:
+                return []
+            start, highest = known[1], known[2]
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return []
+        try:
+            data = os.pread(fd, st.st_size - start, start)
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1  # the part after the last newline is unfinished
         out: list[Delta] = []
-        for line in data.split(b"\n")[:-1]:  # the part after the last newline is unfinished
+        for line in data[:end].split(b"\n")[:-1]:
             try:
                 delta = Delta.model_validate_json(line)
             except ValidationError:
                 continue  # a torn line: the reader's seq check sees the hole it leaves
-            if (delta.attempt, delta.seq) > after:
+            cursor = (delta.attempt, delta.seq)
+            highest = max(highest, cursor)
+            if cursor > after:
                 out.append(delta)
+        self._read_to[path] = (st.st_ino, start + end, highest)
+        self._read_to.move_to_end(path)
+        while len(self._read_to) > _READ_MARKS:
+            self._read_to.popitem(last=False)
         return sorted(out, key=lambda d: (d.attempt, d.seq))
 
     async def clear(self, key: DeltaKey) -> None:
         path = self.path(key)
+        self._read_to.pop(str(path), None)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         with contextlib.suppress(OSError):

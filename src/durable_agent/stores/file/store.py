@@ -39,9 +39,10 @@ from ...session.errors import (
 )
 from ...session.ids import validate_session_id
 from ...session.record import SessionRecord
-from ...session.store import DEFAULT_PAGE, check_page, newest_first
+from ...session.store import DEFAULT_PAGE, check_after, check_page, newest_first
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
+from .follow import Marks, read_after
 from .index import Index, IndexCache, covers, digest, header_line, reencode_line, scan_ids
 from .io import (
     FILE_MODE,
@@ -83,6 +84,7 @@ class FileStore:
         self._fsync = fsync
         self._max_entry_bytes = max_entry_bytes
         self._indexes = IndexCache()
+        self._marks = Marks()
         self._deltas: FileDeltas | None = None
 
     @property
@@ -119,6 +121,16 @@ class FileStore:
         """Every entry in append order; a torn final line is dropped, damage elsewhere raised."""
         path = self.path(session_id)
         return await asyncio.to_thread(self._guard, self._load_entries_sync, path, session_id)
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        """The entries after seq ``after`` with their seqs (:class:`~durable_agent.session.
+        SeqStore`), read from a mark kept per followed file (:mod:`.follow`); with nothing new
+        since the last read, one ``stat`` on the event loop answers (cheaper than a thread)."""
+        path = self.path(session_id)
+        if self._marks.unchanged(path, check_after(after)):
+            return []
+        read = self._entries_after_sync
+        return await asyncio.to_thread(self._guard, read, path, session_id, after)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append the new entries of ``entries`` in one write; idempotent by entry ID.
@@ -176,6 +188,7 @@ class FileStore:
         finally:
             os.close(fd)
             self._indexes.forget(path)
+            self._marks.forget(path)
         self.live_deltas().drop_session(session_id)
         if self._fsync:
             dirfd = open_dir(self._root)
@@ -287,6 +300,13 @@ class FileStore:
             return decode_lines(lines, session_id)
 
         return self._retry_after_create(read, session_id)
+
+    def _entries_after_sync(self, path: Path, sid: str, after: int) -> list[tuple[int, Entry]]:
+        def read() -> list[tuple[int, Entry]]:
+            with self._open_shared(path, sid) as f:
+                return read_after(f, sid, after, self._marks, path)
+
+        return self._retry_after_create(read, sid)
 
     # -- append ------------------------------------------------------------------------------------
 

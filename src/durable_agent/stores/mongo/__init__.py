@@ -12,7 +12,7 @@ try:
     import pymongo.asynchronous  # noqa: F401
 except ImportError as _missing:  # the mongo extra is not installed: say which one to install
     raise ImportError(
-        f"MongoStore needs PyMongo ({_missing}): pip install 'durable-agent[mongo]'",
+        f"MongoStore needs PyMongo ({_missing}): pip install '.[mongo]'",
         name=_missing.name,
     ) from None
 

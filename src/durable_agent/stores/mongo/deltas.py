@@ -84,6 +84,15 @@ class MongoDeltas:
         docs = await self._coll.find(query, {"d": 1}).sort("_id", ASCENDING).to_list(None)
         return [Delta.model_validate_json(doc["d"]) for doc in docs]
 
+    async def held(self, keys: list[DeltaKey]) -> set[DeltaKey]:
+        """Which of ``keys`` hold any delta, in one query (a worker watching the cancel notes of
+        all its calls in flight asks this a few times a second)."""
+        if not keys:
+            return set()
+        names = {k.name(): k for k in keys}
+        docs = self._coll.find({"k": {"$in": list(names)}}, {"k": 1, "_id": 0})
+        return {names[doc["k"]] async for doc in docs}
+
     async def clear(self, key: DeltaKey) -> None:
         await self._coll.delete_many({"k": key.name()})
 

@@ -1,0 +1,387 @@
+"""The run's store steps on Temporal: the activities that open the session, load the run's path
+and append entries, and the workflow-side calls that schedule them.
+
+``ensure_session`` (only when the input names no leaf: create the session if absent, resolve its
+newest entry) and ``load_path`` (check the agent and the leaf, answer the repairs the run stores
+first and the agent's tools) run before the run writes anything; ``append_entries`` stores what
+the run stamped. In a run they are local activities: on the worker holding the workflow task,
+inside that task, each recorded as one marker, so a run's start and its input commit cost no
+server round trip (docs/design.md#temporal). A worker lost inside one is noticed by the workflow
+task timeout instead of a heartbeat, which is why model and tool calls stay ordinary activities.
+A local activity's input is not in the history, so a run that fails after a local append raised
+names the entries it may have stored in its failure, for the client to reconcile
+(docs/design.md#repair-and-reconcile).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError, FailureError
+from temporalio.service import RPCError
+
+from ..ai.timefmt import format_time, parse_time
+from ..durable.limits import check_payload
+from ..durable.persist import Stamped
+from ..session.codec import decode_entry, encode_entry
+from ..session.entries import Entry, MessageEntry
+from ..session.errors import EntryConflictError, SessionError
+from ..session.repair import start_repairs
+from ..session.store import open_session
+from ..session.views import raw_model_view
+from .base import ActivityBase, heartbeating
+from .contracts import (
+    AppendInput,
+    AppendResult,
+    EnsureSessionInput,
+    LoadPathInput,
+    PathInfo,
+    RunInput,
+    StoredTimes,
+    Timeouts,
+    ToolInfo,
+)
+from .failures import application_error, is_cancellation, run_failure
+
+__all__ = [
+    "STORE_NON_RETRYABLE",
+    "StoreSteps",
+    "append",
+    "local_activity_result",
+    "new_entry_id",
+    "open_path",
+    "reset_of_execution",
+    "store_retry",
+    "store_summary",
+    "stored_times",
+    "with_stored_times",
+]
+
+STORE_NON_RETRYABLE = [
+    "SessionNotFoundError",
+    "SessionExistsError",
+    "InvalidSessionIdError",
+    "EntryConflictError",
+    "EntryDecodeError",
+    "CorruptSessionError",
+    "EntryTooLargeError",
+    "ValueError",
+]
+
+
+class StoreSteps(ActivityBase):
+    """``ensure_session``, ``load_path`` and ``append_entries``."""
+
+    @activity.defn(name="durable_agent.ensure_session")
+    async def ensure_session(self, inp: EnsureSessionInput) -> str:
+        """Create the session if absent; return its last appended entry ID (``""`` if empty).
+        An unknown agent fails first, so it creates nothing."""
+        self.agent_spec(inp.agent)
+        session_id = inp.session_id
+        try:
+            async with heartbeating():
+                entries = await open_session(self.store, session_id)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+        workflow_id = activity.info().workflow_id
+        if inp.reset_of and workflow_id:
+            # a reset retries the run from where it started, not from the newest entry now
+            leaf = await _recorded_start_leaf(workflow_id, inp.reset_of)
+            if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
+                return leaf
+        return entries[-1].id if entries else ""
+
+    @activity.defn(name="durable_agent.load_path")
+    async def load_path(self, inp: LoadPathInput) -> PathInfo:
+        """Check the agent and the leaf before the run writes anything (then create the session
+        if asked and absent); return the repairs."""
+        spec = self.agent_spec(inp.agent)
+        if inp.create_session:
+            try:
+                async with heartbeating():
+                    await open_session(self.store, inp.session_id)
+            except SessionError as exc:
+                raise application_error(exc) from exc
+        async with heartbeating():
+            p = await self.path_to(inp.session_id, inp.leaf_id)
+        repairs = start_repairs(raw_model_view(p))
+        tools = [
+            ToolInfo(
+                name=t.name,
+                parallel_safe=t.parallel_safe,
+                max_attempts=t.retry.max_attempts,
+                initial_interval=t.retry.initial_interval,
+                backoff=t.retry.backoff,
+                max_interval=t.retry.max_interval,
+                non_retryable=list(t.retry.non_retryable),
+                timeout=t.timeout,
+            )
+            for t in spec.tools
+        ]
+        return PathInfo(
+            repairs=[e.message for e in repairs],
+            tools=tools,
+            max_turns=spec.max_turns,
+            reset_of=inp.reset_of,
+        )
+
+    @activity.defn(name="durable_agent.append_entries")
+    async def append_entries(self, inp: AppendInput) -> AppendResult:
+        """Store entries the run stamped; retry-safe because appends are idempotent by ID.
+        Returns the stored times (see :class:`AppendResult`)."""
+        entries = [decode_entry(w) for w in inp.entries]
+        try:
+            async with heartbeating():
+                try:
+                    await self.store.append_entries(inp.session_id, entries)
+                except EntryConflictError:
+                    entries = await self._adopt_earlier_stamps(inp.session_id, entries)
+        except SessionError as exc:
+            raise application_error(exc) from exc
+        return AppendResult(times=[stored_times(e) for e in entries])
+
+    async def _adopt_earlier_stamps(self, session_id: str, entries: list[Entry]) -> list[Entry]:
+        """Settle a conflict that is only the clock: ``entries`` as the store holds them.
+
+        A run's input and repairs are committed by a local activity inside a workflow task. If
+        the worker dies after that write but before the task completes, another worker runs the
+        task again: the same entry IDs (the run's random source is seeded once) but another
+        ``workflow.now()``, so the same entries come with other ``created_at`` (and message
+        timestamps the run stamped). The stored ones win, as for a producer's commit: the
+        result names their times, which the run adopts (``AppendResult``). Entries not
+        stored yet are appended; any other difference is a real conflict and raises.
+        """
+        stored = {e.id: e for e in await self.store.load_entries(session_id)}
+        settled: list[Entry] = []
+        missing: list[Entry] = []
+        for entry in entries:
+            earlier = stored.get(entry.id)
+            if earlier is None:
+                missing.append(entry)
+                settled.append(entry)
+                continue
+            same = with_stored_times(entry, stored_times(earlier))
+            if encode_entry(same) != encode_entry(earlier):
+                raise EntryConflictError(session_id, entry.id)
+            settled.append(earlier)
+        if missing:
+            await self.store.append_entries(session_id, missing)
+        return settled
+
+
+def stored_times(entry: Entry) -> StoredTimes:
+    timestamp = None
+    if isinstance(entry, MessageEntry) and entry.message.timestamp is not None:
+        timestamp = format_time(entry.message.timestamp)
+    return StoredTimes(created_at=format_time(entry.created_at), timestamp=timestamp)
+
+
+def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
+    """``entry`` with the times the store has for it (itself when they agree)."""
+    if stored_times(entry) == times:
+        return entry
+    update: dict[str, Any] = {"created_at": parse_time(times.created_at)}
+    if isinstance(entry, MessageEntry) and times.timestamp is not None:
+        message = entry.message.model_copy(update={"timestamp": parse_time(times.timestamp)})
+        update["message"] = message
+    return entry.model_copy(update=update)
+
+
+async def _recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
+    """The leaf ``ensure_session`` returned in execution ``run_id`` of ``workflow_id`` (read
+    from its local activity marker), or ``None`` when that execution never got one or its
+    history is gone (then the caller falls back to the newest entry, as a fresh start would).
+
+    An operator's ``temporal workflow reset`` to the run's first workflow task runs
+    ``ensure_session`` again, by which time the newest entry may be another run's answer, or
+    the run's own: a reset retries the run from where it started, so the leaf comes from the
+    original execution's history (kept for the namespace's retention period)."""
+    try:
+        client = activity.client()
+    except RuntimeError:  # an activity run outside a worker (unit tests): no history to read
+        return None
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    try:
+        async for event in handle.fetch_history_events():
+            result = local_activity_result(event, "durable_agent.ensure_session")
+            if result:
+                [leaf] = await client.data_converter.decode(result, [str])
+                return leaf if isinstance(leaf, str) else None
+    except RPCError as exc:
+        activity.logger.warning(
+            "reset of %s: the original run %s is unreadable (%s); starting from the newest entry",
+            workflow_id,
+            run_id,
+            exc.message,
+        )
+    return None
+
+
+def local_activity_result(event: HistoryEvent, activity_type: str) -> list[Payload] | None:
+    """The result payloads of a successful local activity of type ``activity_type`` that
+    ``event`` records, else ``None``. A local activity shows in history as one marker, recorded
+    when it has ended, holding its type (in the marker's ``data``, JSON) and its result."""
+    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    attrs = event.marker_recorded_event_attributes
+    if attrs.marker_name != "core_local_activity" or attrs.HasField("failure"):
+        return None
+    data = attrs.details.get("data")
+    if data is None or not data.payloads:
+        return None
+    try:
+        marker = json.loads(data.payloads[0].data)
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or marker.get("activity_type") != activity_type:
+        return None
+    result = attrs.details.get("result")
+    return list(result.payloads) if result is not None else None
+
+
+# -- workflow side ---------------------------------------------------------------------------
+
+
+def new_entry_id() -> str:
+    """An entry ID inside a workflow: from ``workflow.random()``, so replay reproduces it."""
+    return f"{workflow.random().getrandbits(64):016x}"
+
+
+def store_retry(t: Timeouts) -> RetryPolicy:
+    """Store steps retry only while the store is unavailable."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=t.retry_initial),
+        maximum_interval=timedelta(seconds=t.retry_max),
+        maximum_attempts=t.store_max_attempts,
+        non_retryable_error_types=STORE_NON_RETRYABLE,
+    )
+
+
+async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
+    """Run a store step as a local activity; its failure reaches the caller as an
+    ``ActivityError``, the shape an ordinary activity's has (a local one's arrives as its bare
+    cause: the ``ApplicationError`` it raised, a timeout, a cancellation)."""
+    try:
+        return await workflow.execute_local_activity_method(
+            step,
+            arg,
+            start_to_close_timeout=timedelta(seconds=t.store_start_to_close),
+            retry_policy=store_retry(t),
+            summary=summary,
+        )
+    except ActivityError:
+        raise
+    except FailureError as exc:
+        raise ActivityError(
+            f"local activity failed: {summary}",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type="",
+            activity_id="",
+            retry_state=None,
+        ) from exc
+
+
+async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
+    """The run's starting leaf (the session's newest entry when the input names none, the
+    session created if absent, as ``load_path`` does for ``create_session``) and what
+    ``load_path`` found there: repairs, tools. A failure fails the run before it stores anything."""
+    t, leaf, reset_of = inp.timeouts, inp.leaf_id, reset_of_execution()
+    try:
+        if leaf is None:
+            start = EnsureSessionInput(
+                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
+            )
+            leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
+        at = LoadPathInput(
+            session_id=inp.session_id,
+            leaf_id=leaf,
+            agent=inp.agent,
+            reset_of=reset_of,
+            create_session=inp.leaf_id is not None and inp.create_session,
+        )
+        info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
+    except ActivityError as exc:
+        if is_cancellation(exc):
+            raise CancelledError("run cancelled") from exc
+        raise run_failure(exc) from exc
+    return leaf, info
+
+
+def reset_of_execution() -> str | None:
+    """The original run when this execution is an operator's reset of it, else ``None``.
+
+    A reset execution keeps the original's start event, so its ``original_execution_run_id``
+    names another run; a continue-as-new execution carries its leaf and never asks. The answer
+    only feeds activity arguments, so replay stays deterministic whatever it is (a replayer
+    given the history alone sees the original's run ID as its own: workflow code decides
+    nothing on it, see activities.reset_steps)."""
+    info = workflow.info()
+    if info.continued_run_id is not None or info.run_id == info.original_execution_run_id:
+        return None
+    return info.original_execution_run_id
+
+
+async def append(
+    session_id: str, stamped: Stamped, t: Timeouts, *, local: bool, summary: str | None = None
+) -> Stamped:
+    """Store ``stamped.durable`` with one ``append_entries`` (``local``: a local activity) and
+    return the batch as stored (see :class:`AppendResult`); an entry over the payload limit
+    raises ``PayloadTooLargeError`` before anything is scheduled. ``summary`` shows in the
+    Temporal UI (by default :func:`store_summary`)."""
+    wires = [encode_entry(e) for e in stamped.durable]
+    for wire in wires:
+        check_payload(wire, "entry")
+    inp = AppendInput(session_id=session_id, entries=wires)
+    summary = summary or store_summary(stamped.durable)
+    if local:
+        result: AppendResult = await _local(StoreSteps.append_entries, inp, t, summary)
+    else:
+        result = await workflow.execute_activity_method(
+            StoreSteps.append_entries,
+            inp,
+            start_to_close_timeout=timedelta(seconds=t.store_start_to_close),
+            heartbeat_timeout=timedelta(seconds=t.store_heartbeat),
+            retry_policy=store_retry(t),
+            summary=summary,
+        )
+    fixed = {}
+    durable = list(stamped.durable)
+    for i, (entry, times) in enumerate(zip(durable, result.times, strict=True)):
+        stored = with_stored_times(entry, times)
+        if stored is not entry:
+            durable[i] = fixed[entry.id] = stored
+    if not fixed:
+        return stamped
+    copies = [fixed.get(c.id, c) for c in stamped.copies]
+    return Stamped(copies=copies, durable=durable, leaf_id=stamped.leaf_id)
+
+
+def store_summary(entries: list[Entry]) -> str:
+    """What an ``append_entries`` activity stores, in words (its summary in the Temporal UI)."""
+    messages = [e.message for e in entries if isinstance(e, MessageEntry)]
+    repairs = sum(1 for e in entries if isinstance(e, MessageEntry) and e.synthetic)
+    rest = len(entries) - repairs
+    parts = []
+    if repairs:
+        parts.append(f"repair ({repairs} call{'' if repairs == 1 else 's'})")
+    if rest:
+        results = [m for m in messages if m.role == "tool_result"]
+        if messages and len(results) == rest and all(m.is_error for m in results):
+            cancelled = all(m.text() == "tool execution cancelled" for m in results)
+            parts.append("cancellation results" if cancelled else "tool failure results")
+        elif len(messages) == rest and all(m.role == "assistant" for m in messages):
+            parts.append("model reply")
+        elif messages and len(results) == rest:
+            parts.append("tool results")
+        else:
+            parts.append("input")
+    return "store " + " + ".join(parts)

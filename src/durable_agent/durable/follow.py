@@ -1,0 +1,353 @@
+"""Following a session as it grows: its stored entries, and the live deltas of a reply streaming.
+
+:class:`SessionFollower` reads a session's entries after a sequence number (an entry's 1-based
+position in append order), polling the store with back-off and woken early by activity on the
+session's live channel: a run's client stream follows its run this way, and the HTTP stream
+replays and follows a session from a client's last seen seq (docs/design.md#following-a-session).
+
+:class:`DeltaFollower` reads the live deltas of one run's replies (docs/design.md#live-deltas) and
+turns them into ``message_update`` events, as the in-process stream gives them. A delta is taken
+only if it is the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later attempt: the
+model call was retried (a crashed worker), and the update then carries ``restart=True``. A
+client attaching late jumps straight to the latest attempt, and gets no deltas at all for a reply
+already stored. When the reply is stored, the stored message wins: if what was shown is not
+exactly its content, one last update brings it there (``restart=True`` when that is not an
+extension of what was shown), so the text a consumer built always ends equal to the stored
+message. Deltas read together become one update; each update's ``delta`` is the text it adds
+(after a restart, the whole text so far).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from ..agent.events import AgentEvent
+from ..ai.messages import ContentBlock, Message, TextContent
+from ..session.deltas import GROWING, Cursor, Delta, DeltaChannel, DeltaKey
+from ..session.entries import Entry
+from ..session.errors import SessionNotFoundError, StoreUnavailableError
+from ..session.store import SeqStore, Store
+
+__all__ = ["DeltaFollower", "SessionFollower", "entries_after"]
+
+logger = logging.getLogger("durable_agent.live")
+
+
+async def entries_after(store: Store, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    """The session's entries after seq ``after``, with their seqs: the store's own seq read
+    (:class:`~durable_agent.session.SeqStore`), else a whole load sliced."""
+    if isinstance(store, SeqStore):
+        return await store.load_entries_after(session_id, after)
+    return list(enumerate(await store.load_entries(session_id), 1))[after:]
+
+
+def _reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
+    """How to read ``store`` after a seq, decided once (a protocol check is not free)."""
+    if isinstance(store, SeqStore):
+        return store.load_entries_after
+
+    async def sliced(session_id: str, after: int) -> list[tuple[int, Entry]]:
+        return list(enumerate(await store.load_entries(session_id), 1))[after:]
+
+    return sliced
+
+
+class SessionFollower:
+    """Follow one session from seq ``after``: new entries in seq order, each once.
+
+    :meth:`read` reads once, now; :meth:`next` waits for the next read that finds something;
+    ``async for seq, entry in follower`` yields them one by one, for ever. Between reads the
+    follower waits: ``fastest`` seconds after a read that found entries, then ``growth`` times
+    longer after each that found none, up to ``slowest``, so an idle session costs the store one
+    read per ``slowest`` seconds. :meth:`wake` (call it on live-channel activity: a reply
+    streaming, its last delta written, a run starting) makes the next read due at once and the
+    back-off start over. A store that is down (``StoreUnavailableError``) reads as nothing new
+    until it is back; any other store error is raised (``SessionNotFoundError`` too, unless
+    ``missing_ok``).
+
+    Each entry is yielded once even if a store's seqs shift under concurrent writers (an entry
+    ID already yielded is skipped).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        after: int = 0,
+        *,
+        fastest: float = 0.05,
+        slowest: float = 1.0,
+        growth: float = 2.0,
+        missing_ok: bool = False,
+    ) -> None:
+        self.store = store
+        self.missing_ok = missing_ok
+        """A session not created yet reads as empty (a Temporal run creates its session)."""
+        self.session_id = session_id
+        self.after = after
+        """The seq of the last entry read (the cursor)."""
+        self.fastest = fastest
+        self.slowest = slowest
+        self.growth = growth
+        self._wait = fastest
+        self._due = 0.0
+        self.read_at = float("-inf")
+        """When (the event loop's clock) the last read was."""
+        self._seen: set[str] = set()
+        self._woken = asyncio.Event()
+        self._read = _reader(store)
+
+    def wake(self) -> None:
+        """Something happened on the session: read at once, and fast for a while."""
+        self._wait = self.fastest
+        self._due = 0.0
+        self._woken.set()
+
+    @property
+    def woken(self) -> bool:
+        """:meth:`wake` was called since the last read."""
+        return self._woken.is_set()
+
+    def due_in(self) -> float:
+        """Seconds until the next read is due (0 when it is)."""
+        return max(0.0, self._due - asyncio.get_running_loop().time())
+
+    async def read(self) -> list[tuple[int, Entry]]:
+        """One read now: the entries after the cursor (the cursor moves past them)."""
+        self._woken.clear()
+        self.read_at = asyncio.get_running_loop().time()
+        try:
+            found = await self._read(self.session_id, self.after)
+        except StoreUnavailableError as exc:
+            logger.debug("following %s: %s", self.session_id, exc)
+            found = []
+        except SessionNotFoundError:
+            if not self.missing_ok:
+                raise
+            found = []
+        new = [(seq, e) for seq, e in found if e.id not in self._seen]
+        if found:
+            self.after = max(self.after, found[-1][0])
+        self._seen.update(e.id for _, e in new)
+        self._wait = self.fastest if new else min(self._wait * self.growth, self.slowest)
+        self._due = asyncio.get_running_loop().time() + self._wait
+        return new
+
+    async def next(self) -> list[tuple[int, Entry]]:
+        """Wait for (and return) the next entries: reads when due or woken, until some come."""
+        while True:
+            delay = self.due_in()
+            if delay > 0 and not self._woken.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken.wait(), delay)
+            found = await self.read()
+            if found:
+                return found
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, Entry]]:
+        while True:
+            for item in await self.next():
+                yield item
+
+
+# -- live deltas ----------------------------------------------------------------------------------
+
+FAST_POLL = 0.25
+"""Seconds between two reads of the channel while deltas arrive, as often as writers write:
+each read is a wake-up of the client's event loop, what following a reply costs it."""
+FIRST_POLL = 0.1
+"""Seconds to the first read of a reply's deltas; the wait doubles while none arrive (a model
+still thinking) up to ``IDLE_POLL``."""
+IDLE_POLL = 1.0
+IDLE_AFTER = 0.6
+"""Seconds without a delta after which a reply counts as idle."""
+READ_TIMEOUT = 2.0
+"""Seconds a channel read may take before the reader gives up on it (and tries again)."""
+
+
+_BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+
+
+class _Partial:
+    """One attempt's partial reply, rebuilt delta by delta (``session.deltas.apply_patch``'s
+    result), validating only the blocks a delta changed and the head when it changes: a reader
+    rebuilds the message a few times a second, and the text grows in one block."""
+
+    def __init__(self) -> None:
+        self.base = Message(role="assistant")
+        self.raw: list[dict[str, Any]] = []
+        self.blocks: list[ContentBlock] = []
+
+    def apply(self, delta: Delta) -> Message:
+        if delta.head is not None:
+            self.base = Message.model_validate({**delta.head, "content": []})
+        raw, blocks = self.raw[: delta.size], self.blocks[: delta.size]
+        changed: set[int] = set()
+        for i, op, value in delta.ops:
+            while len(raw) <= i:
+                raw.append({})
+                blocks.append(TextContent(text=""))  # replaced below: the op fills it
+            if op == "=":
+                raw[i] = dict(value)
+            else:
+                field = GROWING[str(raw[i].get("type"))]
+                raw[i] = {**raw[i], field: str(raw[i].get(field, "")) + str(value)}
+            changed.add(i)
+        for i in changed:
+            blocks[i] = _BLOCK.validate_python(raw[i])
+        self.raw, self.blocks = raw, blocks
+        return self.base.model_copy(update={"content": list(blocks)})
+
+
+def extends(shown: Message, final: Message) -> bool:
+    """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
+    the same kind, text and thinking only appended to, a tool call still the same call (its
+    arguments may have grown, an empty ID been filled in)."""
+    if len(final.content) < len(shown.content):
+        return False
+    for old, new in zip(shown.content, final.content, strict=False):
+        a, b = old.model_dump(), new.model_dump()
+        if a.get("type") != b.get("type"):
+            return False
+        kind = a.get("type")
+        if kind in ("text", "thinking"):
+            if not str(b.get(kind, "")).startswith(str(a.get(kind, ""))):
+                return False
+        elif kind == "tool_call":
+            if a.get("name") != b.get("name") or a.get("id") not in ("", b.get("id")):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+class DeltaFollower:
+    """Follows the streaming replies of one run, one at a time (module doc): :meth:`expect`
+    names the reply (its turn), :meth:`poll` reads, :meth:`finish` closes it at its receipt."""
+
+    def __init__(self, channel: DeltaChannel, session_id: str, run_id: str) -> None:
+        self.channel = channel
+        self.session_id = session_id
+        self.run_id = run_id
+        self.final = False
+        """The reply's last delta was read: its entry is being stored."""
+        self._key: DeltaKey | None = None
+        self._cursor: Cursor = (0, 0)
+        self._partial = _Partial()
+        self._shown: Message | None = None
+        self._text = ""
+        self._last_delta = float("-inf")
+        self._due = 0.0
+        self._idle_wait = FIRST_POLL
+
+    @property
+    def turn(self) -> int | None:
+        return None if self._key is None else self._key.turn
+
+    @property
+    def shown(self) -> Message | None:
+        """The partial reply the updates so far showed."""
+        return self._shown
+
+    def expect(self, turn: int) -> None:
+        """Follow the reply of ``turn`` (from its first delta), unless already following it."""
+        if self._key is not None and self._key.turn == turn:
+            return
+        self._key = DeltaKey(self.session_id, self.run_id, turn)
+        self._cursor, self._partial = (0, 0), _Partial()
+        self._shown, self._text, self.final = None, "", False
+        self._due = 0.0
+        self._idle_wait = FIRST_POLL
+        self._last_delta = float("-inf")
+
+    @property
+    def busy(self) -> bool:
+        """Deltas are arriving: the reply streams (its last one will say when it is stored)."""
+        if self._key is None or self._shown is None or self.final:
+            return False
+        return asyncio.get_running_loop().time() - self._last_delta < IDLE_AFTER
+
+    def due_in(self) -> float:
+        """Seconds until the next read is due (``inf`` when no reply is followed)."""
+        if self._key is None:
+            return float("inf")
+        return max(0.0, self._due - asyncio.get_running_loop().time())
+
+    async def poll(self) -> AgentEvent | None:
+        """One read: the deltas published since the last, as one ``message_update`` (``None``
+        when there are none, or on a channel error: best effort)."""
+        key = self._key
+        if key is None:
+            return None
+        now = asyncio.get_running_loop().time()
+        try:
+            # a store that stops answering must not hold up the receipts behind it
+            async with asyncio.timeout(READ_TIMEOUT):
+                deltas = await self.channel.read(key, self._cursor)
+        except Exception as exc:
+            logger.debug("reading live deltas of %s: %s", key.name(), exc)
+            deltas = []
+        update = self._take(deltas) if deltas and self._key == key else None
+        if update is not None:
+            self._last_delta, self._idle_wait = now, FAST_POLL
+        if now - self._last_delta < IDLE_AFTER:
+            self._due = now + FAST_POLL
+        else:
+            self._due = now + self._idle_wait
+            self._idle_wait = min(self._idle_wait * 2, IDLE_POLL)
+        return update
+
+    def _take(self, deltas: list[Delta]) -> AgentEvent | None:
+        attempt, seq = self._cursor
+        starts = [d.attempt for d in deltas if d.seq == 1 and d.attempt > attempt]
+        target = max(starts, default=attempt)
+        restart = False
+        message: Message | None = None
+        for delta in deltas:
+            if delta.attempt != target:
+                continue
+            if delta.attempt > attempt:
+                # seq 1 of a later attempt: the call was retried, the reply starts over
+                restart = restart or self._shown is not None or message is not None
+                self._partial = _Partial()
+            elif delta.seq != seq + 1:
+                break  # a hole (a lost write): wait for a later attempt or the stored message
+            message = self._partial.apply(delta)
+            attempt, seq = delta.attempt, delta.seq
+            self._cursor = (attempt, seq)
+            self.final = delta.final
+        if message is None:
+            return None
+        return self._update(message, restart)
+
+    def _update(self, message: Message, restart: bool) -> AgentEvent:
+        text = message.text()
+        if restart or not text.startswith(self._text):
+            delta, restart = text, restart or bool(self._text)
+        else:
+            delta = text[len(self._text) :]
+        self._shown, self._text = message, text
+        # built unvalidated: every field is of its type already, and this runs per update
+        return AgentEvent.model_construct(
+            type="message_update", message=message, restart=restart, delta=delta
+        )
+
+    async def finish(self, stored: Message) -> list[AgentEvent]:
+        """The reply's receipt is here: its last updates, then stop following it. Nothing for a
+        reply that showed nothing (a late client gets no deltas of a stored reply)."""
+        out: list[AgentEvent] = []
+        if self._shown is not None:
+            last = await self.poll()
+            if last is not None:
+                out.append(last)
+            shown = self._shown
+            if shown.content != stored.content:
+                out.append(self._update(stored, not extends(shown, stored)))
+        self._key = None
+        return out

@@ -1,0 +1,215 @@
+"""Reading a FileStore session from a sequence number on (``FileStore.load_entries_after``).
+
+A follower asks the same session "what is after seq N?" every few hundred milliseconds while a
+run streams (docs/design.md#receipts), so that question must not cost a read of the whole file.
+The store keeps a **mark** per recently followed file: how far it has read (the end of the last
+complete line), the byte offset of every entry's line by seq, and each entry ID's first line (a
+hand-copied repeat of a line is skipped exactly as ``load_entries`` skips it). A read then starts
+at the line of seq N + 1 and decodes only what follows; a read with nothing new is one ``stat``.
+
+A mark is trusted only for the same file: same device and inode, the header line it read still
+there, no shorter than the mark's end and a line boundary at that end. A session deleted and
+created again (even on a reused inode) fails the header check, a torn tail cut off by the next
+append lies past the end (only complete lines are ever counted), and anything else makes the
+read start over from the header, as a cold read does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ...session.codec import bulk_decoding
+from ...session.entries import Entry
+from ...session.errors import SessionNotFoundError
+from .index import reencode_line
+from .lines import (
+    HeaderProblem,
+    classify_tail,
+    decode_line,
+    header_tail,
+    line_id,
+    parse_header,
+    read_lines,
+    repeated_id,
+)
+
+__all__ = ["Mark", "Marks", "read_after"]
+
+
+@dataclass
+class Mark:
+    """What a read of one session file established, up to ``end`` (just after a ``\\n``)."""
+
+    file_key: tuple[int, int]
+    header: bytes = b""
+    end: int = 0
+    lines: int = 0
+    offsets: list[int] = field(default_factory=list)
+    """``offsets[s - 1]``: the offset of the line holding the entry of seq ``s``."""
+    first: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Entry ID -> (offset, line number) of the line that first holds it."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held while a read extends the mark (reads run in worker threads)."""
+
+    @property
+    def seq(self) -> int:
+        return len(self.offsets)
+
+    def fits(self, fd: int, file_key: tuple[int, int], size: int) -> bool:
+        if self.file_key != file_key or self.end == 0 or self.end > size:
+            return False
+        head = os.pread(fd, len(self.header), 0)
+        return head == self.header and os.pread(fd, 1, self.end - 1) == b"\n"
+
+
+class Marks:
+    """The marks of the most recently followed files, least recently used dropped first."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._marks: OrderedDict[Path, Mark] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> Mark | None:
+        with self._lock:
+            mark = self._marks.get(path)
+            if mark is not None:
+                self._marks.move_to_end(path)
+            return mark
+
+    def put(self, path: Path, mark: Mark) -> None:
+        with self._lock:
+            old = self._marks.get(path)
+            if old is None or old.file_key != mark.file_key or old.end <= mark.end:
+                self._marks[path] = mark
+            self._marks.move_to_end(path)
+            while len(self._marks) > self._size:
+                self._marks.popitem(last=False)
+
+    def forget(self, path: Path) -> None:
+        with self._lock:
+            self._marks.pop(path, None)
+
+    def unchanged(self, path: Path, after: int) -> bool:
+        """Whether a read after ``after`` would find nothing: the mark covers ``after`` and the
+        file has not grown past it. One ``stat``, no read: what an idle follower costs."""
+        mark = self.get(path)
+        if mark is None or after < mark.seq:
+            return False
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False  # the read says SessionNotFoundError
+        return (st.st_dev, st.st_ino) == mark.file_key and st.st_size == mark.end
+
+
+def read_after(
+    f: IO[bytes], session_id: str, after: int, marks: Marks, path: Path
+) -> list[tuple[int, Entry]]:
+    """The entries of the (shared-locked) open file ``f`` after seq ``after``, with their seqs."""
+    fd = f.fileno()
+    st = os.fstat(fd)
+    if st.st_nlink == 0:  # deleted while this waited for the lock
+        raise SessionNotFoundError(session_id)
+    file_key = (st.st_dev, st.st_ino)
+    mark = marks.get(path)
+    if mark is None or not mark.fits(fd, file_key, st.st_size):
+        mark = Mark(file_key)
+    with mark.lock:
+        out: list[tuple[int, Entry]] = []
+        if after < mark.seq:
+            out = _decode(f, session_id, mark, mark.offsets[after], mark.end, after)
+        with bulk_decoding():
+            out += _extend(f, session_id, mark, after)
+    marks.put(path, mark)
+    return out
+
+
+def _decode(
+    f: IO[bytes], session_id: str, mark: Mark, start: int, end: int, after: int
+) -> list[tuple[int, Entry]]:
+    """The entries the mark already counted between ``start`` and ``end`` (seq > ``after``)."""
+    f.seek(start)
+    data = f.read(end - start)
+    seqs = {offset: seq for seq, offset in enumerate(mark.offsets[after:], after + 1)}
+    out: list[tuple[int, Entry]] = []
+    offset = start
+    with bulk_decoding():
+        for raw in data.splitlines(keepends=True):
+            seq = seqs.get(offset)
+            if seq is not None:
+                entry = decode_line(raw[:-1], session_id, 0)
+                assert entry is not None
+                out.append((seq, entry))
+            offset += len(raw)
+    return out
+
+
+def _extend(f: IO[bytes], session_id: str, mark: Mark, after: int) -> list[tuple[int, Entry]]:
+    """Read the complete lines past the mark's end, counting them into the mark; decode the
+    entries of seq > ``after`` (earlier ones cost a JSON parse for their ID only)."""
+    out: list[tuple[int, Entry]] = []
+    for offset, raw in read_lines(f, mark.end):
+        lineno = mark.lines + 1
+        if not raw.endswith(b"\n"):
+            _tail(raw, offset, session_id, mark, lineno, after, out)
+            break
+        body = raw[:-1]
+        if lineno == 1:
+            parse_header(body, session_id)
+            mark.header = raw
+        elif after >= mark.seq + 1:
+            entry_id = line_id(body, session_id, lineno)
+            if entry_id is not None and _first(f, session_id, mark, entry_id, offset, lineno):
+                mark.offsets.append(offset)
+        else:
+            entry = decode_line(body, session_id, lineno)
+            if entry is not None and _first(f, session_id, mark, entry.id, offset, lineno):
+                mark.offsets.append(offset)
+                out.append((mark.seq, entry))
+        mark.end, mark.lines = offset + len(raw), lineno
+    if mark.lines == 0:
+        raise HeaderProblem("empty file")
+    return out
+
+
+def _tail(
+    raw: bytes,
+    offset: int,
+    session_id: str,
+    mark: Mark,
+    lineno: int,
+    after: int,
+    out: list[tuple[int, Entry]],
+) -> None:
+    """An unterminated last line: a complete entry counts (as a load keeps it) without moving
+    the mark past it; a torn one is left for its writer's next append to cut off."""
+    if lineno == 1:
+        header_tail(raw, session_id)
+        return
+    entry = classify_tail(raw, offset, session_id, lineno).entry
+    if entry is None or entry.id in mark.first:
+        return
+    seq = mark.seq + 1
+    if seq > after:
+        out.append((seq, entry))
+
+
+def _first(
+    f: IO[bytes], session_id: str, mark: Mark, entry_id: str, offset: int, lineno: int
+) -> bool:
+    """Whether the line at ``offset`` is ``entry_id``'s first (a repeat must encode the same,
+    as ``load_entries`` requires, and is then skipped)."""
+    known = mark.first.setdefault(entry_id, (offset, lineno))
+    if known[0] == offset:
+        return True
+    fd = f.fileno()
+    first = reencode_line(fd, known[0])
+    if first is None or first != reencode_line(fd, offset):
+        raise repeated_id(session_id, entry_id, known[1], lineno)
+    return False

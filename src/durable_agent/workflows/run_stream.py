@@ -1,0 +1,258 @@
+"""The client side of one run on Temporal: the run stream a handle reads.
+
+:class:`RunFollower` follows the run's session in the store (a
+:class:`~durable_agent.durable.follow.SessionFollower`), derives the run's events from the
+entries it stored (:class:`~durable_agent.durable.chain_events.RunChain`), applies each receipt to
+the handle as it arrives, read or not, and puts a reply's live deltas before its ``message_end``
+(docs/design.md#receipts, docs/design.md#live-deltas). The run's end comes from its result (a
+long poll, not billed); the workflow is never queried, so a run costs the same Temporal actions
+whatever its model's latency. A stream that broke leaves the handle busy until the run ended and
+then re-syncs it from the store; a run that failed hands the entries it may have stored to the
+handle's next run start (:mod:`.stream_recovery`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TerminatedError,
+    TimeoutError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from ..activities.contracts import RunResult
+from ..activities.failures import agent_error, unsettled_ids
+from ..agent.events import AgentEvent
+from ..ai.messages import Message
+from ..durable.chain_events import RunChain
+from ..durable.errors import AgentError, RunCancelledError
+from ..durable.events import Event
+from ..durable.follow import DeltaFollower, SessionFollower
+from ..durable.state import SessionState
+from ..session.deltas import DeltaChannel
+from .stream_recovery import resync, scheduled_entry_ids
+
+__all__ = ["RunFollower", "RunStart", "client_error"]
+
+logger = logging.getLogger("durable_agent.temporal")
+
+TRANSIENT = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+    }
+)
+"""RPC failures worth waiting out (a restarting server) rather than failing the stream."""
+
+
+def client_error(exc: BaseException) -> BaseException:
+    """A workflow failure as the in-process executor would have raised it."""
+    cause = exc.cause if isinstance(exc, WorkflowFailureError) else exc
+    if isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause  # a workflow that let an activity failure through: report its cause
+    if isinstance(cause, CancelledError):
+        return RunCancelledError("run cancelled")
+    if isinstance(cause, TerminatedError):
+        return AgentError(f"run terminated: {cause.message}")
+    if isinstance(cause, TimeoutError):
+        return AgentError(f"run timed out: {cause.message}")
+    if isinstance(cause, ApplicationError):
+        return agent_error(cause)
+    return AgentError(str(cause))
+
+
+async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+    """The run's result, waiting out server outages longer than the client's own RPC retries
+    (the run itself goes on in Temporal; the stream must not give up on it)."""
+    delay = 0.5
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as exc:
+            if exc.status not in TRANSIENT:
+                raise
+            logger.warning("waiting for the result of %s: %s", handle.id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where a run starts in its session, as its client follows it: the starting leaf, its
+    durable inputs' IDs (``None`` for one the run names itself), the run-start repairs it
+    stores first, and a seq before its first entry."""
+
+    leaf: str
+    inputs: list[str | None]
+    repairs: int
+    after: int
+
+
+FASTEST_READ = 0.1
+"""Seconds to the next read of the session after one that found entries, or after a reply's
+last delta woke the reader (its entry is being stored as the delta is written)."""
+SLOWEST_READ = 1.0
+"""Seconds between two reads of the session at most while the run goes on (a read with nothing
+new costs a FileStore one ``stat``); a reply's deltas, its last above all, hurry the next."""
+SLACK = 0.05
+"""Seconds within which a read that is due soon is done on the current wake-up."""
+UNREAD_PACE = 1.0
+"""Seconds between two reads of the session while nobody reads the events (``wait()`` only):
+the receipts still reach the handle as the run goes, at one read a second, and the run's end
+brings the rest at once."""
+
+
+class RunFollower:
+    """Follows one run workflow for one handle (see the module docstring); :meth:`produce` is
+    the producer of the handle's ``LocalRunStream``. ``reading`` says whether anyone reads the
+    events (without a reader, live deltas are not read at all)."""
+
+    def __init__(
+        self,
+        client: Client,
+        state: SessionState,
+        handle: WorkflowHandle[Any, RunResult],
+        start: RunStart,
+        channel: DeltaChannel | None,
+        run_id: str,
+        reading: Callable[[], bool],
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.handle = handle
+        self.chain = RunChain(state.session_id, start.leaf, start.inputs, start.repairs)
+        self.entries = SessionFollower(
+            state.store,
+            state.session_id,
+            start.after,
+            fastest=FASTEST_READ,
+            slowest=SLOWEST_READ,
+            missing_ok=True,  # a new session's first run creates it
+        )
+        self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
+        self.reading = reading
+
+    async def produce(self, put: Callable[[Event], None]) -> list[Message]:
+        state, handle = self.state, self.handle
+        result_task = asyncio.ensure_future(_result(handle))
+        try:
+            try:
+                await self._follow(result_task, put)
+            except Exception:
+                # The stream broke (a store read failed for good) while the run may go on: the
+                # handle stays busy until the run ends, then takes its log and leaf from the
+                # store, so no second run branches from a stale leaf.
+                try:
+                    await resync(state, handle, result_task)
+                except Exception:
+                    logger.exception("could not re-sync %s after its stream broke", handle.id)
+                raise
+            try:
+                result = await result_task
+            except WorkflowFailureError as exc:
+                error = client_error(exc)
+                cancelled = isinstance(error, RunCancelledError)
+                await self._deliver(self.chain.end("cancelled" if cancelled else "failed"), put)
+                # writes the run scheduled may land after it ended: the next run start
+                # reconciles them with the store (docs/design.md#repair-and-reconcile)
+                ids = await scheduled_entry_ids(self.client, handle.id)
+                ids += unsettled_ids(exc.cause)  # local appends: named by the failure
+                state.unsettled.extend(i for i in ids if i not in state.index)
+                raise error from exc
+            if self.chain.ids != list(result.new_entry_ids):
+                # another writer's entry fit the run's chain, or a read missed one: the run's
+                # own account wins for the handle (docs/design.md#receipts)
+                logger.warning("the run stream of %s followed another chain", handle.id)
+                await resync(state, handle, result_task)
+            await self._deliver(self.chain.end("completed", result.usage), put)
+            return list(self.chain.produced)
+        finally:
+            if not result_task.done():
+                result_task.cancel()
+
+    async def _follow(
+        self, result_task: asyncio.Future[RunResult], put: Callable[[Event], None]
+    ) -> None:
+        """Read the session (and the streaming reply's deltas) until the run ended and every
+        entry it stored before ending was read. Every wait is a wake-up of the event loop, which
+        is what following a run costs the client: reads due within ``SLACK`` of each other share
+        one, and while a reply streams only its deltas pace the loop (its last delta wakes the
+        store's reader)."""
+        entries, deltas = self.entries, self.deltas
+        while True:
+            ended = result_task.done()
+            reading = self.reading()
+            turn = self.chain.reply_turn
+            following = deltas is not None and turn is not None and reading
+            if following:
+                assert deltas is not None and turn is not None
+                deltas.expect(turn)
+                if deltas.due_in() <= SLACK:
+                    await self._update(deltas, put)
+            streaming = following and deltas is not None and deltas.busy
+            if ended or self._store_in(reading, streaming) <= SLACK:
+                found = await entries.read()
+                await self._deliver(self.chain.add(e for _, e in found), put)
+                if ended:
+                    return  # everything the run stored was stored before it ended
+                continue  # the run moved on: what it awaits now may have changed
+            wait = self._store_in(reading, streaming)
+            if following:
+                assert deltas is not None
+                wait = min(wait, deltas.due_in())
+            await asyncio.wait({result_task}, timeout=None if wait == float("inf") else wait)
+
+    def _store_in(self, reading: bool, streaming: bool) -> float:
+        """Seconds until the session is due to be read: at once when woken; while a reply
+        streams, when its last delta wakes it; without a reader of the events, at most once
+        per ``UNREAD_PACE``."""
+        entries = self.entries
+        if entries.woken:
+            return 0.0
+        if streaming:
+            return float("inf")
+        due = entries.due_in()
+        if not reading:
+            since = asyncio.get_running_loop().time() - entries.read_at
+            due = max(due, UNREAD_PACE - since)
+        return due
+
+    async def _update(self, deltas: DeltaFollower, put: Callable[[Event], None]) -> None:
+        """One read of the streaming reply's deltas; its last one hurries the next store read
+        (the reply's entry is being stored)."""
+        update = await deltas.poll()
+        if update is None:
+            return
+        for event in self.chain.reply_started():
+            put(event)
+        put(self._wrap(update))
+        if deltas.final:
+            self.entries.wake()
+
+    async def _deliver(self, events: list[Event], put: Callable[[Event], None]) -> None:
+        """Apply and put derived events; a reply's last live updates go before its receipt."""
+        for event in events:
+            inner = event.agent
+            assert inner is not None
+            reply = inner.message if inner.type == "message_end" else None
+            if reply is not None and reply.role == "assistant" and self.deltas is not None:
+                for update in await self.deltas.finish(reply):
+                    put(self._wrap(update))
+            if event.entries is not None and event.leaf_id is not None:
+                self.state.apply_receipt(event.entries, event.leaf_id)
+            put(event)
+
+    def _wrap(self, inner: AgentEvent) -> Event:
+        # built unvalidated: a live update, a few a second, of fields already of their types
+        return Event.model_construct(type="agent", session_id=self.state.session_id, agent=inner)

@@ -1,0 +1,112 @@
+"""How a worker process logs: every line with its time (UTC) and level, as text or one JSON
+object per line, and an expected failure in one line.
+
+A worker meets failures it is built to meet: a run for an agent it does not serve, a leaf the
+session lacks, a model attempt that fails and will be retried. Its activities raise each as a
+Temporal ``ApplicationError`` whose type and message say everything (docs/design.md#errors), and
+the SDK logs it with its traceback: a screen of the SDK's own frames for a client's typo. Here
+such a record is one line, the error's type and message appended. Any other exception is
+something no code raised on purpose (a bug), and keeps its traceback.
+
+The Temporal core's own log (the SDK's native part: poll failures, a lost server) is forwarded to
+the same handler, so that every line has the same shape. Call :func:`configure_worker_logging`
+once, before the process makes its first Temporal client.
+
+JSON records carry ``time``, ``level``, ``logger`` and ``message``; a record with an exception
+adds ``error_type`` (the ``ApplicationError``'s type, else the exception's class) and ``error``,
+plus ``traceback`` when the error is unexpected; an activity's record adds ``activity`` (the
+SDK's details: type, attempt, workflow...). A text line names the activity in short instead:
+``(durable_agent.call_model attempt 2, workflow durable-agent/s1/run/r1)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from datetime import UTC, datetime
+from typing import IO, Any, Literal
+
+import temporalio.activity
+from temporalio.exceptions import ApplicationError
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+
+__all__ = ["LogFormat", "WorkerLogFormatter", "configure_worker_logging"]
+
+LogFormat = Literal["text", "json"]
+
+
+def _time(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class WorkerLogFormatter(logging.Formatter):
+    """One record per line (see the module docstring); only an unexpected error spans more."""
+
+    def __init__(self, log_format: LogFormat = "text") -> None:
+        super().__init__()
+        self.log_format = log_format
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        activity = getattr(record, "temporal_activity", None)
+        if isinstance(activity, dict):
+            if self.log_format == "json":
+                fields["activity"] = activity
+            else:
+                fields["message"] += (
+                    f" ({activity.get('activity_type')} attempt {activity.get('attempt')}, "
+                    f"workflow {activity.get('workflow_id')})"
+                )
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, ApplicationError):  # raised on purpose: its type says what
+            fields["error_type"] = error.type or type(error).__name__
+            fields["error"] = error.message
+        elif error is not None:
+            fields["error_type"] = type(error).__name__
+            fields["error"] = str(error)
+            fields["traceback"] = "".join(traceback.format_exception(error)).rstrip()
+        if self.log_format == "json":
+            return json.dumps(fields, ensure_ascii=False, default=str)
+        line = f"{fields['time']} {fields['level']} {fields['logger']}: {fields['message']}"
+        if "traceback" in fields:
+            return f"{line}\n{fields['traceback']}"
+        if error is not None:
+            return f"{line}: {fields['error_type']}: {fields['error']}"
+        return line
+
+
+def configure_worker_logging(
+    log_format: LogFormat = "text", *, stream: IO[str] | None = None, level: int = logging.INFO
+) -> None:
+    """Send this process's log (and the Temporal core's) to ``stream`` (default stderr) in
+    ``log_format``, from ``level`` up. Replaces the root logger's handlers."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(WorkerLogFormatter(log_format))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # the formatter says which activity a record is about, in its own words
+    temporalio.activity.logger.activity_info_on_message = False
+    core = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=core
+        )
+    )
+    Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=False)

@@ -1,0 +1,123 @@
+"""A run's cancellation reaches its calls in flight through the run's cancel note on the live
+channel, not through a heartbeat response (docs/design.md#cancellation): with heartbeat timeouts
+of half a minute (a first heartbeat 15 s into a call), a streaming model call and a running tool
+still stop within a second or two of ``stream.cancel()`` or of an operator's Request
+Cancellation, and the run ends cancelled with what the user saw stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+
+from durable_agent import Reply, RunCancelledError, ScriptedModel, new, tool
+from durable_agent.ai import ModelEvent, ModelRequest, ToolCall
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec, run_workflow_id
+from tests.support.temporal import FAST, running_worker
+from tests.temporal.helpers import (
+    assert_one_chain,
+    consume,
+    executor,
+    messages_of,
+    queue,
+    run_id,
+    sid,
+)
+
+pytestmark = pytest.mark.temporal
+
+SLOW_BEATS = FAST.model_copy(update={"model_heartbeat": 30.0, "tool_heartbeat": 30.0})
+STOP_BOUND = 2.0
+"""Seconds from the cancel request to the call's stop (the bench measures the p95: under 1 s)."""
+
+
+class EndlessModel:
+    """Streams a token every 50 ms until it is stopped; records when."""
+
+    def __init__(self) -> None:
+        self.streaming = asyncio.Event()
+        self.stopped_at: float | None = None
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        inner = ScriptedModel([Reply(text="token " * 10_000, chunk_size=6, chunk_delay=0.05)])
+        try:
+            n = 0
+            async for event in inner.stream(request):
+                n += 1
+                if n > 5:
+                    self.streaming.set()
+                yield event
+        finally:
+            self.stopped_at = time.monotonic()
+
+
+@pytest.mark.parametrize("who", ["client", "operator"])
+async def test_a_streaming_model_call_stops_within_a_second_or_two(
+    temporal_client: Client, tmp_path: object, who: str
+) -> None:
+    lm, q = EndlessModel(), queue()
+    store = FileStore(f"{tmp_path}/sessions")
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
+        ex = executor(temporal_client, q, timeouts=SLOW_BEATS)
+        agent = await new("a", store=store, session_id=sid("note"), executor=ex)
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        seen = asyncio.create_task(consume(stream))
+        await asyncio.wait_for(lm.streaming.wait(), 20)
+        asked = time.monotonic()
+        if who == "client":
+            await stream.cancel()
+        else:  # the UI's Request Cancellation: no client of ours involved
+            await temporal_client.get_workflow_handle(
+                run_workflow_id(agent.session_id, rid)
+            ).cancel()
+        outcome = await asyncio.wait_for(seen, 20)
+    assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+    assert lm.stopped_at is not None and lm.stopped_at - asked < STOP_BOUND, lm.stopped_at - asked
+    stored = await store.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    [_, partial] = messages_of(stored)
+    assert partial.stop_reason == "aborted" and partial.text().startswith("token")
+
+
+async def test_a_running_tool_stops_within_a_second_or_two(
+    temporal_client: Client, tmp_path: object
+) -> None:
+    ran = asyncio.Event()
+    stopped: list[float] = []
+
+    @tool
+    async def forever(n: int) -> str:
+        """Never finishes on its own."""
+        ran.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.append(time.monotonic())
+        return "unreachable"
+
+    script = [Reply(tool_calls=[ToolCall(id="f1", name="forever", arguments={"n": 1})])]
+    store, q = FileStore(f"{tmp_path}/sessions"), queue()
+    spec = AgentSpec(model=ScriptedModel(script), tools=[forever])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        ex = executor(temporal_client, q, timeouts=SLOW_BEATS)
+        agent = await new("a", store=store, session_id=sid("note-tool"), executor=ex)
+        stream = await agent.run("go")
+        seen = asyncio.create_task(consume(stream))
+        await asyncio.wait_for(ran.wait(), 20)
+        asked = time.monotonic()
+        await stream.cancel()
+        outcome = await asyncio.wait_for(seen, 20)
+        done = time.monotonic() - asked
+    assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+    assert stopped and stopped[0] - asked < STOP_BOUND, stopped
+    assert done < STOP_BOUND + 1.0, done  # the run waited for its lone call to stop
+    stored = await store.load_entries(agent.session_id)
+    assert [(m.role, m.text()) for m in messages_of(stored)[2:]] == [
+        ("tool_result", "tool execution cancelled")
+    ]

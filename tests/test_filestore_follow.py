@@ -1,0 +1,102 @@
+"""FileStore.load_entries_after: the mark a store keeps per followed file, and everything that must
+make it start over (docs/design.md#file-store). The contract itself is in the conformance suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from durable_agent.ai import Message, TextContent
+from durable_agent.session import CorruptSessionError, Entry, MessageEntry, encode_entry
+from durable_agent.stores import FileStore
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def msg(entry_id: str, text: str | None = None) -> Entry:
+    return MessageEntry(
+        id=entry_id,
+        created_at=T0,
+        message=Message(
+            role="user", content=[TextContent(text=text or f"text of {entry_id}")], timestamp=T0
+        ),
+    )
+
+
+def line(entry: Entry) -> bytes:
+    return encode_entry(entry).encode() + b"\n"
+
+
+def numbered(pairs: list[tuple[int, Entry]]) -> list[tuple[int, str]]:
+    return [(seq, e.id) for seq, e in pairs]
+
+
+def add_bytes(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> FileStore:
+    return FileStore(tmp_path / "sessions", fsync=False)
+
+
+async def test_a_torn_tail_counts_once_it_is_complete(fs: FileStore) -> None:
+    """A torn last line is no entry; a complete unterminated one is (as a load keeps it), and
+    when the next append terminates it, it keeps its seq."""
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("e1")])
+    path = fs.path("s1")
+    assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "e1")]
+    add_bytes(path, line(msg("e2"))[:20])  # torn
+    assert await fs.load_entries_after("s1", 1) == []
+    os.truncate(path, path.stat().st_size - 20)
+    add_bytes(path, line(msg("e2"))[:-1])  # complete, unterminated
+    assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "e2")]
+    await fs.append_entries("s1", [msg("e3")])  # terminates e2 first
+    assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "e2"), (3, "e3")]
+    assert numbered(await fs.load_entries_after("s1", 2)) == [(3, "e3")]
+    assert [e.id for e in await fs.load_entries("s1")] == ["e1", "e2", "e3"]
+
+
+async def test_another_store_objects_appends_are_read(fs: FileStore) -> None:
+    """The mark describes the file, not this store's writes: appends through another store
+    object (another process, say) are read from where the mark ends."""
+    other = FileStore(fs.root, fsync=False)
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("a")])
+    assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "a")]
+    await other.append_entries("s1", [msg("b"), msg("c")])
+    assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "b"), (3, "c")]
+    assert numbered(await other.load_entries_after("s1", 2)) == [(3, "c")]
+
+
+async def test_a_hand_copied_line_is_skipped_as_a_load_skips_it(fs: FileStore) -> None:
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("a"), msg("b")])
+    assert len(await fs.load_entries_after("s1", 0)) == 2
+    add_bytes(fs.path("s1"), line(msg("a")) + line(msg("c")))  # a repeated, then c
+    assert numbered(await fs.load_entries_after("s1", 2)) == [(3, "c")]
+    add_bytes(fs.path("s1"), line(msg("b", "edited")))
+    with pytest.raises(CorruptSessionError, match="repeats line"):
+        await fs.load_entries_after("s1", 3)
+
+
+async def test_a_file_replaced_behind_the_store_is_read_afresh(fs: FileStore) -> None:
+    """A session file removed and created again (here by hand, so no delete told the store)
+    is read from its header, never from the old file's mark."""
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("old-1"), msg("old-2"), msg("old-3")])
+    assert len(await fs.load_entries_after("s1", 0)) == 3
+    header = json.loads(fs.path("s1").read_bytes().splitlines()[0])
+    header["created_at"] = "1999-01-01T00:00:00.000Z"
+    fs.path("s1").unlink()
+    fs.path("s1").write_bytes(json.dumps(header).encode() + b"\n" + line(msg("new-1")))
+    assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "new-1")]
+    add_bytes(fs.path("s1"), line(msg("new-2")) + line(msg("new-3")) + line(msg("new-4")))
+    assert numbered(await fs.load_entries_after("s1", 3)) == [(4, "new-4")]

@@ -1,0 +1,94 @@
+"""Every ``python`` block of the README runs as written (docs/design.md#handle-and-engine).
+
+A block is a complete script, run in a fresh directory with this interpreter against the suite's
+Temporal server (``TEMPORAL_ADDRESS``), or it is marked as a fragment of one that is:
+``<!-- fragment of: NAME -->`` on the line before it, ``NAME`` a script marked
+``<!-- script: NAME -->``, whose text holds every line of the fragment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCK = re.compile(
+    r"^(?:<!-- (script|fragment of): ([\w-]+) -->\n)?```python\n(.*?)^```$", re.M | re.S
+)
+
+EXPECTED = {
+    "quickstart": "['Hello! How can I help?']",
+    "quickstart-temporal": "['Hello! How can I help?']",
+    "edit-and-retry": "└── ⑂ branch 3/3 (active)",
+    "print-tokens": "Tokens arrive as the model writes them.",
+}
+"""What each named script prints (a line of it)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # "script" or "fragment of"
+    name: str
+    code: str
+    line: int
+
+
+def blocks() -> list[Block]:
+    text = README.read_text(encoding="utf-8")
+    found = []
+    for match in BLOCK.finditer(text):
+        kind, name, code = match.group(1) or "script", match.group(2) or "", match.group(3)
+        line = text.count("\n", 0, match.start(3)) + 1
+        found.append(Block(kind, name or f"line-{line}", code, line))
+    return found
+
+
+SCRIPTS = [b for b in blocks() if b.kind == "script"]
+
+
+def test_the_readme_has_its_quick_starts() -> None:
+    names = {b.name for b in SCRIPTS}
+    assert {"quickstart", "quickstart-temporal"} <= names
+    opened = README.read_text(encoding="utf-8").count("```python")
+    assert opened == len(blocks()), "a python block the pattern does not read"
+
+
+def test_every_fragment_belongs_to_a_script_that_holds_it() -> None:
+    scripts = {b.name: b.code for b in SCRIPTS}
+    for fragment in (b for b in blocks() if b.kind == "fragment of"):
+        script = scripts.get(fragment.name)
+        assert script is not None, f"README line {fragment.line}: no script {fragment.name!r}"
+        for line in filter(None, (x.strip() for x in fragment.code.splitlines())):
+            assert line in script, f"README line {fragment.line}: {line!r} not in {fragment.name}"
+
+
+@pytest.mark.temporal
+@pytest.mark.parametrize("block", SCRIPTS, ids=[b.name for b in SCRIPTS])
+def test_every_script_runs_as_written(
+    block: Block, temporal_client: Client, tmp_path: Path
+) -> None:
+    (tmp_path / "script.py").write_text(block.code, encoding="utf-8")
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": temporal_client.namespace,
+        "PYTHONUNBUFFERED": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "script.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"README line {block.line}:\n{done.stdout}\n{done.stderr}"
+    assert EXPECTED.get(block.name, "") in done.stdout, done.stdout
