@@ -63,6 +63,16 @@ def claim_ids(sync_db: Any, sid: str) -> set[str]:
     return {d["_id"].split("/", 2)[2] for d in claims if d["_id"].count("/") >= 2}
 
 
+def unsettled_slots(sync_db: Any, sid: str) -> list[int]:
+    """The slots of a session whose place holds neither a document nor a fence."""
+    slots = sync_db.entries_claims.find({"s": sid, "n": {"$exists": True}})
+    return sorted(
+        slot["_id"]
+        for slot in slots
+        if sync_db.entries.find_one({"_id": slot["_id"]}, {"_id": 1}) is None
+    )
+
+
 def assert_writer_orders(loaded: list[Entry], writers: dict[str, list[str]]) -> None:
     """No loss, no duplicate, and each writer's entries appear in the order it wrote them."""
     got = ids(loaded)
@@ -169,3 +179,53 @@ def elsewhere(uri: str, database: str, work: Callable[[Any], Awaitable[object]])
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, main()).result()
+
+
+class HeldInsert:
+    """Holds the next batch-document ``insert_one`` of a :class:`HeldDatabase`'s ``entries``
+    collection: ``reached`` is set when it starts; it goes on when ``release`` is set, or fails
+    with ``fail`` if that is set then (a writer that dies between its slot and its document)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+        self.fail: Exception | None = None
+
+    async def wait(self, doc: dict[str, Any]) -> None:
+        if not self.armed or doc.get("fence"):
+            return
+        self.armed = False
+        self.reached.set()
+        await self.release.wait()
+        if self.fail is not None:
+            raise self.fail
+
+
+class _HeldEntries:
+    def __init__(self, collection: Any, hold: HeldInsert) -> None:
+        self._collection = collection
+        self._hold = hold
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    async def insert_one(self, doc: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        await self._hold.wait(doc)
+        return await self._collection.insert_one(doc, *args, **kwargs)
+
+
+class HeldDatabase:
+    """A database whose ``entries`` collection's inserts pass through ``hold`` (the rest is the
+    wrapped database's)."""
+
+    def __init__(self, database: Any, hold: HeldInsert) -> None:
+        self._database = database
+        self._hold = hold
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._database, name)
+
+    def get_collection(self, name: str, **options: Any) -> Any:
+        collection = self._database.get_collection(name, **options)
+        return _HeldEntries(collection, self._hold) if name == "entries" else collection

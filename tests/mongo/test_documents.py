@@ -268,15 +268,21 @@ async def test_batch_over_the_document_limit_is_split(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
     """Three 6 MiB entries (18 MiB) cannot share one 16 MiB document: two documents, in order,
-    and a retry of the whole batch is a no-op."""
+    each naming their slot, and a retry of the whole batch stores nothing (the slot it took is
+    fenced, so readers do not wait for it)."""
     store = MongoStore(mongo_database)
     await store.create_session("big")
     batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
     await store.append_entries("big", [entry("first"), *batch])
     await store.append_entries("big", batch)
     assert keys_of(sync_db, "big") == [["first", "b0", "b1"], ["b2"]]
-    docs = list(sync_db.entries.find({"session_id": "big"}, {"seq": 1}).sort("seq", 1))
-    assert [d["seq"] for d in docs] == [0, 3]
+    docs = list(sync_db.entries.find({"session_id": "big"}, {"seq": 1, "slot": 1, "fence": 1}))
+    assert sorted((d["seq"], d.get("slot"), d.get("fence")) for d in docs) == [
+        (0, [0, 4], None),
+        (3, [0, 4], None),
+        (4, None, True),
+    ]
+    assert await store.load_entries_after("big", 1) == list(enumerate(batch, 2))
     loaded = await store.load_entries("big")
     assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in [entry("first"), *batch]]
 

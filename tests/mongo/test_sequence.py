@@ -10,7 +10,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from durable_agent.session import CorruptSessionError, Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores.mongo import MongoStore
-from durable_agent.stores.mongo.decode import LOAD_PROJECTION, OUTLINE_PROJECTION
+from durable_agent.stores.mongo.decode import OUTLINE_PROJECTION
 from tests.mongo.helpers import Commands, batch_doc, entry, ids, inc_of
 
 pytestmark = pytest.mark.mongo
@@ -123,9 +123,9 @@ async def test_an_id_stored_twice_reads_as_a_load_does(
 async def test_a_document_gone_meanwhile_reads_as_a_load_does(
     client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A document counted by the first read and deleted before its fetch (a conflicting batch
-    rolling back its split documents): the read falls back to a whole load, so the seqs it
-    returns are positions in what is stored."""
+    """A document counted by the first read and deleted before its fetch (a hand edit; a
+    conflicting batch rolling back its split documents fences them): the read starts over, so
+    the seqs it returns are positions in what is stored."""
     commands = Commands()
     store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
@@ -140,5 +140,5 @@ async def test_a_document_gone_meanwhile_reads_as_a_load_does(
     commands.log.clear()
     assert numbered(await store.load_entries_after("s1", 1)) == [(2, "b")]
     scans = [b["projection"] for n, b in commands.log if b.get("filter") == {"session_id": "s1"}]
-    assert scans == [OUTLINE_PROJECTION, LOAD_PROJECTION]
+    assert scans == [OUTLINE_PROJECTION, OUTLINE_PROJECTION]
     assert ids(await store.load_entries("s1")) == ["a", "b"]

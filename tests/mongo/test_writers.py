@@ -23,6 +23,7 @@ from tests.mongo.helpers import (
     entry,
     ids,
     keys_of,
+    unsettled_slots,
 )
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS
 
@@ -115,7 +116,8 @@ async def test_conflict_on_any_position_writes_nothing(
             await store.append_entries("s1", batch)
         assert info.value.entry_id in {"a", "b"}
     assert ids(await store.load_entries("s1")) == ["a", "b"]
-    assert sync_db.entries.count_documents({}) == 1
+    assert sync_db.entries.count_documents({"fence": {"$ne": True}}) == 1
+    assert unsettled_slots(sync_db, "s1") == []  # the failed batches' slots are fenced
     assert claim_ids(sync_db, "s1") == {"a", "b"}  # the failed batches' claims released
     await store.append_entries("s1", [entry("n1"), entry("n2")])  # so n1 and n2 are free
     assert ids(await store.load_entries("s1")) == ["a", "b", "n1", "n2"]

@@ -6,7 +6,11 @@ their keys (``<session_id>/<incarnation>/<entry_id>``), ``entry_id`` the first e
 ``seq`` the first entry's number (the batch's entries take ``seq .. seq + len - 1``), ``inc`` the
 session's incarnation (:mod:`~durable_agent.stores.mongo.incarnation`) and ``_id`` its place,
 ``<session_id>/<incarnation>#<seq>``. A batch whose documents would pass MongoDB's 16 MiB limit
-is split into several documents in one slot.
+is split into several documents in one slot; each of them also holds ``slot: [seq, n]``, the
+slot's start and size, so a reader that finds one of them knows where the slot ends.
+
+A **fence** ``{_id, session_id, inc, seq, fence: true}`` takes the place of a document that
+must never land (:func:`fence_doc`): its ``_id`` and ``seq`` are the document's, both unique.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ from ...session.entries import Entry
 from .claims import claim_doc
 from .incarnation import Scope
 
-__all__ = ["MAX_BATCH_DOCUMENT_BYTES", "Batch", "claims_for", "documents", "split_documents"]
+__all__ = [
+    "MAX_BATCH_DOCUMENT_BYTES",
+    "Batch",
+    "claims_for",
+    "documents",
+    "fence_doc",
+    "split_documents",
+]
 
 #: Estimated BSON bytes a batch document may reach: 64 KiB below MongoDB's 16 MiB limit. One
 #: entry at the largest accepted size (15 MiB) always fits on its own.
@@ -54,22 +65,35 @@ def split_documents(prefix: str, todo: Batch, limit: int = MAX_BATCH_DOCUMENT_BY
 
 
 def documents(scope: Scope, runs: list[Batch], first: int) -> list[dict[str, Any]]:
-    docs = []
+    """The documents of one slot from ``first`` on, one per run (module doc)."""
+    docs: list[dict[str, Any]] = []
     seq = first
     for run in runs:
-        docs.append(
-            {
-                "_id": scope.at(seq),
-                "session_id": scope.sid,
-                "inc": scope.inc,
-                "entry_id": run[0][0].id,
-                "seq": seq,
-                "keys": [scope.key(entry.id) for entry, _ in run],
-                "wires": [wire for _, wire in run],
-            }
-        )
+        doc = {
+            "_id": scope.at(seq),
+            "session_id": scope.sid,
+            "inc": scope.inc,
+            "entry_id": run[0][0].id,
+            "seq": seq,
+            "keys": [scope.key(entry.id) for entry, _ in run],
+            "wires": [wire for _, wire in run],
+        }
+        if len(runs) > 1:
+            doc["slot"] = [first, sum(len(r) for r in runs)]
+        docs.append(doc)
         seq += len(run)
     return docs
+
+
+def fence_doc(scope: Scope, seq: int) -> dict[str, Any]:
+    """The fence at place ``seq`` (module doc)."""
+    return {
+        "_id": scope.at(seq),
+        "session_id": scope.sid,
+        "inc": scope.inc,
+        "seq": seq,
+        "fence": True,
+    }
 
 
 def claims_for(scope: Scope, runs: list[Batch], docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,14 +14,17 @@ collides with the session created again under its ID:
   document is not there is taken over only after a **fence** went in at that document's place
   (:mod:`~durable_agent.stores.mongo.writer`), so the first claimer's document can never land
   after all; ``h`` is the claimed content's hash, for inspection and repair tools.
-- slot ``{_id: "<session_id>/<incarnation>#<seq>", s, i, n: count}``: the append that inserts
-  it owns the numbers ``seq .. seq + n - 1``. Session IDs hold no ``/`` and incarnations no
-  ``/`` or ``#``, so slots and claims never collide. Slots replace a counter: a writer that knows
-  the end of the session (it created, loaded or wrote it) claims the slot there with the batch's
-  claims in **one** ordered ``insert_many``, slot first; if the slot is taken, another writer
-  appended meanwhile, and the next candidate is that slot's end (:meth:`Claims.walk`). Slots are
-  never deleted while the session lives (an append that failed after claiming one leaves a
-  harmless gap in ``seq``), so the slots of a session form a chain from its root.
+- slot ``{_id: "<session_id>/<incarnation>#<seq>", s, i, n: count, t: taken at}``: the append
+  that inserts it owns the numbers ``seq .. seq + n - 1``; ``t`` (the writer's clock) tells a
+  reader how long the slot has waited for its document. Session IDs hold no ``/`` and
+  incarnations no ``/`` or ``#``, so slots and claims never collide. Slots replace a counter: a
+  writer that knows the end of the session (it created, loaded or wrote it) claims the slot there
+  with the batch's claims in **one** ordered ``insert_many``, slot first; if the slot is taken,
+  another writer appended meanwhile, and the next candidate is that slot's end
+  (:meth:`Claims.walk`). Slots are never deleted while the session lives, so the slots of a
+  session form a chain from its root, 0, without holes. An append that gives its slot up (or
+  dies) leaves a gap in ``seq``: the writer fences the slot's place when it gives up, a reader
+  when the slot is old (:mod:`~durable_agent.stores.mongo.tail`).
 
 The session document's ``next_seq`` is a slot boundary no later than the end of the chain (the
 root; moved forward after a long walk), where a writer that knows nothing starts walking.
@@ -32,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from bson.binary import Binary
 from pymongo.errors import BulkWriteError
@@ -42,6 +46,7 @@ from .incarnation import Scope, id_range
 __all__ = [
     "Claim",
     "Claims",
+    "Slot",
     "claim_doc",
     "first_error_index",
     "only_duplicate_keys",
@@ -76,8 +81,20 @@ def claim_doc(scope: Scope, entry_id: str, wire: str, seq: int) -> dict[str, Any
 
 
 def slot_doc(scope: Scope, seq: int, count: int) -> dict[str, Any]:
-    """The slot of an append of ``count`` entries numbered from ``seq``."""
-    return {"_id": scope.at(seq), "s": scope.sid, "i": scope.inc, "n": count}
+    """The slot of an append of ``count`` entries numbered from ``seq``, taken now (``t``: how
+    long a reader waits for its document, :mod:`~durable_agent.stores.mongo.tail`)."""
+    now = datetime.now(UTC)
+    taken = now.replace(microsecond=now.microsecond // 1000 * 1000)  # a BSON date's precision
+    return {"_id": scope.at(seq), "s": scope.sid, "i": scope.inc, "n": count, "t": taken}
+
+
+class Slot(NamedTuple):
+    """A stored slot: its numbers ``seq .. seq + n - 1`` and when it was taken (``None`` if the
+    slot does not say)."""
+
+    seq: int
+    n: int
+    taken: datetime | None
 
 
 def first_error_index(exc: BulkWriteError) -> int:
@@ -174,6 +191,15 @@ class Claims:
                 {"_id": scope.sid, "inc": scope.inc}, {"$max": {"next_seq": seq}}
             )
         return seq
+
+    async def slot(self, scope: Scope, seq: int) -> Slot | None:
+        """The slot that starts at ``seq``; ``None`` if none does (or it is damaged)."""
+        doc = await self._collection.find_one({"_id": scope.at(seq)}, {"n": 1, "t": 1})
+        n = None if doc is None else doc.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            return None
+        taken = doc.get("t") if doc is not None else None
+        return Slot(seq, n, taken if isinstance(taken, datetime) else None)
 
     async def take_slot(self, scope: Scope, seq: int, count: int) -> int:
         """Claim a slot of ``count`` numbers at the first free boundary from ``seq`` on."""

@@ -58,23 +58,28 @@ from pymongo.errors import DuplicateKeyError
 
 from ...session.appendplan import encode_batch, plan_append
 from ...session.entries import Entry
-from ...session.errors import CorruptSessionError, SessionExistsError, SessionNotFoundError
+from ...session.errors import (
+    CorruptSessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
 from ...session.ids import validate_session_id
 from ...session.record import SessionRecord
 from ...session.store import check_page
-from .claims import POINT_LIMIT, Claims
+from .claims import Claims
 from .decode import (
+    LOAD_BATCH_SIZE,
     LOAD_PROJECTION,
     OUTLINE_PROJECTION,
-    Part,
     decode_documents,
     end_seq,
     of_incarnation,
-    tail,
     translate_errors,
 )
 from .deltas import MongoDeltas
 from .incarnation import Scope, incarnation_of, new_incarnation
+from .tail import ABANDON_AFTER, TailReader
 from .writer import BatchWriter
 
 if TYPE_CHECKING:
@@ -86,9 +91,9 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 #: leaves room for the other fields of the entry document.
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
-#: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
-#: instead of the default 101-document first batch and its extra round trips.
-_LOAD_BATCH_SIZE = 100_000
+#: Reads of the outline before ``load_entries_after`` gives up on a session whose documents
+#: keep changing under it (a conflicting split batch fenced, a delete).
+_READ_ROUNDS = 3
 
 _T = TypeVar("_T")
 
@@ -113,7 +118,10 @@ class MongoStore:
     indexes are created on first use by each store object (or up front with
     :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
     ``StoreUnavailableError``; how long a call waits for a down server is the client's
-    ``serverSelectionTimeoutMS`` (or ``timeoutMS``).
+    ``serverSelectionTimeoutMS`` (or ``timeoutMS``). ``abandon_after``: seconds
+    :meth:`load_entries_after` waits for an append that took its slot but has not stored its
+    document before it fences that place and reads on (that append then stores its batch
+    later; :mod:`~durable_agent.stores.mongo.tail`).
     """
 
     def __init__(
@@ -123,6 +131,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        abandon_after: float = ABANDON_AFTER,
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
@@ -131,6 +140,8 @@ class MongoStore:
             )
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
+        if abandon_after < 0:
+            raise ValueError("abandon_after must not be negative")
         # Our own codec options, whatever the application configured on its client: plain dicts,
         # and aware UTC datetimes so created_at reads back equal to what was written.
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
@@ -145,6 +156,7 @@ class MongoStore:
         claims = database.get_collection(f"{entries_collection}_claims", codec_options=codec)
         self._claims = Claims(claims, self._sessions)
         self._writer = BatchWriter(self._sessions, self._entries, self._claims)
+        self._tail = TailReader(self._entries, self._claims, abandon_after)
         self._live: MongoDeltas | None = None
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
@@ -247,26 +259,24 @@ class MongoStore:
         """The entries after sequence number ``after``, each with its seq: its 1-based position
         in append order (the order :meth:`load_entries` returns). ``after`` 0 gives them all.
 
-        Reads what follows ``after`` only (module doc of
-        :mod:`~durable_agent.stores.mongo.decode`): every document's ``seq`` and entry keys,
-        then the documents holding later entries by ``_id``. A seq stays put while no append is
-        in flight before it (two writers of one session may land out of slot order).
+        Reads every document's ``seq`` and entry keys, then the documents holding later entries
+        by ``_id``, and stops before an append that may still be in flight before them, so a seq
+        once read never changes (:mod:`~durable_agent.stores.mongo.tail`).
         """
         sid = validate_session_id(session_id)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            session, outline = await self._find(sid, OUTLINE_PROJECTION)
-            self._writer.seen(sid, session, end_seq(sid, outline, "keys"))
-            parts = tail(sid, outline, after)
-            scope = Scope(sid, incarnation_of(sid, session))
-            docs = None if parts is None else await self._fetch(scope, parts)
-        if parts is None or docs is None:  # an ID stored twice, or a document gone meanwhile
-            entries = await self.load_entries(sid)
-            return list(enumerate(entries, 1))[after:]
-        skip = parts[0].skip if parts else 0
-        return list(enumerate(decode_documents(sid, docs, skip), after + 1))
+            for _ in range(_READ_ROUNDS):
+                session, outline = await self._find(sid, OUTLINE_PROJECTION, fences=True)
+                batches = [doc for doc in outline if not doc.get("fence")]
+                self._writer.seen(sid, session, end_seq(sid, batches, "keys"))
+                scope = Scope(sid, incarnation_of(sid, session))
+                found = await self._tail.read(scope, outline, after)
+                if found is not None:
+                    return found
+        raise StoreUnavailableError(f"session {sid!r}: its documents kept changing during a read")
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append ``entries`` in order, skipping identical stored IDs (idempotency,
@@ -287,44 +297,27 @@ class MongoStore:
             await self._complete(self._writer.write(sid, todo))
 
     async def _find(
-        self, sid: str, projection: dict[str, int]
+        self, sid: str, projection: dict[str, int], *, fences: bool = False
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session document and the documents of its incarnation (``projection``), sorted
-        by ``seq``. The session document is read alongside the fetch (one round trip of latency,
-        not two), so the fetch takes every incarnation's documents, sorted by incarnation then
-        ``seq`` (the index order), and those of the session document's one are kept (leftovers
-        of a deleted session under the same ID are rare, and never read). A missing session
+        """The session document and the documents of its incarnation (``projection``; its fences
+        too if ``fences``), sorted by ``seq``. The session document is read alongside the fetch
+        (one round trip of latency, not two), so the fetch takes every incarnation's documents,
+        sorted by incarnation then ``seq`` (the index order), and those of the session
+        document's one are kept (leftovers of a deleted session under the same ID are rare, and
+        never read). A missing session
         raises ``SessionNotFoundError``, whatever the fetch found."""
         check = asyncio.ensure_future(self._session_doc(sid))
         check.add_done_callback(_retrieve)
         try:
             cursor = self._entries.find(
-                {"session_id": sid}, projection, batch_size=_LOAD_BATCH_SIZE
+                {"session_id": sid}, projection, batch_size=LOAD_BATCH_SIZE
             ).sort([("inc", ASCENDING), ("seq", ASCENDING)])
             docs = [doc async for doc in cursor]
         except BaseException:
             check.cancel()
             raise
         session = await check
-        return session, of_incarnation(docs, incarnation_of(sid, session))
-
-    async def _fetch(self, scope: Scope, parts: list[Part]) -> list[dict[str, Any]] | None:
-        """The documents of ``parts``, whole and in order; ``None`` if one is gone or changed."""
-        if not parts:
-            return []
-        projection = {**LOAD_PROJECTION, "_id": 1}
-        if len(parts) <= POINT_LIMIT:  # primary-key reads, the only kind FerretDB does not scan
-            found = await asyncio.gather(
-                *(self._entries.find_one({"_id": p.doc_id}, projection) for p in parts)
-            )
-        else:
-            query = {"session_id": scope.sid, "inc": scope.inc, "seq": {"$gte": parts[0].seq}}
-            cursor = self._entries.find(query, projection, batch_size=_LOAD_BATCH_SIZE)
-            by_id = {doc["_id"]: doc async for doc in cursor}
-            found = [by_id.get(p.doc_id) for p in parts]
-        docs = [doc for doc in found if doc is not None]
-        shapes = [(doc["_id"], len(doc.get("wires") or ())) for doc in docs]
-        return docs if shapes == [(p.doc_id, p.size) for p in parts] else None
+        return session, of_incarnation(docs, incarnation_of(sid, session), fences=fences)
 
     async def _session_doc(self, sid: str) -> dict[str, Any]:
         """The session document's incarnation and ``next_seq``; it must exist."""

@@ -47,7 +47,7 @@ from ...session.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from .batches import Batch, claims_for, documents, split_documents
+from .batches import Batch, claims_for, documents, fence_doc, split_documents
 from .claims import POINT_LIMIT, Claim, Claims, first_error_index, only_duplicate_keys, slot_doc
 from .decode import stored_entries
 from .incarnation import Scope, incarnation_of
@@ -157,9 +157,11 @@ class BatchWriter:
             first = await self._claims.walk(scope, first)  # the slot is taken: another writer
         self._ends.raise_to(scope, first + count)
         mine = {c["_id"]: c["q"] for c in claims[1:done]}
-        ours: list[str] = []  # documents of a split batch stored before a duplicate key
+        ours: list[int] = []  # places of documents of a split batch stored before a duplicate key
         if done == len(claims) and await self._land(scope, docs, ours):
             return await self._confirm(scope)
+        if done < len(claims):  # this slot stays empty: fenced, so readers pass it at once
+            await self._fence_places(scope, [first])
         try:
             await self._careful(scope, todo, mine, first, first + count, ours)
         except EntryConflictError:
@@ -167,22 +169,26 @@ class BatchWriter:
             raise
         await self._confirm(scope)
 
-    async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[str]) -> bool:
-        """Insert a batch's documents; ``False`` if one hit a fence (another writer took its
-        claims over): then those stored before it are added to ``ours``, and those after it are
-        fenced too, so every claim pointing at a document of this attempt may be taken over."""
+    async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[int]) -> bool:
+        """Insert a batch's documents; ``False`` if one hit a fence (another writer or a reader
+        fenced its place) or a key stored elsewhere: then those stored before it are added to
+        ``ours``, and its place and those after it are fenced, so every claim pointing at a
+        document of this attempt may be taken over, and no reader waits for them."""
         try:
             await self._insert(docs)
         except DuplicateKeyError:
-            return False
+            stored = 0
         except BulkWriteError as exc:
             if not only_duplicate_keys(exc):
                 raise
             stored = first_error_index(exc)
-            ours.extend(doc["_id"] for doc in docs[:stored])
-            await self._fence_places(scope, [doc["seq"] for doc in docs[stored + 1 :]])
-            return False
-        return True
+            ours.extend(doc["seq"] for doc in docs[:stored])
+        else:
+            return True
+        # Usually a fence is there already; an entry key stored elsewhere (a claim taken over)
+        # leaves the place empty: fenced either way, so readers never wait for it.
+        await self._fence_places(scope, [doc["seq"] for doc in docs[stored:]])
+        return False
 
     async def _confirm(self, scope: Scope) -> None:
         """The session document still has the incarnation written to, so a delete has not begun
@@ -214,11 +220,11 @@ class BatchWriter:
 
     async def _careful(
         self, scope: Scope, todo: Batch, mine: dict[str, int], birth: int, above: int,
-        ours: list[str],
+        ours: list[int],
     ) -> None:  # fmt: skip
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
         slot (``mine``: claims this call holds, by key, with the seq of their document;
-        ``birth``: this call's first slot; ``ours``: documents it stored, deleted again on a
+        ``birth``: this call's first slot; ``ours``: places of documents it stored, fenced on a
         conflict)."""
         for round_ in range(_MAX_WRITE_ROUNDS):
             keys = [scope.key(entry.id) for entry, _ in todo]
@@ -272,9 +278,8 @@ class BatchWriter:
         ``False`` if one of them is taken (by a document or a fence)."""
         fenced = True
         for seq in seqs:
-            fence = {"_id": scope.at(seq), "session_id": scope.sid, "inc": scope.inc}
             try:
-                await self._entries.insert_one({**fence, "seq": seq, "fence": True})
+                await self._entries.insert_one(fence_doc(scope, seq))
             except DuplicateKeyError:
                 fenced = False
         return fenced
@@ -340,12 +345,12 @@ class BatchWriter:
         else:
             await self._entries.insert_many(docs, ordered=True)
 
-    async def _roll_back(self, scope: Scope, docs: list[str], claims: dict[str, int]) -> None:
-        """Delete what this call wrote before it found a conflict (nothing of a conflicting batch
-        stays, docs/design.md#store-contract): its documents, then its claims (its slots stay,
-        gaps in ``seq``)."""
-        if docs:
-            await self._entries.delete_many({"_id": {"$in": docs}, "session_id": scope.sid})
+    async def _roll_back(self, scope: Scope, docs: list[int], claims: dict[str, int]) -> None:
+        """Remove what this call wrote before it found a conflict (nothing of a conflicting batch
+        stays, docs/design.md#store-contract): its documents, each replaced by a fence (its
+        place stays settled for readers), then its claims (its slots stay, gaps in ``seq``)."""
+        for seq in docs:
+            await self._entries.replace_one({"_id": scope.at(seq)}, fence_doc(scope, seq))
         await self._claims.release(claims)
 
 
