@@ -22,13 +22,13 @@ count decides it; on MongoDB a load is an index range scan either way.
 
 Unique ``_id`` (claims, slots, batch documents and fences) and unique indexes on
 ``(session_id, inc, seq)`` and ``keys`` make the database the referee between concurrent
-writers. An unused slot leaves a gap in ``seq``, which is harmless: ``seq`` orders, it does not
-count.
+writers. An unused slot leaves a gap in ``seq``: ``seq`` orders, it does not count.
 
 **A load is one round trip of latency:** the session document and one ``find`` sorted by
 incarnation and ``seq`` (one large cursor batch) go out together; the documents of the session
 document's incarnation are kept. :meth:`MongoStore.load_entries_after` reads only the entries
-after a sequence number (:mod:`~durable_agent.stores.mongo.decode`).
+after a sequence number, and only up to an append still in flight before them, so a seq once
+read never changes (:mod:`~durable_agent.stores.mongo.tail`).
 
 **What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError``
 nothing of the batch; after any other failure the whole batch or nothing (a batch over MongoDB's

@@ -26,9 +26,15 @@ waited for (briefly: that writer is between moving its claims and inserting its 
 writer that gives up such a place fences it itself), and if that writer died the append fails
 retryably, and its retry, started later, takes over.
 
+**A slot given up is fenced** by the writer that gives it up (its claims found taken, a document
+that hit a fence, nothing left to store), so a reader never waits for it
+(:mod:`~durable_agent.stores.mongo.tail`). A reader may also fence the place of a slot that waited
+too long for its document; the writer then finds that fence, like any other, when its insert
+fails, and stores the batch in a later slot.
+
 **Large batches**, split into several documents, are inserted with one ordered
 ``insert_many``: a failure can leave a prefix of them (a retry completes it), and a conflict
-found after one of them went in deletes what this call inserted before raising.
+found after one of them went in replaces what this call inserted with fences before raising.
 """
 
 from __future__ import annotations
