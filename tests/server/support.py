@@ -29,7 +29,14 @@ def free_port() -> int:
 async def serving(app: FastAPI) -> AsyncIterator[str]:
     """``app`` on a real uvicorn server on a free loopback port; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=1,  # open streams do not hold the test up
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -40,7 +47,6 @@ async def serving(app: FastAPI) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        server.force_exit = True  # open streams do not hold the test up
         await task
 
 

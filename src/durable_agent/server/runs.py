@@ -29,6 +29,7 @@ from ..durable.agent import Agent, new
 from ..durable.errors import AgentError, RunActiveError, RunCancelledError, UnknownAgentError
 from ..durable.stream import RunStream
 from ..session.entries import Entry
+from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id
@@ -112,6 +113,13 @@ def _pick(names: Sequence[str], agent: str | None) -> str:
     if names and agent not in names:
         raise UnknownAgentError(f"no agent {agent!r} on this server")
     return agent
+
+
+async def _create(store: Store, session_id: str) -> None:
+    """The session of a run starts to exist with the run's request (a stream may follow it at
+    once), like ``new()``: created if absent."""
+    with contextlib.suppress(SessionExistsError):
+        await store.create_session(session_id)
 
 
 async def _open(agent: Agent, leaf_id: str | None) -> Agent:
@@ -273,6 +281,7 @@ class TemporalRuns:
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
             _refuse_busy(session_id, await self.active(session_id), on_busy)
+            await _create(self.store, session_id)
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor
             )
@@ -304,7 +313,9 @@ class TemporalRuns:
             f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
             'AND ExecutionStatus = "Running"'
         )
-        found = [_run_id(w.id) async for w in self.client.list_workflows(query)]
+        listed = [_run_id(w.id) async for w in self.client.list_workflows(query)]
+        # visibility lags: a run listed as running may have ended a moment ago
+        found = [r for r in listed if await self.status(session_id, r) == "started"]
         mine = [r for s, r in self._streams if s == session_id and r not in found]
         return mine + found
 
