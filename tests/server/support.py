@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -72,9 +73,9 @@ class Reader:
         seqs = [s for s, _ in self.entries()]
         return seqs[-1] if seqs else 0
 
-    async def until(self, check: Any, timeout: float = 20.0) -> None:
+    async def until(self, check: Any, within: float = 20.0) -> None:
         """Wait until ``check(self)`` holds (woken by each frame)."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             while not check(self):
                 self.arrived.clear()
                 await self.arrived.wait()
@@ -120,10 +121,8 @@ async def stream(
             yield reader
         finally:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                 await task
-            except (asyncio.CancelledError, httpx.HTTPError):
-                pass
 
 
 @tool
@@ -132,7 +131,9 @@ async def lookup(city: str) -> str:
     return f"sunny in {city}"
 
 
-def tool_script(text: str = "It is sunny in Paris, a lovely day for a walk by the river.") -> list[Reply]:
+def tool_script(
+    text: str = "It is sunny in Paris, a lovely day for a walk by the river.",
+) -> list[Reply]:
     """A question answered after one tool call, the reply streamed in small pieces."""
     return [
         Reply.call("lookup", {"city": "Paris"}, id="call-1"),
@@ -149,7 +150,8 @@ def ended(run_id: str) -> Any:
 
     def check(reader: Reader) -> bool:
         return any(
-            f.event == "run" and f.data["run_id"] == run_id
+            f.event == "run"
+            and f.data["run_id"] == run_id
             and f.data["status"] in ("completed", "failed", "cancelled")
             for f in reader.frames
         )

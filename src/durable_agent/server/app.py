@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.service import RPCError
 
 from ..activities.spec import AgentSpec
 from ..durable.errors import (
@@ -141,16 +142,16 @@ def _handlers(app: FastAPI) -> None:
         )
         return error(422, "ValidationError", shown)
 
-    @app.exception_handler(Exception)
     async def library(request: Request, exc: Exception) -> JSONResponse:
         for kind, status in STATUS:
             if isinstance(exc, kind):
                 extra = {"run_id": exc.run_id} if hasattr(exc, "run_id") else {}
                 return error(status, type(exc).__name__, str(exc), **extra)
-        if type(exc).__name__ == "RPCError":
-            return error(503, "TemporalUnavailableError", "Temporal did not answer")
-        logger.exception("%s %s failed", request.method, request.url.path)
-        return error(500, "InternalServerError", "the server failed; see its log")
+        return error(503, "TemporalUnavailableError", "Temporal did not answer")
+
+    # by class, not for Exception: that handler would answer and still raise to the server
+    for kind in [*(k for k, _ in STATUS), RPCError]:
+        app.add_exception_handler(kind, library)
 
 
 def create_app(

@@ -72,6 +72,7 @@ class SessionHub:
         self.leaf = ""
         """The last stored entry read: the parent of a reply streaming now."""
         self._kick = asyncio.Event()
+        self._ending: dict[str, Status] = {}
         self._look_until = 0.0
         self._looked = 0.0
         self._idle_since: float | None = None
@@ -105,7 +106,15 @@ class SessionHub:
 
     # -- what runs tell ---------------------------------------------------------------------------
 
-    def status(self, run_id: str, status: Status, *, watch: bool = True) -> None:
+    def status(
+        self, run_id: str, status: Status, *, watch: bool = True, read: bool = False
+    ) -> None:
+        """A run's status changed; an end is told after the next read of the session, so the
+        run's last receipts (and its reply's last text) go out before it."""
+        if status in ("completed", "failed", "cancelled") and not read:
+            self._ending[run_id] = status
+            self.kick(read=True)
+            return
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
@@ -200,7 +209,10 @@ class SessionHub:
                         if watch.deltas.final:
                             self.follower.wake()
             if self.follower.woken or self.follower.due_in() <= 0.01:
+                ending, self._ending = self._ending, {}
                 await self._read()
+                for run_id, status in ending.items():
+                    self.status(run_id, status, read=True)
             if self._look_until > clock() and clock() - self._looked >= 1.0:
                 self._looked = clock()
                 await self.look()

@@ -13,6 +13,7 @@ from ..durable.limits import check_payload
 from ..session.codec import encode_entry, wire_to_entry
 from ..session.entries import Entry
 from ..session.store import RetentionStore
+from .app import Server
 from .deps import Caller, ServerDep, runs
 from .runs import OnBusy
 from .sse import session_stream
@@ -58,11 +59,21 @@ async def start_run(
     return {"run_id": run_id}
 
 
+async def _existing(srv: Server, session_id: str) -> str:
+    """``session_id`` if the store has it (else 404, before anything else is asked)."""
+    store = srv.store
+    if isinstance(store, RetentionStore):
+        await store.load_session(session_id)
+    else:
+        await store.load_entries(session_id)
+    return session_id
+
+
 @router.post("/sessions/{session_id}/runs/{run_id}/cancel", status_code=202)
 async def cancel_run(
     session_id: str, run_id: str, srv: ServerDep, tenant: Caller
 ) -> dict[str, str]:
-    await runs(srv).cancel(tenant.session(session_id), run_id)
+    await runs(srv).cancel(await _existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id}
 
 
@@ -70,13 +81,14 @@ async def cancel_run(
 async def run_status(
     session_id: str, run_id: str, srv: ServerDep, tenant: Caller
 ) -> dict[str, str]:
-    status = await runs(srv).status(tenant.session(session_id), run_id)
+    status = await runs(srv).status(await _existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id, "status": status}
 
 
 @router.get("/sessions/{session_id}/runs")
 async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, list[str]]:
-    return {"active": await runs(srv).active(tenant.session(session_id))}
+    sid = await _existing(srv, tenant.session(session_id))
+    return {"active": await runs(srv).active(sid)}
 
 
 @router.get("/sessions/{session_id}/stream", response_class=EventSourceResponse)
@@ -92,9 +104,5 @@ async def stream(
         if not last_event_id.isdigit():
             raise ValueError("Last-Event-ID is the seq of the last entry seen (an integer)")
         after = int(last_event_id)
-    store = srv.store
-    if isinstance(store, RetentionStore):
-        await store.load_session(sid)  # 404 before any byte
-    else:
-        await store.load_entries(sid)
+    await _existing(srv, sid)  # 404 before any byte
     return session_stream(srv.hubs, sid, after, srv.keepalive)

@@ -29,7 +29,9 @@ KEEPALIVE = 15.0
 
 def _event(frame: Frame) -> ServerSentEvent:
     data = json.dumps(frame.data, ensure_ascii=False, separators=(",", ":"))
-    return ServerSentEvent(data=data, event=frame.event, id=None if frame.id is None else str(frame.id))
+    return ServerSentEvent(
+        data=data, event=frame.event, id=None if frame.id is None else str(frame.id)
+    )
 
 
 def _answered(pieces_parent: str, entries: list[tuple[int, Entry]]) -> bool:
