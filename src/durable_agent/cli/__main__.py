@@ -81,6 +81,7 @@ def command() -> typer.Typer:
     for each in (
         demo.demo,
         dev.dev,
+        dev.serve,
         worker.worker,
         run.run,
         sessions.show,
