@@ -17,7 +17,11 @@ from ..durable.follow import DeltaFollower
 from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
 
-__all__ = ["Piece", "RunWatch"]
+__all__ = ["PACE", "Piece", "RunWatch"]
+
+PACE = 0.25
+"""Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
+new is one ``stat``): one reader per run per server process, whatever the number of browsers."""
 
 
 @dataclass
@@ -52,6 +56,7 @@ class RunWatch:
     """Replies already in :attr:`turn` (from the run's ``state()``)."""
     outcome: asyncio.Task[str] | None = None
     deltas: DeltaFollower = field(init=False)
+    polled: float = float("-inf")
 
     def __post_init__(self) -> None:
         self.deltas = self._follower()
@@ -66,9 +71,13 @@ class RunWatch:
         return self.deltas.shown is not None
 
     def due_in(self) -> float:
-        return self.deltas.due_in()
+        """Seconds to the next read of the channel: at least every :data:`PACE` seconds while
+        the run goes (a reply may start at any moment and stream for less than a second)."""
+        since = asyncio.get_running_loop().time() - self.polled
+        return min(self.deltas.due_in(), max(0.0, PACE - since))
 
     async def poll(self, parent: str) -> Piece | None:
+        self.polled = asyncio.get_running_loop().time()
         update = await self.deltas.poll()
         if update is None:
             return None
