@@ -63,3 +63,24 @@ async def test_resume_after_every_seq_gives_each_entry_once(store: FileStore) ->
             assert again.entries() == list(enumerate(stored, 1))[n:]
         status = await client.get(f"/v1/sessions/s2/runs/{run_id}")
         assert status.json() == {"run_id": run_id, "status": "completed"}
+
+
+async def test_keepalive_deleted_and_a_dropped_client_cancels_nothing(store: FileStore) -> None:
+    slow = tool_script("A slow answer " * 10)
+    spec = AgentSpec(model=scripted(slow), tools=[lookup])
+    app = create_app(store=store, agents={"helper": spec}, keepalive=1)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "s3"})
+        async with stream(client, "s3", after=0) as reader:
+            run = await client.post("/v1/sessions/s3/runs", json={"text": "Weather?"})
+            assert run.status_code == 202
+            await reader.until(lambda r: any(f.event == "delta" for f in r.frames))
+        # the only client went mid-reply: the run goes on and completes
+        async with stream(client, "s3", after=0) as again:
+            await again.until(lambda r: r.last_seq() == 4)
+            await again.until(lambda r: r.comments >= 1, within=5)  # a keep-alive comment
+            assert (await client.delete("/v1/sessions/s3")).status_code == 204
+            await again.until(lambda r: any(f.event == "deleted" for f in r.frames))
+        assert [f.event for f in again.frames][-1] == "deleted"
+        assert (await client.get("/v1/sessions/s3")).status_code == 404
+        assert (await client.get("/v1/sessions/s3/stream")).status_code == 404
