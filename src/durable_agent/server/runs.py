@@ -313,7 +313,14 @@ class TemporalRuns:
             f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
             'AND ExecutionStatus = "Running"'
         )
-        listed = [_run_id(w.id) async for w in self.client.list_workflows(query)]
+        try:
+            listed = [_run_id(w.id) async for w in self.client.list_workflows(query)]
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            # a namespace no worker registered the search attributes in yet: no run there
+            # can have them, so no run of the session is running
+            listed = []
         # visibility lags: a run listed as running may have ended a moment ago
         found = [r for r in listed if await self.status(session_id, r) == "started"]
         mine = [r for s, r in self._streams if s == session_id and r not in found]

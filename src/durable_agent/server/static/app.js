@@ -88,6 +88,7 @@ function edit(entry) {
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
   const body = { text: t }; if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
+  state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
   const r = await api("POST", `/sessions/${state.sid}/runs`, body);
   state.runs.set(r.run_id, "started"); render();
 }
