@@ -170,6 +170,7 @@ def create_app(
     the agents they serve (the default when there is one); with neither, the run routes answer
     503. ``keys``: a mapping or a JSON file of API keys (``DURABLE_AGENT_KEYS`` if ``None``).
     """
+    from .agui import router as agui_router
     from .routes_runs import router as runs_router
     from .routes_sessions import router as sessions_router
 
@@ -197,6 +198,7 @@ def create_app(
     _handlers(app)
     app.include_router(sessions_router)
     app.include_router(runs_router)
+    app.include_router(agui_router)
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     app.add_middleware(BodyLimit, limit=server.body_limit)
     return app
