@@ -35,6 +35,11 @@ LINGER = 10.0
 """Seconds a hub keeps following after its last subscriber left."""
 LOOK_FOR = 5.0
 """Seconds a hub looks for the run behind entries it cannot place (visibility lags ~1 s)."""
+BUSY_READ = 0.05
+"""Seconds between two reads of a session at most while one of its runs goes (a FileStore read
+with nothing new is one ``stat``): a tool result, which no live delta announces, reaches the
+streams within this; an idle session is read once a second."""
+IDLE_READ = 1.0
 STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
 
@@ -62,7 +67,7 @@ class SessionHub:
     def __init__(self, hubs: Hubs, session_id: str, after: int) -> None:
         self.hubs = hubs
         self.session_id = session_id
-        self.follower = SessionFollower(hubs.store, session_id, after)
+        self.follower = SessionFollower(hubs.store, session_id, after, slowest=IDLE_READ)
         self.subscribers: set[asyncio.Queue[Frame | None]] = set()
         self.active: dict[str, str] = {}
         """Run ID -> status of the runs going on."""
@@ -219,6 +224,7 @@ class SessionHub:
             await self._sleep()
 
     async def _sleep(self) -> None:
+        self.follower.slowest = BUSY_READ if self.active else IDLE_READ
         waits = [self.follower.due_in(), *(w.due_in() for w in self.watches.values())]
         if self._look_until > asyncio.get_running_loop().time():
             waits.append(1.0)
