@@ -199,6 +199,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument(
+        "--no-peer", dest="peer", action="store_false", help="skip LangGraph's Agent Server"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -224,6 +227,7 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
         crowd = await one_run(url, "crowd", args.clients)
         cpu = cpu_seconds(pid) - cpu0
     big = await resume_at_9990(root)
+    peer = langgraph(args) if args.peer else None
 
     def ms(values: list[float], q: float) -> str:
         return f"{pct(values, q) * 1000:.0f} ms"
@@ -244,6 +248,45 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
         f"{big['warm'] * 1000:.2f} ms with the mark of a follower, vs a full load "
         f"{big['full'] * 1000:.1f} ms ({big['cold'] / big['full']:.3f} and "
         f"{big['warm'] / big['full']:.4f} of it)"
+    )
+
+    if peer is not None:
+        print_peer(peer, args.clients)
+
+
+PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
+
+
+def langgraph(args: argparse.Namespace) -> dict[str, Any] | None:
+    """LangGraph's Agent Server on the same conversation (``bench/peers/langgraph_http.py``, in
+    the peers' venv); ``None`` when that venv is missing (``make bench-peers`` builds it)."""
+    if not PEERS_PYTHON.exists():
+        print("LangGraph: no .venv-peers (make bench-peers), not measured")
+        return None
+    script = HERE / "peers" / "langgraph_http.py"
+    argv = [str(PEERS_PYTHON), str(script), "--runs", str(args.runs)]
+    argv += ["--clients", str(args.clients)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def print_peer(peer: dict[str, Any], clients: int) -> None:
+    def ms(values: list[float], q: float) -> str:
+        return f"{pct(values, q) * 1000:.0f} ms"
+
+    single = peer["single"]
+    values = [x for r in single for x in r["values"]]
+    first = [r["first"] for r in single if r["first"] is not None]
+    print("LangGraph Agent Server (langgraph dev, in-memory runtime), same conversation:")
+    print(f"  checkpoint -> values frame: p50 {ms(values, 0.5)}, p95 {ms(values, 0.95)}")
+    print(f"  first token over HTTP: p50 {ms(first, 0.5)}, p95 {ms(first, 0.95)}")
+    frames = [r["rejoin_frames"] for r in single]
+    print(f"  reconnect after the run ended (join its stream): {max(frames)} frames replayed")
+    crowd = peer["crowd"]
+    print(
+        f"  {clients} clients joining one run: CPU {crowd['cpu']:.2f} s, {crowd['frames']} "
+        f"frames, frame latency p50 {ms(crowd['values'], 0.5)}, p95 {ms(crowd['values'], 0.95)}"
     )
 
 

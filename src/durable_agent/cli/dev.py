@@ -252,16 +252,18 @@ async def run_dev(
 
         worker = await start()
         chat = await _dev_http(store_spec, server.address, task_queue, app_ref)
+        lines = [
+            f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
+            f"  Web UI         {server.ui_url}",
+            f"  chat           {chat}",
+            f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}",
+            f"  store          {store_spec}",
+            f"  logs           {root / 'logs'}",
+            "  try:           durable-agent chat my-session",
+        ]
         console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
-        console.print(
-            f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})"
-        )
-        console.print(f"  Web UI         {server.ui_url}")
-        console.print(f"  chat           {chat}")
-        console.print(f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}")
-        console.print(f"  store          {store_spec}")
-        console.print(f"  logs           {root / 'logs'}")
-        console.print("  try:           durable-agent chat my-session")
+        for line in lines:
+            console.print(line)
         return await _supervise(console, server, worker, start)
     finally:
         for w in workers:
