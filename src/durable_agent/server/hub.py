@@ -24,7 +24,7 @@ from ..session.deltas import LiveStore
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError
 from ..session.store import Store
-from .runs import Runs, Status, TemporalRuns
+from .runs import REMEMBERED, Runs, Status, TemporalRuns
 from .watch import Piece, RunWatch
 
 __all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]
@@ -133,6 +133,8 @@ class SessionHub:
             self.partial.pop(run_id, None)
             self.watches.pop(run_id, None)
             self.hubs.ended[run_id] = status
+            while len(self.hubs.ended) > REMEMBERED:
+                del self.hubs.ended[next(iter(self.hubs.ended))]
         self._send(_status(run_id, status))
         self.kick(read=True)
 

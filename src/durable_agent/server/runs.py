@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
@@ -36,6 +37,7 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 
 __all__ = [
+    "REMEMBERED",
     "LocalRuns",
     "OnBusy",
     "RunListener",
@@ -50,6 +52,10 @@ logger = logging.getLogger("durable_agent.server")
 
 OnBusy = Literal["reject", "next_turn", "at_end", "sibling"]
 Status = Literal["started", "awaiting_approval", "completed", "failed", "cancelled"]
+
+
+REMEMBERED = 10_000
+"""How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -129,11 +135,10 @@ async def _open(agent: Agent, leaf_id: str | None) -> Agent:
 
 
 def _refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:
-    if not active or on_busy == "sibling":
-        return
-    if on_busy in ("next_turn", "at_end"):
-        raise run_active(session_id, active[0])  # messages into a run: not on this server yet
-    raise run_active(session_id, active[0])
+    """``sibling`` runs beside the active run; anything else is refused while one goes
+    (delivering a message into a running run, ``next_turn``/``at_end``, is not served yet)."""
+    if active and on_busy != "sibling":
+        raise run_active(session_id, active[0])
 
 
 class LocalRuns:
@@ -203,6 +208,8 @@ class LocalRuns:
         finally:
             self._streams.get(sid, {}).pop(run_id, None)
             self._ended[(sid, run_id)] = status
+            while len(self._ended) > REMEMBERED:
+                del self._ended[next(iter(self._ended))]
             self.listener.stored(sid)
             self.listener.run_status(sid, run_id, status)
 
@@ -266,7 +273,7 @@ class TemporalRuns:
         self.agents = list(agents)
         self.executor = TemporalExecutor(client, task_queue=task_queue)
         self._streams: dict[tuple[str, str], RunStream] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def start(
         self,
