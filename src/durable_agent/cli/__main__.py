@@ -39,6 +39,11 @@ EXTRAS = {
     "anthropic": "anthropic",
     "cryptography": "encryption",
     "opentelemetry": "otel",
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "sse_starlette": "server",
+    "ag_ui": "server",
 }
 """Top-level module -> the extra of ``durable-agent`` that installs it."""
 
