@@ -4,9 +4,9 @@ Read from the server (``fetch_history()``): over 100 sequential ``run()`` calls 
 a new run workflow), and over one run of 100 tool-calling model turns (the model answers at turn
 101, ``max_turns=200``). The model is gated inside its activity, so each snapshot is taken at the
 same point of every turn (``call_model`` scheduled and running, nothing after it). Turn *k*'s
-increment is the history between the snapshots at model calls *k* and *k+1*: model reply *k*, its
-append, the tool call, the tool result's append, scheduling model call *k+1*. Replies and tool
-results are equal-sized, so the turn-100 increment must be within 10% of turn 1's.
+increment is the history between the snapshots at model calls *k* and *k+1*: model call *k* (it
+stores its reply), the tool call (it stores its result), scheduling model call *k+1*. Replies and
+tool results are equal-sized, so the turn-100 increment must be within 10% of turn 1's.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Figure (b) of ``temporal_bench.py``: durability overhead per model turn, zero-latency model.
 
 Against a bare one-activity workflow (``bench/_bare_workflow.py``) on the same server, worker and
-process, interleaved. A model turn is the ``call_model`` activity + the ``append_entries`` activity
-storing the reply (+ the workflow tasks between them), measured worker-side from model call start
-to the next activity's start, while the client streams events; the baseline is one no-op activity
-round trip measured the same way (start to next start). Also: a whole one-turn run (``run()`` ->
+process, interleaved. A model turn is the ``call_model`` activity, which stores the reply itself
+(+ the workflow tasks around it), measured worker-side from the model call's start to the tool's
+start, while the client streams events; the baseline is one no-op activity round trip measured
+the same way (start to next start). Also: a whole one-turn run (``run()`` ->
 last event) against a whole one-activity workflow (start -> result).
 """
 
