@@ -12,12 +12,14 @@ the run (:class:`Parked`), which then ends ``awaiting_approval`` with nothing sy
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
 
-from ..agent.approval import Resume, Verdict
+from ..agent.approval import Resume, Verdict, needs_approval
 from ..agent.events import AgentEvent
 from ..agent.loop import AgentRun, Loop
+from ..agent.options import AgentOptions
 from ..ai.messages import Message, ToolCall
 from ..session.approvals import (
     ApprovalDecision,
@@ -29,12 +31,64 @@ from ..session.approvals import (
 from ..session.entries import Entry
 from ..session.errors import EntryConflictError
 from .errors import ApprovalNotPendingError, PersistError
-from .inbox import QueuedDecision
+from .inbox import Inbox, QueuedDecision
+from .persist import CommitEffects
 
-if TYPE_CHECKING:
-    from .engine import RunEngine
+__all__ = [
+    "ApprovalGate",
+    "RunSide",
+    "RunStatus",
+    "deliver",
+    "LocalGate",
+    "Parked",
+    "Waiting",
+    "ask_people",
+    "not_pending",
+    "resume_turn",
+    "settle",
+]
 
-__all__ = ["ApprovalGate", "Parked", "Waiting", "ask_people", "resume_turn", "settle"]
+
+RunStatus = Literal[
+    "starting",
+    "calling_model",
+    "running_tools",
+    "awaiting_approval",
+    "persisting",
+    "completed",
+    "failed",
+    "cancelled",
+]
+
+
+class RunSide(Protocol):
+    """What the approval step and deliveries use of the run engine."""
+
+    status: RunStatus
+    waiting: Waiting | None
+    pending_calls: list[ToolCall]
+
+    async def persist(
+        self, entries: Sequence[Entry], what: str, keep: bool = False
+    ) -> list[Entry]: ...
+
+    async def emit_agent(
+        self, event: AgentEvent, entries: list[Entry] | None = None, leaf: bool = False
+    ) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def effects(self) -> CommitEffects: ...
+
+    @property
+    def gate(self) -> ApprovalGate | None: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
 
 
 class ApprovalGate(Protocol):
@@ -105,7 +159,7 @@ def not_pending(tool_call_id: str, decision_id: str | None) -> ApprovalNotPendin
     return ApprovalNotPendingError(text, tool_call_id=tool_call_id, decision_id=decision_id)
 
 
-async def ask_people(engine: RunEngine, run: AgentRun, reply: Message) -> None:
+async def ask_people(engine: RunSide, run: AgentRun, reply: Message) -> None:
     """After a reply with calls is stored: if any call needs approval, request and wait, then
     hand the loop the verdicts before it runs the turn's tools."""
     if engine.gate is None:
@@ -116,7 +170,7 @@ async def ask_people(engine: RunEngine, run: AgentRun, reply: Message) -> None:
 
 
 async def resume_turn(
-    engine: RunEngine,
+    engine: RunSide,
     loop: Loop,
     messages: list[Message],
     turn: AwaitingTurn,
@@ -136,7 +190,7 @@ async def resume_turn(
 
 
 async def settle(
-    engine: RunEngine, reply: Message, ask: list[str], turn: AwaitingTurn | None = None
+    engine: RunSide, reply: Message, ask: list[str], turn: AwaitingTurn | None = None
 ) -> dict[str, Verdict]:
     """Request approval for the calls ``ask`` of ``reply`` (or, given ``turn``, wait on the
     requests a stored turn holds) and wait until each is decided; the verdicts by call ID.
@@ -169,7 +223,7 @@ async def settle(
     return waiting.verdicts()
 
 
-async def _wait_for_decisions(engine: RunEngine, waiting: Waiting) -> None:
+async def _wait_for_decisions(engine: RunSide, waiting: Waiting) -> None:
     gate, inbox = engine.gate, engine.inbox
     assert gate is not None
     limit = gate.approval_wait
@@ -185,7 +239,7 @@ async def _wait_for_decisions(engine: RunEngine, waiting: Waiting) -> None:
             await _commit_decision(engine, waiting, queued)
 
 
-async def _commit_decision(engine: RunEngine, waiting: Waiting, queued: QueuedDecision) -> None:
+async def _commit_decision(engine: RunSide, waiting: Waiting, queued: QueuedDecision) -> None:
     decision = queued.decision
     request = waiting.turn.requests.get(decision.tool_call_id)
     if request is None or decision.tool_call_id in waiting.turn.decisions:
@@ -219,3 +273,47 @@ def _conflict(exc: PersistError) -> bool:
     if isinstance(cause, EntryConflictError):
         return True
     return cause is not None and getattr(cause, "kind", None) == EntryConflictError.__name__
+
+
+class LocalGate:
+    """The in-process gate: rules evaluated here, an asyncio wait woken by inbox arrivals."""
+
+    def __init__(self, options: AgentOptions, inbox: Inbox) -> None:
+        self.approval_wait = options.approval_wait
+        self._options = options
+        self._wake = asyncio.Event()
+        inbox.on_change = self._wake.set
+
+    async def needs_approval(self, reply: Message) -> list[str]:
+        options = self._options
+        return await needs_approval(reply.tool_calls(), options.tools, options.approval)
+
+    async def wait(self, ready: Callable[[], bool], seconds: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        while not ready():
+            self._wake.clear()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return ready()
+        return True
+
+
+async def deliver(engine: RunSide, would_continue: bool) -> list[Message]:
+    """The loop's inbox: store the messages due at this turn's end, each emitted as
+    ``input_delivered`` (docs/design.md#approvals-and-steering)."""
+    out: list[Message] = []
+    for queued in engine.inbox.due(would_continue):
+        entry = queued.entry.model_copy(update={"created_at": engine.effects.now()})
+        try:
+            receipt = await engine.persist([entry], "persist delivered input")
+        except BaseException as exc:
+            queued.done.set_exception(exc)
+            raise
+        await engine.emit_agent(AgentEvent(type="input_delivered"), receipt)
+        queued.done.set_result(receipt[0])
+        out.append(queued.entry.message)
+        engine.checkpoint()
+    return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Literal, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from ..agent.events import AgentEvent
 from ..agent.loop import AgentRun, Loop
@@ -26,24 +26,13 @@ from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message
 from ..session.approvals import AwaitingTurn
 from ..session.entries import Entry, MessageEntry
 from .answers import CANCELLED_TEXT, aborted_message, stored_key, too_large
-from .approvals import ApprovalGate, Parked, Waiting, ask_people, resume_turn
+from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, deliver, resume_turn
 from .errors import PersistError, RunCancelledError, RunNotAcceptingError
 from .events import Event
-from .inbox import Inbox, deliver
+from .inbox import Inbox
 from .persist import CommitEffects, Header, Stamped, reserve, see_through, stamp
 
 __all__ = ["CANCELLED_TEXT", "RunEffects", "RunEngine", "RunStatus", "aborted_message"]
-
-RunStatus = Literal[
-    "starting",
-    "calling_model",
-    "running_tools",
-    "awaiting_approval",
-    "persisting",
-    "completed",
-    "failed",
-    "cancelled",
-]
 
 
 class RunEffects(CommitEffects, Protocol):

@@ -9,8 +9,8 @@ Two kinds of mail (docs/design.md#approvals-and-steering):
   ordinary user message and emitted as ``input_delivered``. An accepted message is always
   delivered: the inbox stops accepting at the moment the loop finds it empty and would stop.
 
-The inbox itself does no I/O: callers get a future that the run resolves once the entry is
-stored (by :func:`deliver`, the loop's inbox callback, or the approval step).
+The inbox does no I/O: callers get a future that the run resolves once the entry is stored (by
+:func:`~.approvals.deliver`, the loop's inbox callback, or by the approval step).
 """
 
 from __future__ import annotations
@@ -18,16 +18,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from ..agent.events import AgentEvent
-from ..ai.messages import Message
 from ..session.approvals import ApprovalDecision
 from ..session.entries import Entry, MessageEntry
 from .errors import RunNotAcceptingError
-
-if TYPE_CHECKING:
-    from .engine import RunEngine
 
 __all__ = [
     "MAX_QUEUED",
@@ -35,7 +30,6 @@ __all__ = [
     "QueuedDecision",
     "QueuedMessage",
     "When",
-    "deliver",
 ]
 
 When = Literal["next_turn", "at_end"]
@@ -129,21 +123,3 @@ class Inbox:
             if not done.done():
                 done.set_exception(error)
         self.messages, self.decisions = [], []
-
-
-async def deliver(engine: RunEngine, would_continue: bool) -> list[Message]:
-    """The loop's inbox: store the messages due at this turn's end, each emitted as
-    ``input_delivered`` (docs/design.md#approvals-and-steering)."""
-    out: list[Message] = []
-    for queued in engine.inbox.due(would_continue):
-        entry = queued.entry.model_copy(update={"created_at": engine.effects.now()})
-        try:
-            receipt = await engine.persist([entry], "persist delivered input")
-        except BaseException as exc:
-            queued.done.set_exception(exc)
-            raise
-        await engine.emit_agent(AgentEvent(type="input_delivered"), receipt)
-        queued.done.set_result(receipt[0])
-        out.append(queued.entry.message)
-        engine.checkpoint()
-    return out
