@@ -85,7 +85,12 @@ class _Turn:
 
     @property
     def parallel(self) -> bool:
+        """Several calls, every tool parallel-safe, and none denied (a turn with a denial runs
+        one call after another, so each result is stored on its own in call order)."""
         tools = self.tools
+        mine = [self.verdicts.get(c.id) for c in self.calls]
+        if any(v is not None and not v.approved for v in mine):
+            return False
         return len(self.calls) > 1 and all(t is not None and t.parallel_safe for t in tools)
 
     async def _execute(self, i: int) -> None:

@@ -78,6 +78,8 @@ class RunSide(Protocol):
 
     def checkpoint(self) -> None: ...
 
+    def record_stored(self, entries: Sequence[Entry]) -> list[Entry]: ...
+
     @property
     def run_id(self) -> str: ...
 
@@ -103,6 +105,11 @@ class ApprovalGate(Protocol):
 
     async def wait(self, ready: Callable[[], bool], seconds: float | None) -> bool:
         """Wait until ``ready()`` (re-checked on every inbox arrival); ``False`` on timeout."""
+        ...
+
+    def stored_requests(self) -> list[ApprovalRequest]:
+        """The requests the reply's producer stored with it (the Temporal model call), which
+        the run records instead of committing them; ``[]`` when it stored none."""
         ...
 
 
@@ -143,6 +150,12 @@ class Waiting:
             raise not_pending(tool_call_id, decided.id)
         if deciding or tool_call_id not in {c.id for c in self.undecided()}:
             raise not_pending(tool_call_id, None)
+
+    def denied(self, calls: list[ToolCall]) -> bool:
+        """Whether a person denied one of ``calls`` (when they are this turn's calls)."""
+        if {c.id for c in calls} != {c.id for c in self.turn.calls}:
+            return False
+        return any(not d.approved for d in self.turn.decisions.values())
 
     def verdicts(self) -> dict[str, Verdict]:
         return {
@@ -208,7 +221,11 @@ async def settle(
             )
             for i in ask
         ]
-        stored = await engine.persist(requests, "persist approval requests")
+        ahead = engine.gate.stored_requests() if engine.gate is not None else []
+        if ahead:
+            stored = engine.record_stored(ahead)
+        else:
+            stored = await engine.persist(requests, "persist approval requests")
         for entry in stored:
             assert isinstance(entry, ApprovalRequest)
             turn.requests[entry.tool_call_id] = entry
@@ -218,7 +235,6 @@ async def settle(
     try:
         await _wait_for_decisions(engine, waiting)
     finally:
-        engine.waiting = None if not waiting.undecided() else waiting
         engine.status = previous
     return waiting.verdicts()
 
@@ -283,6 +299,9 @@ class LocalGate:
         self._options = options
         self._wake = asyncio.Event()
         inbox.on_change = self._wake.set
+
+    def stored_requests(self) -> list[ApprovalRequest]:
+        return []
 
     async def needs_approval(self, reply: Message) -> list[str]:
         options = self._options

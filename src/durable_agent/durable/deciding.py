@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..session.approvals import ApprovalDecision, awaiting_turn, decision_entry_id, pending_items
+from ..session.approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    awaiting_turn,
+    decision_entry_id,
+    pending_items,
+)
 from ..session.entries import Entry
 from ..session.errors import EntryConflictError
 from .approvals import not_pending
@@ -39,9 +45,13 @@ async def decide(
         # a run starting on this tail takes it once it waits (docs/design.md#approvals-and-steering)
         return await engine.inbox.decide(decision)
     if remote is not None:
+        known = _pending_request(state, decision)
+        if not isinstance(known, ApprovalRequest):
+            return known  # the same decision, stored already
         entry = await remote(state, decision)
         if entry is not None:
             return entry
+        await state.run_ended()  # the run asked ended without it: its last receipts first
     return await commit_decision(state, decision)
 
 
@@ -51,8 +61,11 @@ def _refusal(state: SessionState, decision: ApprovalDecision) -> Exception:
     return not_pending(decision.tool_call_id, None if decided is None else decided.id)
 
 
-async def commit_decision(state: SessionState, decision: ApprovalDecision) -> Entry:
-    """Commit ``decision`` at the leaf (no live run waits for it)."""
+def _pending_request(
+    state: SessionState, decision: ApprovalDecision
+) -> ApprovalRequest | ApprovalDecision:
+    """The request of the pending call ``decision`` is for; the stored decision if it says the
+    same; else :class:`ApprovalNotPendingError` (naming the stored decision, if any)."""
     turn = awaiting_turn(state.path())
     call_id = decision.tool_call_id
     request = None if turn is None else turn.requests.get(call_id)
@@ -65,6 +78,15 @@ async def commit_decision(state: SessionState, decision: ApprovalDecision) -> En
         raise not_pending(call_id, decided.id)
     if call_id not in {c.id for c in turn.undecided()}:
         raise not_pending(call_id, None)  # answered already
+    return request
+
+
+async def commit_decision(state: SessionState, decision: ApprovalDecision) -> Entry:
+    """Commit ``decision`` at the leaf (no live run waits for it)."""
+    request = _pending_request(state, decision)
+    if not isinstance(request, ApprovalRequest):
+        return request
+    call_id = decision.tool_call_id
     entry = decision.model_copy(update={"id": decision_entry_id(request.id)})
     try:
         stamped = await state.persist([entry], keep_ids=True)

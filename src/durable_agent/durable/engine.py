@@ -151,6 +151,10 @@ class RunEngine:
             raise PersistError(f"{what}: {exc}") from exc
         return commit.result(), cancelled
 
+    def record_stored(self, entries: Sequence[Entry]) -> list[Entry]:
+        """Record a chained batch a producer stored (approval requests with their reply)."""
+        return self._apply(Stamped(list(entries), list(entries), entries[-1].id))
+
     def _apply(self, stamped: Stamped) -> list[Entry]:
         self.leaf_id = stamped.leaf_id
         self.new_entry_ids.extend(e.id for e in stamped.durable)
@@ -214,6 +218,7 @@ class RunEngine:
                 self._refuse_mail("it failed")
                 raise
             await self._cancel_run(shield)
+        self._refuse_mail("it has ended")
         return list(self.produced)
 
     def _refuse_mail(self, because: str) -> None:  # nothing queued is left unanswered

@@ -71,9 +71,12 @@ class SessionState:
         """Stored entries by ID."""
         self.leaf = entries[-1].id if entries else ""
         self.lock = asyncio.Lock()
-        self.running = False
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.compacting = False
         self.closed = False
+        self.live_run_id = ""
+        """The ID of this handle's live run on another executor (Temporal), ``""`` if none."""
         self.live_run: RunEngine | None = None
         """The engine of this handle's in-process run while it runs (decisions and messages
         go to its inbox)."""
@@ -91,8 +94,24 @@ class SessionState:
         if self.running or self.compacting:
             raise RunActiveError(f"a run or compaction is active on session {self.session_id!r}")
 
+    @property
+    def running(self) -> bool:
+        """A run of this handle is live (the busy rule)."""
+        return not self._idle.is_set()
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        if value:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
     def run_finished(self) -> None:
         self.running = False
+
+    async def run_ended(self) -> None:
+        """Return once no run of this handle is live."""
+        await self._idle.wait()
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from ..ai.messages import Message, ToolCall
 from .entries import CustomEntry, Entry, MessageEntry, register_custom
+from .repair import start_repairs
+from .views import raw_model_view
 
 __all__ = [
     "APPROVAL_DECISION",
@@ -28,6 +30,11 @@ __all__ = [
     "awaiting_turn",
     "decision_entry_id",
     "pending_items",
+    "request_entry_id",
+    "requests_for",
+    "requests_after",
+    "run_start_repairs",
+    "sent_message",
 ]
 
 APPROVAL_REQUEST = "approval_request"
@@ -78,6 +85,35 @@ class PendingItem(BaseModel):
     run_id: str
 
 
+def request_entry_id(reply_id: str, tool_call_id: str) -> str:
+    """The ID of the request for call ``tool_call_id`` of the reply stored as ``reply_id``,
+    where a producer commits the requests with the reply (the Temporal model call): a retried
+    commit finds its own."""
+    return hashlib.sha256(f"request\n{reply_id}\n{tool_call_id}".encode()).hexdigest()[:16]
+
+
+def requests_for(reply: MessageEntry, ask: Sequence[str], run_id: str) -> list[ApprovalRequest]:
+    """The requests for the calls ``ask`` of the stored ``reply``, chained after it in call
+    order under derived IDs and the reply's ``created_at``."""
+    calls = {c.id: c for c in reply.message.tool_calls()}
+    out: list[ApprovalRequest] = []
+    parent = reply.id
+    for call_id in ask:
+        call = calls[call_id]
+        request = ApprovalRequest(
+            id=request_entry_id(reply.id, call_id),
+            parent_id=parent,
+            created_at=reply.created_at,
+            tool_call_id=call_id,
+            tool_name=call.name,
+            args=call.arguments,
+            run_id=run_id,
+        )
+        out.append(request)
+        parent = request.id
+    return out
+
+
 def decision_entry_id(request_id: str) -> str:
     """The one ID every decision on request ``request_id`` is stored under: a second, different
     decision conflicts in the store, a re-sent identical one is idempotent. A fork's copy of a
@@ -94,6 +130,8 @@ class AwaitingTurn:
     assistant: Message
     index: int
     """Position of the assistant message on the path."""
+    assistant_parent: str = ""
+    """The assistant entry's parent (``""``: a root)."""
     requests: dict[str, ApprovalRequest] = field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
     results: list[Message] = field(default_factory=list)
@@ -123,7 +161,7 @@ def awaiting_turn(path: Sequence[Entry]) -> AwaitingTurn | None:
     for i in range(len(path) - 1, -1, -1):
         entry = path[i]
         if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
-            turn = AwaitingTurn(entry.message, i)
+            turn = AwaitingTurn(entry.message, i, entry.parent_id or "")
             for e in reversed(tail):
                 if isinstance(e, ApprovalRequest):
                     turn.requests[e.tool_call_id] = e
@@ -144,6 +182,14 @@ def awaiting_turn(path: Sequence[Entry]) -> AwaitingTurn | None:
     return None
 
 
+def run_start_repairs(path: Sequence[Entry]) -> list[MessageEntry]:
+    """Run-start repair of ``path`` (docs/design.md#repair-and-reconcile), which never answers a
+    call waiting for people: a tail turn with approval requests is left to the run."""
+    if awaiting_turn(path) is not None:
+        return []
+    return start_repairs(raw_model_view(path))
+
+
 def pending_items(path: Sequence[Entry]) -> list[PendingItem]:
     """The pending calls of ``path`` in call order (docs/design.md#approvals-and-steering)."""
     turn = awaiting_turn(path)
@@ -161,4 +207,20 @@ def pending_items(path: Sequence[Entry]) -> list[PendingItem]:
                 run_id=request.run_id,
             )
         )
+    return out
+
+
+def sent_message(entry: Entry) -> bool:
+    """A user message: in a run's chain after its input, one sent into the run."""
+    return isinstance(entry, MessageEntry) and entry.message.role == "user" and not entry.synthetic
+
+
+def requests_after(reply: Entry, following: list[Entry]) -> list[ApprovalRequest]:
+    """The approval requests stored with ``reply`` (one append, chained after it)."""
+    out: list[ApprovalRequest] = []
+    parent = reply.id
+    for entry in following:
+        if isinstance(entry, ApprovalRequest) and (entry.parent_id or "") == parent:
+            out.append(entry)
+            parent = entry.id
     return out
