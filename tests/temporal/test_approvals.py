@@ -9,6 +9,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +30,13 @@ from durable_agent import (
     new,
 )
 from durable_agent.ai import Reply, ToolCall, tool
-from durable_agent.stores import MemoryStore
+from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
-from tests.durable_runs.test_approvals import Reader, email, send_email, shape, stored
+from tests.durable_runs.test_approvals import SENT, Reader, email, send_email, shape, stored
 from tests.support.temporal import running_worker, temporal_binary
+from tests.support.worker_process import AGENT, CALLS_LOG
+from tests.temporal.conftest import WorkerProcesses
 from tests.temporal.helpers import (
     activity_counts,
     assert_replays,
@@ -41,6 +44,7 @@ from tests.temporal.helpers import (
     executor,
     queue,
     run_state,
+    wait_for_file,
     wait_state,
 )
 
@@ -308,3 +312,69 @@ async def test_state_lists_pending_and_cancel_keeps_requests(temporal_client: Cl
         ]
         texts = [e.message.text() for e in stored(agent)[5:]]
         assert texts == ["tool execution cancelled", "tool execution cancelled"]
+
+
+async def test_a_wait_survives_its_worker_being_sigkilled(
+    temporal_client: Client, address: str, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    """The worker dies while the run waits for a decision; the decision is sent with no worker
+    up (the update waits for one), a fresh worker takes the run on, and the step runs once."""
+    root, markers = tmp_path / "sessions", tmp_path / "markers"
+    markers.mkdir()
+    q = queue()
+    common = ("--address", address, "--task-queue", q, "--root", str(root))
+    common += ("--markers", str(markers), "--steps", "1", "--approval")
+    first = worker_processes.start(*common)
+    await wait_for_file(markers / f"ready-{first.pid}")
+    agent = await new(AGENT, store=FileStore(root), executor=executor(temporal_client, q))
+    stream = await agent.run("go")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    worker_processes.kill(first)
+    deciding = asyncio.ensure_future(agent.decide("call-go-1", True))
+    second = worker_processes.start(*common)
+    await wait_for_file(markers / f"ready-{second.pid}")
+    decision = await asyncio.wait_for(deciding, 60)
+    await reader.done()
+    stored_entries = await FileStore(root).load_entries(agent.session_id)
+    kinds_stored = shape(list(stored_entries))
+    assert kinds_stored == [
+        "user",
+        "assistant",
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "assistant",
+    ]
+    assert stored_entries[3].id == decision.id
+    calls = (markers / CALLS_LOG).read_text().split()
+    assert calls.count("tool") == 1  # the approved step ran once
+    await assert_replays(temporal_client, run_workflow_id(agent.session_id, stream.run_id))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.45, 0.5, 0.55])
+async def test_a_decision_while_the_run_parks(temporal_client: Client, delay: float) -> None:
+    """Whether the run takes the decision or has parked already, it is stored once, and the
+    call runs once (in the run, or in the continuation ``run()``). ``delay`` moves the decision
+    around the moment ``approval_wait`` runs out (a race injected, not a synchronisation)."""
+    SENT.clear()
+    script = [Reply(tool_calls=[email()]), "done", "done"]
+    async with agent_on(temporal_client, script, approval_wait=0.5) as agent:
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        await asyncio.sleep(delay)
+        decision = await asyncio.wait_for(agent.decide("c1", True), 30)
+        await reader.done()
+        if stream.pending or not [e for e in stored(agent) if e.type == "message"][2:]:
+            await asyncio.wait_for((await agent.run()).wait(), 30)
+        decisions = [e for e in stored(agent) if isinstance(e, ApprovalDecision)]
+        assert decisions == [decision]
+        assert len(SENT) == 1
+        assert shape(stored(agent))[:5] == [
+            "user",
+            "assistant",
+            "approval_request",
+            "approval_decision",
+            "tool_result",
+        ]
