@@ -65,7 +65,7 @@ def command() -> typer.Typer:
     """The typer app with every subcommand (imported here: see the module docstring)."""
     import typer
 
-    from . import chat, demo, dev, run, sessions, worker
+    from . import approvals, chat, demo, dev, run, sessions, worker
 
     cli = typer.Typer(
         name="durable-agent",
@@ -86,6 +86,9 @@ def command() -> typer.Typer:
         sessions.show,
         sessions.state,
         chat.chat,
+        approvals.approvals,
+        approvals.approve,
+        approvals.deny,
     ):
         cli.command()(each)
     cli.add_typer(sessions.sessions_cli, name="sessions")
