@@ -9,6 +9,7 @@ command starts the continuation run and says so (docs/design.md#approvals-and-st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Annotated, Any
@@ -16,11 +17,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from ..activities.contracts import RunState
 from ..durable import Agent
-from ..session import PendingItem, pending_items, validate_session_id
+from ..session import Entry, PendingItem, pending_items, validate_session_id
 from ..session.tree import path
 from ..workflows import TemporalExecutor, run_workflow_id
 from .config import (
@@ -41,7 +43,7 @@ from .render import RunPrinter, console, flags_from, print_json, run_command, se
 from .run import open_agent
 from .stores import open_store, resolve_store_spec
 
-__all__ = ["approvals", "approve", "deny", "pending_line"]
+__all__ = ["approvals", "approve", "deny", "pending_line", "show_approvals"]
 
 
 def pending_line(item: PendingItem) -> str:
@@ -197,3 +199,42 @@ async def _continue(
             printer.handle(event)
     finally:
         printer.finish()
+
+
+async def show_approvals(console: Console, client: Client, agent: Agent) -> None:
+    """The demo's step on people: a call that waits for a person (approved, with a message
+    sent into the run while it waits, which lands between two tool calls), then one that is
+    denied."""
+    asks = [
+        ("Email the Q3 figures to the team.", None, "Also check the weather in Lisbon."),
+        ("Email the Q3 figures to the board.", "not before the audit", None),
+    ]
+    for text, refusal, steer in asks:
+        console.print(f"  [bold cyan]you ▸[/] {text}")
+        stream = await agent.run(text)
+        printer = RunPrinter(console)
+        sent: asyncio.Future[Entry] | None = None
+        async for event in stream.events():
+            printer.handle(event)
+            if event.agent is None or event.agent.type != "approval_requested":
+                continue
+            printer.finish()
+            if steer is not None:
+                console.print(f"  [bold cyan]you, while it waits ▸[/] {steer}")
+                sent = asyncio.ensure_future(stream.send(steer))
+                await _queued(client, agent.session_id, stream.run_id)
+            for request in event.entries or []:
+                call = getattr(request, "tool_call_id", "")
+                await agent.decide(call, refusal is None, reason=refusal, decided_by="demo")
+        printer.finish()
+        if sent is not None:
+            await sent
+
+
+async def _queued(client: Client, session_id: str, run_id: str) -> None:
+    """Until the run holds the message just sent (so it lands in this turn): its ``state()``."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    for _ in range(200):
+        if (await handle.query("state", result_type=RunState)).queued_inputs:
+            return
+        await asyncio.sleep(0.05)
