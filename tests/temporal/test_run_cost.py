@@ -184,4 +184,5 @@ async def test_lifecycle_events_start_a_workflow_only_when_a_worker_has_a_publis
                     return len(published) == 2
 
                 await eventually(delivered, within=20, what="the events")
-    assert [e.type for e in published] == ["session_init", "session_branched"]
+    # one publish workflow per event: they run concurrently, so delivery order is not promised
+    assert sorted(e.type for e in published) == ["session_branched", "session_init"]
