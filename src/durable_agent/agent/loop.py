@@ -192,6 +192,41 @@ class ModelLoop:
             final = await call_hook(hooks.after_model, final) or final
         yield with_call_ids(final)  # a call without an ID could not be answered durably
 
+    async def _model_turn(
+        self, context: list[Message], injected: list[Message] | None
+    ) -> AsyncGenerator[AgentEvent | Message, None]:
+        """A turn's start (with the messages a hook injected) and its model call: events, then
+        the reply's ``message_end``, then the reply itself (not an event)."""
+        yield AgentEvent(type="turn_start", input=injected)
+        for message in injected or ():
+            yield AgentEvent(type="message_start", message=message)
+            yield AgentEvent(type="message_end", message=message)
+        reply: Message | None = None
+        async with closing(self._call_model(context)) as stream:
+            async for item in stream:
+                if isinstance(item, Message):
+                    reply = item
+                else:
+                    yield item
+        assert reply is not None
+        yield AgentEvent(type="message_end", message=reply)
+        yield reply
+
+    async def _tools(
+        self, calls: list[ToolCall], run: AgentRun, context: list[Message], produced: list[Message]
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Run a turn's calls; each result joins ``context`` and ``produced`` as stored."""
+        tools = run_tools(self.options, self.tool_executor, calls, run.verdicts)
+        async with closing(tools) as tool_events:
+            async for event in tool_events:
+                yield event
+                if event.type == "message_end" and event.message is not None:
+                    # the consumer has stored it by now: go on with what it stored
+                    key = event.message.tool_call_id or ""
+                    result = run.stored_forms.pop(key, None) or event.message
+                    context.append(result)
+                    produced.append(result)
+
     async def _events(
         self, input_messages: list[Message], run: AgentRun, resume: Resume | None
     ) -> AsyncGenerator[AgentEvent, None]:
@@ -212,37 +247,24 @@ class ModelLoop:
                 resume = None
             else:
                 turns += 1
-                yield AgentEvent(type="turn_start", input=injected)
-                for message in injected or ():
-                    yield AgentEvent(type="message_start", message=message)
-                    yield AgentEvent(type="message_end", message=message)
-                injected = None
                 reply: Message | None = None
-                async with closing(self._call_model(context)) as stream:
+                async with closing(self._model_turn(context, injected)) as stream:
                     async for item in stream:
                         if isinstance(item, Message):
                             reply = item
                         else:
                             yield item
                 assert reply is not None
-                assistant = reply
-                yield AgentEvent(type="message_end", message=assistant)
+                assistant, injected = reply, None
                 context.append(assistant)
                 produced.append(assistant)
                 if assistant.usage is not None:
                     usage = usage + assistant.usage
                 calls = _calls(assistant)
             if calls:
-                tools = run_tools(opts, self.tool_executor, calls, run.verdicts)
-                async with closing(tools) as tool_events:
+                async with closing(self._tools(calls, run, context, produced)) as tool_events:
                     async for event in tool_events:
                         yield event
-                        if event.type == "message_end" and event.message is not None:
-                            # the consumer has stored it by now: go on with what it stored
-                            key = event.message.tool_call_id or ""
-                            result = run.stored_forms.pop(key, None) or event.message
-                            context.append(result)
-                            produced.append(result)
             yield AgentEvent(type="turn_end", message=assistant)
             stopped = assistant.stop_reason in ("error", "aborted")
             may_continue = opts.max_turns is None or turns < opts.max_turns

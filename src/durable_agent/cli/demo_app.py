@@ -144,6 +144,14 @@ def _about_sales(lowered: str) -> bool:
     return any(w in lowered for w in ("crunch", "numbers", "sales", "figures", "revenue"))
 
 
+def _email(request: ModelRequest, question: str) -> Reply:
+    """``send_email`` to whoever the question names (``to the board``), the team by default."""
+    to = re.search(r"\bto the (\w+)", question.lower())
+    return _call(
+        request, EMAIL_TOOL, to=f"{to.group(1) if to else 'team'}@example.com", subject=question
+    )
+
+
 def respond(request: ModelRequest) -> Reply:
     """The scripted model: a pure function of the conversation it is shown, whose answers follow
     the question (the city asked about, the quarter asked about)."""
@@ -170,10 +178,7 @@ def respond(request: ModelRequest) -> Reply:
             + "."
         )
     if "email" in lowered:
-        to = re.search(r"\bto the (\w+)", lowered)
-        return _call(
-            request, EMAIL_TOOL, to=f"{to.group(1) if to else 'team'}@example.com", subject=question
-        )
+        return _email(request, question)
     if "weather" in lowered:
         city = re.search(r"\b(?:in|for|at) ([A-Z][a-zA-Z]+)", question)
         return _call(request, "get_weather", city=city.group(1) if city else "Paris")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -108,6 +109,10 @@ def send_body(entry: MessageEntry, when: When) -> SendBody:
     if plain and isinstance(message.content[0], TextContent):
         return SendBody(text=message.content[0].text, when=when)
     return SendBody(inputs=[run_input_item(entry)], when=when)
+
+
+async def _send(handle: WorkflowHandle[Any, RunResult], entry: MessageEntry, when: When) -> Entry:
+    return await send_update(handle, send_body(entry, when))
 
 
 SUMMARY_WORDS = 60
@@ -233,13 +238,12 @@ class TemporalExecutor:
         def reading() -> bool:
             return stream is not None and stream.events_taken
 
-        async def send(entry: MessageEntry, when: When) -> Entry:
-            return await send_update(handle, send_body(entry, when))
-
         state.live_run_id = run_id
         follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)
+        send = partial(send_update, handle)
+        sender = lambda entry, when: send(send_body(entry, when))  # noqa: E731
         stream = LocalRunStream(
-            follower.produce, on_cancel=request_cancel, run_id=run_id, sender=send
+            follower.produce, on_cancel=request_cancel, run_id=run_id, sender=sender
         )
         stream.when_done(lambda: setattr(state, "live_run_id", ""))
         return stream

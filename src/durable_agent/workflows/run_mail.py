@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from ..activities.contracts import InputEntry
+from ..activities.contracts import InputEntry, RunInput, RunState, ToolCallRef
 from ..activities.model_call import ActivityModel
 from ..ai.messages import Message, TextContent
 from ..durable.approvals import Waiting, not_pending
+from ..durable.engine import RunEngine
 from ..durable.errors import AgentError, RunNotAcceptingError
 from ..durable.inbox import Inbox, When
 from ..session.approvals import ApprovalDecision, ApprovalRequest
@@ -41,6 +42,7 @@ from .run_input import input_entry
 
 __all__ = [
     "DecideBody",
+    "run_state",
     "SendBody",
     "TemporalGate",
     "check_decision",
@@ -162,3 +164,31 @@ async def delivered(done: asyncio.Future[Entry]) -> str:
         return encode_entry(await done)
     except AgentError as exc:
         raise refusal(exc) from None
+
+
+def run_state(inp: RunInput, engine: RunEngine | None, inbox: Inbox) -> RunState:
+    """The run workflow's ``state()`` answer (with what waits for people and what is queued)."""
+    if engine is None:
+        return RunState(
+            session_id=inp.session_id,
+            run_id=inp.run_id,
+            leaf_id=inp.leaf_id or "",
+            status="starting",
+            turn_count=inp.turn_count,
+            pending_tool_calls=[],
+            new_entry_ids=list(inp.new_entry_ids),
+            usage=inp.usage,
+            queued_inputs=len(inbox.messages),
+        )
+    return RunState(
+        session_id=inp.session_id,
+        run_id=inp.run_id,
+        leaf_id=engine.leaf_id,
+        status=engine.status,
+        turn_count=engine.turn_count,
+        pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
+        new_entry_ids=list(engine.new_entry_ids),
+        usage=engine.usage,
+        pending_approvals=[] if engine.waiting is None else engine.waiting.pending(),
+        queued_inputs=len(inbox.messages),
+    )

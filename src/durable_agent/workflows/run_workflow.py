@@ -26,11 +26,11 @@ with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import (
         CallModelInput,
         EventsAnswer,
+        PathInfo,
         ResetNote,
         RunInput,
         RunResult,
         RunState,
-        ToolCallRef,
         WireEvent,
         event_to_wire,
     )
@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.events import Event
     from ..durable.inbox import Inbox
     from ..durable.persist import Header, Stamped, is_durable
-    from ..session.approvals import awaiting_turn
+    from ..session.approvals import AwaitingTurn, awaiting_turn
     from ..session.codec import decode_entry, encode_entry
     from ..session.repair import repair_entries
     from .event_bodies import (
@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         decision_of,
         delivered,
         message_of,
+        run_state,
     )
     from .search import ensure_session_attribute
 
@@ -147,31 +148,9 @@ class RunWorkflow:
 
     @workflow.query(name="state")
     def state(self) -> RunState:
-        inp, engine = self._input, self._engine
+        inp = self._input
         assert inp is not None
-        if engine is None:
-            return RunState(
-                session_id=inp.session_id,
-                run_id=inp.run_id,
-                leaf_id=inp.leaf_id or "",
-                status="starting",
-                turn_count=inp.turn_count,
-                pending_tool_calls=[],
-                new_entry_ids=list(inp.new_entry_ids),
-                usage=inp.usage,
-            )
-        return RunState(
-            session_id=inp.session_id,
-            run_id=inp.run_id,
-            leaf_id=engine.leaf_id,
-            status=engine.status,
-            turn_count=engine.turn_count,
-            pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
-            new_entry_ids=list(engine.new_entry_ids),
-            usage=engine.usage,
-            pending_approvals=[] if engine.waiting is None else engine.waiting.pending(),
-            queued_inputs=len(self._inbox.messages),
-        )
+        return run_state(inp, self._engine, self._inbox)
 
     # -- updates (docs/design.md#approvals-and-steering) -------------------------------------
 
@@ -307,31 +286,7 @@ class RunWorkflow:
         engine.usage = inp.usage
         engine.new_entry_ids = list(inp.new_entry_ids)
         self._engine = engine
-        max_turns = inp.options.get("max_turns", info.max_turns)
-        remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
-        tools = {i.name: i for i in info.tools}
-        self._tools = ActivityTools(
-            engine,
-            inp.session_id,
-            inp.agent,
-            tools,
-            inp.timeouts,
-            run_id=inp.run_id,
-            on_cancel=self._note_cancel,
-        )
-        retry = inp.options.get("model_retry")
-        model = ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry)
-        wait = inp.options.get("approval_wait", info.approval_wait)
-        engine.gate = TemporalGate(model, None if wait is None else float(wait))
-        waiting = awaiting_turn([decode_entry(w) for w in info.waiting]) if info.waiting else None
-        if waiting is not None and inp.start_leaf_id is None:
-            # the run goes on from the stored reply: the model sees it as the run's own
-            self._start_leaf = waiting.assistant_parent
-        loop = ModelLoop(
-            model,
-            AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
-            tool_executor=self._tools,
-        )
+        loop, waiting = self._loop(inp, info, engine)
         inputs = [input_entry(item, workflow.now()) for item in inp.inputs]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
@@ -367,6 +322,36 @@ class RunWorkflow:
             turn_count=engine.turn_count,
             reset=reset,
         )
+
+    def _loop(
+        self, inp: RunInput, info: PathInfo, engine: RunEngine
+    ) -> tuple[ModelLoop, AwaitingTurn | None]:
+        """The run's loop, its model and tools as activities, and the stored turn whose calls
+        wait for people (then the run starts from it: docs/design.md#approvals-and-steering)."""
+        max_turns = inp.options.get("max_turns", info.max_turns)
+        remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
+        tools = {i.name: i for i in info.tools}
+        self._tools = ActivityTools(
+            engine,
+            inp.session_id,
+            inp.agent,
+            tools,
+            inp.timeouts,
+            run_id=inp.run_id,
+            on_cancel=self._note_cancel,
+        )
+        retry = inp.options.get("model_retry")
+        model = ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry)
+        wait = inp.options.get("approval_wait", info.approval_wait)
+        engine.gate = TemporalGate(model, None if wait is None else float(wait))
+        waiting = awaiting_turn([decode_entry(w) for w in info.waiting]) if info.waiting else None
+        if waiting is not None and inp.start_leaf_id is None:
+            # the run goes on from the stored reply: the model sees it as the run's own
+            self._start_leaf = waiting.assistant_parent
+        options = AgentOptions(
+            tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining
+        )
+        return ModelLoop(model, options, tool_executor=self._tools), waiting
 
     def _reseeded(self, _seed: int) -> None:
         # called while the activation's jobs are applied, outside workflow code: no info() here
