@@ -272,3 +272,24 @@ async def test_a_decision_for_a_call_that_is_not_pending(harness: Harness, store
     assert "another-runs-call" in str(refused.value)
     await agent.decide("c1", True)
     await reader.done()
+
+
+async def test_compaction_keeps_a_pending_turn(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        ["hello", Reply(tool_calls=[email()]), "Summary: they said hi.", "sent"],
+        store=store,
+        tools=[send_email],
+        approval_wait=0.1,
+    )
+    await asyncio.wait_for((await agent.run("hi")).wait(), 30)
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    question = next(
+        e for e in stored(agent) if isinstance(e, MessageEntry) and e.message.text() == "mail bob"
+    )
+    compaction = await agent.compact(keep_turns=0)
+    assert compaction is not None and compaction.first_kept_id == question.id
+    assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+    await agent.decide("c1", True)
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert stored(agent)[-1].message.text() == "sent"
