@@ -7,6 +7,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 
+import pexpect
 import pytest
 
 from tests.cli.support import CLI, Dev, run_cli, running_dev
@@ -61,3 +62,36 @@ def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
     assert denied.returncode == 0, denied.stderr
     out, _ = proc.communicate(timeout=60)
     assert "tool call denied: not before the audit" in out
+
+
+def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
+    child = pexpect.spawn(
+        CLI[0],
+        [*CLI[1:], "chat", "mail3"],
+        env=dev.env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 200),
+    )
+    prompt = "mail3 ▸ "
+    try:
+        child.expect(prompt)
+        child.sendline("Email the Q3 figures to the board.")
+        child.expect(r"board@example\.com.*\[y / n reason / e\]")
+        child.sendline("maybe")
+        child.expect("answer y, n")
+        child.sendline("n not before the audit")
+        child.expect("tool call denied: not before the audit")
+        child.expect(prompt)
+        child.sendline("Email the Q3 figures to the team.")
+        child.expect(r"team@example\.com.*\[y / n reason / e\]")
+        child.sendline("e")
+        child.expect("args")
+        child.sendline('{"to": "cfo@example.com", "subject": "Q3"}')
+        child.expect("email to cfo@example.com sent: Q3")
+        child.expect(prompt)
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert _pending(dev, "mail3") == []

@@ -203,7 +203,8 @@ class Chat:
             if not isinstance(request, ApprovalRequest):
                 continue
             call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
-            self.console.print(f"[bold yellow]approve[/] {escape(call)}? [y / n reason / e]")
+            choices = escape("[y / n reason / e]")
+            self.console.print(f"[bold yellow]approve[/] {escape(call)}? {choices}")
             while True:
                 answer = (await asyncio.to_thread(input, "  ▸ ")).strip()
                 word, _, rest = answer.partition(" ")
