@@ -68,6 +68,7 @@ async def test_steer_lands_between_two_tool_calls(harness: Harness, store: Store
     await asyncio.wait_for(STARTED.wait(), 30)
     sending = asyncio.ensure_future(stream.send("also say hello"))
     await reader.until("tool_execution_start")
+    await queued(agent, client=getattr(harness, "client", None))  # held before the step ends
     RELEASE.set()
     steer = await asyncio.wait_for(sending, 30)
     assert isinstance(steer, MessageEntry) and steer.message.text() == "also say hello"
