@@ -29,6 +29,7 @@ EXPECTED = {
     "quickstart-temporal": "['Hello! How can I help?']",
     "edit-and-retry": "└── ⑂ branch 3/3 (active)",
     "print-tokens": "Tokens arrive as the model writes them.",
+    "approvals": "'sent to bob@example.com', 'Sent.'",
 }
 """What each named script prints (a line of it)."""
 

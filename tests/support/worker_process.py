@@ -32,6 +32,8 @@ once: step 1 returns, step 2 parks (marker ``parallel-running``): a crash mid-ba
 Every model call and tool run appends a line to ``calls.log`` in ``--markers`` (``model <pid>``,
 ``tool <step> <pid>``): the side-effect counter the tests check across processes.
 
+``--approval`` makes each ``work`` call wait for a person's decision.
+
 Without ``--crash`` the process just works (the "fresh worker"). SIGTERM shuts it down cleanly.
 """
 
@@ -207,7 +209,7 @@ def build_store(args: argparse.Namespace) -> Store:
 def build_agent(args: argparse.Namespace, markers: Path) -> AgentSpec:
     crash = args.crash
 
-    @tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05))
+    @tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05), approval=args.approval)
     async def work(step: int) -> str:
         """Do one step of the work."""
         _count(markers, f"tool {step}")
@@ -237,6 +239,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES)
     parser.add_argument("--parallel", action="store_true", help="one turn of parallel calls")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--approval", action="store_true", help="a person approves each step")
     parser.add_argument("--live", action="store_true", help="publish live deltas (the store's)")
     args = parser.parse_args(argv)
     if not args.root and not args.mongo_uri:

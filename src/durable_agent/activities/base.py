@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from temporalio import activity
@@ -185,15 +185,22 @@ class ActivityBase:
         checked_payload(what, payload, self.payload_limit)
 
     async def commit(
-        self, session_id: str, stamp: Header, message: Message, what: str = "message"
+        self,
+        session_id: str,
+        stamp: Header,
+        message: Message,
+        what: str = "message",
+        then: Callable[[MessageEntry], Sequence[Entry]] = lambda _: (),
     ) -> MessageEntry:
         """Append ``message`` under the run's stamp and return what the store holds for it: a
-        conflicting earlier write (a zombie attempt) wins, so workflow and store agree."""
+        conflicting earlier write (a zombie attempt) wins, so workflow and store agree.
+        ``then``: entries stored in the same append right after it (a reply's approval
+        requests, docs/design.md#approvals-and-steering)."""
         entry = stamp.on(MessageEntry(message=message))
         self.check_size("entry", encode_entry(entry))
         try:
             try:
-                await self.store.append_entries(session_id, [entry])
+                await self.store.append_entries(session_id, [entry, *then(entry)])
                 return entry
             except EntryConflictError:
                 stored = find_entry(await self.store.load_entries(session_id), stamp.id)

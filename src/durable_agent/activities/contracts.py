@@ -12,7 +12,7 @@ producer commits under is the stamping algorithm's own ``durable.persist.Header`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_serializer
 from pydantic import SerializationInfo as Info
@@ -20,8 +20,10 @@ from pydantic import SerializerFunctionWrapHandler as Handler
 
 from ..agent.events import AgentEvent
 from ..ai.messages import Message, Usage
+from ..durable.approvals import RunStatus
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
+from ..session.approvals import ApprovalRequest, PendingItem
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import MessageEntry
 
@@ -134,6 +136,11 @@ class PathInfo(FrozenModel):
 
     repairs: list[Message]
     tools: list[ToolInfo]
+    waiting: list[str] = Field(default_factory=list)
+    """A tail turn whose calls wait for people (its reply and what follows it, encoded): the
+    run waits on it instead of repairing it (docs/design.md#approvals-and-steering)."""
+    approval_wait: float | None = 3600.0
+    """The agent's wait for decisions, in seconds (a run's plain option overrides it)."""
     max_turns: int | None
     reset_of: str | None = None  # a reset of the whole run, recorded (activities.reset_steps)
 
@@ -195,6 +202,9 @@ class ModelReply(FrozenModel):
     calls removed), which the run's cancellation stores, as in-process."""
     cancelled: bool = False
     """With ``entry``: the run's cancellation arrived while the reply was being stored."""
+    requests: list[ApprovalRequest] = Field(default_factory=list)
+    """With ``entry``: the approval requests stored right after it
+    (docs/design.md#approvals-and-steering)."""
 
 
 class CallToolInput(FrozenModel):
@@ -353,9 +363,7 @@ class RunInput(FrozenModel):
     """An operator's reset of this run: the original execution (continue-as-new carries it)."""
 
 
-RunStatusName = Literal[
-    "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
-]
+RunStatusName = RunStatus
 
 
 class ResetNote(FrozenModel):
@@ -398,6 +406,8 @@ class RunState(FrozenModel):
     pending_tool_calls: list[ToolCallRef]
     new_entry_ids: list[str]
     usage: Usage
+    pending_approvals: list[PendingItem] = Field(default_factory=list)
+    queued_inputs: int = 0
 
 
 class EventsAnswer(FrozenModel):

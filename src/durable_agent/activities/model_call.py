@@ -23,15 +23,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
+from ..agent.approval import needs_approval
 from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelEvent, ModelRequest
 from ..durable.engine import RunEngine, aborted_message
 from ..durable.live import DeltaWriter, clear_later, write_cancel_note, writer_for
 from ..durable.persist import Header
+from ..session.approvals import ApprovalRequest, requests_for
 from ..session.codec import decode_entry
 from ..session.deltas import DeltaKey
-from ..session.entries import Entry
+from ..session.entries import Entry, MessageEntry
 from ..session.views import run_view
 from .base import ActivityBase, heartbeating, producer_answer, run_cancelled
 from .contracts import CallModelInput, CancelNoteInput, ModelReply, Timeouts
@@ -59,7 +61,8 @@ class ModelActivity(ActivityBase):
                 # committed by an earlier attempt (crash between commit and completion, or
                 # a zombie that won the race): no second model call
                 self.clear_deltas(inp)
-                return ModelReply(entry=stored)
+                ask = await _asks(options, stored.message)
+                return ModelReply(entry=stored, requests=requests_for(stored, ask, inp.run_id))
             request = self._request(options, inp, await self.path_to(inp.session_id, inp.leaf_id))
             final, cancelled, live = await self._stream(spec, inp, request)
             # the reply's last deltas go out while it is committed: a client sees the reply's
@@ -69,17 +72,27 @@ class ModelActivity(ActivityBase):
                 if finishing is not None:
                     await finishing  # best effort and bounded (DeltaWriter.finish)
                 return ModelReply(aborted=aborted_message(final))
-            commit = asyncio.ensure_future(self.commit(inp.session_id, inp.stamp, final))
+            # approval rules run here, on the worker, never in workflow code; the requests are
+            # stored with the reply in one append (docs/design.md#approvals-and-steering)
+            ask = await _asks(options, final)
+
+            def requests(entry: MessageEntry) -> list[ApprovalRequest]:
+                return requests_for(entry, ask, inp.run_id)
+
+            write = self.commit(inp.session_id, inp.stamp, final, then=requests)
+            commit = asyncio.ensure_future(write)
             try:
                 await asyncio.shield(commit)
                 # the deltas' last write (no fsync) has usually finished by now: no extra hop
                 if finishing is not None and not finishing.done():
                     await asyncio.shield(finishing)
-                return ModelReply(entry=commit.result())
+                entry = commit.result()
+                return ModelReply(entry=entry, requests=requests(entry))
             except asyncio.CancelledError:
                 # the run was cancelled while the reply was being written: a started write
                 # completes and gets its receipt before the cancellation proceeds
-                return ModelReply(entry=await commit, cancelled=True)
+                entry = await commit
+                return ModelReply(entry=entry, cancelled=True, requests=requests(entry))
 
     @activity.defn(name="durable_agent.note_cancel")
     async def note_cancel(self, inp: CancelNoteInput) -> None:
@@ -165,6 +178,13 @@ class ModelActivity(ActivityBase):
         clear_later(self.deltas, DeltaKey(inp.session_id, inp.run_id, inp.turn))
 
 
+async def _asks(options: AgentOptions, reply: Message) -> list[str]:
+    """The reply's calls a person decides first (none for a cut-short reply)."""
+    if reply.stop_reason == "aborted":
+        return []
+    return await needs_approval(reply.tool_calls(), options.tools, options.approval)
+
+
 class ActivityModel:
     """The loop's model inside the run workflow: one ``call_model`` activity per call.
 
@@ -187,6 +207,8 @@ class ActivityModel:
         self.timeouts = timeouts
         self.call_input = call_input
         self.on_cancel = on_cancel
+        self.requests: list[ApprovalRequest] = []
+        """The approval requests the last call stored with its reply."""
         # the plain model_retry option means the same as in-process: attempts and first backoff
         retry = model_retry or {}
         self.retry = RetryPolicy(
@@ -231,6 +253,7 @@ class ActivityModel:
         # have heard of it) proceeds once the reply's receipt is out
         cancelled = reply.cancelled or workflow.cancellation_reason() is not None
         engine.producer_stored(reply.entry, cancelled=cancelled)
+        self.requests = list(reply.requests)
         yield ModelEvent(type="done", partial=reply.entry.message)
 
 

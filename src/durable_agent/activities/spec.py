@@ -10,13 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agent.approval import ApprovalRule
 from ..agent.options import AgentOptions
 from ..ai.model import LanguageModel
 from ..ai.tools import Tool
 
 __all__ = ["PLAIN_OPTIONS", "AgentSpec"]
 
-PLAIN_OPTIONS = frozenset({"system_prompt", "max_turns", "model_options"})
+PLAIN_OPTIONS = frozenset({"system_prompt", "max_turns", "model_options", "approval_wait"})
 """Options a client may send with a run (plain JSON); the rest belong to the worker."""
 
 
@@ -29,6 +30,12 @@ class AgentSpec:
     system_prompt: str = ""
     max_turns: int | None = 50
     model_options: dict[str, Any] = field(default_factory=dict)
+    approval: ApprovalRule | None = None
+    """A predicate over every call (after the tool's own rule): a person decides it first; run
+    on the worker, never in workflow code (docs/design.md#approvals-and-steering)."""
+    approval_wait: float | None = 3600.0
+    """Seconds a run waits for decisions before it parks; ``None``: until its execution
+    timeout. A client may override it with the plain option of that name."""
 
     def options(self, plain: dict[str, Any] | None = None) -> AgentOptions:
         """The loop options for a run: this spec, overridden by the client's plain options."""
@@ -37,6 +44,8 @@ class AgentSpec:
             "max_turns": self.max_turns,
             "model_options": dict(self.model_options),
             "tools": tuple(self.tools),
+            "approval": self.approval,
+            "approval_wait": self.approval_wait,
         }
         for key, value in (plain or {}).items():
             if key in PLAIN_OPTIONS:

@@ -30,12 +30,11 @@ from temporalio.service import RPCError
 from ..ai.timefmt import format_time, parse_time
 from ..durable.limits import check_payload
 from ..durable.persist import Stamped
+from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError
-from ..session.repair import start_repairs
 from ..session.store import open_session
-from ..session.views import raw_model_view
 from .base import ActivityBase, heartbeating
 from .contracts import (
     AppendInput,
@@ -111,7 +110,9 @@ class StoreSteps(ActivityBase):
                 raise application_error(exc) from exc
         async with heartbeating():
             p = await self.path_to(inp.session_id, inp.leaf_id)
-        repairs = start_repairs(raw_model_view(p))
+        repairs = run_start_repairs(p)
+        waiting = awaiting_turn(p)
+        tail = [] if waiting is None else [encode_entry(e) for e in p[waiting.index :]]
         tools = [
             ToolInfo(
                 name=t.name,
@@ -130,6 +131,8 @@ class StoreSteps(ActivityBase):
             tools=tools,
             max_turns=spec.max_turns,
             reset_of=inp.reset_of,
+            waiting=tail,
+            approval_wait=spec.approval_wait,
         )
 
     @activity.defn(name="durable_agent.append_entries")

@@ -209,6 +209,9 @@ class ActivityTools:
         """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
         there are several and every called tool is parallel-safe."""
         infos = [self.tools.get(c.name) for c in calls]
+        waiting = self.engine.waiting
+        if waiting is not None and waiting.denied(calls):
+            return False  # as the loop: a turn with a denied call runs sequentially
         return len(calls) > 1 and all(i is not None and i.parallel_safe for i in infos)
 
     async def execute(

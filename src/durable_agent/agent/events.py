@@ -3,7 +3,10 @@
 ``agent_start``; per turn ``turn_start``, the assistant's ``message_start``, ``message_update``…,
 ``message_end``, per tool ``tool_execution_start``, ``tool_execution_update``…,
 ``tool_execution_end`` and the result's ``message_start``/``message_end``, then ``turn_end``;
-``agent_end`` on success only.
+``agent_end`` on success only. A run that waits for people adds ``approval_requested`` after a
+reply's ``message_end``, ``approval_decided`` per decision, and ``input_delivered`` for a message
+sent into the run (after a ``turn_end``), each with its stored entries as the receipt
+(docs/design.md#approvals-and-steering).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ AgentEventType = Literal[
     "tool_execution_end",
     "turn_end",
     "agent_end",
+    "approval_requested",
+    "approval_decided",
+    "input_delivered",
 ]
 
 

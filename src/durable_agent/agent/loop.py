@@ -8,53 +8,36 @@ sees every earlier message.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import types
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, Usage, with_call_ids
 from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
-from ..ai.tools import Tool
+from .approval import Resume, Verdict
+from .closing import closing
 from .events import AgentEvent
 from .hooks import call_hook
 from .options import AgentOptions
 from .retry import RetryingModel
 from .tool_exec import LocalToolExecutor, ToolExecutor
+from .tool_run import run_tools
 
-__all__ = ["AgentRun", "Factory", "Loop", "ModelFactory", "ModelLoop", "build_loop", "model"]
+__all__ = [
+    "AgentRun",
+    "Factory",
+    "Inbox",
+    "Loop",
+    "ModelFactory",
+    "ModelLoop",
+    "build_loop",
+    "model",
+]
 
-
-T = TypeVar("T")
-
-
-class _closing(Generic[T]):
-    """``contextlib.aclosing`` that also works while the whole chain is being finalized.
-
-    A generator nested in another (``async for`` over it) is closed with its consumer, so an
-    abandoned run cancels its tool tasks at once. When the garbage collector finalizes a
-    suspended chain (a Temporal workflow evicted mid-run), the inner generator is still
-    mid-``await`` (``ag_running``) and is finalized on its own: closing it then would raise
-    "already running", so it is left alone. No generator here awaits while closing.
-    """
-
-    def __init__(self, agen: AsyncIterator[T]) -> None:
-        self.agen = agen
-
-    async def __aenter__(self) -> AsyncIterator[T]:
-        return self.agen
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        agen = self.agen
-        if isinstance(agen, types.AsyncGeneratorType) and not agen.ag_running:
-            await agen.aclose()
+Inbox = Callable[[bool], Awaitable[list[Message]]]
+"""Called after each ``turn_end`` with whether the loop would go on: the messages people sent
+into the run that are due now (the consumer stored them), which the loop adds to its context
+before its next model call (docs/design.md#approvals-and-steering)."""
 
 
 class AgentRun:
@@ -64,19 +47,26 @@ class AgentRun:
     stand-in for a result the store refused as too large, docs/design.md#repair-and-reconcile)
     tells the loop: the loop goes on with the stored form in its context, so the model sees what
     the store holds. A loop that ignores it (a custom one) keeps its own form; the store is still
-    right."""
+    right.
+
+    ``verdicts`` and ``inbox`` are how a consumer that waits for people steers the run: it fills
+    ``verdicts`` (call ID -> a person's decision) before asking for the event after an assistant
+    ``message_end``, and sets ``inbox`` before the first event."""
 
     def __init__(
         self,
-        events: AsyncGenerator[AgentEvent, None],
-        *,
-        stored_forms: dict[str, Message] | None = None,
+        events: AsyncGenerator[AgentEvent, None]
+        | Callable[[AgentRun], AsyncGenerator[AgentEvent, None]],
     ) -> None:
-        self._gen = events
+        """``events``: the run's generator, or a function of this run that makes it (a loop
+        that reads ``stored_forms``, ``verdicts`` and ``inbox`` as it goes)."""
         self._started = False
         self._messages: list[Message] = []
-        self.stored_forms: dict[str, Message] = {} if stored_forms is None else stored_forms
+        self.stored_forms: dict[str, Message] = {}
         """Tool call ID -> the stored form of its result, when it differs from the yielded one."""
+        self.verdicts: dict[str, Verdict] = {}
+        self.inbox: Inbox | None = None
+        self._gen = events if isinstance(events, AsyncGenerator) else events(self)
 
     def stored_as(self, stored: Message) -> None:
         """Record that the tool result just yielded was stored as ``stored`` (same call ID);
@@ -92,7 +82,7 @@ class AgentRun:
         return self._iterate()
 
     async def _iterate(self) -> AsyncGenerator[AgentEvent, None]:
-        async with _closing(self._gen) as events:
+        async with closing(self._gen) as events:
             async for event in events:
                 yield event
                 if event.type == "message_end" and event.message is not None:
@@ -118,7 +108,10 @@ class AgentRun:
 class Loop(Protocol):
     """What a factory builds: something that runs input messages and can be closed."""
 
-    def run(self, messages: Sequence[Message]) -> AgentRun: ...
+    def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
+        """``resume``: start from a stored assistant message whose calls are decided, instead
+        of a model call (a run that waited for people, docs/design.md#approvals-and-steering)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -149,9 +142,8 @@ class ModelLoop:
         self._tool_specs: list[ToolSpec] | None = None
         """The tools' specs, built once per loop (a JSON schema per tool is not free)."""
 
-    def run(self, messages: Sequence[Message]) -> AgentRun:
-        forms: dict[str, Message] = {}
-        run = AgentRun(self._events(list(messages), forms), stored_forms=forms)
+    def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
+        run = AgentRun(lambda r: self._events(list(messages), r, resume))
         self._runs.append(run)
         return run
 
@@ -200,8 +192,43 @@ class ModelLoop:
             final = await call_hook(hooks.after_model, final) or final
         yield with_call_ids(final)  # a call without an ID could not be answered durably
 
+    async def _model_turn(
+        self, context: list[Message], injected: list[Message] | None
+    ) -> AsyncGenerator[AgentEvent | Message, None]:
+        """A turn's start (with the messages a hook injected) and its model call: events, then
+        the reply's ``message_end``, then the reply itself (not an event)."""
+        yield AgentEvent(type="turn_start", input=injected)
+        for message in injected or ():
+            yield AgentEvent(type="message_start", message=message)
+            yield AgentEvent(type="message_end", message=message)
+        reply: Message | None = None
+        async with closing(self._call_model(context)) as stream:
+            async for item in stream:
+                if isinstance(item, Message):
+                    reply = item
+                else:
+                    yield item
+        assert reply is not None
+        yield AgentEvent(type="message_end", message=reply)
+        yield reply
+
+    async def _tools(
+        self, calls: list[ToolCall], run: AgentRun, context: list[Message], produced: list[Message]
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Run a turn's calls; each result joins ``context`` and ``produced`` as stored."""
+        tools = run_tools(self.options, self.tool_executor, calls, run.verdicts)
+        async with closing(tools) as tool_events:
+            async for event in tool_events:
+                yield event
+                if event.type == "message_end" and event.message is not None:
+                    # the consumer has stored it by now: go on with what it stored
+                    key = event.message.tool_call_id or ""
+                    result = run.stored_forms.pop(key, None) or event.message
+                    context.append(result)
+                    produced.append(result)
+
     async def _events(
-        self, input_messages: list[Message], stored_forms: dict[str, Message]
+        self, input_messages: list[Message], run: AgentRun, resume: Resume | None
     ) -> AsyncGenerator[AgentEvent, None]:
         opts = self.options
         context = [*opts.history, *input_messages]
@@ -211,42 +238,43 @@ class ModelLoop:
         injected: list[Message] | None = None
         yield AgentEvent(type="agent_start")
         while True:
-            turns += 1
-            yield AgentEvent(type="turn_start", input=injected)
-            for message in injected or ():
-                yield AgentEvent(type="message_start", message=message)
-                yield AgentEvent(type="message_end", message=message)
-            injected = None
-            assistant: Message | None = None
-            async with _closing(self._call_model(context)) as stream:
-                async for item in stream:
-                    if isinstance(item, Message):
-                        assistant = item
-                    else:
-                        yield item
-            assert assistant is not None
-            yield AgentEvent(type="message_end", message=assistant)
-            context.append(assistant)
-            produced.append(assistant)
-            if assistant.usage is not None:
-                usage = usage + assistant.usage
-            calls = [c for c in assistant.tool_calls() if not c.server]
-            if assistant.stop_reason == "aborted":
-                calls = []  # a cancelled reply's calls are answered by the canceller, not run
+            if resume is not None:
+                # the turn's reply is stored and its calls decided: no model call
+                assistant, answered = resume.assistant, resume.results
+                context += [assistant, *answered]
+                done = {r.tool_call_id for r in answered}
+                calls = [c for c in _calls(assistant) if c.id not in done]
+                resume = None
+            else:
+                turns += 1
+                reply: Message | None = None
+                async with closing(self._model_turn(context, injected)) as stream:
+                    async for item in stream:
+                        if isinstance(item, Message):
+                            reply = item
+                        else:
+                            yield item
+                assert reply is not None
+                assistant, injected = reply, None
+                context.append(assistant)
+                produced.append(assistant)
+                if assistant.usage is not None:
+                    usage = usage + assistant.usage
+                calls = _calls(assistant)
             if calls:
-                async with _closing(self._run_tools(calls)) as tool_events:
+                async with closing(self._tools(calls, run, context, produced)) as tool_events:
                     async for event in tool_events:
                         yield event
-                        if event.type == "message_end" and event.message is not None:
-                            # the consumer has stored it by now: go on with what it stored
-                            result = stored_forms.pop(event.message.tool_call_id or "", None)
-                            context.append(result or event.message)
-                            produced.append(result or event.message)
             yield AgentEvent(type="turn_end", message=assistant)
-            may_continue = opts.max_turns is None or turns < opts.max_turns
-            if calls and may_continue and assistant.stop_reason not in ("error", "aborted"):
-                continue
             stopped = assistant.stop_reason in ("error", "aborted")
+            may_continue = opts.max_turns is None or turns < opts.max_turns
+            going_on = bool(calls) and may_continue and not stopped
+            delivered = [] if run.inbox is None else await run.inbox(going_on)
+            if delivered:
+                context.extend(delivered)  # a delivered message always gets a model call
+                continue
+            if going_on:
+                continue
             if not calls and may_continue and not stopped and opts.hooks is not None:
                 follow = await call_hook(opts.hooks.follow_up, list(produced))
                 if follow:
@@ -257,116 +285,12 @@ class ModelLoop:
             break
         yield AgentEvent(type="agent_end", messages=produced, usage=usage)
 
-    async def _run_tools(self, calls: list[ToolCall]) -> AsyncGenerator[AgentEvent, None]:
-        """Run a turn's calls (concurrently when every called tool allows it), results in call
-        order."""
-        opts = self.options
-        tools = [opts.tool(c.name) for c in calls]
-        parallel = len(calls) > 1 and all(t is not None and t.parallel_safe for t in tools)
-        updates: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()
-        results: dict[int, Message] = {}
-        tasks: dict[int, asyncio.Task[None]] = {}
 
-        async def execute(i: int, call: ToolCall) -> None:
-            async def report(partial: str) -> None:
-                await updates.put((i, partial))
-
-            try:
-                results[i] = await self._execute_one(call, tools[i], report)
-            finally:
-                await updates.put((i, None))
-
-        def start(i: int) -> AgentEvent:
-            tasks[i] = asyncio.create_task(execute(i, calls[i]))
-            c = calls[i]
-            return AgentEvent(
-                type="tool_execution_start", tool_call_id=c.id, tool_name=c.name, args=c.arguments
-            )
-
-        async def drain(until: set[int]) -> AsyncGenerator[AgentEvent, None]:
-            while until:
-                i, partial = await updates.get()
-                if partial is None:
-                    until.discard(i)
-                    tasks[i].result()  # re-raise an executor crash
-                else:
-                    c = calls[i]
-                    yield AgentEvent(
-                        type="tool_execution_update",
-                        tool_call_id=c.id,
-                        tool_name=c.name,
-                        partial_result=partial,
-                    )
-
-        def finish(i: int) -> list[AgentEvent]:
-            result, c = results[i], calls[i]
-            return [
-                AgentEvent(
-                    type="tool_execution_end",
-                    tool_call_id=c.id,
-                    tool_name=c.name,
-                    result=result,
-                    is_error=result.is_error,
-                ),
-                AgentEvent(type="message_start", message=result),
-                AgentEvent(type="message_end", message=result),
-            ]
-
-        closing = False
-        try:
-            if parallel:
-                for i in range(len(calls)):
-                    yield start(i)
-                async with _closing(drain(set(range(len(calls))))) as updates_of_all:
-                    async for event in updates_of_all:
-                        yield event
-                for i in range(len(calls)):
-                    for event in finish(i):
-                        yield event
-            else:
-                for i in range(len(calls)):
-                    yield start(i)
-                    async with _closing(drain({i})) as updates_of_one:
-                        async for event in updates_of_one:
-                            yield event
-                    for event in finish(i):
-                        yield event
-        except GeneratorExit:
-            # Closed (aclose, or finalized with its workflow on eviction): a generator being
-            # closed must not await, so the tool tasks are cancelled and left to finish.
-            closing = True
-            raise
-        finally:
-            pending = [t for t in tasks.values() if not t.done()]
-            for task in pending:
-                task.cancel()
-                task.add_done_callback(_retrieve)
-            if pending and not closing:
-                await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _execute_one(
-        self,
-        call: ToolCall,
-        tool: Tool | None,
-        report: Callable[[str], Awaitable[None]],
-    ) -> Message:
-        hooks = self.options.hooks
-        if hooks is not None:
-            replaced = await call_hook(hooks.before_tool, call)
-            if isinstance(replaced, Message):
-                return replaced
-            if isinstance(replaced, ToolCall):
-                call = replaced
-        result = await self.tool_executor.execute(tool, call, report)
-        if hooks is not None:
-            result = await call_hook(hooks.after_tool, call, result) or result
-        return result
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    """Consume a cancelled tool task's outcome, so nothing is reported as never retrieved."""
-    if not task.cancelled():
-        task.exception()
+def _calls(assistant: Message) -> list[ToolCall]:
+    """The calls the loop runs: a cancelled reply's are answered by the canceller instead."""
+    if assistant.stop_reason == "aborted":
+        return []
+    return [c for c in assistant.tool_calls() if not c.server]
 
 
 class ModelFactory:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..ai.messages import Message
+from ..ai.messages import Message, ToolCall
 from ..ai.tools import RetryPolicy, Tool
 from .hooks import Hooks
 
@@ -32,6 +33,12 @@ class AgentOptions(BaseModel):
         default_factory=lambda: RetryPolicy(max_attempts=3, initial_interval=0.5)
     )
     """In-process retries of retryable model errors (Temporal uses its activity retry policy)."""
+    approval: Callable[[ToolCall], bool | Awaitable[bool]] | None = None
+    """A predicate over every call, consulted after the tool's own ``approval`` rule: ``True``
+    when a person must decide the call before it runs (docs/design.md#approvals-and-steering)."""
+    approval_wait: float | None = Field(default=3600.0, ge=0)
+    """Seconds a run waits for decisions before it parks (ends ``awaiting_approval``); ``None``
+    waits until the run's execution timeout."""
     history: list[Message] = Field(default_factory=list)
     """Earlier turns, as the model sees them; set by the durable agent for each run."""
 

@@ -15,7 +15,7 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .messages import ContentBlock, TextContent
+from .messages import ContentBlock, TextContent, ToolCall
 from .model import ToolSpec
 
 __all__ = ["RetryPolicy", "Tool", "ToolContext", "ToolResult", "tool"]
@@ -70,6 +70,9 @@ class Tool:
     wants_context: bool = False
     takes_model: bool = False
     """The handler takes the validated argument model itself rather than its fields."""
+    approval: bool | Callable[[ToolCall], bool | Awaitable[bool]] = False
+    """Whether a person decides each call before it runs: ``True``, or a predicate (sync or
+    async) over the call (docs/design.md#approvals-and-steering)."""
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -127,6 +130,7 @@ def tool(
     parallel_safe: bool = True,
     retry: RetryPolicy | None = None,
     timeout: float = 300.0,
+    approval: bool | Callable[[ToolCall], bool | Awaitable[bool]] = False,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -139,11 +143,13 @@ def tool(
     parallel_safe: bool = True,
     retry: RetryPolicy | None = None,
     timeout: float = 300.0,
+    approval: bool | Callable[[ToolCall], bool | Awaitable[bool]] = False,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a :class:`Tool` from an async function; the docstring is the default description.
 
     The function takes either one pydantic model or plain typed parameters (a parameter named
-    ``ctx`` receives a :class:`ToolContext`).
+    ``ctx`` receives a :class:`ToolContext`). ``approval``: a person decides each call first
+    (``True``, or a predicate over the call).
     """
 
     def build(f: Handler) -> Tool:
@@ -160,6 +166,7 @@ def tool(
             timeout=timeout,
             wants_context=wants_ctx,
             takes_model=takes_model,
+            approval=approval,
         )
 
     if fn is not None:

@@ -70,7 +70,7 @@ def command() -> typer.Typer:
     """The typer app with every subcommand (imported here: see the module docstring)."""
     import typer
 
-    from . import chat, demo, dev, run, sessions, worker
+    from . import approvals, chat, demo, dev, run, sessions, worker
 
     cli = typer.Typer(
         name="durable-agent",
@@ -92,6 +92,9 @@ def command() -> typer.Typer:
         sessions.show,
         sessions.state,
         chat.chat,
+        approvals.approvals,
+        approvals.approve,
+        approvals.deny,
     ):
         cli.command()(each)
     cli.add_typer(sessions.sessions_cli, name="sessions")

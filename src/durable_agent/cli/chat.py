@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +22,7 @@ from rich.text import Text
 from ..ai import ModelError
 from ..durable import Agent, AgentError, RunCancelledError, RunStream, new
 from ..session import (
+    ApprovalRequest,
     Entry,
     SessionError,
     SessionNotFoundError,
@@ -177,6 +179,9 @@ class Chat:
         try:
             async for event in stream.events():
                 printer.handle(event)
+                if event.agent is not None and event.agent.type == "approval_requested":
+                    printer.finish()
+                    await self.ask(event.entries or [])
         except asyncio.CancelledError:
             printer.finish()
             self.console.print("[yellow]cancelling the run…[/]")
@@ -189,6 +194,37 @@ class Chat:
             printer.finish()
         with contextlib.suppress(RunCancelledError):
             await stream.wait()
+
+    async def ask(self, requests: list[Entry]) -> None:
+        """A run waits for decisions: show each call with its arguments and take ``y``,
+        ``n [reason]`` or ``e`` (edit the arguments as JSON)
+        (docs/design.md#approvals-and-steering)."""
+        for request in requests:
+            if not isinstance(request, ApprovalRequest):
+                continue
+            call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
+            choices = escape("[y / n reason / e]")
+            self.console.print(f"[bold yellow]approve[/] {escape(call)}? {choices}")
+            while True:
+                answer = (await asyncio.to_thread(input, "  ▸ ")).strip()
+                word, _, rest = answer.partition(" ")
+                args: dict[str, Any] | None = None
+                if word.lower() == "e":
+                    edited = await asyncio.to_thread(input, "  args (JSON) ▸ ")
+                    try:
+                        args = json.loads(edited)
+                    except json.JSONDecodeError as exc:
+                        self.console.print(f"not JSON: {escape(str(exc))}")
+                        continue
+                    word = "y"
+                if word.lower() in ("y", "n"):
+                    approved = word.lower() == "y"
+                    reason = rest.strip() or None
+                    await self.agent.decide(
+                        request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
+                    )
+                    break
+                self.console.print("answer y, n [reason] or e")
 
     async def command(self, line: str) -> bool:
         """Run a ``/command``; False means quit."""

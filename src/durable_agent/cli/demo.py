@@ -31,6 +31,7 @@ from ..session import last_turn, new_id
 from ..stores import FileStore
 from ..workflows import SEARCH_ATTRIBUTE, TemporalExecutor, Timeouts, connect, run_workflow_id
 from ..workflows.config import data_dir, read_server_info, remove_server_info
+from .approvals import show_approvals
 from .config import DEMO_APP
 from .demo_app import AGENT, SLOW_TOOL, demo_spec, model_choice
 from .dev import DevServer, advertise, start_dev_server, workflows_url
@@ -286,14 +287,14 @@ async def _show_tree_and_ui(
     sessions: tuple[Agent, Agent],
     keep: bool,
 ) -> None:
-    """Steps 7-8: the transcript trees, then where the runs are in the Temporal Web UI."""
+    """Steps 8-9: the transcript trees, then where the runs are in the Temporal Web UI."""
     agent, child = sessions
     session_id = agent.session_id
-    _step(console, 7, "The transcript tree")
+    _step(console, 8, "The transcript tree")
     console.print(render_tree(agent.entries(), agent.leaf_id, f"session {session_id}"))
     console.print(render_tree(child.entries(), child.leaf_id, f"session {child.session_id}"))
 
-    _step(console, 8, "Inspect the runs in the Temporal Web UI")
+    _step(console, 9, "Inspect the runs in the Temporal Web UI")
     runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]
     console.print(f"  {len(runs)} workflows tagged {SEARCH_ATTRIBUTE}={session_id}:")
     if server.ui_url:
@@ -387,6 +388,8 @@ async def run_demo(console: Console, *, keep: bool = False) -> int:
         await _crash_turn(console, stack, server, client, agent)
 
         child = await _edit_fork_compact(console, agent, session_id)
+        _step(console, 7, "Approvals and messages while the agent works")
+        await show_approvals(console, client, agent)
         await _show_tree_and_ui(console, client, server, (agent, child), keep)
     console.print(f"\n[bold green]Demo complete[/] in {time.monotonic() - t_start:.1f} s.")
     return 0

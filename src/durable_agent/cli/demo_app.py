@@ -1,4 +1,5 @@
-"""The demo's worker app: one agent, ``demo``, with a quick tool and a deliberately slow one.
+"""The demo's worker app: one agent, ``demo``, with a quick tool, a deliberately slow one, and
+``send_email``, whose every call waits for a person's approval.
 
 ``durable-agent worker --app durable_agent.cli.demo_app:app`` serves it from any directory. Without
 an API key the model is a :class:`ScriptedModel` whose replies are a *function of the request*, so a
@@ -31,6 +32,7 @@ from .config import ENV_MODEL
 
 __all__ = [
     "AGENT",
+    "EMAIL_TOOL",
     "SLOW_TOOL",
     "app",
     "demo_spec",
@@ -40,6 +42,7 @@ __all__ = [
 
 AGENT = "demo"
 SLOW_TOOL = "crunch_numbers"
+EMAIL_TOOL = "send_email"
 ENV_TOOL_SECONDS = "DURABLE_AGENT_DEMO_TOOL_SECONDS"
 """How long ``crunch_numbers`` works (default 3 s): long enough to kill a worker during it."""
 
@@ -60,6 +63,13 @@ SALES = {"Q1": 1_102_300, "Q2": 1_190_750, "Q3": 1_284_500}
 async def get_weather(city: str) -> str:
     """Current weather for a city (canned figures: the demo runs offline)."""
     return f"{city}: {WEATHER.get(city.strip().lower(), '20°C, clear')}"
+
+
+@tool(name=EMAIL_TOOL, approval=True)
+async def send_email(to: str, subject: str) -> str:
+    """Send an email (the demo sends nothing: it reports what it would send). A person approves
+    each call first (docs/design.md#approvals-and-steering)."""
+    return f"email to {to} sent: {subject}"
 
 
 def _where() -> str:
@@ -134,12 +144,24 @@ def _about_sales(lowered: str) -> bool:
     return any(w in lowered for w in ("crunch", "numbers", "sales", "figures", "revenue"))
 
 
+def _email(request: ModelRequest, question: str) -> Reply:
+    """``send_email`` to whoever the question names (``to the board``), the team by default."""
+    to = re.search(r"\bto the (\w+)", question.lower())
+    return _call(
+        request, EMAIL_TOOL, to=f"{to.group(1) if to else 'team'}@example.com", subject=question
+    )
+
+
 def respond(request: ModelRequest) -> Reply:
     """The scripted model: a pure function of the conversation it is shown, whose answers follow
     the question (the city asked about, the quarter asked about)."""
     last = request.messages[-1] if request.messages else None
     if last is not None and last.role == "tool_result":
         result = last.text().split(" (")[0]
+        if last.tool_name == EMAIL_TOOL:
+            if last.is_error:
+                return _text(f"I did not send it ({result}).")
+            return _text(f"Done: {result}.")
         if last.tool_name == "get_weather":
             return _weather_reply(result)
         return _sales_reply(result)
@@ -155,6 +177,8 @@ def respond(request: ModelRequest) -> Reply:
             + ("; ".join(facts) if facts else "none")
             + "."
         )
+    if "email" in lowered:
+        return _email(request, question)
     if "weather" in lowered:
         city = re.search(r"\b(?:in|for|at) ([A-Z][a-zA-Z]+)", question)
         return _call(request, "get_weather", city=city.group(1) if city else "Paris")
@@ -210,7 +234,7 @@ def _model(env: Mapping[str, str] | None = None) -> LanguageModel:
     return resolve_model(spec, env=env)
 
 
-TOOLS: tuple[Tool, ...] = (get_weather, crunch_numbers)
+TOOLS: tuple[Tool, ...] = (get_weather, crunch_numbers, send_email)
 
 
 def demo_spec(env: Mapping[str, str] | None = None) -> AgentSpec:

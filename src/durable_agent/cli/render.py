@@ -173,6 +173,30 @@ def print_json(console: Console, data: Any) -> None:
     console.file.flush()
 
 
+def _asked(entry: Entry) -> str:
+    args = json.dumps(getattr(entry, "args", {}), ensure_ascii=False)
+    return f"⏸ {getattr(entry, 'tool_name', '')}({args}) waits for approval"
+
+
+def _decided(entry: Entry) -> str:
+    word = "✓ approved" if getattr(entry, "approved", False) else "✗ denied"
+    reason = getattr(entry, "reason", None)
+    return f"{word} {getattr(entry, 'tool_call_id', '')}" + (f": {reason}" if reason else "")
+
+
+def _delivered(entry: Entry) -> str:
+    text = entry.message.text() if isinstance(entry, MessageEntry) else ""
+    return f"✉ delivered into the run: {short(text)}"
+
+
+PEOPLE: dict[str, Callable[[Entry], str]] = {
+    "approval_requested": _asked,
+    "approval_decided": _decided,
+    "input_delivered": _delivered,
+}
+"""How a run's waits for people and the messages people sent show (one line per entry)."""
+
+
 def _call_text(call: ToolCall) -> str:
     return f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
 
@@ -300,6 +324,11 @@ class RunPrinter:
             )
         elif inner.type == "tool_execution_update" and inner.partial_result:
             self.console.print(f"{self.indent}[dim]  … {escape(short(inner.partial_result))}[/]")
+        elif inner.type in PEOPLE:
+            self._close_line()
+            for entry in event.entries or []:
+                line = PEOPLE[inner.type](entry)
+                self.console.print(f"{self.indent}[yellow]{escape(line)}[/] [dim]{entry.id}[/dim]")
 
     def _end_message(self, event: Event, message: Message) -> None:
         if message.role == "assistant":

@@ -15,6 +15,8 @@ from .engine import CANCELLED_TEXT, RunEffects, RunEngine, RunStatus
 from .errors import (
     AgentClosedError,
     AgentError,
+    ApprovalNotPendingError,
+    ApprovalPendingError,
     CompactError,
     EntryNotFoundError,
     EventGapError,
@@ -23,10 +25,12 @@ from .errors import (
     PersistError,
     RunActiveError,
     RunCancelledError,
+    RunNotAcceptingError,
     UnknownAgentError,
 )
 from .events import Event, EventType
 from .executor import Executor, LocalExecutor
+from .inbox import MAX_QUEUED, When
 from .inputs import EntryLike, ephemeral, file, image, meta, text
 from .publisher import Publisher, PublisherLike
 from .stream import RunStream, fail
@@ -37,6 +41,8 @@ __all__ = [
     "Agent",
     "AgentClosedError",
     "AgentError",
+    "ApprovalNotPendingError",
+    "ApprovalPendingError",
     "CompactError",
     "EntryLike",
     "EntryNotFoundError",
@@ -45,6 +51,7 @@ __all__ = [
     "EventType",
     "Executor",
     "LocalExecutor",
+    "MAX_QUEUED",
     "Middleware",
     "NoFactoryError",
     "PayloadTooLargeError",
@@ -53,12 +60,14 @@ __all__ = [
     "PublisherLike",
     "RunActiveError",
     "RunCancelledError",
+    "RunNotAcceptingError",
     "RunEffects",
     "RunEngine",
     "RunStatus",
     "RunStream",
     "Runner",
     "UnknownAgentError",
+    "When",
     "ephemeral",
     "estimate_tokens",
     "fail",

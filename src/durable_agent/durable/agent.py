@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ..agent.loop import Factory
 from ..agent.options import AgentOptions
 from ..ai.messages import Message
+from ..session.approvals import ApprovalDecision, PendingItem, awaiting_turn, pending_items
 from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError
@@ -27,7 +28,8 @@ from ..session.ids import new_id, validate_session_id
 from ..session.store import Store
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
-from .errors import AgentClosedError, EntryNotFoundError
+from .deciding import decide
+from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
 from .inputs import EntryLike, as_entry
 from .lifecycle import branched_event, fork_events, init_event
@@ -116,6 +118,10 @@ class Agent:
         """The active path as the model sees it (compaction applied, tool calls repaired)."""
         return self._state.views()[1]
 
+    def pending_approvals(self) -> list[PendingItem]:
+        """The calls of the active path waiting for a person's decision, in call order."""
+        return pending_items(self._state.path())
+
     # -- verbs -------------------------------------------------------------------------------
 
     async def run(self, *entries: EntryLike, run_id: str | None = None) -> RunStream:
@@ -126,6 +132,11 @@ class Agent:
         """
         self._state.check_mutable()
         items = [as_entry(e) for e in entries]
+        if items and awaiting_turn(self._state.path()) is not None:
+            raise ApprovalPendingError(
+                f"tool calls on the path of session {self.session_id!r} wait for a decision "
+                "(pending_approvals()): decide them and run() with no input, or branch away"
+            )
         self._pending_run_id = run_id
         try:
             return await self._runner(items)
@@ -148,7 +159,34 @@ class Agent:
             state.run_finished()
             raise
         stream.when_done(state.run_finished)
+        stream.when_done(lambda: setattr(stream, "pending", pending_items(state.path())))
         return stream
+
+    async def decide(
+        self,
+        tool_call_id: str,
+        approved: bool,
+        *,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+        decided_by: str | None = None,
+    ) -> Entry:
+        """Decide a pending call; returns the stored ``approval_decision`` (its receipt).
+
+        A live run that waits for the call gets it; otherwise it is committed at the leaf and
+        ``run()`` with no input continues. The first decision wins: a later different one
+        raises :class:`ApprovalNotPendingError` naming it (docs/design.md#approvals-and-steering).
+        """
+        if self._state.closed:
+            raise AgentClosedError(f"agent for session {self.session_id!r} is closed")
+        decision = ApprovalDecision(
+            tool_call_id=tool_call_id,
+            approved=approved,
+            reason=reason,
+            args=args,
+            decided_by=decided_by,
+        )
+        return await decide(self._state, decision, getattr(self._executor, "decide_live", None))
 
     async def append(self, *entries: EntryLike) -> list[Entry]:
         """Record entries at the leaf without running; returns the copies in input order."""

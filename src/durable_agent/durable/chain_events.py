@@ -29,33 +29,34 @@ account (``new_entry_ids`` in its result) is checked against :attr:`RunChain.ids
   out with the first result (all of them for a parallel batch, as the engine records them);
 - ``agent_end`` (the ``message_end`` messages, the run's usage) when the run completed.
 
-A cancelled run's own entries have their own shape: a reply cut short (``stop_reason="aborted"``)
-gets no ``turn_end``, and each ``tool execution cancelled`` result only ``message_start`` and
-``message_end`` (a turn of several calls cancelled before any result counts as parallel, the
-default: one of sequential calls shows only its first call started then). A tool result over
-the payload limit fails the run at the end of its turn, so its turn gets no ``turn_end``
-either.
+A cancelled run's reply cut short (``stop_reason="aborted"``) gets no ``turn_end``, and each
+``tool execution cancelled`` result only ``message_start``/``message_end`` (a turn of several
+calls cancelled before any result counts as parallel). A tool result over the payload limit fails
+the run at the end of its turn (no ``turn_end``). Approval requests stored with a reply give
+``approval_requested`` and hold the turn's starts until each call's ``approval_decided``; a user
+message after a turn's end is a message sent into the run, ``input_delivered``
+(docs/design.md#approvals-and-steering).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 from ..agent.events import AgentEvent
-from ..ai.messages import Message, ToolCall, Usage
+from ..ai.messages import Message, Usage
+from ..session.approvals import ApprovalDecision, requests_after, sent_message
 from ..session.entries import Entry, MessageEntry
+from .chain_steps import ChainSteps
 from .engine import CANCELLED_TEXT
 from .events import Event
 
 __all__ = ["Outcome", "RunChain"]
 
-Outcome = Literal["completed", "failed", "cancelled"]
+Outcome = Literal["completed", "failed", "cancelled", "parked"]
 
 TOO_LARGE = "tool execution failed: PayloadTooLargeError:"
 """How a result over the payload limit reads (the run then fails at the end of its turn)."""
-
-Phase = Literal["input", "reply", "tools", "ended"]
 
 
 def _parent(entry: Entry) -> str:
@@ -66,47 +67,13 @@ def _cancelled(message: Message) -> bool:
     return message.is_error and message.text() == CANCELLED_TEXT
 
 
-class RunChain:
+class RunChain(ChainSteps):
     """The events of one run, derived from its stored entries (module doc).
 
     ``inputs`` are the IDs of the run's durable inputs in order (``None`` for one the client
     does not know: an operator's input the run stamped); ``repairs`` how many run-start repairs
     the run stores first when ``inputs`` is empty (a client computes them from the path, as the
     run does)."""
-
-    def __init__(
-        self,
-        session_id: str,
-        start_leaf: str,
-        inputs: Sequence[str | None],
-        repairs: int = 0,
-    ) -> None:
-        self.session_id = session_id
-        self.leaf = start_leaf
-        self.ids: list[str] = []
-        """The run's entries so far, in store order."""
-        self.produced: list[Message] = []
-        """The messages of the ``message_end`` receipts."""
-        self.turn = 0
-        """Replies stored so far; the reply the run awaits is turn ``turn + 1``."""
-        self._inputs = list(inputs)
-        self._inputs_seen = 0
-        self._repairs = repairs
-        self._repairs_seen = 0
-        self._batch: list[Entry] = []
-        self._phase: Phase = "input"
-        self._started = False
-        """The awaited reply's ``turn_start``/``message_start`` went out."""
-        self._reply: Message | None = None
-        self._calls: list[ToolCall] = []
-        self._answered = 0
-        self._parallel: bool | None = None
-        self._starts = 0
-        """Calls of this turn whose ``tool_execution_start`` went out."""
-        self._cancelling = False
-        self._too_large = False
-        self._aborted = False
-        """The last reply was cut short (its ``turn_end`` waits for the run's end)."""
 
     # -- what a follower asks ------------------------------------------------------------------
 
@@ -131,8 +98,12 @@ class RunChain:
                 out += self._open()  # nothing stored first: the reply opens the run
             if self._phase == "input":
                 out += self._input(entry)
+            elif sent_message(entry) and self._phase in ("reply", "ended"):
+                out += self._delivered(entry)
             elif self._phase == "reply":
-                out += self._reply_entry(entry)
+                out += self._reply_entry(entry, pending[i:])
+            elif self._phase == "tools" and isinstance(entry, ApprovalDecision):
+                out += self._decided(entry)
             elif self._phase == "tools":
                 out += self._result(entry, pending[i:])
         return out
@@ -150,7 +121,9 @@ class RunChain:
         out: list[Event] = []
         if self._phase == "input" and self._empty_batch() and outcome != "failed":
             out += self._open()
-        if outcome == "completed":
+        if outcome == "parked":
+            pass  # the loop was closed while it waited: nothing more is recorded
+        elif outcome == "completed":
             if self._aborted:
                 out.append(self._event(AgentEvent(type="turn_end", message=self._reply)))
             out.append(
@@ -215,7 +188,7 @@ class RunChain:
             self._event(AgentEvent(type="message_start", message=Message(role="assistant"))),
         ]
 
-    def _reply_entry(self, entry: Entry) -> list[Event]:
+    def _reply_entry(self, entry: Entry, following: list[Entry]) -> list[Event]:
         if not isinstance(entry, MessageEntry) or entry.message.role != "assistant":
             return []
         out = [] if self._started else self._begin_turn()
@@ -240,6 +213,14 @@ class RunChain:
             self._phase = "ended"
             return out
         self._phase = "tools"
+        requests = requests_after(entry, following)
+        if requests:
+            for request in requests:
+                self.ids.append(request.id)
+                self.leaf = request.id
+            asked = AgentEvent(type="approval_requested")
+            out.append(self._event(asked, entries=list(requests), leaf=True))
+            return out + self._await({r.tool_call_id for r in requests})
         if self._parallel is False:
             out += self._start(0)
         return out
@@ -301,28 +282,6 @@ class RunChain:
             parent = nxt.id
         return True
 
-    def _start(self, index: int) -> list[Event]:
-        if index < self._starts:
-            return []
-        self._starts = index + 1
-        call = self._calls[index]
-        return [
-            self._event(
-                AgentEvent(
-                    type="tool_execution_start",
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    args=call.arguments,
-                )
-            )
-        ]
-
-    def _start_all(self) -> list[Event]:
-        out: list[Event] = []
-        for index in range(self._starts, len(self._calls)):
-            out += self._start(index)
-        return out
-
     def _turn_done(self) -> list[Event]:
         reply = self._reply
         assert reply is not None
@@ -331,26 +290,6 @@ class RunChain:
             return []
         self._phase = "reply" if reply.stop_reason != "error" else "ended"
         return [self._event(AgentEvent(type="turn_end", message=reply))]
-
-    # -- events --------------------------------------------------------------------------------
-
-    def _receipt(self, entry: MessageEntry) -> Event:
-        self.ids.append(entry.id)
-        self.leaf = entry.id
-        self.produced.append(entry.message)
-        end = AgentEvent(type="message_end", message=entry.message)
-        return self._event(end, entries=[entry], leaf=True)
-
-    def _event(
-        self, inner: AgentEvent, *, entries: list[Entry] | None = None, leaf: bool = False
-    ) -> Event:
-        return Event(
-            type="agent",
-            session_id=self.session_id,
-            agent=inner,
-            entries=entries,
-            leaf_id=self.leaf if leaf else None,
-        )
 
 
 def _repair(entry: Entry) -> bool:

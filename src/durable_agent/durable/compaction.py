@@ -24,6 +24,7 @@ from ..ai.messages import (
     ToolCall,
     user_message,
 )
+from ..session.approvals import awaiting_turn
 from ..session.entries import CompactionEntry, Entry
 from ..session.turns import is_turn_start
 from ..session.views import model_view
@@ -91,8 +92,15 @@ def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPla
     if not starts or len(starts) <= keep_turns:
         return None
     tokens = estimate_tokens(model_view(path))
-    if keep_turns > 0:
-        cut = starts[len(starts) - keep_turns]
+    cut = starts[len(starts) - keep_turns] if keep_turns > 0 else len(path)
+    waiting = awaiting_turn(path)
+    if waiting is not None:
+        # calls that wait for people stay verbatim: the kept tail starts no later than their
+        # turn (docs/design.md#approvals-and-steering)
+        cut = min(cut, max((s for s in starts if s <= waiting.index), default=0))
+        if cut == 0:
+            return None
+    if cut < len(path):
         return CompactionPlan(path[cut].id, list(path[:cut]), tokens)
     return CompactionPlan("", list(path), tokens)
 

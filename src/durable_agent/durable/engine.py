@@ -18,71 +18,48 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Literal, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from ..agent.events import AgentEvent
 from ..agent.loop import AgentRun, Loop
-from ..agent.tool_exec import failure_text
-from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message, with_call_ids
+from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message
+from ..session.approvals import AwaitingTurn
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import EntryTooLargeError
-from .errors import PersistError, RunCancelledError
+from .answers import CANCELLED_TEXT, aborted_message, stored_key, too_large
+from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, deliver, resume_turn
+from .errors import PersistError, RunCancelledError, RunNotAcceptingError
 from .events import Event
+from .inbox import Inbox
 from .persist import CommitEffects, Header, Stamped, reserve, see_through, stamp
 
-__all__ = [
-    "CANCELLED_TEXT",
-    "RunEffects",
-    "RunEngine",
-    "RunStatus",
-    "aborted_message",
-]
-
-CANCELLED_TEXT = "tool execution cancelled"
-
-RunStatus = Literal[
-    "starting", "calling_model", "running_tools", "persisting", "completed", "failed", "cancelled"
-]
+__all__ = ["CANCELLED_TEXT", "RunEffects", "RunEngine", "RunStatus", "aborted_message"]
 
 
 class RunEffects(CommitEffects, Protocol):
-    """The engine's side effects: stamping and commits (:class:`~.persist.CommitEffects`) and
-    an event sink."""
+    """Stamping and commits (:class:`~.persist.CommitEffects`) and an event sink."""
 
     async def emit(self, event: Event) -> None:
         """Deliver a run event; called only after the entries it names are committed."""
         ...
 
 
-def aborted_message(partial: Message | None) -> Message | None:
-    """A cancelled reply as stored: the partial message minus its unfinished tool call (the last
-    block, still streaming when the call stopped), ``stop_reason="aborted"``; ``None`` if nothing
-    is left to keep."""
-    if partial is None:
-        return None
-    content = list(partial.content)
-    if content and isinstance(content[-1], ToolCall):
-        content.pop()
-    if not content:
-        return None
-    return with_call_ids(partial.model_copy(update={"content": content, "stop_reason": "aborted"}))
-
-
-def _too_large(exc: BaseException | None) -> str | None:
-    """``tool execution failed: EntryTooLargeError: …`` if ``exc`` is the store refusing an
-    entry as too large: raised here, or reported by a remote commit (see CommitEffects)."""
-    if isinstance(exc, EntryTooLargeError):
-        return failure_text(exc)
-    if exc is not None and getattr(exc, "kind", None) == EntryTooLargeError.__name__:
-        return f"tool execution failed: {EntryTooLargeError.__name__}: {exc}"
-    return None
-
-
 class RunEngine:
     """Drives one run. Its public attributes are the live state a ``state()`` query reports."""
 
-    def __init__(self, session_id: str, leaf_id: str, effects: RunEffects) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        leaf_id: str,
+        effects: RunEffects,
+        *,
+        run_id: str = "",
+        gate: ApprovalGate | None = None,
+    ) -> None:
         self.session_id = session_id
+        self.run_id = run_id
+        self.gate = gate  # approval rules and the wait for people; None: no call ever waits
+        self.inbox = Inbox()  # decisions and messages people hand this run while it is live
+        self.waiting: Waiting | None = None  # the turn whose calls wait (kept when it parked)
         self.leaf_id = leaf_id
         self.effects = effects
         self.status: RunStatus = "starting"
@@ -113,7 +90,7 @@ class RunEngine:
         ``message_end`` records it as the receipt, or, should the loop never hand it over, the
         cancellation does. ``cancelled``: the run's cancel arrived meanwhile; it proceeds once
         the receipt is out."""
-        key = _key(entry.message)
+        key = stored_key(entry.message)
         if key is not None:
             self._stored[key] = entry
         self._cancel_pending = self._cancel_pending or cancelled
@@ -135,7 +112,7 @@ class RunEngine:
         try:
             stored, cancelled = await self._commit(stamped, "persist message")
         except PersistError as exc:
-            if _too_large(exc.__cause__) is None:
+            if too_large(exc.__cause__) is None:
                 raise
             return
         for entry in stored.durable:
@@ -174,18 +151,22 @@ class RunEngine:
             raise PersistError(f"{what}: {exc}") from exc
         return commit.result(), cancelled
 
+    def record_stored(self, entries: Sequence[Entry]) -> list[Entry]:
+        """Record a chained batch a producer stored (approval requests with their reply)."""
+        return self._apply(Stamped(list(entries), list(entries), entries[-1].id))
+
     def _apply(self, stamped: Stamped) -> list[Entry]:
         self.leaf_id = stamped.leaf_id
         self.new_entry_ids.extend(e.id for e in stamped.durable)
         return stamped.durable
 
-    def _checkpoint(self) -> None:
+    def checkpoint(self) -> None:
         """Raise a cancellation deferred by a commit, now that its receipt is emitted."""
         if self._cancel_pending:
             self._cancel_pending = False
             raise asyncio.CancelledError()
 
-    async def _emit(
+    async def emit_agent(
         self, event: AgentEvent, entries: list[Entry] | None = None, leaf: bool = False
     ) -> None:
         await self.effects.emit(
@@ -210,6 +191,7 @@ class RunEngine:
         cancelled: Callable[[BaseException], bool] = lambda _: False,
         shield: bool = True,
         keep_input_ids: bool = False,
+        waiting: AwaitingTurn | None = None,
     ) -> list[Message]:
         """The whole run, for both executors: store repairs and input, drive the loop, and on
         cancellation store what the user saw and raise :class:`RunCancelledError`; any other
@@ -219,22 +201,31 @@ class RunEngine:
         execution, whose input is stored and whose ``agent_start`` went out), ``cancelled``
         (which other exceptions are the run's cancellation: an activity's) and ``shield=False``
         (the workflow's cancel steps run in its own task: a new task would reorder its
-        commands) and ``keep_input_ids`` (inputs keep their client's IDs: persist.stamp)."""
+        commands) and ``keep_input_ids`` (inputs keep their client's IDs: persist.stamp).
+        ``waiting``: the stored turn whose calls wait for people (no input on such a tail)."""
         try:
-            # the pre-model batch: repairs, then input; its receipt goes out with agent_start
-            batch, keep = [*repairs, *inputs], keep_input_ids
+            batch, keep = [*repairs, *inputs], keep_input_ids  # its receipt: with agent_start
             receipt = [] if resumed else await self.persist(batch, "persist input", keep)
-            await self._drive(loop, inputs, receipt, resumed=resumed)
+            await self._drive(loop, inputs, receipt, resumed=resumed, waiting=waiting)
+        except Parked:
+            self.status = "awaiting_approval"  # parked: a normal end, not a failure
+            self._refuse_mail("it parked waiting for approval")
         except asyncio.CancelledError:
             await self._cancel_run(shield)
         except Exception as exc:
             if not cancelled(exc):
                 self.status = "failed"
+                self._refuse_mail("it failed")
                 raise
             await self._cancel_run(shield)
+        self._refuse_mail("it has ended")
         return list(self.produced)
 
+    def _refuse_mail(self, because: str) -> None:  # nothing queued is left unanswered
+        self.inbox.close(because, RunNotAcceptingError(f"the run ended: {because}"))
+
     async def _cancel_run(self, shield: bool) -> NoReturn:
+        self._refuse_mail("it was cancelled")
         steps = self.cancel()
         await (asyncio.shield(steps) if shield else steps)
         raise RunCancelledError("run cancelled") from None
@@ -246,14 +237,20 @@ class RunEngine:
         receipt: list[Entry],
         *,
         resumed: bool = False,
+        waiting: AwaitingTurn | None = None,
     ) -> None:
         """Run ``loop`` on the input messages, storing and emitting as it goes.
 
         ``resumed`` continues a run whose ``agent_start`` was already emitted (Temporal
-        continue-as-new): the loop's own ``agent_start`` is then dropped.
-        """
+        continue-as-new): the loop's own ``agent_start`` is then dropped. ``waiting``: see
+        :meth:`run`."""
         messages = [e.message for e in inputs if isinstance(e, MessageEntry)]
-        run = loop.run(messages)
+        if waiting is not None:
+            run = await resume_turn(self, loop, messages, waiting, None if resumed else receipt)
+            resumed = True
+        else:
+            run = loop.run(messages)
+        run.inbox = lambda going_on: deliver(self, going_on)
         started = resumed
         closing = False
         try:
@@ -263,14 +260,14 @@ class RunEngine:
                 if not started:
                     started = True
                     first = event if event.type == "agent_start" else AgentEvent(type="agent_start")
-                    await self._emit(first, receipt, leaf=True)
-                    self._checkpoint()
+                    await self.emit_agent(first, receipt, leaf=True)
+                    self.checkpoint()
                     if event.type == "agent_start":
                         continue
                 await self._handle(event, run)
             if not started:
-                await self._emit(AgentEvent(type="agent_start"), receipt, leaf=True)
-                self._checkpoint()
+                await self.emit_agent(AgentEvent(type="agent_start"), receipt, leaf=True)
+                self.checkpoint()
         except GeneratorExit:
             # the coroutine is being closed (a terminated or evicted workflow): it must not
             # await, and the loop's generators are closed along with it
@@ -297,10 +294,12 @@ class RunEngine:
                 event = event.model_copy(update={"message": message})
                 run.stored_as(message)  # the model goes on with what the store holds
             self._record(message)
-            await self._emit(event, receipt)
-            self._checkpoint()
+            await self.emit_agent(event, receipt)
+            self.checkpoint()
+            if message.role == "assistant" and self.pending_calls:
+                await ask_people(self, run, message)
             return
-        await self._emit(event)
+        await self.emit_agent(event)
 
     async def _persist_produced(self, message: Message) -> tuple[list[Entry], Message]:
         """Store a produced message (or record what its producer stored); a tool result the
@@ -313,7 +312,7 @@ class RunEngine:
         try:
             return await self.persist([self._entry(message)], "persist message"), message
         except PersistError as exc:
-            refusal = _too_large(exc.__cause__)
+            refusal = too_large(exc.__cause__)
             if message.role != "tool_result" or refusal is None:
                 raise
             stand_in = error_tool_result_message(
@@ -325,7 +324,7 @@ class RunEngine:
             return await self.persist([self._entry(stand_in)], "persist message"), stand_in
 
     def _take_stored(self, message: Message) -> MessageEntry | None:
-        key = _key(message)
+        key = stored_key(message)
         return None if key is None else self._stored.pop(key, None)
 
     def _entry(self, message: Message) -> MessageEntry:
@@ -354,13 +353,13 @@ class RunEngine:
         """Store and emit one message outside the loop (message_start, then its receipt);
         ``stored``: the entry a producer already stored it as."""
         if message.role != "assistant":
-            await self._emit(AgentEvent(type="message_start", message=message))
+            await self.emit_agent(AgentEvent(type="message_start", message=message))
         if stored is None:
             receipt = await self.persist([self._entry(message)], "persist message")
         else:
             receipt = self._apply(Stamped.stored(stored))
         self._record(message)
-        await self._emit(AgentEvent(type="message_end", message=message), receipt)
+        await self.emit_agent(AgentEvent(type="message_end", message=message), receipt)
 
     async def cancel(self) -> None:
         """Store what a cancelled run leaves: the aborted partial reply, then a ``tool execution
@@ -387,13 +386,3 @@ class RunEngine:
         self._cut = None
         self._cancel_pending = False  # this is the cancellation
         self.status = "cancelled"
-
-
-def _key(message: Message) -> str | None:
-    """Where an entry stored ahead of its ``message_end`` waits: ``""`` for the reply, the call
-    ID for a tool result; ``None`` for messages no producer stores."""
-    if message.role == "assistant":
-        return ""
-    if message.role == "tool_result" and message.tool_call_id:
-        return message.tool_call_id
-    return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 __all__ = [
     "AgentClosedError",
     "AgentError",
+    "ApprovalNotPendingError",
+    "ApprovalPendingError",
     "CompactError",
     "EntryNotFoundError",
     "EventGapError",
@@ -13,6 +15,7 @@ __all__ = [
     "PersistError",
     "RunActiveError",
     "RunCancelledError",
+    "RunNotAcceptingError",
     "UnknownAgentError",
 ]
 
@@ -60,3 +63,24 @@ class UnknownAgentError(AgentError):
 
 class EventGapError(AgentError):
     """Events the stream had not received are no longer retained (the store is still complete)."""
+
+
+class ApprovalPendingError(AgentError):
+    """A run was started with new input while tool calls on the path wait for a person's
+    decision: nothing was stored. Decide them first (``agent.decide``), or branch away."""
+
+
+class ApprovalNotPendingError(AgentError):
+    """A decision on a call that is not pending: never requested on this path, already
+    answered, or already decided (then ``decision_id`` names the stored decision, the first
+    one, which won)."""
+
+    def __init__(self, message: str, *, tool_call_id: str = "", decision_id: str | None = None):
+        super().__init__(message)
+        self.tool_call_id = tool_call_id
+        self.decision_id = decision_id
+
+
+class RunNotAcceptingError(AgentError):
+    """A message for a run that has ended, is ending or was cancelled, or that already holds
+    the most queued messages it takes: start a new run with the message instead."""

@@ -16,14 +16,18 @@ from typing import Any, Protocol
 from ..agent.loop import Factory, build_loop
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
-from ..session.entries import CompactionEntry, Entry
+from ..session.approvals import awaiting_turn
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.repair import start_repairs
 from ..session.store import Store, open_session
+from ..session.views import model_view
+from .approvals import LocalGate
 from .compaction import compact, summary_entry
 from .engine import RunEngine
-from .errors import NoFactoryError
+from .errors import NoFactoryError, RunNotAcceptingError
 from .events import Event
+from .inbox import When
 from .persist import Stamped
 from .publisher import PublisherLike, deliver
 from .reconcile import reconcile
@@ -112,6 +116,7 @@ class LocalExecutor:
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
         factory: Factory | None = config.factory
+        rid = run_id or new_id()
 
         async def produce(put: Callable[[Event], None]) -> list[Message]:
             if factory is None:
@@ -120,18 +125,33 @@ class LocalExecutor:
             # a failed run that landed, so repair answers only truly unanswered calls
             await reconcile(state)
             # the loop starts from the model view at the leaf (the handle keeps it cached) and
-            # appends the run's messages: the formula session.views.run_view reads back
+            # appends the run's messages: the formula session.views.run_view reads back; a
+            # turn whose calls wait for people is never repaired: the run waits on it and
+            # starts from its stored reply (docs/design.md#approvals-and-steering)
             raw, history = state.views()
-            leaf = state.leaf
+            waiting = awaiting_turn(state.path())
+            if waiting is not None:
+                history = model_view(state.path()[: waiting.index])
             options = config.options.model_copy(update={"history": history})
             loop = await build_loop(factory, options)
+            effects = _LocalEffects(state, config, put)
+            engine = RunEngine(state.session_id, state.leaf, effects, run_id=rid)
+            engine.gate = LocalGate(config.options, engine.inbox)
+            state.live_run = engine
             try:
-                engine = RunEngine(state.session_id, leaf, _LocalEffects(state, config, put))
-                return await engine.run(loop, entries, start_repairs(raw))
+                repairs = [] if waiting is not None else start_repairs(raw)
+                return await engine.run(loop, entries, repairs, waiting=waiting)
             finally:
+                state.live_run = None
                 await loop.aclose()
 
-        return LocalRunStream(produce)
+        async def send(entry: MessageEntry, when: When) -> Entry:
+            engine = state.live_run
+            if engine is None:
+                raise RunNotAcceptingError("the run has not started or has ended")
+            return await engine.inbox.send(entry, when)
+
+        return LocalRunStream(produce, sender=send, run_id=rid)
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent.options import AgentOptions
 from ..ai.messages import Message
@@ -30,6 +30,9 @@ from ..session.views import raw_model_view
 from .errors import AgentClosedError, RunActiveError
 from .persist import Stamped, see_through, stamp
 from .publisher import PublisherLike
+
+if TYPE_CHECKING:
+    from .engine import RunEngine
 
 __all__ = ["NOTHING_WRITTEN", "AgentConfig", "SessionState"]
 
@@ -68,9 +71,15 @@ class SessionState:
         """Stored entries by ID."""
         self.leaf = entries[-1].id if entries else ""
         self.lock = asyncio.Lock()
-        self.running = False
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.compacting = False
         self.closed = False
+        self.live_run_id = ""
+        """The ID of this handle's live run on another executor (Temporal), ``""`` if none."""
+        self.live_run: RunEngine | None = None
+        """The engine of this handle's in-process run while it runs (decisions and messages
+        go to its inbox)."""
         self._active: _ActivePath | None = None
         self.unsettled: list[str] = []
         """IDs of a failed write that may have landed (the store raised after, or instead of,
@@ -85,8 +94,24 @@ class SessionState:
         if self.running or self.compacting:
             raise RunActiveError(f"a run or compaction is active on session {self.session_id!r}")
 
+    @property
+    def running(self) -> bool:
+        """A run of this handle is live (the busy rule)."""
+        return not self._idle.is_set()
+
+    @running.setter
+    def running(self, value: bool) -> None:
+        if value:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
     def run_finished(self) -> None:
         self.running = False
+
+    async def run_ended(self) -> None:
+        """Return once no run of this handle is live."""
+        await self._idle.wait()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -137,16 +162,19 @@ class SessionState:
         async with self.lock:
             await self._write(stamped)
 
-    async def persist(self, entries: Sequence[Entry], *, check: bool = True) -> Stamped:
+    async def persist(
+        self, entries: Sequence[Entry], *, check: bool = True, keep_ids: bool = False
+    ) -> Stamped:
         """Stamp ``entries`` at the leaf as it is under the lock, store and apply them.
 
         ``check`` re-checks the busy rule under the lock: an append that waited for the lock
         while a run started is refused rather than chained from a leaf the run moves.
+        ``keep_ids``: an entry that has an ID keeps it (a decision's derived ID).
         """
         async with self.lock:
             if check:
                 self.check_mutable()
-            stamped = stamp(entries, self.leaf, utc_now(), new_id)
+            stamped = stamp(entries, self.leaf, utc_now(), new_id, keep_ids=keep_ids)
             await self._write(stamped)
             return stamped
 

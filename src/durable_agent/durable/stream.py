@@ -13,19 +13,44 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..ai.messages import Message
-from .errors import RunCancelledError
+from ..session.approvals import PendingItem
+from ..session.entries import Entry, MessageEntry
+from .errors import RunCancelledError, RunNotAcceptingError
 from .events import Event
+from .inbox import When
+from .inputs import EntryLike, as_entry
 
-__all__ = ["LocalRunStream", "RunStream", "fail"]
+Sender = Callable[[MessageEntry, When], Awaitable[Entry]]
+"""Hands a message to the live run (in process its inbox, on Temporal the ``send`` update)."""
+
+__all__ = ["LocalRunStream", "RunStream", "Sender", "fail"]
 
 
 class RunStream(abc.ABC):
     """The stream of one run: ``events()`` once, ``wait()``, ``cancel()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, run_id: str = "", sender: Sender | None = None) -> None:
         self._events_taken = False
         self._ended = False
         self._end_callbacks: list[Callable[[], None]] = []
+        self._sender = sender
+        self.run_id = run_id
+        self.pending: list[PendingItem] = []
+        """After a run that parked: the calls still waiting for a decision (empty otherwise)."""
+
+    async def send(self, entry: EntryLike, *, when: When = "next_turn") -> Entry:
+        """Hand the live run a message; returns its stored entry once delivered: a steer
+        (``next_turn``) after the current turn's tool results, a follow-up (``at_end``) when
+        the loop would stop (docs/design.md#approvals-and-steering). Raises
+        :class:`RunNotAcceptingError` when the run ended, is ending or holds 16 queued."""
+        message = as_entry(entry)
+        if not isinstance(message, MessageEntry) or message.ephemeral:
+            raise TypeError("send takes text or a stored (non-ephemeral) message entry")
+        if when not in ("next_turn", "at_end"):
+            raise ValueError(f"when must be 'next_turn' or 'at_end', not {when!r}")
+        if self._sender is None or self._ended:
+            raise RunNotAcceptingError("the run has ended: start a new run with the message")
+        return await self._sender(message, when)
 
     def when_done(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the run has ended (at once if it already has), before
@@ -79,9 +104,11 @@ class LocalRunStream(RunStream):
         produce: Callable[[Callable[[Event], None]], Coroutine[Any, Any, list[Message]]],
         *,
         on_cancel: Callable[[], Awaitable[None]] | None = None,
+        run_id: str = "",
+        sender: Sender | None = None,
     ) -> None:
         """``on_cancel`` replaces cancelling the producer (a remote run is asked to cancel)."""
-        super().__init__()
+        super().__init__(run_id=run_id, sender=sender)
         self._on_cancel = on_cancel
         self._started = False
         self._cancel_requested = False

@@ -7,6 +7,15 @@ through the :class:`Store` protocol (:mod:`.store`) (docs/design.md#store-contra
 """
 
 from .appendplan import encode_batch, plan_append
+from .approvals import (
+    APPROVAL_DECISION,
+    APPROVAL_REQUEST,
+    ApprovalDecision,
+    ApprovalRequest,
+    PendingItem,
+    decision_entry_id,
+    pending_items,
+)
 from .codec import decode_entry, encode_entry, entry_to_wire, wire_to_entry
 from .entries import (
     CompactionEntry,
@@ -39,6 +48,13 @@ from .turns import Turn, is_turn_start, last_turn
 from .views import model_view, raw_model_view, transcript_view
 
 __all__ = [
+    "APPROVAL_DECISION",
+    "APPROVAL_REQUEST",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "PendingItem",
+    "decision_entry_id",
+    "pending_items",
     "INTERRUPTED_TEXT",
     "MAX_SESSION_ID_LENGTH",
     "CompactionEntry",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -29,13 +30,16 @@ from ..activities.contracts import (
     Timeouts,
     event_to_wire,
 )
+from ..ai.messages import TextContent
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
+from ..durable.inbox import When
 from ..durable.limits import PAYLOAD_LIMIT, check_payload
 from ..durable.live import LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
 from ..durable.stream import LocalRunStream, RunStream
+from ..session.approvals import ApprovalDecision
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
@@ -43,7 +47,9 @@ from ..session.ids import new_id
 from ..session.render import short
 from ..session.store import Store
 from ..session.turns import is_turn_start
+from .mail_client import decide_update, send_update
 from .publisher_check import PublisherCheck
+from .run_mail import SendBody
 from .run_start import attached, started_here
 from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
@@ -94,6 +100,19 @@ def run_input_item(entry: Entry) -> InputEntry:
         message, ephemeral, meta = entry.message, entry.ephemeral, entry.meta
         return InputEntry(id=fresh, message=message, ephemeral=ephemeral, meta=meta)
     return InputEntry(wire=encode_entry(entry.model_copy(update={"id": fresh})))
+
+
+def send_body(entry: MessageEntry, when: When) -> SendBody:
+    """A message for the ``send`` update: plain text when it is one, else a run input."""
+    message = entry.message
+    plain = message.role == "user" and not entry.meta and len(message.content) == 1
+    if plain and isinstance(message.content[0], TextContent):
+        return SendBody(text=message.content[0].text, when=when)
+    return SendBody(inputs=[run_input_item(entry)], when=when)
+
+
+async def _send(handle: WorkflowHandle[Any, RunResult], entry: MessageEntry, when: When) -> Entry:
+    return await send_update(handle, send_body(entry, when))
 
 
 SUMMARY_WORDS = 60
@@ -219,9 +238,24 @@ class TemporalExecutor:
         def reading() -> bool:
             return stream is not None and stream.events_taken
 
+        state.live_run_id = run_id
         follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)
-        stream = LocalRunStream(follower.produce, on_cancel=request_cancel)
+        send = partial(send_update, handle)
+        sender = lambda entry, when: send(send_body(entry, when))  # noqa: E731
+        stream = LocalRunStream(
+            follower.produce, on_cancel=request_cancel, run_id=run_id, sender=sender
+        )
+        stream.when_done(lambda: setattr(state, "live_run_id", ""))
         return stream
+
+    async def decide_live(self, state: SessionState, decision: ApprovalDecision) -> Entry | None:
+        """Hand a decision to the run that asked for it (its ``decide`` update); ``None`` when
+        that run does not wait for it (docs/design.md#approvals-and-steering)."""
+
+        def run_handle(run_id: str) -> WorkflowHandle[Any, Any]:
+            return self.client.get_workflow_handle(run_workflow_id(state.session_id, run_id))
+
+        return await decide_update(run_handle, state, decision)
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None

@@ -21,10 +21,9 @@ from ..activities.contracts import InputEntry
 from ..activities.store_steps import local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState
+from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.entries import Entry
-from ..session.repair import start_repairs
 from ..session.tree import path as tree_path
-from ..session.views import raw_model_view
 from .run_input import decode_run_input
 from .run_stream import RunStart
 
@@ -35,11 +34,13 @@ def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:
     """A run this client starts now from the handle's leaf with ``inputs``."""
     durable = sum(1 for e in state.log if is_durable(e))  # at most the store's count: a seq
     ids: list[str | None] = [_input_id(item) for item in inputs if not item.ephemeral]
+    path = state.path()
     return RunStart(
         leaf=state.leaf,
         inputs=ids,
-        repairs=len(start_repairs(state.views()[0])),
+        repairs=len(run_start_repairs(path)),
         after=durable,
+        waiting=None if inputs else awaiting_turn(path),
     )
 
 
@@ -67,7 +68,11 @@ async def attached(
             [leaf] = await client.data_converter.decode(recorded, [str])
             break
     leaf = leaf or ""
-    return RunStart(leaf=leaf, inputs=inputs, repairs=await _repairs(state, leaf), after=0)
+    path = await _path(state, leaf)
+    waiting = None if inputs else awaiting_turn(path)
+    return RunStart(
+        leaf=leaf, inputs=inputs, repairs=len(run_start_repairs(path)), after=0, waiting=waiting
+    )
 
 
 def _input_id(item: InputEntry) -> str | None:
@@ -79,9 +84,9 @@ def _input_id(item: InputEntry) -> str | None:
     return entry_id if isinstance(entry_id, str) and entry_id else None
 
 
-async def _repairs(state: SessionState, leaf: str) -> int:
-    """How many run-start repairs the run stores at ``leaf`` (as ``load_path`` computes them)."""
+async def _path(state: SessionState, leaf: str) -> list[Entry]:
+    """The path to ``leaf``, where the run computes its repairs and what waits for people."""
     index: dict[str, Entry] = state.index
     if leaf and leaf not in index:
         index = {e.id: e for e in await state.store.load_entries(state.session_id)}
-    return len(start_repairs(raw_model_view(tree_path(index, leaf))))
+    return tree_path(index, leaf)

@@ -38,6 +38,7 @@ from ..durable.errors import AgentError, RunCancelledError
 from ..durable.events import Event
 from ..durable.follow import DeltaFollower, SessionFollower
 from ..durable.state import SessionState
+from ..session.approvals import AwaitingTurn
 from ..session.deltas import DeltaChannel
 from .stream_recovery import resync, scheduled_entry_ids
 
@@ -97,6 +98,8 @@ class RunStart:
     inputs: list[str | None]
     repairs: int
     after: int
+    waiting: AwaitingTurn | None = None
+    """A run with no input on a turn whose calls wait for people: it waits on that turn."""
 
 
 FASTEST_READ = 0.1
@@ -131,7 +134,9 @@ class RunFollower:
         self.client = client
         self.state = state
         self.handle = handle
-        self.chain = RunChain(state.session_id, start.leaf, start.inputs, start.repairs)
+        self.chain = RunChain(
+            state.session_id, start.leaf, start.inputs, start.repairs, start.waiting
+        )
         self.entries = SessionFollower(
             state.store,
             state.session_id,
@@ -148,6 +153,7 @@ class RunFollower:
         result_task = asyncio.ensure_future(_result(handle))
         try:
             try:
+                await self._deliver(self.chain.begin(), put)
                 await self._follow(result_task, put)
             except Exception:
                 # The stream broke (a store read failed for good) while the run may go on: the
@@ -175,7 +181,10 @@ class RunFollower:
                 # own account wins for the handle (docs/design.md#receipts)
                 logger.warning("the run stream of %s followed another chain", handle.id)
                 await resync(state, handle, result_task)
-            await self._deliver(self.chain.end("completed", result.usage), put)
+            parked = result.status == "awaiting_approval"
+            await self._deliver(
+                self.chain.end("parked" if parked else "completed", result.usage), put
+            )
             return list(self.chain.produced)
         finally:
             if not result_task.done():

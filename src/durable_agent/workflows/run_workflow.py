@@ -26,11 +26,11 @@ with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import (
         CallModelInput,
         EventsAnswer,
+        PathInfo,
         ResetNote,
         RunInput,
         RunResult,
         RunState,
-        ToolCallRef,
         WireEvent,
         event_to_wire,
     )
@@ -50,8 +50,10 @@ with workflow.unsafe.imports_passed_through():
     from ..durable.engine import RunEngine
     from ..durable.errors import RunCancelledError
     from ..durable.events import Event
+    from ..durable.inbox import Inbox
     from ..durable.persist import Header, Stamped, is_durable
-    from ..session.codec import encode_entry
+    from ..session.approvals import AwaitingTurn, awaiting_turn
+    from ..session.codec import decode_entry, encode_entry
     from ..session.repair import repair_entries
     from .event_bodies import (
         QUERY_INLINE_LIMIT,
@@ -59,6 +61,17 @@ with workflow.unsafe.imports_passed_through():
         SlimCache,
         carried,
         last_turns,
+    )
+    from .run_mail import (
+        DecideBody,
+        SendBody,
+        TemporalGate,
+        check_decision,
+        check_message,
+        decision_of,
+        delivered,
+        message_of,
+        run_state,
     )
     from .search import ensure_session_attribute
 
@@ -100,6 +113,8 @@ class RunWorkflow:
         self._reset_of: str | None = None
         """An operator's reset of this run: the original execution (see reset_steps)."""
         self._original_run = ""
+        self._inbox = Inbox()
+        """Decisions and messages for this run (the updates below), handed to its engine."""
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -133,29 +148,30 @@ class RunWorkflow:
 
     @workflow.query(name="state")
     def state(self) -> RunState:
-        inp, engine = self._input, self._engine
+        inp = self._input
         assert inp is not None
-        if engine is None:
-            return RunState(
-                session_id=inp.session_id,
-                run_id=inp.run_id,
-                leaf_id=inp.leaf_id or "",
-                status="starting",
-                turn_count=inp.turn_count,
-                pending_tool_calls=[],
-                new_entry_ids=list(inp.new_entry_ids),
-                usage=inp.usage,
-            )
-        return RunState(
-            session_id=inp.session_id,
-            run_id=inp.run_id,
-            leaf_id=engine.leaf_id,
-            status=engine.status,
-            turn_count=engine.turn_count,
-            pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
-            new_entry_ids=list(engine.new_entry_ids),
-            usage=engine.usage,
-        )
+        return run_state(inp, self._engine, self._inbox)
+
+    # -- updates (docs/design.md#approvals-and-steering) -------------------------------------
+
+    @workflow.update(name="decide")
+    async def decide(self, body: DecideBody) -> str:
+        """A person's decision on a call this run waits for; the stored decision, encoded."""
+        return await delivered(self._inbox.decide(decision_of(body, workflow.now())))
+
+    @decide.validator
+    def _check_decide(self, body: DecideBody) -> None:
+        engine = self._engine
+        check_decision(None if engine is None else engine.waiting, self._inbox, body)
+
+    @workflow.update(name="send")
+    async def send(self, body: SendBody) -> str:
+        """A message into the run; the stored user message once delivered, encoded."""
+        return await delivered(self._inbox.send(message_of(body, workflow.now()), body.when))
+
+    @send.validator
+    def _check_send(self, body: SendBody) -> None:
+        check_message(self._inbox, workflow.cancellation_reason() is not None)
 
     # -- effects (RunEffects) ----------------------------------------------------------------
 
@@ -212,6 +228,9 @@ class RunWorkflow:
             return
         if not [c for c in assistant.tool_calls() if not c.server]:
             return  # the run ends after this turn
+        inbox = self._inbox
+        if inbox.messages or inbox.decisions or not workflow.all_handlers_finished():
+            return  # an update handler cannot outlive its execution
         max_turns = inp.options.get("max_turns", self._max_turns)
         if max_turns is not None and engine.turn_count >= max_turns:
             return
@@ -261,29 +280,13 @@ class RunWorkflow:
             self._reset_of = info.reset_of
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
-        engine = RunEngine(inp.session_id, leaf, self)
+        engine = RunEngine(inp.session_id, leaf, self, run_id=inp.run_id)
+        engine.inbox = self._inbox
         engine.turn_count = inp.turn_count
         engine.usage = inp.usage
         engine.new_entry_ids = list(inp.new_entry_ids)
         self._engine = engine
-        max_turns = inp.options.get("max_turns", info.max_turns)
-        remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
-        tools = {i.name: i for i in info.tools}
-        self._tools = ActivityTools(
-            engine,
-            inp.session_id,
-            inp.agent,
-            tools,
-            inp.timeouts,
-            run_id=inp.run_id,
-            on_cancel=self._note_cancel,
-        )
-        retry = inp.options.get("model_retry")
-        loop = ModelLoop(
-            ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry),
-            AgentOptions(tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining),
-            tool_executor=self._tools,
-        )
+        loop, waiting = self._loop(inp, info, engine)
         inputs = [input_entry(item, workflow.now()) for item in inp.inputs]
         repairs = [] if inp.resumed else repair_entries(info.repairs, workflow.now())
         try:
@@ -300,6 +303,7 @@ class RunWorkflow:
                 # (docs/design.md#receipts); a reset to the first task stores its input again
                 # under new IDs, a sibling of the original's, as the rest of its retry
                 keep_input_ids=not info.reset_of,
+                waiting=waiting,
             )
         except RunCancelledError:
             await self._keep_session_leaf()
@@ -311,13 +315,43 @@ class RunWorkflow:
             raise run_failure(exc, self._unsure) from exc
         reset = await self._keep_session_leaf()
         return RunResult(
-            status="completed",
+            status="awaiting_approval" if engine.status == "awaiting_approval" else "completed",
             leaf_id=engine.leaf_id,
             new_entry_ids=list(engine.new_entry_ids),
             usage=engine.usage,
             turn_count=engine.turn_count,
             reset=reset,
         )
+
+    def _loop(
+        self, inp: RunInput, info: PathInfo, engine: RunEngine
+    ) -> tuple[ModelLoop, AwaitingTurn | None]:
+        """The run's loop, its model and tools as activities, and the stored turn whose calls
+        wait for people (then the run starts from it: docs/design.md#approvals-and-steering)."""
+        max_turns = inp.options.get("max_turns", info.max_turns)
+        remaining = None if max_turns is None else max(1, max_turns - inp.turn_count)
+        tools = {i.name: i for i in info.tools}
+        self._tools = ActivityTools(
+            engine,
+            inp.session_id,
+            inp.agent,
+            tools,
+            inp.timeouts,
+            run_id=inp.run_id,
+            on_cancel=self._note_cancel,
+        )
+        retry = inp.options.get("model_retry")
+        model = ActivityModel(engine, inp.timeouts, self._call_input, self._note_cancel, retry)
+        wait = inp.options.get("approval_wait", info.approval_wait)
+        engine.gate = TemporalGate(model, None if wait is None else float(wait))
+        waiting = awaiting_turn([decode_entry(w) for w in info.waiting]) if info.waiting else None
+        if waiting is not None and inp.start_leaf_id is None:
+            # the run goes on from the stored reply: the model sees it as the run's own
+            self._start_leaf = waiting.assistant_parent
+        options = AgentOptions(
+            tools=tuple(tool_descriptor(i) for i in info.tools), max_turns=remaining
+        )
+        return ModelLoop(model, options, tool_executor=self._tools), waiting
 
     def _reseeded(self, _seed: int) -> None:
         # called while the activation's jobs are applied, outside workflow code: no info() here

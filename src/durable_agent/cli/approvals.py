@@ -1,0 +1,240 @@
+"""``durable-agent approvals|approve|deny``: decide a session's pending tool calls from any shell.
+
+``approvals SESSION`` lists the calls of the session's active path that wait for a decision
+(read from the store: no Temporal needed). ``approve``/``deny SESSION CALL_ID`` decide one: the
+run that waits for it gets the decision through its ``decide`` update; a run that parked has the
+decision stored at the session's leaf instead, and once every call of that turn is decided the
+command starts the continuation run and says so (docs/design.md#approvals-and-steering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from ..activities.contracts import RunState
+from ..durable import Agent
+from ..session import Entry, PendingItem, pending_items, validate_session_id
+from ..session.tree import path
+from ..workflows import TemporalExecutor, run_workflow_id
+from .config import (
+    AddressOpt,
+    AgentOpt,
+    JsonOpt,
+    NamespaceOpt,
+    NotFound,
+    ProfileOpt,
+    QueueOpt,
+    StoreOpt,
+    TemporalFlags,
+    UsageError,
+    VerboseOpt,
+    queue_for,
+)
+from .render import RunPrinter, console, flags_from, print_json, run_command, set_verbose
+from .run import open_agent
+from .stores import open_store, resolve_store_spec
+
+__all__ = ["approvals", "approve", "deny", "pending_line", "show_approvals"]
+
+
+def pending_line(item: PendingItem) -> str:
+    """One pending call as ``chat`` and ``approvals`` show it."""
+    return f"{item.tool_call_id}  {item.tool_name}({json.dumps(item.args, ensure_ascii=False)})"
+
+
+def approvals(
+    session_id: Annotated[str, typer.Argument(help="Session whose pending calls to list.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List the tool calls of a session that wait for a person's decision."""
+    set_verbose(verbose)
+    spec = resolve_store_spec(store)
+    raise typer.Exit(run_command(lambda: list_pending(console, session_id, spec, as_json)))
+
+
+async def list_pending(console: Console, session_id: str, spec: str, as_json: bool) -> int:
+    opened = open_store(spec)
+    try:
+        entries = await opened.store.load_entries(validate_session_id(session_id))
+    finally:
+        await opened.close()
+    items = pending_items(path(entries, entries[-1].id)) if entries else []
+    if as_json:
+        print_json(console, [i.model_dump(mode="json") for i in items])
+    elif not items:
+        console.print(f"no pending tool calls in session {escape(session_id)}")
+    for item in [] if as_json else items:
+        console.print(escape(pending_line(item)) + f"  [dim](run {escape(item.run_id)})[/]")
+    return 0
+
+
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (shown to the model).")]
+ByOpt = Annotated[str | None, typer.Option("--by", help="Who decides (stored as decided_by).")]
+
+
+def _decide_command(approved: bool) -> Any:
+    def command(
+        session_id: Annotated[str, typer.Argument(help="Session of the pending call.")],
+        call_id: Annotated[str, typer.Argument(help="The tool call ID (see `approvals`).")],
+        reason: ReasonOpt = None,
+        decided_by: ByOpt = None,
+        args: Annotated[
+            str | None, typer.Option("--args", help="Edited arguments as a JSON object.")
+        ] = None,
+        store: StoreOpt = None,
+        task_queue: QueueOpt = None,
+        agent: AgentOpt = "demo",
+        address: AddressOpt = None,
+        namespace: NamespaceOpt = None,
+        profile: ProfileOpt = None,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        flags = flags_from(address, namespace, profile, verbose)
+        edited = _edited(args) if approved else None
+        raise typer.Exit(
+            run_command(
+                lambda: decide(
+                    console,
+                    session_id=session_id,
+                    call_id=call_id,
+                    approved=approved,
+                    reason=reason,
+                    args=edited,
+                    decided_by=decided_by,
+                    store_spec=resolve_store_spec(store),
+                    task_queue=queue_for(task_queue, flags),
+                    agent_name=agent,
+                    flags=flags,
+                )
+            )
+        )
+
+    verb = "Approve" if approved else "Deny"
+    command.__doc__ = f"{verb} a pending tool call (the waiting run gets it, or the next run)."
+    command.__name__ = "approve" if approved else "deny"
+    return command
+
+
+def _edited(args: str | None) -> dict[str, Any] | None:
+    if args is None:
+        return None
+    try:
+        value = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError("--args must be a JSON object")
+    return value
+
+
+approve = _decide_command(True)
+deny = _decide_command(False)
+
+
+async def decide(
+    console: Console,
+    *,
+    session_id: str,
+    call_id: str,
+    approved: bool,
+    reason: str | None,
+    args: dict[str, Any] | None,
+    decided_by: str | None,
+    store_spec: str,
+    task_queue: str,
+    agent_name: str,
+    flags: TemporalFlags | None,
+) -> int:
+    opened = open_store(store_spec)
+    try:
+        agent, executor = await open_agent(
+            console,
+            opened,
+            session_id=validate_session_id(session_id),
+            task_queue=task_queue,
+            agent_name=agent_name,
+            flags=flags,
+        )
+        pending = {p.tool_call_id: p for p in agent.pending_approvals()}
+        if call_id not in pending:
+            raise NotFound(f"no pending tool call {call_id!r} in session {session_id!r}")
+        entry = await agent.decide(
+            call_id, approved, reason=reason, args=args, decided_by=decided_by
+        )
+        word = "approved" if approved else "denied"
+        console.print(f"{word} {escape(call_id)} (decision {escape(entry.id)})")
+        await _continue(console, agent, executor, pending[call_id].run_id)
+        return 0
+    finally:
+        await opened.close()
+
+
+async def _continue(
+    console: Console, agent: Agent, executor: TemporalExecutor, run_id: str
+) -> None:
+    """A decision stored at the leaf (the run that asked is not running) that settles the
+    turn: start the continuation run and follow it."""
+    if agent.pending_approvals():
+        return  # other calls of the turn still wait
+    asked = executor.client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
+    with contextlib.suppress(RPCError):
+        if (await asked.describe()).status == WorkflowExecutionStatus.RUNNING:
+            return  # the waiting run took the decision and goes on by itself
+    stream = await agent.run()
+    console.print(f"every call of the turn is decided: continuing in run {escape(stream.run_id)}")
+    printer = RunPrinter(console)
+    try:
+        async for event in stream.events():
+            printer.handle(event)
+    finally:
+        printer.finish()
+
+
+async def show_approvals(console: Console, client: Client, agent: Agent) -> None:
+    """The demo's step on people: a call that waits for a person (approved, with a message
+    sent into the run while it waits, which lands between two tool calls), then one that is
+    denied."""
+    asks = [
+        ("Email the Q3 figures to the team.", None, "Also check the weather in Lisbon."),
+        ("Email the Q3 figures to the board.", "not before the audit", None),
+    ]
+    for text, refusal, steer in asks:
+        console.print(f"  [bold cyan]you ▸[/] {text}")
+        stream = await agent.run(text)
+        printer = RunPrinter(console)
+        sent: asyncio.Future[Entry] | None = None
+        async for event in stream.events():
+            printer.handle(event)
+            if event.agent is None or event.agent.type != "approval_requested":
+                continue
+            printer.finish()
+            if steer is not None:
+                console.print(f"  [bold cyan]you, while it waits ▸[/] {steer}")
+                sent = asyncio.ensure_future(stream.send(steer))
+                await _queued(client, agent.session_id, stream.run_id)
+            for request in event.entries or []:
+                call = getattr(request, "tool_call_id", "")
+                await agent.decide(call, refusal is None, reason=refusal, decided_by="demo")
+        printer.finish()
+        if sent is not None:
+            await sent
+
+
+async def _queued(client: Client, session_id: str, run_id: str) -> None:
+    """Until the run holds the message just sent (so it lands in this turn): its ``state()``."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    for _ in range(200):
+        if (await handle.query("state", result_type=RunState)).queued_inputs:
+            return
+        await asyncio.sleep(0.05)

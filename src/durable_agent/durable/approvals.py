@@ -1,0 +1,338 @@
+"""The run's approval step: request, wait, decide (docs/design.md#approvals-and-steering).
+
+The engine calls :func:`settle` when an assistant message with calls is stored (its receipt
+out), or when a run starts on a tail whose calls wait. It commits every ``approval_request`` in
+one batch right after the reply and emits ``approval_requested``; the run is then
+``awaiting_approval`` until each call is decided: it waits on its :class:`~.inbox.Inbox` through
+its :class:`ApprovalGate` (in process an asyncio wait, on Temporal ``workflow.wait_condition``:
+one timer, no activity), commits each decision and emits ``approval_decided``. Then the turn's
+calls run (a denied one is answered without running); ``approval_wait`` running out **parks**
+the run (:class:`Parked`), which then ends ``awaiting_approval`` with nothing synthesized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
+
+from ..agent.approval import Resume, Verdict, needs_approval
+from ..agent.events import AgentEvent
+from ..agent.loop import AgentRun, Loop
+from ..agent.options import AgentOptions
+from ..ai.messages import Message, ToolCall
+from ..session.approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    AwaitingTurn,
+    PendingItem,
+    decision_entry_id,
+)
+from ..session.entries import Entry
+from ..session.errors import EntryConflictError
+from .errors import ApprovalNotPendingError, PersistError
+from .inbox import Inbox, QueuedDecision
+from .persist import CommitEffects
+
+__all__ = [
+    "ApprovalGate",
+    "RunSide",
+    "RunStatus",
+    "deliver",
+    "LocalGate",
+    "Parked",
+    "Waiting",
+    "ask_people",
+    "not_pending",
+    "resume_turn",
+    "settle",
+]
+
+
+RunStatus = Literal[
+    "starting",
+    "calling_model",
+    "running_tools",
+    "awaiting_approval",
+    "persisting",
+    "completed",
+    "failed",
+    "cancelled",
+]
+
+
+class RunSide(Protocol):
+    """What the approval step and deliveries use of the run engine."""
+
+    status: RunStatus
+    waiting: Waiting | None
+    pending_calls: list[ToolCall]
+
+    async def persist(
+        self, entries: Sequence[Entry], what: str, keep: bool = False
+    ) -> list[Entry]: ...
+
+    async def emit_agent(
+        self, event: AgentEvent, entries: list[Entry] | None = None, leaf: bool = False
+    ) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+    def record_stored(self, entries: Sequence[Entry]) -> list[Entry]: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def effects(self) -> CommitEffects: ...
+
+    @property
+    def gate(self) -> ApprovalGate | None: ...
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+
+class ApprovalGate(Protocol):
+    """Where an executor evaluates approval rules and waits for people."""
+
+    approval_wait: float | None
+    """Seconds a run waits for decisions before it parks; ``None``: no limit."""
+
+    async def needs_approval(self, reply: Message) -> list[str]:
+        """IDs of the reply's calls a person must decide (predicates run where tools run)."""
+        ...
+
+    async def wait(self, ready: Callable[[], bool], seconds: float | None) -> bool:
+        """Wait until ``ready()`` (re-checked on every inbox arrival); ``False`` on timeout."""
+        ...
+
+    def stored_requests(self) -> list[ApprovalRequest]:
+        """The requests the reply's producer stored with it (the Temporal model call), which
+        the run records instead of committing them; ``[]`` when it stored none."""
+        ...
+
+
+class Parked(Exception):
+    """``approval_wait`` ran out with calls still undecided: the run ends
+    ``awaiting_approval``."""
+
+
+class Waiting:
+    """The turn a run waits on: its requests and the decisions stored so far."""
+
+    def __init__(self, turn: AwaitingTurn) -> None:
+        self.turn = turn
+
+    def undecided(self) -> list[ToolCall]:
+        return self.turn.undecided()
+
+    def pending(self) -> list[PendingItem]:
+        out: list[PendingItem] = []
+        for call in self.undecided():
+            r = self.turn.requests[call.id]
+            out.append(
+                PendingItem(
+                    tool_call_id=call.id,
+                    tool_name=r.tool_name,
+                    args=r.args,
+                    request_id=r.id,
+                    run_id=r.run_id,
+                )
+            )
+        return out
+
+    def check(self, tool_call_id: str, deciding: bool) -> None:
+        """Raise :class:`ApprovalNotPendingError` unless the run waits for this call's
+        decision (``deciding``: one is queued already, and it will win)."""
+        decided = self.turn.decisions.get(tool_call_id)
+        if decided is not None:
+            raise not_pending(tool_call_id, decided.id)
+        if deciding or tool_call_id not in {c.id for c in self.undecided()}:
+            raise not_pending(tool_call_id, None)
+
+    def denied(self, calls: list[ToolCall]) -> bool:
+        """Whether a person denied one of ``calls`` (when they are this turn's calls)."""
+        if {c.id for c in calls} != {c.id for c in self.turn.calls}:
+            return False
+        return any(not d.approved for d in self.turn.decisions.values())
+
+    def verdicts(self) -> dict[str, Verdict]:
+        return {
+            call_id: Verdict(d.approved, d.reason, d.args)
+            for call_id, d in self.turn.decisions.items()
+        }
+
+
+def not_pending(tool_call_id: str, decision_id: str | None) -> ApprovalNotPendingError:
+    if decision_id is None:
+        text = f"tool call {tool_call_id!r} is not pending a decision in this run"
+    else:
+        text = f"tool call {tool_call_id!r} is already decided (decision entry {decision_id!r})"
+    return ApprovalNotPendingError(text, tool_call_id=tool_call_id, decision_id=decision_id)
+
+
+async def ask_people(engine: RunSide, run: AgentRun, reply: Message) -> None:
+    """After a reply with calls is stored: if any call needs approval, request and wait, then
+    hand the loop the verdicts before it runs the turn's tools."""
+    if engine.gate is None:
+        return
+    ask = await engine.gate.needs_approval(reply)
+    if ask:
+        run.verdicts.update(await settle(engine, reply, ask))
+
+
+async def resume_turn(
+    engine: RunSide,
+    loop: Loop,
+    messages: list[Message],
+    turn: AwaitingTurn,
+    receipt: list[Entry] | None,
+) -> AgentRun:
+    """A run started on a stored turn whose calls wait: ``agent_start`` (with ``receipt``,
+    unless it went out already: ``None``), the wait for the undecided calls, then a loop run
+    that starts from the stored reply and runs its unanswered calls."""
+    if receipt is not None:
+        await engine.emit_agent(AgentEvent(type="agent_start"), receipt, leaf=True)
+        engine.checkpoint()
+    engine.pending_calls = turn.unanswered()
+    verdicts = await settle(engine, turn.assistant, [], turn)
+    run = loop.run(messages, resume=Resume(turn.assistant, list(turn.results)))
+    run.verdicts.update(verdicts)
+    return run
+
+
+async def settle(
+    engine: RunSide, reply: Message, ask: list[str], turn: AwaitingTurn | None = None
+) -> dict[str, Verdict]:
+    """Request approval for the calls ``ask`` of ``reply`` (or, given ``turn``, wait on the
+    requests a stored turn holds) and wait until each is decided; the verdicts by call ID.
+    Raises :class:`Parked` when ``approval_wait`` runs out first."""
+    if turn is None:
+        turn = AwaitingTurn(reply, 0)
+        calls = {c.id: c for c in turn.calls}
+        requests = [
+            ApprovalRequest(
+                tool_call_id=i,
+                tool_name=calls[i].name,
+                args=calls[i].arguments,
+                run_id=engine.run_id,
+                created_at=engine.effects.now(),
+            )
+            for i in ask
+        ]
+        ahead = engine.gate.stored_requests() if engine.gate is not None else []
+        if ahead:
+            stored = engine.record_stored(ahead)
+        else:
+            stored = await engine.persist(requests, "persist approval requests")
+        for entry in stored:
+            assert isinstance(entry, ApprovalRequest)
+            turn.requests[entry.tool_call_id] = entry
+        await engine.emit_agent(AgentEvent(type="approval_requested"), stored)
+    waiting = engine.waiting = Waiting(turn)
+    previous, engine.status = engine.status, "awaiting_approval"
+    try:
+        await _wait_for_decisions(engine, waiting)
+    finally:
+        engine.status = previous
+    return waiting.verdicts()
+
+
+async def _wait_for_decisions(engine: RunSide, waiting: Waiting) -> None:
+    gate, inbox = engine.gate, engine.inbox
+    assert gate is not None
+    limit = gate.approval_wait
+    start = engine.effects.now()
+    while waiting.undecided():
+        if not inbox.decisions:
+            left = None
+            if limit is not None:
+                left = max(0.0, limit - (engine.effects.now() - start).total_seconds())
+            if not await gate.wait(lambda: bool(inbox.decisions), left):
+                raise Parked()
+        for queued in inbox.take_decisions():
+            await _commit_decision(engine, waiting, queued)
+
+
+async def _commit_decision(engine: RunSide, waiting: Waiting, queued: QueuedDecision) -> None:
+    decision = queued.decision
+    request = waiting.turn.requests.get(decision.tool_call_id)
+    if request is None or decision.tool_call_id in waiting.turn.decisions:
+        decided = waiting.turn.decisions.get(decision.tool_call_id)
+        queued.done.set_exception(
+            not_pending(decision.tool_call_id, None if decided is None else decided.id)
+        )
+        return
+    entry = decision.model_copy(
+        update={"id": decision_entry_id(request.id), "created_at": engine.effects.now()}
+    )
+    try:
+        stored = await engine.persist([entry], "persist approval decision", keep=True)
+    except PersistError as exc:
+        if not _conflict(exc):
+            queued.done.set_exception(exc)
+            raise
+        # another process stored a decision on this request first: it won (the run sees it
+        # when the next run loads the session; this one parks if nothing else decides)
+        queued.done.set_exception(not_pending(decision.tool_call_id, entry.id))
+        return
+    stored_decision = stored[0]
+    assert isinstance(stored_decision, ApprovalDecision)
+    waiting.turn.decisions[decision.tool_call_id] = stored_decision
+    await engine.emit_agent(AgentEvent(type="approval_decided"), stored)
+    queued.done.set_result(stored_decision)
+
+
+def _conflict(exc: PersistError) -> bool:
+    cause = exc.__cause__
+    if isinstance(cause, EntryConflictError):
+        return True
+    return cause is not None and getattr(cause, "kind", None) == EntryConflictError.__name__
+
+
+class LocalGate:
+    """The in-process gate: rules evaluated here, an asyncio wait woken by inbox arrivals."""
+
+    def __init__(self, options: AgentOptions, inbox: Inbox) -> None:
+        self.approval_wait = options.approval_wait
+        self._options = options
+        self._wake = asyncio.Event()
+        inbox.on_change = self._wake.set
+
+    def stored_requests(self) -> list[ApprovalRequest]:
+        return []
+
+    async def needs_approval(self, reply: Message) -> list[str]:
+        options = self._options
+        return await needs_approval(reply.tool_calls(), options.tools, options.approval)
+
+    async def wait(self, ready: Callable[[], bool], seconds: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        while not ready():
+            self._wake.clear()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return ready()
+        return True
+
+
+async def deliver(engine: RunSide, would_continue: bool) -> list[Message]:
+    """The loop's inbox: store the messages due at this turn's end, each emitted as
+    ``input_delivered`` (docs/design.md#approvals-and-steering)."""
+    out: list[Message] = []
+    for queued in engine.inbox.due(would_continue):
+        entry = queued.entry.model_copy(update={"created_at": engine.effects.now()})
+        try:
+            receipt = await engine.persist([entry], "persist delivered input")
+        except BaseException as exc:
+            queued.done.set_exception(exc)
+            raise
+        await engine.emit_agent(AgentEvent(type="input_delivered"), receipt)
+        queued.done.set_result(receipt[0])
+        out.append(queued.entry.message)
+        engine.checkpoint()
+    return out

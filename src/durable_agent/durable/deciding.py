@@ -1,0 +1,108 @@
+"""Deciding a pending call from a handle (docs/design.md#approvals-and-steering).
+
+A live run that waits for the call gets the decision (in process through its inbox; on Temporal
+through the run workflow's ``decide`` update, which the executor sends). Otherwise the decision is
+committed at the handle's leaf like ``append``, under the ID derived from its request, so the first
+decision stored wins in every process: a second, different one conflicts in the store and is
+refused naming the winner; a re-sent identical one returns the stored entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from ..session.approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    awaiting_turn,
+    decision_entry_id,
+    pending_items,
+)
+from ..session.entries import Entry
+from ..session.errors import EntryConflictError
+from .approvals import not_pending
+from .state import SessionState
+
+__all__ = ["LiveDecider", "commit_decision", "decide"]
+
+LiveDecider = Callable[[SessionState, ApprovalDecision], Awaitable[Entry | None]]
+"""An executor's way to hand a decision to a live run elsewhere (``None``: no live run took
+it)."""
+
+
+async def decide(
+    state: SessionState, decision: ApprovalDecision, remote: LiveDecider | None = None
+) -> Entry:
+    """Hand ``decision`` to the run that waits for it, or commit it at the leaf."""
+    engine = state.live_run
+    call_id = decision.tool_call_id
+    if engine is not None:
+        waiting = engine.waiting
+        if waiting is not None:
+            waiting.check(call_id, engine.inbox.deciding(call_id))
+        elif call_id not in {p.tool_call_id for p in pending_items(state.path())}:
+            raise _refusal(state, decision)
+        # a run starting on this tail takes it once it waits (docs/design.md#approvals-and-steering)
+        return await engine.inbox.decide(decision)
+    if remote is not None:
+        known = _pending_request(state, decision)
+        if not isinstance(known, ApprovalRequest):
+            return known  # the same decision, stored already
+        entry = await remote(state, decision)
+        if entry is not None:
+            return entry
+        await state.run_ended()  # the run asked ended without it: its last receipts first
+    return await commit_decision(state, decision)
+
+
+def _refusal(state: SessionState, decision: ApprovalDecision) -> Exception:
+    turn = awaiting_turn(state.path())
+    decided = None if turn is None else turn.decisions.get(decision.tool_call_id)
+    return not_pending(decision.tool_call_id, None if decided is None else decided.id)
+
+
+def _pending_request(
+    state: SessionState, decision: ApprovalDecision
+) -> ApprovalRequest | ApprovalDecision:
+    """The request of the pending call ``decision`` is for; the stored decision if it says the
+    same; else :class:`ApprovalNotPendingError` (naming the stored decision, if any)."""
+    turn = awaiting_turn(state.path())
+    call_id = decision.tool_call_id
+    request = None if turn is None else turn.requests.get(call_id)
+    if turn is None or request is None:
+        raise not_pending(call_id, None)
+    decided = turn.decisions.get(call_id)
+    if decided is not None:
+        if decided.same_decision(decision):
+            return decided
+        raise not_pending(call_id, decided.id)
+    if call_id not in {c.id for c in turn.undecided()}:
+        raise not_pending(call_id, None)  # answered already
+    return request
+
+
+async def commit_decision(state: SessionState, decision: ApprovalDecision) -> Entry:
+    """Commit ``decision`` at the leaf (no live run waits for it)."""
+    request = _pending_request(state, decision)
+    if not isinstance(request, ApprovalRequest):
+        return request
+    call_id = decision.tool_call_id
+    entry = decision.model_copy(update={"id": decision_entry_id(request.id)})
+    try:
+        stamped = await state.persist([entry], keep_ids=True)
+    except EntryConflictError:
+        winner = await _stored(state, entry.id)
+        if isinstance(winner, ApprovalDecision) and winner.same_decision(decision):
+            state.apply_receipt(
+                [winner], winner.id if (winner.parent_id or "") == state.leaf else state.leaf
+            )
+            return winner
+        raise not_pending(call_id, entry.id) from None
+    return stamped.durable[0]
+
+
+async def _stored(state: SessionState, entry_id: str) -> Entry | None:
+    for entry in await state.store.load_entries(state.session_id):
+        if entry.id == entry_id:
+            return entry
+    return None

@@ -1,0 +1,226 @@
+"""Approval entries: a tool call's request for a person's decision, and the decision.
+
+Both are reserved custom kinds (docs/design.md#approvals-and-steering): stored in the transcript,
+never sent to the model. A call is **pending** when the path holds its request, no decision for
+it and no result answering it. What a run that starts on such a path must do, and what run-start
+repair must leave alone, are read from the path here, for both executors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..ai.messages import Message, ToolCall
+from .entries import CustomEntry, Entry, MessageEntry, register_custom
+from .repair import start_repairs
+from .views import raw_model_view
+
+__all__ = [
+    "APPROVAL_DECISION",
+    "APPROVAL_REQUEST",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "AwaitingTurn",
+    "PendingItem",
+    "awaiting_turn",
+    "decision_entry_id",
+    "pending_items",
+    "request_entry_id",
+    "requests_for",
+    "requests_after",
+    "run_start_repairs",
+    "sent_message",
+]
+
+APPROVAL_REQUEST = "approval_request"
+APPROVAL_DECISION = "approval_decision"
+
+
+@register_custom(APPROVAL_REQUEST)
+class ApprovalRequest(CustomEntry):
+    """A call that waits for a person: committed by the run right after the assistant message
+    that made it, one per call needing approval, in call order."""
+
+    kind: str = APPROVAL_REQUEST
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    run_id: str
+    """The run that asked (on Temporal: the run workflow a decision is sent to first)."""
+
+
+@register_custom(APPROVAL_DECISION)
+class ApprovalDecision(CustomEntry):
+    """A person's decision on one call. Its ID is derived from its request's
+    (:func:`decision_entry_id`), so the first decision stored wins in every process."""
+
+    kind: str = APPROVAL_DECISION
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    """Edited arguments the call runs with instead of the model's."""
+    decided_by: str | None = None
+
+    def same_decision(self, other: ApprovalDecision) -> bool:
+        """Whether ``other`` says what this says (a re-sent decision, not a second one)."""
+        keys = ("tool_call_id", "approved", "reason", "args", "decided_by")
+        return all(getattr(self, k) == getattr(other, k) for k in keys)
+
+
+class PendingItem(BaseModel):
+    """A pending call as ``pending_approvals()``, ``stream.pending`` and ``state()`` show it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    request_id: str
+    run_id: str
+
+
+def request_entry_id(reply_id: str, tool_call_id: str) -> str:
+    """The ID of the request for call ``tool_call_id`` of the reply stored as ``reply_id``,
+    where a producer commits the requests with the reply (the Temporal model call): a retried
+    commit finds its own."""
+    return hashlib.sha256(f"request\n{reply_id}\n{tool_call_id}".encode()).hexdigest()[:16]
+
+
+def requests_for(reply: MessageEntry, ask: Sequence[str], run_id: str) -> list[ApprovalRequest]:
+    """The requests for the calls ``ask`` of the stored ``reply``, chained after it in call
+    order under derived IDs and the reply's ``created_at``."""
+    calls = {c.id: c for c in reply.message.tool_calls()}
+    out: list[ApprovalRequest] = []
+    parent = reply.id
+    for call_id in ask:
+        call = calls[call_id]
+        request = ApprovalRequest(
+            id=request_entry_id(reply.id, call_id),
+            parent_id=parent,
+            created_at=reply.created_at,
+            tool_call_id=call_id,
+            tool_name=call.name,
+            args=call.arguments,
+            run_id=run_id,
+        )
+        out.append(request)
+        parent = request.id
+    return out
+
+
+def decision_entry_id(request_id: str) -> str:
+    """The one ID every decision on request ``request_id`` is stored under: a second, different
+    decision conflicts in the store, a re-sent identical one is idempotent. A fork's copy of a
+    request has its own ID, so a fork child decides independently."""
+    return hashlib.sha256(f"decision\n{request_id}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class AwaitingTurn:
+    """The path's last turn whose calls wait for decisions or for running after them: its
+    assistant message, where it sits on the path, its requests and decisions by call ID, and
+    the results already stored."""
+
+    assistant: Message
+    index: int
+    """Position of the assistant message on the path."""
+    assistant_parent: str = ""
+    """The assistant entry's parent (``""``: a root)."""
+    requests: dict[str, ApprovalRequest] = field(default_factory=dict)
+    decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
+    results: list[Message] = field(default_factory=list)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [c for c in self.assistant.tool_calls() if not c.server]
+
+    def undecided(self) -> list[ToolCall]:
+        """Calls with a request, no decision and no result: the pending ones, in call order."""
+        answered = {r.tool_call_id for r in self.results}
+        return [
+            c
+            for c in self.calls
+            if c.id in self.requests and c.id not in self.decisions and c.id not in answered
+        ]
+
+    def unanswered(self) -> list[ToolCall]:
+        answered = {r.tool_call_id for r in self.results}
+        return [c for c in self.calls if c.id not in answered]
+
+
+def awaiting_turn(path: Sequence[Entry]) -> AwaitingTurn | None:
+    """The path's tail turn if its assistant message has approval requests and unanswered calls
+    (nothing but its requests, decisions and results after it); else ``None``."""
+    tail: list[Entry] = []
+    for i in range(len(path) - 1, -1, -1):
+        entry = path[i]
+        if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
+            turn = AwaitingTurn(entry.message, i, entry.parent_id or "")
+            for e in reversed(tail):
+                if isinstance(e, ApprovalRequest):
+                    turn.requests[e.tool_call_id] = e
+                elif isinstance(e, ApprovalDecision):
+                    turn.decisions.setdefault(e.tool_call_id, e)
+                elif isinstance(e, MessageEntry) and e.message.role == "tool_result":
+                    turn.results.append(e.message)
+            if turn.requests and turn.unanswered():
+                return turn
+            return None
+        if isinstance(entry, MessageEntry) and entry.message.role != "tool_result":
+            return None
+        if isinstance(entry, CustomEntry) and not isinstance(
+            entry, ApprovalRequest | ApprovalDecision
+        ):
+            return None
+        tail.append(entry)
+    return None
+
+
+def run_start_repairs(path: Sequence[Entry]) -> list[MessageEntry]:
+    """Run-start repair of ``path`` (docs/design.md#repair-and-reconcile), which never answers a
+    call waiting for people: a tail turn with approval requests is left to the run."""
+    if awaiting_turn(path) is not None:
+        return []
+    return start_repairs(raw_model_view(path))
+
+
+def pending_items(path: Sequence[Entry]) -> list[PendingItem]:
+    """The pending calls of ``path`` in call order (docs/design.md#approvals-and-steering)."""
+    turn = awaiting_turn(path)
+    if turn is None:
+        return []
+    out: list[PendingItem] = []
+    for call in turn.undecided():
+        request = turn.requests[call.id]
+        out.append(
+            PendingItem(
+                tool_call_id=call.id,
+                tool_name=request.tool_name,
+                args=request.args,
+                request_id=request.id,
+                run_id=request.run_id,
+            )
+        )
+    return out
+
+
+def sent_message(entry: Entry) -> bool:
+    """A user message: in a run's chain after its input, one sent into the run."""
+    return isinstance(entry, MessageEntry) and entry.message.role == "user" and not entry.synthetic
+
+
+def requests_after(reply: Entry, following: list[Entry]) -> list[ApprovalRequest]:
+    """The approval requests stored with ``reply`` (one append, chained after it)."""
+    out: list[ApprovalRequest] = []
+    parent = reply.id
+    for entry in following:
+        if isinstance(entry, ApprovalRequest) and (entry.parent_id or "") == parent:
+            out.append(entry)
+            parent = entry.id
+    return out

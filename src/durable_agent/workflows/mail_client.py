@@ -1,0 +1,90 @@
+"""The client side of the ``decide`` and ``send`` updates (docs/design.md#approvals-and-steering).
+
+A decision goes to the run that asked (the request names it) through ``decide`` with update ID
+``decide:<tool_call_id>``: a re-sent decision is one decision, and a second decider gets the
+first one's entry back, which it reports as :class:`ApprovalNotPendingError` naming the winner.
+When that run does not wait for the call any more (it parked, ended, or never asked), the handle
+commits the decision at its leaf instead (``durable.deciding``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from ..activities.failures import agent_error
+from ..durable.approvals import not_pending
+from ..durable.errors import ApprovalNotPendingError, RunNotAcceptingError
+from ..durable.state import SessionState
+from ..session.approvals import ApprovalDecision, awaiting_turn
+from ..session.codec import decode_entry
+from ..session.entries import Entry
+from ..session.ids import new_id
+from .run_mail import DecideBody, SendBody
+
+__all__ = ["decide_update", "send_update"]
+
+
+def _refusal(exc: WorkflowUpdateFailedError) -> BaseException:
+    cause = exc.cause
+    return agent_error(cause) if isinstance(cause, ApplicationError) else exc
+
+
+async def send_update(handle: WorkflowHandle[Any, Any], body: SendBody) -> Entry:
+    """``stream.send`` on Temporal: the ``send`` update, answered once the run delivered it."""
+    message_id = new_id()
+    body = body.model_copy(update={"message_id": message_id})
+    try:
+        wire = await handle.execute_update("send", body, id=message_id, result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        raise _refusal(exc) from exc
+    except RPCError as exc:
+        raise RunNotAcceptingError(f"the run takes no more messages: {exc}") from exc
+    return decode_entry(wire)
+
+
+async def decide_update(
+    run_handle: Callable[[str], WorkflowHandle[Any, Any]],
+    state: SessionState,
+    decision: ApprovalDecision,
+) -> Entry | None:
+    """Hand ``decision`` to the run that asked; ``None`` when that run does not wait for it."""
+    turn = awaiting_turn(state.path())
+    request = None if turn is None else turn.requests.get(decision.tool_call_id)
+    if request is None:
+        return None
+    # the handle's live run first (it waits on the turn it started on), else the run that asked
+    for run_id in dict.fromkeys(i for i in (state.live_run_id, request.run_id) if i):
+        entry = await _ask(run_handle(run_id), decision)
+        if entry is not None:
+            return entry
+    return None
+
+
+async def _ask(handle: WorkflowHandle[Any, Any], decision: ApprovalDecision) -> Entry | None:
+    body = DecideBody(
+        tool_call_id=decision.tool_call_id,
+        approved=decision.approved,
+        reason=decision.reason,
+        args=decision.args,
+        decided_by=decision.decided_by,
+    )
+    try:
+        wire = await handle.execute_update(
+            "decide", body, id=f"decide:{decision.tool_call_id}", result_type=str
+        )
+    except WorkflowUpdateFailedError as exc:
+        error = _refusal(exc)
+        if isinstance(error, ApprovalNotPendingError) and "already decided" in str(error):
+            raise error from exc
+        return None  # the run does not wait for it (parked, ending, ended)
+    except RPCError:
+        return None  # no such run any more
+    entry = decode_entry(wire)
+    if isinstance(entry, ApprovalDecision) and not entry.same_decision(decision):
+        raise not_pending(decision.tool_call_id, entry.id)  # another decider won
+    return entry

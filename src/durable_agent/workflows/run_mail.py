@@ -1,0 +1,194 @@
+"""What people hand a running run on Temporal: the ``decide`` and ``send`` updates.
+
+Both take plain JSON, so an operator can send them from the Temporal UI or ``temporal workflow
+update execute`` (docs/design.md#approvals-and-steering):
+
+- ``decide``: ``{"tool_call_id": "...", "approved": true, "reason": null, "args": null,
+  "decided_by": "ops"}``, update ID ``decide:<tool_call_id>`` (a re-sent decision is one
+  decision); answers the stored ``approval_decision`` entry, encoded as receipts carry entries.
+- ``send``: ``{"text": "...", "when": "next_turn" | "at_end"}`` (or ``inputs``: one run-input
+  message), optional ``message_id`` as its update ID; answers the stored user message once
+  the run delivered it.
+
+Validators refuse, with no history, what the run would not take: a call that is not pending in
+this run (``ApprovalNotPendingError``), a message for a run that ended, is ending or was
+cancelled, or that already holds 16 (``RunNotAcceptingError``). The wait itself is
+``workflow.wait_condition`` with ``approval_wait`` as its timeout: one timer, no activity, no
+history growth while nobody decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from ..activities.contracts import InputEntry, RunInput, RunState, ToolCallRef
+from ..activities.model_call import ActivityModel
+from ..ai.messages import Message, TextContent
+from ..durable.approvals import Waiting, not_pending
+from ..durable.engine import RunEngine
+from ..durable.errors import AgentError, RunNotAcceptingError
+from ..durable.inbox import Inbox, When
+from ..session.approvals import ApprovalDecision, ApprovalRequest
+from ..session.codec import encode_entry
+from ..session.entries import Entry, MessageEntry
+from .run_input import input_entry
+
+__all__ = [
+    "DecideBody",
+    "run_state",
+    "SendBody",
+    "TemporalGate",
+    "check_decision",
+    "check_message",
+    "decision_of",
+    "delivered",
+    "message_of",
+]
+
+
+class DecideBody(BaseModel):
+    """The ``decide`` update's argument (plain JSON)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    decided_by: str | None = None
+
+
+class SendBody(BaseModel):
+    """The ``send`` update's argument (plain JSON): ``text``, or one message in ``inputs``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str | None = None
+    inputs: list[InputEntry] = Field(default_factory=list)
+    when: When = "next_turn"
+    message_id: str | None = None
+    """The update ID the client used (informational: Temporal dedups by the update ID)."""
+
+
+class TemporalGate:
+    """The run workflow's gate: the model call evaluated the rules on the worker and stored the
+    requests with the reply; the wait is ``workflow.wait_condition``."""
+
+    def __init__(self, model: ActivityModel, approval_wait: float | None) -> None:
+        self.approval_wait = approval_wait
+        self._model = model
+
+    async def needs_approval(self, reply: Message) -> list[str]:
+        return [r.tool_call_id for r in self._model.requests]
+
+    def stored_requests(self) -> list[ApprovalRequest]:
+        taken, self._model.requests = self._model.requests, []
+        return taken
+
+    async def wait(self, ready: Callable[[], bool], seconds: float | None) -> bool:
+        timeout = None if seconds is None else timedelta(seconds=seconds)
+        try:
+            await workflow.wait_condition(ready, timeout=timeout, timeout_summary="approval_wait")
+        except TimeoutError:
+            return ready()
+        return True
+
+
+def refusal(exc: AgentError) -> ApplicationError:
+    """``exc`` as an update failure the client re-raises as the same error type."""
+    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+
+
+def check_decision(waiting: Waiting | None, inbox: Inbox, body: DecideBody) -> None:
+    """The ``decide`` validator: the run waits for this call and nothing decided it yet. A run
+    that has not reached its wait (it starts on a turn whose calls wait) takes the decision
+    for that wait, which checks it; one that ends first refuses it then."""
+    call_id = body.tool_call_id
+    if inbox.closed_because is not None:
+        raise refusal(not_pending(call_id, None))
+    if waiting is None:
+        return
+    try:
+        waiting.check(call_id, inbox.deciding(call_id))
+    except AgentError as exc:
+        raise refusal(exc) from None
+
+
+def check_message(inbox: Inbox, cancelled: bool) -> None:
+    """The ``send`` validator."""
+    if cancelled:
+        raise refusal(RunNotAcceptingError("the run takes no more messages: it was cancelled"))
+    try:
+        inbox.check_message()
+    except AgentError as exc:
+        raise refusal(exc) from None
+
+
+def decision_of(body: DecideBody, now: datetime) -> ApprovalDecision:
+    return ApprovalDecision(
+        tool_call_id=body.tool_call_id,
+        approved=body.approved,
+        reason=body.reason,
+        args=body.args,
+        decided_by=body.decided_by,
+        created_at=now,  # never the default clock in workflow code
+    )
+
+
+def message_of(body: SendBody, now: datetime) -> MessageEntry:
+    """The user message a ``send`` delivers (``ApplicationError`` for a body without one)."""
+    if body.text is not None and not body.inputs:
+        message = Message(role="user", content=[TextContent(text=body.text)], timestamp=now)
+        return MessageEntry(message=message, created_at=now)
+    if body.text is None and len(body.inputs) == 1:
+        entry = input_entry(body.inputs[0], now)
+        if isinstance(entry, MessageEntry) and not entry.ephemeral:
+            return entry.model_copy(update={"id": "", "created_at": now})
+    raise ApplicationError(
+        "send takes text or one (non-ephemeral) message in inputs",
+        type="ValueError",
+        non_retryable=True,
+    )
+
+
+async def delivered(done: asyncio.Future[Entry]) -> str:
+    """The update's answer: the stored entry, encoded; the run's refusal as an update failure."""
+    try:
+        return encode_entry(await done)
+    except AgentError as exc:
+        raise refusal(exc) from None
+
+
+def run_state(inp: RunInput, engine: RunEngine | None, inbox: Inbox) -> RunState:
+    """The run workflow's ``state()`` answer (with what waits for people and what is queued)."""
+    if engine is None:
+        return RunState(
+            session_id=inp.session_id,
+            run_id=inp.run_id,
+            leaf_id=inp.leaf_id or "",
+            status="starting",
+            turn_count=inp.turn_count,
+            pending_tool_calls=[],
+            new_entry_ids=list(inp.new_entry_ids),
+            usage=inp.usage,
+            queued_inputs=len(inbox.messages),
+        )
+    return RunState(
+        session_id=inp.session_id,
+        run_id=inp.run_id,
+        leaf_id=engine.leaf_id,
+        status=engine.status,
+        turn_count=engine.turn_count,
+        pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
+        new_entry_ids=list(engine.new_entry_ids),
+        usage=engine.usage,
+        pending_approvals=[] if engine.waiting is None else engine.waiting.pending(),
+        queued_inputs=len(inbox.messages),
+    )

@@ -1,0 +1,97 @@
+"""`approvals`, `approve` and `deny` from a shell against a running demo worker: a run waiting
+for a decision gets it through its ``decide`` update (docs/design.md#approvals-and-steering)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pexpect
+import pytest
+
+from tests.cli.support import CLI, Dev, run_cli, running_dev
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    with running_dev(tmp_path_factory.mktemp("dev-home")) as running:
+        yield running
+
+
+def _pending(dev: Dev, session: str) -> list[dict[str, object]]:
+    listed = run_cli(["approvals", session, "--json"], dev.env)
+    if listed.returncode == 3:
+        return []  # the run has not created the session yet
+    assert listed.returncode == 0, listed.stderr
+    items: list[dict[str, object]] = json.loads(listed.stdout)
+    return items
+
+
+def _waiting_run(dev: Dev, session: str, text: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``run`` in the background; return it and the call it waits on."""
+    proc = subprocess.Popen(
+        [*CLI, "run", session, text, "--json"],
+        env=dev.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    items = wait_until(lambda: _pending(dev, session), within=60, what="a pending call")
+    return proc, str(items[0]["tool_call_id"])
+
+
+def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
+    proc, call = _waiting_run(dev, "mail1", "Email the Q3 figures to the team.")
+    assert _pending(dev, "mail1")[0]["tool_name"] == "send_email"
+    decided = run_cli(["approve", "mail1", call, "--by", "ops"], dev.env)
+    assert decided.returncode == 0, decided.stderr
+    assert f"approved {call}" in decided.stdout
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "email to team@example.com sent" in json.dumps(json.loads(out))
+    again = run_cli(["deny", "mail1", call], dev.env)
+    assert again.returncode == 3  # nothing pending any more
+    assert _pending(dev, "mail1") == []
+
+    proc, call = _waiting_run(dev, "mail2", "Email the Q3 figures to the board.")
+    denied = run_cli(["deny", "mail2", call, "--reason", "not before the audit"], dev.env)
+    assert denied.returncode == 0, denied.stderr
+    out, _ = proc.communicate(timeout=60)
+    assert "tool call denied: not before the audit" in out
+
+
+def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
+    child = pexpect.spawn(
+        CLI[0],
+        [*CLI[1:], "chat", "mail3"],
+        env=dev.env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 200),
+    )
+    prompt = "mail3 ▸ "
+    try:
+        child.expect(prompt)
+        child.sendline("Email the Q3 figures to the board.")
+        child.expect(r"board@example\.com.*\[y / n reason / e\]")
+        child.sendline("maybe")
+        child.expect("answer y, n")
+        child.sendline("n not before the audit")
+        child.expect("tool call denied: not before the audit")
+        child.expect(prompt)
+        child.sendline("Email the Q3 figures to the team.")
+        child.expect(r"team@example\.com.*\[y / n reason / e\]")
+        child.sendline("e")
+        child.expect("args")
+        child.sendline('{"to": "cfo@example.com", "subject": "Q3"}')
+        child.expect("email to cfo@example.com sent: Q3")
+        child.expect(prompt)
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert _pending(dev, "mail3") == []

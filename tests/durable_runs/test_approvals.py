@@ -1,0 +1,295 @@
+"""Tool approval on every executor: the run waits for people with its requests and decisions
+stored in the transcript (docs/design.md#approvals-and-steering)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from durable_agent import (
+    Agent,
+    ApprovalDecision,
+    ApprovalNotPendingError,
+    ApprovalPendingError,
+    ApprovalRequest,
+    Event,
+    MessageEntry,
+    RunCancelledError,
+)
+from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.session import Store
+from tests.durable_runs.support import kinds
+from tests.support.harness import Harness
+
+SENT: list[dict[str, Any]] = []
+
+
+@tool(approval=True)
+async def send_email(to: str, body: str) -> str:
+    """Send an email (a person approves each one)."""
+    SENT.append({"to": to, "body": body})
+    return f"sent to {to}"
+
+
+LOOKED: list[str] = []
+
+
+@tool
+async def lookup(name: str) -> str:
+    """Look a name up (never needs approval)."""
+    LOOKED.append(name)
+    return f"{name}: found"
+
+
+def email(call_id: str = "c1", to: str = "bob@example.com") -> ToolCall:
+    return ToolCall(id=call_id, name="send_email", arguments={"to": to, "body": "hi"})
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    SENT.clear()
+    LOOKED.clear()
+
+
+class Reader:
+    """Reads a run's events in the background; ``until`` waits for the next event of a type."""
+
+    def __init__(self, stream: Any) -> None:
+        self.events: list[Event] = []
+        self._new = asyncio.Event()
+        self.task = asyncio.ensure_future(self._read(stream.events()))
+
+    async def _read(self, events: AsyncIterator[Event]) -> None:
+        try:
+            async for event in events:
+                self.events.append(event)
+                self._new.set()
+        finally:
+            self._new.set()
+
+    async def until(self, kind: str, count: int = 1) -> Event:
+        async def seen() -> Event:
+            while True:
+                found = [e for e in self.events if e.agent and e.agent.type == kind]
+                if len(found) >= count:
+                    return found[count - 1]
+                if self.task.done():
+                    self.task.result()
+                    raise AssertionError(f"the run ended without {kind}: {kinds(self.events)}")
+                self._new.clear()
+                await self._new.wait()
+
+        return await asyncio.wait_for(seen(), 30)
+
+    async def done(self) -> list[Event]:
+        await asyncio.wait_for(self.task, 30)
+        return self.events
+
+
+def stored(agent: Agent) -> list[Any]:
+    return [e for e in agent.entries() if not (isinstance(e, MessageEntry) and e.ephemeral)]
+
+
+def shape(entries: list[Any]) -> list[str]:
+    out = []
+    for e in entries:
+        if isinstance(e, MessageEntry):
+            out.append(e.message.role)
+        else:
+            out.append(getattr(e, "kind", e.type))
+    return out
+
+
+async def test_approved_call_runs_after_the_decision(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(text="sending", tool_calls=[email()]), "done"], store=store, tools=[send_email]
+    )
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    requested = await reader.until("approval_requested")
+    assert requested.entries is not None
+    (request,) = requested.entries
+    assert isinstance(request, ApprovalRequest)
+    assert (request.tool_call_id, request.tool_name) == ("c1", "send_email")
+    assert request.run_id == stream.run_id
+    assert SENT == []  # nothing runs ahead of the decision
+    assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+    decision = await agent.decide("c1", True, decided_by="alice")
+    assert isinstance(decision, ApprovalDecision) and decision.decided_by == "alice"
+    events = await reader.done()
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    names = kinds(events, updates=False)
+    assert names[:6] == [
+        "agent_start",
+        "turn_start",
+        "message_start",
+        "message_end",
+        "approval_requested",
+        "approval_decided",
+    ]
+    assert names[6] == "tool_execution_start"
+    decided = [e for e in events if e.agent and e.agent.type == "approval_decided"]
+    assert decided[0].entries == [decision]
+    assert shape(stored(agent)) == [
+        "user",
+        "assistant",
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "assistant",
+    ]
+    assert stream.pending == [] and agent.pending_approvals() == []
+
+
+async def test_denied_call_is_answered_without_running(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "ok, not sent"], store=store, tools=[send_email]
+    )
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    await agent.decide("c1", False, reason="not today")
+    events = await reader.done()
+    assert SENT == []
+    end = next(e for e in events if e.agent and e.agent.type == "tool_execution_end")
+    assert end.agent is not None and end.agent.is_error
+    results = [e.message for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert results[2].role == "tool_result" and results[2].is_error
+    assert results[2].text() == "tool call denied: not today"
+    assert results[-1].text() == "ok, not sent"
+
+
+async def test_edited_args_and_a_turn_waits_whole(harness: Harness, store: Store) -> None:
+    calls = [ToolCall(id="l1", name="lookup", arguments={"name": "bob"}), email("c2")]
+    agent = await harness.open(
+        [Reply(tool_calls=calls), "done"], store=store, tools=[send_email, lookup]
+    )
+    stream = await agent.run("find and mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    assert LOOKED == []  # a turn's tools start only once every call is decided
+    await agent.decide("c2", True, args={"to": "carol@example.com", "body": "hello"})
+    await reader.done()
+    assert LOOKED == ["bob"]
+    assert SENT == [{"to": "carol@example.com", "body": "hello"}]
+    results = [e.message for e in stored(agent) if isinstance(e, MessageEntry)][2:4]
+    assert [m.tool_call_id for m in results] == ["l1", "c2"]  # call order
+
+
+async def test_parked_run_is_decided_and_continued(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "done"],
+        store=store,
+        tools=[send_email],
+        approval_wait=0.2,
+    )
+    stream = await agent.run("mail bob")
+    produced = await asyncio.wait_for(stream.wait(), 30)
+    assert [m.role for m in produced] == ["assistant"]
+    assert [p.tool_call_id for p in stream.pending] == ["c1"]
+    assert SENT == []
+    with pytest.raises(ApprovalPendingError):
+        await agent.run("something else")
+    assert shape(stored(agent)) == ["user", "assistant", "approval_request"]
+    first = await agent.decide("c1", True)
+    assert await agent.decide("c1", True) == first  # re-sent: the same decision
+    with pytest.raises(ApprovalNotPendingError) as refused:
+        await agent.decide("c1", False)
+    assert first.id in str(refused.value)
+    stream = await agent.run()
+    events = [e async for e in stream.events()]
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert kinds(events, updates=False)[:2] == ["agent_start", "tool_execution_start"]
+    assert shape(stored(agent))[3:] == ["approval_decision", "tool_result", "assistant"]
+
+
+async def test_repair_never_answers_a_pending_call(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "done"], store=store, tools=[send_email], approval_wait=0.1
+    )
+    stream = await agent.run("mail bob")
+    await asyncio.wait_for(stream.wait(), 30)
+    # a second handle resumes the session: its run waits instead of repairing the call
+    again = await harness.open(
+        ["done"], store=store, session_id=agent.session_id, tools=[send_email], approval_wait=30
+    )
+    stream = await again.run()
+    reader = Reader(stream)
+    await reader.until("agent_start")
+    await again.decide("c1", False)
+    await reader.done()
+    texts = [e.message.text() for e in stored(again) if isinstance(e, MessageEntry)]
+    assert "tool execution interrupted" not in texts
+    assert texts[2] == "tool call denied"
+
+
+async def test_cancel_during_the_wait(harness: Harness, store: Store) -> None:
+    agent = await harness.open([Reply(tool_calls=[email()])], store=store, tools=[send_email])
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    await stream.cancel()
+    with pytest.raises(RunCancelledError):
+        await stream.wait()
+    assert shape(stored(agent)) == ["user", "assistant", "approval_request", "tool_result"]
+    assert stored(agent)[-1].message.text() == "tool execution cancelled"
+    assert agent.pending_approvals() == []
+
+
+async def test_fork_at_a_pending_approval(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "parent done", "child done"],
+        store=store,
+        tools=[send_email],
+        approval_wait=0.1,
+    )
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    child = await agent.fork()
+    assert [p.tool_call_id for p in child.pending_approvals()] == ["c1"]
+    await agent.decide("c1", True)
+    await child.decide("c1", False, reason="not from the child")
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    await asyncio.wait_for((await child.run()).wait(), 30)
+    parent_results = [e.message for e in stored(agent) if isinstance(e, MessageEntry)]
+    child_results = [e.message for e in stored(child) if isinstance(e, MessageEntry)]
+    assert parent_results[2].text() == "sent to bob@example.com"
+    assert child_results[2].text() == "tool call denied: not from the child"
+    assert len(SENT) == 1
+
+
+async def test_a_decision_for_a_call_that_is_not_pending(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "done"], store=store, tools=[send_email]
+    )
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    with pytest.raises(ApprovalNotPendingError) as refused:
+        await agent.decide("another-runs-call", True)
+    assert "another-runs-call" in str(refused.value)
+    await agent.decide("c1", True)
+    await reader.done()
+
+
+async def test_compaction_keeps_a_pending_turn(harness: Harness, store: Store) -> None:
+    agent = await harness.open(
+        ["hello", Reply(tool_calls=[email()]), "Summary: they said hi.", "sent"],
+        store=store,
+        tools=[send_email],
+        approval_wait=0.1,
+    )
+    await asyncio.wait_for((await agent.run("hi")).wait(), 30)
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    question = next(
+        e for e in stored(agent) if isinstance(e, MessageEntry) and e.message.text() == "mail bob"
+    )
+    compaction = await agent.compact(keep_turns=0)
+    assert compaction is not None and compaction.first_kept_id == question.id
+    assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+    await agent.decide("c1", True)
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert stored(agent)[-1].message.text() == "sent"

@@ -1,0 +1,158 @@
+"""Messages into a running run on every executor: a steer lands after the current turn's tool
+results, a follow-up when the loop would stop, each stored before anyone is told
+(docs/design.md#approvals-and-steering)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from durable_agent import Agent, MessageEntry, RunNotAcceptingError, ScriptedModel
+from durable_agent.activities.contracts import RunState
+from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.session import Store
+from tests.durable_runs.support import kinds
+from tests.durable_runs.test_approvals import Reader, shape, stored
+from tests.support.harness import Harness
+from tests.support.polling import eventually
+
+STARTED = asyncio.Event()
+RELEASE = asyncio.Event()
+
+
+@tool
+async def step(n: int) -> str:
+    """A step that waits for the test to let it finish."""
+    STARTED.set()
+    await RELEASE.wait()
+    return f"step {n} done"
+
+
+async def queued(agent: Agent, n: int = 1, client: Any = None) -> None:
+    """Until the live run holds ``n`` messages: its engine's inbox in process, its ``state()``
+    query on Temporal."""
+
+    async def probe() -> bool:
+        engine = agent.state.live_run
+        if engine is not None:
+            return len(engine.inbox.messages) >= n
+        rid = agent.state.live_run_id
+        if not rid or client is None:
+            return False
+        from durable_agent.workflows import run_workflow_id
+
+        handle = client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
+        state: RunState = await handle.query("state", result_type=RunState)
+        return state.queued_inputs >= n
+
+    await eventually(probe, within=30, what=f"{n} queued message(s)")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    STARTED.clear()
+    RELEASE.clear()
+
+
+def call(n: int) -> ToolCall:
+    return ToolCall(id=f"s{n}", name="step", arguments={"n": n})
+
+
+async def test_steer_lands_between_two_tool_calls(harness: Harness, store: Store) -> None:
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), Reply(tool_calls=[call(2)]), "done"])
+    agent = await harness.open(lm, store=store, tools=[step])
+    stream = await agent.run("do two steps")
+    reader = Reader(stream)
+    await asyncio.wait_for(STARTED.wait(), 30)
+    sending = asyncio.ensure_future(stream.send("also say hello"))
+    await reader.until("tool_execution_start")
+    await queued(agent, client=getattr(harness, "client", None))  # held before the step ends
+    RELEASE.set()
+    steer = await asyncio.wait_for(sending, 30)
+    assert isinstance(steer, MessageEntry) and steer.message.text() == "also say hello"
+    events = await reader.done()
+    names = kinds(events, updates=False)
+    first_end = names.index("turn_end")
+    assert names[first_end + 1 : first_end + 3] == ["input_delivered", "turn_start"]
+    delivered = next(e for e in events if e.agent and e.agent.type == "input_delivered")
+    assert delivered.entries == [steer]
+    assert shape(stored(agent)) == [
+        "user",
+        "assistant",
+        "tool_result",
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
+    # the model saw the steer on its next call
+    assert lm.requests[1].messages[-1].text() == "also say hello"
+
+
+async def test_follow_up_runs_when_the_loop_would_stop(harness: Harness, store: Store) -> None:
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), "first answer", "second answer"])
+    agent = await harness.open(lm, store=store, tools=[step])
+    stream = await agent.run("one step")
+    reader = Reader(stream)
+    await asyncio.wait_for(STARTED.wait(), 30)
+    sending = asyncio.ensure_future(stream.send("and then?", when="at_end"))
+    await queued(agent, client=getattr(harness, "client", None))  # held before the step ends
+    RELEASE.set()
+    follow = await asyncio.wait_for(sending, 30)
+    events = await reader.done()
+    texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert texts[3:] == ["first answer", "and then?", "second answer"]
+    assert follow.id == stored(agent)[4].id
+    names = kinds(events, updates=False)
+    delivered = names.index("input_delivered")
+    assert names[delivered - 1] == "turn_end" and names[delivered + 1] == "turn_start"
+
+
+async def test_send_to_an_ended_run_is_refused(harness: Harness, store: Store) -> None:
+    agent = await harness.open(["hi"], store=store)
+    stream = await agent.run("hello")
+    await asyncio.wait_for(stream.wait(), 30)
+    with pytest.raises(RunNotAcceptingError):
+        await stream.send("too late")
+    assert len(stored(agent)) == 2
+
+
+async def test_sixteen_queued_then_refused_and_all_delivered_in_order() -> None:
+    """In process (the queue bound; on Temporal each queued message is an update in flight)."""
+    from durable_agent import model, new
+
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), *[f"answer {i}" for i in range(40)]])
+    agent = await new(model(lm), tools=(step,))
+    stream = await agent.run("go")
+    await asyncio.wait_for(STARTED.wait(), 30)
+    sends = [asyncio.ensure_future(stream.send(f"m{i}", when="at_end")) for i in range(16)]
+    await queued(agent, 16)
+    with pytest.raises(RunNotAcceptingError):
+        await stream.send("one too many")
+    RELEASE.set()
+    delivered = await asyncio.wait_for(asyncio.gather(*sends), 30)
+    await asyncio.wait_for(stream.wait(), 30)
+    users = [e for e in stored(agent) if isinstance(e, MessageEntry) and e.message.role == "user"]
+    assert [u.message.text() for u in users[1:]] == [f"m{i}" for i in range(16)]
+    assert [d.id for d in delivered] == [u.id for u in users[1:]]
+
+
+async def test_agent_level_async_predicate_decides_which_calls_wait() -> None:
+    from durable_agent import model, new
+
+    async def only_big(c: ToolCall) -> bool:
+        return c.arguments.get("n", 0) > 1
+
+    lm = ScriptedModel([Reply(tool_calls=[call(1), call(2)]), "done"])
+    RELEASE.set()
+    agent = await new(model(lm), tools=(step,), approval=only_big)
+    stream = await agent.run("two steps")
+    reader = Reader(stream)
+    requested = await reader.until("approval_requested")
+    assert [getattr(e, "tool_call_id", "") for e in requested.entries or []] == ["s2"]
+    await agent.decide("s2", False)
+    await reader.done()
+    texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert texts[2:4] == ["step 1 done", "tool call denied"]
