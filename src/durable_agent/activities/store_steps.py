@@ -110,7 +110,9 @@ class StoreSteps(ActivityBase):
             except SessionError as exc:
                 raise application_error(exc) from exc
         async with heartbeating():
-            p = await self.path_to(inp.session_id, inp.leaf_id)
+            # confirmed: a session deleted and created again elsewhere is not what this worker
+            # remembers of it (docs/design.md#worker-memory)
+            p = await self.path_to(inp.session_id, inp.leaf_id, confirm=True)
         repairs = start_repairs(raw_model_view(p))
         tools = [
             ToolInfo(
