@@ -47,6 +47,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "RunStatusName",
+    "SettleInput",
     "StoredTimes",
     "SummarizeInput",
     "Timeouts",
@@ -216,6 +217,16 @@ class ToolReply(FrozenModel):
     entry: MessageEntry | None = None
     result: Message | None = None
     cancelled: bool = Field(default=False, exclude_if=lambda v: not v)
+
+
+class SettleInput(FrozenModel):
+    """``settle_stamp``: a producer the run gave up on, by its stamp. With ``message`` (a tool's
+    failure result), store it under the stamp unless something is stored there already; without,
+    only look the stamp up (docs/design.md#stamps-and-producers)."""
+
+    session_id: str
+    stamp: Header
+    message: Message | None = None
 
 
 class CancelNoteInput(FrozenModel):

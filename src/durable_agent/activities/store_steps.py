@@ -55,6 +55,7 @@ __all__ = [
     "StoreSteps",
     "append",
     "local_activity_result",
+    "local_step",
     "new_entry_id",
     "open_path",
     "reset_of_execution",
@@ -266,7 +267,7 @@ def store_retry(t: Timeouts) -> RetryPolicy:
     )
 
 
-async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
+async def local_step(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
     """Run a store step as a local activity; its failure reaches the caller as an
     ``ActivityError``, the shape an ordinary activity's has (a local one's arrives as its bare
     cause: the ``ApplicationError`` it raised, a timeout, a cancellation)."""
@@ -302,7 +303,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             start = EnsureSessionInput(
                 session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
             )
-            leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
+            leaf = await local_step(StoreSteps.ensure_session, start, t, "ensure session")
         at = LoadPathInput(
             session_id=inp.session_id,
             leaf_id=leaf,
@@ -310,7 +311,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             reset_of=reset_of,
             create_session=inp.leaf_id is not None and inp.create_session,
         )
-        info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
+        info: PathInfo = await local_step(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:
         if is_cancellation(exc):
             raise CancelledError("run cancelled") from exc
@@ -345,7 +346,7 @@ async def append(
     inp = AppendInput(session_id=session_id, entries=wires)
     summary = summary or store_summary(stamped.durable)
     if local:
-        result: AppendResult = await _local(StoreSteps.append_entries, inp, t, summary)
+        result: AppendResult = await local_step(StoreSteps.append_entries, inp, t, summary)
     else:
         result = await workflow.execute_activity_method(
             StoreSteps.append_entries,
