@@ -41,6 +41,7 @@ from .contracts import (
     AppendInput,
     AppendResult,
     EnsureSessionInput,
+    InputEntry,
     LoadPathInput,
     PathInfo,
     RunInput,
@@ -97,7 +98,7 @@ class StoreSteps(ActivityBase):
             leaf = await _recorded_start_leaf(workflow_id, inp.reset_of)
             if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
                 return leaf
-        return entries[-1].id if entries else ""
+        return newest_before(entries, set(inp.own_ids))
 
     @activity.defn(name="durable_agent.load_path")
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
@@ -177,6 +178,17 @@ class StoreSteps(ActivityBase):
         if missing:
             await self.store.append_entries(session_id, missing)
         return settled
+
+
+def newest_before(entries: list[Entry], own: set[str]) -> str:
+    """The newest entry appended before the first of the run's ``own`` entries (``""`` if
+    none): the leaf the run started from, even in a workflow task re-run after the run's first
+    batch was stored (its IDs are the same in every run of the task)."""
+    for i, entry in enumerate(entries):
+        if entry.id in own:
+            entries = entries[:i]
+            break
+    return entries[-1].id if entries else ""
 
 
 def stored_times(entry: Entry) -> StoredTimes:
@@ -301,7 +313,10 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     try:
         if leaf is None:
             start = EnsureSessionInput(
-                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
+                session_id=inp.session_id,
+                agent=inp.agent,
+                reset_of=reset_of,
+                own_ids=first_batch_ids(inp),
             )
             leaf = await local_step(StoreSteps.ensure_session, start, t, "ensure session")
         at = LoadPathInput(
@@ -317,6 +332,31 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             raise CancelledError("run cancelled") from exc
         raise run_failure(exc) from exc
     return leaf, info
+
+
+FIRST_DRAWS = 64
+"""Entry IDs of the run's random source an ``ensure_session`` input names (its first batch's
+repairs and operator messages draw from there; a local activity's input is not in history)."""
+
+
+def first_batch_ids(inp: RunInput) -> list[str]:
+    """The IDs the run's first batch can be stored under: its inputs' own IDs, and the first
+    :data:`FIRST_DRAWS` IDs of the run's random source, drawn ahead and put back (the state is
+    restored, so the run draws them again, in a first task as in a re-run)."""
+    ids = [i for i in (input_id(item) for item in inp.inputs) if i]
+    source = workflow.random()
+    state = source.getstate()
+    ids += [new_entry_id() for _ in range(FIRST_DRAWS)]
+    source.setstate(state)
+    return ids
+
+
+def input_id(item: InputEntry) -> str | None:
+    """The ID run input ``item`` is stored under, when its client chose it."""
+    if item.message is not None:
+        return item.id or None
+    entry_id = json.loads(item.wire).get("id")
+    return entry_id if isinstance(entry_id, str) and entry_id else None
 
 
 def reset_of_execution() -> str | None:
