@@ -120,6 +120,9 @@ class EnsureSessionInput(FrozenModel):
     """Checked first: a run for an unknown agent creates nothing."""
     reset_of: str | None = None
     """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
+    inputless: bool = False
+    """The run has no input: a session absent or empty has nothing to answer (the run fails
+    with ``InvalidRunInput`` and creates nothing)."""
     own_ids: list[str] = Field(default_factory=list)
     """IDs the run's own first batch (repairs and input) is stored under: in a re-run workflow
     task that batch may be stored already, and is never the run's starting leaf."""

@@ -15,24 +15,21 @@ names the entries it may have stored in its failure, for the client to reconcile
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError, FailureError
-from temporalio.service import RPCError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 from ..ai.timefmt import format_time, parse_time
+from ..durable.errors import InvalidRunInputError
+from ..durable.inputs import NOTHING_TO_ANSWER
 from ..durable.limits import check_payload
 from ..durable.persist import Stamped
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import EntryConflictError, SessionError
+from ..session.errors import EntryConflictError, SessionError, SessionNotFoundError
 from ..session.repair import start_repairs
 from ..session.store import open_session
 from ..session.views import raw_model_view
@@ -41,7 +38,6 @@ from .contracts import (
     AppendInput,
     AppendResult,
     EnsureSessionInput,
-    InputEntry,
     LoadPathInput,
     PathInfo,
     RunInput,
@@ -50,12 +46,12 @@ from .contracts import (
     ToolInfo,
 )
 from .failures import application_error, is_cancellation, run_failure
+from .start_leaf import input_id, newest_before, recorded_start_leaf
 
 __all__ = [
     "STORE_NON_RETRYABLE",
     "StoreSteps",
     "append",
-    "local_activity_result",
     "local_step",
     "new_entry_id",
     "open_path",
@@ -89,16 +85,31 @@ class StoreSteps(ActivityBase):
         session_id = inp.session_id
         try:
             async with heartbeating():
-                entries = await open_session(self.store, session_id)
+                if inp.inputless:
+                    entries = await self._conversation(session_id)
+                else:
+                    entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
         workflow_id = activity.info().workflow_id
         if inp.reset_of and workflow_id:
             # a reset retries the run from where it started, not from the newest entry now
-            leaf = await _recorded_start_leaf(workflow_id, inp.reset_of)
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
             if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
                 return leaf
         return newest_before(entries, set(inp.own_ids))
+
+    async def _conversation(self, session_id: str) -> list[Entry]:
+        """The entries of a session a run without input answers; absent or empty, the run's
+        input is invalid (it would call the model with nothing)."""
+        try:
+            entries = await self.store.load_entries(session_id)
+        except SessionNotFoundError:
+            entries = []
+        if not entries:
+            problem = InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
+            raise ApplicationError(str(problem), type="InvalidRunInput", non_retryable=True)
+        return entries
 
     @activity.defn(name="durable_agent.load_path")
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
@@ -180,17 +191,6 @@ class StoreSteps(ActivityBase):
         return settled
 
 
-def newest_before(entries: list[Entry], own: set[str]) -> str:
-    """The newest entry appended before the first of the run's ``own`` entries (``""`` if
-    none): the leaf the run started from, even in a workflow task re-run after the run's first
-    batch was stored (its IDs are the same in every run of the task)."""
-    for i, entry in enumerate(entries):
-        if entry.id in own:
-            entries = entries[:i]
-            break
-    return entries[-1].id if entries else ""
-
-
 def stored_times(entry: Entry) -> StoredTimes:
     timestamp = None
     if isinstance(entry, MessageEntry) and entry.message.timestamp is not None:
@@ -207,58 +207,6 @@ def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
         message = entry.message.model_copy(update={"timestamp": parse_time(times.timestamp)})
         update["message"] = message
     return entry.model_copy(update=update)
-
-
-async def _recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
-    """The leaf ``ensure_session`` returned in execution ``run_id`` of ``workflow_id`` (read
-    from its local activity marker), or ``None`` when that execution never got one or its
-    history is gone (then the caller falls back to the newest entry, as a fresh start would).
-
-    An operator's ``temporal workflow reset`` to the run's first workflow task runs
-    ``ensure_session`` again, by which time the newest entry may be another run's answer, or
-    the run's own: a reset retries the run from where it started, so the leaf comes from the
-    original execution's history (kept for the namespace's retention period)."""
-    try:
-        client = activity.client()
-    except RuntimeError:  # an activity run outside a worker (unit tests): no history to read
-        return None
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-    try:
-        async for event in handle.fetch_history_events():
-            result = local_activity_result(event, "durable_agent.ensure_session")
-            if result:
-                [leaf] = await client.data_converter.decode(result, [str])
-                return leaf if isinstance(leaf, str) else None
-    except RPCError as exc:
-        activity.logger.warning(
-            "reset of %s: the original run %s is unreadable (%s); starting from the newest entry",
-            workflow_id,
-            run_id,
-            exc.message,
-        )
-    return None
-
-
-def local_activity_result(event: HistoryEvent, activity_type: str) -> list[Payload] | None:
-    """The result payloads of a successful local activity of type ``activity_type`` that
-    ``event`` records, else ``None``. A local activity shows in history as one marker, recorded
-    when it has ended, holding its type (in the marker's ``data``, JSON) and its result."""
-    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
-        return None
-    attrs = event.marker_recorded_event_attributes
-    if attrs.marker_name != "core_local_activity" or attrs.HasField("failure"):
-        return None
-    data = attrs.details.get("data")
-    if data is None or not data.payloads:
-        return None
-    try:
-        marker = json.loads(data.payloads[0].data)
-    except ValueError:
-        return None
-    if not isinstance(marker, dict) or marker.get("activity_type") != activity_type:
-        return None
-    result = attrs.details.get("result")
-    return list(result.payloads) if result is not None else None
 
 
 # -- workflow side ---------------------------------------------------------------------------
@@ -316,6 +264,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
                 session_id=inp.session_id,
                 agent=inp.agent,
                 reset_of=reset_of,
+                inputless=not inp.inputs,
                 own_ids=first_batch_ids(inp),
             )
             leaf = await local_step(StoreSteps.ensure_session, start, t, "ensure session")
@@ -349,14 +298,6 @@ def first_batch_ids(inp: RunInput) -> list[str]:
     ids += [new_entry_id() for _ in range(FIRST_DRAWS)]
     source.setstate(state)
     return ids
-
-
-def input_id(item: InputEntry) -> str | None:
-    """The ID run input ``item`` is stored under, when its client chose it."""
-    if item.message is not None:
-        return item.id or None
-    entry_id = json.loads(item.wire).get("id")
-    return entry_id if isinstance(entry_id, str) and entry_id else None
 
 
 def reset_of_execution() -> str | None:

@@ -8,6 +8,7 @@ __all__ = [
     "CompactError",
     "EntryNotFoundError",
     "EventGapError",
+    "InvalidRunInputError",
     "NoFactoryError",
     "PayloadTooLargeError",
     "PersistError",
@@ -60,3 +61,12 @@ class UnknownAgentError(AgentError):
 
 class EventGapError(AgentError):
     """Events the stream had not received are no longer retained (the store is still complete)."""
+
+
+class InvalidRunInputError(AgentError, ValueError):
+    """A run's input that cannot start a run; ``field`` names what is wrong (``inputs[0].content``,
+    ``options.max_turns``). Refused before the run stores anything (docs/design.md#errors)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
+        self.field = field

@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from ..activities.contracts import InputEntry
-from ..activities.store_steps import input_id, local_activity_result
+from ..activities.start_leaf import input_id, local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState
 from ..session.entries import Entry
