@@ -42,6 +42,7 @@ from ..session.ids import validate_session_id
 
 __all__ = [
     "INVALID_RUN_INPUT",
+    "check_plain_options",
     "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
@@ -123,13 +124,8 @@ def decode_run_input(value: Any) -> RunInput:
         raise InvalidRunInputError("session_id", str(exc)) from None
     if not inp.agent:
         raise InvalidRunInputError("agent", "must name an agent registered on the worker")
-    for key, kind in _PLAIN_OPTIONS.items():
-        option = inp.options.get(key)
-        if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
-            expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
-            raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    check_plain_options(inp.options)
     _check_timeouts(inp)
-    _check_max_turns(inp)
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
@@ -145,9 +141,15 @@ def decode_run_input(value: Any) -> RunInput:
     return inp
 
 
-def _check_max_turns(inp: RunInput) -> None:
-    """``options.max_turns`` below 1 would let the run store its input and then fail."""
-    max_turns = inp.options.get("max_turns")
+def check_plain_options(options: dict[str, Any]) -> None:
+    """The options the worker reads: of their JSON type, ``max_turns`` at least 1 (below, the
+    run would store its input and then fail; a client's ``new()`` refuses it already)."""
+    for key, kind in _PLAIN_OPTIONS.items():
+        option = options.get(key)
+        if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
+            expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
+            raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    max_turns = options.get("max_turns")
     if max_turns is not None and max_turns < 1:
         raise InvalidRunInputError("options.max_turns", "must be at least 1")
 
