@@ -42,7 +42,6 @@ from ..session.ids import validate_session_id
 
 __all__ = [
     "INVALID_RUN_INPUT",
-    "check_plain_options",
     "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
@@ -124,7 +123,7 @@ def decode_run_input(value: Any) -> RunInput:
         raise InvalidRunInputError("session_id", str(exc)) from None
     if not inp.agent:
         raise InvalidRunInputError("agent", "must name an agent registered on the worker")
-    check_plain_options(inp.options)
+    _check_plain_options(inp.options)
     _check_timeouts(inp)
     for i, item in enumerate(inp.inputs):
         if item.message is None:
@@ -141,7 +140,7 @@ def decode_run_input(value: Any) -> RunInput:
     return inp
 
 
-def check_plain_options(options: dict[str, Any]) -> None:
+def _check_plain_options(options: dict[str, Any]) -> None:
     """The options the worker reads: of their JSON type, ``max_turns`` at least 1 (below, the
     run would store its input and then fail; a client's ``new()`` refuses it already)."""
     for key, kind in _PLAIN_OPTIONS.items():
