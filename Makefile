@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-cost bench-cancel bench-load compose-secrets clean
+.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-cost bench-cancel bench-load bench-http compose-secrets clean
 
 venv: $(VENV)/.installed
 
@@ -71,6 +71,11 @@ bench-cost: $(PEERS_VENV)/.installed
 # BEFORE=<rev> adds durable-agent as of <rev>.
 bench-cancel: venv
 	$(PY) bench/cancel_bench.py $(if $(BEFORE),--before $(BEFORE))
+
+# The HTTP API (entry -> frame, first token, replay, 200 clients, resume at 9,990) beside
+# LangGraph's Agent Server (langgraph dev from the peers' venv), a few minutes.
+bench-http: venv $(PEERS_VENV)/.installed
+	$(PY) bench/http_bench.py
 
 $(PEERS_VENV)/.installed: bench/peers/requirements.txt pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)

@@ -17,6 +17,7 @@ from durable_agent.session import (
     CompactionEntry,
     CustomEntry,
     EntryDecodeError,
+    EntryEncodeError,
     InvalidSessionIdError,
     MessageEntry,
     SessionError,
@@ -564,3 +565,34 @@ def test_deeply_nested_wire_is_a_decode_error_not_recursion(nested_in: str) -> N
         decode_entry(wire)
     with pytest.raises(EntryDecodeError, match="nested too deep"):
         decode_entry(wire.encode())
+
+
+def _nested(depth: int) -> list[Any]:
+    root: list[Any] = []
+    for _ in range(depth):
+        root = [root]
+    return root
+
+
+class _Blob(CustomEntry):
+    """A custom class whose field serializes to JSON only when it holds UTF-8 bytes."""
+
+    data: bytes
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        CustomEntry(id="c1", created_at=T0, kind="k", blob=b"\x89PNG"),
+        CustomEntry(id="c1", created_at=T0, kind="k", tree=_nested(2000)),
+        _Blob(id="c1", created_at=T0, kind="blob", data=b"\xff\xfe"),
+    ],
+    ids=["bytes", "deep", "non-utf8-bytes-field"],
+)
+def test_data_with_no_json_form_is_an_encode_error(entry: CustomEntry) -> None:
+    """The codec refuses what JSON cannot hold with its own typed error (a ``SessionError`` and
+    ``ValueError`` naming the entry), never a ``TypeError`` or ``RecursionError``."""
+    with pytest.raises(EntryEncodeError) as info:
+        encode_entry(entry)
+    assert isinstance(info.value, SessionError) and isinstance(info.value, ValueError)
+    assert info.value.entry_id == "c1" and "'c1'" in str(info.value)

@@ -93,6 +93,11 @@ CHECKS: dict[str, str] = {
     "encryption": (
         "from durable_agent.workflows.codec import AesGcmCodec\nAesGcmCodec(bytes(32))\n"
     ),
+    "server": (
+        "from durable_agent.server import create_app\n"
+        "from durable_agent.stores import MemoryStore\n"
+        "create_app(store=MemoryStore())\n"
+    ),
     "otel": (
         "from opentelemetry.sdk.trace import TracerProvider\n"
         "from durable_agent.workflows.tracing import tracing_interceptor\n"

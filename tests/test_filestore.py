@@ -436,6 +436,26 @@ async def test_a_replaced_file_is_not_served_from_the_cache(fs: FileStore) -> No
     assert loaded.message.text() == "new life"  # type: ignore[union-attr]
 
 
+async def test_a_session_created_again_is_not_served_from_another_objects_cache(
+    root: Path,
+) -> None:
+    """Another store object deletes the session and creates it again, in a file that has the
+    same size and (file systems reuse a freed inode at once) the same identity as the one this
+    object cached: the cache is not trusted, so an ID of the deleted session is stored anew."""
+    a, b = FileStore(root, fsync=False), FileStore(root, fsync=False)
+    await a.create_session("s1")
+    await a.append_entries("s1", [msg("e1")])
+    old = os.stat(root / "s1.jsonl")
+    await b.delete_session("s1")
+    await b.create_session("s1")
+    header = (root / "s1.jsonl").stat().st_size
+    pad = old.st_size - header - len(line(msg("x1", "t")))
+    await b.append_entries("s1", [msg("x1", "t" * (1 + pad))])  # the old file's size exactly
+    assert (root / "s1.jsonl").stat().st_size == old.st_size
+    await a.append_entries("s1", [msg("e1")])
+    assert ids(await b.load_entries("s1")) == ["x1", "e1"]
+
+
 # -- OS errors -------------------------------------------------------------------------------------
 
 

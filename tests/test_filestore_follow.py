@@ -100,3 +100,31 @@ async def test_a_file_replaced_behind_the_store_is_read_afresh(fs: FileStore) ->
     assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "new-1")]
     add_bytes(fs.path("s1"), line(msg("new-2")) + line(msg("new-3")) + line(msg("new-4")))
     assert numbered(await fs.load_entries_after("s1", 3)) == [(4, "new-4")]
+
+
+@pytest.mark.parametrize("oddity", ["none", "blank", "repeat", "escaped", "spaced"])
+async def test_a_cold_read_counts_every_position_as_a_load_does(fs: FileStore, oddity: str) -> None:
+    """A store object with no mark (a fresh server process resuming a client) counts the lines
+    before the seq without decoding them, unless a line is not as the codec writes it: either
+    way every position agrees with a load."""
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg(f"e{i}") for i in range(1, 8)])
+    odd = {
+        "none": b"",
+        "blank": b"\n",
+        "repeat": line(msg("e3")),
+        "escaped": line(msg('quote"d-\u00e9')),
+        "spaced": json.dumps(json.loads(line(msg("sp"))), indent=None).encode() + b"\n",
+    }[oddity]
+    add_bytes(fs.path("s1"), odd)
+    await FileStore(fs.root, fsync=False).append_entries("s1", [msg("f1"), msg("f2")])
+    stored = list(enumerate(await fs.load_entries("s1"), 1))
+    for after in range(len(stored) + 1):
+        cold = FileStore(fs.root, fsync=False)
+        got = await cold.load_entries_after("s1", after)
+        assert numbered(got) == numbered(stored[after:]), after
+        await cold.append_entries("s1", [msg(f"late-{after}")])  # the mark then reads on
+        assert numbered(await cold.load_entries_after("s1", len(stored))) == [
+            (len(stored) + 1, f"late-{after}")
+        ]
+        stored = list(enumerate(await fs.load_entries("s1"), 1))

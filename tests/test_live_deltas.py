@@ -5,6 +5,8 @@ always wins at the reply's receipt, and every update's ``delta`` is the text it 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,32 @@ async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
     other = stored.model_copy(update={"content": [TextContent(text="No"), *stored.content[1:]]})
     [update] = await follower.finish(other)
     assert update.restart and update.delta == "No"
+
+
+async def test_the_file_channel_sweeps_orphaned_and_expired_delta_files(tmp_path: Path) -> None:
+    """Side files a crashed or hurried worker never cleared go as Mongo's TTL index takes its
+    documents: a session's files unchanged for longer than the TTL, and any file of a session
+    that no longer exists, are removed when a store object next starts streaming a reply."""
+    worker = FileStore(tmp_path)
+    for sid in ("idle", "ghost", "live"):
+        await worker.create_session(sid)
+    stale, fresh, orphan = (
+        DeltaKey("idle", "run", 1),
+        DeltaKey("idle", "run", 2),
+        DeltaKey("ghost", "run", 1),
+    )
+    for key in (stale, fresh):
+        await worker.live_deltas().publish(key, delta(1, 1, "", "partial"))
+    await worker.delete_session("ghost")
+    await worker.live_deltas().publish(orphan, delta(1, 1, "", "after the delete"))
+    long_ago = time.time() - 3600
+    os.utime(worker.live_deltas().path(stale), (long_ago, long_ago))
+
+    restarted = FileStore(tmp_path).live_deltas()
+    await restarted.publish(DeltaKey("live", "run", 1), delta(1, 1, "", "new"))
+
+    assert await restarted.read(stale) == []
+    assert await restarted.read(orphan) == []
+    assert not (tmp_path / "ghost.live").exists()
+    assert [d.seq for d in await restarted.read(fresh)] == [1]
+    assert [d.seq for d in await restarted.read(DeltaKey("live", "run", 1))] == [1]

@@ -313,3 +313,25 @@ def test_no_module_only_re_exports() -> None:
     assert sorted(shims - set(ALLOWED_SHIMS)) == [], f"modules that only re-export: {shims}"
     stale = sorted(set(ALLOWED_SHIMS) - shims)
     assert stale == [], f"allow-list entries that match nothing any more: {stale}"
+
+
+def test_server_sits_between_workflows_and_cli() -> None:
+    """``server/`` may import every package but ``cli/``; of the rest only ``cli/`` imports it."""
+    found = modules()
+    server, cli = f"{PACKAGE}.server", f"{PACKAGE}.cli"
+    upward = [
+        (m.name, i)
+        for m in found.values()
+        if m.name.startswith(server)
+        for i in m.imports
+        if i.startswith(cli)
+    ]
+    assert upward == [], f"server/ importing cli/: {upward}"
+    users = [
+        (m.name, i)
+        for m in found.values()
+        if not m.name.startswith((server, cli))
+        for i in m.imports
+        if i.startswith(server)
+    ]
+    assert users == [], f"only cli/ may import server/: {users}"

@@ -474,6 +474,41 @@ async def test_custom_data_with_a_lone_surrogate_is_refused_typed_and_writes_not
     assert [e.id for e in await store.load_entries("s1")] == ["before"]
 
 
+def _nested(depth: int) -> list[object]:
+    root: list[object] = []
+    node = root
+    for _ in range(depth):
+        child: list[object] = []
+        node.append(child)
+        node = child
+    return root
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"blob": b"\x89PNG\r\n"}, "bytes"),
+        ({"tags": {"a", "b"}}, "set"),
+        ({"tree": _nested(2000)}, "nested"),
+    ],
+    ids=["bytes", "set", "deep"],
+)
+async def test_custom_data_json_cannot_hold_raises_encode_error_and_writes_nothing(
+    store: Store, data: dict[str, object], reason: str
+) -> None:
+    """Application data that has no JSON form (bytes, a set, nesting deeper than the encoder
+    goes) is refused typed, naming the session and the entry, and nothing of the batch is
+    stored."""
+    await fresh(store)
+    await store.append_entries("s1", [msg("before")])
+    bad = CustomEntry(id="bad", created_at=T0, kind="app-data", **data)
+    with pytest.raises(EntryEncodeError) as info:
+        await store.append_entries("s1", [msg("small"), bad])
+    assert (info.value.session_id, info.value.entry_id) == ("s1", "bad")
+    assert reason in str(info.value)
+    assert [e.id for e in await store.load_entries("s1")] == ["before"]
+
+
 # -- concurrency and cancellation ------------------------------------------------------------------
 
 

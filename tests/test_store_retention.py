@@ -21,7 +21,8 @@ from durable_agent.session import (
     SessionRecord,
     Store,
 )
-from durable_agent.stores import FileStore
+from durable_agent.session.deltas import Delta, DeltaKey, LiveStore
+from durable_agent.stores import FileStore, MemoryStore, RememberingStore
 from tests.support.harness import Harness
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -154,3 +155,71 @@ async def test_file_listing_reads_headers_only(tmp_path: object) -> None:
     (root / "notes.jsonl").write_text("not a session\n")
     (root / "bad id.jsonl").write_text("")
     assert [r.id for r in await s.list_sessions()] == ["s1"]
+
+
+# --- deleted means deleted, across store objects (docs/design.md#retention) ---------------------
+
+
+def twin(store: Store) -> RetentionStore:
+    """Another store object on the same backend (a MemoryStore is its own backend: itself; a
+    worker's remembering wrapper gets one of its own, as another worker would)."""
+    if isinstance(store, RememberingStore):
+        return RememberingStore(twin(store.store))
+    if isinstance(store, FileStore):
+        return FileStore(store.root)
+    if isinstance(store, MemoryStore):
+        return store
+    from durable_agent.stores.mongo import MongoStore
+
+    assert isinstance(store, MongoStore)
+    return MongoStore(store.database)
+
+
+async def test_an_append_after_a_delete_through_another_object_is_refused(store: Store) -> None:
+    s, other = retention(store), twin(store)
+    await s.create_session("s1")
+    await s.append_entries("s1", [entry("a")])
+    await other.delete_session("s1")
+    with pytest.raises(SessionNotFoundError):
+        await s.append_entries("s1", [entry("b", "a")])
+    await other.create_session("s1")
+    assert await s.load_entries("s1") == []
+
+
+async def test_appends_keep_their_order_after_another_object_deletes_and_creates(
+    store: Store,
+) -> None:
+    """Store objects that knew the deleted session (its end, its IDs) append to the session
+    created again under its ID: loads give the append order, and an ID the old session held is
+    stored anew."""
+    s, other = retention(store), twin(store)
+    await s.create_session("s1")
+    await s.append_entries("s1", [entry(f"old{i}") for i in range(4)])
+    await other.delete_session("s1")
+    await other.create_session("s1")
+    await other.append_entries("s1", [entry("n1")])
+    await s.append_entries("s1", [entry("n2", "n1")])
+    await other.append_entries("s1", [entry("n3", "n2")])
+    await s.append_entries("s1", [entry("old0")])
+    expected = ["n1", "n2", "n3", "old0"]
+    for reader in (s, other, twin(store)):
+        assert [e.id for e in await reader.load_entries("s1")] == expected
+
+
+async def test_a_delete_removes_the_sessions_live_deltas(store: Store) -> None:
+    """A reply's deltas go with its session, whichever store object deletes it; another
+    session's stay."""
+    s = retention(store)
+    assert isinstance(s, LiveStore)
+    keys = [DeltaKey("s1", "run", 3), DeltaKey("s10", "run", 3)]
+    for key in keys:
+        await s.create_session(key.session_id)
+        await s.live_deltas().publish(key, Delta(attempt=1, seq=1, size=0))
+    other = twin(store)
+    assert isinstance(other, LiveStore)
+    await other.delete_session("s1")
+    for channel in (s.live_deltas(), other.live_deltas()):
+        assert await channel.read(keys[0]) == []
+        assert [d.seq for d in await channel.read(keys[1])] == [1]
+    if isinstance(store, FileStore):
+        assert not (store.root / "s1.live").exists()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import monitoring
+from pymongo import AsyncMongoClient, monitoring
 
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import Entry, MessageEntry, encode_entry
@@ -26,23 +27,50 @@ def ids(entries: Sequence[Entry]) -> list[str]:
     return [e.id for e in entries]
 
 
-def batch_doc(sid: str, entries: Sequence[Entry], seq: int, **fields: Any) -> dict[str, Any]:
-    """A batch document as the store writes it (``fields`` override or add fields)."""
-    head = entries[0].id
+def inc_of(sync_db: Any, sid: str) -> str:
+    """The incarnation of a session, from its session document."""
+    inc: str = sync_db.sessions.find_one({"_id": sid})["inc"]
+    return inc
+
+
+def batch_doc(
+    sync_db: Any, sid: str, entries: Sequence[Entry], seq: int, **fields: Any
+) -> dict[str, Any]:
+    """A batch document as the store writes it for the session's current incarnation
+    (``fields`` override or add fields)."""
+    inc = inc_of(sync_db, sid)
     return {
-        "_id": f"{sid}/{head}",
+        "_id": f"{sid}/{inc}#{seq}",
         "session_id": sid,
-        "entry_id": head,
+        "inc": inc,
+        "entry_id": entries[0].id,
         "seq": seq,
-        "keys": [f"{sid}/{e.id}" for e in entries],
+        "keys": [f"{sid}/{inc}/{e.id}" for e in entries],
         "wires": [encode_entry(e) for e in entries],
         **fields,
     }
 
 
+def keys_of(sync_db: Any, sid: str) -> list[list[str]]:
+    """The entry IDs of each batch document of a session, in ``seq`` order (fences left out)."""
+    docs = sync_db.entries.find({"session_id": sid, "fence": {"$exists": False}}).sort("seq", 1)
+    return [[key.split("/", 2)[2] for key in doc["keys"]] for doc in docs]
+
+
 def claim_ids(sync_db: Any, sid: str) -> set[str]:
-    """The entry claims of a session (slots, ``<sid>#<seq>``, left out)."""
-    return {d["_id"] for d in sync_db.entries_claims.find({"s": sid}) if "/" in d["_id"]}
+    """The entry IDs a session's claims are for (slots, ``<sid>/<inc>#<seq>``, left out)."""
+    claims = sync_db.entries_claims.find({"s": sid})
+    return {d["_id"].split("/", 2)[2] for d in claims if d["_id"].count("/") >= 2}
+
+
+def unsettled_slots(sync_db: Any, sid: str) -> list[int]:
+    """The slots of a session whose place holds neither a document nor a fence."""
+    slots = sync_db.entries_claims.find({"s": sid, "n": {"$exists": True}})
+    return sorted(
+        slot["_id"]
+        for slot in slots
+        if sync_db.entries.find_one({"_id": slot["_id"]}, {"_id": 1}) is None
+    )
 
 
 def assert_writer_orders(loaded: list[Entry], writers: dict[str, list[str]]) -> None:
@@ -132,3 +160,72 @@ class Counted(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+def elsewhere(uri: str, database: str, work: Callable[[Any], Awaitable[object]]) -> object:
+    """Run ``work`` on a MongoStore of its own, on a client and event loop of its own, to the
+    end, as another process would; callable from a synchronous command hook (it blocks the
+    hooked client's loop meanwhile). Returns what ``work`` returned or the exception it raised."""
+    from durable_agent.stores.mongo import MongoStore
+
+    async def main() -> object:
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, tz_aware=True)
+        try:
+            return await work(MongoStore(client[database]))
+        except Exception as exc:
+            return exc
+        finally:
+            await client.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+class HeldInsert:
+    """Holds the next batch-document ``insert_one`` of a :class:`HeldDatabase`'s ``entries``
+    collection: ``reached`` is set when it starts; it goes on when ``release`` is set, or fails
+    with ``fail`` if that is set then (a writer that dies between its slot and its document)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+        self.fail: Exception | None = None
+
+    async def wait(self, doc: dict[str, Any]) -> None:
+        if not self.armed or doc.get("fence"):
+            return
+        self.armed = False
+        self.reached.set()
+        await self.release.wait()
+        if self.fail is not None:
+            raise self.fail
+
+
+class _HeldEntries:
+    def __init__(self, collection: Any, hold: HeldInsert) -> None:
+        self._collection = collection
+        self._hold = hold
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    async def insert_one(self, doc: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        await self._hold.wait(doc)
+        return await self._collection.insert_one(doc, *args, **kwargs)
+
+
+class HeldDatabase:
+    """A database whose ``entries`` collection's inserts pass through ``hold`` (the rest is the
+    wrapped database's)."""
+
+    def __init__(self, database: Any, hold: HeldInsert) -> None:
+        self._database = database
+        self._hold = hold
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._database, name)
+
+    def get_collection(self, name: str, **options: Any) -> Any:
+        collection = self._database.get_collection(name, **options)
+        return _HeldEntries(collection, self._hold) if name == "entries" else collection

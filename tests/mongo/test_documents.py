@@ -8,6 +8,7 @@ and damaged documents raising ``CorruptSessionError``.
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,9 +31,18 @@ from durable_agent.session import (
     encode_entry,
 )
 from durable_agent.stores.mongo import DEFAULT_MAX_ENTRY_BYTES, MongoStore
+from durable_agent.stores.mongo.batches import split_documents
 from durable_agent.stores.mongo.claims import wire_hash
-from durable_agent.stores.mongo.writer import split_documents
-from tests.mongo.helpers import MIB, Commands, batch_doc, entry, ids
+from tests.mongo.helpers import (
+    MIB,
+    Commands,
+    batch_doc,
+    claim_ids,
+    entry,
+    ids,
+    inc_of,
+    keys_of,
+)
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS, new_database_name
 
 pytestmark = pytest.mark.mongo
@@ -47,10 +57,12 @@ async def test_session_document_shape(mongo_database: AsyncDatabase[Any], sync_d
     doc = sync_db.sessions.find_one({"_id": "child"})
     assert doc == {
         "_id": "child",
+        "inc": doc["inc"],
         "parent_id": "parent",
         "created_at": record.created_at,
         "next_seq": 0,
     }
+    assert re.fullmatch("[0-9a-f]{16}", doc["inc"])  # a fresh incarnation per create
     assert isinstance(doc["created_at"], datetime)  # a BSON date, not a string
     assert record.created_at.microsecond % 1000 == 0  # the clock is truncated to milliseconds
     assert abs(datetime.now(UTC) - record.created_at) < timedelta(minutes=1)
@@ -75,30 +87,34 @@ async def test_batch_document_shape_and_exact_wire(
     await store.append_entries("s1", batch)
     await store.append_entries("s1", [entry("m2")])
     docs = list(sync_db.entries.find({"session_id": "s1"}).sort("seq", 1))
+    p = f"s1/{inc_of(sync_db, 's1')}"  # every key starts with the session and its incarnation
     assert docs == [
         {
-            "_id": "s1/m1",
+            "_id": f"{p}#0",
             "session_id": "s1",
+            "inc": p[3:],
             "entry_id": "m1",
             "seq": 0,
-            "keys": ["s1/m1", "s1/c1"],
+            "keys": [f"{p}/m1", f"{p}/c1"],
             "wires": [encode_entry(e) for e in batch],
         },
         {
-            "_id": "s1/m2",
+            "_id": f"{p}#2",
             "session_id": "s1",
+            "inc": p[3:],
             "entry_id": "m2",
             "seq": 2,
-            "keys": ["s1/m2"],
+            "keys": [f"{p}/m2"],
             "wires": [encode_entry(entry("m2"))],
         },
     ]
     # Every entry has a claim pointing at its document, every append a slot (claims module).
     claims = {d["_id"]: d for d in sync_db.entries_claims.find({"s": "s1"})}
-    assert {k: d.get("b", d.get("n")) for k, d in claims.items()} == {
-        "s1#0": 2, "s1/m1": "s1/m1", "s1/c1": "s1/m1", "s1#2": 1, "s1/m2": "s1/m2"
+    assert all(d["i"] == p[3:] for d in claims.values())
+    assert {k: d.get("q", d.get("n")) for k, d in claims.items()} == {
+        f"{p}#0": 2, f"{p}/m1": 0, f"{p}/c1": 0, f"{p}#2": 1, f"{p}/m2": 2
     }  # fmt: skip
-    assert claims["s1/c1"]["h"] == wire_hash(encode_entry(custom))
+    assert claims[f"{p}/c1"]["h"] == wire_hash(encode_entry(custom))
     loaded = await store.load_entries("s1")
     assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in [*batch, entry("m2")]]
     assert isinstance(loaded[1], CustomEntry)
@@ -114,8 +130,7 @@ def _unique_indexes(sync_db: Any) -> set[tuple[tuple[str, int], ...]]:
 
 
 EXPECTED_INDEXES = {
-    (("session_id", 1), ("entry_id", 1)),
-    (("session_id", 1), ("seq", 1)),
+    (("session_id", 1), ("inc", 1), ("seq", 1)),  # a load's range; one document per place
     (("keys", 1),),  # every entry's key
 }
 
@@ -146,7 +161,7 @@ async def test_indexes_created_once_per_store_under_concurrency(
     store = MongoStore(database)
     await asyncio.gather(*(store.create_session(f"s{i}") for i in range(10)))
     await store.append_entries("s0", [entry("e1")])
-    assert commands.names().count("createIndexes") == 3
+    assert commands.names().count("createIndexes") == 2
     assert commands.names().count("insert") == 12  # 10 sessions; claims + slot, the batch
 
 
@@ -156,11 +171,12 @@ async def test_unique_indexes_are_enforced_by_the_server(
     store = MongoStore(mongo_database)
     await store.create_session("s1")
     await store.append_entries("s1", [entry("e1")])
-    with pytest.raises(DuplicateKeyError):  # (session_id, entry_id)
-        sync_db.entries.insert_one(batch_doc("s1", [entry("e1")], 99, _id="other-id"))
-    with pytest.raises(DuplicateKeyError):  # (session_id, seq)
-        sync_db.entries.insert_one(batch_doc("s1", [entry("other")], 0))
-    sync_db.entries.insert_one(batch_doc("s2", [entry("e1")], 0))
+    with pytest.raises(DuplicateKeyError):  # (session_id, inc, seq): a fence's hold
+        sync_db.entries.insert_one(batch_doc(sync_db, "s1", [entry("other")], 0, _id="x"))
+    with pytest.raises(DuplicateKeyError):  # _id: the place of a batch
+        sync_db.entries.insert_one({**batch_doc(sync_db, "s1", [entry("other")], 0), "seq": 5})
+    await store.create_session("s2")
+    sync_db.entries.insert_one(batch_doc(sync_db, "s2", [entry("e1")], 0))
 
 
 async def test_seq_gaps_are_fine(mongo_database: AsyncDatabase[Any], sync_db: Any) -> None:
@@ -169,7 +185,9 @@ async def test_seq_gaps_are_fine(mongo_database: AsyncDatabase[Any], sync_db: An
     store = MongoStore(mongo_database)
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
-    sync_db.entries_claims.insert_one({"_id": "s1#1", "s": "s1", "n": 5})  # a crashed writer's
+    inc = inc_of(sync_db, "s1")
+    slot = {"_id": f"s1/{inc}#1", "s": "s1", "i": inc, "n": 5}
+    sync_db.entries_claims.insert_one(slot)  # a crashed writer's
     await MongoStore(mongo_database).append_entries("s1", [entry("b"), entry("c")])
     await store.append_entries("s1", [entry("d")])
     assert ids(await store.load_entries("s1")) == ["a", "b", "c", "d"]
@@ -250,15 +268,21 @@ async def test_batch_over_the_document_limit_is_split(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
     """Three 6 MiB entries (18 MiB) cannot share one 16 MiB document: two documents, in order,
-    and a retry of the whole batch is a no-op."""
+    each naming their slot, and a retry of the whole batch stores nothing (the slot it took is
+    fenced, so readers do not wait for it)."""
     store = MongoStore(mongo_database)
     await store.create_session("big")
     batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
     await store.append_entries("big", [entry("first"), *batch])
     await store.append_entries("big", batch)
-    docs = list(sync_db.entries.find({"session_id": "big"}, {"keys": 1, "seq": 1}).sort("seq", 1))
-    assert [d["keys"] for d in docs] == [["big/first", "big/b0", "big/b1"], ["big/b2"]]
-    assert [d["seq"] for d in docs] == [0, 3]
+    assert keys_of(sync_db, "big") == [["first", "b0", "b1"], ["b2"]]
+    docs = list(sync_db.entries.find({"session_id": "big"}, {"seq": 1, "slot": 1, "fence": 1}))
+    assert sorted((d["seq"], d.get("slot"), d.get("fence")) for d in docs) == [
+        (0, [0, 4], None),
+        (3, [0, 4], None),
+        (4, None, True),
+    ]
+    assert await store.load_entries_after("big", 1) == list(enumerate(batch, 2))
     loaded = await store.load_entries("big")
     assert [encode_entry(e) for e in loaded] == [encode_entry(e) for e in [entry("first"), *batch]]
 
@@ -332,7 +356,8 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.entry_id == "big"
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
-    assert {d["_id"] for d in sync_db.entries_claims.find({"s": "s1"})} == {"s1#0", "s1/before"}
+    assert claim_ids(sync_db, "s1") == {"before"}
+    assert sync_db.entries_claims.count_documents({"s": "s1"}) == 2  # and its slot
 
 
 async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:
@@ -358,7 +383,7 @@ async def test_corrupt_wire_raises_corrupt_session(
     store = MongoStore(mongo_database)
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
-    sync_db.entries.insert_one(batch_doc("s1", [entry("b")], 50, wires=["{not json"]))
+    sync_db.entries.insert_one(batch_doc(sync_db, "s1", [entry("b")], 50, wires=["{not json"]))
     with pytest.raises(CorruptSessionError, match="decode entry 'b'"):
         await store.load_entries("s1")
 
@@ -383,7 +408,7 @@ async def test_damaged_batch_document_raises_corrupt_session(
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
     await store.append_entries("s1", [entry("b"), entry("c")])
-    sync_db.entries.update_one({"_id": "s1/b"}, damage)
+    sync_db.entries.update_one({"session_id": "s1", "entry_id": "b"}, damage)
     with pytest.raises(CorruptSessionError, match=r"'s1'.*'b'"):
         await store.load_entries("s1")
 
@@ -391,13 +416,14 @@ async def test_damaged_batch_document_raises_corrupt_session(
 async def test_duplicate_id_across_batch_documents_on_load(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """Two batches sharing an ID, both stored (a race FerretDB does not referee): an identical
-    copy is returned once; a differing one is a typed error, never a silent wrong entry."""
+    """Two batches sharing an ID, both stored (the writers never do it; a foreign or
+    hand-edited document might): an identical copy is returned once; a differing one is a typed
+    error, never a silent wrong entry."""
     store = MongoStore(mongo_database)
     for sid, shared in (("same", entry("x")), ("diff", entry("x", "other"))):
         await store.create_session(sid)
         await store.append_entries(sid, [entry("a"), entry("x")])
-        sync_db.entries.insert_one(batch_doc(sid, [entry("b"), shared], 10))
+        sync_db.entries.insert_one(batch_doc(sync_db, sid, [entry("b"), shared], 10))
     assert ids(await store.load_entries("same")) == ["a", "x", "b"]
     with pytest.raises(CorruptSessionError, match="'x' is stored twice"):
         await store.load_entries("diff")
@@ -411,6 +437,19 @@ async def test_bad_created_at_raises_corrupt_session(
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"created_at": "yesterday"}})
     with pytest.raises(CorruptSessionError, match="'s1'"):
         await store.load_session("s1")
+
+
+@pytest.mark.parametrize("inc", [None, 7, ""])
+async def test_a_session_document_without_its_incarnation_is_corrupt(
+    mongo_database: AsyncDatabase[Any], sync_db: Any, inc: Any
+) -> None:
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"inc": inc}})
+    with pytest.raises(CorruptSessionError, match=r"'s1'.*inc"):
+        await store.load_entries("s1")
+    with pytest.raises(CorruptSessionError, match=r"'s1'.*inc"):
+        await MongoStore(mongo_database).append_entries("s1", [entry("a")])
 
 
 async def test_string_next_seq_raises_corrupt_session(

@@ -22,7 +22,16 @@ from durable_agent.session import (
 )
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.stores.mongo.claims import wire_hash
-from tests.mongo.helpers import Commands, Counted, claim_ids, entry, ids
+from tests.mongo.helpers import (
+    Commands,
+    Counted,
+    claim_ids,
+    entry,
+    ids,
+    inc_of,
+    keys_of,
+    unsettled_slots,
+)
 from tests.support.ferretdb import FerretDB
 
 pytestmark = pytest.mark.mongo
@@ -86,7 +95,7 @@ async def test_cancelled_conflicting_append_still_rolls_back(
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(deletes.done.wait(), timeout=10)
-    assert claim_ids(sync_db, "s1") == {"s1/x"}
+    assert claim_ids(sync_db, "s1") == {"x"}
     [only] = await store.load_entries("s1")
     assert encode_entry(only) == encode_entry(entry("x", "stored"))
     await store.append_entries("s1", [entry("n1"), entry("n2")])  # their IDs are free again
@@ -219,9 +228,9 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
 ) -> None:
     """The crash window: the slot and claims of [a, b] went in, then the server went away
     before the batch document did. A retry (by a fresh object, as after a worker crash, or by
-    the same one) notices the IDs are claimed but not stored and writes them, once. Nothing was
-    stored, so a retry whose content differs from the crashed attempt's is stored too: only a
-    stored entry wins."""
+    the same one) notices the IDs are claimed but not stored, fences the crashed attempt's
+    document (so it can never land) and writes them, once. Nothing was stored, so a retry whose
+    content differs from the crashed attempt's is stored too: only a stored entry wins."""
     commands = Commands()
     client = _client(private_server, event_listeners=[commands])
     sync: MongoClient[dict[str, Any]] = MongoClient(private_server.uri, tz_aware=True)
@@ -234,7 +243,7 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
             await store.append_entries("s1", [entry("a"), entry("b")])
         await asyncio.to_thread(private_server.start)
         db = sync["crash"]
-        assert claim_ids(db, "s1") == {"s1/first", "s1/a", "s1/b"}
+        assert claim_ids(db, "s1") == {"first", "a", "b"}
         assert db.entries.count_documents({"session_id": "s1"}) == 1  # no document of [a, b]
         fresh = MongoStore(client["crash"])
         await fresh.append_entries("s1", [entry("a"), entry("b", "changed")])
@@ -246,9 +255,10 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
         assert [encode_entry(e) for e in loaded] == [
             encode_entry(e) for e in (entry("first"), entry("a"), entry("b", "changed"))
         ]
-        assert db.entries.count_documents({"session_id": "s1"}) == 2
-        claim = db.entries_claims.find_one({"_id": "s1/b"})
-        assert claim is not None and claim["b"] == "s1/a"
+        assert keys_of(db, "s1") == [["first"], ["a", "b"]]
+        assert unsettled_slots(db, "s1") == []  # the crashed attempt's place is fenced
+        claim = db.entries_claims.find_one({"_id": f"s1/{inc_of(db, 's1')}/b"})
+        assert claim is not None and claim["q"] == db.entries.find_one({"entry_id": "a"})["seq"]
         assert claim["h"] == wire_hash(encode_entry(entry("b", "changed")))
     finally:
         sync.close()

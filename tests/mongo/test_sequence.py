@@ -10,7 +10,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from durable_agent.session import CorruptSessionError, Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores.mongo import MongoStore
-from tests.mongo.helpers import Commands, batch_doc, entry, ids
+from durable_agent.stores.mongo.decode import OUTLINE_PROJECTION
+from tests.mongo.helpers import Commands, batch_doc, entry, ids, inc_of
 
 pytestmark = pytest.mark.mongo
 
@@ -64,7 +65,9 @@ async def test_seqs_are_positions_across_gaps(
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a"), entry("b")])
     await store.append_entries("s1", [entry("b"), entry("c")])  # b stored: a slot goes unused
-    sync_db.entries_claims.insert_one({"_id": "s1#20", "s": "s1", "n": 3})  # a crashed writer
+    inc = inc_of(sync_db, "s1")
+    slot = {"_id": f"s1/{inc}#20", "s": "s1", "i": inc, "n": 3}
+    sync_db.entries_claims.insert_one(slot)  # a crashed writer's
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 20}})
     await MongoStore(mongo_database).append_entries("s1", [entry("d"), entry("e")])
     stored = [d["seq"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
@@ -74,7 +77,7 @@ async def test_seqs_are_positions_across_gaps(
 
 
 async def test_reads_only_the_documents_after_the_seq(
-    client_factory: Any, mongo_database: AsyncDatabase[Any]
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
     """One ``find`` of every document's ``seq`` and keys (no entry bodies), alongside the
     session check; then the documents holding later entries, by ``_id``."""
@@ -85,9 +88,10 @@ async def test_reads_only_the_documents_after_the_seq(
     assert numbered(await store.load_entries_after("s1", 5)) == list(enumerate(ALL, 1))[5:]
     finds = [body for name, body in commands.log if name == "find"]
     scans = [body for body in finds if body["filter"] == {"session_id": "s1"}]
-    assert [body["projection"] for body in scans] == [{"seq": 1, "keys": 1}]
+    assert [body["projection"] for body in scans] == [OUTLINE_PROJECTION]
     by_id = [body["filter"]["_id"] for body in finds if "_id" in body["filter"]]
-    assert sorted(by_id) == ["s1", "s1/e", "s1/g"]  # the session check; f's and g's documents
+    p = f"s1/{inc_of(sync_db, 's1')}"
+    assert sorted(by_id) == ["s1", f"{p}#4", f"{p}#6"]  # the session; f's and g's documents
 
 
 async def test_many_documents_after_the_seq(mongo_database: AsyncDatabase[Any]) -> None:
@@ -103,13 +107,14 @@ async def test_many_documents_after_the_seq(mongo_database: AsyncDatabase[Any]) 
 async def test_an_id_stored_twice_reads_as_a_load_does(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """Two batches sharing an ID, both stored (a race FerretDB does not referee): an identical
-    copy is counted once, as ``load_entries`` returns it; a differing one is a typed error."""
+    """Two batches sharing an ID, both stored (the writers never do it; a foreign or
+    hand-edited document might): an identical copy is counted once, as ``load_entries``
+    returns it; a differing one is a typed error."""
     store = MongoStore(mongo_database)
     for sid, shared in (("same", entry("x")), ("diff", entry("x", "other"))):
         await store.create_session(sid)
         await store.append_entries(sid, [entry("a"), entry("x")])
-        sync_db.entries.insert_one(batch_doc(sid, [entry("b"), shared, entry("c")], 10))
+        sync_db.entries.insert_one(batch_doc(sync_db, sid, [entry("b"), shared, entry("c")], 10))
     assert numbered(await store.load_entries_after("same", 1)) == [(2, "x"), (3, "b"), (4, "c")]
     with pytest.raises(CorruptSessionError, match="'x' is stored twice"):
         await store.load_entries_after("diff", 2)
@@ -118,21 +123,22 @@ async def test_an_id_stored_twice_reads_as_a_load_does(
 async def test_a_document_gone_meanwhile_reads_as_a_load_does(
     client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A document counted by the first read and deleted before its fetch (a conflicting batch
-    rolling back its split documents): the read falls back to a whole load, so the seqs it
-    returns are positions in what is stored."""
+    """A document counted by the first read and deleted before its fetch (a hand edit; a
+    conflicting batch rolling back its split documents fences them): the read starts over, so
+    the seqs it returns are positions in what is stored."""
     commands = Commands()
     store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
-    sync_db.entries.insert_one(batch_doc("s1", [entry("doomed")], 5))
+    doomed = batch_doc(sync_db, "s1", [entry("doomed")], 5)
+    sync_db.entries.insert_one(doomed)
     await store.append_entries("s1", [entry("b")])
     commands.arm_before(
-        lambda: sync_db.entries.delete_one({"_id": "s1/doomed"}),
-        when=lambda body: body.get("filter") == {"_id": "s1/doomed"},
+        lambda: sync_db.entries.delete_one({"_id": doomed["_id"]}),
+        when=lambda body: body.get("filter") == {"_id": doomed["_id"]},
     )
     commands.log.clear()
     assert numbered(await store.load_entries_after("s1", 1)) == [(2, "b")]
     scans = [b["projection"] for n, b in commands.log if b.get("filter") == {"session_id": "s1"}]
-    assert scans == [{"seq": 1, "keys": 1}, {"_id": 0, "entry_id": 1, "seq": 1, "wires": 1}]
+    assert scans == [OUTLINE_PROJECTION, OUTLINE_PROJECTION]
     assert ids(await store.load_entries("s1")) == ["a", "b"]

@@ -1,5 +1,6 @@
-"""MongoStore appends: two writes per new batch, idempotent retries, conflicts that leave nothing,
-and concurrent writers refereed by claims and slots (docs/design.md#mongo-store)."""
+"""MongoStore appends: a slot-and-claims insert, a document insert and a confirming read per new
+batch, idempotent retries, conflicts that leave nothing, and concurrent writers refereed by claims
+and slots (docs/design.md#mongo-store)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from bson import ObjectId
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -18,10 +18,12 @@ from tests.mongo.helpers import (
     MIB,
     Commands,
     assert_writer_orders,
-    batch_doc,
     claim_ids,
+    elsewhere,
     entry,
     ids,
+    keys_of,
+    unsettled_slots,
 )
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS
 
@@ -31,18 +33,20 @@ pytestmark = pytest.mark.mongo
 # --- one writer -----------------------------------------------------------------------------
 
 
-async def test_new_batch_is_two_inserts(
+async def test_new_batch_is_two_inserts_and_a_confirming_read(
     client_factory: Any, mongo_database: AsyncDatabase[Any]
 ) -> None:
     """No lookup and no counter for a batch of new IDs: one insert of its slot and claims, one
-    of its document; a batch with a stored ID looks it up and writes the rest."""
+    of its document, then a read of the session document by ``_id`` (still there, still the
+    same incarnation); a batch with a stored ID looks it up and writes the rest."""
     commands = Commands()
     store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
     for size in (1, 10):
         commands.log.clear()
         await store.append_entries("s1", [entry(f"n{size}-{k}") for k in range(size)])
-        assert commands.names() == ["insert", "insert"]
+        assert commands.names() == ["insert", "insert", "find"]
+        assert commands.log[-1][1]["filter"] == {"_id": "s1"}
     commands.log.clear()
     await store.append_entries("s1", [entry("n1-0"), entry("more")])
     assert "find" in commands.names()
@@ -65,7 +69,7 @@ async def test_fresh_store_walks_the_slots_and_moves_the_hint(
     assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == 0
     await MongoStore(mongo_database).append_entries("s1", [entry("late")])
     assert sync_db.sessions.find_one({"_id": "s1"})["next_seq"] == end
-    assert sync_db.entries.find_one({"_id": "s1/late"})["seq"] == end
+    assert sync_db.entries.find_one({"session_id": "s1", "entry_id": "late"})["seq"] == end
     await writer.append_entries("s1", [entry("after")])  # its end is behind: walks one slot
     loaded = ids(await MongoStore(mongo_database).load_entries("s1"))
     assert loaded[-2:] == ["late", "after"] and len(loaded) == end + 2
@@ -81,9 +85,8 @@ async def test_overlapping_retry_stores_only_the_new_entry(
     for retry in (store, MongoStore(mongo_database)):
         await retry.append_entries("s1", [entry("b"), entry("c")])
     assert ids(await store.load_entries("s1")) == ["a", "b", "c"]
-    keys = [d["keys"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
-    assert keys == [["s1/a", "s1/b"], ["s1/c"]]
-    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b", "s1/c"}
+    assert keys_of(sync_db, "s1") == [["a", "b"], ["c"]]
+    assert claim_ids(sync_db, "s1") == {"a", "b", "c"}
 
 
 async def test_partial_overlap_retry_stores_only_the_rest(
@@ -95,8 +98,7 @@ async def test_partial_overlap_retry_stores_only_the_rest(
     await store.append_entries("s1", [entry("b"), entry("d")])  # b stored, not first in its doc
     await store.append_entries("s1", [entry("x"), entry("c"), entry("a"), entry("y")])
     assert ids(await store.load_entries("s1")) == ["a", "b", "c", "d", "x", "y"]
-    keys = [d["keys"] for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1)]
-    assert keys == [["s1/a", "s1/b", "s1/c"], ["s1/d"], ["s1/x", "s1/y"]]
+    assert keys_of(sync_db, "s1") == [["a", "b", "c"], ["d"], ["x", "y"]]
 
 
 async def test_conflict_on_any_position_writes_nothing(
@@ -114,8 +116,9 @@ async def test_conflict_on_any_position_writes_nothing(
             await store.append_entries("s1", batch)
         assert info.value.entry_id in {"a", "b"}
     assert ids(await store.load_entries("s1")) == ["a", "b"]
-    assert sync_db.entries.count_documents({}) == 1
-    assert claim_ids(sync_db, "s1") == {"s1/a", "s1/b"}  # the failed batches' claims released
+    assert sync_db.entries.count_documents({"fence": {"$ne": True}}) == 1
+    assert unsettled_slots(sync_db, "s1") == []  # the failed batches' slots are fenced
+    assert claim_ids(sync_db, "s1") == {"a", "b"}  # the failed batches' claims released
     await store.append_entries("s1", [entry("n1"), entry("n2")])  # so n1 and n2 are free
     assert ids(await store.load_entries("s1")) == ["a", "b", "n1", "n2"]
 
@@ -139,24 +142,7 @@ async def test_entries_another_store_object_stored_are_skipped_or_conflict(
     loaded = {e.id: encode_entry(e) for e in await ours.load_entries("s1")}
     assert sorted(loaded) == ["a", "b", "c", "z"]
     assert loaded["z"] == encode_entry(entry("z", "theirs"))
-    assert claim_ids(sync_db, "s1") == {f"s1/{e}" for e in ("a", "b", "c", "z")}
-
-
-async def test_entry_stored_under_a_foreign_id_is_still_found(
-    mongo_database: AsyncDatabase[Any], sync_db: Any
-) -> None:
-    """An entry another program stored with an ObjectId ``_id`` and no claim still counts for
-    idempotency: the document insert hits the ``(session_id, entry_id)`` index, and the
-    re-check by ``entry_id`` finds it."""
-    store = MongoStore(mongo_database)
-    await store.create_session("s1")
-    sync_db.entries.insert_one(batch_doc("s1", [entry("f")], 0, _id=ObjectId()))
-    await store.append_entries("s1", [entry("f")])
-    await store.append_entries("s1", [entry("f"), entry("g", parent="f")])
-    assert ids(await store.load_entries("s1")) == ["f", "g"]
-    with pytest.raises(EntryConflictError):
-        await store.append_entries("s1", [entry("f", "changed")])
-    assert sync_db.entries.count_documents({"session_id": "s1"}) == 2
+    assert claim_ids(sync_db, "s1") == {"a", "b", "c", "z"}
 
 
 async def test_large_batch_idempotency(mongo_database: AsyncDatabase[Any]) -> None:
@@ -172,30 +158,35 @@ async def test_large_batch_idempotency(mongo_database: AsyncDatabase[Any]) -> No
 
 
 async def test_split_batch_conflict_found_late_rolls_back(
-    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+    client_factory: Any, mongo_uri: str, mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A split batch whose second document collides (a program without claims stored its first
-    entry with other content after this call claimed the IDs): the first document, already
-    inserted, is deleted again with the call's claims, and the call raises the conflict, so
-    nothing of the batch stays.
-
-    The other writer is a document inserted the moment the claims insert's reply arrives,
-    before the store's document insert goes out.
-    """
-    rival = batch_doc("s1", [entry("b2", "rival")], 1000)
+    """A split batch whose second document is fenced: another writer (another process, the
+    moment this call's claims are in) found ``b2`` claimed but not stored, fenced its document
+    and stored its own ``b2``. The first document, already inserted, is deleted again with the
+    call's claims, and the call raises the conflict, so nothing of the batch stays."""
     commands = Commands()
     store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
     await store.create_session("s1")
+    rival: list[object] = []
+
+    async def store_rival(other: MongoStore) -> None:
+        await other.append_entries("s1", [entry("b2", "rival")])
+
     commands.log.clear()
-    commands.arm(lambda: sync_db.entries.insert_one(rival), after="insert")
+    commands.arm(
+        lambda: rival.append(elsewhere(mongo_uri, mongo_database.name, store_rival)),
+        after="insert",
+    )
     batch = [entry(f"b{i}", chr(ord("a") + i) * (6 * MIB)) for i in range(3)]
     with pytest.raises(EntryConflictError) as info:
         await store.append_entries("s1", batch)
+    assert rival == [None]
     assert info.value.entry_id == "b2"
     assert commands.names()[:2] == ["insert", "insert"]  # claims, then the two documents
-    assert [d["_id"] for d in sync_db.entries.find({"session_id": "s1"})] == ["s1/b2"]
-    assert claim_ids(sync_db, "s1") == set()
-    assert ids(await MongoStore(mongo_database).load_entries("s1")) == ["b2"]
+    assert keys_of(sync_db, "s1") == [["b2"]]
+    assert claim_ids(sync_db, "s1") == {"b2"}  # the rival's
+    [stored] = await MongoStore(mongo_database).load_entries("s1")
+    assert encode_entry(stored) == encode_entry(entry("b2", "rival"))
 
 
 # --- concurrent writers ---------------------------------------------------------------------
@@ -226,7 +217,8 @@ async def test_twenty_tasks_append_to_one_session(mongo_database: AsyncDatabase[
 
 def _disjoint_seqs(sync_db: Any, sid: str) -> None:
     """Every document's numbers ``seq .. seq + len - 1`` are its own."""
-    spans = [(d["seq"], len(d["keys"])) for d in sync_db.entries.find({"session_id": sid})]
+    docs = sync_db.entries.find({"session_id": sid, "fence": {"$exists": False}})
+    spans = [(d["seq"], len(d["keys"])) for d in docs]
     numbers = [seq + i for seq, n in spans for i in range(n)]
     assert len(numbers) == len(set(numbers))
 
@@ -317,7 +309,7 @@ async def test_loser_of_a_conflicting_race_leaves_nothing(
         [x] = [e for e in stored if e.id == "x"]
         assert encode_entry(x) == encode_entry(entry("x", f"from {winner}"))
         assert ids(await b.load_entries(sid)) == ids(stored)
-        assert claim_ids(sync_db, sid) == {f"{sid}/{e}" for e in ids(batches[winner])}
+        assert claim_ids(sync_db, sid) == set(ids(batches[winner]))
 
 
 async def test_retries_and_a_conflicting_writer_race(
@@ -366,10 +358,8 @@ async def test_concurrent_writers_of_one_batch_store_one_copy(
         for client in clients:
             await client.close()
     expected = [f"e{k}-{i}" for k in range(15) for i in range(k % 4 + 1)]
-    stored = [
-        key for d in sync_db.entries.find({"session_id": "s1"}).sort("seq", 1) for key in d["keys"]
-    ]
-    assert stored == [f"s1/{e}" for e in expected]  # one copy of each, in order
+    stored = [eid for keys in keys_of(sync_db, "s1") for eid in keys]
+    assert stored == expected  # one copy of each, in order
     assert ids(await MongoStore(mongo_database).load_entries("s1")) == expected
 
 

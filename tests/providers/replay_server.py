@@ -17,6 +17,10 @@ transport faults:
     mid-message: the client sees an incomplete chunked body);
 ``x-replay-hang: true``
     read the request and never answer (until the server closes), so the client's timeout fires.
+``x-replay-echo: true``
+    a hostile provider: the body is a template that echoes the credential the request carried
+    (:data:`ECHOES` names the forms: the key without its ``sk-`` prefix, a slice from its
+    middle, the ``Authorization`` header base64-encoded, the key URL-encoded, ...).
 
 If no response is queued the server answers ``418`` with a JSON error naming the request, which
 every adapter maps to a non-retryable error, so an unexpected extra call fails the test loudly.
@@ -24,23 +28,48 @@ every adapter maps to a non-retryable error, so an unexpected extra call fails t
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import sys
 import threading
+import urllib.parse
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FIXTURES", "ReceivedRequest", "RecordedResponse", "ReplayServer"]
+__all__ = ["ECHOES", "FIXTURES", "ReceivedRequest", "RecordedResponse", "ReplayServer", "echo"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 """Where the recorded responses live; :meth:`ReplayServer.enqueue` resolves names against it."""
 
 _REPLAY_PREFIX = "x-replay-"
+
+ECHOES = {
+    "key": lambda key, auth: key,
+    "key_unprefixed": lambda key, auth: re.sub(r"^[a-z]+[-_]", "", key),  # sk-, gsk_
+    "key_middle": lambda key, auth: key[len(key) // 2 - 10 : len(key) // 2 + 10],
+    "key_url": lambda key, auth: urllib.parse.quote(key, safe=""),
+    "key_base64": lambda key, auth: base64.b64encode(key.encode()).decode(),
+    "authorization_base64": lambda key, auth: base64.b64encode(auth.encode()).decode(),
+    "basic_auth_base64": lambda key, auth: base64.b64encode(f"api:{key}".encode()).decode(),
+}
+"""What an echoing response's ``{{name}}`` placeholders become, from the request's key and its
+``Authorization`` header value (``Bearer <key>``; for ``x-api-key`` clients, that header's value).
+"""
+
+
+def echo(template: bytes, headers: dict[str, str]) -> bytes:
+    """``template`` with every ``{{name}}`` of :data:`ECHOES` filled from ``headers``."""
+    auth = headers.get("authorization") or headers.get("x-api-key", "")
+    key = auth.removeprefix("Bearer ")
+    text = template.decode("utf-8")
+    for name, form in ECHOES.items():
+        text = text.replace("{{" + name + "}}", form(key, auth))
+    return text.encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,7 @@ class RecordedResponse:
     body: bytes
     truncate: bool = False
     hang: bool = False
+    echo: bool = False
 
     @classmethod
     def parse(cls, raw: bytes) -> RecordedResponse:
@@ -77,7 +107,7 @@ class RecordedResponse:
                 flags[name.removeprefix(_REPLAY_PREFIX)] = value
             else:
                 headers.append((name, value))
-        unknown = set(flags) - {"truncate", "hang"}
+        unknown = set(flags) - {"truncate", "hang", "echo"}
         if unknown:
             raise ValueError(f"unknown replay directives: {sorted(unknown)}")
         return cls(
@@ -87,6 +117,7 @@ class RecordedResponse:
             body=body,
             truncate=flags.get("truncate") == "true",
             hang=flags.get("hang") == "true",
+            echo=flags.get("echo") == "true",
         )
 
     @classmethod
@@ -95,15 +126,22 @@ class RecordedResponse:
 
     @classmethod
     def json(
-        cls, status: int, payload: Any, *, headers: dict[str, str] | None = None
+        cls,
+        status: int,
+        payload: Any,
+        *,
+        headers: dict[str, str] | None = None,
+        echo: bool = False,
     ) -> RecordedResponse:
-        """A JSON response built in code (for one-off errors that need no fixture file)."""
+        """A JSON response built in code (for one-off errors that need no fixture file);
+        ``echo`` makes it a hostile one (``x-replay-echo``)."""
         extra = tuple((k.lower(), v) for k, v in (headers or {}).items())
         return cls(
             status=status,
             reason="",
             headers=(("content-type", "application/json"), *extra),
             body=json.dumps(payload).encode(),
+            echo=echo,
         )
 
     @property
@@ -186,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             state.closing.wait()
             self.close_connection = True
             return
+        if response.echo:
+            response = replace(response, body=echo(response.body, request.headers))
         self._send(response)
 
     def _send(self, response: RecordedResponse) -> None:

@@ -53,6 +53,7 @@ from typing import Any
 from durable_agent import Reply, ScriptedModel, ToolCall, tool
 from durable_agent.ai import ModelEvent, ModelRequest, RetryPolicy
 from durable_agent.session import Entry, MessageEntry, Store
+from durable_agent.session.deltas import LiveStore
 from durable_agent.workflows import AgentSpec, connect, create_worker
 
 CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
@@ -245,17 +246,20 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES + TASK_MODES)
     parser.add_argument("--parallel", action="store_true", help="one turn of parallel calls")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--live", action="store_true", help="publish live deltas (the store's)")
     args = parser.parse_args(argv)
     if not args.root and not args.mongo_uri:
         parser.error("give --root or --mongo-uri")
     markers = Path(args.markers)
 
     client = await connect(args.address, namespace=args.namespace)
-    store = CrashingStore(build_store(args), markers, args.crash)
+    inner = build_store(args)
+    store = CrashingStore(inner, markers, args.crash)
     worker = await create_worker(
         client,
         task_queue=args.task_queue,
         store=store,
+        live_deltas=inner.live_deltas() if args.live and isinstance(inner, LiveStore) else None,
         agents={AGENT: build_agent(args, markers)},
         workflow_failure_exception_types=[Exception],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),

@@ -39,6 +39,11 @@ EXTRAS = {
     "anthropic": "anthropic",
     "cryptography": "encryption",
     "opentelemetry": "otel",
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "sse_starlette": "server",
+    "ag_ui": "server",
 }
 """Top-level module -> the extra of ``durable-agent`` that installs it."""
 
@@ -81,6 +86,7 @@ def command() -> typer.Typer:
     for each in (
         demo.demo,
         dev.dev,
+        dev.serve,
         worker.worker,
         run.run,
         sessions.show,

@@ -38,9 +38,15 @@ from .config import (
     DEMO_APP,
     ENV_APP,
     ENV_TASK_QUEUE,
+    AddressOpt,
     LogFormatOpt,
+    NamespaceOpt,
+    ProfileOpt,
     QueueOpt,
     StoreOpt,
+    TemporalFlags,
+    connect,
+    queue_for,
 )
 from .processes import (
     ManagedProcess,
@@ -53,14 +59,16 @@ from .processes import (
     stop_orphan,
     temporal_binary,
 )
-from .render import console, run_command
-from .stores import resolve_store_spec
+from .render import console, flags_from, run_command
+from .stores import open_store, resolve_store_spec
 
 __all__ = [
     "DevServer",
     "advertise",
     "dev",
     "run_dev",
+    "serve",
+    "start_http",
     "start_dev_server",
     "wait_for_ui",
     "workflows_url",
@@ -243,15 +251,19 @@ async def run_dev(
             return worker
 
         worker = await start()
+        chat = await _dev_http(store_spec, server.address, task_queue, app_ref)
+        lines = [
+            f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
+            f"  Web UI         {server.ui_url}",
+            f"  chat           {chat}",
+            f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}",
+            f"  store          {store_spec}",
+            f"  logs           {root / 'logs'}",
+            "  try:           durable-agent chat my-session",
+        ]
         console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
-        console.print(
-            f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})"
-        )
-        console.print(f"  Web UI         {server.ui_url}")
-        console.print(f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}")
-        console.print(f"  store          {store_spec}")
-        console.print(f"  logs           {root / 'logs'}")
-        console.print("  try:           durable-agent chat my-session")
+        for line in lines:
+            console.print(line)
         return await _supervise(console, server, worker, start)
     finally:
         for w in workers:
@@ -289,3 +301,96 @@ async def _supervise(
             console.print(f"worker {worker.pid} up in {time.monotonic() - t0:.1f} s")
     console.print("stopping")
     return 0
+
+
+# -- serve ----------------------------------------------------------------------------------------
+
+
+async def start_http(
+    store_spec: str,
+    client: Client,
+    task_queue: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    keys: str | None = None,
+    agents: list[str] | None = None,
+) -> tuple[str, asyncio.Task[None]]:
+    """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
+    URL and the serving task."""
+    import uvicorn
+
+    from ..server import create_app
+
+    app = create_app(
+        store=open_store(store_spec).store,
+        temporal=client,
+        task_queue=task_queue,
+        keys=keys,
+        agents=agents,
+    )
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+            raise ProcessError(f"the HTTP server did not start on {host}:{port}")
+        await asyncio.sleep(0.05)
+    return f"http://{host}:{port}/", task
+
+
+async def _dev_http(store_spec: str, address: str, task_queue: str, app_ref: str) -> str:
+    """``dev``'s chat page, or why there is none (the server extra missing)."""
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return "pip install 'durable-agent[server]' for the chat page"
+    client = await connect(TemporalFlags(address=address))
+    agents = ["demo"] if app_ref == DEMO_APP else None
+    url, _ = await start_http(store_spec, client, task_queue, port=free_port(8000), agents=agents)
+    return url
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind (keys needed beyond loopback).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="The agent a run names by default.")
+    ] = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Serve the HTTP API and the chat page; runs go to the workers of the task queue."""
+    flags = flags_from(address, namespace, profile, False)
+
+    async def main() -> int:
+        from ..server.tenants import load_keys
+
+        table = load_keys(keys)
+        if table is None and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
+        if table is None:
+            console.print("no API keys: serving loopback only, every caller is one tenant")
+        client = await connect(flags)
+        url, task = await start_http(
+            resolve_store_spec(store),
+            client,
+            queue_for(task_queue, flags),
+            host=host,
+            port=port,
+            keys=keys,
+            agents=[agent] if agent else None,
+        )
+        console.print(f"[bold green]durable-agent serve[/] on {url} (Ctrl-C stops it)")
+        await task
+        return 0
+
+    raise typer.Exit(run_command(main))

@@ -20,13 +20,16 @@ def encode_batch(
     session_id: str, entries: Sequence[Entry], *, limit: int | None = None
 ) -> list[tuple[Entry, str]]:
     """Encode every entry first (so an encoding error or an oversized entry writes nothing):
-    every store writes UTF-8, so text that has no UTF-8 form is refused here, typed, for all
-    of them alike (:class:`EntryEncodeError`)."""
+    data with no JSON form, and text with no UTF-8 form (every store writes UTF-8), are refused
+    here, typed, for all stores alike (:class:`EntryEncodeError`, naming the session)."""
     out: list[tuple[Entry, str]] = []
     for entry in entries:
         if not entry.id:
             raise ValueError("entry id must not be empty")
-        wire = encode_entry(entry)
+        try:
+            wire = encode_entry(entry)
+        except EntryEncodeError as exc:  # raised by the codec, which knows no session
+            raise EntryEncodeError(session_id, entry.id, exc.reason) from None
         try:
             size = len(wire.encode("utf-8"))
         except UnicodeEncodeError as exc:

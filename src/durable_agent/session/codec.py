@@ -21,10 +21,11 @@ from .entries import (
     CompactionEntry,
     CustomEntry,
     Entry,
+    EntryBase,
     MessageEntry,
     custom_class,
 )
-from .errors import EntryDecodeError
+from .errors import EntryDecodeError, EntryEncodeError
 
 __all__ = ["bulk_decoding", "decode_entry", "encode_entry", "entry_to_wire", "wire_to_entry"]
 
@@ -65,8 +66,21 @@ def entry_to_wire(entry: Entry) -> dict[str, Any]:
 
 
 def encode_entry(entry: Entry) -> str:
-    """One compact JSON object (UTF-8, non-ASCII unescaped, no newline)."""
-    return json.dumps(entry_to_wire(entry), ensure_ascii=False, separators=(",", ":"))
+    """One compact JSON object (UTF-8, non-ASCII unescaped, no newline).
+
+    Custom data JSON cannot hold (bytes, a set, nesting deeper than the encoder goes) raises
+    :class:`EntryEncodeError`, never the encoder's ``TypeError`` or ``RecursionError``: an
+    entry that cannot be written is refused typed, before any store writes its batch.
+    """
+    try:
+        return json.dumps(entry_to_wire(entry), ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:
+        reason = "its data is nested too deep for JSON"
+    except (TypeError, ValueError) as exc:  # ValueError: pydantic's serializer, a cycle
+        if not isinstance(entry, EntryBase):
+            raise
+        reason = f"its data has no JSON form ({exc})"
+    raise EntryEncodeError("", entry.id, reason)
 
 
 def _header_fields(data: dict[str, Any]) -> dict[str, Any]:

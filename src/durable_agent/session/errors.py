@@ -59,16 +59,20 @@ class EntryDecodeError(SessionError, ValueError):
 
 
 class EntryEncodeError(SessionError, ValueError):
-    """An entry no store can write: its text is not valid Unicode (a lone surrogate, as
-    ``os.listdir`` returns for a non-UTF-8 file name, in a custom entry's data). Messages never
-    raise it (they replace such code points with U+FFFD when built); application data is not
-    rewritten behind the caller's back, so it is refused before anything of the batch is stored.
+    """An entry no store can write: its custom data has no JSON form (bytes, a set, nesting
+    deeper than the encoder goes) or its text is not valid Unicode (a lone surrogate, as
+    ``os.listdir`` returns for a non-UTF-8 file name). Messages never raise it (they replace
+    such code points with U+FFFD when built); application data is not rewritten behind the
+    caller's back, so it is refused before anything of the batch is stored. ``session_id`` is
+    ``""`` when the codec alone raised it (no store involved).
     """
 
     def __init__(self, session_id: str, entry_id: str, reason: str) -> None:
-        super().__init__(f"entry {entry_id!r} of session {session_id!r} cannot be stored: {reason}")
+        where = f" of session {session_id!r}" if session_id else ""
+        super().__init__(f"entry {entry_id!r}{where} cannot be stored: {reason}")
         self.session_id = session_id
         self.entry_id = entry_id
+        self.reason = reason
 
 
 class CorruptSessionError(SessionError):

@@ -60,6 +60,11 @@ class MemoryDeltas:
     async def clear(self, key: DeltaKey) -> None:
         self._log.pop(key, None)
 
+    def drop_session(self, session_id: str) -> None:
+        """Every reply's deltas of a deleted session (docs/design.md#retention)."""
+        for key in [k for k in self._log if k.session_id == session_id]:
+            self._log.pop(key, None)
+
     def size(self) -> int:
         """Deltas held (the bench's bound check)."""
         return sum(len(v) for v in self._log.values())
@@ -163,9 +168,11 @@ class MemoryStore:
         return newest_first(records)[offset : offset + limit]
 
     async def delete_session(self, session_id: str) -> None:
-        """Remove the record and the log; ``SessionNotFoundError`` if there is none."""
+        """Remove the record, the log and the live deltas; ``SessionNotFoundError`` if there is
+        no such session."""
         validate_session_id(session_id)
         with self._lock:
             if self._records.pop(session_id, None) is None:
                 raise SessionNotFoundError(session_id)
             self._logs.pop(session_id, None)
+            self._deltas.drop_session(session_id)

@@ -45,7 +45,12 @@ from .anthropic_messages import (
 
 if TYPE_CHECKING:
     from anthropic import AsyncStream
-    from anthropic.types import MessageParam, RawMessageStreamEvent, ToolUnionParam
+    from anthropic.types import (
+        MessageParam,
+        RawContentBlockDelta,
+        RawMessageStreamEvent,
+        ToolUnionParam,
+    )
 
 __all__ = [
     "API",
@@ -176,43 +181,10 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
                         tool_json[blocks[event.index]] = ""
             elif event.type == "content_block_delta":
                 index = blocks.get(event.index)
-                if index is None:
-                    continue
-                current = draft.blocks[index]
-                delta = event.delta
-                if delta.type == "text_delta" and isinstance(current, TextContent):
-                    draft.blocks[index] = TextContent(text=current.text + delta.text)
-                    yield ModelEvent(
-                        type="text_delta", partial=draft.snapshot(), delta=delta.text, index=index
-                    )
-                elif delta.type == "thinking_delta" and isinstance(current, ThinkingContent):
-                    draft.blocks[index] = ThinkingContent(
-                        thinking=current.thinking + delta.thinking, signature=current.signature
-                    )
-                    yield ModelEvent(
-                        type="thinking_delta",
-                        partial=draft.snapshot(),
-                        delta=delta.thinking,
-                        index=index,
-                    )
-                elif delta.type == "signature_delta" and isinstance(current, ThinkingContent):
-                    signature = (current.signature or "") + delta.signature
-                    draft.blocks[index] = ThinkingContent(
-                        thinking=current.thinking, signature=signature
-                    )
-                elif delta.type == "input_json_delta" and isinstance(current, ToolCall):
-                    tool_json[index] += delta.partial_json
-                    draft.blocks[index] = ToolCall(
-                        id=current.id,
-                        name=current.name,
-                        arguments=partial_arguments(tool_json[index]),
-                    )
-                    yield ModelEvent(
-                        type="tool_call_delta",
-                        partial=draft.snapshot(),
-                        delta=delta.partial_json,
-                        index=index,
-                    )
+                if index is not None:
+                    shown = _apply_delta(draft, index, event.delta, tool_json)
+                    if shown is not None:
+                        yield shown
             elif event.type == "message_delta":
                 _merge_usage(usage, event.usage)
                 stop = event.delta.stop_reason or stop
@@ -313,3 +285,35 @@ def _usage(totals: Mapping[str, int]) -> Usage:
         cache_write=totals.get("cache_creation_input_tokens", 0),
         reasoning=totals.get("thinking_tokens", 0),
     )
+
+
+def _apply_delta(
+    draft: Draft, index: int, delta: RawContentBlockDelta, tool_json: dict[int, str]
+) -> ModelEvent | None:
+    """Fold one content-block delta into block ``index`` of the draft; the event that shows it
+    (none for a signature, which nobody watches, or a delta that does not fit its block)."""
+    current = draft.blocks[index]
+    if delta.type == "text_delta" and isinstance(current, TextContent):
+        draft.blocks[index] = TextContent(text=current.text + delta.text)
+        return ModelEvent(
+            type="text_delta", partial=draft.snapshot(), delta=delta.text, index=index
+        )
+    if delta.type == "thinking_delta" and isinstance(current, ThinkingContent):
+        draft.blocks[index] = ThinkingContent(
+            thinking=current.thinking + delta.thinking, signature=current.signature
+        )
+        return ModelEvent(
+            type="thinking_delta", partial=draft.snapshot(), delta=delta.thinking, index=index
+        )
+    if delta.type == "signature_delta" and isinstance(current, ThinkingContent):
+        signature = (current.signature or "") + delta.signature
+        draft.blocks[index] = ThinkingContent(thinking=current.thinking, signature=signature)
+    elif delta.type == "input_json_delta" and isinstance(current, ToolCall):
+        tool_json[index] += delta.partial_json
+        draft.blocks[index] = ToolCall(
+            id=current.id, name=current.name, arguments=partial_arguments(tool_json[index])
+        )
+        return ModelEvent(
+            type="tool_call_delta", partial=draft.snapshot(), delta=delta.partial_json, index=index
+        )
+    return None

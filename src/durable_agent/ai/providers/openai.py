@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         ChatCompletionMessageParam,
         ChatCompletionToolUnionParam,
     )
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 __all__ = [
     "API",
@@ -181,29 +182,7 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
                     type="text_delta", partial=draft.snapshot(), delta=text, index=index
                 )
             for tool_delta in delta.tool_calls or []:
-                pending = by_index.get(tool_delta.index)
-                if pending is None or (
-                    tool_delta.id and pending.id and tool_delta.id != pending.id
-                ):
-                    # A new call, or (from servers that send every call at index 0) a new ID.
-                    pending = _PendingCall(id=tool_delta.id or "", block=len(draft.blocks))
-                    by_index[tool_delta.index] = pending
-                    calls.append(pending)
-                    draft.blocks.append(ToolCall(id=pending.id, name=""))
-                function = tool_delta.function
-                fragment = (function.arguments if function else None) or ""
-                pending.id = pending.id or tool_delta.id or ""
-                pending.name = pending.name or (function.name if function else None) or ""
-                pending.arguments += fragment
-                draft.blocks[pending.block] = ToolCall(
-                    id=pending.id, name=pending.name, arguments=partial_arguments(pending.arguments)
-                )
-                yield ModelEvent(
-                    type="tool_call_delta",
-                    partial=draft.snapshot(),
-                    delta=fragment,
-                    index=pending.block,
-                )
+                yield _tool_call_delta(draft, by_index, calls, tool_delta)
             if choice.finish_reason is not None:
                 finish = choice.finish_reason
         if finish is None:
@@ -213,10 +192,24 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
                 retryable=True,
             )
         stop = _FINISH.get(finish, "error")
+        self._close_calls(draft, calls, truncated=stop == "length")
+        if stop == "stop" and calls:
+            stop = "tool_use"  # some compatible servers report "stop" after calling tools
+        error = None
+        if stop == "error":
+            error = f"{self.provider}: finish_reason {finish}"
+        yield ModelEvent(
+            type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
+        )
+
+    def _close_calls(self, draft: Draft, calls: list[_PendingCall], *, truncated: bool) -> None:
+        """Give each streamed call its final arguments (and an ID if the server sent none).
+        Arguments that are not a JSON object are a retryable error, unless the reply was cut at
+        its token limit: then the call keeps what arrived, for the loop to answer."""
         for pending in calls:
             arguments = final_arguments(pending.arguments)
             if arguments is None:
-                if stop != "length":
+                if not truncated:
                     raise model_error(
                         self.provider,
                         f"tool call {pending.name!r} has arguments that are not a JSON object",
@@ -228,14 +221,6 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
                 name=pending.name,
                 arguments=arguments,
             )
-        if stop == "stop" and calls:
-            stop = "tool_use"  # some compatible servers report "stop" after calling tools
-        error = None
-        if stop == "error":
-            error = f"{self.provider}: finish_reason {finish}"
-        yield ModelEvent(
-            type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
-        )
 
     def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
@@ -326,3 +311,30 @@ def _body_message(body: object) -> str | None:
     if isinstance(body, str):
         return body
     return None
+
+
+def _tool_call_delta(
+    draft: Draft,
+    by_index: dict[int, _PendingCall],
+    calls: list[_PendingCall],
+    tool_delta: ChoiceDeltaToolCall,
+) -> ModelEvent:
+    """Fold one streamed tool-call fragment into the draft; the event that shows it."""
+    pending = by_index.get(tool_delta.index)
+    if pending is None or (tool_delta.id and pending.id and tool_delta.id != pending.id):
+        # A new call, or (from servers that send every call at index 0) a new ID.
+        pending = _PendingCall(id=tool_delta.id or "", block=len(draft.blocks))
+        by_index[tool_delta.index] = pending
+        calls.append(pending)
+        draft.blocks.append(ToolCall(id=pending.id, name=""))
+    function = tool_delta.function
+    fragment = (function.arguments if function else None) or ""
+    pending.id = pending.id or tool_delta.id or ""
+    pending.name = pending.name or (function.name if function else None) or ""
+    pending.arguments += fragment
+    draft.blocks[pending.block] = ToolCall(
+        id=pending.id, name=pending.name, arguments=partial_arguments(pending.arguments)
+    )
+    return ModelEvent(
+        type="tool_call_delta", partial=draft.snapshot(), delta=fragment, index=pending.block
+    )

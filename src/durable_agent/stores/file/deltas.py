@@ -7,6 +7,12 @@ read: a poll with nothing new is one ``stat``, and one with news reads only the 
 file is removed shortly after the reply is stored, and the directory with its last
 file, so a session's side files only ever hold the replies being streamed. Store listings glob
 ``*.jsonl`` in the root only, so they never see these files (docs/design.md#live-deltas).
+
+What a worker never cleared (it crashed, or shut down before its delayed clear ran) is swept as
+MongoDB's TTL index expires its documents: when a store object starts streaming a reply (at most
+once a minute), every file not written for ``ttl`` seconds goes, and every file of a session
+that no longer exists (a worker kept publishing after the delete). ``delete_session`` removes the
+session's directory at once (docs/design.md#retention).
 """
 
 from __future__ import annotations
@@ -15,17 +21,26 @@ import contextlib
 import hashlib
 import os
 import re
+import time
 from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from ...session.deltas import Cursor, Delta, DeltaKey
+from ...session.errors import InvalidSessionIdError
 from ...session.ids import validate_session_id
 
-__all__ = ["FileDeltas"]
+__all__ = ["DEFAULT_TTL", "FileDeltas"]
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SUFFIX = ".live"
+
+DEFAULT_TTL = 600
+"""Seconds after which a side file nobody wrote to is swept (MongoStore's TTL, the same)."""
+
+_SWEEP_EVERY = 60.0
+"""Seconds between two sweeps of the root by one channel object."""
 _READ_MARKS = 256
 """Files whose read position a channel remembers (least recently read dropped first)."""
 
@@ -33,15 +48,17 @@ _READ_MARKS = 256
 class FileDeltas:
     """Deltas as side files under a FileStore's ``root``."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, ttl: float = DEFAULT_TTL) -> None:
         self._root = Path(root)
+        self._ttl = ttl
+        self._swept_at: float | None = None
         self._read_to: OrderedDict[str, tuple[int, int, Cursor]] = OrderedDict()
         """Path -> (inode, offset read to, highest ``(attempt, seq)`` before that offset)."""
         self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
         """Recently read keys' paths (a reader asks for the same key many times a second)."""
 
     def directory(self, session_id: str) -> Path:
-        return self._root / f"{validate_session_id(session_id)}.live"
+        return self._root / f"{validate_session_id(session_id)}{_SUFFIX}"
 
     def path(self, key: DeltaKey) -> Path:
         run = key.run_id
@@ -52,6 +69,10 @@ class FileDeltas:
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
         path = self.path(key)
         line = (delta.model_dump_json() + "\n").encode("utf-8")
+        now = time.monotonic()
+        if delta.seq == 1 and (self._swept_at is None or now - self._swept_at > _SWEEP_EVERY):
+            self._swept_at = now
+            self.sweep()
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except FileNotFoundError:
@@ -115,6 +136,44 @@ class FileDeltas:
             path.unlink()
         with contextlib.suppress(OSError):
             path.parent.rmdir()  # only when empty: another reply may be streaming
+
+    def drop_session(self, session_id: str) -> None:
+        """Every side file of a deleted session, and its directory."""
+        self._remove(self.directory(session_id), older_than=None)
+
+    def sweep(self) -> None:
+        """Remove the side files a worker never cleared (module doc): those of sessions that no
+        longer exist, and those nobody wrote to for ``ttl`` seconds."""
+        try:
+            entries = list(os.scandir(self._root))
+        except FileNotFoundError:
+            return
+        expired = time.time() - self._ttl
+        for entry in entries:
+            if not entry.name.endswith(_SUFFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                session_file = self._root / f"{validate_session_id(entry.name[:-5])}.jsonl"
+            except InvalidSessionIdError:
+                continue  # not a directory of ours
+            orphan = not session_file.exists()
+            self._remove(Path(entry.path), older_than=None if orphan else expired)
+
+    @staticmethod
+    def _remove(directory: Path, *, older_than: float | None) -> None:
+        """Remove the files of ``directory`` (only those last written before ``older_than``,
+        if given), then the directory if that left it empty; a file or directory that went
+        meanwhile is no error."""
+        try:
+            files = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for file in files:
+            with contextlib.suppress(FileNotFoundError):
+                if older_than is None or file.stat(follow_symlinks=False).st_mtime < older_than:
+                    os.unlink(file.path)
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only when empty: a reply may be streaming into it
 
     def size(self, session_id: str) -> int:
         """Bytes of side files held for ``session_id`` (the bench's bound check)."""

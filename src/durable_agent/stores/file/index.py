@@ -3,7 +3,9 @@
 Idempotency (docs/design.md#store-contract) needs the stored IDs of a session before every
 append. Reading the whole file each time would make appends O(session length), so a store keeps,
 per file, the IDs and line digests up to a known offset and reads only what was appended since
-(by anyone).
+(by anyone). A file is known by its identity (device, inode) and its header line: a session
+deleted and created again by another store object may get the freed inode back, but never the
+same header (it holds the creation time).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "Scan",
     "covers",
     "digest",
+    "header_line",
     "reencode_line",
     "scan_ids",
 ]
@@ -55,6 +58,8 @@ class Index:
     """
 
     file_key: tuple[int, int]
+    header: bytes = b""
+    """The file's first line: with ``file_key``, what tells this file from a later one."""
     end: int = 0
     lines: int = 0
     ids: dict[str, tuple[int, bytes, int]] = field(default_factory=dict)
@@ -110,12 +115,22 @@ def scan_ids(f: IO[bytes], session_id: str, offset: int, lineno: int) -> Scan:
     return scan
 
 
+def header_line(fd: int) -> bytes:
+    """The file's first line with its ``\n`` (a header is far below 1 KiB), or ``b""``."""
+    head = os.pread(fd, 1024, 0)
+    cut = head.find(b"\n")
+    return head[: cut + 1] if cut >= 0 else b""
+
+
 def covers(fd: int, index: Index, file_key: tuple[int, int], size: int) -> bool:
-    """Whether a cached index still describes the start of this file: same file, not shrunk below
-    it, and a line boundary where it ends (the file only grows, torn-tail repair excepted)."""
-    if index.file_key != file_key or index.end > size or index.end == 0:
+    """Whether a cached index still describes the start of this file: same file (identity and
+    header line), not shrunk below it, and a line boundary where it ends (the file only grows,
+    torn-tail repair excepted)."""
+    if index.file_key != file_key or index.end > size or index.end == 0 or not index.header:
         return False
-    return os.pread(fd, 1, index.end - 1) == b"\n"
+    if os.pread(fd, 1, index.end - 1) != b"\n":
+        return False
+    return header_line(fd) == index.header
 
 
 def reencode_line(fd: int, offset: int) -> str | None:

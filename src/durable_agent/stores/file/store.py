@@ -43,7 +43,7 @@ from ...session.store import DEFAULT_PAGE, check_after, check_page, newest_first
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after
-from .index import Index, IndexCache, covers, digest, reencode_line, scan_ids
+from .index import Index, IndexCache, covers, digest, header_line, reencode_line, scan_ids
 from .io import (
     FILE_MODE,
     append_all,
@@ -154,9 +154,10 @@ class FileStore:
         return newest_first(records)[offset : offset + limit]
 
     async def delete_session(self, session_id: str) -> None:
-        """Remove the session's file (its header is its record); ``SessionNotFoundError`` if
-        there is none. An append waiting on the file's lock then finds the file unlinked and
-        raises ``SessionNotFoundError`` rather than writing into the removed file."""
+        """Remove the session's file (its header is its record) and its live-delta side files;
+        ``SessionNotFoundError`` if there is none. An append waiting on the file's lock then
+        finds the file unlinked and raises ``SessionNotFoundError`` rather than writing into
+        the removed file."""
         path = self.path(session_id)
         await finish(lambda: self._guard(self._delete_sync, path, session_id))
 
@@ -188,6 +189,7 @@ class FileStore:
             os.close(fd)
             self._indexes.forget(path)
             self._marks.forget(path)
+        self.live_deltas().drop_session(session_id)
         if self._fsync:
             dirfd = open_dir(self._root)
             try:
@@ -351,7 +353,7 @@ class FileStore:
             raise HeaderProblem("empty file")
         index = self._indexes.get(path)
         if index is None or not covers(fd, index, file_key, st.st_size):
-            index = Index(file_key)
+            index = Index(file_key, header=header_line(fd))
         if index.end < st.st_size:
             with open(fd, "rb", closefd=False) as f:
                 scan = scan_ids(f, session_id, index.end, index.lines)

@@ -1,26 +1,30 @@
 """Entry-ID claims and sequence slots: small documents found by ``_id``; docs/design.md#mongo-store.
 
-MongoStore stores one document per append, so an entry that is not first in its document has no
-``_id`` of its own, and FerretDB pushes nothing but ``_id`` equality down to SQL (any other lookup
-scans the whole collection). So every stored entry also has a **claim** in the claims collection
-(``<entries>_claims``), and every append a **slot**, both found by primary key and never read by
-a load:
+MongoStore stores one document per append, so an entry has no document of its own, and FerretDB
+pushes nothing but ``_id`` equality down to SQL (any other lookup scans the whole collection). So
+every stored entry also has a **claim** in the claims collection (``<entries>_claims``), and every
+append a **slot**, both found by primary key and never read by a load. Both carry the session's
+incarnation (:mod:`~durable_agent.stores.mongo.incarnation`), so nothing of a deleted session
+collides with the session created again under its ID:
 
-- claim ``{_id: "<session_id>/<entry_id>", s: session_id, h: <16-byte hash of the wire>,
-  b: <_id of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
-  FerretDB included) makes the first claimer of an ID the one to store it; ``b`` says where to
-  check that the entry really got stored (a claim is written before its entry: a claim whose
-  entry never came, its writer lost, is taken over by the next writer of that ID); ``h`` is the
-  claimed content's hash, for inspection and repair tools.
-- slot ``{_id: "<session_id>#<seq>", s: session_id, n: count}``: the append that inserts it owns
-  the numbers ``seq .. seq + n - 1``. Session IDs hold neither ``/`` nor ``#``, so slots and
-  claims never collide. Slots replace a counter: a writer that knows the end of the session (it
-  created, loaded or wrote it) claims the slot there with the batch's claims in **one** ordered
-  ``insert_many``, slot first; if the slot is taken, another writer appended meanwhile, and the
-  next candidate is that slot's end (:meth:`Claims.walk`). Slots are never deleted (an append
-  that failed after claiming one leaves a harmless gap in ``seq``), so the slots of a session
-  form a chain from its root, and every stored batch fills its slot exactly: the end a load
-  computes is always a slot boundary.
+- claim ``{_id: "<session_id>/<incarnation>/<entry_id>", s, i, h: <16-byte hash of the wire>,
+  q: <seq of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
+  FerretDB included) makes the first claimer of an ID the one to store it; ``q`` says where to
+  check that the entry really got stored (a claim is written before its entry). A claim whose
+  document is not there is taken over only after a **fence** went in at that document's place
+  (:mod:`~durable_agent.stores.mongo.writer`), so the first claimer's document can never land
+  after all; ``h`` is the claimed content's hash, for inspection and repair tools.
+- slot ``{_id: "<session_id>/<incarnation>#<seq>", s, i, n: count, t: taken at}``: the append
+  that inserts it owns the numbers ``seq .. seq + n - 1``; ``t`` (the writer's clock) tells a
+  reader how long the slot has waited for its document. Session IDs hold no ``/`` and
+  incarnations no ``/`` or ``#``, so slots and claims never collide. Slots replace a counter: a
+  writer that knows the end of the session (it created, loaded or wrote it) claims the slot there
+  with the batch's claims in **one** ordered ``insert_many``, slot first; if the slot is taken,
+  another writer appended meanwhile, and the next candidate is that slot's end
+  (:meth:`Claims.walk`). Slots are never deleted while the session lives, so the slots of a
+  session form a chain from its root, 0, without holes. An append that gives its slot up (or
+  dies) leaves a gap in ``seq``: the writer fences the slot's place when it gives up, a reader
+  when the slot is old (:mod:`~durable_agent.stores.mongo.tail`).
 
 The session document's ``next_seq`` is a slot boundary no later than the end of the chain (the
 root; moved forward after a long walk), where a writer that knows nothing starts walking.
@@ -31,19 +35,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from bson.binary import Binary
 from pymongo.errors import BulkWriteError
 
+from .incarnation import Scope, id_range
+
 __all__ = [
     "Claim",
     "Claims",
+    "Slot",
     "claim_doc",
-    "entry_key",
     "first_error_index",
     "only_duplicate_keys",
-    "slot_key",
+    "slot_doc",
     "wire_hash",
 ]
 
@@ -57,24 +64,37 @@ _HINT_AFTER_STEPS = 16
 POINT_LIMIT = 32
 
 
-def entry_key(session_id: str, entry_id: str) -> str:
-    """An entry's key: its claim's ``_id``, and the ``_id`` of a batch document it is first in."""
-    return f"{session_id}/{entry_id}"
-
-
-def slot_key(session_id: str, seq: int) -> str:
-    """A slot's ``_id``: the session and the first number of the append that owns it."""
-    return f"{session_id}#{seq}"
-
-
 def wire_hash(wire: str) -> bytes:
     """A 128-bit hash of an entry's exact encoding: equal hashes mean identical content."""
     return hashlib.blake2b(wire.encode("utf-8"), digest_size=16).digest()
 
 
-def claim_doc(sid: str, entry_id: str, wire: str, batch_id: str) -> dict[str, Any]:
-    """The claim of one entry, pointing at the batch document that will hold it."""
-    return {"_id": entry_key(sid, entry_id), "s": sid, "h": Binary(wire_hash(wire)), "b": batch_id}
+def claim_doc(scope: Scope, entry_id: str, wire: str, seq: int) -> dict[str, Any]:
+    """The claim of one entry, pointing at the batch document (at ``seq``) that will hold it."""
+    return {
+        "_id": scope.key(entry_id),
+        "s": scope.sid,
+        "i": scope.inc,
+        "h": Binary(wire_hash(wire)),
+        "q": seq,
+    }
+
+
+def slot_doc(scope: Scope, seq: int, count: int) -> dict[str, Any]:
+    """The slot of an append of ``count`` entries numbered from ``seq``, taken now (``t``: how
+    long a reader waits for its document, :mod:`~durable_agent.stores.mongo.tail`)."""
+    now = datetime.now(UTC)
+    taken = now.replace(microsecond=now.microsecond // 1000 * 1000)  # a BSON date's precision
+    return {"_id": scope.at(seq), "s": scope.sid, "i": scope.inc, "n": count, "t": taken}
+
+
+class Slot(NamedTuple):
+    """A stored slot: its numbers ``seq .. seq + n - 1`` and when it was taken (``None`` if the
+    slot does not say)."""
+
+    seq: int
+    n: int
+    taken: datetime | None
 
 
 def first_error_index(exc: BulkWriteError) -> int:
@@ -94,15 +114,16 @@ def only_duplicate_keys(exc: BulkWriteError) -> bool:
 
 
 class Claim:
-    """A stored claim: the hash of the claimed content and the batch document meant to hold it."""
+    """A stored claim: the hash of the claimed content and the ``seq`` of the batch document
+    meant to hold it (``None`` if damaged)."""
 
-    __slots__ = ("batch_id", "digest")
+    __slots__ = ("digest", "seq")
 
     def __init__(self, doc: dict[str, Any]) -> None:
         h = doc.get("h")
         self.digest = bytes(h) if isinstance(h, bytes) else b""
-        b = doc.get("b")
-        self.batch_id = b if isinstance(b, str) else None
+        q = doc.get("q")
+        self.seq = q if isinstance(q, int) and not isinstance(q, bool) else None
 
 
 class Claims:
@@ -128,7 +149,7 @@ class Claims:
     async def claims(self, keys: Iterable[str]) -> dict[str, Claim]:
         """The stored claims among ``keys`` (entry keys), by key."""
         wanted = list(dict.fromkeys(keys))
-        projection = {"h": 1, "b": 1}
+        projection = {"h": 1, "q": 1}
         if len(wanted) <= POINT_LIMIT:
             found = await asyncio.gather(
                 *(self._collection.find_one({"_id": key}, projection) for key in wanted)
@@ -139,44 +160,59 @@ class Claims:
             docs = [doc async for doc in self._collection.find(query, projection)]
         return {doc["_id"]: Claim(doc) for doc in docs}
 
-    async def point_at(self, claim: dict[str, Any]) -> None:
-        """Make a stored claim say what ``claim`` says (a writer taking over an entry whose first
-        claimer never stored it, or moving its own into another document)."""
-        await self._collection.update_one(
-            {"_id": claim["_id"]}, {"$set": {"h": claim["h"], "b": claim["b"]}}
+    async def point_at(self, claim: dict[str, Any], held: int | None) -> bool:
+        """Make a stored claim say what ``claim`` says, if it still points at ``held`` (a writer
+        taking over an entry whose document was fenced, or moving its own into another
+        document); ``False`` if another writer moved it first."""
+        result = await self._collection.update_one(
+            {"_id": claim["_id"], "q": held}, {"$set": {"h": claim["h"], "q": claim["q"]}}
+        )
+        return bool(result.matched_count)
+
+    async def release(self, held: dict[str, int]) -> None:
+        """Delete the claims this call holds (key: the seq it points them at) for entries it
+        will not store (a conflict); one another writer took over stays."""
+        await asyncio.gather(
+            *(self._collection.delete_one({"_id": key, "q": seq}) for key, seq in held.items())
         )
 
-    async def release(self, keys: Sequence[str]) -> None:
-        """Delete claims this call made for entries it will not store (a conflict)."""
-        if not keys:
-            return
-        if len(keys) <= POINT_LIMIT:
-            for key in keys:
-                await self._collection.delete_one({"_id": key})
-        else:
-            await self._collection.delete_many({"_id": {"$in": list(keys)}})
-
-    async def walk(self, sid: str, seq: int, *, steps: int = 0) -> int:
+    async def walk(self, scope: Scope, seq: int, *, steps: int = 0) -> int:
         """The first slot boundary at or after the slot ``seq`` that is free right now: follow
         taken slots to their ends. A long walk moves the session's ``next_seq`` hint forward."""
         while True:
-            slot = await self._collection.find_one({"_id": slot_key(sid, seq)}, {"n": 1})
+            slot = await self._collection.find_one({"_id": scope.at(seq)}, {"n": 1})
             if slot is None:
                 break
             n = slot.get("n")
             seq += n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
             steps += 1
         if steps > _HINT_AFTER_STEPS:
-            await self._sessions.update_one({"_id": sid}, {"$max": {"next_seq": seq}})
+            await self._sessions.update_one(
+                {"_id": scope.sid, "inc": scope.inc}, {"$max": {"next_seq": seq}}
+            )
         return seq
 
-    async def take_slot(self, sid: str, seq: int, count: int) -> int:
+    async def slot(self, scope: Scope, seq: int) -> Slot | None:
+        """The slot that starts at ``seq``; ``None`` if none does (or it is damaged)."""
+        doc = await self._collection.find_one({"_id": scope.at(seq)}, {"n": 1, "t": 1})
+        n = None if doc is None else doc.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            return None
+        taken = doc.get("t") if doc is not None else None
+        return Slot(seq, n, taken if isinstance(taken, datetime) else None)
+
+    async def take_slot(self, scope: Scope, seq: int, count: int) -> int:
         """Claim a slot of ``count`` numbers at the first free boundary from ``seq`` on."""
         while True:
-            seq = await self.walk(sid, seq)
-            if await self.insert([{"_id": slot_key(sid, seq), "s": sid, "n": count}]):
+            seq = await self.walk(scope, seq)
+            if await self.insert([slot_doc(scope, seq, count)]):
                 return seq
 
-    async def delete_session(self, sid: str) -> None:
-        """Every claim and slot of a deleted session."""
-        await self._collection.delete_many({"s": sid})
+    async def incarnations(self, sid: str) -> set[str]:
+        """The incarnations the claims and slots of session ``sid`` belong to."""
+        found = await self._collection.distinct("i", {"_id": id_range(sid)})
+        return {inc for inc in found if isinstance(inc, str)}
+
+    async def purge(self, scope: Scope) -> None:
+        """Every claim and slot of one incarnation (a deleted session)."""
+        await self._collection.delete_many({"_id": id_range(scope.sid), "i": scope.inc})

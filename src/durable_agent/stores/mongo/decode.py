@@ -1,18 +1,14 @@
 """What MongoStore makes of the server's answers (docs/design.md#mongo-store).
 
 **Stored documents into entries.** A session's batch documents (one per append, written by
-:mod:`~durable_agent.stores.mongo.writer`) come back from one ``find`` sorted by ``seq``; a
-document's entries sit at ``seq .. seq + len - 1``, so that order is the append order. The store
-is trusted but may be corrupted: a document of the wrong shape, a ``seq`` that is not an integer,
-or an entry that does not decode raises ``CorruptSessionError`` naming the document's first
-entry. An entry ID that appears twice (possible only on servers that do not enforce the unique
-multikey index, FerretDB, when two different batches sharing it raced) is returned once if the
-copies are identical, and raises ``CorruptSessionError`` if they differ.
-
-**A read after a sequence number** (an entry's seq is its 1-based position in append order)
-first reads every document's ``seq`` and ``keys`` (a few bytes per entry, nothing decoded):
-positions are counted from those, because ``seq`` has gaps (an unused slot) and so is not a
-position. Then only the documents that hold later positions are fetched whole (:func:`tail`).
+:mod:`~durable_agent.stores.mongo.writer`) come back from one ``find`` sorted by incarnation and
+``seq``; only those of the session document's incarnation are read (:func:`of_incarnation`:
+nothing of a deleted session under the same ID, no fences). A document's entries sit at
+``seq .. seq + len - 1``, so that order is the append order. The store is trusted but may be
+corrupted: a document of the wrong shape, a ``seq`` that is not an integer, or an entry that does
+not decode raises ``CorruptSessionError`` naming the document's first entry. An entry ID that
+appears twice (the writers never store one twice; a hand-edited or foreign document could) is
+returned once if the copies are identical, and raises ``CorruptSessionError`` if they differ.
 
 **Driver errors into typed errors.** A backend that is down or too slow raises
 ``StoreUnavailableError`` with a one-line message (:func:`translate_errors`).
@@ -22,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from pymongo.errors import (
     ConnectionFailure,
@@ -35,26 +31,56 @@ from pymongo.errors import (
 from ...session.codec import bulk_decoding, decode_entry
 from ...session.entries import Entry
 from ...session.errors import CorruptSessionError, EntryDecodeError, StoreUnavailableError
+from .incarnation import Scope
 
 __all__ = [
+    "LOAD_BATCH_SIZE",
     "LOAD_PROJECTION",
     "OUTLINE_PROJECTION",
-    "Part",
     "decode_documents",
     "end_seq",
+    "of_incarnation",
+    "seq_of",
+    "slot_of",
     "stored_entries",
-    "tail",
+    "strings",
     "translate_errors",
 ]
 
+#: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
+#: instead of the default 101-document first batch and its extra round trips.
+LOAD_BATCH_SIZE = 100_000
+
 #: The fields a load reads.
-LOAD_PROJECTION = {"_id": 0, "entry_id": 1, "seq": 1, "wires": 1}
+LOAD_PROJECTION = {"_id": 0, "inc": 1, "fence": 1, "entry_id": 1, "seq": 1, "slot": 1, "wires": 1}
 
 #: The fields a read after a sequence number first reads of every document.
-OUTLINE_PROJECTION = {"seq": 1, "keys": 1}
+OUTLINE_PROJECTION = {"inc": 1, "fence": 1, "seq": 1, "slot": 1, "keys": 1}
 
 
-def _seq(sid: str, doc: dict[str, Any]) -> int:
+def of_incarnation(
+    docs: list[dict[str, Any]], inc: str, *, fences: bool = False
+) -> list[dict[str, Any]]:
+    """The documents of incarnation ``inc`` (module doc): its batch documents, and its fences
+    too if ``fences``."""
+    return [doc for doc in docs if doc.get("inc") == inc and (fences or not doc.get("fence"))]
+
+
+def slot_of(doc: dict[str, Any]) -> tuple[int, int] | None:
+    """The slot ``(seq, n)`` a document of a split batch names; ``None`` for any other."""
+    slot = doc.get("slot")
+    if (
+        isinstance(slot, list)
+        and len(slot) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in slot)
+        and slot[1] > 0
+    ):
+        return slot[0], slot[1]
+    return None
+
+
+def seq_of(sid: str, doc: dict[str, Any]) -> int:
+    """A stored document's ``seq``; one that is not an integer is damage."""
     seq = doc.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool):
         raise CorruptSessionError(
@@ -63,7 +89,7 @@ def _seq(sid: str, doc: dict[str, Any]) -> int:
     return seq
 
 
-def _strings(sid: str, doc: dict[str, Any], field: str) -> list[str]:
+def strings(sid: str, doc: dict[str, Any], field: str) -> list[str]:
     """A document's ``wires`` or ``keys``, checked to be a list of strings."""
     values = doc.get(field)
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
@@ -78,9 +104,11 @@ def end_seq(sid: str, docs: list[dict[str, Any]], field: str = "wires") -> int:
     decoded."""
     end = 0
     for doc in docs:
-        seq = _seq(sid, doc)
+        seq = seq_of(sid, doc)
         values = doc.get(field)
+        slot = slot_of(doc)
         end = max(end, seq + (len(values) if isinstance(values, list) else 1))
+        end = end if slot is None else max(end, slot[0] + slot[1])
     return end
 
 
@@ -91,7 +119,7 @@ def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> lis
     seen: dict[str, str] = {}
     with bulk_decoding():
         for n, doc in enumerate(docs):
-            for wire in _strings(sid, doc, "wires")[skip if n == 0 else 0 :]:
+            for wire in strings(sid, doc, "wires")[skip if n == 0 else 0 :]:
                 try:
                     entry = decode_entry(wire)
                 except EntryDecodeError as exc:
@@ -110,48 +138,22 @@ def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> lis
     return out
 
 
-def stored_entries(sid: str, doc: dict[str, Any]) -> list[tuple[str, Any]]:
+def stored_entries(scope: Scope, doc: dict[str, Any]) -> list[tuple[str, Any]]:
     """``(entry_id, wire)`` of every entry of a stored document (read by ``_id`` to check what
-    an append would store twice); a wire is compared, not decoded, so it is not checked here."""
+    an append would store twice; a fence holds none); a wire is compared, not decoded, so it is
+    not checked here."""
+    if doc.get("fence"):
+        return []
     keys, wires = doc.get("keys"), doc.get("wires")
-    prefix = f"{sid}/"
+    ids = [scope.entry_id(k) if isinstance(k, str) else None for k in keys or ()]
     if (
         not isinstance(keys, list)
         or not isinstance(wires, list)
         or len(keys) != len(wires)
-        or not all(isinstance(k, str) and k.startswith(prefix) for k in keys)
+        or None in ids
     ):
-        raise CorruptSessionError(sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
-    return [(key[len(prefix) :], wire) for key, wire in zip(keys, wires, strict=True)]
-
-
-class Part(NamedTuple):
-    """A document holding entries after the asked-for seq: its ``_id`` and ``seq``, how many
-    of its entries come before the asked-for seq, and how many it holds."""
-
-    doc_id: Any
-    seq: int
-    skip: int
-    size: int
-
-
-def tail(sid: str, outline: list[dict[str, Any]], after: int) -> list[Part] | None:
-    """The documents of ``outline`` (``_id``, ``seq``, ``keys``; sorted by ``seq``) that hold
-    the positions after ``after``, in order; ``None`` when an entry key repeats (the FerretDB race
-    in the module doc), whose positions only a whole decode settles."""
-    seen: set[str] = set()
-    position = 0
-    parts: list[Part] = []
-    for doc in outline:
-        seq = _seq(sid, doc)
-        keys = _strings(sid, doc, "keys")
-        if seen.intersection(keys) or len(set(keys)) != len(keys):
-            return None
-        seen.update(keys)
-        if position + len(keys) > after:
-            parts.append(Part(doc["_id"], seq, max(0, after - position), len(keys)))
-        position += len(keys)
-    return parts
+        raise CorruptSessionError(scope.sid, f"bad batch document {doc.get('_id')!r}: keys/wires")
+    return [(eid, wire) for eid, wire in zip(ids, wires, strict=True) if eid is not None]
 
 
 # -- driver errors --------------------------------------------------------------------------------

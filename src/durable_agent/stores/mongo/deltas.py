@@ -20,6 +20,7 @@ from pymongo import ASCENDING
 from pymongo.errors import OperationFailure
 
 from ...session.deltas import Cursor, Delta, DeltaKey
+from .incarnation import id_range
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
 
@@ -94,6 +95,11 @@ class MongoDeltas:
 
     async def clear(self, key: DeltaKey) -> None:
         await self._coll.delete_many({"k": key.name()})
+
+    async def drop_session(self, session_id: str) -> None:
+        """Every reply's deltas of a deleted session (docs/design.md#retention): an ``_id``
+        range, ``<session_id>/…``."""
+        await self._coll.delete_many({"_id": id_range(session_id)})
 
     async def size(self) -> int:
         """Documents held (the bench's bound check)."""

@@ -1,41 +1,41 @@
 """MongoStore: sessions in MongoDB or a wire-compatible server such as FerretDB.
 
 The design is docs/design.md#mongo-store. ``sessions`` holds one document per session,
-``{_id: session_id, parent_id, created_at, next_seq}``. ``entries`` holds **one document per
-append** (:mod:`~durable_agent.stores.mongo.writer`), its entries kept as their exact
-``encode_entry`` strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry
-never become field names), and ``<entries>_claims`` a claim per entry and a slot per append
+``{_id: session_id, inc, parent_id, created_at, next_seq}``, ``inc`` being the session's
+incarnation (:mod:`~durable_agent.stores.mongo.incarnation`: what keeps a deleted session
+deleted). ``entries`` holds **one document per append**
+(:mod:`~durable_agent.stores.mongo.writer`), its entries kept as their exact ``encode_entry``
+strings (a byte-exact round trip; keys such as ``$x`` or ``a.b`` inside an entry never become
+field names), and ``<entries>_claims`` a claim per entry and a slot per append
 (:mod:`~durable_agent.stores.mongo.claims`): small documents found by ``_id``, never read by a
 load, that make appends idempotent and ordered without a counter or a transaction (the store
-runs on a standalone ``mongod`` and on FerretDB). A new batch is two writes, like the OpenAI
-Agents SDK's ``MongoDBSession``: one ordered ``insert_many`` of its slot and claims, then one
-``insert_one`` of its document.
+runs on a standalone ``mongod`` and on FerretDB). A new batch is one ordered ``insert_many`` of
+its slot and claims, one ``insert_one`` of its document, then a primary-key read of the session
+document confirming it was not deleted meanwhile.
 
 Why one document per append (FerretDB 1.24, ``make bench-peers`` part 3, medians of 3, idle
-machine, 2026-12-04): 10k entries load in 333 ms (1.89x that peer; one document per entry took
-581 ms, 3.3x; about a third of it is decoding), appends of 1 / 10 entries take 1.50 / 2.10 ms p50
-(0.96x / 1.24x), and 20 concurrent sessions write 745 entries/s (peer 514). FerretDB parses every
-document of the collection on a load, so the document count decides it; on MongoDB a load is an
-index range scan either way.
+machine, 2026-12-04, before the confirming read was added): 10k entries load in 333 ms (1.89x
+that peer; one document per entry took 581 ms, 3.3x; about a third of it is decoding), appends
+of 1 / 10 entries take 1.50 / 2.10 ms p50 (0.96x / 1.24x), and 20 concurrent sessions write 745
+entries/s (peer 514). FerretDB parses every document of the collection on a load, so the document
+count decides it; on MongoDB a load is an index range scan either way.
 
-Unique ``_id`` (claims, slots) and unique indexes on ``(session_id, entry_id)``,
-``(session_id, seq)`` and ``keys`` make the database the referee between concurrent writers. An
-unused slot leaves a gap in ``seq``, which is harmless: ``seq`` orders, it does not count.
+Unique ``_id`` (claims, slots, batch documents and fences) and unique indexes on
+``(session_id, inc, seq)`` and ``keys`` make the database the referee between concurrent
+writers. An unused slot leaves a gap in ``seq``: ``seq`` orders, it does not count.
 
-**A load is one round trip of latency:** the session check and one ``find`` sorted by ``seq``
-(one large cursor batch) go out together. :meth:`MongoStore.load_entries_after` reads only the
-entries after a sequence number (:mod:`~durable_agent.stores.mongo.decode`).
+**A load is one round trip of latency:** the session document and one ``find`` sorted by
+incarnation and ``seq`` (one large cursor batch) go out together; the documents of the session
+document's incarnation are kept. :meth:`MongoStore.load_entries_after` reads only the entries
+after a sequence number, and only up to an append still in flight before them, so a seq once
+read never changes (:mod:`~durable_agent.stores.mongo.tail`).
 
-**What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError`` (an ID
-stored with other content; the first writer wins) nothing of the batch; after any other failure
-the whole batch or nothing (one document; a batch over MongoDB's 16 MiB limit is split across
-documents and may leave a prefix of them). A retry of the same batch completes it by idempotency.
+**What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError``
+nothing of the batch; after any other failure the whole batch or nothing (a batch over MongoDB's
+16 MiB limit is split across documents and may leave a prefix of them); a retry completes it.
 
-**A session deleted by another process:** a store object trusts for ``VERIFY_INTERVAL`` (1 s)
-that a session it created, loaded or checked still exists, and checks the session document
-alongside the claims insert after that; an append through it within that second of a delete
-elsewhere can leave orphaned entries and claims. ``delete_session`` removes the session's claims
-and slots last.
+**Deleted means deleted** (docs/design.md#retention): a delete and the appends racing it are
+refereed by the session's incarnation (:mod:`~durable_agent.stores.mongo.incarnation`).
 
 The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
 the coroutine methods the two share.
@@ -58,21 +58,28 @@ from pymongo.errors import DuplicateKeyError
 
 from ...session.appendplan import encode_batch, plan_append
 from ...session.entries import Entry
-from ...session.errors import CorruptSessionError, SessionExistsError, SessionNotFoundError
+from ...session.errors import (
+    CorruptSessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
 from ...session.ids import validate_session_id
 from ...session.record import SessionRecord
 from ...session.store import check_page
-from .claims import POINT_LIMIT, Claims
+from .claims import Claims
 from .decode import (
+    LOAD_BATCH_SIZE,
     LOAD_PROJECTION,
     OUTLINE_PROJECTION,
-    Part,
     decode_documents,
     end_seq,
-    tail,
+    of_incarnation,
     translate_errors,
 )
 from .deltas import MongoDeltas
+from .incarnation import Scope, incarnation_of, new_incarnation
+from .tail import ABANDON_AFTER, TailReader
 from .writer import BatchWriter
 
 if TYPE_CHECKING:
@@ -84,9 +91,9 @@ __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 #: leaves room for the other fields of the entry document.
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
-#: Documents per cursor batch on load: one large batch (the server still caps a reply at 16 MiB)
-#: instead of the default 101-document first batch and its extra round trips.
-_LOAD_BATCH_SIZE = 100_000
+#: Reads of the outline before ``load_entries_after`` gives up on a session whose documents
+#: keep changing under it (a conflicting split batch fenced, a delete).
+_READ_ROUNDS = 3
 
 _T = TypeVar("_T")
 
@@ -98,11 +105,8 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 def _now_ms() -> datetime:
-    """The current UTC time truncated to milliseconds, the precision of a BSON date.
-
-    Truncating before storing means the ``SessionRecord`` returned by ``create_session`` equals
-    the one ``load_session`` reads back later.
-    """
+    """The current UTC time truncated to milliseconds, the precision of a BSON date, so the
+    record ``create_session`` returns equals the one ``load_session`` reads back later."""
     now = datetime.now(UTC)
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
@@ -114,7 +118,10 @@ class MongoStore:
     indexes are created on first use by each store object (or up front with
     :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
     ``StoreUnavailableError``; how long a call waits for a down server is the client's
-    ``serverSelectionTimeoutMS`` (or ``timeoutMS``).
+    ``serverSelectionTimeoutMS`` (or ``timeoutMS``). ``abandon_after``: seconds
+    :meth:`load_entries_after` waits for an append that took its slot but has not stored its
+    document before it fences that place and reads on (that append then stores its batch
+    later; :mod:`~durable_agent.stores.mongo.tail`).
     """
 
     def __init__(
@@ -124,6 +131,7 @@ class MongoStore:
         sessions_collection: str = "sessions",
         entries_collection: str = "entries",
         max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        abandon_after: float = ABANDON_AFTER,
     ) -> None:
         if isinstance(database, Database):
             raise TypeError(
@@ -132,6 +140,8 @@ class MongoStore:
             )
         if max_entry_bytes <= 0:
             raise ValueError("max_entry_bytes must be positive")
+        if abandon_after < 0:
+            raise ValueError("abandon_after must not be negative")
         # Our own codec options, whatever the application configured on its client: plain dicts,
         # and aware UTC datetimes so created_at reads back equal to what was written.
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
@@ -146,6 +156,7 @@ class MongoStore:
         claims = database.get_collection(f"{entries_collection}_claims", codec_options=codec)
         self._claims = Claims(claims, self._sessions)
         self._writer = BatchWriter(self._sessions, self._entries, self._claims)
+        self._tail = TailReader(self._entries, self._claims, abandon_after)
         self._live: MongoDeltas | None = None
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
@@ -176,7 +187,7 @@ class MongoStore:
         return self._live
 
     async def ensure_indexes(self) -> None:
-        """Create the three unique indexes if this store object has not done so yet.
+        """Create the two unique indexes if this store object has not done so yet.
 
         Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
         the server, so several store objects or processes may all call it. A failure leaves the
@@ -188,11 +199,10 @@ class MongoStore:
             if self._indexed:
                 return
             with self._errors("creating indexes"):
+                # A load's sorted range, and one document or fence per place.
                 await self._entries.create_index(
-                    [("session_id", ASCENDING), ("entry_id", ASCENDING)], unique=True
-                )
-                await self._entries.create_index(
-                    [("session_id", ASCENDING), ("seq", ASCENDING)], unique=True
+                    [("session_id", ASCENDING), ("inc", ASCENDING), ("seq", ASCENDING)],
+                    unique=True,
                 )
                 # Every entry's key (sparse as first defined: options are fixed under a name).
                 await self._entries.create_index("keys", unique=True, sparse=True)
@@ -204,14 +214,21 @@ class MongoStore:
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
         created_at = _now_ms()
-        doc = {"_id": sid, "parent_id": parent, "created_at": created_at, "next_seq": 0}
+        scope = Scope(sid, new_incarnation())
+        doc = {
+            "_id": sid,
+            "inc": scope.inc,
+            "parent_id": parent,
+            "created_at": created_at,
+            "next_seq": 0,
+        }
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
                 await self._complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
-        self._writer.created(sid)
+        self._writer.created(scope)
         return SessionRecord(id=sid, parent_id=parent, created_at=created_at)
 
     async def load_session(self, session_id: str) -> SessionRecord:
@@ -242,25 +259,24 @@ class MongoStore:
         """The entries after sequence number ``after``, each with its seq: its 1-based position
         in append order (the order :meth:`load_entries` returns). ``after`` 0 gives them all.
 
-        Reads what follows ``after`` only (module doc of
-        :mod:`~durable_agent.stores.mongo.decode`): every document's ``seq`` and entry keys,
-        then the documents holding later entries by ``_id``. A seq stays put while no append is
-        in flight before it (two writers of one session may land out of slot order).
+        Reads every document's ``seq`` and entry keys, then the documents holding later entries
+        by ``_id``, and stops before an append that may still be in flight before them, so a seq
+        once read never changes (:mod:`~durable_agent.stores.mongo.tail`).
         """
         sid = validate_session_id(session_id)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, not {after!r}")
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
-            session, outline = await self._find(sid, OUTLINE_PROJECTION)
-            self._writer.seen(sid, session, end_seq(sid, outline, "keys"))
-            parts = tail(sid, outline, after)
-            docs = None if parts is None else await self._fetch(sid, parts)
-        if parts is None or docs is None:  # an ID stored twice, or a document gone meanwhile
-            entries = await self.load_entries(sid)
-            return list(enumerate(entries, 1))[after:]
-        skip = parts[0].skip if parts else 0
-        return list(enumerate(decode_documents(sid, docs, skip), after + 1))
+            for _ in range(_READ_ROUNDS):
+                session, outline = await self._find(sid, OUTLINE_PROJECTION, fences=True)
+                batches = [doc for doc in outline if not doc.get("fence")]
+                self._writer.seen(sid, session, end_seq(sid, batches, "keys"))
+                scope = Scope(sid, incarnation_of(sid, session))
+                found = await self._tail.read(scope, outline, after)
+                if found is not None:
+                    return found
+        raise StoreUnavailableError(f"session {sid!r}: its documents kept changing during a read")
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append ``entries`` in order, skipping identical stored IDs (idempotency,
@@ -281,44 +297,33 @@ class MongoStore:
             await self._complete(self._writer.write(sid, todo))
 
     async def _find(
-        self, sid: str, projection: dict[str, int]
+        self, sid: str, projection: dict[str, int], *, fences: bool = False
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session document and the session's documents (``projection``), sorted by
-        ``seq``. The existence check goes out alongside the fetch (one round trip of latency,
-        not two); a missing session raises ``SessionNotFoundError``, whatever the fetch found."""
+        """The session document and the documents of its incarnation (``projection``; its fences
+        too if ``fences``), sorted by ``seq``. The session document is read alongside the fetch
+        (one round trip of latency, not two), so the fetch takes every incarnation's documents,
+        sorted by incarnation then ``seq`` (the index order), and those of the session
+        document's one are kept (leftovers of a deleted session under the same ID are rare, and
+        never read). A missing session
+        raises ``SessionNotFoundError``, whatever the fetch found."""
         check = asyncio.ensure_future(self._session_doc(sid))
         check.add_done_callback(_retrieve)
         try:
             cursor = self._entries.find(
-                {"session_id": sid}, projection, batch_size=_LOAD_BATCH_SIZE
-            ).sort("seq", ASCENDING)
+                {"session_id": sid}, projection, batch_size=LOAD_BATCH_SIZE
+            ).sort([("inc", ASCENDING), ("seq", ASCENDING)])
             docs = [doc async for doc in cursor]
         except BaseException:
             check.cancel()
             raise
-        return await check, docs
-
-    async def _fetch(self, sid: str, parts: list[Part]) -> list[dict[str, Any]] | None:
-        """The documents of ``parts``, whole and in order; ``None`` if one is gone or changed."""
-        if not parts:
-            return []
-        projection = {**LOAD_PROJECTION, "_id": 1}
-        if len(parts) <= POINT_LIMIT:  # primary-key reads, the only kind FerretDB does not scan
-            found = await asyncio.gather(
-                *(self._entries.find_one({"_id": p.doc_id}, projection) for p in parts)
-            )
-        else:
-            query = {"session_id": sid, "seq": {"$gte": parts[0].seq}}
-            cursor = self._entries.find(query, projection, batch_size=_LOAD_BATCH_SIZE)
-            by_id = {doc["_id"]: doc async for doc in cursor}
-            found = [by_id.get(p.doc_id) for p in parts]
-        docs = [doc for doc in found if doc is not None]
-        shapes = [(doc["_id"], len(doc.get("wires") or ())) for doc in docs]
-        return docs if shapes == [(p.doc_id, p.size) for p in parts] else None
+        session = await check
+        return session, of_incarnation(docs, incarnation_of(sid, session), fences=fences)
 
     async def _session_doc(self, sid: str) -> dict[str, Any]:
-        """The session document's ``next_seq``; it must exist."""
-        doc: dict[str, Any] | None = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
+        """The session document's incarnation and ``next_seq``; it must exist."""
+        doc: dict[str, Any] | None = await self._sessions.find_one(
+            {"_id": sid}, {"inc": 1, "next_seq": 1}
+        )
         if doc is None:
             raise SessionNotFoundError(sid)
         return doc
@@ -369,15 +374,19 @@ class MongoStore:
         return records
 
     async def delete_session(self, session_id: str) -> None:
-        """Delete the session document, then its entries; ``SessionNotFoundError`` if there is
-        no such session. The document goes first: an append after it finds no session and
-        raises ``SessionNotFoundError``."""
+        """Delete the session document, then everything of its incarnation, then whatever an
+        earlier incarnation left behind, then its live deltas (docs/design.md#retention). The
+        document goes first: an append that confirms its incarnation after that removes what it
+        wrote itself. ``SessionNotFoundError`` if there was no session document; what a delete
+        that died half-way left behind is removed all the same."""
         sid = validate_session_id(session_id)
+        self._writer.forget(sid)
         with self._errors(f"session {sid!r}"):
-            self._writer.forget(sid)
-            deleted = await self._complete(self._sessions.delete_one({"_id": sid}))
-            if deleted.deleted_count == 0:
+            if not await self._complete(self._delete(sid)):  # all of it, even if cancelled
                 raise SessionNotFoundError(sid)
-            await self._complete(self._entries.delete_many({"session_id": sid}))
-            # Claims and slots last: an append racing the delete finds no session document.
-            await self._complete(self._claims.delete_session(sid))
+
+    async def _delete(self, sid: str) -> bool:
+        doc = await self._sessions.find_one_and_delete({"_id": sid})
+        await self._writer.bury(sid, doc)
+        await self.live_deltas().drop_session(sid)
+        return doc is not None

@@ -1,44 +1,45 @@
-"""How MongoStore writes one append: one batch document (docs/design.md#mongo-store).
+"""How MongoStore writes one append: one batch document (docs/design.md#mongo-store; the
+layout is :mod:`~durable_agent.stores.mongo.batches`). FerretDB is slow per document (its SQLite
+backend parses every stored document of the collection on a load), so one document per append,
+not per entry, keeps loads fast there.
 
-A batch document ``{_id, session_id, entry_id, seq, keys, wires}`` holds the entries of one
-``append_entries`` call in order: ``wires`` are their exact ``encode_entry`` strings, ``keys``
-their ``"<session_id>/<entry_id>"`` keys, ``entry_id`` the first entry's ID (``_id`` is its key)
-and ``seq`` the first entry's number (the batch's entries take ``seq .. seq + len - 1``).
-FerretDB is slow per document (its SQLite backend parses every stored document of the
-collection on a load), so one document per append, not per entry, keeps loads fast there.
-
-**A new batch is two writes** (:mod:`~durable_agent.stores.mongo.claims` has the claims and
-slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
-batch's claims (sent together with a primary-key read of the session document, which must still
-exist, when this object last saw it over ``VERIFY_INTERVAL`` ago), then one ``insert_one`` of the
-batch document: a single document is written all or nothing. A writer that does not know the
-session's end yet reads the session document's ``next_seq`` hint first.
+**A new batch is three round trips** (:mod:`~durable_agent.stores.mongo.claims` has the claims
+and slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
+batch's claims, one ``insert_one`` of the batch document (a single document is written all or
+nothing), then a primary-key read of the session document: if its incarnation is gone, a delete
+ran meanwhile and may have missed the batch, so the append removes what that incarnation left
+and raises ``SessionNotFoundError`` (:meth:`BatchWriter.write`). A writer that does not know the
+session yet reads the session document's incarnation and ``next_seq`` hint first.
 
 **The careful path**, when an ID of the batch is claimed already: the claims and the documents
-they point at are looked up by ``_id``; stored identical entries are skipped, a stored ID with
-other content raises ``EntryConflictError`` (and this call's claims are deleted: nothing of the
-batch stays), and an ID claimed but not stored (its writer crashed between the claim and the
-insert, or is still in flight) is written by this call, which points the claim at its own
-document and content: only a stored entry wins, so a retry whose entry differs from what a
-crashed attempt claimed is stored. The rest is claimed and inserted in a fresh slot. Two writers
-of the same batch insert documents with the same ``_id``: one copy is stored; the loser's
-duplicate key sends it back to look (also by ``entry_id``, which finds a document another program
-stored under an ``_id`` of its own). Two overlapping batches in flight together may both store a
-shared entry: on MongoDB the unique multikey index on ``keys`` rejects the second; on FerretDB
-(which does not enforce it per element) the load returns an identical copy once and raises
-``CorruptSessionError`` for a differing one (:mod:`~durable_agent.stores.mongo.decode`), never a
-wrong entry silently.
+they point at are read by ``_id``; stored identical entries are skipped, a stored ID with other
+content raises ``EntryConflictError`` (and this call's claims are released: nothing of the batch
+stays). An ID claimed but not stored (its writer crashed between the claim and the insert, or is
+still in flight) is taken over only after a **fence** went in at the place of its claimer's
+document: a document ``{_id, session_id, inc, seq, fence: true}`` with that document's ``_id``
+and ``seq``, so the claimer's document can never land afterwards (both unique keys are enforced
+by every server, FerretDB included, unlike the multikey index on ``keys``). Whichever went in
+first, the claimer's document or the fence, decides: an entry is stored at most once, and the
+first writer to store it wins. To keep two writers from fencing each other in turn, a writer
+fences only documents placed before its own first slot; a claim that a later writer moved is
+waited for (briefly: that writer is between moving its claims and inserting its document, and a
+writer that gives up such a place fences it itself), and if that writer died the append fails
+retryably, and its retry, started later, takes over.
 
-**Large batches:** a batch whose documents would pass MongoDB's 16 MiB limit is split into
-several documents in one slot, inserted with one ordered ``insert_many``: a failure can then
-leave a prefix of them (a retry completes it), and a conflict found after one of them went in
-deletes what this call inserted before raising.
+**A slot given up is fenced** by the writer that gives it up (its claims found taken, a document
+that hit a fence, nothing left to store), so a reader never waits for it
+(:mod:`~durable_agent.stores.mongo.tail`). A reader may also fence the place of a slot that waited
+too long for its document; the writer then finds that fence, like any other, when its insert
+fails, and stores the batch in a later slot.
+
+**Large batches**, split into several documents, are inserted with one ordered
+``insert_many``: a failure can leave a prefix of them (a retry completes it), and a conflict
+found after one of them went in replaces what this call inserted with fences before raising.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -46,118 +47,50 @@ from typing import Any
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from ...session.appendplan import plan_append
-from ...session.entries import Entry
 from ...session.errors import (
     CorruptSessionError,
     EntryConflictError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from .claims import (
-    POINT_LIMIT,
-    Claim,
-    Claims,
-    claim_doc,
-    entry_key,
-    first_error_index,
-    only_duplicate_keys,
-    slot_key,
-)
+from .batches import Batch, claims_for, documents, fence_doc, split_documents
+from .claims import POINT_LIMIT, Claim, Claims, first_error_index, only_duplicate_keys, slot_doc
 from .decode import stored_entries
+from .incarnation import Scope, incarnation_of
 
-__all__ = [
-    "MAX_BATCH_DOCUMENT_BYTES",
-    "VERIFY_INTERVAL",
-    "BatchWriter",
-    "SessionEnds",
-    "split_documents",
-]
-
-#: Estimated BSON bytes a batch document may reach: 64 KiB below MongoDB's 16 MiB limit. One
-#: entry at the largest accepted size (15 MiB) always fits on its own.
-MAX_BATCH_DOCUMENT_BYTES = 16 * 1024 * 1024 - 64 * 1024
-
-#: Per-element BSON overhead (type byte, array index key, length, terminator), rounded up.
-_ELEMENT_OVERHEAD = 16
-_DOCUMENT_OVERHEAD = 256
+__all__ = ["BatchWriter", "SessionEnds"]
 
 #: Rounds of "look up, claim, insert, hit a duplicate key" before an append gives up.
 _MAX_WRITE_ROUNDS = 50
 
-#: Sessions whose end (and when it was last seen) a store object remembers (LRU).
+#: Sessions whose incarnation and end a store object remembers (LRU).
 _CACHE_SIZE = 4096
-
-#: Seconds during which a fast-path append trusts that a session this object saw (created,
-#: loaded, checked) still exists; after that the next append reads the session document
-#: alongside its claims (module doc: an append racing a delete by another process).
-VERIFY_INTERVAL = 1.0
-
-_Batch = list[tuple[Entry, str]]
-
-
-def _key_bytes(sid: str, entry: Entry) -> int:
-    return len(sid.encode("utf-8")) + 1 + len(entry.id.encode("utf-8"))
-
-
-def split_documents(sid: str, todo: _Batch, limit: int = MAX_BATCH_DOCUMENT_BYTES) -> list[_Batch]:
-    """``todo`` cut, in order, into runs that each fit one document of at most ``limit``
-    estimated bytes: every entry adds its wire and its key; the first one's key and ID are also
-    the document's ``_id`` and ``entry_id``."""
-    runs: list[_Batch] = []
-    current: _Batch = []
-    used = 0
-    for entry, wire in todo:
-        size = len(wire.encode("utf-8")) + _key_bytes(sid, entry) + 2 * _ELEMENT_OVERHEAD
-        if current and used + size > limit:
-            runs.append(current)
-            current = []
-        if not current:
-            used = _DOCUMENT_OVERHEAD + 2 * _key_bytes(sid, entry)
-        current.append((entry, wire))
-        used += size
-    if current:
-        runs.append(current)
-    return runs
-
-
-def _documents(sid: str, runs: list[_Batch], first: int) -> list[dict[str, Any]]:
-    docs = []
-    seq = first
-    for run in runs:
-        head = run[0][0].id
-        docs.append(
-            {
-                "_id": entry_key(sid, head),
-                "session_id": sid,
-                "entry_id": head,
-                "seq": seq,
-                "keys": [entry_key(sid, entry.id) for entry, _ in run],
-                "wires": [wire for _, wire in run],
-            }
-        )
-        seq += len(run)
-    return docs
 
 
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class SessionEnds(OrderedDict[str, tuple[int, float]]):
-    """Per session, the slot boundary where this store object puts its next append (one past
-    the highest ``seq`` it wrote or loaded: a writer's appends keep their order) and when it
-    last saw the session document (``time.monotonic()``); LRU-bounded."""
+class _Gone(Exception):
+    """The incarnation an append wrote to was deleted meanwhile; ``replaced``: the session was
+    created again since."""
 
-    def raise_to(self, sid: str, end: int, *, seen: bool = False) -> None:
-        known, at = self.get(sid, (0, 0.0))
-        self[sid] = (max(end, known), time.monotonic() if seen else at)
-        self.move_to_end(sid)
+    def __init__(self, replaced: bool) -> None:
+        super().__init__("incarnation deleted")
+        self.replaced = replaced
+
+
+class SessionEnds(OrderedDict[str, tuple[str, int]]):
+    """Per session, the incarnation this store object last saw and the slot boundary where it
+    puts its next append (one past the highest ``seq`` it wrote or loaded: a writer's appends
+    keep their order); LRU-bounded. A floor never outlives its incarnation."""
+
+    def raise_to(self, scope: Scope, end: int) -> None:
+        inc, known = self.get(scope.sid, ("", 0))
+        self[scope.sid] = (scope.inc, max(end, known) if inc == scope.inc else end)
+        self.move_to_end(scope.sid)
         while len(self) > _CACHE_SIZE:
             self.popitem(last=False)
-
-    def stale(self, sid: str) -> bool:
-        """Whether the session document was last seen over ``VERIFY_INTERVAL`` ago."""
-        return time.monotonic() - self[sid][1] > VERIFY_INTERVAL
 
 
 class BatchWriter:
@@ -174,171 +107,240 @@ class BatchWriter:
         needs no preparation and starts at the later of ``end`` and the ``next_seq`` hint
         (both slot boundaries)."""
         hint = session.get("next_seq", 0)
-        if _int(hint):
-            self._ends.raise_to(sid, max(end, hint), seen=True)
+        inc = session.get("inc")
+        if _int(hint) and isinstance(inc, str):
+            self._ends.raise_to(Scope(sid, inc), max(end, hint))
 
-    def created(self, sid: str) -> None:
+    def created(self, scope: Scope) -> None:
         """This object created the session (``next_seq`` 0)."""
-        self._ends.raise_to(sid, 0, seen=True)
+        self._ends.raise_to(scope, 0)
 
     def forget(self, sid: str) -> None:
         self._ends.pop(sid, None)
 
-    async def write(self, sid: str, todo: _Batch) -> None:
-        """The fast path: claim the slot and the IDs in one insert (checking the session
-        exists alongside), then insert the document; a claimed ID takes :meth:`_careful`."""
-        check = None
-        if sid in self._ends:
-            first = self._ends[sid][0]
-            if self._ends.stale(sid):
-                check = asyncio.ensure_future(self._exists(sid))
-        else:
-            first = await self._prepare(sid)
-        runs = split_documents(sid, todo)
-        count = len(todo)
+    async def write(self, sid: str, todo: Batch) -> None:
+        """Write ``todo`` to the session's current incarnation (module doc). When this object's
+        view of the session is out of date (deleted and created again elsewhere), what it wrote
+        to the old incarnation is removed and the batch goes to the new one; when the session is
+        gone, ``SessionNotFoundError``."""
+        known = self._ends.get(sid)
         while True:
-            docs = _documents(sid, runs, first)
-            claims: list[dict[str, Any]] = [{"_id": slot_key(sid, first), "s": sid, "n": count}]
-            claims += _claims_for(sid, runs, docs)
-            if check is None:
-                done = await self._claims.insert(claims)
-            else:
-                done, exists = await _together(self._claims.insert(claims), check)
-                check = None
-                if not exists:
-                    self.forget(sid)
-                    await self._claims.release([c["_id"] for c in claims[:done]])
-                    raise SessionNotFoundError(sid)
-                self._ends.raise_to(sid, first, seen=True)
-            if done:
-                break
-            first = await self._claims.walk(sid, first)  # the slot is taken: another writer
-        self._ends.raise_to(sid, first + count)
-        mine = {c["_id"]: c["b"] for c in claims[1:done]}
-        ours: list[str] = []  # documents of a split batch stored before a duplicate key
-        race: Exception | None = None
-        if done == len(claims):
+            scope, first = (Scope(sid, known[0]), known[1]) if known else await self._prepare(sid)
             try:
-                await self._insert(docs)
-            except DuplicateKeyError as exc:
-                race = exc  # another copy of this batch, or a foreign document: look it up
-            except BulkWriteError as exc:
-                if not only_duplicate_keys(exc):
-                    raise
-                race = exc
-                ours = [doc["_id"] for doc in docs[: first_error_index(exc)]]
-            else:
+                await self._write(scope, first, todo)
                 return
-        await self._careful(sid, todo, mine, first + count, ours, race)
+            except _Gone as gone:
+                self.forget(sid)
+                if known is None or not gone.replaced:
+                    raise SessionNotFoundError(sid) from None
+                known = None  # only this object's view was old: write to the new session
 
-    async def _exists(self, sid: str) -> bool:
-        return await self._sessions.find_one({"_id": sid}, {"_id": 1}) is not None
-
-    async def _prepare(self, sid: str) -> int:
-        """Read the session document (it must exist): the first slot boundary to try, its
-        ``next_seq`` hint, never below this object's floor."""
-        session = await self._sessions.find_one({"_id": sid}, {"next_seq": 1})
+    async def _prepare(self, sid: str) -> tuple[Scope, int]:
+        """Read the session document (it must exist): its incarnation and the first slot
+        boundary to try, its ``next_seq`` hint."""
+        session = await self._sessions.find_one({"_id": sid}, {"inc": 1, "next_seq": 1})
         if session is None:
             raise SessionNotFoundError(sid)
         hint = session.get("next_seq", 0)
         if not _int(hint):
             raise CorruptSessionError(sid, f"bad session document: next_seq is {hint!r}")
-        self._ends.raise_to(sid, int(hint), seen=True)
-        return self._ends[sid][0]
+        scope = Scope(sid, incarnation_of(sid, session))
+        self._ends.raise_to(scope, int(hint))
+        return scope, self._ends[sid][1]
+
+    async def _write(self, scope: Scope, first: int, todo: Batch) -> None:
+        """The fast path: claim the slot and the IDs in one insert, then insert the document,
+        then confirm the incarnation; a claimed ID, or a fence at this batch's place, takes
+        :meth:`_careful`."""
+        runs = split_documents(scope.prefix, todo)
+        count = len(todo)
+        while True:
+            docs = documents(scope, runs, first)
+            claims = [slot_doc(scope, first, count), *claims_for(scope, runs, docs)]
+            done = await self._claims.insert(claims)
+            if done:
+                break
+            first = await self._claims.walk(scope, first)  # the slot is taken: another writer
+        self._ends.raise_to(scope, first + count)
+        mine = {c["_id"]: c["q"] for c in claims[1:done]}
+        ours: list[int] = []  # places of documents of a split batch stored before a duplicate key
+        if done == len(claims) and await self._land(scope, docs, ours):
+            return await self._confirm(scope)
+        if done < len(claims):  # this slot stays empty: fenced, so readers pass it at once
+            await self._fence_places(scope, [first])
+        try:
+            await self._careful(scope, todo, mine, first, first + count, ours)
+        except EntryConflictError:
+            await self._confirm(scope)  # a conflict in a deleted incarnation is none
+            raise
+        await self._confirm(scope)
+
+    async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[int]) -> bool:
+        """Insert a batch's documents; ``False`` if one hit a fence (another writer or a reader
+        fenced its place) or a key stored elsewhere: then those stored before it are added to
+        ``ours``, and its place and those after it are fenced, so every claim pointing at a
+        document of this attempt may be taken over, and no reader waits for them."""
+        try:
+            await self._insert(docs)
+        except DuplicateKeyError:
+            stored = 0
+        except BulkWriteError as exc:
+            if not only_duplicate_keys(exc):
+                raise
+            stored = first_error_index(exc)
+            ours.extend(doc["seq"] for doc in docs[:stored])
+        else:
+            return True
+        # Usually a fence is there already; an entry key stored elsewhere (a claim taken over)
+        # leaves the place empty: fenced either way, so readers never wait for it.
+        await self._fence_places(scope, [doc["seq"] for doc in docs[stored:]])
+        return False
+
+    async def _confirm(self, scope: Scope) -> None:
+        """The session document still has the incarnation written to, so a delete has not begun
+        and will find what was written; otherwise remove it all and raise :class:`_Gone`."""
+        session = await self._sessions.find_one({"_id": scope.sid}, {"inc": 1})
+        current = None if session is None else session.get("inc")
+        if current != scope.inc:
+            await self.purge(scope)
+            raise _Gone(replaced=current is not None)
+
+    async def bury(self, sid: str, deleted: dict[str, Any] | None) -> None:
+        """Remove everything of the incarnation of ``deleted`` (the session document a delete
+        just removed, if any), and of any other incarnation that is not the current one (what a
+        delete that died half-way, or an append that raced one, left behind). The current
+        incarnation is read last, so a session created meanwhile is spared."""
+        dead = set(await self._entries.distinct("inc", {"session_id": sid}))
+        dead |= await self._claims.incarnations(sid)
+        current = await self._sessions.find_one({"_id": sid}, {"inc": 1})
+        dead.discard(None if current is None else current.get("inc"))
+        if deleted is not None:
+            dead.add(deleted.get("inc"))
+        for inc in sorted(i for i in dead if isinstance(i, str)):
+            await self.purge(Scope(sid, inc))
+
+    async def purge(self, scope: Scope) -> None:
+        """Everything of one incarnation: batch documents and fences, then claims and slots."""
+        await self._entries.delete_many({"session_id": scope.sid, "inc": scope.inc})
+        await self._claims.purge(scope)
 
     async def _careful(
-        self,
-        sid: str,
-        todo: _Batch,
-        mine: dict[str, str],
-        above: int,
-        ours: list[str],
-        race: Exception | None,
-    ) -> None:
+        self, scope: Scope, todo: Batch, mine: dict[str, int], birth: int, above: int,
+        ours: list[int],
+    ) -> None:  # fmt: skip
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
-        slot (``mine``: claims this call holds, by key, with their batch document; ``ours``:
-        documents it stored, deleted again on a conflict; ``race``: the duplicate key of its
-        last document insert, if any)."""
-        for _ in range(_MAX_WRITE_ROUNDS):
-            keys = [entry_key(sid, entry.id) for entry, _ in todo]
+        slot (``mine``: claims this call holds, by key, with the seq of their document;
+        ``birth``: this call's first slot; ``ours``: places of documents it stored, fenced on a
+        conflict)."""
+        for round_ in range(_MAX_WRITE_ROUNDS):
+            keys = [scope.key(entry.id) for entry, _ in todo]
             claims = await self._claims.claims(k for k in keys if k not in mine)
-            stored = await self._stored(sid, todo, claims, mine, exhaustive=race is not None)
+            stored = await self._stored(scope, todo, claims, mine)
             try:
-                todo = plan_append(sid, todo, _lookup(stored))
+                todo = plan_append(scope.sid, todo, _lookup(stored))
             except EntryConflictError:
-                await self._roll_back(sid, ours, list(mine))
+                await self._roll_back(scope, ours, mine)
                 raise
             if not todo:
                 return
-            first = await self._claims.take_slot(sid, above, len(todo))
+            taken = [claims[scope.key(e.id)] for e, _ in todo if scope.key(e.id) in claims]
+            if not await self._fence(scope, taken, birth):
+                await asyncio.sleep(min(0.001 * 2**round_, 0.1))  # a later writer's, in flight
+                continue
+            first = await self._claims.take_slot(scope, above, len(todo))
             above = first + len(todo)
-            self._ends.raise_to(sid, above)
-            runs = split_documents(sid, todo)
-            docs = _documents(sid, runs, first)
-            wanted = _claims_for(sid, runs, docs)
-            new = [c for c in wanted if c["_id"] not in mine and c["_id"] not in claims]
-            done = await self._claims.insert(new)
-            mine.update((c["_id"], c["b"]) for c in new[:done])
-            if done < len(new):
-                continue  # a racing writer claimed one of them: look again
-            for c in wanted:  # taken over, or moved to another document of this call
-                if c["_id"] in claims or mine.get(c["_id"]) != c["b"]:
-                    await self._claims.point_at(c)
-                    mine[c["_id"]] = c["b"]
-            try:
-                await self._insert(docs)
-            except DuplicateKeyError as exc:
-                race = exc
+            self._ends.raise_to(scope, above)
+            runs = split_documents(scope.prefix, todo)
+            docs = documents(scope, runs, first)
+            if not await self._hold(scope, claims_for(scope, runs, docs), claims, mine):
+                # Abandoned: fenced, so the claims already moved here may be taken over (a
+                # writer that started before this slot waits for them otherwise, while this
+                # call may be waiting for it).
+                await self._fence_places(scope, [doc["seq"] for doc in docs])
                 continue
-            except BulkWriteError as exc:
-                if not only_duplicate_keys(exc):
-                    raise
-                race = exc
-                ours.extend(doc["_id"] for doc in docs[: first_error_index(exc)])
-                continue
-            return
+            if await self._land(scope, docs, ours):
+                return
         raise StoreUnavailableError(
-            f"session {sid!r}: append kept colliding with concurrent writers "
+            f"session {scope.sid!r}: append kept colliding with concurrent writers "
             f"({_MAX_WRITE_ROUNDS} rounds)"
-        ) from race
+        )
+
+    async def _fence(self, scope: Scope, taken: list[Claim], birth: int) -> bool:
+        """Make sure the documents other writers' claims in ``taken`` point at can never land
+        (their entries are not stored): a fence at each one's place. A place after this call's
+        first slot is only found fenced, never fenced (its writer started later and is still
+        placing it, or abandoned and fenced it). ``False`` when one is not fenced (it landed
+        meanwhile, or is still being placed): look again."""
+        for seq in sorted({claim.seq for claim in taken if claim.seq is not None}):
+            if seq < birth and await self._fence_places(scope, [seq]):
+                continue
+            there = await self._entries.find_one({"_id": scope.at(seq)}, {"fence": 1})
+            if there is None or not there.get("fence"):
+                return False
+        return True
+
+    async def _fence_places(self, scope: Scope, seqs: list[int]) -> bool:
+        """Put a fence at each place in ``seqs`` (where a batch document was meant to go);
+        ``False`` if one of them is taken (by a document or a fence)."""
+        fenced = True
+        for seq in seqs:
+            try:
+                await self._entries.insert_one(fence_doc(scope, seq))
+            except DuplicateKeyError:
+                fenced = False
+        return fenced
+
+    async def _hold(
+        self,
+        scope: Scope,
+        wanted: list[dict[str, Any]],
+        claims: dict[str, Claim],
+        mine: dict[str, int],
+    ) -> bool:
+        """Hold every claim of ``wanted`` for this call, pointing at its new document: insert
+        the new ones, move the ones this call holds or takes over (only if nobody moved them
+        first). ``False`` if a racing writer got one first: look again."""
+        new = [c for c in wanted if c["_id"] not in mine and c["_id"] not in claims]
+        done = await self._claims.insert(new)
+        mine.update((c["_id"], c["q"]) for c in new[:done])
+        if done < len(new):
+            return False
+        for claim in wanted:
+            key = claim["_id"]
+            held = mine[key] if key in mine else claims[key].seq
+            if held == claim["q"]:
+                continue
+            if not await self._claims.point_at(claim, held):
+                mine.pop(key, None)  # another writer took it over: no longer this call's
+                return False
+            mine[key] = claim["q"]
+        return True
 
     async def _stored(
-        self,
-        sid: str,
-        todo: _Batch,
-        claims: dict[str, Claim],
-        mine: dict[str, str],
-        *,
-        exhaustive: bool = False,
+        self, scope: Scope, todo: Batch, claims: dict[str, Claim], mine: dict[str, int]
     ) -> dict[str, Any]:
         """``{entry_id: wire}`` of the IDs of ``todo`` that are stored: in the document their
-        claim points at, or in a document whose ``_id`` is their own key (a batch they are first
-        in); ``exhaustive`` (after a document insert hit a duplicate key) also by ``entry_id``,
-        which finds one another program stored under an ``_id`` of its own (a collection scan on
-        FerretDB)."""
+        claim points at (every stored entry has a claim pointing at its document)."""
         wanted = {entry.id for entry, _ in todo}
-        places: set[str] = set()
+        places: set[int] = set()
         for entry, _ in todo:
-            key = entry_key(sid, entry.id)
-            places.add(key)
-            held = mine.get(key) or getattr(claims.get(key), "batch_id", None)
-            if held:
+            key = scope.key(entry.id)
+            held = mine.get(key, getattr(claims.get(key), "seq", None))
+            if held is not None:
                 places.add(held)
-        projection = {"keys": 1, "wires": 1}
-        if len(places) <= POINT_LIMIT:
+        projection = {"keys": 1, "wires": 1, "fence": 1}
+        ids = sorted(scope.at(seq) for seq in places)
+        if len(ids) <= POINT_LIMIT:
             found = await asyncio.gather(
-                *(self._entries.find_one({"_id": p}, projection) for p in sorted(places))
+                *(self._entries.find_one({"_id": i}, projection) for i in ids)
             )
             docs = [doc for doc in found if doc is not None]
         else:
-            query = {"_id": {"$in": sorted(places)}, "session_id": sid}
+            query = {"_id": {"$in": ids}, "session_id": scope.sid}
             docs = [doc async for doc in self._entries.find(query, projection)]
-        if exhaustive:
-            query = {"session_id": sid, "entry_id": {"$in": sorted(wanted)}}
-            docs += [doc async for doc in self._entries.find(query, projection)]
         out: dict[str, Any] = {}
         for doc in docs:
-            for eid, wire in stored_entries(sid, doc):
+            for eid, wire in stored_entries(scope, doc):
                 if eid in wanted and eid not in out:
                     out[eid] = wire
         return out
@@ -349,36 +351,13 @@ class BatchWriter:
         else:
             await self._entries.insert_many(docs, ordered=True)
 
-    async def _roll_back(self, sid: str, docs: list[str], claims: list[str]) -> None:
-        """Delete what this call wrote before it found a conflict (nothing of a conflicting batch
-        stays, docs/design.md#store-contract): its documents, then its claims (its slot stays, a
-        gap in ``seq``)."""
-        if docs:
-            await self._entries.delete_many({"_id": {"$in": docs}, "session_id": sid})
+    async def _roll_back(self, scope: Scope, docs: list[int], claims: dict[str, int]) -> None:
+        """Remove what this call wrote before it found a conflict (nothing of a conflicting batch
+        stays, docs/design.md#store-contract): its documents, each replaced by a fence (its
+        place stays settled for readers), then its claims (its slots stay, gaps in ``seq``)."""
+        for seq in docs:
+            await self._entries.replace_one({"_id": scope.at(seq)}, fence_doc(scope, seq))
         await self._claims.release(claims)
-
-
-def _claims_for(sid: str, runs: list[_Batch], docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The claims of a batch's entries, each pointing at the document of its run."""
-    return [
-        claim_doc(sid, entry.id, wire, doc["_id"])
-        for run, doc in zip(runs, docs, strict=True)
-        for entry, wire in run
-    ]
-
-
-async def _together(insert: Any, check: asyncio.Future[bool]) -> tuple[int, bool]:
-    """Await the claims insert and the session check sent alongside it; a missing session
-    wins over the insert's error (the insert is then undone by the caller's release)."""
-    results = await asyncio.gather(insert, check, return_exceptions=True)
-    done, exists = results
-    if isinstance(exists, BaseException):
-        raise exists
-    if isinstance(done, BaseException):
-        if not exists:
-            return 0, False
-        raise done
-    return int(done), bool(exists)
 
 
 def _lookup(stored: dict[str, Any]) -> Callable[[str], str | None]:

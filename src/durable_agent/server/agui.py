@@ -1,0 +1,189 @@
+"""A run's events in the AG-UI protocol, for front-ends built on AG-UI clients.
+
+``POST /v1/agui`` (or ``/v1/agui/{agent}``) takes AG-UI's ``RunAgentInput``: ``threadId`` names
+the session (under the caller's prefix), the last user message is the run's input. It starts the
+run and streams it as AG-UI events (the ``ag-ui-protocol`` package's types), built from the same
+frames as the session stream: live text as ``TEXT_MESSAGE_CONTENT``, each stored reply's tool
+calls as ``TOOL_CALL_START/ARGS/END``, each stored result as ``TOOL_CALL_RESULT``, and the run's
+end as ``RUN_FINISHED`` or ``RUN_ERROR``. AG-UI has no way to take back text a client was
+shown: when a retried model call starts its reply over, the text so far ends as one message and
+the retry streams as the next (docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.encoder import EventEncoder
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from ..durable.follow import entries_after
+from ..durable.inputs import text
+from ..session.codec import wire_to_entry
+from ..session.entries import MessageEntry
+from ..session.errors import SessionExistsError
+from .deps import Caller, ServerDep, runs
+from .hub import Frame
+from .tenants import Tenant
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1")
+
+ENDED = {"completed", "failed", "cancelled"}
+
+
+def _question(body: RunAgentInput) -> str:
+    for message in reversed(body.messages):
+        if message.role == "user":
+            content = message.content
+            if isinstance(content, str):
+                return content
+            return "".join(getattr(part, "text", "") or "" for part in content)
+    raise ValueError("the AG-UI input has no user message")
+
+
+def _session(tenant: Tenant, thread_id: str) -> str:
+    sid = thread_id if thread_id.startswith(tenant.prefix) else tenant.prefix + thread_id
+    return tenant.session(sid)
+
+
+class Translation:
+    """Our frames of one run -> AG-UI events (module doc)."""
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        self.thread_id, self.run_id = thread_id, run_id
+        self.open: str | None = None
+        """The ID of the text message streaming now."""
+        self.shown = ""
+
+    def frame(self, frame: Frame) -> list[BaseEvent]:
+        data = frame.data
+        if frame.event == "delta" and data["run_id"] == self.run_id:
+            return self._piece(data)
+        if frame.event == "entry":
+            return self._entry(data["entry"])
+        if frame.event == "run" and data["run_id"] == self.run_id and data["status"] in ENDED:
+            return [*self._close(), self._end(data["status"])]
+        if frame.event == "deleted":
+            return [RunErrorEvent(message="the session was deleted", code="deleted")]
+        return []
+
+    def _piece(self, data: dict[str, Any]) -> list[BaseEvent]:
+        out: list[BaseEvent] = []
+        if data["restart"]:
+            out += self._close()
+        if self.open is None:
+            self.open = f"{self.run_id}:{data['entry_parent']}:{len(out)}"
+            self.shown = ""
+            out.append(TextMessageStartEvent(message_id=self.open, role="assistant"))
+        if data["text"]:
+            self.shown += data["text"]
+            out.append(TextMessageContentEvent(message_id=self.open, delta=data["text"]))
+        return out
+
+    def _close(self) -> list[BaseEvent]:
+        if self.open is None:
+            return []
+        message_id, self.open = self.open, None
+        return [TextMessageEndEvent(message_id=message_id)]
+
+    def _entry(self, wire: dict[str, Any]) -> list[BaseEvent]:
+        entry = wire_to_entry(wire)
+        if not isinstance(entry, MessageEntry):
+            return []
+        message = entry.message
+        out: list[BaseEvent] = []
+        if message.role == "assistant":
+            said = message.text()
+            if self.open is None and said:
+                out.append(TextMessageStartEvent(message_id=entry.id, role="assistant"))
+                self.open, self.shown = entry.id, ""
+            if self.open is not None and said.startswith(self.shown) and said != self.shown:
+                out.append(
+                    TextMessageContentEvent(message_id=self.open, delta=said[len(self.shown) :])
+                )
+            out += self._close()
+            for call in message.tool_calls():
+                out.append(
+                    ToolCallStartEvent(
+                        tool_call_id=call.id, tool_call_name=call.name, parent_message_id=entry.id
+                    )
+                )
+                out.append(
+                    ToolCallArgsEvent(tool_call_id=call.id, delta=json.dumps(call.arguments))
+                )
+                out.append(ToolCallEndEvent(tool_call_id=call.id))
+        elif message.role == "tool_result" and message.tool_call_id:
+            out.append(
+                ToolCallResultEvent(
+                    message_id=entry.id, tool_call_id=message.tool_call_id, content=message.text()
+                )
+            )
+        return out
+
+    def _end(self, status: str) -> BaseEvent:
+        if status == "completed":
+            return RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id)
+        return RunErrorEvent(message=f"the run {status}", code=status)
+
+
+async def _events(
+    queue: asyncio.Queue[Frame | None], leave: Any, run_id: str, thread_id: str
+) -> AsyncIterator[str]:
+    encoder = EventEncoder()
+    translation = Translation(thread_id, run_id)
+    try:
+        yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        while (frame := await queue.get()) is not None:
+            for event in translation.frame(frame):
+                yield encoder.encode(event)
+                if isinstance(event, RunFinishedEvent | RunErrorEvent):
+                    return
+    finally:
+        leave(queue)
+
+
+@router.post("/agui")
+@router.post("/agui/{agent}")
+async def agui(
+    body: RunAgentInput, srv: ServerDep, tenant: Caller, agent: str | None = None
+) -> StreamingResponse:
+    """Start a run and stream it (module doc). The stream joins the session's hub before the
+    run starts, so it sees the run from its first entry to its end."""
+    sid = _session(tenant, body.thread_id)
+    question = _question(body)
+    runner = runs(srv)
+    with contextlib.suppress(SessionExistsError):
+        await srv.store.create_session(sid)
+    after = len(await entries_after(srv.store, sid, 0))
+    hub = await srv.hubs.hub(sid, after)
+    queue, _, _ = hub.join()
+    try:
+        run_id = await runner.start(
+            sid, [text(question)], leaf_id=None, agent=agent, on_busy="reject"
+        )
+    except BaseException:
+        hub.leave(queue)
+        raise
+    stream = _events(queue, hub.leave, run_id, body.thread_id)
+    return StreamingResponse(stream, media_type="text/event-stream")

@@ -1,0 +1,204 @@
+"""The HTTP app: ``create_app(store=..., agents=..., temporal=...)`` returns a FastAPI (ASGI) app.
+
+Mount it in a FastAPI app of your own or serve it with ``durable-agent serve``. It keeps no state
+a replica would need: sessions are read from the store, runs are found on Temporal, and the
+streams of a session share one follower per process (docs/design.md#http-api). Every refused
+request answers ``{"error": {"type": <error class>, "message": ...}}`` with its status, and
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.service import RPCError
+
+from ..activities.spec import AgentSpec
+from ..durable.errors import (
+    EntryNotFoundError,
+    PayloadTooLargeError,
+    RunActiveError,
+    UnknownAgentError,
+)
+from ..durable.limits import PAYLOAD_LIMIT
+from ..session.errors import (
+    EntryConflictError,
+    EntryTooLargeError,
+    InvalidSessionIdError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
+from ..session.store import Store
+from .hub import Hubs
+from .runs import LocalRuns, RunNotFoundError, Runs, RunsUnavailableError, TemporalRuns
+from .sse import KEEPALIVE
+from .tenants import Tenants, load_keys
+
+__all__ = ["ApiError", "Server", "create_app"]
+
+logger = logging.getLogger("durable_agent.server")
+
+STATIC = Path(__file__).parent / "static"
+
+STATUS: list[tuple[type[BaseException], int]] = [
+    (InvalidSessionIdError, 400),
+    (SessionNotFoundError, 404),
+    (EntryNotFoundError, 404),
+    (RunNotFoundError, 404),
+    (RunActiveError, 409),
+    (SessionExistsError, 409),
+    (EntryConflictError, 409),
+    (PayloadTooLargeError, 413),
+    (EntryTooLargeError, 413),
+    (UnknownAgentError, 422),
+    (StoreUnavailableError, 503),
+    (RunsUnavailableError, 503),
+    (ValueError, 400),
+]
+"""Each library error a route may raise, and its HTTP status (first match wins)."""
+
+
+class ApiError(Exception):
+    """An error the app itself raises: a status and a type name."""
+
+    def __init__(self, status: int, type_: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.type = status, type_
+
+
+def error(status: int, type_: str, message: str, **extra: Any) -> JSONResponse:
+    body = {"error": {"type": type_, "message": message, **extra}}
+    return JSONResponse(body, status_code=status)
+
+
+@dataclass
+class Server:
+    """What every route reads from ``app.state.server``."""
+
+    store: Store
+    runs: Runs | None
+    hubs: Hubs
+    tenants: Tenants
+    keepalive: float = KEEPALIVE
+    body_limit: int = PAYLOAD_LIMIT
+
+
+class BodyLimit:
+    """Refuses a request body over ``limit`` bytes with 413 before a route sees any of it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise ApiError(413, "PayloadTooLargeError", self._message())
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"the request body is over the {self.limit}-byte payload limit"
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error(413, "PayloadTooLargeError", self._message())(scope, receive, send)
+
+
+def _handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error(exc.status, exc.type, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error(400, "MalformedJSONError", "the request body is not valid JSON")
+        shown = "; ".join(
+            f"{'.'.join(str(x) for x in p.get('loc', ()))}: {p.get('msg')}" for p in problems
+        )
+        return error(422, "ValidationError", shown)
+
+    async def library(request: Request, exc: Exception) -> JSONResponse:
+        for kind, status in STATUS:
+            if isinstance(exc, kind):
+                extra = {"run_id": exc.run_id} if hasattr(exc, "run_id") else {}
+                return error(status, type(exc).__name__, str(exc), **extra)
+        return error(503, "TemporalUnavailableError", "Temporal did not answer")
+
+    # by class, not for Exception: that handler would answer and still raise to the server
+    for kind in [*(k for k, _ in STATUS), RPCError]:
+        app.add_exception_handler(kind, library)
+
+
+def create_app(
+    *,
+    store: Store,
+    agents: Mapping[str, AgentSpec] | Sequence[str] | None = None,
+    temporal: Any = None,
+    task_queue: str = "durable-agent",
+    keys: Mapping[str, Any] | str | Path | None = None,
+    keepalive: float = KEEPALIVE,
+) -> FastAPI:
+    """The ASGI app (docs/design.md#http-api).
+
+    ``agents`` (name -> ``AgentSpec``) runs agents in this process; ``temporal`` (a connected
+    ``temporalio`` client) starts runs on the workers of ``task_queue``, ``agents`` then naming
+    the agents they serve (the default when there is one); with neither, the run routes answer
+    503. ``keys``: a mapping or a JSON file of API keys (``DURABLE_AGENT_KEYS`` if ``None``).
+    """
+    from .agui import router as agui_router
+    from .routes_runs import router as runs_router
+    from .routes_sessions import router as sessions_router
+
+    hubs = Hubs(store, None)
+    runs: Runs | None = None
+    if temporal is not None:
+        names = list(agents or ())
+        runs = TemporalRuns(temporal, task_queue, store, hubs, names)
+    elif agents:
+        if not isinstance(agents, Mapping):
+            raise TypeError("agents in process: a mapping of name -> AgentSpec")
+        runs = LocalRuns(store, agents, hubs)
+    hubs.runs = runs
+    server = Server(store, runs, hubs, Tenants(load_keys(keys)), keepalive)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await hubs.aclose()
+        if isinstance(runs, LocalRuns):
+            await runs.aclose()
+
+    app = FastAPI(title="durable-agent", lifespan=lifespan)
+    app.state.server = server
+    _handlers(app)
+    app.include_router(sessions_router)
+    app.include_router(runs_router)
+    app.include_router(agui_router)
+    app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    app.add_middleware(BodyLimit, limit=server.body_limit)
+    return app

@@ -1,0 +1,321 @@
+"""One follower per session per server process, shared by every stream of that session.
+
+A :class:`SessionHub` follows its session in the store with a
+:class:`~durable_agent.durable.follow.SessionFollower` (a read with back-off, at once when woken
+by a run's activity) and fans what it reads out to its subscribers, each a queue of frames:
+stored entries (receipts) in seq order, the live text of streaming replies, run status, and the
+session's deletion. Two hundred browsers on one session cost one follower. A hub outlives its
+last subscriber by :data:`LINGER` seconds, so a reload mid-reply finds the reply's text so far.
+:class:`Hubs` is the process's registry and hears the runs of the process
+(:class:`~.runs.RunListener`) (docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..durable.follow import SessionFollower, entries_after
+from ..session.codec import entry_to_wire
+from ..session.deltas import LiveStore
+from ..session.entries import Entry
+from ..session.errors import SessionNotFoundError
+from ..session.store import Store
+from .runs import REMEMBERED, Runs, Status, TemporalRuns
+from .watch import Piece, RunWatch
+
+__all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]
+
+logger = logging.getLogger("durable_agent.server")
+
+LINGER = 10.0
+"""Seconds a hub keeps following after its last subscriber left."""
+LOOK_FOR = 5.0
+"""Seconds a hub looks for the run behind entries it cannot place (visibility lags ~1 s)."""
+BUSY_READ = 0.05
+"""Seconds between two reads of a session at most while one of its runs goes (a FileStore read
+with nothing new is one ``stat``): a tool result, which no live delta announces, reaches the
+streams within this; an idle session is read once a second."""
+IDLE_READ = 1.0
+STATE_TIMEOUT = 2.0
+"""Seconds the one ``state()`` query of a run found running may take."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One server-sent event: ``event``, ``data`` (JSON), ``id`` (entries only: the seq)."""
+
+    event: str
+    data: dict[str, Any]
+    id: int | None = None
+
+
+def entry_frame(seq: int, entry: Entry) -> Frame:
+    return Frame("entry", {"seq": seq, "entry": entry_to_wire(entry)}, seq)
+
+
+def _status(run_id: str, status: str) -> Frame:
+    return Frame("run", {"run_id": run_id, "status": status})
+
+
+class SessionHub:
+    """The shared follower of one session (module doc)."""
+
+    def __init__(self, hubs: Hubs, session_id: str, after: int) -> None:
+        self.hubs = hubs
+        self.session_id = session_id
+        self.follower = SessionFollower(hubs.store, session_id, after, slowest=IDLE_READ)
+        self.subscribers: set[asyncio.Queue[Frame | None]] = set()
+        self.active: dict[str, str] = {}
+        """Run ID -> status of the runs going on."""
+        self.partial: dict[str, Piece] = {}
+        """Run ID -> the text its streaming reply showed so far (for late joiners)."""
+        self.watches: dict[str, RunWatch] = {}
+        self.leaf = ""
+        """The last stored entry read: the parent of a reply streaming now."""
+        self._kick = asyncio.Event()
+        self._ending: dict[str, Status] = {}
+        self._look_until = 0.0
+        self._looked = 0.0
+        self._idle_since: float | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    # -- subscribers ----------------------------------------------------------------------------
+
+    def join(self) -> tuple[asyncio.Queue[Frame | None], list[Frame], list[Piece]]:
+        """A new subscriber's queue, the status of the active runs and the replies' text so far
+        (taken together, so nothing falls between them and the queue)."""
+        queue: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.subscribers.add(queue)
+        self._idle_since = None
+        runs = [_status(r, s) for r, s in self.active.items()]
+        return queue, runs, list(self.partial.values())
+
+    def leave(self, queue: asyncio.Queue[Frame | None]) -> None:
+        self.subscribers.discard(queue)
+        if not self.subscribers:
+            self._idle_since = asyncio.get_running_loop().time()
+            self.kick()
+
+    def _send(self, frame: Frame | None) -> None:
+        for queue in self.subscribers:
+            queue.put_nowait(frame)
+
+    def kick(self, read: bool = False) -> None:
+        if read:
+            self.follower.wake()
+        self._kick.set()
+
+    # -- what runs tell ---------------------------------------------------------------------------
+
+    def status(
+        self, run_id: str, status: Status, *, watch: bool = True, read: bool = False
+    ) -> None:
+        """A run's status changed; an end is told after the next read of the session, so the
+        run's last receipts (and its reply's last text) go out before it."""
+        if status in ("completed", "failed", "cancelled") and not read:
+            self._ending[run_id] = status
+            self.kick(read=True)
+            return
+        if status in ("started", "awaiting_approval"):
+            if self.active.get(run_id) == status:
+                return
+            self.active[run_id] = status
+            if watch and isinstance(self.hubs.runs, TemporalRuns):
+                self._watch(run_id, None)
+        else:
+            if run_id not in self.active and status == self.hubs.ended.get(run_id):
+                return
+            self.active.pop(run_id, None)
+            self.partial.pop(run_id, None)
+            self.watches.pop(run_id, None)
+            self.hubs.ended[run_id] = status
+            while len(self.hubs.ended) > REMEMBERED:
+                del self.hubs.ended[next(iter(self.hubs.ended))]
+        self._send(_status(run_id, status))
+        self.kick(read=True)
+
+    def piece(self, piece: Piece) -> None:
+        if not piece.text and not piece.restart:
+            return  # a tool call growing: the stream shows text only
+        shown = self.partial.get(piece.run_id)
+        if piece.restart or shown is None or shown.entry_parent != piece.entry_parent:
+            self.partial[piece.run_id] = Piece(piece.run_id, piece.entry_parent, piece.text, True)
+        else:
+            shown.text += piece.text
+        self._send(Frame("delta", piece.data()))
+
+    # -- Temporal runs ---------------------------------------------------------------------------
+
+    def _watch(self, run_id: str, state: tuple[int, set[str]] | None) -> None:
+        runs = self.hubs.runs
+        channel = self.hubs.channel
+        if run_id in self.watches or channel is None or not isinstance(runs, TemporalRuns):
+            return
+        turn, counted = state or (0, set())
+        watch = RunWatch(channel, self.session_id, run_id, turn, counted)
+        watch.outcome = asyncio.create_task(runs.outcome(self.session_id, run_id))
+        watch.outcome.add_done_callback(lambda t: self._ended(run_id, t))
+        self.watches[run_id] = watch
+
+    def _ended(self, run_id: str, task: asyncio.Task[str]) -> None:
+        if task.cancelled():
+            return
+        outcome = "failed" if task.exception() is not None else task.result()
+        if outcome in ("completed", "failed", "cancelled"):
+            self.status(run_id, outcome)  # type: ignore[arg-type]
+
+    async def look(self) -> None:
+        """Find the session's runs (another replica's too) and follow those not known yet."""
+        runs = self.hubs.runs
+        if runs is None:
+            return
+        try:
+            found = await runs.active(self.session_id)
+        except Exception as exc:
+            logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
+            return
+        for run_id in found:
+            if run_id in self.active:
+                continue
+            state: tuple[int, set[str]] | None = None
+            if isinstance(runs, TemporalRuns):
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(STATE_TIMEOUT):
+                        st = await runs.state(self.session_id, run_id)
+                    state = (st.turn_count, set(st.new_entry_ids))
+            self._watch(run_id, state)
+            self.status(run_id, "started", watch=False)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            await self._loop()
+        except SessionNotFoundError:
+            self._send(Frame("deleted", {"session_id": self.session_id}))
+        except Exception:
+            logger.exception("following session %s", self.session_id)
+        finally:
+            self.hubs.forget(self)
+            self._send(None)
+
+    async def _loop(self) -> None:
+        clock = asyncio.get_running_loop().time
+        while True:
+            if self._idle_since is not None and clock() - self._idle_since > LINGER:
+                return
+            for watch in list(self.watches.values()):
+                if watch.due_in() <= 0.01:
+                    piece = await watch.poll(self.leaf)
+                    if piece is not None:
+                        self.piece(piece)
+                        if watch.deltas.final:
+                            self.follower.wake()
+            if self.follower.woken or self.follower.due_in() <= 0.01:
+                ending, self._ending = self._ending, {}
+                await self._read()
+                for run_id, status in ending.items():
+                    self.status(run_id, status, read=True)
+            if self._look_until > clock() and clock() - self._looked >= 1.0:
+                self._looked = clock()
+                await self.look()
+            await self._sleep()
+
+    async def _sleep(self) -> None:
+        self.follower.slowest = BUSY_READ if self.active else IDLE_READ
+        waits = [self.follower.due_in(), *(w.due_in() for w in self.watches.values())]
+        if self._look_until > asyncio.get_running_loop().time():
+            waits.append(1.0)
+        if self._idle_since is not None:
+            waits.append(LINGER)
+        self._kick.clear()
+        if self.follower.woken:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._kick.wait(), max(0.0, min(waits)))
+
+    async def _read(self) -> None:
+        found = await self.follower.read()
+        if not found:
+            return
+        for seq, entry in found:
+            parent = entry.parent_id or ""
+            for watch in self.watches.values():
+                pieces = await watch.stored(entry, parent)
+                if pieces is not None:
+                    for piece in pieces:
+                        self.piece(piece)
+                    self.partial.pop(watch.run_id, None)
+                    break
+            self.leaf = entry.id
+            self._send(entry_frame(seq, entry))
+        for watch in self.watches.values():
+            watch.moved()
+        if not self.active and self.hubs.runs is not None and not self.hubs.runs.local:
+            # entries with no run known: a run another replica started (visibility lags)
+            self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
+
+
+class Hubs:
+    """The hubs of this process, by session; hears the runs of this process."""
+
+    def __init__(self, store: Store, runs: Runs | None) -> None:
+        self.store = store
+        self.runs = runs
+        self.channel = store.live_deltas() if isinstance(store, LiveStore) else None
+        self.hubs: dict[str, SessionHub] = {}
+        self.ended: dict[str, str] = {}
+        """Run ID -> how it ended, for runs seen ending (not announced twice)."""
+
+    async def hub(self, session_id: str, after: int) -> SessionHub:
+        """The session's hub, started following after seq ``after`` if it is new."""
+        hub = self.hubs.get(session_id)
+        if hub is None:
+            hub = SessionHub(self, session_id, after)
+            self.hubs[session_id] = hub
+            hub.leaf = await _leaf(self.store, session_id, after)
+            await hub.look()
+            hub.task = asyncio.create_task(hub.run())
+        return hub
+
+    def forget(self, hub: SessionHub) -> None:
+        if self.hubs.get(hub.session_id) is hub:
+            del self.hubs[hub.session_id]
+
+    async def aclose(self) -> None:
+        for hub in list(self.hubs.values()):
+            if hub.task is not None:
+                hub.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hub.task
+
+    # -- RunListener ------------------------------------------------------------------------------
+
+    def run_status(self, session_id: str, run_id: str, status: Status) -> None:
+        hub = self.hubs.get(session_id)
+        if hub is not None:
+            hub.status(run_id, status)
+
+    def run_delta(
+        self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
+    ) -> None:
+        hub = self.hubs.get(session_id)
+        if hub is not None:
+            hub.piece(Piece(run_id, entry_parent, text, restart))
+
+    def stored(self, session_id: str) -> None:
+        hub = self.hubs.get(session_id)
+        if hub is not None:
+            hub.kick(read=True)
+
+
+async def _leaf(store: Store, session_id: str, after: int) -> str:
+    """The ID of the entry at seq ``after`` (the leaf a new hub starts from)."""
+    if after <= 0:
+        return ""
+    found = await entries_after(store, session_id, after - 1)
+    return found[0][1].id if found else ""

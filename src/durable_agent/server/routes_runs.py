@@ -1,0 +1,108 @@
+"""The run routes (start, cancel, status) and the session stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Header, Query
+from pydantic import BaseModel, ConfigDict, model_validator
+from sse_starlette import EventSourceResponse
+
+from ..durable.inputs import text
+from ..durable.limits import check_payload
+from ..session.codec import encode_entry, wire_to_entry
+from ..session.entries import Entry
+from ..session.store import RetentionStore
+from .app import Server
+from .deps import Caller, ServerDep, runs
+from .runs import OnBusy
+from .sse import session_stream
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1")
+
+
+class StartRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = None
+    inputs: list[dict[str, Any]] | None = None
+    """Entries in their wire form (``{"type": "message", "message": {...}}``)."""
+    leaf_id: str | None = None
+    agent: str | None = None
+    on_busy: OnBusy = "reject"
+
+    @model_validator(mode="after")
+    def _one_input(self) -> StartRun:
+        if (self.text is None) == (self.inputs is None):
+            raise ValueError("give text or inputs (one of them)")
+        return self
+
+    def entries(self) -> list[Entry]:
+        if self.text is not None:
+            return [text(self.text)]
+        return [wire_to_entry(i) for i in self.inputs or []]
+
+
+@router.post("/sessions/{session_id}/runs", status_code=202)
+async def start_run(
+    session_id: str, body: StartRun, srv: ServerDep, tenant: Caller
+) -> dict[str, str]:
+    sid = tenant.session(session_id)
+    entries = body.entries()
+    for entry in entries:
+        check_payload(encode_entry(entry), "input entry")
+    run_id = await runs(srv).start(
+        sid, entries, leaf_id=body.leaf_id, agent=body.agent, on_busy=body.on_busy
+    )
+    return {"run_id": run_id}
+
+
+async def _existing(srv: Server, session_id: str) -> str:
+    """``session_id`` if the store has it (else 404, before anything else is asked)."""
+    store = srv.store
+    if isinstance(store, RetentionStore):
+        await store.load_session(session_id)
+    else:
+        await store.load_entries(session_id)
+    return session_id
+
+
+@router.post("/sessions/{session_id}/runs/{run_id}/cancel", status_code=202)
+async def cancel_run(
+    session_id: str, run_id: str, srv: ServerDep, tenant: Caller
+) -> dict[str, str]:
+    await runs(srv).cancel(await _existing(srv, tenant.session(session_id)), run_id)
+    return {"run_id": run_id}
+
+
+@router.get("/sessions/{session_id}/runs/{run_id}")
+async def run_status(
+    session_id: str, run_id: str, srv: ServerDep, tenant: Caller
+) -> dict[str, str]:
+    status = await runs(srv).status(await _existing(srv, tenant.session(session_id)), run_id)
+    return {"run_id": run_id, "status": status}
+
+
+@router.get("/sessions/{session_id}/runs")
+async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, list[str]]:
+    sid = await _existing(srv, tenant.session(session_id))
+    return {"active": await runs(srv).active(sid)}
+
+
+@router.get("/sessions/{session_id}/stream", response_class=EventSourceResponse)
+async def stream(
+    session_id: str,
+    srv: ServerDep,
+    tenant: Caller,
+    after: int | None = Query(None, ge=0),
+    last_event_id: str | None = Header(None),
+) -> EventSourceResponse:
+    sid = tenant.session(session_id)
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise ValueError("Last-Event-ID is the seq of the last entry seen (an integer)")
+        after = int(last_event_id)
+    await _existing(srv, sid)  # 404 before any byte
+    return session_stream(srv.hubs, sid, after, srv.keepalive)

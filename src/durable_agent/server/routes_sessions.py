@@ -1,0 +1,149 @@
+"""The session routes: list, open-or-create, read, entries after a seq, delete, branch, fork."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..durable.agent import new
+from ..durable.errors import EntryNotFoundError
+from ..durable.follow import entries_after
+from ..session.codec import entry_to_wire
+from ..session.errors import SessionExistsError
+from ..session.ids import new_id
+from ..session.record import SessionRecord
+from ..session.store import RetentionStore, Store
+from .deps import Caller, ServerDep, retention
+from .tenants import Tenant
+
+__all__ = ["router", "session_object"]
+
+router = APIRouter(prefix="/v1")
+
+MAX_PAGE = 1000
+"""The most records or entries one request returns."""
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSession(Body):
+    session_id: str | None = None
+
+
+class Branch(Body):
+    entry_id: str
+
+
+class Fork(Body):
+    child_id: str | None = None
+    leaf_id: str | None = Field(None, description="fork the path to this entry (default: last)")
+
+
+async def session_object(store: Store, session_id: str) -> dict[str, Any]:
+    """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session)."""
+    record: SessionRecord | None = None
+    if isinstance(store, RetentionStore):
+        record = await store.load_session(session_id)
+    entries = await store.load_entries(session_id)
+    return {
+        "session_id": session_id,
+        "parent_id": record.parent_id if record else None,
+        "created_at": record.created_at.isoformat() if record else None,
+        "last_seq": len(entries),
+        "leaf_id": entries[-1].id if entries else "",
+    }
+
+
+async def _own_records(
+    store: RetentionStore, tenant: Tenant, limit: int, offset: int
+) -> list[SessionRecord]:
+    """The caller's records, newest first: pages of the store, filtered by the prefix."""
+    wanted, page, start = offset + limit, max(limit, 100), 0
+    out: list[SessionRecord] = []
+    while len(out) < wanted:
+        records = await store.list_sessions(limit=page, offset=start)
+        out += [r for r in records if tenant.owns(r.id)]
+        if len(records) < page:
+            break
+        start += page
+    return out[offset:wanted]
+
+
+@router.get("/sessions")
+async def list_sessions(
+    srv: ServerDep,
+    tenant: Caller,
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    records = await _own_records(retention(srv), tenant, limit, offset)
+    return {
+        "sessions": [
+            {"session_id": r.id, "parent_id": r.parent_id, "created_at": r.created_at.isoformat()}
+            for r in records
+        ]
+    }
+
+
+@router.post("/sessions", status_code=201)
+async def create_session(
+    srv: ServerDep, tenant: Caller, response: Response, body: CreateSession | None = None
+) -> dict[str, Any]:
+    given = body.session_id if body else None
+    session_id = tenant.session(given) if given else tenant.session(tenant.prefix + new_id())
+    try:
+        await srv.store.create_session(session_id)
+    except SessionExistsError:
+        response.status_code = 200
+    return await session_object(srv.store, session_id)
+
+
+@router.get("/sessions/{session_id}")
+async def get_session(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+    return await session_object(srv.store, tenant.session(session_id))
+
+
+@router.get("/sessions/{session_id}/entries")
+async def get_entries(
+    session_id: str,
+    srv: ServerDep,
+    tenant: Caller,
+    after: int = Query(0, ge=0),
+    limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
+) -> dict[str, Any]:
+    found = await entries_after(srv.store, tenant.session(session_id), after)
+    return {"entries": [{"seq": s, "entry": entry_to_wire(e)} for s, e in found[:limit]]}
+
+
+@router.delete("/sessions/{session_id}", status_code=204)
+async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Response:
+    sid = tenant.session(session_id)
+    await retention(srv).delete_session(sid)
+    srv.hubs.stored(sid)  # its streams learn it at once
+    return Response(status_code=204)
+
+
+@router.post("/sessions/{session_id}/branch")
+async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+    """The server keeps no leaf: this checks the entry and names it, for the next run's
+    ``leaf_id``."""
+    entries = await srv.store.load_entries(tenant.session(session_id))
+    if body.entry_id and body.entry_id not in {e.id for e in entries}:
+        raise EntryNotFoundError(f"entry {body.entry_id!r} is not in session {session_id!r}")
+    return {"leaf_id": body.entry_id}
+
+
+@router.post("/sessions/{session_id}/fork", status_code=201)
+async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+    sid = tenant.session(session_id)
+    child_id = tenant.session(body.child_id or tenant.prefix + new_id())
+    await srv.store.load_entries(sid)  # a missing source is a 404, never created
+    handle = await new(None, store=srv.store, session_id=sid)
+    if body.leaf_id is not None:
+        await handle.branch(body.leaf_id)
+    child = await handle.fork(child_id)
+    return await session_object(srv.store, child.session_id)

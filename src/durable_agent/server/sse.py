@@ -1,0 +1,89 @@
+"""The session stream: replay from the store after the client's last seq, then live.
+
+``GET /v1/sessions/{id}/stream`` with ``Last-Event-ID: N`` (wins) or ``?after=N`` (neither: from
+now). The store is the stream's buffer: the replay reads the entries after ``N`` from the store
+(``load_entries_after``, reading only what follows ``N``), then the client joins its session's
+shared hub (:mod:`.hub`), reads the store once more after what it replayed (entries stored while
+it joined), and takes the hub's frames, skipping any entry seq it already sent. So a client that
+comes back an hour later, after the run ended, continued-as-new or moved workers, gets exactly
+the entries it missed, each once, in seq order, and goes live. Disconnecting never cancels a run
+(docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..durable.follow import entries_after
+from ..session.entries import Entry, MessageEntry
+from .hub import Frame, Hubs, entry_frame
+
+__all__ = ["KEEPALIVE", "session_stream"]
+
+KEEPALIVE = 15.0
+"""Seconds between two comment lines on an idle stream (proxies close silent connections)."""
+
+
+def _event(frame: Frame) -> ServerSentEvent:
+    data = json.dumps(frame.data, ensure_ascii=False, separators=(",", ":"))
+    return ServerSentEvent(
+        data=data, event=frame.event, id=None if frame.id is None else str(frame.id)
+    )
+
+
+def _answered(pieces_parent: str, entries: list[tuple[int, Entry]]) -> bool:
+    """A reply hanging off ``pieces_parent`` is among ``entries`` (stored: no partial text)."""
+    return any(
+        isinstance(e, MessageEntry)
+        and e.message.role == "assistant"
+        and e.parent_id == (pieces_parent or None)
+        for _, e in entries
+    )
+
+
+async def frames(hubs: Hubs, session_id: str, after: int | None) -> AsyncIterator[Frame]:
+    """What one client receives (module doc); ends when the session is deleted."""
+    store = hubs.store
+    if after is None:
+        after = len(await entries_after(store, session_id, 0))
+    replay = await entries_after(store, session_id, after)
+    last = replay[-1][0] if replay else after
+    hub = await hubs.hub(session_id, last)
+    queue, runs, pieces = hub.join()
+    try:
+        for frame in runs:
+            yield frame
+        caught = await entries_after(store, session_id, last)
+        for seq, entry in [*replay, *caught]:
+            if seq > after:
+                after = seq
+                yield entry_frame(seq, entry)
+        for piece in pieces:
+            if not _answered(piece.entry_parent, caught):
+                yield Frame("delta", piece.data())
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if item.id is not None:
+                if item.id <= after:
+                    continue
+                after = item.id
+            yield item
+            if item.event == "deleted":
+                return
+    finally:
+        hub.leave(queue)
+
+
+def session_stream(
+    hubs: Hubs, session_id: str, after: int | None, keepalive: float = KEEPALIVE
+) -> EventSourceResponse:
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        async for frame in frames(hubs, session_id, after):
+            yield _event(frame)
+
+    return EventSourceResponse(events(), ping=max(1, int(keepalive)), send_timeout=30)

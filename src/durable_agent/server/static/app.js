@@ -1,0 +1,150 @@
+// The chat page: sessions, a chat with live tokens, branches, fork, stop. No build, no CDN.
+// The stream is read with fetch() and a small SSE parser (EventSource cannot send a key), which
+// sends Last-Event-ID itself: a reload or a dropped connection resumes at the last seq seen.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const state = { sid: null, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(),
+  runs: new Map(), abort: null };
+$("key").value = localStorage.getItem("durable-agent-key") || "";
+$("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
+
+function headers(extra) {
+  const h = Object.assign({ "content-type": "application/json" }, extra || {});
+  if ($("key").value) h.authorization = "Bearer " + $("key").value;
+  return h;
+}
+async function api(method, path, body) {
+  const r = await fetch("/v1" + path, { method, headers: headers(),
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = r.status === 204 ? {} : await r.json();
+  if (!r.ok) { $("status").textContent = data.error ? data.error.type + ": " + data.error.message : r.status; throw data; }
+  return data;
+}
+async function sessions() {
+  const data = await api("GET", "/sessions?limit=100");
+  const ul = $("sessions"); ul.textContent = "";
+  for (const s of data.sessions) {
+    const li = document.createElement("li"); li.textContent = s.session_id;
+    li.className = s.session_id === state.sid ? "current" : "";
+    li.onclick = () => open(s.session_id); ul.appendChild(li);
+  }
+}
+function children(parent) { return state.order.map((id) => state.entries.get(id)).filter((e) => (e.parent_id || "") === parent); }
+function path() {
+  const out = []; let id = state.leaf;
+  while (id) { const e = state.entries.get(id); if (!e) break; out.unshift(e); id = e.parent_id || ""; }
+  return out;
+}
+function lastLeaf(id) { // follow the newest child down from id
+  for (;;) { const c = children(id); if (!c.length) return id; id = c[c.length - 1].id; }
+}
+function text(message) {
+  return (message.content || []).filter((b) => b.type === "text").map((b) => b.text).join("");
+}
+function render() {
+  const chat = $("chat"); chat.textContent = "";
+  for (const e of path()) {
+    if (e.type !== "message" || e.meta) continue;
+    const m = e.message, div = document.createElement("div");
+    div.className = "msg " + (m.role === "tool_result" ? "tool" : m.role); div.dataset.id = e.id;
+    const siblings = children(e.parent_id || "");
+    if (siblings.length > 1) {
+      const i = siblings.findIndex((s) => s.id === e.id), nav = document.createElement("div");
+      nav.className = "nav";
+      nav.append(button("<", () => pick(siblings[i - 1]), i === 0), ` ${i + 1}/${siblings.length} `,
+        button(">", () => pick(siblings[i + 1]), i === siblings.length - 1));
+      div.appendChild(nav);
+    }
+    div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
+    const calls = (m.content || []).filter((b) => b.type === "tool_call");
+    if (calls.length) { const t = document.createElement("div"); t.className = "tools";
+      t.textContent = calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n"); div.appendChild(t); }
+    if (m.role === "user") {
+      const a = document.createElement("div"); a.className = "actions";
+      a.append(button("edit", () => edit(e)), button("retry", () => ask(text(m), e.parent_id || "")));
+      div.appendChild(a);
+    }
+    chat.appendChild(div);
+  }
+  for (const [runId, piece] of state.live) {
+    if (piece.entry_parent !== state.leaf) continue;
+    const div = document.createElement("div"); div.className = "msg assistant live";
+    div.dataset.run = runId; div.textContent = piece.text; chat.appendChild(div);
+  }
+  const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
+  $("stop").disabled = !busy; $("fork").disabled = !state.sid;
+  $("status").textContent = busy ? "working…" : "";
+  chat.scrollTop = chat.scrollHeight;
+}
+function button(label, onclick, disabled) {
+  const b = document.createElement("button"); b.textContent = label; b.disabled = !!disabled;
+  b.onclick = (ev) => { ev.preventDefault(); onclick(); }; return b;
+}
+function pick(entry) { state.leaf = lastLeaf(entry.id); render(); }
+function edit(entry) {
+  const t = prompt("Edit your message", text(entry.message));
+  if (t) ask(t, entry.parent_id || "");
+}
+async function ask(t, leaf) {
+  if (!state.sid) await newSession();
+  const body = { text: t }; if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
+  state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
+  const r = await api("POST", `/sessions/${state.sid}/runs`, body);
+  state.runs.set(r.run_id, "started"); render();
+}
+function frame(event, data) {
+  if (event === "entry") {
+    const e = data.entry; state.seq = data.seq;
+    if (!state.entries.has(e.id)) { state.entries.set(e.id, e); state.order.push(e.id); }
+    if ((e.parent_id || "") === state.leaf || !state.leaf) state.leaf = e.id;
+    for (const [runId, piece] of state.live) if (piece.entry_parent === (e.parent_id || "") && e.message && e.message.role === "assistant") state.live.delete(runId);
+  } else if (event === "delta") {
+    const shown = state.live.get(data.run_id);
+    const base = data.restart || !shown || shown.entry_parent !== data.entry_parent ? "" : shown.text;
+    state.live.set(data.run_id, { entry_parent: data.entry_parent, text: base + data.text });
+  } else if (event === "run") {
+    state.runs.set(data.run_id, data.status);
+    if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
+  } else if (event === "deleted") { state.sid = null; sessions(); }
+  render();
+}
+async function follow(sid) { // the stream, resumed at the last seq seen whenever it drops
+  const abort = new AbortController(); state.abort = abort;
+  while (!abort.signal.aborted && state.sid === sid) {
+    try {
+      const r = await fetch(`/v1/sessions/${sid}/stream`, { signal: abort.signal,
+        headers: headers({ "last-event-id": String(state.seq) }) });
+      if (!r.ok) return;
+      const reader = r.body.getReader(), decoder = new TextDecoder(); let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read(); if (done) break;
+        buf += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+        let cut; while ((cut = buf.indexOf("\n\n")) >= 0) { parse(buf.slice(0, cut)); buf = buf.slice(cut + 2); }
+      }
+    } catch (err) { if (abort.signal.aborted) return; }
+    await new Promise((ok) => setTimeout(ok, 500));
+  }
+}
+function parse(block) {
+  let event = "message"; const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) continue;
+    const i = line.indexOf(":"), name = i < 0 ? line : line.slice(0, i);
+    const value = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+    if (name === "event") event = value; else if (name === "data") data.push(value);
+  }
+  if (data.length) frame(event, JSON.parse(data.join("\n")));
+}
+async function open(sid) {
+  if (state.abort) state.abort.abort();
+  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map() });
+  history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
+  render(); sessions(); follow(sid);
+}
+async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
+$("new").onclick = newSession;
+$("ask").onsubmit = (ev) => { ev.preventDefault(); const t = $("text").value.trim(); if (t) { $("text").value = ""; ask(t); } };
+$("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
+$("fork").onclick = async () => { const c = await api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }); await open(c.session_id); };
+sessions().catch(() => {});
+if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1)));

@@ -1,0 +1,105 @@
+"""Following the live text of one Temporal run for a session stream.
+
+A run on a worker publishes its streaming reply to the store's live-delta channel, keyed by its
+turn (its model calls counted from 1); a :class:`RunWatch` reads it with a
+:class:`~durable_agent.durable.follow.DeltaFollower`, one per run per server process whatever the
+number of browsers, and counts the run's stored replies to know the next turn. A run this process
+started begins at turn 0; one found running (started through another replica) is asked its
+``state()`` once, whose turn count and stored entry IDs place it (docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from ..durable.follow import DeltaFollower
+from ..session.deltas import DeltaChannel
+from ..session.entries import Entry, MessageEntry
+
+__all__ = ["PACE", "Piece", "RunWatch"]
+
+PACE = 0.25
+"""Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
+new is one ``stat``): one reader per run per server process, whatever the number of browsers."""
+
+
+@dataclass
+class Piece:
+    """One ``delta`` frame: ``text`` to append to the reply that will hang off
+    ``entry_parent`` (on ``restart``, what earlier pieces showed is discarded first)."""
+
+    run_id: str
+    entry_parent: str
+    text: str
+    restart: bool
+
+    def data(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "entry_parent": self.entry_parent,
+            "text": self.text,
+            "restart": self.restart,
+        }
+
+
+@dataclass
+class RunWatch:
+    """The live text of one Temporal run (module doc)."""
+
+    channel: DeltaChannel
+    session_id: str
+    run_id: str
+    turn: int = 0
+    """Model calls of the run whose reply is stored."""
+    counted: set[str] = field(default_factory=set)
+    """Replies already in :attr:`turn` (from the run's ``state()``)."""
+    outcome: asyncio.Task[str] | None = None
+    deltas: DeltaFollower = field(init=False)
+    polled: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.deltas = self._follower()
+
+    def _follower(self) -> DeltaFollower:
+        follower = DeltaFollower(self.channel, self.session_id, self.run_id)
+        follower.expect(self.turn + 1)
+        return follower
+
+    @property
+    def streaming(self) -> bool:
+        return self.deltas.shown is not None
+
+    def due_in(self) -> float:
+        """Seconds to the next read of the channel: at least every :data:`PACE` seconds while
+        the run goes (a reply may start at any moment and stream for less than a second)."""
+        since = asyncio.get_running_loop().time() - self.polled
+        return min(self.deltas.due_in(), max(0.0, PACE - since))
+
+    async def poll(self, parent: str) -> Piece | None:
+        self.polled = asyncio.get_running_loop().time()
+        update = await self.deltas.poll()
+        if update is None:
+            return None
+        return Piece(self.run_id, parent, update.delta or "", bool(update.restart))
+
+    def moved(self) -> None:
+        """The run stored something (a tool result): its next reply may start soon, so look
+        for it at once rather than at the idle pace."""
+        if not self.streaming:
+            self.deltas = self._follower()
+
+    async def stored(self, entry: Entry, parent: str) -> list[Piece] | None:
+        """``entry`` was stored: if it is this run's reply, the last pieces that bring the shown
+        text to it (and the watch moves to the next turn); ``None`` if it is not a reply."""
+        if not isinstance(entry, MessageEntry) or entry.message.role != "assistant":
+            return None
+        if entry.synthetic or entry.id in self.counted:
+            return None
+        pieces = [
+            Piece(self.run_id, parent, u.delta or "", bool(u.restart))
+            for u in await self.deltas.finish(entry.message)
+        ]
+        self.turn += 1
+        self.deltas = self._follower()
+        return pieces

@@ -1,0 +1,78 @@
+"""Incarnations: what keeps a deleted MongoDB session deleted (docs/design.md#retention).
+
+MongoStore runs without transactions, so a delete cannot remove a session's documents at one
+instant while appends from other processes keep arriving. Instead every session document gets a
+random **incarnation** token when it is created, and everything written for the session carries
+it: batch documents hold it in ``inc``, claims and slots (and fences) in their ``_id``, which is
+``<session_id>/<incarnation>…``. So:
+
+- a load reads only the documents of the session document's incarnation: whatever an earlier
+  session under the same ID left behind (a delete that died half-way, an append that raced the
+  delete) never reaches the session created again, and cannot collide with its IDs or slots;
+- a delete removes the session document first, then everything of that incarnation, then
+  everything of any other incarnation that is not the current one (a delete that died before
+  finishing leaves a **half-deleted** session: deleting it again finishes the job);
+- an append re-reads the session document after its batch document went in
+  (:func:`confirm`): if the incarnation is gone, the delete may have missed the batch, so the
+  append removes everything of that incarnation itself and raises ``SessionNotFoundError``.
+  An append that saw its incarnation still there was stored before the delete began, and the
+  delete removes it with the rest.
+
+Every query stays keyed by the session ID: ``session_id`` (plus ``inc``) on batch documents, an
+``_id`` range over ``<session_id>/…`` on claims, slots (plus ``i``, their incarnation) and live
+deltas.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, NamedTuple
+
+from ...session.errors import CorruptSessionError
+
+__all__ = ["Scope", "id_range", "incarnation_of", "new_incarnation"]
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation token (64 random bits, hex): never the same for two creates."""
+    return secrets.token_hex(8)
+
+
+def incarnation_of(sid: str, session: dict[str, Any]) -> str:
+    """The incarnation of a session document; a document without one is damaged."""
+    inc = session.get("inc")
+    if not isinstance(inc, str) or not inc:
+        raise CorruptSessionError(sid, f"bad session document: inc is {inc!r}")
+    return inc
+
+
+def id_range(sid: str) -> dict[str, str]:
+    """An ``_id`` filter for every ID that starts with ``<sid>/`` (a session ID holds no ``/``,
+    so no other session's IDs; ``0`` is the character after ``/``): an index range, not a
+    scan, on MongoDB."""
+    return {"$gte": f"{sid}/", "$lt": f"{sid}0"}
+
+
+class Scope(NamedTuple):
+    """One incarnation of a session: what every key of its documents starts with."""
+
+    sid: str
+    inc: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.sid}/{self.inc}"
+
+    def key(self, entry_id: str) -> str:
+        """An entry's key: its claim's ``_id`` and its element of a batch document's ``keys``."""
+        return f"{self.prefix}/{entry_id}"
+
+    def at(self, seq: int) -> str:
+        """The ``_id`` of the slot at ``seq`` (claims collection) and of the batch document or
+        fence at ``seq`` (entries collection)."""
+        return f"{self.prefix}#{seq}"
+
+    def entry_id(self, key: str) -> str | None:
+        """The entry ID of one of this incarnation's keys; ``None`` for any other string."""
+        head = self.prefix + "/"
+        return key[len(head) :] if key.startswith(head) else None

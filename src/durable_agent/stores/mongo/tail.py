@@ -1,0 +1,204 @@
+"""How MongoStore reads the entries after a sequence number: ``load_entries_after``, what a
+follower polls (docs/design.md#mongo-store, docs/design.md#receipts).
+
+**Positions.** An entry's seq is its 1-based position in append order, counted over the batch
+documents in ``seq`` order (``seq`` has gaps, a slot whose append failed, so it orders but does
+not count). A read first reads every document's ``seq`` and ``keys`` (the outline: a few bytes
+per entry, nothing decoded), counts positions from those, then fetches whole only the documents
+holding positions after the asked-for one (:func:`parts`).
+
+**Open gaps.** An append takes its slot before its document goes in, and the appends of two
+writers race, so a later slot's document can be stored before an earlier slot's. A position
+counted past a place whose document may still land would move when it does: a follower that read
+it would miss an entry or see one twice. So a read hands out positions only up to the first
+place of the slot chain that is neither filled nor settled. The chain starts at 0 and has no
+holes (:mod:`~durable_agent.stores.mongo.claims`): walking the outline in ``seq`` order, each
+document starts where the one before it ended, unless there is a **gap**. The slot at the gap
+(a primary-key read in the claims collection) says what it is:
+
+- a fence at the place: **settled**. A slot's documents go in with one ordered insert, which
+  stops at the fence, so nothing after it in that slot can land; the walk goes on at the slot's
+  end.
+- no fence, and the slot was taken less than ``abandon_after`` seconds ago: **open**, its append
+  may be in flight. The read stops there; the follower's next poll finds it filled or settled.
+- no fence, and the slot is older: its writer died or stalls. The reader fences the place itself,
+  so the document can never land (a writer that finds a fence at its place moves its batch to a
+  later slot, :mod:`~durable_agent.stores.mongo.writer`), and the gap is settled. If the place is
+  taken by then (the document just landed), the read stops there and the next one reads it.
+- no slot starts there (documents of another shape, left by hand): settled up to the next
+  document.
+
+A document of a split batch names its slot, so a gap inside a slot is looked up by the slot's
+start. A settled gap stays settled (slots and fences go only with their incarnation), so a store
+object remembers it and looks each one up once, not on every poll. ``load_entries`` returns
+every stored document; only the positions after an open gap may still move, and this read never
+hands them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from pymongo.errors import DuplicateKeyError
+
+from ...session.entries import Entry
+from .batches import fence_doc
+from .claims import POINT_LIMIT, Claims, Slot
+from .decode import LOAD_BATCH_SIZE, LOAD_PROJECTION, decode_documents, seq_of, slot_of, strings
+from .incarnation import Scope
+
+__all__ = ["ABANDON_AFTER", "Part", "TailReader", "parts"]
+
+#: Seconds a reader waits for the document of a slot before it fences the slot's place.
+ABANDON_AFTER = 10.0
+
+#: Settled gaps a store object remembers (LRU).
+_SETTLED_SIZE = 65536
+
+
+class Part(NamedTuple):
+    """A document holding entries after the asked-for seq: its ``_id`` and ``seq``, how many
+    of its entries come before the asked-for seq, and how many it holds."""
+
+    doc_id: Any
+    seq: int
+    skip: int
+    size: int
+
+
+def parts(sid: str, docs: list[dict[str, Any]], after: int) -> list[Part] | None:
+    """The documents of ``docs`` (``_id``, ``seq``, ``keys``; sorted by ``seq``) that hold the
+    positions after ``after``, in order; ``None`` when an entry key repeats (FerretDB does not
+    enforce the unique index on keys), whose positions only a whole decode settles."""
+    seen: set[str] = set()
+    position = 0
+    found: list[Part] = []
+    for doc in docs:
+        seq = seq_of(sid, doc)
+        keys = strings(sid, doc, "keys")
+        if seen.intersection(keys) or len(set(keys)) != len(keys):
+            return None
+        seen.update(keys)
+        if position + len(keys) > after:
+            found.append(Part(doc["_id"], seq, max(0, after - position), len(keys)))
+        position += len(keys)
+    return found
+
+
+def _size(doc: dict[str, Any]) -> int:
+    keys = doc.get("keys")
+    return len(keys) if isinstance(keys, list) else 1
+
+
+class TailReader:
+    """Reads a session's entries after a seq, up to its first open gap (module doc)."""
+
+    def __init__(self, entries: Any, claims: Claims, abandon_after: float) -> None:
+        self._entries = entries
+        self._claims = claims
+        self._abandon_after = abandon_after
+        self._settled: OrderedDict[str, int] = OrderedDict()  # gap place -> where the walk goes on
+
+    async def read(
+        self, scope: Scope, outline: list[dict[str, Any]], after: int
+    ) -> list[tuple[int, Entry]] | None:
+        """The entries after ``after`` with their seqs, from ``outline`` (documents and fences
+        of the incarnation, sorted by ``seq``); ``None`` if a document changed meanwhile."""
+        docs = await self.settled(scope, outline)
+        wanted = parts(scope.sid, docs, after)
+        if wanted is None:  # an ID stored twice: positions from a whole decode
+            whole = [Part(doc["_id"], seq_of(scope.sid, doc), 0, _size(doc)) for doc in docs]
+            fetched = await self._fetch(scope, whole)
+            if fetched is None:
+                return None
+            return list(enumerate(decode_documents(scope.sid, fetched), 1))[after:]
+        fetched = await self._fetch(scope, wanted)
+        if fetched is None:
+            return None
+        skip = wanted[0].skip if wanted else 0
+        return list(enumerate(decode_documents(scope.sid, fetched, skip), after + 1))
+
+    async def settled(self, scope: Scope, outline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The batch documents of ``outline`` before its first open gap (module doc)."""
+        kept: list[dict[str, Any]] = []
+        expected = 0  # where the chain goes on
+        named: tuple[int, int] | None = None  # the slot the last kept document names
+        i = 0
+        while i < len(outline):
+            doc = outline[i]
+            seq = seq_of(scope.sid, doc)
+            fence = bool(doc.get("fence"))
+            if seq < expected or (seq == expected and not fence):
+                if not fence:
+                    kept.append(doc)
+                    expected = max(expected, seq + _size(doc))
+                    named = slot_of(doc)
+                i += 1
+                continue
+            later = (seq_of(scope.sid, d) for d in outline[i:])
+            upto = next((s for s in later if s > expected), expected + 1)
+            resume = await self._settle(scope, expected, named, fenced=fence, upto=upto)
+            if resume is None:
+                break
+            expected = resume
+        return kept
+
+    async def _settle(
+        self, scope: Scope, place: int, named: tuple[int, int] | None, *, fenced: bool, upto: int
+    ) -> int | None:
+        """Where the walk goes on past the gap at ``place`` (``fenced``: a fence is there), or
+        ``None`` if the gap is open (module doc)."""
+        key = scope.at(place)
+        if key in self._settled:
+            self._settled.move_to_end(key)
+            return self._settled[key]
+        slot: Slot | None
+        if named is not None and named[0] <= place < named[0] + named[1]:
+            slot = await self._claims.slot(scope, named[0]) or Slot(*named, None)
+        else:
+            slot = await self._claims.slot(scope, place)
+        if slot is None:
+            resume = upto
+        else:
+            if not fenced and not await self._fence(scope, place, slot):
+                return None
+            resume = slot.seq + slot.n
+        resume = max(resume, place + 1)
+        self._settled[key] = resume
+        while len(self._settled) > _SETTLED_SIZE:
+            self._settled.popitem(last=False)
+        return resume
+
+    async def _fence(self, scope: Scope, place: int, slot: Slot) -> bool:
+        """Fence ``place`` if its slot is older than ``abandon_after``; ``False`` if it is not,
+        or the place is taken (its document landed meanwhile)."""
+        if slot.taken is not None:
+            age = (datetime.now(UTC) - slot.taken).total_seconds()
+            if age < self._abandon_after:
+                return False
+        try:
+            await self._entries.insert_one(fence_doc(scope, place))
+        except DuplicateKeyError:
+            return False
+        return True
+
+    async def _fetch(self, scope: Scope, wanted: list[Part]) -> list[dict[str, Any]] | None:
+        """The documents of ``wanted``, whole and in order; ``None`` if one is gone or changed."""
+        if not wanted:
+            return []
+        projection = {**LOAD_PROJECTION, "_id": 1}
+        if len(wanted) <= POINT_LIMIT:  # primary-key reads, the only kind FerretDB does not scan
+            found = await asyncio.gather(
+                *(self._entries.find_one({"_id": p.doc_id}, projection) for p in wanted)
+            )
+        else:
+            query = {"session_id": scope.sid, "inc": scope.inc, "seq": {"$gte": wanted[0].seq}}
+            cursor = self._entries.find(query, projection, batch_size=LOAD_BATCH_SIZE)
+            by_id = {doc["_id"]: doc async for doc in cursor}
+            found = [by_id.get(p.doc_id) for p in wanted]
+        docs = [doc for doc in found if doc is not None]
+        shapes = [(doc["_id"], len(doc.get("wires") or ())) for doc in docs]
+        return docs if shapes == [(p.doc_id, p.size) for p in wanted] else None

@@ -1,0 +1,159 @@
+"""A real uvicorn server around ``create_app`` in the test's event loop, and an SSE reader."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from durable_agent import ScriptedModel, tool
+from durable_agent.ai import Reply
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """``app`` on a real uvicorn server on a free loopback port; yields its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=1,  # open streams do not hold the test up
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@dataclass
+class Frame:
+    event: str
+    data: Any
+    id: str | None = None
+
+
+@dataclass
+class Reader:
+    """Frames of one stream as they come (``frames``), read by a task until closed."""
+
+    frames: list[Frame] = field(default_factory=list)
+    comments: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def entries(self) -> list[tuple[int, dict[str, Any]]]:
+        return [(f.data["seq"], f.data["entry"]) for f in self.frames if f.event == "entry"]
+
+    def last_seq(self) -> int:
+        seqs = [s for s, _ in self.entries()]
+        return seqs[-1] if seqs else 0
+
+    async def until(self, check: Any, within: float = 20.0) -> None:
+        """Wait until ``check(self)`` holds (woken by each frame)."""
+        async with asyncio.timeout(within):
+            while not check(self):
+                self.arrived.clear()
+                await self.arrived.wait()
+
+
+async def read_sse(response: httpx.Response, reader: Reader) -> None:
+    """Parse ``text/event-stream`` into ``reader`` until the response ends."""
+    event, data, ident = "message", [], None
+    async for line in response.aiter_lines():
+        if line.startswith(":"):
+            reader.comments += 1
+            reader.arrived.set()
+        elif line == "":
+            if data:
+                reader.frames.append(Frame(event, json.loads("\n".join(data)), ident))
+                reader.arrived.set()
+            event, data, ident = "message", [], None
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                ident = value
+    reader.arrived.set()
+
+
+@asynccontextmanager
+async def stream(
+    client: httpx.AsyncClient, session_id: str, *, after: int | None = None, **headers: str
+) -> AsyncIterator[Reader]:
+    """A reader of the session's stream while the block runs (the connection closes after)."""
+    params = {} if after is None else {"after": str(after)}
+    reader = Reader()
+    async with client.stream(
+        "GET", f"/v1/sessions/{session_id}/stream", params=params, headers=headers, timeout=None
+    ) as response:
+        assert response.status_code == 200, await response.aread()
+        task = asyncio.create_task(read_sse(response, reader))
+        try:
+            yield reader
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await task
+
+
+@tool
+async def lookup(city: str) -> str:
+    """Weather for a city."""
+    return f"sunny in {city}"
+
+
+def tool_script(
+    text: str = "It is sunny in Paris, a lovely day for a walk by the river.",
+) -> list[Reply]:
+    """A question answered after one tool call, the reply streamed in small pieces."""
+    return [
+        Reply.call("lookup", {"city": "Paris"}, id="call-1"),
+        Reply(text=text, chunk_size=4, chunk_delay=0.03),
+    ]
+
+
+def scripted(replies: list[Reply]) -> ScriptedModel:
+    return ScriptedModel(list(replies))
+
+
+def ended(run_id: str) -> Any:
+    """A check for :meth:`Reader.until`: the run's end came on the stream."""
+
+    def check(reader: Reader) -> bool:
+        return any(
+            f.event == "run"
+            and f.data["run_id"] == run_id
+            and f.data["status"] in ("completed", "failed", "cancelled")
+            for f in reader.frames
+        )
+
+    return check

@@ -1,0 +1,56 @@
+"""The AG-UI route: a run's events as the ``ag-ui-protocol`` types, from the stored entries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from ag_ui.core import Event, EventType
+from pydantic import TypeAdapter
+
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import lookup, scripted, serving, tool_script
+
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+async def test_a_run_as_agui_events(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted(tool_script()), tools=[lookup])
+    app = create_app(
+        store=store, agents={"helper": spec}, keys={"k": {"principal": "p", "prefix": "t:"}}
+    )
+    body = {
+        "threadId": "thread-1",
+        "runId": "client-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Weather in Paris?"}],
+        "tools": [],
+        "context": [],
+        "state": None,
+        "forwardedProps": None,
+    }
+    events = []
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        headers = {"Authorization": "Bearer k"}
+        async with client.stream("POST", "/v1/agui", json=body, headers=headers) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(EVENTS.validate_python(json.loads(line[6:])))
+    kinds = [e.type for e in events]
+    assert kinds[0] == EventType.RUN_STARTED and kinds[-1] == EventType.RUN_FINISHED
+    assert kinds[1:5] == [
+        EventType.TOOL_CALL_START,
+        EventType.TOOL_CALL_ARGS,
+        EventType.TOOL_CALL_END,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert kinds[5] == EventType.TEXT_MESSAGE_START and kinds[-2] == EventType.TEXT_MESSAGE_END
+    text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    stored = await store.load_entries("t:thread-1")  # the thread under the caller's prefix
+    assert text == stored[-1].message.text()  # type: ignore[union-attr]
+    assert kinds.count(EventType.TEXT_MESSAGE_CONTENT) > 1, "the text streamed in pieces"
+    assert events[4].content == "sunny in Paris"  # type: ignore[union-attr]

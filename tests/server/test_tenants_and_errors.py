@@ -1,0 +1,136 @@
+"""Every route refuses what it must with a typed 4xx, and stores nothing for it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import scripted, serving, tool_script
+
+KEYS = {
+    "key-acme": {"principal": "ann", "prefix": "acme:"},
+    "key-bolt": {"principal": "bob", "prefix": "bolt:"},
+}
+ACME = {"Authorization": "Bearer key-acme"}
+BOLT = {"Authorization": "Bearer key-bolt"}
+
+ROUTES = [
+    ("GET", "/v1/sessions/{id}", None),
+    ("GET", "/v1/sessions/{id}/entries", None),
+    ("DELETE", "/v1/sessions/{id}", None),
+    ("POST", "/v1/sessions/{id}/runs", {"text": "hi"}),
+    ("POST", "/v1/sessions/{id}/runs/r1/cancel", None),
+    ("GET", "/v1/sessions/{id}/runs/r1", None),
+    ("GET", "/v1/sessions/{id}/runs", None),
+    ("POST", "/v1/sessions/{id}/branch", {"entry_id": ""}),
+    ("POST", "/v1/sessions/{id}/fork", {}),
+    ("GET", "/v1/sessions/{id}/stream", None),
+]
+
+
+@pytest.fixture
+def keys_file(tmp_path: Path) -> Path:
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(KEYS))
+    return path
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob("*")) if root.exists() else []
+
+
+async def test_tenants_see_only_their_own_sessions(
+    tmp_path: Path, keys_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted(tool_script()))
+    app = create_app(store=store, agents={"a": spec}, keys=keys_file)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        made = await client.post("/v1/sessions", json={}, headers=ACME)
+        assert made.status_code == 201
+        mine = made.json()["session_id"]
+        assert mine.startswith("acme:") and len(mine) == len("acme:") + 16
+        await client.post("/v1/sessions", json={"session_id": "bolt:x"}, headers=BOLT)
+        listed = await client.get("/v1/sessions", headers=ACME)
+        assert [s["session_id"] for s in listed.json()["sessions"]] == [mine]
+        before = _files(tmp_path / "sessions")
+        for number, (method, path, body) in enumerate(ROUTES):
+            for headers, status in [({}, 401), ({"Authorization": "Bearer nope"}, 401)]:
+                r = await client.request(method, path.format(id=mine), json=body, headers=headers)
+                assert r.status_code == status, (method, path, r.text)
+                assert r.json()["error"]["type"] == "UnauthorizedError"
+            # another tenant's session and a missing one answer alike
+            foreign = await client.request(
+                method, path.format(id="bolt:x"), json=body, headers=ACME
+            )
+            missing = await client.request(
+                method, path.format(id=f"acme:no{number}"), json=body, headers=ACME
+            )
+            assert foreign.status_code == 404, (method, path, foreign.text)
+            assert foreign.json()["error"]["type"] == "SessionNotFoundError"
+            if method != "POST" or not path.endswith("/runs"):  # a run creates its session
+                assert missing.status_code == 404, (method, path, missing.text)
+        refused = await client.post("/v1/sessions", json={"session_id": "bolt:y"}, headers=ACME)
+        assert refused.status_code == 404
+        fork = await client.post(
+            f"/v1/sessions/{mine}/fork", json={"child_id": "bolt:z"}, headers=ACME
+        )
+        assert fork.status_code == 404
+        after = _files(tmp_path / "sessions")
+        assert [f for f in after if f not in before] == ["acme:no3.jsonl"]  # the run's
+        assert "bolt:y.jsonl" not in after and "bolt:z.jsonl" not in after
+    assert "key-acme" not in caplog.text and "key-bolt" not in caplog.text
+
+
+BAD_IDS = ["..", "a/../../etc", "%2e%2e", "a b", "x" * 201, '{"$ne":null}', "$where"]
+
+
+async def test_bad_ids_bodies_and_json_are_refused_and_store_nothing(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"a": AgentSpec(model=scripted(tool_script()))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for bad in BAD_IDS:
+            for method, path, body in ROUTES:
+                r = await client.request(method, path.format(id=bad), json=body)
+                # a dot segment is resolved by the client: the path then names no session route
+                assert r.status_code in (400, 404, 405), (bad, method, path, r.status_code)
+                if r.status_code == 400:
+                    assert r.json()["error"]["type"] == "InvalidSessionIdError"
+            r = await client.post("/v1/sessions", json={"session_id": bad})
+            assert r.status_code == 400 and r.json()["error"]["type"] == "InvalidSessionIdError"
+            r = await client.post("/v1/sessions", json={"session_id": {"$ne": None}})
+            assert r.status_code == 422
+        r = await client.post(
+            "/v1/sessions/ok/runs",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["type"] == "MalformedJSONError"
+        r = await client.post("/v1/sessions/ok/runs", json={"text": "x" * 2_000_000})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "PayloadTooLargeError"
+        r = await client.post("/v1/sessions/ok/runs", json={"text": "hi", "on_busy": "maybe"})
+        assert r.status_code == 422
+        r = await client.post("/v1/sessions/ok/runs", json={"text": "hi", "agent": "nobody"})
+        assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownAgentError"
+        r = await client.get("/v1/sessions/ok/entries", params={"after": "-1"})
+        assert r.status_code == 422
+    assert _files(tmp_path / "sessions") == []
+
+
+async def test_without_agents_or_temporal_runs_answer_503(tmp_path: Path) -> None:
+    app = create_app(store=FileStore(tmp_path / "s"))
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        r = await client.post("/v1/sessions/a/runs", json={"text": "hi"})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "RunsUnavailableError"
+        assert (await client.post("/v1/sessions", json={"session_id": "a"})).status_code == 201
+        assert (await client.post("/v1/sessions", json={"session_id": "a"})).status_code == 200
+        page = await client.get("/")
+        assert page.status_code == 200 and "<html" in page.text.lower()
