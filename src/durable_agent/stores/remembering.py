@@ -164,7 +164,8 @@ class RememberingStore:
         root is remembered, else from one load. ``[]`` for ``""`` and for a leaf the session
         does not hold. ``confirm``: memory counts only if it belongs to the session the store
         holds now (one read of its record; ``SessionNotFoundError`` if there is none)."""
-        born = await self._born(session_id) if confirm else None
+        # nothing remembered (max_bytes=0): the load below is the confirmation
+        born = await self._born(session_id) if confirm and self.max_bytes else None
         if not leaf_id:
             return []
         with self._lock:
@@ -176,7 +177,7 @@ class RememberingStore:
                 # remembered (or at a parent cycle, which a load walks the same way)
                 if remembered and remembered[0].parent_id is None:
                     return remembered
-        if confirm:  # the record just read labels the load that follows it
+        if born is not None:  # the record just read labels the load that follows it
             return tree_path(await self._load(session_id, born), leaf_id)
         return tree_path(await self.load_entries(session_id), leaf_id)
 
