@@ -38,6 +38,7 @@ from durable_agent.ai import (
     tool_result_message,
     user_message,
 )
+from tests.durable_runs.support import ONE_TOOL_TURN
 
 FAST = RetryPolicy(max_attempts=3, initial_interval=0)
 
@@ -100,22 +101,7 @@ async def test_one_tool_turn_exact_sequence() -> None:
         [Reply.call("echo", {"text": "x"}, id="c1"), Reply(text="done")], tools=(echo,)
     )
     events = await collect(loop.run([user_message("go")]))
-    assert without_updates(events) == [
-        "agent_start",
-        "turn_start",
-        "message_start",
-        "message_end",
-        "tool_execution_start",
-        "tool_execution_end",
-        "message_start",
-        "message_end",
-        "turn_end",
-        "turn_start",
-        "message_start",
-        "message_end",
-        "turn_end",
-        "agent_end",
-    ]
+    assert without_updates(events) == ONE_TOOL_TURN
     start = next(e for e in events if e.type == "tool_execution_start")
     assert (start.tool_call_id, start.tool_name, start.args) == ("c1", "echo", {"text": "x"})
     end = next(e for e in events if e.type == "tool_execution_end")

@@ -57,12 +57,12 @@ from durable_agent.ai import (
     ToolCall,
     assistant_message,
     error_tool_result_message,
-    tool,
     user_message,
 )
 from durable_agent.durable import Agent
 from durable_agent.session import Entry, SessionRecord, Store
 from durable_agent.stores import MemoryStore
+from tests.support.gate_tool import GateTool
 from tests.support.harness import Harness
 
 HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -521,23 +521,18 @@ async def test_async_context_manager_closes(harness: Harness, store: Store) -> N
 
 
 async def test_close_neither_waits_for_nor_cancels_a_run(harness: Harness, store: Store) -> None:
-    started = asyncio.Event()
-    release = asyncio.Event()
-
-    @tool
-    async def gate() -> str:
-        started.set()
-        await release.wait()
-        return "opened"
-
+    gate = GateTool()
     agent = await harness.open(
-        [Reply.call("gate", id="g1"), "after"], store=store, session_id="close-run", tools=[gate]
+        [Reply.call("gate", id="g1"), "after"],
+        store=store,
+        session_id="close-run",
+        tools=[gate.tool],
     )
     stream = await agent.run("go")
-    await started.wait()
+    await gate.started.wait()
     await agent.close()  # returns while the tool is still blocked
     assert agent.closed and agent.running
-    release.set()
+    gate.release.set()
     messages = await stream.wait()
     assert texts(messages) == ["", "opened", "after"]
     assert len(await store.load_entries("close-run")) == 4
@@ -549,20 +544,12 @@ async def test_close_neither_waits_for_nor_cancels_a_run(harness: Harness, store
 
 
 async def test_busy_rule_during_a_run(harness: Harness, store: Store) -> None:
-    started = asyncio.Event()
-    release = asyncio.Event()
-
-    @tool
-    async def gate() -> str:
-        started.set()
-        await release.wait()
-        return "opened"
-
+    gate = GateTool()
     agent = await harness.open(
         ["first", Reply.call("gate", id="g1"), "after", "later"],
         store=store,
         session_id="busy",
-        tools=[gate],
+        tools=[gate.tool],
     )
     await (await agent.run("warm up")).wait()
     first_leaf = agent.leaf_id
@@ -571,7 +558,7 @@ async def test_busy_rule_during_a_run(harness: Harness, store: Store) -> None:
     async for event in events:  # the assistant's receipt comes before the tool starts
         if event.agent is not None and event.agent.type == "tool_execution_start":
             break
-    await started.wait()
+    await gate.started.wait()
     assert agent.running
     with pytest.raises(RunActiveError):
         await agent.run("second")
@@ -586,7 +573,7 @@ async def test_busy_rule_during_a_run(harness: Harness, store: Store) -> None:
     child = await agent.fork("busy-child")
     assert texts(child.messages())[:4] == ["warm up", "first", "go", ""]
     assert len(await store.load_entries("busy-child")) == 4
-    release.set()
+    gate.release.set()
     async for _ in events:
         pass
     assert not agent.running

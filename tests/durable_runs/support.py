@@ -21,6 +21,7 @@ from durable_agent import (
 )
 from durable_agent.ai import (
     Message,
+    Reply,
     TextContent,
     ToolCall,
     assistant_message,
@@ -54,6 +55,12 @@ ONE_TOOL_TURN = [
 async def echo(text: str) -> str:
     """Echo the text."""
     return f"echo: {text}"
+
+
+def echo_turn(text: str = "x") -> list[Reply | str]:
+    """The model's side of ``ONE_TOOL_TURN``: call ``echo`` with ``text`` (ID ``c1``), then answer
+    ``done``."""
+    return [Reply.call("echo", {"text": text}, id="c1"), "done"]
 
 
 def kinds(events: Sequence[Event], *, updates: bool = True) -> list[str]:

@@ -29,6 +29,7 @@ from tests.durable_runs.support import (
     stored_texts,
     texts,
 )
+from tests.support.gate_tool import GateTool
 from tests.support.harness import Harness
 
 # -- cancellation -----------------------------------------------------------------------------
@@ -103,23 +104,16 @@ async def test_cancel_mid_tool_call_drops_the_unfinished_call() -> None:
 
 
 async def test_cancel_while_tools_run(harness: Harness, store: Store) -> None:
-    started = asyncio.Event()
-
-    @tool
-    async def forever() -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
+    forever = GateTool("forever")  # never released
     calls = [ToolCall(id="f1", name="forever"), ToolCall(id="f2", name="forever")]
     agent = await harness.open(
         [Reply(text="working", tool_calls=calls), "unused"],
         store=store,
         session_id="cancel-tools",
-        tools=[forever],
+        tools=[forever.tool],
     )
     stream = await agent.run("go")
-    await started.wait()
+    await forever.started.wait()
     await stream.cancel()
     with pytest.raises(RunCancelledError):
         await stream.wait()
@@ -193,26 +187,18 @@ async def test_cancel_after_completion_changes_nothing(harness: Harness, store: 
 async def test_cancelling_the_waiting_task_does_not_cancel_the_run(
     harness: Harness, store: Store
 ) -> None:
-    started = asyncio.Event()
-    release = asyncio.Event()
-
-    @tool
-    async def gate() -> str:
-        started.set()
-        await release.wait()
-        return "opened"
-
+    gate = GateTool()
     agent = await harness.open(
-        [Reply.call("gate", id="g1"), "after"], store=store, session_id="waiter", tools=[gate]
+        [Reply.call("gate", id="g1"), "after"], store=store, session_id="waiter", tools=[gate.tool]
     )
     stream = await agent.run("go")
     waiter = asyncio.create_task(stream.wait())
-    await started.wait()
+    await gate.started.wait()
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert agent.running
-    release.set()
+    gate.release.set()
     assert texts(await stream.wait()) == ["", "opened", "after"]
     assert stored_texts(await store.load_entries("waiter")) == ["go", "", "opened", "after"]
 
@@ -248,23 +234,16 @@ class GatedCancelResults:
 
 
 async def test_second_cancel_does_not_interrupt_storing_the_cancellation(store: Store) -> None:
-    started = asyncio.Event()
-
-    @tool
-    async def forever() -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
+    forever = GateTool("forever")  # never released
     gated = GatedCancelResults(store)
     agent = await new(
         model(ScriptedModel([Reply.call("forever", id="f1")])),
         store=gated,
         session_id="double-cancel",
-        tools=(forever,),
+        tools=(forever.tool,),
     )
     stream = await agent.run("go")
-    await started.wait()
+    await forever.started.wait()
     ended = gated.ended = asyncio.Event()
     stream.when_done(ended.set)
     reading = asyncio.ensure_future(collect_until_cancelled(stream))

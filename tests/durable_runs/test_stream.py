@@ -22,7 +22,6 @@ from durable_agent.ai import (
     Message,
     Reply,
     ScriptedModel,
-    tool,
 )
 from durable_agent.session import Store
 from durable_agent.session.tree import tree
@@ -32,9 +31,11 @@ from tests.durable_runs.support import (
     collect,
     dangling_session_entries,
     echo,
+    echo_turn,
     kinds,
     texts,
 )
+from tests.support.gate_tool import GateTool
 from tests.support.harness import Harness
 
 # -- receipts and event order -------------------------------------------------------------------
@@ -42,7 +43,7 @@ from tests.support.harness import Harness
 
 async def test_one_tool_turn_stores_chain_with_receipts(harness: Harness, store: Store) -> None:
     agent = await harness.open(
-        [Reply.call("echo", {"text": "x"}, id="c1"), "done"],
+        echo_turn(),
         store=store,
         session_id="one-tool",
         tools=[echo],
@@ -82,7 +83,7 @@ async def test_one_tool_turn_stores_chain_with_receipts(harness: Harness, store:
 
 async def test_full_event_sequence_wraps_inner_events_unchanged() -> None:
     """In-process: updates included, and each stream event wraps the loop's event object."""
-    lm = ScriptedModel([Reply.call("echo", {"text": "x"}, id="c1"), Reply(text="done")])
+    lm = ScriptedModel(echo_turn())
     yielded: list[AgentEvent] = []
 
     class Recording(ModelLoop):
@@ -122,7 +123,7 @@ async def test_full_event_sequence_wraps_inner_events_unchanged() -> None:
 
 async def test_what_a_consumer_saw_is_already_stored(harness: Harness, store: Store) -> None:
     agent = await harness.open(
-        [Reply.call("echo", {"text": "y"}, id="c1"), "done"],
+        echo_turn("y"),
         store=store,
         session_id="saw-stored",
         tools=[echo],
@@ -177,7 +178,7 @@ async def test_wait_returns_receipt_messages_only(harness: Harness, store: Store
 async def test_lifecycle_events_never_appear_in_the_stream() -> None:
     published: list[Event] = []
     agent = await new(
-        model(ScriptedModel([Reply.call("echo", {"text": "z"}, id="c1"), "done"])),
+        model(ScriptedModel(echo_turn("z"))),
         tools=(echo,),
         publisher=published.append,
     )
@@ -193,17 +194,9 @@ async def test_lifecycle_events_never_appear_in_the_stream() -> None:
 async def test_cancelling_the_reading_task_does_not_cancel_the_run(
     harness: Harness, store: Store
 ) -> None:
-    started = asyncio.Event()
-    release = asyncio.Event()
-
-    @tool
-    async def gate() -> str:
-        started.set()
-        await release.wait()
-        return "opened"
-
+    gate = GateTool()
     agent = await harness.open(
-        [Reply.call("gate", id="g1"), "after"], store=store, session_id="reader", tools=[gate]
+        [Reply.call("gate", id="g1"), "after"], store=store, session_id="reader", tools=[gate.tool]
     )
     stream = await agent.run("go")
 
@@ -212,12 +205,12 @@ async def test_cancelling_the_reading_task_does_not_cancel_the_run(
             pass
 
     reader = asyncio.create_task(read())
-    await started.wait()
+    await gate.started.wait()
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader
     assert agent.running
-    release.set()
+    gate.release.set()
     assert texts(await stream.wait()) == ["", "opened", "after"]
     assert len(await store.load_entries("reader")) == 4
 
@@ -226,7 +219,7 @@ async def test_breaking_out_of_events_does_not_stop_persistence(
     harness: Harness, store: Store
 ) -> None:
     agent = await harness.open(
-        [Reply.call("echo", {"text": "x"}, id="c1"), "done"],
+        echo_turn(),
         store=store,
         session_id="break",
         tools=[echo],
@@ -240,7 +233,7 @@ async def test_breaking_out_of_events_does_not_stop_persistence(
 
 async def test_unread_stream_still_persists(harness: Harness, store: Store) -> None:
     agent = await harness.open(
-        [Reply.call("echo", {"text": "x"}, id="c1"), "done"],
+        echo_turn(),
         store=store,
         session_id="unread",
         tools=[echo],

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from durable_agent import AgentError, Reply, ScriptedModel, new, text, tool
+from durable_agent import AgentError, Reply, ScriptedModel, new, text
 from durable_agent.activities.contracts import EventsAnswer, RunInput
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import MemoryStore
@@ -25,6 +25,8 @@ from durable_agent.workflows import (
     run_workflow_id,
 )
 from durable_agent.workflows.executor import run_input_item
+from tests.durable_runs.support import ONE_TOOL_TURN
+from tests.support.gate_tool import GateTool
 from tests.support.temporal import FAST, running_worker, temporal_binary
 from tests.temporal.helpers import (
     RUN_TIMEOUT,
@@ -43,26 +45,14 @@ from tests.temporal.helpers import (
 pytestmark = pytest.mark.temporal
 
 
-def gated_tool(gate: asyncio.Event, started: asyncio.Event | None = None):  # type: ignore[no-untyped-def]
-    @tool
-    async def slow(n: int) -> str:
-        """Waits for the test to open the gate."""
-        if started is not None:
-            started.set()
-        await gate.wait()
-        return f"slow {n}"
-
-    return slow
-
-
 async def test_state_and_events_queries_during_a_run(temporal_client: Client) -> None:
-    gate = asyncio.Event()
-    lm = ScriptedModel([Reply.call("slow", {"n": 1}, id="call-1"), "done"])
+    gate = GateTool()
+    lm = ScriptedModel([Reply.call("gate", id="call-1"), "done"])
     store, q = MemoryStore(), queue()
     async with running_worker(
         temporal_client,
         store,
-        {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])},
+        {"gated": AgentSpec(model=lm, tools=[gate.tool])},
         task_queue=q,
     ):
         agent = await new(
@@ -84,7 +74,7 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         assert state.session_id == agent.session_id and state.run_id == rid
         assert state.leaf_id == stored[-1].id
         assert state.turn_count == 1
-        assert [(c.id, c.name) for c in state.pending_tool_calls] == [("call-1", "slow")]
+        assert [(c.id, c.name) for c in state.pending_tool_calls] == [("call-1", "gate")]
         assert state.new_entry_ids == [e.id for e in stored]
         assistant_usage = messages_of(stored)[1].usage
         assert assistant_usage is not None and state.usage == assistant_usage
@@ -93,15 +83,10 @@ async def test_state_and_events_queries_during_a_run(temporal_client: Client) ->
         early = await handle.query("events", 0, result_type=EventsAnswer)
         early_positions = [e.position for e in early.events]
         assert early_positions == list(range(1, early.last_position + 1))
-        assert [e.agent.type for e in early.events if e.agent] == [
-            "agent_start",
-            "turn_start",
-            "message_start",
-            "message_end",
-            "tool_execution_start",
-        ]
+        # up to the gated tool's start
+        assert [e.agent.type for e in early.events if e.agent] == ONE_TOOL_TURN[:5]
 
-        gate.set()
+        gate.release.set()
         outcome = await asyncio.wait_for(seen, 30)
         assert outcome.error is None, repr(outcome.error)
 
@@ -210,14 +195,14 @@ async def test_search_attribute_lists_a_sessions_runs(
 
 
 async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> None:
-    gate = asyncio.Event()
-    lm = ScriptedModel([Reply.call("slow", {"n": 1}, id="c1"), "done"])
+    gate = GateTool()
+    lm = ScriptedModel([Reply.call("gate", id="c1"), "done"])
     store, q = MemoryStore(), queue()
     session = sid("attach")
     async with running_worker(
         temporal_client,
         store,
-        {"gated": AgentSpec(model=lm, tools=[gated_tool(gate)])},
+        {"gated": AgentSpec(model=lm, tools=[gate.tool])},
         task_queue=q,
     ):
         a = await new(
@@ -231,7 +216,7 @@ async def test_same_run_id_attaches_to_the_same_run(temporal_client: Client) -> 
         await wait_state(temporal_client, session, rid, lambda s: s.status == "running_tools")
         # a repeated start (same run ID) does not start a second run: it follows the first
         second = asyncio.create_task(consume(await b.run("ignored", run_id=rid)))
-        gate.set()
+        gate.release.set()
         one, two = await asyncio.wait_for(asyncio.gather(first, second), 30)
         # and again after the run completed
         three = await consume(await a.run("ignored again", run_id=rid))
@@ -366,7 +351,7 @@ async def test_options_the_temporal_executor_refuses(temporal_client: Client) ->
     with pytest.raises(ValueError):
         await new("a", store=MemoryStore(), executor=ex, publisher=print)
     with pytest.raises(TypeError):
-        await new("a", store=MemoryStore(), executor=ex, tools=(gated_tool(asyncio.Event()),))
+        await new("a", store=MemoryStore(), executor=ex, tools=(GateTool().tool,))
     with pytest.raises(TypeError):
         await new(lambda options: None, store=MemoryStore(), executor=ex)  # type: ignore[arg-type,return-value]
 

@@ -1,4 +1,4 @@
-"""FileStore under failing writes and hand-damaged files (issues 11.3, 16.8).
+"""FileStore under failing writes and hand-damaged files (docs/design.md#file-store).
 
 Faults are injected into the real store's write path (``os.write``, ``os.fsync``), and files are
 damaged by writing bytes directly, as a disk fault or an operator's editor would leave them.
@@ -9,35 +9,18 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from durable_agent.ai import Message, TextContent
 from durable_agent.session import (
     CorruptSessionError,
-    Entry,
-    MessageEntry,
     StoreUnavailableError,
-    encode_entry,
 )
 from durable_agent.stores import FileStore
+from tests.filestore.helpers import add_bytes, line, msg, one_entry
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 DEEP = 100_000
-
-
-def msg(entry_id: str, text: str | None = None) -> Entry:
-    return MessageEntry(
-        id=entry_id,
-        created_at=T0,
-        message=Message(role="user", content=[TextContent(text=text or f"text of {entry_id}")]),
-    )
-
-
-def line(entry: Entry) -> bytes:
-    return encode_entry(entry).encode() + b"\n"
 
 
 @pytest.fixture(params=[True, False], ids=["fsync", "no-fsync"])
@@ -45,18 +28,7 @@ def fs(request: pytest.FixtureRequest, tmp_path: Path) -> FileStore:
     return FileStore(tmp_path / "sessions", fsync=request.param)
 
 
-async def one_entry(fs: FileStore, session_id: str = "s1") -> Path:
-    await fs.create_session(session_id)
-    await fs.append_entries(session_id, [msg("e1")])
-    return fs.root / f"{session_id}.jsonl"
-
-
-def add_bytes(path: Path, data: bytes) -> None:
-    with open(path, "ab") as f:
-        f.write(data)
-
-
-# -- a write that fails partway (issue 11.3) -----------------------------------------------------
+# -- a write that fails partway ------------------------------------------------------------------
 
 
 def short_then_enospc(real: Callable[[int, object], int], cut: int) -> Callable[[int, bytes], int]:
@@ -131,7 +103,7 @@ async def test_failed_fsync_cuts_the_batch_back(
     assert synced_sizes == [len(before) + len(line(msg("e2"))) + len(line(msg("e3"))), len(before)]
 
 
-# -- hand-damaged files (issue 16.8) -------------------------------------------------------------
+# -- hand-damaged files --------------------------------------------------------------------------
 
 
 def deep_line(entry_id: str, depth: int = DEEP) -> bytes:

@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from durable_agent.ai import Message, TextContent
-from durable_agent.session import CorruptSessionError, Entry, MessageEntry, encode_entry
+from durable_agent.session import CorruptSessionError, Entry
 from durable_agent.stores import FileStore
-
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-def msg(entry_id: str, text: str | None = None) -> Entry:
-    return MessageEntry(
-        id=entry_id,
-        created_at=T0,
-        message=Message(
-            role="user", content=[TextContent(text=text or f"text of {entry_id}")], timestamp=T0
-        ),
-    )
-
-
-def line(entry: Entry) -> bytes:
-    return encode_entry(entry).encode() + b"\n"
+from tests.filestore.helpers import add_bytes, line, msg
 
 
 def numbered(pairs: list[tuple[int, Entry]]) -> list[tuple[int, str]]:
     return [(seq, e.id) for seq, e in pairs]
-
-
-def add_bytes(path: Path, data: bytes) -> None:
-    with open(path, "ab") as f:
-        f.write(data)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""SPEC §2.2: processes on one host share a FileStore root through per-file locks.
+"""Processes on one host share a FileStore root through per-file locks (docs/design.md#file-store).
 
 Two OS processes append to one session at the same time; the load must hold every entry exactly
 once, each writer's entries in the order it wrote them.

@@ -1,0 +1,125 @@
+"""Reading a session after a sequence number (docs/design.md#store-contract): every store's
+``load_entries_after``, run against each kind in STORE_KINDS."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from durable_agent.session import (
+    Entry,
+    InvalidSessionIdError,
+    RetentionStore,
+    SeqStore,
+    SessionNotFoundError,
+    Store,
+)
+from tests.support.conformance import fresh, msg, wires
+
+# -- reading after a sequence number (docs/design.md#store-contract) ------------------------------
+
+
+def seq_store(store: Store) -> SeqStore:
+    assert isinstance(store, SeqStore), f"{type(store).__name__} has no load_entries_after"
+    return store
+
+
+def numbered(pairs: Sequence[tuple[int, Entry]]) -> list[tuple[int, str]]:
+    return [(seq, e.id) for seq, e in pairs]
+
+
+async def test_after_every_position_is_what_follows_in_append_order(store: Store) -> None:
+    """Seqs are 1-based positions in the order ``load_entries`` returns; after N is exactly
+    what follows N, decoded as a load decodes it; past the end, nothing."""
+    s = seq_store(store)
+    await fresh(store)
+    batches = [["a", "b", "c"], ["d"], ["e", "f"], ["b", "g"]]  # the repeated b is skipped
+    for batch in batches:
+        await store.append_entries("s1", [msg(i) for i in batch])
+    every = ["a", "b", "c", "d", "e", "f", "g"]
+    loaded = await store.load_entries("s1")
+    assert wires([e for _, e in await s.load_entries_after("s1", 0)]) == wires(loaded)
+    for after in range(len(every) + 3):
+        expected = list(enumerate(every, 1))[after:]
+        assert numbered(await s.load_entries_after("s1", after)) == expected, after
+
+
+async def test_a_follower_reads_each_entry_once_as_the_log_grows(store: Store) -> None:
+    """Reading after the last seq seen, appends in between: every entry once, in order, with
+    nothing new reading as ``[]`` (what a run stream's follower does)."""
+    s = seq_store(store)
+    await fresh(store)
+    seen: list[tuple[int, str]] = []
+    after = 0
+    for k in range(6):
+        assert await s.load_entries_after("s1", after) == []
+        await store.append_entries("s1", [msg(f"e{k}-{i}") for i in range(k % 3 + 1)])
+        got = numbered(await s.load_entries_after("s1", after))
+        assert got and got[0][0] == after + 1
+        seen += got
+        after = got[-1][0]
+    ids = [e.id for e in await store.load_entries("s1")]
+    assert seen == list(enumerate(ids, 1))
+    # a second follower from the start, and one from the middle, see the same seqs
+    assert numbered(await s.load_entries_after("s1", 0)) == seen
+    assert numbered(await s.load_entries_after("s1", 4)) == seen[4:]
+
+
+async def test_after_unknown_session_and_bad_cursor(store: Store) -> None:
+    s = seq_store(store)
+    with pytest.raises(SessionNotFoundError):
+        await s.load_entries_after("nope", 0)
+    await fresh(store, "empty")
+    assert await s.load_entries_after("empty", 0) == []
+    assert await s.load_entries_after("empty", 5) == []
+    for bad in (-1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="after"):
+            await s.load_entries_after("empty", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSessionIdError):
+        await s.load_entries_after("../x", 0)
+
+
+async def test_after_a_delete_the_seqs_start_over(store: Store) -> None:
+    """Deleted means deleted: a session created again under the same ID reads from seq 1, with
+    none of the old entries, whatever a follower read before."""
+    s = seq_store(store)
+    assert isinstance(store, RetentionStore)
+    await fresh(store)
+    await store.append_entries("s1", [msg("old-1"), msg("old-2"), msg("old-3")])
+    assert len(await s.load_entries_after("s1", 0)) == 3
+    await store.delete_session("s1")
+    with pytest.raises(SessionNotFoundError):
+        await s.load_entries_after("s1", 0)
+    await fresh(store)
+    await store.append_entries("s1", [msg("new-1")])
+    assert numbered(await s.load_entries_after("s1", 0)) == [(1, "new-1")]
+    assert await s.load_entries_after("s1", 1) == []
+    await store.append_entries("s1", [msg("new-2"), msg("new-3"), msg("new-4")])
+    assert numbered(await s.load_entries_after("s1", 3)) == [(4, "new-4")]
+
+
+async def test_reads_after_race_appends_without_a_hole(store: Store) -> None:
+    """Followers reading while writers append: each sees every entry once, in seq order."""
+    s = seq_store(store)
+    await fresh(store)
+
+    async def writer(w: int) -> None:
+        for i in range(8):
+            await store.append_entries("s1", [msg(f"w{w}-{i}")])
+
+    async def follower() -> list[tuple[int, str]]:
+        seen: list[tuple[int, str]] = []
+        while len(seen) < 32:
+            got = numbered(await s.load_entries_after("s1", seen[-1][0] if seen else 0))
+            seen += got
+            await asyncio.sleep(0)
+        return seen
+
+    readers = [asyncio.create_task(follower()) for _ in range(3)]
+    await asyncio.gather(*(writer(w) for w in range(4)))
+    results = await asyncio.wait_for(asyncio.gather(*readers), 30)
+    ids = [e.id for e in await store.load_entries("s1")]
+    for seen in results:
+        assert seen == list(enumerate(ids, 1))
