@@ -41,7 +41,11 @@ def _script() -> list[Reply]:
         ToolCall(id="call-1", name="send_email", arguments={"to": "bob@example.com"}),
         ToolCall(id="call-2", name="send_email", arguments={"to": "board@example.com"}),
     ]
-    return [Reply(tool_calls=calls), Reply(text="Sent one, the other was refused.")]
+    return [
+        Reply(tool_calls=calls),
+        Reply(text="Sent one, the other was refused."),
+        Reply(text="Told you so."),
+    ]
 
 
 def _spec() -> AgentSpec:
@@ -80,6 +84,10 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
         )
         assert sent.status_code == 202, sent.text
         assert sent.json()["message_id"] and sent.json()["run_id"] == run_id
+        follow = {"text": "Then tell me.", "on_busy": "at_end"}
+        queued = await decider.post(f"/v1/sessions/{SID}/runs", json=follow, headers=ACME)
+        assert queued.status_code == 202, queued.text
+        assert queued.json()["run_id"] == run_id and queued.json()["message_id"]
 
         refused = await decider.post(
             f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=BOLT
@@ -117,11 +125,13 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
     ]
     messages = [e.message for e in stored if isinstance(e, MessageEntry)]
     said = [(m.role, m.text()) for m in messages]
-    assert said[-4:] == [
+    assert said[-6:] == [
         ("tool_result", "sent to bob@example.com"),
         ("tool_result", "tool call denied: not before the audit"),
         ("user", "Also cc Carol."),
         ("assistant", "Sent one, the other was refused."),
+        ("user", "Then tell me."),
+        ("assistant", "Told you so."),
     ]
     late = await decider.post(f"/v1/sessions/{SID}/messages", json={"text": "hi"}, headers=ACME)
     assert late.status_code == 409
@@ -166,3 +176,51 @@ async def test_approve_deny_and_a_message_through_another_server(
         httpx.AsyncClient(base_url=url_b) as b,
     ):
         await _scenario(a, b, store)
+
+
+async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path) -> None:
+    """The run stops waiting (``approval_wait``) and ends; the decisions wait in the store, and
+    the one that settles the turn starts the run that carries the calls out."""
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted(_script()), tools=[send_email], approval_wait=0.05)
+    app = create_app(store=store, agents={"mail": spec}, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": SID}, headers=ACME)
+        async with stream(client, SID, after=0, **ACME) as reader:
+            started = await client.post(
+                f"/v1/sessions/{SID}/runs", json={"text": "Mail them"}, headers=ACME
+            )
+            first = started.json()["run_id"]
+            await reader.until(ended(first))
+            assert (await client.get(f"/v1/sessions/{SID}/runs", headers=ACME)).json() == {
+                "active": []
+            }
+            one = await client.post(
+                f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=ACME
+            )
+            assert one.status_code == 200, one.text
+            assert (await client.get(f"/v1/sessions/{SID}/runs", headers=ACME)).json() == {
+                "active": []
+            }, "one call still waits: nothing runs"
+            two = await client.post(
+                f"/v1/sessions/{SID}/approvals/call-2", json={"approved": False}, headers=ACME
+            )
+            assert two.status_code == 200, two.text
+
+            def runs(r: Reader) -> set[str]:
+                return {f.data["run_id"] for f in r.frames if f.event == "run"} - {first}
+
+            # the decision that settled the turn started a run
+            await reader.until(runs)
+            (second,) = runs(reader)
+            await reader.until(ended(second))
+        said = [
+            (e.message.role, e.message.text())
+            for e in await store.load_entries(SID)
+            if isinstance(e, MessageEntry)
+        ]
+        assert said[-3:] == [
+            ("tool_result", "sent to bob@example.com"),
+            ("tool_result", "tool call denied"),
+            ("assistant", "Sent one, the other was refused."),
+        ]
