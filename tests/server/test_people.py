@@ -52,6 +52,12 @@ def _spec() -> AgentSpec:
     return AgentSpec(model=scripted(_script()), tools=[send_email])
 
 
+def _status(reader: Reader, run_id: str) -> str:
+    said = [f.data for f in reader.frames if f.event == "run"]
+    mine = [d["status"] for d in said if d["run_id"] == run_id]
+    return mine[-1] if mine else ""
+
+
 def _requests(reader: Reader) -> list[dict[str, Any]]:
     return [e for _, e in reader.entries() if e.get("kind") == "approval_request"]
 
@@ -68,6 +74,7 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
         await reader.until(lambda r: len(_requests(r)) == 2, within=60)
+        await reader.until(lambda r: _status(r, run_id) == "awaiting_approval")
 
         listed = await decider.get(f"/v1/sessions/{SID}/approvals", headers=ACME)
         pending = listed.json()["pending"]
@@ -115,6 +122,10 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
         )
         assert denied.status_code == 200, denied.text
         await reader.until(ended(run_id), within=60)
+        total = len(await store.load_entries(SID))
+        await reader.until(lambda r: r.last_seq() == total)
+        statuses = [f.data["status"] for f in reader.frames if f.event == "run"]
+        assert statuses[-3:] == ["awaiting_approval", "started", "completed"], statuses
 
     stored = await store.load_entries(SID)
     assert [e for _, e in reader.entries()] == [entry_to_wire(e) for e in stored]
