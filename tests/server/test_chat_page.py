@@ -200,6 +200,9 @@ async def test_the_chat_page_asks_people(
             lambda: _count(prompts, 2), within=60, interval=0.1, what="two approval prompts"
         )
         assert "send_email" in (await prompts.first.inner_text())
+        await eventually(
+            lambda: _says(page, "waiting for your decision"), within=10, what="the status"
+        )
         await prompts.first.locator("button", has_text="approve").click()
         await eventually(
             lambda: _count(prompts, 1), within=30, interval=0.1, what="one prompt left"
@@ -249,3 +252,7 @@ async def _count(locator: Any, n: int) -> bool:
 
 async def _shows(page: Any, text: str) -> bool:
     return any(text in t for t in await _assistant_texts(page))
+
+
+async def _says(page: Any, status: str) -> bool:
+    return bool(await page.inner_text("#status") == status)

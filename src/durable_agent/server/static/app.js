@@ -108,7 +108,8 @@ function render() {
   }
   const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
-  $("status").textContent = busy ? "working…" : "";
+  const asks = [...state.runs.values()].includes("awaiting_approval");
+  $("status").textContent = asks ? "waiting for your decision" : busy ? "working…" : "";
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = chat.scrollHeight;
 }
