@@ -1,9 +1,11 @@
 """The chat page in a real browser (Playwright driving the system Chromium, no download) against
 a real server, Temporal and worker processes: live tokens, reload mid-reply, a worker SIGKILLed
-mid-reply and its replacement finishing, branches, fork. Screenshots are saved on failure."""
+mid-reply and its replacement finishing, branches, fork; approval prompts and a message sent
+while a tool runs. Screenshots are saved on failure."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import uuid
@@ -14,10 +16,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from durable_agent import ApprovalDecision, MessageEntry, ScriptedModel
+from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
 from tests.server.support import serving
 from tests.support.polling import eventually
+from tests.support.temporal import FAST, running_worker
 from tests.temporal.conftest import WorkerProcesses
 
 pytestmark = pytest.mark.temporal
@@ -133,3 +139,120 @@ async def test_the_chat_page(
 
 async def _changed(page: Any, source: str) -> bool:
     return (await page.inner_text("#title")) not in (source, "No session")
+
+
+KEYS = {"key-acme": {"principal": "ann", "prefix": "acme:"}}
+GATES: dict[str, asyncio.Event] = {}
+"""The test's: ``looking`` is set while the ``lookup`` tool runs, which returns once ``release``
+is set."""
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+@tool
+async def lookup(name: str) -> str:
+    """Look a name up: runs until the test lets it finish."""
+    GATES["looking"].set()
+    await GATES["release"].wait()
+    return f"{name}: found"
+
+
+def _mail_script() -> list[Reply]:
+    calls = [
+        ToolCall(id="call-1", name="send_email", arguments={"to": "bob@example.com"}),
+        ToolCall(id="call-2", name="send_email", arguments={"to": "board@example.com"}),
+    ]
+    return [
+        Reply(tool_calls=calls),
+        Reply.call("lookup", {"name": "Carol"}, id="call-3"),
+        Reply(text="All done."),
+    ]
+
+
+async def test_the_chat_page_asks_people(
+    temporal_client: Client, tmp_path: Path, browser_page: Any
+) -> None:
+    """Approval prompts (approve one call, deny another with a reason) and a message sent while
+    a tool runs, on Temporal: what the page shows and what the store holds."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    GATES.update(looking=asyncio.Event(), release=asyncio.Event())
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    spec = AgentSpec(model=ScriptedModel(_mail_script()), tools=[send_email, lookup])
+    app = create_app(
+        store=store, temporal=temporal_client, task_queue=queue, agents=["mail"], keys=KEYS
+    )
+    app.state.server.runs.executor.timeouts = FAST
+    async with (
+        running_worker(temporal_client, store, {"mail": spec}, task_queue=queue),
+        serving(app) as url,
+    ):
+        await page.goto(url + "/")
+        await page.fill("#key", "key-acme")
+        await page.dispatch_event("#key", "change")
+        await page.fill("#text", "Mail them, then look Carol up.")
+        await page.click("#send")
+        prompts = page.locator(".approval")
+        await eventually(
+            lambda: _count(prompts, 2), within=60, interval=0.1, what="two approval prompts"
+        )
+        assert "send_email" in (await prompts.first.inner_text())
+        await eventually(
+            lambda: _says(page, "waiting for your decision"), within=10, what="the status"
+        )
+        await prompts.first.locator("button", has_text="approve").click()
+        await eventually(
+            lambda: _count(prompts, 1), within=30, interval=0.1, what="one prompt left"
+        )
+        await prompts.first.locator("input.reason").fill("not before the audit")
+        await prompts.first.locator("button", has_text="deny").click()
+        await eventually(lambda: _count(prompts, 0), within=30, interval=0.1, what="no prompt")
+        decided = await page.locator(".decision").all_inner_texts()
+        assert len(decided) == 2 and "approved by ann" in decided[0], decided
+        assert "denied by ann: not before the audit" in decided[1], decided
+        # a message while the lookup runs: queued on the page, delivered after its result
+        await asyncio.wait_for(GATES["looking"].wait(), 60)
+        await page.fill("#text", "Also cc Carol.")
+        await page.click("#send")
+        await eventually(
+            lambda: _count(page.locator(".msg.queued"), 1), within=10, interval=0.1, what="queued"
+        )
+        GATES["release"].set()
+        await eventually(
+            lambda: _shows(page, "All done."), within=60, interval=0.2, what="the final reply"
+        )
+        assert await page.locator(".msg.queued").count() == 0
+        users = await page.locator(".msg.user").all_inner_texts()
+        assert any("Also cc Carol." in u for u in users), users
+        sid = (await page.inner_text("#title")).strip()
+    assert sid.startswith("acme:")
+    stored = await store.load_entries(sid)
+    decisions = [e for e in stored if isinstance(e, ApprovalDecision)]
+    assert [(d.tool_call_id, d.approved, d.reason, d.decided_by) for d in decisions] == [
+        ("call-1", True, None, "ann"),
+        ("call-2", False, "not before the audit", "ann"),
+    ]
+    said = [(e.message.role, e.message.text()) for e in stored if isinstance(e, MessageEntry)]
+    assert said[-6:] == [
+        ("tool_result", "sent to bob@example.com"),
+        ("tool_result", "tool call denied: not before the audit"),
+        ("assistant", ""),
+        ("tool_result", "Carol: found"),
+        ("user", "Also cc Carol."),
+        ("assistant", "All done."),
+    ]
+
+
+async def _count(locator: Any, n: int) -> bool:
+    return bool(await locator.count() == n)
+
+
+async def _shows(page: Any, text: str) -> bool:
+    return any(text in t for t in await _assistant_texts(page))
+
+
+async def _says(page: Any, status: str) -> bool:
+    return bool(await page.inner_text("#status") == status)

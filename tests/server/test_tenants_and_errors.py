@@ -32,6 +32,9 @@ ROUTES = [
     ("POST", "/v1/sessions/{id}/branch", {"entry_id": ""}),
     ("POST", "/v1/sessions/{id}/fork", {}),
     ("GET", "/v1/sessions/{id}/stream", None),
+    ("POST", "/v1/sessions/{id}/messages", {"text": "hi"}),
+    ("GET", "/v1/sessions/{id}/approvals", None),
+    ("POST", "/v1/sessions/{id}/approvals/c1", {"approved": True}),
 ]
 
 

@@ -25,9 +25,12 @@ from temporalio.service import RPCError
 
 from ..activities.spec import AgentSpec
 from ..durable.errors import (
+    ApprovalNotPendingError,
+    ApprovalPendingError,
     EntryNotFoundError,
     PayloadTooLargeError,
     RunActiveError,
+    RunNotAcceptingError,
     UnknownAgentError,
 )
 from ..durable.limits import PAYLOAD_LIMIT
@@ -41,7 +44,8 @@ from ..session.errors import (
 )
 from ..session.store import Store
 from .hub import Hubs
-from .runs import LocalRuns, RunNotFoundError, Runs, RunsUnavailableError, TemporalRuns
+from .local_runs import LocalRuns
+from .runs import RunNotFoundError, Runs, RunsUnavailableError, TemporalRuns
 from .sse import KEEPALIVE
 from .tenants import Tenants, load_keys
 
@@ -57,6 +61,9 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (EntryNotFoundError, 404),
     (RunNotFoundError, 404),
     (RunActiveError, 409),
+    (RunNotAcceptingError, 409),
+    (ApprovalPendingError, 409),
+    (ApprovalNotPendingError, 409),
     (SessionExistsError, 409),
     (EntryConflictError, 409),
     (PayloadTooLargeError, 413),
@@ -145,7 +152,7 @@ def _handlers(app: FastAPI) -> None:
     async def library(request: Request, exc: Exception) -> JSONResponse:
         for kind, status in STATUS:
             if isinstance(exc, kind):
-                extra = {"run_id": exc.run_id} if hasattr(exc, "run_id") else {}
+                extra = {k: getattr(exc, k) for k in ("run_id", "decision_id") if hasattr(exc, k)}
                 return error(status, type(exc).__name__, str(exc), **extra)
         return error(503, "TemporalUnavailableError", "Temporal did not answer")
 
@@ -171,6 +178,7 @@ def create_app(
     503. ``keys``: a mapping or a JSON file of API keys (``DURABLE_AGENT_KEYS`` if ``None``).
     """
     from .agui import router as agui_router
+    from .routes_people import router as people_router
     from .routes_runs import router as runs_router
     from .routes_sessions import router as sessions_router
 
@@ -198,6 +206,7 @@ def create_app(
     _handlers(app)
     app.include_router(sessions_router)
     app.include_router(runs_router)
+    app.include_router(people_router)
     app.include_router(agui_router)
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     app.add_middleware(BodyLimit, limit=server.body_limit)

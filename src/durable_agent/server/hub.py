@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..durable.follow import SessionFollower, entries_after
+from ..session.approvals import ApprovalRequest
 from ..session.codec import entry_to_wire
 from ..session.deltas import LiveStore
-from ..session.entries import Entry
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.store import Store
 from .runs import REMEMBERED, Runs, Status, TemporalRuns
@@ -253,11 +254,22 @@ class SessionHub:
                     break
             self.leaf = entry.id
             self._send(entry_frame(seq, entry))
+            self._waits(entry)
         for watch in self.watches.values():
             watch.moved()
         if not self.active and self.hubs.runs is not None and not self.hubs.runs.local:
             # entries with no run known: a run another replica started (visibility lags)
             self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
+
+    def _waits(self, entry: Entry) -> None:
+        """A run's wait for people, told from its stored entries (a run on Temporal is never
+        queried for it): its requests start the wait, a tool result or a reply ends it."""
+        if isinstance(entry, ApprovalRequest) and entry.run_id in self.active:
+            self.status(entry.run_id, "awaiting_approval", watch=False)
+        elif isinstance(entry, MessageEntry) and entry.message.role != "user":
+            for run_id, status in list(self.active.items()):
+                if status == "awaiting_approval":
+                    self.status(run_id, "started", watch=False)
 
 
 class Hubs:

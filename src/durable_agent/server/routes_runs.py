@@ -8,17 +8,18 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, model_validator
 from sse_starlette import EventSourceResponse
 
+from ..durable.inbox import When
 from ..durable.inputs import text
 from ..durable.limits import check_payload
 from ..session.codec import encode_entry, wire_to_entry
-from ..session.entries import Entry
+from ..session.entries import Entry, MessageEntry
 from ..session.store import RetentionStore
 from .app import Server
 from .deps import Caller, ServerDep, runs
-from .runs import OnBusy
+from .runs import OnBusy, Runs
 from .sse import session_stream
 
-__all__ = ["router"]
+__all__ = ["existing", "router"]
 
 router = APIRouter(prefix="/v1")
 
@@ -53,13 +54,24 @@ async def start_run(
     entries = body.entries()
     for entry in entries:
         check_payload(encode_entry(entry), "input entry")
-    run_id = await runs(srv).start(
+    started = runs(srv)
+    if body.on_busy in ("next_turn", "at_end") and await started.active(sid):
+        return await _deliver(started, sid, entries, body.on_busy)
+    run_id = await started.start(
         sid, entries, leaf_id=body.leaf_id, agent=body.agent, on_busy=body.on_busy
     )
     return {"run_id": run_id}
 
 
-async def _existing(srv: Server, session_id: str) -> str:
+async def _deliver(into: Runs, session_id: str, entries: list[Entry], when: When) -> dict[str, str]:
+    """``on_busy`` ``next_turn``/``at_end`` with a run going: the input is a message into it."""
+    if len(entries) != 1 or not isinstance(entries[0], MessageEntry):
+        raise ValueError("a message into the running run is one message: give text")
+    run_id, message_id = await into.send(session_id, entries[0], when)
+    return {"run_id": run_id, "message_id": message_id}
+
+
+async def existing(srv: Server, session_id: str) -> str:
     """``session_id`` if the store has it (else 404, before anything else is asked)."""
     store = srv.store
     if isinstance(store, RetentionStore):
@@ -73,7 +85,7 @@ async def _existing(srv: Server, session_id: str) -> str:
 async def cancel_run(
     session_id: str, run_id: str, srv: ServerDep, tenant: Caller
 ) -> dict[str, str]:
-    await runs(srv).cancel(await _existing(srv, tenant.session(session_id)), run_id)
+    await runs(srv).cancel(await existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id}
 
 
@@ -81,13 +93,13 @@ async def cancel_run(
 async def run_status(
     session_id: str, run_id: str, srv: ServerDep, tenant: Caller
 ) -> dict[str, str]:
-    status = await runs(srv).status(await _existing(srv, tenant.session(session_id)), run_id)
+    status = await runs(srv).status(await existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id, "status": status}
 
 
 @router.get("/sessions/{session_id}/runs")
 async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, list[str]]:
-    sid = await _existing(srv, tenant.session(session_id))
+    sid = await existing(srv, tenant.session(session_id))
     return {"active": await runs(srv).active(sid)}
 
 
@@ -104,5 +116,5 @@ async def stream(
         if not last_event_id.isdigit():
             raise ValueError("Last-Event-ID is the seq of the last entry seen (an integer)")
         after = int(last_event_id)
-    await _existing(srv, sid)  # 404 before any byte
+    await existing(srv, sid)  # 404 before any byte
     return session_stream(srv.hubs, sid, after, srv.keepalive)

@@ -17,34 +17,50 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from ..activities.contracts import RunState
-from ..activities.spec import AgentSpec
-from ..agent.loop import model
 from ..durable.agent import Agent, new
-from ..durable.errors import AgentError, RunActiveError, RunCancelledError, UnknownAgentError
+from ..durable.errors import (
+    AgentError,
+    RunActiveError,
+    RunNotAcceptingError,
+    UnknownAgentError,
+)
+from ..durable.inbox import When
 from ..durable.stream import RunStream
-from ..session.entries import Entry
+from ..session.approvals import ApprovalDecision, awaiting_turn
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
-from ..workflows.executor import TemporalExecutor, run_workflow_id
+from ..session.tree import path
+from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 
 __all__ = [
     "REMEMBERED",
-    "LocalRuns",
     "OnBusy",
     "RunListener",
     "RunNotFoundError",
     "Runs",
     "RunsUnavailableError",
+    "Status",
     "TemporalRuns",
+    "continue_settled",
+    "no_run_accepts",
+    "open_at",
+    "pick_agent",
+    "refuse_busy",
     "run_active",
 ]
 
@@ -110,8 +126,49 @@ class Runs(Protocol):
 
     async def status(self, session_id: str, run_id: str) -> Status: ...
 
+    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+        """Hand ``entry`` to the session's running run: ``(run_id, message_id)`` once a run
+        accepted it, else :class:`RunNotAcceptingError`."""
+        ...
 
-def _pick(names: Sequence[str], agent: str | None) -> str:
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
+        """Decide a pending call of the session; the stored decision entry."""
+        ...
+
+
+def no_run_accepts(session_id: str) -> RunNotAcceptingError:
+    return RunNotAcceptingError(
+        f"no run of session {session_id!r} takes a message now: start a run with it"
+    )
+
+
+async def decide_with(handle: Agent, decision: ApprovalDecision) -> Entry:
+    return await handle.decide(
+        decision.tool_call_id,
+        decision.approved,
+        reason=decision.reason,
+        args=decision.args,
+        decided_by=decision.decided_by,
+    )
+
+
+async def continue_settled(runs: Runs, store: Store, session_id: str) -> str | None:
+    """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
+    every call of the waiting turn is decided and nothing runs, start the run that carries the
+    calls out, as ``durable-agent approve`` does; its ID, else ``None``. With several agents
+    the server cannot tell which one asked, and leaves it to the next run."""
+    if await runs.active(session_id):
+        return None
+    entries = await store.load_entries(session_id)
+    turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
+    if turn is None or turn.undecided():
+        return None
+    with contextlib.suppress(UnknownAgentError, RunActiveError):
+        return await runs.start(session_id, [], leaf_id=None, agent=None, on_busy="reject")
+    return None
+
+
+def pick_agent(names: Sequence[str], agent: str | None) -> str:
     if agent is None:
         if len(names) == 1:
             return names[0]
@@ -128,117 +185,17 @@ async def _create(store: Store, session_id: str) -> None:
         await store.create_session(session_id)
 
 
-async def _open(agent: Agent, leaf_id: str | None) -> Agent:
+async def open_at(agent: Agent, leaf_id: str | None) -> Agent:
     if leaf_id is not None and leaf_id != agent.leaf_id:
         await agent.branch(leaf_id)
     return agent
 
 
-def _refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:
-    """``sibling`` runs beside the active run; anything else is refused while one goes
-    (delivering a message into a running run, ``next_turn``/``at_end``, is not served yet)."""
+def refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:
+    """``sibling`` runs beside the active run; anything else is refused while one goes (the
+    run routes deliver ``next_turn``/``at_end`` into the active run before they get here)."""
     if active and on_busy != "sibling":
         raise run_active(session_id, active[0])
-
-
-class LocalRuns:
-    """Agents run in this process; a run is lost with the process (development)."""
-
-    local = True
-
-    def __init__(self, store: Store, agents: Mapping[str, AgentSpec], listener: RunListener):
-        self.store = store
-        self.agents = dict(agents)
-        self.listener = listener
-        self._streams: dict[str, dict[str, RunStream]] = {}
-        self._ended: dict[tuple[str, str], Status] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
-
-    async def start(
-        self,
-        session_id: str,
-        entries: Sequence[Entry],
-        *,
-        leaf_id: str | None,
-        agent: str | None,
-        on_busy: OnBusy,
-    ) -> str:
-        spec = self.agents[_pick(list(self.agents), agent)]
-        opts = spec.options()
-        async with self._lock:  # the busy check and the start, one at a time
-            _refuse_busy(session_id, await self.active(session_id), on_busy)
-            handle = await new(
-                model(spec.model),
-                store=self.store,
-                session_id=session_id,
-                system_prompt=opts.system_prompt,
-                tools=opts.tools,
-                max_turns=opts.max_turns,
-                model_options=opts.model_options,
-            )
-            await _open(handle, leaf_id)
-            run_id = new_id()
-            stream = await handle.run(*entries, run_id=run_id)
-            self._streams.setdefault(session_id, {})[run_id] = stream
-        self.listener.run_status(session_id, run_id, "started")
-        task = asyncio.create_task(self._relay(handle, stream, run_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return run_id
-
-    async def _relay(self, handle: Agent, stream: RunStream, run_id: str) -> None:
-        """Tell the listener what the run does: live text, receipts, its end."""
-        sid, leaf = handle.session_id, handle.leaf_id
-        status: Status = "completed"
-        try:
-            async for event in stream.events():
-                inner = event.agent
-                if event.leaf_id is not None:
-                    leaf = event.leaf_id
-                    self.listener.stored(sid)
-                if inner is not None and inner.type == "message_update":
-                    text = inner.delta if inner.delta is not None else ""
-                    self.listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
-        except RunCancelledError:
-            status = "cancelled"
-        except Exception as exc:
-            logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
-            status = "failed"
-        finally:
-            self._streams.get(sid, {}).pop(run_id, None)
-            self._ended[(sid, run_id)] = status
-            while len(self._ended) > REMEMBERED:
-                del self._ended[next(iter(self._ended))]
-            self.listener.stored(sid)
-            self.listener.run_status(sid, run_id, status)
-
-    async def cancel(self, session_id: str, run_id: str) -> None:
-        stream = self._streams.get(session_id, {}).get(run_id)
-        if stream is None:
-            if (session_id, run_id) in self._ended:
-                return
-            raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}")
-        task = asyncio.create_task(stream.cancel())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def active(self, session_id: str) -> list[str]:
-        return list(self._streams.get(session_id, {}))
-
-    async def status(self, session_id: str, run_id: str) -> Status:
-        if run_id in self._streams.get(session_id, {}):
-            return "started"
-        try:
-            return self._ended[(session_id, run_id)]
-        except KeyError:
-            raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
-
-    async def aclose(self) -> None:
-        for runs in list(self._streams.values()):
-            for stream in list(runs.values()):
-                with contextlib.suppress(Exception):
-                    await stream.cancel()
 
 
 _STATUS: dict[WorkflowExecutionStatus, Status] = {
@@ -284,15 +241,15 @@ class TemporalRuns:
         agent: str | None,
         on_busy: OnBusy,
     ) -> str:
-        name = _pick(self.agents, agent)
+        name = pick_agent(self.agents, agent)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
-            _refuse_busy(session_id, await self.active(session_id), on_busy)
+            refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor
             )
-            await _open(handle, leaf_id)
+            await open_at(handle, leaf_id)
             run_id = new_id()
             stream = await handle.run(*entries, run_id=run_id)
         # the stream follows the run at an unread pace until it ends; kept until then, so the
@@ -356,3 +313,37 @@ class TemporalRuns:
         """The run's ``state()``: asked once when a stream attaches to a run it did not see start
         (its turn count keys the reply's live deltas)."""
         return await self.executor.state(session_id, run_id)
+
+    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+        """The ``send`` update of the session's running run, answered once its validator
+        accepted the message (delivery comes later, a receipt on the stream)."""
+        for run_id in await self.active(session_id):
+            handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+            message_id = new_id()
+            body = send_body(entry, when).model_copy(update={"message_id": message_id})
+            try:
+                update = await handle.start_update(
+                    "send",
+                    body,
+                    id=message_id,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    result_type=str,
+                )
+                # the SDK knows the outcome at once only when the run refused (or already
+                # delivered) it; result() then says which without waiting
+                if getattr(update, "_known_outcome", None) is not None:
+                    await update.result()
+            except (WorkflowUpdateFailedError, RPCError):
+                continue  # that run ended or takes no more messages
+            return run_id, message_id
+        raise no_run_accepts(session_id)
+
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
+        """Any server process decides from the session ID alone: the run that asked takes the
+        decision through its ``decide`` update, else it is committed at the session's leaf
+        (and a run carries out the turn's calls once all are decided)."""
+        name = self.agents[0] if self.agents else "agent"  # this handle only decides
+        handle = await new(name, store=self.store, session_id=session_id, executor=self.executor)
+        entry = await decide_with(handle, decision)
+        await continue_settled(self, self.store, session_id)
+        return entry

@@ -1,10 +1,11 @@
-// The chat page: sessions, a chat with live tokens, branches, fork, stop. No build, no CDN.
+// The chat page: sessions, a chat with live tokens, branches, fork, stop, approval prompts, and
+// messages sent while the agent works (queued into the run). No build, no CDN.
 // The stream is read with fetch() and a small SSE parser (EventSource cannot send a key), which
 // sends Last-Event-ID itself: a reload or a dropped connection resumes at the last seq seen.
 "use strict";
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(),
-  runs: new Map(), abort: null };
+  runs: new Map(), queued: [], reasons: new Map(), abort: null };
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -41,9 +42,39 @@ function lastLeaf(id) { // follow the newest child down from id
 function text(message) {
   return (message.content || []).filter((b) => b.type === "text").map((b) => b.text).join("");
 }
+function decisions(entries) { // tool_call_id -> what answered it on the path: decision or result
+  const out = new Map();
+  for (const e of entries) {
+    if (e.kind === "approval_decision") out.set(e.tool_call_id, e);
+    else if (e.type === "message" && e.message.role === "tool_result" && !out.has(e.message.tool_call_id)) out.set(e.message.tool_call_id, e);
+  }
+  return out;
+}
+function approval(e, answered) { // a request: the prompt while it waits, then who decided what
+  const div = document.createElement("div"), call = `${e.tool_name}(${JSON.stringify(e.args)})`;
+  div.dataset.call = e.tool_call_id;
+  const d = answered.get(e.tool_call_id);
+  if (d && d.kind === "approval_decision") {
+    div.className = "decision " + (d.approved ? "approved" : "denied");
+    div.textContent = `${call} ${d.approved ? "approved" : "denied"} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : "");
+  } else if (!d) {
+    div.className = "approval";
+    const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
+    reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
+    reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
+    div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true)),
+      reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null)));
+  } else return null;
+  return div;
+}
+async function decide(callId, approved, reason) {
+  await api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`, { approved, reason });
+}
 function render() {
   const chat = $("chat"); chat.textContent = "";
-  for (const e of path()) {
+  const shown = path(), answered = decisions(shown);
+  for (const e of shown) {
+    if (e.kind === "approval_request") { const a = approval(e, answered); if (a) chat.appendChild(a); continue; }
     if (e.type !== "message" || e.meta) continue;
     const m = e.message, div = document.createElement("div");
     div.className = "msg " + (m.role === "tool_result" ? "tool" : m.role); div.dataset.id = e.id;
@@ -71,9 +102,15 @@ function render() {
     const div = document.createElement("div"); div.className = "msg assistant live";
     div.dataset.run = runId; div.textContent = piece.text; chat.appendChild(div);
   }
+  for (const q of state.queued) {
+    const div = document.createElement("div"); div.className = "msg user queued";
+    div.textContent = q.text; chat.appendChild(div);
+  }
   const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
-  $("status").textContent = busy ? "working…" : "";
+  const asks = [...state.runs.values()].includes("awaiting_approval");
+  $("status").textContent = asks ? "waiting for your decision" : busy ? "working…" : "";
+  $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = chat.scrollHeight;
 }
 function button(label, onclick, disabled) {
@@ -85,8 +122,14 @@ function edit(entry) {
   const t = prompt("Edit your message", text(entry.message));
   if (t) ask(t, entry.parent_id || "");
 }
+function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
+async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
+  const r = await api("POST", `/sessions/${state.sid}/messages`, { text: t });
+  state.queued.push({ message_id: r.message_id, text: t }); render();
+}
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
+  if (leaf === undefined && working()) return tell(t);
   const body = { text: t }; if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
   state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
   const r = await api("POST", `/sessions/${state.sid}/runs`, body);
@@ -97,6 +140,9 @@ function frame(event, data) {
     const e = data.entry; state.seq = data.seq;
     if (!state.entries.has(e.id)) { state.entries.set(e.id, e); state.order.push(e.id); }
     if ((e.parent_id || "") === state.leaf || !state.leaf) state.leaf = e.id;
+    if (e.type === "message" && e.message.role === "user") {
+      const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
+    }
     for (const [runId, piece] of state.live) if (piece.entry_parent === (e.parent_id || "") && e.message && e.message.role === "assistant") state.live.delete(runId);
   } else if (event === "delta") {
     const shown = state.live.get(data.run_id);
@@ -137,7 +183,7 @@ function parse(block) {
 }
 async function open(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map() });
+  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [] });
   history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
   render(); sessions(); follow(sid);
 }

@@ -1,0 +1,187 @@
+"""Runs in the server process (``create_app(agents=...)``, for development): a run lives and
+dies with the process, and only the handle running it can hand it a decision or a message
+(docs/design.md#http-api)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+
+from ..activities.spec import AgentSpec
+from ..agent.loop import model
+from ..durable.agent import Agent, new
+from ..durable.errors import RunCancelledError
+from ..durable.inbox import When
+from ..durable.stream import RunStream
+from ..session.approvals import ApprovalDecision
+from ..session.entries import Entry, MessageEntry
+from ..session.ids import new_id
+from ..session.store import Store
+from .runs import (
+    REMEMBERED,
+    OnBusy,
+    RunListener,
+    RunNotFoundError,
+    Status,
+    continue_settled,
+    decide_with,
+    no_run_accepts,
+    open_at,
+    pick_agent,
+    refuse_busy,
+)
+
+__all__ = ["LocalRuns"]
+
+logger = logging.getLogger("durable_agent.server")
+
+
+class LocalRuns:
+    """Agents run in this process; a run is lost with the process (development)."""
+
+    local = True
+
+    def __init__(self, store: Store, agents: Mapping[str, AgentSpec], listener: RunListener):
+        self.store = store
+        self.agents = dict(agents)
+        self.listener = listener
+        self._streams: dict[str, dict[str, RunStream]] = {}
+        self._handles: dict[tuple[str, str], Agent] = {}
+        self._ended: dict[tuple[str, str], Status] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._lock = asyncio.Lock()
+
+    async def start(
+        self,
+        session_id: str,
+        entries: Sequence[Entry],
+        *,
+        leaf_id: str | None,
+        agent: str | None,
+        on_busy: OnBusy,
+    ) -> str:
+        spec = self.agents[pick_agent(list(self.agents), agent)]
+        opts = spec.options()
+        async with self._lock:  # the busy check and the start, one at a time
+            refuse_busy(session_id, await self.active(session_id), on_busy)
+            handle = await new(
+                model(spec.model),
+                store=self.store,
+                session_id=session_id,
+                system_prompt=opts.system_prompt,
+                tools=opts.tools,
+                max_turns=opts.max_turns,
+                model_options=opts.model_options,
+                approval=opts.approval,
+                approval_wait=opts.approval_wait,
+            )
+            await open_at(handle, leaf_id)
+            run_id = new_id()
+            stream = await handle.run(*entries, run_id=run_id)
+            self._streams.setdefault(session_id, {})[run_id] = stream
+            self._handles[(session_id, run_id)] = handle
+        self.listener.run_status(session_id, run_id, "started")
+        self._spawn(self._relay(handle, stream, run_id))
+        return run_id
+
+    def _spawn(self, work: asyncio.Future[object] | object) -> asyncio.Task[object]:
+        task: asyncio.Task[object] = asyncio.ensure_future(work)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _relay(self, handle: Agent, stream: RunStream, run_id: str) -> None:
+        """Tell the listener what the run does: live text, receipts, waits for people, its
+        end."""
+        sid, leaf = handle.session_id, handle.leaf_id
+        status: Status = "completed"
+        try:
+            async for event in stream.events():
+                inner = event.agent
+                if event.leaf_id is not None:
+                    leaf = event.leaf_id
+                    self.listener.stored(sid)
+                if inner is None:
+                    continue
+                if inner.type == "message_update":
+                    text = inner.delta if inner.delta is not None else ""
+                    self.listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
+                elif inner.type in ("approval_requested", "approval_decided"):
+                    waits = bool(handle.pending_approvals())
+                    self.listener.run_status(
+                        sid, run_id, "awaiting_approval" if waits else "started"
+                    )
+        except RunCancelledError:
+            status = "cancelled"
+        except Exception as exc:
+            logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
+            status = "failed"
+        finally:
+            self._streams.get(sid, {}).pop(run_id, None)
+            self._handles.pop((sid, run_id), None)
+            self._ended[(sid, run_id)] = status
+            while len(self._ended) > REMEMBERED:
+                del self._ended[next(iter(self._ended))]
+            self.listener.stored(sid)
+            self.listener.run_status(sid, run_id, status)
+
+    async def cancel(self, session_id: str, run_id: str) -> None:
+        stream = self._streams.get(session_id, {}).get(run_id)
+        if stream is None:
+            if (session_id, run_id) in self._ended:
+                return
+            raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}")
+        self._spawn(stream.cancel())
+
+    async def active(self, session_id: str) -> list[str]:
+        return list(self._streams.get(session_id, {}))
+
+    async def status(self, session_id: str, run_id: str) -> Status:
+        handle = self._handles.get((session_id, run_id))
+        if handle is not None:
+            return "awaiting_approval" if handle.pending_approvals() else "started"
+        try:
+            return self._ended[(session_id, run_id)]
+        except KeyError:
+            raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
+
+    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+        """Queue ``entry`` in the session's running run; answers once the run accepted it
+        (its delivery is a receipt on the stream)."""
+        for run_id, stream in list(self._streams.get(session_id, {}).items()):
+            sending = self._spawn(stream.send(entry, when=when))
+            # one loop step: the send runs up to the run's inbox, which queues the message or
+            # refuses it, before this goes on (nothing in between waits)
+            await asyncio.sleep(0)
+            if sending.done() and sending.exception() is not None:
+                continue  # that run takes no more messages
+            sending.add_done_callback(_undelivered)
+            return run_id, new_id()
+        raise no_run_accepts(session_id)
+
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
+        """The handle of the run that waits for the call takes the decision; with none, it is
+        committed at the session's leaf and, when that settles the turn, a run carries out the
+        turn's calls."""
+        for (sid, _), handle in list(self._handles.items()):
+            waiting = {p.tool_call_id for p in handle.pending_approvals()}
+            if sid == session_id and decision.tool_call_id in waiting:
+                return await decide_with(handle, decision)
+        handle = await new(None, store=self.store, session_id=session_id)
+        entry = await decide_with(handle, decision)
+        await continue_settled(self, self.store, session_id)
+        return entry
+
+    async def aclose(self) -> None:
+        for runs in list(self._streams.values()):
+            for stream in list(runs.values()):
+                with contextlib.suppress(Exception):
+                    await stream.cancel()
+
+
+def _undelivered(task: asyncio.Task[object]) -> None:
+    """A message the run accepted and could not deliver (it parked or was cancelled first)."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.info("a message was not delivered: %s", task.exception())

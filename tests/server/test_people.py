@@ -1,0 +1,237 @@
+"""People reach a run over HTTP: decisions on the calls that wait for them, and messages into
+the running run, in process and on Temporal (a decision through any server process)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent import ApprovalDecision, MessageEntry
+from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.server import create_app
+from durable_agent.server.runs import TemporalRuns
+from durable_agent.session.codec import entry_to_wire
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import Reader, ended, scripted, serving, stream
+from tests.support.temporal import FAST, running_worker
+
+KEYS = {
+    "key-acme": {"principal": "ann", "prefix": "acme:"},
+    "key-bolt": {"principal": "bob", "prefix": "bolt:"},
+}
+ACME = {"Authorization": "Bearer key-acme"}
+BOLT = {"Authorization": "Bearer key-bolt"}
+SID = "acme:mail"
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+def _script() -> list[Reply]:
+    calls = [
+        ToolCall(id="call-1", name="send_email", arguments={"to": "bob@example.com"}),
+        ToolCall(id="call-2", name="send_email", arguments={"to": "board@example.com"}),
+    ]
+    return [
+        Reply(tool_calls=calls),
+        Reply(text="Sent one, the other was refused."),
+        Reply(text="Told you so."),
+    ]
+
+
+def _spec() -> AgentSpec:
+    return AgentSpec(model=scripted(_script()), tools=[send_email])
+
+
+def _status(reader: Reader, run_id: str) -> str:
+    said = [f.data for f in reader.frames if f.event == "run"]
+    mine = [d["status"] for d in said if d["run_id"] == run_id]
+    return mine[-1] if mine else ""
+
+
+def _requests(reader: Reader) -> list[dict[str, Any]]:
+    return [e for _, e in reader.entries() if e.get("kind") == "approval_request"]
+
+
+async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store: FileStore) -> None:
+    """A run asks for two calls; a message arrives while it waits; one call is approved (by
+    ``decider``, maybe another server process), the other denied with a reason."""
+    made = await asker.post("/v1/sessions", json={"session_id": SID}, headers=ACME)
+    assert made.status_code == 201
+    async with stream(asker, SID, after=0, **ACME) as reader:
+        started = await asker.post(
+            f"/v1/sessions/{SID}/runs", json={"text": "Mail them"}, headers=ACME
+        )
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        await reader.until(lambda r: len(_requests(r)) == 2, within=60)
+        await reader.until(lambda r: _status(r, run_id) == "awaiting_approval")
+
+        listed = await decider.get(f"/v1/sessions/{SID}/approvals", headers=ACME)
+        pending = listed.json()["pending"]
+        assert [(p["tool_call_id"], p["tool_name"], p["run_id"]) for p in pending] == [
+            ("call-1", "send_email", run_id),
+            ("call-2", "send_email", run_id),
+        ]
+        foreign = await decider.get(f"/v1/sessions/{SID}/approvals", headers=BOLT)
+        assert foreign.status_code == 404
+        assert foreign.json()["error"]["type"] == "SessionNotFoundError"
+
+        sent = await decider.post(
+            f"/v1/sessions/{SID}/messages", json={"text": "Also cc Carol."}, headers=ACME
+        )
+        assert sent.status_code == 202, sent.text
+        assert sent.json()["message_id"] and sent.json()["run_id"] == run_id
+        follow = {"text": "Then tell me.", "on_busy": "at_end"}
+        queued = await decider.post(f"/v1/sessions/{SID}/runs", json=follow, headers=ACME)
+        assert queued.status_code == 202, queued.text
+        assert queued.json()["run_id"] == run_id and queued.json()["message_id"]
+
+        refused = await decider.post(
+            f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=BOLT
+        )
+        assert refused.status_code == 404
+        approved = await decider.post(
+            f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=ACME
+        )
+        assert approved.status_code == 200, approved.text
+        decision = approved.json()
+        assert decision["kind"] == "approval_decision"
+        assert decision["decided_by"] == "ann" and decision["approved"] is True
+
+        again = await decider.post(
+            f"/v1/sessions/{SID}/approvals/call-1", json={"approved": False}, headers=ACME
+        )
+        assert again.status_code == 409
+        assert again.json()["error"]["type"] == "ApprovalNotPendingError"
+        assert again.json()["error"]["decision_id"] == decision["id"]
+
+        denied = await decider.post(
+            f"/v1/sessions/{SID}/approvals/call-2",
+            json={"approved": False, "reason": "not before the audit"},
+            headers=ACME,
+        )
+        assert denied.status_code == 200, denied.text
+        await reader.until(ended(run_id), within=60)
+        total = len(await store.load_entries(SID))
+        await reader.until(lambda r: r.last_seq() == total)
+        statuses = [f.data["status"] for f in reader.frames if f.event == "run"]
+        assert statuses[-3:] == ["awaiting_approval", "started", "completed"], statuses
+
+    stored = await store.load_entries(SID)
+    assert [e for _, e in reader.entries()] == [entry_to_wire(e) for e in stored]
+    decisions = [e for e in stored if isinstance(e, ApprovalDecision)]
+    assert [(d.tool_call_id, d.approved, d.reason, d.decided_by) for d in decisions] == [
+        ("call-1", True, None, "ann"),
+        ("call-2", False, "not before the audit", "ann"),
+    ]
+    messages = [e.message for e in stored if isinstance(e, MessageEntry)]
+    said = [(m.role, m.text()) for m in messages]
+    assert said[-6:] == [
+        ("tool_result", "sent to bob@example.com"),
+        ("tool_result", "tool call denied: not before the audit"),
+        ("user", "Also cc Carol."),
+        ("assistant", "Sent one, the other was refused."),
+        ("user", "Then tell me."),
+        ("assistant", "Told you so."),
+    ]
+    late = await decider.post(f"/v1/sessions/{SID}/messages", json={"text": "hi"}, headers=ACME)
+    assert late.status_code == 409
+    assert late.json()["error"]["type"] == "RunNotAcceptingError"
+    unknown = await decider.post(
+        f"/v1/sessions/{SID}/approvals/call-9", json={"approved": True}, headers=ACME
+    )
+    assert unknown.status_code == 409
+    assert unknown.json()["error"]["type"] == "ApprovalNotPendingError"
+    assert len(await store.load_entries(SID)) == len(stored), "a refusal stores nothing"
+
+
+async def test_approve_deny_and_a_message_in_process(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"mail": _spec()}, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await _scenario(client, client, store)
+
+
+@pytest.mark.temporal
+async def test_approve_deny_and_a_message_through_another_server(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """Server A starts and streams the run; server B, sharing nothing with A but the store and
+    Temporal, decides its calls and sends it the message."""
+    store = FileStore(tmp_path / "sessions")
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    apps = []
+    for _ in range(2):
+        app = create_app(
+            store=store, temporal=temporal_client, task_queue=queue, agents=["mail"], keys=KEYS
+        )
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        apps.append(app)
+    async with (
+        running_worker(temporal_client, store, {"mail": _spec()}, task_queue=queue),
+        serving(apps[0]) as url_a,
+        serving(apps[1]) as url_b,
+        httpx.AsyncClient(base_url=url_a) as a,
+        httpx.AsyncClient(base_url=url_b) as b,
+    ):
+        await _scenario(a, b, store)
+
+
+async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path) -> None:
+    """The run stops waiting (``approval_wait``) and ends; the decisions wait in the store, and
+    the one that settles the turn starts the run that carries the calls out."""
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted(_script()), tools=[send_email], approval_wait=0.05)
+    app = create_app(store=store, agents={"mail": spec}, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": SID}, headers=ACME)
+        async with stream(client, SID, after=0, **ACME) as reader:
+            started = await client.post(
+                f"/v1/sessions/{SID}/runs", json={"text": "Mail them"}, headers=ACME
+            )
+            first = started.json()["run_id"]
+            await reader.until(ended(first))
+            assert (await client.get(f"/v1/sessions/{SID}/runs", headers=ACME)).json() == {
+                "active": []
+            }
+            one = await client.post(
+                f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=ACME
+            )
+            assert one.status_code == 200, one.text
+            assert (await client.get(f"/v1/sessions/{SID}/runs", headers=ACME)).json() == {
+                "active": []
+            }, "one call still waits: nothing runs"
+            two = await client.post(
+                f"/v1/sessions/{SID}/approvals/call-2", json={"approved": False}, headers=ACME
+            )
+            assert two.status_code == 200, two.text
+
+            def runs(r: Reader) -> set[str]:
+                return {f.data["run_id"] for f in r.frames if f.event == "run"} - {first}
+
+            # the decision that settled the turn started a run
+            await reader.until(runs)
+            (second,) = runs(reader)
+            await reader.until(ended(second))
+        said = [
+            (e.message.role, e.message.text())
+            for e in await store.load_entries(SID)
+            if isinstance(e, MessageEntry)
+        ]
+        assert said[-3:] == [
+            ("tool_result", "sent to bob@example.com"),
+            ("tool_result", "tool call denied"),
+            ("assistant", "Sent one, the other was refused."),
+        ]
