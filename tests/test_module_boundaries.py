@@ -216,8 +216,9 @@ def test_activities_do_not_import_workflows() -> None:
 
 TEMPORAL_ORDER = [
     ["contracts", "failures", "spec"],
-    ["base"],
+    ["base", "start_leaf"],
     ["store_steps"],
+    ["stamp_steps"],
     ["model_call", "tool_call", "verb_steps", "reset_steps"],
     [""],
 ]

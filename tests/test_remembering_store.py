@@ -72,11 +72,16 @@ class CountingStore(MemoryStore):
         return await super().load_entries(session_id)
 
 
+T0 = utc_now().replace(microsecond=123456)
+"""One time for every entry: an encoded entry's size depends on its time (trailing fractional
+zeros are dropped), and the memory-bound tests compare sizes."""
+
+
 def entry(eid: str, parent: str | None, text: str = "hi", **extra: Any) -> MessageEntry:
     return MessageEntry(
         id=eid,
         parent_id=parent,
-        created_at=utc_now(),
+        created_at=T0,
         message=Message(role="user", content=[TextContent(text=text)]),
         **extra,
     )
@@ -169,6 +174,26 @@ async def test_a_session_created_again_elsewhere_replaces_what_a_load_finds() ->
     await session(inner, "s", new)
     await store.load_entries("s")
     assert await store.path("s", "a") == [new]
+
+
+async def test_a_confirmed_path_is_the_session_the_store_holds_now() -> None:
+    """Deleted and created again around the wrapper: a confirmed path (a run's start) reads the
+    record, finds another session and loads it; an unchanged session costs no load."""
+    inner = CountingStore()
+    store = RememberingStore(inner)
+    await session(store, "s", entry("a", None, "old"), entry("b", "a"))
+    assert [e.id for e in await store.path("s", "b", confirm=True)] == ["a", "b"]
+    assert inner.loads["s"] == 0
+    await inner.delete_session("s")
+    with pytest.raises(SessionNotFoundError):
+        await store.path("s", "b", confirm=True)
+    await inner.create_session("s")
+    assert await store.path("s", "b", confirm=True) == []
+    assert inner.loads["s"] == 1
+    # the load labelled what it found: the next confirmed path needs no load
+    await store.append_entries("s", [entry("z", None)])
+    assert [e.id for e in await store.path("s", "z", confirm=True)] == ["z"]
+    assert inner.loads["s"] == 1
 
 
 async def test_a_load_that_overlaps_a_delete_is_not_remembered() -> None:

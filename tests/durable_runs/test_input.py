@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from durable_agent import (
     CompactionEntry,
     CustomEntry,
@@ -21,7 +23,8 @@ from durable_agent.ai import (
     ScriptedModel,
     user_message,
 )
-from durable_agent.session import Store
+from durable_agent.durable.errors import InvalidRunInputError
+from durable_agent.session import Entry, SessionNotFoundError, Store
 from tests.durable_runs.support import (
     assert_chain,
     collect,
@@ -139,3 +142,39 @@ async def test_hook_follow_ups_are_stored_and_returned() -> None:
 
 def test_text_input_helper_matches_str() -> None:
     assert text("x").message.text() == "x"
+
+
+# -- empty runs ---------------------------------------------------------------------------------
+
+
+async def test_empty_runs_fail_naming_the_field_before_anything_is_stored(
+    harness: Harness, store: Store
+) -> None:
+    """An empty message, or no input where there is nothing to answer, is refused with
+    InvalidRunInputError naming the input, on both executors, and nothing is stored."""
+    lm = ScriptedModel(["never"])
+    agent = await harness.open(lm, store=store, session_id="empty")
+    without_content = MessageEntry(message=Message(role="user", content=[]))
+    for args, field in [
+        ((), "inputs"),
+        (("",), "inputs[0].content"),
+        (("hi", without_content), "inputs[1].content"),
+        ((text("  "),), "inputs[0].content"),
+    ]:
+        with pytest.raises(InvalidRunInputError) as info:
+            await agent.run(*args)
+        assert info.value.field == field, args
+        assert f"invalid run input: {field}: " in str(info.value)
+    assert lm.requests == []
+    assert not agent.running
+    stored = await _stored_or_none(store, "empty")
+    assert stored in (None, [])
+    # the handle still runs
+    assert texts(await (await agent.run("hi")).wait()) == ["never"]
+
+
+async def _stored_or_none(store: Store, session_id: str) -> list[Entry] | None:
+    try:
+        return await store.load_entries(session_id)
+    except SessionNotFoundError:
+        return None

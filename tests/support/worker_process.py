@@ -20,6 +20,9 @@ line and of the request it gets, so two processes answer the same conversation t
                     its own result, so this is a tool that committed but did not complete;
   ``model-committed`` in ``append_entries`` of the first assistant message, after the write
                     (``call_model`` commits its own reply): committed, not completed.
+  ``input-committed`` in ``append_entries`` of the run's input, after the write: the local
+                    append landed, its workflow task never completes (marker
+                    ``input-committed``).
 
 Two more modes race a zombie attempt against its retry (``zombie`` parks before writing the
 first reply until the file ``go-zombie`` appears, then writes it and creates ``zombie-committed``;
@@ -56,6 +59,7 @@ from durable_agent.session.deltas import LiveStore
 from durable_agent.workflows import AgentSpec, connect, create_worker
 
 CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
+TASK_MODES = ("input-committed",)
 ZOMBIE_MODES = ("zombie", "zombie-retry")
 BATCH_MODES = ("parallel",)
 MARKERS = {
@@ -64,6 +68,7 @@ MARKERS = {
     "tool": "tool-running",
     "after-append": "after-append",
     "model-committed": "model-committed",
+    "input-committed": "input-committed",
     "zombie": "zombie-parked",
     "zombie-retry": "retry-parked",
     "parallel": "parallel-running",
@@ -187,6 +192,10 @@ class CrashingStore:
             self.fired = True
             _touch(self.markers, MARKERS["after-append"])
             await _park()
+        if not self.fired and crash == "input-committed" and "user" in roles:
+            self.fired = True
+            _touch(self.markers, MARKERS["input-committed"])
+            await _park()
         if first and crash == "model-committed":
             self.fired = True
             _touch(self.markers, MARKERS["model-committed"])
@@ -236,7 +245,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mongo-uri")
     parser.add_argument("--mongo-db", default="durable_agent")
     parser.add_argument("--markers", required=True)
-    parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES)
+    parser.add_argument("--crash", choices=CRASH_POINTS + ZOMBIE_MODES + BATCH_MODES + TASK_MODES)
     parser.add_argument("--parallel", action="store_true", help="one turn of parallel calls")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--approval", action="store_true", help="a person approves each step")

@@ -101,6 +101,29 @@ NO_ARGUMENT: Any = object()
             "continue_as_new_after_turns",
             "at least 1",
         ),
+        ({"session_id": "s", "agent": "a", "text": ""}, "text", "empty"),
+        (
+            {"session_id": "s", "agent": "a", "text": "hi", "options": {"max_turns": 0}},
+            "options.max_turns",
+            "at least 1",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "text": "hi", "options": {"max_turns": -1}},
+            "options.max_turns",
+            "at least 1",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "inputs": [{"role": "user", "content": ""}]},
+            "inputs[0].content",
+            "empty",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "inputs": [{"role": "user", "content": []}]},
+            "inputs[0].content",
+            "empty",
+        ),
+        ({"session_id": "s", "agent": "a", "inputs": [{"role": "user"}]}, "inputs[0].content", ""),
+        ({"session_id": "s", "agent": "a", "leaf_id": ""}, "inputs", "nothing to answer"),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -191,6 +214,11 @@ async def _failure(
             {"agent": "assistant", "text": "hi", "timeouts": {"store_start_to_close": 0}},
             "timeouts.store_start_to_close",
         ),
+        ({"agent": "assistant", "text": ""}, "text"),
+        ({"agent": "assistant", "inputs": [{"role": "user", "content": []}]}, "inputs[0].content"),
+        ({"agent": "assistant", "text": "hi", "options": {"max_turns": 0}}, "options.max_turns"),
+        ({"agent": "assistant", "inputs": []}, "inputs"),
+        ({"agent": "assistant"}, "inputs"),
     ],
 )
 async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(

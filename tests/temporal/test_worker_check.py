@@ -7,9 +7,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel
-from durable_agent.cli.worker import poller_identities
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec
+from durable_agent.workflows.store_check import poller_identities
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import eventually, queue
 

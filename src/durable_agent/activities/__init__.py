@@ -22,6 +22,7 @@ from .failures import application_error
 from .model_call import ModelActivity
 from .reset_steps import ResetSteps
 from .spec import PLAIN_OPTIONS, AgentSpec
+from .stamp_steps import StampSteps
 from .store_steps import StoreSteps
 from .tool_call import ToolActivity
 from .verb_steps import VerbSteps
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps, ResetSteps):
+class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps, ResetSteps, StampSteps):
     """Activities bound to one worker's store, named agents and publisher."""
 
     def all(self) -> list[Callable[..., Any]]:
@@ -49,4 +50,6 @@ class AgentActivities(StoreSteps, ModelActivity, ToolActivity, VerbSteps, ResetS
             self.summarize,
             self.publish,
             self.keep_session_leaf,
+            self.settle_stamp,
+            self.settled_reply,
         ]

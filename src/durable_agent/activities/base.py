@@ -156,11 +156,12 @@ class ActivityBase:
         except SessionError as exc:
             raise application_error(exc) from exc
 
-    async def path_to(self, session_id: str, leaf_id: str) -> list[Entry]:
+    async def path_to(self, session_id: str, leaf_id: str, *, confirm: bool = False) -> list[Entry]:
         """The path to ``leaf_id``: from what this worker remembers, else from a load; a leaf
-        the session lacks fails for good."""
+        the session lacks fails for good. ``confirm`` (a run's start): what is remembered counts
+        only for the session the store holds now (RememberingStore.path)."""
         try:
-            found = await self.store.path(session_id, leaf_id)
+            found = await self.store.path(session_id, leaf_id, confirm=confirm)
         except SessionError as exc:
             raise application_error(exc) from exc
         if leaf_id and not found:

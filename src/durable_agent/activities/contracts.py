@@ -49,6 +49,7 @@ __all__ = [
     "RunResult",
     "RunState",
     "RunStatusName",
+    "SettleInput",
     "StoredTimes",
     "SummarizeInput",
     "Timeouts",
@@ -121,6 +122,12 @@ class EnsureSessionInput(FrozenModel):
     """Checked first: a run for an unknown agent creates nothing."""
     reset_of: str | None = None
     """Set in a reset execution: the original run, whose resolved leaf the retry starts from."""
+    inputless: bool = False
+    """The run has no input: a session absent or empty has nothing to answer (the run fails
+    with ``InvalidRunInput`` and creates nothing)."""
+    own_ids: list[str] = Field(default_factory=list)
+    """IDs the run's own first batch (repairs and input) is stored under: in a re-run workflow
+    task that batch may be stored already, and is never the run's starting leaf."""
 
 
 class LoadPathInput(FrozenModel):
@@ -226,6 +233,16 @@ class ToolReply(FrozenModel):
     entry: MessageEntry | None = None
     result: Message | None = None
     cancelled: bool = Field(default=False, exclude_if=lambda v: not v)
+
+
+class SettleInput(FrozenModel):
+    """``settle_stamp`` / ``settled_reply``: a producer the run gave up on, by its stamp. With
+    ``message`` (a tool's failure result), store it under the stamp unless something is stored
+    there already; without, only look the stamp up (docs/design.md#stamps-and-producers)."""
+
+    session_id: str
+    stamp: Header
+    message: Message | None = None
 
 
 class CancelNoteInput(FrozenModel):

@@ -39,6 +39,7 @@ from .base import ActivityBase, heartbeating, producer_answer, run_cancelled
 from .contracts import CallModelInput, CancelNoteInput, ModelReply, Timeouts
 from .failures import activity_failure, application_error, is_cancellation, model_error
 from .spec import AgentSpec
+from .stamp_steps import settled_reply
 
 __all__ = ["ActivityModel", "ModelActivity", "note_cancel"]
 
@@ -223,10 +224,11 @@ class ActivityModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         yield ModelEvent(type="start", partial=Message(role="assistant"))
         engine, t = self.engine, self.timeouts
+        inp = self.call_input(engine.reserve())
         try:
             call = workflow.start_activity_method(
                 ModelActivity.call_model,
-                self.call_input(engine.reserve()),
+                inp,
                 start_to_close_timeout=timedelta(seconds=t.model_start_to_close),
                 heartbeat_timeout=timedelta(seconds=t.model_heartbeat),
                 retry_policy=self.retry,
@@ -239,10 +241,7 @@ class ActivityModel:
                 # cancelled; or the user cancelled while the call could not answer (its worker
                 # died): the call ends with its heartbeat timeout, but the run ends cancelled
                 raise asyncio.CancelledError() from exc
-            kind, text = activity_failure(exc)
-            if kind == "ModelError":
-                raise model_error(exc.cause, text) from exc
-            raise
+            reply = await self._given_up(inp, exc)
         if reply.entry is None:
             # cut short by the run's cancellation: the engine stores the partial reply on its
             # cancel path, like in-process (no turn_end or agent_end follows)
@@ -255,6 +254,18 @@ class ActivityModel:
         engine.producer_stored(reply.entry, cancelled=cancelled)
         self.requests = list(reply.requests)
         yield ModelEvent(type="done", partial=reply.entry.message)
+
+    async def _given_up(self, inp: CallModelInput, exc: ActivityError) -> ModelReply:
+        """The call failed for good: the reply its last attempt stored under the stamp before
+        it was given up, with its approval requests, if any (activities.stamp_steps), else the
+        failure, raised."""
+        stored = await settled_reply(inp.session_id, inp.stamp, self.timeouts)
+        if stored is not None:
+            return stored
+        kind, text = activity_failure(exc)
+        if kind == "ModelError":
+            raise model_error(exc.cause, text) from exc
+        raise exc
 
 
 async def note_cancel(session_id: str, run_id: str) -> None:

@@ -15,25 +15,22 @@ names the entries it may have stored in its failure, for the client to reconcile
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError, FailureError
-from temporalio.service import RPCError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 from ..ai.timefmt import format_time, parse_time
+from ..durable.errors import InvalidRunInputError
+from ..durable.inputs import NOTHING_TO_ANSWER
 from ..durable.limits import check_payload
 from ..durable.persist import Stamped
 from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import EntryConflictError, SessionError
+from ..session.errors import EntryConflictError, SessionError, SessionNotFoundError
 from ..session.store import open_session
 from .base import ActivityBase, heartbeating
 from .contracts import (
@@ -48,12 +45,13 @@ from .contracts import (
     ToolInfo,
 )
 from .failures import application_error, is_cancellation, run_failure
+from .start_leaf import input_id, newest_before, recorded_start_leaf
 
 __all__ = [
     "STORE_NON_RETRYABLE",
     "StoreSteps",
     "append",
-    "local_activity_result",
+    "local_step",
     "new_entry_id",
     "open_path",
     "reset_of_execution",
@@ -86,16 +84,31 @@ class StoreSteps(ActivityBase):
         session_id = inp.session_id
         try:
             async with heartbeating():
-                entries = await open_session(self.store, session_id)
+                if inp.inputless:
+                    entries = await self._conversation(session_id)
+                else:
+                    entries = await open_session(self.store, session_id)
         except SessionError as exc:
             raise application_error(exc) from exc
         workflow_id = activity.info().workflow_id
         if inp.reset_of and workflow_id:
             # a reset retries the run from where it started, not from the newest entry now
-            leaf = await _recorded_start_leaf(workflow_id, inp.reset_of)
+            leaf = await recorded_start_leaf(workflow_id, inp.reset_of)
             if leaf is not None and (leaf == "" or any(e.id == leaf for e in entries)):
                 return leaf
-        return entries[-1].id if entries else ""
+        return newest_before(entries, set(inp.own_ids))
+
+    async def _conversation(self, session_id: str) -> list[Entry]:
+        """The entries of a session a run without input answers; absent or empty, the run's
+        input is invalid (it would call the model with nothing)."""
+        try:
+            entries = await self.store.load_entries(session_id)
+        except SessionNotFoundError:
+            entries = []
+        if not entries:
+            problem = InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
+            raise ApplicationError(str(problem), type="InvalidRunInput", non_retryable=True)
+        return entries
 
     @activity.defn(name="durable_agent.load_path")
     async def load_path(self, inp: LoadPathInput) -> PathInfo:
@@ -109,7 +122,9 @@ class StoreSteps(ActivityBase):
             except SessionError as exc:
                 raise application_error(exc) from exc
         async with heartbeating():
-            p = await self.path_to(inp.session_id, inp.leaf_id)
+            # confirmed: a session deleted and created again elsewhere is not what this worker
+            # remembers of it (docs/design.md#worker-memory)
+            p = await self.path_to(inp.session_id, inp.leaf_id, confirm=True)
         repairs = run_start_repairs(p)
         waiting = awaiting_turn(p)
         tail = [] if waiting is None else [encode_entry(e) for e in p[waiting.index :]]
@@ -197,58 +212,6 @@ def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
     return entry.model_copy(update=update)
 
 
-async def _recorded_start_leaf(workflow_id: str, run_id: str) -> str | None:
-    """The leaf ``ensure_session`` returned in execution ``run_id`` of ``workflow_id`` (read
-    from its local activity marker), or ``None`` when that execution never got one or its
-    history is gone (then the caller falls back to the newest entry, as a fresh start would).
-
-    An operator's ``temporal workflow reset`` to the run's first workflow task runs
-    ``ensure_session`` again, by which time the newest entry may be another run's answer, or
-    the run's own: a reset retries the run from where it started, so the leaf comes from the
-    original execution's history (kept for the namespace's retention period)."""
-    try:
-        client = activity.client()
-    except RuntimeError:  # an activity run outside a worker (unit tests): no history to read
-        return None
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-    try:
-        async for event in handle.fetch_history_events():
-            result = local_activity_result(event, "durable_agent.ensure_session")
-            if result:
-                [leaf] = await client.data_converter.decode(result, [str])
-                return leaf if isinstance(leaf, str) else None
-    except RPCError as exc:
-        activity.logger.warning(
-            "reset of %s: the original run %s is unreadable (%s); starting from the newest entry",
-            workflow_id,
-            run_id,
-            exc.message,
-        )
-    return None
-
-
-def local_activity_result(event: HistoryEvent, activity_type: str) -> list[Payload] | None:
-    """The result payloads of a successful local activity of type ``activity_type`` that
-    ``event`` records, else ``None``. A local activity shows in history as one marker, recorded
-    when it has ended, holding its type (in the marker's ``data``, JSON) and its result."""
-    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
-        return None
-    attrs = event.marker_recorded_event_attributes
-    if attrs.marker_name != "core_local_activity" or attrs.HasField("failure"):
-        return None
-    data = attrs.details.get("data")
-    if data is None or not data.payloads:
-        return None
-    try:
-        marker = json.loads(data.payloads[0].data)
-    except ValueError:
-        return None
-    if not isinstance(marker, dict) or marker.get("activity_type") != activity_type:
-        return None
-    result = attrs.details.get("result")
-    return list(result.payloads) if result is not None else None
-
-
 # -- workflow side ---------------------------------------------------------------------------
 
 
@@ -267,7 +230,7 @@ def store_retry(t: Timeouts) -> RetryPolicy:
     )
 
 
-async def _local(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
+async def local_step(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
     """Run a store step as a local activity; its failure reaches the caller as an
     ``ActivityError``, the shape an ordinary activity's has (a local one's arrives as its bare
     cause: the ``ApplicationError`` it raised, a timeout, a cancellation)."""
@@ -301,9 +264,13 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
     try:
         if leaf is None:
             start = EnsureSessionInput(
-                session_id=inp.session_id, agent=inp.agent, reset_of=reset_of
+                session_id=inp.session_id,
+                agent=inp.agent,
+                reset_of=reset_of,
+                inputless=not inp.inputs,
+                own_ids=first_batch_ids(inp),
             )
-            leaf = await _local(StoreSteps.ensure_session, start, t, "ensure session")
+            leaf = await local_step(StoreSteps.ensure_session, start, t, "ensure session")
         at = LoadPathInput(
             session_id=inp.session_id,
             leaf_id=leaf,
@@ -311,12 +278,29 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             reset_of=reset_of,
             create_session=inp.leaf_id is not None and inp.create_session,
         )
-        info: PathInfo = await _local(StoreSteps.load_path, at, t, "load path")
+        info: PathInfo = await local_step(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:
         if is_cancellation(exc):
             raise CancelledError("run cancelled") from exc
         raise run_failure(exc) from exc
     return leaf, info
+
+
+FIRST_DRAWS = 64
+"""Entry IDs of the run's random source an ``ensure_session`` input names (its first batch's
+repairs and operator messages draw from there; a local activity's input is not in history)."""
+
+
+def first_batch_ids(inp: RunInput) -> list[str]:
+    """The IDs the run's first batch can be stored under: its inputs' own IDs, and the first
+    :data:`FIRST_DRAWS` IDs of the run's random source, drawn ahead and put back (the state is
+    restored, so the run draws them again, in a first task as in a re-run)."""
+    ids = [i for i in (input_id(item) for item in inp.inputs) if i]
+    source = workflow.random()
+    state = source.getstate()
+    ids += [new_entry_id() for _ in range(FIRST_DRAWS)]
+    source.setstate(state)
+    return ids
 
 
 def reset_of_execution() -> str | None:
@@ -346,7 +330,7 @@ async def append(
     inp = AppendInput(session_id=session_id, entries=wires)
     summary = summary or store_summary(stamped.durable)
     if local:
-        result: AppendResult = await _local(StoreSteps.append_entries, inp, t, summary)
+        result: AppendResult = await local_step(StoreSteps.append_entries, inp, t, summary)
     else:
         result = await workflow.execute_activity_method(
             StoreSteps.append_entries,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -43,12 +43,14 @@ from ..ai.tools import Tool, ToolContext
 from ..durable.engine import RunEngine
 from ..durable.errors import PayloadTooLargeError
 from ..durable.persist import Header
+from ..session.codec import encode_entry
 from ..session.entries import MessageEntry
 from ..session.errors import EntryTooLargeError
 from .base import ActivityBase, heartbeating, is_retry, producer_answer
 from .contracts import CallToolInput, Timeouts, ToolInfo, ToolReply
 from .failures import PAYLOAD_TOO_LARGE, activity_failure, is_cancellation
 from .spec import AgentSpec
+from .stamp_steps import settle_stamp
 
 __all__ = ["ActivityTools", "ToolActivity", "tool_descriptor", "tool_retry"]
 
@@ -124,8 +126,24 @@ class ToolActivity(ActivityBase):
                 encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
-        self.check_size(f"result of tool {call.name!r}", result.model_dump_json())
+        self.check_size(f"result of tool {call.name!r}", as_stored(result))
         return result
+
+
+WIDEST_HEADER = Header(
+    id="f" * 16, parent_id="f" * 16, created_at=datetime(2000, 1, 1, microsecond=111111, tzinfo=UTC)
+)
+"""A header as long as any the run gives a tool result: a 16-hex ID and parent (the run's IDs
+come from ``workflow.random()``; a result's parent is the run's reply or the result before it)
+and a time with every fractional digit."""
+
+
+def as_stored(result: Message) -> str:
+    """``result`` as the store will hold it, under :data:`WIDEST_HEADER`: the size the payload
+    limit applies to. A parallel call's result travels bare and is stamped by the run, so a
+    message just under the limit must not go over it once its header is added
+    (docs/design.md#bounded-history)."""
+    return encode_entry(WIDEST_HEADER.on(MessageEntry(message=result)))
 
 
 class _NoArgs(BaseModel):
@@ -240,6 +258,8 @@ class ActivityTools:
             result = error_tool_result_message(
                 call.id, call.name, message, timestamp=workflow.now()
             )
+            if stamp is not None:
+                return await self._settled(stamp, result)
         else:
             if reply.cancelled:
                 raise asyncio.CancelledError()  # the cancel note stopped it: the run answers it
@@ -254,6 +274,15 @@ class ActivityTools:
         if parallel:
             await self._batch(calls, call.id, result)
         return result
+
+    async def _settled(self, stamp: Header, failure: Message) -> Message:
+        """A call that runs alone and that the retries gave up on: its failure result is stored
+        under the call's stamp, unless its last attempt stored the real result there first,
+        which then answers the call (activities.stamp_steps)."""
+        stored = await settle_stamp(self.session_id, stamp, failure, self.timeouts)
+        cancelled = workflow.cancellation_reason() is not None
+        self.engine.producer_stored(stored, cancelled=cancelled)
+        return stored.message
 
     async def _call(self, info: ToolInfo, inp: CallToolInput) -> ToolReply:
         """Schedule ``call_tool``; a stamped call waits for the outcome of its cancellation, so

@@ -16,7 +16,6 @@ than these two has no ID and nothing is compared.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -24,14 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..session import RetentionStore, Store, StoreUnavailableError, new_id
+from ..session import RetentionStore, Store, StoreUnavailableError
 from ..stores import FileStore
 from ..workflows.config import data_dir
 from .config import ENV_MONGODB_DB, ENV_MONGODB_URI, ENV_STORE, TARGET, UsageError
 
 __all__ = [
-    "MARKER",
-    "META_COLLECTION",
     "OpenedStore",
     "StoreSpecError",
     "display_store",
@@ -39,7 +36,6 @@ __all__ = [
     "open_store",
     "resolve_store_spec",
     "retention",
-    "store_id",
 ]
 
 DEFAULT_MONGODB_DB = "durable_agent"
@@ -146,51 +142,3 @@ def retention(opened: OpenedStore) -> RetentionStore:
             "(it has no list_sessions/delete_session)"
         )
     return opened.store
-
-
-# -- the store's identity -------------------------------------------------------------------------
-
-MARKER = ".durable-agent-store-id"
-"""The marker file in a FileStore's directory (stores list only ``*.jsonl`` files)."""
-META_COLLECTION = "durable_agent_meta"
-"""The MongoDB collection holding ``{_id: "store_id", value: <id>}``."""
-
-
-def _file_id(store: FileStore, create: bool) -> str | None:
-    path = store.root / MARKER
-    with contextlib.suppress(FileNotFoundError):
-        return path.read_text().strip() or None
-    if not create:
-        return None
-    store.root.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:  # another process won the race: use its ID
-        return path.read_text().strip() or None
-    with os.fdopen(fd, "w") as out:
-        out.write(new_id() + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    return path.read_text().strip()
-
-
-async def _mongo_id(database: object, create: bool) -> str | None:
-    collection = database.get_collection(META_COLLECTION)  # type: ignore[attr-defined]
-    doc = await collection.find_one({"_id": "store_id"})
-    if doc is None and create:
-        from pymongo.errors import DuplicateKeyError
-
-        with contextlib.suppress(DuplicateKeyError):
-            await collection.insert_one({"_id": "store_id", "value": new_id()})
-        doc = await collection.find_one({"_id": "store_id"})
-    return str(doc["value"]) if doc is not None else None
-
-
-async def store_id(store: Store, *, create: bool) -> str | None:
-    """The store's ID; ``create`` makes one if it has none. None for stores without one."""
-    if isinstance(store, FileStore):
-        return _file_id(store, create)
-    database = getattr(store, "database", None)
-    if database is not None and hasattr(database, "get_collection"):
-        return await _mongo_id(database, create)
-    return None

@@ -9,10 +9,9 @@ takes one line (:mod:`durable_agent.workflows.worker_logs`). While it polls it b
 ``--ready-file`` every half second; ``worker --check --ready-file PATH`` is healthy only while that
 process is alive and its last beat is fresh (:func:`.processes.check_liveness`).
 A Temporal server that is not up yet is retried until ``--connect-timeout`` (containers start in
-any order). The worker puts its store's ID (:func:`.stores.store_id`) in its Temporal identity
-(``pid@host store:<id>``), which Temporal reports for the task queue's pollers, so a client can
-compare it with its own store's before it starts a run. A worker not started by this CLI
-advertises no ID and nothing is compared.
+any order). The worker's Temporal identity carries its store's ID (``pid@host store:<id>``,
+:mod:`durable_agent.workflows.store_check`), which Temporal reports for the task queue's pollers,
+so a client compares it with its own store's before it starts a run.
 """
 
 from __future__ import annotations
@@ -21,23 +20,19 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import signal
 import socket
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from ..workflows import create_worker
+from ..workflows.store_check import mismatch, poller_identities, store_id
 from ..workflows.worker import (
     DEFAULT_KNOWN_ENTRIES,
     DEFAULT_MAX_CACHED_WORKFLOWS,
@@ -64,12 +59,11 @@ from .config import (
 )
 from .processes import HEARTBEAT_INTERVAL, beat, check_liveness
 from .render import console, fail, flags_from, run_command
-from .stores import OpenedStore, display_store, open_store, resolve_store_spec, store_id
+from .stores import OpenedStore, display_store, open_store, resolve_store_spec
 
 __all__ = [
     "StoreMismatchError",
     "check_workers",
-    "poller_identities",
     "run_worker",
     "worker",
     "worker_identity",
@@ -196,8 +190,6 @@ def worker(
 
 # -- the worker's identity ----------------------------------------------------------------------
 
-_IN_IDENTITY = re.compile(r"\bstore:([0-9a-f]{16})\b")
-
 
 def worker_identity(sid: str | None) -> str:
     """Temporal's default identity (``pid@host``), plus the store's ID when there is one."""
@@ -211,24 +203,6 @@ def worker_identity(sid: str | None) -> str:
 class StoreMismatchError(CommandError):
     """The workers on the queue advertise another store's ID than the command's store: a run
     would be stored where the command cannot see it (exit code 1, before anything is created)."""
-
-
-async def poller_identities(client: Client, task_queue: str) -> list[str]:
-    """The identities of the workers polling ``task_queue`` for workflow tasks right now."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return [p.identity for p in response.pollers]
-
-
-def _mismatch(own: str | None, identities: Iterable[str]) -> bool:
-    """Whether workers that advertise a store ID all advertise another one than ``own``."""
-    advertised = {m.group(1) for i in identities if (m := _IN_IDENTITY.search(i))}
-    return bool(advertised) and own not in advertised
 
 
 async def check_workers(
@@ -248,7 +222,7 @@ async def check_workers(
         own = await store_id(opened.store, create=False)
     except Exception:  # the store's own failure surfaces on first use, with its message
         return
-    if _mismatch(own, identities):
+    if mismatch(own, identities):
         raise StoreMismatchError(
             f"the worker(s) on task queue {task_queue!r} use another store than this command "
             f"({display_store(opened.spec)}): give both the same --store"

@@ -31,7 +31,7 @@ from ..session.views import transcript_view
 from .deciding import decide
 from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
-from .inputs import EntryLike, as_entry
+from .inputs import EntryLike, as_entry, check_run_input
 from .lifecycle import branched_event, fork_events, init_event
 from .persist import is_durable
 from .publisher import PublisherLike
@@ -127,8 +127,9 @@ class Agent:
     async def run(self, *entries: EntryLike, run_id: str | None = None) -> RunStream:
         """Start a run on ``entries`` (``str`` means ``text(s)``) and return its stream.
 
-        Raises :class:`AgentClosedError` or :class:`RunActiveError` here; every later failure
-        comes through the stream.
+        Raises :class:`AgentClosedError`, :class:`RunActiveError` or
+        :class:`InvalidRunInputError` (an empty message, or no input and nothing at the leaf to
+        answer) here; every later failure comes through the stream.
         """
         self._state.check_mutable()
         items = [as_entry(e) for e in entries]
@@ -146,6 +147,8 @@ class Agent:
     async def _base_run(self, entries: list[Entry]) -> RunStream:
         state = self._state
         state.check_mutable()
+        # the input as it reaches the executor (middleware may have added to it)
+        check_run_input(entries, nothing_stored=state.leaf == "")
         # An append or branch in flight commits first; the run then starts from its leaf, and
         # one still waiting for the lock is refused (it re-checks the busy rule under the lock).
         async with state.lock:

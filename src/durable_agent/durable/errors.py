@@ -10,6 +10,7 @@ __all__ = [
     "CompactError",
     "EntryNotFoundError",
     "EventGapError",
+    "InvalidRunInputError",
     "NoFactoryError",
     "PayloadTooLargeError",
     "PersistError",
@@ -84,3 +85,12 @@ class ApprovalNotPendingError(AgentError):
 class RunNotAcceptingError(AgentError):
     """A message for a run that has ended, is ending or was cancelled, or that already holds
     the most queued messages it takes: start a new run with the message instead."""
+
+
+class InvalidRunInputError(AgentError, ValueError):
+    """A run's input that cannot start a run; ``field`` names what is wrong (``inputs[0].content``,
+    ``options.max_turns``). Refused before the run stores anything (docs/design.md#errors)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
+        self.field = field

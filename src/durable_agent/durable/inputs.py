@@ -6,17 +6,39 @@ the header when it records the entry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..ai.messages import (
     FileContent,
     ImageContent,
     Message,
+    TextContent,
     user_file_message,
     user_image_message,
     user_message,
 )
 from ..session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
+from .errors import InvalidRunInputError
 
-__all__ = ["EntryLike", "as_entry", "ephemeral", "file", "image", "meta", "text"]
+__all__ = [
+    "EMPTY_MESSAGE",
+    "NOTHING_TO_ANSWER",
+    "EntryLike",
+    "as_entry",
+    "check_run_input",
+    "empty_message",
+    "ephemeral",
+    "file",
+    "image",
+    "meta",
+    "text",
+]
+
+EMPTY_MESSAGE = "is empty: a message the model is sent needs content"
+NOTHING_TO_ANSWER = (
+    "nothing to answer: the session holds no conversation at the run's leaf and the run has "
+    "no input"
+)
 
 EntryLike = Entry | str
 """An entry, or a string standing for ``text(s)``."""
@@ -56,3 +78,19 @@ def as_entry(value: EntryLike) -> Entry:
     if isinstance(value, (MessageEntry, CompactionEntry, CustomEntry)):
         return value
     raise TypeError(f"expected an entry or str, not {type(value).__name__}")
+
+
+def empty_message(message: Message) -> bool:
+    """No content, or only blank text: nothing a model could answer."""
+    return all(isinstance(b, TextContent) and not b.text.strip() for b in message.content)
+
+
+def check_run_input(entries: Sequence[Entry], *, nothing_stored: bool) -> None:
+    """Refuse a run that would store an empty message or call the model with none, before
+    anything is stored: :class:`InvalidRunInputError` naming the input (``inputs[i].content``,
+    or ``inputs`` when there is none and ``nothing_stored`` at the run's leaf)."""
+    for i, entry in enumerate(entries):
+        if isinstance(entry, MessageEntry) and empty_message(entry.message):
+            raise InvalidRunInputError(f"inputs[{i}].content", EMPTY_MESSAGE)
+    if not entries and nothing_stored:
+        raise InvalidRunInputError("inputs", NOTHING_TO_ANSWER)

@@ -15,6 +15,14 @@ store accepted it (an append returned) or returned it (a load), and as its store
 so a path built here is the one a load would build. Deleting or creating a session through the
 wrapper forgets what it held of that ID, and a load racing a delete is not remembered.
 
+Another process can delete a session and create it again around the wrapper. So what is
+remembered of a session is labelled with the ``created_at`` of the session record it belongs to
+(read before the load that filled it, or returned by the create), and ``path(..., confirm=True)``
+(a run's start) reads the record once and uses memory only under the same label: a re-created
+session is loaded, and a leaf of the deleted one is not found in it. Appends keep the label (an
+append that landed in a newer session is caught by the next confirmation). A store that cannot
+delete sessions (no ``load_session``) has nothing to confirm.
+
 Memory is bounded in bytes of encoded entries across sessions, and in sessions; the least
 recently used sessions go first, and a session larger than the whole bound is not remembered
 (its paths are always loaded). ``max_bytes=0`` remembers nothing.
@@ -26,6 +34,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..session.codec import decode_entry, encode_entry
@@ -46,11 +55,13 @@ MAX_SESSIONS = 1024
 
 @dataclass
 class _Session:
-    """What is remembered of one session: its entries by ID, each with its encoded size."""
+    """What is remembered of one session: its entries by ID, each with its encoded size, and
+    the ``created_at`` of the session record they belong to (``None``: not known)."""
 
     entries: dict[str, Entry] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
+    born: datetime | None = None
 
     def add(self, entry: Entry, size: int) -> None:
         self.sizes[entry.id] = size  # first: a reader that finds the entry finds its size
@@ -91,15 +102,30 @@ class RememberingStore:
         record = await self.store.create_session(session_id, parent_id)
         with self._lock:  # a new session: nothing remembered under its ID belongs to it
             self._drop(session_id)
+            if self.max_bytes:
+                self._sessions[session_id] = _Session(born=record.created_at)
+                self._trim(session_id, self._sessions[session_id])
         return record
 
     async def load_entries(self, session_id: str) -> list[Entry]:
-        """The store's load; remembered as the session's whole content."""
+        """The store's load; remembered as the session's whole content, labelled with the
+        session record read just before it (module doc)."""
+        born = await self._born(session_id) if self.max_bytes else None
+        return await self._load(session_id, born)
+
+    async def _load(self, session_id: str, born: datetime | None) -> list[Entry]:
         deletes = self._deletes
         entries = await self.store.load_entries(session_id)
         if self.max_bytes:
-            self._replace(session_id, entries, deletes)
+            self._replace(session_id, entries, deletes, born)
         return entries
+
+    async def _born(self, session_id: str) -> datetime | None:
+        """The ``created_at`` of the session's record (``None`` for a store without records);
+        ``SessionNotFoundError`` if there is none."""
+        if not isinstance(self.store, RetentionStore):
+            return None
+        return (await self.store.load_session(session_id)).created_at
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
         """The store's seq read (:class:`~durable_agent.session.SeqStore`), passed through and
@@ -133,21 +159,26 @@ class RememberingStore:
 
     # -- paths -------------------------------------------------------------------------------------
 
-    async def path(self, session_id: str, leaf_id: str) -> list[Entry]:
+    async def path(self, session_id: str, leaf_id: str, *, confirm: bool = False) -> list[Entry]:
         """Root-to-leaf path of ``leaf_id``: from memory when every entry from the leaf up to a
         root is remembered, else from one load. ``[]`` for ``""`` and for a leaf the session
-        does not hold."""
+        does not hold. ``confirm``: memory counts only if it belongs to the session the store
+        holds now (one read of its record; ``SessionNotFoundError`` if there is none)."""
+        # nothing remembered (max_bytes=0): the load below is the confirmation
+        born = await self._born(session_id) if confirm and self.max_bytes else None
         if not leaf_id:
             return []
         with self._lock:
             known = self._sessions.get(session_id)
-            if known is not None:
+            if known is not None and (born is None or known.born == born):
                 self._sessions.move_to_end(session_id)
                 remembered = tree_path(known.entries, leaf_id)
                 # complete when the walk reached a root; it stops early at an entry not
                 # remembered (or at a parent cycle, which a load walks the same way)
                 if remembered and remembered[0].parent_id is None:
                     return remembered
+        if born is not None:  # the record just read labels the load that follows it
+            return tree_path(await self._load(session_id, born), leaf_id)
         return tree_path(await self.load_entries(session_id), leaf_id)
 
     def remembered_bytes(self) -> int:
@@ -180,11 +211,13 @@ class RememberingStore:
             self._held += known.bytes - before
             self._trim(session_id, known)
 
-    def _replace(self, session_id: str, entries: list[Entry], deletes: int) -> None:
+    def _replace(
+        self, session_id: str, entries: list[Entry], deletes: int, born: datetime | None
+    ) -> None:
         """Remember exactly what a whole-session load returned."""
         with self._lock:
             old = self._sessions.get(session_id)
-        fresh = _Session()
+        fresh = _Session(born=born)
         for entry in entries:
             if entry.id in fresh.entries:
                 continue

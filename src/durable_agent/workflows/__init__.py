@@ -14,6 +14,7 @@ from .config import connect, connect_from_env
 from .executor import TemporalExecutor, compact_workflow_id, publish_workflow_id, run_workflow_id
 from .run_timeout import DEFAULT_EXECUTION_TIMEOUT, ENV_RUN_TIMEOUT
 from .search import SEARCH_ATTRIBUTE, ensure_search_attribute
+from .store_check import StoreMismatchError
 from .worker import WORKFLOWS, create_worker
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "AgentSpec",
     "RunResult",
     "RunState",
+    "StoreMismatchError",
     "TemporalExecutor",
     "Timeouts",
     "compact_workflow_id",

@@ -54,6 +54,7 @@ from .run_start import attached, started_here
 from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
+from .store_check import StoreCheck
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",
@@ -160,6 +161,8 @@ class TemporalExecutor:
         self.timeouts = timeouts or Timeouts()
         self.payload_limit = payload_limit
         self.publishers = PublisherCheck(client, task_queue)
+        self.stores = StoreCheck(client, task_queue)
+        """Refuses a run or compaction while the queue's workers use another store."""
 
     # -- Executor ----------------------------------------------------------------------------
 
@@ -190,6 +193,7 @@ class TemporalExecutor:
     async def start_run(
         self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
     ) -> RunStream:
+        await self.stores.check(state.store)  # before anything is created
         run_id = run_id or new_id()
         for entry in entries:
             check_payload(encode_entry(entry), "input entry", self.payload_limit)
@@ -263,6 +267,7 @@ class TemporalExecutor:
         assert isinstance(config.factory, str)
         if not state.created:
             return None  # nothing stored, so nothing to summarize
+        await self.stores.check(state.store)
         op_id = new_id()
         try:
             wire: str | None = await self.client.execute_workflow(

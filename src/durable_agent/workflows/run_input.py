@@ -33,6 +33,8 @@ from temporalio.exceptions import ApplicationError
 
 from ..activities.contracts import InputEntry, RunInput
 from ..ai.messages import Message
+from ..durable.errors import InvalidRunInputError
+from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, empty_message
 from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
@@ -53,14 +55,6 @@ INVALID_RUN_INPUT = "InvalidRunInput"
 
 _PLAIN_OPTIONS = {"system_prompt": str, "max_turns": int, "model_options": dict}
 """The options the worker reads, and their JSON types (others are ignored, as before)."""
-
-
-class InvalidRunInputError(ValueError):
-    """A run input that cannot start a run; ``field`` names what is wrong (``inputs[0].wire``)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
-        self.field = field
 
 
 NO_INPUT = RawValue(Payload())
@@ -129,11 +123,7 @@ def decode_run_input(value: Any) -> RunInput:
         raise InvalidRunInputError("session_id", str(exc)) from None
     if not inp.agent:
         raise InvalidRunInputError("agent", "must name an agent registered on the worker")
-    for key, kind in _PLAIN_OPTIONS.items():
-        option = inp.options.get(key)
-        if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
-            expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
-            raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    _check_plain_options(inp.options)
     _check_timeouts(inp)
     for i, item in enumerate(inp.inputs):
         if item.message is None:
@@ -141,7 +131,26 @@ def decode_run_input(value: Any) -> RunInput:
                 input_entry(item)
             except ValueError as exc:  # EntryDecodeError: the wire is not an entry
                 raise InvalidRunInputError(f"inputs[{i}].wire", str(exc)) from None
+        elif empty_message(item.message):
+            from_text = "text" in value and i == len(inp.inputs) - 1  # ``text`` goes last
+            field = "text" if from_text else f"inputs[{i}].content"
+            raise InvalidRunInputError(field, EMPTY_MESSAGE)
+    if not inp.inputs and inp.leaf_id == "":
+        raise InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
     return inp
+
+
+def _check_plain_options(options: dict[str, Any]) -> None:
+    """The options the worker reads: of their JSON type, ``max_turns`` at least 1 (below, the
+    run would store its input and then fail; a client's ``new()`` refuses it already)."""
+    for key, kind in _PLAIN_OPTIONS.items():
+        option = options.get(key)
+        if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
+            expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
+            raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
+    max_turns = options.get("max_turns")
+    if max_turns is not None and max_turns < 1:
+        raise InvalidRunInputError("options.max_turns", "must be at least 1")
 
 
 def _check_timeouts(inp: RunInput) -> None:

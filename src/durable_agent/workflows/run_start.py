@@ -11,14 +11,13 @@ session from its first entry.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from ..activities.contracts import InputEntry
-from ..activities.store_steps import local_activity_result
+from ..activities.start_leaf import input_id, local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState
 from ..session.approvals import awaiting_turn, run_start_repairs
@@ -33,7 +32,7 @@ __all__ = ["attached", "started_here"]
 def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:
     """A run this client starts now from the handle's leaf with ``inputs``."""
     durable = sum(1 for e in state.log if is_durable(e))  # at most the store's count: a seq
-    ids: list[str | None] = [_input_id(item) for item in inputs if not item.ephemeral]
+    ids: list[str | None] = [input_id(item) for item in inputs if not item.ephemeral]
     path = state.path()
     return RunStart(
         leaf=state.leaf,
@@ -59,7 +58,7 @@ async def attached(
             [value] = await client.data_converter.decode(payloads)
             inp = decode_run_input(value)
             leaf = inp.leaf_id
-            inputs = [_input_id(item) for item in inp.inputs if not item.ephemeral]
+            inputs = [input_id(item) for item in inp.inputs if not item.ephemeral]
             if leaf is not None:
                 break
             continue
@@ -73,15 +72,6 @@ async def attached(
     return RunStart(
         leaf=leaf, inputs=inputs, repairs=len(run_start_repairs(path)), after=0, waiting=waiting
     )
-
-
-def _input_id(item: InputEntry) -> str | None:
-    """The ID an input is stored under, which its client chose; ``None`` for an operator's
-    message without one, which the run names itself."""
-    if item.message is not None:
-        return item.id or None
-    entry_id = json.loads(item.wire).get("id")
-    return entry_id if isinstance(entry_id, str) and entry_id else None
 
 
 async def _path(state: SessionState, leaf: str) -> list[Entry]:

@@ -21,6 +21,7 @@ from .publish_workflow import PublishWorkflow
 from .publisher_check import PUBLISHER_MARK
 from .run_workflow import RunWorkflow
 from .search import ensure_search_attribute
+from .store_check import store_id, with_store_id
 
 __all__ = [
     "DEFAULT_KNOWN_ENTRIES",
@@ -136,11 +137,15 @@ async def create_worker(
     # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
+    # clients read the queue's pollers (docs/design.md#temporal): the store's ID, so a client on
+    # another store is refused before it starts a run (store_check); and whether a worker
+    # can deliver lifecycle events, which clients publish only then (publisher_check)
+    identity = with_store_id(
+        worker_options.get("identity") or client.identity, await store_id(store, create=True)
+    )
     if publisher is not None:
-        # clients publish lifecycle events only when a worker on the queue can deliver them
-        # (docs/design.md#temporal): they read this from the queue's pollers
-        identity = worker_options.get("identity") or client.identity
-        worker_options["identity"] = f"{identity} {PUBLISHER_MARK}"
+        identity = f"{identity} {PUBLISHER_MARK}"
+    worker_options["identity"] = identity
     return Worker(
         client,
         task_queue=task_queue,
