@@ -197,6 +197,11 @@ async def test_a_run_waiting_for_approval_survives_a_server_restart(
         waiting = lambda s: s.status == "awaiting_approval"  # noqa: E731
         await wait_state(client, agent.session_id, rid, waiting, what="the wait")
 
+        async def seen_here() -> bool:  # the handle follows the run's entries from the store
+            return [p.tool_call_id for p in agent.pending_approvals()] == ["e1"]
+
+        await eventually(seen_here, what="the request at the handle")
+
         dev_server.kill()
         dev_server.start()
         await dev_server.ready()
