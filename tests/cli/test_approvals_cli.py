@@ -95,3 +95,71 @@ def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
     finally:
         child.close(force=True)
     assert _pending(dev, "mail3") == []
+
+
+def _story(dev: Dev, session: str) -> list[str]:
+    """The stored messages of a session's active path, one short line each."""
+    shown = json.loads(run_cli(["show", session, "--json"], dev.env).stdout)
+    story = []
+    for entry in shown["entries"]:
+        message = entry.get("message")
+        if message is None:
+            continue
+        blocks = message["content"]
+        calls = [b["name"] for b in blocks if b["type"] == "tool_call"]
+        text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        if message["role"] == "tool_result":
+            story.append(f"result {message['tool_name']}")
+        elif calls:
+            story.append("call " + " ".join(calls))
+        else:
+            story.append(f"{message['role']}: {text}")
+    return story
+
+
+def _queued(dev: Dev, session: str, n: int) -> bool:
+    state = run_cli(["state", session, "--json"], dev.env)
+    return state.returncode == 0 and json.loads(state.stdout).get("queued_inputs") == n
+
+
+def test_chat_sends_what_is_typed_while_the_agent_works(dev: Dev) -> None:
+    """In a terminal: a steer typed while a run waits on a gated call lands between its two
+    tool calls, a ``/later`` after the final reply."""
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "steer1"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    prompt = "steer1 ▸ "
+    try:
+        child.expect(prompt)
+        child.sendline("Email the Q3 figures to the team.")
+        child.expect(r"\[y / n reason / e\]")
+        child.sendline("Also check the weather in Lisbon.")  # not an answer: says how to send
+        child.expect("/steer TEXT, /later TEXT")
+        child.sendline("/steer Also check the weather in Lisbon.")
+        child.sendline("/later What's the weather in Paris?")
+        wait_until(lambda: _queued(dev, "steer1", 2), within=60, what="two queued messages")
+        child.sendline("y")
+        child.expect("delivered into the run: Also check the weather in Lisbon")
+        child.expect("delivered into the run: What's the weather in Paris")
+        child.expect("Paris")
+        child.expect(prompt)
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    told = _story(dev, "steer1")
+    assert told[:6] == [
+        "user: Email the Q3 figures to the team.",
+        "call send_email",
+        "result send_email",
+        "user: Also check the weather in Lisbon.",  # between the two tool calls
+        "call get_weather",
+        "result get_weather",
+    ]
+    assert told[6].startswith("assistant: ") and "Lisbon" in told[6]
+    assert told[7:10] == [
+        "user: What's the weather in Paris?",
+        "call get_weather",
+        "result get_weather",
+    ]
+    assert told[10].startswith("assistant: ") and "Paris" in told[10] and len(told) == 11

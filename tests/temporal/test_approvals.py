@@ -81,21 +81,7 @@ async def test_three_day_wait_parks_then_a_decision_continues() -> None:
     """Time-skipping server: the wait is one timer (no activity, no heartbeat, no growth while
     nobody decides); after three days the run parks; a decision made after parking goes to the
     store, and ``run()`` continues from it."""
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=temporal_binary("temporal-test-server"),
-        data_converter=pydantic_data_converter,
-    )
-    try:
-        # the test server registers search attributes but cannot list them (as workers do)
-        await env.client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=env.client.namespace,
-                search_attributes={
-                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-                    for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE)
-                },
-            )
-        )
+    async with skipping_server() as env:
         script = [Reply(tool_calls=[email()]), "sent it"]
         async with agent_on(env.client, script, approval_wait=THREE_DAYS, skipping=True) as agent:
             with env.auto_time_skipping_disabled():
@@ -142,6 +128,62 @@ async def test_three_day_wait_parks_then_a_decision_continues() -> None:
                 "tool_result",
                 "assistant",
             ]
+
+
+async def test_a_run_holding_a_message_does_not_park() -> None:
+    """An accepted message is always delivered: a run that holds one when ``approval_wait`` runs
+    out keeps waiting for the decisions instead of parking, then delivers it after the turn's
+    results."""
+    async with skipping_server() as env:
+        script = [Reply(tool_calls=[email()]), "sent it, and noted"]
+        async with agent_on(env.client, script, approval_wait=THREE_DAYS, skipping=True) as agent:
+            with env.auto_time_skipping_disabled():
+                stream = await agent.run("mail bob")
+                reader = Reader(stream)
+                await reader.until("approval_requested")
+                sending = asyncio.ensure_future(stream.send("cc alice too"))
+                held = lambda s: s.queued_inputs == 1  # noqa: E731
+                await wait_state(env.client, agent.session_id, stream.run_id, held)
+            await env.sleep(2 * THREE_DAYS)  # past approval_wait: the timer fires
+            text = await history(env.client, agent.session_id, stream.run_id)
+            assert "EVENT_TYPE_TIMER_FIRED" in event_types(text)
+            state = await run_state(env.client, agent.session_id, stream.run_id)
+            assert state.status == "awaiting_approval" and state.queued_inputs == 1
+            await agent.decide("c1", True, decided_by="ops")
+            delivered = await asyncio.wait_for(sending, 60)
+            await asyncio.wait_for(stream.wait(), 60)
+            assert shape(stored(agent)) == [
+                "user",
+                "assistant",
+                "approval_request",
+                "approval_decision",
+                "tool_result",
+                "user",
+                "assistant",
+            ]
+            assert stored(agent)[5].id == delivered.id
+            assert stream.pending == []
+
+
+@contextlib.asynccontextmanager
+async def skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server, with the search attributes a worker expects (the test
+    server registers them but cannot list them)."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=temporal_binary("temporal-test-server"),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        await env.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=env.client.namespace,
+                search_attributes={
+                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                    for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE)
+                },
+            )
+        )
+        yield env
     finally:
         await env.shutdown()
 

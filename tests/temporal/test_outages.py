@@ -40,6 +40,7 @@ from tests.temporal.helpers import (
     queue,
     run_id,
     sid,
+    wait_state,
 )
 
 pytestmark = pytest.mark.temporal
@@ -168,6 +169,65 @@ async def test_server_killed_and_restarted_mid_run(dev_server: DevServer, tmp_pa
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
     assert agent.leaf_id == stored[-1].id
     assert calls in (1, 2)  # re-run only if its completion was lost with the server
+
+
+async def test_a_run_waiting_for_approval_survives_a_server_restart(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The wait is durable: the server restarts on its SQLite file (same port) while the run
+    waits for a person; the decision made afterwards reaches the same run, which runs the call
+    and finishes (docs/design.md#approvals-and-steering)."""
+    client = await dev_server.ready()
+    sent: list[str] = []
+
+    @tool(approval=True)
+    async def send_email(to: str) -> str:
+        """Send an email (a person approves each one)."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    lm = ScriptedModel([Reply.call("send_email", {"to": "team"}, id="e1"), "done"])
+    store, q = FileStore(tmp_path / "sessions"), queue()
+    async with running_worker(
+        client, store, {"a": AgentSpec(model=lm, tools=[send_email])}, task_queue=q
+    ):
+        agent = await new("a", store=store, session_id=sid("wait"), executor=executor(client, q))
+        rid = run_id()
+        seen = asyncio.create_task(consume(await agent.run("mail the team", run_id=rid)))
+        waiting = lambda s: s.status == "awaiting_approval"  # noqa: E731
+        await wait_state(client, agent.session_id, rid, waiting, what="the wait")
+
+        async def seen_here() -> bool:  # the handle follows the run's entries from the store
+            return [p.tool_call_id for p in agent.pending_approvals()] == ["e1"]
+
+        await eventually(seen_here, what="the request at the handle")
+
+        dev_server.kill()
+        dev_server.start()
+        await dev_server.ready()
+
+        state = await wait_state(client, agent.session_id, rid, waiting, within=60)
+        assert [p.tool_call_id for p in state.pending_approvals] == ["e1"]
+        assert sent == []
+        await agent.decide("e1", True, decided_by="ops")
+        outcome = await asyncio.wait_for(seen, 60)
+        assert outcome.error is None, repr(outcome.error)
+        await assert_replays(client, run_workflow_id(agent.session_id, rid))
+
+    assert sent == ["team"]
+    stored = await FileStore(tmp_path / "sessions").load_entries(agent.session_id)
+    kinds = [getattr(e, "kind", None) or e.message.role for e in stored]  # type: ignore[attr-defined]
+    assert kinds == [
+        "user",
+        "assistant",
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "assistant",
+    ]
+    assert messages_of(stored)[-2].text() == "sent to team"
+    assert_one_chain(stored)
+    assert "approval_decided" in outcome.types()
 
 
 class FlakyStore:

@@ -5,6 +5,7 @@
 run that waits for it gets the decision through its ``decide`` update; a run that parked has the
 decision stored at the session's leaf instead, and once every call of that turn is decided the
 command starts the continuation run and says so (docs/design.md#approvals-and-steering).
+``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import typer
@@ -21,8 +24,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from ..activities.contracts import RunState
-from ..durable import Agent
-from ..session import Entry, PendingItem, pending_items, validate_session_id
+from ..durable import Agent, When
+from ..session import ApprovalRequest, Entry, PendingItem, pending_items, validate_session_id
 from ..session.tree import path
 from ..workflows import TemporalExecutor, run_workflow_id
 from .config import (
@@ -43,7 +46,7 @@ from .render import RunPrinter, console, flags_from, print_json, run_command, se
 from .run import open_agent
 from .stores import open_store, resolve_store_spec
 
-__all__ = ["approvals", "approve", "deny", "pending_line", "show_approvals"]
+__all__ = ["Lines", "approvals", "approve", "ask", "deny", "pending_line", "show_approvals"]
 
 
 def pending_line(item: PendingItem) -> str:
@@ -77,6 +80,81 @@ async def list_pending(console: Console, session_id: str, spec: str, as_json: bo
     for item in [] if as_json else items:
         console.print(escape(pending_line(item)) + f"  [dim](run {escape(item.run_id)})[/]")
     return 0
+
+
+class Lines:
+    """Typed lines, read by ``input()`` on a daemon thread into a queue of the chat's event loop,
+    so the chat takes them while a run streams as well as between runs. ``None`` is the end of
+    input (Ctrl-D), kept once seen."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, read: Callable[[], str] = input) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.ended = False
+        self._loop = loop
+        self._input = read  # blocks its thread until a line is typed; EOFError at the end
+        threading.Thread(target=self._read, name="chat-input", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                line: str | None = self._input()
+            except EOFError:
+                line = None
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, line)
+            if line is None:
+                return
+
+    async def get(self, prompt: str = "") -> str | None:
+        """The next line, after showing ``prompt``."""
+        if self.ended:
+            return None
+        if prompt:
+            print(prompt, end="", flush=True)
+        line = await self.queue.get()
+        self.ended = line is None
+        return line
+
+
+Read = Callable[[str], Awaitable[str | None]]
+"""The next typed line after showing a prompt (``None`` at end of input)."""
+Send = Callable[[str, When], object]
+"""Hand the waiting run a message (``chat``: a steer or a follow-up)."""
+
+
+async def ask(
+    console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send
+) -> None:
+    """``chat``'s questions while a run waits for decisions: show each call with its arguments
+    and take ``y``, ``n [reason]`` or ``e`` (edit the arguments as JSON); ``/steer TEXT`` and
+    ``/later TEXT`` send the run a message meanwhile (docs/design.md#approvals-and-steering).
+    The end of input leaves the calls pending (``approvals`` and ``approve`` still decide them)."""
+    for request in requests:
+        if not isinstance(request, ApprovalRequest):
+            continue
+        call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
+        choices = escape("[y / n reason / e]")
+        console.print(f"[bold yellow]approve[/] {escape(call)}? {choices}")
+        while (answer := await read("  ▸ ")) is not None:
+            word, _, rest = answer.strip().partition(" ")
+            if word in ("/steer", "/later") and rest.strip():
+                send(rest.strip(), "next_turn" if word == "/steer" else "at_end")
+                continue
+            args: dict[str, Any] | None = None
+            if word.lower() == "e":
+                try:
+                    args = json.loads(await read("  args (JSON) ▸ ") or "")
+                except json.JSONDecodeError as exc:
+                    console.print(f"not JSON: {escape(str(exc))}")
+                    continue
+                word = "y"
+            if word.lower() in ("y", "n"):
+                approved = word.lower() == "y"
+                reason = rest.strip() or None
+                await agent.decide(
+                    request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
+                )
+                break
+            console.print("answer y, n [reason] or e (/steer TEXT, /later TEXT: tell the agent)")
 
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (shown to the model).")]

@@ -1,18 +1,22 @@
 """``durable-agent chat``: a REPL on one session, every turn a Temporal run.
 
-The prompt is read with ``input()`` (readline editing and history) in the main thread, and each
-turn runs on one persistent event loop (:class:`asyncio.Runner`). A Ctrl-C during a turn cancels
-that turn's *task*, which asks the workflow to cancel and waits until what it stored has arrived;
-the session and the REPL carry on. Replies stream live from the worker, and each stored entry's
-receipt is printed under it, as in ``run``.
+Lines are read on a thread (:class:`Lines`) into a queue that the chat takes from between runs
+and while a run streams: a line typed while the agent works is sent into the run as a steer
+(``/later TEXT``: a follow-up), and a run waiting for a decision takes its answers from the same
+queue (docs/design.md#approvals-and-steering). A message the run no longer takes (it ended
+meanwhile) starts the next run instead: nothing typed is lost. Each turn runs on one persistent
+event loop (:class:`asyncio.Runner`). A Ctrl-C during a turn cancels that turn's *task*, which
+asks the workflow to cancel and waits until what it stored has arrived; the session and the REPL
+carry on. Replies stream live from the worker, and each stored entry's receipt is printed under
+it, as in ``run``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from typing import Annotated, Any
+import functools
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -20,9 +24,8 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..ai import ModelError
-from ..durable import Agent, AgentError, RunCancelledError, RunStream, new
+from ..durable import Agent, AgentError, RunCancelledError, RunStream, When, new
 from ..session import (
-    ApprovalRequest,
     Entry,
     SessionError,
     SessionNotFoundError,
@@ -32,6 +35,7 @@ from ..session import (
     validate_session_id,
 )
 from ..workflows import TemporalExecutor
+from .approvals import Lines, ask
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -71,8 +75,8 @@ def chat(
     verbose: VerboseOpt = False,
 ) -> None:
     """Interactive chat: /edit TEXT, /retry, /branch ID, /switch [N|ID|SESSION], /fork [ID],
-    /compact [N], /tree, /show, /help, /quit. Ctrl-C during a reply cancels that run; the
-    session stays."""
+    /compact [N], /tree, /show, /help, /quit. Typing while the agent works steers it (/later TEXT:
+    a follow-up). Ctrl-C during a reply cancels that run; the session stays."""
     flags = flags_from(address, namespace, profile, verbose)
     raise typer.Exit(
         guard(
@@ -99,7 +103,10 @@ HELP = """commands:
   /fork [NEW_ID]     copy the active path into a new session and switch to it
   /compact [KEEP]    summarize the path, keeping the last KEEP turns verbatim (default 1)
   /help              this list
-  /quit              leave (Ctrl-D works too); Ctrl-C during a reply cancels just that run"""
+  /quit              leave (Ctrl-D works too); Ctrl-C during a reply cancels just that run
+while the agent works:
+  TEXT               a steer: stored after the current step's tool results, before its next reply
+  /later TEXT        a follow-up: stored when the agent would stop, and answered then"""
 
 
 class Chat:
@@ -112,12 +119,17 @@ class Chat:
         opened: OpenedStore,
         executor: TemporalExecutor,
         agent_name: str,
+        lines: Lines,
     ):
         self.console = console
         self.agent = agent
         self.opened = opened
         self.executor = executor
         self.agent_name = agent_name
+        self.lines = lines
+        self.carried: list[str] = []
+        """Messages a run did not take (it ended meanwhile): the next run's input."""
+        self._sends: set[asyncio.Task[None]] = set()
 
     def tips(self) -> list[Entry]:
         """The last entry of every branch (entries nothing follows), oldest first."""
@@ -169,19 +181,25 @@ class Chat:
             f"{escape(self.agent.leaf_id or '(root)')} ({len(self.agent.entries())} entries)"
         )
 
-    async def turn(self, text: str) -> None:
+    async def turn(self, *texts: str) -> None:
         """One run; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
-        await self.follow(await self.agent.run(text))
+        await self.follow(await self.agent.run(*texts))
 
     async def follow(self, stream: RunStream) -> None:
-        """Print a run's events; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
+        """Print a run's events while sending what is typed meanwhile into it; on cancellation
+        (Ctrl-C) cancel the workflow, then re-raise."""
         printer = RunPrinter(self.console)
+        steering = asyncio.create_task(self.steer(stream))
         try:
             async for event in stream.events():
                 printer.handle(event)
                 if event.agent is not None and event.agent.type == "approval_requested":
                     printer.finish()
-                    await self.ask(event.entries or [])
+                    steering.cancel()  # the answers come from the same lines
+                    await asyncio.gather(steering, return_exceptions=True)
+                    send = functools.partial(self.send, stream)
+                    await ask(self.console, self.agent, event.entries or [], self.lines.get, send)
+                    steering = asyncio.create_task(self.steer(stream))
         except asyncio.CancelledError:
             printer.finish()
             self.console.print("[yellow]cancelling the run…[/]")
@@ -192,39 +210,45 @@ class Chat:
             pass
         finally:
             printer.finish()
+            steering.cancel()
+            await asyncio.gather(steering, *self._sends, return_exceptions=True)
         with contextlib.suppress(RunCancelledError):
             await stream.wait()
 
-    async def ask(self, requests: list[Entry]) -> None:
-        """A run waits for decisions: show each call with its arguments and take ``y``,
-        ``n [reason]`` or ``e`` (edit the arguments as JSON)
-        (docs/design.md#approvals-and-steering)."""
-        for request in requests:
-            if not isinstance(request, ApprovalRequest):
-                continue
-            call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
-            choices = escape("[y / n reason / e]")
-            self.console.print(f"[bold yellow]approve[/] {escape(call)}? {choices}")
-            while True:
-                answer = (await asyncio.to_thread(input, "  ▸ ")).strip()
-                word, _, rest = answer.partition(" ")
-                args: dict[str, Any] | None = None
-                if word.lower() == "e":
-                    edited = await asyncio.to_thread(input, "  args (JSON) ▸ ")
-                    try:
-                        args = json.loads(edited)
-                    except json.JSONDecodeError as exc:
-                        self.console.print(f"not JSON: {escape(str(exc))}")
-                        continue
-                    word = "y"
-                if word.lower() in ("y", "n"):
-                    approved = word.lower() == "y"
-                    reason = rest.strip() or None
-                    await self.agent.decide(
-                        request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
-                    )
-                    break
-                self.console.print("answer y, n [reason] or e")
+    async def steer(self, stream: RunStream) -> None:
+        """While a run streams: each typed line is a steer, ``/later TEXT`` a follow-up."""
+        while (line := await self.lines.get()) is not None:
+            word, _, rest = line.strip().partition(" ")
+            if word in ("/later", "/steer") and rest.strip():
+                self.send(stream, rest.strip(), "at_end" if word == "/later" else "next_turn")
+            elif word.startswith("/"):
+                self.console.print(
+                    "while the agent works: type to steer it, /later TEXT for a follow-up, "
+                    "Ctrl-C to cancel the run"
+                )
+            elif word:
+                self.send(stream, line.strip(), "next_turn")
+
+    def send(self, stream: RunStream, text: str, when: When) -> asyncio.Task[None]:
+        """Hand the run a message without waiting for its delivery (its ``input_delivered``
+        event shows it stored); one the run does not take is carried to the next run."""
+
+        async def sending() -> None:
+            try:
+                await stream.send(text, when=when)
+            except Exception as exc:
+                self.carried.append(text)
+                self.console.print(
+                    f"[yellow]the run did not take “{escape(text)}”[/] ({escape(str(exc))}): "
+                    "it starts the next run"
+                )
+
+        what = "follow-up for when the agent is done" if when == "at_end" else "steer"
+        self.console.print(f"[dim]✉ {what}: {escape(text)}[/]")
+        task = asyncio.create_task(sending())
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+        return task
 
     async def command(self, line: str) -> bool:
         """Run a ``/command``; False means quit."""
@@ -291,6 +315,7 @@ async def _open(
     agent_name: str,
     flags: TemporalFlags | None,
 ) -> Chat:
+    lines = Lines(asyncio.get_running_loop())
     validate_session_id(session_id)
     opened = open_store(store_spec)
     agent, executor = await open_agent(
@@ -301,7 +326,7 @@ async def _open(
         agent_name=agent_name,
         flags=flags,
     )
-    return Chat(console, agent, opened, executor, agent_name)
+    return Chat(console, agent, opened, executor, agent_name, lines)
 
 
 def run_chat(
@@ -325,23 +350,13 @@ def run_chat(
         if recent:
             render_transcript(console, recent)
         try:
-            while True:
+            while (step := _next_step(runner, chat)) is not None:
                 try:
-                    line = input(f"{chat.agent.session_id} ▸ ").strip()
-                except EOFError:
-                    console.print()
-                    break
-                except KeyboardInterrupt:
-                    console.print()
-                    continue
-                if not line:
-                    continue
-                try:
-                    if line.startswith("/"):
-                        if not runner.run(chat.command(line)):
+                    if isinstance(step, str):
+                        if not runner.run(chat.command(step)):
                             break
                     else:
-                        runner.run(chat.turn(line))
+                        runner.run(chat.turn(*step))
                 except KeyboardInterrupt:
                     console.print(
                         f"[yellow]run cancelled[/]; session {escape(chat.agent.session_id)} is "
@@ -352,3 +367,23 @@ def run_chat(
         finally:
             runner.run(chat.opened.close())
     return 0
+
+
+def _next_step(runner: asyncio.Runner, chat: Chat) -> str | list[str] | None:
+    """What the REPL does next: a ``/command`` (a ``str``), a run on texts (the messages the
+    last run did not take first), or ``None`` to leave (end of input)."""
+    while not chat.carried:
+        try:
+            line = runner.run(chat.lines.get(f"{chat.agent.session_id} ▸ "))
+        except KeyboardInterrupt:
+            chat.console.print()
+            continue
+        if line is None:
+            chat.console.print()
+            return None
+        if line.strip().startswith("/"):
+            return line.strip()
+        if line.strip():
+            return [line.strip()]
+    texts, chat.carried = chat.carried, []
+    return texts

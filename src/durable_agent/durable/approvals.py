@@ -207,7 +207,7 @@ async def settle(
 ) -> dict[str, Verdict]:
     """Request approval for the calls ``ask`` of ``reply`` (or, given ``turn``, wait on the
     requests a stored turn holds) and wait until each is decided; the verdicts by call ID.
-    Raises :class:`Parked` when ``approval_wait`` runs out first."""
+    Raises :class:`Parked` when ``approval_wait`` runs out first with no message queued."""
     if turn is None:
         turn = AwaitingTurn(reply, 0)
         calls = {c.id: c for c in turn.calls}
@@ -247,9 +247,11 @@ async def _wait_for_decisions(engine: RunSide, waiting: Waiting) -> None:
     while waiting.undecided():
         if not inbox.decisions:
             left = None
-            if limit is not None:
+            if limit is not None and not inbox.messages:
                 left = max(0.0, limit - (engine.effects.now() - start).total_seconds())
-            if not await gate.wait(lambda: bool(inbox.decisions), left):
+            # a run holding a message does not park: an accepted message is always delivered,
+            # after the decisions (docs/design.md#approvals-and-steering)
+            if not await gate.wait(lambda: bool(inbox.decisions), left) and not inbox.messages:
                 raise Parked()
         for queued in inbox.take_decisions():
             await _commit_decision(engine, waiting, queued)

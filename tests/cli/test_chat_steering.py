@@ -1,0 +1,154 @@
+"""``chat`` while a run works, on both executors: what is typed goes into the run (a steer
+after the turn's tool results, ``/later`` after the final reply), answers to a waiting call
+come from the same lines, and a message the run did not take starts the next run
+(docs/design.md#approvals-and-steering)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import queue
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from durable_agent import Agent, MessageEntry
+from durable_agent.cli.approvals import Lines
+from durable_agent.cli.chat import Chat
+from durable_agent.cli.demo_app import TOOLS, demo_spec
+from durable_agent.stores import MemoryStore
+from tests.durable_runs.test_steering import queued
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.temporal
+
+
+class Typist:
+    """Lines the test types: the chat's reader thread blocks on them as on a terminal."""
+
+    def __init__(self) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+
+    def type(self, *lines: str | None) -> None:
+        for line in lines:
+            self.lines.put(line)
+
+    def read(self) -> str:
+        line = self.lines.get()
+        if line is None:
+            raise EOFError
+        return line
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def story(agent: Agent) -> list[str]:
+    """The session's stored messages, one short line each."""
+    out = []
+    for entry in agent.entries():
+        if not isinstance(entry, MessageEntry) or entry.ephemeral:
+            continue
+        message = entry.message
+        if message.role == "tool_result":
+            out.append(f"result {message.tool_name}")
+        elif message.tool_calls():
+            out.append("call " + " ".join(c.name for c in message.tool_calls()))
+        else:
+            out.append(f"{message.role}: {message.text()}")
+    return out
+
+
+async def open_chat(harness: Any) -> tuple[Chat, Typist, io.StringIO]:
+    agent = await harness.open(demo_spec({}).model, store=MemoryStore(), tools=TOOLS)
+    typist, screen = Typist(), io.StringIO()
+    lines = Lines(asyncio.get_running_loop(), typist.read)
+    console = Console(file=screen, width=200, no_color=True)
+    return Chat(console, agent, None, None, "demo", lines), typist, screen  # type: ignore[arg-type]
+
+
+async def test_typed_while_a_call_waits(harness: Any) -> None:
+    chat, typist, screen = await open_chat(harness)
+    typist.type("/steer Also check the weather in Lisbon.", "/later What's the weather in Paris?")
+
+    async def approve_once_asked() -> None:
+        # as a person would: once the question shows and the run holds both messages (else
+        # the decision could overtake them)
+        await eventually(
+            lambda: _true("[y / n reason / e]" in screen.getvalue()), what="a question"
+        )
+        await queued(chat.agent, 2, getattr(harness, "client", None))
+        typist.type("y")
+
+    approving = asyncio.ensure_future(approve_once_asked())
+    try:
+        await chat.turn("Email the Q3 figures to the team.")
+        await approving
+    finally:
+        typist.type(None)
+    told = story(chat.agent)
+    assert told[:6] == [
+        "user: Email the Q3 figures to the team.",
+        "call send_email",
+        "result send_email",
+        "user: Also check the weather in Lisbon.",  # between the two tool calls
+        "call get_weather",
+        "result get_weather",
+    ]
+    assert told[6].startswith("assistant: ") and "Lisbon" in told[6]
+    assert told[7:] == [
+        "user: What's the weather in Paris?",  # after the final reply
+        "call get_weather",
+        "result get_weather",
+        told[10],
+    ]
+    assert "Paris" in told[10]
+    assert "✉ steer: Also check" in screen.getvalue()
+    assert chat.carried == []
+
+
+async def test_a_line_typed_while_a_tool_runs_steers_the_run(harness: Any) -> None:
+    chat, typist, screen = await open_chat(harness)
+
+    async def steer_once_working() -> None:
+        await eventually(lambda: _true("crunch_numbers" in screen.getvalue()), what="the tool")
+        typist.type("/tree", "Also check the weather in Lisbon.")
+
+    steering = asyncio.ensure_future(steer_once_working())
+    try:
+        await chat.turn("What were Q2 sales?")
+        await steering
+    finally:
+        typist.type(None)
+    told = story(chat.agent)
+    assert told[:6] == [
+        "user: What were Q2 sales?",
+        "call crunch_numbers",
+        "result crunch_numbers",
+        "user: Also check the weather in Lisbon.",
+        "call get_weather",
+        "result get_weather",
+    ]
+    assert "while the agent works: type to steer it" in screen.getvalue()  # /tree waits
+
+
+async def test_a_message_the_run_did_not_take_starts_the_next_run(harness: Any) -> None:
+    chat, typist, screen = await open_chat(harness)
+    try:
+        stream = await chat.agent.run("What's the weather in Lisbon?")
+        await chat.follow(stream)
+        await chat.send(stream, "And what's the weather in Paris?", "next_turn")
+        assert chat.carried == ["And what's the weather in Paris?"]
+        assert "it starts the next run" in screen.getvalue()
+        await chat.turn(*chat.carried)
+    finally:
+        typist.type(None)
+    told = story(chat.agent)
+    assert told[4:] == [
+        "user: And what's the weather in Paris?",
+        "call get_weather",
+        "result get_weather",
+        told[7],
+    ]
