@@ -70,10 +70,23 @@ class FrozenModel(BaseModel):
     @model_serializer(mode="wrap")
     def _without_defaults(self, handler: Handler, info: Info) -> Any:
         data = handler(self)
-        for name, field in type(self).model_fields.items() if info.mode_is_json() else ():
-            if getattr(self, name) == field.get_default(call_default_factory=True):
+        for name, default in _defaults(type(self)).items() if info.mode_is_json() else ():
+            if getattr(self, name) == default:
                 data.pop(name, None)
         return data
+
+
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _defaults(cls: type[BaseModel]) -> dict[str, Any]:
+    """Each field's default, its factory called once per class: every activity and workflow
+    payload is serialized through here, and pydantic inspects a factory's signature per call."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        fields = cls.model_fields.items()
+        found = _DEFAULTS[cls] = {n: f.get_default(call_default_factory=True) for n, f in fields}
+    return found
 
 
 class Timeouts(FrozenModel):

@@ -119,18 +119,14 @@ class ScriptedModel:
             **extra,
         )
 
-    def _partial(self, blocks: list[ContentBlock]) -> Message:
-        """A partial reply, built without validation: its blocks come from a validated
-        :class:`Reply` (the final message is validated), and a streaming model builds one per
-        delta, which a benchmark's model should do cheaply."""
-        return Message.model_construct(
-            role="assistant",
-            content=list(blocks),
-            api="scripted",
-            provider=self.provider,
-            model=self.model,
-            timestamp=utc_now(),
-        )
+    @staticmethod
+    def _partial(start: Message, blocks: list[ContentBlock]) -> Message:
+        """A partial reply: the stream's start message with the blocks so far, copied without
+        validation (its blocks come from a validated :class:`Reply`; the final message is
+        validated) and stamped with the stream's start time, as every partial of one reply is:
+        a streaming model builds one per delta, which a benchmark's model should do cheaply,
+        and a live-delta writer then has only the content to patch."""
+        return start.model_copy(update={"content": blocks})
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
@@ -140,12 +136,9 @@ class ScriptedModel:
         if reply.error is not None and not reply.text:
             raise reply.error
         blocks: list[ContentBlock] = []
-        yield ModelEvent(type="start", partial=self._message(blocks))
-
-        async def pause() -> None:
-            if reply.chunk_delay:
-                await asyncio.sleep(reply.chunk_delay)
-
+        start = self._message(blocks)
+        yield ModelEvent(type="start", partial=start)
+        pause = reply.chunk_delay
         if reply.thinking:
             acc = ""
             for piece in _chunks(reply.thinking, reply.chunk_size):
@@ -153,19 +146,23 @@ class ScriptedModel:
                 current = ThinkingContent.model_construct(
                     thinking=acc, signature=reply.thinking_signature
                 )
-                await pause()
+                if pause:
+                    await asyncio.sleep(pause)
                 yield ModelEvent(
-                    type="thinking_delta", partial=self._partial([*blocks, current]), delta=piece
+                    type="thinking_delta",
+                    partial=self._partial(start, [*blocks, current]),
+                    delta=piece,
                 )
             blocks.append(ThinkingContent(thinking=acc, signature=reply.thinking_signature))
         if reply.text:
             acc = ""
             for piece in _chunks(reply.text, reply.chunk_size):
                 acc += piece
-                await pause()
+                if pause:
+                    await asyncio.sleep(pause)
                 yield ModelEvent(
                     type="text_delta",
-                    partial=self._partial([*blocks, TextContent.model_construct(text=acc)]),
+                    partial=self._partial(start, [*blocks, TextContent.model_construct(text=acc)]),
                     delta=piece,
                     index=len(blocks),
                 )
@@ -175,11 +172,12 @@ class ScriptedModel:
         for call in reply.tool_calls:
             args_json = json.dumps(call.arguments)
             for piece in _chunks(args_json, reply.chunk_size * 4):
-                await pause()
+                if pause:
+                    await asyncio.sleep(pause)
                 partial_call = ToolCall.model_construct(id=call.id, name=call.name)
                 yield ModelEvent(
                     type="tool_call_delta",
-                    partial=self._partial([*blocks, partial_call]),
+                    partial=self._partial(start, [*blocks, partial_call]),
                     delta=piece,
                     index=len(blocks),
                 )

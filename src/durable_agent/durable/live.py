@@ -38,8 +38,10 @@ from ..session.deltas import (
     DeltaChannel,
     DeltaKey,
     LiveStore,
+    Parts,
     cancel_note,
-    diff_patch,
+    diff_parts,
+    parts,
 )
 
 __all__ = [
@@ -111,6 +113,8 @@ class DeltaWriter:
         self._loop = asyncio.get_running_loop()
         self._latest: Message | None = None
         self._sent: Message | None = None
+        self._sent_parts: Parts = parts(None)
+        """``_sent`` as the last patch saw it: each write dumps only the newer partial."""
         self._last_write = float("-inf")
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
@@ -156,7 +160,8 @@ class DeltaWriter:
         latest = self._latest
         if latest is None or self._failed:
             return
-        patch = diff_patch(self._sent, latest)
+        latest_parts = parts(latest)
+        patch = diff_parts(self._sent_parts, latest_parts)
         if patch is None and not final:
             return
         head, size, ops = patch if patch is not None else (None, len(latest.content), [])
@@ -169,7 +174,7 @@ class DeltaWriter:
             logger.warning("live deltas of %s stopped", self.key.name(), exc_info=True)
             return
         self.published = seq
-        self._sent = latest
+        self._sent, self._sent_parts = latest, latest_parts
 
     def stop(self) -> None:
         """Stop publishing (a write in flight still completes); safe to call more than once."""

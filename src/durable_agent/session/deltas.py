@@ -35,8 +35,12 @@ __all__ = [
     "GROWING",
     "LiveStore",
     "apply_patch",
+    "Parts",
+    "Patch",
     "cancel_note",
+    "diff_parts",
     "diff_patch",
+    "parts",
 ]
 
 Cursor = tuple[int, int]
@@ -102,7 +106,16 @@ GROWING = {"text": "text", "thinking": "thinking"}
 """Block types whose field grows by ``+`` ops, and that field."""
 
 
-def _split(message: Message | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+Parts = tuple[dict[str, Any] | None, list[dict[str, Any]]]
+"""A message as a patch sees it: its fields other than ``content`` (``None`` for no message) and
+its blocks, as JSON."""
+Patch = tuple[dict[str, Any] | None, int, list[tuple[int, str, Any]]]
+"""``(head, size, ops)`` of a :class:`Delta`."""
+
+
+def parts(message: Message | None) -> Parts:
+    """``message`` split for :func:`diff_parts` (a writer keeps the parts it last sent, so each
+    write dumps only the newer message)."""
     if message is None:
         return None, []
     data = message.model_dump(mode="json")
@@ -110,12 +123,15 @@ def _split(message: Message | None) -> tuple[dict[str, Any] | None, list[dict[st
     return data, blocks
 
 
-def diff_patch(
-    prev: Message | None, cur: Message
-) -> tuple[dict[str, Any] | None, int, list[tuple[int, str, Any]]] | None:
+def diff_patch(prev: Message | None, cur: Message) -> Patch | None:
     """The patch turning ``prev`` into ``cur``; ``None`` when they are equal."""
-    prev_head, prev_blocks = _split(prev)
-    head, blocks = _split(cur)
+    return diff_parts(parts(prev), parts(cur))
+
+
+def diff_parts(prev: Parts, cur: Parts) -> Patch | None:
+    """:func:`diff_patch` of two messages' :func:`parts`."""
+    prev_head, prev_blocks = prev
+    head, blocks = cur
     ops: list[tuple[int, str, Any]] = []
     for i, block in enumerate(blocks):
         old = prev_blocks[i] if i < len(prev_blocks) else None

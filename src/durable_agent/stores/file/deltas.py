@@ -55,7 +55,7 @@ class FileDeltas:
         self._read_to: OrderedDict[str, tuple[int, int, Cursor]] = OrderedDict()
         """Path -> (inode, offset read to, highest ``(attempt, seq)`` before that offset)."""
         self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
-        """Recently read keys' paths (a reader asks for the same key many times a second)."""
+        """Recently named keys' paths (writers and readers name one key many times a second)."""
 
     def directory(self, session_id: str) -> Path:
         return self._root / f"{validate_session_id(session_id)}{_SUFFIX}"
@@ -67,23 +67,27 @@ class FileDeltas:
         return self.directory(key.session_id) / f"{run}.{key.turn}.jsonl"
 
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
-        path = self.path(key)
+        path = self._path(key)
         line = (delta.model_dump_json() + "\n").encode("utf-8")
-        now = time.monotonic()
-        if delta.seq == 1 and (self._swept_at is None or now - self._swept_at > _SWEEP_EVERY):
-            self._swept_at = now
-            self.sweep()
+        if delta.seq == 1:
+            now = time.monotonic()
+            if self._swept_at is None or now - self._swept_at > _SWEEP_EVERY:
+                self._swept_at = now
+                self.sweep()
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
 
-    def _read_path(self, key: DeltaKey) -> str:
+    def _path(self, key: DeltaKey) -> str:
+        """:meth:`path` as a string, remembered: a writer and a reader name the same key a few
+        times a second, and building the path (a session ID check included) costs more than
+        the write."""
         path = self._paths.get(key)
         if path is None:
             path = self._paths[key] = str(self.path(key))
@@ -91,8 +95,20 @@ class FileDeltas:
                 self._paths.popitem(last=False)
         return path
 
+    async def held(self, keys: list[DeltaKey]) -> set[DeltaKey]:
+        """Which of ``keys`` hold any delta: one ``stat`` each (a worker watching the cancel
+        notes of its calls in flight asks this twice a second)."""
+        found: set[DeltaKey] = set()
+        for key in keys:
+            try:
+                if os.stat(self._path(key)).st_size:
+                    found.add(key)
+            except FileNotFoundError:
+                continue
+        return found
+
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
-        path = self._read_path(key)
+        path = self._path(key)
         try:
             st = os.stat(path)
         except FileNotFoundError:
