@@ -172,12 +172,14 @@ READ_TIMEOUT = 2.0
 
 
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+_EMPTY = TextContent(text="")
 
 
 class _Partial:
     """One attempt's partial reply, rebuilt delta by delta (``session.deltas.apply_patch``'s
-    result), validating only the blocks a delta changed and the head when it changes: a reader
-    rebuilds the message a few times a second, and the text grows in one block."""
+    result), validating only the blocks a delta replaced and the head when it changes (a block
+    that only grew is the validated one with its text longer): a reader rebuilds the message a
+    few times a second, and the text grows in one block."""
 
     def __init__(self) -> None:
         self.base = Message(role="assistant")
@@ -188,18 +190,21 @@ class _Partial:
         if delta.head is not None:
             self.base = Message.model_validate({**delta.head, "content": []})
         raw, blocks = self.raw[: delta.size], self.blocks[: delta.size]
-        changed: set[int] = set()
+        replaced: set[int] = set()
         for i, op, value in delta.ops:
             while len(raw) <= i:
                 raw.append({})
-                blocks.append(TextContent(text=""))  # replaced below: the op fills it
+                blocks.append(_EMPTY)  # replaced below: the op fills it
             if op == "=":
                 raw[i] = dict(value)
+                replaced.add(i)
             else:
                 field = GROWING[str(raw[i].get("type"))]
-                raw[i] = {**raw[i], field: str(raw[i].get(field, "")) + str(value)}
-            changed.add(i)
-        for i in changed:
+                grown = str(raw[i].get(field, "")) + str(value)
+                raw[i] = {**raw[i], field: grown}
+                if i not in replaced:
+                    blocks[i] = blocks[i].model_copy(update={field: grown})
+        for i in replaced:
             blocks[i] = _BLOCK.validate_python(raw[i])
         self.raw, self.blocks = raw, blocks
         return self.base.model_copy(update={"content": list(blocks)})

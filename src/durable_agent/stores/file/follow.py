@@ -32,6 +32,7 @@ from ...session.codec import bulk_decoding
 from ...session.entries import Entry
 from ...session.errors import SessionNotFoundError
 from .index import reencode_line
+from .io import posix_locks
 from .lines import (
     HeaderProblem,
     classify_tail,
@@ -43,7 +44,7 @@ from .lines import (
     repeated_id,
 )
 
-__all__ = ["Mark", "Marks", "read_after"]
+__all__ = ["INLINE_BYTES", "Mark", "Marks", "read_after", "read_now"]
 
 _SHAPED = re.compile(rb'\n\{"type":"[a-z_]+","id":"([^"\\\n]+)"')
 """A line break and the start of an entry line as the codec writes it (type, then an ID with
@@ -119,6 +120,47 @@ class Marks:
         except FileNotFoundError:
             return False  # the read says SessionNotFoundError
         return (st.st_dev, st.st_ino) == mark.file_key and st.st_size == mark.end
+
+
+INLINE_BYTES = 64 << 10
+"""Bytes past its mark a follower's read may find and still run on the caller's thread."""
+
+
+def read_now(
+    path: Path, session_id: str, after: int, marks: Marks
+) -> list[tuple[int, Entry]] | None:
+    """A follower's read done here, on the event loop, or ``None`` (read in a thread then).
+    With nothing new it is one ``stat``; when the mark covers ``after``, the file grew past it by
+    at most ``INLINE_BYTES`` and no append holds its lock, a few small ``pread``s that decode a
+    reply or two. A thread hop would cost the client more (a wake-up of its loop) than that."""
+    if marks.unchanged(path, after):
+        return []
+    mark = marks.get(path)
+    if mark is None or after < mark.seq:
+        return None
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None  # the thread's read says SessionNotFoundError
+    fcntl = posix_locks()
+    try:
+        st = os.fstat(f.fileno())
+        if st.st_size - mark.end > INLINE_BYTES or not mark.fits(
+            f.fileno(), (st.st_dev, st.st_ino), st.st_size
+        ):
+            return None
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # an append is writing: wait for it in a thread
+        try:
+            return read_after(f, session_id, after, marks, path)
+        except HeaderProblem:
+            return None  # the thread's read waits for a create and reads again
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    finally:
+        f.close()
 
 
 def read_after(

@@ -11,7 +11,7 @@ Concurrency: every append takes an exclusive ``flock`` on the session file and e
 one, so store objects and processes on one host can share ``root``. ``create_session`` additionally
 holds an exclusive ``flock`` on the root directory while it writes the header; a reader that finds a
 missing or torn header waits on that lock once and looks again, so it never mistakes a session being
-created for a corrupt one. All blocking I/O runs in a worker thread.
+created for a corrupt one. I/O runs in a worker thread, but a follower's small reads (`.follow`).
 
 The store is split along its seams: ``lines`` (what each line means, and whether a torn one is a
 JSON prefix), ``index`` (the cached append-side ID index), ``io`` (locks, whole writes, worker
@@ -42,7 +42,7 @@ from ...session.record import SessionRecord
 from ...session.store import DEFAULT_PAGE, check_after, check_page, newest_first
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
-from .follow import Marks, read_after
+from .follow import Marks, read_after, read_now
 from .index import Index, IndexCache, covers, digest, header_line, reencode_line, scan_ids
 from .io import (
     FILE_MODE,
@@ -124,13 +124,14 @@ class FileStore:
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
         """The entries after seq ``after`` with their seqs (:class:`~durable_agent.session.
-        SeqStore`), read from a mark kept per followed file (:mod:`.follow`); with nothing new
-        since the last read, one ``stat`` on the event loop answers (cheaper than a thread)."""
-        path = self.path(session_id)
-        if self._marks.unchanged(path, check_after(after)):
-            return []
-        read = self._entries_after_sync
-        return await asyncio.to_thread(self._guard, read, path, session_id, after)
+        SeqStore`), read from a mark kept per followed file (:mod:`.follow`): nothing new is one
+        ``stat`` on the event loop, a small tail a read there (each cheaper than a thread)."""
+        path, after = self.path(session_id), check_after(after)
+        found = self._guard(read_now, path, session_id, after, self._marks)
+        if found is None:
+            read = self._entries_after_sync
+            found = await asyncio.to_thread(self._guard, read, path, session_id, after)
+        return found
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append the new entries of ``entries`` in one write; idempotent by entry ID.
