@@ -266,3 +266,30 @@ async def test_the_file_channel_sweeps_orphaned_and_expired_delta_files(tmp_path
     assert not (tmp_path / "ghost.live").exists()
     assert [d.seq for d in await restarted.read(fresh)] == [1]
     assert [d.seq for d in await restarted.read(DeltaKey("live", "run", 1))] == [1]
+
+
+async def test_a_reader_reads_just_after_the_writers_next_write() -> None:
+    """Each delta carries when it was written; the reader's next read is due just after the
+    writer's next write (``FAST_POLL`` later, plus the lag), whenever it read this one, and no
+    clock skew moves it outside ``[lag, FAST_POLL + lag]``; a read that finds nothing looks again
+    soon, then backs off."""
+    from durable_agent.durable.follow import FAST_POLL, MISSED_POLL, WRITE_LAG, next_write_in
+
+    channel = MemoryDeltas()
+    writer = DeltaWriter(channel, KEY, 1)
+    before = time.time()
+    writer.offer(text("a"))  # written at once
+    await eventually(lambda: channel.read(KEY), within=5, interval=0.01, what="the first write")
+    at = (await channel.read(KEY))[0].at
+    assert at is not None and before <= at <= time.time()
+    follower = following(channel)
+    assert shown([await follower.poll()]) == [("a", False)]
+    due = follower.due_in()
+    assert FAST_POLL + WRITE_LAG - 0.1 <= due <= FAST_POLL + WRITE_LAG + 1e-6  # in step
+    assert await follower.poll() is None
+    assert follower.due_in() == pytest.approx(MISSED_POLL, abs=0.05)
+    now = time.time()
+    assert next_write_in(None) == FAST_POLL
+    assert next_write_in(now - 60) == WRITE_LAG  # a reader far behind, or its clock ahead
+    assert next_write_in(now + 60) == FAST_POLL + WRITE_LAG  # its clock behind the writer's
+    writer.stop()

@@ -13,6 +13,7 @@ import pytest
 from durable_agent.session import CorruptSessionError, Entry
 from durable_agent.stores import FileStore
 from tests.filestore.helpers import add_bytes, line, msg
+from tests.support.polling import eventually
 
 
 def numbered(pairs: list[tuple[int, Entry]]) -> list[tuple[int, str]]:
@@ -106,3 +107,43 @@ async def test_a_cold_read_counts_every_position_as_a_load_does(fs: FileStore, o
             (len(stored) + 1, f"late-{after}")
         ]
         stored = list(enumerate(await fs.load_entries("s1"), 1))
+
+
+async def test_a_small_tail_is_read_on_the_loop_unless_an_append_holds_the_lock(
+    fs: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower's read past its mark runs on the event loop when the lock is free (no thread
+    hop: it is what following a run costs a client), and waits for an append holding the lock
+    in a thread, never on the loop."""
+    import asyncio
+    import fcntl
+
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("e1")])
+    assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "e1")]  # the mark
+    await fs.append_entries("s1", [msg("e2")])
+    threads: list[object] = []
+    real = asyncio.to_thread
+
+    async def counted(fn: object, *args: object) -> object:
+        threads.append(fn)
+        return await real(fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "e2")]
+    assert threads == []
+    await fs.append_entries("s1", [msg("e3")])
+    fd = os.open(fs.path("s1"), os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # an append in progress, as another process holds it
+    try:
+        read = asyncio.ensure_future(fs.load_entries_after("s1", 2))
+
+        async def in_thread() -> bool:
+            return len(threads) == 1
+
+        await eventually(in_thread, within=10, what="the read to wait in a thread")
+        assert not read.done()  # parked on the lock in its thread while the loop runs on
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert numbered(await read) == [(3, "e3")]

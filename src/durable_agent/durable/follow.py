@@ -14,7 +14,9 @@ already stored. When the reply is stored, the stored message wins: if what was s
 exactly its content, one last update brings it there (``restart=True`` when that is not an
 extension of what was shown), so the text a consumer built always ends equal to the stored
 message. Deltas read together become one update; each update's ``delta`` is the text it adds
-(after a restart, the whole text so far).
+(after a restart, the whole text so far). While a reply streams, each read is timed just after
+the writer's next write is due (a delta carries when it was written), so every read finds one
+write, as soon as it is there, at the writer's pace.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -29,7 +32,7 @@ from pydantic import TypeAdapter
 
 from ..agent.events import AgentEvent
 from ..ai.messages import ContentBlock, Message, TextContent
-from ..session.deltas import GROWING, Cursor, Delta, DeltaChannel, DeltaKey
+from ..session.deltas import GROWING, WRITE_EVERY, Cursor, Delta, DeltaChannel, DeltaKey
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.store import SeqStore, Store
@@ -158,9 +161,15 @@ class SessionFollower:
 
 # -- live deltas ----------------------------------------------------------------------------------
 
-FAST_POLL = 0.25
+FAST_POLL = WRITE_EVERY
 """Seconds between two reads of the channel while deltas arrive, as often as writers write:
 each read is a wake-up of the client's event loop, what following a reply costs it."""
+WRITE_LAG = 0.05
+"""Seconds after the writer's next write is due that the reader reads: the writer writes at
+the model's first token once due, so a read this much later finds it, as a rule."""
+MISSED_POLL = 0.1
+"""Seconds to the next read after one that found nothing new while deltas arrive (a slow
+token); the wait doubles while none arrive, up to ``IDLE_POLL``."""
 FIRST_POLL = 0.1
 """Seconds to the first read of a reply's deltas; the wait doubles while none arrive (a model
 still thinking) up to ``IDLE_POLL``."""
@@ -169,6 +178,16 @@ IDLE_AFTER = 0.6
 """Seconds without a delta after which a reply counts as idle."""
 READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
+
+
+def next_write_in(at: float | None) -> float:
+    """Seconds until just after the writer's next write, due ``FAST_POLL`` after the one it
+    wrote at ``at`` (its clock): reads in step with the writes find one each, as soon as it is
+    there. ``FAST_POLL`` for a delta without its time; never more than ``FAST_POLL`` plus the
+    lag, nor less than the lag, whatever the two clocks say."""
+    if at is None:
+        return FAST_POLL
+    return min(max(at + FAST_POLL + WRITE_LAG - time.time(), WRITE_LAG), FAST_POLL + WRITE_LAG)
 
 
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
@@ -300,9 +319,8 @@ class DeltaFollower:
             deltas = []
         update = self._take(deltas) if deltas and self._key == key else None
         if update is not None:
-            self._last_delta, self._idle_wait = now, FAST_POLL
-        if now - self._last_delta < IDLE_AFTER:
-            self._due = now + FAST_POLL
+            self._last_delta, self._idle_wait = now, MISSED_POLL
+            self._due = now + next_write_in(deltas[-1].at)
         else:
             self._due = now + self._idle_wait
             self._idle_wait = min(self._idle_wait * 2, IDLE_POLL)

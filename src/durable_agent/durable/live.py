@@ -2,12 +2,14 @@
 
 **Writer.** The model loop hands every partial to :meth:`DeltaWriter.offer`, which never waits; a
 write of the difference since the last written partial goes out at most once per ``every``
-seconds (a quarter of a second by default; the first at once), from the offer that finds it due,
-so a fast model costs one store write per batch, not per token, and streaming adds no wake-up
-of the worker's event loop beyond the model's own. A failed write stops publishing for this
-attempt (a reader would otherwise see a hole it cannot fill): the client then catches up from
-the stored message. :meth:`DeltaWriter.finish` writes the rest marked ``final``, so a reader
-looks for the reply's entry at once. Nothing here can fail or slow the model call.
+seconds (0.35 s by default; the first at once), from the offer that finds it due, so a fast
+model costs one store write per batch, not per token, and streaming adds no wake-up of the
+worker's event loop beyond the model's own. Each delta carries the time it was written, so a
+reader reads just after the next one is due (``durable.follow``). A failed write stops
+publishing for this attempt (a reader would otherwise see a hole it cannot fill): the client
+then catches up from the stored message. :meth:`DeltaWriter.finish` writes the rest marked
+``final``, so a reader looks for the reply's entry at once. Nothing here can fail or slow the
+model call.
 
 **Cancel notes.** A cancelled run writes a note under its run's turn-0 key
 (:func:`~durable_agent.session.deltas.cancel_note`; the run workflow does it on its cancel path,
@@ -28,12 +30,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..ai.messages import Message
 from ..session.deltas import (
+    WRITE_EVERY,
     Delta,
     DeltaChannel,
     DeltaKey,
@@ -74,10 +78,10 @@ def live_channel(live: LiveDeltas, store: object) -> DeltaChannel | None:
 
 # -- writer -------------------------------------------------------------------------------------
 
-DEFAULT_BATCH_EVERY = 0.25
-"""Seconds between two writes of one reply (the first partial is written at once): four writes
-a second keep the text moving for a reader, and each write is a wake-up of the worker's event
-loop, which is what streaming costs it (docs/design.md#live-deltas)."""
+DEFAULT_BATCH_EVERY = WRITE_EVERY
+"""Seconds between two writes of one reply (the first partial is written at once): about three
+writes a second keep the text moving for a reader, who reads just after each (the delta's
+``at``), and each write costs the worker a task and a store write (docs/design.md#live-deltas)."""
 DEFAULT_CLEAR_AFTER = 5.0
 """Seconds a stored reply's deltas stay, so a client polling slowly still drains them."""
 
@@ -166,7 +170,15 @@ class DeltaWriter:
             return
         head, size, ops = patch if patch is not None else (None, len(latest.content), [])
         seq = self.published + 1
-        delta = Delta(attempt=self.attempt, seq=seq, head=head, size=size, ops=ops, final=final)
+        delta = Delta(
+            attempt=self.attempt,
+            seq=seq,
+            head=head,
+            size=size,
+            ops=ops,
+            final=final,
+            at=time.time(),
+        )
         try:
             await self.channel.publish(self.key, delta)
         except Exception:

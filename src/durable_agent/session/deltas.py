@@ -37,6 +37,7 @@ __all__ = [
     "apply_patch",
     "Parts",
     "Patch",
+    "WRITE_EVERY",
     "cancel_note",
     "diff_parts",
     "diff_patch",
@@ -62,6 +63,11 @@ class DeltaKey:
         return f"{self.session_id}/{self.run_id}/{self.turn:09d}"
 
 
+WRITE_EVERY = 0.35
+"""Seconds between two writes of one reply (the first partial is written at once): the pace a
+reader of the channel keeps while a reply streams (docs/design.md#live-deltas)."""
+
+
 class Delta(BaseModel):
     """One published patch of one model-call attempt; ``seq`` counts from 1 per attempt."""
 
@@ -73,6 +79,9 @@ class Delta(BaseModel):
     final: bool = False
     """The attempt's last delta: the reply is complete and about to be stored (a reader
     looks for its entry now rather than at its next idle poll)."""
+    at: float | None = None
+    """When the writer wrote it (its clock, seconds since the epoch): a reader times its next
+    read just after the writer's next write, ``WRITE_EVERY`` later."""
 
 
 class DeltaChannel(Protocol):
