@@ -282,7 +282,8 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
     server = await start_dev_server(root / "server")
     trees = {"now": REPO}
     revisions = {
-        "now": git("rev-parse", "HEAD") + (" (dirty)" if git("status", "--porcelain") else "")
+        "now": git("rev-parse", "HEAD")
+        + (" (dirty)" if git("status", "--porcelain", "--", ".", ":!bench/results") else "")
     }
     if args.before:
         revisions["before"] = git("rev-parse", args.before)

@@ -38,6 +38,7 @@ def first(events: list[HistoryEvent], kind: int, after: int = 0) -> int:
 async def test_decision_commit_and_tool_schedule_share_the_updates_workflow_task(
     temporal_client: Client,
 ) -> None:
+    SENT.clear()
     script = [Reply(tool_calls=[email()]), "done"]
     async with agent_on(temporal_client, script) as agent:
         stream = await agent.run("mail bob")
