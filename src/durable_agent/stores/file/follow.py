@@ -57,8 +57,10 @@ _SKIP_LIMIT = 64 << 20
 """The largest file a cold read scans at once for :func:`_skip`; a longer one counts line by
 line."""
 
-_SKIP_GAP = 100
-"""Fewer lines than this past a mark are counted one by one (cheaper than a scan of the file)."""
+_LINE_COST = 6
+"""About how many lines a scan (:func:`_skip`, from the header) counts in the time one line is
+counted by its JSON: a mark far behind the seq asked for is replaced by a scan, one close to it
+reads on line by line."""
 
 _CHUNK = 1 << 16
 """Bytes :func:`_line_end` counts line breaks in at a time."""
@@ -157,7 +159,7 @@ def read_after(
     mark = marks.get(path)
     if mark is None or not mark.fits(fd, file_key, st.st_size) or after < mark.counted:
         mark = Mark(file_key)
-    if after - mark.seq >= (_SKIP_GAP if mark.lines else 1):
+    if (after - mark.seq) * _LINE_COST > after:
         counted = Mark(file_key)
         if _skip(f, session_id, counted, after, st.st_size):
             mark = counted
