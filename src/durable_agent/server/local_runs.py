@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from ..activities.spec import AgentSpec
 from ..agent.loop import model
 from ..durable.agent import Agent, new
-from ..durable.errors import RunCancelledError
+from ..durable.errors import RunActiveError, RunCancelledError
 from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import Store
 from .runs import (
@@ -51,6 +51,7 @@ class LocalRuns:
         self._handles: dict[tuple[str, str], Agent] = {}
         self._ended: dict[tuple[str, str], Status] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
 
     async def start(
@@ -63,21 +64,10 @@ class LocalRuns:
         on_busy: OnBusy,
     ) -> str:
         spec = self.agents[pick_agent(list(self.agents), agent)]
-        opts = spec.options()
         async with self._lock:  # the busy check and the start, one at a time
             refuse_busy(session_id, await self.active(session_id), on_busy)
-            handle = await new(
-                model(spec.model),
-                store=self.store,
-                session_id=session_id,
-                system_prompt=opts.system_prompt,
-                tools=opts.tools,
-                max_turns=opts.max_turns,
-                model_options=opts.model_options,
-                approval=opts.approval,
-                approval_wait=opts.approval_wait,
-            )
-            await open_at(handle, leaf_id)
+            self._refuse_compacting(session_id)
+            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
             run_id = new_id()
             stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
@@ -174,11 +164,48 @@ class LocalRuns:
         await continue_settled(self, self.store, session_id)
         return entry
 
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """``agent.compact`` with the agent's model; no run starts on the session meanwhile."""
+        spec = self.agents[pick_agent(list(self.agents), agent)]
+        async with self._lock:
+            refuse_busy(session_id, await self.active(session_id), "reject")
+            self._refuse_compacting(session_id)
+            self._compacting.add(session_id)
+        try:
+            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
+            entry = await handle.compact(keep_turns)
+        finally:
+            self._compacting.discard(session_id)
+        self.listener.stored(session_id)
+        return entry
+
+    def _refuse_compacting(self, session_id: str) -> None:
+        if session_id in self._compacting:
+            raise RunActiveError(f"session {session_id!r} is being compacted")
+
     async def aclose(self) -> None:
         for runs in list(self._streams.values()):
             for stream in list(runs.values()):
                 with contextlib.suppress(Exception):
                     await stream.cancel()
+
+
+async def _open(store: Store, spec: AgentSpec, session_id: str) -> Agent:
+    """A handle on the session with the agent's model and options."""
+    opts = spec.options()
+    return await new(
+        model(spec.model),
+        store=store,
+        session_id=session_id,
+        system_prompt=opts.system_prompt,
+        tools=opts.tools,
+        max_turns=opts.max_turns,
+        model_options=opts.model_options,
+        approval=opts.approval,
+        approval_wait=opts.approval_wait,
+    )
 
 
 def _undelivered(task: asyncio.Task[object]) -> None:

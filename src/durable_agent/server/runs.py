@@ -39,7 +39,7 @@ from ..durable.errors import (
 from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision, awaiting_turn
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
@@ -133,6 +133,14 @@ class Runs(Protocol):
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
         """Decide a pending call of the session; the stored decision entry."""
+        ...
+
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """Compact the session's path (to its last entry, or ``leaf_id``) with ``agent``'s
+        model; the stored entry, ``None`` when there was nothing to compact.
+        :class:`RunActiveError` while a run goes."""
         ...
 
 
@@ -346,4 +354,21 @@ class TemporalRuns:
         handle = await new(name, store=self.store, session_id=session_id, executor=self.executor)
         entry = await decide_with(handle, decision)
         await continue_settled(self, self.store, session_id)
+        return entry
+
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """The compaction workflow on the queue's workers, as ``agent.compact`` does there. A
+        run start on this replica waits for it; one on another replica is not held back."""
+        name = pick_agent(self.agents, agent)
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            refuse_busy(session_id, await self.active(session_id), "reject")
+            handle = await new(
+                name, store=self.store, session_id=session_id, executor=self.executor
+            )
+            await open_at(handle, leaf_id)
+            entry = await handle.compact(keep_turns)
+        self.listener.stored(session_id)
         return entry
