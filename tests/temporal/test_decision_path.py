@@ -53,8 +53,11 @@ def first(events: list[HistoryEvent], kind: int, after: int = 0) -> int:
 
 
 async def until_waiting(client: Client, workflow_id: str) -> None:
-    """Until the run waits: the workflow task that started its wait (its timer) is complete."""
-    for _ in range(1000):
+    """Until the run waits: the workflow task that started its wait (its timer) is complete
+    (each look is a history read, a server round trip)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while loop.time() < deadline:
         kinds = [e.event_type for e in await events_of(client, workflow_id)]
         if EventType.EVENT_TYPE_TIMER_STARTED in kinds:
             return
