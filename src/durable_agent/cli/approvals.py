@@ -5,7 +5,8 @@
 run that waits for it gets the decision through its ``decide`` update; a run that parked has the
 decision stored at the session's leaf instead, and once every call of that turn is decided the
 command starts the continuation run and says so (docs/design.md#approvals-and-steering).
-``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`.
+``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`, and
+starts the continuation the same way (:func:`turn_settled`, :func:`continuation`).
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ class Inbox:
         return due
 
     def close(self, because: str, error: BaseException | None = None) -> None:
-        """Accept nothing more; ``error`` fails what is still queued (a run that parked or was
-        cancelled before delivering it)."""
+        """Accept nothing more; ``error`` fails what is still queued (a run that parked or failed
+        before delivering it; a cancelled run's decisions, its messages being stored first)."""
         if self.closed_because is None:
             self.closed_because = because
         if error is None:
