@@ -178,7 +178,7 @@ async def events_per_approval(client: Any, make: Any) -> int:
 
 
 async def queued(agent: Any, stream: Any) -> None:
-    from durable_agent.activities.contracts import RunState
+    from durable_agent.activities.run_contracts import RunState
     from durable_agent.workflows import run_workflow_id
 
     client = CLIENT[0]

@@ -258,6 +258,9 @@ def test_contracts_are_what_crosses_the_boundary() -> None:
     assert missing == [], f"modules crossing the boundary without the contracts: {missing}"
     inside = {i for i in found[contracts].imports if i.startswith(f"{PACKAGE}.activities")}
     assert inside == set(), f"contracts import their users: {inside}"
+    runs = _activities("run_contracts")
+    inside = {i for i in found[runs].imports if i.startswith(f"{PACKAGE}.activities")}
+    assert inside == {contracts}, f"run contracts import their users: {inside}"
 
 
 def test_no_import_circle_in_workflows() -> None:

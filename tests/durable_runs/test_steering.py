@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_agent import Agent, MessageEntry, RunNotAcceptingError, ScriptedModel
-from durable_agent.activities.contracts import RunState
+from durable_agent.activities.run_contracts import RunState
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.session import Store
 from tests.durable_runs.support import kinds

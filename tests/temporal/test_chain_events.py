@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import Event, MessageEntry, ModelError, Reply, RunStream, ScriptedModel, new
-from durable_agent.activities.contracts import EventsAnswer, RunResult, RunState
+from durable_agent.activities.run_contracts import EventsAnswer, RunResult, RunState
 from durable_agent.ai import RetryPolicy, ToolCall, assistant_message, tool, user_message
 from durable_agent.durable.chain_events import RunChain
 from durable_agent.session import Entry, SessionNotFoundError, encode_entry

@@ -24,7 +24,7 @@ from rich.markup import escape
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from ..activities.contracts import RunState
+from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When
 from ..session import ApprovalRequest, Entry, PendingItem, pending_items, validate_session_id
 from ..session.approvals import awaiting_turn

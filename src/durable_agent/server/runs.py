@@ -28,7 +28,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.contracts import RunState
+from ..activities.run_contracts import RunState
 from ..durable.agent import Agent, new
 from ..durable.errors import (
     AgentError,

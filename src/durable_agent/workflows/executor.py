@@ -20,16 +20,8 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from ..activities.contracts import (
-    CompactInput,
-    InputEntry,
-    PublishInput,
-    RunInput,
-    RunResult,
-    RunState,
-    Timeouts,
-    event_to_wire,
-)
+from ..activities.contracts import PublishInput, Timeouts, event_to_wire
+from ..activities.run_contracts import CompactInput, InputEntry, RunInput, RunResult, RunState
 from ..ai.messages import TextContent
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
