@@ -109,6 +109,10 @@ class SessionFollower:
         self._due = 0.0
         self._woken.set()
 
+    def has_read(self, entry_id: str) -> bool:
+        """Whether a read yielded the entry ``entry_id`` (one stored after the start seq)."""
+        return entry_id in self._seen
+
     @property
     def woken(self) -> bool:
         """:meth:`wake` was called since the last read."""

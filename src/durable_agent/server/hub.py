@@ -43,6 +43,11 @@ streams within this; an idle session is read once a second."""
 IDLE_READ = 1.0
 STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
+END_WAIT = 15.0
+"""Seconds a run's end waits at most for the hub to read the run's last entry: longer than a
+MongoStore read waits for an append in flight before it reads past it (``ABANDON_AFTER``). It
+runs out only if that entry lies before where the hub started reading (a client that resumed
+past it while the run was ending), or the store fails every read meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,18 @@ def _status(run_id: str, status: str) -> Frame:
     return Frame("run", {"run_id": run_id, "status": status})
 
 
+@dataclass
+class Ending:
+    """A run's end the hub knows and has not told yet: it is told once a read that began after
+    it was known has brought the run's last entry (``last_entry``, ``""`` if unknown)."""
+
+    status: Status
+    last_entry: str
+    known_at: float
+    read_since: bool = False
+    """A read of the session began after the end was known."""
+
+
 class SessionHub:
     """The shared follower of one session (module doc)."""
 
@@ -77,8 +94,11 @@ class SessionHub:
         self.watches: dict[str, RunWatch] = {}
         self.leaf = ""
         """The last stored entry read: the parent of a reply streaming now."""
+        self.first_leaf = ""
+        """The entry at the seq the hub started after (read before the hub, not by it)."""
         self._kick = asyncio.Event()
-        self._ending: dict[str, Status] = {}
+        self.ending: dict[str, Ending] = {}
+        """Run ID -> its end, held until the hub read the run's last entry."""
         self._look_until = 0.0
         self._looked = 0.0
         self._idle_since: float | None = None
@@ -112,15 +132,28 @@ class SessionHub:
 
     # -- what runs tell ---------------------------------------------------------------------------
 
-    def status(
-        self, run_id: str, status: Status, *, watch: bool = True, read: bool = False
-    ) -> None:
-        """A run's status changed; an end is told after the next read of the session, so the
-        run's last receipts (and its reply's last text) go out before it."""
-        if status in ("completed", "failed", "cancelled") and not read:
-            self._ending[run_id] = status
-            self.kick(read=True)
-            return
+    def end(self, run_id: str, status: Status, last_entry: str) -> None:
+        """The run ended, its last stored entry being ``last_entry``: the end is told once a
+        read that began after now has brought that entry (docs/design.md#http-api), so a client
+        that stops at the end has every entry of the run and its reply's last text. "After
+        now" matters: a read already in flight may have begun before the run's last append."""
+        clock = asyncio.get_running_loop().time()
+        self.ending[run_id] = Ending(status, last_entry, clock)
+        self.kick(read=True)
+
+    def _release(self) -> None:
+        """Tell the ends whose run's last entry the hub has read (or waited for too long)."""
+        clock = asyncio.get_running_loop().time()
+        for run_id, ending in list(self.ending.items()):
+            last = ending.last_entry
+            read = not last or last == self.first_leaf or self.follower.has_read(last)
+            if ending.read_since and (read or clock - ending.known_at > END_WAIT):
+                del self.ending[run_id]
+                self.status(run_id, ending.status)
+
+    def status(self, run_id: str, status: Status, *, watch: bool = True) -> None:
+        """A run's status changed (an end: once the hub read the run's last entry, see
+        :meth:`end`)."""
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
@@ -162,12 +195,14 @@ class SessionHub:
         watch.outcome.add_done_callback(lambda t: self._ended(run_id, t))
         self.watches[run_id] = watch
 
-    def _ended(self, run_id: str, task: asyncio.Task[str]) -> None:
+    def _ended(self, run_id: str, task: asyncio.Task[tuple[Status, str]]) -> None:
         if task.cancelled():
             return
-        outcome = "failed" if task.exception() is not None else task.result()
-        if outcome in ("completed", "failed", "cancelled"):
-            self.status(run_id, outcome)  # type: ignore[arg-type]
+        ended: tuple[Status, str] = ("failed", "")
+        if task.exception() is None:
+            ended = task.result()
+        if ended[0] != "started":  # "started": the long poll broke, not the run
+            self.end(run_id, *ended)
 
     async def look(self) -> None:
         """Find the session's runs (another replica's too) and follow those not known yet."""
@@ -180,8 +215,8 @@ class SessionHub:
             logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
             return
         for run_id in found:
-            if run_id in self.active:
-                continue
+            if run_id in self.active or run_id in self.hubs.ended:
+                continue  # known, or ended (its client stream may still be reading)
             state: tuple[int, set[str]] | None = None
             if isinstance(runs, TemporalRuns):
                 with contextlib.suppress(Exception):
@@ -217,17 +252,17 @@ class SessionHub:
                         if watch.deltas.final:
                             self.follower.wake()
             if self.follower.woken or self.follower.due_in() <= 0.01:
-                ending, self._ending = self._ending, {}
+                for ending in self.ending.values():
+                    ending.read_since = True  # known before this read begins
                 await self._read()
-                for run_id, status in ending.items():
-                    self.status(run_id, status, read=True)
+                self._release()
             if self._look_until > clock() and clock() - self._looked >= 1.0:
                 self._looked = clock()
                 await self.look()
             await self._sleep()
 
     async def _sleep(self) -> None:
-        self.follower.slowest = BUSY_READ if self.active else IDLE_READ
+        self.follower.slowest = BUSY_READ if self.active or self.ending else IDLE_READ
         waits = [self.follower.due_in(), *(w.due_in() for w in self.watches.values())]
         if self._look_until > asyncio.get_running_loop().time():
             waits.append(1.0)
@@ -289,7 +324,7 @@ class Hubs:
         if hub is None:
             hub = SessionHub(self, session_id, after)
             self.hubs[session_id] = hub
-            hub.leaf = await _leaf(self.store, session_id, after)
+            hub.leaf = hub.first_leaf = await _leaf(self.store, session_id, after)
             await hub.look()
             hub.task = asyncio.create_task(hub.run())
         return hub
@@ -307,9 +342,15 @@ class Hubs:
 
     # -- RunListener ------------------------------------------------------------------------------
 
-    def run_status(self, session_id: str, run_id: str, status: Status) -> None:
+    def run_status(
+        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+    ) -> None:
         hub = self.hubs.get(session_id)
-        if hub is not None:
+        if hub is None:
+            return
+        if status in ("completed", "failed", "cancelled"):
+            hub.end(run_id, status, last_entry)
+        else:
             hub.status(run_id, status)
 
     def run_delta(

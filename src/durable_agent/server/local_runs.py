@@ -14,6 +14,7 @@ from ..agent.loop import model
 from ..durable.agent import Agent, new
 from ..durable.errors import RunCancelledError
 from ..durable.inbox import When
+from ..durable.persist import is_durable
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.entries import Entry, MessageEntry
@@ -97,9 +98,12 @@ class LocalRuns:
         end."""
         sid, leaf = handle.session_id, handle.leaf_id
         status: Status = "completed"
+        last = ""  # the run's last stored entry: its streams show it before the run's end
         try:
             async for event in stream.events():
                 inner = event.agent
+                stored = [e.id for e in event.entries or [] if is_durable(e)]
+                last = stored[-1] if stored else last
                 if event.leaf_id is not None:
                     leaf = event.leaf_id
                     self.listener.stored(sid)
@@ -125,7 +129,7 @@ class LocalRuns:
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
             self.listener.stored(sid)
-            self.listener.run_status(sid, run_id, status)
+            self.listener.run_status(sid, run_id, status, last)
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         stream = self._streams.get(session_id, {}).get(run_id)

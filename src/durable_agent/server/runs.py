@@ -28,7 +28,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.contracts import RunState
+from ..activities.contracts import RunResult, RunState
 from ..durable.agent import Agent, new
 from ..durable.errors import (
     AgentError,
@@ -72,6 +72,9 @@ Status = Literal["started", "awaiting_approval", "completed", "failed", "cancell
 
 REMEMBERED = 10_000
 """How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
+END_QUERY_TIMEOUT = 10.0
+"""Seconds the ``state()`` query of a run that failed or was cancelled may take (it names the
+run's last stored entry, which its streams show before its end)."""
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -92,7 +95,11 @@ def run_active(session_id: str, run_id: str) -> RunActiveError:
 class RunListener(Protocol):
     """What the session streams hear from the runs of this process."""
 
-    def run_status(self, session_id: str, run_id: str, status: Status) -> None: ...
+    def run_status(
+        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+    ) -> None:
+        """The run's status changed; for an end, ``last_entry`` is the ID of the last entry
+        the run stored (``""``: none, or not known), which the streams show before the end."""
 
     def run_delta(
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
@@ -300,14 +307,27 @@ class TemporalRuns:
             raise
         return _STATUS.get(described.status, "failed") if described.status else "started"
 
-    async def outcome(self, session_id: str, run_id: str) -> Status:
-        """Wait for the run's end (a long poll of its result, not billed) and say how."""
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    async def outcome(self, session_id: str, run_id: str) -> tuple[Status, str]:
+        """Wait for the run's end (a long poll of its result, not billed); say how it ended and
+        the ID of the last entry it stored (from its result; for a failed or cancelled run, from
+        one ``state()`` query of the closed run; ``""`` when that cannot be had)."""
+        handle = self.client.get_workflow_handle(
+            run_workflow_id(session_id, run_id), result_type=RunResult
+        )
         try:
-            await handle.result()
+            result = await handle.result()
         except Exception:
-            return await self.status(session_id, run_id)
-        return "completed"
+            status = await self.status(session_id, run_id)
+            if status == "started":
+                return status, ""  # the long poll broke, not the run
+            try:
+                async with asyncio.timeout(END_QUERY_TIMEOUT):
+                    state = await self.state(session_id, run_id)
+            except Exception as exc:  # a closed run no worker can replay now, say
+                logger.info("the entries of ended run %s: %s", run_id, type(exc).__name__)
+                return status, ""
+            return status, state.new_entry_ids[-1] if state.new_entry_ids else ""
+        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else ""
 
     async def state(self, session_id: str, run_id: str) -> RunState:
         """The run's ``state()``: asked once when a stream attaches to a run it did not see start

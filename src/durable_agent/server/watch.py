@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..durable.follow import DeltaFollower
 from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
+from .runs import Status
 
 __all__ = ["PACE", "Piece", "RunWatch"]
 
@@ -54,7 +55,8 @@ class RunWatch:
     """Model calls of the run whose reply is stored."""
     counted: set[str] = field(default_factory=set)
     """Replies already in :attr:`turn` (from the run's ``state()``)."""
-    outcome: asyncio.Task[str] | None = None
+    outcome: asyncio.Task[tuple[Status, str]] | None = None
+    """How the run ended and its last stored entry (:meth:`~.runs.TemporalRuns.outcome`)."""
     deltas: DeltaFollower = field(init=False)
     polled: float = float("-inf")
 
