@@ -92,6 +92,8 @@ class SessionHub:
         self.partial: dict[str, Piece] = {}
         """Run ID -> the text its streaming reply showed so far (for late joiners)."""
         self.watches: dict[str, RunWatch] = {}
+        self.asked: dict[str, set[str]] = {}
+        """Run ID -> the calls it waits for a decision on (Temporal runs; :meth:`_waits`)."""
         self.leaf = ""
         """The last stored entry read: the parent of a reply streaming now."""
         self.first_leaf = ""
@@ -164,6 +166,7 @@ class SessionHub:
             if run_id not in self.active and status == self.hubs.ended.get(run_id):
                 return
             self.active.pop(run_id, None)
+            self.asked.pop(run_id, None)
             self.partial.pop(run_id, None)
             self.watches.pop(run_id, None)
             self.hubs.ended[run_id] = status
@@ -217,14 +220,28 @@ class SessionHub:
         for run_id in found:
             if run_id in self.active or run_id in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
-            state: tuple[int, set[str]] | None = None
-            if isinstance(runs, TemporalRuns):
+            status: Status = "started"
+            if not isinstance(runs, TemporalRuns):
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(STATE_TIMEOUT):
-                        st = await runs.state(self.session_id, run_id)
-                    state = (st.turn_count, set(st.new_entry_ids))
+                    status = await runs.status(self.session_id, run_id)  # in memory
+                self.status(run_id, status, watch=False)
+                continue
+            # The one state() query of a run found running (docs/design.md#http-api), asked
+            # once per hub, not per browser: its turn count keys the reply's live deltas, and
+            # its pending approvals give the status the first frame of every stream shows. The
+            # hub starts reading where its first client resumed, past the run's requests, so it
+            # cannot tell a wait from the entries it reads; it sees later waits begin and end
+            # there (:meth:`_waits`).
+            state: tuple[int, set[str]] | None = None
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(STATE_TIMEOUT):
+                    st = await runs.state(self.session_id, run_id)
+                state = (st.turn_count, set(st.new_entry_ids))
+                if st.pending_approvals:
+                    status = "awaiting_approval"
+                    self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
             self._watch(run_id, state)
-            self.status(run_id, "started", watch=False)
+            self.status(run_id, status, watch=False)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -297,14 +314,25 @@ class SessionHub:
             self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
 
     def _waits(self, entry: Entry) -> None:
-        """A run's wait for people, told from its stored entries (a run on Temporal is never
-        queried for it): its requests start the wait, a tool result or a reply ends it."""
+        """A Temporal run's wait for people, told from its stored entries in their order (its
+        ``events`` are never polled): its requests start the wait, the results of the calls it
+        asked about end it (another run's entries do not). A run in this process tells its
+        waits itself (:class:`~.runs.RunListener`)."""
+        if self.hubs.runs is None or self.hubs.runs.local:
+            return
         if isinstance(entry, ApprovalRequest) and entry.run_id in self.active:
+            self.asked.setdefault(entry.run_id, set()).add(entry.tool_call_id)
             self.status(entry.run_id, "awaiting_approval", watch=False)
-        elif isinstance(entry, MessageEntry) and entry.message.role != "user":
-            for run_id, status in list(self.active.items()):
-                if status == "awaiting_approval":
-                    self.status(run_id, "started", watch=False)
+        elif isinstance(entry, MessageEntry) and entry.message.role == "tool_result":
+            call = entry.message.tool_call_id
+            for run_id, calls in list(self.asked.items()):
+                if call not in calls:
+                    continue
+                calls.discard(call)
+                if not calls:
+                    del self.asked[run_id]
+                    if self.active.get(run_id) == "awaiting_approval":
+                        self.status(run_id, "started", watch=False)
 
 
 class Hubs:
