@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -25,7 +24,6 @@ from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, scripted, serving, stream
 from tests.support.gate_tool import GateTool
-from tests.support.polling import eventually
 from tests.support.temporal import FAST, running_worker
 
 
@@ -103,27 +101,26 @@ async def _server(
         yield app, store
 
 
-async def _end_known(
-    executor: str, app: FastAPI, client: httpx.AsyncClient, sid: str, run: str
-) -> None:
-    """Until the server knows the run ended: in process the run tells its streams as it ends;
-    on Temporal each stream learns it from its watch of the run's result."""
-    if executor == "local":
+class EndHeard:
+    """Hears the server's streams being told a run ended (wraps the app's run listener)."""
 
-        async def done() -> bool:
-            got = await client.get(f"/v1/sessions/{sid}/runs/{run}")
-            return bool(got.json()["status"] == "completed")
+    def __init__(self, app: FastAPI) -> None:
+        hubs = app.state.server.hubs
+        self.tell = hubs.run_status
+        self.ended: set[str] = set()
+        self._told = asyncio.Event()
+        hubs.run_status = self.run_status
 
-        await eventually(done, what="the run's end")
-        return
+    def run_status(self, session_id: str, run_id: str, status: str, last: str = "") -> None:
+        self.tell(session_id, run_id, status, last)
+        if status in ("completed", "failed", "cancelled"):
+            self.ended.add(run_id)
+            self._told.set()
 
-    async def watched() -> Any:
-        hub = app.state.server.hubs.hubs.get(sid)
-        return None if hub is None else hub.watches.get(run)
-
-    watch = await eventually(watched, what="the stream watching the run")
-    assert watch.outcome is not None
-    await asyncio.wait({watch.outcome})  # the hub heard the result first (its callback)
+    async def of(self, run_id: str) -> None:
+        while run_id not in self.ended:
+            self._told.clear()
+            await self._told.wait()
 
 
 KINDS = ["file", pytest.param("mongo", marks=pytest.mark.mongo)]
@@ -135,7 +132,6 @@ async def _reads_fall_behind(
     """The store stops answering the stream's reads just before the run stores its last
     entries and ends; the end is known while every read since has failed. The stream tells the
     end only once a read brought the run's last entry (a client that stops at the end has it)."""
-    executor = "local" if temporal is None else "temporal"
     gate = GateTool()
     spec = AgentSpec(
         model=scripted([Reply.call("gate", {}, id="g1"), Reply(text="All done.")]),
@@ -147,6 +143,7 @@ async def _reads_fall_behind(
         httpx.AsyncClient(base_url=url) as client,
     ):
         switch = ReadSwitch(store)
+        heard = EndHeard(app)
         await client.post("/v1/sessions", json={"session_id": "o1"})
         async with stream(client, "o1", after=0) as reader:
             started = await client.post("/v1/sessions/o1/runs", json={"text": "Go"})
@@ -155,7 +152,7 @@ async def _reads_fall_behind(
             await gate.started.wait()
             switch.down = True  # the run's result and reply land unread
             gate.release.set()
-            await _end_known(executor, app, client, "o1", run_id)
+            await heard.of(run_id)  # the streams know the run ended
             await switch.failure_after(switch.failed)  # a read since the end was known failed
             switch.down = False
             total = len(await store.load_entries("o1"))

@@ -6,8 +6,9 @@ by a run's activity) and fans what it reads out to its subscribers, each a queue
 stored entries (receipts) in seq order, the live text of streaming replies, run status, and the
 session's deletion. Two hundred browsers on one session cost one follower. A hub outlives its
 last subscriber by :data:`LINGER` seconds, so a reload mid-reply finds the reply's text so far.
-:class:`Hubs` is the process's registry and hears the runs of the process
-(:class:`~.runs.RunListener`) (docs/design.md#http-api).
+:class:`Hubs` is the process's registry and hears the runs this process started
+(:class:`~.runs.RunListener`, told by each run's :class:`~.relay.RunRelay`); a Temporal run another
+process started is followed by a :class:`~.watch.RunWatch` (docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
 END_WAIT = 15.0
 """Seconds a run's end waits at most for the hub to read the run's last entry: longer than a
-MongoStore read waits for an append in flight before it reads past it (``ABANDON_AFTER``). It
-runs out only if that entry lies before where the hub started reading (a client that resumed
-past it while the run was ending), or the store fails every read meanwhile."""
+MongoStore read waits for an append in flight (``ABANDON_AFTER``). It runs out only if the entry
+lies before the hub's first read, or the store fails every read meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,12 @@ def _status(run_id: str, status: str) -> Frame:
 
 @dataclass
 class Ending:
-    """A run's end the hub knows and has not told yet: it is told once a read that began after
-    it was known has brought the run's last entry (``last_entry``, ``""`` if unknown)."""
+    """A run's end the hub knows and has not told yet (:meth:`SessionHub.end`)."""
 
     status: Status
     last_entry: str
     known_at: float
     read_since: bool = False
-    """A read of the session began after the end was known."""
 
 
 class SessionHub:
@@ -93,7 +91,7 @@ class SessionHub:
         """Run ID -> the text its streaming reply showed so far (for late joiners)."""
         self.watches: dict[str, RunWatch] = {}
         self.asked: dict[str, set[str]] = {}
-        """Run ID -> the calls it waits for a decision on (Temporal runs; :meth:`_waits`)."""
+        """Run ID -> the calls a watched run waits for a decision on (:meth:`_waits`)."""
         self.leaf = ""
         """The last stored entry read: the parent of a reply streaming now."""
         self.first_leaf = ""
@@ -135,12 +133,10 @@ class SessionHub:
     # -- what runs tell ---------------------------------------------------------------------------
 
     def end(self, run_id: str, status: Status, last_entry: str) -> None:
-        """The run ended, its last stored entry being ``last_entry``: the end is told once a
-        read that began after now has brought that entry (docs/design.md#http-api), so a client
-        that stops at the end has every entry of the run and its reply's last text. "After
-        now" matters: a read already in flight may have begun before the run's last append."""
-        clock = asyncio.get_running_loop().time()
-        self.ending[run_id] = Ending(status, last_entry, clock)
+        """The run ended, its last stored entry being ``last_entry``: told once a read that
+        began after now (one in flight may predate the run's last append) brought that entry,
+        so a client that stops at the end has all the run stored (docs/design.md#http-api)."""
+        self.ending[run_id] = Ending(status, last_entry, asyncio.get_running_loop().time())
         self.kick(read=True)
 
     def _release(self) -> None:
@@ -153,15 +149,13 @@ class SessionHub:
                 del self.ending[run_id]
                 self.status(run_id, ending.status)
 
-    def status(self, run_id: str, status: Status, *, watch: bool = True) -> None:
+    def status(self, run_id: str, status: Status) -> None:
         """A run's status changed (an end: once the hub read the run's last entry, see
         :meth:`end`)."""
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
             self.active[run_id] = status
-            if watch and isinstance(self.hubs.runs, TemporalRuns):
-                self._watch(run_id, None)
         else:
             if run_id not in self.active and status == self.hubs.ended.get(run_id):
                 return
@@ -201,9 +195,7 @@ class SessionHub:
     def _ended(self, run_id: str, task: asyncio.Task[tuple[Status, str]]) -> None:
         if task.cancelled():
             return
-        ended: tuple[Status, str] = ("failed", "")
-        if task.exception() is None:
-            ended = task.result()
+        ended: tuple[Status, str] = task.result() if task.exception() is None else ("failed", "")
         if ended[0] != "started":  # "started": the long poll broke, not the run
             self.end(run_id, *ended)
 
@@ -220,28 +212,35 @@ class SessionHub:
         for run_id in found:
             if run_id in self.active or run_id in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
-            status: Status = "started"
-            if not isinstance(runs, TemporalRuns):
-                with contextlib.suppress(Exception):
-                    status = await runs.status(self.session_id, run_id)  # in memory
-                self.status(run_id, status, watch=False)
-                continue
-            # The one state() query of a run found running (docs/design.md#http-api), asked
-            # once per hub, not per browser: its turn count keys the reply's live deltas, and
-            # its pending approvals give the status the first frame of every stream shows. The
-            # hub starts reading where its first client resumed, past the run's requests, so it
-            # cannot tell a wait from the entries it reads; it sees later waits begin and end
-            # there (:meth:`_waits`).
-            state: tuple[int, set[str]] | None = None
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(STATE_TIMEOUT):
-                    st = await runs.state(self.session_id, run_id)
-                state = (st.turn_count, set(st.new_entry_ids))
-                if st.pending_approvals:
-                    status = "awaiting_approval"
-                    self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
+            relayed = runs.relayed(self.session_id, run_id)
+            if isinstance(runs, TemporalRuns):
+                await self._found(runs, run_id, watch=relayed is None)
+            elif relayed is not None:
+                self.status(run_id, relayed)  # in memory; the run tells the rest
+
+    async def _found(self, runs: TemporalRuns, run_id: str, *, watch: bool) -> None:
+        """Follow a Temporal run found running: ``watch`` one another process started.
+
+        The one ``state()`` query of such a run (docs/design.md#http-api), asked once per hub,
+        not per browser: its pending approvals give the status the first frame of every stream
+        shows (the hub starts reading where its first client resumed, past the run's requests,
+        and the events of a run this process started reach it a read of the store later), and
+        its turn count keys the live deltas of a watched run's reply. A watched run's later
+        waits are told from the entries the hub reads (:meth:`_waits`)."""
+        status: Status = "started"
+        state: tuple[int, set[str]] | None = None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(STATE_TIMEOUT):
+                st = await runs.state(self.session_id, run_id)
+            state = (st.turn_count, set(st.new_entry_ids))
+            if st.pending_approvals:
+                status = "awaiting_approval"
+                self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
+        if run_id in self.active or run_id in self.hubs.ended:
+            return  # told meanwhile
+        if watch:
             self._watch(run_id, state)
-            self.status(run_id, status, watch=False)
+        self.status(run_id, status)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -314,15 +313,13 @@ class SessionHub:
             self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
 
     def _waits(self, entry: Entry) -> None:
-        """A Temporal run's wait for people, told from its stored entries in their order (its
-        ``events`` are never polled): its requests start the wait, the results of the calls it
-        asked about end it (another run's entries do not). A run in this process tells its
-        waits itself (:class:`~.runs.RunListener`)."""
-        if self.hubs.runs is None or self.hubs.runs.local:
-            return
-        if isinstance(entry, ApprovalRequest) and entry.run_id in self.active:
+        """The wait for people of a run another process started, told from its stored entries
+        in their order (its ``events`` are never polled): its requests start the wait, the
+        results of the calls it asked about end it (another run's entries do not). A run this
+        process started tells its waits itself (:class:`~.relay.RunRelay`)."""
+        if isinstance(entry, ApprovalRequest) and entry.run_id in self.watches:
             self.asked.setdefault(entry.run_id, set()).add(entry.tool_call_id)
-            self.status(entry.run_id, "awaiting_approval", watch=False)
+            self.status(entry.run_id, "awaiting_approval")
         elif isinstance(entry, MessageEntry) and entry.message.role == "tool_result":
             call = entry.message.tool_call_id
             for run_id, calls in list(self.asked.items()):
@@ -332,7 +329,7 @@ class SessionHub:
                 if not calls:
                     del self.asked[run_id]
                     if self.active.get(run_id) == "awaiting_approval":
-                        self.status(run_id, "started", watch=False)
+                        self.status(run_id, "started")
 
 
 class Hubs:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from temporalio.client import (
     Client,
@@ -46,6 +46,7 @@ from ..session.store import Store
 from ..session.tree import path
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
+from .relay import RunRelay
 
 __all__ = [
     "REMEMBERED",
@@ -132,6 +133,11 @@ class Runs(Protocol):
         ...
 
     async def status(self, session_id: str, run_id: str) -> Status: ...
+
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
+        """The status of a run this process relays to the streams (:class:`~.relay.RunRelay`:
+        one it started), else ``None``."""
+        ...
 
     async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
         """Hand ``entry`` to the session's running run: ``(run_id, message_id)`` once a run
@@ -237,6 +243,8 @@ class TemporalRuns:
         self.agents = list(agents)
         self.executor = TemporalExecutor(client, task_queue=task_queue)
         self._streams: dict[tuple[str, str], RunStream] = {}
+        self._relays: dict[tuple[str, str], RunRelay] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def start(
@@ -259,16 +267,35 @@ class TemporalRuns:
             await open_at(handle, leaf_id)
             run_id = new_id()
             stream = await handle.run(*entries, run_id=run_id)
-        # the stream follows the run at an unread pace until it ends; kept until then, so the
-        # busy check sees the run before visibility does
+        # the stream follows the run in the store until it ends; kept until then, so the busy
+        # check sees the run before visibility does. Its events, the run's own, reach the
+        # session's streams (its live text keyed by the run's own leaf: sibling runs never mix)
         key = (session_id, run_id)
         self._streams[key] = stream
-        stream.when_done(lambda: self._forget(key))
+        stream.when_done(lambda: self._forget(self._streams, key))
+        relay = self._relays[key] = RunRelay(self.listener, handle, stream, run_id)
         self.listener.run_status(session_id, run_id, "started")
+        task = asyncio.create_task(self._relay(session_id, run_id, relay))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return run_id
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._streams.pop(key, None)
+    async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
+        """Relay the run until it ends, then tell its end with the last entry it stored, by
+        the run's own account (its result, at hand by then)."""
+        status, last = await relay.run()
+        with contextlib.suppress(Exception):
+            status, last = await self.outcome(session_id, run_id)
+        self._forget(self._relays, (session_id, run_id))
+        self.listener.run_status(session_id, run_id, status, last)
+
+    @staticmethod
+    def _forget(runs: dict[tuple[str, str], Any], key: tuple[str, str]) -> None:
+        runs.pop(key, None)
+
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
+        relay = self._relays.get((session_id, run_id))
+        return None if relay is None else relay.status
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))

@@ -1,11 +1,13 @@
-"""Following the live text of one Temporal run for a session stream.
+"""Following the live text of a Temporal run another server process started, for a session
+stream.
 
-A run on a worker publishes its streaming reply to the store's live-delta channel, keyed by its
-turn (its model calls counted from 1); a :class:`RunWatch` reads it with a
-:class:`~durable_agent.durable.follow.DeltaFollower`, one per run per server process whatever the
-number of browsers, and counts the run's stored replies to know the next turn. A run this process
-started begins at turn 0; one found running (started through another replica) is asked its
-``state()`` once, whose turn count and stored entry IDs place it (docs/design.md#http-api).
+A run this process started reaches the streams through its own event stream
+(:class:`~.relay.RunRelay`). One found running, started through another replica, publishes its
+streaming reply to the store's live-delta channel, keyed by its turn (its model calls counted
+from 1); a :class:`RunWatch` reads it with a :class:`~durable_agent.durable.follow.DeltaFollower`,
+one per run per server process whatever the number of browsers, and counts the run's stored
+replies to know the next turn, starting from the turn count and stored entry IDs of the run's
+``state()``, asked once (docs/design.md#http-api).
 """
 
 from __future__ import annotations
