@@ -63,8 +63,9 @@ def _shown(pieces: list[dict[str, object]]) -> str:
 
 async def _scenario(app: FastAPI, store: FileStore, voices: TwoVoices) -> None:
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
-        ready = await client.post("/v1/sessions/two/runs", json={"text": "Ready?"})
+        await client.post("/v1/sessions", json={"session_id": "two"})
         async with stream(client, "two", after=0) as reader:
+            ready = await client.post("/v1/sessions/two/runs", json={"text": "Ready?"})
             await reader.until(ended(ready.json()["run_id"]), within=60)
             await reader.until(lambda r: r.last_seq() == 2)
             fork = reader.entries()[1][1]["id"]  # both runs grow a branch from here
