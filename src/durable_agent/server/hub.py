@@ -27,7 +27,7 @@ from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.store import Store
 from .runs import REMEMBERED, Runs, Status, TemporalRuns
-from .watch import Piece, RunWatch
+from .watch import Piece, RunWatch, owner
 
 __all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]
 
@@ -181,13 +181,13 @@ class SessionHub:
 
     # -- Temporal runs ---------------------------------------------------------------------------
 
-    def _watch(self, run_id: str, state: tuple[int, set[str]] | None) -> None:
+    def _watch(self, run_id: str, state: tuple[int, set[str], str] | None) -> None:
         runs = self.hubs.runs
         channel = self.hubs.channel
         if run_id in self.watches or channel is None or not isinstance(runs, TemporalRuns):
             return
-        turn, counted = state or (0, set())
-        watch = RunWatch(channel, self.session_id, run_id, turn, counted)
+        turn, counted, leaf = state or (0, set(), "")
+        watch = RunWatch(channel, self.session_id, run_id, turn, counted, leaf)
         watch.outcome = asyncio.create_task(runs.outcome(self.session_id, run_id))
         watch.outcome.add_done_callback(lambda t: self._ended(run_id, t))
         self.watches[run_id] = watch
@@ -228,11 +228,11 @@ class SessionHub:
         its turn count keys the live deltas of a watched run's reply. A watched run's later
         waits are told from the entries the hub reads (:meth:`_waits`)."""
         status: Status = "started"
-        state: tuple[int, set[str]] | None = None
+        state: tuple[int, set[str], str] | None = None
         with contextlib.suppress(Exception):
             async with asyncio.timeout(STATE_TIMEOUT):
                 st = await runs.state(self.session_id, run_id)
-            state = (st.turn_count, set(st.new_entry_ids))
+            state = (st.turn_count, set(st.new_entry_ids), st.leaf_id)
             if st.pending_approvals:
                 status = "awaiting_approval"
                 self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
@@ -294,22 +294,23 @@ class SessionHub:
         found = await self.follower.read()
         if not found:
             return
+        unplaced = False  # a question no run is known to have asked: a run's input
         for seq, entry in found:
-            parent = entry.parent_id or ""
-            for watch in self.watches.values():
-                pieces = await watch.stored(entry, parent)
-                if pieces is not None:
-                    for piece in pieces:
-                        self.piece(piece)
-                    self.partial.pop(watch.run_id, None)
-                    break
+            watch = owner(self.watches.values(), entry)
+            pieces = None if watch is None else await watch.stored(entry, entry.parent_id or "")
+            if watch is not None and pieces is not None:
+                for piece in pieces:
+                    self.piece(piece)
+                self.partial.pop(watch.run_id, None)
+            unplaced |= watch is None and isinstance(entry, MessageEntry)
             self.leaf = entry.id
             self._send(entry_frame(seq, entry))
             self._waits(entry)
         for watch in self.watches.values():
             watch.moved()
-        if not self.active and self.hubs.runs is not None and not self.hubs.runs.local:
-            # entries with no run known: a run another replica started (visibility lags)
+        runs = self.hubs.runs
+        if (unplaced or not self.active) and runs is not None and not runs.local:
+            # entries no known run placed: a run another replica started (visibility lags)
             self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
 
     def _waits(self, entry: Entry) -> None:
