@@ -93,7 +93,7 @@ class SessionHub:
         self.asked: dict[str, set[str]] = {}
         """Run ID -> the calls a watched run waits for a decision on (:meth:`_waits`)."""
         self.leaf = ""
-        """The last stored entry read: the parent of a reply streaming now."""
+        """The last stored entry read (a watched run's reply parent while its leaf is unknown)."""
         self.first_leaf = ""
         """The entry at the seq the hub started after (read before the hub, not by it)."""
         self._kick = asyncio.Event()
@@ -150,8 +150,7 @@ class SessionHub:
                 self.status(run_id, ending.status)
 
     def status(self, run_id: str, status: Status) -> None:
-        """A run's status changed (an end: once the hub read the run's last entry, see
-        :meth:`end`)."""
+        """A run's status changed (an end: told by :meth:`_release`)."""
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
