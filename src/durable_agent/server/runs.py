@@ -74,8 +74,7 @@ Status = Literal["started", "awaiting_approval", "completed", "failed", "cancell
 REMEMBERED = 10_000
 """How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
 END_QUERY_TIMEOUT = 10.0
-"""Seconds the ``state()`` query of a run that failed or was cancelled may take (it names the
-run's last stored entry, which its streams show before its end)."""
+"""Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -281,13 +280,18 @@ class TemporalRuns:
         return run_id
 
     async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
-        """Relay the run until it ends, then tell its end with the last entry it stored, by
-        the run's own account (its result, at hand by then)."""
+        """Relay the run; then tell its end with its last entry by its own account."""
         status, last = await relay.run()
         with contextlib.suppress(Exception):
             status, last = await self.outcome(session_id, run_id)
         self._forget(self._relays, (session_id, run_id))
         self.listener.run_status(session_id, run_id, status, last)
+
+    async def aclose(self) -> None:
+        """Stop relaying (the runs go on, on their workers)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     @staticmethod
     def _forget(runs: dict[tuple[str, str], Any], key: tuple[str, str]) -> None:
