@@ -200,7 +200,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await hubs.aclose()
-        if isinstance(runs, LocalRuns):
+        if isinstance(runs, LocalRuns | TemporalRuns):
             await runs.aclose()
 
     app = FastAPI(title="durable-agent", lifespan=lifespan)

@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from ..activities.spec import AgentSpec
 from ..agent.loop import model
 from ..durable.agent import Agent, new
-from ..durable.errors import RunActiveError, RunCancelledError
+from ..durable.errors import RunActiveError
 from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import Store
+from .relay import RunRelay
 from .runs import (
     REMEMBERED,
     OnBusy,
@@ -83,39 +84,20 @@ class LocalRuns:
         return task
 
     async def _relay(self, handle: Agent, stream: RunStream, run_id: str) -> None:
-        """Tell the listener what the run does: live text, receipts, waits for people, its
-        end."""
-        sid, leaf = handle.session_id, handle.leaf_id
-        status: Status = "completed"
-        try:
-            async for event in stream.events():
-                inner = event.agent
-                if event.leaf_id is not None:
-                    leaf = event.leaf_id
-                    self.listener.stored(sid)
-                if inner is None:
-                    continue
-                if inner.type == "message_update":
-                    text = inner.delta if inner.delta is not None else ""
-                    self.listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
-                elif inner.type in ("approval_requested", "approval_decided"):
-                    waits = bool(handle.pending_approvals())
-                    self.listener.run_status(
-                        sid, run_id, "awaiting_approval" if waits else "started"
-                    )
-        except RunCancelledError:
-            status = "cancelled"
-        except Exception as exc:
-            logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
-            status = "failed"
-        finally:
+        """Tell the listener what the run does (:class:`~.relay.RunRelay`); forget the run as
+        it ends."""
+        sid = handle.session_id
+
+        def ended(status: Status) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
             self._handles.pop((sid, run_id), None)
             self._ended[(sid, run_id)] = status
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
-            self.listener.stored(sid)
-            self.listener.run_status(sid, run_id, status)
+
+        status, last = await RunRelay(self.listener, handle, stream, run_id).run()
+        ended(status)
+        self.listener.run_status(sid, run_id, status, last)
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         stream = self._streams.get(session_id, {}).get(run_id)
@@ -128,10 +110,16 @@ class LocalRuns:
     async def active(self, session_id: str) -> list[str]:
         return list(self._streams.get(session_id, {}))
 
-    async def status(self, session_id: str, run_id: str) -> Status:
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
         handle = self._handles.get((session_id, run_id))
-        if handle is not None:
-            return "awaiting_approval" if handle.pending_approvals() else "started"
+        if handle is None:
+            return None
+        return "awaiting_approval" if handle.pending_approvals() else "started"
+
+    async def status(self, session_id: str, run_id: str) -> Status:
+        going = self.relayed(session_id, run_id)
+        if going is not None:
+            return going
         try:
             return self._ended[(session_id, run_id)]
         except KeyError:
