@@ -13,10 +13,13 @@ every 20 ms. Figures:
   full replay (the time to receive every entry);
 - **200 clients**: 200 streams on one session through one server process: that process's CPU
   seconds per run and the p95 entry -> frame latency over every client;
-- **resume at 9,990**: ``load_entries_after(9990)`` of a 10,000-entry FileStore session against
-  ``load_entries`` (the whole session), and the same resume over HTTP.
+- **resume at 9,990**: ``load_entries_after(9990)`` of a 10,000-entry FileStore session by a
+  fresh store object against ``load_entries`` (the whole session), each in a fresh process
+  (``_resume.py`` says how each read is measured); ``--before REV`` measures REV's ``src`` the
+  same way, in turns with this tree's, and ``--resume-only`` measures only that.
 
-Run: ``.venv/bin/python bench/http_bench.py [--runs 10] [--clients 200]``.
+Run: ``.venv/bin/python bench/http_bench.py [--runs 10] [--clients 200] [--before REV]
+[--resume-only]``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ sys.path[:0] = [str(HERE), str(REPO / "src")]
 from _servers import free_port, start_dev_server  # noqa: E402
 from _stats import pct  # noqa: E402
 from durable_agent import Reply, ScriptedModel, tool  # noqa: E402
-from durable_agent.session import MessageEntry  # noqa: E402
 from durable_agent.stores import FileStore  # noqa: E402
 from durable_agent.workflows import AgentSpec, connect, create_worker  # noqa: E402
 
@@ -161,38 +163,46 @@ async def replay(url: str, sid: str, until: int) -> float:
         return time.perf_counter() - t0
 
 
-async def resume_at_9990(root: Path) -> dict[str, float]:
-    store = FileStore(root / "big")
-    await store.create_session("big")
-    batch = [
-        MessageEntry.model_validate(
-            {"message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}]}}
+RESUME = HERE / "_resume.py"
+
+
+def resume_at_9990(root: Path, before: str | None, rounds: int = 3) -> dict[str, dict[str, float]]:
+    """``bench/_resume.py`` on one 10,000-entry session: each round a fresh process from this
+    tree and, with ``before``, one from that revision's ``src`` (a ``git archive`` of it), in
+    turns, so both see the same machine; the least of each figure over the rounds."""
+    session = root / "big"
+    run = [sys.executable, str(RESUME)]
+    subprocess.run([*run, "build", str(session)], check=True)
+    trees = {"now": REPO / "src"}
+    if before is not None:
+        tree = root / "before"
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", before, "src"], check=True, capture_output=True
         )
-        for i in range(100)
-    ]
-    parent = None
-    for _ in range(100):
-        chained = []
-        for entry in batch:
-            copy = entry.model_copy(update={"id": uuid.uuid4().hex[:16], "parent_id": parent})
-            chained.append(copy)
-            parent = copy.id
-        await store.append_entries("big", chained)
-    full, cold, warm = [], [], []
-    for _ in range(5):
-        fresh = FileStore(root / "big")  # no read mark: what a fresh server process does
-        t0 = time.perf_counter()
-        await fresh.load_entries("big")
-        full.append(time.perf_counter() - t0)
-        fresh = FileStore(root / "big")
-        t0 = time.perf_counter()
-        assert len(await fresh.load_entries_after("big", 9990)) == 10
-        cold.append(time.perf_counter() - t0)
-        # a store that followed the session (a server's hub) keeps a mark: seq -> offset
-        t0 = time.perf_counter()
-        assert len(await fresh.load_entries_after("big", 9990)) == 10
-        warm.append(time.perf_counter() - t0)
-    return {"full": min(full), "cold": min(cold), "warm": min(warm)}
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        trees = {"before": tree / "src", **trees}
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for name, src in trees.items():
+            argv = [*run, "measure", str(session), "--src", str(src)]
+            done = subprocess.run(argv, check=True, capture_output=True, text=True)
+            got = json.loads(done.stdout)
+            assert Path(got.pop("src")).resolve() == src.resolve(), "imported another tree"
+            mine = best.setdefault(name, got)
+            for key, value in got.items():
+                mine[key] = min(mine[key], value)
+    return best
+
+
+def print_resume(figures: dict[str, dict[str, float]]) -> None:
+    for name, big in figures.items():
+        print(
+            f"resume at seq 9,990 of 10,000 (FileStore, {name}): {big['cold'] * 1000:.1f} ms "
+            f"cold, {big['warm'] * 1000:.2f} ms with the mark of a follower, vs a full load "
+            f"{big['full'] * 1000:.1f} ms ({big['cold'] / big['full']:.3f} and "
+            f"{big['warm'] / big['full']:.4f} of it)"
+        )
 
 
 async def main() -> None:
@@ -202,9 +212,14 @@ async def main() -> None:
     parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip LangGraph's Agent Server"
     )
+    parser.add_argument("--before", metavar="REV", help="also measure the resume at REV's src")
+    parser.add_argument("--resume-only", action="store_true", help="only the resume at 9,990")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        if args.resume_only:
+            print_resume(resume_at_9990(root, args.before))
+            return
         server = await start_dev_server(root / "temporal")
         try:
             await measure(root, server.address, args)
@@ -226,7 +241,7 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
         cpu0 = cpu_seconds(pid)
         crowd = await one_run(url, "crowd", args.clients)
         cpu = cpu_seconds(pid) - cpu0
-    big = await resume_at_9990(root)
+    big = resume_at_9990(root, args.before)
     peer = langgraph(args) if args.peer else None
 
     def ms(values: list[float], q: float) -> str:
@@ -243,12 +258,7 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
         f"{args.clients} clients on one session, one server process: CPU {cpu:.2f} s for the run, "
         f"entry -> frame p50 {ms(crowd_lat, 0.5)}, p95 {ms(crowd_lat, 0.95)}"
     )
-    print(
-        f"resume at seq 9,990 of 10,000 (FileStore): {big['cold'] * 1000:.1f} ms cold, "
-        f"{big['warm'] * 1000:.2f} ms with the mark of a follower, vs a full load "
-        f"{big['full'] * 1000:.1f} ms ({big['cold'] / big['full']:.3f} and "
-        f"{big['warm'] / big['full']:.4f} of it)"
-    )
+    print_resume(big)
 
     if peer is not None:
         print_peer(peer, args.clients)

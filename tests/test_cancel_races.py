@@ -29,6 +29,8 @@ from durable_agent import (
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, tool
 from durable_agent.session import Entry, SessionRecord, Store, encode_entry
 from durable_agent.stores import FileStore, MemoryStore
+from tests.durable_runs.test_steering import queued
+from tests.support.gate_tool import GateTool
 from tests.support.gated_store import GatedStore, has_role, has_text
 
 
@@ -211,6 +213,37 @@ async def test_cancel_while_an_append_is_written_keeps_the_entry(real_store: Sto
     assert stored_texts(stored) == ["one", "two"]
     (three,) = await agent.append("three")
     assert three.parent_id == stored[1].id
+
+
+async def test_cancel_while_a_steer_is_written_stores_each_queued_message_once(
+    real_store: Store,
+) -> None:
+    """Two steers are due at a turn's end; the cancel lands while the first is written: it gets
+    its receipt, the second is stored by the cancellation, each once, in the order received."""
+    gated, gate = GatedStore(real_store), GateTool()
+    agent = await new(
+        model(ScriptedModel([Reply.call("gate", id="g1"), "unused"])),
+        store=gated,
+        session_id="c-steer",
+        tools=(gate.tool,),
+    )
+    stream = await agent.run("go")
+    reader = asyncio.ensure_future(consume(agent, stream))
+    await gate.started.wait()
+    sends = [asyncio.ensure_future(stream.send(t)) for t in ("one", "two")]
+    await queued(agent, 2)
+    gated.arm(has_text("one"))
+    gate.release.set()
+    await cancel_inside_held_write(gated, stream.cancel)
+    events = await reader
+    sent = [await asyncio.wait_for(s, 30) for s in sends]
+
+    stored = await assert_handle_matches_store(agent)
+    assert stored_texts(stored) == ["go", "", "opened", "one", "two"]
+    assert [e.id for e in sent] == [e.id for e in stored[3:]]
+    delivered = [e.entries for e in events if e.agent and e.agent.type == "input_delivered"]
+    assert delivered == [[stored[3]], [stored[4]]]
+    assert_receipts_stored(events, stored)
 
 
 # -- 11.2: a run starts from the leaf as it is after in-flight writes --------------------------

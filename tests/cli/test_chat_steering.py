@@ -61,8 +61,8 @@ def story(agent: Agent) -> list[str]:
     return out
 
 
-async def open_chat(harness: Any) -> tuple[Chat, Typist, io.StringIO]:
-    agent = await harness.open(demo_spec({}).model, store=MemoryStore(), tools=TOOLS)
+async def open_chat(harness: Any, **options: Any) -> tuple[Chat, Typist, io.StringIO]:
+    agent = await harness.open(demo_spec({}).model, store=MemoryStore(), tools=TOOLS, **options)
     typist, screen = Typist(), io.StringIO()
     lines = Lines(asyncio.get_running_loop(), typist.read)
     console = Console(file=screen, width=200, no_color=True)
@@ -152,3 +152,34 @@ async def test_a_message_the_run_did_not_take_starts_the_next_run(harness: Any) 
         "result get_weather",
         told[7],
     ]
+
+
+async def test_an_answer_after_the_run_parked_starts_the_continuation(harness: Any) -> None:
+    """The run parks (``approval_wait`` runs out) while the question is on screen; the answer
+    is then stored at the leaf, and chat starts the run that goes on, as ``approve`` does."""
+    chat, typist, screen = await open_chat(harness, approval_wait=0.5)
+
+    async def approve_once_parked() -> None:
+        await eventually(
+            lambda: _true("[y / n reason / e]" in screen.getvalue() and not chat.agent.running),
+            what="a question, and the run parked",
+        )
+        assert chat.agent.pending_approvals()
+        typist.type("y")
+
+    approving = asyncio.ensure_future(approve_once_parked())
+    try:
+        await chat.turn("Email the Q3 figures to the team.")
+        await approving
+    finally:
+        typist.type(None)
+    told = story(chat.agent)
+    assert told[:3] == [
+        "user: Email the Q3 figures to the team.",
+        "call send_email",
+        "result send_email",
+    ]
+    assert told[3].startswith("assistant: ")
+    assert "every call of the turn is decided: continuing in run" in screen.getvalue()
+    assert chat.agent.pending_approvals() == []
+    assert not chat.agent.running

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_agent import Agent, MessageEntry, RunNotAcceptingError, ScriptedModel
-from durable_agent.activities.contracts import RunState
+from durable_agent.activities.run_contracts import RunState
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.session import Store
 from tests.durable_runs.support import kinds
@@ -156,3 +156,56 @@ async def test_agent_level_async_predicate_decides_which_calls_wait() -> None:
     await reader.done()
     texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
     assert texts[2:4] == ["step 1 done", "tool call denied"]
+
+
+async def test_a_run_holding_a_message_does_not_park_in_process() -> None:
+    """In process (the Temporal twin is in tests/temporal/test_approvals.py): when
+    ``approval_wait`` runs out while the run holds a message, the run keeps waiting for the
+    decision instead of parking, then delivers the message after the turn's results."""
+    from durable_agent import model, new
+    from tests.durable_runs.test_approvals import email, send_email
+
+    lm = ScriptedModel([Reply(tool_calls=[email()]), "sent it, and noted"])
+    agent = await new(model(lm), tools=(send_email,), approval_wait=1.0)
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    engine = agent.state.live_run
+    assert engine is not None and engine.gate is not None
+    gate = engine.gate
+    waited_on: list[float | None] = []
+    rewaited = asyncio.Event()
+    first_wait = gate.wait
+
+    async def wait(ready: Any, seconds: float | None) -> bool:
+        # only called again once the first wait ran out with the message held
+        waited_on.append(seconds)
+        rewaited.set()
+        return await first_wait(ready, seconds)
+
+    gate.wait = wait  # type: ignore[method-assign]
+    sending = asyncio.ensure_future(stream.send("cc alice too"))
+    await queued(agent)
+    ended = asyncio.ensure_future(stream.wait())
+    done, _ = await asyncio.wait(
+        {ended, asyncio.ensure_future(rewaited.wait())},
+        timeout=30,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    assert ended not in done, "the run parked while it held a message"
+    assert waited_on == [None]  # past approval_wait: no limit while a message waits
+    assert agent.running and engine.status == "awaiting_approval"
+    await agent.decide("c1", True)
+    delivered = await asyncio.wait_for(sending, 30)
+    await asyncio.wait_for(ended, 30)
+    assert shape(stored(agent)) == [
+        "user",
+        "assistant",
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "user",
+        "assistant",
+    ]
+    assert stored(agent)[5].id == delivered.id
+    assert stream.pending == []

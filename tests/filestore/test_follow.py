@@ -147,3 +147,51 @@ async def test_a_small_tail_is_read_on_the_loop_unless_an_append_holds_the_lock(
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
     assert numbered(await read) == [(3, "e3")]
+
+
+async def _long(fs: FileStore, n: int) -> list[tuple[int, str]]:
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg(f"e{i}") for i in range(1, n + 1)])
+    return list(enumerate((e.id for e in await fs.load_entries("s1")), 1))
+
+
+async def test_reads_before_far_after_and_near_a_cold_count_agree_with_a_load(
+    fs: FileStore,
+) -> None:
+    """A cold read counts the lines before its seq and keeps no offset for them: a later read
+    before them starts over, one far past the mark counts afresh, one near it reads on."""
+    stored = await _long(fs, 60)
+    cold = FileStore(fs.root, fsync=False)
+    for grown, reads in [(60, [50, 5, 30]), (400, [390, 31, 350, 120]), (420, [410, 0, 419])]:
+        await fs.append_entries("s1", [msg(f"e{i}") for i in range(len(stored) + 1, grown + 1)])
+        stored = list(enumerate((e.id for e in await fs.load_entries("s1")), 1))
+        for after in reads:
+            got = await cold.load_entries_after("s1", after)
+            assert numbered(got) == stored[after:], after
+
+
+async def test_a_line_repeating_a_counted_one_is_skipped_or_reported_as_a_load_does(
+    fs: FileStore,
+) -> None:
+    stored = await _long(fs, 300)
+    cold = FileStore(fs.root, fsync=False)
+    assert numbered(await cold.load_entries_after("s1", 290)) == stored[290:]
+    add_bytes(fs.path("s1"), line(msg("e7")) + line(msg("late")))  # e7 copied, then late
+    assert numbered(await cold.load_entries_after("s1", 300)) == [(301, "late")]
+    assert [e.id for e in await fs.load_entries("s1")][-1] == "late"
+    add_bytes(fs.path("s1"), line(msg("e9", "edited")))
+    with pytest.raises(CorruptSessionError, match="repeats line 10 ") as raised:
+        await cold.load_entries_after("s1", 301)
+    with pytest.raises(CorruptSessionError) as loaded:
+        await fs.load_entries("s1")
+    assert str(raised.value) == str(loaded.value)
+
+
+async def test_a_counted_id_that_is_not_utf8_is_damage_as_a_load_says(fs: FileStore) -> None:
+    await _long(fs, 50)
+    body = fs.path("s1").read_bytes().replace(b'"id":"e7"', b'"id":"e\xff7"')
+    fs.path("s1").write_bytes(body)
+    with pytest.raises(CorruptSessionError, match="line 8"):
+        await fs.load_entries("s1")
+    with pytest.raises(CorruptSessionError, match="line 8"):
+        await FileStore(fs.root, fsync=False).load_entries_after("s1", 40)

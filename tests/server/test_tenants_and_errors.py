@@ -31,6 +31,7 @@ ROUTES = [
     ("GET", "/v1/sessions/{id}/runs", None),
     ("POST", "/v1/sessions/{id}/branch", {"entry_id": ""}),
     ("POST", "/v1/sessions/{id}/fork", {}),
+    ("POST", "/v1/sessions/{id}/compact", {"keep_turns": 0}),
     ("GET", "/v1/sessions/{id}/stream", None),
     ("POST", "/v1/sessions/{id}/messages", {"text": "hi"}),
     ("GET", "/v1/sessions/{id}/approvals", None),

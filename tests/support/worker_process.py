@@ -23,6 +23,9 @@ line and of the request it gets, so two processes answer the same conversation t
   ``input-committed`` in ``append_entries`` of the run's input, after the write: the local
                     append landed, its workflow task never completes (marker
                     ``input-committed``).
+  ``decision-committed`` in ``append_entries`` of an approval decision (the ``decide``
+                    update's local commit), after the write: stored, the update not answered
+                    (marker ``decision-committed``).
 
 Two more modes race a zombie attempt against its retry (``zombie`` parks before writing the
 first reply until the file ``go-zombie`` appears, then writes it and creates ``zombie-committed``;
@@ -52,14 +55,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from durable_agent import Reply, ScriptedModel, ToolCall, tool
+from durable_agent import ApprovalDecision, Reply, ScriptedModel, ToolCall, tool
 from durable_agent.ai import ModelEvent, ModelRequest, RetryPolicy
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.session.deltas import LiveStore
 from durable_agent.workflows import AgentSpec, connect, create_worker
 
 CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
-TASK_MODES = ("input-committed",)
+TASK_MODES = ("input-committed", "decision-committed")
 ZOMBIE_MODES = ("zombie", "zombie-retry")
 BATCH_MODES = ("parallel",)
 MARKERS = {
@@ -69,6 +72,7 @@ MARKERS = {
     "after-append": "after-append",
     "model-committed": "model-committed",
     "input-committed": "input-committed",
+    "decision-committed": "decision-committed",
     "zombie": "zombie-parked",
     "zombie-retry": "retry-parked",
     "parallel": "parallel-running",
@@ -195,6 +199,11 @@ class CrashingStore:
         if not self.fired and crash == "input-committed" and "user" in roles:
             self.fired = True
             _touch(self.markers, MARKERS["input-committed"])
+            await _park()
+        decided = any(isinstance(e, ApprovalDecision) for e in entries)
+        if not self.fired and crash == "decision-committed" and decided:
+            self.fired = True
+            _touch(self.markers, MARKERS["decision-committed"])
             await _park()
         if first and crash == "model-committed":
             self.fired = True

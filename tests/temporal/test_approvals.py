@@ -133,7 +133,7 @@ async def test_three_day_wait_parks_then_a_decision_continues() -> None:
 async def test_a_run_holding_a_message_does_not_park() -> None:
     """An accepted message is always delivered: a run that holds one when ``approval_wait`` runs
     out keeps waiting for the decisions instead of parking, then delivers it after the turn's
-    results."""
+    results (the in-process twin is in tests/durable_runs/test_steering.py)."""
     async with skipping_server() as env:
         script = [Reply(tool_calls=[email()]), "sent it, and noted"]
         async with agent_on(env.client, script, approval_wait=THREE_DAYS, skipping=True) as agent:

@@ -25,7 +25,10 @@ from durable_agent.session import Entry, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import WORKFLOWS, AgentSpec, ensure_search_attribute, run_workflow_id
 from durable_agent.workflows.worker import workflow_runner
+from tests.durable_runs.test_steering import queued
+from tests.support.gate_tool import GateTool
 from tests.support.gated_store import GatedStore, has_role, has_text
+from tests.support.late_store import LateStore, is_user
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     Outcome,
@@ -40,6 +43,7 @@ from tests.temporal.helpers import (
     queue,
     run_id,
     sid,
+    wait_state,
 )
 
 pytestmark = pytest.mark.temporal
@@ -208,6 +212,76 @@ async def test_a_cancel_that_arrives_with_the_stored_answer_keeps_it(
         assert texts(stored) == ["go", "", "tool execution cancelled"]
     else:  # the tool ran: its result answers the call, with no cancelled twin
         assert texts(stored) == ["go", "", "echo: x"]
+
+
+async def test_cancel_while_a_steer_is_written_stores_each_queued_message_once(
+    temporal_client: Client,
+) -> None:
+    """Two steers are due at a turn's end; the cancel lands while the first is written: it gets
+    its receipt, the second is stored by the cancellation, each once and in the order received,
+    under IDs a replay derives again (so a retried workflow task stores nothing twice)."""
+    memory = MemoryStore()
+    gated, gate = GatedStore(memory), GateTool()
+    q = queue()
+    spec = AgentSpec(
+        model=ScriptedModel([Reply.call("gate", id="g1"), "unused"]), tools=[gate.tool]
+    )
+    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-steer"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        await asyncio.wait_for(gate.started.wait(), 30)
+        sends = [asyncio.ensure_future(stream.send(t)) for t in ("one", "two")]
+        await queued(agent, 2, client=temporal_client)
+        gated.arm(has_text("one"))
+        gate.release.set()
+        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
+        sent = [await asyncio.wait_for(s, 30) for s in sends]
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    assert texts(stored) == ["go", "", "opened", "one", "two"]
+    assert [e.id for e in sent] == [e.id for e in stored[3:]]
+    delivered = [e.entries for e in outcome.events if e.agent and e.agent.type == "input_delivered"]
+    assert delivered == [[stored[3]], [stored[4]]]
+
+
+@tool(approval=True)
+async def approve_me(text: str) -> str:
+    """Runs once a person approves it."""
+    return text
+
+
+async def test_a_retried_write_of_a_held_message_stores_it_once(temporal_client: Client) -> None:
+    """The cancellation's write of a held message times out (the store applies it later) and
+    its store step retries: the message is stored once, under the ID the run gave it."""
+    memory = MemoryStore()
+    late, q = LateStore(memory), queue()
+    spec = AgentSpec(
+        model=ScriptedModel([Reply.call("approve_me", {"text": "x"}, id="c1")]), tools=[approve_me]
+    )
+    async with running_worker(temporal_client, late, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-held"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        seen = asyncio.ensure_future(consume(stream))
+        await wait_state(
+            temporal_client, agent.session_id, rid, lambda s: bool(s.pending_approvals)
+        )
+        sending = asyncio.ensure_future(stream.send("and then?", when="at_end"))
+        await queued(agent, 1, client=temporal_client)
+        late.hold_next(is_user)
+        await stream.cancel()
+        outcome = await asyncio.wait_for(seen, 30)
+        sent = await asyncio.wait_for(sending, 30)
+        await late.land()  # the timed-out write is applied after the retry stored it
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    assert texts(stored) == ["go", "", "tool execution cancelled", "and then?"]
+    assert stored[-1].id == sent.id
 
 
 async def test_cancel_while_the_run_input_is_written_keeps_the_input(

@@ -1,8 +1,9 @@
 """A run's events derived from its stored entries (``RunChain``) against the events the run
 engine recorded in the workflow (its ``events`` query), for the scenario set: a plain reply, a
 tool turn, parallel and sequential calls, a failing tool, a failing model, a turn limit, run-start
-repairs, a run without input, continue-as-new, cancellation while the model streams and while a
-tool runs (docs/design.md#receipts). The client's own stream must show the same: same types, same
+repairs, a run without input, continue-as-new, cancellation while the model streams (also with a
+steer queued), while a tool runs, and while the run waits for approval with two messages queued
+(docs/design.md#receipts). The client's own stream must show the same: same types, same
 order, same receipts (live updates aside).
 """
 
@@ -16,13 +17,14 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import Event, MessageEntry, ModelError, Reply, RunStream, ScriptedModel, new
-from durable_agent.activities.contracts import EventsAnswer, RunResult
+from durable_agent.activities.run_contracts import EventsAnswer, RunResult, RunState
 from durable_agent.ai import RetryPolicy, ToolCall, assistant_message, tool, user_message
 from durable_agent.durable.chain_events import RunChain
 from durable_agent.session import Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.event_bodies import hydrate
+from tests.support.polling import eventually
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import consume, executor, queue, run_id, sid
 
@@ -45,6 +47,12 @@ async def one_at_a_time(text: str) -> str:
 async def broken(text: str) -> str:
     """Always fails."""
     raise RuntimeError(f"broken on {text}")
+
+
+@tool(approval=True)
+async def approve_me(text: str) -> str:
+    """Runs once a person approves it."""
+    return text
 
 
 @tool
@@ -71,7 +79,10 @@ class Scenario:
     before: list[Entry] = field(default_factory=list)
     can_every: int | None = None
     cancel: str | None = None
-    """``update``: cancel at the first live update; ``tool``: at the first tool start."""
+    """``update``: cancel at the first live update; ``tool``: at the first tool start;
+    ``approval``: at the approval request."""
+    send: list[tuple[str, str]] = field(default_factory=list)
+    """Messages (text, when) sent into the run just before the cancel, held when it lands."""
 
 
 SLOW_REPLY = Reply(text="a long reply that streams slowly " * 8, chunk_size=4, chunk_delay=0.05)
@@ -101,6 +112,14 @@ SCENARIOS = {
     "continue-as-new": Scenario([calls("echo"), calls("echo"), "done"], can_every=1),
     "cancel while streaming": Scenario([SLOW_REPLY], cancel="update"),
     "cancel while a tool runs": Scenario([calls("slow"), "never"], cancel="tool"),
+    "cancel while streaming with a steer queued": Scenario(
+        [SLOW_REPLY], cancel="update", send=[("shorter", "next_turn")]
+    ),
+    "cancel while waiting with two messages queued": Scenario(
+        [calls("echo", "approve_me"), "never"],
+        cancel="approval",
+        send=[("and then?", "at_end"), ("steer", "next_turn")],
+    ),
 }
 
 
@@ -121,22 +140,51 @@ def shape(events: list[Event]) -> list[tuple[Any, ...]]:
     return out
 
 
-async def _cancel_when(stream: RunStream, when: str) -> list[Event]:
+async def _cancel_when(
+    stream: RunStream, when: str, send: list[tuple[str, str]], client: Client, session: str
+) -> list[Event]:
     seen: list[Event] = []
     cancelled = False
+    sending: list[asyncio.Future[Entry]] = []
     try:
         async for event in stream.events():
             seen.append(event)
             kind = event.agent.type if event.agent else ""
-            due = (when == "update" and kind == "message_update") or (
-                when == "tool" and kind == "tool_execution_start"
+            due = (
+                (when == "update" and kind == "message_update")
+                or (when == "tool" and kind == "tool_execution_start")
+                or (when == "approval" and kind == "approval_requested")
             )
             if due and not cancelled:
                 cancelled = True
+                for n, (text, how) in enumerate(send, 1):
+                    sending.append(asyncio.ensure_future(stream.send(text, when=how)))  # type: ignore[arg-type]
+                    await _held(client, session, stream.run_id, n)
                 await stream.cancel()
     except Exception:
         pass
+    sent = [await asyncio.wait_for(s, 30) for s in sending]
+    assert [e.id for e in sent] == [e.entries[0].id for e in seen if _delivered(e)]
     return seen
+
+
+def _delivered(event: Event) -> bool:
+    return (
+        event.agent is not None
+        and event.agent.type == "input_delivered"
+        and event.entries is not None
+    )
+
+
+async def _held(client: Client, session: str, rid: str, n: int) -> None:
+    """Until the run holds ``n`` messages (its ``state()`` query)."""
+    handle = client.get_workflow_handle(run_workflow_id(session, rid))
+
+    async def probe() -> bool:
+        state: RunState = await handle.query("state", result_type=RunState)
+        return state.queued_inputs >= n
+
+    await eventually(probe, within=30, what=f"{n} queued message(s)")
 
 
 async def _stored(store: MemoryStore, session: str) -> int:
@@ -151,7 +199,8 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
     store, q, session, rid = MemoryStore(), queue(), sid("chain"), run_id()
     agents = {
         "a": AgentSpec(
-            model=ScriptedModel(scenario.script), tools=[echo, one_at_a_time, broken, slow]
+            model=ScriptedModel(scenario.script),
+            tools=[echo, one_at_a_time, broken, slow, approve_me],
         )
     }
     async with running_worker(client, store, agents, task_queue=q):
@@ -167,7 +216,9 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
         if scenario.cancel is None:
             client_events = (await consume(stream)).events
         else:
-            client_events = await _cancel_when(stream, scenario.cancel)
+            client_events = await _cancel_when(
+                stream, scenario.cancel, scenario.send, client, session
+            )
         handle = client.get_workflow_handle(run_workflow_id(session, rid), result_type=RunResult)
         outcome, usage = "completed", None
         try:

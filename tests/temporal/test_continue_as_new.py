@@ -106,7 +106,7 @@ async def test_continue_as_new_every_two_turns(temporal_client: Client) -> None:
 
 async def _positions(client: Client, session_id: str, rid: str) -> list[int]:
     """The positions the last execution still retains are the tail of 1..N (spot check)."""
-    from durable_agent.activities.contracts import EventsAnswer
+    from durable_agent.activities.run_contracts import EventsAnswer
 
     handle = client.get_workflow_handle(run_workflow_id(session_id, rid))
     answer = await handle.query("events", 0, result_type=EventsAnswer)

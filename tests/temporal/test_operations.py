@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import AgentError, Reply, ScriptedModel, new, text
-from durable_agent.activities.contracts import EventsAnswer, RunInput
+from durable_agent.activities.run_contracts import EventsAnswer, RunInput
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (

@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import Event, PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
-from durable_agent.activities.contracts import EventsAnswer
+from durable_agent.activities.run_contracts import EventsAnswer
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore

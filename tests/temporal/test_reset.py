@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent import Reply, ScriptedModel, new, text, tool
-from durable_agent.activities.contracts import RunInput
+from durable_agent.activities.run_contracts import RunInput
 from durable_agent.ai import ModelRequest
 from durable_agent.session import CustomEntry, Entry, MessageEntry, Store, encode_entry
 from durable_agent.stores import MemoryStore

@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import ScriptedModel, new, text
-from durable_agent.activities.contracts import RunInput
+from durable_agent.activities.run_contracts import RunInput
 from durable_agent.cli.dev import workflows_url
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, RunResult, run_workflow_id

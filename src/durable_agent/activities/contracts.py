@@ -1,5 +1,7 @@
-"""Every type that crosses the Temporal boundary: workflow inputs, results and query answers,
-activity arguments and results, events on the wire (docs/design.md#temporal).
+"""The types that cross the Temporal boundary between a workflow and its activities: activity
+arguments and results, and events on the wire (docs/design.md#temporal); what clients and
+operators exchange with the workflows (inputs, results, query answers) is in
+:mod:`.run_contracts`, built on this module.
 
 The other modules of ``activities/`` and ``workflows/`` import this one, which imports none of
 them. Entries travel as their ``encode_entry`` strings (an exact round trip that keeps custom
@@ -19,11 +21,10 @@ from pydantic import SerializationInfo as Info
 from pydantic import SerializerFunctionWrapHandler as Handler
 
 from ..agent.events import AgentEvent
-from ..ai.messages import Message, Usage
-from ..durable.approvals import RunStatus
+from ..ai.messages import Message
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
-from ..session.approvals import ApprovalRequest, PendingItem
+from ..session.approvals import ApprovalRequest
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import MessageEntry
 
@@ -34,26 +35,17 @@ __all__ = [
     "CallModelInput",
     "CallToolInput",
     "CancelNoteInput",
-    "CompactInput",
     "EnsureSessionInput",
-    "EventsAnswer",
     "FrozenModel",
-    "InputEntry",
     "KeepLeafInput",
     "LoadPathInput",
     "ModelReply",
     "PathInfo",
     "PublishInput",
-    "ResetNote",
-    "RunInput",
-    "RunResult",
-    "RunState",
-    "RunStatusName",
     "SettleInput",
     "StoredTimes",
     "SummarizeInput",
     "Timeouts",
-    "ToolCallRef",
     "ToolInfo",
     "ToolReply",
     "WireEvent",
@@ -336,81 +328,7 @@ class PublishInput(FrozenModel):
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
 
 
-# -- the workflows ---------------------------------------------------------------------------
-
-
-class InputEntry(FrozenModel):
-    """A run input: a message written as the plain message an operator types (``{"role": ...,
-    "content": [...], "meta"?: true, "ephemeral"?: true}``), another entry encoded in ``wire``.
-
-    ``id`` (a message's; an encoded entry carries its own) is the fresh ID its client chose,
-    which the run keeps, so the client can tell the run's input in the store
-    (docs/design.md#receipts); an operator's message may leave it out (the run draws one)."""
-
-    wire: str = ""
-    ephemeral: bool = False
-    meta: bool = False
-    message: Message | None = None
-    id: str = ""
-
-    @model_serializer(mode="wrap")
-    def _as_plain(self, handler: Handler, info: Info) -> Any:
-        data = handler(self)
-        plain = data["message"] if self.message else {"wire": self.wire}
-        named = {"id": self.id} if self.id and self.message else {}
-        flags = {k: True for k in ("ephemeral", "meta") if getattr(self, k)}
-        return {**named, **plain, **flags} if info.mode_is_json() else data
-
-
-class RunInput(FrozenModel):
-    """Start (or continue) one run. ``leaf_id=None`` means the session's last appended entry."""
-
-    session_id: str
-    run_id: str = ""
-    """``""`` (an operator's input): the run derives it from its workflow ID."""
-    agent: str
-    leaf_id: str | None = None
-    create_session: bool = False  # create it if absent, after checking the agent
-    inputs: list[InputEntry] = Field(default_factory=list)
-    options: dict[str, Any] = Field(default_factory=dict)
-    """Plain JSON agent options (system_prompt, max_turns, model_options, …)."""
-    continue_as_new_after_turns: int | None = None
-    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
-    # carried across continue-as-new
-    resumed: bool = False
-    turn_count: int = 0
-    usage: Usage = Field(default_factory=Usage)
-    new_entry_ids: list[str] = Field(default_factory=list)
-    next_position: int = 1
-    events: list[WireEvent] = Field(default_factory=list)
-    """The last two turns' events without their message bodies (their ``refs`` name the
-    stored entries), so this input stays a few KB whatever the messages."""
-    ephemeral: list[str] = Field(default_factory=list)
-    """This run's ephemeral input copies (with headers), for later model calls."""
-    start_leaf_id: str | None = None
-    """The leaf the run started from (set at first start, carried across continue-as-new)."""
-    reset_of: str | None = None
-    """An operator's reset of this run: the original execution (continue-as-new carries it)."""
-
-
-RunStatusName = RunStatus
-
-
-class ResetNote(FrozenModel):
-    """A reset run's effect on the active branch (see ``activities.reset_steps``)."""
-
-    of_run: str
-    kept_leaf: str = ""
-    marker_id: str = ""
-
-
-class RunResult(FrozenModel):
-    status: RunStatusName
-    leaf_id: str
-    new_entry_ids: list[str]
-    usage: Usage
-    turn_count: int
-    reset: ResetNote | None = None  # only on a run an operator reset
+# -- reset ------------------------------------------------------------------------------------
 
 
 class KeepLeafInput(FrozenModel):
@@ -418,42 +336,3 @@ class KeepLeafInput(FrozenModel):
     reset_of: str
     own_entry_ids: list[str]
     marker: Header
-
-
-class ToolCallRef(FrozenModel):
-    id: str
-    name: str
-
-
-class RunState(FrozenModel):
-    """The ``state()`` query."""
-
-    session_id: str
-    run_id: str
-    leaf_id: str
-    status: RunStatusName
-    turn_count: int
-    pending_tool_calls: list[ToolCallRef]
-    new_entry_ids: list[str]
-    usage: Usage
-    pending_approvals: list[PendingItem] = Field(default_factory=list)
-    queued_inputs: int = 0
-
-
-class EventsAnswer(FrozenModel):
-    """The ``events(after)`` query: retained events past ``after``, and the first retained one."""
-
-    events: list[WireEvent]
-    first_position: int
-    last_position: int
-
-
-class CompactInput(FrozenModel):
-    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
-    session_id: str
-    op_id: str
-    agent: str
-    leaf_id: str
-    keep_turns: int = 0
-    prompt: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)

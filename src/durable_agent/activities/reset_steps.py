@@ -30,8 +30,9 @@ from ..durable.persist import Header
 from ..session.entries import CustomEntry, register_custom
 from ..session.errors import SessionError
 from .base import ActivityBase, heartbeating
-from .contracts import KeepLeafInput, ResetNote, Timeouts
+from .contracts import KeepLeafInput, Timeouts
 from .failures import application_error
+from .run_contracts import ResetNote
 from .store_steps import new_entry_id, store_retry
 
 __all__ = ["ResetMarker", "ResetSteps", "keep_session_leaf"]

@@ -21,7 +21,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.service import RPCError
 
 from ..session.entries import Entry
-from .contracts import InputEntry
+from .run_contracts import InputEntry
 
 __all__ = ["input_id", "local_activity_result", "newest_before", "recorded_start_leaf"]
 

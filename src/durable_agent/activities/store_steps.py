@@ -39,12 +39,12 @@ from .contracts import (
     EnsureSessionInput,
     LoadPathInput,
     PathInfo,
-    RunInput,
     StoredTimes,
     Timeouts,
     ToolInfo,
 )
 from .failures import application_error, is_cancellation, run_failure
+from .run_contracts import RunInput
 from .start_leaf import input_id, newest_before, recorded_start_leaf
 
 __all__ = [

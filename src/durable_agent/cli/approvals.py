@@ -5,7 +5,8 @@
 run that waits for it gets the decision through its ``decide`` update; a run that parked has the
 decision stored at the session's leaf instead, and once every call of that turn is decided the
 command starts the continuation run and says so (docs/design.md#approvals-and-steering).
-``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`.
+``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`, and
+starts the continuation the same way (:func:`turn_settled`, :func:`continuation`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from rich.markup import escape
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from ..activities.contracts import RunState
-from ..durable import Agent, When
+from ..activities.run_contracts import RunState
+from ..durable import Agent, RunStream, When
 from ..session import ApprovalRequest, Entry, PendingItem, pending_items, validate_session_id
+from ..session.approvals import awaiting_turn
 from ..session.tree import path
 from ..workflows import TemporalExecutor, run_workflow_id
 from .config import (
@@ -46,7 +48,17 @@ from .render import RunPrinter, console, flags_from, print_json, run_command, se
 from .run import open_agent
 from .stores import open_store, resolve_store_spec
 
-__all__ = ["Lines", "approvals", "approve", "ask", "deny", "pending_line", "show_approvals"]
+__all__ = [
+    "Lines",
+    "approvals",
+    "approve",
+    "ask",
+    "continuation",
+    "deny",
+    "pending_line",
+    "show_approvals",
+    "turn_settled",
+]
 
 
 def pending_line(item: PendingItem) -> str:
@@ -263,20 +275,34 @@ async def _continue(
 ) -> None:
     """A decision stored at the leaf (the run that asked is not running) that settles the
     turn: start the continuation run and follow it."""
-    if agent.pending_approvals():
+    if not turn_settled(agent):
         return  # other calls of the turn still wait
     asked = executor.client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
     with contextlib.suppress(RPCError):
         if (await asked.describe()).status == WorkflowExecutionStatus.RUNNING:
             return  # the waiting run took the decision and goes on by itself
-    stream = await agent.run()
-    console.print(f"every call of the turn is decided: continuing in run {escape(stream.run_id)}")
+    stream = await continuation(console, agent)
     printer = RunPrinter(console)
     try:
         async for event in stream.events():
             printer.handle(event)
     finally:
         printer.finish()
+
+
+def turn_settled(agent: Agent) -> bool:
+    """The handle's tail is a turn whose calls asked people and are all decided, none answered
+    yet: a run parked on it and the decisions came after (a run on it runs the calls)."""
+    if agent.pending_approvals():
+        return False
+    return awaiting_turn(path(agent.entries(), agent.leaf_id)) is not None
+
+
+async def continuation(console: Console, agent: Agent) -> RunStream:
+    """Start the run that goes on from a settled turn (:func:`turn_settled`) and say so."""
+    stream = await agent.run()
+    console.print(f"every call of the turn is decided: continuing in run {escape(stream.run_id)}")
+    return stream
 
 
 async def show_approvals(console: Console, client: Client, agent: Agent) -> None:

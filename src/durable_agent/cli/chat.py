@@ -3,12 +3,13 @@
 Lines are read on a thread (:class:`Lines`) into a queue that the chat takes from between runs
 and while a run streams: a line typed while the agent works is sent into the run as a steer
 (``/later TEXT``: a follow-up), and a run waiting for a decision takes its answers from the same
-queue (docs/design.md#approvals-and-steering). A message the run no longer takes (it ended
-meanwhile) starts the next run instead: nothing typed is lost. Each turn runs on one persistent
-event loop (:class:`asyncio.Runner`). A Ctrl-C during a turn cancels that turn's *task*, which
-asks the workflow to cancel and waits until what it stored has arrived; the session and the REPL
-carry on. Replies stream live from the worker, and each stored entry's receipt is printed under
-it, as in ``run``.
+queue (docs/design.md#approvals-and-steering); answers given after the run parked start the run
+that goes on, as ``approve`` does. A message the run no longer takes (it ended meanwhile) starts
+the next run instead: nothing typed is lost. Each turn runs on one persistent event loop
+(:class:`asyncio.Runner`). A Ctrl-C during a turn cancels that turn's *task*, which asks the
+workflow to cancel and waits until what it stored has arrived; the session and the REPL carry
+on. Replies stream live from the worker, and each stored entry's receipt is printed under it, as
+in ``run``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..session import (
     validate_session_id,
 )
 from ..workflows import TemporalExecutor
-from .approvals import Lines, ask
+from .approvals import Lines, ask, continuation, turn_settled
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -214,6 +215,8 @@ class Chat:
             await asyncio.gather(steering, *self._sends, return_exceptions=True)
         with contextlib.suppress(RunCancelledError):
             await stream.wait()
+        if turn_settled(self.agent):  # it parked, and the answers came after: go on
+            await self.follow(await continuation(self.console, self.agent))
 
     async def steer(self, stream: RunStream) -> None:
         """While a run streams: each typed line is a steer, ``/later TEXT`` a follow-up."""

@@ -28,7 +28,6 @@ from temporalio.client import Client
 from ..workflows.config import (
     ServerInfo,
     data_dir,
-    read_server_info,
     remove_server_info,
     write_server_info,
 )
@@ -51,8 +50,8 @@ from .config import (
 from .processes import (
     ManagedProcess,
     ProcessError,
-    ServerLock,
     die_with_parent,
+    exclusive_server_lock,
     free_port,
     spawn,
     start_worker,
@@ -220,13 +219,7 @@ async def run_dev(
 ) -> int:
     """The ``dev`` command: the exit code (1 when the server exits on its own)."""
     root = data_dir()
-    lock = ServerLock(root)
-    if not lock.try_acquire():
-        info = read_server_info(root)
-        where = f" (server {info.address}, owner pid {info.owner_pid})" if info else ""
-        raise ProcessError(
-            f"another durable-agent process is already serving {root / 'temporal.db'}{where}"
-        )
+    lock = exclusive_server_lock(root)
     workers: list[ManagedProcess] = []
     server = None
     try:
@@ -252,7 +245,8 @@ async def run_dev(
 
         worker = await start()
         chat = await _dev_http(store_spec, server.address, task_queue, app_ref)
-        lines = [
+        console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
+        for line in (
             f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
             f"  Web UI         {server.ui_url}",
             f"  chat           {chat}",
@@ -260,9 +254,7 @@ async def run_dev(
             f"  store          {store_spec}",
             f"  logs           {root / 'logs'}",
             "  try:           durable-agent chat my-session",
-        ]
-        console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
-        for line in lines:
+        ):
             console.print(line)
         return await _supervise(console, server, worker, start)
     finally:

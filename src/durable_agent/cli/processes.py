@@ -39,6 +39,7 @@ __all__ = [
     "HEARTBEAT_INTERVAL",
     "STALE_AFTER",
     "ServerLock",
+    "exclusive_server_lock",
     "beat",
     "check_liveness",
     "die_with_parent",
@@ -296,6 +297,19 @@ class ServerLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def exclusive_server_lock(root: Path) -> ServerLock:
+    """The data directory's server lock: one ``dev`` per directory, since two would share one
+    SQLite file."""
+    lock = ServerLock(root)
+    if not lock.try_acquire():
+        info = read_server_info(root)
+        where = f" (server {info.address}, owner pid {info.owner_pid})" if info else ""
+        raise ProcessError(
+            f"another durable-agent process is already serving {root / 'temporal.db'}{where}"
+        )
+    return lock
 
 
 def _is_our_orphan(pid: int, db_file: Path) -> bool:

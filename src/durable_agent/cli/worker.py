@@ -112,6 +112,24 @@ KnownEntriesOpt = Annotated[
 ]
 
 
+ReadyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Create this file once polling and beat it twice a second, remove it on exit; "
+        "--check reads it (container health checks)."
+    ),
+]
+ConnectTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
+]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Exit 0 if the worker that writes --ready-file is alive and its heartbeat "
+        "fresh, else 1.",
+    ),
+]
 AppOpt = Annotated[
     str | None,
     typer.Option(
@@ -126,25 +144,10 @@ def worker(
     app: AppOpt = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
-    ready_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="Create this file once polling and beat it twice a second, remove it on exit; "
-            "--check reads it (container health checks)."
-        ),
-    ] = None,
+    ready_file: ReadyFileOpt = None,
     parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
-    connect_timeout: Annotated[
-        float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
-    ] = 30.0,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="Exit 0 if the worker that writes --ready-file is alive and its heartbeat "
-            "fresh, else 1.",
-        ),
-    ] = False,
+    connect_timeout: ConnectTimeoutOpt = 30.0,
+    check: CheckOpt = False,
     max_concurrent_activities: ActivitiesOpt = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     max_concurrent_workflow_tasks: WorkflowTasksOpt = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: CachedWorkflowsOpt = DEFAULT_MAX_CACHED_WORKFLOWS,

@@ -31,7 +31,7 @@ from ..session.approvals import (
 from ..session.entries import Entry
 from ..session.errors import EntryConflictError
 from .errors import ApprovalNotPendingError, PersistError
-from .inbox import Inbox, QueuedDecision
+from .inbox import Inbox, QueuedDecision, QueuedMessage
 from .persist import CommitEffects
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "RunSide",
     "RunStatus",
     "deliver",
+    "deliver_held",
     "LocalGate",
     "Parked",
     "Waiting",
@@ -324,17 +325,44 @@ class LocalGate:
 
 async def deliver(engine: RunSide, would_continue: bool) -> list[Message]:
     """The loop's inbox: store the messages due at this turn's end, each emitted as
-    ``input_delivered`` (docs/design.md#approvals-and-steering)."""
-    out: list[Message] = []
-    for queued in engine.inbox.due(would_continue):
-        entry = queued.entry.model_copy(update={"created_at": engine.effects.now()})
+    ``input_delivered`` (docs/design.md#approvals-and-steering). What a cancellation or a
+    failure cuts off goes back to the inbox: a cancelled run stores it, a failed one refuses it."""
+    due = engine.inbox.due(would_continue)
+    for i, queued in enumerate(due):
         try:
-            receipt = await engine.persist([entry], "persist delivered input")
-        except BaseException as exc:
-            queued.done.set_exception(exc)
+            await store_delivered(engine, queued)
+            engine.checkpoint()
+        except BaseException:
+            engine.inbox.requeue(due[i:])
             raise
+    return [q.entry.message for q in due]
+
+
+async def deliver_held(engine: RunSide) -> None:
+    """A cancelled run's queued messages, after its cancellation results: each stored and
+    emitted as ``input_delivered``, in the order received, with no model call after them (the
+    next run answers them). An accepted message is always delivered."""
+    held = engine.inbox.take_messages()
+    for i, queued in enumerate(held):
+        try:
+            await store_delivered(engine, queued)
+        except BaseException:
+            engine.inbox.requeue(held[i:])
+            raise
+
+
+async def store_delivered(engine: RunSide, queued: QueuedMessage) -> None:
+    """Store one message sent into the run, emit its ``input_delivered`` and answer its sender
+    (a message not stored is left unanswered, for whoever takes it next)."""
+    entry = queued.entry.model_copy(update={"created_at": engine.effects.now()})
+    try:
+        receipt = await engine.persist([entry], "persist delivered input")
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        queued.done.set_exception(exc)
+        raise
+    try:
         await engine.emit_agent(AgentEvent(type="input_delivered"), receipt)
+    finally:
         queued.done.set_result(receipt[0])
-        out.append(queued.entry.message)
-        engine.checkpoint()
-    return out

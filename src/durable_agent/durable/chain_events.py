@@ -34,8 +34,11 @@ A cancelled run's reply cut short (``stop_reason="aborted"``) gets no ``turn_end
 calls cancelled before any result counts as parallel). A tool result over the payload limit fails
 the run at the end of its turn (no ``turn_end``). Approval requests stored with a reply give
 ``approval_requested`` and hold the turn's starts until each call's ``approval_decided``; a user
-message after a turn's end is a message sent into the run, ``input_delivered``
-(docs/design.md#approvals-and-steering).
+message after a turn's end is a message sent into the run, ``input_delivered``; so is one after
+a cancellation's results (messages the cancelled run held, its last entries). A cancellation
+that cut a model call before its reply showed (no live delta, nothing stored) leaves a message it
+stored reading like a steer sent before that call: its ``input_delivered`` then goes out ahead of
+the call's ``turn_start`` (docs/design.md#approvals-and-steering).
 """
 
 from __future__ import annotations

@@ -100,10 +100,12 @@ class ChainSteps:
         return out
 
     def _delivered(self, entry: Entry) -> list[Event]:
-        """A message sent into the run, stored after a turn's end."""
+        """A message sent into the run, stored after a turn's end: a model call follows; or
+        after a cancellation's results, which the run stores as its last entries."""
         self.ids.append(entry.id)
         self.leaf = entry.id
-        self._phase = "reply"
+        if not self._cancelling:
+            self._phase = "reply"
         return [self._event(AgentEvent(type="input_delivered"), entries=[entry], leaf=True)]
 
     # -- tool starts ----------------------------------------------------------------------------

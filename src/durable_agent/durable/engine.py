@@ -25,8 +25,9 @@ from ..agent.loop import AgentRun, Loop
 from ..ai.messages import Message, ToolCall, Usage, error_tool_result_message
 from ..session.approvals import AwaitingTurn
 from ..session.entries import Entry, MessageEntry
+from . import approvals
 from .answers import CANCELLED_TEXT, aborted_message, stored_key, too_large
-from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, deliver, resume_turn
+from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, resume_turn
 from .errors import PersistError, RunCancelledError, RunNotAcceptingError
 from .events import Event
 from .inbox import Inbox
@@ -225,7 +226,7 @@ class RunEngine:
         self.inbox.close(because, RunNotAcceptingError(f"the run ended: {because}"))
 
     async def _cancel_run(self, shield: bool) -> NoReturn:
-        self._refuse_mail("it was cancelled")
+        self.inbox.close("it was cancelled")  # takes nothing more; what it holds is stored
         steps = self.cancel()
         await (asyncio.shield(steps) if shield else steps)
         raise RunCancelledError("run cancelled") from None
@@ -250,7 +251,7 @@ class RunEngine:
             resumed = True
         else:
             run = loop.run(messages)
-        run.inbox = lambda going_on: deliver(self, going_on)
+        run.inbox = lambda going_on: approvals.deliver(self, going_on)
         started = resumed
         closing = False
         try:
@@ -362,13 +363,25 @@ class RunEngine:
         await self.emit_agent(AgentEvent(type="message_end", message=message), receipt)
 
     async def cancel(self) -> None:
-        """Store what a cancelled run leaves: the aborted partial reply, then a ``tool execution
-        cancelled`` result for each unanswered call. Call it shielded from the cancellation.
+        """Store what a cancelled run leaves: the aborted partial reply, a ``tool execution
+        cancelled`` result for each unanswered call, then the messages the run accepted (an
+        accepted message is always delivered; the next run answers it:
+        docs/design.md#approvals-and-steering). Queued decisions are refused. Call it shielded
+        from the cancellation.
 
         What a producer stored that the loop never handed over is recorded as stored instead: a
         reply, or a call's result (the call ran: that is its answer). The partial reply is the
         one its producer cut (:meth:`keep_partial`), else the one tracked here.
         """
+        try:
+            await self._cancel_answers()
+            await approvals.deliver_held(self)
+        finally:
+            self._refuse_mail("it was cancelled")
+        self._cancel_pending = False  # this is the cancellation
+        self.status = "cancelled"
+
+    async def _cancel_answers(self) -> None:
         stored, self._stored = self._stored, {}
         reply = stored.pop("", None)
         aborted = reply.message if reply else self._cut or aborted_message(self._partial)
@@ -384,5 +397,3 @@ class RunEngine:
             else:
                 await self._store_message(result.message, result)
         self._cut = None
-        self._cancel_pending = False  # this is the cancellation
-        self.status = "cancelled"

@@ -112,6 +112,10 @@ class SessionFollower:
         self._due = 0.0
         self._woken.set()
 
+    def has_read(self, entry_id: str) -> bool:
+        """Whether a read yielded the entry ``entry_id`` (one stored after the start seq)."""
+        return entry_id in self._seen
+
     @property
     def woken(self) -> bool:
         """:meth:`wake` was called since the last read."""
@@ -173,7 +177,9 @@ token); the wait doubles while none arrive, up to ``IDLE_POLL``."""
 FIRST_POLL = 0.1
 """Seconds to the first read of a reply's deltas; the wait doubles while none arrive (a model
 still thinking) up to ``IDLE_POLL``."""
-IDLE_POLL = 1.0
+IDLE_POLL = 0.25
+"""A reply may stream for less than a second (one that starts a while after its turn was
+expected, say after a continue-as-new): read at least this often, it still shows live."""
 IDLE_AFTER = 0.6
 """Seconds without a delta after which a reply counts as idle."""
 READ_TIMEOUT = 2.0

@@ -7,7 +7,8 @@ Two kinds of mail (docs/design.md#approvals-and-steering):
 - **messages**: a steer (``next_turn``) is stored after the current turn's tool results, before
   the next model call; a follow-up (``at_end``) when the loop would stop. Each is stored as an
   ordinary user message and emitted as ``input_delivered``. An accepted message is always
-  delivered: the inbox stops accepting at the moment the loop finds it empty and would stop.
+  delivered: the inbox stops accepting at the moment the loop finds it empty and would stop,
+  and a run cancelled while it holds messages stores them after its cancellation results.
 
 The inbox does no I/O: callers get a future that the run resolves once the entry is stored (by
 :func:`~.approvals.deliver`, the loop's inbox callback, or by the approval step).
@@ -98,6 +99,16 @@ class Inbox:
         taken, self.decisions = self.decisions, []
         return taken
 
+    def take_messages(self) -> list[QueuedMessage]:
+        """Every queued message, in the order received (a cancelled run stores them all)."""
+        taken, self.messages = self.messages, []
+        return taken
+
+    def requeue(self, undelivered: list[QueuedMessage]) -> None:
+        """Put back, ahead of later arrivals, messages taken but not stored (their delivery was
+        cut by a cancellation, which then stores them)."""
+        self.messages[:0] = [q for q in undelivered if not q.done.done()]
+
     def due(self, would_continue: bool) -> list[QueuedMessage]:
         """The messages to deliver at a turn's end, in the order received: steers always,
         follow-ups only when the loop would stop. Finding nothing when the loop would stop
@@ -112,8 +123,8 @@ class Inbox:
         return due
 
     def close(self, because: str, error: BaseException | None = None) -> None:
-        """Accept nothing more; ``error`` fails what is still queued (a run that parked or was
-        cancelled before delivering it)."""
+        """Accept nothing more; ``error`` fails what is still queued (a run that parked or failed
+        before delivering it; a cancelled run's decisions, its messages being stored first)."""
         if self.closed_because is None:
             self.closed_because = because
         if error is None:

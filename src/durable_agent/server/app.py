@@ -27,6 +27,7 @@ from ..activities.spec import AgentSpec
 from ..durable.errors import (
     ApprovalNotPendingError,
     ApprovalPendingError,
+    CompactError,
     EntryNotFoundError,
     PayloadTooLargeError,
     RunActiveError,
@@ -71,6 +72,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (UnknownAgentError, 422),
     (StoreUnavailableError, 503),
     (RunsUnavailableError, 503),
+    (CompactError, 502),  # the summarizer (the model) failed; nothing was stored
     (ValueError, 400),
 ]
 """Each library error a route may raise, and its HTTP status (first match wins)."""
@@ -198,7 +200,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await hubs.aclose()
-        if isinstance(runs, LocalRuns):
+        if isinstance(runs, LocalRuns | TemporalRuns):
             await runs.aclose()
 
     app = FastAPI(title="durable-agent", lifespan=lifespan)

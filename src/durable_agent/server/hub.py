@@ -6,8 +6,9 @@ by a run's activity) and fans what it reads out to its subscribers, each a queue
 stored entries (receipts) in seq order, the live text of streaming replies, run status, and the
 session's deletion. Two hundred browsers on one session cost one follower. A hub outlives its
 last subscriber by :data:`LINGER` seconds, so a reload mid-reply finds the reply's text so far.
-:class:`Hubs` is the process's registry and hears the runs of the process
-(:class:`~.runs.RunListener`) (docs/design.md#http-api).
+:class:`Hubs` is the process's registry and hears the runs this process started
+(:class:`~.runs.RunListener`, told by each run's :class:`~.relay.RunRelay`); a Temporal run another
+process started is followed by a :class:`~.watch.RunWatch` (docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.store import Store
 from .runs import REMEMBERED, Runs, Status, TemporalRuns
-from .watch import Piece, RunWatch
+from .watch import Piece, RunWatch, owner
 
 __all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]
 
@@ -43,6 +44,10 @@ streams within this; an idle session is read once a second."""
 IDLE_READ = 1.0
 STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
+END_WAIT = 15.0
+"""Seconds a run's end waits at most for the hub to read the run's last entry: longer than a
+MongoStore read waits for an append in flight (``ABANDON_AFTER``). It runs out only if the entry
+lies before the hub's first read, or the store fails every read meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,16 @@ def _status(run_id: str, status: str) -> Frame:
     return Frame("run", {"run_id": run_id, "status": status})
 
 
+@dataclass
+class Ending:
+    """A run's end the hub knows and has not told yet (:meth:`SessionHub.end`)."""
+
+    status: Status
+    last_entry: str
+    known_at: float
+    read_since: bool = False
+
+
 class SessionHub:
     """The shared follower of one session (module doc)."""
 
@@ -75,10 +90,15 @@ class SessionHub:
         self.partial: dict[str, Piece] = {}
         """Run ID -> the text its streaming reply showed so far (for late joiners)."""
         self.watches: dict[str, RunWatch] = {}
+        self.asked: dict[str, set[str]] = {}
+        """Run ID -> the calls a watched run waits for a decision on (:meth:`_waits`)."""
         self.leaf = ""
-        """The last stored entry read: the parent of a reply streaming now."""
+        """The last stored entry read (a watched run's reply parent while its leaf is unknown)."""
+        self.first_leaf = ""
+        """The entry at the seq the hub started after (read before the hub, not by it)."""
         self._kick = asyncio.Event()
-        self._ending: dict[str, Status] = {}
+        self.ending: dict[str, Ending] = {}
+        """Run ID -> its end, held until the hub read the run's last entry."""
         self._look_until = 0.0
         self._looked = 0.0
         self._idle_since: float | None = None
@@ -112,25 +132,34 @@ class SessionHub:
 
     # -- what runs tell ---------------------------------------------------------------------------
 
-    def status(
-        self, run_id: str, status: Status, *, watch: bool = True, read: bool = False
-    ) -> None:
-        """A run's status changed; an end is told after the next read of the session, so the
-        run's last receipts (and its reply's last text) go out before it."""
-        if status in ("completed", "failed", "cancelled") and not read:
-            self._ending[run_id] = status
-            self.kick(read=True)
-            return
+    def end(self, run_id: str, status: Status, last_entry: str) -> None:
+        """The run ended, its last stored entry being ``last_entry``: told once a read that
+        began after now (one in flight may predate the run's last append) brought that entry,
+        so a client that stops at the end has all the run stored (docs/design.md#http-api)."""
+        self.ending[run_id] = Ending(status, last_entry, asyncio.get_running_loop().time())
+        self.kick(read=True)
+
+    def _release(self) -> None:
+        """Tell the ends whose run's last entry the hub has read (or waited for too long)."""
+        clock = asyncio.get_running_loop().time()
+        for run_id, ending in list(self.ending.items()):
+            last = ending.last_entry
+            read = not last or last == self.first_leaf or self.follower.has_read(last)
+            if ending.read_since and (read or clock - ending.known_at > END_WAIT):
+                del self.ending[run_id]
+                self.status(run_id, ending.status)
+
+    def status(self, run_id: str, status: Status) -> None:
+        """A run's status changed (an end: told by :meth:`_release`)."""
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
             self.active[run_id] = status
-            if watch and isinstance(self.hubs.runs, TemporalRuns):
-                self._watch(run_id, None)
         else:
             if run_id not in self.active and status == self.hubs.ended.get(run_id):
                 return
             self.active.pop(run_id, None)
+            self.asked.pop(run_id, None)
             self.partial.pop(run_id, None)
             self.watches.pop(run_id, None)
             self.hubs.ended[run_id] = status
@@ -151,23 +180,23 @@ class SessionHub:
 
     # -- Temporal runs ---------------------------------------------------------------------------
 
-    def _watch(self, run_id: str, state: tuple[int, set[str]] | None) -> None:
+    def _watch(self, run_id: str, state: tuple[int, set[str], str] | None) -> None:
         runs = self.hubs.runs
         channel = self.hubs.channel
         if run_id in self.watches or channel is None or not isinstance(runs, TemporalRuns):
             return
-        turn, counted = state or (0, set())
-        watch = RunWatch(channel, self.session_id, run_id, turn, counted)
+        turn, counted, leaf = state or (0, set(), "")
+        watch = RunWatch(channel, self.session_id, run_id, turn, counted, leaf)
         watch.outcome = asyncio.create_task(runs.outcome(self.session_id, run_id))
         watch.outcome.add_done_callback(lambda t: self._ended(run_id, t))
         self.watches[run_id] = watch
 
-    def _ended(self, run_id: str, task: asyncio.Task[str]) -> None:
+    def _ended(self, run_id: str, task: asyncio.Task[tuple[Status, str]]) -> None:
         if task.cancelled():
             return
-        outcome = "failed" if task.exception() is not None else task.result()
-        if outcome in ("completed", "failed", "cancelled"):
-            self.status(run_id, outcome)  # type: ignore[arg-type]
+        ended: tuple[Status, str] = task.result() if task.exception() is None else ("failed", "")
+        if ended[0] != "started":  # "started": the long poll broke, not the run
+            self.end(run_id, *ended)
 
     async def look(self) -> None:
         """Find the session's runs (another replica's too) and follow those not known yet."""
@@ -180,16 +209,37 @@ class SessionHub:
             logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
             return
         for run_id in found:
-            if run_id in self.active:
-                continue
-            state: tuple[int, set[str]] | None = None
+            if run_id in self.active or run_id in self.hubs.ended:
+                continue  # known, or ended (its client stream may still be reading)
+            relayed = runs.relayed(self.session_id, run_id)
             if isinstance(runs, TemporalRuns):
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(STATE_TIMEOUT):
-                        st = await runs.state(self.session_id, run_id)
-                    state = (st.turn_count, set(st.new_entry_ids))
+                await self._found(runs, run_id, watch=relayed is None)
+            elif relayed is not None:
+                self.status(run_id, relayed)  # in memory; the run tells the rest
+
+    async def _found(self, runs: TemporalRuns, run_id: str, *, watch: bool) -> None:
+        """Follow a Temporal run found running: ``watch`` one another process started.
+
+        The one ``state()`` query of such a run (docs/design.md#http-api), asked once per hub,
+        not per browser: its pending approvals give the status the first frame of every stream
+        shows (the hub starts reading where its first client resumed, past the run's requests,
+        and the events of a run this process started reach it a read of the store later), and
+        its turn count keys the live deltas of a watched run's reply. A watched run's later
+        waits are told from the entries the hub reads (:meth:`_waits`)."""
+        status: Status = "started"
+        state: tuple[int, set[str], str] | None = None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(STATE_TIMEOUT):
+                st = await runs.state(self.session_id, run_id)
+            state = (st.turn_count, set(st.new_entry_ids), st.leaf_id)
+            if st.pending_approvals:
+                status = "awaiting_approval"
+                self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
+        if run_id in self.active or run_id in self.hubs.ended:
+            return  # told meanwhile
+        if watch:
             self._watch(run_id, state)
-            self.status(run_id, "started", watch=False)
+        self.status(run_id, status)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -217,17 +267,17 @@ class SessionHub:
                         if watch.deltas.final:
                             self.follower.wake()
             if self.follower.woken or self.follower.due_in() <= 0.01:
-                ending, self._ending = self._ending, {}
+                for ending in self.ending.values():
+                    ending.read_since = True  # known before this read begins
                 await self._read()
-                for run_id, status in ending.items():
-                    self.status(run_id, status, read=True)
+                self._release()
             if self._look_until > clock() and clock() - self._looked >= 1.0:
                 self._looked = clock()
                 await self.look()
             await self._sleep()
 
     async def _sleep(self) -> None:
-        self.follower.slowest = BUSY_READ if self.active else IDLE_READ
+        self.follower.slowest = BUSY_READ if self.active or self.ending else IDLE_READ
         waits = [self.follower.due_in(), *(w.due_in() for w in self.watches.values())]
         if self._look_until > asyncio.get_running_loop().time():
             waits.append(1.0)
@@ -243,33 +293,43 @@ class SessionHub:
         found = await self.follower.read()
         if not found:
             return
+        unplaced = False  # a question no run is known to have asked: a run's input
         for seq, entry in found:
-            parent = entry.parent_id or ""
-            for watch in self.watches.values():
-                pieces = await watch.stored(entry, parent)
-                if pieces is not None:
-                    for piece in pieces:
-                        self.piece(piece)
-                    self.partial.pop(watch.run_id, None)
-                    break
+            watch = owner(self.watches.values(), entry)
+            pieces = None if watch is None else await watch.stored(entry, entry.parent_id or "")
+            if watch is not None and pieces is not None:
+                for piece in pieces:
+                    self.piece(piece)
+                self.partial.pop(watch.run_id, None)
+            unplaced |= watch is None and isinstance(entry, MessageEntry)
             self.leaf = entry.id
             self._send(entry_frame(seq, entry))
             self._waits(entry)
         for watch in self.watches.values():
             watch.moved()
-        if not self.active and self.hubs.runs is not None and not self.hubs.runs.local:
-            # entries with no run known: a run another replica started (visibility lags)
+        runs = self.hubs.runs
+        if (unplaced or not self.active) and runs is not None and not runs.local:
+            # entries no known run placed: a run another replica started (visibility lags)
             self._look_until = asyncio.get_running_loop().time() + LOOK_FOR
 
     def _waits(self, entry: Entry) -> None:
-        """A run's wait for people, told from its stored entries (a run on Temporal is never
-        queried for it): its requests start the wait, a tool result or a reply ends it."""
-        if isinstance(entry, ApprovalRequest) and entry.run_id in self.active:
-            self.status(entry.run_id, "awaiting_approval", watch=False)
-        elif isinstance(entry, MessageEntry) and entry.message.role != "user":
-            for run_id, status in list(self.active.items()):
-                if status == "awaiting_approval":
-                    self.status(run_id, "started", watch=False)
+        """The wait for people of a run another process started, told from its stored entries
+        in their order (its ``events`` are never polled): its requests start the wait, the
+        results of the calls it asked about end it (another run's entries do not). A run this
+        process started tells its waits itself (:class:`~.relay.RunRelay`)."""
+        if isinstance(entry, ApprovalRequest) and entry.run_id in self.watches:
+            self.asked.setdefault(entry.run_id, set()).add(entry.tool_call_id)
+            self.status(entry.run_id, "awaiting_approval")
+        elif isinstance(entry, MessageEntry) and entry.message.role == "tool_result":
+            call = entry.message.tool_call_id
+            for run_id, calls in list(self.asked.items()):
+                if call not in calls:
+                    continue
+                calls.discard(call)
+                if not calls:
+                    del self.asked[run_id]
+                    if self.active.get(run_id) == "awaiting_approval":
+                        self.status(run_id, "started")
 
 
 class Hubs:
@@ -289,7 +349,7 @@ class Hubs:
         if hub is None:
             hub = SessionHub(self, session_id, after)
             self.hubs[session_id] = hub
-            hub.leaf = await _leaf(self.store, session_id, after)
+            hub.leaf = hub.first_leaf = await _leaf(self.store, session_id, after)
             await hub.look()
             hub.task = asyncio.create_task(hub.run())
         return hub
@@ -307,9 +367,15 @@ class Hubs:
 
     # -- RunListener ------------------------------------------------------------------------------
 
-    def run_status(self, session_id: str, run_id: str, status: Status) -> None:
+    def run_status(
+        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+    ) -> None:
         hub = self.hubs.get(session_id)
-        if hub is not None:
+        if hub is None:
+            return
+        if status in ("completed", "failed", "cancelled"):
+            hub.end(run_id, status, last_entry)
+        else:
             hub.status(run_id, status)
 
     def run_delta(

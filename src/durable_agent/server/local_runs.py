@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from ..activities.spec import AgentSpec
 from ..agent.loop import model
 from ..durable.agent import Agent, new
-from ..durable.errors import RunCancelledError
+from ..durable.errors import RunActiveError
 from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import Store
+from .relay import RunRelay
 from .runs import (
     REMEMBERED,
     OnBusy,
@@ -51,6 +52,7 @@ class LocalRuns:
         self._handles: dict[tuple[str, str], Agent] = {}
         self._ended: dict[tuple[str, str], Status] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
 
     async def start(
@@ -63,21 +65,10 @@ class LocalRuns:
         on_busy: OnBusy,
     ) -> str:
         spec = self.agents[pick_agent(list(self.agents), agent)]
-        opts = spec.options()
         async with self._lock:  # the busy check and the start, one at a time
             refuse_busy(session_id, await self.active(session_id), on_busy)
-            handle = await new(
-                model(spec.model),
-                store=self.store,
-                session_id=session_id,
-                system_prompt=opts.system_prompt,
-                tools=opts.tools,
-                max_turns=opts.max_turns,
-                model_options=opts.model_options,
-                approval=opts.approval,
-                approval_wait=opts.approval_wait,
-            )
-            await open_at(handle, leaf_id)
+            self._refuse_compacting(session_id)
+            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
             run_id = new_id()
             stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
@@ -93,39 +84,20 @@ class LocalRuns:
         return task
 
     async def _relay(self, handle: Agent, stream: RunStream, run_id: str) -> None:
-        """Tell the listener what the run does: live text, receipts, waits for people, its
-        end."""
-        sid, leaf = handle.session_id, handle.leaf_id
-        status: Status = "completed"
-        try:
-            async for event in stream.events():
-                inner = event.agent
-                if event.leaf_id is not None:
-                    leaf = event.leaf_id
-                    self.listener.stored(sid)
-                if inner is None:
-                    continue
-                if inner.type == "message_update":
-                    text = inner.delta if inner.delta is not None else ""
-                    self.listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
-                elif inner.type in ("approval_requested", "approval_decided"):
-                    waits = bool(handle.pending_approvals())
-                    self.listener.run_status(
-                        sid, run_id, "awaiting_approval" if waits else "started"
-                    )
-        except RunCancelledError:
-            status = "cancelled"
-        except Exception as exc:
-            logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
-            status = "failed"
-        finally:
+        """Tell the listener what the run does (:class:`~.relay.RunRelay`); forget the run as
+        it ends."""
+        sid = handle.session_id
+
+        def ended(status: Status) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
             self._handles.pop((sid, run_id), None)
             self._ended[(sid, run_id)] = status
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
-            self.listener.stored(sid)
-            self.listener.run_status(sid, run_id, status)
+
+        status, last = await RunRelay(self.listener, handle, stream, run_id).run()
+        ended(status)
+        self.listener.run_status(sid, run_id, status, last)
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         stream = self._streams.get(session_id, {}).get(run_id)
@@ -138,10 +110,16 @@ class LocalRuns:
     async def active(self, session_id: str) -> list[str]:
         return list(self._streams.get(session_id, {}))
 
-    async def status(self, session_id: str, run_id: str) -> Status:
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
         handle = self._handles.get((session_id, run_id))
-        if handle is not None:
-            return "awaiting_approval" if handle.pending_approvals() else "started"
+        if handle is None:
+            return None
+        return "awaiting_approval" if handle.pending_approvals() else "started"
+
+    async def status(self, session_id: str, run_id: str) -> Status:
+        going = self.relayed(session_id, run_id)
+        if going is not None:
+            return going
         try:
             return self._ended[(session_id, run_id)]
         except KeyError:
@@ -174,11 +152,48 @@ class LocalRuns:
         await continue_settled(self, self.store, session_id)
         return entry
 
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """``agent.compact`` with the agent's model; no run starts on the session meanwhile."""
+        spec = self.agents[pick_agent(list(self.agents), agent)]
+        async with self._lock:
+            refuse_busy(session_id, await self.active(session_id), "reject")
+            self._refuse_compacting(session_id)
+            self._compacting.add(session_id)
+        try:
+            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
+            entry = await handle.compact(keep_turns)
+        finally:
+            self._compacting.discard(session_id)
+        self.listener.stored(session_id)
+        return entry
+
+    def _refuse_compacting(self, session_id: str) -> None:
+        if session_id in self._compacting:
+            raise RunActiveError(f"session {session_id!r} is being compacted")
+
     async def aclose(self) -> None:
         for runs in list(self._streams.values()):
             for stream in list(runs.values()):
                 with contextlib.suppress(Exception):
                     await stream.cancel()
+
+
+async def _open(store: Store, spec: AgentSpec, session_id: str) -> Agent:
+    """A handle on the session with the agent's model and options."""
+    opts = spec.options()
+    return await new(
+        model(spec.model),
+        store=store,
+        session_id=session_id,
+        system_prompt=opts.system_prompt,
+        tools=opts.tools,
+        max_turns=opts.max_turns,
+        model_options=opts.model_options,
+        approval=opts.approval,
+        approval_wait=opts.approval_wait,
+    )
 
 
 def _undelivered(task: asyncio.Task[object]) -> None:

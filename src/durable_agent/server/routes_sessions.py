@@ -1,4 +1,5 @@
-"""The session routes: list, open-or-create, read, entries after a seq, delete, branch, fork."""
+"""The session routes: list, open-or-create, read, entries after a seq, delete, branch, fork,
+compact."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.record import SessionRecord
 from ..session.store import RetentionStore, Store
-from .deps import Caller, ServerDep, retention
+from .deps import Caller, ServerDep, retention, runs
+from .routes_runs import existing
 from .tenants import Tenant
 
 __all__ = ["router", "session_object"]
@@ -36,6 +38,14 @@ class CreateSession(Body):
 
 class Branch(Body):
     entry_id: str
+
+
+class Compact(Body):
+    keep_turns: int = Field(
+        0, ge=0, strict=True, description="the last turns kept as they are (0: summarize all)"
+    )
+    leaf_id: str | None = Field(None, description="compact the path to this entry (default: last)")
+    agent: str | None = Field(None, description="whose model summarizes (default: the one agent)")
 
 
 class Fork(Body):
@@ -147,3 +157,14 @@ async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> d
         await handle.branch(body.leaf_id)
     child = await handle.fork(child_id)
     return await session_object(srv.store, child.session_id)
+
+
+@router.post("/sessions/{session_id}/compact")
+async def compact(session_id: str, body: Compact, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+    """Summarize the path into one stored compaction entry (docs/design.md#compaction), in this
+    process or by the compaction workflow: ``{"entry": <entry wire object>}``, or ``{"entry":
+    null}`` when there was nothing to compact. The entry then comes on the stream like any
+    other. 409 while a run goes."""
+    sid = await existing(srv, tenant.session(session_id))
+    entry = await runs(srv).compact(sid, body.keep_turns, leaf_id=body.leaf_id, agent=body.agent)
+    return {"entry": entry_to_wire(entry) if entry else None}

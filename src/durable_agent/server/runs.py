@@ -18,7 +18,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from temporalio.client import (
     Client,
@@ -28,7 +28,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.contracts import RunState
+from ..activities.run_contracts import RunResult, RunState
 from ..durable.agent import Agent, new
 from ..durable.errors import (
     AgentError,
@@ -39,13 +39,14 @@ from ..durable.errors import (
 from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision, awaiting_turn
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..session.tree import path
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
+from .relay import RunRelay
 
 __all__ = [
     "REMEMBERED",
@@ -72,6 +73,8 @@ Status = Literal["started", "awaiting_approval", "completed", "failed", "cancell
 
 REMEMBERED = 10_000
 """How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
+END_QUERY_TIMEOUT = 10.0
+"""Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -92,7 +95,11 @@ def run_active(session_id: str, run_id: str) -> RunActiveError:
 class RunListener(Protocol):
     """What the session streams hear from the runs of this process."""
 
-    def run_status(self, session_id: str, run_id: str, status: Status) -> None: ...
+    def run_status(
+        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+    ) -> None:
+        """The run's status changed; for an end, ``last_entry`` is the ID of the last entry
+        the run stored (``""``: none, or not known), which the streams show before the end."""
 
     def run_delta(
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
@@ -126,6 +133,11 @@ class Runs(Protocol):
 
     async def status(self, session_id: str, run_id: str) -> Status: ...
 
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
+        """The status of a run this process relays to the streams (:class:`~.relay.RunRelay`:
+        one it started), else ``None``."""
+        ...
+
     async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
         """Hand ``entry`` to the session's running run: ``(run_id, message_id)`` once a run
         accepted it, else :class:`RunNotAcceptingError`."""
@@ -133,6 +145,14 @@ class Runs(Protocol):
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
         """Decide a pending call of the session; the stored decision entry."""
+        ...
+
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """Compact the session's path (to its last entry, or ``leaf_id``) with ``agent``'s
+        model; the stored entry, ``None`` when there was nothing to compact.
+        :class:`RunActiveError` while a run goes."""
         ...
 
 
@@ -230,6 +250,8 @@ class TemporalRuns:
         self.agents = list(agents)
         self.executor = TemporalExecutor(client, task_queue=task_queue)
         self._streams: dict[tuple[str, str], RunStream] = {}
+        self._relays: dict[tuple[str, str], RunRelay] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     async def start(
@@ -252,16 +274,40 @@ class TemporalRuns:
             await open_at(handle, leaf_id)
             run_id = new_id()
             stream = await handle.run(*entries, run_id=run_id)
-        # the stream follows the run at an unread pace until it ends; kept until then, so the
-        # busy check sees the run before visibility does
+        # the stream follows the run in the store until it ends; kept until then, so the busy
+        # check sees the run before visibility does. Its events, the run's own, reach the
+        # session's streams (its live text keyed by the run's own leaf: sibling runs never mix)
         key = (session_id, run_id)
         self._streams[key] = stream
-        stream.when_done(lambda: self._forget(key))
+        stream.when_done(lambda: self._forget(self._streams, key))
+        relay = self._relays[key] = RunRelay(self.listener, handle, stream, run_id)
         self.listener.run_status(session_id, run_id, "started")
+        task = asyncio.create_task(self._relay(session_id, run_id, relay))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return run_id
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._streams.pop(key, None)
+    async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
+        """Relay the run; then tell its end with its last entry by its own account."""
+        status, last = await relay.run()
+        with contextlib.suppress(Exception):
+            status, last = await self.outcome(session_id, run_id)
+        self._forget(self._relays, (session_id, run_id))
+        self.listener.run_status(session_id, run_id, status, last)
+
+    async def aclose(self) -> None:
+        """Stop relaying (the runs go on, on their workers)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @staticmethod
+    def _forget(runs: dict[tuple[str, str], Any], key: tuple[str, str]) -> None:
+        runs.pop(key, None)
+
+    def relayed(self, session_id: str, run_id: str) -> Status | None:
+        relay = self._relays.get((session_id, run_id))
+        return None if relay is None else relay.status
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
@@ -300,14 +346,27 @@ class TemporalRuns:
             raise
         return _STATUS.get(described.status, "failed") if described.status else "started"
 
-    async def outcome(self, session_id: str, run_id: str) -> Status:
-        """Wait for the run's end (a long poll of its result, not billed) and say how."""
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    async def outcome(self, session_id: str, run_id: str) -> tuple[Status, str]:
+        """Wait for the run's end (a long poll of its result, not billed); say how it ended and
+        the ID of the last entry it stored (from its result; for a failed or cancelled run, from
+        one ``state()`` query of the closed run; ``""`` when that cannot be had)."""
+        handle = self.client.get_workflow_handle(
+            run_workflow_id(session_id, run_id), result_type=RunResult
+        )
         try:
-            await handle.result()
+            result = await handle.result()
         except Exception:
-            return await self.status(session_id, run_id)
-        return "completed"
+            status = await self.status(session_id, run_id)
+            if status == "started":
+                return status, ""  # the long poll broke, not the run
+            try:
+                async with asyncio.timeout(END_QUERY_TIMEOUT):
+                    state = await self.state(session_id, run_id)
+            except Exception as exc:  # a closed run no worker can replay now, say
+                logger.info("the entries of ended run %s: %s", run_id, type(exc).__name__)
+                return status, ""
+            return status, state.new_entry_ids[-1] if state.new_entry_ids else ""
+        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else ""
 
     async def state(self, session_id: str, run_id: str) -> RunState:
         """The run's ``state()``: asked once when a stream attaches to a run it did not see start
@@ -346,4 +405,21 @@ class TemporalRuns:
         handle = await new(name, store=self.store, session_id=session_id, executor=self.executor)
         entry = await decide_with(handle, decision)
         await continue_settled(self, self.store, session_id)
+        return entry
+
+    async def compact(
+        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
+    ) -> CompactionEntry | None:
+        """The compaction workflow on the queue's workers, as ``agent.compact`` does there. A
+        run start on this replica waits for it; one on another replica is not held back."""
+        name = pick_agent(self.agents, agent)
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            refuse_busy(session_id, await self.active(session_id), "reject")
+            handle = await new(
+                name, store=self.store, session_id=session_id, executor=self.executor
+            )
+            await open_at(handle, leaf_id)
+            entry = await handle.compact(keep_turns)
+        self.listener.stored(session_id)
         return entry

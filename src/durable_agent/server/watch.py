@@ -1,23 +1,27 @@
-"""Following the live text of one Temporal run for a session stream.
+"""Following the live text of a Temporal run another server process started, for a session
+stream.
 
-A run on a worker publishes its streaming reply to the store's live-delta channel, keyed by its
-turn (its model calls counted from 1); a :class:`RunWatch` reads it with a
-:class:`~durable_agent.durable.follow.DeltaFollower`, one per run per server process whatever the
-number of browsers, and counts the run's stored replies to know the next turn. A run this process
-started begins at turn 0; one found running (started through another replica) is asked its
-``state()`` once, whose turn count and stored entry IDs place it (docs/design.md#http-api).
+A run this process started reaches the streams through its own event stream
+(:class:`~.relay.RunRelay`). One found running, started through another replica, publishes its
+streaming reply to the store's live-delta channel, keyed by its turn (its model calls counted
+from 1); a :class:`RunWatch` reads it with a :class:`~durable_agent.durable.follow.DeltaFollower`,
+one per run per server process whatever the number of browsers, and counts the run's stored
+replies to know the next turn, starting from the turn count and stored entry IDs of the run's
+``state()``, asked once (docs/design.md#http-api).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..durable.follow import DeltaFollower
 from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
+from .runs import Status
 
-__all__ = ["PACE", "Piece", "RunWatch"]
+__all__ = ["PACE", "Piece", "RunWatch", "owner"]
 
 PACE = 0.25
 """Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
@@ -54,7 +58,11 @@ class RunWatch:
     """Model calls of the run whose reply is stored."""
     counted: set[str] = field(default_factory=set)
     """Replies already in :attr:`turn` (from the run's ``state()``)."""
-    outcome: asyncio.Task[str] | None = None
+    leaf: str = ""
+    """The run's last stored entry (from its ``state()``, then each entry read that hangs off
+    it): the parent of the reply it streams. ``""``: not known (its ``state()`` failed)."""
+    outcome: asyncio.Task[tuple[Status, str]] | None = None
+    """How the run ended and its last stored entry (:meth:`~.runs.TemporalRuns.outcome`)."""
     deltas: DeltaFollower = field(init=False)
     polled: float = float("-inf")
 
@@ -81,6 +89,7 @@ class RunWatch:
         update = await self.deltas.poll()
         if update is None:
             return None
+        parent = self.leaf or parent
         return Piece(self.run_id, parent, update.delta or "", bool(update.restart))
 
     def moved(self) -> None:
@@ -103,3 +112,19 @@ class RunWatch:
         self.turn += 1
         self.deltas = self._follower()
         return pieces
+
+
+def owner(watches: Iterable[RunWatch], entry: Entry) -> RunWatch | None:
+    """The watched run ``entry`` belongs to: the one whose leaf it hangs off (that run's leaf
+    moves to it), so runs growing sibling branches at once stay apart; else, for a reply, the
+    first run whose leaf is not known; else none."""
+    unknown = None
+    for watch in watches:
+        if watch.leaf and watch.leaf == (entry.parent_id or ""):
+            watch.leaf = entry.id
+            return watch
+        if not watch.leaf and unknown is None:
+            unknown = watch
+    if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
+        return unknown
+    return None

@@ -8,7 +8,8 @@ whose engine drives the loop and schedules ``call_model`` through the activity-b
 receipt to the handle (docs/design.md#temporal).
 """
 
-from ..activities.contracts import RunResult, RunState, Timeouts
+from ..activities.contracts import Timeouts
+from ..activities.run_contracts import RunResult, RunState
 from ..activities.spec import AgentSpec
 from .config import connect, connect_from_env
 from .executor import TemporalExecutor, compact_workflow_id, publish_workflow_id, run_workflow_id

@@ -10,7 +10,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from ..activities import verb_steps
-    from ..activities.contracts import CompactInput, PublishInput, SummarizeInput, event_to_wire
+    from ..activities.contracts import PublishInput, SummarizeInput, event_to_wire
+    from ..activities.run_contracts import CompactInput
     from ..activities.store_steps import append, new_entry_id
     from ..durable.compaction import compact
     from ..durable.events import Event

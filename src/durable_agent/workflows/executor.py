@@ -20,16 +20,8 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from ..activities.contracts import (
-    CompactInput,
-    InputEntry,
-    PublishInput,
-    RunInput,
-    RunResult,
-    RunState,
-    Timeouts,
-    event_to_wire,
-)
+from ..activities.contracts import PublishInput, Timeouts, event_to_wire
+from ..activities.run_contracts import CompactInput, InputEntry, RunInput, RunResult, RunState
 from ..ai.messages import TextContent
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
@@ -51,7 +43,7 @@ from .mail_client import decide_update, send_update
 from .publisher_check import PublisherCheck
 from .run_mail import SendBody
 from .run_start import attached, started_here
-from .run_stream import RunFollower, client_error
+from .run_stream import RunFollower, RunStart, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
 from .store_check import StoreCheck
@@ -214,24 +206,8 @@ class TemporalExecutor:
             continue_as_new_after_turns=self.continue_as_new_after_turns,
             timeouts=self.timeouts,
         )
-        wid = run_workflow_id(state.session_id, run_id)
-        start = started_here(state, inputs)
-        try:
-            handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
-                "durable_agent.run",
-                inp,
-                id=wid,
-                task_queue=self.task_queue,
-                result_type=RunResult,
-                execution_timeout=self.execution_timeout,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                search_attributes=search_attributes(state.session_id, "run"),
-                static_summary=run_summary(config.factory, entries),
-            )
-        except WorkflowAlreadyStartedError:
-            # a run of this ID exists: follow it from where it started (its input is its own)
-            handle = self.client.get_workflow_handle(wid, result_type=RunResult)
-            start = await attached(self.client, handle, state)
+        summary = run_summary(config.factory, entries)
+        handle, start = await self._start_or_attach(state, inp, summary)
 
         async def request_cancel() -> None:
             await handle.cancel()
@@ -251,6 +227,29 @@ class TemporalExecutor:
         )
         stream.when_done(lambda: setattr(state, "live_run_id", ""))
         return stream
+
+    async def _start_or_attach(
+        self, state: SessionState, inp: RunInput, summary: str
+    ) -> tuple[WorkflowHandle[Any, RunResult], RunStart]:
+        """Start the run's workflow, or follow the run of that ID that exists already from where
+        it started (its input is its own)."""
+        wid = run_workflow_id(state.session_id, inp.run_id)
+        try:
+            handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
+                "durable_agent.run",
+                inp,
+                id=wid,
+                task_queue=self.task_queue,
+                result_type=RunResult,
+                execution_timeout=self.execution_timeout,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=search_attributes(state.session_id, "run"),
+                static_summary=summary,
+            )
+        except WorkflowAlreadyStartedError:
+            handle = self.client.get_workflow_handle(wid, result_type=RunResult)
+            return handle, await attached(self.client, handle, state)
+        return handle, started_here(state, inp.inputs)
 
     async def decide_live(self, state: SessionState, decision: ApprovalDecision) -> Entry | None:
         """Hand a decision to the run that asked for it (its ``decide`` update); ``None`` when

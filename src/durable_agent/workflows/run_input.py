@@ -31,7 +31,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from ..activities.contracts import InputEntry, RunInput
+from ..activities.run_contracts import InputEntry, RunInput
 from ..ai.messages import Message
 from ..durable.errors import InvalidRunInputError
 from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, empty_message

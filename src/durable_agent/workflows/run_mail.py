@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from ..activities.contracts import InputEntry, RunInput, RunState, ToolCallRef
 from ..activities.model_call import ActivityModel
+from ..activities.run_contracts import InputEntry, RunInput, RunState, ToolCallRef
 from ..ai.messages import Message, TextContent
 from ..durable.approvals import Waiting, not_pending
 from ..durable.engine import RunEngine

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from ..activities.contracts import InputEntry
+from ..activities.run_contracts import InputEntry
 from ..activities.start_leaf import input_id, local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState

@@ -29,8 +29,8 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.contracts import RunResult
 from ..activities.failures import agent_error, unsettled_ids
+from ..activities.run_contracts import RunResult
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..durable.chain_events import RunChain

@@ -23,17 +23,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 from .run_input import NO_INPUT, input_entry, read_run_input
 
 with workflow.unsafe.imports_passed_through():
-    from ..activities.contracts import (
-        CallModelInput,
-        EventsAnswer,
-        PathInfo,
-        ResetNote,
-        RunInput,
-        RunResult,
-        RunState,
-        WireEvent,
-        event_to_wire,
-    )
+    from ..activities.contracts import CallModelInput, PathInfo, WireEvent, event_to_wire
     from ..activities.failures import (
         ActivityFailure,
         activity_failure,
@@ -42,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from ..activities.model_call import ActivityModel, note_cancel
     from ..activities.reset_steps import keep_session_leaf
+    from ..activities.run_contracts import EventsAnswer, ResetNote, RunInput, RunResult, RunState
     from ..activities.store_steps import append, new_entry_id, open_path
     from ..activities.tool_call import ActivityTools, tool_descriptor
     from ..agent.loop import ModelLoop

@@ -28,13 +28,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from ..activities.contracts import (
-    AppendInput,
-    CallModelInput,
-    CallToolInput,
-    RunResult,
-    RunState,
-)
+from ..activities.contracts import AppendInput, CallModelInput, CallToolInput
+from ..activities.run_contracts import RunResult, RunState
 from ..durable.state import SessionState
 from ..session.entries import Entry
 from ..session.tree import path

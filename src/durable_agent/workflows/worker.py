@@ -137,15 +137,9 @@ async def create_worker(
     # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
-    # clients read the queue's pollers (docs/design.md#temporal): the store's ID, so a client on
-    # another store is refused before it starts a run (store_check); and whether a worker
-    # can deliver lifecycle events, which clients publish only then (publisher_check)
-    identity = with_store_id(
-        worker_options.get("identity") or client.identity, await store_id(store, create=True)
+    worker_options["identity"] = await _identity(
+        worker_options.get("identity") or client.identity, store, publisher is not None
     )
-    if publisher is not None:
-        identity = f"{identity} {PUBLISHER_MARK}"
-    worker_options["identity"] = identity
     return Worker(
         client,
         task_queue=task_queue,
@@ -153,3 +147,11 @@ async def create_worker(
         activities=activities.all(),
         **worker_options,
     )
+
+
+async def _identity(given: str, store: Store, publishes: bool) -> str:
+    """What clients read from the queue's pollers (docs/design.md#temporal): the store's ID, so a
+    client on another store is refused before it starts a run (store_check), and whether the
+    worker can deliver lifecycle events, which clients publish only then (publisher_check)."""
+    identity = with_store_id(given, await store_id(store, create=True))
+    return f"{identity} {PUBLISHER_MARK}" if publishes else identity

@@ -6,15 +6,20 @@ The store keeps a **mark** per recently followed file: how far it has read (the 
 complete line), the byte offset of every entry's line by seq, and each entry ID's first line (a
 hand-copied repeat of a line is skipped exactly as ``load_entries`` skips it). A read then starts
 at the line of seq N + 1 and decodes only what follows; a read with nothing new is one ``stat``.
+
 A store object with no mark yet (a fresh server process resuming a client deep into a long
 session) counts the lines before seq N + 1 without parsing them when all are as the codec writes
-them (:func:`_skip`), and line by line otherwise.
+them (:func:`_skip`): it finds the line in large chunks with ``bytes.count``, checks each line's
+start and that no ID repeats in one regex pass, and keeps only the count and the set of those
+IDs, not a Python object per line. Otherwise it counts line by line. A later read before the
+counted seqs starts over, as a cold read does.
 
 A mark is trusted only for the same file: same device and inode, the header line it read still
 there, no shorter than the mark's end and a line boundary at that end. A session deleted and
 created again (even on a reused inode) fails the header check, a torn tail cut off by the next
 append lies past the end (only complete lines are ever counted), and anything else makes the
-read start over from the header, as a cold read does.
+read start over from the header, as a cold read does. A mark lives in the store object's memory
+only: nothing of it is written, so nothing outlives a deleted session.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import IO
 
@@ -51,8 +55,16 @@ _SHAPED = re.compile(rb'\n\{"type":"[a-z_]+","id":"([^"\\\n]+)"')
 nothing escaped); the literal start lets the regex engine skip ahead."""
 
 _SKIP_LIMIT = 64 << 20
-"""Bytes a cold read past the mark scans at once for :func:`_skip`; a longer file counts line by
+"""The largest file a cold read scans at once for :func:`_skip`; a longer one counts line by
 line."""
+
+_LINE_COST = 6
+"""About how many lines a scan (:func:`_skip`, from the header) counts in the time one line is
+counted by its JSON: a mark far behind the seq asked for is replaced by a scan, one close to it
+reads on line by line."""
+
+_CHUNK = 1 << 16
+"""Bytes :func:`_line_end` counts line breaks in at a time."""
 
 
 @dataclass
@@ -63,22 +75,36 @@ class Mark:
     header: bytes = b""
     end: int = 0
     lines: int = 0
+    counted: int = 0
+    """Seqs ``1..counted`` were counted by :func:`_skip`: one line each, right after the header,
+    their offsets not kept (a read before them starts over)."""
+    counted_ids: set[bytes] = field(default_factory=set)
+    """The IDs of those lines as stored (UTF-8, nothing escaped), each on its first line."""
     offsets: list[int] = field(default_factory=list)
-    """``offsets[s - 1]``: the offset of the line holding the entry of seq ``s``."""
+    """``offsets[s - 1 - counted]``: the offset of the line holding the entry of seq ``s``."""
     first: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Entry ID -> (offset, line number) of the line that first holds it."""
+    """Entry ID -> (offset, line number) of the line that first holds it (past the counted)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     """Held while a read extends the mark (reads run in worker threads)."""
 
     @property
     def seq(self) -> int:
-        return len(self.offsets)
+        return self.counted + len(self.offsets)
+
+    def holds(self, entry_id: str) -> bool:
+        """Whether a line before ``end`` holds ``entry_id``."""
+        return entry_id in self.first or _raw(entry_id) in self.counted_ids
 
     def fits(self, fd: int, file_key: tuple[int, int], size: int) -> bool:
         if self.file_key != file_key or self.end == 0 or self.end > size:
             return False
         head = os.pread(fd, len(self.header), 0)
         return head == self.header and os.pread(fd, 1, self.end - 1) == b"\n"
+
+
+def _raw(entry_id: str) -> bytes:
+    """``entry_id`` as a line stores it unescaped (a lone surrogate matches no stored ID)."""
+    return entry_id.encode("utf-8", "surrogatepass")
 
 
 class Marks:
@@ -136,8 +162,8 @@ def read_now(
     if marks.unchanged(path, after):
         return []
     mark = marks.get(path)
-    if mark is None or after < mark.seq:
-        return None
+    if mark is None or after < mark.seq or (after - mark.seq) * _LINE_COST > after:
+        return None  # a read that would start over or scan: in a thread
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
@@ -173,60 +199,76 @@ def read_after(
         raise SessionNotFoundError(session_id)
     file_key = (st.st_dev, st.st_ino)
     mark = marks.get(path)
-    if mark is None or not mark.fits(fd, file_key, st.st_size):
+    if mark is None or not mark.fits(fd, file_key, st.st_size) or after < mark.counted:
         mark = Mark(file_key)
+    if (after - mark.seq) * _LINE_COST > after:
+        counted = Mark(file_key)
+        if _skip(f, session_id, counted, after, st.st_size):
+            mark = counted
     with mark.lock:
         out: list[tuple[int, Entry]] = []
         if after < mark.seq:
-            out = _decode(f, session_id, mark, mark.offsets[after], mark.end, after)
-        if after > mark.seq:
-            _skip(f, session_id, mark, after)
+            start = mark.offsets[after - mark.counted]
+            out = _decode(f, session_id, mark, start, mark.end, after)
         with bulk_decoding():
             out += _extend(f, session_id, mark, after)
     marks.put(path, mark)
     return out
 
 
-def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int) -> None:
-    """Count the entry lines up to seq ``after`` into the mark without parsing them, when every
-    one of them starts as the codec writes it and no ID repeats (one regex pass in C: a resume
-    deep into a long session costs a fraction of a load). Anything else leaves the mark as it
-    was for the line-by-line count, which handles blank lines, repeats and hand-edited lines."""
-    start = mark.end
-    if os.fstat(f.fileno()).st_size - start > _SKIP_LIMIT:
-        return
-    lead = 1 if start else 0  # read from the line break before the mark's end
-    f.seek(start - lead)
-    data = f.read()
-    base = lead  # where the first line to count starts in ``data``
-    if mark.lines == 0:  # the header first, as the line-by-line count reads it
-        base = data.find(b"\n") + 1
-        if base == 0:
-            return
-        parse_header(data[: base - 1], session_id)
-    wanted = after - mark.seq
-    lines = data[base:].split(b"\n", wanted)[:wanted]
-    if len(lines) < wanted:
-        return
-    sizes = list(accumulate(map(len, lines)))
-    end = base + sizes[-1] + wanted  # just past the last wanted line's break
-    if end > len(data):
-        return  # the last one has no line break yet
+def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int, size: int) -> bool:
+    """Count the first ``after`` entry lines into the empty ``mark`` without parsing them, when
+    every one of them starts as the codec writes it and no ID repeats: line breaks counted in
+    large chunks, one regex pass for the lines' starts, no Python object per line but each ID (a
+    resume deep into a long session costs a small fraction of a load). Anything else (blank
+    lines, repeats, escaped IDs, hand-spaced lines) answers ``False`` for the line-by-line
+    count."""
+    if size > _SKIP_LIMIT:
+        return False
+    f.seek(0)
+    data = f.read(size)
+    base = data.find(b"\n") + 1  # where the first entry line starts
+    if base == 0:
+        return False
+    parse_header(data[: base - 1], session_id)
+    end = _line_end(data, base, after)
+    if end < 0:
+        return False  # fewer complete lines than that
+    ids = _SHAPED.findall(data, base - 1, end - 1)
+    unique = set(ids)
+    if len(ids) != after or len(unique) != after:
+        return False  # a line among them is not in the codec's shape, or an ID repeats
     try:
-        ids = [i.decode("utf-8") for i in _SHAPED.findall(data, base - 1, end - 1)]
+        b"\n".join(ids).decode("utf-8")
     except UnicodeDecodeError:
-        return
-    if len(set(ids)) != wanted or not mark.first.keys().isdisjoint(ids):
-        return  # a line among them is not in the codec's shape, or an ID repeats
-    if mark.lines == 0:
-        mark.header, mark.lines = data[:base], 1
-    first = start - lead + base
-    offsets = [first, *(first + size + n for n, size in enumerate(sizes[:-1], 1))]
-    numbers = range(mark.lines + 1, mark.lines + wanted + 1)
-    mark.first.update(zip(ids, zip(offsets, numbers, strict=True), strict=True))
-    mark.offsets += offsets
-    mark.lines += wanted
-    mark.end = start - lead + end
+        return False
+    mark.header, mark.end, mark.lines = data[:base], end, after + 1
+    mark.counted, mark.counted_ids = after, unique
+    return True
+
+
+def _line_end(data: bytes, start: int, n: int) -> int:
+    """Just past the ``n``-th line break at or after ``start``, ``-1`` if there are fewer: whole
+    chunks are counted in C, then the chunk holding it is halved down to a few lines."""
+    lo = start
+    while True:
+        hi = min(lo + _CHUNK, len(data))
+        found = data.count(b"\n", lo, hi)
+        if found >= n:
+            break
+        if hi == len(data):
+            return -1
+        n, lo = n - found, hi
+    while hi - lo > 1024:
+        mid = (lo + hi) // 2
+        found = data.count(b"\n", lo, mid)
+        if found >= n:
+            hi = mid
+        else:
+            n, lo = n - found, mid
+    for _ in range(n):
+        lo = data.index(b"\n", lo) + 1
+    return lo
 
 
 def _decode(
@@ -235,7 +277,8 @@ def _decode(
     """The entries the mark already counted between ``start`` and ``end`` (seq > ``after``)."""
     f.seek(start)
     data = f.read(end - start)
-    seqs = {offset: seq for seq, offset in enumerate(mark.offsets[after:], after + 1)}
+    known = mark.offsets[after - mark.counted :]
+    seqs = {offset: seq for seq, offset in enumerate(known, after + 1)}
     out: list[tuple[int, Entry]] = []
     offset = start
     with bulk_decoding():
@@ -292,7 +335,7 @@ def _tail(
         header_tail(raw, session_id)
         return
     entry = classify_tail(raw, offset, session_id, lineno).entry
-    if entry is None or entry.id in mark.first:
+    if entry is None or mark.holds(entry.id):
         return
     seq = mark.seq + 1
     if seq > after:
@@ -304,7 +347,12 @@ def _first(
 ) -> bool:
     """Whether the line at ``offset`` is ``entry_id``'s first (a repeat must encode the same,
     as ``load_entries`` requires, and is then skipped)."""
-    known = mark.first.setdefault(entry_id, (offset, lineno))
+    known = mark.first.get(entry_id)
+    if known is None and mark.counted_ids and _raw(entry_id) in mark.counted_ids:
+        known = mark.first[entry_id] = _counted_line(f.fileno(), mark, entry_id)
+    if known is None:
+        mark.first[entry_id] = (offset, lineno)
+        return True
     if known[0] == offset:
         return True
     fd = f.fileno()
@@ -312,3 +360,14 @@ def _first(
     if first is None or first != reencode_line(fd, offset):
         raise repeated_id(session_id, entry_id, known[1], lineno)
     return False
+
+
+def _counted_line(fd: int, mark: Mark, entry_id: str) -> tuple[int, int]:
+    """(offset, line number) of the counted line holding ``entry_id``: looked up only when a
+    later line repeats it (a hand-copied line), so a cold read keeps no offset per line."""
+    data = os.pread(fd, mark.end, 0)
+    pattern = rb'\n\{"type":"[a-z_]+","id":"' + re.escape(_raw(entry_id)) + rb'"'
+    found = re.compile(pattern).search(data, len(mark.header) - 1)
+    assert found is not None, "a counted ID is on a counted line"
+    start = found.start() + 1
+    return start, data.count(b"\n", 0, start) + 1

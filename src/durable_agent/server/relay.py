@@ -1,0 +1,86 @@
+"""What a run this server process started tells its session's streams, from the run's own event
+stream: in process the engine's events, on Temporal the events its handle derives from the store
+(docs/design.md#receipts). A run's events are its own: its live text comes with the parent of the
+reply it grows, its receipts move its own leaf, so two runs streaming at once on one session
+(``on_busy: sibling``) never mix (docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..durable.agent import Agent
+from ..durable.errors import RunCancelledError
+from ..durable.persist import is_durable
+from ..durable.stream import RunStream
+from ..session.approvals import ApprovalDecision, ApprovalRequest
+from ..session.entries import Entry
+
+if TYPE_CHECKING:  # runs.py starts relays
+    from .runs import RunListener, Status
+
+__all__ = ["RunRelay"]
+
+logger = logging.getLogger("durable_agent.server")
+
+
+class RunRelay:
+    """Reads one run's events and tells ``listener`` its live text (with the reply's parent),
+    that it stored entries, its waits for people, and its end with its last stored entry."""
+
+    def __init__(
+        self, listener: RunListener, handle: Agent, stream: RunStream, run_id: str
+    ) -> None:
+        self.listener = listener
+        self.handle = handle
+        self.stream = stream
+        self.run_id = run_id
+        self.status: Status = "started"
+        """What the run does now (``awaiting_approval`` while calls wait for people)."""
+        self.asked: set[str] = set()
+
+    def _waits(self, entries: list[Entry]) -> None:
+        """The calls the run waits for a decision on, from its request and decision entries
+        (the handle's own path may be another branch's, or a store read behind)."""
+        for entry in entries:
+            if isinstance(entry, ApprovalRequest):
+                self.asked.add(entry.tool_call_id)
+            elif isinstance(entry, ApprovalDecision):
+                self.asked.discard(entry.tool_call_id)
+        waits = self.asked or self.handle.pending_approvals()
+        self.status = "awaiting_approval" if waits else "started"
+
+    async def run(self) -> tuple[Status, str]:
+        """Relay the run's events until it ends; how it ended and the last entry its events
+        told stored (its caller tells the end: on Temporal the run's own account names its
+        last entry, which a stream that lost a read may not have told)."""
+        sid, run_id, listener = self.handle.session_id, self.run_id, self.listener
+        leaf = self.handle.leaf_id
+        last = ""  # the run's last stored entry: its streams show it before the run's end
+        status: Status = "completed"
+        try:
+            async for event in self.stream.events():
+                inner = event.agent
+                stored = [e.id for e in event.entries or [] if is_durable(e)]
+                last = stored[-1] if stored else last
+                if event.leaf_id is not None:
+                    leaf = event.leaf_id
+                    listener.stored(sid)
+                if inner is None:
+                    continue
+                if inner.type == "message_update":
+                    text = inner.delta if inner.delta is not None else ""
+                    listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
+                elif inner.type in ("approval_requested", "approval_decided"):
+                    self._waits(event.entries or [])
+                    listener.run_status(sid, run_id, self.status)
+        except RunCancelledError:
+            status = "cancelled"
+        except Exception as exc:
+            logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
+            status = "failed"
+        finally:
+            listener.stored(sid)
+        self.status = status
+        return status, last
