@@ -55,12 +55,19 @@ async def _waits_for(client: httpx.AsyncClient, call: str) -> None:
     await eventually(pending, within=60, what=f"{call} waiting for a decision")
 
 
-async def _scenario(app: FastAPI) -> None:
+async def _scenario(app: FastAPI, other: FastAPI | None = None) -> None:
+    """``other``: a second server of the same deployment, asked for the run it did not start."""
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail them"})
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
         await _waits_for(client, "call-1")
+        waiting = {"run_id": run_id, "status": "awaiting_approval"}
+        assert (await client.get(f"/v1/sessions/{SID}/runs/{run_id}")).json() == waiting
+        if other is not None:
+            async with serving(other) as at, httpx.AsyncClient(base_url=at) as asking:
+                got = await asking.get(f"/v1/sessions/{SID}/runs/{run_id}")
+                assert got.json() == waiting
         # nobody streamed the session yet: this client's stream is the server's first look
         async with stream(client, SID) as reader:
             await reader.until(lambda r: r.frames)
@@ -97,20 +104,24 @@ async def test_a_joining_client_sees_a_wait_in_process(tmp_path: Path) -> None:
 
 
 @asynccontextmanager
-async def _on_temporal(client: Client, tmp_path: Path) -> AsyncIterator[FastAPI]:
+async def _on_temporal(client: Client, tmp_path: Path) -> AsyncIterator[tuple[FastAPI, FastAPI]]:
+    """Two servers of one deployment (one store, one task queue) and its worker."""
     store = FileStore(tmp_path / "sessions")
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    app = create_app(store=store, temporal=client, task_queue=queue, agents=["mail"])
-    runs = app.state.server.runs
-    assert isinstance(runs, TemporalRuns)
-    runs.executor.timeouts = FAST
+    apps = []
+    for _ in range(2):
+        app = create_app(store=store, temporal=client, task_queue=queue, agents=["mail"])
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        apps.append(app)
     async with running_worker(client, store, {"mail": _spec()}, task_queue=queue):
-        yield app
+        yield apps[0], apps[1]
 
 
 @pytest.mark.temporal
 async def test_a_joining_client_sees_a_wait_on_temporal(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    async with _on_temporal(temporal_client, tmp_path) as app:
-        await _scenario(app)
+    async with _on_temporal(temporal_client, tmp_path) as (app, other):
+        await _scenario(app, other)

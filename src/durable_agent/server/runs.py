@@ -332,11 +332,27 @@ class TemporalRuns:
             # can have them, so no run of the session is running
             listed = []
         # visibility lags: a run listed as running may have ended a moment ago
-        found = [r for r in listed if await self.status(session_id, r) == "started"]
+        found = [r for r in listed if await self._described(session_id, r) == "started"]
         mine = [r for s, r in self._streams if s == session_id and r not in found]
         return mine + found
 
     async def status(self, session_id: str, run_id: str) -> Status:
+        """What the run does now: as Temporal describes it, a running run asked once whether it
+        waits for people (docs/design.md#http-api). Not what this server relays: that follows
+        the run's events, which may trail its state by a moment."""
+        status = await self._described(session_id, run_id)
+        if status != "started":
+            return status
+        try:
+            async with asyncio.timeout(END_QUERY_TIMEOUT):
+                state = await self.state(session_id, run_id)
+        except Exception as exc:  # no worker to answer: what Temporal says is all there is
+            logger.info("the state of run %s: %s", run_id, type(exc).__name__)
+            return status
+        return "awaiting_approval" if state.status == "awaiting_approval" else status
+
+    async def _described(self, session_id: str, run_id: str) -> Status:
+        """The run's status from Temporal's description (a waiting run is ``started``)."""
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
         try:
             described = await handle.describe()
@@ -356,7 +372,7 @@ class TemporalRuns:
         try:
             result = await handle.result()
         except Exception:
-            status = await self.status(session_id, run_id)
+            status = await self._described(session_id, run_id)
             if status == "started":
                 return status, ""  # the long poll broke, not the run
             try:
