@@ -233,8 +233,10 @@ async def test_cancel_while_a_steer_is_written_stores_each_queued_message_once(
         rid = run_id()
         stream = await agent.run("go", run_id=rid)
         await asyncio.wait_for(gate.started.wait(), 30)
-        sends = [asyncio.ensure_future(stream.send(t)) for t in ("one", "two")]
-        await queued(agent, 2, client=temporal_client)
+        sends = []
+        for n, text in enumerate(("one", "two"), 1):  # one at a time: the order received is fixed
+            sends.append(asyncio.ensure_future(stream.send(text)))
+            await queued(agent, n, client=temporal_client)
         gated.arm(has_text("one"))
         gate.release.set()
         outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
