@@ -15,8 +15,15 @@ from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
 from durable_agent.durable.follow import DeltaFollower
 from durable_agent.durable.live import DeltaWriter
-from durable_agent.session.deltas import Delta, DeltaChannel, DeltaKey, diff_patch
+from durable_agent.session.deltas import (
+    Delta,
+    DeltaChannel,
+    DeltaKey,
+    ImmediateChannel,
+    diff_patch,
+)
 from durable_agent.stores import FileStore, MemoryStore
+from durable_agent.stores.file import FileDeltas
 from durable_agent.stores.memory import MemoryDeltas
 from tests.support.polling import eventually
 
@@ -158,8 +165,22 @@ class _Failing(MemoryDeltas):
         await super().publish(key, delta)
 
 
-async def test_the_writer_batches_and_publishes_the_whole_reply() -> None:
-    channel = MemoryDeltas()
+@pytest.fixture(params=["memory", "file"])
+def writer_channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
+    """A channel a writer awaits (memory, as MongoStore's) and one it writes inline (files)."""
+    if request.param == "memory":
+        channel: DeltaChannel = MemoryDeltas()
+        assert not isinstance(channel, ImmediateChannel)
+        return channel
+    channel = FileStore(tmp_path).live_deltas()
+    assert isinstance(channel, ImmediateChannel)
+    return channel
+
+
+async def test_the_writer_batches_and_publishes_the_whole_reply(
+    writer_channel: DeltaChannel,
+) -> None:
+    channel = writer_channel
     writer = DeltaWriter(channel, KEY, 1, every=0.05)
     final = ""
     for i in range(100):  # 100 tokens in about 0.2 s
@@ -175,10 +196,12 @@ async def test_the_writer_batches_and_publishes_the_whole_reply() -> None:
     assert shown([await follower.poll()])[-1] == (final, False)
 
 
-async def test_what_a_paused_model_left_is_written_within_two_intervals() -> None:
+async def test_what_a_paused_model_left_is_written_within_two_intervals(
+    writer_channel: DeltaChannel,
+) -> None:
     """Writes go out from the offers that find one due; a model that pauses does not leave its
     last partial unwritten: a timer writes it two intervals after the last write."""
-    channel = MemoryDeltas()
+    channel = writer_channel
     writer = DeltaWriter(channel, KEY, 1, every=0.05)
     writer.offer(text("a"))  # written at once
     await asyncio.sleep(0.01)
@@ -195,8 +218,24 @@ async def test_what_a_paused_model_left_is_written_within_two_intervals() -> Non
     writer.stop()
 
 
-async def test_a_failed_write_stops_the_attempt_without_a_hole() -> None:
-    channel = _Failing(fail_at=2)
+class _FailingFiles(FileDeltas):
+    def __init__(self, root: Path, fail_at: int) -> None:
+        super().__init__(root)
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def publish_now(self, key: DeltaKey, delta: Delta) -> None:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError("disk full")
+        super().publish_now(key, delta)
+
+
+@pytest.mark.parametrize("kind", ["awaited", "inline"])
+async def test_a_failed_write_stops_the_attempt_without_a_hole(kind: str, tmp_path: Path) -> None:
+    channel: DeltaChannel = (
+        _Failing(fail_at=2) if kind == "awaited" else _FailingFiles(tmp_path, fail_at=2)
+    )
     writer = DeltaWriter(channel, KEY, 1, every=0.0)
     for t in ["a", "ab", "abc"]:
         writer.offer(text(t))
@@ -293,3 +332,40 @@ async def test_a_reader_reads_just_after_the_writers_next_write() -> None:
     assert next_write_in(now - 60) == WRITE_LAG  # a reader far behind, or its clock ahead
     assert next_write_in(now + 60) == FAST_POLL + WRITE_LAG  # its clock behind the writer's
     writer.stop()
+
+
+async def test_a_file_reader_reads_on_from_where_it_read_until_the_path_names_another_file(
+    tmp_path: Path,
+) -> None:
+    """A FileStore reader keeps the side file it reads open and reads on from where it read
+    (each line once); once the file is cleared (by another store object, as a worker clears it)
+    it reads nothing, and a file written anew under the same key is read from its start."""
+    worker, reader = FileStore(tmp_path).live_deltas(), FileStore(tmp_path).live_deltas()
+    await publish(worker, 1, ["a", "ab"])
+    assert [d.seq for d in reader.read_now(KEY)] == [1, 2]
+    assert reader.read_now(KEY, (1, 2)) == []
+    await publish(worker, 1, ["a", "ab", "abc"], first=3)
+    assert [d.seq for d in reader.read_now(KEY, (1, 2))] == [3]
+    assert [d.seq for d in reader.read_now(KEY, (1, 1))] == [2, 3]  # behind its mark: anew
+    await worker.clear(KEY)
+    assert reader.read_now(KEY, (1, 3)) == []
+    await publish(worker, 2, ["x"])
+    assert [(d.attempt, d.seq) for d in reader.read_now(KEY, (1, 3))] == [(2, 1)]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors")
+async def test_a_file_reader_keeps_few_files_open(tmp_path: Path) -> None:
+    """However many replies one store object followed, it holds a bounded number of side files
+    open, and none of a cleared reply or a deleted session."""
+    store = FileStore(tmp_path)
+    channel = store.live_deltas()
+    await store.create_session("s1")
+    opened = len(os.listdir("/proc/self/fd"))
+    keys = [DeltaKey("s1", "run1", turn) for turn in range(1, 101)]
+    for key in keys:
+        await channel.publish(key, delta(1, 1, "", "hi"))
+        assert len(channel.read_now(key)) == 1
+    assert len(os.listdir("/proc/self/fd")) - opened <= 32
+    await channel.clear(keys[-1])
+    await store.delete_session("s1")
+    assert len(os.listdir("/proc/self/fd")) == opened

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import math
 import os
@@ -61,6 +62,10 @@ from durable_agent import new
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker
+
+PROFILE = os.environ.get("COST_BENCH_PROFILE")
+"""A directory: each process profiles its measured part (cProfile, the event loop's thread) into
+``<dir>/<role>-<side>-<pid>.prof`` (what its CPU per turn goes to)."""
 
 WARMUP = "warmup "
 """Prefix of the warm-up conversation's prompts: its model calls take no time."""
@@ -161,6 +166,31 @@ def pai_model(latency: float) -> None:
 # -- the processes ------------------------------------------------------------------------------
 
 
+class Profile:
+    """``COST_BENCH_PROFILE``'s profile of one process: on at the first toggle, written at the
+    second (nothing without the variable)."""
+
+    def __init__(self, role: str, side: str) -> None:
+        self.profile = cProfile.Profile() if PROFILE else None
+        self.name = f"{role}-{side}-{os.getpid()}.prof"
+        self.on = False
+        self.cpu = (0.0, 0.0)
+
+    def toggle(self) -> None:
+        if self.profile is None or PROFILE is None:
+            return
+        if not self.on:
+            self.cpu = (time.process_time(), time.thread_time())
+            self.profile.enable()
+        else:
+            self.profile.disable()
+            self.profile.dump_stats(str(Path(PROFILE) / self.name))
+            process, loop = time.process_time() - self.cpu[0], time.thread_time() - self.cpu[1]
+            cpu = {"process": process, "loop": loop}
+            (Path(PROFILE) / f"{self.name}.json").write_text(json.dumps(cpu))
+        self.on = not self.on
+
+
 async def line() -> str:
     return await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
@@ -187,10 +217,12 @@ async def worker(args: argparse.Namespace) -> None:
             args.address, plugins=[PydanticAIPlugin()], interceptors=[counter]
         )
         w = Worker(client, task_queue=args.queue, workflows=[_pai_workflow.PaiTurn])
+    profile = Profile("worker", args.side)
     async with w:
         say("ready", {"durable_agent": durable_agent.__file__, "pid": os.getpid()})
         while (text := await line()) != "":
             if text.strip() == "mark":
+                profile.toggle()
                 say("mark", {"cpu": time.process_time(), "rpcs": dict(counter.counts)})
 
 
@@ -250,9 +282,12 @@ async def client(args: argparse.Namespace) -> None:
     if (await line()).strip() != "go":
         return
     counter.counts.clear()
+    profile = Profile("client", args.side)
+    profile.toggle()
     cpu0, t0 = time.process_time(), time.perf_counter()
     updates = await talk("", args.turns)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    profile.toggle()
     say("done", {"cpu": cpu, "wall": wall, "rpcs": dict(counter.counts), "updates": updates})
     await line()
 

@@ -32,7 +32,15 @@ from pydantic import TypeAdapter
 
 from ..agent.events import AgentEvent
 from ..ai.messages import ContentBlock, Message, TextContent
-from ..session.deltas import GROWING, WRITE_EVERY, Cursor, Delta, DeltaChannel, DeltaKey
+from ..session.deltas import (
+    GROWING,
+    WRITE_EVERY,
+    Cursor,
+    Delta,
+    DeltaChannel,
+    DeltaKey,
+    ImmediateChannel,
+)
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.store import SeqStore, Store
@@ -111,6 +119,11 @@ class SessionFollower:
         self._wait = self.fastest
         self._due = 0.0
         self._woken.set()
+
+    def defer(self, seconds: float) -> None:
+        """Make the next read due in ``seconds`` (unless woken first): a reader that knows
+        nothing can be there yet saves a read that would find nothing."""
+        self._due = asyncio.get_running_loop().time() + seconds
 
     def has_read(self, entry_id: str) -> bool:
         """Whether a read yielded the entry ``entry_id`` (one stored after the start seq)."""
@@ -197,6 +210,8 @@ def next_write_in(at: float | None) -> float:
 
 
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+_UPDATE = AgentEvent.model_construct(type="message_update")
+"""What each update is a copy of (a copy costs less than building one field by field)."""
 _EMPTY = TextContent(text="")
 
 
@@ -263,6 +278,8 @@ class DeltaFollower:
 
     def __init__(self, channel: DeltaChannel, session_id: str, run_id: str) -> None:
         self.channel = channel
+        self._read_now = channel.read_now if isinstance(channel, ImmediateChannel) else None
+        """The channel's own read, when it never waits: no timeout around it."""
         self.session_id = session_id
         self.run_id = run_id
         self.final = False
@@ -317,9 +334,12 @@ class DeltaFollower:
             return None
         now = asyncio.get_running_loop().time()
         try:
-            # a store that stops answering must not hold up the receipts behind it
-            async with asyncio.timeout(READ_TIMEOUT):
-                deltas = await self.channel.read(key, self._cursor)
+            if self._read_now is not None:
+                deltas = self._read_now(key, self._cursor)
+            else:
+                # a store that stops answering must not hold up the receipts behind it
+                async with asyncio.timeout(READ_TIMEOUT):
+                    deltas = await self.channel.read(key, self._cursor)
         except Exception as exc:
             logger.debug("reading live deltas of %s: %s", key.name(), exc)
             deltas = []
@@ -362,17 +382,17 @@ class DeltaFollower:
         else:
             delta = text[len(self._text) :]
         self._shown, self._text = message, text
-        # built unvalidated: every field is of its type already, and this runs per update
-        return AgentEvent.model_construct(
-            type="message_update", message=message, restart=restart, delta=delta
-        )
+        # copied unvalidated: every field is of its type already, and this runs per update
+        return _UPDATE.model_copy(update={"message": message, "restart": restart, "delta": delta})
 
     async def finish(self, stored: Message) -> list[AgentEvent]:
         """The reply's receipt is here: its last updates, then stop following it. Nothing for a
-        reply that showed nothing (a late client gets no deltas of a stored reply)."""
+        reply that showed nothing (a late client gets no deltas of a stored reply); no read
+        after its ``final`` delta (whatever a later attempt streamed, the stored message
+        below brings the text to it)."""
         out: list[AgentEvent] = []
         if self._shown is not None:
-            last = await self.poll()
+            last = None if self.final else await self.poll()
             if last is not None:
                 out.append(last)
             shown = self._shown

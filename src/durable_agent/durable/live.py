@@ -8,15 +8,17 @@ worker's event loop beyond the model's own. Each delta carries the time it was w
 reader reads just after the next one is due (``durable.follow``). A failed write stops
 publishing for this attempt (a reader would otherwise see a hole it cannot fill): the client
 then catches up from the stored message. :meth:`DeltaWriter.finish` writes the rest marked
-``final``, so a reader looks for the reply's entry at once. Nothing here can fail or slow the
-model call.
+``final``, so a reader looks for the reply's entry at once. A channel that never waits (an
+:class:`~durable_agent.session.deltas.ImmediateChannel`: side files, memory) is written inline,
+with no task per write. Nothing here can fail or slow the model call.
 
 **Cancel notes.** A cancelled run writes a note under its run's turn-0 key
 (:func:`~durable_agent.session.deltas.cancel_note`; the run workflow does it on its cancel path,
 whoever cancelled it). :class:`CancelWatch` checks, in one read per check where the channel can
-(``held``), the notes of the runs whose calls are in flight on this worker twice a second, and
-cancels a call's task when its run's note appears: a streaming model call stops within a
-fraction of a second, without a heartbeat per fraction of a second
+(``held``; inline on a channel that never waits), the notes of the runs whose calls are in
+flight on this worker twice a second, and cancels a call's task when its run's note appears: a
+streaming model call stops within a fraction of a second, without a heartbeat per fraction of a
+second
 (docs/design.md#cancellation).
 
 **Which channel.** ``create_worker`` and ``TemporalExecutor`` take ``live_deltas``: ``"auto"``
@@ -41,6 +43,7 @@ from ..session.deltas import (
     Delta,
     DeltaChannel,
     DeltaKey,
+    ImmediateChannel,
     LiveStore,
     Parts,
     cancel_note,
@@ -114,6 +117,8 @@ class DeltaWriter:
         self.attempt = attempt
         self.every = every
         self.published = 0
+        self._now = channel.publish_now if isinstance(channel, ImmediateChannel) else None
+        """The channel's own write, when it never waits: done inline, with no task."""
         self._loop = asyncio.get_running_loop()
         self._latest: Message | None = None
         self._sent: Message | None = None
@@ -152,6 +157,9 @@ class DeltaWriter:
             self._timer.cancel()
             self._timer = None
         self._last_write = self._loop.time()
+        if self._now is not None:
+            self._publish_now(final=False)
+            return
         self._writing = _keep(self._loop.create_task(self._publish(final=False)))
         self._writing.add_done_callback(self._written)
 
@@ -160,33 +168,58 @@ class DeltaWriter:
         if self._latest is not self._sent and not self._closing and self._timer is None:
             self._timer = self._loop.call_at(self._last_write + 2 * self.every, self._overdue)
 
-    async def _publish(self, *, final: bool) -> None:
+    def _next(self, final: bool) -> tuple[Delta, Message, Parts] | None:
+        """The delta that brings a reader from what was sent to the latest partial, with that
+        partial and its parts; ``None`` when there is nothing to send."""
         latest = self._latest
         if latest is None or self._failed:
-            return
+            return None
         latest_parts = parts(latest)
         patch = diff_parts(self._sent_parts, latest_parts)
         if patch is None and not final:
-            return
+            return None
         head, size, ops = patch if patch is not None else (None, len(latest.content), [])
-        seq = self.published + 1
         delta = Delta(
             attempt=self.attempt,
-            seq=seq,
+            seq=self.published + 1,
             head=head,
             size=size,
             ops=ops,
             final=final,
             at=time.time(),
         )
-        try:
-            await self.channel.publish(self.key, delta)
-        except Exception:
-            self._failed = True
-            logger.warning("live deltas of %s stopped", self.key.name(), exc_info=True)
-            return
-        self.published = seq
+        return delta, latest, latest_parts
+
+    def _sent_now(self, delta: Delta, latest: Message, latest_parts: Parts) -> None:
+        self.published = delta.seq
         self._sent, self._sent_parts = latest, latest_parts
+
+    def _lost(self) -> None:
+        self._failed = True
+        logger.warning("live deltas of %s stopped", self.key.name(), exc_info=True)
+
+    def _publish_now(self, *, final: bool) -> None:
+        assert self._now is not None
+        step = self._next(final)
+        if step is None:
+            return
+        try:
+            self._now(self.key, step[0])
+        except Exception:
+            self._lost()
+            return
+        self._sent_now(*step)
+
+    async def _publish(self, *, final: bool) -> None:
+        step = self._next(final)
+        if step is None:
+            return
+        try:
+            await self.channel.publish(self.key, step[0])
+        except Exception:
+            self._lost()
+            return
+        self._sent_now(*step)
 
     def stop(self) -> None:
         """Stop publishing (a write in flight still completes); safe to call more than once."""
@@ -202,6 +235,9 @@ class DeltaWriter:
         if self._sent is None and not final.content:
             return
         self._latest = final
+        if self._now is not None:
+            self._publish_now(final=True)
+            return
         try:
             # best effort: a store that stops answering must not hold up the reply's commit
             await asyncio.wait_for(self._finish(), FINISH_TIMEOUT)
@@ -282,6 +318,7 @@ class CancelWatch:
     def __init__(self, channel: DeltaChannel, *, every: float = CANCEL_CHECK_EVERY) -> None:
         self.channel = channel
         self.every = every
+        self._held_now = channel.held_now if isinstance(channel, ImmediateChannel) else None
         self._watched: list[Watched] = []
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -326,6 +363,15 @@ class CancelWatch:
     def _check_now(self) -> None:
         loop = asyncio.get_running_loop()
         self._last = loop.time()
+        if self._held_now is not None:
+            # a stat or a dict look-up: done here, not in a task of its own
+            try:
+                self._cancel(self._held_now(list({w.key for w in self._watched})))
+            except Exception as exc:  # best effort: Temporal's cancellation still arrives
+                logger.debug("reading cancel notes: %s", exc)
+            if self._watched:
+                self._arm()
+            return
         self._checking = _keep(loop.create_task(self._check()))
         self._checking.add_done_callback(self._checked)
 
@@ -341,6 +387,9 @@ class CancelWatch:
         except Exception as exc:  # best effort: Temporal's cancellation still arrives
             logger.debug("reading cancel notes: %s", exc)
             return
+        self._cancel(noted)
+
+    def _cancel(self, noted: set[DeltaKey]) -> None:
         for watched in list(self._watched):
             if watched.key in noted and not watched.fired:
                 watched.fired = True

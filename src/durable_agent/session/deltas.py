@@ -33,6 +33,7 @@ __all__ = [
     "DeltaChannel",
     "DeltaKey",
     "GROWING",
+    "ImmediateChannel",
     "LiveStore",
     "apply_patch",
     "Parts",
@@ -95,6 +96,23 @@ class DeltaChannel(Protocol):
 
     async def clear(self, key: DeltaKey) -> None:
         """Drop a reply's deltas (its message is stored)."""
+
+
+@runtime_checkable
+class ImmediateChannel(Protocol):
+    """A channel whose calls never wait for anything but a local file or memory (a FileStore's
+    side files, a MemoryStore's dict): the writer, the reader and the cancel watch call these
+    on the event loop, with no task, timer or timeout of their own, since each of those costs
+    a streaming reply's worker and client more than the call (docs/design.md#live-deltas)."""
+
+    def publish_now(self, key: DeltaKey, delta: Delta) -> None:
+        """:meth:`DeltaChannel.publish`, done now."""
+
+    def read_now(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        """:meth:`DeltaChannel.read`, done now."""
+
+    def held_now(self, keys: list[DeltaKey]) -> set[DeltaKey]:
+        """Which of ``keys`` hold any delta (a worker's cancel notes), now."""
 
 
 def cancel_note(session_id: str, run_id: str) -> tuple[DeltaKey, Delta]:

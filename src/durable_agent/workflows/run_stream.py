@@ -88,6 +88,11 @@ async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
             delay = min(delay * 2, 5.0)
 
 
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass(frozen=True)
 class RunStart:
     """Where a run starts in its session, as its client follows it: the starting leaf, its
@@ -102,6 +107,8 @@ class RunStart:
     """A run with no input on a turn whose calls wait for people: it waits on that turn."""
 
 
+FIRST_READ = 0.1
+"""Seconds from the run's start to the first read of its session."""
 FASTEST_READ = 0.1
 """Seconds to the next read of the session after one that found entries, or after a reply's
 last delta woke the reader (its entry is being stored as the delta is written)."""
@@ -147,10 +154,16 @@ class RunFollower:
         )
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
+        self._waiter: asyncio.Future[None] | None = None
+        self._agent_event = Event.model_construct(type="agent", session_id=state.session_id)
 
     async def produce(self, put: Callable[[Event], None]) -> list[Message]:
         state, handle = self.state, self.handle
         result_task = asyncio.ensure_future(_result(handle))
+        result_task.add_done_callback(self._run_ended)
+        # the run stores its input in its first workflow task, a round trip or two after its
+        # start: a read at once would find nothing (and cost a wake-up), one 0.1 s on finds it
+        self.entries.defer(FIRST_READ)
         try:
             try:
                 await self._deliver(self.chain.begin(), put)
@@ -220,7 +233,27 @@ class RunFollower:
             if following:
                 assert deltas is not None
                 wait = min(wait, deltas.due_in())
-            await asyncio.wait({result_task}, timeout=None if wait == float("inf") else wait)
+            await self._nap(result_task, wait)
+
+    async def _nap(self, result_task: asyncio.Future[RunResult], wait: float) -> None:
+        """Wait ``wait`` seconds (``inf``: for ever) or until the run ends, with one future and
+        one timer (``asyncio.wait`` builds and tears down more around each of these wake-ups, a
+        few a second while a reply streams)."""
+        if result_task.done():
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if wait == float("inf") else loop.call_later(wait, _release, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _run_ended(self, _: asyncio.Future[RunResult]) -> None:
+        if self._waiter is not None:
+            _release(self._waiter)
 
     def _store_in(self, reading: bool, streaming: bool) -> float:
         """Seconds until the session is due to be read: at once when woken; while a reply
@@ -263,5 +296,5 @@ class RunFollower:
             put(event)
 
     def _wrap(self, inner: AgentEvent) -> Event:
-        # built unvalidated: a live update, a few a second, of fields already of their types
-        return Event.model_construct(type="agent", session_id=self.state.session_id, agent=inner)
+        # copied unvalidated: a live update, a few a second, of fields already of their types
+        return self._agent_event.model_copy(update={"agent": inner})

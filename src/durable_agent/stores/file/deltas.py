@@ -2,8 +2,11 @@
 
 A reply's deltas go to ``<root>/<session_id>.live/<run>.<turn>.jsonl``, one JSON line per
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
-progress). A reader polls while a reply streams, so the channel remembers, per file, how far it
-read: a poll with nothing new is one ``stat``, and one with news reads only the new lines. The
+progress). A reader polls while a reply streams, so the channel keeps the file it reads open and
+remembers how far it read: a poll is one ``pread`` of the new lines (and one ``stat`` when it
+finds none, that the path still names that file). Both ends call it on their event loop
+(:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or read costs less
+than the task, thread or timeout around it would. The
 file is removed shortly after the reply is stored, and the directory with its last
 file, so a session's side files only ever hold the replies being streamed. Store listings glob
 ``*.jsonl`` in the root only, so they never see these files (docs/design.md#live-deltas).
@@ -23,6 +26,7 @@ import os
 import re
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -41,8 +45,40 @@ DEFAULT_TTL = 600
 
 _SWEEP_EVERY = 60.0
 """Seconds between two sweeps of the root by one channel object."""
-_READ_MARKS = 256
-"""Files whose read position a channel remembers (least recently read dropped first)."""
+_PATHS = 256
+"""Key paths a channel remembers (least recently named dropped first)."""
+_OPEN_MARKS = 32
+"""Side files a channel keeps open to read on from where it read to (least recently read closed
+first): a client follows one reply of a run at a time."""
+_CHUNK = 1 << 16
+
+
+@dataclass
+class _Mark:
+    """How far a channel read one side file: the descriptor it keeps open and its inode, the
+    offset after the last complete line read, the highest ``(attempt, seq)`` before it."""
+
+    fd: int
+    ino: int
+    offset: int = 0
+    highest: Cursor = (0, 0)
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    """Everything from ``offset`` to the end of the open file ``fd``."""
+    parts = [os.pread(fd, _CHUNK, offset)]
+    while len(parts[-1]) == _CHUNK:
+        offset += _CHUNK
+        parts.append(os.pread(fd, _CHUNK, offset))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _names(path: str, ino: int) -> bool:
+    """Whether ``path`` still names the file ``ino`` (not cleared, swept, or written anew)."""
+    try:
+        return os.stat(path).st_ino == ino
+    except FileNotFoundError:
+        return False
 
 
 class FileDeltas:
@@ -52,8 +88,8 @@ class FileDeltas:
         self._root = Path(root)
         self._ttl = ttl
         self._swept_at: float | None = None
-        self._read_to: OrderedDict[str, tuple[int, int, Cursor]] = OrderedDict()
-        """Path -> (inode, offset read to, highest ``(attempt, seq)`` before that offset)."""
+        self._read_to: OrderedDict[str, _Mark] = OrderedDict()
+        """Path -> how far this channel read that file (at most ``_OPEN_MARKS``)."""
         self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
         """Recently named keys' paths (writers and readers name one key many times a second)."""
 
@@ -67,6 +103,10 @@ class FileDeltas:
         return self.directory(key.session_id) / f"{run}.{key.turn}.jsonl"
 
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
+        self.publish_now(key, delta)
+
+    def publish_now(self, key: DeltaKey, delta: Delta) -> None:
+        """Append ``delta``'s line (one small write, no fsync)."""
         path = self._path(key)
         line = (delta.model_dump_json() + "\n").encode("utf-8")
         if delta.seq == 1:
@@ -91,11 +131,14 @@ class FileDeltas:
         path = self._paths.get(key)
         if path is None:
             path = self._paths[key] = str(self.path(key))
-            while len(self._paths) > _READ_MARKS:
+            while len(self._paths) > _PATHS:
                 self._paths.popitem(last=False)
         return path
 
     async def held(self, keys: list[DeltaKey]) -> set[DeltaKey]:
+        return self.held_now(keys)
+
+    def held_now(self, keys: list[DeltaKey]) -> set[DeltaKey]:
         """Which of ``keys`` hold any delta: one ``stat`` each (a worker watching the cancel
         notes of its calls in flight asks this twice a second)."""
         found: set[DeltaKey] = set()
@@ -108,27 +151,37 @@ class FileDeltas:
         return found
 
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        return self.read_now(key, after)
+
+    def read_now(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
+        """The deltas past ``after``: read on from the mark when everything before it is at or
+        before ``after``, else from the start of the file."""
         path = self._path(key)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return []
-        start, highest = 0, (0, 0)
-        known = self._read_to.get(path)
-        # everything before the offset read to is at or before ``after``: read past it only
-        if known and known[0] == st.st_ino and known[1] <= st.st_size and after >= known[2]:
-            if known[1] == st.st_size:
-                return []
-            start, highest = known[1], known[2]
+        mark = self._read_to.get(path)
+        if mark is not None and after >= mark.highest:
+            data = _read_from(mark.fd, mark.offset)
+            if data or _names(path, mark.ino):
+                return self._take(path, mark, data, after)
+        self._forget(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return []
         try:
-            data = os.pread(fd, st.st_size - start, start)
-        finally:
+            mark = _Mark(fd, os.fstat(fd).st_ino)
+            data = _read_from(fd, 0)
+        except BaseException:
             os.close(fd)
-        end = data.rfind(b"\n") + 1  # the part after the last newline is unfinished
+            raise
+        self._read_to[path] = mark
+        while len(self._read_to) > _OPEN_MARKS:
+            os.close(self._read_to.popitem(last=False)[1].fd)
+        return self._take(path, mark, data, after)
+
+    def _take(self, path: str, mark: _Mark, data: bytes, after: Cursor) -> list[Delta]:
+        """The deltas in ``data`` (read at the mark) past ``after``; the mark moves past its
+        last complete line (a line without its newline is a write in progress)."""
+        end = data.rfind(b"\n") + 1
         out: list[Delta] = []
         for line in data[:end].split(b"\n")[:-1]:
             try:
@@ -136,18 +189,23 @@ class FileDeltas:
             except ValidationError:
                 continue  # a torn line: the reader's seq check sees the hole it leaves
             cursor = (delta.attempt, delta.seq)
-            highest = max(highest, cursor)
+            mark.highest = max(mark.highest, cursor)
             if cursor > after:
                 out.append(delta)
-        self._read_to[path] = (st.st_ino, start + end, highest)
+        mark.offset += end
         self._read_to.move_to_end(path)
-        while len(self._read_to) > _READ_MARKS:
-            self._read_to.popitem(last=False)
-        return sorted(out, key=lambda d: (d.attempt, d.seq))
+        if len(out) > 1:
+            out.sort(key=lambda d: (d.attempt, d.seq))
+        return out
+
+    def _forget(self, path: str) -> None:
+        mark = self._read_to.pop(path, None)
+        if mark is not None:
+            os.close(mark.fd)
 
     async def clear(self, key: DeltaKey) -> None:
         path = self.path(key)
-        self._read_to.pop(str(path), None)
+        self._forget(str(path))
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         with contextlib.suppress(OSError):
@@ -155,7 +213,10 @@ class FileDeltas:
 
     def drop_session(self, session_id: str) -> None:
         """Every side file of a deleted session, and its directory."""
-        self._remove(self.directory(session_id), older_than=None)
+        directory = self.directory(session_id)
+        for path in [p for p in self._read_to if os.path.dirname(p) == str(directory)]:
+            self._forget(path)
+        self._remove(directory, older_than=None)
 
     def sweep(self) -> None:
         """Remove the side files a worker never cleared (module doc): those of sessions that no
