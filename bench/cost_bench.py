@@ -6,8 +6,11 @@ code on both sides (``peers/_cost_side.py``), each worker and each client in its
 scripted model whose every call takes ``L`` seconds (``--latencies``, default 0, 1, 3, 10 s),
 durable-agent's streamed at about 20 deltas a second (0 s: no delay). durable-agent's client
 reads ``events()`` with live tokens on (the store's live-delta channel, the default), and at the
-``--wait-latencies`` (default 0 and 1 s) also only ``wait()``. Every workload gets a fresh worker
-and client process and a 5-turn warm-up without model latency that is not counted.
+``--wait-latencies`` (default 0 and 1 s) also only ``wait()``; at the ``--dark-latencies`` (default
+none) also ``events()`` with live deltas off on both sides (``ours dark``: the model still streams,
+nobody publishes or reads its deltas), which tells what streaming the model costs from what
+publishing and following its deltas cost. Every workload gets a fresh worker and client process
+and a 5-turn warm-up without model latency that is not counted.
 
 Actions come from the dev server's own ``action`` metric (``--metrics-port``), scraped before and
 after each measured conversation, and are broken down by kind (``_cost_actions.py``); every
@@ -160,8 +163,9 @@ async def workload(env: Env, variant: Variant, latency: float, turns: int) -> di
     queue, store = f"cost-{tag}", env.root / f"store-{tag}"
     common = ["--address", env.server.address, "--queue", queue, "--store", str(store)]
     worker = await Proc.start(
-        env, "worker", variant, env.root / f"{tag}.log", *common, "--latency", str(latency)
-    )
+        env, "worker", variant, env.root / f"{tag}.log", *common,
+        "--latency", str(latency), "--mode", variant.mode,
+    )  # fmt: skip
     client: Proc | None = None
     try:
         check_tree(env, variant, await worker.expect("ready", 120))
@@ -262,9 +266,12 @@ def print_latency(latency: float, results: dict[str, list[dict[str, Any]]], turn
                 print(f"    {n}: kind -> (metric, histories/clients): {r['mismatch']}")
 
 
-def variants(latency: float, wait_latencies: set[float], before: bool) -> list[Variant]:
+def variants(
+    latency: float, wait_latencies: set[float], dark_latencies: set[float], before: bool
+) -> list[Variant]:
     out: list[Variant] = []
-    for mode in ("events", "wait") if latency in wait_latencies else ("events",):
+    modes = ["events", *(["wait"] if latency in wait_latencies else [])]
+    for mode in modes + (["dark"] if latency in dark_latencies else []):
         if before:
             out.append(Variant("ours", mode, before=True))
         out.append(Variant("ours", mode))
@@ -292,7 +299,9 @@ async def bench(args: argparse.Namespace, root: Path, trees: dict[bool, Path]) -
         out: dict[str, Any] = {}
         for latency in args.latencies:
             results: dict[str, list[dict[str, Any]]] = {}
-            vs = variants(latency, args.wait_latencies, args.before is not None)
+            vs = variants(
+                latency, args.wait_latencies, args.dark_latencies, args.before is not None
+            )
             for rep in range(args.reps):
                 for v in vs[rep % len(vs) :] + vs[: rep % len(vs)]:  # rotate who goes first
                     t0 = time.perf_counter()
@@ -323,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latencies", type=floats, default=[0.0, 1.0, 3.0, 10.0])
     parser.add_argument("--wait-latencies", type=lambda t: set(floats(t)), default={0.0, 1.0})
+    parser.add_argument("--dark-latencies", type=lambda t: set(floats(t)), default=set())
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--before", metavar="REV", help="also run durable-agent from REV")
@@ -354,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": {
             "latencies": args.latencies,
             "wait_latencies": sorted(args.wait_latencies),
+            "dark_latencies": sorted(args.dark_latencies),
             "turns": args.turns,
             "reps": args.reps,
             "before": args.before,

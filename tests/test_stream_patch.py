@@ -3,12 +3,15 @@ client's ``DeltaFollower`` (which validates only what each delta changed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, ToolCall
 from durable_agent.ai.messages import Message
 from durable_agent.durable.follow import DeltaFollower
+from durable_agent.durable.live import DeltaWriter
 from durable_agent.session.deltas import Delta, DeltaKey, apply_patch, diff_patch
+from durable_agent.stores import FileStore
 from durable_agent.stores.memory import MemoryDeltas
 
 
@@ -54,3 +57,42 @@ async def test_patches_rebuild_each_partial_and_the_final_text() -> None:
     assert any(op == "+" for d in await channel.read(key) for _, op, _ in d.ops)
     await channel.clear(key)
     assert await channel.read(key) == []
+
+
+async def test_a_writer_reusing_what_it_dumped_rebuilds_each_partial(tmp_path: Path) -> None:
+    """The writer dumps only the blocks a partial does not share with the last one it wrote,
+    and the head only when a field changed (the final message's usage and stop reason): a
+    reader still rebuilds each partial it was offered, exactly, through a FileStore's side file
+    written and read inline."""
+    model = ScriptedModel(
+        [
+            Reply(
+                thinking="hmm, let me think",
+                text="hello there, streaming world",
+                tool_calls=[ToolCall(id="c1", name="step", arguments={"k": 1})],
+                chunk_size=3,
+            )
+        ]
+    )
+    channel, key = FileStore(tmp_path).live_deltas(), DeltaKey("s1", "r1", 1)
+    writer = DeltaWriter(channel, key, 1, every=0.0)
+    follower = DeltaFollower(channel, key.session_id, key.run_id)
+    follower.expect(key.turn)
+    offered: list[Message] = []
+    followed: list[Message] = []
+    final: Message | None = None
+    async for ev in model.stream(ModelRequest()):
+        if ev.type == "done":
+            final = ev.partial
+            break
+        writer.offer(ev.partial)
+        if ev.partial.content:
+            offered.append(ev.partial)
+            update = await follower.poll()
+            assert update is not None and update.message is not None
+            followed.append(update.message)
+    assert followed == offered
+    assert final is not None and final.usage is not None
+    await writer.finish(final)
+    last = await follower.poll()
+    assert last is not None and last.message == final and follower.final

@@ -18,7 +18,8 @@ conversation: durable-agent's scripted model streams its reply in ``round(20 L)`
 over ``L`` seconds (about 20 tokens a second; at 0 s it streams at once, as ``temporal.py``);
 Pydantic AI's ``FunctionModel`` (not streamed: the peer's activity returns the whole reply)
 sleeps ``L``. Replies longer than ``TEXT`` are padded to 4 characters a delta, equally on both
-sides. ``cost_bench.py`` puts the tree under test's ``src`` first on ``PYTHONPATH``.
+sides. ``--mode dark`` turns durable-agent's live deltas off on both sides (the model streams all
+the same). ``cost_bench.py`` puts the tree under test's ``src`` first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ async def worker(args: argparse.Namespace) -> None:
             task_queue=args.queue,
             store=FileStore(args.store),
             agents={"chat": AgentSpec(model=ours_model(args.latency), tools=(temporal.lookup,))},
+            live_deltas=None if args.mode == "dark" else "auto",
         )
     else:
         pai_model(args.latency)
@@ -266,7 +268,10 @@ async def client(args: argparse.Namespace) -> None:
         c = await connect(args.address, interceptors=[counter])
         store = FileStore(args.store)
         executor = TemporalExecutor(
-            c, task_queue=args.queue, execution_timeout=timedelta(minutes=30)
+            c,
+            task_queue=args.queue,
+            execution_timeout=timedelta(minutes=30),
+            live_deltas=None if args.mode == "dark" else "auto",
         )
 
         async def talk(prefix: str, turns: int) -> int:
@@ -301,7 +306,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--mode", choices=["events", "wait"], default="events")
+    parser.add_argument("--mode", choices=["events", "wait", "dark"], default="events")
     args = parser.parse_args()
     asyncio.run(worker(args) if args.role == "worker" else client(args))
 

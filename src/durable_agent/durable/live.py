@@ -174,7 +174,7 @@ class DeltaWriter:
         latest = self._latest
         if latest is None or self._failed:
             return None
-        latest_parts = parts(latest)
+        latest_parts = _parts_after(self._sent, self._sent_parts, latest)
         patch = diff_parts(self._sent_parts, latest_parts)
         if patch is None and not final:
             return None
@@ -251,6 +251,26 @@ class DeltaWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(writing)
         await self._publish(final=True)
+
+
+_HEAD = tuple(name for name in Message.model_fields if name != "content")
+
+
+def _parts_after(sent: Message | None, sent_parts: Parts, latest: Message) -> Parts:
+    """``parts(latest)``, reusing what the last write dumped of ``sent``: its head when no field
+    but the content changed, and each block that is still the same object (a streaming model
+    builds each partial from the blocks of the previous one, and only the last one grows)."""
+    if sent is None:
+        return parts(latest)
+    head = sent_parts[0]
+    if any(getattr(latest, name) != getattr(sent, name) for name in _HEAD):
+        head = latest.model_dump(mode="json", exclude={"content"})
+    old, old_dumps = sent.content, sent_parts[1]
+    blocks = [
+        old_dumps[i] if i < len(old) and block is old[i] else block.model_dump(mode="json")
+        for i, block in enumerate(latest.content)
+    ]
+    return head, blocks
 
 
 def writer_for(
