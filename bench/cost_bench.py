@@ -272,7 +272,7 @@ def variants(
     out: list[Variant] = []
     modes = ["events", *(["wait"] if latency in wait_latencies else [])]
     for mode in modes + (["dark"] if latency in dark_latencies else []):
-        if before:
+        if before and mode != "dark":
             out.append(Variant("ours", mode, before=True))
         out.append(Variant("ours", mode))
     return [*out, Variant("pai", "wait")]

@@ -9,7 +9,7 @@ reader reads just after the next one is due (``durable.follow``). A failed write
 publishing for this attempt (a reader would otherwise see a hole it cannot fill): the client
 then catches up from the stored message. :meth:`DeltaWriter.finish` writes the rest marked
 ``final``, so a reader looks for the reply's entry at once. A channel that never waits (an
-:class:`~durable_agent.session.deltas.ImmediateChannel`: side files, memory) is written inline,
+:class:`~durable_agent.session.deltas.ImmediateChannel`: side files) is written inline,
 with no task per write. Nothing here can fail or slow the model call.
 
 **Cancel notes.** A cancelled run writes a note under its run's turn-0 key

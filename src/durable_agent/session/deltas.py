@@ -100,10 +100,10 @@ class DeltaChannel(Protocol):
 
 @runtime_checkable
 class ImmediateChannel(Protocol):
-    """A channel whose calls never wait for anything but a local file or memory (a FileStore's
-    side files, a MemoryStore's dict): the writer, the reader and the cancel watch call these
-    on the event loop, with no task, timer or timeout of their own, since each of those costs
-    a streaming reply's worker and client more than the call (docs/design.md#live-deltas)."""
+    """A channel whose calls never wait for anything but a small local file call (a FileStore's
+    side files): the writer, the reader and the cancel watch call these on the event loop, with
+    no task, timer or timeout of their own, since each of those costs a streaming reply's
+    worker and client more than the call (docs/design.md#live-deltas)."""
 
     def publish_now(self, key: DeltaKey, delta: Delta) -> None:
         """:meth:`DeltaChannel.publish`, done now."""

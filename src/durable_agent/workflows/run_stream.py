@@ -214,6 +214,8 @@ class RunFollower:
         entries, deltas = self.entries, self.deltas
         while True:
             ended = result_task.done()
+            if ended and self._read_all(result_task):
+                return  # the run's own account names no entry this has not read
             reading = self.reading()
             turn = self.chain.reply_turn
             following = deltas is not None and turn is not None and reading
@@ -254,6 +256,13 @@ class RunFollower:
     def _run_ended(self, _: asyncio.Future[RunResult]) -> None:
         if self._waiter is not None:
             _release(self._waiter)
+
+    def _read_all(self, result_task: asyncio.Future[RunResult]) -> bool:
+        """The run ended well and every entry its result names was read already: the read
+        that would make sure of it is not needed."""
+        if result_task.cancelled() or result_task.exception() is not None:
+            return False
+        return self.chain.ids == list(result_task.result().new_entry_ids)
 
     def _store_in(self, reading: bool, streaming: bool) -> float:
         """Seconds until the session is due to be read: at once when woken; while a reply
