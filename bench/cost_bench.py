@@ -24,7 +24,7 @@ and after a change appear side by side. Prints one table per latency and writes
 ``bench/results/cost.json``. The default run takes about 14 minutes (most of it the 10 s model).
 
 Run: ``make bench-cost`` or ``.venv-peers/bin/python bench/cost_bench.py [--latencies 0,1]
-[--turns 20] [--reps 1] [--before REV]``.
+[--turns 20] [--reps 1] [--before REV] [--dark-latencies 3]``.
 """
 
 from __future__ import annotations
