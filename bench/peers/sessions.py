@@ -7,18 +7,29 @@ goes first. Messages are ~270-character texts on both sides: a durable-agent ``M
 an SDK ``{"role", "content"}`` input item. Before a figure counts, the session is read back and
 its length checked. Both store one document per append (ours adds a small claim per entry and a
 slot per append, which a load never reads).
+
+Each repetition of each side runs in a process of its own (``python sessions.py --side ours|peer
+--uri URI``, which prints its figures as JSON), with ``src`` of the tree it measures first on
+``PYTHONPATH``: this tree's, or, for ``run.py --before REV``, a ``git worktree`` of ``REV``'s, so
+MongoStore before and after a change is measured side by side in one run, on one server.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
-from _common import TEXT, figure
+from _common import REPO, TEXT, figure
 from agents.extensions.memory import MongoDBSession
 from pymongo import AsyncMongoClient
 
@@ -162,54 +173,77 @@ async def concurrent(
     return sessions * per_session / elapsed
 
 
-async def bench_sessions(uri: str, reps: int, quick: bool) -> dict[str, Any]:
+async def measure_side(uri: str, name: str, quick: bool) -> dict[str, float]:
+    """One repetition of every scenario for one side (``ours`` or ``peer``), in this process."""
     client: AsyncMongoClient[Any] = AsyncMongoClient(uri, serverSelectionTimeoutMS=5000)
     calls1, calls10 = (60, 30) if quick else (200, 100)
-    sizes = (1000, 10_000)
-    loads = 5
-    per_session = 20 if quick else 50
-    sides = list(SIDES)
-    raw: dict[str, dict[str, list[float]]] = {name: {} for name in sides}
-
-    def add(name: str, key: str, value: float) -> None:
-        raw[name].setdefault(key, []).append(value)
-
+    out: dict[str, float] = {}
     try:
-        for rep in range(reps):
-            order = sides[rep % len(sides) :] + sides[: rep % len(sides)]  # take turns first
-            for name in order:
-                p50, p99 = await append_latency(client, name, 1, calls1)
-                add(name, "append1_p50", p50)
-                add(name, "append1_p99", p99)
-                p50, p99 = await append_latency(client, name, 10, calls10)
-                add(name, "append10_p50", p50)
-                add(name, "append10_p99", p99)
-                for size in sizes:
-                    ms, built = await load_time(client, name, size, loads)
-                    add(name, f"load{size}_ms", ms)
-                    add(name, f"build{size}_s", built)
-                add(name, "concurrent20", await concurrent(client, name, 20, per_session))
-            print(f"  (3) repetition {rep + 1}/{reps} done", flush=True)
+        for batch, calls in ((1, calls1), (10, calls10)):
+            p50, p99 = await append_latency(client, name, batch, calls)
+            out[f"append{batch}_p50"], out[f"append{batch}_p99"] = p50, p99
+        for size in SIZES:
+            ms, built = await load_time(client, name, size, LOADS)
+            out[f"load{size}_ms"], out[f"build{size}_s"] = ms, built
+        out["concurrent20"] = await concurrent(client, name, 20, 20 if quick else 50)
     finally:
         await client.close()
-    return {
+    return out
+
+
+def run_side(uri: str, side: str, tree: Path, quick: bool) -> dict[str, float]:
+    """:func:`measure_side` in a process of its own, importing durable-agent from ``tree``."""
+    kind = "peer" if side == "peer" else "ours"
+    cmd = [sys.executable, __file__, "--side", kind, "--uri", uri] + (["--quick"] if quick else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "src"), str(REPO)])}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"side {side!r} failed:\n{done.stdout}\n{done.stderr}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+async def bench_sessions(
+    uri: str, reps: int, quick: bool, before: Path | None = None
+) -> dict[str, Any]:
+    trees = {"ours": REPO, "peer": REPO, **({"before": before} if before is not None else {})}
+    sides = list(trees)
+    raw: dict[str, dict[str, list[float]]] = {name: {} for name in sides}
+    for rep in range(reps):
+        order = sides[rep % len(sides) :] + sides[: rep % len(sides)]  # take turns first
+        for name in order:
+            figures = await asyncio.to_thread(run_side, uri, name, trees[name], quick)
+            for key, value in figures.items():
+                raw[name].setdefault(key, []).append(value)
+        print(f"  (3) repetition {rep + 1}/{reps} done", flush=True)
+    out = {
         "peer": "openai-agents MongoDBSession",
         "reps": reps,
         "params": {
-            "append1_calls": calls1,
-            "append10_calls": calls10,
-            "load_sizes": list(sizes),
-            "loads_per_rep": loads,
+            "append1_calls": 60 if quick else 200,
+            "append10_calls": 30 if quick else 100,
+            "load_sizes": list(SIZES),
+            "loads_per_rep": LOADS,
             "load_built_in_batches_of": BUILD_BATCH,
             "sides": sides,
             "concurrent_sessions": 20,
-            "appends_per_session": per_session,
+            "appends_per_session": 20 if quick else 50,
             "message_chars": len(TEXT),
         },
-        "rows": [figure(n, unit, raw["ours"][k], raw["peer"][k], b) for k, n, unit, b in FIGURES],
+        "rows": rows(raw, "ours", "peer"),
         "raw": raw,
     }
+    if before is not None:
+        out["rows_before"] = rows(raw, "before", "peer")
+        out["rows_now_over_before"] = rows(raw, "ours", "before")
+    return out
 
+
+def rows(raw: dict[str, dict[str, list[float]]], ours: str, peer: str) -> list[dict[str, Any]]:
+    return [figure(n, unit, raw[ours][k], raw[peer][k], b) for k, n, unit, b in FIGURES]
+
+
+SIZES = (1000, 10_000)
+LOADS = 5
 
 #: (key in ``raw``, row name, unit, better)
 FIGURES = [
@@ -221,3 +255,16 @@ FIGURES = [
     ("load10000_ms", "load 10k-message session", "ms", "lower"),
     ("concurrent20", "20 concurrent sessions, 1-msg appends", "entries/s", "higher"),
 ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="one side of comparison (3), as JSON")
+    parser.add_argument("--side", choices=sorted(SIDES), required=True)
+    parser.add_argument("--uri", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(measure_side(args.uri, args.side, args.quick))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
