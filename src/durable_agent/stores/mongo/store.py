@@ -316,7 +316,7 @@ class MongoStore:
             cursor = self._entries.find(
                 {"session_id": sid}, projection, batch_size=LOAD_BATCH_SIZE
             ).sort([("inc", ASCENDING), ("seq", ASCENDING)])
-            docs = [doc async for doc in cursor]
+            docs: list[dict[str, Any]] = await cursor.to_list(None)  # a batch at once
         except BaseException:
             check.cancel()
             raise
