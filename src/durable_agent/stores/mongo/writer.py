@@ -252,9 +252,8 @@ class BatchWriter:
                 return
             taken = [claims[scope.key(e.id)] for e, _ in todo if scope.key(e.id) in claims]
             if not await self._fence(scope, taken, birth, waiting):
-                await asyncio.sleep(
-                    min(0.001 * 2 ** min(waits, 7), 0.1)
-                )  # a later writer in flight
+                # A later writer's document is in flight: back off, 1 ms doubling up to 100 ms.
+                await asyncio.sleep(min(0.001 * 2 ** min(waits, 7), 0.1))
                 waits += 1
                 continue
             first = await self._claims.take_slot(scope, above, len(todo))
