@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -194,8 +195,9 @@ async def interleaved_loads(
     finally:
         for proc in procs.values():
             if proc.stdin is not None and proc.returncode is None:
-                proc.stdin.write(b"quit\n")
-                await proc.stdin.drain()
+                with contextlib.suppress(ConnectionError):  # it exited already
+                    proc.stdin.write(b"quit\n")
+                    await proc.stdin.drain()
             await proc.wait()
     return raw
 
