@@ -388,6 +388,37 @@ async def test_corrupt_wire_raises_corrupt_session(
         await store.load_entries("s1")
 
 
+_HEAD = '{"type":"message","id":"b",'
+_BODY = '"message":{"role":"user","content":[]}}'
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        (_HEAD + '"created_at":5,' + _BODY, "created_at must be a string"),
+        (_HEAD + '"created_at":"yesterday",' + _BODY, "not an RFC 3339 time"),
+        (_HEAD + _BODY, "created_at must be a string"),
+        ('{"type":"message","id":"","created_at":"2026-01-02T03:04:05Z",' + _BODY, "id must be"),
+        (_HEAD + '"created_at":"2026-01-02T03:04:05Z","message":{"role":"nobody"}}', "role"),
+        (_HEAD + '"created_at":"2026-01-02T03:04:05Z","message":[1]}', "message"),
+    ],
+    ids=["created-at-number", "created-at-text", "no-created-at", "empty-id", "bad-role", "list"],
+)
+async def test_a_damaged_message_wire_names_the_entry_and_why(
+    mongo_database: AsyncDatabase[Any], sync_db: Any, wire: str, reason: str
+) -> None:
+    """Message wires that look canonical but are not valid (what a load's fast path refuses and
+    the general decoder explains): a typed error naming the session, the document's first entry
+    and the reason, never a default value or a silently skipped entry."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    sync_db.entries.insert_one(batch_doc(sync_db, "s1", [entry("b")], 50, wires=[wire]))
+    with pytest.raises(CorruptSessionError, match=r"'s1'.*decode entry 'b'") as info:
+        await store.load_entries("s1")
+    assert reason in str(info.value)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
