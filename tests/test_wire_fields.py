@@ -85,6 +85,7 @@ message_entries = st.fixed_dictionaries(
         "created_at": times,
         "meta": st.booleans(),
         "synthetic": st.booleans(),
+        "ephemeral": st.sampled_from([True, False, "yes", None, [1]]),
         "message": messages,
     },
 )
