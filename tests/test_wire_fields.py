@@ -157,3 +157,21 @@ def test_json_null_collections_read_as_empty() -> None:
     call = '{"type":"tool_call","id":"c","name":"n","arguments":null}'
     message = Message.model_validate_json('{"role":"user","content":[' + call + "]}")
     assert message.tool_calls()[0].arguments == {}
+
+
+def test_the_json_schema_is_the_python_validators() -> None:
+    """The native path accepts nothing more, so it adds nothing to the JSON Schema."""
+    entry = MessageEntry.model_json_schema()
+    assert entry["properties"]["created_at"] == {
+        "format": "date-time",
+        "title": "Created At",
+        "type": "string",
+    }
+    assert entry["properties"]["parent_id"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    message = entry["$defs"]["Message"]
+    assert message["properties"]["timestamp"]["anyOf"] == [
+        {"format": "date-time", "type": "string"},
+        {"type": "null"},
+    ]
+    assert message["properties"]["content"]["type"] == "array"
+    assert entry["$defs"]["ToolCall"]["properties"]["arguments"]["type"] == "object"

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import GetCoreSchemaHandler, PlainSerializer
 from pydantic_core import core_schema as cs
 
-from .wirefields import json_native_first
+from .wirefields import JsonNativeFirst, json_native_first
 
 __all__ = ["LenientTime", "UtcDatetime", "format_time", "parse_time", "to_utc", "utc_now"]
 
@@ -115,7 +115,7 @@ def _written_time() -> cs.CoreSchema:
     return cs.chain_schema([cs.str_schema(pattern=_WRITTEN), cs.datetime_schema()])
 
 
-class _Utc:
+class _Utc(JsonNativeFirst):
     """``Annotated`` marker of :data:`UtcDatetime`'s validation."""
 
     @classmethod
@@ -125,7 +125,7 @@ class _Utc:
         )
 
 
-class _Lenient:
+class _Lenient(JsonNativeFirst):
     """``Annotated`` marker of :data:`LenientTime`'s validation."""
 
     @classmethod

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import CoreSchema
 from pydantic_core import core_schema as cs
 
-__all__ = ["EmptyAsNone", "NullAsEmpty", "json_native_first"]
+__all__ = ["EmptyAsNone", "JsonNativeFirst", "NullAsEmpty", "json_native_first"]
 
 
 def json_native_first(native: CoreSchema, python: CoreSchema) -> CoreSchema:
@@ -34,8 +34,17 @@ def json_native_first(native: CoreSchema, python: CoreSchema) -> CoreSchema:
     )
 
 
+class JsonNativeFirst:
+    """Base of an ``Annotated`` marker whose core schema is :func:`json_native_first`'s: its
+    JSON Schema is the Python validator's, as the native path accepts nothing more."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: GetJsonSchemaHandler) -> Any:
+        return handler(schema["python_schema"])
+
+
 @dataclass(frozen=True)
-class NullAsEmpty:
+class NullAsEmpty(JsonNativeFirst):
     """``Annotated`` marker: ``null`` reads as ``empty()`` (``list`` or ``dict``), e.g. a
     provider's ``"content": null``; JSON holding the collection itself is validated natively."""
 
@@ -55,7 +64,7 @@ def _empty_as_none(value: Any) -> Any:
     return None if value == "" else value
 
 
-class EmptyAsNone:
+class EmptyAsNone(JsonNativeFirst):
     """``Annotated`` marker of an optional string: ``""`` reads as ``None`` (no parent, say);
     JSON holding ``null`` or a non-empty string is validated natively."""
 
