@@ -110,11 +110,13 @@ class Backend:
             assert self.tmp is not None
             return [n for n in os.listdir(self.tmp.name) if n.startswith(f"{sid}.")]
         if self.kind == "mongo":
+            from durable_agent.stores.mongo.incarnation import id_range
+
             db = self.clients[0][self.mongo[1] if self.mongo else ""]
             left = []
             if await db.entries.count_documents({"session_id": sid}):
                 left.append("entries")
-            if await db.entries_claims.count_documents({"s": sid}):
+            if await db.entries_claims.count_documents({"_id": id_range(sid)}):
                 left.append("claims")
             return left
         return []

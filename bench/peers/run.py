@@ -6,7 +6,9 @@ table per comparison and writes ``bench/results/peers.json``. (1)+(2), Temporal 
 per-turn overhead vs Pydantic AI's Temporal integration, on a dev server ``temporal.py`` starts.
 
 Run: ``make bench-peers`` or
-``.venv-peers/bin/python bench/peers/run.py [--only 1,2,3,4] [--quick]``.
+``.venv-peers/bin/python bench/peers/run.py [--only 1,2,3,4] [--quick] [--before REV]``.
+durable-agent is imported from this tree's ``src``; ``--before REV`` also measures (3) with
+MongoStore as of ``REV`` (a temporary ``git worktree``), in the same run on the same server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO, print_table
+
+sys.path.insert(0, str(REPO / "src"))  # this tree's durable-agent, whatever the venv installed
+
 from tests.support.ferretdb import FERRETDB_VERSION, start_ferretdb
 
 PACKAGES = [
@@ -75,8 +81,20 @@ def machine() -> dict[str, Any]:
     }
 
 
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
 async def mongo_part(
-    parts: set[str], reps: int, storage_reps: int, quick: bool, full: bool, root: Path
+    parts: set[str],
+    reps: int,
+    storage_reps: int,
+    quick: bool,
+    full: bool,
+    root: Path,
+    before: Path | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     server = start_ferretdb(root / "ferretdb")
@@ -86,7 +104,7 @@ async def mongo_part(
             from sessions import bench_sessions
 
             t0 = time.perf_counter()
-            res = await bench_sessions(server.uri, reps, quick)
+            res = await bench_sessions(server.uri, reps, quick, before)
             res["seconds"] = time.perf_counter() - t0
             out["sessions"] = res
             print_table(
@@ -94,6 +112,9 @@ async def mongo_part(
                 "openai-agents",
                 res["rows"],
             )
+            if before is not None:
+                print_table("(3) MongoStore before (--before)", "openai-agents", res["rows_before"])
+                print_table("(3) MongoStore now vs before", "before", res["rows_now_over_before"])
         if "4" in parts:
             from storage import bench_storage
 
@@ -148,24 +169,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--full", action="store_true", help="(4) measure LangGraph at 500 turns too (hours)"
     )
+    parser.add_argument("--before", metavar="REV", help="(3) also measure MongoStore as of REV")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "peers.json")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
+    revs = {"now": git("rev-parse", "HEAD") + (" (dirty)" if git("status", "--porcelain") else "")}
     results: dict[str, Any] = {
         "versions": versions(),
         "machine": machine(),
+        "revisions": revs,
         "args": {"only": sorted(parts), "reps": args.reps, "quick": args.quick},
     }
     print(f"versions: {results['versions']}\nmachine: {results['machine']}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="peers-bench-"))
+    before = root / "before" if args.before is not None else None
+    if before is not None:
+        revs["before"] = git("rev-parse", args.before)
+        git("worktree", "add", "--detach", str(before), revs["before"])
+    print(f"revisions: {revs}", flush=True)
     t0 = time.perf_counter()
     try:
         if parts & {"3", "4"}:
-            results.update(
-                asyncio.run(
-                    mongo_part(parts, args.reps, args.storage_reps, args.quick, args.full, root)
-                )
+            run = mongo_part(
+                parts, args.reps, args.storage_reps, args.quick, args.full, root, before
             )
+            results.update(asyncio.run(run))
         if parts & {"1", "2"}:
             from temporal import bench_temporal
 
@@ -180,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 res["rows"],
             )
     finally:
+        if before is not None:
+            git("worktree", "remove", "--force", str(before))
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = time.perf_counter() - t0
     carry_over(results, args.json)

@@ -12,11 +12,11 @@ from durable_agent import Reply, ScriptedModel
 from durable_agent.ai.messages import Message, TextContent, user_message
 from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
+from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import workflows_url
 from durable_agent.cli.processes import free_port
 from durable_agent.cli.render import render_tree
-from durable_agent.cli.stores import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore

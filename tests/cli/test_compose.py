@@ -28,8 +28,9 @@ from durable_agent.cli.config import (
     ENV_STORE,
     ENV_TASK_QUEUE,
     WORKER_ENV,
+    open_store,
+    resolve_store_spec,
 )
-from durable_agent.cli.stores import open_store, resolve_store_spec
 from durable_agent.workflows import SEARCH_ATTRIBUTE
 from tests.support.extras import canonical, closure
 

@@ -192,7 +192,7 @@ def test_demo_twice(tmp_path: Path) -> None:
     assert killed != replacement
     # the Temporal reply streamed live from the worker (docs/design.md#live-deltas)
     live = re.search(r"(\d+) live updates came from the worker", output)
-    assert live is not None and int(live.group(1)) >= 2, output
+    assert live is not None and int(live.group(1)) >= 1, output
     # everything it started is gone
     assert wait_dead(_pids(output)) == []
     session_id = re.search(r"Session (demo-[0-9a-f]+)", output).group(1)  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from pymongo import AsyncMongoClient, monitoring
 
 from durable_agent.ai import Message, TextContent
 from durable_agent.session import Entry, MessageEntry, encode_entry
+from durable_agent.stores.mongo.incarnation import id_range
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
 MIB = 1024 * 1024
@@ -57,15 +58,20 @@ def keys_of(sync_db: Any, sid: str) -> list[list[str]]:
     return [[key.split("/", 2)[2] for key in doc["keys"]] for doc in docs]
 
 
+def of_session(sid: str) -> dict[str, Any]:
+    """A filter for a session's claims and slots: their ``_id`` starts with ``<sid>/``."""
+    return {"_id": id_range(sid)}
+
+
 def claim_ids(sync_db: Any, sid: str) -> set[str]:
     """The entry IDs a session's claims are for (slots, ``<sid>/<inc>#<seq>``, left out)."""
-    claims = sync_db.entries_claims.find({"s": sid})
+    claims = sync_db.entries_claims.find(of_session(sid))
     return {d["_id"].split("/", 2)[2] for d in claims if d["_id"].count("/") >= 2}
 
 
 def unsettled_slots(sync_db: Any, sid: str) -> list[int]:
     """The slots of a session whose place holds neither a document nor a fence."""
-    slots = sync_db.entries_claims.find({"s": sid, "n": {"$exists": True}})
+    slots = sync_db.entries_claims.find({**of_session(sid), "n": {"$exists": True}})
     return sorted(
         slot["_id"]
         for slot in slots

@@ -42,6 +42,7 @@ from tests.mongo.helpers import (
     ids,
     inc_of,
     keys_of,
+    of_session,
 )
 from tests.support.mongo import SERVER_SELECTION_TIMEOUT_MS, new_database_name
 
@@ -109,8 +110,10 @@ async def test_batch_document_shape_and_exact_wire(
         },
     ]
     # Every entry has a claim pointing at its document, every append a slot (claims module).
-    claims = {d["_id"]: d for d in sync_db.entries_claims.find({"s": "s1"})}
+    claims = {d["_id"]: d for d in sync_db.entries_claims.find(of_session("s1"))}
     assert all(d["i"] == p[3:] for d in claims.values())
+    # nothing a query or a writer does not read: the session is the _id's prefix
+    assert all(set(d) <= {"_id", "i", "h", "q", "n", "t"} for d in claims.values())
     assert {k: d.get("q", d.get("n")) for k, d in claims.items()} == {
         f"{p}#0": 2, f"{p}/m1": 0, f"{p}/c1": 0, f"{p}#2": 1, f"{p}/m2": 2
     }  # fmt: skip
@@ -186,7 +189,7 @@ async def test_seq_gaps_are_fine(mongo_database: AsyncDatabase[Any], sync_db: An
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
     inc = inc_of(sync_db, "s1")
-    slot = {"_id": f"s1/{inc}#1", "s": "s1", "i": inc, "n": 5}
+    slot = {"_id": f"s1/{inc}#1", "i": inc, "n": 5}
     sync_db.entries_claims.insert_one(slot)  # a crashed writer's
     await MongoStore(mongo_database).append_entries("s1", [entry("b"), entry("c")])
     await store.append_entries("s1", [entry("d")])
@@ -357,7 +360,7 @@ async def test_oversized_entry_writes_nothing_of_its_batch(
     assert info.value.limit == 2000
     assert ids(await store.load_entries("s1")) == ["before"]
     assert claim_ids(sync_db, "s1") == {"before"}
-    assert sync_db.entries_claims.count_documents({"s": "s1"}) == 2  # and its slot
+    assert sync_db.entries_claims.count_documents(of_session("s1")) == 2  # and its slot
 
 
 async def test_default_limit_is_15_mib_and_usable(mongo_database: AsyncDatabase[Any]) -> None:
@@ -386,6 +389,37 @@ async def test_corrupt_wire_raises_corrupt_session(
     sync_db.entries.insert_one(batch_doc(sync_db, "s1", [entry("b")], 50, wires=["{not json"]))
     with pytest.raises(CorruptSessionError, match="decode entry 'b'"):
         await store.load_entries("s1")
+
+
+_HEAD = '{"type":"message","id":"b",'
+_BODY = '"message":{"role":"user","content":[]}}'
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        (_HEAD + '"created_at":5,' + _BODY, "created_at must be a string"),
+        (_HEAD + '"created_at":"yesterday",' + _BODY, "not an RFC 3339 time"),
+        (_HEAD + _BODY, "created_at must be a string"),
+        ('{"type":"message","id":"","created_at":"2026-01-02T03:04:05Z",' + _BODY, "id must be"),
+        (_HEAD + '"created_at":"2026-01-02T03:04:05Z","message":{"role":"nobody"}}', "role"),
+        (_HEAD + '"created_at":"2026-01-02T03:04:05Z","message":[1]}', "message"),
+    ],
+    ids=["created-at-number", "created-at-text", "no-created-at", "empty-id", "bad-role", "list"],
+)
+async def test_a_damaged_message_wire_names_the_entry_and_why(
+    mongo_database: AsyncDatabase[Any], sync_db: Any, wire: str, reason: str
+) -> None:
+    """Message wires that look canonical but are not valid (what a load's fast path refuses and
+    the general decoder explains): a typed error naming the session, the document's first entry
+    and the reason, never a default value or a silently skipped entry."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a")])
+    sync_db.entries.insert_one(batch_doc(sync_db, "s1", [entry("b")], 50, wires=[wire]))
+    with pytest.raises(CorruptSessionError, match=r"'s1'.*decode entry 'b'") as info:
+        await store.load_entries("s1")
+    assert reason in str(info.value)
 
 
 @pytest.mark.parametrize(

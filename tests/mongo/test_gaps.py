@@ -144,7 +144,7 @@ async def test_a_gap_inside_a_split_batchs_slot(
     inc = inc_of(sync_db, "s1")
     young = datetime.now(UTC)
     for seq, n in ((1, 4), (5, 1)):
-        slot = {"_id": f"s1/{inc}#{seq}", "s": "s1", "i": inc, "n": n, "t": young}
+        slot = {"_id": f"s1/{inc}#{seq}", "i": inc, "n": n, "t": young}
         sync_db.entries_claims.insert_one(slot)
     split = [entry("b1"), entry("b2")]
     sync_db.entries.insert_one(batch_doc(sync_db, "s1", split, 1, slot=[1, 4]))

@@ -17,7 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from durable_agent.session import EntryConflictError, SessionNotFoundError, encode_entry
 from durable_agent.session.deltas import Delta, DeltaKey
 from durable_agent.stores.mongo import MongoStore
-from tests.mongo.helpers import Commands, elsewhere, entry, ids, inc_of
+from tests.mongo.helpers import Commands, elsewhere, entry, ids, inc_of, of_session
 
 pytestmark = pytest.mark.mongo
 
@@ -27,7 +27,7 @@ def leftovers(sync_db: Any, sid: str) -> dict[str, int]:
     counts = {
         "sessions": sync_db.sessions.count_documents({"_id": sid}),
         "entries": sync_db.entries.count_documents({"session_id": sid}),
-        "claims": sync_db.entries_claims.count_documents({"s": sid}),
+        "claims": sync_db.entries_claims.count_documents(of_session(sid)),
         "live_deltas": sync_db.live_deltas.count_documents({"k": {"$regex": f"^{sid}/"}}),
     }
     return {name: n for name, n in counts.items() if n}
@@ -133,7 +133,7 @@ async def test_a_conflict_found_in_a_deleted_session_is_session_not_found(
     await MongoStore(mongo_database).delete_session("s1")
     racer = {"_id": f"{p}#5", "session_id": "s1", "inc": p[3:], "entry_id": "d", "seq": 5}
     sync_db.entries.insert_one({**racer, "keys": [f"{p}/d"], "wires": [encode_entry(entry("d"))]})
-    sync_db.entries_claims.insert_one({"_id": f"{p}/d", "s": "s1", "i": p[3:], "q": 5})
+    sync_db.entries_claims.insert_one({"_id": f"{p}/d", "i": p[3:], "q": 5})
     with pytest.raises(SessionNotFoundError):
         await stale.append_entries("s1", [entry("d", "other")])
     assert leftovers(sync_db, "s1") == {}

@@ -66,7 +66,7 @@ async def test_seqs_are_positions_across_gaps(
     await store.append_entries("s1", [entry("a"), entry("b")])
     await store.append_entries("s1", [entry("b"), entry("c")])  # b stored: a slot goes unused
     inc = inc_of(sync_db, "s1")
-    slot = {"_id": f"s1/{inc}#20", "s": "s1", "i": inc, "n": 3}
+    slot = {"_id": f"s1/{inc}#20", "i": inc, "n": 3}
     sync_db.entries_claims.insert_one(slot)  # a crashed writer's
     sync_db.sessions.update_one({"_id": "s1"}, {"$set": {"next_seq": 20}})
     await MongoStore(mongo_database).append_entries("s1", [entry("d"), entry("e")])

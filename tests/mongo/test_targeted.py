@@ -34,7 +34,7 @@ def _names_session(value: Any) -> bool:
 
 
 def _targeted(query: dict[str, Any]) -> bool:
-    if any(_names_session(query.get(key)) for key in ("session_id", "_id", "s", "k")):
+    if any(_names_session(query.get(key)) for key in ("session_id", "_id", "k")):
         return True
     return any(_targeted(q) for q in query.get("$and", []))
 

@@ -16,7 +16,7 @@ from durable_agent import CompactionEntry
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel
 from durable_agent.durable import DEFAULT_COMPACT_PROMPT
 from durable_agent.server import create_app
-from durable_agent.server.runs import TemporalRuns
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec

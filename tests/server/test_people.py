@@ -14,7 +14,7 @@ from temporalio.client import Client
 from durable_agent import ApprovalDecision, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.server import create_app
-from durable_agent.server.runs import TemporalRuns
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec

@@ -18,7 +18,7 @@ from temporalio.client import Client
 from durable_agent import ScriptedModel
 from durable_agent.ai import ModelEvent, ModelRequest, Reply
 from durable_agent.server import create_app
-from durable_agent.server.runs import TemporalRuns
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, serving, stream

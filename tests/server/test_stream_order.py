@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from durable_agent.ai import Message, Reply, TextContent
 from durable_agent.server import create_app
-from durable_agent.server.runs import TemporalRuns
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import Entry, MessageEntry, Store, StoreUnavailableError
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.session.ids import new_id

@@ -49,11 +49,13 @@ class GatedStore:
         self.held: list[Entry] = []
         """The batch that was held."""
         self._armed: Predicate | None = None
+        self._before = False
         self._writes: set[asyncio.Task[None]] = set()
 
-    def arm(self, predicate: Predicate) -> None:
-        """Hold the next append whose batch matches ``predicate`` (once)."""
-        self._armed = predicate
+    def arm(self, predicate: Predicate, *, before: bool = False) -> None:
+        """Hold the next append whose batch matches ``predicate`` (once): after it reached the
+        store, or with ``before`` before it does (a write slow to start)."""
+        self._armed, self._before = predicate, before
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         return await self.inner.create_session(session_id, parent_id)
@@ -76,7 +78,11 @@ class GatedStore:
         await asyncio.shield(write)  # a started write finishes even if the caller is cancelled
 
     async def _slow_write(self, session_id: str, entries: list[Entry]) -> None:
+        if self._before:
+            self.entered.set()
+            await self.release.wait()
         await self.inner.append_entries(session_id, entries)
         self.held = entries
-        self.entered.set()
-        await self.release.wait()
+        if not self._before:
+            self.entered.set()
+            await self.release.wait()

@@ -267,6 +267,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     client = await connect(args.address, namespace=args.namespace)
     inner = build_store(args)
     store = CrashingStore(inner, markers, args.crash)
+    # A frozen zombie must not hold an activity poll open: the server would hand the call's
+    # retry to it (and the next, one per poller) instead of to the retry worker.
+    slots = {"max_concurrent_activities": 1} if args.crash == "zombie" else {}
     worker = await create_worker(
         client,
         task_queue=args.task_queue,
@@ -276,6 +279,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         workflow_failure_exception_types=[Exception],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=1),
+        **slots,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,10 +23,15 @@ from durable_agent import Event, Reply, RunStream, ScriptedModel, ToolCall, new,
 from durable_agent.ai.messages import Message
 from durable_agent.session import Store
 from durable_agent.session.deltas import LiveStore
-from durable_agent.stores import FileStore
+from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.stores.file import FileDeltas
 from durable_agent.stores.mongo import MongoStore
-from durable_agent.workflows import AgentSpec, run_workflow_id
+from durable_agent.workflows import AgentSpec, run_stream, run_workflow_id
+from tests.durable_runs.support import kinds
+from tests.durable_runs.test_approvals import Reader
+from tests.durable_runs.test_steering import queued
+from tests.support.gate_tool import GateTool
+from tests.support.gated_store import GatedStore, has_text
 from tests.support.live_worker import AGENT, LIVE_TEXT, MARKER
 from tests.support.polling import eventually
 from tests.support.temporal import running_worker
@@ -399,3 +404,52 @@ async def test_a_tool_call_without_an_id_streams_without_a_restart(
     last = updates[-1].agent
     assert last is not None and last.message is not None
     assert last.message.content == message.content  # the last update is the stored reply
+
+
+async def test_a_message_stored_before_a_streaming_reply_goes_out_before_its_turn(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client reads the session seldom (every 3 s here) and a steer is stored only after it
+    read the turn's tool result: the next reply's first live delta arrives long before the
+    client's next read. The client reads the store before that delta starts the turn, so the
+    steer's ``input_delivered`` goes out before the ``turn_start``, as the engine records it,
+    and the delta is not lost."""
+    monkeypatch.setattr(run_stream, "FASTEST_READ", 3.0)
+    monkeypatch.setattr(run_stream, "SLOWEST_READ", 3.0)
+    memory, gate, q = MemoryStore(), GateTool(), queue()
+    gated = GatedStore(memory)
+    steered = "The steer arrived; this reply streams for about a second and a half. " * 2
+    lm = ScriptedModel(
+        [Reply.call("gate", id="g1"), Reply(text=steered, chunk_size=4, chunk_delay=0.04)]
+    )
+    agents = {"live": AgentSpec(model=lm, tools=[gate.tool])}
+    async with running_worker(
+        temporal_client, gated, agents, task_queue=q, live_deltas=memory.live_deltas()
+    ):
+        agent = await new(
+            "live", store=memory, session_id=sid("order"), executor=executor(temporal_client, q)
+        )
+        stream = await agent.run("go")
+        reader = Reader(stream)
+        await asyncio.wait_for(gate.started.wait(), 30)
+        sending = asyncio.ensure_future(stream.send("also this"))
+        await queued(agent, client=temporal_client)
+        gated.arm(has_text("also this"), before=True)
+        gate.release.set()
+        await reader.until("turn_end")  # the tool's result read; the steer not yet stored
+        await asyncio.wait_for(gated.entered.wait(), 30)
+        gated.release.set()
+        await asyncio.wait_for(sending, 30)
+        events = await reader.done()
+
+    names = kinds(events, updates=False)
+    first_end = names.index("turn_end")
+    assert names[first_end + 1 : first_end + 4] == [
+        "input_delivered",
+        "turn_start",
+        "message_start",
+    ]
+    [_, (updates, reply)] = replies(events)
+    assert reply.text() == steered
+    assert updates, "the reply streamed"
+    assert concatenated(updates) == steered

@@ -22,19 +22,17 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
+    GetCoreSchemaHandler,
     SerializationInfo,
     SerializerFunctionWrapHandler,
-    ValidationInfo,
-    field_validator,
     model_serializer,
-    model_validator,
 )
+from pydantic_core import core_schema as cs
 
-from .timefmt import format_time, parse_time, to_utc, utc_now
+from .timefmt import LenientTime, utc_now
+from .wirefields import NullAsEmpty
 
 __all__ = [
     "ContentBlock",
@@ -127,6 +125,10 @@ def _encodable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_encodable(v) for v in value]
     return value
+
+
+def _encodable_input(data: Any) -> Any:
+    return _encodable(data) if _unencodable(data) else data
 
 
 def _is_empty(value: Any) -> bool:
@@ -232,18 +234,13 @@ class ToolCall(WireModel):
     type: Literal["tool_call"] = "tool_call"
     id: str
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: Annotated[dict[str, Any], NullAsEmpty(dict)] = Field(default_factory=dict)
     signature: str | None = None
     server: bool = False
     """True when the provider runs the tool itself; such calls need no tool result."""
     server_type: str | None = None
     output: ToolOutput | None = None
     _wire_keep = frozenset({"type", "id", "name"})
-
-    @field_validator("arguments", mode="before")
-    @classmethod
-    def _none_is_empty(cls, value: Any) -> Any:
-        return {} if value is None else value
 
 
 ContentBlock = Annotated[
@@ -252,36 +249,11 @@ ContentBlock = Annotated[
 ]
 
 
-def _lenient_time(value: Any) -> datetime | None:
-    """Wire timestamps that cannot be parsed read as ``None`` rather than failing the entry."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return to_utc(value)
-    if isinstance(value, str):
-        try:
-            return parse_time(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _format_optional(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
-
-
-LenientTime = Annotated[
-    datetime | None,
-    BeforeValidator(_lenient_time),
-    PlainSerializer(_format_optional, when_used="json"),
-]
-
-
 class Message(WireModel):
     """One conversation message: a user turn, an assistant reply or a tool result."""
 
     role: Role
-    content: list[ContentBlock] = Field(default_factory=list)
+    content: Annotated[list[ContentBlock], NullAsEmpty(list)] = Field(default_factory=list)
     # assistant only
     api: str | None = None
     provider: str | None = None
@@ -297,18 +269,25 @@ class Message(WireModel):
 
     _wire_keep = frozenset({"role", "content"})
 
-    @field_validator("content", mode="before")
     @classmethod
-    def _null_content(cls, value: Any) -> Any:
-        return [] if value is None else value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _encodable_text(cls, data: Any, info: ValidationInfo) -> Any:
-        """Replace lone surrogates (see the module docstring); JSON input cannot hold any."""
-        if info.mode == "json" or not _unencodable(data):
-            return data
-        return _encodable(data)
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        """Replace lone surrogates in Python input (see the module docstring), where a
+        ``model_validator(mode="before")`` would: inside the model, so a built message passes
+        as it is. JSON input cannot hold any, so it skips the check: a validator would run for
+        JSON too, and make pydantic build Python objects of every message it decodes first.
+        A model holding a message calls this again once the class is built: it gets the
+        schema made then, check included."""
+        schema: Any = handler(source)
+        if cls.__dict__.get("__pydantic_complete__", False):
+            return schema
+        if schema["type"] != "model":
+            raise TypeError(f"unexpected schema for {cls.__name__}: {schema['type']}")
+        fields = schema["schema"]
+        schema["schema"] = cs.json_or_python_schema(
+            json_schema=fields,
+            python_schema=cs.no_info_before_validator_function(_encodable_input, fields),
+        )
+        return schema
 
     def text(self) -> str:
         """All text blocks joined with no separator."""
@@ -323,8 +302,8 @@ def with_call_ids(message: Message, seed: str | None = None) -> Message:
     """``message`` with an ID for every tool call that has none (``id=""``).
 
     A call without an ID cannot be answered durably: a result's empty ``tool_call_id`` is left
-    out on the wire and reads back ``None``, so after a reload the call looks unanswered (issue
-    16 item 7). The derived ID is ``call_`` plus 16 hex characters of
+    out on the wire and reads back ``None``, so after a reload the call looks unanswered and is
+    answered a second time. The derived ID is ``call_`` plus 16 hex characters of
     ``sha256(f"{seed}\\n{index}")``, ``index`` being the call's position in ``content``: the same
     message and seed always derive the same IDs, so a retried or replayed call stamps what the
     first attempt stamped. ``seed`` defaults to the message's own JSON (the Temporal worker

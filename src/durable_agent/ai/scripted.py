@@ -61,6 +61,17 @@ class Reply(BaseModel):
 Responder = Callable[[ModelRequest], Reply]
 
 
+def _outcome(reply: Reply, request: ModelRequest) -> tuple[Usage, StopReason]:
+    """The reply's usage (estimated from the text unless scripted) and why it stopped."""
+    usage = reply.usage or Usage(
+        input=_estimate_tokens(request), output=len(reply.text + reply.thinking) // 4 + 1
+    )
+    stop: StopReason = reply.stop_reason or (
+        "tool_use" if any(not c.server for c in reply.tool_calls) else "stop"
+    )
+    return usage, stop
+
+
 def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), max(size, 1))] if text else []
 
@@ -182,10 +193,5 @@ class ScriptedModel:
                     index=len(blocks),
                 )
             blocks.append(call)
-        usage = reply.usage or Usage(
-            input=_estimate_tokens(request), output=len(reply.text + reply.thinking) // 4 + 1
-        )
-        stop: StopReason = reply.stop_reason or (
-            "tool_use" if any(not c.server for c in reply.tool_calls) else "stop"
-        )
+        usage, stop = _outcome(reply, request)
         yield ModelEvent(type="done", partial=self._message(blocks, usage=usage, stop_reason=stop))

@@ -2,7 +2,9 @@
 
 Every stored time is aware UTC with microsecond precision. The wire form ends in ``Z`` and drops
 trailing fractional zeros, so equal datetimes always encode to identical strings (the codec's
-idempotency check compares strings).
+idempotency check compares strings). JSON holding a time in that form is parsed natively by
+pydantic (see :mod:`~durable_agent.ai.wirefields`; an aware UTC datetime whose ``tzinfo`` is
+pydantic's own zero offset); any other form by :func:`parse_time`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import GetCoreSchemaHandler, PlainSerializer
+from pydantic_core import core_schema as cs
 
-__all__ = ["UtcDatetime", "format_time", "parse_time", "to_utc", "utc_now"]
+from .wirefields import JsonNativeFirst, json_native_first
+
+__all__ = ["LenientTime", "UtcDatetime", "format_time", "parse_time", "to_utc", "utc_now"]
 
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})$"
@@ -87,9 +92,64 @@ def _coerce(value: Any) -> Any:
     return value
 
 
+def _lenient(value: Any) -> datetime | None:
+    """Wire timestamps that cannot be parsed read as ``None`` rather than failing the entry."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return to_utc(value)
+    if isinstance(value, str):
+        try:
+            return parse_time(value)
+        except ValueError:
+            return None
+    return None
+
+
+#: What :func:`format_time` writes: the one form pydantic's own parser reads for the wire, since
+#: it reads every such string exactly as :func:`parse_time` does (or refuses it, as that does).
+_WRITTEN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z$"
+
+
+def _written_time() -> cs.CoreSchema:
+    return cs.chain_schema([cs.str_schema(pattern=_WRITTEN), cs.datetime_schema()])
+
+
+class _Utc(JsonNativeFirst):
+    """``Annotated`` marker of :data:`UtcDatetime`'s validation."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return json_native_first(
+            _written_time(), cs.no_info_before_validator_function(_coerce, handler(source))
+        )
+
+
+class _Lenient(JsonNativeFirst):
+    """``Annotated`` marker of :data:`LenientTime`'s validation."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return json_native_first(
+            cs.nullable_schema(_written_time()),
+            cs.no_info_before_validator_function(_lenient, handler(source)),
+        )
+
+
+def _format_optional(value: datetime | None) -> str | None:
+    return None if value is None else format_time(value)
+
+
 UtcDatetime = Annotated[
     datetime,
-    BeforeValidator(_coerce),
+    _Utc,
     PlainSerializer(format_time, return_type=str, when_used="json"),
 ]
 """A datetime field that is always aware UTC and serializes as the wire's RFC 3339 form."""
+
+LenientTime = Annotated[
+    datetime | None,
+    _Lenient,
+    PlainSerializer(_format_optional, when_used="json"),
+]
+"""An optional wire time that reads as ``None`` when it cannot be parsed."""

@@ -42,11 +42,12 @@ from .config import (
     TemporalFlags,
     UsageError,
     VerboseOpt,
+    open_store,
     queue_for,
+    resolve_store_spec,
 )
 from .render import RunPrinter, console, flags_from, print_json, run_command, set_verbose
 from .run import open_agent
-from .stores import open_store, resolve_store_spec
 
 __all__ = [
     "Lines",

@@ -41,12 +41,15 @@ from .config import (
     AddressOpt,
     AgentOpt,
     NamespaceOpt,
+    OpenedStore,
     ProfileOpt,
     QueueOpt,
     StoreOpt,
     TemporalFlags,
     VerboseOpt,
+    open_store,
     queue_for,
+    resolve_store_spec,
 )
 from .render import (
     RunPrinter,
@@ -60,7 +63,6 @@ from .render import (
 )
 from .run import open_agent
 from .sessions import parent_of
-from .stores import OpenedStore, open_store, resolve_store_spec
 
 __all__ = ["HELP", "Chat", "chat", "run_chat"]
 

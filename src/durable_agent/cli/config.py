@@ -6,22 +6,32 @@ Every variable the worker and the other commands read is named here once, so
 Temporal comes from ``--address``/``--namespace``/``--profile``, then the chain the library's
 ``connect_from_env`` follows (:mod:`durable_agent.workflows.config`: the ``temporal`` CLI's
 variables and profiles, a running ``durable-agent dev``, ``localhost:7233``). Each command
-records in :data:`TARGET` what it resolved (this Temporal server, the store in :mod:`.stores`):
-errors always print it and ``-v`` prints it up front.
+records in :data:`TARGET` what it resolved (this Temporal server, this store): errors always
+print it and ``-v`` prints it up front.
+
+A store is named by a spec (``file:PATH`` or a ``mongodb://`` URI) from ``--store``, else
+``DURABLE_AGENT_STORE``, else ``MONGODB_URI``, else a FileStore under the data directory, so every
+command and the worker agree on one store without flags. Specs cannot tell whether a worker uses
+the client's store (a container's ``mongo:27017`` is the host's ``localhost:27017``), so the store
+carries a random ID (:mod:`durable_agent.workflows.store_check`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from temporalio.client import Client
 
+from ..session import RetentionStore, Store, StoreUnavailableError
+from ..stores import FileStore
 from ..workflows.config import (
     ENV_DATA_DIR,
     ConnectSettings,
@@ -53,16 +63,23 @@ __all__ = [
     "LogFormatOpt",
     "NamespaceOpt",
     "NotFound",
+    "OpenedStore",
     "ProfileOpt",
     "QueueOpt",
     "StoreOpt",
+    "StoreSpecError",
     "Target",
     "TemporalFlags",
     "UsageError",
     "VerboseOpt",
     "client_settings",
     "connect",
+    "display_store",
+    "mongo_unreachable",
+    "open_store",
     "queue_for",
+    "resolve_store_spec",
+    "retention",
 ]
 
 ENV_STORE = "DURABLE_AGENT_STORE"
@@ -71,6 +88,7 @@ ENV_MONGODB_URI = "MONGODB_URI"
 """A MongoDB URI, used when ``DURABLE_AGENT_STORE`` is unset."""
 ENV_MONGODB_DB = "DURABLE_AGENT_MONGODB_DB"
 """The database name when the URI has none (default ``durable_agent``)."""
+DEFAULT_MONGODB_DB = "durable_agent"
 ENV_TASK_QUEUE = "DURABLE_AGENT_TASK_QUEUE"
 """The task queue workers poll and clients start runs on (default ``durable-agent``)."""
 ENV_APP = "DURABLE_AGENT_APP"
@@ -132,6 +150,10 @@ class NotFound(CommandError):
     exit_code = 3
 
 
+class StoreSpecError(UsageError):
+    """A store spec the CLI cannot open (bad scheme, missing extra)."""
+
+
 # -- Temporal -------------------------------------------------------------------------------------
 
 
@@ -164,12 +186,8 @@ class Target:
             self.echo(f"using store {description}")
 
     def lines(self) -> list[str]:
-        out = []
-        if self.temporal is not None:
-            out.append(f"Temporal {self.temporal}")
-        if self.store is not None:
-            out.append(f"store {self.store}")
-        return out
+        named = (("Temporal", self.temporal), ("store", self.store))
+        return [f"{what} {value}" for what, value in named if value is not None]
 
 
 TARGET = Target()
@@ -283,3 +301,100 @@ LogFormatOpt = Annotated[
         help="The worker's log lines: text, or one JSON object per line.",
     ),
 ]
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+_USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/]*)@")
+
+
+def display_store(spec: str) -> str:
+    """A store spec fit to print: a MongoDB password is masked."""
+
+    def mask(match: re.Match[str]) -> str:
+        user = match.group(2).split(":", 1)[0]
+        return f"{match.group(1)}{user}:***@" if ":" in match.group(2) else match.group(0)
+
+    return _USERINFO.sub(mask, spec)
+
+
+def resolve_store_spec(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The store spec in force: the flag, then the environment, then the default FileStore."""
+    env = os.environ if env is None else env
+    for candidate in (flag, env.get(ENV_STORE), env.get(ENV_MONGODB_URI)):
+        if candidate:
+            return candidate
+    return f"file:{data_dir(env) / 'sessions'}"
+
+
+@dataclass
+class OpenedStore:
+    """A store and what to release when the command is done with it."""
+
+    store: Store
+    spec: str
+    client: Any = None
+
+    async def close(self) -> None:
+        if self.client is not None:
+            result = self.client.close()
+            if hasattr(result, "__await__"):
+                await result
+
+
+def _parse_mongo_uri(uri: str) -> dict[str, Any]:
+    try:
+        from pymongo.uri_parser import parse_uri
+    except ImportError as exc:  # pragma: no cover - the mongo extra is missing
+        raise StoreSpecError("a mongodb:// store needs PyMongo: pip install '.[mongo]'") from exc
+    try:
+        return dict(parse_uri(uri))
+    except Exception as exc:
+        raise StoreSpecError(f"invalid MongoDB URI: {exc}") from exc
+
+
+def mongo_unreachable(spec: str, exc: BaseException) -> StoreUnavailableError:
+    """One line instead of PyMongo's topology dump: ``cannot reach MongoDB at host:port (why)``."""
+    try:
+        hosts = ", ".join(f"{h}:{p}" for h, p in _parse_mongo_uri(spec)["nodelist"])
+    except StoreSpecError:
+        hosts = "?"
+    why = str(exc).split(" (configured timeouts")[0].split(", Timeout:")[0]
+    for host in hosts.split(", "):
+        why = why.removeprefix(f"{host}: ")
+    return StoreUnavailableError(f"cannot reach MongoDB at {hosts} ({why[:200]})")
+
+
+def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
+    """Build the store ``spec`` names. Opening connects nothing yet; the first call does."""
+    env = os.environ if env is None else env
+    TARGET.set_store(display_store(spec))
+    if spec.startswith("file:"):
+        root = spec[len("file:") :]
+        if not root:
+            raise StoreSpecError("file: store needs a directory, as in file:/path/to/sessions")
+        return OpenedStore(FileStore(Path(root).expanduser()), spec)
+    if spec.startswith(("mongodb://", "mongodb+srv://")):
+        parsed = _parse_mongo_uri(spec)
+        name = str(parsed.get("database") or env.get(ENV_MONGODB_DB) or DEFAULT_MONGODB_DB)
+        from pymongo import AsyncMongoClient
+
+        from ..stores import MongoStore
+
+        client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
+        return OpenedStore(MongoStore(client[name]), spec, client)
+    raise StoreSpecError(
+        f"unknown store {display_store(spec)!r}: use file:PATH or a mongodb:// URI "
+        f"(flag --store, or {ENV_STORE} / {ENV_MONGODB_URI})"
+    )
+
+
+def retention(opened: OpenedStore) -> RetentionStore:
+    """The store as a :class:`RetentionStore` (every built-in store is one), or a usage error
+    naming the store that cannot list or delete sessions (an application's own store)."""
+    if not isinstance(opened.store, RetentionStore):
+        raise StoreSpecError(
+            f"{type(opened.store).__name__} cannot list or delete sessions "
+            "(it has no list_sessions/delete_session)"
+        )
+    return opened.store

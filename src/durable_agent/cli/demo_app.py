@@ -115,14 +115,19 @@ def _call(request: ModelRequest, name: str, **arguments: str) -> Reply:
 
 
 def _text(text: str) -> Reply:
-    return Reply(text=text, chunk_size=5, chunk_delay=0.012)
+    """About 130 characters a second (some 33 tokens), a hosted model's pace: slow enough that
+    the reply visibly streams, and that its live deltas reach the client before it is stored."""
+    return Reply(text=text, chunk_size=4, chunk_delay=0.03)
 
 
 def _weather_reply(result: str) -> Reply:
     """Answer from the tool result (``"Lisbon: 24°C, sunny"``), about the city that was asked."""
     city, _, report = result.partition(": ")
     advice = " Take an umbrella." if "rain" in report else ""
-    return _text(f"Right now it is {report or 'unknown'} in {city}.{advice}")
+    return _text(
+        f"Right now it is {report or 'unknown'} in {city}.{advice} That is the current reading "
+        "from the weather tool; ask again later for an update."
+    )
 
 
 def _sales_reply(result: str) -> Reply:

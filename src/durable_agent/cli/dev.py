@@ -45,7 +45,9 @@ from .config import (
     StoreOpt,
     TemporalFlags,
     connect,
+    open_store,
     queue_for,
+    resolve_store_spec,
 )
 from .processes import (
     ManagedProcess,
@@ -59,7 +61,6 @@ from .processes import (
     temporal_binary,
 )
 from .render import console, flags_from, run_command
-from .stores import open_store, resolve_store_spec
 
 __all__ = [
     "DevServer",

@@ -46,9 +46,8 @@ from ..session import (
 from ..session.render import ACTIVE, LEAF, OFF_PATH, short
 from ..workflows.config import TemporalConfigError
 from . import AppLoadError
-from .config import TARGET, CommandError, TemporalFlags
+from .config import TARGET, CommandError, TemporalFlags, mongo_unreachable
 from .processes import ProcessError
-from .stores import mongo_unreachable
 
 __all__ = [
     "FAILURE_LOG",

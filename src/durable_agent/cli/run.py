@@ -34,6 +34,7 @@ from .config import (
     JsonOpt,
     NamespaceOpt,
     NotFound,
+    OpenedStore,
     ProfileOpt,
     QueueOpt,
     StoreOpt,
@@ -41,10 +42,12 @@ from .config import (
     UsageError,
     VerboseOpt,
     connect,
+    display_store,
+    open_store,
     queue_for,
+    resolve_store_spec,
 )
 from .render import RunPrinter, console, entry_json, err, flags_from, print_json, run_command
-from .stores import OpenedStore, display_store, open_store, resolve_store_spec
 from .worker import check_workers
 
 __all__ = [

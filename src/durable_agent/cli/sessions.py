@@ -42,6 +42,10 @@ from .config import (
     TemporalFlags,
     VerboseOpt,
     connect,
+    display_store,
+    open_store,
+    resolve_store_spec,
+    retention,
 )
 from .render import (
     console,
@@ -54,7 +58,6 @@ from .render import (
     run_command,
     set_verbose,
 )
-from .stores import display_store, open_store, resolve_store_spec, retention
 
 __all__ = [
     "NotConfirmed",

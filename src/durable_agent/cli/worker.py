@@ -50,16 +50,19 @@ from .config import (
     CommandError,
     LogFormatOpt,
     NamespaceOpt,
+    OpenedStore,
     ProfileOpt,
     QueueOpt,
     StoreOpt,
     TemporalFlags,
     VerboseOpt,
     connect,
+    display_store,
+    open_store,
+    resolve_store_spec,
 )
 from .processes import HEARTBEAT_INTERVAL, beat, check_liveness
 from .render import console, fail, flags_from, run_command
-from .stores import OpenedStore, display_store, open_store, resolve_store_spec
 
 __all__ = [
     "StoreMismatchError",

@@ -18,8 +18,9 @@ account (``new_entry_ids`` in its result) is checked against :attr:`RunChain.ids
 - ``agent_start`` with the first batch's receipt, and with it the first turn's ``turn_start`` and
   assistant ``message_start`` (the workflow schedules the model call in the same step);
 - a later turn's ``turn_start`` and ``message_start`` once its reply shows: a live delta of it
-  (:meth:`RunChain.reply_started`), its entry, or the run's end; a run that stops at its turn
-  limit starts no turn, which only the end tells;
+  (:meth:`RunChain.reply_started`; the follower reads the store first, so that a message the
+  run stored before it called the model goes out ahead), its entry, or the run's end; a run
+  that stops at its turn limit starts no turn, which only the end tells;
 - ``message_end`` with the one-entry receipt when the reply is stored, then for a reply without
   calls ``turn_end``; a lone call's ``tool_execution_start`` right after (it is scheduled with
   the reply's receipt); each result's ``tool_execution_end``, ``message_start`` and
@@ -110,6 +111,14 @@ class RunChain(ChainSteps):
             elif self._phase == "tools":
                 out += self._result(entry, pending[i:])
         return out
+
+    @property
+    def reply_unshown(self) -> bool:
+        """Whether a live delta of the awaited reply would start its turn (its ``turn_start``
+        has not gone out)."""
+        if self._phase == "input":
+            return self._empty_batch()
+        return self._phase == "reply" and not self._started
 
     def reply_started(self) -> list[Event]:
         """A live delta of the awaited reply arrived: its ``turn_start``/``message_start``."""

@@ -46,8 +46,9 @@ from ..session.errors import (
 from ..session.store import Store
 from .hub import Hubs
 from .local_runs import LocalRuns
-from .runs import RunNotFoundError, Runs, RunsUnavailableError, TemporalRuns
+from .runs import RunNotFoundError, Runs, RunsUnavailableError
 from .sse import KEEPALIVE
+from .temporal_runs import TemporalRuns
 from .tenants import Tenants, load_keys
 
 __all__ = ["ApiError", "Server", "create_app"]

@@ -26,7 +26,8 @@ from ..session.deltas import LiveStore
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.store import Store
-from .runs import REMEMBERED, Runs, Status, TemporalRuns
+from .runs import REMEMBERED, Runs, Status
+from .temporal_runs import TemporalRuns
 from .watch import Piece, RunWatch, owner
 
 __all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]

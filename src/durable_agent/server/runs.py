@@ -1,10 +1,9 @@
-"""Starting, cancelling and finding the runs of a session: in this process, or on Temporal.
+"""What the server asks of the runs of a session (:class:`Runs`), and the rules both kinds share.
 
-:class:`LocalRuns` runs agents in the server process (``create_app(agents=...)``, for development:
-its runs live and die with the process). :class:`TemporalRuns` starts run workflows on the
-workers of a task queue, and finds the runs of a session that any server process started with a
-visibility query on the session's search attributes (which may lag about a second), so replicas
-share no memory (docs/design.md#http-api).
+``LocalRuns`` (:mod:`.local_runs`) runs agents in the server process (``create_app(agents=...)``,
+for development: its runs live and die with the process); ``TemporalRuns``
+(:mod:`.temporal_runs`) starts run workflows on the workers of a task queue, and any replica
+finds any run (docs/design.md#http-api).
 
 Both tell a :class:`RunListener` (the session streams) what the server learns of a run: its
 status, and for a run in this process its live text; a Temporal run's text is read from the
@@ -13,23 +12,12 @@ store's live-delta channel by the stream itself.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateStage,
-)
-from temporalio.service import RPCError, RPCStatusCode
-
-from ..activities.run_contracts import RunResult, RunState
-from ..durable.agent import Agent, new
+from ..durable.agent import Agent
 from ..durable.errors import (
     AgentError,
     RunActiveError,
@@ -37,16 +25,10 @@ from ..durable.errors import (
     UnknownAgentError,
 )
 from ..durable.inbox import When
-from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionExistsError
-from ..session.ids import new_id
 from ..session.store import Store
 from ..session.tree import path
-from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
-from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
-from .relay import RunRelay
 
 __all__ = [
     "REMEMBERED",
@@ -56,7 +38,6 @@ __all__ = [
     "Runs",
     "RunsUnavailableError",
     "Status",
-    "TemporalRuns",
     "continue_settled",
     "no_run_accepts",
     "open_at",
@@ -73,8 +54,6 @@ Status = Literal["started", "awaiting_approval", "completed", "failed", "cancell
 
 REMEMBERED = 10_000
 """How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
-END_QUERY_TIMEOUT = 10.0
-"""Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -198,13 +177,6 @@ def pick_agent(names: Sequence[str], agent: str | None) -> str:
     return agent
 
 
-async def _create(store: Store, session_id: str) -> None:
-    """The session of a run starts to exist with the run's request (a stream may follow it at
-    once), like ``new()``: created if absent."""
-    with contextlib.suppress(SessionExistsError):
-        await store.create_session(session_id)
-
-
 async def open_at(agent: Agent, leaf_id: str | None) -> Agent:
     if leaf_id is not None and leaf_id != agent.leaf_id:
         await agent.branch(leaf_id)
@@ -216,226 +188,3 @@ def refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:
     run routes deliver ``next_turn``/``at_end`` into the active run before they get here)."""
     if active and on_busy != "sibling":
         raise run_active(session_id, active[0])
-
-
-_STATUS: dict[WorkflowExecutionStatus, Status] = {
-    WorkflowExecutionStatus.RUNNING: "started",
-    WorkflowExecutionStatus.COMPLETED: "completed",
-    WorkflowExecutionStatus.CONTINUED_AS_NEW: "started",
-    WorkflowExecutionStatus.CANCELED: "cancelled",
-}
-
-
-def _run_id(workflow_id: str) -> str:
-    """``durable-agent/<session>/run/<run_id>`` -> ``<run_id>``."""
-    return workflow_id.rsplit("/", 1)[-1]
-
-
-class TemporalRuns:
-    """Run workflows on the workers of ``task_queue``; any replica finds any run."""
-
-    local = False
-
-    def __init__(
-        self,
-        client: Client,
-        task_queue: str,
-        store: Store,
-        listener: RunListener,
-        agents: Sequence[str] = (),
-    ) -> None:
-        self.client = client
-        self.listener = listener
-        self.store = store
-        self.agents = list(agents)
-        self.executor = TemporalExecutor(client, task_queue=task_queue)
-        self._streams: dict[tuple[str, str], RunStream] = {}
-        self._relays: dict[tuple[str, str], RunRelay] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    async def start(
-        self,
-        session_id: str,
-        entries: Sequence[Entry],
-        *,
-        leaf_id: str | None,
-        agent: str | None,
-        on_busy: OnBusy,
-    ) -> str:
-        name = pick_agent(self.agents, agent)
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            refuse_busy(session_id, await self.active(session_id), on_busy)
-            await _create(self.store, session_id)
-            handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor
-            )
-            await open_at(handle, leaf_id)
-            run_id = new_id()
-            stream = await handle.run(*entries, run_id=run_id)
-        # the stream follows the run in the store until it ends; kept until then, so the busy
-        # check sees the run before visibility does. Its events, the run's own, reach the
-        # session's streams (its live text keyed by the run's own leaf: sibling runs never mix)
-        key = (session_id, run_id)
-        self._streams[key] = stream
-        stream.when_done(lambda: self._forget(self._streams, key))
-        relay = self._relays[key] = RunRelay(self.listener, handle, stream, run_id)
-        self.listener.run_status(session_id, run_id, "started")
-        task = asyncio.create_task(self._relay(session_id, run_id, relay))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return run_id
-
-    async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
-        """Relay the run; then tell its end with its last entry by its own account."""
-        status, last = await relay.run()
-        with contextlib.suppress(Exception):
-            status, last = await self.outcome(session_id, run_id)
-        self._forget(self._relays, (session_id, run_id))
-        self.listener.run_status(session_id, run_id, status, last)
-
-    async def aclose(self) -> None:
-        """Stop relaying (the runs go on, on their workers)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    @staticmethod
-    def _forget(runs: dict[tuple[str, str], Any], key: tuple[str, str]) -> None:
-        runs.pop(key, None)
-
-    def relayed(self, session_id: str, run_id: str) -> Status | None:
-        relay = self._relays.get((session_id, run_id))
-        return None if relay is None else relay.status
-
-    async def cancel(self, session_id: str, run_id: str) -> None:
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-        try:
-            await handle.cancel()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
-            raise
-
-    async def active(self, session_id: str) -> list[str]:
-        query = (
-            f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
-            'AND ExecutionStatus = "Running"'
-        )
-        try:
-            listed = [_run_id(w.id) async for w in self.client.list_workflows(query)]
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.INVALID_ARGUMENT:
-                raise
-            # a namespace no worker registered the search attributes in yet: no run there
-            # can have them, so no run of the session is running
-            listed = []
-        # visibility lags: a run listed as running may have ended a moment ago
-        found = [r for r in listed if await self._described(session_id, r) == "started"]
-        mine = [r for s, r in self._streams if s == session_id and r not in found]
-        return mine + found
-
-    async def status(self, session_id: str, run_id: str) -> Status:
-        """What the run does now: as Temporal describes it, a running run asked once whether it
-        waits for people (docs/design.md#http-api). Not what this server relays: that follows
-        the run's events, which may trail its state by a moment."""
-        status = await self._described(session_id, run_id)
-        if status != "started":
-            return status
-        try:
-            async with asyncio.timeout(END_QUERY_TIMEOUT):
-                state = await self.state(session_id, run_id)
-        except Exception as exc:  # no worker to answer: what Temporal says is all there is
-            logger.info("the state of run %s: %s", run_id, type(exc).__name__)
-            return status
-        return "awaiting_approval" if state.status == "awaiting_approval" else status
-
-    async def _described(self, session_id: str, run_id: str) -> Status:
-        """The run's status from Temporal's description (a waiting run is ``started``)."""
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-        try:
-            described = await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
-            raise
-        return _STATUS.get(described.status, "failed") if described.status else "started"
-
-    async def outcome(self, session_id: str, run_id: str) -> tuple[Status, str]:
-        """Wait for the run's end (a long poll of its result, not billed); say how it ended and
-        the ID of the last entry it stored (from its result; for a failed or cancelled run, from
-        one ``state()`` query of the closed run; ``""`` when that cannot be had)."""
-        handle = self.client.get_workflow_handle(
-            run_workflow_id(session_id, run_id), result_type=RunResult
-        )
-        try:
-            result = await handle.result()
-        except Exception:
-            status = await self._described(session_id, run_id)
-            if status == "started":
-                return status, ""  # the long poll broke, not the run
-            try:
-                async with asyncio.timeout(END_QUERY_TIMEOUT):
-                    state = await self.state(session_id, run_id)
-            except Exception as exc:  # a closed run no worker can replay now, say
-                logger.info("the entries of ended run %s: %s", run_id, type(exc).__name__)
-                return status, ""
-            return status, state.new_entry_ids[-1] if state.new_entry_ids else ""
-        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else ""
-
-    async def state(self, session_id: str, run_id: str) -> RunState:
-        """The run's ``state()``: asked once when a stream attaches to a run it did not see start
-        (its turn count keys the reply's live deltas)."""
-        return await self.executor.state(session_id, run_id)
-
-    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
-        """The ``send`` update of the session's running run, answered once its validator
-        accepted the message (delivery comes later, a receipt on the stream)."""
-        for run_id in await self.active(session_id):
-            handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-            message_id = new_id()
-            body = send_body(entry, when).model_copy(update={"message_id": message_id})
-            try:
-                update = await handle.start_update(
-                    "send",
-                    body,
-                    id=message_id,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                    result_type=str,
-                )
-                # the SDK knows the outcome at once only when the run refused (or already
-                # delivered) it; result() then says which without waiting
-                if getattr(update, "_known_outcome", None) is not None:
-                    await update.result()
-            except (WorkflowUpdateFailedError, RPCError):
-                continue  # that run ended or takes no more messages
-            return run_id, message_id
-        raise no_run_accepts(session_id)
-
-    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
-        """Any server process decides from the session ID alone: the run that asked takes the
-        decision through its ``decide`` update, else it is committed at the session's leaf
-        (and a run carries out the turn's calls once all are decided)."""
-        name = self.agents[0] if self.agents else "agent"  # this handle only decides
-        handle = await new(name, store=self.store, session_id=session_id, executor=self.executor)
-        entry = await decide_with(handle, decision)
-        await continue_settled(self, self.store, session_id)
-        return entry
-
-    async def compact(
-        self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
-    ) -> CompactionEntry | None:
-        """The compaction workflow on the queue's workers, as ``agent.compact`` does there. A
-        run start on this replica waits for it; one on another replica is not held back."""
-        name = pick_agent(self.agents, agent)
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            refuse_busy(session_id, await self.active(session_id), "reject")
-            handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor
-            )
-            await open_at(handle, leaf_id)
-            entry = await handle.compact(keep_turns)
-        self.listener.stored(session_id)
-        return entry

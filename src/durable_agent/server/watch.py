@@ -62,7 +62,7 @@ class RunWatch:
     """The run's last stored entry (from its ``state()``, then each entry read that hangs off
     it): the parent of the reply it streams. ``""``: not known (its ``state()`` failed)."""
     outcome: asyncio.Task[tuple[Status, str]] | None = None
-    """How the run ended and its last stored entry (:meth:`~.runs.TemporalRuns.outcome`)."""
+    """How the run ended and its last stored entry (``TemporalRuns.outcome``)."""
     deltas: DeltaFollower = field(init=False)
     polled: float = float("-inf")
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Literal, TypeVar, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 
-from pydantic import AliasChoices, AliasPath, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, AliasPath, BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
 from ..ai.messages import Message
 from ..ai.timefmt import UtcDatetime, utc_now
+from ..ai.wirefields import EmptyAsNone
 
 __all__ = [
     "RESERVED_WIRE_KEYS",
@@ -38,13 +39,9 @@ class EntryBase(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     id: str = ""
-    parent_id: str | None = None
+    parent_id: Annotated[str | None, EmptyAsNone] = None
+    """``""`` reads as ``None``: a root."""
     created_at: UtcDatetime = Field(default_factory=utc_now)
-
-    @field_validator("parent_id", mode="before")
-    @classmethod
-    def _empty_parent_is_root(cls, value: Any) -> Any:
-        return None if value == "" else value
 
 
 class MessageEntry(EntryBase):

@@ -156,6 +156,8 @@ class RunFollower:
         self.reading = reading
         self._waiter: asyncio.Future[None] | None = None
         self._agent_event = Event.model_construct(type="agent", session_id=state.session_id)
+        self._first_update: AgentEvent | None = None
+        """A reply's first live update while the store is read before it goes out."""
 
     async def produce(self, put: Callable[[Event], None]) -> list[Message]:
         state, handle = self.state, self.handle
@@ -285,6 +287,17 @@ class RunFollower:
         update = await deltas.poll()
         if update is None:
             return
+        if self.chain.reply_unshown:
+            # The reply's first sign. The run stored what came before its model call (a message
+            # sent into it) before this delta was written: one read puts that first, as the
+            # engine records it. If the read brings the reply's entry, the update goes out
+            # just before its receipt (see _deliver).
+            self._first_update = update
+            found = await self.entries.read()
+            await self._deliver(self.chain.add(e for _, e in found), put)
+            update, self._first_update = self._first_update, None
+            if update is None:
+                return
         for event in self.chain.reply_started():
             put(event)
         put(self._wrap(update))
@@ -298,6 +311,9 @@ class RunFollower:
             assert inner is not None
             reply = inner.message if inner.type == "message_end" else None
             if reply is not None and reply.role == "assistant" and self.deltas is not None:
+                if self._first_update is not None:
+                    put(self._wrap(self._first_update))
+                    self._first_update = None
                 for update in await self.deltas.finish(reply):
                     put(self._wrap(update))
             if event.entries is not None and event.leaf_id is not None:

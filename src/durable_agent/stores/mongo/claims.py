@@ -5,16 +5,18 @@ pushes nothing but ``_id`` equality down to SQL (any other lookup scans the whol
 every stored entry also has a **claim** in the claims collection (``<entries>_claims``), and every
 append a **slot**, both found by primary key and never read by a load. Both carry the session's
 incarnation (:mod:`~durable_agent.stores.mongo.incarnation`), so nothing of a deleted session
-collides with the session created again under its ID:
+collides with the session created again under its ID. The session is their ``_id``'s prefix,
+which every query on them uses (``id_range``), so they hold no field of their own for it (older
+ones may hold the session ID as ``s``, which nothing reads):
 
-- claim ``{_id: "<session_id>/<incarnation>/<entry_id>", s, i, h: <16-byte hash of the wire>,
+- claim ``{_id: "<session_id>/<incarnation>/<entry_id>", i, h: <16-byte hash of the wire>,
   q: <seq of the batch document that holds it>}``: ``_id`` uniqueness (enforced by every server,
   FerretDB included) makes the first claimer of an ID the one to store it; ``q`` says where to
   check that the entry really got stored (a claim is written before its entry). A claim whose
   document is not there is taken over only after a **fence** went in at that document's place
   (:mod:`~durable_agent.stores.mongo.writer`), so the first claimer's document can never land
   after all; ``h`` is the claimed content's hash, for inspection and repair tools.
-- slot ``{_id: "<session_id>/<incarnation>#<seq>", s, i, n: count, t: taken at}``: the append
+- slot ``{_id: "<session_id>/<incarnation>#<seq>", i, n: count, t: taken at}``: the append
   that inserts it owns the numbers ``seq .. seq + n - 1``; ``t`` (the writer's clock) tells a
   reader how long the slot has waited for its document. Session IDs hold no ``/`` and
   incarnations no ``/`` or ``#``, so slots and claims never collide. Slots replace a counter: a
@@ -73,7 +75,6 @@ def claim_doc(scope: Scope, entry_id: str, wire: str, seq: int) -> dict[str, Any
     """The claim of one entry, pointing at the batch document (at ``seq``) that will hold it."""
     return {
         "_id": scope.key(entry_id),
-        "s": scope.sid,
         "i": scope.inc,
         "h": Binary(wire_hash(wire)),
         "q": seq,
@@ -85,7 +86,7 @@ def slot_doc(scope: Scope, seq: int, count: int) -> dict[str, Any]:
     long a reader waits for its document, :mod:`~durable_agent.stores.mongo.tail`)."""
     now = datetime.now(UTC)
     taken = now.replace(microsecond=now.microsecond // 1000 * 1000)  # a BSON date's precision
-    return {"_id": scope.at(seq), "s": scope.sid, "i": scope.inc, "n": count, "t": taken}
+    return {"_id": scope.at(seq), "i": scope.inc, "n": count, "t": taken}
 
 
 class Slot(NamedTuple):

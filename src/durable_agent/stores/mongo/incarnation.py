@@ -26,11 +26,15 @@ deltas.
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from ...session.errors import CorruptSessionError
 
-__all__ = ["Scope", "id_range", "incarnation_of", "new_incarnation"]
+__all__ = ["Scope", "SessionEnds", "id_range", "incarnation_of", "new_incarnation"]
+
+#: Sessions whose incarnation and end a store object remembers (LRU).
+_CACHE_SIZE = 4096
 
 
 def new_incarnation() -> str:
@@ -76,3 +80,16 @@ class Scope(NamedTuple):
         """The entry ID of one of this incarnation's keys; ``None`` for any other string."""
         head = self.prefix + "/"
         return key[len(head) :] if key.startswith(head) else None
+
+
+class SessionEnds(OrderedDict[str, tuple[str, int]]):
+    """Per session, the incarnation this store object last saw and the slot boundary where it
+    puts its next append (one past the highest ``seq`` it wrote or loaded: a writer's appends
+    keep their order); LRU-bounded. A floor never outlives its incarnation."""
+
+    def raise_to(self, scope: Scope, end: int) -> None:
+        inc, known = self.get(scope.sid, ("", 0))
+        self[scope.sid] = (scope.inc, max(end, known) if inc == scope.inc else end)
+        self.move_to_end(scope.sid)
+        while len(self) > _CACHE_SIZE:
+            self.popitem(last=False)

@@ -119,9 +119,11 @@ class MongoStore:
     :meth:`ensure_indexes`). Server-selection, connection and timeout errors raise
     ``StoreUnavailableError``; how long a call waits for a down server is the client's
     ``serverSelectionTimeoutMS`` (or ``timeoutMS``). ``abandon_after``: seconds
-    :meth:`load_entries_after` waits for an append that took its slot but has not stored its
-    document before it fences that place and reads on (that append then stores its batch
-    later; :mod:`~durable_agent.stores.mongo.tail`).
+    :meth:`load_entries_after`, or an append that needs its entries, waits for an append that
+    took its slot but has not stored its document before it fences that place and goes on
+    (that append then stores its batch later; :mod:`~durable_agent.stores.mongo.tail`); an
+    append gives up after ``abandon_after`` plus a margin
+    (:mod:`~durable_agent.stores.mongo.writer`).
     """
 
     def __init__(
@@ -155,7 +157,9 @@ class MongoStore:
         self._index_lock = asyncio.Lock()
         claims = database.get_collection(f"{entries_collection}_claims", codec_options=codec)
         self._claims = Claims(claims, self._sessions)
-        self._writer = BatchWriter(self._sessions, self._entries, self._claims)
+        self._writer = BatchWriter(
+            self._sessions, self._entries, self._claims, abandon_after=abandon_after
+        )
         self._tail = TailReader(self._entries, self._claims, abandon_after)
         self._live: MongoDeltas | None = None
         # Strong references to shielded writes so a cancelled caller's write is not collected.
@@ -312,7 +316,7 @@ class MongoStore:
             cursor = self._entries.find(
                 {"session_id": sid}, projection, batch_size=LOAD_BATCH_SIZE
             ).sort([("inc", ASCENDING), ("seq", ASCENDING)])
-            docs = [doc async for doc in cursor]
+            docs: list[dict[str, Any]] = await cursor.to_list(None)  # a batch at once
         except BaseException:
             check.cancel()
             raise

@@ -52,7 +52,8 @@ from .incarnation import Scope
 
 __all__ = ["ABANDON_AFTER", "Part", "TailReader", "parts"]
 
-#: Seconds a reader waits for the document of a slot before it fences the slot's place.
+#: Seconds a reader (or an append that needs its entries) waits for the document of a slot
+#: before it fences that place.
 ABANDON_AFTER = 10.0
 
 #: Settled gaps a store object remembers (LRU).

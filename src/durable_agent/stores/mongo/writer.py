@@ -21,10 +21,19 @@ and ``seq``, so the claimer's document can never land afterwards (both unique ke
 by every server, FerretDB included, unlike the multikey index on ``keys``). Whichever went in
 first, the claimer's document or the fence, decides: an entry is stored at most once, and the
 first writer to store it wins. To keep two writers from fencing each other in turn, a writer
-fences only documents placed before its own first slot; a claim that a later writer moved is
-waited for (briefly: that writer is between moving its claims and inserting its document, and a
-writer that gives up such a place fences it itself), and if that writer died the append fails
-retryably, and its retry, started later, takes over.
+fences at once only documents placed before its own first slot; a claim that a later writer
+moved is waited for (that writer is between moving its claims and inserting its document, and a
+writer that gives up such a place fences it itself).
+
+**Patience is time, not rounds.** A writer that has waited ``abandon_after`` (its own clock) for
+one such place fences it, as a reader fences a slot that old
+(:mod:`~durable_agent.stores.mongo.tail`): that writer stalled or died, and if it was only slow
+it finds the fence when its insert fails and moves its batch to a later slot. So a stalled writer
+never makes an append fail; an append gives up (``StoreUnavailableError``, retryable) only once
+it has spent ``abandon_after + PATIENCE_MARGIN`` on the careful path, which covers that one wait
+plus the round trips before and after it: what is left is writers that keep stalling in turn,
+or damage nothing settles. Two live writers never fence each other in turn: each one lands
+within ``abandon_after`` of moving its claims.
 
 **A slot given up is fenced** by the writer that gives it up (its claims found taken, a document
 that hit a fence, nothing left to store), so a reader never waits for it
@@ -40,7 +49,7 @@ found after one of them went in replaces what this call inserted with fences bef
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,15 +65,12 @@ from ...session.errors import (
 from .batches import Batch, claims_for, documents, fence_doc, split_documents
 from .claims import POINT_LIMIT, Claim, Claims, first_error_index, only_duplicate_keys, slot_doc
 from .decode import stored_entries
-from .incarnation import Scope, incarnation_of
+from .incarnation import Scope, SessionEnds, incarnation_of
 
-__all__ = ["BatchWriter", "SessionEnds"]
+__all__ = ["PATIENCE_MARGIN", "BatchWriter"]
 
-#: Rounds of "look up, claim, insert, hit a duplicate key" before an append gives up.
-_MAX_WRITE_ROUNDS = 50
-
-#: Sessions whose incarnation and end a store object remembers (LRU).
-_CACHE_SIZE = 4096
+#: Seconds an append keeps trying on its careful path beyond ``abandon_after`` (module doc).
+PATIENCE_MARGIN = 10.0
 
 
 def _int(value: Any) -> bool:
@@ -80,27 +86,24 @@ class _Gone(Exception):
         self.replaced = replaced
 
 
-class SessionEnds(OrderedDict[str, tuple[str, int]]):
-    """Per session, the incarnation this store object last saw and the slot boundary where it
-    puts its next append (one past the highest ``seq`` it wrote or loaded: a writer's appends
-    keep their order); LRU-bounded. A floor never outlives its incarnation."""
-
-    def raise_to(self, scope: Scope, end: int) -> None:
-        inc, known = self.get(scope.sid, ("", 0))
-        self[scope.sid] = (scope.inc, max(end, known) if inc == scope.inc else end)
-        self.move_to_end(scope.sid)
-        while len(self) > _CACHE_SIZE:
-            self.popitem(last=False)
-
-
 class BatchWriter:
     """Writes encoded, de-duplicated batches as batch documents (module doc)."""
 
-    def __init__(self, sessions: Any, entries: Any, claims: Claims) -> None:
+    def __init__(
+        self,
+        sessions: Any,
+        entries: Any,
+        claims: Claims,
+        *,
+        abandon_after: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessions = sessions
         self._entries = entries
         self._claims = claims
         self._ends = SessionEnds()
+        self._abandon_after = abandon_after
+        self._clock = clock
 
     def seen(self, sid: str, session: dict[str, Any], end: int) -> None:
         """A load read the session document and its entries up to ``end``: the next append
@@ -231,8 +234,12 @@ class BatchWriter:
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
         slot (``mine``: claims this call holds, by key, with the seq of their document;
         ``birth``: this call's first slot; ``ours``: places of documents it stored, fenced on a
-        conflict)."""
-        for round_ in range(_MAX_WRITE_ROUNDS):
+        conflict). Gives up after ``abandon_after + PATIENCE_MARGIN`` seconds (module doc)."""
+        patience = self._abandon_after + PATIENCE_MARGIN
+        deadline = self._clock() + patience
+        waiting: dict[int, float] = {}  # a later writer's place -> when first found empty
+        waits = 0
+        while self._clock() < deadline:
             keys = [scope.key(entry.id) for entry, _ in todo]
             claims = await self._claims.claims(k for k in keys if k not in mine)
             stored = await self._stored(scope, todo, claims, mine)
@@ -244,8 +251,10 @@ class BatchWriter:
             if not todo:
                 return
             taken = [claims[scope.key(e.id)] for e, _ in todo if scope.key(e.id) in claims]
-            if not await self._fence(scope, taken, birth):
-                await asyncio.sleep(min(0.001 * 2**round_, 0.1))  # a later writer's, in flight
+            if not await self._fence(scope, taken, birth, waiting):
+                # A later writer's document is in flight: back off, 1 ms doubling up to 100 ms.
+                await asyncio.sleep(min(0.001 * 2 ** min(waits, 7), 0.1))
+                waits += 1
                 continue
             first = await self._claims.take_slot(scope, above, len(todo))
             above = first + len(todo)
@@ -261,20 +270,27 @@ class BatchWriter:
             if await self._land(scope, docs, ours):
                 return
         raise StoreUnavailableError(
-            f"session {scope.sid!r}: append kept colliding with concurrent writers "
-            f"({_MAX_WRITE_ROUNDS} rounds)"
+            f"session {scope.sid!r}: append gave up after {patience:g} s: entries it needs were "
+            "claimed by other writers and neither stored nor given up meanwhile (retry it)"
         )
 
-    async def _fence(self, scope: Scope, taken: list[Claim], birth: int) -> bool:
+    async def _fence(
+        self, scope: Scope, taken: list[Claim], birth: int, waiting: dict[int, float]
+    ) -> bool:
         """Make sure the documents other writers' claims in ``taken`` point at can never land
         (their entries are not stored): a fence at each one's place. A place after this call's
-        first slot is only found fenced, never fenced (its writer started later and is still
-        placing it, or abandoned and fenced it). ``False`` when one is not fenced (it landed
-        meanwhile, or is still being placed): look again."""
+        first slot is fenced only once this call has waited ``abandon_after`` for it (``waiting``:
+        since when, by place); until then its writer, which started later, may be placing it.
+        ``False`` when one is not fenced (it landed meanwhile, or is still being placed): look
+        again."""
+        now = self._clock()
         for seq in sorted({claim.seq for claim in taken if claim.seq is not None}):
-            if seq < birth and await self._fence_places(scope, [seq]):
+            stalled = seq in waiting and now - waiting[seq] >= self._abandon_after
+            if (seq < birth or stalled) and await self._fence_places(scope, [seq]):
                 continue
             there = await self._entries.find_one({"_id": scope.at(seq)}, {"fence": 1})
+            if there is None:
+                waiting.setdefault(seq, now)
             if there is None or not there.get("fence"):
                 return False
         return True
