@@ -21,9 +21,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityHandle
 
 from ..ai.messages import Message
+from ..durable.cancel_notes import CancelWatch, Watched
 from ..durable.errors import PersistError
 from ..durable.limits import PAYLOAD_LIMIT
-from ..durable.live import CancelWatch, LiveDeltas, Watched, live_channel
+from ..durable.live import LiveDeltas, live_channel
 from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
 from ..session.codec import encode_entry

@@ -27,8 +27,9 @@ from ..agent.approval import needs_approval
 from ..agent.options import AgentOptions
 from ..ai.messages import Message, with_call_ids
 from ..ai.model import ModelError, ModelEvent, ModelRequest
+from ..durable.cancel_notes import write_cancel_note
 from ..durable.engine import RunEngine, aborted_message
-from ..durable.live import DeltaWriter, clear_later, write_cancel_note, writer_for
+from ..durable.live import DeltaWriter, clear_later, writer_for
 from ..durable.persist import Header
 from ..session.approvals import ApprovalRequest, requests_for
 from ..session.codec import decode_entry

@@ -15,8 +15,7 @@ exactly its content, one last update brings it there (``restart=True`` when that
 extension of what was shown), so the text a consumer built always ends equal to the stored
 message. Deltas read together become one update; each update's ``delta`` is the text it adds
 (after a restart, the whole text so far). While a reply streams, each read is timed just after
-the writer's next write is due (a delta carries when it was written), so every read finds one
-write, as soon as it is there, at the writer's pace.
+the writer's next write is due (a delta carries its write time): one write found per read.
 """
 
 from __future__ import annotations
@@ -53,9 +52,7 @@ logger = logging.getLogger("durable_agent.live")
 async def entries_after(store: Store, session_id: str, after: int) -> list[tuple[int, Entry]]:
     """The session's entries after seq ``after``, with their seqs: the store's own seq read
     (:class:`~durable_agent.session.SeqStore`), else a whole load sliced."""
-    if isinstance(store, SeqStore):
-        return await store.load_entries_after(session_id, after)
-    return list(enumerate(await store.load_entries(session_id), 1))[after:]
+    return await _reader(store)(session_id, after)
 
 
 def _reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
