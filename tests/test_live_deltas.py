@@ -353,6 +353,21 @@ async def test_a_file_reader_reads_on_from_where_it_read_until_the_path_names_an
     assert [(d.attempt, d.seq) for d in reader.read_now(KEY, (1, 3))] == [(2, 1)]
 
 
+async def test_a_file_reader_reads_nothing_of_a_session_another_process_deleted(
+    tmp_path: Path,
+) -> None:
+    """Lines written to a side file the reader keeps open, then the session deleted by another
+    store object (another process): the reader returns none of them and lets the file go."""
+    worker_store, reader = FileStore(tmp_path), FileStore(tmp_path).live_deltas()
+    await worker_store.create_session(KEY.session_id)
+    worker = worker_store.live_deltas()
+    await publish(worker, 1, ["a"])
+    assert [d.seq for d in reader.read_now(KEY)] == [1]
+    await publish(worker, 1, ["a", "ab"], first=2)  # written, not yet read ...
+    await worker_store.delete_session(KEY.session_id)  # ... and deleted
+    assert reader.read_now(KEY, (1, 1)) == []
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors")
 async def test_a_file_reader_keeps_few_files_open(tmp_path: Path) -> None:
     """However many replies one store object followed, it holds a bounded number of side files

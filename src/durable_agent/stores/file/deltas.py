@@ -3,8 +3,8 @@
 A reply's deltas go to ``<root>/<session_id>.live/<run>.<turn>.jsonl``, one JSON line per
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
 progress). A reader polls while a reply streams, so the channel keeps the file it reads open and
-remembers how far it read: a poll is one ``pread`` of the new lines (and one ``stat`` when it
-finds none, that the path still names that file). Both ends call it on their event loop
+remembers how far it read: a poll is one ``stat`` (the path still names that file) and one
+``pread`` of the new lines. Both ends call it on their event loop
 (:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or read costs less
 than the task, thread or timeout around it would. The
 file is removed shortly after the reply is stored, and the directory with its last
@@ -158,10 +158,10 @@ class FileDeltas:
         before ``after``, else from the start of the file."""
         path = self._path(key)
         mark = self._read_to.get(path)
-        if mark is not None and after >= mark.highest:
-            data = _read_from(mark.fd, mark.offset)
-            if data or _names(path, mark.ino):
-                return self._take(path, mark, data, after)
+        # the path must still name the file kept open: an unlinked file's unread lines belong
+        # to a cleared reply or a deleted session (docs/design.md#retention)
+        if mark is not None and after >= mark.highest and _names(path, mark.ino):
+            return self._take(path, mark, _read_from(mark.fd, mark.offset), after)
         self._forget(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
