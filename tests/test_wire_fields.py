@@ -14,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -78,13 +79,15 @@ messages = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "tool_result", "nobody"])},
     optional={"content": contents, "timestamp": times, "tool_call_id": st.none() | texts},
 )
+flags = st.booleans() | st.sampled_from([None, "no", "yes", "true", "0", "maybe", 0, 1, 2, [1]])
+"""Stored flags, damaged ones included (both paths must read them alike)."""
 message_entries = st.fixed_dictionaries(
     {"type": st.just("message"), "id": ids},
     optional={
         "parent_id": parents,
         "created_at": times,
-        "meta": st.booleans(),
-        "synthetic": st.booleans(),
+        "meta": flags,
+        "synthetic": flags,
         "ephemeral": st.sampled_from([True, False, "yes", None, [1]]),
         "message": messages,
     },
@@ -175,3 +178,17 @@ def test_the_json_schema_is_the_python_validators() -> None:
     ]
     assert message["properties"]["content"]["type"] == "array"
     assert entry["$defs"]["ToolCall"]["properties"]["arguments"]["type"] == "object"
+
+
+@pytest.mark.parametrize("flag", ["no", "yes", "0", 1, None, "maybe", 2])
+def test_a_damaged_flag_reads_alike_on_both_paths(flag: Any) -> None:
+    """A stored ``meta`` that is not a boolean: pydantic's bool rules on both paths (``"no"``
+    is false, ``"maybe"`` is no boolean), ``null`` as absent."""
+    line = (
+        '{"type":"message","id":"e1","created_at":"2026-01-02T03:04:05.000000Z",'
+        f'"message":{{"role":"user","content":[]}},"meta":{json.dumps(flag)}}}'
+    )
+    fast, general = _decoded(decode_entry, line), _decoded(wire_to_entry, json.loads(line))
+    assert fast == general
+    expected = {"no": False, "yes": True, "0": False, 1: True, None: False}.get(flag, "invalid")
+    assert (fast if fast == "invalid" else fast.meta) == expected

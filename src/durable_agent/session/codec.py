@@ -108,6 +108,13 @@ def wire_to_entry(data: Any) -> Entry:
         raise EntryDecodeError("invalid entry: nested too deep") from None
 
 
+def _flag(data: dict[str, Any], name: str) -> Any:
+    """A stored flag as the fast path reads it (pydantic's bool rules: ``"no"`` is false, a value
+    it refuses makes the entry invalid), except that ``null`` reads as absent."""
+    value = data.get(name)
+    return False if value is None else value
+
+
 def _wire_to_entry(data: Any) -> Entry:
     if not isinstance(data, dict):
         raise EntryDecodeError(f"entry must be a JSON object, not {type(data).__name__}")
@@ -121,8 +128,8 @@ def _wire_to_entry(data: Any) -> Entry:
             return MessageEntry(
                 **header,
                 message=message,
-                meta=bool(data.get("meta", False)),
-                synthetic=bool(data.get("synthetic", False)),
+                meta=_flag(data, "meta"),
+                synthetic=_flag(data, "synthetic"),
             )
         if kind == "custom":
             # An absent or empty kind is just an unregistered kind: a bare CustomEntry, as
