@@ -9,8 +9,12 @@ reads ``events()`` with live tokens on (the store's live-delta channel, the defa
 ``--wait-latencies`` (default 0 and 1 s) also only ``wait()``; at the ``--dark-latencies`` (default
 none) also ``events()`` with live deltas off on both sides (``ours dark``: the model still streams,
 nobody publishes or reads its deltas), which tells what streaming the model costs from what
-publishing and following its deltas cost. Every workload gets a fresh worker and client process
-and a 5-turn warm-up without model latency that is not counted.
+publishing and following its deltas cost. At the ``--streamed-peer-latencies`` (default none)
+Pydantic AI also runs with an ``event_stream_handler`` (``pai-streamed``): its model activity
+streams the same deltas over ``L`` into a handler that counts them and publishes them nowhere (a
+lower bound for the peer with live tokens; its "live deltas" are the model-stream events the
+handler saw, ours the ``message_update`` events the client got). Every workload gets a fresh
+worker and client process and a 5-turn warm-up without model latency that is not counted.
 
 Actions come from the dev server's own ``action`` metric (``--metrics-port``), scraped before and
 after each measured conversation, and are broken down by kind (``_cost_actions.py``); every
@@ -24,7 +28,7 @@ and after a change appear side by side. Prints one table per latency and writes
 ``bench/results/cost.json``. The default run takes about 14 minutes (most of it the 10 s model).
 
 Run: ``make bench-cost`` or ``.venv-peers/bin/python bench/cost_bench.py [--latencies 0,1]
-[--turns 20] [--reps 1] [--before REV] [--dark-latencies 3]``.
+[--turns 20] [--reps 1] [--before REV] [--dark-latencies 3] [--streamed-peer-latencies 1,3]``.
 """
 
 from __future__ import annotations
@@ -74,14 +78,14 @@ TRANSFER_RPS_KEY = "history.transferProcessorMaxPollRPS"  # as bench/temporal_be
 @dataclass(frozen=True)
 class Variant:
     side: str
-    """``ours`` or ``pai``."""
+    """``ours`` or ``pai`` (``mode`` ``streamed``: with an event stream handler)."""
     mode: str = "events"
     before: bool = False
 
     @property
     def name(self) -> str:
         if self.side == "pai":
-            return "pydantic-ai"
+            return "pai-streamed" if self.mode == "streamed" else "pydantic-ai"
         return f"ours {self.mode}" + (" (before)" if self.before else "")
 
 
@@ -209,7 +213,7 @@ async def workload(env: Env, variant: Variant, latency: float, turns: int) -> di
         "client_cpu_s": done["cpu"],
         "worker_cpu_s": w1["cpu"] - w0["cpu"],
         "wall_s": done["wall"],
-        "live_deltas": done["updates"],
+        "live_deltas": done["updates"] + w1.get("handled", 0) - w0.get("handled", 0),
     }
 
 
@@ -246,16 +250,17 @@ def print_latency(latency: float, results: dict[str, list[dict[str, Any]]], turn
         k = key.strip()
         digits = 1 if k in RATIOS[1:] else 2
         row(key + ("" if k in RATIOS else " / turn"), [f"{med[n][k]:.{digits}f}" for n in names])
-    peer = med.get("pydantic-ai")
-    for k in RATIOS if peer is not None else ():
-        assert peer is not None
-        row(
-            f"ratio {k.split()[0]} ours/peer",
-            [
-                "-" if n == "pydantic-ai" or not peer[k] else f"{med[n][k] / peer[k]:.2f}x"
-                for n in names
-            ],
-        )
+    for peer_name, label in (("pydantic-ai", "peer"), ("pai-streamed", "streamed peer")):
+        peer = med.get(peer_name)
+        for k in RATIOS if peer is not None else ():
+            assert peer is not None
+            row(
+                f"ratio {k.split()[0]} ours/{label}",
+                [
+                    "-" if n.startswith("p") or not peer[k] else f"{med[n][k] / peer[k]:.2f}x"
+                    for n in names
+                ],
+            )
     row(
         "metric vs histories+clients",
         ["DIFFER" if any(r["mismatch"] for r in results[n]) else "agree" for n in names],
@@ -266,16 +271,17 @@ def print_latency(latency: float, results: dict[str, list[dict[str, Any]]], turn
                 print(f"    {n}: kind -> (metric, histories/clients): {r['mismatch']}")
 
 
-def variants(
-    latency: float, wait_latencies: set[float], dark_latencies: set[float], before: bool
-) -> list[Variant]:
+def variants(latency: float, args: argparse.Namespace) -> list[Variant]:
     out: list[Variant] = []
-    modes = ["events", *(["wait"] if latency in wait_latencies else [])]
-    for mode in modes + (["dark"] if latency in dark_latencies else []):
-        if before and mode != "dark":
+    modes = ["events", *(["wait"] if latency in args.wait_latencies else [])]
+    for mode in modes + (["dark"] if latency in args.dark_latencies else []):
+        if args.before is not None and mode != "dark":
             out.append(Variant("ours", mode, before=True))
         out.append(Variant("ours", mode))
-    return [*out, Variant("pai", "wait")]
+    out.append(Variant("pai", "wait"))
+    if latency in args.streamed_peer_latencies:
+        out.append(Variant("pai", "streamed"))
+    return out
 
 
 def git(*args: str) -> str:
@@ -299,9 +305,7 @@ async def bench(args: argparse.Namespace, root: Path, trees: dict[bool, Path]) -
         out: dict[str, Any] = {}
         for latency in args.latencies:
             results: dict[str, list[dict[str, Any]]] = {}
-            vs = variants(
-                latency, args.wait_latencies, args.dark_latencies, args.before is not None
-            )
+            vs = variants(latency, args)
             for rep in range(args.reps):
                 for v in vs[rep % len(vs) :] + vs[: rep % len(vs)]:  # rotate who goes first
                     t0 = time.perf_counter()
@@ -333,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latencies", type=floats, default=[0.0, 1.0, 3.0, 10.0])
     parser.add_argument("--wait-latencies", type=lambda t: set(floats(t)), default={0.0, 1.0})
     parser.add_argument("--dark-latencies", type=lambda t: set(floats(t)), default=set())
+    parser.add_argument("--streamed-peer-latencies", type=lambda t: set(floats(t)), default=set())
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--before", metavar="REV", help="also run durable-agent from REV")
@@ -365,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             "latencies": args.latencies,
             "wait_latencies": sorted(args.wait_latencies),
             "dark_latencies": sorted(args.dark_latencies),
+            "streamed_peer_latencies": sorted(args.streamed_peer_latencies),
             "turns": args.turns,
             "reps": args.reps,
             "before": args.before,

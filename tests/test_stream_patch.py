@@ -96,3 +96,31 @@ async def test_a_writer_reusing_what_it_dumped_rebuilds_each_partial(tmp_path: P
     await writer.finish(final)
     last = await follower.poll()
     assert last is not None and last.message == final and follower.final
+
+
+def test_a_cheap_copy_is_model_copy() -> None:
+    """``copied`` (what a reader's updates are made with) gives what ``model_copy`` gives: the
+    same fields, the same fields set, and a copy that leaves the original alone."""
+    from durable_agent.agent.events import AgentEvent
+    from durable_agent.ai.messages import TextContent
+    from durable_agent.durable.events import Event
+    from durable_agent.durable.partial import copied
+
+    message = Message(role="assistant", content=[TextContent(text="hi")])
+    update = AgentEvent.model_construct(type="message_update")
+    event = Event.model_construct(type="agent", session_id="s1")
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (TextContent(text="hi"), {"text": "hi there"}),
+        (message, {"content": [TextContent(text="hi there")]}),
+        (update, {"message": message, "restart": False, "delta": "hi"}),
+        (event, {"agent": update}),
+    ]
+    for model, fields in cases:
+        before = model.model_dump()
+        fast, slow = copied(model, fields), model.model_copy(update=fields)
+        assert type(fast) is type(slow)
+        assert fast.model_dump() == slow.model_dump()
+        assert fast.model_fields_set == slow.model_fields_set
+        assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+        assert fast.__pydantic_private__ == slow.__pydantic_private__
+        assert model.model_dump() == before

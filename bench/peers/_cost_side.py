@@ -19,7 +19,10 @@ over ``L`` seconds (about 20 tokens a second; at 0 s it streams at once, as ``te
 Pydantic AI's ``FunctionModel`` (not streamed: the peer's activity returns the whole reply)
 sleeps ``L``. Replies longer than ``TEXT`` are padded to 4 characters a delta, equally on both
 sides. ``--mode dark`` turns durable-agent's live deltas off on both sides (the model streams all
-the same). ``cost_bench.py`` puts the tree under test's ``src`` first on ``PYTHONPATH``.
+the same). ``--side pai --mode streamed`` runs ``_pai_workflow.PaiStreamedTurn``: the agent with
+an event stream handler, whose model streams the same deltas over ``L`` as durable-agent's (the
+worker's ``mark`` then also says how many model-stream events the handler saw). ``cost_bench.py``
+puts the tree under test's ``src`` first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ import _pai_workflow
 from _common import TEXT
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from pydantic_ai.messages import ModelRequest as PaiRequest
-from pydantic_ai.messages import ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.function import DeltaToolCall
 from temporalio.client import (
     Client,
     Interceptor,
@@ -139,8 +143,9 @@ def ours_model(latency: float) -> ScriptedModel:
 
 
 def pai_model(latency: float) -> None:
-    """Gives ``_pai_workflow``'s ``FunctionModel`` (the instance its activities call) the latency:
-    ``_pai_workflow.respond``'s reply after ``latency`` seconds outside the warm-up."""
+    """Gives ``_pai_workflow``'s ``FunctionModel``s (the instances its activities call) the
+    latency: ``_pai_workflow.respond``'s reply after ``latency`` seconds outside the warm-up, or
+    (the streamed agent's) streamed over ``latency`` seconds as ``ours_model`` streams it."""
     model = _pai_workflow.agent.model
     base = _pai_workflow.respond
 
@@ -161,7 +166,28 @@ def pai_model(latency: float) -> None:
         ]
         return ModelResponse(parts=parts, usage=response.usage)
 
+    async def stream(messages: list[Any], info: Any) -> Any:
+        response = base(messages, info)
+        if not latency or warmup(messages):
+            async for item in _pai_workflow.stream(messages, info):
+                yield item
+            return
+        text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+        text = padded(text, latency)
+        size = math.ceil(len(text) / deltas(latency))
+        calls = [(i, p) for i, p in enumerate(response.parts) if isinstance(p, ToolCallPart)]
+        arg_pauses = [math.ceil(len(c.args_as_json_str()) / (size * 4)) for _, c in calls]
+        pause = latency / (math.ceil(len(text) / size) + sum(arg_pauses))
+        for start in range(0, len(text), size):
+            await asyncio.sleep(pause)
+            yield text[start : start + size]
+        for (i, call), pauses in zip(calls, arg_pauses, strict=True):
+            await asyncio.sleep(pause * pauses)
+            args = call.args_as_json_str()
+            yield {i: DeltaToolCall(call.tool_name, args, tool_call_id=call.tool_call_id)}
+
     model.function = respond  # type: ignore[union-attr]
+    _pai_workflow.streamed_agent.model.stream_function = stream  # type: ignore[union-attr]
 
 
 # -- the processes ------------------------------------------------------------------------------
@@ -218,14 +244,16 @@ async def worker(args: argparse.Namespace) -> None:
         client = await Client.connect(
             args.address, plugins=[PydanticAIPlugin()], interceptors=[counter]
         )
-        w = Worker(client, task_queue=args.queue, workflows=[_pai_workflow.PaiTurn])
+        workflows = [_pai_workflow.PaiTurn, _pai_workflow.PaiStreamedTurn]
+        w = Worker(client, task_queue=args.queue, workflows=workflows)
     profile = Profile("worker", args.side)
     async with w:
         say("ready", {"durable_agent": durable_agent.__file__, "pid": os.getpid()})
         while (text := await line()) != "":
             if text.strip() == "mark":
                 profile.toggle()
-                say("mark", {"cpu": time.process_time(), "rpcs": dict(counter.counts)})
+                rpcs, handled = dict(counter.counts), _pai_workflow.HANDLED[0]
+                say("mark", {"cpu": time.process_time(), "rpcs": rpcs, "handled": handled})
 
 
 async def conversation_ours(
@@ -247,11 +275,14 @@ async def conversation_ours(
     return updates
 
 
-async def conversation_pai(client: Client, queue: str, prefix: str, turns: int, tag: str) -> int:
+async def conversation_pai(
+    client: Client, queue: str, prefix: str, turns: int, tag: str, mode: str
+) -> int:
     history: list[Any] = []
+    turn = _pai_workflow.PaiStreamedTurn.run if mode == "streamed" else _pai_workflow.PaiTurn.run
     for i in range(1, turns + 1):
         history = await client.execute_workflow(
-            _pai_workflow.PaiTurn.run,
+            turn,
             args=[f"{prefix}question {i:04d} {TEXT}", history],
             id=f"{queue}-{tag}-{i:04d}",
             task_queue=queue,
@@ -280,7 +311,8 @@ async def client(args: argparse.Namespace) -> None:
         c = await Client.connect(args.address, plugins=[PydanticAIPlugin()], interceptors=[counter])
 
         async def talk(prefix: str, turns: int) -> int:
-            return await conversation_pai(c, args.queue, prefix, turns, prefix.strip() or "turn")
+            tag = prefix.strip() or "turn"
+            return await conversation_pai(c, args.queue, prefix, turns, tag, args.mode)
 
     await talk(WARMUP, WARMUP_TURNS)
     say("warm", {"durable_agent": durable_agent.__file__, "pid": os.getpid()})
@@ -306,7 +338,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--mode", choices=["events", "wait", "dark"], default="events")
+    parser.add_argument("--mode", choices=["events", "wait", "dark", "streamed"], default="events")
     args = parser.parse_args()
     asyncio.run(worker(args) if args.role == "worker" else client(args))
 

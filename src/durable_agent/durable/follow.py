@@ -25,14 +25,10 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
-
-from pydantic import TypeAdapter
 
 from ..agent.events import AgentEvent
-from ..ai.messages import ContentBlock, Message, TextContent
+from ..ai.messages import Message
 from ..session.deltas import (
-    GROWING,
     WRITE_EVERY,
     Cursor,
     Delta,
@@ -43,6 +39,7 @@ from ..session.deltas import (
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.store import SeqStore, Store
+from .partial import PartialReply, copied, extends
 
 __all__ = ["DeltaFollower", "SessionFollower", "entries_after"]
 
@@ -206,67 +203,8 @@ def next_write_in(at: float | None) -> float:
     return min(max(at + FAST_POLL + WRITE_LAG - time.time(), WRITE_LAG), FAST_POLL + WRITE_LAG)
 
 
-_BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
 _UPDATE = AgentEvent.model_construct(type="message_update")
 """What each update is a copy of (a copy costs less than building one field by field)."""
-_EMPTY = TextContent(text="")
-
-
-class _Partial:
-    """One attempt's partial reply, rebuilt delta by delta (``session.deltas.apply_patch``'s
-    result), validating only the blocks a delta replaced and the head when it changes (a block
-    that only grew is the validated one with its text longer): a reader rebuilds the message a
-    few times a second, and the text grows in one block."""
-
-    def __init__(self) -> None:
-        self.base = Message(role="assistant")
-        self.raw: list[dict[str, Any]] = []
-        self.blocks: list[ContentBlock] = []
-
-    def apply(self, delta: Delta) -> Message:
-        if delta.head is not None:
-            self.base = Message.model_validate({**delta.head, "content": []})
-        raw, blocks = self.raw[: delta.size], self.blocks[: delta.size]
-        replaced: set[int] = set()
-        for i, op, value in delta.ops:
-            while len(raw) <= i:
-                raw.append({})
-                blocks.append(_EMPTY)  # replaced below: the op fills it
-            if op == "=":
-                raw[i] = dict(value)
-                replaced.add(i)
-            else:
-                field = GROWING[str(raw[i].get("type"))]
-                grown = str(raw[i].get(field, "")) + str(value)
-                raw[i] = {**raw[i], field: grown}
-                if i not in replaced:
-                    blocks[i] = blocks[i].model_copy(update={field: grown})
-        for i in replaced:
-            blocks[i] = _BLOCK.validate_python(raw[i])
-        self.raw, self.blocks = raw, blocks
-        return self.base.model_copy(update={"content": list(blocks)})
-
-
-def extends(shown: Message, final: Message) -> bool:
-    """Whether ``final`` only grows what ``shown`` showed: every shown block is still there, of
-    the same kind, text and thinking only appended to, a tool call still the same call (its
-    arguments may have grown, an empty ID been filled in)."""
-    if len(final.content) < len(shown.content):
-        return False
-    for old, new in zip(shown.content, final.content, strict=False):
-        a, b = old.model_dump(), new.model_dump()
-        if a.get("type") != b.get("type"):
-            return False
-        kind = a.get("type")
-        if kind in ("text", "thinking"):
-            if not str(b.get(kind, "")).startswith(str(a.get(kind, ""))):
-                return False
-        elif kind == "tool_call":
-            if a.get("name") != b.get("name") or a.get("id") not in ("", b.get("id")):
-                return False
-        elif a != b:
-            return False
-    return True
 
 
 class DeltaFollower:
@@ -283,7 +221,7 @@ class DeltaFollower:
         """The reply's last delta was read: its entry is being stored."""
         self._key: DeltaKey | None = None
         self._cursor: Cursor = (0, 0)
-        self._partial = _Partial()
+        self._partial = PartialReply()
         self._shown: Message | None = None
         self._text = ""
         self._last_delta = float("-inf")
@@ -304,7 +242,7 @@ class DeltaFollower:
         if self._key is not None and self._key.turn == turn:
             return
         self._key = DeltaKey(self.session_id, self.run_id, turn)
-        self._cursor, self._partial = (0, 0), _Partial()
+        self._cursor, self._partial = (0, 0), PartialReply()
         self._shown, self._text, self.final = None, "", False
         self._due = 0.0
         self._idle_wait = FIRST_POLL
@@ -323,23 +261,43 @@ class DeltaFollower:
             return float("inf")
         return max(0.0, self._due - asyncio.get_running_loop().time())
 
+    @property
+    def immediate(self) -> bool:
+        """Whether the channel never waits (an ``ImmediateChannel``): :meth:`poll_now` reads."""
+        return self._read_now is not None
+
     async def poll(self) -> AgentEvent | None:
         """One read: the deltas published since the last, as one ``message_update`` (``None``
         when there are none, or on a channel error: best effort)."""
         key = self._key
-        if key is None:
-            return None
+        if key is None or self._read_now is not None:
+            return self.poll_now()
         now = asyncio.get_running_loop().time()
         try:
-            if self._read_now is not None:
-                deltas = self._read_now(key, self._cursor)
-            else:
-                # a store that stops answering must not hold up the receipts behind it
-                async with asyncio.timeout(READ_TIMEOUT):
-                    deltas = await self.channel.read(key, self._cursor)
+            # a store that stops answering must not hold up the receipts behind it
+            async with asyncio.timeout(READ_TIMEOUT):
+                deltas = await self.channel.read(key, self._cursor)
         except Exception as exc:
             logger.debug("reading live deltas of %s: %s", key.name(), exc)
             deltas = []
+        return self._took(key, deltas, now)
+
+    def poll_now(self) -> AgentEvent | None:
+        """:meth:`poll` on an :attr:`immediate` channel, done now (``None`` on any other): a
+        caller may read from a timer's callback, with no task to wake for it."""
+        key = self._key
+        if key is None or self._read_now is None:
+            return None
+        now = asyncio.get_running_loop().time()
+        try:
+            deltas = self._read_now(key, self._cursor)
+        except Exception as exc:
+            logger.debug("reading live deltas of %s: %s", key.name(), exc)
+            deltas = []
+        return self._took(key, deltas, now)
+
+    def _took(self, key: DeltaKey, deltas: list[Delta], now: float) -> AgentEvent | None:
+        """The update of one read's ``deltas``, and when the next read is due."""
         update = self._take(deltas) if deltas and self._key == key else None
         if update is not None:
             self._last_delta, self._idle_wait = now, MISSED_POLL
@@ -361,7 +319,7 @@ class DeltaFollower:
             if delta.attempt > attempt:
                 # seq 1 of a later attempt: the call was retried, the reply starts over
                 restart = restart or self._shown is not None or message is not None
-                self._partial = _Partial()
+                self._partial = PartialReply()
             elif delta.seq != seq + 1:
                 break  # a hole (a lost write): wait for a later attempt or the stored message
             message = self._partial.apply(delta)
@@ -380,7 +338,7 @@ class DeltaFollower:
             delta = text[len(self._text) :]
         self._shown, self._text = message, text
         # copied unvalidated: every field is of its type already, and this runs per update
-        return _UPDATE.model_copy(update={"message": message, "restart": restart, "delta": delta})
+        return copied(_UPDATE, {"message": message, "restart": restart, "delta": delta})
 
     async def finish(self, stored: Message) -> list[AgentEvent]:
         """The reply's receipt is here: its last updates, then stop following it. Nothing for a

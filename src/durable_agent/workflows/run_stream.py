@@ -37,6 +37,7 @@ from ..durable.chain_events import RunChain
 from ..durable.errors import AgentError, RunCancelledError
 from ..durable.events import Event
 from ..durable.follow import DeltaFollower, SessionFollower
+from ..durable.partial import copied
 from ..durable.state import SessionState
 from ..session.approvals import AwaitingTurn
 from ..session.deltas import DeltaChannel
@@ -155,6 +156,11 @@ class RunFollower:
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._quick = False
+        """The current nap's timer reads the streaming reply's deltas itself (:meth:`_tick`)."""
+        self._put: Callable[[Event], None] = lambda _: None
+        self._result: asyncio.Future[RunResult] | None = None
         self._agent_event = Event.model_construct(type="agent", session_id=state.session_id)
         self._first_update: AgentEvent | None = None
         """A reply's first live update while the store is read before it goes out."""
@@ -163,6 +169,7 @@ class RunFollower:
         state, handle = self.state, self.handle
         result_task = asyncio.ensure_future(_result(handle))
         result_task.add_done_callback(self._run_ended)
+        self._put, self._result = put, result_task
         # the run stores its input in its first workflow task, a round trip or two after its
         # start: a read at once would find nothing (and cost a wake-up), one 0.1 s on finds it
         self.entries.defer(FIRST_READ)
@@ -234,26 +241,73 @@ class RunFollower:
                     return  # everything the run stored was stored before it ended
                 continue  # the run moved on: what it awaits now may have changed
             wait = self._store_in(reading, streaming)
+            quick = False
             if following:
                 assert deltas is not None
                 wait = min(wait, deltas.due_in())
-            await self._nap(result_task, wait)
+                quick = deltas.immediate and not self.chain.reply_unshown
+            await self._nap(result_task, wait, quick)
 
-    async def _nap(self, result_task: asyncio.Future[RunResult], wait: float) -> None:
+    async def _nap(
+        self, result_task: asyncio.Future[RunResult], wait: float, quick: bool = False
+    ) -> None:
         """Wait ``wait`` seconds (``inf``: for ever) or until the run ends, with one future and
         one timer (``asyncio.wait`` builds and tears down more around each of these wake-ups, a
-        few a second while a reply streams)."""
+        few a second while a reply streams). ``quick``: the timer reads the streaming reply's
+        deltas itself (:meth:`_tick`), so the task sleeps on until something else is due."""
         if result_task.done():
             return
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = None if wait == float("inf") else loop.call_later(wait, _release, waiter)
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self._quick = quick
+        self._arm(wait)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm(self, wait: float) -> None:
+        if wait != float("inf"):
+            self._timer = asyncio.get_running_loop().call_later(wait, self._tick)
+
+    def _tick(self) -> None:
+        """A nap's timer: wake the task, or (``quick``) read the reply's deltas right here and
+        nap on. A read of a streaming reply's deltas is what a streaming run's client does a
+        few times a second, and after a wait every line of code it runs is slow (cold caches),
+        so the read skips the task's wake-up, the follow loop and a turn of the event loop."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            wait = self._read_quickly() if self._quick else None
+        except Exception as exc:  # the task raises it, as if it had read
+            waiter.set_exception(exc)
+            return
+        if wait is None:
+            waiter.set_result(None)
+        else:
+            self._arm(wait)
+
+    def _read_quickly(self) -> float | None:
+        """What :meth:`_follow` does on a wake-up of a quick nap when only the deltas' read is
+        due (the chain cannot have moved: only the task reads the store): read them, put their
+        update, and say how long to nap on; ``None`` wakes the task (the run ended, the reply's
+        last delta was read, the store's read is due)."""
+        deltas = self.deltas
+        assert deltas is not None
+        if (self._result is not None and self._result.done()) or deltas.due_in() > SLACK:
+            return None
+        update = deltas.poll_now()
+        if update is not None:
+            self._put(self._wrap(update))
+            if deltas.final:
+                self.entries.wake()
+                return None
+        store_in = self._store_in(True, deltas.busy)
+        return None if store_in <= SLACK else min(store_in, deltas.due_in())
 
     def _run_ended(self, _: asyncio.Future[RunResult]) -> None:
         if self._waiter is not None:
@@ -322,4 +376,4 @@ class RunFollower:
 
     def _wrap(self, inner: AgentEvent) -> Event:
         # copied unvalidated: a live update, a few a second, of fields already of their types
-        return self._agent_event.model_copy(update={"agent": inner})
+        return copied(self._agent_event, {"agent": inner})

@@ -3,7 +3,7 @@
 A reply's deltas go to ``<root>/<session_id>.live/<run>.<turn>.jsonl``, one JSON line per
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
 progress). A reader polls while a reply streams, so the channel keeps the file it reads open and
-remembers how far it read: a poll is one ``stat`` (the path still names that file) and one
+remembers how far it read: a poll is one ``fstat`` (that file is still linked) and one
 ``pread`` of the new lines. Both ends call it on their event loop
 (:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or read costs less
 than the task, thread or timeout around it would. The
@@ -55,11 +55,10 @@ _CHUNK = 1 << 16
 
 @dataclass
 class _Mark:
-    """How far a channel read one side file: the descriptor it keeps open and its inode, the
-    offset after the last complete line read, the highest ``(attempt, seq)`` before it."""
+    """How far a channel read one side file: the descriptor it keeps open, the offset after
+    the last complete line read, the highest ``(attempt, seq)`` before it."""
 
     fd: int
-    ino: int
     offset: int = 0
     highest: Cursor = (0, 0)
 
@@ -73,11 +72,14 @@ def _read_from(fd: int, offset: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _names(path: str, ino: int) -> bool:
-    """Whether ``path`` still names the file ``ino`` (not cleared, swept, or written anew)."""
+def _linked(fd: int) -> bool:
+    """Whether the open file ``fd`` is still linked: not cleared, swept, or written anew (the
+    old file is unlinked first). An ``fstat`` of the descriptor, not a ``stat`` of the path: a
+    reader asks this at every read of a streaming reply, after an idle wait, when a path walk
+    costs several times more."""
     try:
-        return os.stat(path).st_ino == ino
-    except FileNotFoundError:
+        return os.fstat(fd).st_nlink > 0
+    except OSError:
         return False
 
 
@@ -92,6 +94,8 @@ class FileDeltas:
         """Path -> how far this channel read that file (at most ``_OPEN_MARKS``)."""
         self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
         """Recently named keys' paths (writers and readers name one key many times a second)."""
+        self._last: tuple[DeltaKey | None, str] = (None, "")
+        """The key named last (the same key object, a reader's, names it again) and its path."""
 
     def directory(self, session_id: str) -> Path:
         return self._root / f"{validate_session_id(session_id)}{_SUFFIX}"
@@ -128,11 +132,14 @@ class FileDeltas:
         """:meth:`path` as a string, remembered: a writer and a reader name the same key a few
         times a second, and building the path (a session ID check included) costs more than
         the write."""
+        if key is self._last[0]:
+            return self._last[1]
         path = self._paths.get(key)
         if path is None:
             path = self._paths[key] = str(self.path(key))
             while len(self._paths) > _PATHS:
                 self._paths.popitem(last=False)
+        self._last = (key, path)
         return path
 
     async def held(self, keys: list[DeltaKey]) -> set[DeltaKey]:
@@ -158,9 +165,10 @@ class FileDeltas:
         before ``after``, else from the start of the file."""
         path = self._path(key)
         mark = self._read_to.get(path)
-        # the path must still name the file kept open: an unlinked file's unread lines belong
-        # to a cleared reply or a deleted session (docs/design.md#retention)
-        if mark is not None and after >= mark.highest and _names(path, mark.ino):
+        # the file kept open must still be linked (its path names no other file then): an
+        # unlinked file's unread lines belong to a cleared reply or a deleted session
+        # (docs/design.md#retention)
+        if mark is not None and after >= mark.highest and _linked(mark.fd):
             return self._take(path, mark, _read_from(mark.fd, mark.offset), after)
         self._forget(path)
         try:
@@ -168,7 +176,7 @@ class FileDeltas:
         except FileNotFoundError:
             return []
         try:
-            mark = _Mark(fd, os.fstat(fd).st_ino)
+            mark = _Mark(fd)
             data = _read_from(fd, 0)
         except BaseException:
             os.close(fd)
