@@ -4,8 +4,9 @@ A :class:`SessionHub` follows its session in the store with a
 :class:`~durable_agent.durable.follow.SessionFollower` and fans what it reads out to its
 subscribers, each a queue of frames: stored entries (receipts) in seq order, the live text of
 streaming replies, run status, and the session's deletion. Two hundred browsers on one session
-cost one follower. A hub outlives its last subscriber by :data:`LINGER` seconds, so a reload
-mid-reply finds the reply's text so far. :class:`~.hubs.Hubs` is the process's registry.
+cost one follower. A hub outlives its last subscriber by :data:`LINGER` seconds (reading
+nothing meanwhile unless a run goes), so a reload mid-reply finds the reply's text so far.
+:class:`~.hubs.Hubs` is the process's registry.
 
 When it reads, and what waits for one of its reads (a run's end, a reply's first live text),
 :mod:`.reads` says. A tool result reaches the streams one store read after the run that stored
@@ -308,7 +309,7 @@ class SessionHub:
             if watch is not None and pieces is not None:
                 self._show_held(of_run(watch.run_id))
                 for piece in pieces:
-                    self._show(piece)
+                    self.piece(piece, wait="no")
                 self.partial.pop(watch.run_id, None)
             unplaced |= watch is None and isinstance(entry, MessageEntry)
             self.leaf = entry.id
