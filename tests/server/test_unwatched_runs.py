@@ -222,5 +222,7 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
             await second.until(ended(run_id), within=60)
             await second.until(lambda r: r.last_seq() == 4)
     shown, pieces = _shown(second, run_id)
-    assert pieces[0]["text"] == _shown(first, run_id)[0] and pieces[0]["restart"], pieces[0]
+    seen_before = _shown(first, run_id)[0]  # the run's stream may have read on a moment longer
+    assert pieces[0]["restart"] and pieces[0]["text"].startswith(seen_before), pieces[0]
+    assert TEXT.startswith(pieces[0]["text"])
     assert shown == TEXT
