@@ -99,15 +99,18 @@ class HubReads:
         """The entry at the seq the hub started after (read before the hub, not by it)."""
         self.ending: dict[str, Ending] = {}
         """Run ID -> its end, held until a read brought the run's last entry."""
-        self.unread: dict[str, bool] = {}
-        """Entries a run told stored that no read brought yet -> whether a read began since."""
+        self.unread: dict[str, tuple[int, float]] = {}
+        """Entries a run told stored that no read brought yet -> the number of reads begun
+        before it was told, and when it was."""
+        self._reads = 0
         self.held: dict[str, Held] = {}
         """Run ID -> its reply's first live text, waiting for a read."""
 
     def told(self, entry_ids: Iterable[str]) -> None:
+        clock = asyncio.get_running_loop().time()
         for entry_id in entry_ids:
             if not self.follower.has_read(entry_id):
-                self.unread[entry_id] = False
+                self.unread.setdefault(entry_id, (self._reads, clock))
         self.follower.wake()
 
     def end(self, run_id: str, status: Status, last_entry: str) -> None:
@@ -143,14 +146,17 @@ class HubReads:
             ending.read_since = True  # known before this read begins
         for held in self.held.values():
             held.read_since = True
-        self.unread = dict.fromkeys(self.unread, True)
+        self._reads += 1
+        number = self._reads
         found = await self.follower.read()
-        # a told entry that a read since did not bring, when it found nothing new, lies before
-        # the hub's start (or the store is down): the idle reads take it from there
+        # a told entry that a read begun since did not bring, when it found nothing new, lies
+        # before the hub's start (or the store is down); one that waited longer than an end
+        # would, the same: the idle reads take it from there
+        clock = asyncio.get_running_loop().time()
         self.unread = {
-            i: since
-            for i, since in self.unread.items()
-            if not self.follower.has_read(i) and (found or not since)
+            i: (n, at)
+            for i, (n, at) in self.unread.items()
+            if not self.follower.has_read(i) and (found or n >= number) and clock - at < END_WAIT
         }
         return found
 
