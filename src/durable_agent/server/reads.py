@@ -15,7 +15,8 @@ was known that brought the run's last entry (a client that stops at the end has 
 stored); the first live text of a reply, for the entries its run stored before it called the
 model (a message sent into the run): a relayed run's text until the entries it told are read, a
 watched run's for one read begun after the text came; and a told entry, for the read that
-brings it.
+brings it (given up when a read begun after it was told finds nothing new: it lay before the
+hub's start, or the store is down; or after :data:`END_WAIT`: the idle reads go on).
 """
 
 from __future__ import annotations
