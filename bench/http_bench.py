@@ -16,10 +16,18 @@ every 20 ms. Figures:
 - **resume at 9,990**: ``load_entries_after(9990)`` of a 10,000-entry FileStore session by a
   fresh store object against ``load_entries`` (the whole session), each in a fresh process
   (``_resume.py`` says how each read is measured); ``--before REV`` measures REV's ``src`` the
-  same way, in turns with this tree's, and ``--resume-only`` measures only that.
+  same way, in turns with this tree's, and ``--resume-only`` measures only that;
+- **cost per run**: the server process's store reads (``load_entries``/``load_entries_after``
+  calls of any store object in it), live-delta reads (``FileDeltas.read_now``) and CPU seconds
+  per run, with one browser streaming the session and with none (a run started through the API
+  that nobody watches), counted by ``_serve_counted.py`` inside the server process over a batch
+  of runs on fresh sessions, until the hubs of the batch's sessions stopped (they linger after
+  their browser left). With ``--before REV`` a server running REV's ``src`` serves the same runs
+  in turns with this tree's (one worker, one Temporal), and the figures print side by side;
+  ``--cost-only`` measures only that.
 
 Run: ``.venv/bin/python bench/http_bench.py [--runs 10] [--clients 200] [--before REV]
-[--resume-only]``.
+[--resume-only | --cost-only]``.
 """
 
 from __future__ import annotations
@@ -28,13 +36,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +50,20 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO / "src")]
 
-from _servers import free_port, start_dev_server  # noqa: E402
+from temporalio.client import Client as TemporalClient  # noqa: E402
+
+from _http_serve import Served, serving  # noqa: E402
+from _servers import start_dev_server  # noqa: E402
 from _stats import pct  # noqa: E402
 from durable_agent import Reply, ScriptedModel, tool  # noqa: E402
+from durable_agent.server.hub import LINGER  # noqa: E402
 from durable_agent.stores import FileStore  # noqa: E402
-from durable_agent.workflows import AgentSpec, connect, create_worker  # noqa: E402
+from durable_agent.workflows import (  # noqa: E402
+    AgentSpec,
+    connect,
+    create_worker,
+    run_workflow_id,
+)
 
 ANSWER = " ".join(f"word{i}" for i in range(60))
 
@@ -76,7 +91,10 @@ class Client:
         self.ended = asyncio.Event()
         self.count = 0
 
-    async def read(self, http: httpx.AsyncClient, sid: str, after: int, until: int) -> None:
+    async def read(
+        self, http: httpx.AsyncClient, sid: str, after: int, until: int, end: bool = False
+    ) -> None:
+        """Until the entry of seq ``until`` (with ``end``: until a run's end) came."""
         headers = {"Last-Event-ID": str(after)}
         async with http.stream("GET", f"/v1/sessions/{sid}/stream", headers=headers) as response:
             event = ""
@@ -88,11 +106,16 @@ class Client:
                     data = json.loads(line[6:])
                     if event == "entry":
                         self.entries.append((now, data))
-                        if data["seq"] >= until:
+                        if data["seq"] >= until and not end:
                             self.ended.set()
                             return
                     elif event == "delta":
                         self.deltas.append(now)
+                    elif event == "run" and end and data["status"] in ENDS:
+                        return
+
+
+ENDS = ("completed", "failed", "cancelled")
 
 
 STORED: dict[str, float] = {}
@@ -112,32 +135,6 @@ class TimedStore(FileStore):
 def latencies(client: Client) -> list[float]:
     """Per entry: from the moment its append returned on the worker to its frame."""
     return [arrived - STORED[data["entry"]["id"]] for arrived, data in client.entries]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.asynccontextmanager
-async def serving(root: Path, address: str, queue: str) -> AsyncIterator[tuple[str, int]]:
-    port = free_port()
-    argv = [sys.executable, "-m", "durable_agent.cli", "serve", "--port", str(port)]
-    argv += ["--store", f"file:{root}", "--address", address, "--task-queue", queue]
-    argv += ["--agent", "bench"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: ASYNC220
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=url) as http:
-            for _ in range(300):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get("/v1/sessions")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 async def one_run(url: str, sid: str, clients: int) -> dict[str, Any]:
@@ -163,6 +160,78 @@ async def replay(url: str, sid: str, until: int) -> float:
         return time.perf_counter() - t0
 
 
+async def watched_run(served: Served, sid: str) -> tuple[Client, float]:
+    """One run on a fresh session with one browser streaming it until the run's end frame: the
+    browser's frames and when the run was posted."""
+    async with httpx.AsyncClient(base_url=served.url, timeout=None) as http:
+        await http.post("/v1/sessions", json={"session_id": sid})
+        reader = Client()
+        reading = asyncio.create_task(reader.read(http, sid, 0, 4, end=True))
+        await asyncio.sleep(0.3)  # the stream connects (a bench, not a test)
+        posted = time.time()
+        await http.post(f"/v1/sessions/{sid}/runs", json={"text": "Weather in Paris?"})
+        await asyncio.wait_for(reading, 120)
+    return reader, posted
+
+
+async def unwatched_run(served: Served, sid: str, temporal: TemporalClient) -> None:
+    """One run started through the API that no browser watches, until its workflow ended."""
+    async with httpx.AsyncClient(base_url=served.url, timeout=None) as http:
+        started = await http.post(f"/v1/sessions/{sid}/runs", json={"text": "Weather in Paris?"})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+    await temporal.get_workflow_handle(run_workflow_id(sid, run_id)).result()
+
+
+async def cost(
+    servers: dict[str, Served], runs: int, temporal: TemporalClient
+) -> dict[str, dict[str, Any]]:
+    """Per server: store reads, live-delta reads and CPU seconds per run, with one browser
+    (``watched``) and with none (``unwatched``), the servers serving runs in turns; for the
+    watched runs also each entry's latency and the first token."""
+    figures: dict[str, dict[str, Any]] = {n: {"latency": [], "first": []} for n in servers}
+    for watched in (True, False):
+        start = {n: (await s.reads(), s.cpu()) for n, s in servers.items()}
+        for i in range(runs):
+            for n, (name, served) in enumerate(servers.items()):
+                sid = f"cost-{n}-{int(watched)}-{i}"
+                if not watched:
+                    await unwatched_run(served, sid, temporal)
+                    continue
+                reader, posted = await watched_run(served, sid)
+                figures[name]["latency"] += latencies(reader)
+                figures[name]["first"] += [reader.deltas[0] - posted] if reader.deltas else []
+        await asyncio.sleep(LINGER + 2)  # the batch's hubs stop (each lingers after its browser)
+        for name, served in servers.items():
+            reads, (reads0, cpu0) = await served.reads(), start[name]
+            figures[name]["watched" if watched else "unwatched"] = {
+                "store": (reads["store"] - reads0["store"]) / runs,
+                "channel": (reads["channel"] - reads0["channel"]) / runs,
+                "cpu": (served.cpu() - cpu0) / runs,
+            }
+    return figures
+
+
+def print_cost(figures: dict[str, dict[str, Any]], runs: int) -> None:
+    names = list(figures)
+    print(f"cost per run, one server process, FileStore ({runs} runs each, in turns):")
+    print(f"  {'':44}" + "".join(f"{n:>18}" for n in names))
+    for mode, label in (("watched", "1 browser"), ("unwatched", "no browser")):
+        rows = [
+            (f"store reads per run, {label}", lambda f: f"{f['store']:.1f}"),
+            (f"live-delta reads per run, {label}", lambda f: f"{f['channel']:.1f}"),
+            (f"server CPU per run, {label}", lambda f: f"{f['cpu'] * 1000:.0f} ms"),
+        ]
+        for label_, show in rows:
+            print(f"  {label_:44}" + "".join(f"{show(figures[n][mode]):>18}" for n in names))
+    for key, label in (("latency", "entry -> frame p50 / p95"), ("first", "first token p50 / p95")):
+        cells = [
+            f"{pct(figures[n][key], 0.5) * 1000:.0f} / {pct(figures[n][key], 0.95) * 1000:.0f} ms"
+            for n in names
+        ]
+        print(f"  {label + ', 1 browser':44}" + "".join(f"{c:>18}" for c in cells))
+
+
 RESUME = HERE / "_resume.py"
 
 
@@ -175,13 +244,7 @@ def resume_at_9990(root: Path, before: str | None, rounds: int = 3) -> dict[str,
     subprocess.run([*run, "build", str(session)], check=True)
     trees = {"now": REPO / "src"}
     if before is not None:
-        tree = root / "before"
-        tree.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", before, "src"], check=True, capture_output=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-        trees = {"before": tree / "src", **trees}
+        trees = {"before": source_tree(root, before), **trees}
     best: dict[str, dict[str, float]] = {}
     for _ in range(rounds):
         for name, src in trees.items():
@@ -193,6 +256,18 @@ def resume_at_9990(root: Path, before: str | None, rounds: int = 3) -> dict[str,
             for key, value in got.items():
                 mine[key] = min(mine[key], value)
     return best
+
+
+def source_tree(root: Path, rev: str) -> Path:
+    """REV's ``src`` (a ``git archive`` of it under ``root``, made once)."""
+    tree = root / "before"
+    if not tree.exists():
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", rev, "src"], check=True, capture_output=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree / "src"
 
 
 def print_resume(figures: dict[str, dict[str, float]]) -> None:
@@ -212,8 +287,11 @@ async def main() -> None:
     parser.add_argument(
         "--no-peer", dest="peer", action="store_false", help="skip LangGraph's Agent Server"
     )
-    parser.add_argument("--before", metavar="REV", help="also measure the resume at REV's src")
+    parser.add_argument(
+        "--before", metavar="REV", help="also measure the resume and the cost per run at REV"
+    )
     parser.add_argument("--resume-only", action="store_true", help="only the resume at 9,990")
+    parser.add_argument("--cost-only", action="store_true", help="only the cost per run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -233,16 +311,36 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
     client = await connect(address)
     spec = AgentSpec(model=ScriptedModel(script), tools=[lookup])
     worker = await create_worker(client, task_queue=queue, store=store, agents={"bench": spec})
-    async with worker, serving(root / "sessions", address, queue) as (url, pid):
-        single = [await one_run(url, f"one-{i}", 1) for i in range(args.runs)]
-        lat = [x for r in single for x in r["latency"]]
-        first = [x for r in single for x in r["first"]]
-        replays = [await replay(url, f"one-{i}", 4) for i in range(args.runs)]
-        cpu0 = cpu_seconds(pid)
-        crowd = await one_run(url, "crowd", args.clients)
-        cpu = cpu_seconds(pid) - cpu0
-    big = resume_at_9990(root, args.before)
+    trees = {"now": REPO / "src"}
+    if args.before:
+        trees = {f"before {args.before}": source_tree(root, args.before), **trees}
+    async with worker, contextlib.AsyncExitStack() as stack:
+        servers = {
+            name: await stack.enter_async_context(serving(root / "sessions", address, queue, src))
+            for name, src in trees.items()
+        }
+        figures = await cost(servers, args.runs, client)
+        if not args.cost_only:
+            await latency(servers["now"], args)
+    print_cost(figures, args.runs)
+    if args.cost_only:
+        return
+    print_resume(resume_at_9990(root, args.before))
     peer = langgraph(args) if args.peer else None
+    if peer is not None:
+        print_peer(peer, args.clients)
+
+
+async def latency(served: Served, args: argparse.Namespace) -> None:
+    """Entry -> frame, first token, reconnect, and the crowd on one session (module doc)."""
+    url = served.url
+    single = [await one_run(url, f"one-{i}", 1) for i in range(args.runs)]
+    lat = [x for r in single for x in r["latency"]]
+    first = [x for r in single for x in r["first"]]
+    replays = [await replay(url, f"one-{i}", 4) for i in range(args.runs)]
+    cpu0 = served.cpu()
+    crowd = await one_run(url, "crowd", args.clients)
+    cpu = served.cpu() - cpu0
 
     def ms(values: list[float], q: float) -> str:
         return f"{pct(values, q) * 1000:.0f} ms"
@@ -258,10 +356,6 @@ async def measure(root: Path, address: str, args: argparse.Namespace) -> None:
         f"{args.clients} clients on one session, one server process: CPU {cpu:.2f} s for the run, "
         f"entry -> frame p50 {ms(crowd_lat, 0.5)}, p95 {ms(crowd_lat, 0.95)}"
     )
-    print_resume(big)
-
-    if peer is not None:
-        print_peer(peer, args.clients)
 
 
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"

@@ -37,6 +37,11 @@ class RunStream(abc.ABC):
         self.run_id = run_id
         self.pending: list[PendingItem] = []
         """After a run that parked: the calls still waiting for a decision (empty otherwise)."""
+        self.live_wanted: Callable[[], bool] = lambda: True
+        """Whether the reader of :meth:`events` wants a reply's live updates now, asked before
+        each read of them from a channel (on Temporal): a server relaying a run no browser
+        watches says no, and the run's receipts still come. Wanted again, a reply shown in part
+        comes whole (``restart``)."""
 
     async def send(self, entry: EntryLike, *, when: When = "next_turn") -> Entry:
         """Hand the live run a message; returns its stored entry once delivered: a steer

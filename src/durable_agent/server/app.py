@@ -44,7 +44,7 @@ from ..session.errors import (
     StoreUnavailableError,
 )
 from ..session.store import Store
-from .hub import Hubs
+from .hubs import Hubs
 from .local_runs import LocalRuns
 from .runs import RunNotFoundError, Runs, RunsUnavailableError
 from .sse import KEEPALIVE

@@ -1,14 +1,19 @@
 """One follower per session per server process, shared by every stream of that session.
 
 A :class:`SessionHub` follows its session in the store with a
-:class:`~durable_agent.durable.follow.SessionFollower` (a read with back-off, at once when woken
-by a run's activity) and fans what it reads out to its subscribers, each a queue of frames:
-stored entries (receipts) in seq order, the live text of streaming replies, run status, and the
-session's deletion. Two hundred browsers on one session cost one follower. A hub outlives its
-last subscriber by :data:`LINGER` seconds, so a reload mid-reply finds the reply's text so far.
-:class:`Hubs` is the process's registry and hears the runs this process started
-(:class:`~.runs.RunListener`, told by each run's :class:`~.relay.RunRelay`); a Temporal run another
-process started is followed by a :class:`~.watch.RunWatch` (docs/design.md#http-api).
+:class:`~durable_agent.durable.follow.SessionFollower` and fans what it reads out to its
+subscribers, each a queue of frames: stored entries (receipts) in seq order, the live text of
+streaming replies, run status, and the session's deletion. Two hundred browsers on one session
+cost one follower. A hub outlives its last subscriber by :data:`LINGER` seconds (reading
+nothing meanwhile unless a run goes), so a reload mid-reply finds the reply's text so far.
+:class:`~.hubs.Hubs` is the process's registry.
+
+When it reads, and what waits for one of its reads (a run's end, a reply's first live text),
+:mod:`.reads` says. A tool result reaches the streams one store read after the run that stored
+it: in process at once (the engine's receipt wakes the hub); on Temporal when the run's own
+stream reads it (its back-off: 0.1 s after the run's previous entry, doubling up to 1 s); for a
+run another process started within the hub's back-off (50 ms, doubling up to 1 s)
+(docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -16,21 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..durable.follow import SessionFollower, entries_after
 from ..session.approvals import ApprovalRequest
 from ..session.codec import entry_to_wire
-from ..session.deltas import LiveStore
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
-from ..session.store import Store
-from .runs import REMEMBERED, Runs, Status
+from .reads import Held, HubReads, Wait, of_reply, of_run
+from .runs import REMEMBERED, Status
 from .temporal_runs import TemporalRuns
-from .watch import Piece, RunWatch, owner
+from .watch import Piece, RunWatch, grown, owner
 
-__all__ = ["LINGER", "Frame", "Hubs", "SessionHub", "entry_frame"]
+if TYPE_CHECKING:  # the registry starts hubs
+    from .hubs import Hubs
+
+__all__ = ["LINGER", "Frame", "SessionHub", "entry_frame"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -38,17 +45,8 @@ LINGER = 10.0
 """Seconds a hub keeps following after its last subscriber left."""
 LOOK_FOR = 5.0
 """Seconds a hub looks for the run behind entries it cannot place (visibility lags ~1 s)."""
-BUSY_READ = 0.05
-"""Seconds between two reads of a session at most while one of its runs goes (a FileStore read
-with nothing new is one ``stat``): a tool result, which no live delta announces, reaches the
-streams within this; an idle session is read once a second."""
-IDLE_READ = 1.0
 STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
-END_WAIT = 15.0
-"""Seconds a run's end waits at most for the hub to read the run's last entry: longer than a
-MongoStore read waits for an append in flight (``ABANDON_AFTER``). It runs out only if the entry
-lies before the hub's first read, or the store fails every read meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -68,23 +66,14 @@ def _status(run_id: str, status: str) -> Frame:
     return Frame("run", {"run_id": run_id, "status": status})
 
 
-@dataclass
-class Ending:
-    """A run's end the hub knows and has not told yet (:meth:`SessionHub.end`)."""
-
-    status: Status
-    last_entry: str
-    known_at: float
-    read_since: bool = False
-
-
 class SessionHub:
     """The shared follower of one session (module doc)."""
 
     def __init__(self, hubs: Hubs, session_id: str, after: int) -> None:
         self.hubs = hubs
         self.session_id = session_id
-        self.follower = SessionFollower(hubs.store, session_id, after, slowest=IDLE_READ)
+        self.reads = HubReads(hubs.store, session_id, after)
+        self.follower = self.reads.follower
         self.subscribers: set[asyncio.Queue[Frame | None]] = set()
         self.active: dict[str, str] = {}
         """Run ID -> status of the runs going on."""
@@ -95,11 +84,9 @@ class SessionHub:
         """Run ID -> the calls a watched run waits for a decision on (:meth:`_waits`)."""
         self.leaf = ""
         """The last stored entry read (a watched run's reply parent while its leaf is unknown)."""
-        self.first_leaf = ""
-        """The entry at the seq the hub started after (read before the hub, not by it)."""
         self._kick = asyncio.Event()
-        self.ending: dict[str, Ending] = {}
-        """Run ID -> its end, held until the hub read the run's last entry."""
+        self.relays: set[str] = set()
+        """The runs going that this process relays (they tell what they store)."""
         self._look_until = 0.0
         self._looked = 0.0
         self._idle_since: float | None = None
@@ -112,7 +99,9 @@ class SessionHub:
         (taken together, so nothing falls between them and the queue)."""
         queue: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.subscribers.add(queue)
-        self._idle_since = None
+        if self._idle_since is not None:  # it lingered without reading: read now
+            self._idle_since = None
+            self.kick(read=True)
         runs = [_status(r, s) for r, s in self.active.items()]
         return queue, runs, list(self.partial.values())
 
@@ -133,25 +122,22 @@ class SessionHub:
 
     # -- what runs tell ---------------------------------------------------------------------------
 
+    def told(self, entry_ids: Iterable[str]) -> None:
+        """A run this process relays stored these entries (its event stream saw them): read."""
+        self.reads.told(entry_ids)
+        self._kick.set()
+
     def end(self, run_id: str, status: Status, last_entry: str) -> None:
         """The run ended, its last stored entry being ``last_entry``: told once a read that
         began after now (one in flight may predate the run's last append) brought that entry,
         so a client that stops at the end has all the run stored (docs/design.md#http-api)."""
-        self.ending[run_id] = Ending(status, last_entry, asyncio.get_running_loop().time())
-        self.kick(read=True)
-
-    def _release(self) -> None:
-        """Tell the ends whose run's last entry the hub has read (or waited for too long)."""
-        clock = asyncio.get_running_loop().time()
-        for run_id, ending in list(self.ending.items()):
-            last = ending.last_entry
-            read = not last or last == self.first_leaf or self.follower.has_read(last)
-            if ending.read_since and (read or clock - ending.known_at > END_WAIT):
-                del self.ending[run_id]
-                self.status(run_id, ending.status)
+        self.reads.end(run_id, status, last_entry)
+        self._kick.set()
 
     def status(self, run_id: str, status: Status) -> None:
-        """A run's status changed (an end: told by :meth:`_release`)."""
+        """A run's status changed (an end: once its read came, :meth:`_read`). A run this
+        process relays tells what it stores; one found running is read for at once."""
+        relayed = run_id in self.relays
         if status in ("started", "awaiting_approval"):
             if self.active.get(run_id) == status:
                 return
@@ -159,7 +145,9 @@ class SessionHub:
         else:
             if run_id not in self.active and status == self.hubs.ended.get(run_id):
                 return
+            self._show_held(of_run(run_id))  # before its end
             self.active.pop(run_id, None)
+            self.relays.discard(run_id)
             self.asked.pop(run_id, None)
             self.partial.pop(run_id, None)
             self.watches.pop(run_id, None)
@@ -167,17 +155,26 @@ class SessionHub:
             while len(self.hubs.ended) > REMEMBERED:
                 del self.hubs.ended[next(iter(self.hubs.ended))]
         self._send(_status(run_id, status))
-        self.kick(read=True)
+        self.kick(read=not relayed)
 
-    def piece(self, piece: Piece) -> None:
+    def piece(self, piece: Piece, wait: Wait = "read") -> None:
+        """Live text of a run's reply; a reply's first waits for a store read (:mod:`.reads`)."""
         if not piece.text and not piece.restart:
             return  # a tool call growing: the stream shows text only
         shown = self.partial.get(piece.run_id)
-        if piece.restart or shown is None or shown.entry_parent != piece.entry_parent:
-            self.partial[piece.run_id] = Piece(piece.run_id, piece.entry_parent, piece.text, True)
+        first = shown is None or shown.entry_parent != piece.entry_parent
+        if self.reads.hold(piece, first, wait):
+            self._kick.set()
         else:
-            shown.text += piece.text
+            self._show(piece)
+
+    def _show(self, piece: Piece) -> None:
+        self.partial[piece.run_id] = grown(self.partial.get(piece.run_id), piece)
         self._send(Frame("delta", piece.data()))
+
+    def _show_held(self, which: Callable[[str, Held], bool]) -> None:
+        for piece in self.reads.take_held(which):
+            self._show(piece)
 
     # -- Temporal runs ---------------------------------------------------------------------------
 
@@ -213,6 +210,8 @@ class SessionHub:
             if run_id in self.active or run_id in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
             relayed = runs.relayed(self.session_id, run_id)
+            if relayed is not None:
+                self.relays.add(run_id)
             if isinstance(runs, TemporalRuns):
                 await self._found(runs, run_id, watch=relayed is None)
             elif relayed is not None:
@@ -268,17 +267,13 @@ class SessionHub:
                         if watch.deltas.final:
                             self.follower.wake()
             if self.follower.woken or self.follower.due_in() <= 0.01:
-                for ending in self.ending.values():
-                    ending.read_since = True  # known before this read begins
                 await self._read()
-                self._release()
             if self._look_until > clock() and clock() - self._looked >= 1.0:
                 self._looked = clock()
                 await self.look()
             await self._sleep()
 
     async def _sleep(self) -> None:
-        self.follower.slowest = BUSY_READ if self.active or self.ending else IDLE_READ
         waits = [self.follower.due_in(), *(w.due_in() for w in self.watches.values())]
         if self._look_until > asyncio.get_running_loop().time():
             waits.append(1.0)
@@ -291,16 +286,30 @@ class SessionHub:
             await asyncio.wait_for(self._kick.wait(), max(0.0, min(waits)))
 
     async def _read(self) -> None:
-        found = await self.follower.read()
+        """One read; then what waited for it goes out, and the next one is set (:mod:`.reads`)."""
+        found = await self.reads.read()
+        await self._fan_out(found)
+        self._show_held(self.reads.released)
+        for run_id, status in self.reads.ended():
+            self.status(run_id, status)
+        self.reads.pace(self.active.keys(), self.relays)
+        if not self.subscribers and not self.active and not self.reads.waiting:
+            self.follower.defer(LINGER)  # it lingers for a reload mid-reply: none is going
+
+    async def _fan_out(self, found: list[tuple[int, Entry]]) -> None:
         if not found:
             return
         unplaced = False  # a question no run is known to have asked: a run's input
         for seq, entry in found:
+            if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
+                parent = entry.parent_id or ""  # the reply's held live text goes first
+                self._show_held(of_reply(parent))
             watch = owner(self.watches.values(), entry)
             pieces = None if watch is None else await watch.stored(entry, entry.parent_id or "")
             if watch is not None and pieces is not None:
+                self._show_held(of_run(watch.run_id))
                 for piece in pieces:
-                    self.piece(piece)
+                    self.piece(piece, wait="no")
                 self.partial.pop(watch.run_id, None)
             unplaced |= watch is None and isinstance(entry, MessageEntry)
             self.leaf = entry.id
@@ -331,70 +340,3 @@ class SessionHub:
                     del self.asked[run_id]
                     if self.active.get(run_id) == "awaiting_approval":
                         self.status(run_id, "started")
-
-
-class Hubs:
-    """The hubs of this process, by session; hears the runs of this process."""
-
-    def __init__(self, store: Store, runs: Runs | None) -> None:
-        self.store = store
-        self.runs = runs
-        self.channel = store.live_deltas() if isinstance(store, LiveStore) else None
-        self.hubs: dict[str, SessionHub] = {}
-        self.ended: dict[str, str] = {}
-        """Run ID -> how it ended, for runs seen ending (not announced twice)."""
-
-    async def hub(self, session_id: str, after: int) -> SessionHub:
-        """The session's hub, started following after seq ``after`` if it is new."""
-        hub = self.hubs.get(session_id)
-        if hub is None:
-            hub = SessionHub(self, session_id, after)
-            self.hubs[session_id] = hub
-            hub.leaf = hub.first_leaf = await _leaf(self.store, session_id, after)
-            await hub.look()
-            hub.task = asyncio.create_task(hub.run())
-        return hub
-
-    def forget(self, hub: SessionHub) -> None:
-        if self.hubs.get(hub.session_id) is hub:
-            del self.hubs[hub.session_id]
-
-    async def aclose(self) -> None:
-        for hub in list(self.hubs.values()):
-            if hub.task is not None:
-                hub.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await hub.task
-
-    # -- RunListener ------------------------------------------------------------------------------
-
-    def run_status(
-        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
-    ) -> None:
-        hub = self.hubs.get(session_id)
-        if hub is None:
-            return
-        if status in ("completed", "failed", "cancelled"):
-            hub.end(run_id, status, last_entry)
-        else:
-            hub.status(run_id, status)
-
-    def run_delta(
-        self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
-    ) -> None:
-        hub = self.hubs.get(session_id)
-        if hub is not None:
-            hub.piece(Piece(run_id, entry_parent, text, restart))
-
-    def stored(self, session_id: str) -> None:
-        hub = self.hubs.get(session_id)
-        if hub is not None:
-            hub.kick(read=True)
-
-
-async def _leaf(store: Store, session_id: str, after: int) -> str:
-    """The ID of the entry at seq ``after`` (the leaf a new hub starts from)."""
-    if after <= 0:
-        return ""
-    found = await entries_after(store, session_id, after - 1)
-    return found[0][1].id if found else ""

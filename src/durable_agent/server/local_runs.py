@@ -73,8 +73,9 @@ class LocalRuns:
             stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
             self._handles[(session_id, run_id)] = handle
-        self.listener.run_status(session_id, run_id, "started")
-        self._spawn(self._relay(handle, stream, run_id))
+            relay = RunRelay(self.listener, handle, stream, run_id)  # before the run moves
+        self.listener.run_status(session_id, run_id, relay.status)
+        self._spawn(self._relay(relay))
         return run_id
 
     def _spawn(self, work: asyncio.Future[object] | object) -> asyncio.Task[object]:
@@ -83,10 +84,10 @@ class LocalRuns:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _relay(self, handle: Agent, stream: RunStream, run_id: str) -> None:
+    async def _relay(self, relay: RunRelay) -> None:
         """Tell the listener what the run does (:class:`~.relay.RunRelay`); forget the run as
         it ends."""
-        sid = handle.session_id
+        sid, run_id = relay.handle.session_id, relay.run_id
 
         def ended(status: Status) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
@@ -95,7 +96,7 @@ class LocalRuns:
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
 
-        status, last = await RunRelay(self.listener, handle, stream, run_id).run()
+        status, last = await relay.run()
         ended(status)
         self.listener.run_status(sid, run_id, status, last)
 

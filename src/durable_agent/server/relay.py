@@ -36,20 +36,21 @@ class RunRelay:
         self.handle = handle
         self.stream = stream
         self.run_id = run_id
-        self.status: Status = "started"
+        self.asked = {p.tool_call_id for p in handle.pending_approvals()}
+        """The calls the run waits for a decision on: those waiting when it started (made
+        before the run starts), then as its events tell (the handle's own state runs ahead of
+        the events read: it takes each receipt as it arrives)."""
+        self.status: Status = "awaiting_approval" if self.asked else "started"
         """What the run does now (``awaiting_approval`` while calls wait for people)."""
-        self.asked: set[str] = set()
 
     def _waits(self, entries: list[Entry]) -> None:
-        """The calls the run waits for a decision on, from its request and decision entries
-        (the handle's own path may be another branch's, or a store read behind)."""
+        """The run's waits after its request and decision entries ``entries``."""
         for entry in entries:
             if isinstance(entry, ApprovalRequest):
                 self.asked.add(entry.tool_call_id)
             elif isinstance(entry, ApprovalDecision):
                 self.asked.discard(entry.tool_call_id)
-        waits = self.asked or self.handle.pending_approvals()
-        self.status = "awaiting_approval" if waits else "started"
+        self.status = "awaiting_approval" if self.asked else "started"
 
     async def run(self) -> tuple[Status, str]:
         """Relay the run's events until it ends; how it ended and the last entry its events
@@ -66,7 +67,7 @@ class RunRelay:
                 last = stored[-1] if stored else last
                 if event.leaf_id is not None:
                     leaf = event.leaf_id
-                    listener.stored(sid)
+                    listener.stored(sid, stored, run_id)
                 if inner is None:
                     continue
                 if inner.type == "message_update":

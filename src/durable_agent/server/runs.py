@@ -84,8 +84,12 @@ class RunListener(Protocol):
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
     ) -> None: ...
 
-    def stored(self, session_id: str) -> None:
-        """The run stored entries: read the session now."""
+    def stored(self, session_id: str, entry_ids: Sequence[str] = (), run_id: str = "") -> None:
+        """Entries were stored (these, by run ``run_id``, as far as it knows): read them."""
+
+    def watched(self, session_id: str) -> bool:
+        """Whether streams follow the session (its runs' live text is wanted)."""
+        ...
 
 
 class Runs(Protocol):

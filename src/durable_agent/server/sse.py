@@ -19,7 +19,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..durable.follow import entries_after
 from ..session.entries import Entry, MessageEntry
-from .hub import Frame, Hubs, entry_frame
+from .hub import Frame, entry_frame
+from .hubs import Hubs
 
 __all__ = ["KEEPALIVE", "session_stream"]
 

@@ -121,12 +121,15 @@ class TemporalRuns:
             stream = await handle.run(*entries, run_id=run_id)
         # the stream follows the run in the store until it ends; kept until then, so the busy
         # check sees the run before visibility does. Its events, the run's own, reach the
-        # session's streams (its live text keyed by the run's own leaf: sibling runs never mix)
+        # session's streams (its live text keyed by the run's own leaf: sibling runs never mix);
+        # its live text is read only while a stream follows the session (a hub lingers a few
+        # seconds after its last browser): without one, only its receipts
+        stream.live_wanted = lambda: self.listener.watched(session_id)
         key = (session_id, run_id)
         self._streams[key] = stream
         stream.when_done(lambda: self._forget(self._streams, key))
         relay = self._relays[key] = RunRelay(self.listener, handle, stream, run_id)
-        self.listener.run_status(session_id, run_id, "started")
+        self.listener.run_status(session_id, run_id, relay.status)
         task = asyncio.create_task(self._relay(session_id, run_id, relay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

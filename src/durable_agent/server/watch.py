@@ -21,7 +21,7 @@ from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
 from .runs import Status
 
-__all__ = ["PACE", "Piece", "RunWatch", "owner"]
+__all__ = ["PACE", "Piece", "RunWatch", "grown", "owner"]
 
 PACE = 0.25
 """Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
@@ -45,6 +45,14 @@ class Piece:
             "text": self.text,
             "restart": self.restart,
         }
+
+
+def grown(shown: Piece | None, piece: Piece) -> Piece:
+    """The text a reply showed so far, after ``piece`` (a new reply or a restart starts over),
+    as one piece that shows it whole."""
+    if piece.restart or shown is None or shown.entry_parent != piece.entry_parent:
+        return Piece(piece.run_id, piece.entry_parent, piece.text, True)
+    return Piece(piece.run_id, piece.entry_parent, shown.text + piece.text, True)
 
 
 @dataclass

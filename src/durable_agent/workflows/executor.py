@@ -216,7 +216,7 @@ class TemporalExecutor:
         stream: LocalRunStream | None = None
 
         def reading() -> bool:
-            return stream is not None and stream.events_taken
+            return stream is not None and stream.events_taken and stream.live_wanted()
 
         state.live_run_id = run_id
         follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)

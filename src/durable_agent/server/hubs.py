@@ -1,0 +1,112 @@
+"""The session hubs of one server process (:class:`Hubs`), by session: it starts a hub for the
+first stream of a session and hears the runs this process started (a
+:class:`~.runs.RunListener`, told by each run's :class:`~.relay.RunRelay`): their status, their
+live text, and the entries they stored, which wake the session's hub to read them
+(docs/design.md#http-api).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+from ..durable.follow import entries_after
+from ..session.deltas import LiveStore
+from ..session.store import Store
+from .hub import SessionHub
+from .runs import Runs, Status
+from .watch import Piece, grown
+
+__all__ = ["Hubs"]
+
+ENDS = ("completed", "failed", "cancelled")
+
+
+class Hubs:
+    """The hubs of this process, by session; hears the runs of this process."""
+
+    def __init__(self, store: Store, runs: Runs | None) -> None:
+        self.store = store
+        self.runs = runs
+        self.channel = store.live_deltas() if isinstance(store, LiveStore) else None
+        self.hubs: dict[str, SessionHub] = {}
+        self.ended: dict[str, str] = {}
+        """Run ID -> how it ended, for runs seen ending (not announced twice)."""
+        self.shown: dict[tuple[str, str], Piece] = {}
+        """(session, run) -> the text the streaming reply of a run this process relays showed
+        so far, kept with no hub too: a hub that starts mid-reply shows it whole, though the
+        run's stream read no live text while no hub was there (or read some for a hub gone)."""
+
+    async def hub(self, session_id: str, after: int) -> SessionHub:
+        """The session's hub, started following after seq ``after`` if it is new."""
+        hub = self.hubs.get(session_id)
+        if hub is None:
+            hub = SessionHub(self, session_id, after)
+            self.hubs[session_id] = hub
+            for (sid, run_id), shown in self.shown.items():
+                if sid == session_id:
+                    hub.partial[run_id] = shown
+            hub.leaf = hub.reads.first_leaf = await _leaf(self.store, session_id, after)
+            await hub.look()
+            hub.task = asyncio.create_task(hub.run())
+        return hub
+
+    def forget(self, hub: SessionHub) -> None:
+        if self.hubs.get(hub.session_id) is hub:
+            del self.hubs[hub.session_id]
+
+    async def aclose(self) -> None:
+        for hub in list(self.hubs.values()):
+            if hub.task is not None:
+                hub.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hub.task
+
+    # -- RunListener ------------------------------------------------------------------------------
+
+    def run_status(
+        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+    ) -> None:
+        if status in ENDS:
+            self.shown.pop((session_id, run_id), None)
+        hub = self.hubs.get(session_id)
+        if hub is None:
+            return
+        if status not in ENDS:
+            hub.relays.add(run_id)
+        if status in ENDS:
+            hub.end(run_id, status, last_entry)
+        else:
+            hub.status(run_id, status)
+
+    def run_delta(
+        self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
+    ) -> None:
+        piece = Piece(run_id, entry_parent, text, restart)
+        if not text and not restart:
+            return  # a tool call growing: the streams show text only
+        key = (session_id, run_id)
+        self.shown[key] = grown(self.shown.get(key), piece)
+        hub = self.hubs.get(session_id)
+        if hub is not None:
+            hub.piece(piece, wait="told")
+
+    def stored(self, session_id: str, entry_ids: Sequence[str] = (), run_id: str = "") -> None:
+        if run_id:  # a receipt of the run: its reply, if one streamed, is stored
+            self.shown.pop((session_id, run_id), None)
+        hub = self.hubs.get(session_id)
+        if hub is not None:
+            hub.told(entry_ids)
+
+    def watched(self, session_id: str) -> bool:
+        """A hub follows the session: browsers watch it (or did a moment ago)."""
+        return session_id in self.hubs
+
+
+async def _leaf(store: Store, session_id: str, after: int) -> str:
+    """The ID of the entry at seq ``after`` (the leaf a new hub starts from)."""
+    if after <= 0:
+        return ""
+    found = await entries_after(store, session_id, after - 1)
+    return found[0][1].id if found else ""

@@ -1,0 +1,143 @@
+"""A message sent into a running run (a steer) is stored just before the model call whose reply
+then streams: the stream's ``entry`` frame for it comes before that reply's first ``delta``
+frame, as the run's own events order them, in process and on Temporal, even when the hub's
+store reads fall behind the run."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from durable_agent.ai import Reply
+from durable_agent.server import create_app
+from durable_agent.server.temporal_runs import TemporalRuns
+from durable_agent.session import Entry
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import Reader, ended, scripted, serving, stream
+from tests.support.gate_tool import GateTool
+from tests.support.temporal import FAST, running_worker
+
+STEER = "Also check Lisbon."
+REPLY = "Paris is sunny and so is Lisbon, a fine day in both cities for a long walk."
+
+
+class HubReadsHeld:
+    """Holds the session hubs' store reads while ``held`` (a hub that falls behind the run);
+    every other read (the routes', a run's own stream's) goes through. Installed before the
+    first stream, so the hub's follower reads through it."""
+
+    def __init__(self, store: FileStore, app: FastAPI) -> None:
+        self.hubs = app.state.server.hubs
+        self.inner = store.load_entries_after
+        self.go = asyncio.Event()
+        self.go.set()
+        store.load_entries_after = self.read  # type: ignore[method-assign]
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        hub = self.hubs.hubs.get(session_id)
+        if hub is not None and asyncio.current_task() is hub.task:
+            await self.go.wait()
+        return await self.inner(session_id, after)
+
+
+class FirstDelta:
+    """Set once a run of this process tells the hubs its reply's first live text."""
+
+    def __init__(self, app: FastAPI) -> None:
+        hubs = app.state.server.hubs
+        self.tell = hubs.run_delta
+        self.seen = asyncio.Event()
+        hubs.run_delta = self.run_delta
+
+    def run_delta(self, *args: Any) -> None:
+        self.tell(*args)
+        if args[3]:
+            self.seen.set()
+
+
+@asynccontextmanager
+async def _server(
+    temporal: Client | None, tmp_path: Path, spec: AgentSpec
+) -> AsyncIterator[tuple[FastAPI, FileStore]]:
+    store = FileStore(tmp_path / "sessions")
+    worker: AbstractAsyncContextManager[object] = nullcontext()
+    if temporal is None:
+        app = create_app(store=store, agents={"helper": spec})
+    else:
+        queue = f"test-{uuid.uuid4().hex[:12]}"
+        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        own = FileStore(tmp_path / "sessions")  # the worker's
+        worker = running_worker(temporal, own, {"helper": spec}, task_queue=queue)
+    async with worker:
+        yield app, store
+
+
+async def _steered(temporal: Client | None, tmp_path: Path) -> None:
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text=REPLY, chunk_size=4, chunk_delay=0.03)]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    async with (
+        _server(temporal, tmp_path, spec) as (app, store),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        held, first = HubReadsHeld(store, app), FirstDelta(app)
+        await client.post("/v1/sessions", json={"session_id": "s1"})
+        async with stream(client, "s1", after=0) as reader:
+            started = await client.post("/v1/sessions/s1/runs", json={"text": "Weather?"})
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            await asyncio.wait_for(gate.started.wait(), 60)
+            sent = await client.post("/v1/sessions/s1/messages", json={"text": STEER})
+            assert sent.status_code == 202, sent.text
+            held.go.clear()  # the hub reads nothing until the reply streams
+            gate.release.set()
+            await asyncio.wait_for(first.seen.wait(), 60)
+            held.go.set()
+            await reader.until(ended(run_id), within=60)
+            await reader.until(lambda r: r.last_seq() == 5)
+        _in_order(reader, await store.load_entries("s1"))
+
+
+def _in_order(reader: Reader, stored: list[Entry]) -> None:
+    steer, reply = stored[3], stored[4]
+    assert steer.message.text() == STEER and reply.parent_id == steer.id  # type: ignore[attr-defined]
+    frames = [
+        (f.event, f.data.get("entry", {}).get("id") or f.data.get("entry_parent"))
+        for f in reader.frames
+    ]
+    steer_at = frames.index(("entry", steer.id))
+    first_delta = next(i for i, f in enumerate(frames) if f[0] == "delta")
+    assert steer_at < first_delta, f"the reply's first delta before the steer's entry: {frames}"
+    assert frames[first_delta] == ("delta", steer.id)
+    shown = ""
+    for piece in (f.data for f in reader.frames if f.event == "delta"):
+        shown = piece["text"] if piece["restart"] else shown + piece["text"]
+    assert shown == REPLY
+    assert frames.index(("entry", reply.id)) > max(
+        i for i, f in enumerate(frames) if f[0] == "delta"
+    )
+
+
+async def test_a_steer_goes_out_before_the_next_reply_streams_in_process(tmp_path: Path) -> None:
+    await _steered(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_a_steer_goes_out_before_the_next_reply_streams_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _steered(temporal_client, tmp_path)
