@@ -95,13 +95,15 @@ async def _steered(temporal: Client | None, tmp_path: Path) -> None:
         httpx.AsyncClient(base_url=url) as client,
     ):
         held, first = HubReadsHeld(store, app), FirstDelta(app)
-        await client.post("/v1/sessions", json={"session_id": "s1"})
-        async with stream(client, "s1", after=0) as reader:
-            started = await client.post("/v1/sessions/s1/runs", json={"text": "Weather?"})
+        # a session of its own: the Temporal server (and its visibility) is shared by every test
+        sid = f"steer-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Weather?"})
             assert started.status_code == 202, started.text
             run_id = started.json()["run_id"]
             await asyncio.wait_for(gate.started.wait(), 60)
-            sent = await client.post("/v1/sessions/s1/messages", json={"text": STEER})
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": STEER})
             assert sent.status_code == 202, sent.text
             held.go.clear()  # the hub reads nothing until the reply streams
             gate.release.set()
@@ -109,7 +111,7 @@ async def _steered(temporal: Client | None, tmp_path: Path) -> None:
             held.go.set()
             await reader.until(ended(run_id), within=60)
             await reader.until(lambda r: r.last_seq() == 5)
-        _in_order(reader, await store.load_entries("s1"))
+        _in_order(reader, await store.load_entries(sid))
 
 
 def _in_order(reader: Reader, stored: list[Entry]) -> None:

@@ -35,6 +35,10 @@ pytestmark = pytest.mark.temporal
 TEXT = "Rivers carry the light of the morning down to the sea, slowly and without a sound."
 
 
+QUIET, LATE, BACK = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("quiet", "late", "back"))
+"""Session IDs of their own: the Temporal server (and its visibility) is shared by every test."""
+
+
 class Paused:
     """Calls ``lookup``, then streams :data:`TEXT` in small pieces and, past its first half,
     waits for ``release`` (``paused`` is set then: the tool's result is stored, some of the
@@ -139,13 +143,13 @@ async def test_a_run_nobody_watches_reads_no_live_text(
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
-        run_id = await _half_streamed(client, "quiet", model, reads)
+        run_id = await _half_streamed(client, QUIET, model, reads)
         assert channel.keys == [], "no browser watches: no live delta is read"
         model.release.set()
         assert await ends.of(run_id) == "completed"
-        status = await client.get(f"/v1/sessions/quiet/runs/{run_id}")
+        status = await client.get(f"/v1/sessions/{QUIET}/runs/{run_id}")
         assert status.json()["status"] == "completed"
-    stored = await store.load_entries("quiet")
+    stored = await store.load_entries(QUIET)
     assert [e.message.role for e in stored if isinstance(e, MessageEntry)] == [
         "user",
         "assistant",
@@ -170,14 +174,14 @@ async def test_a_browser_joining_mid_reply_gets_its_text_from_the_start(
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
-        run_id = await _half_streamed(client, "late", model, reads)
+        run_id = await _half_streamed(client, LATE, model, reads)
         assert channel.keys == [], "nobody watches yet"
-        async with stream(client, "late", after=0) as reader:
+        async with stream(client, LATE, after=0) as reader:
             await reader.until(lambda r: _shown(r, run_id)[1], within=30)
             model.release.set()
             await reader.until(ended(run_id), within=60)
             await reader.until(lambda r: r.last_seq() == 4)
-    stored = await store.load_entries("late")
+    stored = await store.load_entries(LATE)
     reply = stored[-1]
     assert isinstance(reply, MessageEntry) and reply.message.text() == TEXT
     shown, pieces = _shown(reader, run_id)
@@ -207,16 +211,16 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
-        run_id = await _half_streamed(client, "back", model, reads)
-        async with stream(client, "back", after=0) as first:
+        run_id = await _half_streamed(client, BACK, model, reads)
+        async with stream(client, BACK, after=0) as first:
             await first.until(lambda r: _shown(r, run_id)[1], within=30)
 
         async def stopped() -> bool:
-            return "back" not in hubs.hubs
+            return BACK not in hubs.hubs
 
         await eventually(stopped, within=30, what="the hub stopped")
         await asyncio.wait_for(reads.one_more(), 30)  # the run's stream saw nobody watches
-        async with stream(client, "back", after=3) as second:
+        async with stream(client, BACK, after=3) as second:
             await second.until(lambda r: _shown(r, run_id)[1], within=30)
             model.release.set()
             await second.until(ended(run_id), within=60)
