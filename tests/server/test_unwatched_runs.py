@@ -6,8 +6,10 @@ browser's hub saw part of it and stopped."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +113,36 @@ async def _half_streamed(client: httpx.AsyncClient, sid: str, model: Paused, rea
     return run_id
 
 
-def _app(temporal: Client, store: FileStore, queue: str) -> FastAPI:
+@dataclass
+class Served:
+    """A server on a FileStore, a worker with the :class:`Paused` model, and what they count."""
+
+    store: FileStore
+    app: FastAPI
+    channel: ChannelReads
+    reads: Reads
+    model: Paused
+
+
+@contextlib.asynccontextmanager
+async def _served(
+    temporal: Client, tmp_path: Path
+) -> AsyncIterator[tuple[Served, httpx.AsyncClient]]:
+    sessions = tmp_path / "sessions"
+    store, worker_store = FileStore(sessions), FileStore(sessions)
+    queue = f"test-{uuid.uuid4().hex[:12]}"
     app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
     runs = app.state.server.runs
     assert isinstance(runs, TemporalRuns)
     runs.executor.timeouts = FAST
-    return app
+    served = Served(store, app, ChannelReads(store), Reads(store), Paused())
+    spec = AgentSpec(model=served.model, tools=[lookup])
+    async with (
+        running_worker(temporal, worker_store, {"helper": spec}, task_queue=queue),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        yield served, client
 
 
 def _shown(reader: Reader, run_id: str) -> tuple[str, list[dict[str, Any]]]:
@@ -131,18 +157,9 @@ def _shown(reader: Reader, run_id: str) -> tuple[str, list[dict[str, Any]]]:
 async def test_a_run_nobody_watches_reads_no_live_text(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    sessions = tmp_path / "sessions"
-    store, worker_store = FileStore(sessions), FileStore(sessions)
-    channel, reads, model = ChannelReads(store), Reads(store), Paused()
-    queue = f"test-{uuid.uuid4().hex[:12]}"
-    app = _app(temporal_client, store, queue)
-    ends = Ends(app)
-    spec = AgentSpec(model=model, tools=[lookup])
-    async with (
-        running_worker(temporal_client, worker_store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url) as client,
-    ):
+    async with _served(temporal_client, tmp_path) as (served, client):
+        store, channel, reads, model = served.store, served.channel, served.reads, served.model
+        ends = Ends(served.app)
         run_id = await _half_streamed(client, QUIET, model, reads)
         assert channel.keys == [], "no browser watches: no live delta is read"
         model.release.set()
@@ -163,17 +180,8 @@ async def test_a_run_nobody_watches_reads_no_live_text(
 async def test_a_browser_joining_mid_reply_gets_its_text_from_the_start(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    sessions = tmp_path / "sessions"
-    store, worker_store = FileStore(sessions), FileStore(sessions)
-    channel, reads, model = ChannelReads(store), Reads(store), Paused()
-    queue = f"test-{uuid.uuid4().hex[:12]}"
-    app = _app(temporal_client, store, queue)
-    spec = AgentSpec(model=model, tools=[lookup])
-    async with (
-        running_worker(temporal_client, worker_store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url) as client,
-    ):
+    async with _served(temporal_client, tmp_path) as (served, client):
+        store, channel, reads, model = served.store, served.channel, served.reads, served.model
         run_id = await _half_streamed(client, LATE, model, reads)
         assert channel.keys == [], "nobody watches yet"
         async with stream(client, LATE, after=0) as reader:
@@ -199,18 +207,8 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
     here) and the run's stream stopped reading live text. A browser that comes back gets the
     text shown so far whole, then the rest."""
     monkeypatch.setattr(hub_module, "LINGER", 0.0)
-    sessions = tmp_path / "sessions"
-    store, worker_store = FileStore(sessions), FileStore(sessions)
-    reads, model = Reads(store), Paused()
-    queue = f"test-{uuid.uuid4().hex[:12]}"
-    app = _app(temporal_client, store, queue)
-    hubs = app.state.server.hubs
-    spec = AgentSpec(model=model, tools=[lookup])
-    async with (
-        running_worker(temporal_client, worker_store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url) as client,
-    ):
+    async with _served(temporal_client, tmp_path) as (served, client):
+        reads, model, hubs = served.reads, served.model, served.app.state.server.hubs
         run_id = await _half_streamed(client, BACK, model, reads)
         async with stream(client, BACK, after=0) as first:
             await first.until(lambda r: _shown(r, run_id)[1], within=30)
