@@ -88,6 +88,12 @@ class RunChain(ChainSteps):
         awaiting = self._phase == "reply" or (self._phase == "input" and self._empty_batch())
         return self.turn + 1 if awaiting else None
 
+    @property
+    def tools_running(self) -> bool:
+        """The run's tools run now (no call of the turn waits for a person): their results,
+        which no live delta announces, are what the run stores next."""
+        return self._phase == "tools" and not self._awaiting
+
     def add(self, entries: Iterable[Entry]) -> list[Event]:
         """The events that the run's entries among ``entries`` (read in append order) give."""
         out: list[Event] = []

@@ -11,9 +11,9 @@ nothing meanwhile unless a run goes), so a reload mid-reply finds the reply's te
 When it reads, and what waits for one of its reads (a run's end, a reply's first live text),
 :mod:`.reads` says. A tool result reaches the streams one store read after the run that stored
 it: in process at once (the engine's receipt wakes the hub); on Temporal when the run's own
-stream reads it (its back-off: 0.1 s after the run's previous entry, doubling up to 1 s); for a
-run another process started within the hub's back-off (50 ms, doubling up to 1 s)
-(docs/design.md#http-api).
+stream reads it (its back-off: 0.1 s after the run's previous entry, doubling up to 0.25 s
+while the run's tools run); for a run another process started within the hub's back-off (50 ms,
+doubling up to 1 s) (docs/design.md#http-api).
 """
 
 from __future__ import annotations

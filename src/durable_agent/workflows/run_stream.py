@@ -116,6 +116,10 @@ last delta woke the reader (its entry is being stored as the delta is written)."
 SLOWEST_READ = 1.0
 """Seconds between two reads of the session at most while the run goes on (a read with nothing
 new costs a FileStore one ``stat``); a reply's deltas, its last above all, hurry the next."""
+TOOL_READ = 0.25
+"""Seconds between two reads of the session at most while the run's tools run: a tool's result
+(and the next reply's start, which waits for it) shows within this of being stored, at four
+reads a second while a tool works, where an idle wait grows to ``SLOWEST_READ``."""
 SLACK = 0.05
 """Seconds within which a read that is due soon is done on the current wake-up."""
 UNREAD_PACE = 1.0
@@ -329,6 +333,7 @@ class RunFollower:
             return 0.0
         if streaming:
             return float("inf")
+        entries.slowest = TOOL_READ if reading and self.chain.tools_running else SLOWEST_READ
         due = entries.due_in()
         if not reading:
             since = asyncio.get_running_loop().time() - entries.read_at
