@@ -19,6 +19,7 @@ import pytest
 from durable_agent.ai.timefmt import format_time
 from durable_agent.stores import FileStore
 from tests.filestore.helpers import T0, fresh_root, ids, msg
+from tests.support.polling import eventually
 
 # -- locking and cancellation ----------------------------------------------------------------------
 
@@ -114,5 +115,10 @@ async def test_a_write_queued_behind_busy_threads_completes_when_the_caller_is_c
         await task
     hold.set()
     await asyncio.gather(*busy)
-    # the pool runs its queue in order: this load runs after the queued write
-    assert ids(await fs.load_entries("s1")) == ["e1"]
+
+    async def written() -> bool:
+        # the pool starts its queue in order, but a load on another of its threads may run
+        # while the write is still going: the write completes on its own, so wait for it
+        return ids(await fs.load_entries("s1")) == ["e1"]
+
+    await eventually(written, within=10, what="the queued write")
