@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, lookup, scripted, serving, stream, tool_script
+from tests.server.test_unwatched_runs import Paused
 
 
 @pytest.fixture
@@ -84,3 +86,24 @@ async def test_keepalive_deleted_and_a_dropped_client_cancels_nothing(store: Fil
         assert [f.event for f in again.frames][-1] == "deleted"
         assert (await client.get("/v1/sessions/s3")).status_code == 404
         assert (await client.get("/v1/sessions/s3/stream")).status_code == 404
+
+
+async def test_a_deleted_sessions_live_text_never_comes_back(store: FileStore) -> None:
+    """The server keeps a streaming reply's text so far for browsers that join mid-reply; a
+    session deleted mid-reply and created again under its ID shows none of it."""
+    model = Paused()
+    spec = AgentSpec(model=model, tools=[lookup])
+    app = create_app(store=store, agents={"helper": spec}, keepalive=0.2)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "s4"})
+        async with stream(client, "s4", after=0) as reader:
+            await client.post("/v1/sessions/s4/runs", json={"text": "Tell me"})
+            await reader.until(lambda r: any(f.event == "delta" for f in r.frames))
+            await asyncio.wait_for(model.paused.wait(), 20)
+            assert (await client.delete("/v1/sessions/s4")).status_code == 204
+            await reader.until(lambda r: any(f.event == "deleted" for f in r.frames))
+        await client.post("/v1/sessions", json={"session_id": "s4"})
+        async with stream(client, "s4", after=0) as again:
+            await again.until(lambda r: r.comments >= 1)  # what a join sends came before
+        assert [f for f in again.frames if f.event == "delta"] == []
+        model.release.set()

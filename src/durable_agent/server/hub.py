@@ -247,6 +247,7 @@ class SessionHub:
         try:
             await self._loop()
         except SessionNotFoundError:
+            self.hubs.deleted(self.session_id)  # deleted elsewhere: its live text goes too
             self._send(Frame("deleted", {"session_id": self.session_id}))
         except Exception:
             logger.exception("following session %s", self.session_id)

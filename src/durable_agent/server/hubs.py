@@ -99,6 +99,13 @@ class Hubs:
         if hub is not None:
             hub.told(entry_ids)
 
+    def deleted(self, session_id: str) -> None:
+        """The session was deleted: the live text kept for its runs goes (a session created
+        again under its ID never shows it), and its streams learn it at once."""
+        for key in [k for k in self.shown if k[0] == session_id]:
+            del self.shown[key]
+        self.stored(session_id)
+
     def watched(self, session_id: str) -> bool:
         """A hub follows the session: browsers watch it (or did a moment ago)."""
         return session_id in self.hubs

@@ -133,7 +133,7 @@ async def get_entries(
 async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Response:
     sid = tenant.session(session_id)
     await retention(srv).delete_session(sid)
-    srv.hubs.stored(sid)  # its streams learn it at once
+    srv.hubs.deleted(sid)  # its streams learn it at once; its runs' live text goes
     return Response(status_code=204)
 
 
