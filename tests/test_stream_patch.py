@@ -15,8 +15,10 @@ from durable_agent.stores import FileStore
 from durable_agent.stores.memory import MemoryDeltas
 
 
-async def test_patches_rebuild_each_partial_and_the_final_text() -> None:
-    model = ScriptedModel(
+def _three_blocks() -> ScriptedModel:
+    """A reply streaming a thinking block, a text block and a tool call, three characters a
+    delta."""
+    return ScriptedModel(
         [
             Reply(
                 thinking="hmm, let me think",
@@ -26,6 +28,10 @@ async def test_patches_rebuild_each_partial_and_the_final_text() -> None:
             )
         ]
     )
+
+
+async def test_patches_rebuild_each_partial_and_the_final_text() -> None:
+    model = _three_blocks()
     channel, key = MemoryDeltas(), DeltaKey("s1", "r1", 3)
     follower = DeltaFollower(channel, key.session_id, key.run_id)
     follower.expect(key.turn)
@@ -64,16 +70,7 @@ async def test_a_writer_reusing_what_it_dumped_rebuilds_each_partial(tmp_path: P
     and the head only when a field changed (the final message's usage and stop reason): a
     reader still rebuilds each partial it was offered, exactly, through a FileStore's side file
     written and read inline."""
-    model = ScriptedModel(
-        [
-            Reply(
-                thinking="hmm, let me think",
-                text="hello there, streaming world",
-                tool_calls=[ToolCall(id="c1", name="step", arguments={"k": 1})],
-                chunk_size=3,
-            )
-        ]
-    )
+    model = _three_blocks()
     channel, key = FileStore(tmp_path).live_deltas(), DeltaKey("s1", "r1", 1)
     writer = DeltaWriter(channel, key, 1, every=0.0)
     follower = DeltaFollower(channel, key.session_id, key.run_id)
