@@ -38,6 +38,7 @@ from durable_agent.session import (
     EntryTooLargeError,
     InvalidSessionIdError,
     MessageEntry,
+    ParentNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
     SessionRecord,
@@ -169,10 +170,17 @@ async def test_append_order_not_time_or_tree_order(store: Store) -> None:
     assert wires(loaded) == wires(batch1 + batch2)
 
 
-async def test_parents_are_not_checked(store: Store) -> None:
+async def test_an_entry_whose_parent_is_not_held_is_refused(store: Store) -> None:
+    """A parent must be stored or in the batch (anywhere in it); an append naming another
+    writes nothing of its batch and says which entry and parent."""
     await fresh(store)
-    await store.append_entries("s1", [msg("e1", parent="never-stored")])
-    assert (await store.load_entries("s1"))[0].parent_id == "never-stored"
+    await store.append_entries("s1", [msg("b", parent="a"), msg("a")])
+    with pytest.raises(ParentNotFoundError) as caught:
+        await store.append_entries("s1", [msg("c", parent="b"), msg("d", parent="never-stored")])
+    assert (caught.value.entry_id, caught.value.parent_id) == ("d", "never-stored")
+    assert isinstance(caught.value, SessionNotFoundError)  # the session it continues is not here
+    await store.append_entries("s1", [msg("c", parent="b")])
+    assert [e.id for e in await store.load_entries("s1")] == ["b", "a", "c"]
 
 
 # -- idempotency -----------------------------------------------------------------------------------

@@ -186,6 +186,25 @@ async def test_an_append_after_a_delete_through_another_object_is_refused(store:
     assert await s.load_entries("s1") == []
 
 
+async def test_a_writer_of_a_deleted_session_adds_nothing_to_the_one_created_again(
+    store: Store,
+) -> None:
+    """A run that loaded the session before it was deleted and created again under its ID,
+    through this store object or another, fails at its next append (its parent is not in the
+    new session) and writes nothing there."""
+    for deleter in (retention(store), twin(store)):
+        s = retention(store)
+        await s.create_session("s1")
+        await s.append_entries("s1", [entry("a")])
+        await deleter.delete_session("s1")
+        await deleter.create_session("s1")
+        with pytest.raises(SessionNotFoundError):
+            await s.append_entries("s1", [entry("b", "a"), entry("c", "b")])
+        for reader in (s, deleter, twin(store)):
+            assert await reader.load_entries("s1") == []
+        await deleter.delete_session("s1")
+
+
 async def test_appends_keep_their_order_after_another_object_deletes_and_creates(
     store: Store,
 ) -> None:

@@ -9,11 +9,12 @@ import httpx
 import pytest
 
 from durable_agent.server import create_app
+from durable_agent.server.hubs import Hubs
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, lookup, scripted, serving, stream, tool_script
-from tests.server.test_unwatched_runs import Paused
+from tests.server.test_unwatched_runs import Ends, Paused
 
 
 @pytest.fixture
@@ -88,22 +89,56 @@ async def test_keepalive_deleted_and_a_dropped_client_cancels_nothing(store: Fil
         assert (await client.get("/v1/sessions/s3/stream")).status_code == 404
 
 
-async def test_a_deleted_sessions_live_text_never_comes_back(store: FileStore) -> None:
-    """The server keeps a streaming reply's text so far for browsers that join mid-reply; a
-    session deleted mid-reply and created again under its ID shows none of it."""
+async def test_deleting_a_session_stops_its_runs_and_nothing_of_them_comes_back(
+    store: FileStore,
+) -> None:
+    """The server keeps a streaming reply's text so far for browsers that join mid-reply. A
+    session deleted mid-reply stops its run (cancelled, not calling the model on until its next
+    commit fails), and a session created again under its ID shows none of the old run: neither
+    its text nor its status, and takes a run at once."""
     model = Paused()
     spec = AgentSpec(model=model, tools=[lookup])
     app = create_app(store=store, agents={"helper": spec}, keepalive=0.2)
+    ends = Ends(app)
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await client.post("/v1/sessions", json={"session_id": "s4"})
         async with stream(client, "s4", after=0) as reader:
-            await client.post("/v1/sessions/s4/runs", json={"text": "Tell me"})
+            started = await client.post("/v1/sessions/s4/runs", json={"text": "Tell me"})
+            run_id = started.json()["run_id"]
             await reader.until(lambda r: any(f.event == "delta" for f in r.frames))
             await asyncio.wait_for(model.paused.wait(), 20)
             assert (await client.delete("/v1/sessions/s4")).status_code == 204
             await reader.until(lambda r: any(f.event == "deleted" for f in r.frames))
+        # it ends with its model still paused: the delete stopped it (its cancel's own commit
+        # finds the session gone)
+        assert await ends.of(run_id) in ("cancelled", "failed")
         await client.post("/v1/sessions", json={"session_id": "s4"})
         async with stream(client, "s4", after=0) as again:
             await again.until(lambda r: r.comments >= 1)  # what a join sends came before
-        assert [f for f in again.frames if f.event == "delta"] == []
-        model.release.set()
+            assert [f.event for f in again.frames] == []
+            model.release.set()
+            second = await client.post("/v1/sessions/s4/runs", json={"text": "Again"})
+            assert second.status_code == 202, second.text
+            await again.until(ended(second.json()["run_id"]))
+        assert {f.data.get("run_id") for f in again.frames if f.event == "run"} == {
+            second.json()["run_id"]
+        }
+
+
+async def test_a_deleted_sessions_run_that_streams_on_shows_nothing(store: FileStore) -> None:
+    """A run whose cancel has not reached it yet (on Temporal, a moment) streams on after its
+    session was deleted: the server keeps none of its text and shows none of it, nor its status
+    or end, to a session created again under the ID."""
+    hubs = Hubs(store, None)
+    hubs.run_status("s5", "r1", "started")
+    hubs.run_delta("s5", "r1", "", "Rivers ", False)
+    assert hubs.deleted("s5") == ["r1"]
+    hubs.run_delta("s5", "r1", "", "carry", False)
+    hubs.run_status("s5", "r1", "awaiting_approval")
+    await store.create_session("s5")
+    hub = await hubs.hub("s5", 0)
+    hubs.run_delta("s5", "r1", "", " the light", False)
+    assert (hubs.shown, hub.partial, hub.active) == ({}, {}, {})
+    hubs.run_status("s5", "r1", "failed")
+    assert (hub.active, hubs.dropped, hubs.going) == ({}, set(), {})
+    await hubs.aclose()

@@ -228,3 +228,21 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
     assert pieces[0]["restart"] and pieces[0]["text"].startswith(seen_before), pieces[0]
     assert TEXT.startswith(pieces[0]["text"])
     assert shown == TEXT
+
+
+async def test_deleting_a_session_stops_its_run_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A session deleted mid-reply cancels its run on the workers (it ends with its model still
+    paused), and the session created again under its ID at once gets nothing of the old run:
+    what the cancelled run goes on to store continues the deleted conversation, which the new
+    session does not hold."""
+    sid = f"gone-{uuid.uuid4().hex[:8]}"
+    async with _served(temporal_client, tmp_path) as (served, client):
+        ends = Ends(served.app)
+        run_id = await _half_streamed(client, sid, served.model, served.reads)
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+        assert (await client.post("/v1/sessions", json={"session_id": sid})).status_code == 201
+        assert await ends.of(run_id) in ("cancelled", "failed")
+        assert not served.model.release.is_set()
+        assert await served.store.load_entries(sid) == []

@@ -209,6 +209,8 @@ class SessionHub:
         for run_id in found:
             if run_id in self.active or run_id in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
+            if (self.session_id, run_id) in self.hubs.dropped:
+                continue  # a run of the session deleted before this one was created
             relayed = runs.relayed(self.session_id, run_id)
             if relayed is not None:
                 self.relays.add(run_id)

@@ -37,6 +37,12 @@ class Hubs:
         """(session, run) -> the text the streaming reply of a run this process relays showed
         so far, kept with no hub too: a hub that starts mid-reply shows it whole, though the
         run's stream read no live text while no hub was there (or read some for a hub gone)."""
+        self.going: dict[str, set[str]] = {}
+        """Session -> the runs this process relays that have not ended."""
+        self.dropped: set[tuple[str, str]] = set()
+        """(session, run) of runs going when their session was deleted: until they end (at
+        their next commit), their live text is dropped, not kept for a session created again
+        under the ID."""
 
     async def hub(self, session_id: str, after: int) -> SessionHub:
         """The session's hub, started following after seq ``after`` if it is new."""
@@ -68,17 +74,22 @@ class Hubs:
     def run_status(
         self, session_id: str, run_id: str, status: Status, last_entry: str = ""
     ) -> None:
-        if status in ENDS:
-            self.shown.pop((session_id, run_id), None)
-        hub = self.hubs.get(session_id)
-        if hub is None:
-            return
+        key, hub = (session_id, run_id), self.hubs.get(session_id)
+        runs = self.going.setdefault(session_id, set())
         if status not in ENDS:
-            hub.relays.add(run_id)
-        if status in ENDS:
+            runs.add(run_id)
+            if hub is not None and key not in self.dropped:
+                hub.relays.add(run_id)
+                hub.status(run_id, status)
+            return
+        self.shown.pop(key, None)
+        runs.discard(run_id)
+        if not runs:
+            del self.going[session_id]
+        if key in self.dropped:
+            self.dropped.discard(key)  # its session's streams learnt of the delete
+        elif hub is not None:
             hub.end(run_id, status, last_entry)
-        else:
-            hub.status(run_id, status)
 
     def run_delta(
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
@@ -87,6 +98,8 @@ class Hubs:
         if not text and not restart:
             return  # a tool call growing: the streams show text only
         key = (session_id, run_id)
+        if key in self.dropped:
+            return
         self.shown[key] = grown(self.shown.get(key), piece)
         hub = self.hubs.get(session_id)
         if hub is not None:
@@ -99,12 +112,16 @@ class Hubs:
         if hub is not None:
             hub.told(entry_ids)
 
-    def deleted(self, session_id: str) -> None:
+    def deleted(self, session_id: str) -> list[str]:
         """The session was deleted: the live text kept for its runs goes (a session created
-        again under its ID never shows it), and its streams learn it at once."""
+        again under its ID never shows it, nor anything its runs still do until they end), and
+        its streams learn it at once. Returns the runs of it this process relays."""
         for key in [k for k in self.shown if k[0] == session_id]:
             del self.shown[key]
+        going = sorted(self.going.get(session_id, ()))
+        self.dropped.update((session_id, run_id) for run_id in going)
         self.stored(session_id)
+        return going
 
     def watched(self, session_id: str) -> bool:
         """A hub follows the session: browsers watch it (or did a moment ago)."""

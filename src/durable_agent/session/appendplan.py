@@ -1,19 +1,22 @@
-"""The idempotency rule every store applies to an append, written once.
+"""The rules every store applies to an append, written once.
 
 An already-stored ID is skipped when its encoding is identical and is a conflict otherwise; repeats
-within one batch compare with their first occurrence. Stores call :func:`plan_append` with the
-encodings they hold and write only what it returns, so a conflict writes nothing of the batch.
+within one batch compare with their first occurrence. An entry to write names a parent the session
+holds or the batch brings, or none (a root): the log stays a tree, and a writer that loaded the
+session before it was deleted and created again under its ID cannot add to the new one
+(docs/design.md#store-contract). Stores call :func:`plan_append` with the encodings they hold and
+write only what it returns, so a conflict or a missing parent writes nothing of the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from .codec import encode_entry
 from .entries import Entry
-from .errors import EntryConflictError, EntryEncodeError, EntryTooLargeError
+from .errors import EntryConflictError, EntryEncodeError, EntryTooLargeError, ParentNotFoundError
 
-__all__ = ["encode_batch", "plan_append"]
+__all__ = ["encode_batch", "outside_parents", "plan_append"]
 
 
 def encode_batch(
@@ -46,10 +49,15 @@ def plan_append(
     session_id: str,
     batch: Sequence[tuple[Entry, str]],
     stored: Callable[[str], str | None],
+    *,
+    holds: Callable[[str], bool] | None = None,
 ) -> list[tuple[Entry, str]]:
-    """The part of ``batch`` still to write; raises EntryConflictError on a mismatch.
+    """The part of ``batch`` still to write; raises EntryConflictError on a mismatch, and
+    ParentNotFoundError for an entry to write whose parent is neither stored nor in the batch.
 
-    ``stored(entry_id)`` returns the stored encoding of an ID, or ``None`` if it is not stored.
+    ``stored(entry_id)`` returns the stored encoding of an ID of the batch, or ``None`` if it is
+    not stored; ``holds(entry_id)`` whether the session holds an ID (``None``: parents are not
+    checked here; MongoStore checks them itself, with :func:`outside_parents`).
     """
     seen: dict[str, str] = {}
     todo: list[tuple[Entry, str]] = []
@@ -66,4 +74,18 @@ def plan_append(
                 raise EntryConflictError(session_id, entry.id)
             continue
         todo.append((entry, wire))
+    if holds is not None:
+        for entry_id, parent in outside_parents(todo, seen).items():
+            if not holds(parent):
+                raise ParentNotFoundError(session_id, entry_id, parent)
     return todo
+
+
+def outside_parents(todo: Sequence[tuple[Entry, str]], batch_ids: Container[str]) -> dict[str, str]:
+    """Entry ID -> parent ID, for each entry to write whose parent the batch does not bring:
+    those parents the session must hold."""
+    return {
+        entry.id: entry.parent_id
+        for entry, _ in todo
+        if entry.parent_id is not None and entry.parent_id not in batch_ids
+    }

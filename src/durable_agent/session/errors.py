@@ -9,6 +9,7 @@ __all__ = [
     "EntryEncodeError",
     "EntryTooLargeError",
     "InvalidSessionIdError",
+    "ParentNotFoundError",
     "SessionError",
     "SessionExistsError",
     "SessionNotFoundError",
@@ -52,6 +53,23 @@ class EntryConflictError(SessionError):
         )
         self.session_id = session_id
         self.entry_id = entry_id
+
+
+class ParentNotFoundError(SessionNotFoundError):
+    """An append's entry names a parent the session does not hold (nor the batch): the session
+    its writer continues is not this one, most often because it was deleted and created again
+    under the ID since the writer loaded it (a run still going then fails with this, a
+    :class:`SessionNotFoundError`). Nothing of the batch was written."""
+
+    def __init__(self, session_id: str, entry_id: str, parent_id: str) -> None:
+        SessionError.__init__(
+            self,
+            f"entry {entry_id!r} names parent {parent_id!r}, which session {session_id!r} does "
+            "not hold (deleted and created again since its writer loaded it?)",
+        )
+        self.session_id = session_id
+        self.entry_id = entry_id
+        self.parent_id = parent_id
 
 
 class EntryDecodeError(SessionError, ValueError):

@@ -154,7 +154,7 @@ class MemoryStore:
             log = self._logs.get(session_id)
             if log is None:
                 raise SessionNotFoundError(session_id)
-            todo = plan_append(session_id, batch, log.wires.get)
+            todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
 

@@ -19,9 +19,10 @@ Another process can delete a session and create it again around the wrapper. So 
 remembered of a session is labelled with the ``created_at`` of the session record it belongs to
 (read before the load that filled it, or returned by the create), and ``path(..., confirm=True)``
 (a run's start) reads the record once and uses memory only under the same label: a re-created
-session is loaded, and a leaf of the deleted one is not found in it. Appends keep the label (an
-append that landed in a newer session is caught by the next confirmation). A store that cannot
-delete sessions (no ``load_session``) has nothing to confirm.
+session is loaded, and a leaf of the deleted one is not found in it. Appends keep the label (the
+store refuses an append continuing the deleted conversation into the newer session: its parent is
+not there, docs/design.md#store-contract). A store that cannot delete sessions (no
+``load_session``) has nothing to confirm.
 
 Memory is bounded in bytes of encoded entries across sessions, and in sessions; the least
 recently used sessions go first, and a session larger than the whole bound is not remembered

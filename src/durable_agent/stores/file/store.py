@@ -329,7 +329,8 @@ class FileStore:
         index = self._retry_after_create(
             lambda: self._current_index(fd, path, session_id), session_id
         )
-        todo = plan_append(session_id, batch, self._stored_lookup(fd, session_id, index, batch))
+        stored = self._stored_lookup(fd, session_id, index, batch)
+        todo = plan_append(session_id, batch, stored, holds=index.ids.__contains__)
         if not todo:
             return
         lines = [(wire + "\n").encode("utf-8") for _, wire in todo]

@@ -66,6 +66,18 @@ _HINT_AFTER_STEPS = 16
 POINT_LIMIT = 32
 
 
+async def find_ids(
+    collection: Any, ids: Sequence[str], projection: dict[str, int], **match: Any
+) -> list[dict[str, Any]]:
+    """The documents of ``collection`` with these ``_id``s (found ones only): concurrent
+    primary-key reads up to ``POINT_LIMIT``, else one ``$in`` query narrowed by ``match``."""
+    if len(ids) <= POINT_LIMIT:
+        found = await asyncio.gather(*(collection.find_one({"_id": i}, projection) for i in ids))
+        return [doc for doc in found if doc is not None]
+    query = {"_id": {"$in": list(ids)}, **match}
+    return [doc async for doc in collection.find(query, projection)]
+
+
 def wire_hash(wire: str) -> bytes:
     """A 128-bit hash of an entry's exact encoding: equal hashes mean identical content."""
     return hashlib.blake2b(wire.encode("utf-8"), digest_size=16).digest()
@@ -150,16 +162,23 @@ class Claims:
     async def claims(self, keys: Iterable[str]) -> dict[str, Claim]:
         """The stored claims among ``keys`` (entry keys), by key."""
         wanted = list(dict.fromkeys(keys))
-        projection = {"h": 1, "q": 1}
-        if len(wanted) <= POINT_LIMIT:
-            found = await asyncio.gather(
-                *(self._collection.find_one({"_id": key}, projection) for key in wanted)
-            )
-            docs = [doc for doc in found if doc is not None]
-        else:
-            query = {"_id": {"$in": wanted}}
-            docs = [doc async for doc in self._collection.find(query, projection)]
+        docs = await find_ids(self._collection, wanted, {"h": 1, "q": 1})
         return {doc["_id"]: Claim(doc) for doc in docs}
+
+    async def orphans(self, scope: Scope, parents: dict[str, str]) -> dict[str, str]:
+        """Of ``parents`` (entry ID -> parent ID), those whose parent ``scope`` has not claimed,
+        for entries it has not claimed either (a claimed one is settled by the write: skipped,
+        or a conflict): one primary-key read per parent, and per such entry. A writer that
+        loaded the session before it was deleted and created again finds its parent missing
+        in the new incarnation (docs/design.md#store-contract)."""
+        if not parents:
+            return {}
+        found = await self.claims(scope.key(p) for p in parents.values())
+        missing = {e: p for e, p in parents.items() if scope.key(p) not in found}
+        if not missing:
+            return {}
+        claimed = await self.claims(scope.key(e) for e in missing)
+        return {e: p for e, p in missing.items() if scope.key(e) not in claimed}
 
     async def point_at(self, claim: dict[str, Any], held: int | None) -> bool:
         """Make a stored claim say what ``claim`` says, if it still points at ``held`` (a writer

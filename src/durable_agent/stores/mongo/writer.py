@@ -1,7 +1,5 @@
 """How MongoStore writes one append: one batch document (docs/design.md#mongo-store; the
-layout is :mod:`~durable_agent.stores.mongo.batches`). FerretDB is slow per document (its SQLite
-backend parses every stored document of the collection on a load), so one document per append,
-not per entry, keeps loads fast there.
+layout is :mod:`~durable_agent.stores.mongo.batches`).
 
 **A new batch is three round trips** (:mod:`~durable_agent.stores.mongo.claims` has the claims
 and slots): one ordered ``insert_many`` of the slot at the end this store object knows and the
@@ -9,7 +7,9 @@ batch's claims, one ``insert_one`` of the batch document (a single document is w
 nothing), then a primary-key read of the session document: if its incarnation is gone, a delete
 ran meanwhile and may have missed the batch, so the append removes what that incarnation left
 and raises ``SessionNotFoundError`` (:meth:`BatchWriter.write`). A writer that does not know the
-session yet reads the session document's incarnation and ``next_seq`` hint first.
+session yet reads the session document's incarnation and ``next_seq`` hint first, and a batch
+whose parent is not the entry this object wrote last reads the parent's claim: a parent the
+incarnation does not hold raises ``ParentNotFoundError`` before anything is written.
 
 **The careful path**, when an ID of the batch is claimed already: the claims and the documents
 they point at are read by ``_id``; stored identical entries are skipped, a stored ID with other
@@ -55,15 +55,16 @@ from typing import Any
 
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from ...session.appendplan import plan_append
+from ...session.appendplan import outside_parents, plan_append
 from ...session.errors import (
     CorruptSessionError,
     EntryConflictError,
+    ParentNotFoundError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
 from .batches import Batch, claims_for, documents, fence_doc, split_documents
-from .claims import POINT_LIMIT, Claim, Claims, first_error_index, only_duplicate_keys, slot_doc
+from .claims import Claim, Claims, find_ids, first_error_index, only_duplicate_keys, slot_doc
 from .decode import stored_entries
 from .incarnation import Scope, SessionEnds, incarnation_of
 
@@ -102,6 +103,8 @@ class BatchWriter:
         self._entries = entries
         self._claims = claims
         self._ends = SessionEnds()
+        self._last: dict[str, tuple[str, str]] = {}
+        """Session -> (incarnation, ID) of the last entry this object wrote to it."""
         self._abandon_after = abandon_after
         self._clock = clock
 
@@ -120,17 +123,31 @@ class BatchWriter:
 
     def forget(self, sid: str) -> None:
         self._ends.pop(sid, None)
+        self._last.pop(sid, None)
 
     async def write(self, sid: str, todo: Batch) -> None:
-        """Write ``todo`` to the session's current incarnation (module doc). When this object's
-        view of the session is out of date (deleted and created again elsewhere), what it wrote
-        to the old incarnation is removed and the batch goes to the new one; when the session is
-        gone, ``SessionNotFoundError``."""
+        """Write ``todo`` to the session's current incarnation (module doc): when this object's
+        view is old (deleted and created again elsewhere), what it wrote to the old one goes and
+        the batch goes to the new one, if that holds its parents (``ParentNotFoundError``)."""
         known = self._ends.get(sid)
+        parents = outside_parents(todo, {entry.id for entry, _ in todo})
         while True:
             scope, first = (Scope(sid, known[0]), known[1]) if known else await self._prepare(sid)
+            last = self._last.get(sid)  # a run's appends chain: its last entry needs no read
+            orphans = await self._claims.orphans(
+                scope, {e: p for e, p in parents.items() if last != (scope.inc, p)}
+            )
+            if orphans and known is not None:  # this object's view may be old: read it again
+                self.forget(sid)
+                known = None
+                continue
+            for entry_id, parent in orphans.items():
+                raise ParentNotFoundError(sid, entry_id, parent)
             try:
                 await self._write(scope, first, todo)
+                self._last[sid] = (scope.inc, todo[-1][0].id)
+                if len(self._last) > len(self._ends) + 1:  # bounded as the ends are
+                    self._last = {k: v for k, v in self._last.items() if k in self._ends}
                 return
             except _Gone as gone:
                 self.forget(sid)
@@ -344,16 +361,9 @@ class BatchWriter:
             held = mine.get(key, getattr(claims.get(key), "seq", None))
             if held is not None:
                 places.add(held)
-        projection = {"keys": 1, "wires": 1, "fence": 1}
         ids = sorted(scope.at(seq) for seq in places)
-        if len(ids) <= POINT_LIMIT:
-            found = await asyncio.gather(
-                *(self._entries.find_one({"_id": i}, projection) for i in ids)
-            )
-            docs = [doc for doc in found if doc is not None]
-        else:
-            query = {"_id": {"$in": ids}, "session_id": scope.sid}
-            docs = [doc async for doc in self._entries.find(query, projection)]
+        projection = {"keys": 1, "wires": 1, "fence": 1}
+        docs = await find_ids(self._entries, ids, projection, session_id=scope.sid)
         out: dict[str, Any] = {}
         for doc in docs:
             for eid, wire in stored_entries(scope, doc):
