@@ -329,7 +329,7 @@ class FileStore:
         index = self._retry_after_create(
             lambda: self._current_index(fd, path, session_id), session_id
         )
-        stored = self._stored_lookup(fd, session_id, index, batch)
+        stored = self._stored_lookup(fd, index, batch)
         todo = plan_append(session_id, batch, stored, holds=index.ids.__contains__)
         if not todo:
             return
@@ -382,12 +382,10 @@ class FileStore:
         index.end = tail.offset + tail.keep + (1 if tail.keep else 0)
 
     def _stored_lookup(
-        self, fd: int, session_id: str, index: Index, batch: list[tuple[Entry, str]]
+        self, fd: int, index: Index, batch: list[tuple[Entry, str]]
     ) -> Callable[[str], str | None]:
         """``plan_append``'s view of the stored encodings, from digests, exact on a mismatch."""
-        first: dict[str, str] = {}
-        for entry, wire in batch:
-            first.setdefault(entry.id, wire)
+        first = {entry.id: wire for entry, wire in reversed(batch)}  # an ID's first wire wins
 
         def stored(entry_id: str) -> str | None:
             known = index.ids.get(entry_id)
