@@ -106,10 +106,9 @@ async def append_latencies(store: Store, session_id: str, first: int, samples: i
     return out
 
 
-async def append_curve(
-    label: str, store: Store, session_id: str, cfg: Config, samples: int
-) -> None:
-    """Append p50/p99 at each session length in ``cfg.append_sizes``, growing one session."""
+async def append_curve(label: str, store: Store, session_id: str, cfg: Config, samples: int) -> int:
+    """Append p50/p99 at each session length in ``cfg.append_sizes``, growing one session; the
+    number of the next entry (the child of its last)."""
     await store.create_session(session_id)
     have = 0
     for size in cfg.append_sizes:
@@ -124,6 +123,7 @@ async def append_curve(
             p(lat, 99),
             f"  {label:<22} at {size:>6} entries: p50 {ms(p(lat, 50))}  p99 {ms(p(lat, 99))}",
         )
+    return have
 
 
 async def memory_section(cfg: Config) -> None:
@@ -140,11 +140,11 @@ async def memory_section(cfg: Config) -> None:
 async def file_section(cfg: Config) -> None:
     print(f"FileStore (root {cfg.root})")
     fast, synced = FileStore(cfg.root, fsync=False), FileStore(cfg.root)
-    await append_curve("append, fsync=False", fast, "curve-fast", cfg, cfg.samples)
+    after = await append_curve("append, fsync=False", fast, "curve-fast", cfg, cfg.samples)
     await append_curve("append, fsync=True", synced, "curve-sync", cfg, cfg.fsync_samples)
 
     cold = FileStore(cfg.root, fsync=False)  # as in a new process: no index yet
-    seconds = await timed(lambda: cold.append_entries("curve-fast", [make_entry(10**6)]))
+    seconds = await timed(lambda: cold.append_entries("curve-fast", [make_entry(after)]))
     size = max(cfg.append_sizes)
     report(
         "file first append",
