@@ -81,12 +81,15 @@ class Variant:
     """``ours`` or ``pai`` (``mode`` ``streamed``: with an event stream handler)."""
     mode: str = "events"
     before: bool = False
+    live_every: float | None = None
+    """Our worker's ``live_every`` (``None``: its default)."""
 
     @property
     def name(self) -> str:
         if self.side == "pai":
             return "pai-streamed" if self.mode == "streamed" else "pydantic-ai"
-        return f"ours {self.mode}" + (" (before)" if self.before else "")
+        every = "" if self.live_every is None else f" (live every {self.live_every:g} s)"
+        return f"ours {self.mode}" + (" (before)" if self.before else "") + every
 
 
 @dataclass
@@ -169,6 +172,7 @@ async def workload(env: Env, variant: Variant, latency: float, turns: int) -> di
     worker = await Proc.start(
         env, "worker", variant, env.root / f"{tag}.log", *common,
         "--latency", str(latency), "--mode", variant.mode,
+        *([] if variant.live_every is None else ["--live-every", str(variant.live_every)]),
     )  # fmt: skip
     client: Proc | None = None
     try:
@@ -278,6 +282,8 @@ def variants(latency: float, args: argparse.Namespace) -> list[Variant]:
         if args.before is not None and mode != "dark":
             out.append(Variant("ours", mode, before=True))
         out.append(Variant("ours", mode))
+    if args.live_every is not None:
+        out.append(Variant("ours", "events", live_every=args.live_every))
     out.append(Variant("pai", "wait"))
     if latency in args.streamed_peer_latencies:
         out.append(Variant("pai", "streamed"))
@@ -338,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-latencies", type=lambda t: set(floats(t)), default={0.0, 1.0})
     parser.add_argument("--dark-latencies", type=lambda t: set(floats(t)), default=set())
     parser.add_argument("--streamed-peer-latencies", type=lambda t: set(floats(t)), default=set())
+    parser.add_argument(
+        "--live-every", type=float, help="also run ours with create_worker(live_every=SECONDS)"
+    )
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--before", metavar="REV", help="also run durable-agent from REV")
@@ -371,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             "wait_latencies": sorted(args.wait_latencies),
             "dark_latencies": sorted(args.dark_latencies),
             "streamed_peer_latencies": sorted(args.streamed_peer_latencies),
+            "live_every": args.live_every,
             "turns": args.turns,
             "reps": args.reps,
             "before": args.before,

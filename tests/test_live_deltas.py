@@ -393,3 +393,33 @@ async def test_a_file_reader_keeps_few_files_open(tmp_path: Path) -> None:
     await channel.clear(keys[-1])
     await store.delete_session("s1")
     assert len(os.listdir("/proc/self/fd")) == opened
+
+
+async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
+    """A worker may write a reply less often (``live_every``): each delta names the writer's
+    pace, the reader's next read is due just after the writer's next write at that pace, and
+    the reply counts as streaming until a write at that pace is overdue (no store read in
+    between); a writer at the default pace names none."""
+    from durable_agent.durable.follow import IDLE_AFTER, WRITE_LAG, next_write_in
+
+    channel = MemoryDeltas()
+    writer = DeltaWriter(channel, KEY, 1, every=1.5)
+    writer.offer(text("a"))  # written at once
+    await eventually(lambda: channel.read(KEY), within=5, interval=0.01, what="the first write")
+    assert [d.every for d in await channel.read(KEY)] == [1.5]
+    follower = following(channel)
+    assert shown([await follower.poll()]) == [("a", False)]
+    assert 1.5 + WRITE_LAG - 0.1 <= follower.due_in() <= 1.5 + WRITE_LAG + 1e-6
+    await asyncio.sleep(IDLE_AFTER + 0.05)  # the time under test: idle at the default pace
+    assert follower.busy, "at its writer's pace the next write is not due yet"
+    now = time.time()
+    assert next_write_in(now, 1.5) == pytest.approx(1.5 + WRITE_LAG, abs=0.05)
+    assert next_write_in(None, 1.5) == 1.5
+    writer.stop()
+    default = DeltaWriter(channel, DeltaKey("s", "r", 2), 1)
+    default.offer(text("b"))
+    await eventually(
+        lambda: channel.read(DeltaKey("s", "r", 2)), within=5, interval=0.01, what="a write"
+    )
+    assert [d.every for d in await channel.read(DeltaKey("s", "r", 2))] == [None]
+    default.stop()

@@ -238,6 +238,7 @@ async def worker(args: argparse.Namespace) -> None:
             store=FileStore(args.store),
             agents={"chat": AgentSpec(model=ours_model(args.latency), tools=(temporal.lookup,))},
             live_deltas=None if args.mode == "dark" else "auto",
+            **({} if args.live_every is None else {"live_every": args.live_every}),
         )
     else:
         pai_model(args.latency)
@@ -339,6 +340,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--mode", choices=["events", "wait", "dark", "streamed"], default="events")
+    parser.add_argument("--live-every", type=float, help="our worker's live_every (seconds)")
     args = parser.parse_args()
     asyncio.run(worker(args) if args.role == "worker" else client(args))
 

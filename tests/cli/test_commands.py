@@ -125,6 +125,8 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
             str(ready),
             "--max-cached-workflows",
             "50",
+            "--live-every",
+            "0.5",
         ],
         env={**dev.env, "DURABLE_AGENT_KNOWN_ENTRIES": "500"},
         stdout=log,
@@ -160,6 +162,7 @@ def test_worker_from_an_example_app(dev: Dev, tmp_path: Path) -> None:
     # The tuning reached the worker: by flag and by environment (the ready line says what it got).
     said = " ".join((tmp_path / "worker.log").read_text().split())
     assert "cached workflows 50" in said and "known entries 500" in said, said
+    assert "live text every 0.5 s" in said, said
 
 
 @pytest.mark.mongo

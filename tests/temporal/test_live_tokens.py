@@ -9,6 +9,7 @@ crash test SIGKILLs a worker process mid-stream.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -176,6 +177,35 @@ LONG = "The second reply streams slowly, so a client can attach while it is on i
 
 def update_texts(updates: list[Event]) -> list[str]:
     return [u.agent.message.text() for u in updates if u.agent and u.agent.message]
+
+
+async def test_a_worker_writing_less_often_streams_at_its_pace(
+    temporal_client: Client, live_store: Store
+) -> None:
+    """A worker started with ``live_every=1.5`` writes a reply's deltas every 1.5 s, and the
+    client reads in step: its updates come that far apart (the last, the reply's end, may come
+    sooner), and still build the stored text."""
+    text = " ".join(f"word{j:02d}" for j in range(56))  # streams for about 4.5 s
+    lm = ScriptedModel([Reply(text=text, chunk_size=8, chunk_delay=0.08)])
+    q = queue()
+    async with running_worker(
+        temporal_client, live_store, {"live": AgentSpec(model=lm)}, task_queue=q, live_every=1.5
+    ):
+        agent = await new(
+            "live", store=live_store, session_id=sid("pace"), executor=executor(temporal_client, q)
+        )
+        loop = asyncio.get_running_loop()
+        events: list[Event] = []
+        times: list[float] = []
+        async for event in (await agent.run("Go")).events():
+            events.append(event)
+            if event.agent is not None and event.agent.type == "message_update":
+                times.append(loop.time())
+    [(updates, message)] = replies(events)
+    assert concatenated(updates) == message.text() == text
+    assert len(updates) >= 3, len(updates)
+    gaps = [b - a for a, b in itertools.pairwise(times[:-1])]  # the last: the reply's end
+    assert gaps and min(gaps) >= 0.5, gaps  # 0.35 s apart at the default pace
 
 
 async def test_a_late_client_gets_the_missed_deltas_of_the_streaming_reply_only(

@@ -55,6 +55,9 @@ async def test_documented_defaults(temporal_client: Client) -> None:
         {"max_cached_workflows": -1},
         {"known_entries": -1},
         {"max_concurrent_activities": "10"},
+        {"live_every": 0.0},
+        {"live_every": 60.0},
+        {"live_every": float("nan")},
     ],
 )
 async def test_bad_limits_raise_value_error(

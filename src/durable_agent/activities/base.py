@@ -28,6 +28,7 @@ from ..durable.live import LiveDeltas, live_channel
 from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
 from ..session.codec import encode_entry
+from ..session.deltas import WRITE_EVERY
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
 from ..session.store import Store
@@ -115,6 +116,7 @@ class ActivityBase:
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         live_deltas: LiveDeltas = "auto",
+        live_every: float = WRITE_EVERY,
         known_entries: int = DEFAULT_KNOWN_ENTRIES,
     ) -> None:
         self.store = RememberingStore(store, max_bytes=known_entries)
@@ -125,6 +127,8 @@ class ActivityBase:
         self.payload_limit = payload_limit
         self.deltas = live_channel(live_deltas, store)
         """Where ``call_model`` publishes its streaming reply (docs/design.md#live-deltas)."""
+        self.live_every = live_every
+        """Seconds between two writes of a streaming reply's deltas."""
         self.cancels = None if self.deltas is None else CancelWatch(self.deltas)
         """The cancel notes of the runs whose calls are in flight here."""
 

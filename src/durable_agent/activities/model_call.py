@@ -122,8 +122,9 @@ class ModelActivity(ActivityBase):
         partial: Message | None = None
         final: Message | None = None
         cancelled = False
+        attempt = activity.info().attempt
         live = writer_for(
-            self.deltas, inp.session_id, inp.run_id, inp.turn, activity.info().attempt
+            self.deltas, inp.session_id, inp.run_id, inp.turn, attempt, self.live_every
         )
         watch = self.watching(inp.session_id, inp.run_id)
         try:

@@ -31,6 +31,7 @@ from rich.markup import escape
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from ..session.deltas import FASTEST_WRITE, SLOWEST_WRITE, WRITE_EVERY
 from ..workflows import create_worker
 from ..workflows.store_check import mismatch, poller_identities, store_id
 from ..workflows.worker import (
@@ -113,7 +114,16 @@ KnownEntriesOpt = Annotated[
         "dropped first) so a model call needs no session load (0: none).",
     ),
 ]
-
+LiveEveryOpt = Annotated[
+    float,
+    typer.Option(
+        min=FASTEST_WRITE,
+        max=SLOWEST_WRITE,
+        envvar="DURABLE_AGENT_LIVE_EVERY",
+        help="Seconds between two writes of a streaming reply's live text (slower: fewer "
+        "writes and client wake-ups, larger steps).",
+    ),
+]
 
 ReadyFileOpt = Annotated[
     Path | None,
@@ -155,6 +165,7 @@ def worker(
     max_concurrent_workflow_tasks: WorkflowTasksOpt = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: CachedWorkflowsOpt = DEFAULT_MAX_CACHED_WORKFLOWS,
     known_entries: KnownEntriesOpt = DEFAULT_KNOWN_ENTRIES,
+    live_every: LiveEveryOpt = WRITE_EVERY,
     address: AddressOpt = None,
     namespace: NamespaceOpt = None,
     profile: ProfileOpt = None,
@@ -188,6 +199,7 @@ def worker(
             parent_pid=parent_pid,
             connect_timeout=connect_timeout,
             limits=limits,
+            live_every=live_every,
             flags=flags,
         )
     )
@@ -262,12 +274,13 @@ async def run_worker(
         DEFAULT_MAX_CACHED_WORKFLOWS,
         DEFAULT_KNOWN_ENTRIES,
     ),
+    live_every: float = WRITE_EVERY,
     flags: TemporalFlags | None = None,
 ) -> int:
     """Run until stopped; the exit code. ``limits`` (concurrent activities, workflow tasks,
-    cached workflows, known entries) go to :func:`create_worker`."""
+    cached workflows, known entries) and ``live_every`` go to :func:`create_worker`."""
     activities, workflow_tasks, cached, known = limits
-    check_tuning(activities, workflow_tasks, cached, known)
+    check_tuning(activities, workflow_tasks, cached, known, live_every)
     app = load_app(app_ref)
     queue = task_queue or app.task_queue or DEFAULT_TASK_QUEUE
     opened = open_store(store_spec) if app.store is None else None
@@ -288,6 +301,7 @@ async def run_worker(
             max_concurrent_workflow_tasks=workflow_tasks,
             max_cached_workflows=cached,
             known_entries=known,
+            live_every=live_every,
             identity=identity,
         )
         config = temporal_worker.config()  # what the temporalio Worker was really given
@@ -298,7 +312,8 @@ async def run_worker(
             f"(namespace {client.namespace}); "
             f"max concurrent activities {config.get('max_concurrent_activities')}, "
             f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
-            f"cached workflows {config.get('max_cached_workflows')}, known entries {known} bytes"
+            f"cached workflows {config.get('max_cached_workflows')}, known entries {known} bytes, "
+            f"live text every {live_every:g} s"
         )
         await _serve(temporal_worker, ready, queue, ready_file, parent_pid)
     finally:

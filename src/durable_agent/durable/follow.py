@@ -188,19 +188,21 @@ IDLE_POLL = 0.25
 """A reply may stream for less than a second (one that starts a while after its turn was
 expected, say after a continue-as-new): read at least this often, it still shows live."""
 IDLE_AFTER = 0.6
-"""Seconds without a delta after which a reply counts as idle."""
+"""Seconds without a delta after which a reply counts as idle (at the default pace; a slower
+writer's reply, its interval and this much beyond ``FAST_POLL``)."""
 READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
 
 
-def next_write_in(at: float | None) -> float:
-    """Seconds until just after the writer's next write, due ``FAST_POLL`` after the one it
-    wrote at ``at`` (its clock): reads in step with the writes find one each, as soon as it is
-    there. ``FAST_POLL`` for a delta without its time; never more than ``FAST_POLL`` plus the
-    lag, nor less than the lag, whatever the two clocks say."""
+def next_write_in(at: float | None, every: float | None = None) -> float:
+    """Seconds until just after the writer's next write, due ``every`` (its pace, ``FAST_POLL``
+    when it names none) after the one it wrote at ``at`` (its clock): reads in step with the
+    writes find one each, as soon as it is there. The pace for a delta without its time; never
+    more than the pace plus the lag, nor less than the lag, whatever the two clocks say."""
+    pace = FAST_POLL if every is None else every
     if at is None:
-        return FAST_POLL
-    return min(max(at + FAST_POLL + WRITE_LAG - time.time(), WRITE_LAG), FAST_POLL + WRITE_LAG)
+        return pace
+    return min(max(at + pace + WRITE_LAG - time.time(), WRITE_LAG), pace + WRITE_LAG)
 
 
 _UPDATE = AgentEvent.model_construct(type="message_update")
@@ -225,6 +227,8 @@ class DeltaFollower:
         self._shown: Message | None = None
         self._text = ""
         self._last_delta = float("-inf")
+        self._pace = FAST_POLL
+        """The writer's seconds between two writes, as its last delta said."""
         self._due = 0.0
         self._idle_wait = FIRST_POLL
 
@@ -253,7 +257,8 @@ class DeltaFollower:
         """Deltas are arriving: the reply streams (its last one will say when it is stored)."""
         if self._key is None or self._shown is None or self.final:
             return False
-        return asyncio.get_running_loop().time() - self._last_delta < IDLE_AFTER
+        since = asyncio.get_running_loop().time() - self._last_delta
+        return since < IDLE_AFTER + max(self._pace - FAST_POLL, 0.0)
 
     def due_in(self) -> float:
         """Seconds until the next read is due (``inf`` when no reply is followed)."""
@@ -301,7 +306,8 @@ class DeltaFollower:
         update = self._take(deltas) if deltas and self._key == key else None
         if update is not None:
             self._last_delta, self._idle_wait = now, MISSED_POLL
-            self._due = now + next_write_in(deltas[-1].at)
+            self._pace = FAST_POLL if deltas[-1].every is None else deltas[-1].every
+            self._due = now + next_write_in(deltas[-1].at, deltas[-1].every)
         else:
             self._due = now + self._idle_wait
             self._idle_wait = min(self._idle_wait * 2, IDLE_POLL)

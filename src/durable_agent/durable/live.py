@@ -173,6 +173,7 @@ class DeltaWriter:
             ops=ops,
             final=final,
             at=time.time(),
+            every=None if self.every == WRITE_EVERY else self.every,
         )
         return delta, latest, latest_parts
 
@@ -260,13 +261,18 @@ def _parts_after(sent: Message | None, sent_parts: Parts, latest: Message) -> Pa
 
 
 def writer_for(
-    channel: DeltaChannel | None, session_id: str, run_id: str, turn: int, attempt: int
+    channel: DeltaChannel | None,
+    session_id: str,
+    run_id: str,
+    turn: int,
+    attempt: int,
+    every: float = DEFAULT_BATCH_EVERY,
 ) -> DeltaWriter | None:
-    """A writer for one model-call attempt, or ``None`` without a channel or a key (a call made
-    outside a run, with no run ID or turn, has no reply to key)."""
+    """A writer for one model-call attempt, writing every ``every`` seconds, or ``None`` without
+    a channel or a key (a call made outside a run, with no run ID or turn, has no reply to key)."""
     if channel is None or not run_id or turn <= 0:
         return None
-    return DeltaWriter(channel, DeltaKey(session_id, run_id, turn), attempt)
+    return DeltaWriter(channel, DeltaKey(session_id, run_id, turn), attempt, every=every)
 
 
 def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLEAR_AFTER) -> None:

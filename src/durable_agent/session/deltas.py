@@ -38,6 +38,8 @@ __all__ = [
     "apply_patch",
     "Parts",
     "Patch",
+    "FASTEST_WRITE",
+    "SLOWEST_WRITE",
     "WRITE_EVERY",
     "cancel_note",
     "diff_parts",
@@ -65,8 +67,11 @@ class DeltaKey:
 
 
 WRITE_EVERY = 0.35
-"""Seconds between two writes of one reply (the first partial is written at once): the pace a
-reader of the channel keeps while a reply streams (docs/design.md#live-deltas)."""
+"""Seconds between two writes of one reply by default (the first partial is written at once):
+the pace a reader of the channel keeps while a reply streams (docs/design.md#live-deltas)."""
+FASTEST_WRITE, SLOWEST_WRITE = 0.05, 5.0
+"""The bounds of a worker's ``live_every``: faster costs a write and a reader's wake-up per token,
+slower leaves a reply's text standing for seconds."""
 
 
 class Delta(BaseModel):
@@ -82,7 +87,10 @@ class Delta(BaseModel):
     looks for its entry now rather than at its next idle poll)."""
     at: float | None = None
     """When the writer wrote it (its clock, seconds since the epoch): a reader times its next
-    read just after the writer's next write, ``WRITE_EVERY`` later."""
+    read just after the writer's next write, ``every`` later."""
+    every: float | None = None
+    """The writer's seconds between two writes (``None``: ``WRITE_EVERY``): a worker may write
+    less often than the default, and its readers keep its pace (docs/design.md#live-deltas)."""
 
 
 class DeltaChannel(Protocol):

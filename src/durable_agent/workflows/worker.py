@@ -14,6 +14,7 @@ from ..activities import AgentActivities
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
+from ..session.deltas import FASTEST_WRITE, SLOWEST_WRITE, WRITE_EVERY
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
 from .compact_workflow import CompactWorkflow
@@ -55,8 +56,13 @@ def check_tuning(
     max_concurrent_workflow_tasks: int,
     max_cached_workflows: int,
     known_entries: int = DEFAULT_KNOWN_ENTRIES,
+    live_every: float = WRITE_EVERY,
 ) -> None:
     """Refuse tuning values Temporal would reject later, or that would stall every run."""
+    if not FASTEST_WRITE <= live_every <= SLOWEST_WRITE:  # NaN too
+        raise ValueError(
+            f"live_every must be between {FASTEST_WRITE} and {SLOWEST_WRITE} s, got {live_every!r}"
+        )
     for name, value, least in (
         ("max_concurrent_activities", max_concurrent_activities, 1),
         ("max_concurrent_workflow_tasks", max_concurrent_workflow_tasks, 1),
@@ -101,25 +107,25 @@ async def create_worker(
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS,
     live_deltas: LiveDeltas = "auto",
+    live_every: float = WRITE_EVERY,
     sandboxed: bool = False,
     known_entries: int = DEFAULT_KNOWN_ENTRIES,
     **worker_options: Any,
 ) -> Worker:
     """A Worker running the run, compaction and publish workflows for ``agents``.
 
-    The three limits are per worker process (see the ``DEFAULT_*`` constants); a ``tuner`` in
-    ``worker_options`` replaces the two slot limits; a bad value raises ``ValueError`` before
-    anything connects. ``live_deltas``: where model calls publish their streaming replies
-    (docs/design.md#live-deltas): by default the store's own channel (``store.live_deltas()``),
-    a channel of your own, or ``None`` for none. ``known_entries``: how many bytes of encoded
-    entries (across sessions, least recently used dropped first) the worker remembers so a model
-    call needs no session load (:class:`~durable_agent.stores.RememberingStore`,
-    docs/design.md#worker-memory); 0 loads the session in every call. ``sandboxed``: see
-    :func:`workflow_runner`. Pass ``workflow_failure_exception_types=[Exception]`` in tests so a
-    bug fails the workflow instead of retrying its task forever.
+    The three limits are per worker process (``DEFAULT_*``); a ``tuner`` in ``worker_options``
+    replaces the two slot limits; a bad value raises ``ValueError`` before anything connects.
+    ``live_deltas``: where model calls publish their streaming replies (docs/design.md#live-deltas):
+    the store's own channel by default, one of your own, or ``None``; ``live_every``: seconds
+    between two writes of a reply (slower costs the worker and each client following it fewer
+    writes and wake-ups, and shows the text in larger steps). ``known_entries``: bytes of encoded
+    entries the worker remembers (least recently used sessions dropped first) so a model call
+    needs no session load (docs/design.md#worker-memory); 0 loads the session in every call.
+    ``sandboxed``: see :func:`workflow_runner`. (Tests pass ``workflow_failure_exception_types``.)
     """
     slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
-    check_tuning(*slots, known_entries)
+    check_tuning(*slots, known_entries, live_every)
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
         worker_options["max_concurrent_activities"] = max_concurrent_activities
@@ -132,6 +138,7 @@ async def create_worker(
         publisher,
         payload_limit=payload_limit,
         live_deltas=live_deltas,
+        live_every=live_every,
         known_entries=known_entries,
     )
     # a crashed worker's workflows move to another worker within seconds
