@@ -11,6 +11,7 @@ from durable_agent import (
     new,
 )
 from durable_agent.agent import AgentOptions, AgentRun, ModelLoop
+from durable_agent.agent.approval import Resume
 from durable_agent.ai import (
     Message,
     ScriptedModel,
@@ -41,9 +42,9 @@ async def test_carry_on_example_in_process(store: Store) -> None:
     lm = ScriptedModel(["carrying on"])
 
     class Recording(ModelLoop):
-        def run(self, messages: Sequence[Message]) -> AgentRun:
+        def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
             inputs.append(list(messages))
-            return super().run(messages)
+            return super().run(messages, resume=resume)
 
     def factory(options: AgentOptions) -> ModelLoop:
         histories.append(list(options.history))
