@@ -35,7 +35,7 @@ async def _hopping(
     """Entries after ``last`` of a client reconnecting after each entry frame it gets."""
     got: list[object] = []
     while last < total:
-        async with stream(client, session_id, **{"Last-Event-ID": str(last)}) as reader:
+        async with stream(client, session_id, last_event_id=last) as reader:
             await reader.until(lambda r: r.entries(), within=60)
         frames = reader.entries()
         got += frames
@@ -102,6 +102,6 @@ async def test_a_temporal_run_streams_and_resumes_at_every_seq(
         assert got == list(enumerate(stored, 1))
         # the run ended: a client coming back now replays from the store, from any seq
         for n in range(len(stored) + 1):
-            async with stream(client, "t1", **{"Last-Event-ID": str(n)}) as again:
+            async with stream(client, "t1", last_event_id=n) as again:
                 await again.until(lambda r, n=n: n == 4 or r.last_seq() == 4)
             assert again.entries() == list(enumerate(stored, 1))[n:]
