@@ -141,7 +141,7 @@ def test_workflows_url_quotes_the_query() -> None:
 
 
 def _entry(id: str, parent: str | None, text: str, role: str = "user") -> MessageEntry:
-    message = Message(role=role, content=[TextContent(text=text)])  # type: ignore[arg-type]
+    message = Message(role=role, content=[TextContent(text=text)])
     return MessageEntry(id=id, parent_id=parent, message=message)
 
 

@@ -126,7 +126,7 @@ async def test_failing_tools_are_answered_after_their_retry_policy(temporal_clie
         attempts["strict"] += 1
         raise ValueError(f"bad n {n}")
 
-    script = [
+    script: list[Reply | str] = [
         Reply(
             tool_calls=[
                 *Reply.call("flaky", id="f1").tool_calls,
@@ -331,7 +331,7 @@ async def test_cancel_while_an_append_is_in_flight_keeps_one_chain(temporal_clie
     store = GatedStore(memory)
     q = queue()
     spec = AgentSpec(model=ScriptedModel(script), tools=[never])
-    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):  # type: ignore[arg-type]
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
         agent = await new(
             "a",
             store=memory,
