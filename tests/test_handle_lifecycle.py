@@ -240,7 +240,7 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, SessionError)
     assert issubclass(SessionNotFoundError, LookupError)
     assert issubclass(InvalidSessionIdError, ValueError)
-    for cls in (
+    for agent_error in (
         AgentClosedError,
         RunActiveError,
         NoFactoryError,
@@ -251,7 +251,7 @@ def test_error_hierarchy() -> None:
         PayloadTooLargeError,
         EventGapError,
     ):
-        assert issubclass(cls, AgentError)
+        assert issubclass(agent_error, AgentError)
     assert issubclass(EntryNotFoundError, LookupError)
     assert not issubclass(AgentError, SessionError)
 

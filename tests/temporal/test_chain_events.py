@@ -164,7 +164,8 @@ async def _cancel_when(
     except Exception:
         pass
     sent = [await asyncio.wait_for(s, 30) for s in sending]
-    assert [e.id for e in sent] == [e.entries[0].id for e in seen if _delivered(e)]
+    delivered = [e.entries for e in seen if _delivered(e) and e.entries is not None]
+    assert [e.id for e in sent] == [entries[0].id for entries in delivered]
     return seen
 
 
