@@ -66,7 +66,9 @@ async def test_carry_on_example_in_process(store: Store) -> None:
     assert repair.parent_id == "a1"
     assert repair.message == shown[2] == history[2]  # equal to what the history showed
     assert repair.message.text() == "tool execution interrupted"
-    assert repair.message.timestamp == stored[1].message.timestamp  # type: ignore[union-attr]
+    dangling = stored[1]
+    assert isinstance(dangling, MessageEntry)
+    assert repair.message.timestamp == dangling.message.timestamp
     assert isinstance(carry_on, MessageEntry) and carry_on.message.text() == "carry on"
     assert carry_on.parent_id == repair.id and not carry_on.synthetic
     assert reply.parent_id == carry_on.id
