@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import Client
 
 from durable_agent.server import create_app
@@ -20,7 +21,7 @@ from tests.support.temporal import FAST, running_worker
 pytestmark = pytest.mark.temporal
 
 
-def _app(client: Client, store: FileStore, queue: str, *, can: int | None = None) -> object:
+def _app(client: Client, store: FileStore, queue: str, *, can: int | None = None) -> FastAPI:
     app = create_app(store=store, temporal=client, task_queue=queue, agents=["helper"])
     runs = app.state.server.runs
     assert isinstance(runs, TemporalRuns)
@@ -52,7 +53,7 @@ async def test_a_run_resumes_at_every_position_while_it_goes(
     app = _app(temporal_client, store, queue, can=1)
     async with (
         running_worker(temporal_client, store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,  # type: ignore[arg-type]
+        serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
         await client.post("/v1/sessions", json={"session_id": "t2"})
@@ -79,7 +80,7 @@ async def test_a_temporal_run_streams_and_resumes_at_every_seq(
     app = _app(temporal_client, store, queue, can=can)
     async with (
         running_worker(temporal_client, store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,  # type: ignore[arg-type]
+        serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
         started = await client.post("/v1/sessions/t1/runs", json={"text": "Weather?"})
