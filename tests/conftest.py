@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from durable_agent.session import Store
+from durable_agent.session import RetentionStore
 from durable_agent.stores import FileStore, MemoryStore
 from tests.support.harness import LocalHarness
 from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
@@ -21,7 +21,7 @@ from tests.support.temporal import TemporalHarness, temporal_environment
 STORE_KINDS = ["memory", "file", "mongo"]
 
 
-async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> RetentionStore:
     """A fresh, empty store of ``kind``."""
     if kind == "memory":
         return MemoryStore()
@@ -35,7 +35,7 @@ async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) 
 
 
 @pytest.fixture(params=STORE_KINDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RetentionStore]:
     """Each store kind in turn, empty."""
     yield await make_store(request.param, request, tmp_path)
 

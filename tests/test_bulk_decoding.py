@@ -54,7 +54,8 @@ def test_a_large_decode_is_not_walked_by_a_pass_right_after(passes: list[int]) -
     gc.collect()
     passes.clear()
     entries = decode_all(lines)
-    after = [[] for _ in range(gc.get_threshold()[0] // 2)]  # tracked allocations after the load
+    # tracked allocations after the load
+    after: list[list[object]] = [[] for _ in range(gc.get_threshold()[0] // 2)]
     assert passes == []
     assert gc.isenabled() and gc.get_freeze_count() == 0
     assert len(entries) == 2000 and len(after) > 0

@@ -27,7 +27,7 @@ from durable_agent import (
     new,
 )
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, tool
-from durable_agent.session import Entry, SessionRecord, Store, encode_entry
+from durable_agent.session import Entry, RetentionStore, SessionRecord, Store, encode_entry
 from durable_agent.stores import FileStore, MemoryStore
 from tests.durable_runs.test_steering import queued
 from tests.support.gate_tool import GateTool
@@ -41,7 +41,7 @@ async def echo(text: str) -> str:
 
 
 @pytest.fixture(params=["memory", "file"])
-def real_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+def real_store(request: pytest.FixtureRequest, tmp_path: Path) -> RetentionStore:
     if request.param == "memory":
         return MemoryStore()
     return FileStore(tmp_path / "sessions")
@@ -98,7 +98,9 @@ async def cancel_inside_held_write(
 # -- 11.1: a commit that reached the store is applied before the cancellation proceeds --------
 
 
-async def test_cancel_while_the_reply_is_written_keeps_one_reply(real_store: Store) -> None:
+async def test_cancel_while_the_reply_is_written_keeps_one_reply(
+    real_store: RetentionStore,
+) -> None:
     gated = GatedStore(real_store)
     agent = await new(model(ScriptedModel(["the whole reply"])), store=gated, session_id="c-reply")
     gated.arm(has_role("assistant"))
@@ -153,7 +155,7 @@ async def test_cancel_during_a_slow_fsync_of_the_reply_keeps_one_reply(
 
 
 async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
-    real_store: Store,
+    real_store: RetentionStore,
 ) -> None:
     gated = GatedStore(real_store)
     agent = await new(
@@ -178,7 +180,9 @@ async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
     assert any(e.entries == [results[0]] for e in events)
 
 
-async def test_cancel_while_the_run_input_is_written_keeps_the_input(real_store: Store) -> None:
+async def test_cancel_while_the_run_input_is_written_keeps_the_input(
+    real_store: RetentionStore,
+) -> None:
     gated = GatedStore(real_store)
     agent = await new(model(ScriptedModel(["unused"])), store=gated, session_id="c-input")
     await agent.append("before")
@@ -197,7 +201,9 @@ async def test_cancel_while_the_run_input_is_written_keeps_the_input(real_store:
     await assert_handle_matches_store(agent)
 
 
-async def test_cancel_while_an_append_is_written_keeps_the_entry(real_store: Store) -> None:
+async def test_cancel_while_an_append_is_written_keeps_the_entry(
+    real_store: RetentionStore,
+) -> None:
     gated = GatedStore(real_store)
     agent = await new(None, store=gated, session_id="c-append")
     await agent.append("one")
@@ -216,7 +222,7 @@ async def test_cancel_while_an_append_is_written_keeps_the_entry(real_store: Sto
 
 
 async def test_cancel_while_a_steer_is_written_stores_each_queued_message_once(
-    real_store: Store,
+    real_store: RetentionStore,
 ) -> None:
     """Two steers are due at a turn's end; the cancel lands while the first is written: it gets
     its receipt, the second is stored by the cancellation, each once, in the order received."""
@@ -250,7 +256,7 @@ async def test_cancel_while_a_steer_is_written_stores_each_queued_message_once(
 
 
 async def test_run_started_during_an_append_chains_from_the_appended_entry(
-    real_store: Store,
+    real_store: RetentionStore,
 ) -> None:
     gated = GatedStore(real_store)
     agent = await new(model(ScriptedModel(["answer"])), store=gated, session_id="r-append")
@@ -274,7 +280,7 @@ async def test_run_started_during_an_append_chains_from_the_appended_entry(
 
 
 async def test_run_started_while_a_branch_waits_for_the_lock_starts_at_the_branch(
-    real_store: Store,
+    real_store: RetentionStore,
 ) -> None:
     gated = GatedStore(real_store)
     agent = await new(model(ScriptedModel(["answer"])), store=gated, session_id="r-branch")

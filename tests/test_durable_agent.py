@@ -43,7 +43,7 @@ from durable_agent.ai import (
     error_tool_result_message,
     user_message,
 )
-from durable_agent.session import Entry, Store
+from durable_agent.session import Entry, RetentionStore, Store
 from durable_agent.stores import MemoryStore
 from tests.support.handles import WrappedStore, stored_texts, texts, too_large
 from tests.support.harness import Harness
@@ -84,16 +84,16 @@ async def test_new_validates_the_session_id_before_io(bad: Any) -> None:
     assert store.calls == []
 
 
-async def test_new_creates_then_resumes(harness: Harness, store: Store) -> None:
+async def test_new_creates_then_resumes(harness: Harness, store: RetentionStore) -> None:
     agent = await harness.open(["hello"], store=store, session_id="resume-1")
     assert agent.session_id == "resume-1" and agent.leaf_id == ""
     if harness.name == "temporal":
         # on Temporal the first run creates it, once the worker has checked the agent
         with pytest.raises(SessionNotFoundError):
-            await store.load_session("resume-1")  # type: ignore[attr-defined]
+            await store.load_session("resume-1")
     await (await agent.run("hi")).wait()
     await agent.close()
-    record = await store.load_session("resume-1")  # type: ignore[attr-defined]
+    record = await store.load_session("resume-1")
     assert record.id == "resume-1" and record.parent_id is None
 
     again = await harness.open([], store=store, session_id="resume-1")
@@ -102,10 +102,10 @@ async def test_new_creates_then_resumes(harness: Harness, store: Store) -> None:
     assert [e.id for e in again.entries()] == [e.id for e in stored]
     assert texts(again.messages()) == ["hi", "hello"]
     # resuming touched nothing: the record is unchanged
-    assert await store.load_session("resume-1") == record  # type: ignore[attr-defined]
+    assert await store.load_session("resume-1") == record
 
 
-async def test_new_lost_create_race_resumes(store: Store) -> None:
+async def test_new_lost_create_race_resumes(store: RetentionStore) -> None:
     class RacingStore(WrappedStore):
         """The first load misses; another opener creates the session before our create."""
 
@@ -139,7 +139,7 @@ async def test_new_propagates_other_load_errors() -> None:
     assert store.calls == ["load_entries"]
 
 
-async def test_new_never_writes_or_repairs(store: Store) -> None:
+async def test_new_never_writes_or_repairs(store: RetentionStore) -> None:
     await store.create_session("dangling")
     await store.append_entries(
         "dangling",
@@ -359,7 +359,7 @@ async def test_append_accepts_any_kind_and_reads_follow(store: Store) -> None:
     ]
 
 
-async def test_append_store_error_propagates_and_changes_nothing(store: Store) -> None:
+async def test_append_store_error_propagates_and_changes_nothing(store: RetentionStore) -> None:
     wrapped = WrappedStore(store)
     agent = await new(None, store=wrapped, session_id="append-fails")
     await agent.append("one")

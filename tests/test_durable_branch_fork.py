@@ -25,7 +25,7 @@ from durable_agent import (
 )
 from durable_agent.ai import Message, ScriptedModel, user_message
 from durable_agent.durable import fork_entry_id
-from durable_agent.session import Entry, SessionRecord, Store, encode_entry
+from durable_agent.session import Entry, RetentionStore, SessionRecord, Store, encode_entry
 from durable_agent.stores import MemoryStore
 from tests.support.harness import Harness
 
@@ -35,7 +35,7 @@ HEX16 = re.compile(r"[0-9a-f]{16}")
 class FailingAppends:
     """Delegates to a real store; fails the next ``fail_next`` appends."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: RetentionStore) -> None:
         self.inner = inner
         self.fail_next = 0
 
@@ -43,7 +43,7 @@ class FailingAppends:
         return await self.inner.create_session(session_id, parent_id)
 
     async def load_session(self, session_id: str) -> SessionRecord:
-        return await self.inner.load_session(session_id)  # type: ignore[attr-defined, no-any-return]
+        return await self.inner.load_session(session_id)
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         return await self.inner.load_entries(session_id)
@@ -174,7 +174,7 @@ def test_fork_entry_id_formula() -> None:
     assert fork_entry_id("child", "0123456789abcdef") == expected
 
 
-async def test_fork_copies_the_active_path(harness: Harness, store: Store) -> None:
+async def test_fork_copies_the_active_path(harness: Harness, store: RetentionStore) -> None:
     source = await harness.open(["a1", "a2", "a3", "a4"], store=store, session_id="fork-src")
     await (await source.run("q1")).wait()
     saved = source.leaf_id
@@ -187,7 +187,7 @@ async def test_fork_copies_the_active_path(harness: Harness, store: Store) -> No
 
     child = await source.fork("fork-child")
     assert child.session_id == "fork-child"
-    record = await store.load_session("fork-child")  # type: ignore[attr-defined]
+    record = await store.load_session("fork-child")
     assert record.parent_id == "fork-src"
 
     copies = await store.load_entries("fork-child")
@@ -264,7 +264,7 @@ async def test_fork_publishes_forked_then_init(store: Store) -> None:
     assert init.idempotency_key == "session_init:fork-pub-child:fork"
 
 
-async def test_failed_fork_publishes_nothing_and_resumes(store: Store) -> None:
+async def test_failed_fork_publishes_nothing_and_resumes(store: RetentionStore) -> None:
     wrapped = FailingAppends(store)
     published: list[Event] = []
     source = await new(None, store=wrapped, session_id="fork-fail", publisher=published.append)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import pytest
 
@@ -23,7 +22,8 @@ from durable_agent import (
     model,
     new,
 )
-from durable_agent.agent import AgentOptions, AgentRun, ModelLoop
+from durable_agent.agent import AgentEvent, AgentOptions, AgentRun, ModelLoop
+from durable_agent.agent.approval import Resume
 from durable_agent.ai import (
     ImageContent,
     Message,
@@ -316,8 +316,8 @@ async def test_summarizer_without_assistant_message_and_loop_closed() -> None:
     closed: list[str] = []
 
     class Silent:
-        def run(self, messages: Sequence[Message]) -> AgentRun:
-            async def events() -> AsyncIterator[Any]:
+        def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
+            async def events() -> AsyncGenerator[AgentEvent, None]:
                 return
                 yield
 

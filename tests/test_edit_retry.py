@@ -106,7 +106,7 @@ def test_render_tree_is_plain_text_marking_the_active_path() -> None:
     from durable_agent.session import render_tree, tree_lines
 
     def entry(id: str, parent: str | None, text: str, role: str = "user") -> MessageEntry:
-        message = Message(role=role, content=[TextContent(text=text)])  # type: ignore[arg-type]
+        message = Message(role=role, content=[TextContent(text=text)])
         return MessageEntry(id=id, parent_id=parent, message=message)
 
     entries: list[Entry] = [

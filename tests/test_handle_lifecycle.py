@@ -48,7 +48,7 @@ from durable_agent.ai import (
     assistant_message,
 )
 from durable_agent.durable import Agent
-from durable_agent.session import Store
+from durable_agent.session import RetentionStore, Store
 from tests.support.gate_tool import GateTool
 from tests.support.handles import WrappedStore, stored_texts, texts, too_large
 from tests.support.harness import Harness
@@ -170,7 +170,7 @@ async def test_a_failed_run_clears_the_flags(harness: Harness, store: Store) -> 
 # -- persist failures during a run --------------------------------------------------------------
 
 
-async def test_input_persist_failure(harness: Harness, store: Store) -> None:
+async def test_input_persist_failure(harness: Harness, store: RetentionStore) -> None:
     wrapped = WrappedStore(store)
     lm = ScriptedModel(["never"])
     agent = await harness.open(lm, store=wrapped, session_id="input-fails")
@@ -193,7 +193,7 @@ async def test_input_persist_failure(harness: Harness, store: Store) -> None:
     assert stored_texts(await store.load_entries("input-fails")) == ["kept"]
 
 
-async def test_input_persist_failure_chains_the_store_error(store: Store) -> None:
+async def test_input_persist_failure_chains_the_store_error(store: RetentionStore) -> None:
     wrapped = WrappedStore(store)
     agent = await new(model(ScriptedModel(["never"])), store=wrapped, session_id="chained")
     boom = too_large("chained")
@@ -204,7 +204,7 @@ async def test_input_persist_failure_chains_the_store_error(store: Store) -> Non
     assert str(info.value) == f"persist input: {boom}"
 
 
-async def test_message_persist_failure(harness: Harness, store: Store) -> None:
+async def test_message_persist_failure(harness: Harness, store: RetentionStore) -> None:
     wrapped = WrappedStore(store)
     agent = await harness.open(["reply", "spare"], store=wrapped, session_id="msg-fails")
     wrapped.fail_appends.extend([None, too_large("msg-fails")])
@@ -240,7 +240,7 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, SessionError)
     assert issubclass(SessionNotFoundError, LookupError)
     assert issubclass(InvalidSessionIdError, ValueError)
-    for cls in (
+    for agent_error in (
         AgentClosedError,
         RunActiveError,
         NoFactoryError,
@@ -251,7 +251,7 @@ def test_error_hierarchy() -> None:
         PayloadTooLargeError,
         EventGapError,
     ):
-        assert issubclass(cls, AgentError)
+        assert issubclass(agent_error, AgentError)
     assert issubclass(EntryNotFoundError, LookupError)
     assert not issubclass(AgentError, SessionError)
 

@@ -41,7 +41,7 @@ from durable_agent import (
     new,
 )
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel, tool
-from durable_agent.session import Entry, SessionRecord, Store, encode_entry
+from durable_agent.session import Entry, RetentionStore, SessionRecord, encode_entry
 from durable_agent.stores import FileStore
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class Hold:
 class Faults:
     """A real store whose next matching append is held open or fails before writing."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: RetentionStore) -> None:
         self.inner = inner
         self._hold: tuple[Predicate, Hold] | None = None
         self._fail: Predicate | None = None
@@ -91,7 +91,7 @@ class Faults:
         return await self.inner.create_session(session_id, parent_id)
 
     async def load_session(self, session_id: str) -> SessionRecord:
-        return await self.inner.load_session(session_id)  # type: ignore[attr-defined, no-any-return]
+        return await self.inner.load_session(session_id)
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         return await self.inner.load_entries(session_id)

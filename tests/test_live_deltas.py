@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ async def publish(channel: DeltaChannel, attempt: int, texts: list[str], first: 
         prev = cur
 
 
-def shown(updates: list[AgentEvent | None]) -> list[tuple[str, bool]]:
+def shown(updates: Sequence[AgentEvent | None]) -> list[tuple[str, bool]]:
     """Text and restart of each update; each one's ``delta`` must be the text it adds (so the
     text ends with it, and after a restart is it)."""
     out = []

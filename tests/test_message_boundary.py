@@ -71,7 +71,7 @@ async def test_a_result_with_lone_surrogates_is_stored_once_and_the_tool_runs_on
         runs.append("ran")
         return f"files: {FILE_NAME}"
 
-    script = [Reply.call("listdir", id="c1"), "listed"]
+    script: list[Reply | str] = [Reply.call("listdir", id="c1"), "listed"]
     agent = await harness.open(script, store=store, session_id="surrogates", tools=[listdir])
     messages = await (await agent.run("list it")).wait()
 
@@ -97,7 +97,7 @@ async def test_a_failing_tool_naming_an_unencodable_file_is_answered_once(
         runs.append("ran")
         raise FileNotFoundError(f"no such file: {FILE_NAME}")
 
-    script = [Reply.call("remove", id="c1"), "gone"]
+    script: list[Reply | str] = [Reply.call("remove", id="c1"), "gone"]
     agent = await harness.open(script, store=store, session_id="surrogate-error", tools=[remove])
     messages = await (await agent.run("remove it")).wait()
 
@@ -141,7 +141,7 @@ async def test_a_call_with_an_empty_id_is_answered_after_a_reload(
         return "pong"
 
     session = f"empty-call-id-{reopen}"
-    script = [Reply.call("ping", id=""), "done"]
+    script: list[Reply | str] = [Reply.call("ping", id=""), "done"]
     agent = await harness.open(script, store=store, session_id=session, tools=[ping])
     await (await agent.run("ping it")).wait()
     assert runs == ["ran"]

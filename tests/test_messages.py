@@ -83,9 +83,11 @@ def test_unknown_stop_reason_rejected() -> None:
 def test_messages_and_blocks_are_frozen() -> None:
     m = user_message("hi")
     with pytest.raises(ValidationError):
-        m.role = "assistant"  # type: ignore[misc]
+        m.role = "assistant"  # type: ignore[misc]  # frozen: the assignment must fail
+    block = m.content[0]
+    assert isinstance(block, TextContent)
     with pytest.raises(ValidationError):
-        m.content[0].text = "changed"  # type: ignore[misc, union-attr]
+        block.text = "changed"  # type: ignore[misc]  # frozen: the assignment must fail
 
 
 # --- wire omission -------------------------------------------------------------------------

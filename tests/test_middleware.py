@@ -98,7 +98,9 @@ async def test_runs_on_the_callers_task_and_reminder_is_in_place() -> None:
     stream = await agent.run("hi")
     # the middleware has already run, on this task, when run returns
     assert seen["task"] is caller and seen.get("done") is True
-    (given,) = seen["input"]  # type: ignore[misc]
+    given_entries = seen["input"]
+    assert isinstance(given_entries, list)
+    (given,) = given_entries
     assert isinstance(given, MessageEntry) and given.message.text() == "hi"
     await stream.wait()
     assert [m.text() for m in lm.requests[0].messages] == ["REMINDER: be brief", "hi"]

@@ -131,6 +131,7 @@ async def test_an_entry_is_remembered_as_its_stored_encoding_decodes() -> None:
     await session(store, "s")
     await store.append_entries("s", [entry("a", None, ephemeral=True)])
     remembered = await store.path("s", "a")
+    assert isinstance(remembered[0], MessageEntry)
     assert remembered[0].ephemeral is False  # the flag is never stored
     assert remembered == path(await store.store.load_entries("s"), "a")
 

@@ -222,7 +222,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid = self.backend.sid(name)
         batch = self.entries(name, ids, variant)
 
-        async def race() -> list[BaseException | None]:
+        async def race() -> tuple[BaseException | None, BaseException | None]:
             return await asyncio.gather(
                 self.stores[writer].append_entries(sid, batch),
                 self.stores[deleter].delete_session(sid),
@@ -263,7 +263,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid = self.backend.sid(name)
         batches = [self.entries(name, ids[n], variants[n]) for n in range(2)]
 
-        async def race() -> list[BaseException | None]:
+        async def race() -> tuple[BaseException | None, BaseException | None]:
             return await asyncio.gather(
                 self.stores[first].append_entries(sid, batches[0]),
                 self.stores[second].append_entries(sid, batches[1]),
@@ -337,5 +337,6 @@ def test_store_state_machine(kind: str, request: pytest.FixtureRequest) -> None:
         if mongo is not None:
             from pymongo import MongoClient
 
-            with MongoClient(mongo[0]) as client:
+            client: MongoClient[dict[str, Any]] = MongoClient(mongo[0])
+            with client:
                 client.drop_database(mongo[1])

@@ -234,7 +234,8 @@ def test_model_view_without_compaction_emits_every_message_entry() -> None:
     ]
     view = model_view(p)
     assert texts(view) == ["u1", "a1", "m", "eph", "both", "a2"]
-    assert view[0] is p[0].message  # type: ignore[union-attr]
+    first = p[0]
+    assert isinstance(first, MessageEntry) and view[0] is first.message
 
 
 def test_model_view_of_empty_path() -> None:

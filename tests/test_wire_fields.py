@@ -65,7 +65,9 @@ times = st.sampled_from(TIME_VALUES)
 ids = st.sampled_from(["", "a", "e1", "x" * 40])
 parents = st.sampled_from([None, "", "p", 5])
 texts = st.text(max_size=12)
-arguments = st.none() | st.dictionaries(texts, st.integers() | texts, max_size=3) | st.just([])
+arguments: st.SearchStrategy[object] = (
+    st.none() | st.dictionaries(texts, st.integers() | texts, max_size=3) | st.just([])
+)
 blocks = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
     st.fixed_dictionaries(
@@ -74,7 +76,9 @@ blocks = st.one_of(
     ),
     st.fixed_dictionaries({"type": st.sampled_from(["bogus", 3])}),
 )
-contents = st.none() | st.lists(blocks, max_size=3) | st.just({}) | st.just("text")
+contents: st.SearchStrategy[object] = (
+    st.none() | st.lists(blocks, max_size=3) | st.just({}) | st.just("text")
+)
 messages = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "tool_result", "nobody"])},
     optional={"content": contents, "timestamp": times, "tool_call_id": st.none() | texts},

@@ -66,7 +66,9 @@ async def open_chat(harness: Any, **options: Any) -> tuple[Chat, Typist, io.Stri
     typist, screen = Typist(), io.StringIO()
     lines = Lines(asyncio.get_running_loop(), typist.read)
     console = Console(file=screen, width=200, no_color=True)
-    return Chat(console, agent, None, None, "demo", lines), typist, screen  # type: ignore[arg-type]
+    # in process: no opened store or Temporal executor for the chat to hold
+    chat = Chat(console, agent, None, None, "demo", lines)  # type: ignore[arg-type]
+    return chat, typist, screen
 
 
 async def test_typed_while_a_call_waits(harness: Any) -> None:

@@ -112,8 +112,8 @@ def test_the_error_line_redacts_every_form_of_a_configured_key(
     monkeypatch.setenv("OPENAI_API_KEY", key)
     headers = {"authorization": f"Bearer {key}"}
     message = echo(" | ".join("{{%s}}" % n for n in sorted(ECHOES)).encode(), headers).decode()  # noqa: UP031
-    console = Console(file=io.StringIO(), width=400)
-    print_error(console, f"openai: HTTP 401: {message}")
-    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    screen = io.StringIO()
+    print_error(Console(file=screen, width=400), f"openai: HTTP 401: {message}")
+    printed = screen.getvalue()
     assert printed.startswith("error: openai: HTTP 401: [redacted]")
     assert runs_of(key, printed) == [], printed

@@ -20,6 +20,7 @@ from durable_agent.cli.render import render_tree
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
+from durable_agent.stores.mongo import MongoStore
 from durable_agent.workflows import AgentSpec
 from durable_agent.workflows.config import (
     ServerInfo,
@@ -51,7 +52,7 @@ async def test_open_store_kinds(tmp_path: Path) -> None:
     opened = open_store(f"file:{tmp_path}")
     assert isinstance(opened.store, FileStore) and opened.store.root == tmp_path
     mongo = open_store("mongodb://localhost:1/?replicaSet=rs0", {"DURABLE_AGENT_MONGODB_DB": "x"})
-    assert mongo.store.database.name == "x"  # type: ignore[attr-defined]
+    assert isinstance(mongo.store, MongoStore) and mongo.store.database.name == "x"
     await mongo.close()
     for bad in ("redis://x", "file:", "mongodb://[bad"):
         with pytest.raises(StoreSpecError):
@@ -141,7 +142,7 @@ def test_workflows_url_quotes_the_query() -> None:
 
 
 def _entry(id: str, parent: str | None, text: str, role: str = "user") -> MessageEntry:
-    message = Message(role=role, content=[TextContent(text=text)])  # type: ignore[arg-type]
+    message = Message(role=role, content=[TextContent(text=text)])
     return MessageEntry(id=id, parent_id=parent, message=message)
 
 
@@ -199,9 +200,8 @@ def test_demo_model_is_a_function_of_the_request() -> None:
 def test_demo_model_choice() -> None:
     assert model_choice({}) is None
     assert model_choice({"OPENAI_API_KEY": "k"}) == "openai:gpt-4.1-mini"
-    assert model_choice(
-        {"ANTHROPIC_API_KEY": "k"},
-    ).startswith("anthropic:")  # type: ignore[union-attr]
+    anthropic = model_choice({"ANTHROPIC_API_KEY": "k"})
+    assert anthropic is not None and anthropic.startswith("anthropic:")
     assert model_choice({"DURABLE_AGENT_MODEL": "ollama:llama3", "OPENAI_API_KEY": "k"}) == (
         "ollama:llama3"
     )

@@ -269,7 +269,9 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
     """``dev`` behaves like a deployment: a worker that dies is started again."""
     import os
 
-    first = int(re.search(r"worker\s+pid (\d+)", dev.log.read_text()).group(1))  # type: ignore[union-attr]
+    started = re.search(r"worker\s+pid (\d+)", dev.log.read_text())
+    assert started is not None, dev.log.read_text()
+    first = int(started.group(1))
     os.kill(first, signal.SIGKILL)
     wait_until(lambda: "restarting" in dev.log.read_text(), within=30, what="dev to notice")
     wait_until(

@@ -31,6 +31,7 @@ from durable_agent.cli.config import (
     open_store,
     resolve_store_spec,
 )
+from durable_agent.stores.mongo import MongoStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE
 from tests.support.extras import canonical, closure
 
@@ -281,8 +282,8 @@ async def test_worker_store_opens_a_mongo_store(
     env = _worker_env(compose, generated)
     opened = open_store(resolve_store_spec(None, env), env)  # builds the client, connects nothing
     try:
-        assert type(opened.store).__name__ == "MongoStore"
-        assert opened.store.database.name == "durable_agent"  # type: ignore[attr-defined]
+        assert isinstance(opened.store, MongoStore)
+        assert opened.store.database.name == "durable_agent"
     finally:
         await opened.close()
 

@@ -173,6 +173,13 @@ async def _check_store(data_home: Path, session_id: str) -> None:
     assert fork.parent_id == session_id
 
 
+def found(pattern: str, text: str) -> str:
+    """The first group of ``pattern``'s first match in ``text`` (which must have one)."""
+    match = re.search(pattern, text)
+    assert match is not None, f"{pattern!r} not in {text!r}"
+    return match.group(1)
+
+
 def test_demo_twice(tmp_path: Path) -> None:
     env = cli_env(tmp_path, DURABLE_AGENT_DEMO_TOOL_SECONDS="3")
     t0 = time.monotonic()
@@ -186,8 +193,8 @@ def test_demo_twice(tmp_path: Path) -> None:
     (artifact := ARTIFACTS / "demo-output.txt").write_text(first.stdout)
 
     # the replacement worker, not the killed one, produced the tool result
-    killed = int(re.search(r"SIGKILL worker (\d+)", output).group(1))  # type: ignore[union-attr]
-    replacement = int(re.search(r"replacement worker (\d+)", output).group(1))  # type: ignore[union-attr]
+    killed = int(found(r"SIGKILL worker (\d+)", output))
+    replacement = int(found(r"replacement worker (\d+)", output))
     assert f"on worker {replacement}, attempt 2" in output
     assert killed != replacement
     # the Temporal reply streamed live from the worker (docs/design.md#live-deltas)
@@ -195,7 +202,7 @@ def test_demo_twice(tmp_path: Path) -> None:
     assert live is not None and int(live.group(1)) >= 1, output
     # everything it started is gone
     assert wait_dead(_pids(output)) == []
-    session_id = re.search(r"Session (demo-[0-9a-f]+)", output).group(1)  # type: ignore[union-attr]
+    session_id = found(r"Session (demo-[0-9a-f]+)", output)
     asyncio.run(_check_store(tmp_path, session_id))
 
     # second run: same data directory, new session, kept up to look at the UI
@@ -210,12 +217,12 @@ def test_demo_twice(tmp_path: Path) -> None:
     try:
         child.expect("press Ctrl-C")
         second = plain(child.before or "")
-        second_id = re.search(r"Session (demo-[0-9a-f]+)", second).group(1)  # type: ignore[union-attr]
+        second_id = found(r"Session (demo-[0-9a-f]+)", second)
         assert second_id != session_id
-        ui_url = re.search(r"(http://127\.0\.0\.1:\d+)/namespaces/", second).group(1)  # type: ignore[union-attr]
+        ui_url = found(r"(http://127\.0\.0\.1:\d+)/namespaces/", second)
         runs = _ui_runs(ui_url, second_id)
         assert len(runs) >= 5, runs
-        page = re.search(r"(http://127\.0\.0\.1:\d+/namespaces/\S+)", second).group(1)  # type: ignore[union-attr]
+        page = found(r"(http://127\.0\.0\.1:\d+/namespaces/\S+)", second)
         run_ids = [
             r["execution"]["workflowId"] for r in runs if "/run/" in r["execution"]["workflowId"]
         ]

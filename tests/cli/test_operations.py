@@ -299,6 +299,12 @@ def _check(dev: Dev, ready: Path, queue: str) -> subprocess.CompletedProcess[str
     )
 
 
+def _unhealthy(dev: Dev, ready: Path, queue: str) -> subprocess.CompletedProcess[str] | None:
+    """The check's result if it says unhealthy (exit status 1), else None (poll on)."""
+    check = _check(dev, ready, queue)
+    return check if check.returncode == 1 else None
+
+
 def test_check_fails_within_seconds_of_a_sigkill_and_counts_only_this_worker(
     dev: Dev, tmp_path: Path
 ) -> None:
@@ -318,7 +324,7 @@ def test_check_fails_within_seconds_of_a_sigkill_and_counts_only_this_worker(
         killed_at = time.monotonic()
         a.proc.wait(10)
         assert a.ready.exists(), "a SIGKILL leaves the file behind"
-        dead = poll(lambda: (c := _check(dev, a.ready, queue)).returncode == 1 and c, within=5)
+        dead = poll(lambda: _unhealthy(dev, a.ready, queue), within=5)
         assert dead, "still healthy 5 s after the SIGKILL"
         assert time.monotonic() - killed_at < 5
         assert f"pid {a.proc.pid}" in dead.stdout and "unhealthy" in dead.stdout, dead.stdout
@@ -328,9 +334,7 @@ def test_check_fails_within_seconds_of_a_sigkill_and_counts_only_this_worker(
 
         b.proc.send_signal(signal.SIGSTOP)
         try:
-            frozen = poll(
-                lambda: (c := _check(dev, b.ready, queue)).returncode == 1 and c, within=20
-            )
+            frozen = poll(lambda: _unhealthy(dev, b.ready, queue), within=20)
             assert frozen, "a frozen worker still healthy after 20 s"
             assert "heartbeat" in frozen.stdout, frozen.stdout
         finally:

@@ -87,7 +87,8 @@ async def test_sessions_rm_asks_first(tmp_path: Path) -> None:
 
     code, out = rm_in_terminal("n")
     assert code == 1 and "was not deleted" in out, out
-    assert [e.message.text() for e in await store.load_entries("parent")] == ["hi"]  # type: ignore[union-attr]
+    (kept,) = await store.load_entries("parent")
+    assert isinstance(kept, MessageEntry) and kept.message.text() == "hi"
 
     piped = run_cli(["sessions", "rm", "parent"], env)  # no terminal to ask on: nothing happens
     assert piped.returncode == 1 and "pass --yes" in piped.stderr

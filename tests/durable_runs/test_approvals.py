@@ -94,7 +94,7 @@ def stored(agent: Agent) -> list[Any]:
 
 
 def shape(entries: list[Any]) -> list[str]:
-    out = []
+    out: list[str] = []
     for e in entries:
         if isinstance(e, MessageEntry):
             out.append(e.message.role)

@@ -130,7 +130,8 @@ async def test_cancel_while_tools_run(harness: Harness, store: Store) -> None:
     results = [e.message for e in stored[2:] if isinstance(e, MessageEntry)]
     assert [m.tool_call_id for m in results] == ["f1", "f2"]
     assert all(m.role == "tool_result" and m.is_error for m in results)
-    assert stored[1].message.stop_reason == "tool_use"  # type: ignore[union-attr]
+    asked = stored[1]
+    assert isinstance(asked, MessageEntry) and asked.message.stop_reason == "tool_use"
     assert_chain(stored)
     assert agent.leaf_id == stored[-1].id
     # nothing is left to repair: the next run stores only its input

@@ -96,6 +96,7 @@ async def test_cancel_during_an_approval_wait_stores_the_queued_follow_up(
     entries = stored(agent)
     assert shape(entries) == ["user", "assistant", "approval_request", "tool_result", "user"]
     assert entries[3].message.text() == "tool execution cancelled"
+    assert isinstance(follow, MessageEntry)
     assert entries[-1].id == follow.id and follow.message.text() == "and cc alice"
     assert follow.parent_id == entries[3].id
     assert agent.pending_approvals() == []

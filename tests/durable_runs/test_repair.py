@@ -11,6 +11,7 @@ from durable_agent import (
     new,
 )
 from durable_agent.agent import AgentOptions, AgentRun, ModelLoop
+from durable_agent.agent.approval import Resume
 from durable_agent.ai import (
     Message,
     ScriptedModel,
@@ -41,9 +42,9 @@ async def test_carry_on_example_in_process(store: Store) -> None:
     lm = ScriptedModel(["carrying on"])
 
     class Recording(ModelLoop):
-        def run(self, messages: Sequence[Message]) -> AgentRun:
+        def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
             inputs.append(list(messages))
-            return super().run(messages)
+            return super().run(messages, resume=resume)
 
     def factory(options: AgentOptions) -> ModelLoop:
         histories.append(list(options.history))
@@ -65,7 +66,9 @@ async def test_carry_on_example_in_process(store: Store) -> None:
     assert repair.parent_id == "a1"
     assert repair.message == shown[2] == history[2]  # equal to what the history showed
     assert repair.message.text() == "tool execution interrupted"
-    assert repair.message.timestamp == stored[1].message.timestamp  # type: ignore[union-attr]
+    dangling = stored[1]
+    assert isinstance(dangling, MessageEntry)
+    assert repair.message.timestamp == dangling.message.timestamp
     assert isinstance(carry_on, MessageEntry) and carry_on.message.text() == "carry on"
     assert carry_on.parent_id == repair.id and not carry_on.synthetic
     assert reply.parent_id == carry_on.id

@@ -143,7 +143,8 @@ async def test_agent_level_async_predicate_decides_which_calls_wait() -> None:
     from durable_agent import model, new
 
     async def only_big(c: ToolCall) -> bool:
-        return c.arguments.get("n", 0) > 1
+        n: int = c.arguments.get("n", 0)
+        return n > 1
 
     lm = ScriptedModel([Reply(tool_calls=[call(1), call(2)]), "done"])
     RELEASE.set()

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Sequence
 
 import pytest
 
@@ -18,6 +17,7 @@ from durable_agent import (
     new,
 )
 from durable_agent.agent import AgentEvent, AgentRun, ModelLoop
+from durable_agent.agent.approval import Resume
 from durable_agent.ai import (
     Message,
     Reply,
@@ -87,10 +87,10 @@ async def test_full_event_sequence_wraps_inner_events_unchanged() -> None:
     yielded: list[AgentEvent] = []
 
     class Recording(ModelLoop):
-        def run(self, messages: Sequence[Message]) -> AgentRun:
-            inner = super().run(messages)
+        def run(self, messages: Sequence[Message], *, resume: Resume | None = None) -> AgentRun:
+            inner = super().run(messages, resume=resume)
 
-            async def events() -> Any:
+            async def events() -> AsyncGenerator[AgentEvent, None]:
                 async for event in inner.events():
                     yielded.append(event)
                     yield event

@@ -31,7 +31,7 @@ def fs(request: pytest.FixtureRequest, tmp_path: Path) -> FileStore:
 # -- a write that fails partway ------------------------------------------------------------------
 
 
-def short_then_enospc(real: Callable[[int, object], int], cut: int) -> Callable[[int, bytes], int]:
+def short_then_enospc(real: Callable[[int, bytes], int], cut: int) -> Callable[[int, bytes], int]:
     """An ``os.write`` that writes only ``cut`` bytes of the first call, then fails with ENOSPC."""
     calls = 0
 

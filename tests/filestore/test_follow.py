@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,9 +126,9 @@ async def test_a_small_tail_is_read_on_the_loop_unless_an_append_holds_the_lock(
     threads: list[object] = []
     real = asyncio.to_thread
 
-    async def counted(fn: object, *args: object) -> object:
+    async def counted(fn: Callable[..., object], /, *args: object) -> object:
         threads.append(fn)
-        return await real(fn, *args)  # type: ignore[arg-type]
+        return await real(fn, *args)
 
     monkeypatch.setattr(asyncio, "to_thread", counted)
     assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "e2")]

@@ -17,6 +17,7 @@ from durable_agent.ai.timefmt import format_time
 from durable_agent.session import (
     EntryConflictError,
     InvalidSessionIdError,
+    MessageEntry,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
@@ -145,7 +146,7 @@ async def test_a_replaced_file_is_not_served_from_the_cache(fs: FileStore) -> No
     await fs.create_session("s1")
     await fs.append_entries("s1", [msg("e1", "new life")])
     (loaded,) = await fs.load_entries("s1")
-    assert loaded.message.text() == "new life"  # type: ignore[union-attr]
+    assert isinstance(loaded, MessageEntry) and loaded.message.text() == "new life"
 
 
 async def test_a_session_created_again_is_not_served_from_another_objects_cache(

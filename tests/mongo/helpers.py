@@ -69,7 +69,7 @@ def claim_ids(sync_db: Any, sid: str) -> set[str]:
     return {d["_id"].split("/", 2)[2] for d in claims if d["_id"].count("/") >= 2}
 
 
-def unsettled_slots(sync_db: Any, sid: str) -> list[int]:
+def unsettled_slots(sync_db: Any, sid: str) -> list[str]:
     """The slots of a session whose place holds neither a document nor a fence."""
     slots = sync_db.entries_claims.find({**of_session(sid), "n": {"$exists": True}})
     return sorted(

@@ -258,7 +258,8 @@ async def test_claims_without_their_document_are_completed_by_a_retry(
         assert keys_of(db, "s1") == [["first"], ["a", "b"]]
         assert unsettled_slots(db, "s1") == []  # the crashed attempt's place is fenced
         claim = db.entries_claims.find_one({"_id": f"s1/{inc_of(db, 's1')}/b"})
-        assert claim is not None and claim["q"] == db.entries.find_one({"entry_id": "a"})["seq"]
+        stored_a = db.entries.find_one({"entry_id": "a"})
+        assert claim is not None and stored_a is not None and claim["q"] == stored_a["seq"]
         assert claim["h"] == wire_hash(encode_entry(entry("b", "changed")))
     finally:
         sync.close()

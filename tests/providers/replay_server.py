@@ -35,6 +35,7 @@ import sys
 import threading
 import urllib.parse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,7 +49,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 _REPLAY_PREFIX = "x-replay-"
 
-ECHOES = {
+ECHOES: dict[str, Callable[[str, str], str]] = {
     "key": lambda key, auth: key,
     "key_unprefixed": lambda key, auth: re.sub(r"^[a-z]+[-_]", "", key),  # sk-, gsk_
     "key_middle": lambda key, auth: key[len(key) // 2 - 10 : len(key) // 2 + 10],

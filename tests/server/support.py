@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +83,9 @@ class Reader:
 
 async def read_sse(response: httpx.Response, reader: Reader) -> None:
     """Parse ``text/event-stream`` into ``reader`` until the response ends."""
-    event, data, ident = "message", [], None
+    event = "message"
+    data: list[str] = []
+    ident: str | None = None
     async for line in response.aiter_lines():
         if line.startswith(":"):
             reader.comments += 1
@@ -107,13 +109,22 @@ async def read_sse(response: httpx.Response, reader: Reader) -> None:
 
 @asynccontextmanager
 async def stream(
-    client: httpx.AsyncClient, session_id: str, *, after: int | None = None, **headers: str
+    client: httpx.AsyncClient,
+    session_id: str,
+    *,
+    after: int | None = None,
+    last_event_id: int | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Reader]:
-    """A reader of the session's stream while the block runs (the connection closes after)."""
+    """A reader of the session's stream while the block runs (the connection closes after);
+    ``last_event_id``: sent as the ``Last-Event-ID`` header, as a reconnecting browser does."""
     params = {} if after is None else {"after": str(after)}
+    sent = dict(headers or {})
+    if last_event_id is not None:
+        sent["Last-Event-ID"] = str(last_event_id)
     reader = Reader()
     async with client.stream(
-        "GET", f"/v1/sessions/{session_id}/stream", params=params, headers=headers, timeout=None
+        "GET", f"/v1/sessions/{session_id}/stream", params=params, headers=sent, timeout=None
     ) as response:
         assert response.status_code == 200, await response.aread()
         task = asyncio.create_task(read_sse(response, reader))

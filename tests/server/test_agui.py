@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import httpx
-from ag_ui.core import Event, EventType
+from ag_ui.core import Event, EventType, ToolCallResultEvent
 from pydantic import TypeAdapter
 
 from durable_agent.server import create_app
+from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import lookup, scripted, serving, tool_script
@@ -51,6 +52,8 @@ async def test_a_run_as_agui_events(tmp_path: Path) -> None:
     assert kinds[5] == EventType.TEXT_MESSAGE_START and kinds[-2] == EventType.TEXT_MESSAGE_END
     text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
     stored = await store.load_entries("t:thread-1")  # the thread under the caller's prefix
-    assert text == stored[-1].message.text()  # type: ignore[union-attr]
+    reply = stored[-1]
+    assert isinstance(reply, MessageEntry) and text == reply.message.text()
     assert kinds.count(EventType.TEXT_MESSAGE_CONTENT) > 1, "the text streamed in pieces"
-    assert events[4].content == "sunny in Paris"  # type: ignore[union-attr]
+    result = events[4]
+    assert isinstance(result, ToolCallResultEvent) and result.content == "sunny in Paris"

@@ -60,7 +60,7 @@ async def test_resume_after_every_seq_gives_each_entry_once(store: FileStore) ->
             await reader.until(lambda r: r.last_seq() == 4)
         stored = [entry_to_wire(e) for e in await store.load_entries("s2")]
         for n in range(len(stored) + 1):
-            async with stream(client, "s2", **{"Last-Event-ID": str(n)}) as again:
+            async with stream(client, "s2", last_event_id=n) as again:
                 await again.until(lambda r, n=n: r.last_seq() == 4 or n == 4)
                 # the query parameter loses to the header
             assert again.entries() == list(enumerate(stored, 1))[n:]

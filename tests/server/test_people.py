@@ -67,7 +67,7 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
     ``decider``, maybe another server process), the other denied with a reason."""
     made = await asker.post("/v1/sessions", json={"session_id": SID}, headers=ACME)
     assert made.status_code == 201
-    async with stream(asker, SID, after=0, **ACME) as reader:
+    async with stream(asker, SID, after=0, headers=ACME) as reader:
         started = await asker.post(
             f"/v1/sessions/{SID}/runs", json={"text": "Mail them"}, headers=ACME
         )
@@ -197,7 +197,7 @@ async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path)
     app = create_app(store=store, agents={"mail": spec}, keys=KEYS)
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await client.post("/v1/sessions", json={"session_id": SID}, headers=ACME)
-        async with stream(client, SID, after=0, **ACME) as reader:
+        async with stream(client, SID, after=0, headers=ACME) as reader:
             started = await client.post(
                 f"/v1/sessions/{SID}/runs", json={"text": "Mail them"}, headers=ACME
             )

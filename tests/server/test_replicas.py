@@ -3,6 +3,7 @@ through one streams through the other (the server keeps no state a replica needs
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -68,7 +69,7 @@ async def test_start_through_one_replica_stream_through_the_other(
     store = MongoStore(mongo_database)
     spec = AgentSpec(model=scripted(tool_script()), tools=[lookup])
     for url in (one, other):
-        await eventually(lambda url=url: _up(url), within=30, what=f"{url} serving")
+        await eventually(functools.partial(_up, url), within=30, what=f"{url} serving")
     async with (
         running_worker(temporal_client, store, {"helper": spec}, task_queue=queue),
         httpx.AsyncClient(base_url=one) as first,

@@ -19,6 +19,7 @@ from durable_agent import ScriptedModel
 from durable_agent.ai import ModelEvent, ModelRequest, Reply
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
+from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, serving, stream
@@ -86,8 +87,10 @@ async def _scenario(
         await reader.until(ended(run_b), within=60)
         await reader.until(lambda r: r.last_seq() == 6)
     stored = await store.load_entries("two")
-    questions = {e.message.text(): e.id for e in stored if e.message.role == "user"}  # type: ignore[union-attr]
-    replies = {e.message.text(): e for e in stored if e.message.role == "assistant"}  # type: ignore[union-attr]
+    messages = [e for e in stored if isinstance(e, MessageEntry)]
+    assert len(messages) == len(stored)
+    questions = {e.message.text(): e.id for e in messages if e.message.role == "user"}
+    replies = {e.message.text(): e for e in messages if e.message.role == "assistant"}
     for run_id, name in ((run_a, "A"), (run_b, "B")):
         reply = replies[TEXTS[name]]
         assert reply.parent_id == questions[name]

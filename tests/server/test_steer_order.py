@@ -20,7 +20,7 @@ from temporalio.client import Client
 from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import Entry
+from durable_agent.session import Entry, MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, scripted, serving, stream
@@ -116,7 +116,8 @@ async def _steered(temporal: Client | None, tmp_path: Path) -> None:
 
 def _in_order(reader: Reader, stored: list[Entry]) -> None:
     steer, reply = stored[3], stored[4]
-    assert steer.message.text() == STEER and reply.parent_id == steer.id  # type: ignore[attr-defined]
+    assert isinstance(steer, MessageEntry)
+    assert steer.message.text() == STEER and reply.parent_id == steer.id
     frames = [
         (f.event, f.data.get("entry", {}).get("id") or f.data.get("entry_parent"))
         for f in reader.frames

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from durable_agent.ai import Message, Reply, TextContent
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import Entry, MessageEntry, Store, StoreUnavailableError
+from durable_agent.session import Entry, MessageEntry, SeqStore, StoreUnavailableError
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.session.ids import new_id
 from durable_agent.stores import FileStore
@@ -29,7 +29,7 @@ from tests.support.gate_tool import GateTool
 from tests.support.temporal import FAST, running_worker
 
 
-def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SeqStore:
     """A new store object on the test's FileStore root or Mongo database (several objects on
     one place: a worker's and a server's)."""
     if kind == "file":
@@ -44,14 +44,14 @@ class Reads:
     ``StoreUnavailableError``, as a store does that does not answer in time. Installed before
     the server's first stream, so its followers read through it."""
 
-    def __init__(self, store: Store) -> None:
-        self.inner = store.load_entries_after  # type: ignore[attr-defined]
+    def __init__(self, store: SeqStore) -> None:
+        self.inner = store.load_entries_after
         self.down = False
         self.begun = 0
         self.done = 0
         """The number (in order of beginning) of the latest read that returned or failed."""
         self._done = asyncio.Event()
-        store.load_entries_after = self.read  # type: ignore[attr-defined]
+        store.load_entries_after = self.read  # type: ignore[method-assign]  # spies on the store
 
     async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
         self.begun += 1
@@ -92,7 +92,7 @@ async def _server(
     tmp_path: Path,
     request: pytest.FixtureRequest,
     spec: AgentSpec,
-) -> AsyncIterator[tuple[FastAPI, Store]]:
+) -> AsyncIterator[tuple[FastAPI, SeqStore]]:
     """The app (runs in process, or on a worker of this test) and the store it reads."""
     store = _store(kind, tmp_path, request)
     worker: AbstractAsyncContextManager[object] = nullcontext()

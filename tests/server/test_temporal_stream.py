@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import Client
 
 from durable_agent.server import create_app
@@ -20,7 +21,7 @@ from tests.support.temporal import FAST, running_worker
 pytestmark = pytest.mark.temporal
 
 
-def _app(client: Client, store: FileStore, queue: str, *, can: int | None = None) -> object:
+def _app(client: Client, store: FileStore, queue: str, *, can: int | None = None) -> FastAPI:
     app = create_app(store=store, temporal=client, task_queue=queue, agents=["helper"])
     runs = app.state.server.runs
     assert isinstance(runs, TemporalRuns)
@@ -35,7 +36,7 @@ async def _hopping(
     """Entries after ``last`` of a client reconnecting after each entry frame it gets."""
     got: list[object] = []
     while last < total:
-        async with stream(client, session_id, **{"Last-Event-ID": str(last)}) as reader:
+        async with stream(client, session_id, last_event_id=last) as reader:
             await reader.until(lambda r: r.entries(), within=60)
         frames = reader.entries()
         got += frames
@@ -52,7 +53,7 @@ async def test_a_run_resumes_at_every_position_while_it_goes(
     app = _app(temporal_client, store, queue, can=1)
     async with (
         running_worker(temporal_client, store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,  # type: ignore[arg-type]
+        serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
         await client.post("/v1/sessions", json={"session_id": "t2"})
@@ -79,7 +80,7 @@ async def test_a_temporal_run_streams_and_resumes_at_every_seq(
     app = _app(temporal_client, store, queue, can=can)
     async with (
         running_worker(temporal_client, store, {"helper": spec}, task_queue=queue),
-        serving(app) as url,  # type: ignore[arg-type]
+        serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
         started = await client.post("/v1/sessions/t1/runs", json={"text": "Weather?"})
@@ -102,6 +103,6 @@ async def test_a_temporal_run_streams_and_resumes_at_every_seq(
         assert got == list(enumerate(stored, 1))
         # the run ended: a client coming back now replays from the store, from any seq
         for n in range(len(stored) + 1):
-            async with stream(client, "t1", **{"Last-Event-ID": str(n)}) as again:
+            async with stream(client, "t1", last_event_id=n) as again:
                 await again.until(lambda r, n=n: n == 4 or r.last_seq() == 4)
             assert again.entries() == list(enumerate(stored, 1))[n:]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from durable_agent.ai import ModelEvent, ModelRequest, Reply
 from durable_agent.server import create_app
 from durable_agent.server import hub as hub_module
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session.deltas import DeltaKey
+from durable_agent.session.deltas import Cursor, Delta, DeltaKey
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -67,12 +67,12 @@ class ChannelReads:
 
     def __init__(self, store: FileStore) -> None:
         channel = store.live_deltas()
-        inner: Callable[..., Any] = channel.read_now
+        inner = channel.read_now
         self.keys: list[DeltaKey] = []
 
-        def read_now(key: DeltaKey, *args: Any) -> Any:
+        def read_now(key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
             self.keys.append(key)
-            return inner(key, *args)
+            return inner(key, after)
 
         channel.read_now = read_now  # type: ignore[method-assign]
 
@@ -173,7 +173,7 @@ async def test_a_run_nobody_watches_reads_no_live_text(
         "tool_result",
         "assistant",
     ]
-    assert stored[-1].message.text() == TEXT  # type: ignore[attr-defined]
+    assert isinstance(stored[-1], MessageEntry) and stored[-1].message.text() == TEXT
     assert channel.keys == [], "no browser watched: no live delta was read"
 
 

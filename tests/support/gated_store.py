@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from durable_agent.session import Entry, MessageEntry, SessionRecord, Store
+from durable_agent.session import Entry, MessageEntry, RetentionStore, SessionRecord
 
 __all__ = ["GatedStore", "has_role", "has_text"]
 
@@ -41,7 +41,7 @@ def has_text(text: str) -> Predicate:
 class GatedStore:
     """Delegates to ``inner``; holds the first append matching :meth:`arm`'s predicate."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: RetentionStore) -> None:
         self.inner = inner
         self.entered = asyncio.Event()
         """Set once the held batch is in ``inner`` (the write reached the store)."""
@@ -61,7 +61,7 @@ class GatedStore:
         return await self.inner.create_session(session_id, parent_id)
 
     async def load_session(self, session_id: str) -> SessionRecord:
-        return await self.inner.load_session(session_id)  # type: ignore[attr-defined, no-any-return]
+        return await self.inner.load_session(session_id)
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         return await self.inner.load_entries(session_id)

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 from durable_agent import EntryTooLargeError, MessageEntry
 from durable_agent.ai import Message
-from durable_agent.session import Entry, SessionRecord, Store
+from durable_agent.session import Entry, RetentionStore, SessionRecord
 
 
 class WrappedStore:
     """Delegates to a real store; records calls and can be told to fail upcoming calls."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: RetentionStore) -> None:
         self.inner = inner
         self.calls: list[str] = []
         self.fail_appends: list[BaseException | None] = []
@@ -26,7 +26,7 @@ class WrappedStore:
 
     async def load_session(self, session_id: str) -> SessionRecord:
         self.calls.append("load_session")
-        return await self.inner.load_session(session_id)  # type: ignore[attr-defined, no-any-return]
+        return await self.inner.load_session(session_id)
 
     async def load_entries(self, session_id: str) -> list[Entry]:
         self.calls.append("load_entries")

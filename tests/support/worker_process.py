@@ -60,6 +60,7 @@ from durable_agent.ai import ModelEvent, ModelRequest, RetryPolicy
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.session.deltas import LiveStore
 from durable_agent.workflows import AgentSpec, connect, create_worker
+from durable_agent.workflows.worker import DEFAULT_MAX_CONCURRENT_ACTIVITIES
 
 CRASH_POINTS = ("model", "before-append", "tool", "after-append", "model-committed")
 TASK_MODES = ("input-committed", "decision-committed")
@@ -269,7 +270,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     store = CrashingStore(inner, markers, args.crash)
     # A frozen zombie must not hold an activity poll open: the server would hand the call's
     # retry to it (and the next, one per poller) instead of to the retry worker.
-    slots = {"max_concurrent_activities": 1} if args.crash == "zombie" else {}
+    slots = 1 if args.crash == "zombie" else DEFAULT_MAX_CONCURRENT_ACTIVITIES
     worker = await create_worker(
         client,
         task_queue=args.task_queue,
@@ -279,7 +280,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         workflow_failure_exception_types=[Exception],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=1),
-        **slots,
+        max_concurrent_activities=slots,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

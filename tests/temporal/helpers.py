@@ -21,6 +21,30 @@ from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_wo
 from tests.support.polling import eventually
 from tests.support.temporal import FAST
 
+__all__ = [
+    "CRASH",
+    "RUN_TIMEOUT",
+    "Outcome",
+    "activity_counts",
+    "assert_one_chain",
+    "assert_receipts_stored",
+    "assert_replays",
+    "consume",
+    "event_types",
+    "eventually",
+    "executor",
+    "fetch_history_text",
+    "history_text",
+    "load",
+    "messages_of",
+    "queue",
+    "run_id",
+    "run_state",
+    "sid",
+    "wait_for_file",
+    "wait_state",
+]
+
 T = TypeVar("T")
 
 RUN_TIMEOUT = timedelta(seconds=60)

@@ -364,7 +364,7 @@ async def test_a_wait_survives_its_worker_being_sigkilled(
     root, markers = tmp_path / "sessions", tmp_path / "markers"
     markers.mkdir()
     q = queue()
-    common = ("--address", address, "--task-queue", q, "--root", str(root))
+    common: tuple[str, ...] = ("--address", address, "--task-queue", q, "--root", str(root))
     common += ("--markers", str(markers), "--steps", "1", "--approval")
     first = worker_processes.start(*common)
     await wait_for_file(markers / f"ready-{first.pid}")

@@ -78,7 +78,9 @@ async def test_a_streaming_model_call_stops_within_a_second_or_two(
             ).cancel()
         outcome = await asyncio.wait_for(seen, 20)
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
-    assert lm.stopped_at is not None and lm.stopped_at - asked < STOP_BOUND, lm.stopped_at - asked
+    stopped_at = lm.stopped_at
+    assert stopped_at is not None
+    assert stopped_at - asked < STOP_BOUND, stopped_at - asked
     stored = await store.load_entries(agent.session_id)
     assert_one_chain(stored)
     [_, partial] = messages_of(stored)

@@ -18,8 +18,9 @@ from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import Event, MessageEntry, ModelError, Reply, RunStream, ScriptedModel, new
 from durable_agent.activities.run_contracts import EventsAnswer, RunResult, RunState
-from durable_agent.ai import RetryPolicy, ToolCall, assistant_message, tool, user_message
-from durable_agent.durable.chain_events import RunChain
+from durable_agent.ai import RetryPolicy, ToolCall, Usage, assistant_message, tool, user_message
+from durable_agent.durable.chain_events import Outcome, RunChain
+from durable_agent.durable.inbox import When
 from durable_agent.session import Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
@@ -81,7 +82,7 @@ class Scenario:
     cancel: str | None = None
     """``update``: cancel at the first live update; ``tool``: at the first tool start;
     ``approval``: at the approval request."""
-    send: list[tuple[str, str]] = field(default_factory=list)
+    send: list[tuple[str, When]] = field(default_factory=list)
     """Messages (text, when) sent into the run just before the cancel, held when it lands."""
 
 
@@ -141,7 +142,7 @@ def shape(events: list[Event]) -> list[tuple[Any, ...]]:
 
 
 async def _cancel_when(
-    stream: RunStream, when: str, send: list[tuple[str, str]], client: Client, session: str
+    stream: RunStream, when: str, send: list[tuple[str, When]], client: Client, session: str
 ) -> list[Event]:
     seen: list[Event] = []
     cancelled = False
@@ -158,13 +159,14 @@ async def _cancel_when(
             if due and not cancelled:
                 cancelled = True
                 for n, (text, how) in enumerate(send, 1):
-                    sending.append(asyncio.ensure_future(stream.send(text, when=how)))  # type: ignore[arg-type]
+                    sending.append(asyncio.ensure_future(stream.send(text, when=how)))
                     await _held(client, session, stream.run_id, n)
                 await stream.cancel()
     except Exception:
         pass
     sent = [await asyncio.wait_for(s, 30) for s in sending]
-    assert [e.id for e in sent] == [e.entries[0].id for e in seen if _delivered(e)]
+    delivered = [e.entries for e in seen if _delivered(e) and e.entries is not None]
+    assert [e.id for e in sent] == [entries[0].id for entries in delivered]
     return seen
 
 
@@ -220,7 +222,8 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
                 stream, scenario.cancel, scenario.send, client, session
             )
         handle = client.get_workflow_handle(run_workflow_id(session, rid), result_type=RunResult)
-        outcome, usage = "completed", None
+        outcome: Outcome = "completed"
+        usage: Usage | None = None
         try:
             usage = (await handle.result()).usage
         except WorkflowFailureError as exc:
@@ -236,7 +239,7 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
     ][: len(scenario.run)]
     repairs = sum(1 for e in stored[after:] if isinstance(e, MessageEntry) and e.synthetic)
     chain = RunChain(session, start_leaf, input_ids, repairs)
-    derived = chain.add(stored[after:]) + chain.end(outcome, usage)  # type: ignore[arg-type]
+    derived = chain.add(stored[after:]) + chain.end(outcome, usage)
 
     if scenario.can_every is None:
         assert answer.first_position == 1

@@ -232,6 +232,7 @@ async def test_a_zombie_attempt_racing_its_retry_leaves_one_reply_the_workflow_h
     replies = [m for m in messages_of(stored) if m.role == "assistant"]
     assert len(replies) == 3
     assert replies[0].text().endswith("[zombie]")  # the first writer's reply ...
+    assert outcome.messages is not None
     assert outcome.messages[0] == replies[0]  # ... is the one the workflow holds
     assert agent.leaf_id == stored[-1].id
     await assert_replays(temporal_client, run_workflow_id(agent.session_id, rid))

@@ -3,6 +3,7 @@ they stream from the worker, and a restarted reply starts its line over."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -22,18 +23,16 @@ from tests.temporal.test_live_tokens import LONG
 pytestmark = pytest.mark.temporal
 
 
-class _Writes:
+class _Writes(io.StringIO):
     """A console file that keeps every write separately (what a terminal shows, as it shows it)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.writes: list[str] = []
 
     def write(self, text: str) -> int:
         self.writes.append(text)
         return len(text)
-
-    def flush(self) -> None:
-        pass
 
 
 async def test_the_cli_printer_shows_temporal_replies_token_by_token(
@@ -48,7 +47,7 @@ async def test_the_cli_printer_shows_temporal_replies_token_by_token(
             "live", store=store, session_id=sid("cli"), executor=executor(temporal_client, q)
         )
         out = _Writes()
-        printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+        printer = RunPrinter(Console(file=out, width=200, color_system=None))
         async for event in (await agent.run("go")).events():
             printer.handle(event)
         printer.finish()
@@ -67,7 +66,7 @@ def test_the_cli_printer_starts_a_restarted_reply_over() -> None:
         return Event(type="agent", session_id="s", agent=inner)
 
     out = _Writes()
-    printer = RunPrinter(Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+    printer = RunPrinter(Console(file=out, width=200, color_system=None))
     start = AgentEvent(type="message_start", message=Message(role="assistant"))
     printer.handle(Event(type="agent", session_id="s", agent=start))
     for event in (update("Hel"), update("Hello wor"), update("Hi", restart=True), update("Hi!")):

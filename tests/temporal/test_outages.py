@@ -25,7 +25,7 @@ from durable_agent import (
     new,
     tool,
 )
-from durable_agent.session import Entry, Store
+from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, connect, run_workflow_id
 from tests.support.temporal import running_worker, temporal_binary
@@ -216,7 +216,10 @@ async def test_a_run_waiting_for_approval_survives_a_server_restart(
 
     assert sent == ["team"]
     stored = await FileStore(tmp_path / "sessions").load_entries(agent.session_id)
-    kinds = [getattr(e, "kind", None) or e.message.role for e in stored]  # type: ignore[attr-defined]
+    kinds = [
+        e.message.role if isinstance(e, MessageEntry) else getattr(e, "kind", e.type)
+        for e in stored
+    ]
     assert kinds == [
         "user",
         "assistant",
@@ -265,7 +268,7 @@ async def test_store_briefly_unavailable_then_the_run_completes(temporal_client:
     q = queue()
     async with running_worker(
         temporal_client, store, {"a": AgentSpec(model=lm, tools=[echo])}, task_queue=q
-    ):  # type: ignore[arg-type]
+    ):
         agent = await new(
             "a", store=memory, session_id=sid("flaky"), executor=executor(temporal_client, q)
         )
@@ -298,7 +301,7 @@ async def test_other_store_errors_fail_the_run_at_once(temporal_client: Client) 
     store = FlakyStore(memory, error)
     lm = ScriptedModel(["never stored"])
     q = queue()
-    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):  # type: ignore[arg-type]
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
         agent = await new(
             "a", store=memory, session_id=sid("corrupt"), executor=executor(temporal_client, q)
         )
@@ -311,7 +314,7 @@ async def test_other_store_errors_fail_the_run_at_once(temporal_client: Client) 
 
     # the same error in-process
     local_store = FlakyStore(MemoryStore(), error)
-    local = await new(model(ScriptedModel(["x"])), store=local_store)  # type: ignore[arg-type]
+    local = await new(model(ScriptedModel(["x"])), store=local_store)
     local_store.fail_appends = 1
     with pytest.raises(PersistError) as local_caught:
         await (await local.run("go")).wait()

@@ -29,6 +29,7 @@ async def test_encrypted_history_hides_the_conversation(address: str) -> None:
         agent = await new("a", store=store, session_id=session, executor=executor(client, q))
         outcome = await consume(await agent.run(SECRET_IN, run_id=rid))
     assert outcome.error is None, repr(outcome.error)
+    assert outcome.messages is not None
     assert [m.text() for m in outcome.messages] == [SECRET_OUT]
     history = await plain.get_workflow_handle(run_workflow_id(session, rid)).fetch_history()
     raw = b"".join(e.SerializeToString() for e in history.events)  # payload bytes as stored

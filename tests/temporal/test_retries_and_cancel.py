@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Sequence
 
 import pytest
 from temporalio.client import Client
@@ -16,16 +16,19 @@ from durable_agent import (
     Reply,
     RetryPolicy,
     RunCancelledError,
+    RunStream,
     ScriptedModel,
     model,
     new,
     tool,
 )
 from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.session import Entry, SessionRecord
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
+    Outcome,
     assert_one_chain,
     assert_receipts_stored,
     assert_replays,
@@ -126,7 +129,7 @@ async def test_failing_tools_are_answered_after_their_retry_policy(temporal_clie
         attempts["strict"] += 1
         raise ValueError(f"bad n {n}")
 
-    script = [
+    script: list[Reply | str] = [
         Reply(
             tool_calls=[
                 *Reply.call("flaky", id="f1").tool_calls,
@@ -187,7 +190,9 @@ class SignallingModel:
 LONG = "a long answer streaming slowly enough to be interrupted by the user " * 3
 
 
-async def _cancel_mid_stream(agent_run, lm: SignallingModel):  # type: ignore[no-untyped-def]
+async def _cancel_mid_stream(
+    agent_run: Awaitable[RunStream], lm: SignallingModel
+) -> tuple[Outcome, float]:
     stream = await agent_run
     seen = asyncio.create_task(consume(stream))
     await asyncio.wait_for(lm.streaming.wait(), 20)
@@ -303,13 +308,13 @@ class GatedStore:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def create_session(self, session_id: str, parent_id: str | None = None):  # type: ignore[no-untyped-def]
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         return await self.inner.create_session(session_id, parent_id)
 
-    async def load_entries(self, session_id: str):  # type: ignore[no-untyped-def]
+    async def load_entries(self, session_id: str) -> list[Entry]:
         return await self.inner.load_entries(session_id)
 
-    async def append_entries(self, session_id: str, entries):  # type: ignore[no-untyped-def]
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         if any(m.role == "assistant" for m in messages_of(entries)) and not self.release.is_set():
             self.entered.set()
             await self.release.wait()
@@ -331,7 +336,7 @@ async def test_cancel_while_an_append_is_in_flight_keeps_one_chain(temporal_clie
     store = GatedStore(memory)
     q = queue()
     spec = AgentSpec(model=ScriptedModel(script), tools=[never])
-    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):  # type: ignore[arg-type]
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
         agent = await new(
             "a",
             store=memory,

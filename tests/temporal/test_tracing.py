@@ -99,7 +99,7 @@ async def test_one_trace_per_run_with_model_tool_and_store_spans(address: str) -
 
     # inside the application's span everything of the run joins that trace; the client asks the
     # workflow nothing while the run goes on (its events come from the store)
-    assert request.get_span_context().trace_id == two[0].context.trace_id  # type: ignore[union-attr]
+    assert request.get_span_context().trace_id == two[0].context.trace_id
     names = [s.name for s in two]
     assert "RunActivity:durable_agent.call_model" in names
     assert not [n for spans in traces.values() for n in (s.name for s in spans) if "Query" in n]

@@ -70,5 +70,5 @@ async def test_bad_limits_raise_value_error(
             store=MemoryStore(),
             agents={},
             register_search_attribute=False,
-            **limits,  # type: ignore[arg-type]
+            **limits,  # type: ignore[arg-type]  # bad values on purpose
         )
