@@ -141,8 +141,9 @@ async def test_sessions_are_isolated(store: Store) -> None:
     await fresh(store, "b")
     await store.append_entries("a", [msg("e1", "in a")])
     await store.append_entries("b", [msg("e1", "in b")])  # same ID, other session: no conflict
-    assert [e.message.text() for e in await store.load_entries("a")] == ["in a"]  # type: ignore[union-attr]
-    assert [e.message.text() for e in await store.load_entries("b")] == ["in b"]  # type: ignore[union-attr]
+    for sid, text in (("a", "in a"), ("b", "in b")):
+        [entry] = await store.load_entries(sid)
+        assert isinstance(entry, MessageEntry) and entry.message.text() == text
 
 
 async def test_loads_return_copies(store: Store) -> None:
@@ -388,7 +389,8 @@ async def test_every_entry_kind_round_trips_exactly(store: Store) -> None:
     loaded = await store.load_entries("s1")
     assert loaded == entries
     assert wires(loaded) == wires(entries)
-    thinking = loaded[1].message.content[0]  # type: ignore[union-attr]
+    assert isinstance(loaded[1], MessageEntry)
+    thinking = loaded[1].message.content[0]
     assert isinstance(thinking, ThinkingContent)
     assert thinking.signature == "c2lnbmF0dXJl+/=="
     note, bare = loaded[-2], loaded[-1]

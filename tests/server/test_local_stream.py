@@ -10,6 +10,7 @@ import pytest
 
 from durable_agent.server import create_app
 from durable_agent.server.hubs import Hubs
+from durable_agent.session import MessageEntry
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -39,7 +40,9 @@ async def test_a_run_streams_its_receipts_and_live_text(store: FileStore) -> Non
         assert reader.entries() == [(i, entry_to_wire(e)) for i, e in enumerate(stored, 1)]
         pieces = [f.data for f in reader.frames if f.event == "delta"]
         assert len(pieces) > 1, "the reply's text came in pieces before its receipt"
-        assert "".join(p["text"] for p in pieces) == stored[-1].message.text()  # type: ignore[union-attr]
+        reply = stored[-1]
+        assert isinstance(reply, MessageEntry)
+        assert "".join(p["text"] for p in pieces) == reply.message.text()
         assert {p["entry_parent"] for p in pieces} == {stored[-2].id}
         receipt = next(i for i, f in enumerate(reader.frames) if f.data.get("seq") == 4)
         last_piece = max(i for i, f in enumerate(reader.frames) if f.event == "delta")
