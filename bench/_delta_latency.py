@@ -7,6 +7,7 @@
 2. **Model emit -> client visible.** A ScriptedModel emitting one 4-character token every 20 ms,
    a worker and a client in this process on the given dev server (loopback): for every token, the
    time from the model yielding it to the client's ``message_update`` showing it.
+   At the worker's default pace (a write a second) and at 0.35 s (``live_every``), side by side.
 3. **History per turn** of the same tool-calling run with live deltas on and off (equal: deltas
    never enter workflow history), and the **side channel's size** during and after the run
    (bounded: a stored reply's deltas are removed after the worker's grace period).
@@ -170,7 +171,9 @@ async def _held(store: Store, session_id: str) -> int:
     return int(await size()) if size is not None else -1
 
 
-async def one_run(client: Client, store: Store, turns: int, *, live: bool) -> dict[str, Any]:
+async def one_run(
+    client: Client, store: Store, turns: int, *, live: bool, live_every: float | None = None
+) -> dict[str, Any]:
     @tool
     async def step() -> str:
         """One step."""
@@ -199,6 +202,7 @@ async def one_run(client: Client, store: Store, turns: int, *, live: bool) -> di
         store=store,
         agents={"timed": AgentSpec(model=model, tools=[step])},
         live_deltas="auto" if live else None,
+        **({} if live_every is None else {"live_every": live_every}),
     )
     async with worker:
         executor = TemporalExecutor(client, task_queue=q)
@@ -262,6 +266,7 @@ async def bench_deltas(client: Client, root: Path, *, turns: int = 10) -> dict[s
         ):
             results[name] = {
                 "on": await one_run(client, store, turns, live=True),
+                "on, 0.35 s": await one_run(client, store, turns, live=True, live_every=0.35),
                 "off": await one_run(client, store, turns, live=False),
             }
         await mongo.close()
@@ -279,9 +284,11 @@ def print_deltas(results: dict[str, Any]) -> None:
     for store in ("file", "mongo"):
         on, off = results[store]["on"], results[store]["off"]
         lat = on["latency"]
+        fast = results[store]["on, 0.35 s"]["latency"]
         print(
             f"  {store}: delta latency p50 {lat['p50']:.0f} ms p95 {lat['p95']:.0f} ms "
-            f"({lat['n']:.0f} tokens, one every {results['token_seconds'] * 1000:.0f} ms)"
+            f"({lat['n']:.0f} tokens, one every {results['token_seconds'] * 1000:.0f} ms); "
+            f"written every 0.35 s: p50 {fast['p50']:.0f} ms p95 {fast['p95']:.0f} ms"
         )
         print(
             f"    history per turn: streaming on {on['history_bytes_per_turn']:.0f} B / "

@@ -17,6 +17,7 @@ from durable_agent.ai.messages import Message, TextContent
 from durable_agent.durable.follow import DeltaFollower
 from durable_agent.durable.live import DeltaWriter
 from durable_agent.session.deltas import (
+    WRITE_EVERY,
     Delta,
     DeltaChannel,
     DeltaKey,
@@ -400,8 +401,8 @@ async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
     """A worker may write a reply less often (``live_every``): each delta names the writer's
     pace, the reader's next read is due just after the writer's next write at that pace, and
     the reply counts as streaming until a write at that pace is overdue (no store read in
-    between); a writer at the default pace names none."""
-    from durable_agent.durable.follow import IDLE_AFTER, WRITE_LAG, next_write_in
+    between); a writer at the default pace names it too."""
+    from durable_agent.durable.follow import IDLE_MARGIN, WRITE_LAG, next_write_in
 
     channel = MemoryDeltas()
     writer = DeltaWriter(channel, KEY, 1, every=1.5)
@@ -411,7 +412,7 @@ async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
     follower = following(channel)
     assert shown([await follower.poll()]) == [("a", False)]
     assert 1.5 + WRITE_LAG - 0.1 <= follower.due_in() <= 1.5 + WRITE_LAG + 1e-6
-    await asyncio.sleep(IDLE_AFTER + 0.05)  # the time under test: idle at the default pace
+    await asyncio.sleep(WRITE_EVERY + IDLE_MARGIN + 0.05)  # the time: idle at the default pace
     assert follower.busy, "at its writer's pace the next write is not due yet"
     now = time.time()
     assert next_write_in(now, 1.5) == pytest.approx(1.5 + WRITE_LAG, abs=0.05)
@@ -422,5 +423,5 @@ async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
     await eventually(
         lambda: channel.read(DeltaKey("s", "r", 2)), within=5, interval=0.01, what="a write"
     )
-    assert [d.every for d in await channel.read(DeltaKey("s", "r", 2))] == [None]
+    assert [d.every for d in await channel.read(DeltaKey("s", "r", 2))] == [WRITE_EVERY]
     default.stop()

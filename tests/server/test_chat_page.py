@@ -91,14 +91,20 @@ async def test_the_chat_page(
         await page.goto(url + "/")
         await page.fill("#text", "hello")
         await page.click("#send")
-        # the reply grows token by token before its receipt
+        # the reply grows before its receipt, steadily: the worker writes its text once a
+        # second, and the page reveals each batch over the next second (3 lengths in 0.95 s)
         lengths: list[int] = []
+        seen: dict[int, float] = {}
+        loop = asyncio.get_running_loop()
 
         async def grown() -> bool:
             lengths.append(len(await _live_text(page)))
+            seen.setdefault(lengths[-1], loop.time())
             return len(set(lengths) - {0}) >= 3 and lengths == sorted(lengths)
 
         await eventually(grown, within=30, interval=0.1, what="the live reply growing")
+        first, third = sorted(t for n, t in seen.items() if n)[:3:2]
+        assert third - first < 0.95, seen
         assert await _assistant_texts(page) == [], "no receipt yet: the text is live"
         # reload mid-reply: the text so far, once
         await page.reload()

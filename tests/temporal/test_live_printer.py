@@ -42,7 +42,9 @@ async def test_the_cli_printer_shows_temporal_replies_token_by_token(
     store = FileStore(tmp_path / "sessions")
     lm = ScriptedModel([Reply(text=LONG, chunk_size=4, chunk_delay=0.05, delay=0.3)])
     q = queue()
-    async with running_worker(temporal_client, store, {"live": AgentSpec(model=lm)}, task_queue=q):
+    agents = {"live": AgentSpec(model=lm)}
+    # written four times a second (not once, the default), so a 2 s reply comes in many pieces
+    async with running_worker(temporal_client, store, agents, task_queue=q, live_every=0.25):
         agent = await new(
             "live", store=store, session_id=sid("cli"), executor=executor(temporal_client, q)
         )

@@ -182,14 +182,14 @@ def update_texts(updates: list[Event]) -> list[str]:
 async def test_a_worker_writing_less_often_streams_at_its_pace(
     temporal_client: Client, live_store: Store
 ) -> None:
-    """A worker started with ``live_every=1.5`` writes a reply's deltas every 1.5 s, and the
-    client reads in step: its updates come that far apart (the last, the reply's end, may come
-    sooner), and still build the stored text."""
-    text = " ".join(f"word{j:02d}" for j in range(56))  # streams for about 4.5 s
-    lm = ScriptedModel([Reply(text=text, chunk_size=8, chunk_delay=0.08)])
+    """A worker started with ``live_every=2`` writes a reply's deltas every 2 s, and the client
+    reads in step: its updates come that far apart (the last, the reply's end, may come sooner),
+    and still build the stored text."""
+    text = " ".join(f"word{j:02d}" for j in range(56))  # streams for about 5 s
+    lm = ScriptedModel([Reply(text=text, chunk_size=8, chunk_delay=0.1)])
     q = queue()
     async with running_worker(
-        temporal_client, live_store, {"live": AgentSpec(model=lm)}, task_queue=q, live_every=1.5
+        temporal_client, live_store, {"live": AgentSpec(model=lm)}, task_queue=q, live_every=2.0
     ):
         agent = await new(
             "live", store=live_store, session_id=sid("pace"), executor=executor(temporal_client, q)
@@ -205,7 +205,7 @@ async def test_a_worker_writing_less_often_streams_at_its_pace(
     assert concatenated(updates) == message.text() == text
     assert len(updates) >= 3, len(updates)
     gaps = [b - a for a, b in itertools.pairwise(times[:-1])]  # the last: the reply's end
-    assert gaps and min(gaps) >= 0.5, gaps  # 0.35 s apart at the default pace
+    assert gaps and min(gaps) >= 1.2, gaps  # a second apart at the default pace
 
 
 async def test_a_late_client_gets_the_missed_deltas_of_the_streaming_reply_only(

@@ -13,6 +13,8 @@ from durable_agent import ScriptedModel, new
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec, StoreMismatchError
+from durable_agent.workflows.store_check import poller_identities
+from tests.support.polling import eventually
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import consume, executor, queue, sid
 
@@ -25,6 +27,8 @@ async def test_a_client_on_another_store_is_refused_before_anything_is_created(
     theirs, mine, q = FileStore(tmp_path / "worker"), FileStore(tmp_path / "client"), queue()
     lm = ScriptedModel(["hello"])
     async with running_worker(temporal_client, theirs, {"a": AgentSpec(model=lm)}, task_queue=q):
+        # a queue with no poller yet compares nothing: wait for the worker's first poll
+        await eventually(lambda: poller_identities(temporal_client, q), within=30, what="a poller")
         session = sid("elsewhere")
         agent = await new(
             "a", store=mine, session_id=session, executor=executor(temporal_client, q)

@@ -187,9 +187,9 @@ still thinking) up to ``IDLE_POLL``."""
 IDLE_POLL = 0.25
 """A reply may stream for less than a second (one that starts a while after its turn was
 expected, say after a continue-as-new): read at least this often, it still shows live."""
-IDLE_AFTER = 0.6
-"""Seconds without a delta after which a reply counts as idle (at the default pace; a slower
-writer's reply, its interval and this much beyond ``FAST_POLL``)."""
+IDLE_MARGIN = 0.25
+"""Seconds past its writer's pace without a delta after which a reply counts as idle (its
+store reads resume): a write at that pace is overdue."""
 READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
 
@@ -258,7 +258,7 @@ class DeltaFollower:
         if self._key is None or self._shown is None or self.final:
             return False
         since = asyncio.get_running_loop().time() - self._last_delta
-        return since < IDLE_AFTER + max(self._pace - FAST_POLL, 0.0)
+        return since < self._pace + IDLE_MARGIN
 
     def due_in(self) -> float:
         """Seconds until the next read is due (``inf`` when no reply is followed)."""

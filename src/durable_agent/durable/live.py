@@ -2,7 +2,7 @@
 
 **Writer.** The model loop hands every partial to :meth:`DeltaWriter.offer`, which never waits; a
 write of the difference since the last written partial goes out at most once per ``every``
-seconds (0.35 s by default; the first at once), from the offer that finds it due, so a fast
+seconds (1 s by default; the first at once), from the offer that finds it due, so a fast
 model costs one store write per batch, not per token, and streaming adds no wake-up of the
 worker's event loop beyond the model's own. Each delta carries the time it was written, so a
 reader reads just after the next one is due (``durable.follow``). A failed write stops
@@ -67,9 +67,9 @@ def live_channel(live: LiveDeltas, store: object) -> DeltaChannel | None:
 # -- writer -------------------------------------------------------------------------------------
 
 DEFAULT_BATCH_EVERY = WRITE_EVERY
-"""Seconds between two writes of one reply (the first partial is written at once): about three
-writes a second keep the text moving for a reader, who reads just after each (the delta's
-``at``), and each write costs the worker a task and a store write (docs/design.md#live-deltas)."""
+"""Seconds between two writes of one reply (the first partial is written at once): a reader
+reads just after each (the delta's ``at`` and ``every``), and each write costs the worker a
+store write and each reader a wake-up (docs/design.md#live-deltas)."""
 DEFAULT_CLEAR_AFTER = 5.0
 """Seconds a stored reply's deltas stay, so a client polling slowly still drains them."""
 
@@ -173,7 +173,7 @@ class DeltaWriter:
             ops=ops,
             final=final,
             at=time.time(),
-            every=None if self.every == WRITE_EVERY else self.every,
+            every=self.every,
         )
         return delta, latest, latest_parts
 

@@ -66,9 +66,11 @@ class DeltaKey:
         return f"{self.session_id}/{self.run_id}/{self.turn:09d}"
 
 
-WRITE_EVERY = 0.35
+WRITE_EVERY = 1.0
 """Seconds between two writes of one reply by default (the first partial is written at once):
-the pace a reader of the channel keeps while a reply streams (docs/design.md#live-deltas)."""
+the pace a reader of the channel keeps while a reply streams. Each write costs the worker, and
+each reader a wake-up, so a second of model time costs about one of each (a front-end reveals a
+batch's text over the next second; docs/design.md#live-deltas)."""
 FASTEST_WRITE, SLOWEST_WRITE = 0.05, 5.0
 """The bounds of a worker's ``live_every``: faster costs a write and a reader's wake-up per token,
 slower leaves a reply's text standing for seconds."""
@@ -89,8 +91,8 @@ class Delta(BaseModel):
     """When the writer wrote it (its clock, seconds since the epoch): a reader times its next
     read just after the writer's next write, ``every`` later."""
     every: float | None = None
-    """The writer's seconds between two writes (``None``: ``WRITE_EVERY``): a worker may write
-    less often than the default, and its readers keep its pace (docs/design.md#live-deltas)."""
+    """The writer's seconds between two writes (``None``: ``WRITE_EVERY``): each worker writes at
+    its own pace, and its readers keep it (docs/design.md#live-deltas)."""
 
 
 class DeltaChannel(Protocol):

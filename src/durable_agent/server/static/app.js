@@ -100,7 +100,7 @@ function render() {
   for (const [runId, piece] of state.live) {
     if (piece.entry_parent !== state.leaf) continue;
     const div = document.createElement("div"); div.className = "msg assistant live";
-    div.dataset.run = runId; div.textContent = piece.text; chat.appendChild(div);
+    div.dataset.run = runId; div.textContent = piece.text.slice(0, piece.shown); chat.appendChild(div);
   }
   for (const q of state.queued) {
     const div = document.createElement("div"); div.className = "msg user queued";
@@ -146,13 +146,32 @@ function frame(event, data) {
     for (const [runId, piece] of state.live) if (piece.entry_parent === (e.parent_id || "") && e.message && e.message.role === "assistant") state.live.delete(runId);
   } else if (event === "delta") {
     const shown = state.live.get(data.run_id);
-    const base = data.restart || !shown || shown.entry_parent !== data.entry_parent ? "" : shown.text;
-    state.live.set(data.run_id, { entry_parent: data.entry_parent, text: base + data.text });
+    const same = !data.restart && shown && shown.entry_parent === data.entry_parent;
+    const from = same ? shown.shown : 0, text = (same ? shown.text : "") + data.text;
+    state.live.set(data.run_id, { entry_parent: data.entry_parent, text, from, shown: from, start: performance.now() });
+    if (!state.revealing) { state.revealing = true; requestAnimationFrame(reveal); }
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
   } else if (event === "deleted") { state.sid = null; sessions(); }
   render();
+}
+// A worker writes a streaming reply's text about once a second: each batch is revealed over
+// the next second, so the reply reads as a steady stream rather than a jump a second.
+const REVEAL_MS = 1000;
+function reveal(now) {
+  let more = false;
+  for (const [runId, p] of state.live) {
+    const f = Math.min(1, Math.max(0, (now - p.start) / REVEAL_MS));
+    const n = Math.round(p.from + (p.text.length - p.from) * f);
+    if (n !== p.shown) {
+      p.shown = n;
+      const div = document.querySelector(`.msg.live[data-run="${CSS.escape(runId)}"]`);
+      if (div) div.textContent = p.text.slice(0, n);
+    }
+    more = more || f < 1;
+  }
+  if (more) requestAnimationFrame(reveal); else state.revealing = false;
 }
 async function follow(sid) { // the stream, resumed at the last seq seen whenever it drops
   const abort = new AbortController(); state.abort = abort;
