@@ -147,8 +147,10 @@ function frame(event, data) {
   } else if (event === "delta") {
     const shown = state.live.get(data.run_id);
     const same = !data.restart && shown && shown.entry_parent === data.entry_parent;
-    const from = same ? shown.shown : 0, text = (same ? shown.text : "") + data.text;
-    state.live.set(data.run_id, { entry_parent: data.entry_parent, text, from, shown: from, start: performance.now() });
+    const from = same ? shown.shown : 0, text = (same ? shown.text : "") + data.text, now = performance.now();
+    // revealed over the time the last batch took to come (the worker's pace), within bounds
+    const span = same ? Math.min(REVEAL_MS, Math.max(150, now - shown.start)) : REVEAL_MS / 2;
+    state.live.set(data.run_id, { entry_parent: data.entry_parent, text, from, shown: from, start: now, span });
     if (!state.revealing) { state.revealing = true; requestAnimationFrame(reveal); }
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
@@ -156,13 +158,13 @@ function frame(event, data) {
   } else if (event === "deleted") { state.sid = null; sessions(); }
   render();
 }
-// A worker writes a streaming reply's text about once a second: each batch is revealed over
-// the next second, so the reply reads as a steady stream rather than a jump a second.
+// A worker writes a streaming reply's text in batches (once a second by default): each batch is
+// revealed over about the time until the next, so the reply reads as a stream, not a jump a second.
 const REVEAL_MS = 1000;
 function reveal(now) {
   let more = false;
   for (const [runId, p] of state.live) {
-    const f = Math.min(1, Math.max(0, (now - p.start) / REVEAL_MS));
+    const f = Math.min(1, Math.max(0, (now - p.start) / p.span));
     const n = Math.round(p.from + (p.text.length - p.from) * f);
     if (n !== p.shown) {
       p.shown = n;
