@@ -417,6 +417,8 @@ async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
     now = time.time()
     assert next_write_in(now, 1.5) == pytest.approx(1.5 + WRITE_LAG, abs=0.05)
     assert next_write_in(None, 1.5) == 1.5
+    for damaged in (0.0, -1.0, 1e9, float("nan")):  # a pace no worker can have: the default
+        assert next_write_in(None, damaged) == WRITE_EVERY
     writer.stop()
     default = DeltaWriter(channel, DeltaKey("s", "r", 2), 1)
     default.offer(text("b"))

@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
 from ..session.deltas import (
+    FASTEST_WRITE,
+    SLOWEST_WRITE,
     WRITE_EVERY,
     Cursor,
     Delta,
@@ -194,12 +196,20 @@ READ_TIMEOUT = 2.0
 """Seconds a channel read may take before the reader gives up on it (and tries again)."""
 
 
+def pace_of(every: float | None) -> float:
+    """A writer's pace as a delta names it; ``FAST_POLL`` for none, or for one no worker can be
+    given (a damaged side channel must not stop a reader's reads, or hurry them)."""
+    if every is None or not FASTEST_WRITE <= every <= SLOWEST_WRITE:  # NaN too
+        return FAST_POLL
+    return every
+
+
 def next_write_in(at: float | None, every: float | None = None) -> float:
-    """Seconds until just after the writer's next write, due ``every`` (its pace, ``FAST_POLL``
-    when it names none) after the one it wrote at ``at`` (its clock): reads in step with the
-    writes find one each, as soon as it is there. The pace for a delta without its time; never
-    more than the pace plus the lag, nor less than the lag, whatever the two clocks say."""
-    pace = FAST_POLL if every is None else every
+    """Seconds until just after the writer's next write, due ``every`` (its pace,
+    :func:`pace_of`) after the one it wrote at ``at`` (its clock): reads in step with the writes
+    find one each, as soon as it is there. The pace for a delta without its time; never more
+    than the pace plus the lag, nor less than the lag, whatever the two clocks say."""
+    pace = pace_of(every)
     if at is None:
         return pace
     return min(max(at + pace + WRITE_LAG - time.time(), WRITE_LAG), pace + WRITE_LAG)
@@ -306,7 +316,7 @@ class DeltaFollower:
         update = self._take(deltas) if deltas and self._key == key else None
         if update is not None:
             self._last_delta, self._idle_wait = now, MISSED_POLL
-            self._pace = FAST_POLL if deltas[-1].every is None else deltas[-1].every
+            self._pace = pace_of(deltas[-1].every)
             self._due = now + next_write_in(deltas[-1].at, deltas[-1].every)
         else:
             self._due = now + self._idle_wait
