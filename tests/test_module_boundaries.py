@@ -103,6 +103,11 @@ def _scan(module: Module, known: dict[str, Module]) -> None:
     defined = _names_defined(tree)
     external = _bound_outside_the_package(tree)
     for node in ast.walk(tree):
+        reached = _reached_by_name(node)
+        if reached is not None and isinstance(node, ast.Call):
+            # getattr(x, "_name"): a private name of whatever x is, a library's above all
+            module.private_uses.append((node.lineno, reached, ast.unparse(node)))
+            continue
         if not (isinstance(node, ast.Attribute) and _private(node.attr)):
             continue
         root = node.value
@@ -115,6 +120,21 @@ def _scan(module: Module, known: dict[str, Module]) -> None:
         elif node.attr in defined:
             continue  # a private member of a class defined in this module
         module.private_uses.append((node.lineno, node.attr, ast.unparse(node)))
+
+
+def _reached_by_name(node: ast.AST) -> str | None:
+    """The private name ``getattr``, ``hasattr`` or ``setattr`` reaches on anything but the
+    calling object itself, if ``node`` is such a call."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return None
+    if node.func.id not in ("getattr", "hasattr", "setattr") or len(node.args) < 2:
+        return None
+    target, name = node.args[0], node.args[1]
+    if isinstance(target, ast.Name) and target.id in ("self", "cls"):
+        return None
+    if isinstance(name, ast.Constant) and isinstance(name.value, str) and _private(name.value):
+        return name.value
+    return None
 
 
 def _names_defined(tree: ast.Module) -> set[str]:

@@ -37,6 +37,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -259,8 +260,10 @@ async def worker(args: argparse.Namespace) -> None:
 
 async def conversation_ours(
     executor: TemporalExecutor, store: FileStore, prefix: str, turns: int, mode: str
-) -> int:
-    """Turns of one durable-agent conversation; the live deltas (``message_update``) seen."""
+) -> tuple[int, Callable[[], Awaitable[None]]]:
+    """Turns of one durable-agent conversation: the live deltas (``message_update``) seen, and
+    the check that the session holds every turn (called after the measured part: the peer's
+    own check costs nothing, it counts the history it already holds)."""
     agent = await new("chat", store=store, executor=executor)
     updates = 0
     for i in range(1, turns + 1):
@@ -270,10 +273,13 @@ async def conversation_ours(
             continue
         async for event in stream.events():
             updates += event.agent is not None and event.agent.type == "message_update"
-    n = len(await store.load_entries(agent.session_id))
-    if n != temporal.messages_after(turns):
-        raise RuntimeError(f"durable-agent stored {n} entries after {turns} turns")
-    return updates
+
+    async def check() -> None:
+        n = len(await store.load_entries(agent.session_id))
+        if n != temporal.messages_after(turns):
+            raise RuntimeError(f"durable-agent stored {n} entries after {turns} turns")
+
+    return updates, check
 
 
 async def conversation_pai(
@@ -294,6 +300,10 @@ async def conversation_pai(
     return 0
 
 
+async def _checked() -> None:
+    """Pydantic AI's conversation checked its history as it ended (a count, free)."""
+
+
 async def client(args: argparse.Namespace) -> None:
     counter = RpcCount()
     if args.side == "ours":
@@ -306,16 +316,16 @@ async def client(args: argparse.Namespace) -> None:
             live_deltas=None if args.mode == "dark" else "auto",
         )
 
-        async def talk(prefix: str, turns: int) -> int:
+        async def talk(prefix: str, turns: int) -> tuple[int, Callable[[], Awaitable[None]]]:
             return await conversation_ours(executor, store, prefix, turns, args.mode)
     else:
         c = await Client.connect(args.address, plugins=[PydanticAIPlugin()], interceptors=[counter])
 
-        async def talk(prefix: str, turns: int) -> int:
+        async def talk(prefix: str, turns: int) -> tuple[int, Callable[[], Awaitable[None]]]:
             tag = prefix.strip() or "turn"
-            return await conversation_pai(c, args.queue, prefix, turns, tag, args.mode)
+            return await conversation_pai(c, args.queue, prefix, turns, tag, args.mode), _checked
 
-    await talk(WARMUP, WARMUP_TURNS)
+    await (await talk(WARMUP, WARMUP_TURNS))[1]()
     say("warm", {"durable_agent": durable_agent.__file__, "pid": os.getpid()})
     if (await line()).strip() != "go":
         return
@@ -323,9 +333,10 @@ async def client(args: argparse.Namespace) -> None:
     profile = Profile("client", args.side)
     profile.toggle()
     cpu0, t0 = time.process_time(), time.perf_counter()
-    updates = await talk("", args.turns)
+    updates, check = await talk("", args.turns)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     profile.toggle()
+    await check()
     say("done", {"cpu": cpu, "wall": wall, "rpcs": dict(counter.counts), "updates": updates})
     await line()
 

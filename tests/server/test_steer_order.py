@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
+from durable_agent.durable import MAX_QUEUED
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import Entry, MessageEntry
@@ -144,3 +145,49 @@ async def test_a_steer_goes_out_before_the_next_reply_streams_on_temporal(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     await _steered(temporal_client, tmp_path)
+
+
+async def _full(temporal: Client | None, tmp_path: Path) -> None:
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text=REPLY)]), tools=[gate.tool]
+    )
+    async with (
+        _server(temporal, tmp_path, spec) as (app, store),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        sid = f"full-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Weather?"})
+            run_id = started.json()["run_id"]
+            await asyncio.wait_for(gate.started.wait(), 60)
+            for i in range(MAX_QUEUED):
+                sent = await client.post(f"/v1/sessions/{sid}/messages", json={"text": f"m{i}"})
+                assert sent.status_code == 202, sent.text
+            before = len(await store.load_entries(sid))
+            refused = await client.post(f"/v1/sessions/{sid}/messages", json={"text": "one more"})
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"]["type"] == "RunNotAcceptingError"
+            assert len(await store.load_entries(sid)) == before, "a refusal stores nothing"
+            gate.release.set()
+            await reader.until(ended(run_id), within=60)
+        said = [
+            e.message.text() for e in await store.load_entries(sid) if isinstance(e, MessageEntry)
+        ]
+    # every accepted message was delivered, in the order sent, and the refused one never
+    assert said[3:] == [f"m{i}" for i in range(MAX_QUEUED)] + [REPLY]
+
+
+async def test_a_run_holding_all_it_takes_refuses_the_next_message_in_process(
+    tmp_path: Path,
+) -> None:
+    await _full(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_a_run_holding_all_it_takes_refuses_the_next_message_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _full(temporal_client, tmp_path)

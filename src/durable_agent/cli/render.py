@@ -4,8 +4,9 @@ one ``error:`` line with an exit code.
 A run's events are its receipts: a ``message_end`` arrives only after its entry is stored, so the
 printer shows the stored entry ID and the new leaf right under each message. ``message_update``
 deltas are printed as they arrive, in process and on Temporal alike (there the worker publishes
-them on the store's live delta channel, outside workflow history); an update with ``restart`` (the
-model call was retried after a worker crash) starts the reply's line over.
+them on the store's live delta channel, outside workflow history, a batch at a time, which
+:mod:`.reveal` writes out at the pace it came); an update with ``restart`` (the model call was
+retried after a worker crash) starts the reply's line over.
 
 Exit codes: 0 success, 1 failure (the message says why), 2 usage error (a bad argument, store
 spec, session ID or Temporal profile), 3 no such session, entry or run, 130 interrupted. Errors
@@ -48,6 +49,7 @@ from ..workflows.config import TemporalConfigError
 from . import AppLoadError
 from .config import TARGET, CommandError, TemporalFlags, mongo_unreachable
 from .processes import ProcessError
+from .reveal import Reveal
 
 __all__ = [
     "FAILURE_LOG",
@@ -261,7 +263,7 @@ class RunPrinter:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.indent = "  "
-        self._streamed = ""
+        self._reveal = Reveal(self._write)
         self._open = False
         self.updates = 0
         """``message_update`` events printed (live tokens)."""
@@ -273,6 +275,7 @@ class RunPrinter:
         self.console.file.flush()
 
     def _close_line(self) -> None:
+        self._reveal.flush()
         if self._open:
             self.console.print()
             self._open = False
@@ -290,10 +293,12 @@ class RunPrinter:
         if inner is None:
             return
         message = inner.message
+        if inner.type != "message_update":
+            self._reveal.flush()  # a reply's text is whole before whatever follows it
         if inner.type == "agent_start":
             self._receipt(event, "input")
         elif inner.type == "message_start" and message is not None and message.role == "assistant":
-            self._streamed = ""
+            self._reveal.reset()
             self._close_line()
             self._write(f"{self.indent}assistant ▸ ", "bold green")
             self._open = True
@@ -302,16 +307,16 @@ class RunPrinter:
             text = message.text()
             if inner.restart:
                 self.restarts += 1
+                self._reveal.reset()
                 self._close_line()
                 self.console.print(
                     f"{self.indent}[yellow]↻ the model call was retried: the reply starts over[/]"
                 )
                 self._write(f"{self.indent}assistant ▸ ", "bold green")
                 self._open = True
-                self._streamed = ""
-            if text.startswith(self._streamed) and len(text) > len(self._streamed):
-                self._write(text[len(self._streamed) :])
-                self._streamed = text
+            streamed = self._reveal.text
+            if text.startswith(streamed) and len(text) > len(streamed):
+                self._reveal.add(text)
         elif inner.type == "message_end" and message is not None:
             self._end_message(event, message)
         elif inner.type == "tool_execution_start":
@@ -334,17 +339,17 @@ class RunPrinter:
             if not self._open:
                 self._write(f"{self.indent}assistant ▸ ", "bold green")
                 self._open = True
-            text = message.text()
-            if not self._streamed and text:
+            text, streamed = message.text(), self._reveal.text
+            if not streamed and text:
                 self._write(text)
-            elif text.startswith(self._streamed) and len(text) > len(self._streamed):
-                self._write(text[len(self._streamed) :])
+            elif text.startswith(streamed) and len(text) > len(streamed):
+                self._write(text[len(streamed) :])
             for call in message.tool_calls():
                 self._write(("  " if text else "") + f"→ {_call_text(call)}", "magenta")
             if message.stop_reason in ("error", "aborted"):
                 self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
             self._close_line()
-            self._streamed = ""
+            self._reveal.reset()
             self._receipt(event, "reply")
         elif message.role == "tool_result":
             self._close_line()

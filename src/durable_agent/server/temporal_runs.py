@@ -19,7 +19,6 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
-    WorkflowUpdateStage,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -243,19 +242,13 @@ class TemporalRuns:
         for run_id in await self.active(session_id):
             handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
             message_id = new_id()
-            body = send_body(entry, when).model_copy(update={"message_id": message_id})
+            body = send_body(entry, when).model_copy(
+                update={"message_id": message_id, "answer": "accepted"}
+            )
             try:
-                update = await handle.start_update(
-                    "send",
-                    body,
-                    id=message_id,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                    result_type=str,
-                )
-                # the SDK knows the outcome at once only when the run refused (or already
-                # delivered) it; result() then says which without waiting
-                if getattr(update, "_known_outcome", None) is not None:
-                    await update.result()
+                # answered in the workflow task that accepts the message (or refuses it: then
+                # this raises), not when the run delivers it
+                await handle.execute_update("send", body, id=message_id, result_type=str)
             except (WorkflowUpdateFailedError, RPCError):
                 continue  # that run ended or takes no more messages
             return run_id, message_id

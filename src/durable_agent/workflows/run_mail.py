@@ -8,7 +8,8 @@ update execute`` (docs/design.md#approvals-and-steering):
   decision); answers the stored ``approval_decision`` entry, encoded as receipts carry entries.
 - ``send``: ``{"text": "...", "when": "next_turn" | "at_end"}`` (or ``inputs``: one run-input
   message), optional ``message_id`` as its update ID; answers the stored user message once
-  the run delivered it.
+  the run delivered it, or with ``"answer": "accepted"`` an empty string as soon as the run
+  queued it (the HTTP API's way: the delivery is a receipt on the session's stream).
 
 Validators refuse, with no history, what the run would not take: a call that is not pending in
 this run (``ApprovalNotPendingError``), a message for a run that ended, is ending or was
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
@@ -45,6 +46,7 @@ __all__ = [
     "run_state",
     "SendBody",
     "TemporalGate",
+    "accepted",
     "check_decision",
     "check_message",
     "decision_of",
@@ -75,6 +77,8 @@ class SendBody(BaseModel):
     when: When = "next_turn"
     message_id: str | None = None
     """The update ID the client used (informational: Temporal dedups by the update ID)."""
+    answer: Literal["delivered", "accepted"] = "delivered"
+    """When the update answers: with the stored message once delivered, or at once, empty."""
 
 
 class TemporalGate:
@@ -156,6 +160,18 @@ def message_of(body: SendBody, now: datetime) -> MessageEntry:
         type="ValueError",
         non_retryable=True,
     )
+
+
+def accepted(done: asyncio.Future[Entry]) -> str:
+    """The update's answer at once: the message is queued; a failure to deliver it later (the
+    run parked or failed first) is logged, as the HTTP API learns of delivery from the store."""
+
+    def undelivered(done: asyncio.Future[Entry]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            workflow.logger.info("a message was not delivered: %s", done.exception())
+
+    done.add_done_callback(undelivered)
+    return ""
 
 
 async def delivered(done: asyncio.Future[Entry]) -> str:

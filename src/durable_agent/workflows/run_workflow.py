@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         DecideBody,
         SendBody,
         TemporalGate,
+        accepted,
         check_decision,
         check_message,
         decision_of,
@@ -157,8 +158,10 @@ class RunWorkflow:
 
     @workflow.update(name="send")
     async def send(self, body: SendBody) -> str:
-        """A message into the run; the stored user message once delivered, encoded."""
-        return await delivered(self._inbox.send(message_of(body, workflow.now()), body.when))
+        """A message into the run; the stored user message once delivered, encoded (or ``""``
+        once queued, as ``body.answer`` asks)."""
+        done = self._inbox.send(message_of(body, workflow.now()), body.when)
+        return accepted(done) if body.answer == "accepted" else await delivered(done)
 
     @send.validator
     def _check_send(self, body: SendBody) -> None:
