@@ -22,6 +22,7 @@ from ..session.store import Store
 from .relay import RunRelay
 from .runs import (
     REMEMBERED,
+    Accepted,
     OnBusy,
     RunListener,
     RunNotFoundError,
@@ -51,6 +52,7 @@ class LocalRuns:
         self._streams: dict[str, dict[str, RunStream]] = {}
         self._handles: dict[tuple[str, str], Agent] = {}
         self._ended: dict[tuple[str, str], Status] = {}
+        self._accepted = Accepted()
         self._tasks: set[asyncio.Task[object]] = set()
         self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
@@ -63,13 +65,16 @@ class LocalRuns:
         leaf_id: str | None,
         agent: str | None,
         on_busy: OnBusy,
+        run_id: str | None = None,
     ) -> str:
         spec = self.agents[pick_agent(list(self.agents), agent)]
         async with self._lock:  # the busy check and the start, one at a time
+            if run_id is not None and await self.has(session_id, run_id):
+                return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
             self._refuse_compacting(session_id)
             handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
-            run_id = new_id()
+            run_id = run_id or new_id()
             stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
             self._handles[(session_id, run_id)] = handle
@@ -111,6 +116,10 @@ class LocalRuns:
     async def active(self, session_id: str) -> list[str]:
         return list(self._streams.get(session_id, {}))
 
+    async def has(self, session_id: str, run_id: str) -> bool:
+        """A run this process runs or remembers (it forgets its runs when it stops)."""
+        return run_id in self._streams.get(session_id, {}) or (session_id, run_id) in self._ended
+
     def relayed(self, session_id: str, run_id: str) -> Status | None:
         handle = self._handles.get((session_id, run_id))
         if handle is None:
@@ -126,9 +135,14 @@ class LocalRuns:
         except KeyError:
             raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
 
-    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+    async def send(
+        self, session_id: str, entry: MessageEntry, when: When, message_id: str | None = None
+    ) -> tuple[str, str]:
         """Queue ``entry`` in the session's running run; answers once the run accepted it
         (its delivery is a receipt on the stream)."""
+        accepted = self._accepted.run_of(session_id, message_id)
+        if accepted is not None and message_id is not None:
+            return accepted, message_id  # a retried request: handed on once
         for run_id, stream in list(self._streams.get(session_id, {}).items()):
             sending = self._spawn(stream.send(entry, when=when))
             # one loop step: the send runs up to the run's inbox, which queues the message or
@@ -137,7 +151,9 @@ class LocalRuns:
             if sending.done() and sending.exception() is not None:
                 continue  # that run takes no more messages
             sending.add_done_callback(_undelivered)
-            return run_id, new_id()
+            message_id = message_id or new_id()
+            self._accepted.add(session_id, message_id, run_id)
+            return run_id, message_id
         raise no_run_accepts(session_id)
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:

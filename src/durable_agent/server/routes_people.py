@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..durable.inbox import When
 from ..durable.inputs import text
@@ -15,7 +15,7 @@ from ..session.approvals import ApprovalDecision, pending_items
 from ..session.codec import encode_entry, entry_to_wire
 from ..session.tree import path
 from .deps import Caller, ServerDep, runs
-from .routes_runs import existing
+from .routes_runs import CLIENT_ID, existing
 
 __all__ = ["router"]
 
@@ -27,6 +27,9 @@ class SendMessage(BaseModel):
 
     text: str
     when: When = "next_turn"
+    message_id: str | None = Field(default=None, pattern=CLIENT_ID)
+    """The client's ID for the message: the same message sent again (a retried request) is
+    handed to the run once (a new 16-hex ID when left out)."""
 
 
 class Decide(BaseModel):
@@ -47,7 +50,7 @@ async def send_message(
     sid = await existing(srv, tenant.session(session_id))
     entry = text(body.text)
     check_payload(encode_entry(entry), "message")
-    run_id, message_id = await runs(srv).send(sid, entry, body.when)
+    run_id, message_id = await runs(srv).send(sid, entry, body.when, body.message_id)
     return {"message_id": message_id, "run_id": run_id}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Header, Query
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
 
 from ..durable.inbox import When
@@ -19,9 +19,12 @@ from .deps import Caller, ServerDep, runs
 from .runs import OnBusy, Runs
 from .sse import session_stream
 
-__all__ = ["existing", "router"]
+__all__ = ["CLIENT_ID", "existing", "router"]
 
 router = APIRouter(prefix="/v1")
+
+CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
+"""A run or message ID a client may give (a run's becomes part of its workflow ID)."""
 
 
 class StartRun(BaseModel):
@@ -33,6 +36,9 @@ class StartRun(BaseModel):
     leaf_id: str | None = None
     agent: str | None = None
     on_busy: OnBusy = "reject"
+    run_id: str | None = Field(default=None, pattern=CLIENT_ID)
+    """The client's ID for the run: a retried request with the same ID starts nothing and
+    answers the run the first one started (a new 16-hex ID when left out)."""
 
     @model_validator(mode="after")
     def _one_input(self) -> StartRun:
@@ -55,19 +61,29 @@ async def start_run(
     for entry in entries:
         check_payload(encode_entry(entry), "input entry")
     started = runs(srv)
+    if body.run_id is not None and await started.has(sid, body.run_id):
+        return {"run_id": body.run_id}  # a retried request: its run, and nothing delivered
     if body.on_busy in ("next_turn", "at_end") and await started.active(sid):
-        return await _deliver(started, sid, entries, body.on_busy)
+        # the request's own ID names the message: sent again, it is handed on once
+        return await _deliver(started, sid, entries, body.on_busy, body.run_id)
     run_id = await started.start(
-        sid, entries, leaf_id=body.leaf_id, agent=body.agent, on_busy=body.on_busy
+        sid,
+        entries,
+        leaf_id=body.leaf_id,
+        agent=body.agent,
+        on_busy=body.on_busy,
+        run_id=body.run_id,
     )
     return {"run_id": run_id}
 
 
-async def _deliver(into: Runs, session_id: str, entries: list[Entry], when: When) -> dict[str, str]:
+async def _deliver(
+    into: Runs, session_id: str, entries: list[Entry], when: When, message_id: str | None
+) -> dict[str, str]:
     """``on_busy`` ``next_turn``/``at_end`` with a run going: the input is a message into it."""
     if len(entries) != 1 or not isinstance(entries[0], MessageEntry):
         raise ValueError("a message into the running run is one message: give text")
-    run_id, message_id = await into.send(session_id, entries[0], when)
+    run_id, message_id = await into.send(session_id, entries[0], when, message_id)
     return {"run_id": run_id, "message_id": message_id}
 
 

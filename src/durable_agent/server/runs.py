@@ -32,6 +32,7 @@ from ..session.tree import path
 
 __all__ = [
     "REMEMBERED",
+    "Accepted",
     "OnBusy",
     "RunListener",
     "RunNotFoundError",
@@ -54,6 +55,23 @@ Status = Literal["started", "awaiting_approval", "completed", "failed", "cancell
 
 REMEMBERED = 10_000
 """How many ended runs a process remembers the outcome of (the oldest forgotten first)."""
+
+
+class Accepted:
+    """The runs that accepted the messages this process handed on, by (session, message ID):
+    the same message sent again (a retried request) is answered with its run, not handed
+    again, for the last ``REMEMBERED`` messages."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], str] = {}
+
+    def run_of(self, session_id: str, message_id: str | None) -> str | None:
+        return None if message_id is None else self._runs.get((session_id, message_id))
+
+    def add(self, session_id: str, message_id: str, run_id: str) -> None:
+        self._runs[(session_id, message_id)] = run_id
+        while len(self._runs) > REMEMBERED:
+            del self._runs[next(iter(self._runs))]
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -106,7 +124,15 @@ class Runs(Protocol):
         leaf_id: str | None,
         agent: str | None,
         on_busy: OnBusy,
-    ) -> str: ...
+        run_id: str | None = None,
+    ) -> str:
+        """Start a run (ID ``run_id``, else a new one) and answer its ID; a ``run_id`` the
+        session has a run of already starts nothing (a retried request)."""
+        ...
+
+    async def has(self, session_id: str, run_id: str) -> bool:
+        """Whether the session has a run of that ID, going or ended."""
+        ...
 
     async def cancel(self, session_id: str, run_id: str) -> None: ...
 
@@ -121,9 +147,12 @@ class Runs(Protocol):
         one it started), else ``None``."""
         ...
 
-    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+    async def send(
+        self, session_id: str, entry: MessageEntry, when: When, message_id: str | None = None
+    ) -> tuple[str, str]:
         """Hand ``entry`` to the session's running run: ``(run_id, message_id)`` once a run
-        accepted it, else :class:`RunNotAcceptingError`."""
+        accepted it, else :class:`RunNotAcceptingError`. A ``message_id`` a run of the session
+        accepted already is not handed again (a retried request)."""
         ...
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:

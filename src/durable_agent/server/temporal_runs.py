@@ -35,6 +35,7 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .relay import RunRelay
 from .runs import (
+    Accepted,
     OnBusy,
     RunListener,
     RunNotFoundError,
@@ -95,6 +96,7 @@ class TemporalRuns:
         self.executor = TemporalExecutor(client, task_queue=task_queue)
         self._streams: dict[tuple[str, str], RunStream] = {}
         self._relays: dict[tuple[str, str], RunRelay] = {}
+        self._accepted = Accepted()
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -106,17 +108,22 @@ class TemporalRuns:
         leaf_id: str | None,
         agent: str | None,
         on_busy: OnBusy,
+        run_id: str | None = None,
     ) -> str:
         name = pick_agent(self.agents, agent)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
+            if run_id is not None and await self.has(session_id, run_id):
+                return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor
             )
             await open_at(handle, leaf_id)
-            run_id = new_id()
+            # a start of the same ID through another server meanwhile: the workflow ID is
+            # taken, and this follows that run (it never starts twice)
+            run_id = run_id or new_id()
             stream = await handle.run(*entries, run_id=run_id)
         # the stream follows the run in the store until it ends; kept until then, so the busy
         # check sees the run before visibility does. Its events, the run's own, reach the
@@ -198,6 +205,17 @@ class TemporalRuns:
             return status
         return "awaiting_approval" if state.status == "awaiting_approval" else status
 
+    async def has(self, session_id: str, run_id: str) -> bool:
+        """A run of the session that Temporal knows (any server's; ended ones until the
+        namespace's retention removes them)."""
+        if (session_id, run_id) in self._streams:
+            return True
+        try:
+            await self._described(session_id, run_id)
+        except RunNotFoundError:
+            return False
+        return True
+
     async def _described(self, session_id: str, run_id: str) -> Status:
         """The run's status from Temporal's description (a waiting run is ``started``)."""
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
@@ -236,12 +254,19 @@ class TemporalRuns:
         (its turn count keys the reply's live deltas)."""
         return await self.executor.state(session_id, run_id)
 
-    async def send(self, session_id: str, entry: MessageEntry, when: When) -> tuple[str, str]:
+    async def send(
+        self, session_id: str, entry: MessageEntry, when: When, message_id: str | None = None
+    ) -> tuple[str, str]:
         """The ``send`` update of the session's running run, answered once its validator
         accepted the message (delivery comes later, a receipt on the stream)."""
+        accepted = self._accepted.run_of(session_id, message_id)
+        if accepted is not None and message_id is not None:
+            return accepted, message_id  # a retried request: handed on once
         for run_id in await self.active(session_id):
             handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-            message_id = new_id()
+            # the update's ID: the same message sent again is the same update, which the run
+            # answers once (Temporal keeps a run's update IDs)
+            message_id = message_id or new_id()
             body = send_body(entry, when).model_copy(
                 update={"message_id": message_id, "answer": "accepted"}
             )
@@ -251,6 +276,7 @@ class TemporalRuns:
                 await handle.execute_update("send", body, id=message_id, result_type=str)
             except (WorkflowUpdateFailedError, RPCError):
                 continue  # that run ended or takes no more messages
+            self._accepted.add(session_id, message_id, run_id)
             return run_id, message_id
         raise no_run_accepts(session_id)
 

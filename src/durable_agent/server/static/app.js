@@ -14,9 +14,21 @@ function headers(extra) {
   if ($("key").value) h.authorization = "Bearer " + $("key").value;
   return h;
 }
-async function api(method, path, body) {
-  const r = await fetch("/v1" + path, { method, headers: headers(),
-    body: body === undefined ? undefined : JSON.stringify(body) });
+async function api(method, path, body, retried) {
+  // `retried`: a request that is safe to send again (a run start names its run, a message
+  // itself), sent again when its answer is lost on the way (the network, not the server,
+  // failed): one run, one message, not two
+  let r;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      r = await fetch("/v1" + path, { method, headers: headers(),
+        body: body === undefined ? undefined : JSON.stringify(body) });
+      break;
+    } catch (lost) {
+      if (!retried || attempt >= 3) { $("status").textContent = "network: " + lost; throw lost; }
+      await new Promise((go) => setTimeout(go, 250 * 2 ** attempt));
+    }
+  }
   const data = r.status === 204 ? {} : await r.json();
   if (!r.ok) { $("status").textContent = data.error ? data.error.type + ": " + data.error.message : r.status; throw data; }
   return data;
@@ -122,17 +134,21 @@ function edit(entry) {
   const t = prompt("Edit your message", text(entry.message));
   if (t) ask(t, entry.parent_id || "");
 }
+function newId() { // 16 hex, as the server's own run IDs
+  return [...crypto.getRandomValues(new Uint8Array(8))].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
 function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
 async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
-  const r = await api("POST", `/sessions/${state.sid}/messages`, { text: t });
+  const r = await api("POST", `/sessions/${state.sid}/messages`, { text: t, message_id: newId() }, true);
   state.queued.push({ message_id: r.message_id, text: t }); render();
 }
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
   if (leaf === undefined && working()) return tell(t);
-  const body = { text: t }; if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
+  const body = { text: t, run_id: newId() };
+  if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
   state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
-  const r = await api("POST", `/sessions/${state.sid}/runs`, body);
+  const r = await api("POST", `/sessions/${state.sid}/runs`, body, true);
   state.runs.set(r.run_id, "started"); render();
 }
 function frame(event, data) {

@@ -1,0 +1,151 @@
+"""A request a client retries (a lost response, a double click) has its effect once, in process
+and on Temporal: a run start names its run, and a start of a run the session has already answers
+that run, while it goes and after it ended (its input is never stored twice nor delivered into
+the run as a message); a message into the running run names itself, and the same message sent
+again is delivered once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.ai import Reply
+from durable_agent.server import create_app
+from durable_agent.server.temporal_runs import TemporalRuns
+from durable_agent.session import MessageEntry
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import ended, scripted, serving, stream
+from tests.support.gate_tool import GateTool
+from tests.support.temporal import FAST, running_worker
+
+
+@asynccontextmanager
+async def _client(
+    temporal: Client | None, tmp_path: Path, spec: AgentSpec
+) -> AsyncIterator[tuple[httpx.AsyncClient, FileStore]]:
+    store = FileStore(tmp_path / "sessions")
+    worker: AbstractAsyncContextManager[object] = nullcontext()
+    if temporal is None:
+        app = create_app(store=store, agents={"helper": spec})
+    else:
+        queue = f"test-{uuid.uuid4().hex[:12]}"
+        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        worker = running_worker(
+            temporal, FileStore(tmp_path / "sessions"), {"helper": spec}, task_queue=queue
+        )
+    async with worker, serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        yield client, store
+
+
+async def _retried(temporal: Client | None, tmp_path: Path) -> None:
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="Done."), Reply(text="Again.")]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    async with _client(temporal, tmp_path, spec) as (client, store):
+        sid = f"retry-{uuid.uuid4().hex[:8]}"
+        start = {"text": "Do it.", "run_id": "first-try"}
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            first = await client.post(f"/v1/sessions/{sid}/runs", json=start)
+            assert first.status_code == 202, first.text
+            assert first.json() == {"run_id": "first-try"}
+            await asyncio.wait_for(gate.started.wait(), 60)
+            # retried while the run goes: that run, whatever the request says about a busy one
+            for on_busy in ("reject", "next_turn", "at_end", "sibling"):
+                again = await client.post(
+                    f"/v1/sessions/{sid}/runs", json={**start, "on_busy": on_busy}
+                )
+                assert again.status_code == 202, again.text
+                assert again.json() == {"run_id": "first-try"}
+            gate.release.set()
+            await reader.until(ended("first-try"), within=60)
+            late = await client.post(f"/v1/sessions/{sid}/runs", json=start)
+            assert late.status_code == 202 and late.json() == {"run_id": "first-try"}
+            said = [m.message.text() for m in await _messages(store, sid)]
+            assert said == ["Do it.", "", "Done."]  # one input, one turn: nothing started again
+            other = await client.post(
+                f"/v1/sessions/{sid}/runs", json={"text": "Once more.", "run_id": "second"}
+            )
+            assert other.json() == {"run_id": "second"}
+            await reader.until(ended("second"), within=60)
+        said = [m.message.text() for m in await _messages(store, sid)]
+        assert said == ["Do it.", "", "Done.", "Once more.", "Again."]
+
+
+async def _retried_messages(temporal: Client | None, tmp_path: Path) -> None:
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted(
+            [Reply.call("gate", id="g1"), Reply(text="Noted."), Reply(text="Done too.")]
+        ),
+        tools=[gate.tool],
+    )
+    async with _client(temporal, tmp_path, spec) as (client, store):
+        sid = f"retry-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "run-1"})
+            await asyncio.wait_for(gate.started.wait(), 60)
+            steer = {"text": "Also this.", "message_id": "m-1"}
+            follow = {"text": "And then that.", "on_busy": "at_end", "run_id": "m-2"}
+            for _ in range(2):  # each request twice, its answer the same
+                sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+                assert sent.status_code == 202, sent.text
+                assert sent.json() == {"run_id": "run-1", "message_id": "m-1"}
+                queued = await client.post(f"/v1/sessions/{sid}/runs", json=follow)
+                assert queued.status_code == 202, queued.text
+                assert queued.json() == {"run_id": "run-1", "message_id": "m-2"}
+            gate.release.set()
+            await reader.until(ended("run-1"), within=60)
+        said = [m.message.text() for m in await _messages(store, sid)]
+        # each once: the steer after the tool's result, the follow-up at the run's end
+        assert said == ["Go.", "", "Also this.", "Noted.", "And then that.", "Done too."]
+
+
+async def test_a_retried_message_is_delivered_once_in_process(tmp_path: Path) -> None:
+    await _retried_messages(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_a_retried_message_is_delivered_once_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _retried_messages(temporal_client, tmp_path)
+
+
+async def _messages(store: FileStore, sid: str) -> list[MessageEntry]:
+    entries = await store.load_entries(sid)
+    return [e for e in entries if isinstance(e, MessageEntry) and e.message.role != "tool_result"]
+
+
+async def test_a_retried_start_is_one_run_in_process(tmp_path: Path) -> None:
+    await _retried(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_a_retried_start_is_one_run_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _retried(temporal_client, tmp_path)
+
+
+async def test_a_run_id_that_could_not_name_a_run_is_refused(tmp_path: Path) -> None:
+    spec = AgentSpec(model=scripted([Reply(text="never")]))
+    async with _client(None, tmp_path, spec) as (client, store):
+        for bad in ("../up", "a/b", "", "x" * 65, "sp ace"):
+            refused = await client.post(
+                "/v1/sessions/bad-ids/runs", json={"text": "hi", "run_id": bad}
+            )
+            assert refused.status_code == 422, (bad, refused.text)
+        assert await store.list_sessions() == []  # nothing created for a refused request
