@@ -6,17 +6,24 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from temporalio.client import Client
 
 from durable_agent import ScriptedModel, tool
 from durable_agent.ai import Reply
+from durable_agent.server import create_app
+from durable_agent.server.temporal_runs import TemporalRuns
+from durable_agent.session import Store
+from durable_agent.workflows import AgentSpec
+from tests.support.temporal import FAST, running_worker
 
 
 def free_port() -> int:
@@ -49,6 +56,27 @@ async def serving(app: FastAPI) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def helper_app(
+    temporal: Client | None, store: Store, spec: AgentSpec, worker_store: Callable[[], Store]
+) -> AsyncIterator[FastAPI]:
+    """An app whose one agent, ``helper``, runs ``spec``: in process (``temporal`` ``None``),
+    or on a worker of this test on a queue of its own, with a store object of its own
+    (``worker_store()``), as a worker process would have."""
+    worker: AbstractAsyncContextManager[object] = nullcontext()
+    if temporal is None:
+        app = create_app(store=store, agents={"helper": spec})
+    else:
+        queue = f"test-{uuid.uuid4().hex[:12]}"
+        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        worker = running_worker(temporal, worker_store(), {"helper": spec}, task_queue=queue)
+    async with worker:
+        yield app
 
 
 @dataclass

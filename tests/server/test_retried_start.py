@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -17,14 +17,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
-from durable_agent.server import create_app
-from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, scripted, serving, stream
+from tests.server.support import ended, helper_app, scripted, serving, stream
 from tests.support.gate_tool import GateTool
-from tests.support.temporal import FAST, running_worker
 
 
 @asynccontextmanager
@@ -32,19 +29,11 @@ async def _client(
     temporal: Client | None, tmp_path: Path, spec: AgentSpec
 ) -> AsyncIterator[tuple[httpx.AsyncClient, FileStore]]:
     store = FileStore(tmp_path / "sessions")
-    worker: AbstractAsyncContextManager[object] = nullcontext()
-    if temporal is None:
-        app = create_app(store=store, agents={"helper": spec})
-    else:
-        queue = f"test-{uuid.uuid4().hex[:12]}"
-        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
-        runs = app.state.server.runs
-        assert isinstance(runs, TemporalRuns)
-        runs.executor.timeouts = FAST
-        worker = running_worker(
-            temporal, FileStore(tmp_path / "sessions"), {"helper": spec}, task_queue=queue
-        )
-    async with worker, serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
         yield client, store
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,11 @@ from temporalio.client import Client
 
 from durable_agent.ai import Reply
 from durable_agent.durable import MAX_QUEUED
-from durable_agent.server import create_app
-from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import Entry, MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, scripted, serving, stream
+from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
 from tests.support.gate_tool import GateTool
-from tests.support.temporal import FAST, running_worker
 
 STEER = "Also check Lisbon."
 REPLY = "Paris is sunny and so is Lisbon, a fine day in both cities for a long walk."
@@ -71,18 +68,7 @@ async def _server(
     temporal: Client | None, tmp_path: Path, spec: AgentSpec
 ) -> AsyncIterator[tuple[FastAPI, FileStore]]:
     store = FileStore(tmp_path / "sessions")
-    worker: AbstractAsyncContextManager[object] = nullcontext()
-    if temporal is None:
-        app = create_app(store=store, agents={"helper": spec})
-    else:
-        queue = f"test-{uuid.uuid4().hex[:12]}"
-        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
-        runs = app.state.server.runs
-        assert isinstance(runs, TemporalRuns)
-        runs.executor.timeouts = FAST
-        own = FileStore(tmp_path / "sessions")  # the worker's
-        worker = running_worker(temporal, own, {"helper": spec}, task_queue=queue)
-    async with worker:
+    async with helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app:
         yield app, store
 
 

@@ -5,9 +5,8 @@ MongoStore."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,13 @@ from temporalio.client import Client
 
 from durable_agent.ai import Message, Reply, TextContent
 from durable_agent.server import create_app
-from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import Entry, MessageEntry, SeqStore, StoreUnavailableError
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.session.ids import new_id
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, scripted, serving, stream
+from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
 from tests.support.gate_tool import GateTool
-from tests.support.temporal import FAST, running_worker
 
 
 def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SeqStore:
@@ -95,18 +92,8 @@ async def _server(
 ) -> AsyncIterator[tuple[FastAPI, SeqStore]]:
     """The app (runs in process, or on a worker of this test) and the store it reads."""
     store = _store(kind, tmp_path, request)
-    worker: AbstractAsyncContextManager[object] = nullcontext()
-    if temporal is None:
-        app = create_app(store=store, agents={"helper": spec})
-    else:
-        queue = f"test-{uuid.uuid4().hex[:12]}"
-        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
-        runs = app.state.server.runs
-        assert isinstance(runs, TemporalRuns)
-        runs.executor.timeouts = FAST
-        own = _store(kind, tmp_path, request)  # the worker's, not taken down
-        worker = running_worker(temporal, own, {"helper": spec}, task_queue=queue)
-    async with worker:
+    # the worker's store object, not taken down
+    async with helper_app(temporal, store, spec, lambda: _store(kind, tmp_path, request)) as app:
         yield app, store
 
 
