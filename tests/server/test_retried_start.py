@@ -138,3 +138,20 @@ async def test_a_run_id_that_could_not_name_a_run_is_refused(tmp_path: Path) -> 
             )
             assert refused.status_code == 422, (bad, refused.text)
         assert await store.list_sessions() == []  # nothing created for a refused request
+
+
+async def test_a_deleted_sessions_run_ids_name_new_runs_in_process(tmp_path: Path) -> None:
+    spec = AgentSpec(model=scripted([Reply(text="First."), Reply(text="Second.")]))
+    async with _client(None, tmp_path, spec) as (client, store):
+        sid = f"again-{uuid.uuid4().hex[:8]}"
+        for expected in ("First.", "Second."):
+            await client.post("/v1/sessions", json={"session_id": sid})
+            async with stream(client, sid, after=0) as reader:
+                started = await client.post(
+                    f"/v1/sessions/{sid}/runs", json={"text": "Hi.", "run_id": "one"}
+                )
+                assert started.json() == {"run_id": "one"}
+                await reader.until(ended("one"), within=60)
+            said = [m.message.text() for m in await _messages(store, sid)]
+            assert said == ["Hi.", expected]  # the session created again ran its own run
+            assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204

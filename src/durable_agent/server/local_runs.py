@@ -27,6 +27,7 @@ from .runs import (
     RunListener,
     RunNotFoundError,
     Status,
+    cancel_each,
     continue_settled,
     decide_with,
     no_run_accepts,
@@ -115,6 +116,14 @@ class LocalRuns:
 
     async def active(self, session_id: str) -> list[str]:
         return list(self._streams.get(session_id, {}))
+
+    async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
+        """Cancel its runs and forget its ended ones and its messages: their IDs name new ones
+        of the session created again under the ID."""
+        await cancel_each(self, session_id, [*run_ids, *await self.active(session_id)])
+        for key in [k for k in self._ended if k[0] == session_id]:
+            del self._ended[key]
+        self._accepted.forget(session_id)
 
     async def has(self, session_id: str, run_id: str) -> bool:
         """A run this process runs or remembers (it forgets its runs when it stops)."""

@@ -3,7 +3,6 @@ compact."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import APIRouter, Query, Response
@@ -24,7 +23,6 @@ from .tenants import Tenant
 __all__ = ["router", "session_object"]
 
 router = APIRouter(prefix="/v1")
-logger = logging.getLogger("durable_agent.server")
 
 MAX_PAGE = 1000
 """The most records or entries one request returns."""
@@ -134,20 +132,13 @@ async def get_entries(
 @router.delete("/sessions/{session_id}", status_code=204)
 async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Response:
     """Deletes the session and stops its runs (each would otherwise go on calling the model
-    until its next commit fails): those this process relays, and those Temporal lists."""
+    until its next commit fails): those this process relays, and those Temporal lists; on
+    Temporal, the session's workflow histories are deleted too (docs/design.md#retention)."""
     sid = tenant.session(session_id)
     await retention(srv).delete_session(sid)
-    going = set(srv.hubs.deleted(sid))  # its streams learn it at once; its runs' text goes
+    going = srv.hubs.deleted(sid)  # its streams learn it at once; its runs' text goes
     if srv.runs is not None:
-        try:
-            going.update(await srv.runs.active(sid))
-        except Exception as exc:  # best effort: the runs fail at their next commit anyway
-            logger.warning("listing the runs of deleted %s: %s", sid, type(exc).__name__)
-        for run_id in sorted(going):
-            try:
-                await srv.runs.cancel(sid, run_id)
-            except Exception as exc:
-                logger.info("cancelling run %s of deleted %s: %s", run_id, sid, exc)
+        await srv.runs.session_deleted(sid, going)
     return Response(status_code=204)
 
 

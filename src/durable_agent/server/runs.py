@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal, Protocol
 
 from ..durable.agent import Agent
@@ -39,6 +39,7 @@ __all__ = [
     "Runs",
     "RunsUnavailableError",
     "Status",
+    "cancel_each",
     "continue_settled",
     "no_run_accepts",
     "open_at",
@@ -72,6 +73,11 @@ class Accepted:
         self._runs[(session_id, message_id)] = run_id
         while len(self._runs) > REMEMBERED:
             del self._runs[next(iter(self._runs))]
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted: its message IDs name nothing any more."""
+        for key in [k for k in self._runs if k[0] == session_id]:
+            del self._runs[key]
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -135,6 +141,12 @@ class Runs(Protocol):
         ...
 
     async def cancel(self, session_id: str, run_id: str) -> None: ...
+
+    async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
+        """The session was deleted from the store: stop its runs (``run_ids``, those the
+        streams relayed, and those this finds), which would otherwise go on calling the model
+        until their next commit failed, and forget what is kept of them elsewhere."""
+        ...
 
     async def active(self, session_id: str) -> list[str]:
         """The IDs of the session's runs still going."""
@@ -214,6 +226,16 @@ async def open_at(agent: Agent, leaf_id: str | None) -> Agent:
     if leaf_id is not None and leaf_id != agent.leaf_id:
         await agent.branch(leaf_id)
     return agent
+
+
+async def cancel_each(runs: Runs, session_id: str, run_ids: Iterable[str]) -> None:
+    """Cancel each run of a deleted session, best effort (a run whose cancel fails fails at
+    its next commit)."""
+    for run_id in sorted(set(run_ids)):
+        try:
+            await runs.cancel(session_id, run_id)
+        except Exception as exc:
+            logger.info("cancelling run %s of deleted %s: %s", run_id, session_id, exc)
 
 
 def refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:

@@ -32,6 +32,7 @@ from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
+from ..workflows.purge import delete_session_workflows
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .relay import RunRelay
 from .runs import (
@@ -40,6 +41,7 @@ from .runs import (
     RunListener,
     RunNotFoundError,
     Status,
+    cancel_each,
     continue_settled,
     decide_with,
     no_run_accepts,
@@ -189,6 +191,28 @@ class TemporalRuns:
         found = [r for r in listed if await self._described(session_id, r) == "started"]
         mine = [r for s, r in self._streams if s == session_id and r not in found]
         return mine + found
+
+    async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
+        """Cancel the session's runs, then delete its workflows' histories in the background
+        (each running one given a few seconds to end first: :mod:`..workflows.purge`)."""
+        known = list(run_ids)
+        try:
+            known += await self.active(session_id)
+        except Exception as exc:  # best effort: the runs fail at their next commit anyway
+            logger.warning("listing the runs of deleted %s: %s", session_id, type(exc).__name__)
+        await cancel_each(self, session_id, known)
+        self._accepted.forget(session_id)
+        task = asyncio.create_task(self._purge(session_id, known))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _purge(self, session_id: str, run_ids: Sequence[str]) -> None:
+        try:
+            await delete_session_workflows(self.client, session_id, run_ids=run_ids)
+        except Exception:
+            logger.warning(
+                "could not delete the workflows of deleted %s", session_id, exc_info=True
+            )
 
     async def status(self, session_id: str, run_id: str) -> Status:
         """What the run does now: as Temporal describes it, a running run asked once whether it

@@ -3,9 +3,10 @@
 Requires the ``temporal`` extra (``temporalio``). Where a model turn goes through this package:
 :class:`TemporalExecutor` (:mod:`.executor`) starts the run workflow (:mod:`.run_workflow`),
 whose engine drives the loop and schedules ``call_model`` through the activity-backed model of
-``activities.model_call``; the stored reply comes back as the engine's receipt, recorded for the
-``events`` query, which the client's :class:`~.run_stream.RunPoller` polls, applying each
-receipt to the handle (docs/design.md#temporal).
+``activities.model_call``; the stored reply comes back as the engine's receipt, which the client's
+:class:`~.run_stream.RunFollower` reads from the store as it follows the session, applying each
+receipt to the handle (docs/design.md#temporal). :func:`delete_session_workflows` deletes what
+Temporal keeps of a deleted session (docs/design.md#retention).
 """
 
 from ..activities.contracts import Timeouts
@@ -13,6 +14,7 @@ from ..activities.run_contracts import RunResult, RunState
 from ..activities.spec import AgentSpec
 from .config import connect, connect_from_env
 from .executor import TemporalExecutor, compact_workflow_id, publish_workflow_id, run_workflow_id
+from .purge import delete_session_workflows
 from .run_timeout import DEFAULT_EXECUTION_TIMEOUT, ENV_RUN_TIMEOUT
 from .search import SEARCH_ATTRIBUTE, ensure_search_attribute
 from .store_check import StoreMismatchError
@@ -33,6 +35,7 @@ __all__ = [
     "connect",
     "connect_from_env",
     "create_worker",
+    "delete_session_workflows",
     "ensure_search_attribute",
     "publish_workflow_id",
     "run_workflow_id",
