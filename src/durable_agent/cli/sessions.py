@@ -4,15 +4,17 @@ transcript or the whole tree) and ``state`` (the live state of the session's lat
 The listing reads records only, through the store's ``list_sessions`` (newest first), so it costs
 one page of records however long the sessions are; entry counts and transcripts are ``show``'s
 job. ``rm`` asks before deleting unless told ``--yes``; forks of the deleted session keep their
-``parent_id``. ``state`` asks Temporal, not the store: it queries the run workflow, which needs a
-worker polling the run's task queue, and describes it: a closed run reports how it closed (and why,
-and which run came before it, when it did not complete).
+``parent_id``; ``--workflows`` also deletes the session's workflows from Temporal, whose
+histories hold its text (docs/design.md#retention). ``state`` asks Temporal, not the store: it
+queries the run workflow, which needs a worker polling the run's task queue, and describes it: a
+closed run reports how it closed (and why, and which run came before it, when it did not
+complete).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -30,7 +32,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 
 from ..session import Entry, SessionNotFoundError, Store, path, transcript_view, validate_session_id
-from ..workflows import SEARCH_ATTRIBUTE, RunState
+from ..workflows import SEARCH_ATTRIBUTE, RunState, delete_session_workflows
 from .config import (
     AddressOpt,
     CommandError,
@@ -107,14 +109,24 @@ def sessions_rm(
     session_id: Annotated[str, typer.Argument(help="Session to delete.")],
     store: StoreOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask first.")] = False,
+    workflows: Annotated[
+        bool, typer.Option(help="Also delete its workflows (their histories) from Temporal.")
+    ] = False,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Delete a session: its entries and its record (forks keep their parent_id). Asks first."""
+    """Delete a session: its entries and its record (forks keep their parent_id), and with
+    --workflows its workflow histories on Temporal. Asks first."""
     set_verbose(verbose)
     spec = resolve_store_spec(store or ctx.obj)
-    raise typer.Exit(
-        run_command(lambda: remove_session(console, session_id, spec, yes=yes, confirm=_confirm))
-    )
+    flags = flags_from(address, namespace, profile, verbose) if workflows else None
+
+    def remove() -> Awaitable[int]:
+        return remove_session(console, session_id, spec, yes=yes, confirm=_confirm, temporal=flags)
+
+    raise typer.Exit(run_command(remove))
 
 
 def _confirm(question: str) -> bool:
@@ -205,9 +217,13 @@ async def remove_session(
     *,
     yes: bool,
     confirm: Callable[[str], bool],
+    temporal: TemporalFlags | None = None,
 ) -> int:
-    """Delete ``session_id`` (its entries and record) after ``confirm`` says yes (or ``--yes``)."""
+    """Delete ``session_id`` (its entries and record) after ``confirm`` says yes (or ``--yes``);
+    with ``temporal``, its workflows on that server too (connected first: a server that is down
+    leaves the session as it was)."""
     validate_session_id(session_id)
+    client = None if temporal is None else await connect(temporal)
     opened = open_store(store_spec)
     try:
         store = retention(opened)
@@ -216,13 +232,20 @@ async def remove_session(
             await store.load_session(session_id)
         except SessionNotFoundError:
             raise NotFound(f"no session {session_id!r} in {name}") from None
-        question = f"delete session {session_id} and all its entries from {name}?"
+        also = "" if client is None else " and its workflows from Temporal"
+        question = f"delete session {session_id} and all its entries from {name}{also}?"
         if not yes and not confirm(question):
             raise NotConfirmed(f"session {session_id!r} was not deleted")
         await store.delete_session(session_id)
     finally:
         await opened.close()
     console.print(f"deleted session {escape(session_id)} from {escape(name)}")
+    if client is not None:
+        deleted = await delete_session_workflows(client, session_id)
+        console.print(
+            f"deleted {deleted} workflow execution(s) of {escape(session_id)} from Temporal"
+            " (Temporal removes them in the background)"
+        )
     return 0
 
 
