@@ -59,10 +59,13 @@ async def delete_session_workflows(
     for wid, run in [key for key, going in found.items() if not going]:
         deleted += await _delete(client, wid, run)  # the ended ones first: nothing to wait for
     running = [key for key, going in found.items() if going]
-    if running:
-        await asyncio.wait(
-            [asyncio.ensure_future(_ended(client, *key)) for key in running], timeout=settle
-        )
+    waits = [asyncio.ensure_future(_ended(client, *key)) for key in running]
+    try:
+        if waits:
+            await asyncio.wait(waits, timeout=settle)
+    finally:
+        for wait in waits:
+            wait.cancel()  # still going after ``settle`` (or this was cancelled): no wait left
     for wid, run in running:
         deleted += await _delete(client, wid, run)
     return deleted
