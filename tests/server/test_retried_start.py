@@ -17,6 +17,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
+from durable_agent.server import create_app
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -155,3 +156,43 @@ async def test_a_deleted_sessions_run_ids_name_new_runs_in_process(tmp_path: Pat
             said = [m.message.text() for m in await _messages(store, sid)]
             assert said == ["Hi.", expected]  # the session created again ran its own run
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+
+@pytest.mark.temporal
+async def test_a_message_resent_through_another_server_is_delivered_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """The answer to a message was lost (the server that took it went, say): resent through
+    another server, which remembers nothing of it, the run's update ID still makes it one."""
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Noted.")]), tools=[gate.tool]
+    )
+    store = FileStore(tmp_path / "sessions")
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(tmp_path / "sessions")) as one,
+        serving(one) as url,
+        httpx.AsyncClient(base_url=url) as first,
+    ):
+        runs = one.state.server.runs
+        other = create_app(
+            store=FileStore(tmp_path / "sessions"),
+            temporal=temporal_client,
+            task_queue=runs.executor.task_queue,
+            agents=["helper"],
+        )
+        async with serving(other) as url2, httpx.AsyncClient(base_url=url2) as second:
+            sid = f"resent-{uuid.uuid4().hex[:8]}"
+            await first.post("/v1/sessions", json={"session_id": sid})
+            async with stream(first, sid, after=0) as reader:
+                await first.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
+                await asyncio.wait_for(gate.started.wait(), 60)
+                steer = {"text": "Also this.", "message_id": "m-1"}
+                for client in (first, second):
+                    sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+                    assert sent.status_code == 202, sent.text
+                    assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+                gate.release.set()
+                await reader.until(ended("r"), within=60)
+    said = [m.message.text() for m in await _messages(store, sid)]
+    assert said == ["Go.", "", "Also this.", "Noted."]

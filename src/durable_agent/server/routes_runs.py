@@ -61,11 +61,12 @@ async def start_run(
     for entry in entries:
         check_payload(encode_entry(entry), "input entry")
     started = runs(srv)
-    if body.run_id is not None and await started.has(sid, body.run_id):
-        return {"run_id": body.run_id}  # a retried request: its run, and nothing delivered
     if body.on_busy in ("next_turn", "at_end") and await started.active(sid):
+        if body.run_id is not None and await started.has(sid, body.run_id):
+            return {"run_id": body.run_id}  # a retried start whose run goes: not a message
         # the request's own ID names the message: sent again, it is handed on once
         return await _deliver(started, sid, entries, body.on_busy, body.run_id)
+    # a retried start (``run_id`` named a run already) is answered by ``start`` itself
     run_id = await started.start(
         sid,
         entries,
