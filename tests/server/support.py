@@ -92,6 +92,9 @@ class Reader:
 
     frames: list[Frame] = field(default_factory=list)
     comments: int = 0
+    """Keep-alive comments."""
+    live: bool = False
+    """The ``: live`` comment came: what a join sends came before it."""
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     def entries(self) -> list[tuple[int, dict[str, Any]]]:
@@ -115,7 +118,10 @@ async def read_sse(response: httpx.Response, reader: Reader) -> None:
     data: list[str] = []
     ident: str | None = None
     async for line in response.aiter_lines():
-        if line.startswith(":"):
+        if line == ": live":
+            reader.live = True
+            reader.arrived.set()
+        elif line.startswith(":"):
             reader.comments += 1
             reader.arrived.set()
         elif line == "":

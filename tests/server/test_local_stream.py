@@ -117,7 +117,7 @@ async def test_deleting_a_session_stops_its_runs_and_nothing_of_them_comes_back(
         assert await ends.of(run_id) in ("cancelled", "failed")
         await client.post("/v1/sessions", json={"session_id": "s4"})
         async with stream(client, "s4", after=0) as again:
-            await again.until(lambda r: r.comments >= 1)  # what a join sends came before
+            await again.until(lambda r: r.live)  # what a join sends came before
             assert [f.event for f in again.frames] == []
             model.release.set()
             second = await client.post("/v1/sessions/s4/runs", json={"text": "Again"})

@@ -9,7 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from durable_agent.durable import UnknownAgentError
 from durable_agent.server import create_app
+from durable_agent.server.runs import pick_agent
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import scripted, serving, tool_script
@@ -138,3 +140,15 @@ async def test_without_agents_or_temporal_runs_answer_503(tmp_path: Path) -> Non
         assert (await client.post("/v1/sessions", json={"session_id": "a"})).status_code == 200
         page = await client.get("/")
         assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_a_run_that_names_no_agent_is_told_how_to() -> None:
+    """A server started without a default agent (``serve`` without ``--agent``) says how to
+    name one; one with several lists them; a named agent on Temporal is the workers' to know."""
+    with pytest.raises(UnknownAgentError, match=r'"agent".*--agent NAME'):
+        pick_agent([], None)
+    with pytest.raises(UnknownAgentError, match="this server has a, b"):
+        pick_agent(["a", "b"], None)
+    with pytest.raises(UnknownAgentError, match="no agent 'c'"):
+        pick_agent(["a", "b"], "c")
+    assert (pick_agent(["a"], None), pick_agent([], "zzz")) == ("a", "zzz")

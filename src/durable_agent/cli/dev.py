@@ -372,6 +372,8 @@ def serve(
             raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
         if table is None:
             console.print("no API keys: serving loopback only, every caller is one tenant")
+        if agent is None:
+            console.print('no --agent: each run request names its agent ("agent")')
         client = await connect(flags)
         url, task = await start_http(
             resolve_store_spec(store),

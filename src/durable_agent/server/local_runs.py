@@ -24,6 +24,7 @@ from .runs import (
     REMEMBERED,
     Accepted,
     OnBusy,
+    RunFailure,
     RunListener,
     RunNotFoundError,
     Status,
@@ -52,7 +53,7 @@ class LocalRuns:
         self.listener = listener
         self._streams: dict[str, dict[str, RunStream]] = {}
         self._handles: dict[tuple[str, str], Agent] = {}
-        self._ended: dict[tuple[str, str], Status] = {}
+        self._ended: dict[tuple[str, str], tuple[Status, RunFailure | None]] = {}
         self._accepted = Accepted()
         self._tasks: set[asyncio.Task[object]] = set()
         self._compacting: set[str] = set()
@@ -98,7 +99,8 @@ class LocalRuns:
         def ended(status: Status) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
             self._handles.pop((sid, run_id), None)
-            self._ended[(sid, run_id)] = status
+            failure = None if relay.error is None else RunFailure.of(relay.error)
+            self._ended[(sid, run_id)] = (status, failure)
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
 
@@ -140,9 +142,12 @@ class LocalRuns:
         if going is not None:
             return going
         try:
-            return self._ended[(session_id, run_id)]
+            return self._ended[(session_id, run_id)][0]
         except KeyError:
             raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
+
+    async def failure(self, session_id: str, run_id: str) -> RunFailure | None:
+        return self._ended.get((session_id, run_id), ("failed", None))[1]
 
     async def send(
         self, session_id: str, entry: MessageEntry, when: When, message_id: str | None = None

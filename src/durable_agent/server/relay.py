@@ -42,6 +42,8 @@ class RunRelay:
         the events read: it takes each receipt as it arrives)."""
         self.status: Status = "awaiting_approval" if self.asked else "started"
         """What the run does now (``awaiting_approval`` while calls wait for people)."""
+        self.error: Exception | None = None
+        """Why the run failed, once it did."""
 
     def _waits(self, entries: list[Entry]) -> None:
         """The run's waits after its request and decision entries ``entries``."""
@@ -80,7 +82,7 @@ class RunRelay:
             status = "cancelled"
         except Exception as exc:
             logger.info("run %s of %s failed: %s", run_id, sid, type(exc).__name__)
-            status = "failed"
+            status, self.error = "failed", exc
         finally:
             listener.stored(sid)
         self.status = status

@@ -109,9 +109,14 @@ async def cancel_run(
 @router.get("/sessions/{session_id}/runs/{run_id}")
 async def run_status(
     session_id: str, run_id: str, srv: ServerDep, tenant: Caller
-) -> dict[str, str]:
-    status = await runs(srv).status(await existing(srv, tenant.session(session_id)), run_id)
-    return {"run_id": run_id, "status": status}
+) -> dict[str, Any]:
+    """The run's status; a failed run's also says why (``error``: type and message)."""
+    sid = await existing(srv, tenant.session(session_id))
+    status = await runs(srv).status(sid, run_id)
+    if status != "failed":
+        return {"run_id": run_id, "status": status}
+    failure = await runs(srv).failure(sid, run_id)
+    return {"run_id": run_id, "status": status, "error": failure and failure.model_dump()}
 
 
 @router.get("/sessions/{session_id}/runs")

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from typing import Literal, Protocol
 
+from pydantic import BaseModel
+
+from ..ai.redaction import configured_secrets, redact
 from ..durable.agent import Agent
 from ..durable.errors import (
     AgentError,
@@ -34,6 +38,7 @@ __all__ = [
     "REMEMBERED",
     "Accepted",
     "OnBusy",
+    "RunFailure",
     "RunListener",
     "RunNotFoundError",
     "Runs",
@@ -78,6 +83,20 @@ class Accepted:
         """The session was deleted: its message IDs name nothing any more."""
         for key in [k for k in self._runs if k[0] == session_id]:
             del self._runs[key]
+
+
+class RunFailure(BaseModel):
+    """Why a run failed, as a front-end shows it: the error a caller of the library would have
+    caught (its class name, e.g. ``UnknownAgentError``, ``ModelError``) and its message."""
+
+    type: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> RunFailure:
+        """``exc`` without the keys this process holds (a worker's failures carry none)."""
+        message = redact(str(exc), configured_secrets(os.environ))
+        return cls(type=type(exc).__name__, message=message)
 
 
 class RunNotFoundError(AgentError, LookupError):
@@ -154,6 +173,10 @@ class Runs(Protocol):
 
     async def status(self, session_id: str, run_id: str) -> Status: ...
 
+    async def failure(self, session_id: str, run_id: str) -> RunFailure | None:
+        """Why a run whose status is ``failed`` failed (``None`` when that cannot be had)."""
+        ...
+
     def relayed(self, session_id: str, run_id: str) -> Status | None:
         """The status of a run this process relays to the streams (:class:`~.relay.RunRelay`:
         one it started), else ``None``."""
@@ -216,7 +239,12 @@ def pick_agent(names: Sequence[str], agent: str | None) -> str:
     if agent is None:
         if len(names) == 1:
             return names[0]
-        raise UnknownAgentError("name the agent: this server has " + (", ".join(names) or "none"))
+        if not names:
+            raise UnknownAgentError(
+                'name the agent ("agent"): this server has no default one (durable-agent serve '
+                "--agent NAME, create_app(agents=[NAME]))"
+            )
+        raise UnknownAgentError("name the agent: this server has " + ", ".join(names))
     if names and agent not in names:
         raise UnknownAgentError(f"no agent {agent!r} on this server")
     return agent

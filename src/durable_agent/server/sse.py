@@ -6,8 +6,10 @@ now). The store is the stream's buffer: the replay reads the entries after ``N``
 shared hub (:mod:`.hub`), reads the store once more after what it replayed (entries stored while
 it joined), and takes the hub's frames, skipping any entry seq it already sent. So a client that
 comes back an hour later, after the run ended, continued-as-new or moved workers, gets exactly
-the entries it missed, each once, in seq order, and goes live. Disconnecting never cancels a run
-(docs/design.md#http-api).
+the entries it missed, each once, in seq order, and goes live: the comment ``: live`` marks
+that point, from which the stream tells every change (a run's end that came before it, the
+stream does not tell: a client that started a run before it asks for the run's status).
+Disconnecting never cancels a run (docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ from ..session.entries import Entry, MessageEntry
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 
-__all__ = ["KEEPALIVE", "session_stream"]
+__all__ = ["KEEPALIVE", "LIVE", "session_stream"]
 
 KEEPALIVE = 15.0
 """Seconds between two comment lines on an idle stream (proxies close silent connections)."""
 
 
+LIVE = Frame("", {})
+"""What a join sends is sent: sent as the comment ``: live`` (module doc)."""
+
+
 def _event(frame: Frame) -> ServerSentEvent:
+    if frame is LIVE:
+        return ServerSentEvent(comment="live")
     data = json.dumps(frame.data, ensure_ascii=False, separators=(",", ":"))
     return ServerSentEvent(
         data=data, event=frame.event, id=None if frame.id is None else str(frame.id)
@@ -65,6 +73,7 @@ async def frames(hubs: Hubs, session_id: str, after: int | None) -> AsyncIterato
         for piece in pieces:
             if not _answered(piece.entry_parent, caught):
                 yield Frame("delta", piece.data())
+        yield LIVE
         while True:
             item = await queue.get()
             if item is None:

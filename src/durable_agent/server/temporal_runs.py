@@ -13,11 +13,13 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,11 +35,13 @@ from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
+from ..workflows.run_stream import client_error
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .relay import RunRelay
 from .runs import (
     Accepted,
     OnBusy,
+    RunFailure,
     RunListener,
     RunNotFoundError,
     Status,
@@ -56,6 +60,8 @@ logger = logging.getLogger("durable_agent.server")
 
 END_QUERY_TIMEOUT = 10.0
 """Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
+FAILURE_TIMEOUT = timedelta(seconds=10)
+"""Seconds the read of an ended run's failure from its history may take."""
 
 
 async def _create(store: Store, session_id: str) -> None:
@@ -250,6 +256,18 @@ class TemporalRuns:
                 raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
             raise
         return _STATUS.get(described.status, "failed") if described.status else "started"
+
+    async def failure(self, session_id: str, run_id: str) -> RunFailure | None:
+        """From the closed run's history: its failure as the Temporal executor raises it (a
+        termination or time-out says so, with its reason)."""
+        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+        try:
+            await handle.result(rpc_timeout=FAILURE_TIMEOUT)
+        except WorkflowFailureError as exc:
+            return RunFailure.of(client_error(exc))
+        except Exception as exc:  # a run still going, a history gone: nothing to say
+            logger.info("the failure of run %s: %s", run_id, type(exc).__name__)
+        return None
 
     async def outcome(self, session_id: str, run_id: str) -> tuple[Status, str]:
         """Wait for the run's end (a long poll of its result, not billed); say how it ended and

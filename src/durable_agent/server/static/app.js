@@ -5,7 +5,7 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(),
-  runs: new Map(), queued: [], reasons: new Map(), abort: null };
+  runs: new Map(), queued: [], reasons: new Map(), failure: "", heard: false, abort: null };
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -121,7 +121,7 @@ function render() {
   const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
-  $("status").textContent = asks ? "waiting for your decision" : busy ? "working…" : "";
+  $("status").textContent = asks ? "waiting for your decision" : busy ? "working…" : state.failure;
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = chat.scrollHeight;
 }
@@ -148,8 +148,10 @@ async function ask(t, leaf) {
   const body = { text: t, run_id: newId() };
   if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
   state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
+  const heard = state.heard; // the stream listened before the run started: it will hear its end
   const r = await api("POST", `/sessions/${state.sid}/runs`, body, true);
-  state.runs.set(r.run_id, "started"); render();
+  state.failure = ""; state.runs.set(r.run_id, "started"); render();
+  if (!heard) settle(r.run_id);
 }
 function frame(event, data) {
   if (event === "entry") {
@@ -171,8 +173,22 @@ function frame(event, data) {
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
+    if (data.status === "failed" && data.error) state.failure = failed(data.error);
+    else if (data.status === "failed") whyFailed(state.sid, data.run_id);
   } else if (event === "deleted") { state.sid = null; sessions(); }
   render();
+}
+function failed(error) { return `the run failed: ${error.type}: ${error.message}`; }
+async function whyFailed(sid, runId) { // the stream says a run failed; its status says why
+  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch(() => null);
+  if (!r || !r.error || state.sid !== sid) return;
+  state.failure = failed(r.error); render();
+}
+async function settle(runId) { // a run that may have ended while no stream listened
+  const sid = state.sid;
+  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch(() => null);
+  const going = !r || r.status === "started" || r.status === "awaiting_approval";
+  if (!going && state.sid === sid && state.runs.has(runId)) frame("run", r);
 }
 // A worker writes a streaming reply's text in batches (once a second by default): each batch is
 // revealed over about the time until the next, so the reply reads as a stream, not a jump a second.
@@ -205,12 +221,18 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
         let cut; while ((cut = buf.indexOf("\n\n")) >= 0) { parse(buf.slice(0, cut)); buf = buf.slice(cut + 2); }
       }
     } catch (err) { if (abort.signal.aborted) return; }
+    if (state.abort === abort) state.heard = false;
     await new Promise((ok) => setTimeout(ok, 500));
   }
+}
+function live() { // the stream tells every change from here on, but not a run's end before it
+  state.heard = true;
+  for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") settle(id);
 }
 function parse(block) {
   let event = "message"; const data = [];
   for (const line of block.split("\n")) {
+    if (line === ": live") live();
     if (line.startsWith(":")) continue;
     const i = line.indexOf(":"), name = i < 0 ? line : line.slice(0, i);
     const value = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
@@ -220,7 +242,7 @@ function parse(block) {
 }
 async function open(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [] });
+  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false });
   history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
   render(); sessions(); follow(sid);
 }

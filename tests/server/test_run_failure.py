@@ -1,0 +1,155 @@
+"""A failed run says why: its status (``GET .../runs/{id}``) carries the error a caller of the
+library would have caught, its class name and message, in process and on Temporal, without the
+keys the server process holds; the chat page shows it when the stream says the run failed."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.ai import ModelError, Reply
+from durable_agent.server import create_app
+from durable_agent.session import MessageEntry
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import ended, helper_app, scripted, serving, stream
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.support.polling import eventually
+
+SECRET = "sk-proj-test-0123456789abcdef"
+
+
+async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
+    refused = ModelError(f"upstream rejected the request (HTTP 400) for {SECRET}", retryable=False)
+    spec = AgentSpec(model=scripted([Reply(error=refused), Reply(text="ok")]))
+    store = FileStore(tmp_path / "sessions")
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        sid = f"fails-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
+            run_id = started.json()["run_id"]
+            await reader.until(ended(run_id), within=60)
+            assert [f.data["status"] for f in reader.frames if f.event == "run"][-1] == "failed"
+            status = (await client.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
+            assert status["status"] == "failed"
+            assert status["error"]["type"] == "ModelError"
+            assert "upstream rejected the request (HTTP 400)" in status["error"]["message"]
+            assert SECRET not in status["error"]["message"]
+            assert SECRET[:12] not in str(status)
+
+            # a second run, which completes, says nothing of an error
+            second = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Again"})
+            second_id = second.json()["run_id"]
+            await reader.until(ended(second_id), within=60)
+        done = (await client.get(f"/v1/sessions/{sid}/runs/{second_id}")).json()
+        assert done == {"run_id": second_id, "status": "completed"}
+
+
+async def test_a_failed_run_says_why_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    await _failed_run(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_a_failed_run_says_why_on_temporal(
+    temporal_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # the worker's key, in this test's process
+    await _failed_run(temporal_client, tmp_path)
+
+
+async def test_the_chat_page_shows_why_a_run_failed(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    refused = ModelError("upstream rejected the request (HTTP 400)", retryable=False)
+    spec = AgentSpec(model=scripted([Reply(error=refused), Reply(text="Fine now.")]))
+    app = create_app(store=store, agents={"helper": spec})
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+
+        async def status() -> str:
+            text: str = await page.locator("#status").inner_text()
+            return text
+
+        async def says_why() -> bool:
+            return "HTTP 400" in await status()
+
+        await eventually(says_why, within=30, interval=0.1, what="the failure on the page")
+        assert (await status()).startswith("the run failed: ModelError: upstream rejected")
+
+        # the next run clears it
+        await page.fill("#text", "again")
+        await page.click("#send")
+
+        async def replied() -> bool:
+            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+            return any("Fine now." in t for t in texts)
+
+        await eventually(replied, within=30, interval=0.1, what="the second reply")
+        assert "failed" not in await status()
+
+
+async def test_a_run_that_ended_before_the_page_listened_is_seen_ended(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The stream tells the runs going when it joins, not those that ended before: the page
+    asks for the status of a run it started before its stream was live (a fast run of a new
+    session, a stream that dropped), else it would show it working for ever."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    refused = ModelError("upstream rejected the request (HTTP 400)", retryable=False)
+    spec = AgentSpec(model=scripted([Reply(text="Quick."), Reply(error=refused)]))
+    app = create_app(store=store, agents={"helper": spec})
+    runs = app.state.server.runs
+    held: list[str] = []
+
+    async def after_the_run_ended(route: Any) -> None:
+        held.append(route.request.url)
+        if len(held) == 1:
+            sid = route.request.url.split("/v1/sessions/")[1].split("/")[0]
+
+            async def ended() -> bool:
+                said = [e for e in await store.load_entries(sid) if isinstance(e, MessageEntry)]
+                return len(said) == 2 and not await runs.active(sid)
+
+            await eventually(ended, within=30, interval=0.05, what="the run's end")
+        await route.continue_()
+
+    async with serving(app) as url:
+        await page.route("**/v1/sessions/*/stream", after_the_run_ended)
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+
+        async def settled() -> bool:
+            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+            return any("Quick." in t for t in texts) and await page.is_disabled("#stop")
+
+        await eventually(settled, within=30, interval=0.1, what="the run seen ended")
+        assert await page.locator("#status").inner_text() == ""
+
+        # with the stream live, the next run's failure comes on it
+        await page.fill("#text", "again")
+        await page.click("#send")
+
+        async def says_why() -> bool:
+            return "HTTP 400" in await page.locator("#status").inner_text()
+
+        await eventually(says_why, within=30, interval=0.1, what="the failure on the page")
+    assert len(held) == 1, held
