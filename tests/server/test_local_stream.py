@@ -120,12 +120,16 @@ async def test_deleting_a_session_stops_its_runs_and_nothing_of_them_comes_back(
             await again.until(lambda r: r.live)  # what a join sends came before
             assert [f.event for f in again.frames] == []
             model.release.set()
-            second = await client.post("/v1/sessions/s4/runs", json={"text": "Again"})
+            # the old run's ID names nothing in the new session (it ended after the delete)
+            gone = await client.get(f"/v1/sessions/s4/runs/{run_id}")
+            assert gone.status_code == 404, gone.text
+            again_start = {"text": "Again", "run_id": run_id}
+            second = await client.post("/v1/sessions/s4/runs", json=again_start)
             assert second.status_code == 202, second.text
             await again.until(ended(second.json()["run_id"]))
-        assert {f.data.get("run_id") for f in again.frames if f.event == "run"} == {
-            second.json()["run_id"]
-        }
+        assert {f.data.get("run_id") for f in again.frames if f.event == "run"} == {run_id}
+        said = [e.message for e in await store.load_entries("s4") if isinstance(e, MessageEntry)]
+        assert said[0].text() == "Again"  # a new run took it
 
 
 async def test_a_deleted_sessions_run_that_streams_on_shows_nothing(store: FileStore) -> None:

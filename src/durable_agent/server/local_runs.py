@@ -55,6 +55,8 @@ class LocalRuns:
         self._handles: dict[tuple[str, str], Agent] = {}
         self._ended: dict[tuple[str, str], tuple[Status, RunFailure | None]] = {}
         self._accepted = Accepted()
+        self._dropped: set[tuple[str, str]] = set()
+        """Runs of deleted sessions still going: their ends are not remembered."""
         self._tasks: set[asyncio.Task[object]] = set()
         self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
@@ -99,6 +101,9 @@ class LocalRuns:
         def ended(status: Status) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
             self._handles.pop((sid, run_id), None)
+            if (sid, run_id) in self._dropped:
+                self._dropped.discard((sid, run_id))  # its session was deleted meanwhile
+                return
             failure = None if relay.error is None else RunFailure.of(relay.error)
             self._ended[(sid, run_id)] = (status, failure)
             while len(self._ended) > REMEMBERED:
@@ -121,8 +126,10 @@ class LocalRuns:
 
     async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
         """Cancel its runs and forget its ended ones and its messages: their IDs name new ones
-        of the session created again under the ID."""
-        await cancel_each(self, session_id, [*run_ids, *await self.active(session_id)])
+        of the session created again under the ID (and those still going, once they end)."""
+        going = await self.active(session_id)
+        self._dropped.update((session_id, run_id) for run_id in going)
+        await cancel_each(self, session_id, [*run_ids, *going])
         for key in [k for k in self._ended if k[0] == session_id]:
             del self._ended[key]
         self._accepted.forget(session_id)
