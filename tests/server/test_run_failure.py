@@ -4,6 +4,7 @@ keys the server process holds; the chat page shows it when the stream says the r
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -78,19 +79,37 @@ async def test_the_chat_page_shows_why_a_run_failed(
     refused = ModelError("upstream rejected the request (HTTP 400)", retryable=False)
     spec = AgentSpec(model=scripted([Reply(error=refused), Reply(text="Fine now.")]))
     app = create_app(store=store, agents={"helper": spec})
+
+    async def status() -> str:
+        text: str = await page.locator("#status").inner_text()
+        return text
+
+    async def says_why() -> bool:
+        return "HTTP 400" in await status()
+
+    fulfilled = asyncio.Event()
+
+    async def answered_after_the_end(route: Any) -> None:
+        # the stream tells the run's failure before the start's answer arrives, which must not
+        # make the page think the run goes
+        response = await route.fetch()
+        await eventually(says_why, within=30, interval=0.1, what="the failure on the page")
+        await route.fulfill(response=response)
+        fulfilled.set()
+
     async with serving(app) as url:
         await page.goto(url + "/")
+        await page.click("#new")
+
+        async def live() -> bool:
+            return bool(await page.evaluate("state.heard"))
+
+        await eventually(live, within=30, interval=0.05, what="the stream live")
+        await page.route("**/v1/sessions/*/runs", answered_after_the_end)
         await page.fill("#text", "hello")
         await page.click("#send")
-
-        async def status() -> str:
-            text: str = await page.locator("#status").inner_text()
-            return text
-
-        async def says_why() -> bool:
-            return "HTTP 400" in await status()
-
-        await eventually(says_why, within=30, interval=0.1, what="the failure on the page")
+        await asyncio.wait_for(fulfilled.wait(), 30)
+        await page.unroute("**/v1/sessions/*/runs")
         assert (await status()).startswith("the run failed: ModelError: upstream rejected")
 
         # the next run clears it

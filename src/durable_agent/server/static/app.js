@@ -149,8 +149,10 @@ async function ask(t, leaf) {
   if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
   state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
   const heard = state.heard; // the stream listened before the run started: it will hear its end
+  state.failure = "";
   const r = await api("POST", `/sessions/${state.sid}/runs`, body, true);
-  state.failure = ""; state.runs.set(r.run_id, "started"); render();
+  if (!state.runs.has(r.run_id)) state.runs.set(r.run_id, "started"); // unless its end came first
+  render();
   if (!heard) settle(r.run_id);
 }
 function frame(event, data) {
