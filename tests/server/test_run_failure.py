@@ -1,11 +1,13 @@
-"""A failed run says why: its status (``GET .../runs/{id}``) carries the error a caller of the
-library would have caught, its class name and message, in process and on Temporal, without the
-keys the server process holds; the chat page shows it when the stream says the run failed."""
+"""A failed run says why: its end on the stream and its status (``GET .../runs/{id}``) carry the
+error a caller of the library would have caught, its class name and message, in process and on
+Temporal (also on a server that did not start the run), without the keys the server process
+holds; the chat page shows it."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,9 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from durable_agent.ai import ModelError, Reply
+from durable_agent.ai import ModelError, ModelEvent, ModelRequest, Reply
 from durable_agent.server import create_app
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -40,8 +43,11 @@ async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
             started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
             run_id = started.json()["run_id"]
             await reader.until(ended(run_id), within=60)
-            assert [f.data["status"] for f in reader.frames if f.event == "run"][-1] == "failed"
+            end = [f.data for f in reader.frames if f.event == "run"][-1]
+            assert end["status"] == "failed" and end["error"]["type"] == "ModelError"
+            assert SECRET not in str(end) and "(HTTP 400)" in end["error"]["message"]
             status = (await client.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
+            assert status["error"] == end["error"]
             assert status["status"] == "failed"
             assert status["error"]["type"] == "ModelError"
             assert "upstream rejected the request (HTTP 400)" in status["error"]["message"]
@@ -52,6 +58,10 @@ async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
             second = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Again"})
             second_id = second.json()["run_id"]
             await reader.until(ended(second_id), within=60)
+        assert [f.data for f in reader.frames if f.event == "run"][-1] == {
+            "run_id": second_id,
+            "status": "completed",
+        }
         done = (await client.get(f"/v1/sessions/{sid}/runs/{second_id}")).json()
         assert done == {"run_id": second_id, "status": "completed"}
 
@@ -172,3 +182,58 @@ async def test_a_run_that_ended_before_the_page_listened_is_seen_ended(
 
         await eventually(says_why, within=30, interval=0.1, what="the failure on the page")
     assert len(held) == 1, held
+
+
+class HeldThenRefused:
+    """A model whose call waits for ``go``, then fails for good."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+        self.go = asyncio.Event()
+        refused = ModelError("upstream rejected the request (HTTP 400)", retryable=False)
+        self.inner = scripted([Reply(error=refused)])
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.called.set()
+        await self.go.wait()
+        async for event in self.inner.stream(request):
+            yield event
+
+
+@pytest.mark.temporal
+async def test_another_server_tells_why_a_run_failed(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A server that did not start the run finds it running and tells its end from Temporal's
+    account of it, the failure included."""
+    model = HeldThenRefused()
+    store = FileStore(tmp_path / "sessions")
+    async with helper_app(
+        temporal_client, store, AgentSpec(model=model), lambda: FileStore(tmp_path / "sessions")
+    ) as app:
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        other = create_app(
+            store=FileStore(tmp_path / "sessions"),
+            temporal=temporal_client,
+            task_queue=runs.executor.task_queue,
+            agents=["helper"],
+        )
+        async with (
+            serving(app) as url,
+            serving(other) as other_url,
+            httpx.AsyncClient(base_url=url) as client,
+            httpx.AsyncClient(base_url=other_url) as watching,
+        ):
+            sid = f"watched-{uuid.uuid4().hex[:8]}"
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
+            run_id = started.json()["run_id"]
+            await asyncio.wait_for(model.called.wait(), 60)
+            async with stream(watching, sid, after=0) as reader:
+                await reader.until(lambda r: any(f.event == "run" for f in r.frames), within=60)
+                model.go.set()
+                await reader.until(ended(run_id), within=60)
+            end = [f.data for f in reader.frames if f.event == "run"][-1]
+            assert end["status"] == "failed", end
+            assert end["error"]["type"] == "ModelError", end
+            assert "(HTTP 400)" in end["error"]["message"]

@@ -107,8 +107,10 @@ class EndHeard:
         self._told = asyncio.Event()
         hubs.run_status = self.run_status
 
-    def run_status(self, session_id: str, run_id: str, status: str, last: str = "") -> None:
-        self.tell(session_id, run_id, status, *([last] if last else []))
+    def run_status(
+        self, session_id: str, run_id: str, status: str, last: str = "", failure: Any = None
+    ) -> None:
+        self.tell(session_id, run_id, status, *([last] if last else []), failure=failure)
         if status in ("completed", "failed", "cancelled"):
             self.ended.add(run_id)
             self._told.set()

@@ -87,8 +87,10 @@ class Ends:
         self._told = asyncio.Event()
         hubs.run_status = self.run_status
 
-    def run_status(self, session_id: str, run_id: str, status: str, last: str = "") -> None:
-        self.tell(session_id, run_id, status, last)
+    def run_status(
+        self, session_id: str, run_id: str, status: str, last: str = "", failure: Any = None
+    ) -> None:
+        self.tell(session_id, run_id, status, last, failure)
         if status in ("completed", "failed", "cancelled"):
             self.ended[run_id] = status
             self._told.set()

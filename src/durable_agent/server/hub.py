@@ -30,7 +30,7 @@ from ..session.codec import entry_to_wire
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from .reads import Held, HubReads, Wait, of_reply, of_run
-from .runs import REMEMBERED, Status
+from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
 from .watch import Piece, RunWatch, grown, owner
 
@@ -62,8 +62,10 @@ def entry_frame(seq: int, entry: Entry) -> Frame:
     return Frame("entry", {"seq": seq, "entry": entry_to_wire(entry)}, seq)
 
 
-def _status(run_id: str, status: str) -> Frame:
-    return Frame("run", {"run_id": run_id, "status": status})
+def _status(run_id: str, status: str, failure: RunFailure | None = None) -> Frame:
+    if failure is None:
+        return Frame("run", {"run_id": run_id, "status": status})
+    return Frame("run", {"run_id": run_id, "status": status, "error": failure.model_dump()})
 
 
 class SessionHub:
@@ -77,6 +79,8 @@ class SessionHub:
         self.subscribers: set[asyncio.Queue[Frame | None]] = set()
         self.active: dict[str, str] = {}
         """Run ID -> status of the runs going on."""
+        self.failures: dict[str, RunFailure] = {}
+        """Why a failed run failed, until its end is sent."""
         self.partial: dict[str, Piece] = {}
         """Run ID -> the text its streaming reply showed so far (for late joiners)."""
         self.watches: dict[str, RunWatch] = {}
@@ -127,10 +131,15 @@ class SessionHub:
         self.reads.told(entry_ids)
         self._kick.set()
 
-    def end(self, run_id: str, status: Status, last_entry: str) -> None:
+    def end(
+        self, run_id: str, status: Status, last_entry: str, failure: RunFailure | None = None
+    ) -> None:
         """The run ended, its last stored entry being ``last_entry``: told once a read that
         began after now (one in flight may predate the run's last append) brought that entry,
-        so a client that stops at the end has all the run stored (docs/design.md#http-api)."""
+        so a client that stops at the end has all the run stored (docs/design.md#http-api);
+        a failed run's end says why (``failure``)."""
+        if failure is not None:
+            self.failures[run_id] = failure
         self.reads.end(run_id, status, last_entry)
         self._kick.set()
 
@@ -144,6 +153,7 @@ class SessionHub:
             self.active[run_id] = status
         else:
             if run_id not in self.active and status == self.hubs.ended.get(run_id):
+                self.failures.pop(run_id, None)
                 return
             self._show_held(of_run(run_id))  # before its end
             self.active.pop(run_id, None)
@@ -154,7 +164,7 @@ class SessionHub:
             self.hubs.ended[run_id] = status
             while len(self.hubs.ended) > REMEMBERED:
                 del self.hubs.ended[next(iter(self.hubs.ended))]
-        self._send(_status(run_id, status))
+        self._send(_status(run_id, status, self.failures.pop(run_id, None)))
         self.kick(read=not relayed)
 
     def piece(self, piece: Piece, wait: Wait = "read") -> None:
@@ -189,10 +199,10 @@ class SessionHub:
         watch.outcome.add_done_callback(lambda t: self._ended(run_id, t))
         self.watches[run_id] = watch
 
-    def _ended(self, run_id: str, task: asyncio.Task[tuple[Status, str]]) -> None:
+    def _ended(self, run_id: str, task: asyncio.Task[RunEnd]) -> None:
         if task.cancelled():
             return
-        ended: tuple[Status, str] = task.result() if task.exception() is None else ("failed", "")
+        ended: RunEnd = task.result() if task.exception() is None else ("failed", "", None)
         if ended[0] != "started":  # "started": the long poll broke, not the run
             self.end(run_id, *ended)
 

@@ -15,7 +15,7 @@ from ..durable.follow import entries_after
 from ..session.deltas import LiveStore
 from ..session.store import Store
 from .hub import SessionHub
-from .runs import Runs, Status
+from .runs import RunFailure, Runs, Status
 from .watch import Piece, grown
 
 __all__ = ["Hubs"]
@@ -72,7 +72,12 @@ class Hubs:
     # -- RunListener ------------------------------------------------------------------------------
 
     def run_status(
-        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+        self,
+        session_id: str,
+        run_id: str,
+        status: Status,
+        last_entry: str = "",
+        failure: RunFailure | None = None,
     ) -> None:
         key, hub = (session_id, run_id), self.hubs.get(session_id)
         runs = self.going.setdefault(session_id, set())
@@ -89,7 +94,7 @@ class Hubs:
         if key in self.dropped:
             self.dropped.discard(key)  # its session's streams learnt of the delete
         elif hub is not None:
-            hub.end(run_id, status, last_entry)
+            hub.end(run_id, status, last_entry, failure)
 
     def run_delta(
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool

@@ -98,20 +98,20 @@ class LocalRuns:
         it ends."""
         sid, run_id = relay.handle.session_id, relay.run_id
 
-        def ended(status: Status) -> None:
+        def ended(status: Status, failure: RunFailure | None) -> None:
             self._streams.get(sid, {}).pop(run_id, None)
             self._handles.pop((sid, run_id), None)
             if (sid, run_id) in self._dropped:
                 self._dropped.discard((sid, run_id))  # its session was deleted meanwhile
                 return
-            failure = None if relay.error is None else RunFailure.of(relay.error)
             self._ended[(sid, run_id)] = (status, failure)
             while len(self._ended) > REMEMBERED:
                 del self._ended[next(iter(self._ended))]
 
         status, last = await relay.run()
-        ended(status)
-        self.listener.run_status(sid, run_id, status, last)
+        failure = None if relay.error is None else RunFailure.of(relay.error)
+        ended(status, failure)
+        self.listener.run_status(sid, run_id, status, last, failure)
 
     async def cancel(self, session_id: str, run_id: str) -> None:
         stream = self._streams.get(session_id, {}).get(run_id)

@@ -38,6 +38,7 @@ __all__ = [
     "REMEMBERED",
     "Accepted",
     "OnBusy",
+    "RunEnd",
     "RunFailure",
     "RunListener",
     "RunNotFoundError",
@@ -99,6 +100,11 @@ class RunFailure(BaseModel):
         return cls(type=type(exc).__name__, message=message)
 
 
+RunEnd = tuple[Status, str, RunFailure | None]
+"""How a run ended, the ID of its last stored entry (``""``: none, or not known) and, for a
+failed run, why."""
+
+
 class RunNotFoundError(AgentError, LookupError):
     """No run of that ID in that session (or not one this server can see)."""
 
@@ -118,10 +124,16 @@ class RunListener(Protocol):
     """What the session streams hear from the runs of this process."""
 
     def run_status(
-        self, session_id: str, run_id: str, status: Status, last_entry: str = ""
+        self,
+        session_id: str,
+        run_id: str,
+        status: Status,
+        last_entry: str = "",
+        failure: RunFailure | None = None,
     ) -> None:
         """The run's status changed; for an end, ``last_entry`` is the ID of the last entry
-        the run stored (``""``: none, or not known), which the streams show before the end."""
+        the run stored (``""``: none, or not known), which the streams show before the end,
+        and a failed run's ``failure`` says why."""
 
     def run_delta(
         self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool

@@ -41,6 +41,7 @@ from .relay import RunRelay
 from .runs import (
     Accepted,
     OnBusy,
+    RunEnd,
     RunFailure,
     RunListener,
     RunNotFoundError,
@@ -152,10 +153,11 @@ class TemporalRuns:
     async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
         """Relay the run; then tell its end with its last entry by its own account."""
         status, last = await relay.run()
+        failure = None if relay.error is None else RunFailure.of(relay.error)
         with contextlib.suppress(Exception):
-            status, last = await self.outcome(session_id, run_id)
+            status, last, failure = await self.outcome(session_id, run_id)
         self._forget(self._relays, (session_id, run_id))
-        self.listener.run_status(session_id, run_id, status, last)
+        self.listener.run_status(session_id, run_id, status, last, failure)
 
     async def aclose(self) -> None:
         """Stop relaying (the runs go on, on their workers)."""
@@ -269,27 +271,31 @@ class TemporalRuns:
             logger.info("the failure of run %s: %s", run_id, type(exc).__name__)
         return None
 
-    async def outcome(self, session_id: str, run_id: str) -> tuple[Status, str]:
-        """Wait for the run's end (a long poll of its result, not billed); say how it ended and
+    async def outcome(self, session_id: str, run_id: str) -> RunEnd:
+        """Wait for the run's end (a long poll of its result, not billed); say how it ended,
         the ID of the last entry it stored (from its result; for a failed or cancelled run, from
-        one ``state()`` query of the closed run; ``""`` when that cannot be had)."""
+        one ``state()`` query of the closed run; ``""`` when that cannot be had) and, for a
+        failed run, why."""
         handle = self.client.get_workflow_handle(
             run_workflow_id(session_id, run_id), result_type=RunResult
         )
         try:
             result = await handle.result()
-        except Exception:
+        except Exception as exc:
             status = await self._described(session_id, run_id)
             if status == "started":
-                return status, ""  # the long poll broke, not the run
+                return status, "", None  # the long poll broke, not the run
+            failure = None
+            if status == "failed" and isinstance(exc, WorkflowFailureError):
+                failure = RunFailure.of(client_error(exc))
             try:
                 async with asyncio.timeout(END_QUERY_TIMEOUT):
                     state = await self.state(session_id, run_id)
             except Exception as exc:  # a closed run no worker can replay now, say
                 logger.info("the entries of ended run %s: %s", run_id, type(exc).__name__)
-                return status, ""
-            return status, state.new_entry_ids[-1] if state.new_entry_ids else ""
-        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else ""
+                return status, "", failure
+            return status, state.new_entry_ids[-1] if state.new_entry_ids else "", failure
+        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else "", None
 
     async def state(self, session_id: str, run_id: str) -> RunState:
         """The run's ``state()``: asked once when a stream attaches to a run it did not see start

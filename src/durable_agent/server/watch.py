@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..durable.follow import DeltaFollower
 from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
-from .runs import Status
+from .runs import RunEnd
 
 __all__ = ["PACE", "Piece", "RunWatch", "grown", "owner"]
 
@@ -69,8 +69,8 @@ class RunWatch:
     leaf: str = ""
     """The run's last stored entry (from its ``state()``, then each entry read that hangs off
     it): the parent of the reply it streams. ``""``: not known (its ``state()`` failed)."""
-    outcome: asyncio.Task[tuple[Status, str]] | None = None
-    """How the run ended and its last stored entry (``TemporalRuns.outcome``)."""
+    outcome: asyncio.Task[RunEnd] | None = None
+    """How the run ended (``TemporalRuns.outcome``)."""
     deltas: DeltaFollower = field(init=False)
     polled: float = float("-inf")
 

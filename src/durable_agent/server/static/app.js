@@ -175,16 +175,12 @@ function frame(event, data) {
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
-    if (data.status === "failed" && data.error) state.failure = failed(data.error);
-    else if (data.status === "failed") whyFailed(state.sid, data.run_id);
+    if (data.status === "failed") { // why, as the run's status also says
+      const why = data.error ? `: ${data.error.type}: ${data.error.message}` : "";
+      state.failure = "the run failed" + why;
+    }
   } else if (event === "deleted") { state.sid = null; sessions(); }
   render();
-}
-function failed(error) { return `the run failed: ${error.type}: ${error.message}`; }
-async function whyFailed(sid, runId) { // the stream says a run failed; its status says why
-  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch(() => null);
-  if (!r || !r.error || state.sid !== sid) return;
-  state.failure = failed(r.error); render();
 }
 async function settle(runId) { // a run that may have ended while no stream listened
   const sid = state.sid;
