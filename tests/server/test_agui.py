@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
-from ag_ui.core import Event, EventType, ToolCallResultEvent
+from ag_ui.core import Event, EventType, RunErrorEvent, ToolCallResultEvent
 from pydantic import TypeAdapter
 
+from durable_agent.ai import ModelError, Reply
 from durable_agent.server import create_app
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
@@ -16,6 +18,18 @@ from durable_agent.workflows import AgentSpec
 from tests.server.support import lookup, scripted, serving, tool_script
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+async def _agui_events(app: Any, body: dict[str, Any]) -> list[Event]:
+    events = []
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        headers = {"Authorization": "Bearer k"}
+        async with client.stream("POST", "/v1/agui", json=body, headers=headers) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(EVENTS.validate_python(json.loads(line[6:])))
+    return events
 
 
 async def test_a_run_as_agui_events(tmp_path: Path) -> None:
@@ -33,14 +47,7 @@ async def test_a_run_as_agui_events(tmp_path: Path) -> None:
         "state": None,
         "forwardedProps": None,
     }
-    events = []
-    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
-        headers = {"Authorization": "Bearer k"}
-        async with client.stream("POST", "/v1/agui", json=body, headers=headers) as response:
-            assert response.status_code == 200
-            async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    events.append(EVENTS.validate_python(json.loads(line[6:])))
+    events = await _agui_events(app, body)
     kinds = [e.type for e in events]
     assert kinds[0] == EventType.RUN_STARTED and kinds[-1] == EventType.RUN_FINISHED
     assert kinds[1:5] == [
@@ -57,3 +64,24 @@ async def test_a_run_as_agui_events(tmp_path: Path) -> None:
     assert kinds.count(EventType.TEXT_MESSAGE_CONTENT) > 1, "the text streamed in pieces"
     result = events[4]
     assert isinstance(result, ToolCallResultEvent) and result.content == "sunny in Paris"
+
+
+async def test_a_failed_run_ends_in_a_run_error_that_says_why(tmp_path: Path) -> None:
+    refused = ModelError("upstream rejected the request (HTTP 400)", retryable=False)
+    spec = AgentSpec(model=scripted([Reply(error=refused)]))
+    keys = {"k": {"principal": "p", "prefix": "t:"}}
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec}, keys=keys)
+    body = {
+        "threadId": "thread-2",
+        "runId": "client-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Hello?"}],
+        "tools": [],
+        "context": [],
+        "state": None,
+        "forwardedProps": None,
+    }
+    events = await _agui_events(app, body)
+    end = events[-1]
+    assert isinstance(end, RunErrorEvent), events
+    assert end.code == "ModelError"
+    assert end.message == "the run failed: ModelError: upstream rejected the request (HTTP 400)"

@@ -83,7 +83,7 @@ class Translation:
         if frame.event == "entry":
             return self._entry(data["entry"])
         if frame.event == "run" and data["run_id"] == self.run_id and data["status"] in ENDED:
-            return [*self._close(), self._end(data["status"])]
+            return [*self._close(), self._end(data["status"], data.get("error"))]
         if frame.event == "deleted":
             return [RunErrorEvent(message="the session was deleted", code="deleted")]
         return []
@@ -141,10 +141,13 @@ class Translation:
             )
         return out
 
-    def _end(self, status: str) -> BaseEvent:
+    def _end(self, status: str, error: dict[str, str] | None) -> BaseEvent:
         if status == "completed":
             return RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id)
-        return RunErrorEvent(message=f"the run {status}", code=status)
+        if error is None:
+            return RunErrorEvent(message=f"the run {status}", code=status)
+        why = f"the run {status}: {error['type']}: {error['message']}"
+        return RunErrorEvent(message=why, code=error["type"])
 
 
 async def _events(
