@@ -139,7 +139,13 @@ function newId() { // 16 hex, as the server's own run IDs
 }
 function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
 async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
-  const r = await api("POST", `/sessions/${state.sid}/messages`, { text: t, message_id: newId() }, true);
+  let r;
+  try {
+    r = await api("POST", `/sessions/${state.sid}/messages`, { text: t, message_id: newId() }, true);
+  } catch (e) { // the run ended before it took the message: a new run takes it
+    if (e && e.error && e.error.type === "RunNotAcceptingError") return ask(t, state.leaf);
+    throw e;
+  }
   state.queued.push({ message_id: r.message_id, text: t }); render();
 }
 async function ask(t, leaf) {
@@ -246,7 +252,10 @@ async function open(sid) {
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
 $("new").onclick = newSession;
-$("ask").onsubmit = (ev) => { ev.preventDefault(); const t = $("text").value.trim(); if (t) { $("text").value = ""; ask(t); } };
+$("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
+  ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
+  $("text").value = ""; ask(t).catch(() => { if (!$("text").value) $("text").value = t; });
+};
 $("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
 $("fork").onclick = async () => { const c = await api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }); await open(c.session_id); };
 sessions().catch(() => {});

@@ -1,0 +1,87 @@
+"""What a user types while the agent works goes into the run; typed as the run ends (the page
+still shows it working, the server has no run that takes a message), a new run takes it, and
+nothing typed is lost (Playwright driving the system Chromium against a real server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from durable_agent import MessageEntry
+from durable_agent.ai import Reply
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import scripted, serving
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.support.gate_tool import GateTool
+from tests.support.polling import eventually
+
+
+async def test_a_message_typed_as_the_run_ends_starts_a_run(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="First done."), Reply(text="Seen it.")]
+    app = create_app(
+        store=store, agents={"helper": AgentSpec(model=scripted(replies), tools=[gate.tool])}
+    )
+    runs = app.state.server.runs
+    refused: list[int] = []
+
+    async def after_the_run_ended(route: Any) -> None:
+        sid = route.request.url.split("/v1/sessions/")[1].split("/")[0]
+        gate.release.set()
+
+        async def ended() -> bool:
+            return not await runs.active(sid)
+
+        await eventually(ended, within=30, interval=0.05, what="the run's end")
+        response = await route.fetch()
+        refused.append(response.status)
+        await route.fulfill(response=response)
+
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+        await eventually(gate.started.wait, within=30, what="the tool running")
+        await page.route("**/v1/sessions/*/messages", after_the_run_ended)
+        await page.fill("#text", "and one more thing")
+        await page.click("#send")
+
+        async def replied() -> bool:
+            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+            return any("Seen it." in t for t in texts)
+
+        await eventually(replied, within=30, interval=0.1, what="the new run's reply")
+        sid = (await store.list_sessions())[0].id
+        said = [
+            (e.message.role, e.message.text())
+            for e in await store.load_entries(sid)
+            if isinstance(e, MessageEntry) and e.message.role != "tool_result"
+        ]
+    assert refused == [409]  # the message reached the server after its run ended
+    assert said[-2:] == [("user", "and one more thing"), ("assistant", "Seen it.")]
+
+
+async def test_what_could_not_be_sent_goes_back_into_the_box(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page = browser_page
+    two = {name: AgentSpec(model=scripted([Reply(text="hi")])) for name in ("a", "b")}
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents=two)  # no default agent
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "a long question I would not want to type again")
+        await page.click("#send")
+
+        async def refused() -> bool:
+            return "UnknownAgentError" in await page.locator("#status").inner_text()
+
+        await eventually(refused, within=30, interval=0.1, what="the refusal")
+        box = await page.input_value("#text")
+    assert box == "a long question I would not want to type again"
