@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from durable_agent.ai import ModelError, ModelEvent, ModelRequest, Reply
 from durable_agent.server import create_app
+from durable_agent.server.runs import FAILURE_CHARS, RunFailure
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
@@ -237,3 +238,10 @@ async def test_another_server_tells_why_a_run_failed(
             assert end["status"] == "failed", end
             assert end["error"]["type"] == "ModelError", end
             assert "(HTTP 400)" in end["error"]["message"]
+
+
+def test_a_failures_message_is_cut_and_keeps_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    failure = RunFailure.of(ModelError(f"{SECRET} said: " + "x" * 10_000, retryable=False))
+    assert failure.type == "ModelError" and len(failure.message) == FAILURE_CHARS
+    assert failure.message.endswith("…") and SECRET[:12] not in failure.message

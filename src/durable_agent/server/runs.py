@@ -35,6 +35,7 @@ from ..session.store import Store
 from ..session.tree import path
 
 __all__ = [
+    "FAILURE_CHARS",
     "REMEMBERED",
     "Accepted",
     "OnBusy",
@@ -86,6 +87,10 @@ class Accepted:
             del self._runs[key]
 
 
+FAILURE_CHARS = 2000
+"""The most characters of a failed run's message a status or a stream frame carries."""
+
+
 class RunFailure(BaseModel):
     """Why a run failed, as a front-end shows it: the error a caller of the library would have
     caught (its class name, e.g. ``UnknownAgentError``, ``ModelError``) and its message."""
@@ -95,8 +100,11 @@ class RunFailure(BaseModel):
 
     @classmethod
     def of(cls, exc: BaseException) -> RunFailure:
-        """``exc`` without the keys this process holds (a worker's failures carry none)."""
+        """``exc`` without the keys this process holds (a worker's failures carry none), its
+        message cut to ``FAILURE_CHARS`` (a provider's error can quote a whole response)."""
         message = redact(str(exc), configured_secrets(os.environ))
+        if len(message) > FAILURE_CHARS:
+            message = message[: FAILURE_CHARS - 1] + "…"
         return cls(type=type(exc).__name__, message=message)
 
 
