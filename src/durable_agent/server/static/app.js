@@ -213,11 +213,14 @@ function reveal(now) {
 }
 async function follow(sid) { // the stream, resumed at the last seq seen whenever it drops
   const abort = new AbortController(); state.abort = abort;
+  let wait = 250; // doubled before each retry, to 8 s: a server or store coming back (a deploy)
   while (!abort.signal.aborted && state.sid === sid) {
     try {
       const r = await fetch(`/v1/sessions/${sid}/stream`, { signal: abort.signal,
         headers: headers({ "last-event-id": String(state.seq) }) });
-      if (!r.ok) return;
+      if ([401, 403, 404].includes(r.status)) return; // the session is gone, or not ours
+      if (!r.ok) throw r.status;
+      wait = 250;
       const reader = r.body.getReader(), decoder = new TextDecoder(); let buf = "";
       for (;;) {
         const { value, done } = await reader.read(); if (done) break;
@@ -226,7 +229,8 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
       }
     } catch (err) { if (abort.signal.aborted) return; }
     if (state.abort === abort) state.heard = false;
-    await new Promise((ok) => setTimeout(ok, 500));
+    wait = Math.min(wait * 2, 8000);
+    await new Promise((ok) => setTimeout(ok, wait));
   }
 }
 function live() { // the stream tells every change from here on, but not a run's end before it

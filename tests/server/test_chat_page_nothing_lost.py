@@ -1,11 +1,15 @@
-"""What a user types while the agent works goes into the run; typed as the run ends (the page
-still shows it working, the server has no run that takes a message), a new run takes it, and
-nothing typed is lost (Playwright driving the system Chromium against a real server)."""
+"""The chat page loses nothing: what a user types as the run ends (the page still shows it
+working, the server has no run that takes a message) starts a new run, a request that fails
+leaves the text in the box, and a stream refused while a server or its store comes back (a
+deploy) is asked for again until it is served (Playwright driving the system Chromium against a
+real server)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from durable_agent import MessageEntry
 from durable_agent.ai import Reply
@@ -85,3 +89,41 @@ async def test_what_could_not_be_sent_goes_back_into_the_box(
         await eventually(refused, within=30, interval=0.1, what="the refusal")
         box = await page.input_value("#text")
     assert box == "a long question I would not want to type again"
+
+
+async def test_a_stream_refused_for_a_while_is_asked_for_again(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(
+        store=store, agents={"helper": AgentSpec(model=scripted([Reply(text="Back.")]))}
+    )
+    asked: list[str] = []
+
+    async def refused_twice(route: Any) -> None:
+        asked.append(route.request.headers.get("last-event-id", ""))
+        if len(asked) <= 2:  # as a proxy answers while the server restarts
+            status = 503 if len(asked) == 1 else 502
+            await route.fulfill(status=status, body="restarting")
+        else:
+            await route.continue_()
+
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "deploy"})
+        await page.route("**/v1/sessions/*/stream", refused_twice)
+        await page.goto(url + "/#deploy")
+        await eventually(lambda: _is_live(page), within=30, interval=0.05, what="the stream")
+        started = await client.post("/v1/sessions/deploy/runs", json={"text": "Still there?"})
+        assert started.status_code == 202, started.text
+
+        async def replied() -> bool:
+            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+            return any("Back." in t for t in texts)
+
+        await eventually(replied, within=30, interval=0.1, what="the reply on the page")
+    assert len(asked) == 3, asked
+
+
+async def _is_live(page: Any) -> bool:
+    return bool(await page.evaluate("state.heard"))
