@@ -245,3 +245,35 @@ def test_a_failures_message_is_cut_and_keeps_no_key(monkeypatch: pytest.MonkeyPa
     failure = RunFailure.of(ModelError(f"{SECRET} said: " + "x" * 10_000, retryable=False))
     assert failure.type == "ModelError" and len(failure.message) == FAILURE_CHARS
     assert failure.message.endswith("…") and SECRET[:12] not in failure.message
+
+
+async def test_a_run_the_server_does_not_know_is_not_shown_working(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A run an in-process server lost (it restarted) answers 404: the page stops showing it
+    working (here the start's answer names a run the server never had)."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+
+    asked: list[str] = []
+
+    async def a_lost_run(route: Any) -> None:
+        await route.fulfill(status=202, json={"run_id": "lost-with-the-process"})
+
+    async def its_status(route: Any) -> None:
+        asked.append(route.request.url)  # asked once the page holds the run as going
+        await route.continue_()
+
+    async with serving(app) as url:
+        await page.route("**/v1/sessions/*/runs", a_lost_run)
+        await page.route("**/v1/sessions/*/runs/lost-with-the-process", its_status)
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+
+        async def dropped() -> bool:
+            runs = await page.evaluate("[...state.runs.keys()]")
+            return bool(asked) and runs == [] and await page.is_disabled("#stop")
+
+        await eventually(dropped, within=30, interval=0.05, what="the lost run dropped")

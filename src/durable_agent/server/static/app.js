@@ -190,9 +190,13 @@ function frame(event, data) {
 }
 async function settle(runId) { // a run that may have ended while no stream listened
   const sid = state.sid;
-  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch(() => null);
-  const going = !r || r.status === "started" || r.status === "awaiting_approval";
-  if (!going && state.sid === sid && state.runs.has(runId)) frame("run", r);
+  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch((e) => e);
+  if (state.sid !== sid || !state.runs.has(runId)) return;
+  if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
+    state.runs.delete(runId); render();
+  } else if (r && r.run_id && r.status !== "started" && r.status !== "awaiting_approval") {
+    frame("run", r);
+  }
 }
 // A worker writes a streaming reply's text in batches (once a second by default): each batch is
 // revealed over about the time until the next, so the reply reads as a stream, not a jump a second.
