@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import Store
+from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import FAST, running_worker
 
@@ -77,6 +79,21 @@ async def helper_app(
         worker = running_worker(temporal, worker_store(), {"helper": spec}, task_queue=queue)
     async with worker:
         yield app
+
+
+@asynccontextmanager
+async def helper_client(
+    temporal: Client | None, tmp_path: Path, spec: AgentSpec
+) -> AsyncIterator[tuple[httpx.AsyncClient, FileStore]]:
+    """:func:`helper_app` on a FileStore under ``tmp_path``, served; a client of it and the
+    server's store."""
+    store = FileStore(tmp_path / "sessions")
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        yield client, store
 
 
 @dataclass

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -21,28 +19,15 @@ from durable_agent.server import create_app
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, helper_app, scripted, serving, stream
+from tests.server.support import ended, helper_app, helper_client, scripted, serving, stream
 from tests.support.gate_tool import GateTool
-
-
-@asynccontextmanager
-async def _client(
-    temporal: Client | None, tmp_path: Path, spec: AgentSpec
-) -> AsyncIterator[tuple[httpx.AsyncClient, FileStore]]:
-    store = FileStore(tmp_path / "sessions")
-    async with (
-        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url) as client,
-    ):
-        yield client, store
 
 
 async def _retried(temporal: Client | None, tmp_path: Path) -> None:
     gate = GateTool()
     replies = [Reply.call("gate", id="g1"), Reply(text="Done."), Reply(text="Again.")]
     spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
-    async with _client(temporal, tmp_path, spec) as (client, store):
+    async with helper_client(temporal, tmp_path, spec) as (client, store):
         sid = f"retry-{uuid.uuid4().hex[:8]}"
         start = {"text": "Do it.", "run_id": "first-try"}
         await client.post("/v1/sessions", json={"session_id": sid})
@@ -81,7 +66,7 @@ async def _retried_messages(temporal: Client | None, tmp_path: Path) -> None:
         ),
         tools=[gate.tool],
     )
-    async with _client(temporal, tmp_path, spec) as (client, store):
+    async with helper_client(temporal, tmp_path, spec) as (client, store):
         sid = f"retry-{uuid.uuid4().hex[:8]}"
         await client.post("/v1/sessions", json={"session_id": sid})
         async with stream(client, sid, after=0) as reader:
@@ -132,7 +117,7 @@ async def test_a_retried_start_is_one_run_on_temporal(
 
 async def test_a_run_id_that_could_not_name_a_run_is_refused(tmp_path: Path) -> None:
     spec = AgentSpec(model=scripted([Reply(text="never")]))
-    async with _client(None, tmp_path, spec) as (client, store):
+    async with helper_client(None, tmp_path, spec) as (client, store):
         for bad in ("../up", "a/b", "", "x" * 65, "sp ace"):
             refused = await client.post(
                 "/v1/sessions/bad-ids/runs", json={"text": "hi", "run_id": bad}
@@ -143,7 +128,7 @@ async def test_a_run_id_that_could_not_name_a_run_is_refused(tmp_path: Path) -> 
 
 async def test_a_deleted_sessions_run_ids_name_new_runs_in_process(tmp_path: Path) -> None:
     spec = AgentSpec(model=scripted([Reply(text="First."), Reply(text="Second.")]))
-    async with _client(None, tmp_path, spec) as (client, store):
+    async with helper_client(None, tmp_path, spec) as (client, store):
         sid = f"again-{uuid.uuid4().hex[:8]}"
         for expected in ("First.", "Second."):
             await client.post("/v1/sessions", json={"session_id": sid})

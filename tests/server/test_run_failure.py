@@ -22,7 +22,7 @@ from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, helper_app, scripted, serving, stream
+from tests.server.support import ended, helper_app, helper_client, scripted, serving, stream
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.polling import eventually
 
@@ -32,12 +32,7 @@ SECRET = "sk-proj-test-0123456789abcdef"
 async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
     refused = ModelError(f"upstream rejected the request (HTTP 400) for {SECRET}", retryable=False)
     spec = AgentSpec(model=scripted([Reply(error=refused), Reply(text="ok")]))
-    store = FileStore(tmp_path / "sessions")
-    async with (
-        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
-        serving(app) as url,
-        httpx.AsyncClient(base_url=url) as client,
-    ):
+    async with helper_client(temporal, tmp_path, spec) as (client, _):
         sid = f"fails-{uuid.uuid4().hex[:8]}"
         await client.post("/v1/sessions", json={"session_id": sid})
         async with stream(client, sid, after=0) as reader:
