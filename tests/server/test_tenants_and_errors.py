@@ -128,6 +128,11 @@ async def test_bad_ids_bodies_and_json_are_refused_and_store_nothing(tmp_path: P
         assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownAgentError"
         r = await client.get("/v1/sessions/ok/entries", params={"after": "-1"})
         assert r.status_code == 422
+        for seq in ("zz", "-1", "²", "1.5", "9" * 19):
+            header = {b"Last-Event-ID": seq.encode("latin-1")}  # a header is latin-1
+            r = await client.get("/v1/sessions/ok/stream", headers=header)
+            assert r.status_code == 400, (seq, r.text)
+            assert r.json()["error"]["type"] == "InvalidLastEventIdError"
     assert _files(tmp_path / "sessions") == []
 
 

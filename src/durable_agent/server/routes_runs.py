@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Header, Query
@@ -125,6 +126,14 @@ async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> dict[s
     return {"active": await runs(srv).active(sid)}
 
 
+SEQ = re.compile(r"[0-9]{1,18}")
+"""A seq as ``Last-Event-ID`` gives it (ASCII digits: ``str.isdigit`` takes ``²`` too)."""
+
+
+class InvalidLastEventIdError(ValueError):
+    """``Last-Event-ID`` is not the seq of an entry."""
+
+
 @router.get("/sessions/{session_id}/stream", response_class=EventSourceResponse)
 async def stream(
     session_id: str,
@@ -135,8 +144,10 @@ async def stream(
 ) -> EventSourceResponse:
     sid = tenant.session(session_id)
     if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise ValueError("Last-Event-ID is the seq of the last entry seen (an integer)")
+        if not SEQ.fullmatch(last_event_id):
+            raise InvalidLastEventIdError(
+                "Last-Event-ID is the seq of the last entry seen (an integer, 0 or more)"
+            )
         after = int(last_event_id)
     await existing(srv, sid)  # 404 before any byte
     return session_stream(srv.hubs, sid, after, srv.keepalive)
