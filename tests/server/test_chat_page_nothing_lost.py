@@ -78,7 +78,7 @@ async def test_what_could_not_be_sent_goes_back_into_the_box(
     page = browser_page
     two = {name: AgentSpec(model=scripted([Reply(text="hi")])) for name in ("a", "b")}
     app = create_app(store=FileStore(tmp_path / "sessions"), agents=two)  # no default agent
-    async with serving(app) as url:
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         await page.goto(url + "/")
         await page.fill("#text", "a long question I would not want to type again")
         await page.click("#send")
@@ -88,6 +88,17 @@ async def test_what_could_not_be_sent_goes_back_into_the_box(
 
         await eventually(refused, within=30, interval=0.1, what="the refusal")
         box = await page.input_value("#text")
+        # the refusal stays in view while the stream redraws the page (another client's run)
+        sid = (await page.evaluate("state.sid")) or ""
+        started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "x", "agent": "a"})
+        assert started.status_code == 202, started.text
+
+        async def redrawn() -> bool:
+            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+            return any("hi" in t for t in texts)
+
+        await eventually(redrawn, within=30, interval=0.1, what="the other run's reply")
+        assert await refused()
     assert box == "a long question I would not want to type again"
 
 

@@ -5,7 +5,7 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(),
-  runs: new Map(), queued: [], reasons: new Map(), failure: "", heard: false, abort: null };
+  runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null };
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -14,23 +14,27 @@ function headers(extra) {
   if ($("key").value) h.authorization = "Bearer " + $("key").value;
   return h;
 }
-async function api(method, path, body, retried) {
+async function api(method, path, body, retried, quiet) {
   // `retried`: a request that is safe to send again (a run start names its run, a message
   // itself), sent again when its answer is lost on the way (the network, not the server,
   // failed): one run, one message, not two
   let r;
+  if (method !== "GET") state.notice = ""; // what the last request the user made said, if it failed
   for (let attempt = 0; ; attempt++) {
     try {
       r = await fetch("/v1" + path, { method, headers: headers(),
         body: body === undefined ? undefined : JSON.stringify(body) });
       break;
     } catch (lost) {
-      if (!retried || attempt >= 3) { $("status").textContent = "network: " + lost; throw lost; }
+      if (!retried || attempt >= 3) { state.notice = "network: " + lost; render(); throw lost; }
       await new Promise((go) => setTimeout(go, 250 * 2 ** attempt));
     }
   }
   const data = r.status === 204 ? {} : await r.json();
-  if (!r.ok) { $("status").textContent = data.error ? data.error.type + ": " + data.error.message : r.status; throw data; }
+  if (!r.ok) {
+    if (!quiet) { state.notice = data.error ? data.error.type + ": " + data.error.message : String(r.status); render(); }
+    throw data;
+  }
   return data;
 }
 async function sessions() {
@@ -121,7 +125,7 @@ function render() {
   const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
-  $("status").textContent = asks ? "waiting for your decision" : busy ? "working…" : state.failure;
+  $("status").textContent = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = chat.scrollHeight;
 }
@@ -190,7 +194,7 @@ function frame(event, data) {
 }
 async function settle(runId) { // a run that may have ended while no stream listened
   const sid = state.sid;
-  const r = await api("GET", `/sessions/${sid}/runs/${runId}`).catch((e) => e);
+  const r = await api("GET", `/sessions/${sid}/runs/${runId}`, undefined, false, true).catch((e) => e);
   if (state.sid !== sid || !state.runs.has(runId)) return;
   if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
     state.runs.delete(runId); render();
