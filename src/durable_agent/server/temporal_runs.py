@@ -291,8 +291,8 @@ class TemporalRuns:
             try:
                 async with asyncio.timeout(END_QUERY_TIMEOUT):
                     state = await self.state(session_id, run_id)
-            except Exception as exc:  # a closed run no worker can replay now, say
-                logger.info("the entries of ended run %s: %s", run_id, type(exc).__name__)
+            except Exception as unread:  # a closed run no worker can replay now, say
+                logger.info("the entries of ended run %s: %s", run_id, type(unread).__name__)
                 return status, "", failure
             return status, state.new_entry_ids[-1] if state.new_entry_ids else "", failure
         return "completed", result.new_entry_ids[-1] if result.new_entry_ids else "", None
