@@ -148,7 +148,8 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     """The answer to a message was lost (the server that took it went, say): resent through
-    another server, which remembers nothing of it, the run's update ID still makes it one."""
+    another server, which remembers nothing of it, the run's update ID still makes it one,
+    while the run goes and after it ended."""
     gate = GateTool()
     spec = AgentSpec(
         model=scripted([Reply.call("gate", id="g1"), Reply(text="Noted.")]), tools=[gate.tool]
@@ -179,5 +180,20 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
                     assert sent.json() == {"run_id": "r", "message_id": "m-1"}
                 gate.release.set()
                 await reader.until(ended("r"), within=60)
+        # resent once more after the run ended, through a server that never saw it: the ended
+        # run answers its update ID with the outcome it kept (not a 409, nothing delivered)
+        third = create_app(
+            store=FileStore(tmp_path / "sessions"),
+            temporal=temporal_client,
+            task_queue=runs.executor.task_queue,
+            agents=["helper"],
+        )
+        async with serving(third) as url3, httpx.AsyncClient(base_url=url3) as late:
+            sent = await late.post(f"/v1/sessions/{sid}/messages", json=steer)
+            assert sent.status_code == 202, sent.text
+            assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+            other_message = {"text": "Never sent before.", "message_id": "m-2"}
+            refused = await late.post(f"/v1/sessions/{sid}/messages", json=other_message)
+            assert refused.status_code == 409, refused.text
     said = [m.message.text() for m in await _messages(store, sid)]
     assert said == ["Go.", "", "Also this.", "Noted."]

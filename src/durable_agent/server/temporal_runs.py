@@ -35,6 +35,7 @@ from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
+from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .relay import RunRelay
@@ -61,6 +62,9 @@ logger = logging.getLogger("durable_agent.server")
 
 END_QUERY_TIMEOUT = 10.0
 """Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
+LATELY = 5
+"""How many of a session's latest ended runs a message no going run takes is offered to: the
+one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
 FAILURE_TIMEOUT = timedelta(seconds=10)
 """Seconds the read of an ended run's failure from its history may take."""
 
@@ -310,23 +314,45 @@ class TemporalRuns:
         accepted = self._accepted.run_of(session_id, message_id)
         if accepted is not None and message_id is not None:
             return accepted, message_id  # a retried request: handed on once
-        for run_id in await self.active(session_id):
-            handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-            # the update's ID: the same message sent again is the same update, which the run
-            # answers once (Temporal keeps a run's update IDs)
-            message_id = message_id or new_id()
-            body = send_body(entry, when).model_copy(
-                update={"message_id": message_id, "answer": "accepted"}
-            )
-            try:
-                # answered in the workflow task that accepts the message (or refuses it: then
-                # this raises), not when the run delivers it
-                await handle.execute_update("send", body, id=message_id, result_type=str)
-            except (WorkflowUpdateFailedError, RPCError):
-                continue  # that run ended or takes no more messages
-            self._accepted.add(session_id, message_id, run_id)
-            return run_id, message_id
+        resent = message_id is not None  # the client's ID: maybe a resend
+        message_id = message_id or new_id()
+        # the update's ID: the same message sent again is the same update, which a run answers
+        # once, going or ended (Temporal keeps a run's update IDs with its history)
+        body = send_body(entry, when).model_copy(
+            update={"message_id": message_id, "answer": "accepted"}
+        )
+        going = await self.active(session_id)
+        for run_id in going:
+            if await self._offer(session_id, run_id, body, message_id):
+                return run_id, message_id
+        # no going run takes it: an ended one that took it before its answer was lost says so
+        for run_id in await self._ended_lately(session_id, going) if resent else []:
+            if await self._offer(session_id, run_id, body, message_id):
+                return run_id, message_id
         raise no_run_accepts(session_id)
+
+    async def _offer(self, session_id: str, run_id: str, body: SendBody, message_id: str) -> bool:
+        """Whether the run took the message: its validator accepted the update (answered in the
+        workflow task that queues it, not when the run delivers it), or the run, ended, took
+        this very update before."""
+        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
+        try:
+            await handle.execute_update("send", body, id=message_id, result_type=str)
+        except (WorkflowUpdateFailedError, RPCError):
+            return False  # that run ended or takes no more messages
+        self._accepted.add(session_id, message_id, run_id)
+        return True
+
+    async def _ended_lately(self, session_id: str, going: Sequence[str]) -> list[str]:
+        """The session's latest runs (``LATELY`` of them) that are not going: one of them may
+        have taken the message being sent again before it ended."""
+        query = f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run"'
+        try:
+            listed = [_run_id(w.id) async for w in self.client.list_workflows(query, limit=LATELY)]
+        except RPCError as exc:
+            logger.info("listing the runs of %s: %s", session_id, type(exc).__name__)
+            return []
+        return [r for r in listed if r not in going]
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
         """Any server process decides from the session ID alone: the run that asked takes the
