@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
@@ -143,6 +144,12 @@ async def test_a_deleted_sessions_run_ids_name_new_runs_in_process(tmp_path: Pat
             assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
 
 
+def _replica(temporal: Client, tmp_path: Path, task_queue: str) -> FastAPI:
+    """Another server of the deployment: its own store object, the same queue, no memory."""
+    store = FileStore(tmp_path / "sessions")
+    return create_app(store=store, temporal=temporal, task_queue=task_queue, agents=["helper"])
+
+
 @pytest.mark.temporal
 async def test_a_message_resent_through_another_server_is_delivered_once(
     temporal_client: Client, tmp_path: Path
@@ -161,12 +168,7 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
         httpx.AsyncClient(base_url=url) as first,
     ):
         runs = one.state.server.runs
-        other = create_app(
-            store=FileStore(tmp_path / "sessions"),
-            temporal=temporal_client,
-            task_queue=runs.executor.task_queue,
-            agents=["helper"],
-        )
+        other = _replica(temporal_client, tmp_path, runs.executor.task_queue)
         async with serving(other) as url2, httpx.AsyncClient(base_url=url2) as second:
             sid = f"resent-{uuid.uuid4().hex[:8]}"
             await first.post("/v1/sessions", json={"session_id": sid})
@@ -182,12 +184,7 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
                 await reader.until(ended("r"), within=60)
         # resent once more after the run ended, through a server that never saw it: the ended
         # run answers its update ID with the outcome it kept (not a 409, nothing delivered)
-        third = create_app(
-            store=FileStore(tmp_path / "sessions"),
-            temporal=temporal_client,
-            task_queue=runs.executor.task_queue,
-            agents=["helper"],
-        )
+        third = _replica(temporal_client, tmp_path, runs.executor.task_queue)
         async with serving(third) as url3, httpx.AsyncClient(base_url=url3) as late:
             sent = await late.post(f"/v1/sessions/{sid}/messages", json=steer)
             assert sent.status_code == 202, sent.text
