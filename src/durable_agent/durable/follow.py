@@ -1,21 +1,19 @@
 """Following a session as it grows: its stored entries, and the live deltas of a reply streaming.
 
 :class:`SessionFollower` reads a session's entries after a sequence number (an entry's 1-based
-position in append order), polling the store with back-off and woken early by activity on the
-session's live channel: a run's client stream follows its run this way, and the HTTP stream
-replays and follows a session from a client's last seen seq (docs/design.md#following-a-session).
+position in append order), polling the store with back-off, woken early by activity on the
+session's live channel and by the store's append feed where it has one: a run's client stream
+follows its run this way, and the HTTP stream replays and follows a session from a client's last
+seen seq (docs/design.md#following-a-session).
 
-:class:`DeltaFollower` reads the live deltas of one run's replies (docs/design.md#live-deltas) and
-turns them into ``message_update`` events, as the in-process stream gives them. A delta is taken
-only if it is the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later attempt: the
-model call was retried (a crashed worker), and the update then carries ``restart=True``. A
-client attaching late jumps straight to the latest attempt, and gets no deltas at all for a reply
-already stored. When the reply is stored, the stored message wins: if what was shown is not
-exactly its content, one last update brings it there (``restart=True`` when that is not an
-extension of what was shown), so the text a consumer built always ends equal to the stored
-message. Deltas read together become one update; each update's ``delta`` is the text it adds
-(after a restart, the whole text so far). While a reply streams, each read is timed just after
-the writer's next write is due (a delta carries its write time): one write found per read.
+:class:`DeltaFollower` reads the live deltas of one run's replies (docs/design.md#live-deltas) as
+``message_update`` events, as the in-process stream gives them. A delta is taken only if it is
+the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later attempt (the model call was
+retried: the update carries ``restart=True``); a client attaching late jumps to the latest
+attempt, and gets no deltas of a reply already stored. At the reply's receipt the stored message
+wins: one last update brings the text shown to it (``restart=True`` if that is no extension).
+Deltas read together are one update (its ``delta`` the text it adds). While a reply streams,
+each read is timed just after the writer's next write is due (a delta carries its write time).
 """
 
 from __future__ import annotations
@@ -40,10 +38,10 @@ from ..session.deltas import (
 )
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
-from ..session.store import SeqStore, Store
+from ..session.store import AppendFeed, AppendWatch, SeqStore, Store
 from .partial import PartialReply, copied, extends
 
-__all__ = ["DeltaFollower", "SessionFollower", "entries_after"]
+__all__ = ["PUSHED_READ", "DeltaFollower", "SessionFollower", "entries_after"]
 
 logger = logging.getLogger("durable_agent.live")
 
@@ -65,6 +63,11 @@ def _reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entr
     return sliced
 
 
+PUSHED_READ = 5.0
+"""Seconds between two reads at most while the store's append feed (which wakes at each append)
+is up."""
+
+
 class SessionFollower:
     """Follow one session from seq ``after``: new entries in seq order, each once.
 
@@ -76,10 +79,12 @@ class SessionFollower:
     streaming, its last delta written, a run starting) makes the next read due at once and the
     back-off start over. A store that is down (``StoreUnavailableError``) reads as nothing new
     until it is back; any other store error is raised (``SessionNotFoundError`` too, unless
-    ``missing_ok``).
-
-    Each entry is yielded once even if a store's seqs shift under concurrent writers (an entry
-    ID already yielded is skipped).
+    ``missing_ok``). Each entry is yielded once even if a store's seqs shift under concurrent
+    writers (an entry ID already yielded is skipped). On a store with an append feed
+    (:class:`~durable_agent.session.store.AppendFeed`) it watches the session from its first
+    read on: each append wakes it and calls ``on_wake`` (for a reader sleeping on its own
+    timer), and while the feed is up the back-off grows to :data:`PUSHED_READ`; :meth:`close`
+    ends the watch.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class SessionFollower:
         slowest: float = 1.0,
         growth: float = 2.0,
         missing_ok: bool = False,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.missing_ok = missing_ok
@@ -102,13 +108,31 @@ class SessionFollower:
         self.fastest = fastest
         self.slowest = slowest
         self.growth = growth
-        self._wait = fastest
-        self._due = 0.0
+        self._wait, self._due = fastest, 0.0
         self.read_at = float("-inf")
         """When (the event loop's clock) the last read was."""
         self._seen: set[str] = set()
         self._woken = asyncio.Event()
         self._read = _reader(store)
+        self._on_wake = on_wake or (lambda: None)
+        self._feed = store if isinstance(store, AppendFeed) else None
+        self._watch: AppendWatch | None = None
+
+    @property
+    def pushed(self) -> bool:
+        """The store's append feed wakes this follower (module doc)."""
+        return self._watch is not None and self._watch.live
+
+    def close(self) -> None:
+        """Stop watching the store's append feed (reads still work, on the back-off alone)."""
+        self._feed = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def _pushed(self) -> None:
+        self.wake()
+        self._on_wake()
 
     def wake(self) -> None:
         """Something happened on the session: read at once, and fast for a while."""
@@ -138,6 +162,8 @@ class SessionFollower:
         """One read now: the entries after the cursor (the cursor moves past them)."""
         self._woken.clear()
         self.read_at = asyncio.get_running_loop().time()
+        if self._watch is None and self._feed is not None:  # before the read: nothing slips by
+            self._watch = self._feed.watch_appends(self.session_id, self._pushed)
         try:
             found = await self._read(self.session_id, self.after)
         except StoreUnavailableError as exc:
@@ -151,7 +177,8 @@ class SessionFollower:
         if found:
             self.after = max(self.after, found[-1][0])
         self._seen.update(e.id for _, e in new)
-        self._wait = self.fastest if new else min(self._wait * self.growth, self.slowest)
+        slowest = max(self.slowest, PUSHED_READ) if self.pushed else self.slowest
+        self._wait = self.fastest if new else min(self._wait * self.growth, slowest)
         self._due = asyncio.get_running_loop().time() + self._wait
         return new
 

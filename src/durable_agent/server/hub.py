@@ -74,7 +74,8 @@ class SessionHub:
     def __init__(self, hubs: Hubs, session_id: str, after: int) -> None:
         self.hubs = hubs
         self.session_id = session_id
-        self.reads = HubReads(hubs.store, session_id, after)
+        self._kick = asyncio.Event()
+        self.reads = HubReads(hubs.store, session_id, after, on_wake=self._kick.set)
         self.follower = self.reads.follower
         self.subscribers: set[asyncio.Queue[Frame | None]] = set()
         self.active: dict[str, str] = {}
@@ -88,7 +89,6 @@ class SessionHub:
         """Run ID -> the calls a watched run waits for a decision on (:meth:`_waits`)."""
         self.leaf = ""
         """The last stored entry read (a watched run's reply parent while its leaf is unknown)."""
-        self._kick = asyncio.Event()
         self.relays: set[str] = set()
         """The runs going that this process relays (they tell what they store)."""
         self._look_until = 0.0
@@ -264,6 +264,7 @@ class SessionHub:
         except Exception:
             logger.exception("following session %s", self.session_id)
         finally:
+            self.follower.close()
             self.hubs.forget(self)
             self._send(None)
 

@@ -92,9 +92,11 @@ def of_reply(parent: str) -> Callable[[str, Held], bool]:
 class HubReads:
     """The reads of one hub's follower: when the next is due, and what waits for one."""
 
-    def __init__(self, store: Store, session_id: str, after: int) -> None:
+    def __init__(
+        self, store: Store, session_id: str, after: int, on_wake: Callable[[], None]
+    ) -> None:
         self.follower = SessionFollower(
-            store, session_id, after, fastest=FASTEST_READ, slowest=IDLE_READ
+            store, session_id, after, fastest=FASTEST_READ, slowest=IDLE_READ, on_wake=on_wake
         )
         self.first_leaf = ""
         """The entry at the seq the hub started after (read before the hub, not by it)."""

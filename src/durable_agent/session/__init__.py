@@ -43,7 +43,7 @@ from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
 from .record import SessionRecord
 from .render import TreeLine, entry_summary, message_summary, render_tree, tree_lines
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
-from .store import RetentionStore, SeqStore, Store
+from .store import AppendFeed, AppendWatch, RetentionStore, SeqStore, Store
 from .tree import TreeNode, path, tree
 from .turns import Turn, is_turn_start, last_turn
 from .views import model_view, raw_model_view, transcript_view
@@ -57,6 +57,8 @@ __all__ = [
     "decision_entry_id",
     "pending_items",
     "INTERRUPTED_TEXT",
+    "AppendFeed",
+    "AppendWatch",
     "MAX_SESSION_ID_LENGTH",
     "CompactionEntry",
     "CorruptSessionError",

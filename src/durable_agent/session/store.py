@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from .entries import Entry
@@ -11,6 +11,8 @@ from .record import SessionRecord
 
 __all__ = [
     "DEFAULT_PAGE",
+    "AppendFeed",
+    "AppendWatch",
     "RetentionStore",
     "SeqStore",
     "Store",
@@ -82,6 +84,36 @@ class SeqStore(Store, Protocol):
     """
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]: ...
+
+
+class AppendWatch(Protocol):
+    """One reader's watch on one session's appends (:meth:`AppendFeed.watch_appends`)."""
+
+    @property
+    def live(self) -> bool:
+        """The feed is up: each append committed from now on calls the watch's ``wake``."""
+        ...
+
+    async def ready(self) -> bool:
+        """Wait until the feed knows whether it is up (its first try settled): :attr:`live`."""
+        ...
+
+    def close(self) -> None:
+        """Stop calling ``wake``."""
+        ...
+
+
+@runtime_checkable
+class AppendFeed(Protocol):
+    """A store that tells its readers when a session's appends commit, so a follower waits for
+    them instead of polling (docs/design.md#following-a-session): ``MemoryStore`` always,
+    ``MongoStore`` where the server has change streams (a replica set). ``wake`` is called on
+    the event loop that watched, soon after each append of ``session_id`` commits, and when
+    the feed goes up or down (a read then finds what it may have missed). Best effort: a
+    follower still reads now and then, and on its own schedule while the feed is down.
+    """
+
+    def watch_appends(self, session_id: str, wake: Callable[[], None]) -> AppendWatch: ...
 
 
 def check_after(after: object) -> int:

@@ -3,7 +3,9 @@ RememberingStore, the wrapper a worker puts around its store to build paths from
 
 Where a turn goes through this package: each produced entry is one ``append_entries`` call (one
 JSON line, one MongoDB document), and each store also carries the live-delta channel a streaming
-reply is published on (``store.live_deltas()``, docs/design.md#live-deltas). On a worker,
+reply is published on (``store.live_deltas()``, docs/design.md#live-deltas); the memory and
+Mongo stores also wake the followers of a session at each append (``watch_appends``, the append
+feed, :mod:`.appends`; MongoStore from a change stream on a replica set). On a worker,
 :class:`RememberingStore` answers the turn's path from memory (docs/design.md#worker-memory).
 
 ``MongoStore`` is imported lazily so that ``import durable_agent.stores`` never needs PyMongo.

@@ -17,7 +17,7 @@ object, so a worker and its clients in one process stream to each other
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from ..session.store import DEFAULT_PAGE, check_after, check_page, newest_first
+from .appends import AppendWatchers, Watch
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryDeltas", "MemoryStore"]
 
@@ -92,10 +93,16 @@ class MemoryStore:
         self._records: dict[str, SessionRecord] = {}
         self._logs: dict[str, _Log] = {}
         self._deltas = MemoryDeltas()
+        self._watchers = AppendWatchers(live=True)
 
     def live_deltas(self) -> MemoryDeltas:
         """This store's live-delta channel (one per store object, in this process only)."""
         return self._deltas
+
+    def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
+        """Call ``wake`` after each append to (or delete of) the session
+        (:class:`~durable_agent.session.store.AppendFeed`; always live, in this process)."""
+        return self._watchers.add(session_id, wake, _live)
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         """Record the session; ``SessionExistsError`` if it is already there."""
@@ -157,6 +164,8 @@ class MemoryStore:
             todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
+        if todo:
+            self._watchers.notify(session_id)
 
     async def list_sessions(
         self, *, limit: int = DEFAULT_PAGE, offset: int = 0
@@ -176,3 +185,8 @@ class MemoryStore:
                 raise SessionNotFoundError(session_id)
             self._logs.pop(session_id, None)
             self._deltas.drop_session(session_id)
+        self._watchers.notify(session_id)
+
+
+async def _live() -> bool:
+    return True

@@ -156,6 +156,7 @@ class RunFollower:
             fastest=FASTEST_READ,
             slowest=SLOWEST_READ,
             missing_ok=True,  # a new session's first run creates it
+            on_wake=self._pushed,
         )
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
@@ -213,6 +214,7 @@ class RunFollower:
             )
             return list(self.chain.produced)
         finally:
+            self.entries.close()
             if not result_task.done():
                 result_task.cancel()
 
@@ -314,6 +316,10 @@ class RunFollower:
         return None if store_in <= SLACK else min(store_in, deltas.due_in())
 
     def _run_ended(self, _: asyncio.Future[RunResult]) -> None:
+        self._pushed()
+
+    def _pushed(self) -> None:
+        """Wake the follow loop: the run ended, or the store's feed says the session grew."""
         if self._waiter is not None:
             _release(self._waiter)
 

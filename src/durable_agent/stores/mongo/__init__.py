@@ -3,7 +3,8 @@
 Where a turn goes through it: ``append_entries`` (:mod:`.store`) encodes the batch and hands it to
 the writer (:mod:`.writer`), which claims its slot and entry IDs (:mod:`.claims`) and inserts one
 document; loads turn those documents back into entries (:mod:`.decode`), and a follower's
-reads number them up to the first append still in flight (:mod:`.tail`). A model reply streams
+reads number them up to the first append still in flight (:mod:`.tail`) and, on a replica set,
+are woken by a change stream at each append (:mod:`.feed`). A model reply streams
 through the store's live-delta channel (:mod:`.deltas`, ``MongoStore.live_deltas()``) while it is
 produced, and is stored like any other entry.
 """

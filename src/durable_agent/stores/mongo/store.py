@@ -13,12 +13,8 @@ runs on a standalone ``mongod`` and on FerretDB). A new batch is one ordered ``i
 its slot and claims, one ``insert_one`` of its document, then a primary-key read of the session
 document confirming it was not deleted meanwhile.
 
-Why one document per append (FerretDB 1.24, ``make bench-peers`` part 3, medians of 3, idle
-machine, 2026-12-04, before the confirming read was added): 10k entries load in 333 ms (1.89x
-that peer; one document per entry took 581 ms, 3.3x; about a third of it is decoding), appends
-of 1 / 10 entries take 1.50 / 2.10 ms p50 (0.96x / 1.24x), and 20 concurrent sessions write 745
-entries/s (peer 514). FerretDB parses every document of the collection on a load, so the document
-count decides it; on MongoDB a load is an index range scan either way.
+Why one document per append: FerretDB parses every document of a collection on a load (10k
+entries: 333 ms, 581 ms at one document per entry); on MongoDB a load is an index scan either way.
 
 Unique ``_id`` (claims, slots, batch documents and fences) and unique indexes on
 ``(session_id, inc, seq)`` and ``keys`` make the database the referee between concurrent
@@ -45,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,6 +63,7 @@ from ...session.errors import (
 from ...session.ids import validate_session_id
 from ...session.record import SessionRecord
 from ...session.store import check_page
+from ..appends import Watch
 from .claims import Claims
 from .decode import (
     LOAD_BATCH_SIZE,
@@ -78,6 +75,7 @@ from .decode import (
     translate_errors,
 )
 from .deltas import MongoDeltas
+from .feed import ChangeFeed
 from .incarnation import Scope, incarnation_of, new_incarnation
 from .tail import ABANDON_AFTER, TailReader
 from .writer import BatchWriter
@@ -162,6 +160,7 @@ class MongoStore:
         )
         self._tail = TailReader(self._entries, self._claims, abandon_after)
         self._live: MongoDeltas | None = None
+        self._feed = ChangeFeed(self._entries)
         # Strong references to shielded writes so a cancelled caller's write is not collected.
         self._writes: set[asyncio.Future[Any]] = set()
 
@@ -189,6 +188,11 @@ class MongoStore:
         if self._live is None:
             self._live = MongoDeltas(self._database)
         return self._live
+
+    def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
+        """Call ``wake`` after each append to the session commits, where the server has change
+        streams (:class:`~durable_agent.session.store.AppendFeed`, :mod:`.feed`)."""
+        return self._feed.watch(session_id, wake)
 
     async def ensure_indexes(self) -> None:
         """Create the two unique indexes if this store object has not done so yet.
