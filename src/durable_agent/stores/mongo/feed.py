@@ -90,7 +90,11 @@ class ChangeFeed:
             except (OperationFailure, TypeError, InvalidOperation) as exc:
                 # no change streams here, not allowed, or the client was closed: poll from now on
                 if not isinstance(exc, InvalidOperation):
-                    logger.info("MongoStore: no change streams (%s); followers poll", exc)
+                    why = getattr(exc, "details", None) or {}
+                    logger.info(
+                        "MongoStore: no change streams here (%s): followers poll the store",
+                        why.get("errmsg") or exc,
+                    )
                 self._unavailable, self._task = True, None
                 self._settled.set()
                 return
