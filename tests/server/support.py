@@ -46,6 +46,10 @@ async def serving(app: FastAPI) -> AsyncIterator[str]:
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=1,  # open streams do not hold the test up
+        # a test's client may idle for a minute between two requests: uvicorn closing the
+        # connection (after 5 s by default) just as the client reuses it is an HTTP race a
+        # browser retries and httpx reports (ReadError), not the server's behaviour under test
+        timeout_keep_alive=300,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
