@@ -7,7 +7,7 @@ import contextlib
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,3 +223,14 @@ def ended(run_id: str) -> Any:
         )
 
     return check
+
+
+def replied(page: Any, text: str) -> Callable[[], Awaitable[bool]]:
+    """A probe for ``eventually``: a stored (not live) assistant message on the chat page
+    contains ``text``."""
+
+    async def probe() -> bool:
+        texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+        return any(text in t for t in texts)
+
+    return probe

@@ -16,7 +16,7 @@ from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import scripted, serving
+from tests.server.support import replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
@@ -56,11 +56,9 @@ async def test_a_message_typed_as_the_run_ends_starts_a_run(
         await page.fill("#text", "and one more thing")
         await page.click("#send")
 
-        async def replied() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("Seen it." in t for t in texts)
-
-        await eventually(replied, within=30, interval=0.1, what="the new run's reply")
+        await eventually(
+            replied(page, "Seen it."), within=30, interval=0.1, what="the new run's reply"
+        )
         sid = (await store.list_sessions())[0].id
         said = [
             (e.message.role, e.message.text())
@@ -93,11 +91,7 @@ async def test_what_could_not_be_sent_goes_back_into_the_box(
         started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "x", "agent": "a"})
         assert started.status_code == 202, started.text
 
-        async def redrawn() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("hi" in t for t in texts)
-
-        await eventually(redrawn, within=30, interval=0.1, what="the other run's reply")
+        await eventually(replied(page, "hi"), within=30, interval=0.1, what="the other run's reply")
         assert await refused()
     assert box == "a long question I would not want to type again"
 
@@ -128,11 +122,9 @@ async def test_a_stream_refused_for_a_while_is_asked_for_again(
         started = await client.post("/v1/sessions/deploy/runs", json={"text": "Still there?"})
         assert started.status_code == 202, started.text
 
-        async def replied() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("Back." in t for t in texts)
-
-        await eventually(replied, within=30, interval=0.1, what="the reply on the page")
+        await eventually(
+            replied(page, "Back."), within=30, interval=0.1, what="the reply on the page"
+        )
     assert len(asked) == 3, asked
 
 

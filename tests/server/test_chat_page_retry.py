@@ -13,7 +13,7 @@ from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import scripted, serving
+from tests.server.support import replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.polling import eventually
 
@@ -44,12 +44,8 @@ async def test_a_start_whose_answer_was_lost_is_one_run(
         await page.fill("#text", "hello")
         await page.click("#send")
 
-        async def replied() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("Only once." in t for t in texts)
-
         await asyncio.wait_for(answered.wait(), 30)  # the start sent again was answered
-        await eventually(replied, within=30, interval=0.1, what="the reply")
+        await eventually(replied(page, "Only once."), within=30, interval=0.1, what="the reply")
         sid = (await store.list_sessions())[0].id
         said = [
             (e.message.role, e.message.text())

@@ -22,7 +22,15 @@ from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, helper_app, helper_client, scripted, serving, stream
+from tests.server.support import (
+    ended,
+    helper_app,
+    helper_client,
+    replied,
+    scripted,
+    serving,
+    stream,
+)
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.polling import eventually
 
@@ -122,11 +130,9 @@ async def test_the_chat_page_shows_why_a_run_failed(
         await page.fill("#text", "again")
         await page.click("#send")
 
-        async def replied() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("Fine now." in t for t in texts)
-
-        await eventually(replied, within=30, interval=0.1, what="the second reply")
+        await eventually(
+            replied(page, "Fine now."), within=30, interval=0.1, what="the second reply"
+        )
         assert "failed" not in await status()
 
 
@@ -163,8 +169,7 @@ async def test_a_run_that_ended_before_the_page_listened_is_seen_ended(
         await page.click("#send")
 
         async def settled() -> bool:
-            texts = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
-            return any("Quick." in t for t in texts) and await page.is_disabled("#stop")
+            return await replied(page, "Quick.")() and await page.is_disabled("#stop")
 
         await eventually(settled, within=30, interval=0.1, what="the run seen ended")
         assert await page.locator("#status").inner_text() == ""
