@@ -82,6 +82,7 @@ def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
         child.expect("answer y, n")
         child.sendline("n not before the audit")
         child.expect("tool call denied: not before the audit")
+        assert "running…" not in child.before  # a denied call never runs
         child.expect(prompt)
         child.sendline("Email the Q3 figures to the team.")
         child.expect(r"team@example\.com.*\[y / n reason / e\]")

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
-from durable_agent import Reply, ScriptedModel
-from durable_agent.ai.messages import Message, TextContent, user_message
+from durable_agent import Event, Reply, ScriptedModel
+from durable_agent.agent.events import AgentEvent
+from durable_agent.ai.messages import Message, TextContent, tool_result_message, user_message
 from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
 from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import workflows_url
 from durable_agent.cli.processes import free_port
-from durable_agent.cli.render import render_tree
+from durable_agent.cli.render import RunPrinter, render_tree
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
+from durable_agent.session import ApprovalDecision, ApprovalRequest, Entry
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.stores.mongo import MongoStore
@@ -171,6 +174,57 @@ def test_tree_draws_several_roots_as_branches() -> None:
     lines = out.getvalue().splitlines()
     assert "⑂ branch 1/2" in lines[1] and "○ a user: q1" in lines[2]
     assert "⑂ branch 2/2 (active)" in lines[3] and "● b user: q1 again  ◀ leaf" in lines[4]
+
+
+def test_tree_says_what_a_call_waits_for_and_what_was_decided() -> None:
+    asked = ApprovalRequest(
+        id="r",
+        parent_id="b",
+        tool_call_id="c1",
+        tool_name="send_email",
+        args={"to": "a@b"},
+        run_id="x",
+    )
+    decided = ApprovalDecision(
+        id="d", parent_id="r", tool_call_id="c1", approved=False, reason="not now"
+    )
+    entries: list[Entry] = [_entry("b", None, "q1"), asked, decided]
+    out = io.StringIO()
+    Console(file=out, width=100, no_color=True).print(render_tree(entries, "d", "s"))
+    lines = out.getvalue().splitlines()
+    assert 'r custom approval_request: send_email({"to": "a@b"})' in lines[2]
+    assert "d custom approval_decision: denied c1: not now" in lines[3]
+
+
+def _agent_event(kind: str, entries: list[Any] | None = None, **fields: Any) -> Event:
+    inner = AgentEvent(type=kind, **fields)
+    return Event(type="agent", session_id="s", agent=inner, entries=entries)
+
+
+def _denied_turn(printer: RunPrinter, *, decision_event: bool) -> None:
+    if decision_event:
+        decision = ApprovalDecision(id="d", parent_id="r", tool_call_id="c1", approved=False)
+        printer.handle(_agent_event("approval_decided", entries=[decision]))
+    printer.handle(
+        _agent_event("tool_execution_start", tool_call_id="c1", tool_name="send_email", args={})
+    )
+    result = tool_result_message("c1", "send_email", TextContent(text="tool call denied"))
+    printer.handle(_agent_event("message_end", message=result))
+
+
+@pytest.mark.parametrize("told", ["by its event", "before the run"])
+def test_a_denied_call_is_not_shown_as_running(told: str) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, no_color=True)
+    printer = RunPrinter(console, denied=() if told == "by its event" else {"c1"})
+    _denied_turn(printer, decision_event=told == "by its event")
+    printer.handle(  # an approved call of the same run still says it runs
+        _agent_event("tool_execution_start", tool_call_id="c2", tool_name="get_weather", args={})
+    )
+    shown = out.getvalue()
+    assert "send_email" in shown and "↳ send_email: tool call denied" in shown
+    assert "send_email({}) running" not in shown
+    assert "get_weather({}) running…" in shown
 
 
 def test_demo_model_follows_the_question() -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "approve",
     "ask",
     "continuation",
+    "denied_calls",
     "deny",
     "pending_line",
     "show_approvals",
@@ -283,12 +284,18 @@ async def _continue(
         if (await asked.describe()).status == WorkflowExecutionStatus.RUNNING:
             return  # the waiting run took the decision and goes on by itself
     stream = await continuation(console, agent)
-    printer = RunPrinter(console)
+    printer = RunPrinter(console, denied_calls(agent))
     try:
         async for event in stream.events():
             printer.handle(event)
     finally:
         printer.finish()
+
+
+def denied_calls(agent: Agent) -> set[str]:
+    """The calls of the handle's awaiting turn that a person denied (they will not run)."""
+    turn = awaiting_turn(path(agent.entries(), agent.leaf_id))
+    return set() if turn is None else {i for i, d in turn.decisions.items() if not d.approved}
 
 
 def turn_settled(agent: Agent) -> bool:

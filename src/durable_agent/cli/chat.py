@@ -36,7 +36,7 @@ from ..session import (
     validate_session_id,
 )
 from ..workflows import TemporalExecutor
-from .approvals import Lines, ask, continuation, turn_settled
+from .approvals import Lines, ask, continuation, denied_calls, turn_settled
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -191,7 +191,7 @@ class Chat:
     async def follow(self, stream: RunStream) -> None:
         """Print a run's events while sending what is typed meanwhile into it; on cancellation
         (Ctrl-C) cancel the workflow, then re-raise."""
-        printer = RunPrinter(self.console)
+        printer = RunPrinter(self.console, denied_calls(self.agent))
         steering = asyncio.create_task(self.steer(stream))
         try:
             async for event in stream.events():

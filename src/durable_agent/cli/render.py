@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.text import Text
 from temporalio.service import RPCError
 
-from ..ai import Message, ModelError, ToolCall
+from ..ai import Message, ModelError
 from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError, Event
 from ..session import (
@@ -44,7 +44,7 @@ from ..session import (
     message_summary,
     tree_lines,
 )
-from ..session.render import ACTIVE, LEAF, OFF_PATH, short
+from ..session.render import ACTIVE, LEAF, OFF_PATH, call_text, short
 from ..workflows.config import TemporalConfigError
 from . import AppLoadError
 from .config import TARGET, CommandError, TemporalFlags, mongo_unreachable
@@ -175,8 +175,8 @@ def print_json(console: Console, data: Any) -> None:
 
 
 def _asked(entry: Entry) -> str:
-    args = json.dumps(getattr(entry, "args", {}), ensure_ascii=False)
-    return f"⏸ {getattr(entry, 'tool_name', '')}({args}) waits for approval"
+    call = call_text(getattr(entry, "tool_name", ""), getattr(entry, "args", {}))
+    return f"⏸ {call} waits for approval"
 
 
 def _decided(entry: Entry) -> str:
@@ -196,10 +196,6 @@ PEOPLE: dict[str, Callable[[Entry], str]] = {
     "input_delivered": _delivered,
 }
 """How a run's waits for people and the messages people sent show (one line per entry)."""
-
-
-def _call_text(call: ToolCall) -> str:
-    return f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
 
 
 _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool_result": "bold magenta"}
@@ -260,9 +256,12 @@ def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
 class RunPrinter:
     """Prints one run's events as they arrive, receipts included."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, denied: Iterable[str] = ()) -> None:
         self.console = console
         self.indent = "  "
+        self.denied = set(denied)
+        """Calls a person denied (decided before the run, or by its ``approval_decided``
+        events): they never run, so their ``tool_execution_start`` says nothing."""
         self._reveal = Reveal(self._write)
         self._open = False
         self.updates = 0
@@ -319,7 +318,7 @@ class RunPrinter:
                 self._reveal.add(text)
         elif inner.type == "message_end" and message is not None:
             self._end_message(event, message)
-        elif inner.type == "tool_execution_start":
+        elif inner.type == "tool_execution_start" and inner.tool_call_id not in self.denied:
             self._close_line()
             args = json.dumps(inner.args or {}, ensure_ascii=False)
             self.console.print(
@@ -331,6 +330,8 @@ class RunPrinter:
         elif inner.type in PEOPLE:
             self._close_line()
             for entry in event.entries or []:
+                if inner.type == "approval_decided" and not getattr(entry, "approved", True):
+                    self.denied.add(getattr(entry, "tool_call_id", ""))
                 line = PEOPLE[inner.type](entry)
                 self.console.print(f"{self.indent}[yellow]{escape(line)}[/] [dim]{entry.id}[/dim]")
 
@@ -345,7 +346,9 @@ class RunPrinter:
             elif text.startswith(streamed) and len(text) > len(streamed):
                 self._write(text[len(streamed) :])
             for call in message.tool_calls():
-                self._write(("  " if text else "") + f"→ {_call_text(call)}", "magenta")
+                self._write(
+                    ("  " if text else "") + f"→ {call_text(call.name, call.arguments)}", "magenta"
+                )
             if message.stop_reason in ("error", "aborted"):
                 self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
             self._close_line()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..ai.messages import Message
+from .approvals import ApprovalDecision, ApprovalRequest
 from .entries import CompactionEntry, CustomEntry, Entry, MessageEntry
 from .tree import TreeNode, path, tree
 
@@ -22,6 +23,7 @@ __all__ = [
     "LEAF",
     "OFF_PATH",
     "TreeLine",
+    "call_text",
     "entry_summary",
     "message_summary",
     "render_tree",
@@ -43,19 +45,22 @@ def short(text: str, limit: int = 90) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def call_text(name: str, args: object) -> str:
+    """A tool call as ``name({"arg": ...})``."""
+    return f"{name}({json.dumps(args, ensure_ascii=False)})"
+
+
 def message_summary(message: Message) -> str:
     """What a message says, in one line (tool calls shown as ``→ name(args)``)."""
     parts = [message.text()] if message.text() else []
-    parts += [
-        f"→ {c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in message.tool_calls()
-    ]
+    parts += [f"→ {call_text(c.name, c.arguments)}" for c in message.tool_calls()]
     return " ".join(parts) if parts else "(empty)"
 
 
 def entry_summary(entry: Entry, limit: int = 70) -> tuple[str, str, str]:
     """An entry in one line, in three parts: its kind (``user: ``, ``tool: ``,
-    ``compaction: ``, ``custom <kind>``), what it says (at most ``limit`` characters) and a
-    suffix (`` [meta]``)."""
+    ``compaction: ``, ``custom <kind>``), what it says (at most ``limit`` characters: for a
+    request for approval the call, for a decision the verdict) and a suffix (`` [meta]``)."""
     if isinstance(entry, MessageEntry):
         role = entry.message.role
         name = "tool" if role == "tool_result" else role
@@ -67,7 +72,13 @@ def entry_summary(entry: Entry, limit: int = 70) -> tuple[str, str, str]:
     if isinstance(entry, CompactionEntry):
         return "compaction: ", short(entry.summary, limit), ""
     assert isinstance(entry, CustomEntry)
-    return f"custom {entry.kind or '?'}", "", ""
+    kind = f"custom {entry.kind or '?'}"
+    if isinstance(entry, ApprovalRequest):
+        return f"{kind}: ", short(call_text(entry.tool_name, entry.args), limit), ""
+    if isinstance(entry, ApprovalDecision):
+        said = f"{'approved' if entry.approved else 'denied'} {entry.tool_call_id}"
+        return f"{kind}: ", short(said + (f": {entry.reason}" if entry.reason else ""), limit), ""
+    return kind, "", ""
 
 
 class TreeLine(NamedTuple):
