@@ -48,14 +48,30 @@ async def browser_page(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
         page = await browser.new_page()
+        errors: list[str] = []  # the page's own: a script error, a file of its that is missing
+
+        def failed(response: Any) -> None:
+            if _own_file_failed(response):
+                errors.append(f"{response.status} {response.url}")
+
+        page.on("pageerror", lambda exc: errors.append(f"script: {exc}"))
+        page.on("response", failed)
         try:
             yield page
+            assert errors == [], errors
         finally:
             report = getattr(request.node, "rep_call", None)
             if report is None or report.failed:
                 ARTIFACTS.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
                 await page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
             await browser.close()
+
+
+def _own_file_failed(response: Any) -> bool:
+    """A file the page loads by itself (document, script, style, icon) that failed; the API's
+    answers (fetch, event stream) are what each test checks."""
+    kind = response.request.resource_type
+    return bool(response.status >= 400 and kind not in ("fetch", "xhr", "eventsource"))
 
 
 async def _live_text(page: Any) -> str:
