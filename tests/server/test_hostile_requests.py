@@ -1,0 +1,83 @@
+"""What a demanding client may send the HTTP API: reused run IDs, bogus resume points, bodies
+without a length, refused starts, forged entries and unknown routes (docs/design.md#http-api)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from durable_agent import ScriptedModel, tool
+from durable_agent.ai import ModelRequest, Reply
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import ended, serving, stream
+
+released = asyncio.Event()
+held = asyncio.Event()
+
+
+@tool
+async def hold() -> str:
+    """Wait until the test lets the run go on."""
+    held.set()
+    await released.wait()
+    return "let go"
+
+
+def _reply(request: ModelRequest) -> Reply:
+    """``hold`` for a question "hold" (the run then waits for the test), else a short answer."""
+    last = request.messages[-1]
+    if last.role == "user" and last.text() == "hold":
+        return Reply.call("hold", {}, id="call-hold")
+    return Reply(text="done")
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    held.clear()
+    released.clear()
+    spec = AgentSpec(model=ScriptedModel(_reply), tools=[hold])
+    return create_app(store=FileStore(tmp_path / "sessions"), agents={"a": spec})
+
+
+async def test_a_run_id_another_session_used_is_streamed_as_its_own(app: FastAPI) -> None:
+    """Run IDs are the client's (``run_id``): the end of session a's run ``q-1`` says nothing of
+    session b's run ``q-1``, which a stream joining while it goes shows from start to end."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "a"})
+        async with stream(client, "a", after=0) as first:
+            await first.until(lambda r: r.live)
+            started = await client.post("/v1/sessions/a/runs", json={"text": "hi", "run_id": "q-1"})
+            assert started.status_code == 202, started.text
+            await first.until(ended("q-1"))
+        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(held.wait(), 20)
+        async with stream(client, "b", after=0) as second:
+            await second.until(lambda r: r.live)
+            released.set()
+            await second.until(ended("q-1"))
+        assert [f.data["status"] for f in second.frames if f.event == "run"] == [
+            "started",
+            "completed",
+        ]
+        # deleted, then created again by a run of the same ID: a new run, streamed alike
+        assert (await client.delete("/v1/sessions/b")).status_code == 204
+        held.clear()
+        released.clear()
+        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(held.wait(), 20)
+        async with stream(client, "b", after=0) as third:
+            await third.until(lambda r: r.live)
+            released.set()
+            await third.until(ended("q-1"))
+        assert [f.data["status"] for f in third.frames if f.event == "run"] == [
+            "started",
+            "completed",
+        ]
