@@ -81,3 +81,32 @@ async def test_a_run_id_another_session_used_is_streamed_as_its_own(app: FastAPI
             "started",
             "completed",
         ]
+
+
+async def test_a_resume_point_past_the_session_is_refused(app: FastAPI) -> None:
+    """A ``Last-Event-ID`` (or ``?after=``) past the session's last entry (another session's,
+    or one deleted since) is refused before any byte: resumed there, the client would see
+    nothing until the session grew past it, nor would any stream sharing the session's hub."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "r"})
+        async with stream(client, "r", after=0) as first:
+            await first.until(lambda r: r.live)
+            await client.post("/v1/sessions/r/runs", json={"text": "hi", "run_id": "r1"})
+            await first.until(ended("r1"))
+            await first.until(lambda r: r.last_seq() == 2)
+        for seq in ("3", "99"):
+            refused = await client.get("/v1/sessions/r/stream", headers={"Last-Event-ID": seq})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["type"] == "InvalidLastEventIdError"
+        refused = await client.get("/v1/sessions/r/stream", params={"after": "3"})
+        assert refused.status_code == 400, refused.text
+        async with stream(client, "r", last_event_id=2) as resumed:  # the last entry: live
+            await resumed.until(lambda r: r.live)
+            async with stream(client, "r", after=1) as other:
+                await other.until(lambda r: r.live)
+                await client.post("/v1/sessions/r/runs", json={"text": "again", "run_id": "r2"})
+                await other.until(ended("r2"))
+                await other.until(lambda r: r.last_seq() == 4)
+            await resumed.until(lambda r: r.last_seq() == 4)
+        assert [s for s, _ in other.entries()] == [2, 3, 4]
+        assert [s for s, _ in resumed.entries()] == [3, 4]

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
 
+from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import text
 from ..durable.limits import check_payload
@@ -150,4 +151,15 @@ async def stream(
             )
         after = int(last_event_id)
     await existing(srv, sid)  # 404 before any byte
-    return session_stream(srv.hubs, sid, after, srv.keepalive)
+    if not after:
+        return session_stream(srv.hubs, sid, after, srv.keepalive)
+    # the entry at ``after`` and those after it: none, and ``after`` is no seq of this session
+    # (another's, or one deleted since): resuming there would show nothing until the session
+    # grew past it, and the session's hub, if it started there, would show no stream anything
+    found = await entries_after(srv.store, sid, after - 1)
+    if not found:
+        raise InvalidLastEventIdError(
+            f"seq {after} is past the last entry of session {sid!r}: resume at the seq of an "
+            "entry of this session (0: from its start)"
+        )
+    return session_stream(srv.hubs, sid, after, srv.keepalive, found[1:])
