@@ -4,6 +4,7 @@ without a length, refused starts, forged entries and unknown routes (docs/design
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -110,3 +111,23 @@ async def test_a_resume_point_past_the_session_is_refused(app: FastAPI) -> None:
             await resumed.until(lambda r: r.last_seq() == 4)
         assert [s for s, _ in other.entries()] == [2, 3, 4]
         assert [s for s, _ in resumed.entries()] == [3, 4]
+
+
+async def test_a_chunked_body_over_the_limit_is_a_413(app: FastAPI, tmp_path: Path) -> None:
+    """A body sent without its length (chunked) is held to the payload limit as one with it:
+    413 ``PayloadTooLargeError``, nothing stored; one under the limit is taken as usual."""
+
+    async def chunks(total: int) -> AsyncIterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(total // 100_000):
+            yield b"x" * 100_000
+        yield b'"}'
+
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        json_body = {"content-type": "application/json"}
+        r = await client.post("/v1/sessions/big/runs", content=chunks(2_000_000), headers=json_body)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["type"] == "PayloadTooLargeError"
+        r = await client.post("/v1/sessions/small/runs", content=chunks(100_000), headers=json_body)
+        assert r.status_code == 202, r.text
+    assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["small.jsonl"]

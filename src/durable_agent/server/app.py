@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,9 @@ class Server:
 
 
 class BodyLimit:
-    """Refuses a request body over ``limit`` bytes with 413 before a route sees any of it."""
+    """Refuses a request body over ``limit`` bytes with 413 before a route sees any of it: by
+    its declared length (the HTTP server reads no more than that), else read whole first (a
+    chunked body: the route would take a cut-off one for a malformed one)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -115,26 +118,40 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        read = await self._read(receive)
+        if read is None:
             await self._refuse(scope, receive, send)
             return
-        seen = 0
 
-        async def counted() -> Message:
-            nonlocal seen
+        async def replayed() -> Message:
+            return read.popleft() if read else await receive()
+
+        await self.app(scope, replayed, send)
+
+    async def _read(self, receive: Receive) -> deque[Message] | None:
+        """The body's messages up to its end or the client's leaving; ``None`` over the limit."""
+        messages: deque[Message] = deque()
+        seen = 0
+        while True:
             message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise ApiError(413, "PayloadTooLargeError", self._message())
-            return message
-
-        await self.app(scope, counted, send)
-
-    def _message(self) -> str:
-        return f"the request body is over the {self.limit}-byte payload limit"
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error(413, "PayloadTooLargeError", self._message())(scope, receive, send)
+        message = f"the request body is over the {self.limit}-byte payload limit"
+        await error(413, "PayloadTooLargeError", message)(scope, receive, send)
 
 
 def _handlers(app: FastAPI) -> None:
