@@ -131,3 +131,22 @@ async def test_a_chunked_body_over_the_limit_is_a_413(app: FastAPI, tmp_path: Pa
         r = await client.post("/v1/sessions/small/runs", content=chunks(100_000), headers=json_body)
         assert r.status_code == 202, r.text
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["small.jsonl"]
+
+
+AGUI = {"runId": "r", "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+
+
+async def test_a_refused_run_start_creates_no_session(app: FastAPI, tmp_path: Path) -> None:
+    """A run from an entry a new session cannot have, or by an agent the server has not, is
+    refused before the session is created (a refused request stores nothing)."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        r = await client.post("/v1/sessions/n1/runs", json={"text": "hi", "leaf_id": "nope"})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "EntryNotFoundError"
+        question = [{"id": "m1", "role": "user", "content": "hi"}]
+        r = await client.post(
+            "/v1/agui/nobody", json={"threadId": "n2", "messages": question, **AGUI}
+        )
+        assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownAgentError"
+        for sid in ("n1", "n2"):
+            assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
+    assert list((tmp_path / "sessions").glob("*.jsonl")) == []

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
 
+from ..durable.errors import EntryNotFoundError
 from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import text
 from ..durable.limits import check_payload
 from ..session.codec import encode_entry, wire_to_entry
 from ..session.entries import Entry, MessageEntry
+from ..session.errors import SessionNotFoundError
 from ..session.store import RetentionStore
 from .app import Server
 from .deps import Caller, ServerDep, runs
@@ -68,6 +70,8 @@ async def start_run(
             return {"run_id": body.run_id}  # a retried start whose run goes: not a message
         # the request's own ID names the message: sent again, it is handed on once
         return await _deliver(started, sid, entries, body.on_busy, body.run_id)
+    if body.leaf_id:  # a new session has no entry to run from: refused before it is created
+        await _from_stored(srv, sid, body.leaf_id)
     # a retried start (``run_id`` named a run already) is answered by ``start`` itself
     run_id = await started.start(
         sid,
@@ -88,6 +92,17 @@ async def _deliver(
         raise ValueError("a message into the running run is one message: give text")
     run_id, message_id = await into.send(session_id, entries[0], when, message_id)
     return {"run_id": run_id, "message_id": message_id}
+
+
+async def _from_stored(srv: Server, session_id: str, leaf_id: str) -> None:
+    """A run from ``leaf_id`` needs the session (a run's start creates it: a refused request
+    stores nothing); the entry itself is checked as the run branches to it."""
+    try:
+        await existing(srv, session_id)
+    except SessionNotFoundError:
+        raise EntryNotFoundError(
+            f"entry {leaf_id!r} is not a stored entry of session {session_id!r}"
+        ) from None
 
 
 async def existing(srv: Server, session_id: str) -> str:
