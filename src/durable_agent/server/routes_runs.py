@@ -14,9 +14,10 @@ from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import text
 from ..durable.limits import check_payload
+from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import encode_entry, wire_to_entry
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import SessionNotFoundError
+from ..session.errors import EntryDecodeError, SessionNotFoundError
 from ..session.store import RetentionStore
 from .app import Server
 from .deps import Caller, ServerDep, runs
@@ -53,7 +54,16 @@ class StartRun(BaseModel):
     def entries(self) -> list[Entry]:
         if self.text is not None:
             return [text(self.text)]
-        return [wire_to_entry(i) for i in self.inputs or []]
+        entries = [wire_to_entry(i) for i in self.inputs or []]
+        for number, entry in enumerate(entries):
+            # a decision's decided_by is the caller's principal, a request a call a model made
+            # (docs/design.md#approvals-and-steering): neither is the client's to write
+            if isinstance(entry, ApprovalRequest | ApprovalDecision):
+                raise EntryDecodeError(
+                    f"inputs[{number}]: {entry.kind} entries are stored by runs and the "
+                    "approvals route (POST .../approvals/{tool_call_id}), not given as inputs"
+                )
+        return entries
 
 
 @router.post("/sessions/{session_id}/runs", status_code=202)
