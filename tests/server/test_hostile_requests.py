@@ -169,3 +169,19 @@ async def test_approval_entries_come_only_through_the_approvals_routes(
             assert r.status_code == 400, r.text
             assert r.json()["error"]["type"] == "EntryDecodeError"
     assert list((tmp_path / "sessions").glob("*.jsonl")) == []
+
+
+async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -> None:
+    """Every refused request answers ``{"error": {"type", "message"}}``, a path or a method the
+    API does not have too."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for method, path, status, kind in [
+            ("GET", "/v1/nothing", 404, "NotFoundError"),
+            ("GET", "/nothing.js", 404, "NotFoundError"),
+            ("PUT", "/v1/sessions/s1", 405, "MethodNotAllowedError"),
+            ("POST", "/v1/nothing", 405, "MethodNotAllowedError"),
+        ]:
+            r = await client.request(method, path, json={})
+            assert r.status_code == status, (method, path, r.text)
+            assert r.json()["error"]["type"] == kind, (method, path, r.text)
+            assert r.json()["error"]["message"]

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
@@ -78,6 +79,10 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (ValueError, 400),
 ]
 """Each library error a route may raise, and its HTTP status (first match wins)."""
+
+
+HTTP_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
+"""The error type of the router's own refusals, by status."""
 
 
 class ApiError(Exception):
@@ -158,6 +163,13 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return error(exc.status, exc.type, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """A path or a method the API has not (the router's and the chat page's 404, 405)."""
+        response = error(exc.status_code, HTTP_TYPES.get(exc.status_code, "HTTPError"), exc.detail)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
