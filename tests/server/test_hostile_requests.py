@@ -20,6 +20,8 @@ from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, serving, stream
 
+JSON = {"content-type": "application/json"}
+
 released = asyncio.Event()
 held = asyncio.Event()
 
@@ -126,11 +128,10 @@ async def test_a_chunked_body_over_the_limit_is_a_413(app: FastAPI, tmp_path: Pa
         yield b'"}'
 
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
-        json_body = {"content-type": "application/json"}
-        r = await client.post("/v1/sessions/big/runs", content=chunks(2_000_000), headers=json_body)
+        r = await client.post("/v1/sessions/big/runs", content=chunks(2_000_000), headers=JSON)
         assert r.status_code == 413, r.text
         assert r.json()["error"]["type"] == "PayloadTooLargeError"
-        r = await client.post("/v1/sessions/small/runs", content=chunks(100_000), headers=json_body)
+        r = await client.post("/v1/sessions/small/runs", content=chunks(100_000), headers=JSON)
         assert r.status_code == 202, r.text
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["small.jsonl"]
 
@@ -185,3 +186,6 @@ async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -
             assert r.status_code == status, (method, path, r.text)
             assert r.json()["error"]["type"] == kind, (method, path, r.text)
             assert r.json()["error"]["message"]
+        deep = b"[" * 100_000 + b"]" * 100_000  # deeper than the JSON parser goes
+        r = await client.post("/v1/sessions", content=deep, headers=JSON)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "MalformedJSONError"

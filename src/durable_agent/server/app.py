@@ -81,8 +81,9 @@ STATUS: list[tuple[type[BaseException], int]] = [
 """Each library error a route may raise, and its HTTP status (first match wins)."""
 
 
-HTTP_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
-"""The error type of the router's own refusals, by status."""
+HTTP_TYPES = {400: "MalformedJSONError", 404: "NotFoundError", 405: "MethodNotAllowedError"}
+"""The error type of FastAPI's and the router's own refusals, by status (FastAPI's 400: a body
+it could not parse, such as JSON nested deeper than the parser goes)."""
 
 
 class ApiError(Exception):
@@ -166,7 +167,8 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        """A path or a method the API has not (the router's and the chat page's 404, 405)."""
+        """A path or a method the API has not (the router's and the chat page's 404, 405), a
+        body FastAPI could not parse (400)."""
         response = error(exc.status_code, HTTP_TYPES.get(exc.status_code, "HTTPError"), exc.detail)
         response.headers.update(exc.headers or {})
         return response
