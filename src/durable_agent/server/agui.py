@@ -176,6 +176,7 @@ async def agui(
     sid = _session(tenant, body.thread_id)
     question = _question(body)
     runner = runs(srv)
+    runner.agent(agent)  # an unknown one is refused before the session is created
     with contextlib.suppress(SessionExistsError):
         await srv.store.create_session(sid)
     after = len(await entries_after(srv.store, sid, 0))

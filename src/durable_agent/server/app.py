@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
@@ -79,6 +81,11 @@ STATUS: list[tuple[type[BaseException], int]] = [
 """Each library error a route may raise, and its HTTP status (first match wins)."""
 
 
+HTTP_TYPES = {400: "MalformedJSONError", 404: "NotFoundError", 405: "MethodNotAllowedError"}
+"""The error type of FastAPI's and the router's own refusals, by status (FastAPI's 400: a body
+it could not parse, such as JSON nested deeper than the parser goes)."""
+
+
 class ApiError(Exception):
     """An error the app itself raises: a status and a type name."""
 
@@ -105,7 +112,9 @@ class Server:
 
 
 class BodyLimit:
-    """Refuses a request body over ``limit`` bytes with 413 before a route sees any of it."""
+    """Refuses a request body over ``limit`` bytes with 413 before a route sees any of it: by
+    its declared length (the HTTP server reads no more than that), else read whole first (a
+    chunked body: the route would take a cut-off one for a malformed one)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -115,32 +124,54 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        read = await self._read(receive)
+        if read is None:
             await self._refuse(scope, receive, send)
             return
-        seen = 0
 
-        async def counted() -> Message:
-            nonlocal seen
+        async def replayed() -> Message:
+            return read.popleft() if read else await receive()
+
+        await self.app(scope, replayed, send)
+
+    async def _read(self, receive: Receive) -> deque[Message] | None:
+        """The body's messages up to its end or the client's leaving; ``None`` over the limit."""
+        messages: deque[Message] = deque()
+        seen = 0
+        while True:
             message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise ApiError(413, "PayloadTooLargeError", self._message())
-            return message
-
-        await self.app(scope, counted, send)
-
-    def _message(self) -> str:
-        return f"the request body is over the {self.limit}-byte payload limit"
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error(413, "PayloadTooLargeError", self._message())(scope, receive, send)
+        message = f"the request body is over the {self.limit}-byte payload limit"
+        await error(413, "PayloadTooLargeError", message)(scope, receive, send)
 
 
 def _handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return error(exc.status, exc.type, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """A path or a method the API has not (the router's and the chat page's 404, 405), a
+        body FastAPI could not parse (400)."""
+        response = error(exc.status_code, HTTP_TYPES.get(exc.status_code, "HTTPError"), exc.detail)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -152,7 +152,8 @@ class SessionHub:
                 return
             self.active[run_id] = status
         else:
-            if run_id not in self.active and status == self.hubs.ended.get(run_id):
+            key = (self.session_id, run_id)
+            if run_id not in self.active and status == self.hubs.ended.get(key):
                 self.failures.pop(run_id, None)
                 return
             self._show_held(of_run(run_id))  # before its end
@@ -161,7 +162,7 @@ class SessionHub:
             self.asked.pop(run_id, None)
             self.partial.pop(run_id, None)
             self.watches.pop(run_id, None)
-            self.hubs.ended[run_id] = status
+            self.hubs.ended[key] = status
             while len(self.hubs.ended) > REMEMBERED:
                 del self.hubs.ended[next(iter(self.hubs.ended))]
         self._send(_status(run_id, status, self.failures.pop(run_id, None)))
@@ -217,7 +218,7 @@ class SessionHub:
             logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
             return
         for run_id in found:
-            if run_id in self.active or run_id in self.hubs.ended:
+            if run_id in self.active or (self.session_id, run_id) in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
             if (self.session_id, run_id) in self.hubs.dropped:
                 continue  # a run of the session deleted before this one was created
@@ -247,7 +248,7 @@ class SessionHub:
             if st.pending_approvals:
                 status = "awaiting_approval"
                 self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}
-        if run_id in self.active or run_id in self.hubs.ended:
+        if run_id in self.active or (self.session_id, run_id) in self.hubs.ended:
             return  # told meanwhile
         if watch:
             self._watch(run_id, state)

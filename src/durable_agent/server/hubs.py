@@ -31,8 +31,10 @@ class Hubs:
         self.runs = runs
         self.channel = store.live_deltas() if isinstance(store, LiveStore) else None
         self.hubs: dict[str, SessionHub] = {}
-        self.ended: dict[str, str] = {}
-        """Run ID -> how it ended, for runs seen ending (not announced twice)."""
+        self.ended: dict[tuple[str, str], str] = {}
+        """(session, run) -> how it ended, for runs seen ending (not announced twice). By
+        session: a run ID is the client's to choose, and names another run in another session
+        (or in the session created again under a deleted one's ID)."""
         self.shown: dict[tuple[str, str], Piece] = {}
         """(session, run) -> the text the streaming reply of a run this process relays showed
         so far, kept with no hub too: a hub that starts mid-reply shows it whole, though the
@@ -123,6 +125,8 @@ class Hubs:
         its streams learn it at once. Returns the runs of it this process relays."""
         for key in [k for k in self.shown if k[0] == session_id]:
             del self.shown[key]
+        for key in [k for k in self.ended if k[0] == session_id]:
+            del self.ended[key]
         going = sorted(self.going.get(session_id, ()))
         self.dropped.update((session_id, run_id) for run_id in going)
         self.stored(session_id)

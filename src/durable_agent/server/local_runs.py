@@ -71,7 +71,7 @@ class LocalRuns:
         on_busy: OnBusy,
         run_id: str | None = None,
     ) -> str:
-        spec = self.agents[pick_agent(list(self.agents), agent)]
+        spec = self.agents[self.agent(agent)]
         async with self._lock:  # the busy check and the start, one at a time
             if run_id is not None and await self.has(session_id, run_id):
                 return run_id  # a retried start: that run, nothing new
@@ -86,6 +86,9 @@ class LocalRuns:
         self.listener.run_status(session_id, run_id, relay.status)
         self._spawn(self._relay(relay))
         return run_id
+
+    def agent(self, name: str | None) -> str:
+        return pick_agent(list(self.agents), name)
 
     def _spawn(self, work: asyncio.Future[object] | object) -> asyncio.Task[object]:
         task: asyncio.Task[object] = asyncio.ensure_future(work)  # type: ignore[arg-type]

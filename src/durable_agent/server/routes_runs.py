@@ -9,11 +9,15 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
 
+from ..durable.errors import EntryNotFoundError
+from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import text
 from ..durable.limits import check_payload
+from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import encode_entry, wire_to_entry
 from ..session.entries import Entry, MessageEntry
+from ..session.errors import EntryDecodeError, SessionNotFoundError
 from ..session.store import RetentionStore
 from .app import Server
 from .deps import Caller, ServerDep, runs
@@ -50,7 +54,16 @@ class StartRun(BaseModel):
     def entries(self) -> list[Entry]:
         if self.text is not None:
             return [text(self.text)]
-        return [wire_to_entry(i) for i in self.inputs or []]
+        entries = [wire_to_entry(i) for i in self.inputs or []]
+        for number, entry in enumerate(entries):
+            # a decision's decided_by is the caller's principal, a request a call a model made
+            # (docs/design.md#approvals-and-steering): neither is the client's to write
+            if isinstance(entry, ApprovalRequest | ApprovalDecision):
+                raise EntryDecodeError(
+                    f"inputs[{number}]: {entry.kind} entries are stored by runs and the "
+                    "approvals route (POST .../approvals/{tool_call_id}), not given as inputs"
+                )
+        return entries
 
 
 @router.post("/sessions/{session_id}/runs", status_code=202)
@@ -67,6 +80,8 @@ async def start_run(
             return {"run_id": body.run_id}  # a retried start whose run goes: not a message
         # the request's own ID names the message: sent again, it is handed on once
         return await _deliver(started, sid, entries, body.on_busy, body.run_id)
+    if body.leaf_id:  # a new session has no entry to run from: refused before it is created
+        await _from_stored(srv, sid, body.leaf_id)
     # a retried start (``run_id`` named a run already) is answered by ``start`` itself
     run_id = await started.start(
         sid,
@@ -87,6 +102,17 @@ async def _deliver(
         raise ValueError("a message into the running run is one message: give text")
     run_id, message_id = await into.send(session_id, entries[0], when, message_id)
     return {"run_id": run_id, "message_id": message_id}
+
+
+async def _from_stored(srv: Server, session_id: str, leaf_id: str) -> None:
+    """A run from ``leaf_id`` needs the session (a run's start creates it: a refused request
+    stores nothing); the entry itself is checked as the run branches to it."""
+    try:
+        await existing(srv, session_id)
+    except SessionNotFoundError:
+        raise EntryNotFoundError(
+            f"entry {leaf_id!r} is not a stored entry of session {session_id!r}"
+        ) from None
 
 
 async def existing(srv: Server, session_id: str) -> str:
@@ -150,4 +176,15 @@ async def stream(
             )
         after = int(last_event_id)
     await existing(srv, sid)  # 404 before any byte
-    return session_stream(srv.hubs, sid, after, srv.keepalive)
+    if not after:
+        return session_stream(srv.hubs, sid, after, srv.keepalive)
+    # the entry at ``after`` and those after it: none, and ``after`` is no seq of this session
+    # (another's, or one deleted since): resuming there would show nothing until the session
+    # grew past it, and the session's hub, if it started there, would show no stream anything
+    found = await entries_after(srv.store, sid, after - 1)
+    if not found:
+        raise InvalidLastEventIdError(
+            f"seq {after} is past the last entry of session {sid!r}: resume at the seq of an "
+            "entry of this session (0: from its start)"
+        )
+    return session_stream(srv.hubs, sid, after, srv.keepalive, found[1:])

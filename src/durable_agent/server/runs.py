@@ -179,6 +179,11 @@ class Runs(Protocol):
         """Whether the session has a run of that ID, going or ended."""
         ...
 
+    def agent(self, name: str | None) -> str:
+        """The agent a run started with ``agent`` = ``name`` goes to, else
+        :class:`UnknownAgentError` (as :meth:`start` raises it, before anything is stored)."""
+        ...
+
     async def cancel(self, session_id: str, run_id: str) -> None: ...
 
     async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:

@@ -24,7 +24,10 @@ from ..session.entries import Entry, MessageEntry
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 
-__all__ = ["KEEPALIVE", "LIVE", "session_stream"]
+__all__ = ["KEEPALIVE", "LIVE", "Replay", "session_stream"]
+
+Replay = list[tuple[int, Entry]]
+"""Entries with their seqs, as ``entries_after`` reads them."""
 
 KEEPALIVE = 15.0
 """Seconds between two comment lines on an idle stream (proxies close silent connections)."""
@@ -53,12 +56,16 @@ def _answered(pieces_parent: str, entries: list[tuple[int, Entry]]) -> bool:
     )
 
 
-async def frames(hubs: Hubs, session_id: str, after: int | None) -> AsyncIterator[Frame]:
-    """What one client receives (module doc); ends when the session is deleted."""
+async def frames(
+    hubs: Hubs, session_id: str, after: int | None, replay: Replay | None = None
+) -> AsyncIterator[Frame]:
+    """What one client receives (module doc); ends when the session is deleted. ``replay``:
+    the entries after ``after``, if the route read them already."""
     store = hubs.store
     if after is None:
         after = len(await entries_after(store, session_id, 0))
-    replay = await entries_after(store, session_id, after)
+    if replay is None:
+        replay = await entries_after(store, session_id, after)
     last = replay[-1][0] if replay else after
     hub = await hubs.hub(session_id, last)
     queue, runs, pieces = hub.join()
@@ -90,10 +97,14 @@ async def frames(hubs: Hubs, session_id: str, after: int | None) -> AsyncIterato
 
 
 def session_stream(
-    hubs: Hubs, session_id: str, after: int | None, keepalive: float = KEEPALIVE
+    hubs: Hubs,
+    session_id: str,
+    after: int | None,
+    keepalive: float = KEEPALIVE,
+    replay: Replay | None = None,
 ) -> EventSourceResponse:
     async def events() -> AsyncIterator[ServerSentEvent]:
-        async for frame in frames(hubs, session_id, after):
+        async for frame in frames(hubs, session_id, after, replay):
             yield _event(frame)
 
     return EventSourceResponse(events(), ping=max(1, int(keepalive)), send_timeout=30)

@@ -123,7 +123,7 @@ class TemporalRuns:
         on_busy: OnBusy,
         run_id: str | None = None,
     ) -> str:
-        name = pick_agent(self.agents, agent)
+        name = self.agent(agent)
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
             if run_id is not None and await self.has(session_id, run_id):
@@ -153,6 +153,9 @@ class TemporalRuns:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run_id
+
+    def agent(self, name: str | None) -> str:
+        return pick_agent(self.agents, name)
 
     async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
         """Relay the run; then tell its end with its last entry by its own account."""

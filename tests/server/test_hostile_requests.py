@@ -1,0 +1,191 @@
+"""What a demanding client may send the HTTP API: reused run IDs, bogus resume points, bodies
+without a length, refused starts, forged entries and unknown routes (docs/design.md#http-api)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from durable_agent import ScriptedModel, tool
+from durable_agent.ai import ModelRequest, Reply
+from durable_agent.server import create_app
+from durable_agent.session.approvals import ApprovalDecision, ApprovalRequest
+from durable_agent.session.codec import entry_to_wire
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import ended, serving, stream
+
+JSON = {"content-type": "application/json"}
+
+released = asyncio.Event()
+held = asyncio.Event()
+
+
+@tool
+async def hold() -> str:
+    """Wait until the test lets the run go on."""
+    held.set()
+    await released.wait()
+    return "let go"
+
+
+def _reply(request: ModelRequest) -> Reply:
+    """``hold`` for a question "hold" (the run then waits for the test), else a short answer."""
+    last = request.messages[-1]
+    if last.role == "user" and last.text() == "hold":
+        return Reply.call("hold", {}, id="call-hold")
+    return Reply(text="done")
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    held.clear()
+    released.clear()
+    spec = AgentSpec(model=ScriptedModel(_reply), tools=[hold])
+    return create_app(store=FileStore(tmp_path / "sessions"), agents={"a": spec})
+
+
+async def test_a_run_id_another_session_used_is_streamed_as_its_own(app: FastAPI) -> None:
+    """Run IDs are the client's (``run_id``): the end of session a's run ``q-1`` says nothing of
+    session b's run ``q-1``, which a stream joining while it goes shows from start to end."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "a"})
+        async with stream(client, "a", after=0) as first:
+            await first.until(lambda r: r.live)
+            started = await client.post("/v1/sessions/a/runs", json={"text": "hi", "run_id": "q-1"})
+            assert started.status_code == 202, started.text
+            await first.until(ended("q-1"))
+        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(held.wait(), 20)
+        async with stream(client, "b", after=0) as second:
+            await second.until(lambda r: r.live)
+            released.set()
+            await second.until(ended("q-1"))
+        assert [f.data["status"] for f in second.frames if f.event == "run"] == [
+            "started",
+            "completed",
+        ]
+        # deleted, then created again by a run of the same ID: a new run, streamed alike
+        assert (await client.delete("/v1/sessions/b")).status_code == 204
+        held.clear()
+        released.clear()
+        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(held.wait(), 20)
+        async with stream(client, "b", after=0) as third:
+            await third.until(lambda r: r.live)
+            released.set()
+            await third.until(ended("q-1"))
+        assert [f.data["status"] for f in third.frames if f.event == "run"] == [
+            "started",
+            "completed",
+        ]
+
+
+async def test_a_resume_point_past_the_session_is_refused(app: FastAPI) -> None:
+    """A ``Last-Event-ID`` (or ``?after=``) past the session's last entry (another session's,
+    or one deleted since) is refused before any byte: resumed there, the client would see
+    nothing until the session grew past it, nor would any stream sharing the session's hub."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "r"})
+        async with stream(client, "r", after=0) as first:
+            await first.until(lambda r: r.live)
+            await client.post("/v1/sessions/r/runs", json={"text": "hi", "run_id": "r1"})
+            await first.until(ended("r1"))
+            await first.until(lambda r: r.last_seq() == 2)
+        for seq in ("3", "99"):
+            refused = await client.get("/v1/sessions/r/stream", headers={"Last-Event-ID": seq})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["type"] == "InvalidLastEventIdError"
+        refused = await client.get("/v1/sessions/r/stream", params={"after": "3"})
+        assert refused.status_code == 400, refused.text
+        async with stream(client, "r", last_event_id=2) as resumed:  # the last entry: live
+            await resumed.until(lambda r: r.live)
+            async with stream(client, "r", after=1) as other:
+                await other.until(lambda r: r.live)
+                await client.post("/v1/sessions/r/runs", json={"text": "again", "run_id": "r2"})
+                await other.until(ended("r2"))
+                await other.until(lambda r: r.last_seq() == 4)
+            await resumed.until(lambda r: r.last_seq() == 4)
+        assert [s for s, _ in other.entries()] == [2, 3, 4]
+        assert [s for s, _ in resumed.entries()] == [3, 4]
+
+
+async def test_a_chunked_body_over_the_limit_is_a_413(app: FastAPI, tmp_path: Path) -> None:
+    """A body sent without its length (chunked) is held to the payload limit as one with it:
+    413 ``PayloadTooLargeError``, nothing stored; one under the limit is taken as usual."""
+
+    async def chunks(total: int) -> AsyncIterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(total // 100_000):
+            yield b"x" * 100_000
+        yield b'"}'
+
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        r = await client.post("/v1/sessions/big/runs", content=chunks(2_000_000), headers=JSON)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["type"] == "PayloadTooLargeError"
+        r = await client.post("/v1/sessions/small/runs", content=chunks(100_000), headers=JSON)
+        assert r.status_code == 202, r.text
+    assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["small.jsonl"]
+
+
+AGUI = {"runId": "r", "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+
+
+async def test_a_refused_run_start_creates_no_session(app: FastAPI, tmp_path: Path) -> None:
+    """A run from an entry a new session cannot have, or by an agent the server has not, is
+    refused before the session is created (a refused request stores nothing)."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        r = await client.post("/v1/sessions/n1/runs", json={"text": "hi", "leaf_id": "nope"})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "EntryNotFoundError"
+        question = [{"id": "m1", "role": "user", "content": "hi"}]
+        r = await client.post(
+            "/v1/agui/nobody", json={"threadId": "n2", "messages": question, **AGUI}
+        )
+        assert r.status_code == 422 and r.json()["error"]["type"] == "UnknownAgentError"
+        for sid in ("n1", "n2"):
+            assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
+    assert list((tmp_path / "sessions").glob("*.jsonl")) == []
+
+
+async def test_approval_entries_come_only_through_the_approvals_routes(
+    app: FastAPI, tmp_path: Path
+) -> None:
+    """A run's ``inputs`` cannot carry a decision (its ``decided_by`` is the caller's principal,
+    set by ``POST .../approvals/{call}``) nor a request (a call no model made): 400, nothing
+    stored."""
+    decision = ApprovalDecision(id="d1", tool_call_id="c1", approved=True, decided_by="admin")
+    request = ApprovalRequest(id="q1", tool_call_id="c1", tool_name="hold", args={}, run_id="x")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for entry in (decision, request):
+            body = {"inputs": [entry_to_wire(entry)]}
+            r = await client.post("/v1/sessions/forged/runs", json=body)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["type"] == "EntryDecodeError"
+    assert list((tmp_path / "sessions").glob("*.jsonl")) == []
+
+
+async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -> None:
+    """Every refused request answers ``{"error": {"type", "message"}}``, a path or a method the
+    API does not have too."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for method, path, status, kind in [
+            ("GET", "/v1/nothing", 404, "NotFoundError"),
+            ("GET", "/nothing.js", 404, "NotFoundError"),
+            ("PUT", "/v1/sessions/s1", 405, "MethodNotAllowedError"),
+            ("POST", "/v1/nothing", 405, "MethodNotAllowedError"),
+        ]:
+            r = await client.request(method, path, json={})
+            assert r.status_code == status, (method, path, r.text)
+            assert r.json()["error"]["type"] == kind, (method, path, r.text)
+            assert r.json()["error"]["message"]
+        deep = b"[" * 100_000 + b"]" * 100_000  # deeper than the JSON parser goes
+        r = await client.post("/v1/sessions", content=deep, headers=JSON)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "MalformedJSONError"
