@@ -36,9 +36,10 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
-    """``app`` on a real uvicorn server on a free loopback port; yields its base URL."""
-    port = free_port()
+async def serving(app: FastAPI, port: int | None = None) -> AsyncIterator[str]:
+    """``app`` on a real uvicorn server on ``port`` (else a free loopback port); yields its
+    base URL."""
+    port = port or free_port()
     config = uvicorn.Config(
         app,
         host="127.0.0.1",

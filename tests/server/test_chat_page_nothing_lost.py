@@ -16,7 +16,7 @@ from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import replied, scripted, serving
+from tests.server.support import free_port, replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
@@ -130,3 +130,46 @@ async def test_a_stream_refused_for_a_while_is_asked_for_again(
 
 async def _is_live(page: Any) -> bool:
     return bool(await page.evaluate("state.heard"))
+
+
+async def test_a_page_whose_session_was_made_again_shows_the_new_one(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The session is deleted and created again under its ID while the server restarts (the
+    page hears of neither): the seq it resumes at is no seq of the new session (400), so it
+    starts over and shows the new session, not the old one."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="Old."), Reply(text="New.")]
+    spec = AgentSpec(model=scripted(replies))
+    asked: list[str] = []
+
+    async def recorded(route: Any) -> None:
+        asked.append(route.request.headers.get("last-event-id", ""))
+        await route.continue_()
+
+    port = free_port()
+    async with serving(create_app(store=store, agents={"helper": spec}), port) as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            started = await client.post("/v1/sessions/again/runs", json={"text": "First?"})
+            assert started.status_code == 202, started.text
+        await page.route("**/v1/sessions/*/stream", recorded)
+        await page.goto(url + "/#again")
+        await eventually(replied(page, "Old."), within=30, interval=0.1, what="the old reply")
+    await store.delete_session("again")
+    await store.create_session("again")
+    async with (
+        serving(create_app(store=store, agents={"helper": spec}), port) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await eventually(lambda: _resumed(asked), within=30, interval=0.05, what="a reconnect")
+        started = await client.post("/v1/sessions/again/runs", json={"text": "Second?"})
+        assert started.status_code == 202, started.text
+        await eventually(replied(page, "New."), within=30, interval=0.1, what="the new reply")
+        shown = await page.locator("#chat").inner_text()
+    assert "Old." not in shown and "First?" not in shown
+    assert asked[-1] == "0", asked  # it started over
+
+
+async def _resumed(asked: list[str]) -> bool:
+    return "2" in asked[1:]  # back at the old session's last seq

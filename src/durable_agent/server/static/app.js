@@ -227,6 +227,7 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
       const r = await fetch(`/v1/sessions/${sid}/stream`, { signal: abort.signal,
         headers: headers({ "last-event-id": String(state.seq) }) });
       if ([401, 403, 404].includes(r.status)) return; // the session is gone, or not ours
+      if (r.status === 400) { if (state.seq) open(sid); return; } // made again since: start over
       if (!r.ok) throw r.status;
       wait = 250;
       const reader = r.body.getReader(), decoder = new TextDecoder(); let buf = "";
