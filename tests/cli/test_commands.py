@@ -293,6 +293,24 @@ def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[1:] == ["  (store mongodb://127.0.0.1:1/x)"]
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "mongodb://u:Xy9Secret@Kq7Word@127.0.0.1:1/db",  # an unescaped @ in the password
+        "mongodb://u:Xy9Secret/Kq7Word@127.0.0.1:1/db",  # an unescaped /
+        "MONGODB://u:Xy9Secret@127.0.0.1:1/db",  # the scheme in capitals: an unknown store
+        "redis://u:Xy9Secret@127.0.0.1:1",  # another scheme: an unknown store
+    ],
+)
+def test_a_store_password_is_never_printed(tmp_path: Path, spec: str) -> None:
+    result = run_cli(["sessions", "--json", "--store", spec, "-v"], cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "u:***@" in result.stderr
+    for part in ("Xy9Secret", "Kq7Word"):
+        assert part not in result.stderr
+
+
 def _sessions_dir(dev: Dev) -> Path:
     return Path(dev.env["XDG_DATA_HOME"]) / "durable-agent" / "sessions"
 
