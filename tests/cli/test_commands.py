@@ -281,6 +281,33 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
     assert turn["reply"].startswith("Hello!")
 
 
+def _with_password(uri: str) -> tuple[str, str]:
+    """The URI with a password in it, and the password: the server's own, else a made-up one
+    with PLAIN (FerretDB on SQLite accepts any credentials)."""
+    from pymongo.uri_parser import parse_uri
+
+    password = parse_uri(uri)["password"]
+    if password:
+        return uri, str(password)
+    extra = ("&" if "?" in uri else "?") + "authMechanism=PLAIN"
+    return uri.replace("://", "://da:Pw9Secret@", 1) + extra, "Pw9Secret"
+
+
+@pytest.mark.mongo
+def test_dev_prints_and_passes_no_store_password(mongo_uri: str, tmp_path: Path) -> None:
+    """Neither the banner nor the worker's argv (readable by any user) holds the password."""
+    uri, password = _with_password(mongo_uri)
+    database = f"da_cli_{secrets.token_hex(4)}"
+    with running_dev(tmp_path, "--store", uri, DURABLE_AGENT_MONGODB_DB=database) as dev:
+        banner = dev.log.read_text()
+        started = re.search(r"worker\s+pid (\d+)", banner)
+        assert started is not None, banner
+        argv = Path(f"/proc/{started.group(1)}/cmdline").read_bytes()
+    assert re.search(r"store +mongodb(\+srv)?://[^ ]*:\*\*\*@", banner), banner
+    assert password not in banner
+    assert password.encode() not in argv
+
+
 def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     result = run_cli(["sessions", "--store", "mongodb://127.0.0.1:1/x"], cli_env(tmp_path))
     assert result.returncode == 1, result.stderr

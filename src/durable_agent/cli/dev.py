@@ -45,6 +45,7 @@ from .config import (
     StoreOpt,
     TemporalFlags,
     connect,
+    display_store,
     open_store,
     queue_for,
     resolve_store_spec,
@@ -252,7 +253,7 @@ async def run_dev(
             f"  Web UI         {server.ui_url}",
             f"  chat           {chat}",
             f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}",
-            f"  store          {store_spec}",
+            f"  store          {display_store(store_spec)}",
             f"  logs           {root / 'logs'}",
             "  try:           durable-agent chat my-session",
         ):
