@@ -338,6 +338,23 @@ def test_a_store_password_is_never_printed(tmp_path: Path, spec: str) -> None:
         assert part not in result.stderr
 
 
+@pytest.mark.mongo
+def test_refused_mongo_credentials_are_one_line(mongo_uri: str, tmp_path: Path) -> None:
+    from pymongo.uri_parser import parse_uri
+
+    host, port = parse_uri(mongo_uri)["nodelist"][0]
+    uri = (
+        f"mongodb://da:Pw9Secret@{host}:{port}/x?directConnection=true&authMechanism=SCRAM-SHA-256"
+    )
+    result = run_cli(["sessions", "--json", "--store", uri], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr and "Pw9Secret" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("error: MongoDB said: ") and "authentication" in lines[0].lower()
+    assert lines[1:] == [f"  (store mongodb://da:***@{host}:{port}/x{uri.split('/x', 1)[1]})"]
+
+
 def _sessions_dir(dev: Dev) -> Path:
     return Path(dev.env["XDG_DATA_HOME"]) / "durable-agent" / "sessions"
 

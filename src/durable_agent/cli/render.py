@@ -144,16 +144,21 @@ def guard(body: Callable[[], T]) -> T:
     except RPCError as exc:
         fail(1, f"Temporal said: {exc}")
     except Exception as exc:
-        if _is_mongo_connection_failure(exc):
-            fail(1, str(mongo_unreachable(TARGET.store or "", exc)))
+        said = _mongo_failure(exc)
+        if said is not None:
+            fail(1, said)
         raise
 
 
-def _is_mongo_connection_failure(exc: BaseException) -> bool:
-    """PyMongo's ConnectionFailure, without importing PyMongo when it is not installed."""
-    module = sys.modules.get("pymongo.errors")
-    failure = getattr(module, "ConnectionFailure", None)
-    return failure is not None and isinstance(exc, failure)
+def _mongo_failure(exc: BaseException) -> str | None:
+    """A PyMongo error as one line (without importing PyMongo when it is not installed): an
+    unreachable server says where, any other error (credentials refused...) what MongoDB said."""
+    errors = sys.modules.get("pymongo.errors")
+    if errors is None or not isinstance(exc, errors.PyMongoError):
+        return None
+    if isinstance(exc, errors.ConnectionFailure):
+        return str(mongo_unreachable(TARGET.store or "", exc))
+    return "MongoDB said: " + " ".join(str(exc).split(", full error:")[0].split())
 
 
 def run_command(make: Callable[[], Awaitable[T]]) -> T:
