@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -34,6 +35,7 @@ from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError, Event
 from ..session import (
     CompactionEntry,
+    CorruptSessionError,
     Entry,
     InvalidSessionIdError,
     MessageEntry,
@@ -135,6 +137,8 @@ def guard(body: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
     except SessionNotFoundError as exc:
         fail(3, str(exc))
+    except CorruptSessionError as exc:
+        fail(1, _damaged(exc))
     except (InvalidSessionIdError, TemporalConfigError) as exc:
         fail(2, str(exc))
     except CommandError as exc:
@@ -148,6 +152,14 @@ def guard(body: Callable[[], T]) -> T:
         if said is not None:
             fail(1, said)
         raise
+
+
+def _damaged(exc: CorruptSessionError) -> str:
+    """A damaged session names its file on a FileStore (the store line names only its root)."""
+    spec = TARGET.store or ""
+    if not spec.startswith("file:"):
+        return str(exc)
+    return f"{exc} in {Path(spec[len('file:') :]).expanduser().absolute() / exc.session_id}.jsonl"
 
 
 def _mongo_failure(exc: BaseException) -> str | None:
