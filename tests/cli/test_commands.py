@@ -355,6 +355,13 @@ def test_refused_mongo_credentials_are_one_line(mongo_uri: str, tmp_path: Path) 
     assert lines[1:] == [f"  (store mongodb://da:***@{host}:{port}/x{uri.split('/x', 1)[1]})"]
 
 
+def test_a_negative_timeout_is_a_usage_error(tmp_path: Path) -> None:
+    args = ["run", "s1", "hi", "--timeout", "-5", "--address", "127.0.0.1:1"]
+    result = run_cli(args, cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "--timeout" in result.stderr
+
+
 def _sessions_dir(dev: Dev) -> Path:
     return Path(dev.env["XDG_DATA_HOME"]) / "durable-agent" / "sessions"
 
