@@ -281,6 +281,12 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
     assert turn["reply"].startswith("Hello!")
 
 
+def test_dev_stops_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
+    with running_dev(tmp_path) as dev:
+        pass
+    assert "Traceback" not in dev.log.read_text(), dev.log.read_text()
+
+
 def _with_password(uri: str) -> tuple[str, str]:
     """The URI with a password in it, and the password: the server's own, else a made-up one
     with PLAIN (FerretDB on SQLite accepts any credentials)."""
