@@ -128,6 +128,10 @@ def test_load_app_errors(tmp_path: Path) -> None:
         load_app("durable_agent.cli.demo_app:nope")
     with pytest.raises(AppLoadError, match="no such file"):
         load_app(f"{tmp_path}/missing.py:app")
+    broken = tmp_path / "broken_app.py"
+    broken.write_text("import no_such_module_abc\n")
+    with pytest.raises(AppLoadError, match=r"cannot import .*no_such_module_abc"):
+        load_app(f"{broken}:app")
 
 
 def test_free_port_prefers_the_fixed_one() -> None:

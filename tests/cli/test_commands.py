@@ -281,6 +281,39 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
     assert turn["reply"].startswith("Hello!")
 
 
+def test_dev_stops_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
+    with running_dev(tmp_path) as dev:
+        pass
+    assert "Traceback" not in dev.log.read_text(), dev.log.read_text()
+
+
+def _with_password(uri: str) -> tuple[str, str]:
+    """The URI with a password in it, and the password: the server's own, else a made-up one
+    with PLAIN (FerretDB on SQLite accepts any credentials)."""
+    from pymongo.uri_parser import parse_uri
+
+    password = parse_uri(uri)["password"]
+    if password:
+        return uri, str(password)
+    extra = ("&" if "?" in uri else "?") + "authMechanism=PLAIN"
+    return uri.replace("://", "://da:Pw9Secret@", 1) + extra, "Pw9Secret"
+
+
+@pytest.mark.mongo
+def test_dev_prints_and_passes_no_store_password(mongo_uri: str, tmp_path: Path) -> None:
+    """Neither the banner nor the worker's argv (readable by any user) holds the password."""
+    uri, password = _with_password(mongo_uri)
+    database = f"da_cli_{secrets.token_hex(4)}"
+    with running_dev(tmp_path, "--store", uri, DURABLE_AGENT_MONGODB_DB=database) as dev:
+        banner = dev.log.read_text()
+        started = re.search(r"worker\s+pid (\d+)", banner)
+        assert started is not None, banner
+        argv = Path(f"/proc/{started.group(1)}/cmdline").read_bytes()
+    assert re.search(r"store +mongodb(\+srv)?://[^ ]*:\*\*\*@", banner), banner
+    assert password not in banner
+    assert password.encode() not in argv
+
+
 def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     result = run_cli(["sessions", "--store", "mongodb://127.0.0.1:1/x"], cli_env(tmp_path))
     assert result.returncode == 1, result.stderr
@@ -291,6 +324,48 @@ def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
         r"error: cannot reach MongoDB at 127\.0\.0\.1:1 \(.+\)( \[[a-z ]+\])?", first
     )
     assert result.stderr.splitlines()[1:] == ["  (store mongodb://127.0.0.1:1/x)"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "mongodb://u:Xy9Secret@Kq7Word@127.0.0.1:1/db",  # an unescaped @ in the password
+        "mongodb://u:Xy9Secret/Kq7Word@127.0.0.1:1/db",  # an unescaped /
+        "MONGODB://u:Xy9Secret@127.0.0.1:1/db",  # the scheme in capitals: an unknown store
+        "redis://u:Xy9Secret@127.0.0.1:1",  # another scheme: an unknown store
+    ],
+)
+def test_a_store_password_is_never_printed(tmp_path: Path, spec: str) -> None:
+    result = run_cli(["sessions", "--json", "--store", spec, "-v"], cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "u:***@" in result.stderr
+    for part in ("Xy9Secret", "Kq7Word"):
+        assert part not in result.stderr
+
+
+@pytest.mark.mongo
+def test_refused_mongo_credentials_are_one_line(mongo_uri: str, tmp_path: Path) -> None:
+    from pymongo.uri_parser import parse_uri
+
+    host, port = parse_uri(mongo_uri)["nodelist"][0]
+    uri = (
+        f"mongodb://da:Pw9Secret@{host}:{port}/x?directConnection=true&authMechanism=SCRAM-SHA-256"
+    )
+    result = run_cli(["sessions", "--json", "--store", uri], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr and "Pw9Secret" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("error: MongoDB said: ") and "authentication" in lines[0].lower()
+    assert lines[1:] == [f"  (store mongodb://da:***@{host}:{port}/x{uri.split('/x', 1)[1]})"]
+
+
+def test_a_negative_timeout_is_a_usage_error(tmp_path: Path) -> None:
+    args = ["run", "s1", "hi", "--timeout", "-5", "--address", "127.0.0.1:1"]
+    result = run_cli(args, cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "--timeout" in result.stderr
 
 
 def _sessions_dir(dev: Dev) -> Path:

@@ -106,3 +106,24 @@ async def test_sessions_rm_asks_first(tmp_path: Path) -> None:
     assert yes.returncode == 0 and not (root / "other.jsonl").exists()
     bad = run_cli(["sessions", "rm", "../x", "--yes"], env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+async def test_a_damaged_line_names_its_file_and_line_and_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["s1"])
+    entries = [MessageEntry(id=f"e{i}", message=user_message(f"m{i}")) for i in range(3)]
+    await store.append_entries("s1", entries)
+    file = root / "s1.jsonl"
+    lines = file.read_bytes().split(b"\n")
+    lines[2] = b"{not json" + lines[2]  # the first entry (line 2) stays whole; line 3 is damaged
+    file.write_bytes(b"\n".join(lines))
+    before = file.read_bytes()
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+    for args in (["show", "s1"], ["show", "s1", "--json"], ["approvals", "s1", "--json"]):
+        result = run_cli(args, env)
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""
+        first = result.stderr.splitlines()[0]
+        assert first.startswith("error: session 's1': ") and "(line 3)" in first, first
+        assert first.endswith(f" in {file}"), first
+    assert file.read_bytes() == before

@@ -90,7 +90,10 @@ def _import_target(target: str) -> Any:
             raise AppLoadError(f"cannot import {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except ModuleNotFoundError as exc:  # as for a module name, below
+            raise AppLoadError(f"cannot import {path}: {exc}") from exc
         return module
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

@@ -305,15 +305,15 @@ LogFormatOpt = Annotated[
 
 # -- the store ------------------------------------------------------------------------------------
 
-_USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/]*)@")
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)(.*)@", re.IGNORECASE | re.DOTALL)
 
 
 def display_store(spec: str) -> str:
-    """A store spec fit to print: a MongoDB password is masked."""
+    """A spec fit to print: any ``scheme://user:password@``'s password masked up to the last @."""
 
     def mask(match: re.Match[str]) -> str:
-        user = match.group(2).split(":", 1)[0]
-        return f"{match.group(1)}{user}:***@" if ":" in match.group(2) else match.group(0)
+        user, colon, _ = match.group(2).partition(":")
+        return f"{match.group(1)}{user}:***@" if colon else match.group(0)
 
     return _USERINFO.sub(mask, spec)
 

@@ -45,6 +45,7 @@ from .config import (
     StoreOpt,
     TemporalFlags,
     connect,
+    display_store,
     open_store,
     queue_for,
     resolve_store_spec,
@@ -222,7 +223,7 @@ async def run_dev(
     root = data_dir()
     lock = exclusive_server_lock(root)
     workers: list[ManagedProcess] = []
-    server = None
+    server, http = None, None
     try:
         orphan = stop_orphan(root, root / "temporal.db")
         if orphan is not None:
@@ -245,20 +246,23 @@ async def run_dev(
             return worker
 
         worker = await start()
-        chat = await _dev_http(store_spec, server.address, task_queue, app_ref)
+        chat, http = await _dev_http(store_spec, server.address, task_queue, app_ref)
         console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
         for line in (
             f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
             f"  Web UI         {server.ui_url}",
             f"  chat           {chat}",
             f"  worker         pid {worker.pid}, app {app_ref}, queue {task_queue}",
-            f"  store          {store_spec}",
+            f"  store          {display_store(store_spec)}",
             f"  logs           {root / 'logs'}",
             "  try:           durable-agent chat my-session",
         ):
             console.print(line)
         return await _supervise(console, server, worker, start)
     finally:
+        if http is not None:  # stopped, not left to asyncio.run to cancel (uvicorn's traceback)
+            http.cancel()
+            await asyncio.gather(http, return_exceptions=True)
         for w in workers:
             w.stop()
         if server is not None and server.process is not None:
@@ -310,38 +314,45 @@ async def start_http(
     agents: list[str] | None = None,
 ) -> tuple[str, asyncio.Task[None]]:
     """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
-    URL and the serving task."""
+    URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
     import uvicorn
 
     from ..server import create_app
 
-    app = create_app(
-        store=open_store(store_spec).store,
-        temporal=client,
-        task_queue=task_queue,
-        keys=keys,
-        agents=agents,
-    )
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
+    store = open_store(store_spec).store
+    app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
+    config = uvicorn.Config(app, host, port, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+
+    async def run() -> None:
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            server.should_exit = True
+            await serving
+            raise
+
+    task = asyncio.create_task(run())
     while not server.started:
-        if task.done():
-            task.result()
+        if serving.done():
+            serving.result()
             raise ProcessError(f"the HTTP server did not start on {host}:{port}")
         await asyncio.sleep(0.05)
     return f"http://{host}:{port}/", task
 
 
-async def _dev_http(store_spec: str, address: str, task_queue: str, app_ref: str) -> str:
-    """``dev``'s chat page, or why there is none (the server extra missing)."""
+async def _dev_http(
+    store_spec: str, address: str, task_queue: str, app_ref: str
+) -> tuple[str, asyncio.Task[None] | None]:
+    """``dev``'s chat page and its task, or why there is none (the server extra missing)."""
     try:
         import uvicorn  # noqa: F401
     except ImportError:
-        return "pip install 'durable-agent[server]' for the chat page"
+        return "pip install 'durable-agent[server]' for the chat page", None
     client = await connect(TemporalFlags(address=address))
     agents = ["demo"] if app_ref == DEMO_APP else None
-    url, _ = await start_http(store_spec, client, task_queue, port=free_port(8000), agents=agents)
-    return url
+    return await start_http(store_spec, client, task_queue, port=free_port(8000), agents=agents)
 
 
 def serve(
@@ -375,14 +386,10 @@ def serve(
         if agent is None:
             console.print('no --agent: each run request names its agent ("agent")')
         client = await connect(flags)
+        spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
+        agents = [agent] if agent else None
         url, task = await start_http(
-            resolve_store_spec(store),
-            client,
-            queue_for(task_queue, flags),
-            host=host,
-            port=port,
-            keys=keys,
-            agents=[agent] if agent else None,
+            spec, client, queue, host=host, port=port, keys=keys, agents=agents
         )
         console.print(f"[bold green]durable-agent serve[/] on {url} (Ctrl-C stops it)")
         await task

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from ..workflows.config import read_server_info
+from .config import ENV_STORE
 
 __all__ = [
     "ManagedProcess",
@@ -206,9 +207,10 @@ async def start_worker(
     await asyncio.to_thread(ready_dir.mkdir, parents=True, exist_ok=True)
     ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
     argv = [sys.executable, "-m", "durable_agent.cli", "worker", "--app", app_ref]
-    argv += ["--store", store_spec, "--task-queue", task_queue, "--parent-pid", str(os.getpid())]
+    argv += ["--task-queue", task_queue, "--parent-pid", str(os.getpid())]
     argv += ["--ready-file", str(ready), "--log-format", log_format]
-    env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {})}
+    # The store (a URI's password) in the environment, not on argv: any user can read argv.
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, **(extra_env or {}), ENV_STORE: store_spec}
     proc = spawn(name, argv, log_path, env)
     proc.ready_file = ready
     try:

@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -34,6 +35,7 @@ from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError, Event
 from ..session import (
     CompactionEntry,
+    CorruptSessionError,
     Entry,
     InvalidSessionIdError,
     MessageEntry,
@@ -135,6 +137,8 @@ def guard(body: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
     except SessionNotFoundError as exc:
         fail(3, str(exc))
+    except CorruptSessionError as exc:
+        fail(1, _damaged(exc))
     except (InvalidSessionIdError, TemporalConfigError) as exc:
         fail(2, str(exc))
     except CommandError as exc:
@@ -144,16 +148,29 @@ def guard(body: Callable[[], T]) -> T:
     except RPCError as exc:
         fail(1, f"Temporal said: {exc}")
     except Exception as exc:
-        if _is_mongo_connection_failure(exc):
-            fail(1, str(mongo_unreachable(TARGET.store or "", exc)))
+        said = _mongo_failure(exc)
+        if said is not None:
+            fail(1, said)
         raise
 
 
-def _is_mongo_connection_failure(exc: BaseException) -> bool:
-    """PyMongo's ConnectionFailure, without importing PyMongo when it is not installed."""
-    module = sys.modules.get("pymongo.errors")
-    failure = getattr(module, "ConnectionFailure", None)
-    return failure is not None and isinstance(exc, failure)
+def _damaged(exc: CorruptSessionError) -> str:
+    """A damaged session names its file on a FileStore (the store line names only its root)."""
+    spec = TARGET.store or ""
+    if not spec.startswith("file:"):
+        return str(exc)
+    return f"{exc} in {Path(spec[len('file:') :]).expanduser().absolute() / exc.session_id}.jsonl"
+
+
+def _mongo_failure(exc: BaseException) -> str | None:
+    """A PyMongo error as one line (without importing PyMongo when it is not installed): an
+    unreachable server says where, any other error (credentials refused...) what MongoDB said."""
+    errors = sys.modules.get("pymongo.errors")
+    if errors is None or not isinstance(exc, errors.PyMongoError):
+        return None
+    if isinstance(exc, errors.ConnectionFailure):
+        return str(mongo_unreachable(TARGET.store or "", exc))
+    return "MongoDB said: " + " ".join(str(exc).split(", full error:")[0].split())
 
 
 def run_command(make: Callable[[], Awaitable[T]]) -> T:

@@ -68,7 +68,7 @@ def run(
     agent: AgentOpt = "demo",
     as_json: JsonOpt = False,
     timeout: Annotated[
-        float, typer.Option(help="Give up (and cancel the run) after this.")
+        float, typer.Option(min=0.0, help="Seconds before giving up (and cancelling the run).")
     ] = 300.0,
     leaf: Annotated[
         str | None,
