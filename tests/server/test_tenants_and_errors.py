@@ -12,6 +12,7 @@ import pytest
 from durable_agent.durable import UnknownAgentError
 from durable_agent.server import create_app
 from durable_agent.server.runs import pick_agent
+from durable_agent.server.tenants import Tenant, Tenants
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import scripted, serving, tool_script
@@ -157,3 +158,25 @@ def test_a_run_that_names_no_agent_is_told_how_to() -> None:
     with pytest.raises(UnknownAgentError, match="no agent 'c'"):
         pick_agent(["a", "b"], "c")
     assert (pick_agent(["a"], None), pick_agent([], "zzz")) == ("a", "zzz")
+
+
+@pytest.mark.parametrize(
+    ("authorization", "known"),
+    [
+        ("Bearer key-acme", True),
+        ("bearer key-acme", True),  # the scheme's name is case-insensitive
+        ("BEARER   key-acme ", True),
+        ("Basic key-acme", False),
+        ("Bearerkey-acme", False),
+        ("Bearer key-acm", False),
+        ("key-acme", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_a_key_is_known_by_its_bearer_credentials_alone(
+    authorization: str | None, known: bool
+) -> None:
+    acme = Tenant(principal="ann", prefix="acme:")
+    caller = Tenants({"key-acme": acme}).caller(authorization)
+    assert caller == (acme if known else None)

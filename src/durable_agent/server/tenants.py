@@ -98,9 +98,10 @@ class Tenants:
     def caller(self, authorization: str | None) -> Tenant | None:
         if self._table is None:
             return NO_TENANT
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer":  # an auth scheme's name is case-insensitive (RFC 9110)
             return None
-        given = authorization.removeprefix("Bearer ").strip().encode()
+        given = credentials.strip().encode()
         found = None
         for key, tenant in self._table.items():
             # compare with every key, in constant time each: timing tells nothing of the keys
