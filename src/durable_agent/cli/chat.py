@@ -299,6 +299,9 @@ class Chat:
                 f"({len(child.entries())} entries); you are now in the fork"
             )
         elif name == "compact":
+            if args and not args[0].isdigit():
+                self.console.print("usage: /compact [KEEP]  (the number of turns kept verbatim)")
+                return True
             keep = int(args[0]) if args else 1
             entry = await agent.compact(keep_turns=keep)
             if entry is None:
