@@ -60,32 +60,25 @@ async def test_a_run_id_another_session_used_is_streamed_as_its_own(app: FastAPI
             started = await client.post("/v1/sessions/a/runs", json={"text": "hi", "run_id": "q-1"})
             assert started.status_code == 202, started.text
             await first.until(ended("q-1"))
-        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
-        assert started.status_code == 202, started.text
-        await asyncio.wait_for(held.wait(), 20)
-        async with stream(client, "b", after=0) as second:
-            await second.until(lambda r: r.live)
-            released.set()
-            await second.until(ended("q-1"))
-        assert [f.data["status"] for f in second.frames if f.event == "run"] == [
-            "started",
-            "completed",
-        ]
+
+        async def statuses_of_b_q1() -> list[str]:
+            """Session b's run ``q-1`` as a stream joining while it goes shows it."""
+            held.clear()
+            released.clear()
+            body = {"text": "hold", "run_id": "q-1"}
+            started = await client.post("/v1/sessions/b/runs", json=body)
+            assert started.status_code == 202, started.text
+            await asyncio.wait_for(held.wait(), 20)
+            async with stream(client, "b", after=0) as reader:
+                await reader.until(lambda r: r.live)
+                released.set()
+                await reader.until(ended("q-1"))
+            return [f.data["status"] for f in reader.frames if f.event == "run"]
+
+        assert await statuses_of_b_q1() == ["started", "completed"]
         # deleted, then created again by a run of the same ID: a new run, streamed alike
         assert (await client.delete("/v1/sessions/b")).status_code == 204
-        held.clear()
-        released.clear()
-        started = await client.post("/v1/sessions/b/runs", json={"text": "hold", "run_id": "q-1"})
-        assert started.status_code == 202, started.text
-        await asyncio.wait_for(held.wait(), 20)
-        async with stream(client, "b", after=0) as third:
-            await third.until(lambda r: r.live)
-            released.set()
-            await third.until(ended("q-1"))
-        assert [f.data["status"] for f in third.frames if f.event == "run"] == [
-            "started",
-            "completed",
-        ]
+        assert await statuses_of_b_q1() == ["started", "completed"]
 
 
 async def test_a_resume_point_past_the_session_is_refused(app: FastAPI) -> None:
