@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -216,6 +216,32 @@ async def test_a_load_that_overlaps_a_delete_is_not_remembered() -> None:
     await store.delete_session("s")
     gate.set()
     assert [e.id for e in await load] == ["a"]
+    assert store.remembered_bytes() == 0
+
+
+async def test_an_append_that_overlaps_a_create_is_not_remembered() -> None:
+    """An append to the old session returns after another process deleted it and the wrapper
+    created it again: what it wrote belongs to the deleted session and is not remembered as the
+    new one's (a confirmed path of it is loaded: empty)."""
+    gate = asyncio.Event()
+    writing = asyncio.Event()
+
+    class SlowAppends(MemoryStore):
+        async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+            await super().append_entries(session_id, entries)
+            writing.set()
+            await gate.wait()
+
+    inner = SlowAppends()
+    store = RememberingStore(inner)
+    await store.create_session("s")
+    append = asyncio.create_task(store.append_entries("s", [entry("a", None), entry("b", "a")]))
+    await writing.wait()
+    await inner.delete_session("s")  # elsewhere
+    await store.create_session("s")
+    gate.set()
+    await append
+    assert await store.path("s", "b", confirm=True) == []
     assert store.remembered_bytes() == 0
 
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from durable_agent import new
 from durable_agent.ai import Message, TextContent
 from durable_agent.durable.errors import AgentError
 from durable_agent.session import (
@@ -140,6 +141,24 @@ async def test_a_deleted_sessions_run_fails_with_a_typed_error(
         await (await agent.run("second")).wait()
     with pytest.raises(SessionNotFoundError):
         await s.load_entries("doomed")
+
+
+async def test_a_fork_from_a_handle_on_a_deleted_session_brings_nothing_back(store: Store) -> None:
+    """A handle still open on a deleted session holds its entries in memory: forking it copies
+    none of them into a new session, also once the session was created again under its ID."""
+    s = retention(store)
+    agent = await new(None, store=s, session_id="forked-gone")
+    await agent.append("private one", "private two")
+    await s.delete_session("forked-gone")
+    with pytest.raises(SessionNotFoundError):
+        await agent.fork("copy-1")
+    await s.create_session("forked-gone")
+    with pytest.raises(SessionNotFoundError):
+        await agent.fork("copy-2")
+    for sid in ("copy-1", "copy-2"):
+        with pytest.raises(SessionNotFoundError):
+            await s.load_entries(sid)
+    assert await s.load_entries("forked-gone") == []
 
 
 async def test_file_listing_reads_headers_only(tmp_path: object) -> None:

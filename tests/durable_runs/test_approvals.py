@@ -293,3 +293,31 @@ async def test_compaction_keeps_a_pending_turn(harness: Harness, store: Store) -
     await asyncio.wait_for((await agent.run()).wait(), 30)
     assert SENT == [{"to": "bob@example.com", "body": "hi"}]
     assert stored(agent)[-1].message.text() == "sent"
+
+
+async def test_a_decider_that_stops_waiting_leaves_the_run_going() -> None:
+    """In process: ``decide`` cancelled once the waiting run took the decision (a timeout)
+    does not fail the run: the decision is stored and the call runs."""
+    from durable_agent import ScriptedModel, model, new
+    from tests.durable_runs.test_steering import give_up_on_arrival
+
+    lm = ScriptedModel([Reply(tool_calls=[email()]), "sent"])
+    agent = await new(model(lm), tools=(send_email,))
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    decider: list[asyncio.Future[Any]] = []
+    give_up_on_arrival(agent, decider)
+    decider.append(asyncio.ensure_future(agent.decide("c1", True)))
+    with pytest.raises(asyncio.CancelledError):
+        await decider[0]
+    await asyncio.wait_for(stream.wait(), 30)
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert shape(stored(agent)) == [
+        "user",
+        "assistant",
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "assistant",
+    ]

@@ -210,3 +210,40 @@ async def test_a_run_holding_a_message_does_not_park_in_process() -> None:
     ]
     assert stored(agent)[5].id == delivered.id
     assert stream.pending == []
+
+
+def give_up_on_arrival(agent: Agent, waiter: list[asyncio.Future[Any]]) -> None:
+    """Cancel ``waiter[0]`` (a sender or decider) the moment its mail reaches the live run's
+    inbox: it stops waiting (a timeout, a closed request) with its mail accepted."""
+    engine = agent.state.live_run
+    assert engine is not None
+    arrived = engine.inbox.on_change
+
+    def give_up() -> None:
+        arrived()
+        waiter[0].cancel()
+
+    engine.inbox.on_change = give_up
+
+
+async def test_a_sender_that_stops_waiting_leaves_the_run_going() -> None:
+    """In process: a sender cancelled once its message was accepted (``wait_for`` timing out)
+    neither loses the message (an accepted message is always delivered) nor fails the run."""
+    from durable_agent import model, new
+
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), "answer"])
+    agent = await new(model(lm), tools=(step,))
+    stream = await agent.run("go")
+    await asyncio.wait_for(STARTED.wait(), 30)
+    sender: list[asyncio.Future[Any]] = []
+    give_up_on_arrival(agent, sender)
+    sender.append(asyncio.ensure_future(stream.send("steer")))
+    with pytest.raises(asyncio.CancelledError):
+        await sender[0]
+    RELEASE.set()
+    await asyncio.wait_for(stream.wait(), 30)
+    texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert texts == ["go", "", "step 1 done", "steer", "answer"]
+    assert [e.id for e in await agent.store.load_entries(agent.session_id)] == [
+        e.id for e in stored(agent)
+    ]

@@ -23,7 +23,7 @@ from ..ai.messages import Message
 from ..session.approvals import ApprovalDecision, PendingItem, awaiting_turn, pending_items
 from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
-from ..session.errors import SessionExistsError
+from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
 from ..session.store import Store
 from ..session.turns import Turn, last_turn
@@ -244,13 +244,16 @@ class Agent:
         return turn
 
     async def fork(self, new_session_id: str | None = None) -> Agent:
-        """Copy the active path into a new child session and return its handle."""
+        """Copy the active path into a new child session and return its handle;
+        :class:`SessionNotFoundError` if this session no longer holds the path (deleted since)."""
         state = self._state
         if state.closed:
             raise AgentClosedError(f"agent for session {state.session_id!r} is closed")
-        child_id = validate_session_id(new_session_id or new_id())
+        child_id, sid = validate_session_id(new_session_id or new_id()), state.session_id
         async with state.lock:
             snapshot = [e for e in state.path() if is_durable(e)]
+        if snapshot and all(e.id != snapshot[-1].id for e in await state.store.load_entries(sid)):
+            raise SessionNotFoundError(sid)  # docs/design.md#retention
         copies = _fork_copies(child_id, snapshot)
         await _create_or_resume_child(state.store, child_id, state.session_id, copies)
         if copies:

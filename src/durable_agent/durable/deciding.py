@@ -9,6 +9,7 @@ refused naming the winner; a re-sent identical one returns the stored entry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from ..session.approvals import (
@@ -42,8 +43,9 @@ async def decide(
             waiting.check(call_id, engine.inbox.deciding(call_id))
         elif call_id not in {p.tool_call_id for p in pending_items(state.path())}:
             raise _refusal(state, decision)
-        # a run starting on this tail takes it once it waits (docs/design.md#approvals-and-steering)
-        return await engine.inbox.decide(decision)
+        # a run starting on this tail takes it once it waits; a decider that stops waiting
+        # leaves it taken (docs/design.md#approvals-and-steering)
+        return await asyncio.shield(engine.inbox.decide(decision))
     if remote is not None:
         known = _pending_request(state, decision)
         if not isinstance(known, ApprovalRequest):

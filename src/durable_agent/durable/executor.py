@@ -9,6 +9,7 @@ compaction is :func:`~.compaction.compact` (docs/design.md#handle-and-engine).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
@@ -149,7 +150,9 @@ class LocalExecutor:
             engine = state.live_run
             if engine is None:
                 raise RunNotAcceptingError("the run has not started or has ended")
-            return await engine.inbox.send(entry, when)
+            # a sender that stops waiting must not cancel what the run answers: the message
+            # stays accepted (docs/design.md#approvals-and-steering)
+            return await asyncio.shield(engine.inbox.send(entry, when))
 
         return LocalRunStream(produce, sender=send, run_id=rid)
 

@@ -13,7 +13,7 @@ Why a remembered path is exact: stored entries never change (the log is append-o
 writer wins) and a path is fixed by its leaf's parent links. An entry is remembered only after the
 store accepted it (an append returned) or returned it (a load), and as its stored encoding decodes,
 so a path built here is the one a load would build. Deleting or creating a session through the
-wrapper forgets what it held of that ID, and a load racing a delete is not remembered.
+wrapper forgets what it held of that ID, and a load or append racing either is not remembered.
 
 Another process can delete a session and create it again around the wrapper. So what is
 remembered of a session is labelled with the ``created_at`` of the session record it belongs to
@@ -89,7 +89,7 @@ class RememberingStore:
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._held = 0
         self._deletes = 0
-        """Deletes so far: an append or load that overlapped one is not remembered."""
+        """Deletes and creates so far: an append or load that overlapped one is not remembered."""
         self._lock = threading.Lock()  # activities may run in threads (sync activity executors)
 
     def __getattr__(self, name: str) -> Any:
@@ -101,7 +101,8 @@ class RememberingStore:
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         record = await self.store.create_session(session_id, parent_id)
-        with self._lock:  # a new session: nothing remembered under its ID belongs to it
+        with self._lock:  # a new session: nothing remembered under its ID belongs to it, nor
+            self._deletes += 1  # what an append or load in flight brings of the one before
             self._drop(session_id)
             if self.max_bytes:
                 self._sessions[session_id] = _Session(born=record.created_at)
