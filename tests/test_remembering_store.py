@@ -243,6 +243,16 @@ async def test_an_append_that_overlaps_a_create_is_not_remembered() -> None:
     await append
     assert await store.path("s", "b", confirm=True) == []
     assert store.remembered_bytes() == 0
+    # an append to another session that overlaps a create is remembered all the same
+    gate.clear()
+    writing.clear()
+    await store.create_session("t")
+    append = asyncio.create_task(store.append_entries("t", [entry("c", None)]))
+    await writing.wait()
+    await store.create_session("u")
+    gate.set()
+    await append
+    assert store.remembered_bytes() > 0
 
 
 async def test_memory_is_bounded_in_bytes_least_recently_used_first() -> None:

@@ -13,7 +13,8 @@ Why a remembered path is exact: stored entries never change (the log is append-o
 writer wins) and a path is fixed by its leaf's parent links. An entry is remembered only after the
 store accepted it (an append returned) or returned it (a load), and as its stored encoding decodes,
 so a path built here is the one a load would build. Deleting or creating a session through the
-wrapper forgets what it held of that ID, and a load or append racing either is not remembered.
+wrapper forgets what it held of that ID; an append racing either, and a load racing a delete, is
+not remembered (an append to another session is).
 
 Another process can delete a session and create it again around the wrapper. So what is
 remembered of a session is labelled with the ``created_at`` of the session record it belongs to
@@ -40,6 +41,7 @@ from typing import Any
 
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
+from ..session.ids import validate_session_id
 from ..session.record import SessionRecord
 from ..session.store import RetentionStore, SeqStore, Store, check_after
 from ..session.tree import path as tree_path
@@ -89,7 +91,7 @@ class RememberingStore:
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._held = 0
         self._deletes = 0
-        """Deletes and creates so far: an append or load that overlapped one is not remembered."""
+        """Deletes so far: an append or load that overlapped one is not remembered."""
         self._lock = threading.Lock()  # activities may run in threads (sync activity executors)
 
     def __getattr__(self, name: str) -> Any:
@@ -101,8 +103,7 @@ class RememberingStore:
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         record = await self.store.create_session(session_id, parent_id)
-        with self._lock:  # a new session: nothing remembered under its ID belongs to it, nor
-            self._deletes += 1  # what an append or load in flight brings of the one before
+        with self._lock:  # a new session: nothing remembered under its ID belongs to it
             self._drop(session_id)
             if self.max_bytes:
                 self._sessions[session_id] = _Session(born=record.created_at)
@@ -139,10 +140,12 @@ class RememberingStore:
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """The store's append; once it returns, the batch is remembered as a load returns it."""
-        deletes = self._deletes
+        validate_session_id(session_id)  # before it is looked up here (an ID must be a str)
+        with self._lock:
+            deletes, held = self._deletes, self._sessions.get(session_id)
         await self.store.append_entries(session_id, entries)
         if self.max_bytes:
-            self._add(session_id, entries, deletes)
+            self._add(session_id, entries, deletes, held)
 
     async def delete_session(self, session_id: str) -> None:
         """The store's delete; the session is forgotten whatever the outcome."""
@@ -189,7 +192,11 @@ class RememberingStore:
 
     # -- memory ------------------------------------------------------------------------------------
 
-    def _add(self, session_id: str, entries: Sequence[Entry], deletes: int) -> None:
+    def _add(
+        self, session_id: str, entries: Sequence[Entry], deletes: int, held: _Session | None
+    ) -> None:
+        """Remember an append's batch, unless the session was deleted meanwhile, or created
+        again through this wrapper (what the append wrote belongs to the one before)."""
         with self._lock:
             known = self._sessions.get(session_id)
             # first writer wins: an ID remembered already holds what is stored under it
@@ -202,7 +209,7 @@ class RememberingStore:
                 wire = encode_entry(entry)
                 fresh.append((decode_entry(wire), _size(wire)))
         with self._lock:
-            if deletes != self._deletes:
+            if deletes != self._deletes or self._sessions.get(session_id) is not held:
                 return
             known = self._sessions.setdefault(session_id, _Session())
             self._sessions.move_to_end(session_id)
