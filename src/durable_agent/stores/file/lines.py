@@ -38,6 +38,7 @@ __all__ = [
     "header_tail",
     "is_json_prefix",
     "line_id",
+    "names_another",
     "parse_header",
     "read_lines",
     "repeated_id",
@@ -81,6 +82,18 @@ def parse_header(body: bytes, session_id: str) -> SessionRecord:
     except ValueError as exc:
         raise HeaderProblem(str(exc)) from None
     return SessionRecord(id=session_id, parent_id=parent, created_at=created_at)
+
+
+def names_another(head: bytes, session_id: str) -> bool:
+    """Whether the file starting with ``head`` is another session's by its header (a
+    case-insensitive file system, macOS's by default, opens ``abc.jsonl`` for ``ABC``); a
+    damaged header names none."""
+    try:
+        data = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        return False
+    named = data.get("id") if isinstance(data, dict) else None
+    return isinstance(named, str) and data.get("type") == "session_init" and named != session_id
 
 
 def corrupt_line(session_id: str, lineno: int, exc: Exception) -> CorruptSessionError:

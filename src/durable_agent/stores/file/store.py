@@ -44,17 +44,16 @@ from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after, read_now
 from .index import Index, IndexCache, covers, digest, header_line, reencode_line, scan_ids
-from .io import (
-    FILE_MODE,
-    append_all,
-    ensure_root,
-    finish,
-    flock,
-    open_dir,
-    posix_locks,
-    write_all,
+from .io import FILE_MODE, append_all, ensure_root, finish, flock, open_dir, posix_locks, write_all
+from .lines import (
+    HeaderProblem,
+    Tail,
+    decode_lines,
+    header_bytes,
+    names_another,
+    parse_header,
+    read_lines,
 )
-from .lines import HeaderProblem, Tail, decode_lines, header_bytes, parse_header, read_lines
 
 __all__ = ["FileStore"]
 
@@ -183,7 +182,8 @@ class FileStore:
             raise SessionNotFoundError(session_id) from None
         try:
             with flock(fd, exclusive=True):  # appends and loads in flight finish first
-                if os.fstat(fd).st_nlink == 0:  # a concurrent delete won
+                # gone (a concurrent delete won), or another's file (docs/design.md#file-store)
+                if os.fstat(fd).st_nlink == 0 or names_another(os.pread(fd, 4096, 0), session_id):
                     raise SessionNotFoundError(session_id)
                 path.unlink()
         finally:
