@@ -89,6 +89,17 @@ class Reader:
         return self.events
 
 
+DECIDED_TURN = [
+    "user",
+    "assistant",
+    "approval_request",
+    "approval_decision",
+    "tool_result",
+    "assistant",
+]
+"""A turn whose one call waited for a decision, ran, and was answered."""
+
+
 def stored(agent: Agent) -> list[Any]:
     return [e for e in agent.entries() if not (isinstance(e, MessageEntry) and e.ephemeral)]
 
@@ -133,14 +144,7 @@ async def test_approved_call_runs_after_the_decision(harness: Harness, store: St
     assert names[6] == "tool_execution_start"
     decided = [e for e in events if e.agent and e.agent.type == "approval_decided"]
     assert decided[0].entries == [decision]
-    assert shape(stored(agent)) == [
-        "user",
-        "assistant",
-        "approval_request",
-        "approval_decision",
-        "tool_result",
-        "assistant",
-    ]
+    assert shape(stored(agent)) == DECIDED_TURN
     assert stream.pending == [] and agent.pending_approvals() == []
 
 
@@ -313,11 +317,4 @@ async def test_a_decider_that_stops_waiting_leaves_the_run_going() -> None:
         await decider[0]
     await asyncio.wait_for(stream.wait(), 30)
     assert SENT == [{"to": "bob@example.com", "body": "hi"}]
-    assert shape(stored(agent)) == [
-        "user",
-        "assistant",
-        "approval_request",
-        "approval_decision",
-        "tool_result",
-        "assistant",
-    ]
+    assert shape(stored(agent)) == DECIDED_TURN
