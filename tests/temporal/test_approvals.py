@@ -33,7 +33,15 @@ from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
-from tests.durable_runs.test_approvals import SENT, Reader, email, send_email, shape, stored
+from tests.durable_runs.test_approvals import (
+    DECIDED_TURN,
+    SENT,
+    Reader,
+    email,
+    send_email,
+    shape,
+    stored,
+)
 from tests.support.temporal import running_worker, temporal_binary
 from tests.support.worker_process import AGENT, CALLS_LOG
 from tests.temporal.conftest import WorkerProcesses
@@ -120,14 +128,7 @@ async def test_three_day_wait_parks_then_a_decision_continues() -> None:
             assert isinstance(decision, ApprovalDecision)
             continued = await agent.run()
             await asyncio.wait_for(continued.wait(), 60)
-            assert shape(stored(agent)) == [
-                "user",
-                "assistant",
-                "approval_request",
-                "approval_decision",
-                "tool_result",
-                "assistant",
-            ]
+            assert shape(stored(agent)) == DECIDED_TURN
 
 
 async def test_a_run_holding_a_message_does_not_park() -> None:
@@ -380,14 +381,7 @@ async def test_a_wait_survives_its_worker_being_sigkilled(
     await reader.done()
     stored_entries = await FileStore(root).load_entries(agent.session_id)
     kinds_stored = shape(list(stored_entries))
-    assert kinds_stored == [
-        "user",
-        "assistant",
-        "approval_request",
-        "approval_decision",
-        "tool_result",
-        "assistant",
-    ]
+    assert kinds_stored == DECIDED_TURN
     assert stored_entries[3].id == decision.id
     calls = (markers / CALLS_LOG).read_text().split()
     assert calls.count("tool") == 1  # the approved step ran once

@@ -22,7 +22,7 @@ from durable_agent.session.approvals import ApprovalRequest
 from durable_agent.session.codec import encode_entry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import RunResult, run_workflow_id
-from tests.durable_runs.test_approvals import SENT, Reader, email, shape, stored
+from tests.durable_runs.test_approvals import DECIDED_TURN, SENT, Reader, email, shape, stored
 from tests.support.worker_process import AGENT, CALLS_LOG, MARKERS
 from tests.temporal.conftest import WorkerProcesses
 from tests.temporal.helpers import (
@@ -141,14 +141,7 @@ async def test_a_decision_stored_by_a_worker_that_died_is_the_updates_answer(
     assert result.status == "completed"
     entries = await store.load_entries(session)
     assert_one_chain(entries)
-    assert shape(entries) == [
-        "user",
-        "assistant",
-        "approval_request",
-        "approval_decision",
-        "tool_result",
-        "assistant",
-    ]
+    assert shape(entries) == DECIDED_TURN
     assert entries[3] == decision
     assert (markers / CALLS_LOG).read_text().split().count("tool") == 1  # the step ran once
     await assert_replays(temporal_client, wid)

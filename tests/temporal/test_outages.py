@@ -28,6 +28,7 @@ from durable_agent import (
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, connect, run_workflow_id
+from tests.durable_runs.test_approvals import DECIDED_TURN
 from tests.support.temporal import running_worker, temporal_binary
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -220,14 +221,7 @@ async def test_a_run_waiting_for_approval_survives_a_server_restart(
         e.message.role if isinstance(e, MessageEntry) else getattr(e, "kind", e.type)
         for e in stored
     ]
-    assert kinds == [
-        "user",
-        "assistant",
-        "approval_request",
-        "approval_decision",
-        "tool_result",
-        "assistant",
-    ]
+    assert kinds == DECIDED_TURN
     assert messages_of(stored)[-2].text() == "sent to team"
     assert_one_chain(stored)
     assert "approval_decided" in outcome.types()
