@@ -25,6 +25,7 @@ from durable_agent.session import Entry, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import WORKFLOWS, AgentSpec, ensure_search_attribute, run_workflow_id
 from durable_agent.workflows.worker import workflow_runner
+from tests.durable_runs.test_approvals import shape
 from tests.durable_runs.test_steering import queued
 from tests.support.gate_tool import GateTool
 from tests.support.gated_store import GatedStore, has_role, has_text
@@ -138,6 +139,41 @@ async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
     assert texts(stored) == ["go", "", "echo: x"]
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
     assert [(r.tool_call_id, r.is_error) for r in results] == [("c1", False)]
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves it first)."""
+    return f"sent to {to}"
+
+
+async def test_cancel_while_a_reply_that_asks_for_approval_is_written(
+    temporal_client: Client,
+) -> None:
+    """The model call stores the reply with its approval request; a cancellation that arrives
+    meanwhile still records the request before it answers the call, so the cancelled result
+    chains from the request (it was once stored as the reply's second child, the request left
+    on a branch of its own and the handle's log without the result)."""
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_role("assistant"))
+    q = queue()
+    spec = AgentSpec(
+        model=ScriptedModel([Reply.call("send_email", {"to": "bob"}, id="c1")]),
+        tools=[send_email],
+    )
+    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=memory, session_id=sid("t-ask"), executor=executor(temporal_client, q)
+        )
+        rid = run_id()
+        stream = await agent.run("mail bob", run_id=rid)
+        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
+
+    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    assert shape(stored) == ["user", "assistant", "approval_request", "tool_result"]
+    assert texts(stored)[-1] == "tool execution cancelled"
+    assert agent.pending_approvals() == []
 
 
 @pytest.mark.parametrize("held", ["assistant", "tool_result"])

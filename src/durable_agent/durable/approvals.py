@@ -45,6 +45,7 @@ __all__ = [
     "Waiting",
     "ask_people",
     "not_pending",
+    "record_asked",
     "resume_turn",
     "settle",
 ]
@@ -173,14 +174,33 @@ def not_pending(tool_call_id: str, decision_id: str | None) -> ApprovalNotPendin
     return ApprovalNotPendingError(text, tool_call_id=tool_call_id, decision_id=decision_id)
 
 
-async def ask_people(engine: RunSide, run: AgentRun, reply: Message) -> None:
-    """After a reply with calls is stored: if any call needs approval, request and wait, then
-    hand the loop the verdicts before it runs the turn's tools."""
+async def record_asked(engine: RunSide) -> list[Entry]:
+    """Record the approval requests the reply's producer stored with it (the Temporal model
+    call) and emit ``approval_requested``, right after the reply's receipt: they are stored
+    whatever comes next, so a cancellation that arrived meanwhile answers the calls after
+    them, on the run's one chain. ``[]`` when it stored none."""
+    ahead = engine.gate.stored_requests() if engine.gate is not None else []
+    if not ahead:
+        return []
+    stored = engine.record_stored(ahead)
+    await engine.emit_agent(AgentEvent(type="approval_requested"), stored)
+    return stored
+
+
+async def ask_people(
+    engine: RunSide, run: AgentRun, reply: Message, asked: Sequence[Entry] = ()
+) -> None:
+    """After a reply with calls is stored: if any call needs approval, request (unless its
+    producer did: ``asked``, from :func:`record_asked`) and wait, then hand the loop the
+    verdicts before it runs the turn's tools."""
     if engine.gate is None:
         return
-    ask = await engine.gate.needs_approval(reply)
+    if asked:
+        ask = [e.tool_call_id for e in asked if isinstance(e, ApprovalRequest)]
+    else:
+        ask = await engine.gate.needs_approval(reply)
     if ask:
-        run.verdicts.update(await settle(engine, reply, ask))
+        run.verdicts.update(await settle(engine, reply, ask, asked=asked))
 
 
 async def resume_turn(
@@ -204,33 +224,36 @@ async def resume_turn(
 
 
 async def settle(
-    engine: RunSide, reply: Message, ask: list[str], turn: AwaitingTurn | None = None
+    engine: RunSide,
+    reply: Message,
+    ask: list[str],
+    turn: AwaitingTurn | None = None,
+    asked: Sequence[Entry] = (),
 ) -> dict[str, Verdict]:
-    """Request approval for the calls ``ask`` of ``reply`` (or, given ``turn``, wait on the
-    requests a stored turn holds) and wait until each is decided; the verdicts by call ID.
-    Raises :class:`Parked` when ``approval_wait`` runs out first with no message queued."""
+    """Request approval for the calls ``ask`` of ``reply`` (unless its producer did:
+    ``asked``, recorded already), or, given ``turn``, wait on the requests a stored turn
+    holds; then wait until each is decided. The verdicts by call ID. Raises :class:`Parked`
+    when ``approval_wait`` runs out first with no message queued."""
     if turn is None:
         turn = AwaitingTurn(reply, 0)
-        calls = {c.id: c for c in turn.calls}
-        requests = [
-            ApprovalRequest(
-                tool_call_id=i,
-                tool_name=calls[i].name,
-                args=calls[i].arguments,
-                run_id=engine.run_id,
-                created_at=engine.effects.now(),
-            )
-            for i in ask
-        ]
-        ahead = engine.gate.stored_requests() if engine.gate is not None else []
-        if ahead:
-            stored = engine.record_stored(ahead)
-        else:
+        stored = list(asked)
+        if not stored:
+            calls = {c.id: c for c in turn.calls}
+            requests = [
+                ApprovalRequest(
+                    tool_call_id=i,
+                    tool_name=calls[i].name,
+                    args=calls[i].arguments,
+                    run_id=engine.run_id,
+                    created_at=engine.effects.now(),
+                )
+                for i in ask
+            ]
             stored = await engine.persist(requests, "persist approval requests")
+            await engine.emit_agent(AgentEvent(type="approval_requested"), stored)
         for entry in stored:
             assert isinstance(entry, ApprovalRequest)
             turn.requests[entry.tool_call_id] = entry
-        await engine.emit_agent(AgentEvent(type="approval_requested"), stored)
     waiting = engine.waiting = Waiting(turn)
     previous, engine.status = engine.status, "awaiting_approval"
     try:

@@ -90,7 +90,8 @@ class TemporalGate:
         self._model = model
 
     async def needs_approval(self, reply: Message) -> list[str]:
-        return [r.tool_call_id for r in self._model.requests]
+        # the model call asked already: its requests are recorded at the reply's receipt
+        return []
 
     def stored_requests(self) -> list[ApprovalRequest]:
         taken, self._model.requests = self._model.requests, []
