@@ -9,7 +9,7 @@ import uuid
 import pytest
 from temporalio.client import Client
 
-from durable_agent import ScriptedModel, new, text
+from durable_agent import Event, ScriptedModel, new, text
 from durable_agent.activities.run_contracts import RunInput
 from durable_agent.cli.dev import workflows_url
 from durable_agent.stores import MemoryStore
@@ -34,7 +34,16 @@ async def test_kind_separates_runs_from_publish_and_compact(temporal_client: Cli
     lm = ScriptedModel(["one", "Summary: one", "two"])
     store, q = MemoryStore(), queue()
     session = f"kind-{uuid.uuid4().hex[:8]}"
-    async with running_worker(temporal_client, store, {"plain": AgentSpec(model=lm)}, task_queue=q):
+    published: list[Event] = []
+    # a worker with a publisher: a client starts publish workflows only for one (without it,
+    # whether `new()` starts one would depend on whether the worker's poller shows yet)
+    async with running_worker(
+        temporal_client,
+        store,
+        {"plain": AgentSpec(model=lm)},
+        task_queue=q,
+        publisher=published.append,
+    ):
         agent = await new(
             "plain", store=store, session_id=session, executor=executor(temporal_client, q)
         )  # a publish workflow (session_init)
@@ -60,6 +69,11 @@ async def test_kind_separates_runs_from_publish_and_compact(temporal_client: Cli
         )
         assert (await handle.result()).status == "completed"
         assert (await handle.describe()).typed_search_attributes.get(KIND_KEY) == "run"
+
+        async def initialised() -> bool:
+            return "session_init" in [e.type for e in published]
+
+        await eventually(initialised, what="the publisher's session_init")
 
     everything = await _ids(temporal_client, f'{SEARCH_ATTRIBUTE} = "{session}"', 4)
     runs_query = f'{SEARCH_ATTRIBUTE} = "{session}" AND {KIND_ATTRIBUTE} = "run"'
