@@ -56,10 +56,18 @@ async def approve_me(text: str) -> str:
     return text
 
 
+RUNNING: set[str] = set()
+"""Arguments of the ``slow`` calls running now."""
+
+
 @tool
 async def slow(text: str) -> str:
     """Takes a while."""
-    await asyncio.sleep(30)
+    RUNNING.add(text)
+    try:
+        await asyncio.sleep(30)
+    finally:
+        RUNNING.discard(text)
     return text
 
 
@@ -158,6 +166,10 @@ async def _cancel_when(
             )
             if due and not cancelled:
                 cancelled = True
+                if when == "tool":
+                    # the client derives the start from the stored reply, which may be before
+                    # the run saw it: a cancel then would stop a tool that never started
+                    await eventually(_running, what="the slow tool running")
                 for n, (text, how) in enumerate(send, 1):
                     sending.append(asyncio.ensure_future(stream.send(text, when=how)))
                     await _held(client, session, stream.run_id, n)
@@ -168,6 +180,10 @@ async def _cancel_when(
     delivered = [e.entries for e in seen if _delivered(e) and e.entries is not None]
     assert [e.id for e in sent] == [entries[0].id for entries in delivered]
     return seen
+
+
+async def _running() -> bool:
+    return bool(RUNNING)
 
 
 def _delivered(event: Event) -> bool:
