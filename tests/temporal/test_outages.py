@@ -313,3 +313,50 @@ async def test_other_store_errors_fail_the_run_at_once(temporal_client: Client) 
     with pytest.raises(PersistError) as local_caught:
         await (await local.run("go")).wait()
     assert str(caught.value) == str(local_caught.value)
+
+
+class ReadsFailOnceStored:
+    """The client's store: its next ``failures`` reads that would bring ``text`` fail as a
+    store that is briefly down does (the worker writes through another object)."""
+
+    def __init__(self, inner: Store, text: str, failures: int) -> None:
+        self.inner = inner
+        self.text = text
+        self.failures = failures
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> Any:
+        return await self.inner.create_session(session_id, parent_id)
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        await self.inner.append_entries(session_id, entries)
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        entries = await self.inner.load_entries(session_id)
+        if self.failures and self.text in [m.text() for m in messages_of(entries)]:
+            self.failures -= 1
+            raise StoreUnavailableError("connection reset")
+        return entries
+
+
+async def test_a_read_that_fails_as_the_run_ends_loses_no_event(
+    temporal_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run stream's reads that would bring the reply fail until after the run ended: the
+    stream reads again before it gives up, so the reply still has its receipt (before, the
+    stream re-synced the handle and its events lacked the reply's ``message_end``)."""
+    memory = MemoryStore()
+    flaky = ReadsFailOnceStored(memory, "the reply", failures=4)
+    q = queue()
+    lm = ScriptedModel(["the reply"])
+    async with running_worker(temporal_client, memory, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a", store=flaky, session_id=sid("read-fails"), executor=executor(temporal_client, q)
+        )
+        outcome = await consume(await agent.run("go"))
+
+    assert outcome.error is None, repr(outcome.error)
+    assert flaky.failures == 0  # the reads did fail
+    assert [m.text() for m in messages_of(outcome.receipts())] == ["go", "the reply"]
+    assert outcome.recorded_types()[-3:] == ["message_end", "turn_end", "agent_end"]
+    assert [m.text() for m in outcome.messages or []] == ["the reply"]
+    assert "followed another chain" not in caplog.text

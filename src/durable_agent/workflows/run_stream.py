@@ -36,11 +36,12 @@ from ..ai.messages import Message
 from ..durable.chain_events import RunChain
 from ..durable.errors import AgentError, RunCancelledError
 from ..durable.events import Event
-from ..durable.follow import DeltaFollower, SessionFollower
+from ..durable.follow import DeltaFollower, SessionFollower, entries_after
 from ..durable.partial import copied
 from ..durable.state import SessionState
 from ..session.approvals import AwaitingTurn
 from ..session.deltas import DeltaChannel
+from ..session.errors import StoreUnavailableError
 from .stream_recovery import resync, scheduled_entry_ids
 
 __all__ = ["RunFollower", "RunStart", "client_error"]
@@ -122,6 +123,10 @@ TOOL_READ = 0.25
 reads a second while a tool works, where an idle wait grows to ``SLOWEST_READ``."""
 SLACK = 0.05
 """Seconds within which a read that is due soon is done on the current wake-up."""
+CATCH_UP_WITHIN = 5.0
+"""Seconds a stream reads on after its run ended for the entries its result names that no
+read brought (a store down as the run ended), before it re-syncs the handle without their
+events."""
 UNREAD_PACE = 1.0
 """Seconds between two reads of the session while nobody reads the events (``wait()`` only):
 the receipts still reach the handle as the run goes, at one read a second, and the run's end
@@ -158,6 +163,7 @@ class RunFollower:
             missing_ok=True,  # a new session's first run creates it
             on_wake=self._pushed,
         )
+        self._after = start.after
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)
         self.reading = reading
         self._waiter: asyncio.Future[None] | None = None
@@ -204,8 +210,10 @@ class RunFollower:
                 state.unsettled.extend(i for i in ids if i not in state.index)
                 raise error from exc
             if self.chain.ids != list(result.new_entry_ids):
-                # another writer's entry fit the run's chain, or a read missed one: the run's
-                # own account wins for the handle (docs/design.md#receipts)
+                await self._catch_up(list(result.new_entry_ids), put)
+            if self.chain.ids != list(result.new_entry_ids):
+                # another writer's entry fit the run's chain, or the store stayed down: the
+                # run's own account wins for the handle (docs/design.md#receipts)
                 logger.warning("the run stream of %s followed another chain", handle.id)
                 await resync(state, handle, result_task)
             parked = result.status == "awaiting_approval"
@@ -217,6 +225,26 @@ class RunFollower:
             self.entries.close()
             if not result_task.done():
                 result_task.cancel()
+
+    async def _catch_up(self, wanted: list[str], put: Callable[[Event], None]) -> None:
+        """The run's own account names entries no read brought (a read failed as the run
+        ended): read the session from the run's start, those not read yet, until they come
+        or ``CATCH_UP_WITHIN`` seconds passed, each read with its events."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + CATCH_UP_WITHIN, FASTEST_READ
+        while True:
+            try:
+                found = await entries_after(self.state.store, self.state.session_id, self._after)
+            except StoreUnavailableError as exc:
+                logger.debug("catching up with %s: %s", self.handle.id, exc)
+                found = []
+            unread = (e for _, e in found if not self.entries.has_read(e.id))
+            await self._deliver(self.chain.add(unread), put)
+            ids = self.chain.ids
+            if ids == wanted or ids != wanted[: len(ids)] or loop.time() + delay > deadline:
+                return  # all read; or another entry fit the chain (no read mends that)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, SLOWEST_READ)
 
     async def _follow(
         self, result_task: asyncio.Future[RunResult], put: Callable[[Event], None]
