@@ -27,15 +27,7 @@ from ..session.approvals import AwaitingTurn
 from ..session.entries import Entry, MessageEntry
 from . import approvals
 from .answers import CANCELLED_TEXT, aborted_message, stored_key, too_large
-from .approvals import (
-    ApprovalGate,
-    Parked,
-    RunStatus,
-    Waiting,
-    ask_people,
-    record_asked,
-    resume_turn,
-)
+from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, resume_turn
 from .errors import PersistError, RunCancelledError, RunNotAcceptingError
 from .events import Event
 from .inbox import Inbox
@@ -304,10 +296,9 @@ class RunEngine:
                 run.stored_as(message)  # the model goes on with what the store holds
             self._record(message)
             await self.emit_agent(event, receipt)
-            asking = message.role == "assistant" and bool(self.pending_calls)
-            asked = await record_asked(self) if asking else []
+            asked = await approvals.record_asked(self)  # before a deferred cancellation
             self.checkpoint()
-            if asking:
+            if message.role == "assistant" and self.pending_calls:
                 await ask_people(self, run, message, asked)
             return
         await self.emit_agent(event)

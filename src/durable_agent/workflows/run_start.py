@@ -11,6 +11,7 @@ session from its first entry.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -20,13 +21,26 @@ from ..activities.run_contracts import InputEntry
 from ..activities.start_leaf import input_id, local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState
-from ..session.approvals import awaiting_turn, run_start_repairs
+from ..session.approvals import AwaitingTurn, awaiting_turn, run_start_repairs
 from ..session.entries import Entry
 from ..session.tree import path as tree_path
 from .run_input import decode_run_input
-from .run_stream import RunStart
 
-__all__ = ["attached", "started_here"]
+__all__ = ["RunStart", "attached", "started_here"]
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where a run starts in its session, as its client follows it: the starting leaf, its
+    durable inputs' IDs (``None`` for one the run names itself), the run-start repairs it
+    stores first, and a seq before its first entry."""
+
+    leaf: str
+    inputs: list[str | None]
+    repairs: int
+    after: int
+    waiting: AwaitingTurn | None = None
+    """A run with no input on a turn whose calls wait for people: it waits on that turn."""
 
 
 def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -39,12 +38,12 @@ from ..durable.events import Event
 from ..durable.follow import DeltaFollower, SessionFollower, entries_after
 from ..durable.partial import copied
 from ..durable.state import SessionState
-from ..session.approvals import AwaitingTurn
 from ..session.deltas import DeltaChannel
 from ..session.errors import StoreUnavailableError
+from .run_start import RunStart
 from .stream_recovery import resync, scheduled_entry_ids
 
-__all__ = ["RunFollower", "RunStart", "client_error"]
+__all__ = ["RunFollower", "client_error"]
 
 logger = logging.getLogger("durable_agent.temporal")
 
@@ -90,25 +89,6 @@ async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
             delay = min(delay * 2, 5.0)
 
 
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-@dataclass(frozen=True)
-class RunStart:
-    """Where a run starts in its session, as its client follows it: the starting leaf, its
-    durable inputs' IDs (``None`` for one the run names itself), the run-start repairs it
-    stores first, and a seq before its first entry."""
-
-    leaf: str
-    inputs: list[str | None]
-    repairs: int
-    after: int
-    waiting: AwaitingTurn | None = None
-    """A run with no input on a turn whose calls wait for people: it waits on that turn."""
-
-
 FIRST_READ = 0.1
 """Seconds from the run's start to the first read of its session."""
 FASTEST_READ = 0.1
@@ -125,8 +105,7 @@ SLACK = 0.05
 """Seconds within which a read that is due soon is done on the current wake-up."""
 CATCH_UP_WITHIN = 5.0
 """Seconds a stream reads on after its run ended for the entries its result names that no
-read brought (a store down as the run ended), before it re-syncs the handle without their
-events."""
+read brought (a store down as the run ended), before it re-syncs the handle."""
 UNREAD_PACE = 1.0
 """Seconds between two reads of the session while nobody reads the events (``wait()`` only):
 the receipts still reach the handle as the run goes, at one read a second, and the run's end
@@ -348,8 +327,8 @@ class RunFollower:
 
     def _pushed(self) -> None:
         """Wake the follow loop: the run ended, or the store's feed says the session grew."""
-        if self._waiter is not None:
-            _release(self._waiter)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _read_all(self, result_task: asyncio.Future[RunResult]) -> bool:
         """The run ended well and every entry its result names was read already: the read
