@@ -84,6 +84,23 @@ async def cancel_inside_held_write(
     return await asyncio.wait_for(seen, 30)
 
 
+async def cancelled_in_write(
+    client: Client, held: str, spec: AgentSpec, name: str, question: str
+) -> tuple[Agent, Outcome, list[Entry]]:
+    """A run of ``spec`` asked ``question``, cancelled while its first write of a ``held``
+    message is open; its outcome and what the store holds (one chain: :func:`check_one_chain`)."""
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    gated.arm(has_role(held))
+    q = queue()
+    async with running_worker(client, gated, {"a": spec}, task_queue=q):
+        agent = await new("a", store=memory, session_id=sid(name), executor=executor(client, q))
+        rid = run_id()
+        stream = await agent.run(question, run_id=rid)
+        outcome = await cancel_inside_held_write(client, gated, agent, stream, rid)
+    return agent, outcome, await check_one_chain(client, agent, rid, outcome)
+
+
 async def check_one_chain(client: Client, agent: Agent, rid: str, outcome: Outcome) -> list[Entry]:
     """Cancelled; the store holds one chain, equal to the handle's log, every receipt stored."""
     assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
@@ -97,20 +114,10 @@ async def check_one_chain(client: Client, agent: Agent, rid: str, outcome: Outco
 
 
 async def test_cancel_while_the_reply_is_written_keeps_one_reply(temporal_client: Client) -> None:
-    memory = MemoryStore()
-    gated = GatedStore(memory)
-    gated.arm(has_role("assistant"))
-    q = queue()
     spec = AgentSpec(model=ScriptedModel(["the whole reply"]))
-    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
-        agent = await new(
-            "a", store=memory, session_id=sid("t-reply"), executor=executor(temporal_client, q)
-        )
-        rid = run_id()
-        stream = await agent.run("q", run_id=rid)
-        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
-
-    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    _, outcome, stored = await cancelled_in_write(
+        temporal_client, "assistant", spec, "t-reply", "q"
+    )
     assert texts(stored) == ["q", "the whole reply"]  # no aborted copy beside it
     assert messages_of(stored)[1].stop_reason != "aborted"
     assert [e.id for e in outcome.receipts()] == [e.id for e in stored]
@@ -119,22 +126,10 @@ async def test_cancel_while_the_reply_is_written_keeps_one_reply(temporal_client
 async def test_cancel_while_a_tool_result_is_written_keeps_the_real_result(
     temporal_client: Client,
 ) -> None:
-    memory = MemoryStore()
-    gated = GatedStore(memory)
-    gated.arm(has_role("tool_result"))
-    q = queue()
     spec = AgentSpec(
         model=ScriptedModel([Reply.call("echo", {"text": "x"}, id="c1"), "unused"]), tools=[echo]
     )
-    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
-        agent = await new(
-            "a", store=memory, session_id=sid("t-result"), executor=executor(temporal_client, q)
-        )
-        rid = run_id()
-        stream = await agent.run("go", run_id=rid)
-        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
-
-    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    _, _, stored = await cancelled_in_write(temporal_client, "tool_result", spec, "t-result", "go")
     # the tool ran: its result is the active path's answer, with no "cancelled" twin
     assert texts(stored) == ["go", "", "echo: x"]
     results = [m for m in messages_of(stored) if m.role == "tool_result"]
@@ -154,23 +149,13 @@ async def test_cancel_while_a_reply_that_asks_for_approval_is_written(
     meanwhile still records the request before it answers the call, so the cancelled result
     chains from the request (it was once stored as the reply's second child, the request left
     on a branch of its own and the handle's log without the result)."""
-    memory = MemoryStore()
-    gated = GatedStore(memory)
-    gated.arm(has_role("assistant"))
-    q = queue()
     spec = AgentSpec(
         model=ScriptedModel([Reply.call("send_email", {"to": "bob"}, id="c1")]),
         tools=[send_email],
     )
-    async with running_worker(temporal_client, gated, {"a": spec}, task_queue=q):
-        agent = await new(
-            "a", store=memory, session_id=sid("t-ask"), executor=executor(temporal_client, q)
-        )
-        rid = run_id()
-        stream = await agent.run("mail bob", run_id=rid)
-        outcome = await cancel_inside_held_write(temporal_client, gated, agent, stream, rid)
-
-    stored = await check_one_chain(temporal_client, agent, rid, outcome)
+    agent, _, stored = await cancelled_in_write(
+        temporal_client, "assistant", spec, "t-ask", "mail bob"
+    )
     assert shape(stored) == ["user", "assistant", "approval_request", "tool_result"]
     assert texts(stored)[-1] == "tool execution cancelled"
     assert agent.pending_approvals() == []
