@@ -27,7 +27,7 @@ from durable_agent import (
 )
 from durable_agent.session import Entry, MessageEntry, Store
 from durable_agent.stores import FileStore, MemoryStore
-from durable_agent.workflows import AgentSpec, connect, run_workflow_id
+from durable_agent.workflows import AgentSpec, connect, run_stream, run_workflow_id
 from tests.durable_runs.test_approvals import DECIDED_TURN
 from tests.support.temporal import running_worker, temporal_binary
 from tests.temporal.helpers import (
@@ -360,3 +360,37 @@ async def test_a_read_that_fails_as_the_run_ends_loses_no_event(
     assert outcome.recorded_types()[-3:] == ["message_end", "turn_end", "agent_end"]
     assert [m.text() for m in outcome.messages or []] == ["the reply"]
     assert "followed another chain" not in caplog.text
+
+
+async def test_a_store_down_past_the_run_end_leaves_the_next_run_on_the_reply(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store stays down after the run ended (the stream's catch-up and the handle's re-sync
+    both fail): the stream raises, and the handle's next run adopts the run's stored entries
+    before it starts, so it goes on from the reply (before, it started from the question and
+    left the reply on a branch the model never saw again)."""
+    monkeypatch.setattr(run_stream, "CATCH_UP_WITHIN", 0.2)
+    memory = MemoryStore()
+    flaky = ReadsFailOnceStored(memory, "the reply", failures=10**6)
+    q = queue()
+    lm = ScriptedModel(["the reply", "the next reply"])
+    async with running_worker(temporal_client, memory, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a", store=flaky, session_id=sid("down-past-end"), executor=executor(temporal_client, q)
+        )
+        outcome = await consume(await agent.run("go"))
+        assert isinstance(outcome.error, StoreUnavailableError), repr(outcome.error)
+        flaky.failures = 0  # the store is back
+        again = await consume(await agent.run("and then?"))
+        assert again.error is None, repr(again.error)
+
+    stored = await memory.load_entries(agent.session_id)
+    assert_one_chain(stored)
+    assert [m.text() for m in messages_of(stored)] == [
+        "go",
+        "the reply",
+        "and then?",
+        "the next reply",
+    ]
+    assert [e.id for e in agent.entries()] == [e.id for e in stored]
+    assert [m.text() for m in lm.requests[1].messages] == ["go", "the reply", "and then?"]

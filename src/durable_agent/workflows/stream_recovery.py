@@ -49,7 +49,13 @@ async def resync(
     handle has not, in store order, and move the leaf to the run's last one."""
     await asyncio.wait({result})
     new_ids, leaf = await _run_entries(handle, result)
-    stored = await state.store.load_entries(state.session_id)
+    try:
+        stored = await state.store.load_entries(state.session_id)
+    except Exception:
+        # the store is down: the next run start adopts the run's entries (reconcile), so it
+        # goes on from the run's last one, not from a leaf the run moved past
+        state.unsettled.extend(i for i in new_ids or [] if i not in state.index)
+        raise
     if new_ids is None:
         new_ids, leaf = _walk(stored, state)
     wanted = set(new_ids)
