@@ -123,6 +123,7 @@ def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
             lambda: "is up" in log.read_text() or proc.poll() is not None,
             within=90,
             what="dev to start",
+            interval=0.002,  # a stop right as it says so must be graceful too
         )
         assert proc.poll() is None, log.read_text()
         info = json.loads((home / "durable-agent" / "server.json").read_text())

@@ -247,6 +247,10 @@ async def run_dev(
 
         worker = await start()
         chat, http = await _dev_http(store_spec, server.address, task_queue, app_ref)
+        stop = asyncio.Event()  # set by a signal from the moment "is up" can be read
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)
         console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
         for line in (
             f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
@@ -258,7 +262,7 @@ async def run_dev(
             "  try:           durable-agent chat my-session",
         ):
             console.print(line)
-        return await _supervise(console, server, worker, start)
+        return await _supervise(console, server, worker, start, stop)
     finally:
         if http is not None:  # stopped, not left to asyncio.run to cancel (uvicorn's traceback)
             http.cancel()
@@ -276,13 +280,11 @@ async def _supervise(
     server: DevServer,
     worker: ManagedProcess,
     start: Callable[[], Awaitable[ManagedProcess]],
+    stop: asyncio.Event,
 ) -> int:
-    """Until Ctrl-C (or SIGTERM, SIGHUP): restart a worker that exits, stop if the server does."""
+    """Until ``stop`` (Ctrl-C, SIGTERM, SIGHUP): restart a worker that exits, stop if the
+    server does."""
     assert server.process is not None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
