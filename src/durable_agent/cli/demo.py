@@ -231,12 +231,13 @@ async def _crash_turn(
     )
 
 
-async def _wait_for_ctrl_c() -> None:
+async def _wait_for_ctrl_c(console: Console) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    try:
+    try:  # said once a Ctrl-C is caught here
+        console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -309,8 +310,7 @@ async def _show_tree_and_ui(
         f"(or: durable-agent sessions)"
     )
     if keep:
-        console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
-        await _wait_for_ctrl_c()
+        await _wait_for_ctrl_c(console)
 
 
 def _introduce(console: Console, root: Path) -> None:
