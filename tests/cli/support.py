@@ -109,9 +109,12 @@ class Dev:
 
 
 @contextmanager
-def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
-    """``durable-agent dev`` with its data under ``home``, until the block ends; then it must
-    stop cleanly (exit 0, its server gone, its advertisement and workers' ready files removed)."""
+def running_dev(
+    home: Path, *args: str, until: str = "durable-agent chat my-session", **extra_env: str
+) -> Iterator[Dev]:
+    """``durable-agent dev`` with its data under ``home``, from when its output shows ``until``
+    (by default its banner's last line) to the end of the block; then it must stop cleanly
+    (exit 0, its server gone, its advertisement and workers' ready files removed)."""
     env = cli_env(home, **extra_env)
     log = home / "dev.out"
     with log.open("w") as out:
@@ -120,10 +123,10 @@ def running_dev(home: Path, *args: str, **extra_env: str) -> Iterator[Dev]:
         )
     try:
         wait_until(
-            lambda: "is up" in log.read_text() or proc.poll() is not None,
+            lambda: until in log.read_text() or proc.poll() is not None,
             within=90,
             what="dev to start",
-            interval=0.002,  # a stop right as it says so must be graceful too
+            interval=0.002,  # a stop right as it says it is up must be graceful too
         )
         assert proc.poll() is None, log.read_text()
         info = json.loads((home / "durable-agent" / "server.json").read_text())

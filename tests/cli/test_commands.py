@@ -285,7 +285,7 @@ def test_dev_replaces_a_dead_worker(dev: Dev) -> None:
 
 
 def test_dev_stops_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
-    with running_dev(tmp_path) as dev:
+    with running_dev(tmp_path, until="is up") as dev:  # Ctrl-C as soon as it says so
         pass
     assert "Traceback" not in dev.log.read_text(), dev.log.read_text()
 
