@@ -11,7 +11,13 @@ from rich.console import Console
 
 from durable_agent import Event, Reply, ScriptedModel
 from durable_agent.agent.events import AgentEvent
-from durable_agent.ai.messages import Message, TextContent, tool_result_message, user_message
+from durable_agent.ai.messages import (
+    Message,
+    TextContent,
+    ToolCall,
+    tool_result_message,
+    user_message,
+)
 from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
 from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
@@ -229,6 +235,26 @@ def test_a_denied_call_is_not_shown_as_running(told: str) -> None:
     assert "send_email" in shown and "↳ send_email: tool call denied" in shown
     assert "send_email({}) running" not in shown
     assert "get_weather({}) running…" in shown
+
+
+def test_a_reply_line_opens_with_its_first_text() -> None:
+    """A run that fails while its model call is under way leaves no empty ``assistant ▸``
+    line above its error; a reply that shows text or a call still has its prefix."""
+    out = io.StringIO()
+    printer = RunPrinter(Console(file=out, width=200, no_color=True))
+    printer.handle(_agent_event("message_start", message=Message(role="assistant")))
+    printer.finish()
+    assert out.getvalue() == ""
+    printer.handle(_agent_event("message_start", message=Message(role="assistant")))
+    partial = Message(role="assistant", content=[TextContent(text="Hel")])
+    printer.handle(_agent_event("message_update", message=partial))
+    printer.finish()
+    assert out.getvalue() == "  assistant ▸ Hel\n"
+    call = ToolCall(id="c1", name="send_email", arguments={"to": "bob"})
+    printer.handle(_agent_event("message_start", message=Message(role="assistant")))
+    reply = Message(role="assistant", content=[call])
+    printer.handle(_agent_event("message_end", message=reply))
+    assert '  assistant ▸ → send_email({"to": "bob"})' in out.getvalue().splitlines()
 
 
 def test_demo_model_follows_the_question() -> None:

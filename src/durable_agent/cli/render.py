@@ -279,8 +279,9 @@ class RunPrinter:
         self.denied = set(denied)
         """Calls a person denied (decided before the run, or by its ``approval_decided``
         events): they never run, so their ``tool_execution_start`` says nothing."""
-        self._reveal = Reveal(self._write)
+        self._reveal = Reveal(self._text)
         self._open = False
+        """A reply's line is open: its ``assistant ▸`` is written (with its first text)."""
         self.updates = 0
         """``message_update`` events printed (live tokens)."""
         self.restarts = 0
@@ -289,6 +290,17 @@ class RunPrinter:
     def _write(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
         self.console.file.flush()
+
+    def _text(self, piece: str) -> None:
+        self._open_line()
+        self._write(piece)
+
+    def _open_line(self) -> None:
+        """The reply's ``assistant ▸``, once it has something to show (a run that fails first
+        leaves no empty line)."""
+        if not self._open:
+            self._write(f"{self.indent}assistant ▸ ", "bold green")
+            self._open = True
 
     def _close_line(self) -> None:
         self._reveal.flush()
@@ -316,8 +328,6 @@ class RunPrinter:
         elif inner.type == "message_start" and message is not None and message.role == "assistant":
             self._reveal.reset()
             self._close_line()
-            self._write(f"{self.indent}assistant ▸ ", "bold green")
-            self._open = True
         elif inner.type == "message_update" and message is not None:
             self.updates += 1
             text = message.text()
@@ -328,8 +338,6 @@ class RunPrinter:
                 self.console.print(
                     f"{self.indent}[yellow]↻ the model call was retried: the reply starts over[/]"
                 )
-                self._write(f"{self.indent}assistant ▸ ", "bold green")
-                self._open = True
             streamed = self._reveal.text
             if text.startswith(streamed) and len(text) > len(streamed):
                 self._reveal.add(text)
@@ -354,9 +362,7 @@ class RunPrinter:
 
     def _end_message(self, event: Event, message: Message) -> None:
         if message.role == "assistant":
-            if not self._open:
-                self._write(f"{self.indent}assistant ▸ ", "bold green")
-                self._open = True
+            self._open_line()
             text, streamed = message.text(), self._reveal.text
             if not streamed and text:
                 self._write(text)
