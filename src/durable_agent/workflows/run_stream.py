@@ -188,9 +188,10 @@ class RunFollower:
                 ids += unsettled_ids(exc.cause)  # local appends: named by the failure
                 state.unsettled.extend(i for i in ids if i not in state.index)
                 raise error from exc
-            if self.chain.ids != list(result.new_entry_ids):
-                await self._catch_up(list(result.new_entry_ids), put)
-            if self.chain.ids != list(result.new_entry_ids):
+            wanted = list(result.new_entry_ids)
+            if self.chain.ids != wanted:
+                await self._catch_up(wanted, put)
+            if self.chain.ids != wanted:
                 # another writer's entry fit the run's chain, or the store stayed down: the
                 # run's own account wins for the handle (docs/design.md#receipts)
                 logger.warning("the run stream of %s followed another chain", handle.id)
