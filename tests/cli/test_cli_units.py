@@ -24,7 +24,8 @@ from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_s
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import workflows_url
 from durable_agent.cli.processes import free_port
-from durable_agent.cli.render import RunPrinter, render_tree
+from durable_agent.cli.render import render_tree
+from durable_agent.cli.run import RunPrinter
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
 from durable_agent.session import ApprovalDecision, ApprovalRequest, Entry
 from durable_agent.session.entries import MessageEntry

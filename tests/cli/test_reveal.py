@@ -13,7 +13,7 @@ from rich.console import Console
 from durable_agent import Event
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
-from durable_agent.cli.render import RunPrinter
+from durable_agent.cli.run import RunPrinter
 
 FIRST = "The first tokens "
 BATCH = "and then a whole second of them, forty or so."

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from durable_agent import Event, Reply, ScriptedModel, new
 from durable_agent.agent.events import AgentEvent
 from durable_agent.ai.messages import Message, TextContent
-from durable_agent.cli.render import RunPrinter
+from durable_agent.cli.run import RunPrinter
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import running_worker

@@ -46,8 +46,8 @@ from .config import (
     queue_for,
     resolve_store_spec,
 )
-from .render import RunPrinter, console, flags_from, print_json, run_command, set_verbose
-from .run import open_agent
+from .render import console, flags_from, print_json, run_command, set_verbose
+from .run import RunPrinter, open_agent
 
 __all__ = [
     "Lines",

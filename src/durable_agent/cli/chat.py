@@ -52,7 +52,6 @@ from .config import (
     resolve_store_spec,
 )
 from .render import (
-    RunPrinter,
     console,
     entry_label,
     flags_from,
@@ -61,7 +60,7 @@ from .render import (
     render_transcript,
     render_tree,
 )
-from .run import open_agent
+from .run import RunPrinter, open_agent
 from .sessions import parent_of
 
 __all__ = ["HELP", "Chat", "chat", "run_chat"]

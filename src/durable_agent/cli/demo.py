@@ -42,7 +42,8 @@ from .processes import (
     start_worker,
     stop_orphan,
 )
-from .render import RunPrinter, console, render_tree, run_command
+from .render import console, render_tree, run_command
+from .run import RunPrinter
 
 __all__ = ["demo", "run_demo"]
 

@@ -1,12 +1,5 @@
-"""What the commands print: run events as they happen, transcripts, trees, JSON, and a failure as
-one ``error:`` line with an exit code.
-
-A run's events are its receipts: a ``message_end`` arrives only after its entry is stored, so the
-printer shows the stored entry ID and the new leaf right under each message. ``message_update``
-deltas are printed as they arrive, in process and on Temporal alike (there the worker publishes
-them on the store's live delta channel, outside workflow history, a batch at a time, which
-:mod:`.reveal` writes out at the pace it came); an update with ``restart`` (the model call was
-retried after a worker crash) starts the reply's line over.
+"""What the commands print: transcripts, trees, JSON, a streamed reply at the pace it came
+(:class:`Reveal`), and a failure as one ``error:`` line with an exit code.
 
 Exit codes: 0 success, 1 failure (the message says why), 2 usage error (a bad argument, store
 spec, session ID or Temporal profile), 3 no such session, entry or run, 130 interrupted. Errors
@@ -18,21 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 from temporalio.service import RPCError
 
-from ..ai import Message, ModelError
+from ..ai import ModelError
 from ..ai.redaction import configured_secrets, redact
-from ..durable import AgentError, Event
+from ..durable import AgentError
 from ..session import (
     CompactionEntry,
     CorruptSessionError,
@@ -51,11 +44,13 @@ from ..workflows.config import TemporalConfigError
 from . import AppLoadError
 from .config import TARGET, CommandError, TemporalFlags, mongo_unreachable
 from .processes import ProcessError
-from .reveal import Reveal
 
 __all__ = [
     "FAILURE_LOG",
-    "RunPrinter",
+    "LONGEST",
+    "PEOPLE",
+    "SMOOTH_ABOVE",
+    "Reveal",
     "console",
     "entry_json",
     "entry_label",
@@ -270,124 +265,90 @@ def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
             console.print(Text(f"custom {entry.kind}  {entry.id}", style="bold blue"))
 
 
-class RunPrinter:
-    """Prints one run's events as they arrive, receipts included."""
+# -- a streamed reply, at the pace it came -------------------------------------------------------
 
-    def __init__(self, console: Console, denied: Iterable[str] = ()) -> None:
-        self.console = console
-        self.indent = "  "
-        self.denied = set(denied)
-        """Calls a person denied (decided before the run, or by its ``approval_decided``
-        events): they never run, so their ``tool_execution_start`` says nothing."""
-        self._reveal = Reveal(self._text)
-        self._open = False
-        """A reply's line is open: its ``assistant ▸`` is written (with its first text)."""
-        self.updates = 0
-        """``message_update`` events printed (live tokens)."""
-        self.restarts = 0
-        """Model calls retried after a worker crash (the reply started over)."""
+TICK = 0.04
+"""Seconds between two writes of a batch being revealed."""
+LONGEST = 1.0
+"""Seconds a batch takes to write out at most."""
+SMOOTH_ABOVE = 0.1
+"""Batches closer together than this (seconds) are written at once."""
+FINISH_EARLY = 0.9
+"""A batch is written out within this fraction of the time the last one took: the next one
+usually comes as it ends, not after a pause."""
 
-    def _write(self, text: str, style: str | None = None) -> None:
-        self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
-        self.console.file.flush()
 
-    def _text(self, piece: str) -> None:
-        self._open_line()
-        self._write(piece)
+def _loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None  # printed from synchronous code: nothing to pace with
 
-    def _open_line(self) -> None:
-        """The reply's ``assistant ▸``, once it has something to show (a run that fails first
-        leaves no empty line)."""
-        if not self._open:
-            self._write(f"{self.indent}assistant ▸ ", "bold green")
-            self._open = True
 
-    def _close_line(self) -> None:
-        self._reveal.flush()
-        if self._open:
-            self.console.print()
-            self._open = False
+class Reveal:
+    """The text of one streaming reply, written to the terminal at the pace it came.
 
-    def _receipt(self, event: Event, what: str) -> None:
-        ids = [e.id for e in event.entries or []]
-        if ids:
-            self.console.print(
-                f"{self.indent}[dim]✓ stored {what} {escape(', '.join(ids))}"
-                f" · leaf {escape(event.leaf_id or '')}[/dim]"
-            )
+    On Temporal a reply's text reaches the client in batches, one per live write of the worker (a
+    second apart by default, docs/design.md#live-deltas). Printed as they come, a reply jumps a
+    line at a time; this writes each batch out through ``write`` over the time the one before it
+    took to come (at most ``LONGEST``), so a reply reads as a stream, as on the chat page. Batches
+    that come less than ``SMOOTH_ABOVE`` apart (an in-process run's tokens) are written at once,
+    and so is whatever is left when anything else happens (the reply's receipt, a tool, the run's
+    end): the text is always complete before the line that follows it.
+    """
 
-    def handle(self, event: Event) -> None:
-        inner = event.agent
-        if inner is None:
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self._text = ""
+        self._shown = 0
+        self._last: float | None = None
+        """Loop time the last batch came."""
+        self._pace = (0.0, 0, 1.0)
+        """The batch being revealed: when it started, what was shown then, seconds to take."""
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def text(self) -> str:
+        """The reply so far, shown or not."""
+        return self._text
+
+    def add(self, text: str) -> None:
+        """The reply so far, extending :attr:`text`: the previous batch is written out at
+        once, this one over the time it took to come."""
+        self.flush()
+        self._text = text
+        loop = _loop()
+        now = None if loop is None else loop.time()
+        took = None if now is None or self._last is None else now - self._last
+        self._last = now
+        if loop is None or now is None or took is None or took < SMOOTH_ABOVE:
+            self.flush()
             return
-        message = inner.message
-        if inner.type != "message_update":
-            self._reveal.flush()  # a reply's text is whole before whatever follows it
-        if inner.type == "agent_start":
-            self._receipt(event, "input")
-        elif inner.type == "message_start" and message is not None and message.role == "assistant":
-            self._reveal.reset()
-            self._close_line()
-        elif inner.type == "message_update" and message is not None:
-            self.updates += 1
-            text = message.text()
-            if inner.restart:
-                self.restarts += 1
-                self._reveal.reset()
-                self._close_line()
-                self.console.print(
-                    f"{self.indent}[yellow]↻ the model call was retried: the reply starts over[/]"
-                )
-            streamed = self._reveal.text
-            if text.startswith(streamed) and len(text) > len(streamed):
-                self._reveal.add(text)
-        elif inner.type == "message_end" and message is not None:
-            self._end_message(event, message)
-        elif inner.type == "tool_execution_start" and inner.tool_call_id not in self.denied:
-            self._close_line()
-            args = json.dumps(inner.args or {}, ensure_ascii=False)
-            self.console.print(
-                f"{self.indent}[bold magenta]⚙ tool[/] {escape(inner.tool_name or '')}"
-                f"({escape(args)}) [dim]running…[/dim]"
-            )
-        elif inner.type == "tool_execution_update" and inner.partial_result:
-            self.console.print(f"{self.indent}[dim]  … {escape(short(inner.partial_result))}[/]")
-        elif inner.type in PEOPLE:
-            self._close_line()
-            for entry in event.entries or []:
-                if inner.type == "approval_decided" and not getattr(entry, "approved", True):
-                    self.denied.add(getattr(entry, "tool_call_id", ""))
-                line = PEOPLE[inner.type](entry)
-                self.console.print(f"{self.indent}[yellow]{escape(line)}[/] [dim]{entry.id}[/dim]")
+        self._pace = (now, self._shown, min(took, LONGEST) * FINISH_EARLY)
+        self._step(loop)
 
-    def _end_message(self, event: Event, message: Message) -> None:
-        if message.role == "assistant":
-            self._open_line()
-            text, streamed = message.text(), self._reveal.text
-            if not streamed and text:
-                self._write(text)
-            elif text.startswith(streamed) and len(text) > len(streamed):
-                self._write(text[len(streamed) :])
-            for call in message.tool_calls():
-                self._write(
-                    ("  " if text else "") + f"→ {call_text(call.name, call.arguments)}", "magenta"
-                )
-            if message.stop_reason in ("error", "aborted"):
-                self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
-            self._close_line()
-            self._reveal.reset()
-            self._receipt(event, "reply")
-        elif message.role == "tool_result":
-            self._close_line()
-            style = "red" if message.is_error else "magenta"
-            self.console.print(
-                f"{self.indent}[{style}]↳ {escape(message.tool_name or 'tool')}:[/] "
-                f"{escape(short(message.text(), 120))}"
-            )
-            self._receipt(event, "tool result")
-        else:
-            self._close_line()
-            self._receipt(event, "input")
+    def flush(self) -> None:
+        """Write out everything received."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._show(len(self._text))
 
-    def finish(self) -> None:
-        self._close_line()
+    def reset(self) -> None:
+        """Write out what is left and start a new reply."""
+        self.flush()
+        self._text, self._shown, self._last = "", 0, None
+
+    def _step(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        started, shown, duration = self._pace
+        done = min(1.0, (loop.time() - started) / duration)
+        self._show(max(shown + math.ceil((len(self._text) - shown) * done), self._shown + 1))
+        if self._shown < len(self._text):
+            self._timer = loop.call_later(TICK, self._step, loop)
+
+    def _show(self, upto: int) -> None:
+        upto = min(upto, len(self._text))
+        if upto > self._shown:
+            piece, self._shown = self._text[self._shown : upto], upto
+            self._write(piece)

@@ -5,20 +5,32 @@ Everything that can be checked is checked before the session is created: the mes
 once the worker has checked the agent, so an agent the worker does not have creates nothing.
 Ctrl-C or ``--timeout`` cancels the run; what it stored stays. :func:`open_agent` is also how
 ``chat`` opens its session.
+
+:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They
+are its receipts: a ``message_end`` arrives only after its entry is stored, so the printer shows
+the stored entry ID and the new leaf right under each message. ``message_update`` deltas are
+printed as they arrive, in process and on Temporal alike (there the worker publishes them on the
+store's live delta channel, outside workflow history, a batch at a time, which
+:class:`~durable_agent.cli.render.Reveal` writes out at the pace it came); an update with
+``restart`` (the model call was retried after a worker crash) starts the reply's line over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
-from ..ai import user_message
-from ..durable import Agent, PayloadTooLargeError, RunStream, new
+from ..ai import Message, user_message
+from ..durable import Agent, Event, PayloadTooLargeError, RunStream, new
 from ..session import (
     Entry,
     MessageEntry,
@@ -26,6 +38,7 @@ from ..session import (
     new_id,
     validate_session_id,
 )
+from ..session.render import call_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
 from .config import (
@@ -47,11 +60,12 @@ from .config import (
     queue_for,
     resolve_store_spec,
 )
-from .render import RunPrinter, console, entry_json, err, flags_from, print_json, run_command
+from .render import PEOPLE, Reveal, console, entry_json, err, flags_from, print_json, run_command
 from .worker import check_workers
 
 __all__ = [
     "CANCEL_WAIT",
+    "RunPrinter",
     "check_leaf",
     "input_entry",
     "open_agent",
@@ -259,3 +273,126 @@ async def _cancel(stream: RunStream) -> bool:
     except Exception:  # the run failed while cancelling: it ended
         return True
     return True
+
+
+class RunPrinter:
+    """Prints one run's events as they arrive, receipts included."""
+
+    def __init__(self, console: Console, denied: Iterable[str] = ()) -> None:
+        self.console = console
+        self.indent = "  "
+        self.denied = set(denied)
+        """Calls a person denied (decided before the run, or by its ``approval_decided``
+        events): they never run, so their ``tool_execution_start`` says nothing."""
+        self._reveal = Reveal(self._text)
+        self._open = False
+        """A reply's line is open: its ``assistant ▸`` is written (with its first text)."""
+        self.updates = 0
+        """``message_update`` events printed (live tokens)."""
+        self.restarts = 0
+        """Model calls retried after a worker crash (the reply started over)."""
+
+    def _write(self, text: str, style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
+        self.console.file.flush()
+
+    def _text(self, piece: str) -> None:
+        self._open_line()
+        self._write(piece)
+
+    def _open_line(self) -> None:
+        """The reply's ``assistant ▸``, once it has something to show (a run that fails first
+        leaves no empty line)."""
+        if not self._open:
+            self._write(f"{self.indent}assistant ▸ ", "bold green")
+            self._open = True
+
+    def _close_line(self) -> None:
+        self._reveal.flush()
+        if self._open:
+            self.console.print()
+            self._open = False
+
+    def _receipt(self, event: Event, what: str) -> None:
+        ids = [e.id for e in event.entries or []]
+        if ids:
+            self.console.print(
+                f"{self.indent}[dim]✓ stored {what} {escape(', '.join(ids))}"
+                f" · leaf {escape(event.leaf_id or '')}[/dim]"
+            )
+
+    def handle(self, event: Event) -> None:
+        inner = event.agent
+        if inner is None:
+            return
+        message = inner.message
+        if inner.type != "message_update":
+            self._reveal.flush()  # a reply's text is whole before whatever follows it
+        if inner.type == "agent_start":
+            self._receipt(event, "input")
+        elif inner.type == "message_start" and message is not None and message.role == "assistant":
+            self._reveal.reset()
+            self._close_line()
+        elif inner.type == "message_update" and message is not None:
+            self.updates += 1
+            text = message.text()
+            if inner.restart:
+                self.restarts += 1
+                self._reveal.reset()
+                self._close_line()
+                self.console.print(
+                    f"{self.indent}[yellow]↻ the model call was retried: the reply starts over[/]"
+                )
+            streamed = self._reveal.text
+            if text.startswith(streamed) and len(text) > len(streamed):
+                self._reveal.add(text)
+        elif inner.type == "message_end" and message is not None:
+            self._end_message(event, message)
+        elif inner.type == "tool_execution_start" and inner.tool_call_id not in self.denied:
+            self._close_line()
+            args = json.dumps(inner.args or {}, ensure_ascii=False)
+            self.console.print(
+                f"{self.indent}[bold magenta]⚙ tool[/] {escape(inner.tool_name or '')}"
+                f"({escape(args)}) [dim]running…[/dim]"
+            )
+        elif inner.type == "tool_execution_update" and inner.partial_result:
+            self.console.print(f"{self.indent}[dim]  … {escape(short(inner.partial_result))}[/]")
+        elif inner.type in PEOPLE:
+            self._close_line()
+            for entry in event.entries or []:
+                if inner.type == "approval_decided" and not getattr(entry, "approved", True):
+                    self.denied.add(getattr(entry, "tool_call_id", ""))
+                line = PEOPLE[inner.type](entry)
+                self.console.print(f"{self.indent}[yellow]{escape(line)}[/] [dim]{entry.id}[/dim]")
+
+    def _end_message(self, event: Event, message: Message) -> None:
+        if message.role == "assistant":
+            self._open_line()
+            text, streamed = message.text(), self._reveal.text
+            if not streamed and text:
+                self._write(text)
+            elif text.startswith(streamed) and len(text) > len(streamed):
+                self._write(text[len(streamed) :])
+            for call in message.tool_calls():
+                self._write(
+                    ("  " if text else "") + f"→ {call_text(call.name, call.arguments)}", "magenta"
+                )
+            if message.stop_reason in ("error", "aborted"):
+                self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
+            self._close_line()
+            self._reveal.reset()
+            self._receipt(event, "reply")
+        elif message.role == "tool_result":
+            self._close_line()
+            style = "red" if message.is_error else "magenta"
+            self.console.print(
+                f"{self.indent}[{style}]↳ {escape(message.tool_name or 'tool')}:[/] "
+                f"{escape(short(message.text(), 120))}"
+            )
+            self._receipt(event, "tool result")
+        else:
+            self._close_line()
+            self._receipt(event, "input")
+
+    def finish(self) -> None:
+        self._close_line()
