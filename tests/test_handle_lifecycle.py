@@ -223,6 +223,24 @@ async def test_message_persist_failure(harness: Harness, store: RetentionStore) 
     assert not agent.running
 
 
+async def test_create_false_opens_only_a_stored_session_and_never_creates_it(
+    harness: Harness, store: RetentionStore
+) -> None:
+    with pytest.raises(SessionNotFoundError):
+        await harness.open([], store=store, session_id="absent", create=False)
+    with pytest.raises(SessionNotFoundError):
+        await store.load_session("absent")
+    first = await harness.open([], store=store, session_id="kept")
+    await first.append("x")
+    opened = await harness.open([], store=store, session_id="kept", create=False)
+    assert stored_texts(await store.load_entries("kept")) == ["x"] == texts(opened.messages())
+    await store.delete_session("kept")  # a delete landing while the handle is open
+    with pytest.raises(SessionNotFoundError):
+        await opened.append("y")
+    with pytest.raises(SessionNotFoundError):
+        await store.load_session("kept")  # not brought back, not even empty
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 

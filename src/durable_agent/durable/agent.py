@@ -360,6 +360,7 @@ async def new(
     publisher: PublisherLike | None = None,
     middleware: Sequence[Middleware] = (),
     executor: Executor | None = None,
+    create: bool = True,
     **agent_options: Any,
 ) -> Agent:
     """Open the session ``session_id`` (creating it if unknown) and return a ready handle.
@@ -369,6 +370,11 @@ async def new(
     ``session_init`` on create and on resume. Never writes or repairs entries. On Temporal an
     unknown session is created by its first run, once the worker has checked the agent (a run
     that cannot start creates nothing), or by the handle's first write.
+
+    ``create=False`` opens only a stored session (else :class:`SessionNotFoundError`), and the
+    handle never creates it: for acting on a session that must exist (a decision, a fork), which
+    a delete landing meanwhile must not bring back, not even empty (its writes then fail with
+    :class:`SessionNotFoundError`).
     """
     runner = executor or LocalExecutor()
     options = _validate_options(agent_options)
@@ -378,7 +384,10 @@ async def new(
         from ..stores.memory import MemoryStore
 
         store = MemoryStore()
-    entries, created = await runner.open(store, sid)
+    if create:
+        entries, created = await runner.open(store, sid)
+    else:
+        entries, created = await store.load_entries(sid), True
     config = AgentConfig(
         factory=factory, options=options, raw_options=dict(agent_options), publisher=publisher
     )

@@ -188,7 +188,7 @@ class LocalRuns:
             waiting = {p.tool_call_id for p in handle.pending_approvals()}
             if sid == session_id and decision.tool_call_id in waiting:
                 return await decide_with(handle, decision)
-        handle = await new(None, store=self.store, session_id=session_id)
+        handle = await new(None, store=self.store, session_id=session_id, create=False)
         entry = await decide_with(handle, decision)
         await continue_settled(self, self.store, session_id)
         return entry
@@ -203,7 +203,8 @@ class LocalRuns:
             self._refuse_compacting(session_id)
             self._compacting.add(session_id)
         try:
-            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
+            opened = await _open(self.store, spec, session_id, create=False)
+            handle = await open_at(opened, leaf_id)
             entry = await handle.compact(keep_turns)
         finally:
             self._compacting.discard(session_id)
@@ -221,13 +222,14 @@ class LocalRuns:
                     await stream.cancel()
 
 
-async def _open(store: Store, spec: AgentSpec, session_id: str) -> Agent:
-    """A handle on the session with the agent's model and options."""
+async def _open(store: Store, spec: AgentSpec, session_id: str, *, create: bool = True) -> Agent:
+    """A handle on the session with the agent's model and options (``create``: as ``new``'s)."""
     opts = spec.options()
     return await new(
         model(spec.model),
         store=store,
         session_id=session_id,
+        create=create,
         system_prompt=opts.system_prompt,
         tools=opts.tools,
         max_turns=opts.max_turns,

@@ -156,8 +156,7 @@ async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) 
 async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
     sid = tenant.session(session_id)
     child_id = tenant.session(body.child_id or tenant.prefix + new_id())
-    await srv.store.load_entries(sid)  # a missing source is a 404, never created
-    handle = await new(None, store=srv.store, session_id=sid)
+    handle = await new(None, store=srv.store, session_id=sid, create=False)  # else a 404
     if body.leaf_id is not None:
         await handle.branch(body.leaf_id)
     child = await handle.fork(child_id)

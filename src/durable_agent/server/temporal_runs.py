@@ -131,7 +131,7 @@ class TemporalRuns:
             refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
             handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor
+                name, store=self.store, session_id=session_id, executor=self.executor, create=False
             )
             await open_at(handle, leaf_id)
             # a start of the same ID through another server meanwhile: the workflow ID is
@@ -362,7 +362,9 @@ class TemporalRuns:
         decision through its ``decide`` update, else it is committed at the session's leaf
         (and a run carries out the turn's calls once all are decided)."""
         name = self.agents[0] if self.agents else "agent"  # this handle only decides
-        handle = await new(name, store=self.store, session_id=session_id, executor=self.executor)
+        handle = await new(
+            name, store=self.store, session_id=session_id, executor=self.executor, create=False
+        )
         entry = await decide_with(handle, decision)
         await continue_settled(self, self.store, session_id)
         return entry
@@ -377,7 +379,7 @@ class TemporalRuns:
         async with lock:
             refuse_busy(session_id, await self.active(session_id), "reject")
             handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor
+                name, store=self.store, session_id=session_id, executor=self.executor, create=False
             )
             await open_at(handle, leaf_id)
             entry = await handle.compact(keep_turns)

@@ -1,0 +1,73 @@
+"""A delete landing while a route acts on the session brings nothing back: the route answers
+404 and the store holds no session of that ID, not even an empty one (deleted means deleted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from durable_agent import MessageEntry, SessionNotFoundError
+from durable_agent.ai import ScriptedModel, user_message
+from durable_agent.server import create_app
+from durable_agent.session import Entry
+from durable_agent.session.record import SessionRecord
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import serving
+
+SID = "doomed"
+
+
+class DeletedAfterItsRead(FileStore):
+    """A real FileStore on which a DELETE of :data:`SID` lands right after the next read of it
+    (the route's check that the session exists, or its handle's load)."""
+
+    armed = False
+
+    async def _deleted_now(self) -> None:
+        if self.armed:
+            self.armed = False
+            await self.delete_session(SID)
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        record = await super().load_session(session_id)
+        if session_id == SID:
+            await self._deleted_now()
+        return record
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        entries = await super().load_entries(session_id)
+        if session_id == SID:
+            await self._deleted_now()
+        return entries
+
+
+ROUTES = [
+    ("fork", {"child_id": "doomed-child"}),
+    ("approvals/call-1", {"approved": True}),
+    ("compact", {"keep_turns": 0}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), ROUTES, ids=[r for r, _ in ROUTES])
+async def test_a_delete_landing_mid_request_is_not_undone(
+    tmp_path: Path, route: str, body: dict[str, object]
+) -> None:
+    store = DeletedAfterItsRead(tmp_path / "sessions")
+    await store.create_session(SID)
+    await store.append_entries(SID, [MessageEntry(id="q", message=user_message("hello"))])
+    app = create_app(store=store, agents={"a": AgentSpec(model=ScriptedModel(["summary"]))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        store.armed = True
+        answer = await client.post(f"/v1/sessions/{SID}/{route}", json=body)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["type"] == "SessionNotFoundError"
+        assert not store.armed, "the delete landed"
+        listed = await client.get("/v1/sessions")
+        assert [s["session_id"] for s in listed.json()["sessions"]] == []
+    for session_id in (SID, "doomed-child"):
+        with pytest.raises(SessionNotFoundError):
+            await store.load_session(session_id)
+    assert sorted(p.name for p in (tmp_path / "sessions").rglob("*")) == []
