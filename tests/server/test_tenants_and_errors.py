@@ -137,6 +137,35 @@ async def test_bad_ids_bodies_and_json_are_refused_and_store_nothing(tmp_path: P
     assert _files(tmp_path / "sessions") == []
 
 
+LOOSE = [
+    ("approvals/c1", {"approved": "yes"}),
+    ("approvals/c1", {"approved": 1}),
+    ("approvals/c1", {"approved": "false"}),
+    ("approvals/c1", {"approved": None}),
+    ("messages", {"text": "hi", "message_id": 7}),
+    ("runs", {"text": 42}),
+    ("runs", {"text": "hi", "run_id": 12345}),
+    ("fork", {"child_id": 9}),
+    ("compact", {"keep_turns": "1"}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), LOOSE, ids=[f"{r}:{b}" for r, b in LOOSE])
+async def test_a_body_field_of_the_wrong_json_type_is_refused_not_coerced(
+    tmp_path: Path, route: str, body: dict[str, object]
+) -> None:
+    """A decision above all: ``"approved": "yes"`` is not a yes, and ``"false"`` no no."""
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"a": AgentSpec(model=scripted(tool_script()))})
+    await store.create_session("s")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        r = await client.post(f"/v1/sessions/s/{route}", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["type"] == "ValidationError"
+    assert await store.load_entries("s") == []
+    assert _files(tmp_path / "sessions") == ["s.jsonl"]
+
+
 async def test_without_agents_or_temporal_runs_answer_503(tmp_path: Path) -> None:
     app = create_app(store=FileStore(tmp_path / "s"))
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:

@@ -23,7 +23,7 @@ router = APIRouter(prefix="/v1")
 
 
 class SendMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str
     when: When = "next_turn"
@@ -33,7 +33,7 @@ class SendMessage(BaseModel):
 
 
 class Decide(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     approved: bool
     reason: str | None = None

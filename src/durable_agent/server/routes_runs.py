@@ -33,7 +33,7 @@ CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 class StartRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str | None = None
     inputs: list[dict[str, Any]] | None = None

@@ -29,7 +29,7 @@ MAX_PAGE = 1000
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CreateSession(Body):
