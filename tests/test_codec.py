@@ -580,14 +580,23 @@ class _Blob(CustomEntry):
     data: bytes
 
 
+class _Score(CustomEntry):
+    """A custom class with a float field: NaN and the infinities are floats JSON has not."""
+
+    value: float
+
+
 @pytest.mark.parametrize(
     "entry",
     [
         CustomEntry(id="c1", created_at=T0, kind="k", blob=b"\x89PNG"),
         CustomEntry(id="c1", created_at=T0, kind="k", tree=_nested(2000)),
         _Blob(id="c1", created_at=T0, kind="blob", data=b"\xff\xfe"),
+        _Score(id="c1", created_at=T0, kind="score", value=float("nan")),
+        _Score(id="c1", created_at=T0, kind="score", value=float("-inf")),
+        CustomEntry(id="c1", created_at=T0, kind="k", rows=[[1.0, float("inf")]]),
     ],
-    ids=["bytes", "deep", "non-utf8-bytes-field"],
+    ids=["bytes", "deep", "non-utf8-bytes-field", "nan-field", "-inf-field", "inf-data"],
 )
 def test_data_with_no_json_form_is_an_encode_error(entry: CustomEntry) -> None:
     """The codec refuses what JSON cannot hold with its own typed error (a ``SessionError`` and

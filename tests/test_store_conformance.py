@@ -472,15 +472,18 @@ def _nested(depth: int) -> list[object]:
         ({"blob": b"\x89PNG\r\n"}, "bytes"),
         ({"tags": {"a", "b"}}, "set"),
         ({"tree": _nested(2000)}, "nested"),
+        ({"score": float("nan")}, "NaN"),
+        ({"bounds": [0.0, float("inf")]}, "infinity"),
+        ({"low": {"v": float("-inf")}}, "infinity"),
     ],
-    ids=["bytes", "set", "deep"],
+    ids=["bytes", "set", "deep", "nan", "inf", "-inf"],
 )
 async def test_custom_data_json_cannot_hold_raises_encode_error_and_writes_nothing(
     store: Store, data: dict[str, object], reason: str
 ) -> None:
-    """Application data that has no JSON form (bytes, a set, nesting deeper than the encoder
-    goes) is refused typed, naming the session and the entry, and nothing of the batch is
-    stored."""
+    """Application data that has no JSON form (bytes, a set, NaN or an infinity, nesting deeper
+    than the encoder goes) is refused typed, naming the session and the entry, and nothing of
+    the batch is stored."""
     await fresh(store)
     await store.append_entries("s1", [msg("before")])
     bad = CustomEntry(id="bad", created_at=T0, kind="app-data", **data)

@@ -68,18 +68,25 @@ def entry_to_wire(entry: Entry) -> dict[str, Any]:
 def encode_entry(entry: Entry) -> str:
     """One compact JSON object (UTF-8, non-ASCII unescaped, no newline).
 
-    Custom data JSON cannot hold (bytes, a set, nesting deeper than the encoder goes) raises
-    :class:`EntryEncodeError`, never the encoder's ``TypeError`` or ``RecursionError``: an
-    entry that cannot be written is refused typed, before any store writes its batch.
+    Custom data JSON cannot hold (bytes, a set, NaN or an infinity, nesting deeper than the
+    encoder goes) raises :class:`EntryEncodeError`, never the encoder's ``TypeError`` or
+    ``RecursionError``: an entry that cannot be written is refused typed, before any store
+    writes its batch. NaN is refused, not written as Python's ``NaN`` (which no other JSON reader
+    takes) nor as ``null`` (which would change the data): every store, and Temporal's payloads,
+    would read it back differently.
     """
     try:
-        return json.dumps(entry_to_wire(entry), ensure_ascii=False, separators=(",", ":"))
+        wire = entry_to_wire(entry)
+        return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except RecursionError:
         reason = "its data is nested too deep for JSON"
-    except (TypeError, ValueError) as exc:  # ValueError: pydantic's serializer, a cycle
+    except (TypeError, ValueError) as exc:  # ValueError: pydantic's serializer, a cycle, NaN
         if not isinstance(entry, EntryBase):
             raise
-        reason = f"its data has no JSON form ({exc})"
+        if str(exc).startswith("Out of range float"):
+            reason = "its data holds NaN or an infinity, numbers JSON has not"
+        else:
+            reason = f"its data has no JSON form ({exc})"
     raise EntryEncodeError("", entry.id, reason)
 
 
