@@ -94,6 +94,8 @@ def test_model_error_is_bounded_redacted_and_pickles() -> None:
         ('{"a": 1}', {"a": 1}, {"a": 1}),
         ("[1, 2]", {}, None),  # valid JSON, but not an object
         ("{not json", {}, None),
+        ('{"x": NaN}', {}, None),  # Python's parsers take NaN and the infinities; JSON has not
+        ('{"x": [1, -Infinity]}', {}, None),
     ],
 )
 def test_argument_parsing(raw: str, partial: dict[str, object], final: object) -> None:

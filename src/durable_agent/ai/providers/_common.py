@@ -117,18 +117,24 @@ def partial_arguments(raw: str) -> dict[str, Any]:
     try:
         import jiter  # a dependency of both SDKs; absent, partial calls just show no arguments
 
-        value = jiter.from_json(raw.encode(), partial_mode="trailing-strings")
+        value = jiter.from_json(raw.encode(), partial_mode="trailing-strings", allow_inf_nan=False)
     except (ImportError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def final_arguments(raw: str) -> dict[str, Any] | None:
-    """The arguments of a completed call: ``{}`` for no text, ``None`` if not a JSON object."""
+    """The arguments of a completed call: ``{}`` for no text, ``None`` if not a JSON object
+    (``NaN`` and ``Infinity``, which Python's parser takes, are not JSON: no store could keep
+    the reply holding them)."""
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_json)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
