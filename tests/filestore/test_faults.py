@@ -130,6 +130,26 @@ async def test_deeply_nested_line_is_corrupt_not_recursion_error(fs: FileStore) 
     assert appended.value.line == 3
 
 
+async def test_a_damaged_session_names_its_file_whatever_reads_it(fs: FileStore) -> None:
+    """The operator must repair or remove the file: every verb's error names it, absolute."""
+    path = await one_entry(fs)
+    add_bytes(path, b"{not json\n")
+    for read in (
+        lambda: fs.load_entries("s1"),
+        lambda: fs.load_entries_after("s1", 0),
+        lambda: fs.append_entries("s1", [msg("e3")]),
+        lambda: FileStore(fs.root).load_entries_after("s1", 1),
+    ):
+        with pytest.raises(CorruptSessionError) as info:
+            await read()
+        assert info.value.path == str(path.absolute()) and info.value.line == 3
+        assert str(info.value).endswith(f"(line 3) in {path.absolute()}")
+    path.write_bytes(b"not a header\n")
+    with pytest.raises(CorruptSessionError) as header:
+        await fs.load_session("s1")
+    assert header.value.path == str(path.absolute()) and header.value.line == 1
+
+
 async def test_deeply_nested_complete_tail_is_corrupt(fs: FileStore) -> None:
     path = await one_entry(fs)
     add_bytes(path, deep_line("e2")[:-1])  # complete JSON, no final newline

@@ -15,7 +15,6 @@ import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -132,8 +131,8 @@ def guard(body: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
     except SessionNotFoundError as exc:
         fail(3, str(exc))
-    except CorruptSessionError as exc:
-        fail(1, _damaged(exc))
+    except CorruptSessionError as exc:  # a FileStore's names its file
+        fail(1, str(exc))
     except (InvalidSessionIdError, TemporalConfigError) as exc:
         fail(2, str(exc))
     except CommandError as exc:
@@ -147,14 +146,6 @@ def guard(body: Callable[[], T]) -> T:
         if said is not None:
             fail(1, said)
         raise
-
-
-def _damaged(exc: CorruptSessionError) -> str:
-    """A damaged session names its file on a FileStore (the store line names only its root)."""
-    spec = TARGET.store or ""
-    if not spec.startswith("file:"):
-        return str(exc)
-    return f"{exc} in {Path(spec[len('file:') :]).expanduser().absolute() / exc.session_id}.jsonl"
 
 
 def _mongo_failure(exc: BaseException) -> str | None:

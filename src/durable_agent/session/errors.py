@@ -94,13 +94,25 @@ class EntryEncodeError(SessionError, ValueError):
 
 
 class CorruptSessionError(SessionError):
-    """A stored session cannot be read back: a damaged header or a damaged complete line."""
+    """A stored session cannot be read back: a damaged header or a damaged complete line.
 
-    def __init__(self, session_id: str, message: str, *, line: int | None = None) -> None:
+    ``line`` and ``path`` say where, when the store knows (a FileStore names its file, so the
+    operator who must repair or remove it need not work out the store's layout)."""
+
+    def __init__(
+        self, session_id: str, message: str, *, line: int | None = None, path: str | None = None
+    ) -> None:
         where = f" (line {line})" if line is not None else ""
-        super().__init__(f"session {session_id!r}: {message}{where}")
+        located = f" in {path}" if path else ""
+        super().__init__(f"session {session_id!r}: {message}{where}{located}")
         self.session_id = session_id
+        self.message = message
         self.line = line
+        self.path = path
+
+    def at(self, path: str) -> CorruptSessionError:
+        """The same error, naming the file (or other place) the session was read from."""
+        return CorruptSessionError(self.session_id, self.message, line=self.line, path=path)
 
 
 class EntryTooLargeError(SessionError):

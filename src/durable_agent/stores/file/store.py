@@ -1,21 +1,18 @@
 """FileStore: one append-only JSON Lines file per session (docs/design.md#file-store).
 
-``<root>/<session_id>.jsonl`` starts with a ``session_init`` header line; every later line is
-one ``encode_entry`` object plus ``\\n``. The format is chosen so that a crash at any moment
-leaves a file that still loads: a write is one ``write`` call of whole lines, a torn final line
-(a strict prefix of JSON, possibly padded with NULs by the file system) is dropped on load and
-truncated before the next append, while a damaged *complete* line is reported rather than
-silently skipped.
+``<root>/<session_id>.jsonl`` starts with a ``session_init`` header line, then one
+``encode_entry`` object per line. A crash at any moment leaves a file that still loads: a write
+is one ``write`` of whole lines; a torn final line (a strict prefix of JSON, maybe padded with
+NULs) is dropped on load and truncated before the next append; a damaged *complete* line is
+reported, never skipped.
 
-Concurrency: every append takes an exclusive ``flock`` on the session file and every load a shared
-one, so store objects and processes on one host can share ``root``. ``create_session`` additionally
-holds an exclusive ``flock`` on the root directory while it writes the header; a reader that finds a
-missing or torn header waits on that lock once and looks again, so it never mistakes a session being
-created for a corrupt one. I/O runs in a worker thread, but a follower's small reads (`.follow`).
-
-The store is split along its seams: ``lines`` (what each line means, and whether a torn one is a
-JSON prefix), ``index`` (the cached append-side ID index), ``io`` (locks, whole writes, worker
-threads), ``deltas`` (the live-delta side files) and this module (the store's verbs).
+Concurrency: an append takes an exclusive ``flock`` on the session file, a load a shared one, so
+store objects and processes on one host can share ``root``. ``create_session`` holds an exclusive
+``flock`` on the root directory while it writes the header; a reader finding a missing or torn
+header waits on that lock once and looks again, never mistaking a session being created for a
+corrupt one. I/O runs in a worker thread, except a follower's small reads (``.follow``). Seams:
+``lines`` (what a line means), ``index`` (the append-side ID index), ``io`` (locks, whole
+writes), ``deltas`` (live-delta side files), and this module (the store's verbs).
 """
 
 from __future__ import annotations
@@ -201,11 +198,15 @@ class FileStore:
     # -- plumbing ----------------------------------------------------------------------------------
 
     def _guard(self, fn: Callable[..., T], *args: Any) -> T:
-        """Turn any OSError not already translated into StoreUnavailableError (chained)."""
+        """An OSError becomes StoreUnavailableError; a CorruptSessionError names the file."""
         try:
             return fn(*args)
         except OSError as exc:
             raise StoreUnavailableError(f"file store {self._root}: {exc}") from exc
+        except CorruptSessionError as exc:
+            if exc.path or not args or not isinstance(args[0], Path):
+                raise
+            raise exc.at(str(args[0].absolute())) from exc.__cause__
 
     @contextmanager
     def _root_lock(self, *, exclusive: bool) -> Iterator[None]:
