@@ -4,10 +4,13 @@ make it start over (docs/design.md#file-store). The contract itself is in the co
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +57,34 @@ async def test_another_store_objects_appends_are_read(fs: FileStore) -> None:
     await other.append_entries("s1", [msg("b"), msg("c")])
     assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "b"), (3, "c")]
     assert numbered(await other.load_entries_after("s1", 2)) == [(3, "c")]
+
+
+async def test_a_read_extending_the_mark_between_the_idle_checks_hides_nothing(
+    fs: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle follower learns "nothing new" from the mark and one ``stat``: the mark covers
+    the seq asked for and the file ends where the mark does. Another follower's read, in a
+    worker thread, may extend the mark between those two checks; the file then ends where the
+    extended mark does, and the entries it added must still be read (two streams of one
+    session in one process missed a reply that way)."""
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg("a")])
+    assert numbered(await fs.load_entries_after("s1", 0)) == [(1, "a")]
+    await FileStore(fs.root, fsync=False).append_entries("s1", [msg("b")])
+    session_file, real_stat = fs.path("s1"), os.stat
+    raced: list[bool] = []
+
+    def stat_as_another_follower_reads(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if not raced and Path(path) == session_file:
+            raced.append(True)
+            with ThreadPoolExecutor(1) as other:
+                read = other.submit(asyncio.run, fs.load_entries_after("s1", 0)).result()
+            assert numbered(read) == [(1, "a"), (2, "b")]
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat_as_another_follower_reads)
+    assert numbered(await fs.load_entries_after("s1", 1)) == [(2, "b")]
+    assert raced
 
 
 async def test_a_hand_copied_line_is_skipped_as_a_load_skips_it(fs: FileStore) -> None:

@@ -137,15 +137,23 @@ class Marks:
 
     def unchanged(self, path: Path, after: int) -> bool:
         """Whether a read after ``after`` would find nothing: the mark covers ``after`` and the
-        file has not grown past it. One ``stat``, no read: what an idle follower costs."""
+        file has not grown past it. One ``stat``, no read: what an idle follower costs.
+
+        A read in a worker thread may extend the mark meanwhile, so ``end`` is taken first: a
+        line's seq is counted before the end moves past it, so the seq read next covers at least
+        every entry before that ``end``. (Taken the other way round, a file ending at the new end
+        would pass for one ending at the old seq, hiding the entries in between.)"""
         mark = self.get(path)
-        if mark is None or after < mark.seq:
+        if mark is None:
+            return False
+        end = mark.end
+        if after < mark.seq:
             return False
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return False  # the read says SessionNotFoundError
-        return (st.st_dev, st.st_ino) == mark.file_key and st.st_size == mark.end
+        return (st.st_dev, st.st_ino) == mark.file_key and st.st_size == end
 
 
 INLINE_BYTES = 64 << 10
