@@ -161,8 +161,12 @@ async def test_a_fork_from_a_handle_on_a_deleted_session_brings_nothing_back(sto
     assert await s.load_entries("forked-gone") == []
 
 
-async def test_file_listing_reads_headers_only(tmp_path: object) -> None:
-    """A damaged entry line does not stop the listing (records only), while a load reports it."""
+async def test_file_listing_reads_headers_only(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged entry line does not stop the listing (records only), while a load reports it.
+    A file named as a session whose header is damaged is left out, and the warning names it:
+    an operator must find it to repair or remove it."""
     from pathlib import Path
 
     root = Path(str(tmp_path)) / "sessions"
@@ -174,6 +178,10 @@ async def test_file_listing_reads_headers_only(tmp_path: object) -> None:
     (root / "notes.jsonl").write_text("not a session\n")
     (root / "bad id.jsonl").write_text("")
     assert [r.id for r in await s.list_sessions()] == ["s1"]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("not listed: session 'notes': decode session")
+    assert warned[0].endswith(f" in {(root / 'notes.jsonl').absolute()}")
 
 
 # --- deleted means deleted, across store objects (docs/design.md#retention) ---------------------

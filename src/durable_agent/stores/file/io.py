@@ -57,9 +57,14 @@ def flock(fd: int, *, exclusive: bool) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def open_dir(root: Path) -> int:
-    """A descriptor of ``root`` for its lock and its fsync (the caller closes it)."""
-    return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+@contextmanager
+def open_dir(root: Path) -> Iterator[int]:
+    """A descriptor of ``root`` for its lock and its fsync, closed on the way out."""
+    dirfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield dirfd
+    finally:
+        os.close(dirfd)
 
 
 def ensure_root(root: Path) -> None:

@@ -18,6 +18,7 @@ writes), ``deltas`` (live-delta side files), and this module (the store's verbs)
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ from .lines import (
 __all__ = ["FileStore"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 _CONFLICT = "\x00stored entry differs"
 """What ``plan_append`` sees for a stored ID whose encoding differs: never equal to a wire."""
@@ -145,7 +147,8 @@ class FileStore:
         self, *, limit: int = DEFAULT_PAGE, offset: int = 0
     ) -> list[SessionRecord]:
         """One page of records, newest first, from each file's header line only (never the
-        entries). A file whose name is no session ID, or whose header is damaged, is not listed."""
+        entries). A file whose name is no session ID is not listed, nor one whose header is
+        damaged (logged as a warning naming the file: ``load_session`` raises for it)."""
         check_page(limit, offset)
         records = await asyncio.to_thread(self._guard, self._records_sync)
         return newest_first(records)[offset : offset + limit]
@@ -166,8 +169,10 @@ class FileStore:
             try:
                 sid = validate_session_id(path.stem)
                 records.append(self._load_session_sync(path, sid))
-            except (InvalidSessionIdError, SessionNotFoundError, CorruptSessionError):
-                continue  # not a session file, deleted meanwhile, or damaged
+            except (InvalidSessionIdError, SessionNotFoundError):
+                continue  # not a session file, or deleted meanwhile
+            except CorruptSessionError as exc:  # left out, but not silently
+                logger.warning("not listed: %s", exc.at(str(path.absolute())))
         return records
 
     def _delete_sync(self, path: Path, session_id: str) -> None:
@@ -189,11 +194,8 @@ class FileStore:
             self._marks.forget(path)
         self.live_deltas().drop_session(session_id)
         if self._fsync:
-            dirfd = open_dir(self._root)
-            try:
+            with open_dir(self._root) as dirfd:
                 os.fsync(dirfd)
-            finally:
-                os.close(dirfd)
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -211,12 +213,8 @@ class FileStore:
     @contextmanager
     def _root_lock(self, *, exclusive: bool) -> Iterator[None]:
         """The root's flock: exclusive while a header is written, shared to wait for that."""
-        dirfd = open_dir(self._root)
-        try:
-            with flock(dirfd, exclusive=exclusive):
-                yield
-        finally:
-            os.close(dirfd)
+        with open_dir(self._root) as dirfd, flock(dirfd, exclusive=exclusive):
+            yield
 
     def _retry_after_create(self, read: Callable[[], T], session_id: str) -> T:
         """Run ``read``; on a header problem wait for any running create and read once more."""
@@ -235,8 +233,7 @@ class FileStore:
     def _create_sync(self, path: Path, record: SessionRecord) -> None:
         ensure_root(self._root)
         header = header_bytes(record.id, record.parent_id, record.created_at)
-        dirfd = open_dir(self._root)
-        try:
+        with open_dir(self._root) as dirfd:
             with flock(dirfd, exclusive=True):
                 fd = self._create_file(path, record.id)
                 try:
@@ -245,8 +242,6 @@ class FileStore:
                     os.close(fd)
             if self._fsync:
                 os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
 
     @staticmethod
     def _create_file(path: Path, session_id: str) -> int:
