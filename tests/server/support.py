@@ -38,7 +38,9 @@ def free_port() -> int:
 @asynccontextmanager
 async def serving(app: FastAPI, port: int | None = None) -> AsyncIterator[str]:
     """``app`` on a real uvicorn server on ``port`` (else a free loopback port); yields its
-    base URL."""
+    base URL. A server stopping ends the SSE streams of *every* server of the process
+    (sse-starlette takes the server that holds the process's SIGTERM handler for the one
+    exiting), so a test stops a server only once the streams it still reads have ended."""
     port = port or free_port()
     config = uvicorn.Config(
         app,

@@ -156,11 +156,12 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
 ) -> None:
     """The answer to a message was lost (the server that took it went, say): resent through
     another server, which remembers nothing of it, the run's update ID still makes it one,
-    while the run goes and after it ended."""
-    gate = GateTool()
-    spec = AgentSpec(
-        model=scripted([Reply.call("gate", id="g1"), Reply(text="Noted.")]), tools=[gate.tool]
-    )
+    while the run goes, after it ended, and after the session's next run started (which must
+    not take it again)."""
+    gate, later = GateTool(), GateTool("later")
+    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
+    replies += [Reply.call("later", id="g2"), Reply(text="Done.")]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool, later.tool])
     store = FileStore(tmp_path / "sessions")
     async with (
         helper_app(temporal_client, store, spec, lambda: FileStore(tmp_path / "sessions")) as one,
@@ -168,7 +169,8 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
         httpx.AsyncClient(base_url=url) as first,
     ):
         runs = one.state.server.runs
-        other = _replica(temporal_client, tmp_path, runs.executor.task_queue)
+        queue = runs.executor.task_queue
+        other = _replica(temporal_client, tmp_path, queue)
         async with serving(other) as url2, httpx.AsyncClient(base_url=url2) as second:
             sid = f"resent-{uuid.uuid4().hex[:8]}"
             await first.post("/v1/sessions", json={"session_id": sid})
@@ -184,13 +186,27 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
                 await reader.until(ended("r"), within=60)
         # resent once more after the run ended, through a server that never saw it: the ended
         # run answers its update ID with the outcome it kept (not a 409, nothing delivered)
-        third = _replica(temporal_client, tmp_path, runs.executor.task_queue)
-        async with serving(third) as url3, httpx.AsyncClient(base_url=url3) as late:
+        third, fourth = (_replica(temporal_client, tmp_path, queue) for _ in range(2))
+        async with (
+            serving(third) as url3,
+            httpx.AsyncClient(base_url=url3) as late,
+            serving(fourth) as url4,
+            httpx.AsyncClient(base_url=url4) as last,
+        ):
             sent = await late.post(f"/v1/sessions/{sid}/messages", json=steer)
             assert sent.status_code == 202, sent.text
             assert sent.json() == {"run_id": "r", "message_id": "m-1"}
             other_message = {"text": "Never sent before.", "message_id": "m-2"}
             refused = await late.post(f"/v1/sessions/{sid}/messages", json=other_message)
             assert refused.status_code == 409, refused.text
+            async with stream(late, sid, after=0) as reader:
+                await late.post(f"/v1/sessions/{sid}/runs", json={"text": "Next.", "run_id": "r2"})
+                await asyncio.wait_for(later.started.wait(), 60)
+                # and once more, the next run going: the run that took it answers, not this one
+                sent = await last.post(f"/v1/sessions/{sid}/messages", json=steer)
+                assert sent.status_code == 202, sent.text
+                assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+                later.release.set()
+                await reader.until(ended("r2"), within=60)
     said = [m.message.text() for m in await _messages(store, sid)]
-    assert said == ["Go.", "", "Also this.", "Noted."]
+    assert said == ["Go.", "", "Also this.", "Noted.", "Next.", "", "Done."]

@@ -63,8 +63,8 @@ logger = logging.getLogger("durable_agent.server")
 END_QUERY_TIMEOUT = 10.0
 """Seconds the ``state()`` query naming a failed or cancelled run's last entry may take."""
 LATELY = 5
-"""How many of a session's latest ended runs a message no going run takes is offered to: the
-one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
+"""How many of a session's latest ended runs a message with a client's ID is offered to first:
+the one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
 FAILURE_TIMEOUT = timedelta(seconds=10)
 """Seconds the read of an ended run's failure from its history may take."""
 
@@ -325,11 +325,10 @@ class TemporalRuns:
             update={"message_id": message_id, "answer": "accepted"}
         )
         going = await self.active(session_id)
-        for run_id in going:
-            if await self._offer(session_id, run_id, body, message_id):
-                return run_id, message_id
-        # no going run takes it: an ended one that took it before its answer was lost says so
-        for run_id in await self._ended_lately(session_id, going) if resent else []:
+        # a resend is offered first to the runs that ended lately: one that took it before its
+        # answer was lost says so, and a run started since never takes it a second time
+        ended = await self._ended_lately(session_id, going) if resent else []
+        for run_id in [*ended, *going]:
             if await self._offer(session_id, run_id, body, message_id):
                 return run_id, message_id
         raise no_run_accepts(session_id)
