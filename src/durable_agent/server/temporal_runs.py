@@ -84,6 +84,10 @@ _STATUS: dict[WorkflowExecutionStatus, Status] = {
 }
 
 
+async def _nothing() -> list[str]:
+    return []
+
+
 def _run_id(workflow_id: str) -> str:
     """``durable-agent/<session>/run/<run_id>`` -> ``<run_id>``."""
     return workflow_id.rsplit("/", 1)[-1]
@@ -324,11 +328,17 @@ class TemporalRuns:
         body = send_body(entry, when).model_copy(
             update={"message_id": message_id, "answer": "accepted"}
         )
-        going = await self.active(session_id)
-        # a resend is offered first to the runs that ended lately: one that took it before its
-        # answer was lost says so, and a run started since never takes it a second time
-        ended = await self._ended_lately(session_id, going) if resent else []
-        for run_id in [*ended, *going]:
+        # a resend is offered first to the runs that ended lately, all at once: one that took
+        # it before its answer was lost says so, and a run started since never takes it again
+        going, latest = await asyncio.gather(
+            self.active(session_id), self._latest(session_id) if resent else _nothing()
+        )
+        ended = [r for r in latest if r not in going]
+        offers = [self._offer(session_id, r, body, message_id) for r in ended]
+        for run_id, took in zip(ended, await asyncio.gather(*offers), strict=True):
+            if took:
+                return run_id, message_id
+        for run_id in going:
             if await self._offer(session_id, run_id, body, message_id):
                 return run_id, message_id
         raise no_run_accepts(session_id)
@@ -345,16 +355,15 @@ class TemporalRuns:
         self._accepted.add(session_id, message_id, run_id)
         return True
 
-    async def _ended_lately(self, session_id: str, going: Sequence[str]) -> list[str]:
-        """The session's latest runs (``LATELY`` of them) that are not going: one of them may
-        have taken the message being sent again before it ended."""
+    async def _latest(self, session_id: str) -> list[str]:
+        """The session's latest runs (``LATELY`` of them), going or ended: one that ended may
+        have taken the message being sent again."""
         query = f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run"'
         try:
-            listed = [_run_id(w.id) async for w in self.client.list_workflows(query, limit=LATELY)]
+            return [_run_id(w.id) async for w in self.client.list_workflows(query, limit=LATELY)]
         except RPCError as exc:
             logger.info("listing the runs of %s: %s", session_id, type(exc).__name__)
             return []
-        return [r for r in listed if r not in going]
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
         """Any server process decides from the session ID alone: the run that asked takes the
