@@ -23,7 +23,7 @@ from typing import IO
 from ...ai.timefmt import format_time, parse_time
 from ...session.codec import bulk_decoding, decode_entry, encode_entry, wire_to_entry
 from ...session.entries import Entry
-from ...session.errors import CorruptSessionError, EntryDecodeError
+from ...session.errors import CorruptSessionError, EntryDecodeError, SessionNotFoundError
 from ...session.record import SessionRecord
 
 __all__ = [
@@ -64,15 +64,21 @@ def decode_text(body: bytes) -> str:
 
 
 def parse_header(body: bytes, session_id: str) -> SessionRecord:
-    """The record in header line ``body`` (no ``\\n``); ``HeaderProblem`` if it is not one."""
+    """The record in header line ``body`` (no ``\\n``); ``HeaderProblem`` if it is not one, and
+    ``SessionNotFoundError`` if it is the record of an ID differing only in case."""
     try:
         data = json.loads(decode_text(body))
     except (ValueError, RecursionError) as exc:
         raise HeaderProblem(f"invalid JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("type") != "session_init":
         raise HeaderProblem("line 1 is not a session_init object")
-    if data.get("id") != session_id:
-        raise HeaderProblem(f"header id {data.get('id')!r} is not {session_id!r}")
+    named = data.get("id")
+    if named != session_id:
+        if isinstance(named, str) and named.casefold() == session_id.casefold():
+            # a case-insensitive file system (macOS's by default) opened the file of the session
+            # whose ID differs only in case: this one does not exist
+            raise SessionNotFoundError(session_id)
+        raise HeaderProblem(f"header id {named!r} is not {session_id!r}")
     parent = data.get("parent_id") or None
     created = data.get("created_at")
     if (parent is not None and not isinstance(parent, str)) or not isinstance(created, str):
