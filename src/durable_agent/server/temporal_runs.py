@@ -135,7 +135,7 @@ class TemporalRuns:
             refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
             handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor, create=False
+                name, store=self.store, session_id=session_id, executor=self.executor
             )
             await open_at(handle, leaf_id)
             # a start of the same ID through another server meanwhile: the workflow ID is
