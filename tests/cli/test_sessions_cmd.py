@@ -63,6 +63,14 @@ async def test_sessions_reads_records_not_entries(tmp_path: Path) -> None:
     listed = run_cli(["sessions", "--json"], env)
     assert listed.returncode == 0, listed.stderr
     assert [row["id"] for row in json.loads(listed.stdout)] == ["damaged", "ok"]
+    # a file whose header is damaged cannot be listed: the listing says which, as a warning
+    (root / "headless.jsonl").write_text("not a header\n")
+    listed = run_cli(["sessions", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in json.loads(listed.stdout)] == ["damaged", "ok"]
+    warning = "warning: not listed: session 'headless': decode session: invalid JSON"
+    assert listed.stderr.startswith(warning), listed.stderr
+    assert listed.stderr.rstrip().endswith(f"(line 1) in {root / 'headless.jsonl'}")
 
 
 async def test_sessions_rm_asks_first(tmp_path: Path) -> None:

@@ -68,9 +68,14 @@ def missing_extra(exc: ImportError, *, needs: str = "cli") -> str | None:
 
 def command() -> typer.Typer:
     """The typer app with every subcommand (imported here: see the module docstring)."""
+    import logging
+
     import typer
 
     from . import approvals, chat, demo, dev, run, sessions, worker
+    from .render import LastResort
+
+    logging.lastResort = LastResort()  # the library's warnings, as the CLI's errors show
 
     cli = typer.Typer(
         name="durable-agent",

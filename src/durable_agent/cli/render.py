@@ -47,6 +47,7 @@ from .processes import ProcessError
 __all__ = [
     "FAILURE_LOG",
     "LONGEST",
+    "LastResort",
     "PEOPLE",
     "SMOOTH_ABOVE",
     "Reveal",
@@ -92,6 +93,20 @@ def print_error(out: Console, message: str) -> None:
     ``[redacted]``), without the keys this process holds."""
     message = redact(message, configured_secrets(os.environ))
     out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+
+
+class LastResort(logging.Handler):
+    """What the library logs while nothing configured logging (a command that is no worker):
+    ``warning: <message>`` on stderr, as errors show, without the keys this process holds.
+    Installed as :data:`logging.lastResort`, so a command that configures logging replaces it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = redact(record.getMessage(), configured_secrets(os.environ))
+        label = f"{record.levelname.lower()}: "
+        err.print(Text.assemble((label, "yellow"), message), soft_wrap=True)
 
 
 FAILURE_LOG: logging.Logger | None = None
