@@ -371,10 +371,8 @@ async def new(
     unknown session is created by its first run, once the worker has checked the agent (a run
     that cannot start creates nothing), or by the handle's first write.
 
-    ``create=False`` opens only a stored session (else :class:`SessionNotFoundError`), and the
-    handle never creates it: for acting on a session that must exist (a decision, a fork), which
-    a delete landing meanwhile must not bring back, not even empty (its writes then fail with
-    :class:`SessionNotFoundError`).
+    ``create=False``: only a stored session (else :class:`SessionNotFoundError`), never created
+    by the handle, so a delete landing meanwhile is not undone (its writes fail instead).
     """
     runner = executor or LocalExecutor()
     options = _validate_options(agent_options)
