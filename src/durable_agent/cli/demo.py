@@ -40,6 +40,7 @@ from .processes import (
     ProcessError,
     ServerLock,
     start_worker,
+    stop_on_signals,
     stop_orphan,
 )
 from .render import console, render_tree, run_command
@@ -233,10 +234,8 @@ async def _crash_turn(
 
 
 async def _wait_for_ctrl_c(console: Console) -> None:
-    stop = asyncio.Event()
+    stop = stop_on_signals(signal.SIGINT, signal.SIGTERM)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:  # said once a Ctrl-C is caught here
         console.print("\n[bold]Server and worker kept running[/]: press Ctrl-C to stop them.")
         await stop.wait()

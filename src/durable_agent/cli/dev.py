@@ -25,12 +25,7 @@ import typer
 from rich.console import Console
 from temporalio.client import Client
 
-from ..workflows.config import (
-    ServerInfo,
-    data_dir,
-    remove_server_info,
-    write_server_info,
-)
+from ..workflows.config import ServerInfo, data_dir, remove_server_info, write_server_info
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
 from .config import (
     DEFAULT_TASK_QUEUE,
@@ -58,6 +53,7 @@ from .processes import (
     free_port,
     spawn,
     start_worker,
+    stop_on_signals,
     stop_orphan,
     temporal_binary,
 )
@@ -247,12 +243,8 @@ async def run_dev(
 
         worker = await start()
         chat, http = await _dev_http(store_spec, server.address, task_queue, app_ref)
-        stop = asyncio.Event()  # set by a signal from the moment "is up" can be read
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, stop.set)
-        console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
-        for line in (
+        stop = _up(
+            console,
             f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
             f"  Web UI         {server.ui_url}",
             f"  chat           {chat}",
@@ -260,8 +252,7 @@ async def run_dev(
             f"  store          {display_store(store_spec)}",
             f"  logs           {root / 'logs'}",
             "  try:           durable-agent chat my-session",
-        ):
-            console.print(line)
+        )
         return await _supervise(console, server, worker, start, stop)
     finally:
         if http is not None:  # stopped, not left to asyncio.run to cancel (uvicorn's traceback)
@@ -273,6 +264,15 @@ async def run_dev(
             server.process.stop()
             remove_server_info(root, os.getpid())
         lock.release()
+
+
+def _up(console: Console, *banner: str) -> asyncio.Event:
+    """Says dev is up once a signal stops it cleanly; the event the signals set."""
+    stop = stop_on_signals(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
+    for line in banner:
+        console.print(line)
+    return stop
 
 
 async def _supervise(

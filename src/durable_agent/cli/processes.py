@@ -47,6 +47,7 @@ __all__ = [
     "free_port",
     "spawn",
     "start_worker",
+    "stop_on_signals",
     "stop_orphan",
     "temporal_binary",
     "wait_for_file",
@@ -143,6 +144,16 @@ class ManagedProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def stop_on_signals(*signals: signal.Signals) -> asyncio.Event:
+    """An event ``signals`` set on the running loop: a command that waits on it stops cleanly
+    (no ``KeyboardInterrupt``) from the moment this returns."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def die_with_parent(argv: list[str]) -> list[str]:

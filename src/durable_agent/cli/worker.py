@@ -62,7 +62,7 @@ from .config import (
     open_store,
     resolve_store_spec,
 )
-from .processes import HEARTBEAT_INTERVAL, beat, check_liveness
+from .processes import HEARTBEAT_INTERVAL, beat, check_liveness, stop_on_signals
 from .render import console, fail, flags_from, run_command
 
 __all__ = [
@@ -330,10 +330,7 @@ async def _serve(
     parent_pid: int | None,
 ) -> None:
     """Poll until SIGTERM/SIGINT or the parent's exit; the ready file beats while polling."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals(signal.SIGTERM, signal.SIGINT)
     if ready_file is not None:  # a file a crash left would be read as this worker's
         with contextlib.suppress(OSError):
             os.unlink(ready_file)
