@@ -88,11 +88,12 @@ def flags_from(
     return TemporalFlags(address=address, namespace=namespace, profile=profile)
 
 
-def print_error(out: Console, message: str) -> None:
-    """``error: message`` as plain text (never markup: error text can hold ``[/]`` or
-    ``[redacted]``), without the keys this process holds."""
+def print_error(out: Console, message: str, *, level: str = "error") -> None:
+    """``error: message`` (or another ``level``) as plain text (never markup: error text can
+    hold ``[/]`` or ``[redacted]``), without the keys this process holds."""
     message = redact(message, configured_secrets(os.environ))
-    out.print(Text.assemble(("error: ", "red"), message), soft_wrap=True)
+    style = "red" if level == "error" else "yellow"
+    out.print(Text.assemble((f"{level}: ", style), message), soft_wrap=True)
 
 
 class LastResort(logging.Handler):
@@ -104,9 +105,7 @@ class LastResort(logging.Handler):
         super().__init__(logging.WARNING)
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = redact(record.getMessage(), configured_secrets(os.environ))
-        label = f"{record.levelname.lower()}: "
-        err.print(Text.assemble((label, "yellow"), message), soft_wrap=True)
+        print_error(err, record.getMessage(), level=record.levelname.lower())
 
 
 FAILURE_LOG: logging.Logger | None = None
