@@ -22,7 +22,7 @@ from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
 from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
-from durable_agent.cli.dev import workflows_url
+from durable_agent.cli.dev import say_up, workflows_url
 from durable_agent.cli.processes import free_port
 from durable_agent.cli.render import render_tree
 from durable_agent.cli.run import RunPrinter
@@ -155,6 +155,16 @@ def test_workflows_url_quotes_the_query() -> None:
     )
 
 
+def test_the_dev_banner_keeps_each_line_whole_in_a_narrow_pipe() -> None:
+    out = io.StringIO()
+    lines = [
+        "  worker         pid 24746, app durable_agent.cli.demo_app:app, queue durable-agent",
+        "  store          file:/srv/[team]/a-long-data-directory/durable-agent/sessions",
+    ]
+    say_up(Console(file=out, width=40, no_color=True), lines)
+    assert out.getvalue().splitlines()[1:] == lines
+
+
 def _entry(id: str, parent: str | None, text: str, role: str = "user") -> MessageEntry:
     message = Message(role=role, content=[TextContent(text=text)])
     return MessageEntry(id=id, parent_id=parent, message=message)
@@ -264,6 +274,12 @@ def test_demo_model_follows_the_question() -> None:
     assert sales.tool_calls[0].arguments == {"quarter": "Q2"}
     weather = respond(_request(user_message("What's the weather in Lisbon?")))
     assert weather.tool_calls[0].arguments == {"city": "Lisbon"}
+
+
+def test_demo_model_reports_a_sent_email_in_one_sentence() -> None:
+    sent = TextContent(text="email to team@example.com sent: Email the Q3 figures to the team.")
+    done = respond(_request(tool_result_message("c1", "send_email", sent)))
+    assert done.text == "Done: email to team@example.com sent: Email the Q3 figures to the team."
 
 
 def _request(*messages: Message) -> ModelRequest:

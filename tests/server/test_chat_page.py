@@ -54,8 +54,14 @@ async def browser_page(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
             if _own_file_failed(response):
                 errors.append(f"{response.status} {response.url}")
 
+        def logged(message: Any) -> None:  # what the browser fetched itself (the tab's icon)
+            url = message.location.get("url", "")
+            if message.type == "error" and "/v1/" not in url:
+                errors.append(f"console: {message.text} ({url})")
+
         page.on("pageerror", lambda exc: errors.append(f"script: {exc}"))
         page.on("response", failed)
+        page.on("console", logged)
         try:
             yield page
             assert errors == [], errors

@@ -166,7 +166,7 @@ def respond(request: ModelRequest) -> Reply:
         if last.tool_name == EMAIL_TOOL:
             if last.is_error:
                 return _text(f"I did not send it ({result}).")
-            return _text(f"Done: {result}.")
+            return _text(f"Done: {result.rstrip('.')}.")
         if last.tool_name == "get_weather":
             return _weather_reply(result)
         return _sales_reply(result)

@@ -16,7 +16,7 @@ import signal
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -269,10 +269,16 @@ async def run_dev(
 def _up(console: Console, *banner: str) -> asyncio.Event:
     """Says dev is up once a signal stops it cleanly; the event the signals set."""
     stop = stop_on_signals(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)")
-    for line in banner:
-        console.print(line)
+    say_up(console, banner)
     return stop
+
+
+def say_up(console: Console, banner: Sequence[str]) -> None:
+    """The banner, each line whole however narrow the terminal or pipe (a wrapped URL or path
+    cannot be copied) and as plain text (a path may hold brackets)."""
+    console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)", soft_wrap=True)
+    for line in banner:
+        console.print(line, markup=False, soft_wrap=True)
 
 
 async def _supervise(
