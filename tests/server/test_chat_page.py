@@ -163,6 +163,12 @@ async def test_the_chat_page(
             lambda: _changed(page, source), within=10, interval=0.1, what="the fork opened"
         )
         await eventually(finished, within=10, interval=0.1, what="the fork's transcript")
+        # on a phone the sessions go above the chat, which keeps the screen's width
+        await page.set_viewport_size({"width": 390, "height": 800})
+        width, scrolled = await page.evaluate(
+            "() => [$('chat').clientWidth, $('chat').scrollWidth]"
+        )
+        assert width >= 350 and scrolled <= width, (width, scrolled)
 
 
 async def _changed(page: Any, source: str) -> bool:
