@@ -86,8 +86,9 @@ function approval(e, answered) { // a request: the prompt while it waits, then w
 async function decide(callId, approved, reason) {
   await api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`, { approved, reason });
 }
-function render() {
-  const chat = $("chat"); chat.textContent = "";
+function render() { // a reader scrolled up keeps their place; one at the end follows the end
+  const chat = $("chat"), top = chat.scrollTop, atEnd = chat.scrollHeight - top - chat.clientHeight < 48;
+  chat.textContent = "";
   const shown = path(), answered = decisions(shown);
   for (const e of shown) {
     if (e.kind === "approval_request") { const a = approval(e, answered); if (a) chat.appendChild(a); continue; }
@@ -127,7 +128,7 @@ function render() {
   const asks = [...state.runs.values()].includes("awaiting_approval");
   $("status").textContent = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
-  chat.scrollTop = chat.scrollHeight;
+  chat.scrollTop = atEnd ? chat.scrollHeight : top;
 }
 function button(label, onclick, disabled) {
   const b = document.createElement("button"); b.textContent = label; b.disabled = !!disabled;
@@ -267,7 +268,11 @@ async function newSession() { const s = await api("POST", "/sessions", {}); awai
 $("new").onclick = newSession;
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
   ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
+  $("chat").scrollTop = $("chat").scrollHeight; // who asks reads the answer
   $("text").value = ""; ask(t).catch(() => { if (!$("text").value) $("text").value = t; });
+};
+$("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("ask").requestSubmit(); }
 };
 $("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
 $("fork").onclick = async () => { const c = await api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }); await open(c.session_id); };

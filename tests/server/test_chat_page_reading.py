@@ -1,0 +1,54 @@
+"""The chat page reads as a chat: Enter sends, Shift+Enter starts a new line, and a reader
+scrolled up to read keeps their place while replies come in (Playwright driving the system
+Chromium against a real server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from durable_agent.ai import Reply
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import replied, scripted, serving
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.support.polling import eventually
+
+LONG = "\n".join(f"line {n}" for n in range(40))
+
+
+async def test_enter_sends_and_a_reader_scrolled_up_keeps_their_place(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text=f"First. {LONG}"), Reply(text="Second."), Reply(text="Third.")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(replies))})
+    async with serving(app) as url:
+        await page.set_viewport_size({"width": 900, "height": 500})
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "First."), within=30, interval=0.1, what="the reply")
+        await page.press("#text", "t")
+        await page.press("#text", "Shift+Enter")
+        await page.press("#text", "u")
+        assert await page.input_value("#text") == "t\nu"  # a new line, nothing sent
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Second."), within=30, interval=0.1, what="the reply")
+        users = await page.locator(".msg.user").all_inner_texts()
+        assert [u.split("\n")[:2] for u in users][-1] == ["t", "u"], users
+        chat = page.locator("#chat")
+        assert await chat.evaluate("c => c.scrollHeight > c.clientHeight + 200")
+        at_end = "c => c.scrollHeight - c.scrollTop - c.clientHeight < 2"
+        assert await chat.evaluate(at_end)  # who asked follows the answer
+        await chat.evaluate("c => { c.scrollTop = 0; }")  # the reader goes up to read
+        sid = (await store.list_sessions())[0].id
+        async with httpx.AsyncClient(base_url=url) as client:  # a run the page did not start
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "more"})
+            assert started.status_code == 202, started.text
+        await eventually(replied(page, "Third."), within=30, interval=0.1, what="the reply")
+        assert await chat.evaluate("c => c.scrollTop") == 0
