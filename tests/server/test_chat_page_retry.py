@@ -1,6 +1,7 @@
 """The chat page names each run it starts, so a start whose answer the network lost is sent again
-and the server starts nothing more: one question, one run, one reply (Playwright driving the
-system Chromium against a real server)."""
+and the server starts nothing more: one question, one run, one reply; a proxy's error page is
+shown by its status and the question stays in the box (Playwright driving the system Chromium
+against a real server)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,27 @@ async def test_a_start_whose_answer_was_lost_is_one_run(
         ]
     assert len(starts) == 2 and starts[0] == starts[1], starts  # sent again, as it was
     assert said == [("user", "hello"), ("assistant", "Only once.")]
+
+
+async def test_a_proxy_error_page_is_shown_and_the_question_kept(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+
+    async def bad_gateway(route: Any) -> None:  # a proxy in front answers, not the server
+        await route.fulfill(status=502, content_type="text/html", body="<h1>Bad Gateway</h1>")
+
+    async with serving(app) as url:
+        await page.route("**/v1/sessions/*/runs", bad_gateway)
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+
+        async def told() -> str:
+            return await page.inner_text("#status")
+
+        status = await eventually(told, within=10, interval=0.1, what="the status")
+        assert status == "502 Bad Gateway"
+        assert await page.input_value("#text") == "hello"

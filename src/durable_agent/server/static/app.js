@@ -30,9 +30,10 @@ async function api(method, path, body, retried, quiet) {
       await new Promise((go) => setTimeout(go, 250 * 2 ** attempt));
     }
   }
-  const data = r.status === 204 ? {} : await r.json();
+  // not JSON: a proxy's error page in front of the server (its status says what happened)
+  const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (!r.ok) {
-    if (!quiet) { state.notice = data.error ? data.error.type + ": " + data.error.message : String(r.status); render(); }
+    if (!quiet) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
     throw data;
   }
   return data;
