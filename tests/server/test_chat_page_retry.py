@@ -74,7 +74,7 @@ async def test_a_proxy_error_page_is_shown_and_the_question_kept(
         await page.click("#send")
 
         async def told() -> str:
-            return await page.inner_text("#status")
+            return str(await page.inner_text("#status"))
 
         status = await eventually(told, within=10, interval=0.1, what="the status")
         assert status == "502 Bad Gateway"
