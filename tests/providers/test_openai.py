@@ -335,6 +335,20 @@ async def test_reasoning_from_a_compatible_server_becomes_thinking(replay: Repla
     assert (done.provider, done.usage, done.stop_reason) == ("vllm", Usage(), "stop")
 
 
+async def test_annotation_only_chunks_of_azures_async_filter_are_skipped(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    # Azure OpenAI's asynchronous content filter sends choices with no ``delta`` at all, only
+    # filter annotations (one of them after finish_reason): nothing to show, not a failure.
+    replay.enqueue("openai/azure_async_filter.http")
+
+    events = await collect(model, hello())
+
+    assert [e.delta for e in events if e.type == "text_delta"] == ["Color", " is light."]
+    done = events[-1].message
+    assert (done.content, done.stop_reason) == ([TextContent(text="Color is light.")], "stop")
+
+
 # -- failures ------------------------------------------------------------------------------------
 
 

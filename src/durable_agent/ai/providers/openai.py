@@ -168,7 +168,11 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             if not chunk.choices:
                 continue
             choice = chunk.choices[0]
+            if choice.finish_reason is not None:
+                finish = choice.finish_reason
             delta = choice.delta
+            if delta is None:  # Azure's asynchronous content filter: annotations only
+                continue
             reasoning = _reasoning(delta)
             if reasoning:
                 index = _append_text(draft, ThinkingContent, reasoning)
@@ -183,8 +187,6 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
                 )
             for tool_delta in delta.tool_calls or []:
                 yield _tool_call_delta(draft, by_index, calls, tool_delta)
-            if choice.finish_reason is not None:
-                finish = choice.finish_reason
         if finish is None:
             raise model_error(
                 self.provider,
