@@ -6,6 +6,7 @@ adapter sent (the request body the server received) and what it made of the repl
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -347,6 +348,26 @@ async def test_annotation_only_chunks_of_azures_async_filter_are_skipped(
     assert [e.delta for e in events if e.type == "text_delta"] == ["Color", " is light."]
     done = events[-1].message
     assert (done.content, done.stop_reason) == ([TextContent(text="Color is light.")], "stop")
+
+
+async def test_usage_with_null_counts_reads_as_zero(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    # Some compatible servers (Databricks model serving, for one) send the usage chunk with
+    # null counts: no count known, not a failed call.
+    chunks: list[dict[str, Any]] = [
+        {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": None, "completion_tokens": 7}},
+    ]
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    body = "".join(f"data: {json.dumps({**head, **c})}\n\n" for c in chunks)
+    headers = (("content-type", "text/event-stream"),)
+    replay.enqueue(RecordedResponse(200, "OK", headers, (body + "data: [DONE]\n\n").encode()))
+
+    done = (await collect(model, hello()))[-1].message
+
+    assert (done.text(), done.usage, done.stop_reason) == ("Hi", Usage(output=7), "stop")
 
 
 # -- failures ------------------------------------------------------------------------------------

@@ -290,9 +290,10 @@ def _usage(raw: CompletionUsage) -> Usage:
     completion = raw.completion_tokens_details
     cache_read = (prompt.cached_tokens if prompt else None) or 0
     cache_write = (getattr(prompt, "cache_write_tokens", None) if prompt else None) or 0
+    # Counts may be null from compatible servers (Databricks): unknown reads as zero.
     return Usage(
-        input=max(0, raw.prompt_tokens - cache_read - cache_write),
-        output=raw.completion_tokens,
+        input=max(0, (raw.prompt_tokens or 0) - cache_read - cache_write),
+        output=raw.completion_tokens or 0,
         cache_read=cache_read,
         cache_write=cache_write,
         reasoning=(completion.reasoning_tokens if completion else None) or 0,
