@@ -406,6 +406,23 @@ async def test_a_stream_that_ends_before_message_stop_fails_retryably(
     assert seen == ["start", "text_delta"]
 
 
+async def test_a_200_that_is_no_event_stream_is_a_lasting_error_that_says_so(
+    replay: ReplayServer, model: AnthropicModel
+) -> None:
+    # a proxy that ignores "stream": true and answers the whole message as JSON
+    whole = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    replay.enqueue(RecordedResponse.json(200, whole))
+
+    error, seen = await failure(model, hello())
+
+    assert not error.retryable
+    assert str(error) == (
+        "anthropic: the server answered 200 with application/json, not an event stream "
+        "(is base_url the API's?)"
+    )
+    assert seen == ["start"]
+
+
 async def test_an_overloaded_error_inside_the_stream_is_retryable(
     replay: ReplayServer, model: AnthropicModel
 ) -> None:

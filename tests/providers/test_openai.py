@@ -408,6 +408,24 @@ async def test_a_stream_that_ends_without_finishing_fails_retryably(
     assert seen == ["start", "text_delta"]
 
 
+async def test_a_200_that_is_no_event_stream_is_a_lasting_error_that_says_so(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    # base_url naming a web app that answers every path with its page (a single-page app's
+    # fallback): no retry mends it, and "the stream ended early" would send the user astray
+    page = b"<!doctype html><html><head><title>Chat UI</title></head><body></body></html>"
+    replay.enqueue(RecordedResponse(200, "OK", (("content-type", "text/html"),), page))
+
+    error, seen = await failure(model, hello())
+
+    assert not error.retryable
+    assert str(error) == (
+        "openai: the server answered 200 with text/html, not an event stream "
+        "(is base_url the API's?)"
+    )
+    assert seen == ["start"]
+
+
 async def test_an_error_inside_the_stream_is_retryable_when_the_server_failed(
     replay: ReplayServer, model: OpenAIChatModel
 ) -> None:

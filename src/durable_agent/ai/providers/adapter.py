@@ -33,6 +33,8 @@ __all__ = ["SDK_TRANSPORT_ERRORS", "SdkStream", "StreamingAdapter"]
 class SdkStream(Protocol):
     """What the adapters need of an SDK's stream object: iterate it, close it."""
 
+    response: httpx2.Response
+
     def __aiter__(self) -> AsyncIterator[Any]: ...
 
     async def close(self) -> None: ...
@@ -122,6 +124,21 @@ class StreamingAdapter(ABC, Generic[StreamT]):
     def items(self, stream: StreamT) -> AsyncIterator[Any]:
         """The stream's items, its failures raised as ModelErrors (see ``_common.guarded``)."""
         return guarded(stream, self.sdk_errors, self.to_error)
+
+    def ended_early(self, stream: StreamT, what: str) -> ModelError:
+        """The error of a stream that ended before the reply was complete: retryable (a cut
+        connection), unless the 200 was no event stream at all (a ``base_url`` that is not the
+        API's, a proxy ignoring ``stream``): no retry mends that, so it says what came."""
+        content_type = stream.response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.lower():
+            kind = content_type.split(";")[0].strip() or "no content type"
+            return model_error(
+                self.provider,
+                f"the server answered 200 with {kind}, not an event stream "
+                "(is base_url the API's?)",
+                retryable=False,
+            )
+        return model_error(self.provider, what, retryable=True)
 
     def status_error(
         self, status: int, kind: str | None, headers: Mapping[str, str], detail: str | None

@@ -195,7 +195,7 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
                 stopped = True
                 break
         if not stopped:
-            raise model_error(self.provider, "stream ended before message_stop", retryable=True)
+            raise self.ended_early(stream, "stream ended before message_stop")
         # Arguments are parsed once the stop reason is known: input cut by max_tokens is kept as
         # far as it parses, anything else that is not a JSON object is a malformed response.
         for index, raw in tool_json.items():

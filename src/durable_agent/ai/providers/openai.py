@@ -188,10 +188,8 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             for tool_delta in delta.tool_calls or []:
                 yield _tool_call_delta(draft, by_index, calls, tool_delta)
         if finish is None:
-            raise model_error(
-                self.provider,
-                "stream ended before the model finished (no finish_reason)",
-                retryable=True,
+            raise self.ended_early(
+                stream, "stream ended before the model finished (no finish_reason)"
             )
         stop = _FINISH.get(finish, "error")
         self._close_calls(draft, calls, truncated=stop == "length")
