@@ -40,3 +40,12 @@ def test_a_typed_consumer_imports_from_the_root() -> None:
 
 def test_unknown_agent_error_is_an_agent_error() -> None:
     assert issubclass(durable_agent.UnknownAgentError, durable_agent.AgentError)
+
+
+def test_every_error_the_handle_or_a_store_raises_imports_from_the_root() -> None:
+    from durable_agent.durable import errors as agent_errors
+    from durable_agent.session import errors as session_errors
+
+    names = [*agent_errors.__all__, *session_errors.__all__]
+    assert [n for n in names if n not in durable_agent.__all__] == []
+    assert durable_agent.InvalidRunInputError is agent_errors.InvalidRunInputError
