@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from durable_agent import EntryNotFoundError, MessageEntry, RunActiveError, ScriptedModel, meta
+from durable_agent import (
+    EntryNotFoundError,
+    InvalidRunInputError,
+    MessageEntry,
+    RunActiveError,
+    ScriptedModel,
+    meta,
+)
 from durable_agent.ai import Message
 from durable_agent.session import Entry
 from durable_agent.stores import MemoryStore
@@ -87,6 +94,26 @@ async def test_edit_and_retry_with_no_question_raise_and_store_nothing(harness: 
         await agent.retry()
     assert len(await store.load_entries(agent.session_id)) == 1
     assert not agent.running
+
+
+async def test_an_edit_refused_for_its_input_leaves_the_leaf_where_it_was(
+    harness: Harness,
+) -> None:
+    """A refused edit raises before it branches: the handle stays on its answer, and the
+    next run follows the conversation as before."""
+    lm = ScriptedModel(["a1", "a2"])
+    agent = await harness.open(lm, store=MemoryStore())
+    await (await agent.run("q1")).wait()
+    leaf = agent.leaf_id
+
+    with pytest.raises(InvalidRunInputError):
+        await agent.edit("   ")
+    with pytest.raises(TypeError):
+        await agent.edit(42)  # type: ignore[arg-type]
+
+    assert agent.leaf_id == leaf
+    await (await agent.run("q2")).wait()
+    assert texts(agent.transcript()) == ["q1", "a1", "q2", "a2"]
 
 
 async def test_retry_while_a_run_is_active_is_refused() -> None:

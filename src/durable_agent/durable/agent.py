@@ -216,19 +216,21 @@ class Agent:
     async def edit(
         self, entry: EntryLike, *more: EntryLike, run_id: str | None = None
     ) -> RunStream:
-        """Replace the last question on the active path: branch to before it, then run
-        ``entry`` (and ``more``) there. The old question and its answers stay, a sibling
-        branch. :class:`EntryNotFoundError` when no one asked anything yet."""
+        """Replace the last question on the active path: branch to before it, then run ``entry``
+        (and ``more``) there; the old question and its answers stay, a sibling branch. No
+        question yet (:class:`EntryNotFoundError`) or an input ``run`` refuses: the leaf stays."""
         turn = self._last_turn("edit")
+        items = [as_entry(e) for e in (entry, *more)]
+        check_run_input(items, nothing_stored=False)
         await self.branch(turn.start.parent_id or "")
-        return await self.run(entry, *more, run_id=run_id)
+        return await self.run(*items, run_id=run_id)
 
     async def retry(self, *, run_id: str | None = None) -> RunStream:
         """Ask the last question on the active path again: branch to before it, then run its
         input again (the question and what was stored with it before the first reply: meta
         messages, custom entries), so the model sees what it saw the first time. The earlier
-        answer stays, a sibling branch. Ephemeral inputs were never stored, so they are not
-        sent again. :class:`EntryNotFoundError` when no one asked anything yet."""
+        answer stays, a sibling branch. Ephemeral inputs, never stored, are not sent again.
+        :class:`EntryNotFoundError` when no one asked anything yet."""
         turn = self._last_turn("retry")
         inputs = [e.model_copy(update={"id": "", "parent_id": None}) for e in turn.inputs]
         await self.branch(turn.start.parent_id or "")
@@ -238,9 +240,8 @@ class Agent:
         self._state.check_mutable()
         turn = last_turn(self._state.path())
         if turn is None:
-            raise EntryNotFoundError(
-                f"no question on the active path of session {self.session_id!r} to {verb}"
-            )
+            where = f"the active path of session {self.session_id!r}"
+            raise EntryNotFoundError(f"no question on {where} to {verb}")
         return turn
 
     async def fork(self, new_session_id: str | None = None) -> Agent:
