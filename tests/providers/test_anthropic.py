@@ -458,6 +458,18 @@ async def test_overloaded_529_is_retryable(replay: ReplayServer, model: Anthropi
     assert len(replay.requests) == 1
 
 
+async def test_a_proxys_plain_text_error_body_is_the_detail(
+    replay: ReplayServer, model: AnthropicModel
+) -> None:
+    text = b"upstream connect error or disconnect/reset before headers. reset reason: overflow"
+    replay.enqueue(RecordedResponse(502, "Bad Gateway", (("content-type", "text/plain"),), text))
+
+    error, _ = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == f"anthropic: HTTP 502: {text.decode()}"
+
+
 @pytest.mark.parametrize(
     ("status", "kind", "retryable"),
     [

@@ -231,7 +231,10 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
         if isinstance(exc, anthropic.APIStatusError):
             kind, headers = exc.type or "", exc.response.headers
             if exc.status_code != 200:
-                return self.status_error(exc.status_code, kind, headers, exc.api_message)
+                # a body that is not the API's JSON (a proxy's text, say) is the detail itself
+                body = exc.body if isinstance(exc.body, str) else None
+                detail = exc.api_message or body
+                return self.status_error(exc.status_code, kind, headers, detail)
             return model_error(  # an error event inside a stream
                 name,
                 "error in stream" + (f" {kind}" if kind else ""),
