@@ -116,6 +116,22 @@ async def test_an_edit_refused_for_its_input_leaves_the_leaf_where_it_was(
     assert texts(agent.transcript()) == ["q1", "a1", "q2", "a2"]
 
 
+async def test_a_retry_of_an_empty_stored_question_is_refused_where_it_stands(
+    harness: Harness,
+) -> None:
+    """``append`` may store an empty message; retrying it is refused before the branch."""
+    lm = ScriptedModel(["a1"])
+    agent = await harness.open(lm, store=MemoryStore())
+    await (await agent.run("q1")).wait()
+    await agent.append("")
+    leaf = agent.leaf_id
+
+    with pytest.raises(InvalidRunInputError):
+        await agent.retry()
+
+    assert agent.leaf_id == leaf
+
+
 async def test_retry_while_a_run_is_active_is_refused() -> None:
     from durable_agent import model, new
 

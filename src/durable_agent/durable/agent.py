@@ -228,11 +228,11 @@ class Agent:
     async def retry(self, *, run_id: str | None = None) -> RunStream:
         """Ask the last question on the active path again: branch to before it, then run its
         input again (the question and what was stored with it before the first reply: meta
-        messages, custom entries), so the model sees what it saw the first time. The earlier
-        answer stays, a sibling branch. Ephemeral inputs, never stored, are not sent again.
-        :class:`EntryNotFoundError` when no one asked anything yet."""
+        messages, custom entries), so the model sees what it saw; ephemeral inputs are not sent
+        again. The earlier answer stays, a sibling branch. Refused like ``edit``."""
         turn = self._last_turn("retry")
         inputs = [e.model_copy(update={"id": "", "parent_id": None}) for e in turn.inputs]
+        check_run_input(inputs, nothing_stored=False)
         await self.branch(turn.start.parent_id or "")
         return await self.run(*inputs, run_id=run_id)
 
