@@ -148,6 +148,27 @@ async def test_a_refused_run_start_creates_no_session(app: FastAPI, tmp_path: Pa
     assert list((tmp_path / "sessions").glob("*.jsonl")) == []
 
 
+async def test_a_start_with_nothing_to_ask_creates_no_session(app: FastAPI, tmp_path: Path) -> None:
+    """A run start whose input the run would refuse (a blank message, no input on a new
+    session) answers 400 ``InvalidRunInputError`` before the session is created, over AG-UI
+    too: a refused request stores nothing."""
+    blank = [{"id": "m1", "role": "user", "content": "  "}]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for sid, r in [
+            ("e1", await client.post("/v1/sessions/e1/runs", json={"text": " "})),
+            ("e2", await client.post("/v1/sessions/e2/runs", json={"inputs": []})),
+            ("e3", await client.post("/v1/sessions/e3/runs", json={"inputs": [], "leaf_id": ""})),
+            (
+                "e4",
+                await client.post("/v1/agui", json={"threadId": "e4", "messages": blank, **AGUI}),
+            ),
+        ]:
+            assert r.status_code == 400, (sid, r.text)
+            assert r.json()["error"]["type"] == "InvalidRunInputError", (sid, r.text)
+            assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404, sid
+    assert list((tmp_path / "sessions").glob("*.jsonl")) == []
+
+
 async def test_approval_entries_come_only_through_the_approvals_routes(
     app: FastAPI, tmp_path: Path
 ) -> None:

@@ -37,7 +37,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from ..durable.follow import entries_after
-from ..durable.inputs import text
+from ..durable.inputs import check_run_input, text
 from ..session.codec import wire_to_entry
 from ..session.entries import MessageEntry
 from ..session.errors import SessionExistsError
@@ -174,7 +174,8 @@ async def agui(
     """Start a run and stream it (module doc). The stream joins the session's hub before the
     run starts, so it sees the run from its first entry to its end."""
     sid = _session(tenant, body.thread_id)
-    question = _question(body)
+    question = text(_question(body))
+    check_run_input([question], nothing_stored=False)  # a blank one: before the session is made
     runner = runs(srv)
     runner.agent(agent)  # an unknown one is refused before the session is created
     with contextlib.suppress(SessionExistsError):
@@ -183,9 +184,7 @@ async def agui(
     hub = await srv.hubs.hub(sid, after)
     queue, _, _ = hub.join()
     try:
-        run_id = await runner.start(
-            sid, [text(question)], leaf_id=None, agent=agent, on_busy="reject"
-        )
+        run_id = await runner.start(sid, [question], leaf_id=None, agent=agent, on_busy="reject")
     except BaseException:
         hub.leave(queue)
         raise

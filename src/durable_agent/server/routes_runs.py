@@ -12,7 +12,7 @@ from sse_starlette import EventSourceResponse
 from ..durable.errors import EntryNotFoundError
 from ..durable.follow import entries_after
 from ..durable.inbox import When
-from ..durable.inputs import text
+from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_payload
 from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import encode_entry, wire_to_entry
@@ -74,6 +74,9 @@ async def start_run(
     entries = body.entries()
     for entry in entries:
         check_payload(encode_entry(entry), "input entry")
+    # refused here, not by the run: its start creates the session first (a refused request
+    # stores nothing), and a message into a running run is never checked by one
+    check_run_input(entries, nothing_stored=not entries and await _nothing_at(srv, sid, body))
     started = runs(srv)
     if body.on_busy in ("next_turn", "at_end") and await started.active(sid):
         if body.run_id is not None and await started.has(sid, body.run_id):
@@ -102,6 +105,17 @@ async def _deliver(
         raise ValueError("a message into the running run is one message: give text")
     run_id, message_id = await into.send(session_id, entries[0], when, message_id)
     return {"run_id": run_id, "message_id": message_id}
+
+
+async def _nothing_at(srv: Server, session_id: str, body: StartRun) -> bool:
+    """Whether the run's leaf (``leaf_id``, else the session's last entry) is the empty root:
+    a run without input would have nothing to answer."""
+    if body.leaf_id is not None:
+        return body.leaf_id == ""
+    try:
+        return not await srv.store.load_entries(session_id)
+    except SessionNotFoundError:
+        return True
 
 
 async def _from_stored(srv: Server, session_id: str, leaf_id: str) -> None:
