@@ -169,6 +169,32 @@ async def test_a_start_with_nothing_to_ask_creates_no_session(app: FastAPI, tmp_
     assert list((tmp_path / "sessions").glob("*.jsonl")) == []
 
 
+async def test_a_blank_message_into_a_running_run_is_refused(app: FastAPI) -> None:
+    """A blank message sent into the working run (``POST .../messages``, or a start that
+    becomes a message) is refused as a run's input is: 400 ``InvalidRunInputError``; the run
+    stores no empty question for the model (nor for every later run of the session)."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        started = await client.post("/v1/sessions/m/runs", json={"text": "hold", "run_id": "h"})
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(held.wait(), 20)
+        async with stream(client, "m", after=0) as reader:
+            await reader.until(lambda r: r.live)
+            for path, body in [
+                ("messages", {"text": " \n"}),
+                ("messages", {"text": "", "when": "at_end"}),
+                ("runs", {"text": "  ", "on_busy": "next_turn"}),
+            ]:
+                r = await client.post(f"/v1/sessions/m/{path}", json=body)
+                assert r.status_code == 400, (path, body, r.text)
+                assert r.json()["error"]["type"] == "InvalidRunInputError", r.text
+            released.set()
+            await reader.until(ended("h"))
+        read = await client.get("/v1/sessions/m/entries")
+        users = [e["entry"]["message"] for e in read.json()["entries"] if "message" in e["entry"]]
+        asked = [m["content"][0]["text"] for m in users if m["role"] == "user"]
+        assert asked == ["hold"]
+
+
 async def test_approval_entries_come_only_through_the_approvals_routes(
     app: FastAPI, tmp_path: Path
 ) -> None:

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..durable.inbox import When
-from ..durable.inputs import text
+from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_payload
 from ..session.approvals import ApprovalDecision, pending_items
 from ..session.codec import encode_entry, entry_to_wire
@@ -50,6 +50,7 @@ async def send_message(
     sid = await existing(srv, tenant.session(session_id))
     entry = text(body.text)
     check_payload(encode_entry(entry), "message")
+    check_run_input([entry], nothing_stored=False)  # a blank one: the run would store it as is
     run_id, message_id = await runs(srv).send(sid, entry, body.when, body.message_id)
     return {"message_id": message_id, "run_id": run_id}
 
