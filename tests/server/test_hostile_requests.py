@@ -219,6 +219,7 @@ async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -
         for method, path, status, kind in [
             ("GET", "/v1/nothing", 404, "NotFoundError"),
             ("GET", "/nothing.js", 404, "NotFoundError"),
+            ("GET", "/v1/sessions/", 404, "NotFoundError"),  # no redirect to the API's path
             ("PUT", "/v1/sessions/s1", 405, "MethodNotAllowedError"),
             ("POST", "/v1/nothing", 405, "MethodNotAllowedError"),
         ]:
@@ -226,6 +227,20 @@ async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -
             assert r.status_code == status, (method, path, r.text)
             assert r.json()["error"]["type"] == kind, (method, path, r.text)
             assert r.json()["error"]["message"]
+        # a method a path of the API has not: 405 naming the methods it has (not the chat
+        # page's answer for a file it has not)
+        for method, path, allowed in [
+            ("GET", "/v1/sessions/s1/runs/r1/cancel", {"POST"}),
+            ("PUT", "/v1/sessions/s1", {"GET", "DELETE"}),
+            ("PATCH", "/v1/sessions", {"GET", "POST"}),
+        ]:
+            r = await client.request(method, path)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.json()["error"]["type"] == "MethodNotAllowedError", r.text
+            assert set(r.headers["allow"].split(", ")) == allowed, (method, path, r.headers)
+        page = await client.get("/")
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        assert (await client.get("/app.js")).status_code == 200
         deep = b"[" * 100_000 + b"]" * 100_000  # deeper than the JSON parser goes
         r = await client.post("/v1/sessions", content=deep, headers=JSON)
         assert r.status_code == 400 and r.json()["error"]["type"] == "MalformedJSONError"

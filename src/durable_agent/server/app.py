@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
@@ -160,7 +161,16 @@ class BodyLimit:
         await error(413, "PayloadTooLargeError", message)(scope, receive, send)
 
 
-def _handlers(app: FastAPI) -> None:
+def _allowed(routes: Sequence[BaseRoute], request: Request) -> str:
+    """The methods of ``routes`` for the request's path (``""``: a path they have not)."""
+    methods: set[str] = set()
+    for route in routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
+def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return error(exc.status, exc.type, str(exc))
@@ -171,6 +181,8 @@ def _handlers(app: FastAPI) -> None:
         body FastAPI could not parse (400)."""
         response = error(exc.status_code, HTTP_TYPES.get(exc.status_code, "HTTPError"), exc.detail)
         response.headers.update(exc.headers or {})
+        if exc.status_code == 405 and (allowed := _allowed(routes, request)):
+            response.headers["allow"] = allowed  # the router names one route's (of a path's)
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -235,13 +247,16 @@ def create_app(
         if isinstance(runs, LocalRuns | TemporalRuns):
             await runs.aclose()
 
-    app = FastAPI(title="durable-agent", lifespan=lifespan)
+    # no redirect of a path with a trailing slash: the API has none, and the chat page's
+    # files answer as they are asked
+    app = FastAPI(title="durable-agent", lifespan=lifespan, redirect_slashes=False)
     app.state.server = server
-    _handlers(app)
-    app.include_router(sessions_router)
-    app.include_router(runs_router)
-    app.include_router(people_router)
-    app.include_router(agui_router)
-    app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    routers = [sessions_router, runs_router, people_router, agui_router]
+    _handlers(app, [route for router in routers for route in router.routes])
+    for router in routers:
+        app.include_router(router)
+    # the chat page answers what no route does: mounted at "/", it would take every path and
+    # answer a method a route has not (GET on a POST route) as a file it has not
+    app.router.default = StaticFiles(directory=STATIC, html=True)
     app.add_middleware(BodyLimit, limit=server.body_limit)
     return app
