@@ -4,6 +4,8 @@ the running run, in process and on Temporal (a decision through any server proce
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from temporalio.client import Client
 
 from durable_agent import ApprovalDecision, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session.codec import entry_to_wire
@@ -235,3 +238,57 @@ async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path)
             ("tool_result", "tool call denied"),
             ("assistant", "Sent one, the other was refused."),
         ]
+
+
+async def test_a_reason_over_the_payload_limit_is_refused_in_process(tmp_path: Path) -> None:
+    """A denial whose reason would make its entries (the decision, and the call's answer that
+    quotes it) larger than the payload limit is refused, 413 ``PayloadTooLargeError`` with
+    nothing stored, as an oversized message is; the run waits on, and takes a decision that
+    fits."""
+    async with helper_like(None, FileStore(tmp_path / "sessions")) as app:
+        await _huge_reason(app)
+
+
+async def test_a_reason_over_the_payload_limit_is_refused_on_temporal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """As in process: on Temporal such an entry would fail the run as it stores it."""
+    async with helper_like(temporal_client, FileStore(tmp_path / "sessions")) as app:
+        await _huge_reason(app)
+
+
+async def _huge_reason(app: Any) -> None:
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, headers=ACME) as client:
+        await client.post("/v1/sessions", json={"session_id": SID})
+        async with stream(client, SID, after=0) as reader:
+            started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail"})
+            run_id = started.json()["run_id"]
+            await reader.until(lambda r: _status(r, run_id) == "awaiting_approval", 60)
+            for size in (PAYLOAD_LIMIT - 60, PAYLOAD_LIMIT - 300):
+                huge = {"approved": False, "reason": "x" * size}
+                r = await client.post(f"/v1/sessions/{SID}/approvals/call-1", json=huge)
+                assert r.status_code == 413, (size, r.text[:300])
+                assert r.json()["error"]["type"] == "PayloadTooLargeError"
+            pending = (await client.get(f"/v1/sessions/{SID}/approvals")).json()["pending"]
+            assert [p["tool_call_id"] for p in pending] == ["call-1", "call-2"]
+            for call in ("call-1", "call-2"):
+                body = {"approved": False, "reason": "no"}
+                r = await client.post(f"/v1/sessions/{SID}/approvals/{call}", json=body)
+                assert r.status_code == 200, r.text[:300]
+            await reader.until(ended(run_id), 60)
+            assert _status(reader, run_id) == "completed"
+
+
+@asynccontextmanager
+async def helper_like(temporal: Client | None, store: FileStore) -> AsyncIterator[Any]:
+    """The mail agent in process, or on a worker of this test (``temporal``)."""
+    if temporal is None:
+        yield create_app(store=store, agents={"mail": _spec()}, keys=KEYS)
+        return
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["mail"], keys=KEYS)
+    runs = app.state.server.runs
+    assert isinstance(runs, TemporalRuns)
+    runs.executor.timeouts = FAST
+    async with running_worker(temporal, store, {"mail": _spec()}, task_queue=queue):
+        yield app

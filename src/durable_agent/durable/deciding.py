@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from ..agent.approval import denied_result
+from ..ai.messages import ToolCall
 from ..session.approvals import (
     ApprovalDecision,
     ApprovalRequest,
@@ -19,9 +21,12 @@ from ..session.approvals import (
     decision_entry_id,
     pending_items,
 )
-from ..session.entries import Entry
+from ..session.codec import encode_entry
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError
+from ..session.ids import new_id
 from .approvals import not_pending
+from .limits import check_payload
 from .state import SessionState
 
 __all__ = ["LiveDecider", "commit_decision", "decide"]
@@ -35,6 +40,7 @@ async def decide(
     state: SessionState, decision: ApprovalDecision, remote: LiveDecider | None = None
 ) -> Entry:
     """Hand ``decision`` to the run that waits for it, or commit it at the leaf."""
+    _check_size(state, decision)
     engine = state.live_run
     call_id = decision.tool_call_id
     if engine is not None:
@@ -55,6 +61,20 @@ async def decide(
             return entry
         await state.run_ended()  # the run asked ended without it: its last receipts first
     return await commit_decision(state, decision)
+
+
+def _check_size(state: SessionState, decision: ApprovalDecision) -> None:
+    """The decision, and a denial's answer (it quotes the reason), as stored (with their
+    header) fit the payload limit: a run storing either over it would fail
+    (docs/design.md#bounded-history)."""
+    header = {"id": new_id(), "parent_id": new_id()}
+    check_payload(encode_entry(decision.model_copy(update=header)), "approval decision")
+    if decision.approved or not decision.reason:
+        return
+    names = {p.tool_call_id: p.tool_name for p in pending_items(state.path())}
+    call = ToolCall(id=decision.tool_call_id, name=names.get(decision.tool_call_id, ""))
+    answer = MessageEntry(message=denied_result(call, decision.reason), **header)
+    check_payload(encode_entry(answer), "the denied call's answer (it quotes the reason)")
 
 
 def _refusal(state: SessionState, decision: ApprovalDecision) -> Exception:
