@@ -15,10 +15,11 @@ from temporalio.client import Client
 
 from durable_agent import ApprovalDecision, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.durable.inputs import text
 from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session.codec import entry_to_wire
+from durable_agent.session.codec import encode_entry, entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, scripted, serving, stream
@@ -271,12 +272,22 @@ async def _huge_reason(app: Any) -> None:
                 assert r.json()["error"]["type"] == "PayloadTooLargeError"
             pending = (await client.get(f"/v1/sessions/{SID}/approvals")).json()["pending"]
             assert [p["tool_call_id"] for p in pending] == ["call-1", "call-2"]
+            # a message whose entry fits the limit only without the header it is stored with
+            r = await client.post(f"/v1/sessions/{SID}/messages", json={"text": _near_limit()})
+            assert r.status_code == 413, r.text[:300]
+            assert r.json()["error"]["type"] == "PayloadTooLargeError"
             for call in ("call-1", "call-2"):
                 body = {"approved": False, "reason": "no"}
                 r = await client.post(f"/v1/sessions/{SID}/approvals/{call}", json=body)
                 assert r.status_code == 200, r.text[:300]
             await reader.until(ended(run_id), 60)
             assert _status(reader, run_id) == "completed"
+
+
+def _near_limit() -> str:
+    """Text whose message entry, unstamped, is just under the payload limit."""
+    overhead = len(encode_entry(text("x")).encode()) - 1
+    return "x" * (PAYLOAD_LIMIT - overhead - 5)
 
 
 @asynccontextmanager

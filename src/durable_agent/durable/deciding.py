@@ -21,12 +21,10 @@ from ..session.approvals import (
     decision_entry_id,
     pending_items,
 )
-from ..session.codec import encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError
-from ..session.ids import new_id
 from .approvals import not_pending
-from .limits import check_payload
+from .limits import check_entry
 from .state import SessionState
 
 __all__ = ["LiveDecider", "commit_decision", "decide"]
@@ -67,14 +65,13 @@ def _check_size(state: SessionState, decision: ApprovalDecision) -> None:
     """The decision, and a denial's answer (it quotes the reason), as stored (with their
     header) fit the payload limit: a run storing either over it would fail
     (docs/design.md#bounded-history)."""
-    header = {"id": new_id(), "parent_id": new_id()}
-    check_payload(encode_entry(decision.model_copy(update=header)), "approval decision")
+    check_entry(decision, "approval decision")
     if decision.approved or not decision.reason:
         return
     names = {p.tool_call_id: p.tool_name for p in pending_items(state.path())}
     call = ToolCall(id=decision.tool_call_id, name=names.get(decision.tool_call_id, ""))
-    answer = MessageEntry(message=denied_result(call, decision.reason), **header)
-    check_payload(encode_entry(answer), "the denied call's answer (it quotes the reason)")
+    answer = MessageEntry(message=denied_result(call, decision.reason))
+    check_entry(answer, "the denied call's answer (it quotes the reason)")
 
 
 def _refusal(state: SessionState, decision: ApprovalDecision) -> Exception:

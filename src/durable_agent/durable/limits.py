@@ -11,9 +11,12 @@ server's limit by leaving message bodies out and naming their stored entries ins
 
 from __future__ import annotations
 
+from ..session.codec import encode_entry
+from ..session.entries import Entry
+from ..session.ids import new_id
 from .errors import PayloadTooLargeError
 
-__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "check_payload"]
+__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "check_entry", "check_payload"]
 
 PAYLOAD_LIMIT = 1_572_864
 """1.5 MiB: the largest encoded entry (message plus header) a run accepts
@@ -30,3 +33,10 @@ def check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
     size = len(payload.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
+
+
+def check_entry(entry: Entry, what: str, limit: int = PAYLOAD_LIMIT) -> None:
+    """:func:`check_payload` of ``entry`` as it will be stored, with its ID and parent: an entry
+    that fits only without them would fail the run that stores it (on Temporal)."""
+    stamped = entry.model_copy(update={"id": new_id(), "parent_id": new_id()})
+    check_payload(encode_entry(stamped), what, limit)

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
-from ..durable.limits import check_payload
+from ..durable.limits import check_entry
 from ..session.approvals import ApprovalDecision, pending_items
-from ..session.codec import encode_entry, entry_to_wire
+from ..session.codec import entry_to_wire
 from ..session.tree import path
 from .deps import Caller, ServerDep, runs
 from .routes_runs import CLIENT_ID, existing
@@ -49,7 +49,7 @@ async def send_message(
     receipt on the stream (a steer after the turn's tool results, a follow-up at the end)."""
     sid = await existing(srv, tenant.session(session_id))
     entry = text(body.text)
-    check_payload(encode_entry(entry), "message")
+    check_entry(entry, "message")
     check_run_input([entry], nothing_stored=False)  # a blank one: the run would store it as is
     run_id, message_id = await runs(srv).send(sid, entry, body.when, body.message_id)
     return {"message_id": message_id, "run_id": run_id}

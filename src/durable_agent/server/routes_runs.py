@@ -13,9 +13,9 @@ from ..durable.errors import EntryNotFoundError
 from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
-from ..durable.limits import check_payload
+from ..durable.limits import check_entry
 from ..session.approvals import ApprovalDecision, ApprovalRequest
-from ..session.codec import encode_entry, wire_to_entry
+from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
 from ..session.store import RetentionStore
@@ -73,7 +73,7 @@ async def start_run(
     sid = tenant.session(session_id)
     entries = body.entries()
     for entry in entries:
-        check_payload(encode_entry(entry), "input entry")
+        check_entry(entry, "input entry")
     # refused here, not by the run: its start creates the session first (a refused request
     # stores nothing), and a message into a running run is never checked by one
     check_run_input(entries, nothing_stored=not entries and await _nothing_at(srv, sid, body))

@@ -26,7 +26,7 @@ from ..ai.messages import TextContent
 from ..durable.errors import AgentError, CompactError
 from ..durable.events import Event
 from ..durable.inbox import When
-from ..durable.limits import PAYLOAD_LIMIT, check_payload
+from ..durable.limits import PAYLOAD_LIMIT, check_entry
 from ..durable.live import LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
@@ -188,7 +188,7 @@ class TemporalExecutor:
         await self.stores.check(state.store)  # before anything is created
         run_id = run_id or new_id()
         for entry in entries:
-            check_payload(encode_entry(entry), "input entry", self.payload_limit)
+            check_entry(entry, "input entry", self.payload_limit)
         inputs = [run_input_item(e) for e in entries]
         assert isinstance(config.factory, str)
         # a terminated or failed run's write may have landed after it ended (a tool activity
