@@ -130,7 +130,13 @@ async def test_approved_call_runs_after_the_decision(harness: Harness, store: St
     assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
     decision = await agent.decide("c1", True, decided_by="alice")
     assert isinstance(decision, ApprovalDecision) and decision.decided_by == "alice"
+    # a resend (its answer lost) gets the stored decision, a different one names it
+    assert await agent.decide("c1", True, decided_by="alice") == decision
+    with pytest.raises(ApprovalNotPendingError) as other:
+        await agent.decide("c1", False, decided_by="bob")
+    assert other.value.decision_id == decision.id
     events = await reader.done()
+    assert await agent.decide("c1", True, decided_by="alice") == decision
     assert SENT == [{"to": "bob@example.com", "body": "hi"}]
     names = kinds(events, updates=False)
     assert names[:6] == [

@@ -4,7 +4,8 @@ A live run that waits for the call gets the decision (in process through its inb
 through the run workflow's ``decide`` update, which the executor sends). Otherwise the decision is
 committed at the handle's leaf like ``append``, under the ID derived from its request, so the first
 decision stored wins in every process: a second, different one conflicts in the store and is
-refused naming the winner; a re-sent identical one returns the stored entry.
+refused naming the winner; a re-sent identical one returns the stored entry, whether the run
+still waits, goes on or has ended.
 """
 
 from __future__ import annotations
@@ -39,8 +40,13 @@ async def decide(
 ) -> Entry:
     """Hand ``decision`` to the run that waits for it, or commit it at the leaf."""
     _check_size(state, decision)
-    engine = state.live_run
     call_id = decision.tool_call_id
+    decided = _decided(state, call_id)
+    if decided is not None:  # a resend gets the stored decision whenever it comes
+        if decided.same_decision(decision):
+            return decided
+        raise not_pending(call_id, decided.id)
+    engine = state.live_run
     if engine is not None:
         waiting = engine.waiting
         if waiting is not None:
@@ -72,6 +78,15 @@ def _check_size(state: SessionState, decision: ApprovalDecision) -> None:
     call = ToolCall(id=decision.tool_call_id, name=names.get(decision.tool_call_id, ""))
     answer = MessageEntry(message=denied_result(call, decision.reason))
     check_entry(answer, "the denied call's answer (it quotes the reason)")
+
+
+def _decided(state: SessionState, call_id: str) -> ApprovalDecision | None:
+    """The decision the handle knows stored on the request of ``call_id`` on its path."""
+    for entry in state.path():
+        if isinstance(entry, ApprovalRequest) and entry.tool_call_id == call_id:
+            found = state.index.get(decision_entry_id(entry.id))
+            return found if isinstance(found, ApprovalDecision) else None
+    return None
 
 
 def _refusal(state: SessionState, decision: ApprovalDecision) -> Exception:
