@@ -19,6 +19,7 @@ from typing import Any
 import pexpect
 import pytest
 
+from durable_agent.cli.config import DEMO_APP
 from tests.cli.support import CLI, Dev, cli_env, plain, run_cli, running_dev
 from tests.support.polling import wait_until
 
@@ -76,6 +77,21 @@ def test_no_server_is_a_clear_error(tmp_path: Path) -> None:
     result = run_cli(["run", "s1", "hi"], env)
     assert result.returncode == 1
     assert "cannot reach Temporal at 127.0.0.1:1" in result.stderr
+
+
+def test_an_unusable_data_directory_is_one_line(tmp_path: Path) -> None:
+    """A data directory (or store) that cannot be made, as a read-only or mistyped path: one
+    ``error:`` line naming the path, before any server is started or reached."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    env = cli_env(
+        tmp_path, DURABLE_AGENT_DATA_DIR=str(blocker / "data"), TEMPORAL_ADDRESS="127.0.0.1:1"
+    )
+    for args in (["dev", "--port", "0", "--ui-port", "0"], ["worker", "--app", DEMO_APP]):
+        result = run_cli(args, env)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert str(blocker) in result.stderr and "Not a directory" in result.stderr
 
 
 def test_run_show_sessions_state(dev: Dev) -> None:

@@ -155,6 +155,8 @@ def guard(body: Callable[[], T]) -> T:
         fail(1, str(exc))
     except RPCError as exc:
         fail(1, f"Temporal said: {exc}")
+    except OSError as exc:  # the machine's answer (a data directory that cannot be made...)
+        fail(1, str(exc))
     except Exception as exc:
         said = _mongo_failure(exc)
         if said is not None:
