@@ -135,3 +135,23 @@ async def test_a_damaged_line_names_its_file_and_line_and_changes_nothing(tmp_pa
         assert first.startswith("error: session 's1': ") and "(line 3)" in first, first
         assert first.endswith(f" in {file}"), first
     assert file.read_bytes() == before
+
+
+async def test_sessions_rm_deletes_a_session_whose_header_is_damaged(tmp_path: Path) -> None:
+    """A file the listing warns about (an empty or torn header) can still be deleted by ID: the
+    command is how an operator gets rid of it, and the store deletes it without decoding it."""
+    root = tmp_path / "sessions"
+    await make_sessions(root, ["other"])
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "torn.jsonl").write_bytes(b'{"type":"session_init","id":"torn","created_at":"2026-')
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+    for sid in ("empty", "torn"):
+        result = run_cli(["sessions", "rm", sid, "--yes"], env)
+        assert result.returncode == 0, result.stderr
+        assert f"deleted session {sid}" in result.stdout
+        assert not (root / f"{sid}.jsonl").exists()
+    # a header naming another session is not this one's file: nothing is deleted
+    (root / "alias.jsonl").write_bytes((root / "other.jsonl").read_bytes())
+    result = run_cli(["sessions", "rm", "alias", "--yes"], env)
+    assert result.returncode == 3, result.stderr
+    assert (root / "alias.jsonl").exists()

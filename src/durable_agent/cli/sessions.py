@@ -1,14 +1,12 @@
 """The session commands: ``sessions`` (one page of records), ``sessions rm``, ``show`` (a
 transcript or the whole tree) and ``state`` (the live state of the session's latest run).
 
-The listing reads records only, through the store's ``list_sessions`` (newest first), so it costs
-one page of records however long the sessions are; entry counts and transcripts are ``show``'s
-job. ``rm`` asks before deleting unless told ``--yes``; forks of the deleted session keep their
-``parent_id``; ``--workflows`` also deletes the session's workflows from Temporal, whose
-histories hold its text (docs/design.md#retention). ``state`` asks Temporal, not the store: it
-queries the run workflow, which needs a worker polling the run's task queue, and describes it: a
-closed run reports how it closed (and why, and which run came before it, when it did not
-complete).
+The listing reads records only (``list_sessions``, newest first): one page of records however
+long the sessions are. ``rm`` asks before deleting unless told ``--yes``, and deletes a session
+whose file is damaged too; forks keep their ``parent_id``; ``--workflows`` also deletes the
+session's workflows from Temporal, whose histories hold its text (docs/design.md#retention).
+``state`` asks Temporal, not the store: it queries the run workflow (a worker must poll its task
+queue); a closed run reports how it closed (and why, and the run before it, if it did not complete).
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 
 from ..session import Entry, SessionNotFoundError, Store, path, transcript_view, validate_session_id
+from ..session.errors import CorruptSessionError
 from ..workflows import SEARCH_ATTRIBUTE, RunState, delete_session_workflows
 from .config import (
     AddressOpt,
@@ -232,6 +231,8 @@ async def remove_session(
             await store.load_session(session_id)
         except SessionNotFoundError:
             raise NotFound(f"no session {session_id!r} in {name}") from None
+        except CorruptSessionError:
+            pass  # deleting is how a damaged file goes: the store deletes it without decoding
         also = "" if client is None else " and its workflows from Temporal"
         question = f"delete session {session_id} and all its entries from {name}{also}?"
         if not yes and not confirm(question):
