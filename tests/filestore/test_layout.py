@@ -210,6 +210,27 @@ async def test_root_that_is_a_regular_file(tmp_path: Path) -> None:
     assert_unavailable(info)
 
 
+async def test_listing_a_root_that_is_a_regular_file_fails(tmp_path: Path) -> None:
+    """A root that cannot be listed is no empty store: "no sessions" would mislead an operator
+    (a mistyped ``--store``, a directory this user may not read)."""
+    (tmp_path / "root").write_text("not a directory")
+    with pytest.raises(StoreUnavailableError) as info:
+        await FileStore(tmp_path / "root").list_sessions()
+    assert_unavailable(info)
+    assert await FileStore(tmp_path / "missing").list_sessions() == []  # nothing created yet
+
+
+async def test_a_directory_named_like_a_session_is_left_out_of_the_listing(
+    root: Path, fs: FileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One odd entry in the root is left out with a warning, as a damaged file is, and does not
+    hide every other session."""
+    await fs.create_session("s1")
+    (root / "odd.jsonl").mkdir()
+    assert [r.id for r in await fs.list_sessions()] == ["s1"]
+    assert any("not listed" in r.getMessage() and "odd" in r.getMessage() for r in caplog.records)
+
+
 async def test_failed_header_write_leaves_no_file(
     fs: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -148,7 +148,8 @@ class FileStore:
     ) -> list[SessionRecord]:
         """One page of records, newest first, from each file's header line only (never the
         entries). A file whose name is no session ID is not listed, nor one whose header is
-        damaged (logged as a warning naming the file: ``load_session`` raises for it)."""
+        damaged or that cannot be read (logged as a warning naming the file: ``load_session``
+        raises for it); a root that cannot be read is ``StoreUnavailableError``."""
         check_page(limit, offset)
         records = await asyncio.to_thread(self._guard, self._records_sync)
         return newest_first(records)[offset : offset + limit]
@@ -162,10 +163,12 @@ class FileStore:
         await finish(lambda: self._guard(self._delete_sync, path, session_id))
 
     def _records_sync(self) -> list[SessionRecord]:
-        if not self._root.is_dir():
-            return []
+        try:  # a root that cannot be read raises (a glob would say "no sessions")
+            names = os.listdir(self._root)
+        except FileNotFoundError:
+            return []  # no session created yet
         records = []
-        for path in self._root.glob("*.jsonl"):
+        for path in (self._root / name for name in names if name.endswith(".jsonl")):
             try:
                 sid = validate_session_id(path.stem)
                 records.append(self._load_session_sync(path, sid))
@@ -173,6 +176,8 @@ class FileStore:
                 continue  # not a session file, or deleted meanwhile
             except CorruptSessionError as exc:  # left out, but not silently
                 logger.warning("not listed: %s", exc.at(str(path.absolute())))
+            except OSError as exc:  # one odd file (a directory, unreadable) hides no other
+                logger.warning("not listed: %s: %s", path.absolute(), exc)
         return records
 
     def _delete_sync(self, path: Path, session_id: str) -> None:
