@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from durable_agent.ai.messages import (
 )
 from durable_agent.ai.model import ModelRequest
 from durable_agent.cli import App, AppLoadError, coerce_app, load_app
+from durable_agent.cli.approvals import Lines
 from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import say_up, workflows_url
@@ -307,3 +309,29 @@ def test_demo_model_choice() -> None:
         "ollama:llama3"
     )
     assert isinstance(demo_spec({}).model, ScriptedModel)
+
+
+async def test_a_typed_line_that_is_not_utf8_is_refused_and_the_chat_reads_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A terminal in another encoding: a strict stdin raises on the line (which killed the reader
+    thread: the chat hung), a lenient one hands lone surrogates (stored as U+FFFD). Both are
+    refused with one error, as ``run`` refuses them, and the next line is read."""
+    typed: list[str | BaseException] = [
+        UnicodeDecodeError("utf-8", b"caf\xe9", 3, 4, "invalid continuation byte"),
+        "caf\udce9",
+        "café",
+        EOFError(),
+    ]
+
+    def read() -> str:
+        item = typed.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    lines = Lines(asyncio.get_running_loop(), read)
+    assert await asyncio.wait_for(lines.get(), 10) == "café"
+    assert await asyncio.wait_for(lines.get(), 10) is None
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("not valid UTF-8" in line for line in errors), errors

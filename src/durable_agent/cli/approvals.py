@@ -46,7 +46,7 @@ from .config import (
     queue_for,
     resolve_store_spec,
 )
-from .render import console, flags_from, print_json, run_command, set_verbose
+from .render import console, err, flags_from, print_error, print_json, run_command, set_verbose
 from .run import RunPrinter, open_agent
 
 __all__ = [
@@ -99,10 +99,11 @@ async def list_pending(console: Console, session_id: str, spec: str, as_json: bo
 class Lines:
     """Typed lines, read by ``input()`` on a daemon thread into a queue of the chat's event loop,
     so the chat takes them while a run streams as well as between runs. ``None`` is the end of
-    input (Ctrl-D), kept once seen."""
+    input (Ctrl-D), kept once seen. A line that is not UTF-8 (a terminal in another encoding) is
+    refused with an error, as ``run`` refuses it, rather than stored with U+FFFD in its place."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read: Callable[[], str] = input) -> None:
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[str | ValueError | None] = asyncio.Queue()
         self.ended = False
         self._loop = loop
         self._input = read  # blocks its thread until a line is typed; EOFError at the end
@@ -111,22 +112,32 @@ class Lines:
     def _read(self) -> None:
         while True:
             try:
-                line: str | None = self._input()
+                line: str | ValueError | None = self._input()
             except EOFError:
                 line = None
+            except UnicodeDecodeError as exc:  # a strict stdin: the next line still comes
+                line = exc
             self._loop.call_soon_threadsafe(self.queue.put_nowait, line)
             if line is None:
                 return
 
     async def get(self, prompt: str = "") -> str | None:
         """The next line, after showing ``prompt``."""
-        if self.ended:
-            return None
-        if prompt:
-            print(prompt, end="", flush=True)
-        line = await self.queue.get()
-        self.ended = line is None
-        return line
+        while not self.ended:
+            if prompt:
+                print(prompt, end="", flush=True)
+            line = await self.queue.get()
+            try:  # a lenient stdin hands the bytes as lone surrogates
+                if isinstance(line, str):
+                    line.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                line = exc
+            if isinstance(line, ValueError):
+                print_error(err, "the line is not valid UTF-8: not sent (type it again)")
+                continue
+            self.ended = line is None
+            return line
+        return None
 
 
 Read = Callable[[str], Awaitable[str | None]]
