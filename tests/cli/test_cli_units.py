@@ -163,7 +163,7 @@ def test_the_dev_banner_keeps_each_line_whole_in_a_narrow_pipe() -> None:
         "  worker         pid 24746, app durable_agent.cli.demo_app:app, queue durable-agent",
         "  store          file:/srv/[team]/a-long-data-directory/durable-agent/sessions",
     ]
-    say_up(Console(file=out, width=40, no_color=True), lines)
+    say_up(Console(file=out, width=40, no_color=True), *lines)
     assert out.getvalue().splitlines()[1:] == lines
 
 

@@ -16,7 +16,7 @@ import signal
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -243,7 +243,8 @@ async def run_dev(
 
         worker = await start()
         chat, http = await _dev_http(store_spec, server.address, task_queue, app_ref)
-        stop = _up(
+        stop = stop_on_signals(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a clean stop
+        say_up(
             console,
             f"  Temporal gRPC  {server.address}   (export TEMPORAL_ADDRESS={server.address})",
             f"  Web UI         {server.ui_url}",
@@ -266,14 +267,7 @@ async def run_dev(
         lock.release()
 
 
-def _up(console: Console, *banner: str) -> asyncio.Event:
-    """Says dev is up once a signal stops it cleanly; the event the signals set."""
-    stop = stop_on_signals(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    say_up(console, banner)
-    return stop
-
-
-def say_up(console: Console, banner: Sequence[str]) -> None:
+def say_up(console: Console, *banner: str) -> None:
     """The banner, each line whole however narrow the terminal or pipe (a wrapped URL or path
     cannot be copied) and as plain text (a path may hold brackets)."""
     console.print("[bold green]durable-agent dev[/] is up (Ctrl-C stops it)", soft_wrap=True)
