@@ -7,6 +7,7 @@ commands find it through the data directory's ``server.json``, as they would for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -18,8 +19,10 @@ from typing import Any
 
 import pexpect
 import pytest
+from temporalio.client import Client
 
 from durable_agent.cli.config import DEMO_APP
+from durable_agent.workflows import SEARCH_ATTRIBUTE
 from tests.cli.support import CLI, Dev, cli_env, plain, run_cli, running_dev
 from tests.support.polling import wait_until
 
@@ -449,6 +452,44 @@ def test_a_worker_on_another_store_is_one_line(dev: Dev, tmp_path: Path) -> None
     alias.symlink_to(_sessions_dir(dev))
     same = run_cli(["run", "mm2", "hello", "--store", f"file:{alias}", "--json"], dev.env)
     assert same.returncode == 0, same.stderr
+
+
+def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
+    """A second ``run`` from the tail of a session whose run is mid-tool would take the call
+    for an interrupted one: refused, storing nothing, and the first run goes on."""
+    first = subprocess.Popen(
+        [*CLI, "run", "busy1", "Crunch the Q3 sales numbers, please.", "--json"],
+        env=dev.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        query = f'{SEARCH_ATTRIBUTE} = "busy1" AND ExecutionStatus = "Running"'
+
+        async def listed() -> bool:  # as far as visibility (a second behind) can tell
+            client = await Client.connect(dev.info["address"])
+            return [w async for w in client.list_workflows(query)] != []
+
+        wait_until(lambda: asyncio.run(listed()), within=60, what="the run listed")
+        second = run_cli(["run", "busy1", "hello"], dev.env)
+        assert second.returncode == 1, second.stderr
+        assert "has a run going" in second.stderr and "Traceback" not in second.stderr
+        chat = pexpect.spawn(
+            CLI[0], [*CLI[1:], "chat", "busy1"], env=dev.env, encoding="utf-8", timeout=60
+        )
+        try:
+            chat.expect("busy1 ▸ ")
+            chat.sendline("hello")
+            chat.expect("has a run going")
+            chat.expect("busy1 ▸ ")  # and the chat reads on
+        finally:
+            chat.terminate(force=True)
+        shown = _json(run_cli(["show", "busy1", "--json"], dev.env))
+        assert "hello" not in json.dumps(shown) and "interrupted" not in json.dumps(shown)
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
 
 
 def test_run_problems_leave_no_session(dev: Dev) -> None:

@@ -60,7 +60,7 @@ from .render import (
     render_transcript,
     render_tree,
 )
-from .run import RunPrinter, open_agent
+from .run import RunPrinter, open_agent, refuse_busy
 from .sessions import parent_of
 
 __all__ = ["HELP", "Chat", "chat", "run_chat"]
@@ -119,7 +119,7 @@ class Chat:
         console: Console,
         agent: Agent,
         opened: OpenedStore,
-        executor: TemporalExecutor,
+        executor: TemporalExecutor | None,  # None: in process (the tests)
         agent_name: str,
         lines: Lines,
     ):
@@ -184,7 +184,10 @@ class Chat:
         )
 
     async def turn(self, *texts: str) -> None:
-        """One run; on cancellation (Ctrl-C) cancel the workflow, then re-raise."""
+        """One run (none while another process's goes); on cancellation (Ctrl-C) cancel the
+        workflow, then re-raise."""
+        if self.executor is not None:
+            await refuse_busy(self.executor.client, self.agent.session_id)
         await self.follow(await self.agent.run(*texts))
 
     async def follow(self, stream: RunStream) -> None:

@@ -3,14 +3,14 @@
 Everything that can be checked is checked before the session is created: the message, the ID,
 ``--leaf``, Temporal, and a worker on another store; a new session is created by its first run
 once the worker has checked the agent, so an agent the worker does not have creates nothing.
+A run going on the session (any process's) refuses a run from its tail (:func:`refuse_busy`).
 Ctrl-C or ``--timeout`` cancels the run; what it stored stays. :func:`open_agent` is also how
 ``chat`` opens its session.
 
 :class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They
-are its receipts: a ``message_end`` arrives only after its entry is stored, so the printer shows
-the stored entry ID and the new leaf right under each message. ``message_update`` deltas are
-printed as they arrive, in process and on Temporal alike (there the worker publishes them on the
-store's live delta channel, outside workflow history, a batch at a time, which
+are its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and
+the new leaf show under each message. ``message_update`` deltas show as they come (on Temporal
+a batch at a time from the store's live delta channel, which
 :class:`~durable_agent.cli.render.Reveal` writes out at the pace it came); an update with
 ``restart`` (the model call was retried after a worker crash) starts the reply's line over.
 """
@@ -28,19 +28,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+from temporalio.client import Client
 
 from ..ai import Message, user_message
-from ..durable import Agent, Event, PayloadTooLargeError, RunStream, new
-from ..session import (
-    Entry,
-    MessageEntry,
-    SessionNotFoundError,
-    new_id,
-    validate_session_id,
-)
+from ..durable import Agent, Event, RunActiveError, RunStream, new
+from ..durable.limits import check_entry
+from ..session import Entry, MessageEntry, SessionNotFoundError, new_id, validate_session_id
 from ..session.render import call_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
+from ..workflows.search import running_runs
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -69,6 +66,7 @@ __all__ = [
     "check_leaf",
     "input_entry",
     "open_agent",
+    "refuse_busy",
     "run",
     "run_turn",
 ]
@@ -123,9 +121,6 @@ CANCEL_WAIT = 10.0
 """Seconds a timed-out ``run`` waits for its cancellation: with no worker polling, the run only
 ends when one comes, so the command must not wait for that."""
 
-_HEADER_BYTES = 200
-"""Room for the ID, parent and timestamp the run stamps on the input entry."""
-
 
 def input_entry(text: str, payload_limit: int = DEFAULT_PAYLOAD_LIMIT) -> MessageEntry:
     """The run's input, checked before anything is created or stored: not empty, valid UTF-8
@@ -137,11 +132,7 @@ def input_entry(text: str, payload_limit: int = DEFAULT_PAYLOAD_LIMIT) -> Messag
     except UnicodeEncodeError as exc:
         raise UsageError(f"the message is not valid UTF-8 (at character {exc.start})") from None
     entry = MessageEntry(message=user_message(text))
-    size = len(entry.model_dump_json().encode("utf-8")) + _HEADER_BYTES
-    if size > payload_limit:
-        raise PayloadTooLargeError(
-            f"the message is {size} bytes encoded, over the {payload_limit}-byte payload limit"
-        )
+    check_entry(entry, "the message", payload_limit)
     return entry
 
 
@@ -176,6 +167,16 @@ async def open_agent(
     return agent, executor
 
 
+async def refuse_busy(client: Client, session_id: str) -> None:
+    """:class:`RunActiveError` while a run goes on the session: a run from its tail would take
+    the going run's unanswered calls for interrupted ones (docs/design.md#repair-and-reconcile)."""
+    if going := await running_runs(client, session_id):
+        raise RunActiveError(
+            f"session {session_id!r} has a run going ({going[0]}): wait for its end "
+            f"(durable-agent state {session_id}), or start from another entry (--leaf)"
+        )
+
+
 async def run_turn(
     console: Console,
     err: Console,
@@ -196,7 +197,7 @@ async def run_turn(
     opened = open_store(store_spec)
     try:
         start_at = await check_leaf(opened, session_id, leaf) if leaf is not None else None
-        agent, _ = await open_agent(
+        agent, executor = await open_agent(
             err,
             opened,
             session_id=session_id,
@@ -206,6 +207,8 @@ async def run_turn(
         )
         if start_at is not None:
             await agent.branch(start_at)
+        else:
+            await refuse_busy(executor.client, session_id)
         return await _stream_turn(console, err, agent, entry, as_json, limit)
     finally:
         await opened.close()
@@ -231,16 +234,13 @@ async def _stream_turn(
                     printer.handle(event)
     except TimeoutError:
         printer.finish()
-        ended = await _cancel(stream)
-        err.print(
-            f"[red]error:[/] the run did not finish in {limit.total_seconds():g} s; "
-            + (
-                "it was cancelled"
-                if ended
-                else "cancellation was requested (it takes effect when a worker picks the run up)"
-            ),
-            soft_wrap=True,
+        how = (
+            "it was cancelled"
+            if await _cancel(stream)
+            else "cancellation was requested (it takes effect when a worker picks the run up)"
         )
+        said = f"the run did not finish in {limit.total_seconds():g} s; {how}"
+        err.print(f"[red]error:[/] {said}", soft_wrap=True)
         return 1
     except asyncio.CancelledError:
         await _cancel(stream)

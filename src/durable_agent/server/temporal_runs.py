@@ -37,7 +37,7 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
-from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
+from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE, running_runs
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -194,20 +194,7 @@ class TemporalRuns:
             raise
 
     async def active(self, session_id: str) -> list[str]:
-        query = (
-            f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
-            'AND ExecutionStatus = "Running"'
-        )
-        try:
-            listed = [_run_id(w.id) async for w in self.client.list_workflows(query)]
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.INVALID_ARGUMENT:
-                raise
-            # a namespace no worker registered the search attributes in yet: no run there
-            # can have them, so no run of the session is running
-            listed = []
-        # visibility lags: a run listed as running may have ended a moment ago
-        found = [r for r in listed if await self._described(session_id, r) == "started"]
+        found = await running_runs(self.client, session_id)
         mine = [r for s, r in self._streams if s == session_id and r not in found]
         return mine + found
 

@@ -16,7 +16,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -32,6 +32,7 @@ __all__ = [
     "SESSION_ID_KEY",
     "ensure_search_attribute",
     "ensure_session_attribute",
+    "running_runs",
     "search_attributes",
     "workflow_kind",
 ]
@@ -91,3 +92,31 @@ async def ensure_search_attribute(client: Client) -> None:
     except RPCError as exc:  # another worker registered them first
         if exc.status != RPCStatusCode.ALREADY_EXISTS:
             raise
+
+
+async def running_runs(client: Client, session_id: str) -> list[str]:
+    """The run IDs of the session's running runs, whoever started them: listed by the search
+    attributes, each confirmed by its description (visibility lags about a second: a run that
+    ended a moment ago is still listed, one started a moment ago may not be yet). ``[]`` in a
+    namespace where no worker registered the attributes: no run there has them."""
+    query = (
+        f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
+        'AND ExecutionStatus = "Running"'
+    )
+    try:
+        listed = [w.id async for w in client.list_workflows(query)]
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+            raise
+        return []
+    running = []
+    for workflow_id in listed:
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            continue  # deleted since it was listed
+        if described.status in (None, WorkflowExecutionStatus.RUNNING):
+            running.append(workflow_id.rsplit("/", 1)[-1])  # durable-agent/<session>/run/<id>
+    return running
