@@ -16,12 +16,14 @@ from temporalio.client import Client
 
 from durable_agent import Reply, RunCancelledError, ScriptedModel, new, tool
 from durable_agent.ai import ModelEvent, ModelRequest, ToolCall
+from durable_agent.session.deltas import DeltaKey
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
     consume,
+    eventually,
     executor,
     messages_of,
     queue,
@@ -123,3 +125,33 @@ async def test_a_running_tool_stops_within_a_second_or_two(
     assert [(m.role, m.text()) for m in messages_of(stored)[2:]] == [
         ("tool_result", "tool execution cancelled")
     ]
+
+
+async def test_a_cancelled_replys_live_deltas_are_cleared_like_a_stored_ones(
+    temporal_client: Client, tmp_path: object
+) -> None:
+    """The reply a cancellation cut short is stored too (``aborted``): its deltas go after the
+    same grace period as a complete reply's, not only when a sweep finds them ten minutes later
+    (its text, a deleted session's included, stays on disk until then)."""
+    lm, q = EndlessModel(), queue()
+    store = FileStore(f"{tmp_path}/sessions")
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
+        ex = executor(temporal_client, q, timeouts=SLOW_BEATS)
+        agent = await new("a", store=store, session_id=sid("cut"), executor=ex)
+        rid = run_id()
+        stream = await agent.run("go", run_id=rid)
+        seen = asyncio.create_task(consume(stream))
+        await asyncio.wait_for(lm.streaming.wait(), 20)
+        reply = store.live_deltas().path(DeltaKey(agent.session_id, rid, 1))
+
+        async def written() -> bool:
+            return reply.exists()
+
+        async def cleared() -> bool:
+            return not reply.exists()
+
+        await eventually(written, within=10, what="the reply's first deltas")
+        await stream.cancel()
+        outcome = await asyncio.wait_for(seen, 20)
+        assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
+        await eventually(cleared, within=20, what="the cut reply's deltas cleared")

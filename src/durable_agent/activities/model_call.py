@@ -141,7 +141,9 @@ class ModelActivity(ActivityBase):
             if not run_cancelled(watched):
                 raise  # the worker shutting down, say: the call is retried elsewhere
             # the reply so far is what the user saw (an empty one stores nothing, but a call
-            # the cancel note stopped must answer all the same)
+            # the cancel note stopped must answer all the same); it is stored as the reply,
+            # so its deltas go after the grace period too, not at a sweep minutes later
+            self.clear_deltas(inp)
             return partial or Message(role="assistant"), True, live
         except ModelError as exc:
             self.clear_deltas(inp, unless_retried=exc.retryable)
