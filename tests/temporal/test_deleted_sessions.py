@@ -8,16 +8,18 @@ CLI's ``sessions rm``, a second worker): straight on the store the worker wraps.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from durable_agent import ScriptedModel, new
+from durable_agent import Reply, ScriptedModel, new, tool
 from durable_agent.durable.errors import EntryNotFoundError
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import FileStore, MemoryStore
-from durable_agent.workflows import AgentSpec
+from durable_agent.workflows import AgentSpec, delete_session_workflows
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import consume, executor, queue, sid
 
@@ -48,3 +50,42 @@ async def test_a_stale_handle_after_delete_and_recreate_fails_before_any_write(
         )
         assert len(lm.requests) == 1, "the deleted conversation was sent to the model"
         assert await store.load_entries(agent.session_id) == []
+
+
+async def test_deleting_a_sessions_workflows_stops_its_running_run_first(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``delete_session_workflows`` (the CLI's ``sessions rm --workflows``, a library caller)
+    cancels a run still going before it waits for it to end: its tool stops at once, the run
+    calls the model no more, and the call returns well within ``settle``, instead of the run
+    going on with the deleted conversation until Temporal terminates it ``settle`` later."""
+    tool_started, stopped = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Runs until it is cancelled."""
+        tool_started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        return "unreachable"
+
+    script: list[Reply | str] = [Reply.call("wait_forever", id="w1"), "should never be asked"]
+    lm, q, store = ScriptedModel(script), queue(), FileStore(tmp_path / "s")
+    spec = AgentSpec(model=lm, tools=[wait_forever])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("rm"), executor=executor(temporal_client, q)
+        )
+        seen = asyncio.create_task(consume(await agent.run("a private question")))
+        await asyncio.wait_for(tool_started.wait(), 20)
+        await store.delete_session(agent.session_id)
+        began = time.monotonic()
+        await delete_session_workflows(temporal_client, agent.session_id, settle=30)
+        took = time.monotonic() - began
+        assert stopped.is_set(), "the deleted session's tool still runs"
+        assert took < 10, took
+        outcome = await asyncio.wait_for(seen, 20)
+        assert outcome.error is not None
+        assert len(lm.requests) == 1, "the deleted conversation was sent to the model again"

@@ -7,9 +7,9 @@ the namespace's retention drops it. :func:`delete_session_workflows` deletes eve
 the session's workflows, found by the session's search attribute (runs, compactions and
 publishes; each run of a continue-as-new chain), plus the runs the caller names (a run started
 within the last second may not be listed yet). The ended ones go at once; a running one is given
-``settle`` seconds to end (its run was cancelled: it stops its calls in flight and ends) before
-Temporal terminates it as it deletes it. Temporal deletes in the background: a deleted run's ID
-names a new run once it is gone.
+``settle`` seconds to end (it is cancelled first: a run stops its calls in flight and ends)
+before Temporal terminates it as it deletes it. Temporal deletes in the background: a deleted
+run's ID names a new run once it is gone.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ async def delete_session_workflows(
     for wid, run in [key for key, going in found.items() if not going]:
         deleted += await _delete(client, wid, run)  # the ended ones first: nothing to wait for
     running = [key for key, going in found.items() if going]
+    for key in running:  # stopped first: else it goes on with the deleted conversation
+        await _cancel(client, *key)
     waits = [asyncio.ensure_future(_ended(client, *key)) for key in running]
     try:
         if waits:
@@ -69,6 +71,16 @@ async def delete_session_workflows(
     for wid, run in running:
         deleted += await _delete(client, wid, run)
     return deleted
+
+
+async def _cancel(client: Client, workflow_id: str, run_id: str) -> None:
+    """Request the execution's cancellation (a run then stops its calls in flight and ends);
+    best effort: one that ended or went meanwhile needs none, and any other is terminated as
+    it is deleted."""
+    try:
+        await client.get_workflow_handle(workflow_id, run_id=run_id or None).cancel()
+    except RPCError as exc:
+        logger.info("cancelling workflow %s of a deleted session: %s", workflow_id, exc)
 
 
 async def _ended(client: Client, workflow_id: str, run_id: str) -> None:
