@@ -9,11 +9,15 @@ a command hook of the first client, so the interleaving is exact.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from pymongo.asynchronous.database import AsyncDatabase
+from rich.console import Console
 
+from durable_agent.cli.config import NotFound
+from durable_agent.cli.sessions import remove_session
 from durable_agent.session import EntryConflictError, SessionNotFoundError, encode_entry
 from durable_agent.session.deltas import Delta, DeltaKey
 from durable_agent.stores.mongo import MongoStore
@@ -99,6 +103,25 @@ async def test_delete_finishes_a_half_deleted_session(
     assert leftovers(sync_db, "s1") == {}
     await store.create_session("s1")
     assert await MongoStore(mongo_database).load_entries("s1") == []
+
+
+async def test_sessions_rm_finishes_a_half_deleted_session(
+    mongo_uri: str, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """``durable-agent sessions rm`` after a delete that died half-way (its record gone, its
+    entries not) says there is no such session, as the store does, and removes the leftovers,
+    as the store's delete does: otherwise the CLI could never finish the job."""
+    store = MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("a"), entry("b", parent="a")])
+    sync_db.sessions.delete_one({"_id": "s1"})  # the delete's first step, then it died
+    spec = mongo_uri.replace("/?", f"/{mongo_database.name}?", 1)
+    assert mongo_database.name in spec
+    with pytest.raises(NotFound, match="no session 's1'"):
+        await remove_session(
+            Console(file=io.StringIO()), "s1", spec, yes=True, confirm=lambda _: True
+        )
+    assert leftovers(sync_db, "s1") == {}
 
 
 async def test_a_half_deleted_sessions_leftovers_never_reach_its_successor(

@@ -1,12 +1,11 @@
 """The session commands: ``sessions`` (one page of records), ``sessions rm``, ``show`` (a
 transcript or the whole tree) and ``state`` (the live state of the session's latest run).
 
-The listing reads records only (``list_sessions``, newest first): one page of records however
-long the sessions are. ``rm`` asks before deleting unless told ``--yes``, and deletes a session
-whose file is damaged too; forks keep their ``parent_id``; ``--workflows`` also deletes the
-session's workflows from Temporal, whose histories hold its text (docs/design.md#retention).
-``state`` asks Temporal, not the store: it queries the run workflow (a worker must poll its task
-queue); a closed run reports how it closed (and why, and the run before it, if it did not complete).
+The listing reads records only: one page of records however long the sessions are. ``rm`` asks
+first unless told ``--yes``, deletes a damaged session and finishes a half-done delete; forks keep
+their ``parent_id``; ``--workflows`` also deletes its workflows, whose histories hold its text
+(docs/design.md#retention). ``state`` queries the run workflow on Temporal (a worker must poll
+its task queue); a closed run reports how it closed (why, and the run before it if it failed).
 """
 
 from __future__ import annotations
@@ -230,7 +229,10 @@ async def remove_session(
         try:
             await store.load_session(session_id)
         except SessionNotFoundError:
-            raise NotFound(f"no session {session_id!r} in {name}") from None
+            try:  # what a delete that died half-way left (entries without a record) goes too
+                await store.delete_session(session_id)
+            except SessionNotFoundError:
+                raise NotFound(f"no session {session_id!r} in {name}") from None
         except CorruptSessionError:
             pass  # deleting is how a damaged file goes: the store deletes it without decoding
         also = "" if client is None else " and its workflows from Temporal"
@@ -253,9 +255,7 @@ async def remove_session(
 async def parent_of(store: Store, session_id: str) -> str | None:
     """The session a fork was made from; None for a root session or a store without records."""
     load_session = getattr(store, "load_session", None)
-    if load_session is None:
-        return None
-    record = await load_session(session_id)
+    record = None if load_session is None else await load_session(session_id)
     return record.parent_id if record is not None else None
 
 
