@@ -124,6 +124,41 @@ NO_ARGUMENT: Any = object()
         ),
         ({"session_id": "s", "agent": "a", "inputs": [{"role": "user"}]}, "inputs[0].content", ""),
         ({"session_id": "s", "agent": "a", "leaf_id": ""}, "inputs", "nothing to answer"),
+        # options the workflow itself reads: a wrong type failed its task (retried forever)
+        (
+            {"session_id": "s", "agent": "a", "options": {"approval_wait": "abc"}},
+            "options.approval_wait",
+            "a number of seconds",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"approval_wait": -5}},
+            "options.approval_wait",
+            "0 or more",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"model_retry": "x"}},
+            "options.model_retry",
+            "an object",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"model_retry": {"max_attempts": "abc"}}},
+            "options.model_retry.max_attempts",
+            "an integer",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"model_retry": {"max_attempts": -1}}},
+            "options.model_retry.max_attempts",
+            "0 (unlimited) or more",
+        ),
+        (
+            {
+                "session_id": "s",
+                "agent": "a",
+                "options": {"model_retry": {"initial_interval": "1s"}},
+            },
+            "options.model_retry.initial_interval",
+            "a number of seconds",
+        ),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -217,6 +252,14 @@ async def _failure(
         ({"agent": "assistant", "text": ""}, "text"),
         ({"agent": "assistant", "inputs": [{"role": "user", "content": []}]}, "inputs[0].content"),
         ({"agent": "assistant", "text": "hi", "options": {"max_turns": 0}}, "options.max_turns"),
+        (
+            {"agent": "assistant", "text": "hi", "options": {"approval_wait": "1h"}},
+            "options.approval_wait",
+        ),
+        (
+            {"agent": "assistant", "text": "hi", "options": {"model_retry": {"max_attempts": -1}}},
+            "options.model_retry.max_attempts",
+        ),
         ({"agent": "assistant", "inputs": []}, "inputs"),
         ({"agent": "assistant"}, "inputs"),
     ],

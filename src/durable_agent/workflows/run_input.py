@@ -151,6 +151,31 @@ def _check_plain_options(options: dict[str, Any]) -> None:
     max_turns = options.get("max_turns")
     if max_turns is not None and max_turns < 1:
         raise InvalidRunInputError("options.max_turns", "must be at least 1")
+    # the workflow reads these two itself: a wrong value would fail its task, retried forever
+    _check_number(options, "approval_wait", "options.approval_wait", "0 or more")
+    retry = options.get("model_retry")
+    if retry is not None and not isinstance(retry, dict):
+        raise InvalidRunInputError("options.model_retry", "must be an object")
+    retry = retry or {}
+    attempts = retry.get("max_attempts")
+    if attempts is not None and (not isinstance(attempts, int) or isinstance(attempts, bool)):
+        raise InvalidRunInputError("options.model_retry.max_attempts", "must be an integer")
+    if attempts is not None and attempts < 0:
+        field = "options.model_retry.max_attempts"
+        raise InvalidRunInputError(field, "must be 0 (unlimited) or more")
+    _check_number(retry, "initial_interval", "options.model_retry.initial_interval", "")
+
+
+def _check_number(values: dict[str, Any], key: str, field: str, at_least_zero: str) -> None:
+    """``values[key]``, if given, is a number of seconds (and 0 or more, when
+    ``at_least_zero`` says how to put it)."""
+    value = values.get(key)
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidRunInputError(field, f"must be a number of seconds, not {_json_type(value)}")
+    if at_least_zero and value < 0:
+        raise InvalidRunInputError(field, f"must be {at_least_zero}")
 
 
 def _check_timeouts(inp: RunInput) -> None:
