@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -414,3 +415,36 @@ async def test_a_decision_while_the_run_parks(temporal_client: Client, delay: fl
             "approval_decision",
             "tool_result",
         ]
+
+
+async def test_an_operator_run_with_input_on_a_parked_tail_is_refused(
+    temporal_client: Client,
+) -> None:
+    """A run started by hand (no leaf) with new input while the session's calls wait for a
+    decision fails as ``agent.run(...)`` refuses, before it stores anything: otherwise the input
+    went in between the request and its decision, the calls' results after it, and the session's
+    pending list came back empty while the run waited for them."""
+    store, q = MemoryStore(), queue()
+    lm = ScriptedModel([Reply(tool_calls=[email()]), "done"])
+    agents = {"a": AgentSpec(model=lm, tools=(send_email,), approval_wait=0.1)}
+    async with running_worker(temporal_client, store, agents, task_queue=q):
+        agent = await new("a", store=store, executor=executor(temporal_client, q))
+        await (await agent.run("Mail Bob.")).wait()  # parks: the call waits
+        before = await store.load_entries(agent.session_id)
+        handle = await temporal_client.start_workflow(
+            "durable_agent.run",
+            {"session_id": agent.session_id, "agent": "a", "text": "hi"},
+            id=run_workflow_id(agent.session_id, "op-1"),
+            task_queue=q,
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await asyncio.wait_for(handle.result(), 20)
+        cause = info.value.cause
+        assert isinstance(cause, ApplicationError) and cause.non_retryable
+        assert cause.type == "ApprovalPendingError"
+        assert "wait for a decision" in cause.message
+        assert await store.load_entries(agent.session_id) == before
+        again = await new(
+            "a", store=store, session_id=agent.session_id, executor=executor(temporal_client, q)
+        )
+        assert [p.tool_call_id for p in again.pending_approvals()] == ["c1"]

@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 from ..ai.timefmt import format_time, parse_time
-from ..durable.errors import InvalidRunInputError
+from ..durable.errors import ApprovalPendingError, InvalidRunInputError
 from ..durable.inputs import NOTHING_TO_ANSWER
 from ..durable.limits import check_payload
 from ..durable.persist import Stamped
@@ -283,6 +283,15 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
         if is_cancellation(exc):
             raise CancelledError("run cancelled") from exc
         raise run_failure(exc) from exc
+    if info.waiting and inp.inputs and not inp.resumed:
+        # as ``agent.run(...)`` refuses: input between a request and its decision would put
+        # the calls' results after it (an operator's start names no leaf, so nothing checked)
+        raise application_error(
+            ApprovalPendingError(
+                f"tool calls at leaf {leaf!r} of session {inp.session_id!r} wait for a "
+                "decision: decide them and start the run with no input, or give a leaf_id"
+            )
+        )
     return leaf, info
 
 
