@@ -448,3 +448,58 @@ async def test_an_operator_run_with_input_on_a_parked_tail_is_refused(
             "a", store=store, session_id=agent.session_id, executor=executor(temporal_client, q)
         )
         assert [p.tool_call_id for p in again.pending_approvals()] == ["c1"]
+
+
+NO_BODY = object()
+"""An update sent with no argument (the UI's Data field left empty)."""
+BAD_BODIES: list[tuple[str, Any, str]] = [
+    ("decide", {"tool_call_id": "c1", "approved": "maybe"}, "approved: "),
+    ("decide", {"tool_call_id": "c1"}, "approved: required"),
+    ("decide", {"tool_call_id": "c1", "approved": True, "by": "ops"}, "by: "),
+    ("decide", "c1", "expected a JSON object, got a string"),
+    ("decide", NO_BODY, "none given"),
+    ("send", {"text": ""}, "text: is empty"),
+    ("send", {"text": "   "}, "text: is empty"),
+    ("send", {"text": "a", "when": "soon"}, "when: "),
+    ("send", {}, "text or one"),
+    ("send", {"inputs": [{"role": "user", "content": "b", "ephemeral": True}]}, "ephemeral"),
+    ("send", {"inputs": [{"role": "user", "contnet": "b"}]}, "inputs[0].contnet: unknown"),
+]
+
+
+async def test_an_operators_bad_update_body_is_refused_typed_with_no_trace(
+    temporal_client: Client,
+) -> None:
+    """Each body an operator can get wrong is refused by the validator, as one typed,
+    non-retryable ``InvalidUpdateInput`` naming the field: no history, no workflow task failure
+    (a plain-message ``inputs`` failed the task), no empty message queued for the model. The
+    plain message form the run's own input takes is accepted."""
+    script = [Reply(tool_calls=[email()]), "done"]
+    async with agent_on(temporal_client, script) as agent:
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        for name, body, problem in BAD_BODIES:
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                if body is NO_BODY:
+                    await handle.execute_update(name)
+                else:
+                    await handle.execute_update(name, body)
+            cause = refused.value.cause
+            assert isinstance(cause, ApplicationError), (name, body, cause)
+            assert cause.type == "InvalidUpdateInput" and cause.non_retryable, (body, cause)
+            assert cause.message.startswith(f"invalid {name} input: "), cause.message
+            assert problem in cause.message, (body, cause.message)
+        await handle.execute_update(
+            "send", {"inputs": [{"role": "user", "content": "cc carol"}], "answer": "accepted"}
+        )
+        await agent.decide("c1", True)
+        await reader.done()
+        types = event_types(await history(temporal_client, agent.session_id, stream.run_id))
+        assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in types
+        assert types.count("EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 2
+        texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+        assert texts[-3:] == ["sent to bob@example.com", "cc carol", "done"]

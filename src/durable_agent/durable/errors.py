@@ -94,3 +94,4 @@ class InvalidRunInputError(AgentError, ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"invalid run input: {field}: {problem}" if field else problem)
         self.field = field
+        self.problem = problem

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
@@ -42,16 +42,21 @@ from ..session.ids import validate_session_id
 
 __all__ = [
     "INVALID_RUN_INPUT",
+    "INVALID_UPDATE_INPUT",
     "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
     "decode_run_input",
     "derive_run_id",
     "read_run_input",
+    "read_update_body",
 ]
 
 INVALID_RUN_INPUT = "InvalidRunInput"
 """The ``ApplicationError`` type a run with unusable input fails with."""
+INVALID_UPDATE_INPUT = "InvalidUpdateInput"
+"""The ``ApplicationError`` type a ``decide`` or ``send`` update it cannot use is refused with."""
+M = TypeVar("M", bound=BaseModel)
 
 _PLAIN_OPTIONS = {"system_prompt": str, "max_turns": int, "model_options": dict}
 """The options the worker reads, and their JSON types (others are ignored, as before)."""
@@ -82,6 +87,36 @@ def read_run_input(raw: RawValue) -> RunInput:
         run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
         inp = inp.model_copy(update={"run_id": run_id})
     return inp
+
+
+def read_update_body(raw: RawValue, model: type[M], update: str) -> M:
+    """An update's argument as an operator typed it, read in workflow code (its validator and
+    its handler). A problem raises a non-retryable ``InvalidUpdateInput`` naming the field: left
+    to the SDK, a body the model refused was a retryable ``RuntimeError`` in pydantic's words,
+    and a plain message in ``inputs`` (the form a run's input takes) failed the workflow task."""
+
+    def refused(field: str, problem: str) -> ApplicationError:
+        text = f"invalid {update} input: " + (f"{field}: {problem}" if field else problem)
+        return ApplicationError(text, type=INVALID_UPDATE_INPUT, non_retryable=True)
+
+    if not raw.payload.metadata:
+        raise refused("", "none given; expected a JSON object")
+    try:
+        value = workflow.payload_converter().from_payload(raw.payload)
+    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
+        raise refused("", f"cannot decode the payload ({type(exc).__name__}: {exc})") from None
+    if not isinstance(value, dict):
+        raise refused("", f"expected a JSON object, got {_json_type(value)}")
+    plain: set[int] = set()
+    try:
+        if isinstance(value.get("inputs"), list):
+            normalized, plain = _normalized({"inputs": value["inputs"]})
+            value = {**value, "inputs": normalized["inputs"]}
+        return model.model_validate(value)
+    except InvalidRunInputError as exc:
+        raise refused(exc.field, exc.problem) from None
+    except ValidationError as exc:
+        raise refused(*_first_error(exc, plain)) from None
 
 
 def input_entry(item: InputEntry, now: datetime | None = None) -> Entry:
@@ -241,7 +276,7 @@ def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     loc = list(error["loc"])
     if len(loc) >= 3 and loc[0] == "inputs" and loc[1] in plain and loc[2] == "message":
         del loc[2]  # the operator wrote the message itself as the item
-    if loc[0] == "inputs" and len(loc) == 2 and error["type"] == "model_type":
+    if loc[:1] == ["inputs"] and len(loc) == 2 and error["type"] == "model_type":
         problem = 'must be an object: a message ("role", "content") or an entry ("wire")'
         return f"inputs[{loc[1]}]", problem
     field = ""
@@ -253,6 +288,8 @@ def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     problem = str(error["msg"])
     if error["type"] == "missing":
         problem = "required"
+    elif error["type"] == "extra_forbidden":
+        problem = "unknown field"
     return field, problem
 
 

@@ -11,7 +11,8 @@ update execute`` (docs/design.md#approvals-and-steering):
   the run delivered it, or with ``"answer": "accepted"`` an empty string as soon as the run
   queued it (the HTTP API's way: the delivery is a receipt on the session's stream).
 
-Validators refuse, with no history, what the run would not take: a call that is not pending in
+Validators refuse, with no history, what the run would not take: a body it cannot read, or an
+empty message (``InvalidUpdateInput``), a call that is not pending in
 this run (``ApprovalNotPendingError``), a message for a run that ended, is ending or was
 cancelled, or that already holds 16 (``RunNotAcceptingError``). The wait itself is
 ``workflow.wait_condition`` with ``approval_wait`` as its timeout: one timer, no activity, no
@@ -36,10 +37,11 @@ from ..durable.approvals import Waiting, not_pending
 from ..durable.engine import RunEngine
 from ..durable.errors import AgentError, RunNotAcceptingError
 from ..durable.inbox import Inbox, When
+from ..durable.inputs import EMPTY_MESSAGE, empty_message
 from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import encode_entry
 from ..session.entries import Entry, MessageEntry
-from .run_input import input_entry
+from .run_input import INVALID_UPDATE_INPUT, input_entry
 
 __all__ = [
     "DecideBody",
@@ -148,19 +150,29 @@ def decision_of(body: DecideBody, now: datetime) -> ApprovalDecision:
 
 
 def message_of(body: SendBody, now: datetime) -> MessageEntry:
-    """The user message a ``send`` delivers (``ApplicationError`` for a body without one)."""
+    """The user message a ``send`` delivers; ``InvalidUpdateInput`` for a body without one, or
+    with an empty one (as the HTTP API refuses it: the run would store it as is)."""
+    entry: Entry | None = None
+    field = "text"
     if body.text is not None and not body.inputs:
         message = Message(role="user", content=[TextContent(text=body.text)], timestamp=now)
-        return MessageEntry(message=message, created_at=now)
-    if body.text is None and len(body.inputs) == 1:
-        entry = input_entry(body.inputs[0], now)
-        if isinstance(entry, MessageEntry) and not entry.ephemeral:
-            return entry.model_copy(update={"id": "", "created_at": now})
-    raise ApplicationError(
-        "send takes text or one (non-ephemeral) message in inputs",
-        type="ValueError",
-        non_retryable=True,
-    )
+        entry = MessageEntry(message=message, created_at=now)
+    elif body.text is None and len(body.inputs) == 1:
+        field = "inputs[0].content"
+        try:
+            entry = input_entry(body.inputs[0], now)
+        except ValueError as exc:  # EntryDecodeError: the wire is not an entry
+            raise bad_send("inputs[0].wire", str(exc)) from None
+    if not isinstance(entry, MessageEntry) or entry.ephemeral:
+        raise bad_send("", "send takes text or one (non-ephemeral) message in inputs")
+    if empty_message(entry.message):
+        raise bad_send(field, EMPTY_MESSAGE)
+    return entry.model_copy(update={"id": "", "created_at": now})
+
+
+def bad_send(field: str, problem: str) -> ApplicationError:
+    text = "invalid send input: " + (f"{field}: {problem}" if field else problem)
+    return ApplicationError(text, type=INVALID_UPDATE_INPUT, non_retryable=True)
 
 
 def accepted(done: asyncio.Future[Entry]) -> str:
