@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import Reply, RunCancelledError, ScriptedModel, new, tool
 from durable_agent.ai import ModelEvent, ModelRequest, ToolCall
@@ -30,6 +30,7 @@ from tests.temporal.helpers import (
     run_id,
     sid,
 )
+from tests.temporal.test_reset import reset
 
 pytestmark = pytest.mark.temporal
 
@@ -155,3 +156,50 @@ async def test_a_cancelled_replys_live_deltas_are_cleared_like_a_stored_ones(
         outcome = await asyncio.wait_for(seen, 20)
         assert isinstance(outcome.error, RunCancelledError), repr(outcome.error)
         await eventually(cleared, within=20, what="the cut reply's deltas cleared")
+
+
+@pytest.mark.parametrize("again", ["reset", "same workflow ID"])
+async def test_a_cancel_note_stops_only_the_execution_that_was_cancelled(
+    temporal_client: Client, tmp_path: object, again: str
+) -> None:
+    """An operator cancels a run mid-tool, then runs it again under its workflow ID at once
+    (``temporal workflow reset``, or a start with the same ID): the new execution has the same
+    run ID, and the note the cancelled one left (kept a minute) cancelled its tool at once and
+    failed it untyped ("run cancelled"). Its tool runs now, and it completes."""
+    calls: list[str] = []
+    ran = asyncio.Event()
+
+    @tool
+    async def slow(n: int) -> str:
+        """Blocks on its first call (until cancelled); answers in a second and a half after that."""
+        calls.append("call")
+        if len(calls) == 1:
+            ran.set()
+            await asyncio.Event().wait()
+        await asyncio.sleep(1.5)  # a few checks of the cancel notes
+        return "done slowly"
+
+    call = ToolCall(id="s1", name="slow", arguments={"n": 1})
+    script: list[Reply | str] = [Reply(tool_calls=[call]), Reply(tool_calls=[call]), "finished"]
+    store, q = FileStore(f"{tmp_path}/sessions"), queue()
+    spec = AgentSpec(model=ScriptedModel(script), tools=[slow])
+    session = sid("note-again")
+    wid = run_workflow_id(session, "op-1")
+    body = {"session_id": session, "agent": "a", "text": "go"}
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        handle = await temporal_client.start_workflow(
+            "durable_agent.run", body, id=wid, task_queue=q
+        )
+        await asyncio.wait_for(ran.wait(), 20)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 20)
+        if again == "reset":
+            await asyncio.to_thread(reset, temporal_client, wid, "--type", "FirstWorkflowTask")
+        else:
+            await temporal_client.start_workflow("durable_agent.run", body, id=wid, task_queue=q)
+        result = await asyncio.wait_for(temporal_client.get_workflow_handle(wid).result(), 20)
+    assert result["status"] == "completed", result
+    texts = [m.text() for m in messages_of(await store.load_entries(session))]
+    assert texts[-2:] == ["done slowly", "finished"], texts
+    assert len(calls) == 2

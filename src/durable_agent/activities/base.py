@@ -43,6 +43,7 @@ __all__ = [
     "ActivityBase",
     "heartbeating",
     "is_retry",
+    "noted_run",
     "producer_answer",
     "run_cancelled",
 ]
@@ -105,6 +106,14 @@ def _wound_down(task: asyncio.Task[None]) -> None:
         logger.warning("heartbeat task failed", exc_info=failure)
 
 
+def noted_run(run_id: str) -> str:
+    """The run part of a cancel note's key: the run and the workflow execution (of this
+    activity) whose calls the note stops. A run ID outlives its execution (an operator's reset,
+    or a start under a closed run's workflow ID), and the note a cancelled execution leaves for a
+    minute would stop the next one's calls at once (docs/design.md#cancellation)."""
+    return f"{run_id}.{activity.info().workflow_run_id}"
+
+
 class ActivityBase:
     """One worker's store, named agents and publisher, and the helpers every activity uses."""
 
@@ -140,7 +149,7 @@ class ActivityBase:
         cancellation. Nothing is watched without a channel or a run."""
         if self.cancels is None or not run_id:
             return contextlib.nullcontext()
-        return self.cancels.watching(session_id, run_id)
+        return self.cancels.watching(session_id, noted_run(run_id))
 
     def agent_spec(self, name: str) -> AgentSpec:
         """The named agent; an unknown name fails the activity for good."""

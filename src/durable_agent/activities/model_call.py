@@ -36,7 +36,7 @@ from ..session.codec import decode_entry
 from ..session.deltas import DeltaKey
 from ..session.entries import Entry, MessageEntry
 from ..session.views import run_view
-from .base import ActivityBase, heartbeating, producer_answer, run_cancelled
+from .base import ActivityBase, heartbeating, noted_run, producer_answer, run_cancelled
 from .contracts import CallModelInput, CancelNoteInput, ModelReply, Timeouts
 from .failures import activity_failure, application_error, is_cancellation, model_error
 from .spec import AgentSpec
@@ -101,7 +101,7 @@ class ModelActivity(ActivityBase):
         """Write the run's cancel note, which stops its calls in flight on every worker within
         a fraction of a second (docs/design.md#cancellation); nothing without a channel."""
         if self.deltas is not None:
-            await write_cancel_note(self.deltas, inp.session_id, inp.run_id)
+            await write_cancel_note(self.deltas, inp.session_id, noted_run(inp.run_id))
 
     def _request(self, options: AgentOptions, inp: CallModelInput, p: list[Entry]) -> ModelRequest:
         """The model's request: the run's view of path ``p``, its ephemeral inputs included."""
