@@ -198,6 +198,14 @@ async def test_validators_refuse_with_no_history(temporal_client: Client) -> Non
         await reader.until("approval_requested")
         wid = run_workflow_id(agent.session_id, stream.run_id)
         handle = temporal_client.get_workflow_handle(wid)
+        # the requests are stored (and seen) before the workflow task that starts the wait's
+        # timer completes: count the history once the run answers that it waits
+        await wait_state(
+            temporal_client,
+            agent.session_id,
+            stream.run_id,
+            lambda s: s.status == "awaiting_approval",
+        )
         before = len(event_types(await history(temporal_client, agent.session_id, stream.run_id)))
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(
