@@ -489,7 +489,10 @@ def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
         assert "hello" not in json.dumps(shown) and "interrupted" not in json.dumps(shown)
     finally:
         first.send_signal(signal.SIGINT)
-        first.communicate(timeout=60)
+        _, said = first.communicate(timeout=60)
+    # Ctrl-C says where the run left the session (its cancelled call answered)
+    leaf = _json(run_cli(["show", "busy1", "--json"], dev.env))["leaf_id"]
+    assert f"run cancelled; session busy1 is at leaf {leaf}" in said, said
 
 
 def test_run_problems_leave_no_session(dev: Dev) -> None:

@@ -242,8 +242,10 @@ async def _stream_turn(
         said = f"the run did not finish in {limit.total_seconds():g} s; {how}"
         err.print(f"[red]error:[/] {said}", soft_wrap=True)
         return 1
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # Ctrl-C: where it left the session, as chat says
         await _cancel(stream)
+        sid, leaf = agent.session_id, agent.leaf_id
+        err.print(f"run cancelled; session {sid} is at leaf {leaf} (durable-agent show {sid})")
         raise
     finally:
         printer.finish()
