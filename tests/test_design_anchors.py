@@ -1,5 +1,6 @@
 """Every ``docs/design.md#<anchor>`` the code and the README cite names a section that exists:
-the comments send readers there instead of to documents outside the repository."""
+the comments send readers there instead of to documents outside the repository. The error tree
+that document draws is the classes' own."""
 
 from __future__ import annotations
 
@@ -45,3 +46,52 @@ def test_the_citations_are_found() -> None:
     """The scan sees the code's citations (a broken pattern would pass the test above)."""
     cited = citations()
     assert {"receipts", "http-api", "approvals-and-steering"} <= set(cited)
+
+
+def _error_tree() -> list[tuple[int, str, str]]:
+    """(depth, class name, what its parentheses name) of each line of the tree in #errors."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split('<a id="errors"></a>', 1)[1]
+    block = section.split("```\nException\n", 1)[1].split("```", 1)[0]
+    rows = []
+    for line in block.splitlines():
+        found = re.match(r"([│ ]*)[├└]── (\w+)(?: \((\w+)\))?", line)
+        if found:  # a continuation line of a description has no branch
+            rows.append((len(found[1]) // 4 + 1, found[2], found[3] or ""))
+    return rows
+
+
+def test_the_error_tree_draws_every_error_under_its_real_base() -> None:
+    """docs/design.md#errors: each class sits under its base (and is the builtin in its
+    parentheses), and every error of the three families the package defines is drawn."""
+    import builtins
+
+    import durable_agent
+    import durable_agent.ai.providers.registry as providers
+    import durable_agent.server.runs as server_runs
+    import durable_agent.workflows as workflows
+
+    spaces = [durable_agent, workflows, server_runs, providers]
+
+    def cls(name: str) -> type[BaseException]:
+        found: type[BaseException] = next(
+            getattr(m, name) for m in [*spaces, builtins] if hasattr(m, name)
+        )
+        return found
+
+    parents: list[type[BaseException]] = [Exception]
+    drawn = set()
+    for depth, name, also in _error_tree():
+        del parents[depth:]
+        assert issubclass(cls(name), parents[-1]), (name, parents[-1])
+        if also:
+            assert issubclass(cls(name), cls(also)), (name, also)
+        parents.append(cls(name))
+        drawn.add(name)
+
+    def family(base: type[BaseException]) -> set[str]:
+        subs = [c for c in base.__subclasses__() if c.__module__.startswith("durable_agent")]
+        return {base.__name__}.union(*(family(c) for c in subs))
+
+    roots = (durable_agent.SessionError, durable_agent.AgentError, durable_agent.ModelError)
+    assert set().union(*(family(r) for r in roots)) - drawn == set()
