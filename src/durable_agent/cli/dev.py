@@ -351,7 +351,7 @@ async def _dev_http(
     try:
         import uvicorn  # noqa: F401
     except ImportError:
-        return "pip install 'durable-agent[server]' for the chat page", None
+        return "pip install '.[server]' (from the durable-agent clone) for the chat page", None
     client = await connect(TemporalFlags(address=address))
     agents = ["demo"] if app_ref == DEMO_APP else None
     return await start_http(store_spec, client, task_queue, port=free_port(8000), agents=agents)
