@@ -5,7 +5,8 @@ A base install (``pip install durable-agent``) puts the script on PATH although 
 the ``cli`` and ``temporal`` extras, so nothing at this module's top level needs an extra: the
 commands are imported inside :func:`main`, where a missing module becomes one line naming the
 extra to install instead of a traceback. Each command group lives in its own module (``run``,
-``chat``, ``sessions``/``show``/``state``, ``worker``, ``dev``, ``demo``); failures end a command
+``chat``, ``approvals``/``approve``/``deny``, ``sessions``/``show``/``state``, ``worker``,
+``dev``/``serve``, ``demo``); failures end a command
 through :func:`durable_agent.cli.render.guard` with the exit codes listed there.
 
 Every command that talks to Temporal takes ``--address``, ``--namespace`` and ``--profile`` and
