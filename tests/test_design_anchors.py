@@ -22,13 +22,18 @@ def citations() -> dict[str, set[str]]:
     """Anchor -> the files citing it."""
     files = [
         *sorted((ROOT / "src").rglob("*.py")),
+        *(p for p in sorted((ROOT / "tests").rglob("*.py")) if p != Path(__file__)),
+        *sorted((ROOT / "bench").rglob("*.py")),
         ROOT / "README.md",
         ROOT / "docs" / "scaling.md",
+        ROOT / "docs" / "design.md",
     ]
     found: dict[str, set[str]] = {}
     for path in files:
         text = path.read_text(encoding="utf-8")
         names = set(CITED.findall(text))
+        if path.name == "design.md":  # its own links: "[receipts](#receipts)"
+            names.update(re.findall(r"\]\(#([a-z0-9-]+)\)", text))
         for extra in MORE.findall(text):
             names.update(re.findall(r"#([a-z0-9-]+)", extra))
         for name in names:
@@ -46,6 +51,18 @@ def test_the_citations_are_found() -> None:
     """The scan sees the code's citations (a broken pattern would pass the test above)."""
     cited = citations()
     assert {"receipts", "http-api", "approvals-and-steering"} <= set(cited)
+    assert "docs/design.md" in cited["bounded-history"]  # its own "[...](#bounded-history)"
+    assert any(f.startswith("tests/") for f in cited["receipts"])
+
+
+def test_the_readme_links_to_its_own_headings() -> None:
+    """A ``(#heading)`` link of the README names one of its headings, as GitHub spells the
+    anchor (lower case, punctuation dropped, spaces as hyphens)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)
+    slugs = {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
+    links = set(re.findall(r"\]\(#([^)]+)\)", text))
+    assert links and links - slugs == set()
 
 
 def _error_tree() -> list[tuple[int, str, str]]:
