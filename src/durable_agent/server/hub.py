@@ -266,6 +266,9 @@ class SessionHub:
             logger.exception("following session %s", self.session_id)
         finally:
             self.follower.close()
+            for watch in self.watches.values():  # a run may wait days for people: the next
+                if watch.outcome is not None:  # hub polls its end anew
+                    watch.outcome.cancel()
             self.hubs.forget(self)
             self._send(None)
 
