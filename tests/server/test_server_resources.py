@@ -11,8 +11,13 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from durable_agent.ai import Reply
+from durable_agent.server import create_app
 from durable_agent.server import hub as hub_module
-from tests.server.support import serving, stream
+from durable_agent.server.local_runs import LocalRuns
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import ended, scripted, serving, stream
 from tests.server.test_stream_status import _on_temporal
 from tests.support.polling import eventually
 
@@ -64,3 +69,23 @@ async def test_a_hub_gone_stops_watching_the_run_another_replica_started(
                 assert _outcome_polls() == 0, "the gone hub's poll of the run's end goes on"
             cancelled = await starting.post(f"/v1/sessions/{sid}/runs/{run_id}/cancel")
             assert cancelled.status_code == 202
+
+
+async def test_runs_in_process_that_ended_leave_nothing_keyed_by_their_session(
+    tmp_path: Path,
+) -> None:
+    """A development server runs many short runs on many sessions: once each ended, what it
+    keeps of them is its bounded memory of ended runs, not an entry per session ever run."""
+    spec = AgentSpec(model=scripted([Reply(text=f"Answer {n}.") for n in range(5)]))
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec})
+    runs = app.state.server.runs
+    assert isinstance(runs, LocalRuns)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for n in range(5):
+            sid = f"short-{n}"
+            await client.post("/v1/sessions", json={"session_id": sid})
+            async with stream(client, sid, after=0) as reader:
+                started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
+                await reader.until(ended(started.json()["run_id"]))
+        assert [await runs.active(f"short-{n}") for n in range(5)] == [[]] * 5
+        assert runs._streams == {}, "sessions whose runs all ended are still kept"

@@ -102,7 +102,10 @@ class LocalRuns:
         sid, run_id = relay.handle.session_id, relay.run_id
 
         def ended(status: Status, failure: RunFailure | None) -> None:
-            self._streams.get(sid, {}).pop(run_id, None)
+            going = self._streams.get(sid, {})
+            going.pop(run_id, None)
+            if not going:  # else one map per session ever run, kept for good
+                self._streams.pop(sid, None)
             self._handles.pop((sid, run_id), None)
             if (sid, run_id) in self._dropped:
                 self._dropped.discard((sid, run_id))  # its session was deleted meanwhile
