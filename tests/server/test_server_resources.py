@@ -12,9 +12,12 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
+from durable_agent.ai.messages import user_message
 from durable_agent.server import create_app
 from durable_agent.server import hub as hub_module
 from durable_agent.server.local_runs import LocalRuns
+from durable_agent.session.entries import MessageEntry
+from durable_agent.session.errors import SessionNotFoundError
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, scripted, serving, stream
@@ -89,3 +92,38 @@ async def test_runs_in_process_that_ended_leave_nothing_keyed_by_their_session(
                 await reader.until(ended(started.json()["run_id"]))
         assert [await runs.active(f"short-{n}") for n in range(5)] == [[]] * 5
         assert runs._streams == {}, "sessions whose runs all ended are still kept"
+
+
+async def test_a_hub_that_failed_to_start_is_not_kept(tmp_path: Path) -> None:
+    """A session's hub starts with the first stream: it reads the store (the entry the stream
+    resumes at) and looks for the session's runs. A start cut short (the session deleted
+    meanwhile, the store down a moment, the browser gone: its request cancelled) leaves no
+    hub behind, else every later stream of the session would join one that never reads and
+    show nothing live for the life of the process."""
+    spec = AgentSpec(model=scripted([Reply(text="Hello there.")]))
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec})
+    hubs = app.state.server.hubs
+    with pytest.raises(SessionNotFoundError):
+        await hubs.hub("gone", 1)
+    assert "gone" not in hubs.hubs
+
+    writer = FileStore(tmp_path / "sessions")
+    await writer.create_session("left")
+    await writer.append_entries("left", [MessageEntry(id="q", message=user_message("Hi"))])
+    starting = asyncio.create_task(hubs.hub("left", 1))
+    await asyncio.sleep(0)  # one step: it reads the entry at seq 1 (in a thread: a cold file)
+    assert "left" in hubs.hubs and not starting.done()
+    starting.cancel()  # the browser went while its stream's hub started
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert "left" not in hubs.hubs
+
+    async with (
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+        stream(client, "left", after=1) as reader,
+    ):
+        await reader.until(lambda r: r.live)
+        started = await client.post("/v1/sessions/left/runs", json={"text": "Again"})
+        await reader.until(ended(started.json()["run_id"]))
+        await reader.until(lambda r: r.last_seq() == 3)

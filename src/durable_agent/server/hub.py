@@ -265,12 +265,17 @@ class SessionHub:
         except Exception:
             logger.exception("following session %s", self.session_id)
         finally:
-            self.follower.close()
-            for watch in self.watches.values():  # a run may wait days for people: the next
-                if watch.outcome is not None:  # hub polls its end anew
-                    watch.outcome.cancel()
-            self.hubs.forget(self)
-            self._send(None)
+            self.close()
+
+    def close(self) -> None:
+        """The hub stops: its subscribers' streams end (their clients come back to a new one)
+        and it waits for nothing more."""
+        self.follower.close()
+        for watch in self.watches.values():  # a run may wait days for people: the next hub
+            if watch.outcome is not None:  # polls its end anew
+                watch.outcome.cancel()
+        self.hubs.forget(self)
+        self._send(None)
 
     async def _loop(self) -> None:
         clock = asyncio.get_running_loop().time

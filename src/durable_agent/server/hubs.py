@@ -55,8 +55,12 @@ class Hubs:
             for (sid, run_id), shown in self.shown.items():
                 if sid == session_id:
                     hub.partial[run_id] = shown
-            hub.leaf = hub.reads.first_leaf = await _leaf(self.store, session_id, after)
-            await hub.look()
+            try:
+                hub.leaf = hub.reads.first_leaf = await _leaf(self.store, session_id, after)
+                await hub.look()
+            except BaseException:  # the session deleted, the store down, the request gone:
+                hub.close()  # no hub that never reads stays for the session's next streams
+                raise
             hub.task = asyncio.create_task(hub.run())
         return hub
 
