@@ -127,3 +127,29 @@ async def test_a_hub_that_failed_to_start_is_not_kept(tmp_path: Path) -> None:
         started = await client.post("/v1/sessions/left/runs", json={"text": "Again"})
         await reader.until(ended(started.json()["run_id"]))
         await reader.until(lambda r: r.last_seq() == 3)
+
+
+async def test_a_client_that_does_not_keep_up_is_let_go_not_buffered_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client reads slower than its session's frames come (a stalled phone, a reader that
+    stopped reading with its connection open): the frames it has not taken are held for it
+    up to :data:`~durable_agent.server.hub.BACKLOG`, then its stream ends, and it comes back
+    with ``Last-Event-ID`` to replay from the store, not from server memory."""
+    monkeypatch.setattr(hub_module, "BACKLOG", 150)
+    text = "A long answer, streamed in very small pieces. " * 20
+    spec = AgentSpec(model=scripted([Reply(text=text, chunk_size=3, chunk_delay=0.001)]))
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": "busy"})
+        async with stream(client, "busy", after=0) as reader:  # one that keeps up
+            await reader.until(lambda r: r.live)
+            hub = app.state.server.hubs.hubs["busy"]
+            stalled, _, _ = hub.join()  # one that never takes a frame
+            started = await client.post("/v1/sessions/busy/runs", json={"text": "Talk"})
+            await reader.until(ended(started.json()["run_id"]))
+            assert sum(f.event == "delta" for f in reader.frames) > 150
+            assert stalled.qsize() == 1, "the frames of a client that does not read pile up"
+            assert stalled.get_nowait() is None  # its stream ends
+            assert stalled not in hub.subscribers
+            hub.leave(stalled)

@@ -47,6 +47,9 @@ LOOK_FOR = 5.0
 """Seconds a hub looks for the run behind entries it cannot place (visibility lags ~1 s)."""
 STATE_TIMEOUT = 2.0
 """Seconds the one ``state()`` query of a run found running may take."""
+BACKLOG = 2000
+"""Frames held at most for a subscriber that does not take them (its client reads slower than
+they come): past that its stream ends, and the client resumes from the store."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,19 @@ class SessionHub:
             self.kick()
 
     def _send(self, frame: Frame | None) -> None:
-        for queue in self.subscribers:
-            queue.put_nowait(frame)
+        for queue in list(self.subscribers):
+            if frame is not None and queue.qsize() >= BACKLOG:
+                self._let_go(queue)
+            else:
+                queue.put_nowait(frame)
+
+    def _let_go(self, queue: asyncio.Queue[Frame | None]) -> None:
+        """The store, not this process's memory, buffers for a client that fell behind: its
+        stream ends, and it comes back with ``Last-Event-ID`` (docs/design.md#http-api)."""
+        self.subscribers.discard(queue)
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(None)
 
     def kick(self, read: bool = False) -> None:
         if read:
