@@ -5,9 +5,11 @@ docs/design.md#temporal, docs/design.md#compaction)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent import (
     AgentError,
@@ -18,8 +20,8 @@ from durable_agent import (
     new,
     tool,
 )
-from durable_agent.ai import ModelRequest
-from durable_agent.session import INTERRUPTED_TEXT, MessageEntry
+from durable_agent.ai import ModelEvent, ModelRequest
+from durable_agent.session import INTERRUPTED_TEXT, Entry, MessageEntry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import (
     AgentSpec,
@@ -289,3 +291,70 @@ async def test_client_verbs_publish_through_publish_workflows(temporal_client: C
     assert len(published) == 4  # each once
     assert [d.workflow_type for d in described] == ["durable_agent.publish"] * 3
     assert all(d.status is not None and d.status.name == "COMPLETED" for d in described)
+
+
+class _GatedCommits(MemoryStore):
+    """Holds the append of a compaction entry until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        if any(isinstance(e, CompactionEntry) for e in entries):
+            self.entered.set()
+            await self.release.wait()
+        await super().append_entries(session_id, entries)
+
+
+@pytest.mark.parametrize("where", ["summarize", "commit"])
+async def test_a_cancelled_compaction_leaves_the_handle_as_the_store(
+    temporal_client: Client, where: str
+) -> None:
+    """Cancelling ``compact()`` cancels the compaction workflow and waits for its end: cut
+    during the summary nothing is stored; cut during the commit the entry is stored and the
+    handle has it. Either way a fresh load and the handle agree, and nothing lands later."""
+    summarizing, release = asyncio.Event(), asyncio.Event()
+
+    class Gated:
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            summary = request.messages[-1].text().startswith("Summarize")
+            if summary and where == "summarize":
+                summarizing.set()
+                await release.wait()
+            reply = "the summary" if summary else "an answer"
+            async for event in ScriptedModel([reply]).stream(request):
+                yield event
+
+    store, q = _GatedCommits(), queue()
+    async with running_worker(
+        temporal_client, store, {"a": AgentSpec(model=Gated())}, task_queue=q
+    ):
+        ex = executor(temporal_client, q)
+        agent = await new("a", store=store, session_id=sid("cut"), executor=ex)
+        for question in ("q1", "q2"):
+            await (await agent.run(question)).wait()
+        task = asyncio.create_task(agent.compact(keep_turns=1))
+        await (summarizing if where == "summarize" else store.entered).wait()
+        task.cancel()
+        if where == "commit":
+            store.release.set()  # the write in flight completes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+        store.release.set()
+        query = f'WorkflowId STARTS_WITH "{compact_workflow_id(agent.session_id, "")}"'
+
+        async def listed() -> list[str] | None:
+            return [w.id async for w in temporal_client.list_workflows(query)] or None
+
+        (wid,) = await eventually(listed, within=20, interval=0.2, what="the compact workflow")
+        with contextlib.suppress(WorkflowFailureError):
+            await temporal_client.get_workflow_handle(wid).result()  # it ended, or ends now
+        stored = await store.load_entries(agent.session_id)
+        fresh = await new("a", store=store, session_id=agent.session_id, executor=ex)
+        assert not agent.running and agent.leaf_id == fresh.leaf_id == stored[-1].id
+        assert agent.entries() == stored
+        compacted = [e for e in stored if isinstance(e, CompactionEntry)]
+        assert len(compacted) == (0 if where == "summarize" else 1)
+        await agent.append("still usable")

@@ -4,7 +4,10 @@ activities as its effects: ``summarize`` from the store, ``append_entries``, ``p
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from datetime import datetime
+from typing import TypeVar
 
 from temporalio import workflow
 
@@ -21,6 +24,19 @@ with workflow.unsafe.imports_passed_through():
     from .search import ensure_session_attribute
 
 __all__ = ["CompactWorkflow"]
+
+T = TypeVar("T")
+
+
+async def _past_cancellation(step: Awaitable[T]) -> T:
+    """``step`` carried out even if the workflow is cancelled meanwhile: once the summary is
+    made, the entry is stored and announced and the workflow returns it, so a cancelled
+    compaction either stored nothing or tells its caller what it stored."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        return await task
 
 
 @workflow.defn(name="durable_agent.compact")
@@ -65,10 +81,12 @@ class CompactWorkflow:
 
     async def commit(self, stamped: Stamped) -> Stamped:
         inp = self._inp
-        return await append(
-            inp.session_id, stamped, inp.timeouts, local=False, summary="append compaction"
+        return await _past_cancellation(
+            append(inp.session_id, stamped, inp.timeouts, local=False, summary="append compaction")
         )
 
     async def publish(self, event: Event) -> None:
         events = [event_to_wire(event)]
-        await verb_steps.publish(PublishInput(events=events, timeouts=self._inp.timeouts))
+        await _past_cancellation(
+            verb_steps.publish(PublishInput(events=events, timeouts=self._inp.timeouts))
+        )

@@ -9,6 +9,8 @@ a worker on the queue has a publisher. The run stream follows the run's entries 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from datetime import timedelta
@@ -73,6 +75,32 @@ _NOT_ON_TEMPORAL = {
 
 def run_workflow_id(session_id: str, run_id: str) -> str:
     return f"durable-agent/{session_id}/run/{run_id}"
+
+
+def _apply_compaction(state: SessionState, wire: str) -> CompactionEntry:
+    entry = decode_entry(wire)
+    assert isinstance(entry, CompactionEntry)
+    state.apply_receipt([entry], entry.id)
+    return entry
+
+
+async def _cancel_compaction(
+    state: SessionState, start: asyncio.Future[WorkflowHandle[Any, str | None]]
+) -> None:
+    """Cancel a compaction workflow whose caller was cancelled and wait for its end, applying
+    the entry it stored before the cancellation took (docs/design.md#compaction)."""
+    try:
+        handle = await start
+    except Exception:
+        return  # it never started
+    with contextlib.suppress(RPCError):  # it ended already
+        await handle.cancel()
+    try:
+        wire = await handle.result()
+    except WorkflowFailureError:
+        return  # cancelled (or failed) with nothing stored
+    if wire is not None:
+        _apply_compaction(state, wire)
 
 
 def compact_workflow_id(session_id: str, op_id: str) -> str:
@@ -268,8 +296,8 @@ class TemporalExecutor:
             return None  # nothing stored, so nothing to summarize
         await self.stores.check(state.store)
         op_id = new_id()
-        try:
-            wire: str | None = await self.client.execute_workflow(
+        start = asyncio.ensure_future(
+            self.client.start_workflow(
                 "durable_agent.compact",
                 CompactInput(
                     session_id=state.session_id,
@@ -288,17 +316,21 @@ class TemporalExecutor:
                 search_attributes=search_attributes(state.session_id, "compact"),
                 static_summary=f"compact session {state.session_id!r}",
             )
+        )
+        try:
+            wire = await (await asyncio.shield(start)).result()
+        except asyncio.CancelledError:
+            # the workflow would go on and store an entry this handle never sees: cancel it and
+            # wait for its end, so the handle holds what the store holds (a commit in flight
+            # completes, as in process)
+            await asyncio.shield(_cancel_compaction(state, start))
+            raise
         except WorkflowFailureError as exc:
             error = client_error(exc)
             if isinstance(error, AgentError) and not isinstance(error, CompactError):
                 raise CompactError(str(error)) from exc
             raise error from exc
-        if wire is None:
-            return None
-        entry = decode_entry(wire)
-        assert isinstance(entry, CompactionEntry)
-        state.apply_receipt([entry], entry.id)
-        return entry
+        return None if wire is None else _apply_compaction(state, wire)
 
     async def publish(self, config: AgentConfig, events: list[Event]) -> None:
         if not events or not await self.publishers.any():
