@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import (
+    CompactError,
     ModelError,
     PayloadTooLargeError,
     Reply,
@@ -19,7 +20,7 @@ from durable_agent import (
     tool,
 )
 from durable_agent.ai import ModelEvent, ModelRequest
-from durable_agent.durable.limits import PAYLOAD_LIMIT
+from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
 from tests.support.temporal import running_worker
@@ -201,3 +202,35 @@ async def test_oversized_payloads_raise_and_nothing_is_truncated(temporal_client
         last = await consume(await agent.run("hello"))
         assert last.error is None, repr(last.error)
         assert [m.text() for m in last.messages or []] == ["small"]
+
+
+async def test_a_summary_over_the_limit_is_refused_after_one_summarizer_call(
+    temporal_client: Client,
+) -> None:
+    """The summary is checked as it comes, like a model reply: one summarizer call (not one per
+    retry of an activity whose result Temporal cannot take), a ``CompactError`` that names the
+    payload limit, nothing stored, and the session still works."""
+    summaries = 0
+
+    def respond(request: ModelRequest) -> Reply:
+        nonlocal summaries
+        if request.messages[-1].text().startswith("Summarize"):
+            summaries += 1
+            big = TEMPORAL_BLOB_LIMIT + 10
+            return Reply(text="s" * big, chunk_size=big)
+        return Reply(text="small")
+
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=ScriptedModel(respond))
+    async with running_worker(temporal_client, store, {"big": spec}, task_queue=q):
+        agent = await new(
+            "big", store=store, session_id=sid("sum"), executor=executor(temporal_client, q)
+        )
+        await consume(await agent.run("hello"))
+        before = await store.load_entries(agent.session_id)
+        with pytest.raises(CompactError, match="payload limit"):
+            await agent.compact()
+        assert summaries == 1
+        assert await store.load_entries(agent.session_id) == before
+        assert agent.entries() == before and not agent.running
+        await agent.append("still usable")

@@ -15,7 +15,9 @@ from ..ai.model import ModelError
 from ..durable.compaction import summary_entry
 from ..durable.errors import CompactError
 from ..durable.publisher import publish_one
+from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry
+from ..session.ids import new_id
 from .base import ActivityBase, heartbeating
 from .contracts import PublishInput, SummarizeInput, Timeouts, event_from_wire
 from .failures import application_error
@@ -40,11 +42,17 @@ class VerbSteps(ActivityBase):
         try:
             async with heartbeating():
                 options = spec.options(inp.options)
-                return await summary_entry(factory, options, p, inp.keep_turns, inp.prompt)
+                entry = await summary_entry(factory, options, p, inp.keep_turns, inp.prompt)
         except CompactError as exc:
             cause = exc.__cause__
             retryable = isinstance(cause, ModelError) and cause.retryable
             raise application_error(exc, non_retryable=not retryable) from None
+        if entry is not None:
+            # checked here, like a model reply: a result Temporal refuses would fail this
+            # activity after the model call, and each retry would call the model again
+            stamped = entry.model_copy(update={"id": new_id(), "parent_id": new_id()})
+            self.check_size("compaction entry", encode_entry(stamped))
+        return entry
 
     @activity.defn(name="durable_agent.publish")
     async def publish(self, inp: PublishInput) -> None:
