@@ -52,3 +52,34 @@ async def test_enter_sends_and_a_reader_scrolled_up_keeps_their_place(
             assert started.status_code == 202, started.text
         await eventually(replied(page, "Third."), within=30, interval=0.1, what="the reply")
         assert await chat.evaluate("c => c.scrollTop") == 0
+
+
+async def test_a_compaction_shows_where_the_model_starts_reading(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A compaction (here made through the API while the page is open) shows in the chat as its
+    summary, after the messages it stands for: what the model now reads instead of them."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="First."), Reply(text="The summary of it all.")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(replies))})
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "First."), within=30, interval=0.1, what="the reply")
+        sid = (await store.list_sessions())[0].id
+        async with httpx.AsyncClient(base_url=url) as client:
+            compacted = await client.post(f"/v1/sessions/{sid}/compact", json={"keep_turns": 0})
+            assert compacted.status_code == 200, compacted.text
+        entry_id = compacted.json()["entry"]["id"]
+        marker = page.locator(f".msg.compaction[data-id='{entry_id}']")
+
+        async def shown() -> bool:
+            count: int = await marker.count()
+            return count == 1
+
+        await eventually(shown, within=30, interval=0.1, what="the compaction on the page")
+        assert "The summary of it all." in await marker.inner_text()
+        order = await page.locator("#chat .msg").evaluate_all("ms => ms.map(m => m.className)")
+        assert order == ["msg user", "msg assistant", "msg compaction"], order

@@ -93,6 +93,10 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
   const shown = path(), answered = decisions(shown);
   for (const e of shown) {
     if (e.kind === "approval_request") { const a = approval(e, answered); if (a) chat.appendChild(a); continue; }
+    if (e.type === "compaction") { // what the model reads from here on instead of what is above
+      const div = document.createElement("div"); div.className = "msg compaction"; div.dataset.id = e.id;
+      div.textContent = `Summarized for the model: ${e.summary}`; chat.appendChild(div); continue;
+    }
     if (e.type !== "message" || e.meta) continue;
     const m = e.message, div = document.createElement("div");
     div.className = "msg " + (m.role === "tool_result" ? "tool" : m.role); div.dataset.id = e.id;
