@@ -483,10 +483,14 @@ def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
             chat.sendline("hello")
             chat.expect("has a run going")
             chat.expect("busy1 ▸ ")  # and the chat reads on
+            chat.sendline("/compact 0")  # would summarize the going run's call as interrupted
+            chat.expect("has a run going")
+            chat.expect("busy1 ▸ ")
         finally:
             chat.terminate(force=True)
         shown = _json(run_cli(["show", "busy1", "--json"], dev.env))
         assert "hello" not in json.dumps(shown) and "interrupted" not in json.dumps(shown)
+        assert "compaction" not in json.dumps(shown)
     finally:
         first.send_signal(signal.SIGINT)
         _, said = first.communicate(timeout=60)

@@ -305,13 +305,11 @@ class Chat:
                 self.console.print("usage: /compact [KEEP]  (the number of turns kept verbatim)")
                 return True
             keep = int(args[0]) if args else 1
+            if self.executor is not None:  # as the HTTP API: the going run's calls are not over
+                await refuse_busy(self.executor.client, agent.session_id)
             entry = await agent.compact(keep_turns=keep)
-            if entry is None:
-                self.console.print("nothing to compact")
-            else:
-                self.console.print(
-                    f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
-                )
+            said = entry and f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
+            self.console.print(said or "nothing to compact")
         else:
             self.console.print(f"unknown command /{escape(name)}; /help lists them")
         return True
