@@ -325,3 +325,39 @@ def test_interrupted_demos_clean_up(tmp_path: Path) -> None:
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+
+
+async def test_a_port_taken_after_its_check_is_picked_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the check that a port is free and the server's bind, another process may take it
+    (a second demo, a test's dev server starting at the same moment): the server comes up on
+    ports the kernel picks instead of failing."""
+    import socket
+
+    from temporalio.client import Client
+
+    from durable_agent.cli import dev
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = int(taken.getsockname()[1])
+
+    def racing(preferred: int | None = None, avoid: Any = ()) -> int:
+        return port if preferred == port else free_port(preferred, avoid)  # "free" when checked
+
+    monkeypatch.setattr(dev, "free_port", racing)
+    root = tmp_path / "temporal"
+    (root / "logs").mkdir(parents=True)
+    try:
+        server = await dev.start_dev_server(root, port=port, headless=True)
+    finally:
+        taken.close()
+    assert server.process is not None
+    try:
+        assert server.address != f"127.0.0.1:{port}"
+        client = await Client.connect(server.address)
+        assert await client.service_client.check_health()
+    finally:
+        server.process.stop()

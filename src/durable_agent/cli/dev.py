@@ -15,7 +15,6 @@ import os
 import signal
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from .processes import (
     stop_on_signals,
     stop_orphan,
     temporal_binary,
+    wait_for_ui,
 )
 from .render import console, flags_from, run_command
 
@@ -67,7 +67,6 @@ __all__ = [
     "serve",
     "start_http",
     "start_dev_server",
-    "wait_for_ui",
     "workflows_url",
 ]
 
@@ -126,33 +125,18 @@ def workflows_url(ui_url: str, session_id: str, namespace: str = "default") -> s
 async def _wait_client(address: str, proc: ManagedProcess, deadline: float) -> None:
     last: BaseException | None = None
     while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # a server that cannot bind its ports has exited by then
         if not proc.running():
             raise proc.exited()
         try:
-            client = await Client.connect(address)
+            client = await asyncio.wait_for(Client.connect(address), 5)
             await client.service_client.check_health()
-            return
         except Exception as exc:  # not up yet
             last = exc
-            await asyncio.sleep(0.1)
+            continue
+        if proc.running():  # else the port answered for another process's server
+            return
     raise ProcessError(f"the Temporal server at {address} did not answer in time ({last})")
-
-
-def _ui_answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return int(response.status) < 500
-    except OSError:
-        return False
-
-
-async def wait_for_ui(url: str, deadline: float) -> bool:
-    """Poll the Web UI until it serves a page; False if the deadline passes first."""
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(_ui_answers, url):
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 async def start_dev_server(
@@ -163,7 +147,21 @@ async def start_dev_server(
     headless: bool = False,
     within: float = 60.0,
 ) -> DevServer:
-    """Start a dev server on ``root/temporal.db`` and wait until it answers gRPC (and the UI)."""
+    """Start a dev server on ``root/temporal.db`` and wait until it answers gRPC (and the UI).
+    A port another process binds between the check and the server's bind is picked anew."""
+    for _ in range(2):
+        try:
+            return await _start_dev_server(root, port, ui_port, headless, within)
+        except ProcessError as exc:
+            if "address already in use" not in str(exc):
+                raise
+            port = ui_port = None  # the kernel's picks this time
+    return await _start_dev_server(root, port, ui_port, headless, within)
+
+
+async def _start_dev_server(
+    root: Path, port: int | None, ui_port: int | None, headless: bool, within: float
+) -> DevServer:
     grpc_port = free_port(port)
     web_port = None if headless else free_port(ui_port, avoid=[grpc_port])
     argv = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1"]

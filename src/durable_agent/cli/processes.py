@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "stop_orphan",
     "temporal_binary",
     "wait_for_file",
+    "wait_for_ui",
 ]
 
 
@@ -363,3 +365,20 @@ def stop_orphan(root: Path, db_file: Path, wait: float = 10.0) -> int | None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(info.pid, signal.SIGKILL)
     return info.pid
+
+
+def _ui_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return int(response.status) < 500
+    except OSError:
+        return False
+
+
+async def wait_for_ui(url: str, deadline: float) -> bool:
+    """Poll the Web UI until it serves a page; False if the deadline passes first."""
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(_ui_answers, url):
+            return True
+        await asyncio.sleep(0.1)
+    return False
