@@ -1,19 +1,16 @@
 """Following a session as it grows: its stored entries, and the live deltas of a reply streaming.
 
-:class:`SessionFollower` reads a session's entries after a sequence number (an entry's 1-based
-position in append order), polling the store with back-off, woken early by activity on the
-session's live channel and by the store's append feed where it has one: a run's client stream
-follows its run this way, and the HTTP stream replays and follows a session from a client's last
-seen seq (docs/design.md#following-a-session).
+:class:`SessionFollower` reads a session's entries after a seq (an entry's 1-based position in
+append order), polling with back-off, woken by live-channel activity and the store's append feed:
+a run's client stream and the HTTP stream follow a session so (docs/design.md#following-a-session).
 
 :class:`DeltaFollower` reads the live deltas of one run's replies (docs/design.md#live-deltas) as
 ``message_update`` events, as the in-process stream gives them. A delta is taken only if it is
-the next ``seq`` of the attempt being shown, or ``seq`` 1 of a later attempt (the model call was
-retried: the update carries ``restart=True``); a client attaching late jumps to the latest
-attempt, and gets no deltas of a reply already stored. At the reply's receipt the stored message
-wins: one last update brings the text shown to it (``restart=True`` if that is no extension).
-Deltas read together are one update (its ``delta`` the text it adds). While a reply streams,
-each read is timed just after the writer's next write is due (a delta carries its write time).
+the next ``seq`` of the attempt shown, or ``seq`` 1 of a later attempt (the call was retried:
+``restart=True``); a client attaching late jumps to the latest attempt, and gets no deltas of a
+stored reply. At the reply's receipt the stored message wins: one last update brings the text
+to it (``restart=True`` if no extension). Deltas read together are one update (``delta``: the
+text it adds). Each read is timed just after the writer's next write is due (a delta's time).
 """
 
 from __future__ import annotations
@@ -22,7 +19,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
@@ -38,53 +36,33 @@ from ..session.deltas import (
 )
 from ..session.entries import Entry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
-from ..session.store import AppendFeed, AppendWatch, SeqStore, Store
+from ..session.store import AppendFeed, AppendWatch, RetentionStore, Store, seq_reader
 from .partial import PartialReply, copied, extends
 
-__all__ = ["PUSHED_READ", "DeltaFollower", "SessionFollower", "entries_after"]
+__all__ = ["PUSHED_READ", "DeltaFollower", "SessionFollower"]
 
 logger = logging.getLogger("durable_agent.live")
 
-
-async def entries_after(store: Store, session_id: str, after: int) -> list[tuple[int, Entry]]:
-    """The session's entries after seq ``after``, with their seqs: the store's own seq read
-    (:class:`~durable_agent.session.SeqStore`), else a whole load sliced."""
-    return await _reader(store)(session_id, after)
-
-
-def _reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
-    """How to read ``store`` after a seq, decided once (a protocol check is not free)."""
-    if isinstance(store, SeqStore):
-        return store.load_entries_after
-
-    async def sliced(session_id: str, after: int) -> list[tuple[int, Entry]]:
-        return list(enumerate(await store.load_entries(session_id), 1))[after:]
-
-    return sliced
-
-
 PUSHED_READ = 5.0
-"""Seconds between two reads at most while the store's append feed (which wakes at each append)
-is up."""
+"""Seconds between two reads at most while the store's append feed (waking at each append) is up."""
+CONFIRM_EVERY = 10.0
+"""Seconds at most between two reads of the session's record by reads that find nothing."""
 
 
 class SessionFollower:
     """Follow one session from seq ``after``: new entries in seq order, each once.
 
     :meth:`read` reads once, now; :meth:`next` waits for the next read that finds something;
-    ``async for seq, entry in follower`` yields them one by one, for ever. Between reads the
-    follower waits: ``fastest`` seconds after a read that found entries, then ``growth`` times
-    longer after each that found none, up to ``slowest``, so an idle session costs the store one
-    read per ``slowest`` seconds. :meth:`wake` (call it on live-channel activity: a reply
-    streaming, its last delta written, a run starting) makes the next read due at once and the
-    back-off start over. A store that is down (``StoreUnavailableError``) reads as nothing new
-    until it is back; any other store error is raised (``SessionNotFoundError`` too, unless
-    ``missing_ok``). Each entry is yielded once even if a store's seqs shift under concurrent
-    writers (an entry ID already yielded is skipped). On a store with an append feed
+    ``async for seq, entry in follower`` yields them for ever. Between reads it waits ``fastest``
+    seconds after a read that found entries, ``growth`` times longer after each that found none,
+    up to ``slowest``; :meth:`wake` (on live-channel activity: a reply streaming, a run starting)
+    makes the next read due at once and restarts the back-off. A store that is down reads as
+    nothing new; any other error is raised, ``SessionNotFoundError`` (unless ``missing_ok``) also
+    for a session deleted and created again (:meth:`_fetch`). An entry ID already yielded is
+    skipped (seqs may shift under concurrent writers). On a store with an append feed
     (:class:`~durable_agent.session.store.AppendFeed`) it watches the session from its first
-    read on: each append wakes it and calls ``on_wake`` (for a reader sleeping on its own
-    timer), and while the feed is up the back-off grows to :data:`PUSHED_READ`; :meth:`close`
-    ends the watch.
+    read: each append wakes it and calls ``on_wake`` (for a reader asleep on its own timer), the
+    back-off grows to :data:`PUSHED_READ` while the feed is up; :meth:`close` ends the watch.
     """
 
     def __init__(
@@ -105,18 +83,19 @@ class SessionFollower:
         self.session_id = session_id
         self.after = after
         """The seq of the last entry read (the cursor)."""
-        self.fastest = fastest
-        self.slowest = slowest
-        self.growth = growth
+        self.fastest, self.slowest, self.growth = fastest, slowest, growth
         self._wait, self._due = fastest, 0.0
         self.read_at = float("-inf")
         """When (the event loop's clock) the last read was."""
         self._seen: set[str] = set()
         self._woken = asyncio.Event()
-        self._read = _reader(store)
+        self._read = seq_reader(store)
         self._on_wake = on_wake or (lambda: None)
         self._feed = store if isinstance(store, AppendFeed) else None
         self._watch: AppendWatch | None = None
+        self._records = store.load_session if isinstance(store, RetentionStore) else None
+        self._born: datetime | None = None  # the followed session's record's (:meth:`_fetch`)
+        self._confirmed = float("-inf")
 
     @property
     def pushed(self) -> bool:
@@ -136,13 +115,11 @@ class SessionFollower:
 
     def wake(self) -> None:
         """Something happened on the session: read at once, and fast for a while."""
-        self._wait = self.fastest
-        self._due = 0.0
+        self._wait, self._due = self.fastest, 0.0
         self._woken.set()
 
     def defer(self, seconds: float) -> None:
-        """Make the next read due in ``seconds`` (unless woken first): a reader that knows
-        nothing can be there yet saves a read that would find nothing."""
+        """Make the next read due in ``seconds`` unless woken first (none finds news sooner)."""
         self._due = asyncio.get_running_loop().time() + seconds
 
     def has_read(self, entry_id: str) -> bool:
@@ -165,13 +142,11 @@ class SessionFollower:
         if self._watch is None and self._feed is not None:  # before the read: nothing slips by
             self._watch = self._feed.watch_appends(self.session_id, self._pushed)
         try:
-            found = await self._read(self.session_id, self.after)
-        except StoreUnavailableError as exc:
-            logger.debug("following %s: %s", self.session_id, exc)
-            found = []
-        except SessionNotFoundError:
-            if not self.missing_ok:
+            found = await self._fetch()
+        except (StoreUnavailableError, SessionNotFoundError) as exc:
+            if isinstance(exc, SessionNotFoundError) and not self.missing_ok:
                 raise
+            logger.debug("following %s: %s", self.session_id, exc)
             found = []
         new = [(seq, e) for seq, e in found if e.id not in self._seen]
         if found:
@@ -181,6 +156,34 @@ class SessionFollower:
         self._wait = self.fastest if new else min(self._wait * self.growth, slowest)
         self._due = asyncio.get_running_loop().time() + self._wait
         return new
+
+    async def _fetch(self) -> list[tuple[int, Entry]]:
+        """The entries after the cursor, of the session the first read found: its record's
+        ``created_at``, read before it, is read again when they may be another's (:meth:`_unsure`:
+        a session created again numbers from 1 too), ``SessionNotFoundError`` if it differs."""
+        records, first = self._records, self._born is None
+        if records is not None and first:
+            self._born, self._confirmed = (await records(self.session_id)).created_at, self.read_at
+        found = await self._read(self.session_id, self.after)
+        if records is not None and not first and self._unsure(found):
+            self._confirmed = asyncio.get_running_loop().time()
+            if (await records(self.session_id)).created_at != self._born:
+                raise SessionNotFoundError(self.session_id)
+        return found
+
+    def _unsure(self, found: list[tuple[int, Entry]]) -> bool:
+        """Whether ``found`` may be another session's: an entry hangs off one not yielded (the
+        cursor's in the new session, a root; in the same session a branch off an entry before
+        the start seq), or reads found nothing for :data:`CONFIRM_EVERY` seconds."""
+        if not found:
+            return asyncio.get_running_loop().time() - self._confirmed >= CONFIRM_EVERY
+        seen, batch = self._seen, set()
+        for _, entry in found:
+            parent = entry.parent_id or ""  # a root's: no entry's ID
+            if entry.id not in seen and parent not in seen and parent not in batch:
+                return True
+            batch.add(entry.id)
+        return False
 
     async def next(self) -> list[tuple[int, Entry]]:
         """Wait for (and return) the next entries: reads when due or woken, until some come."""
@@ -254,8 +257,7 @@ class DeltaFollower:
         self.channel = channel
         self._read_now = channel.read_now if isinstance(channel, ImmediateChannel) else None
         """The channel's own read, when it never waits: no timeout around it."""
-        self.session_id = session_id
-        self.run_id = run_id
+        self.session_id, self.run_id = session_id, run_id
         self.final = False
         """The reply's last delta was read: its entry is being stored."""
         self._key: DeltaKey | None = None
@@ -266,8 +268,7 @@ class DeltaFollower:
         self._last_delta = float("-inf")
         self._pace = FAST_POLL
         """The writer's seconds between two writes, as its last delta said."""
-        self._due = 0.0
-        self._idle_wait = FIRST_POLL
+        self._due, self._idle_wait = 0.0, FIRST_POLL
 
     @property
     def turn(self) -> int | None:
@@ -285,9 +286,7 @@ class DeltaFollower:
         self._key = DeltaKey(self.session_id, self.run_id, turn)
         self._cursor, self._partial = (0, 0), PartialReply()
         self._shown, self._text, self.final = None, "", False
-        self._due = 0.0
-        self._idle_wait = FIRST_POLL
-        self._last_delta = float("-inf")
+        self._due, self._idle_wait, self._last_delta = 0.0, FIRST_POLL, float("-inf")
 
     @property
     def busy(self) -> bool:

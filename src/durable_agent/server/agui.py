@@ -36,11 +36,11 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from ..durable.follow import entries_after
 from ..durable.inputs import check_run_input, text
 from ..session.codec import wire_to_entry
 from ..session.entries import MessageEntry
 from ..session.errors import SessionExistsError
+from ..session.store import entries_after
 from .deps import Caller, ServerDep, runs
 from .hub import Frame
 from .tenants import Tenant

@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from ..durable.follow import entries_after
 from ..session.deltas import LiveStore
-from ..session.store import Store
+from ..session.store import Store, entries_after
 from .hub import SessionHub
 from .runs import RunFailure, Runs, Status
 from .watch import Piece, grown

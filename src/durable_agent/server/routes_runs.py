@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
 
 from ..durable.errors import EntryNotFoundError
-from ..durable.follow import entries_after
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
@@ -18,7 +17,7 @@ from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
-from ..session.store import RetentionStore
+from ..session.store import RetentionStore, entries_after
 from .app import Server
 from .deps import Caller, ServerDep, runs
 from .runs import OnBusy, Runs

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from ..durable.follow import entries_after
 from ..session.entries import Entry, MessageEntry
+from ..session.store import entries_after
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 

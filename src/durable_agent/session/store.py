@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from .entries import Entry
@@ -18,8 +18,10 @@ __all__ = [
     "Store",
     "check_after",
     "check_page",
+    "entries_after",
     "newest_first",
     "open_session",
+    "seq_reader",
 ]
 
 DEFAULT_PAGE = 100
@@ -84,6 +86,23 @@ class SeqStore(Store, Protocol):
     """
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]: ...
+
+
+def seq_reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
+    """How to read ``store`` after a seq, decided once (a protocol check is not free): its own
+    seq read (:class:`SeqStore`), else a whole load sliced."""
+    if isinstance(store, SeqStore):
+        return store.load_entries_after
+
+    async def sliced(session_id: str, after: int) -> list[tuple[int, Entry]]:
+        return list(enumerate(await store.load_entries(session_id), 1))[after:]
+
+    return sliced
+
+
+async def entries_after(store: Store, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    """The session's entries after seq ``after``, with their seqs (:func:`seq_reader`)."""
+    return await seq_reader(store)(session_id, after)
 
 
 class AppendWatch(Protocol):

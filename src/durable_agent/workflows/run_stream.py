@@ -35,11 +35,12 @@ from ..ai.messages import Message
 from ..durable.chain_events import RunChain
 from ..durable.errors import AgentError, RunCancelledError
 from ..durable.events import Event
-from ..durable.follow import DeltaFollower, SessionFollower, entries_after
+from ..durable.follow import DeltaFollower, SessionFollower
 from ..durable.partial import copied
 from ..durable.state import SessionState
 from ..session.deltas import DeltaChannel
 from ..session.errors import StoreUnavailableError
+from ..session.store import entries_after
 from .run_start import RunStart
 from .stream_recovery import resync, scheduled_entry_ids
 
