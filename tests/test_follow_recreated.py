@@ -134,3 +134,28 @@ async def test_an_http_stream_of_a_session_created_again_elsewhere_says_deleted(
             await reader.until(lambda r: any(f.event == "deleted" for f in r.frames))
         assert [s for s, _ in reader.entries()] == [1, 2]
         assert [f.event for f in reader.frames][-1] == "deleted"
+
+
+async def test_a_stream_of_the_new_session_does_not_join_the_old_ones_hub(tmp_path: Path) -> None:
+    """The session's hub still follows the deleted session (the new one is shorter than its
+    cursor, so none of its reads tells yet) when a browser opens the new one: that stream
+    gets the new session whole and live, not the old hub's cursor nor its ``deleted``; the old
+    session's stream learns of the delete."""
+    store, other = FileStore(tmp_path / "s"), FileStore(tmp_path / "s")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(tool_script()))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await store.create_session(SID)
+        await store.append_entries(SID, chain("a", "b"))
+        async with stream(client, SID, after=0) as old:
+            await old.until(lambda r: r.live)
+            await other.append_entries(SID, [msg("c", parent="b")])
+            await old.until(lambda r: r.last_seq() == 3)  # the hub read the old session
+            await recreate(other, chain("x"))
+            async with stream(client, SID, after=0) as new:
+                await new.until(lambda r: r.live)
+                await other.append_entries(SID, [msg("y", parent="x")])
+                await new.until(lambda r: r.last_seq() == 2)
+                await old.until(lambda r: any(f.event == "deleted" for f in r.frames))
+        assert [e["id"] for _, e in new.entries()] == ["x", "y"]
+        assert not any(f.event == "deleted" for f in new.frames)
+        assert [e["id"] for _, e in old.entries()] == ["a", "b", "c"]

@@ -94,7 +94,7 @@ class SessionFollower:
         self._feed = store if isinstance(store, AppendFeed) else None
         self._watch: AppendWatch | None = None
         self._records = store.load_session if isinstance(store, RetentionStore) else None
-        self._born: datetime | None = None  # the followed session's record's (:meth:`_fetch`)
+        self.born: datetime | None = None  # its session record's created_at (:meth:`_fetch`)
         self._confirmed = float("-inf")
 
     @property
@@ -161,13 +161,13 @@ class SessionFollower:
         """The entries after the cursor, of the session the first read found: its record's
         ``created_at``, read before it, is read again when they may be another's (:meth:`_unsure`:
         a session created again numbers from 1 too), ``SessionNotFoundError`` if it differs."""
-        records, first = self._records, self._born is None
+        records, first = self._records, self.born is None
         if records is not None and first:
-            self._born, self._confirmed = (await records(self.session_id)).created_at, self.read_at
+            self.born, self._confirmed = (await records(self.session_id)).created_at, self.read_at
         found = await self._read(self.session_id, self.after)
         if records is not None and not first and self._unsure(found):
             self._confirmed = asyncio.get_running_loop().time()
-            if (await records(self.session_id)).created_at != self._born:
+            if (await records(self.session_id)).created_at != self.born:
                 raise SessionNotFoundError(self.session_id)
         return found
 

@@ -281,6 +281,15 @@ class SessionHub:
         finally:
             self.close()
 
+    def created_again(self) -> None:
+        """The session was deleted and created again under its ID since this hub last read it:
+        its streams learn of the delete (the process's runs of the new session are left alone),
+        and it stops, for a new hub to follow the new session."""
+        self._send(Frame("deleted", {"session_id": self.session_id}))
+        if self.task is not None:
+            self.task.cancel()
+        self.close()
+
     def close(self) -> None:
         """The hub stops: its subscribers' streams end (their clients come back to a new one)
         and it waits for nothing more."""

@@ -12,7 +12,8 @@ import contextlib
 from collections.abc import Sequence
 
 from ..session.deltas import LiveStore
-from ..session.store import Store, entries_after
+from ..session.errors import SessionNotFoundError
+from ..session.store import RetentionStore, Store, entries_after
 from .hub import SessionHub
 from .runs import RunFailure, Runs, Status
 from .watch import Piece, grown
@@ -46,8 +47,16 @@ class Hubs:
         under the ID."""
 
     async def hub(self, session_id: str, after: int) -> SessionHub:
-        """The session's hub, started following after seq ``after`` if it is new."""
+        """The session's hub, started following after seq ``after`` if it is new, or if the one
+        there follows the session deleted and created again under its ID (its next reads would
+        tell, late for a session still shorter than its cursor: docs/design.md#http-api)."""
         hub = self.hubs.get(session_id)
+        if hub is not None and hub.follower.born and isinstance(self.store, RetentionStore):
+            with contextlib.suppress(SessionNotFoundError):  # gone: the hub's next read tells
+                record = await self.store.load_session(session_id)
+                if record.created_at != hub.follower.born and self.hubs.get(session_id) is hub:
+                    hub.created_again()
+            hub = self.hubs.get(session_id)
         if hub is None:
             hub = SessionHub(self, session_id, after)
             self.hubs[session_id] = hub
