@@ -196,6 +196,25 @@ async def test_non_retryable_tool_error_fails_at_once() -> None:
     assert messages[1].text() == "tool execution failed: ValueError: bad input"
 
 
+async def test_a_tool_error_is_redacted_of_the_process_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The failure result is stored and sent to the model: a client library's error carrying
+    the process's credential (a URL's ``key=``) reaches neither."""
+    key = "sk-test-SECRET123456abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+
+    @tool(retry=RetryPolicy(max_attempts=1))
+    async def leaky() -> str:
+        raise RuntimeError(f"GET https://api.example/v1?key={key[3:]}: 401")
+
+    _, loop = loop_for([Reply.call("leaky", id="k1"), "ok"], tools=(leaky,))
+    messages = await loop.run([user_message("go")]).wait()
+    text = messages[1].text()
+    assert text.startswith("tool execution failed: RuntimeError: GET https://api.example/v1?key=")
+    assert "SECRET123456" not in text
+
+
 async def test_tool_timeout_is_a_failure_result() -> None:
     @tool(timeout=0.01, retry=RetryPolicy(max_attempts=1))
     async def hangs() -> str:

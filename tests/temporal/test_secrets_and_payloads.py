@@ -3,6 +3,7 @@ and nothing is truncated (docs/design.md#bounded-history)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from durable_agent import (
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
-from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec
+from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, run_workflow_id
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     consume,
@@ -31,6 +32,7 @@ from tests.temporal.helpers import (
     fetch_history_text,
     messages_of,
     queue,
+    run_id,
     sid,
 )
 
@@ -234,3 +236,45 @@ async def test_a_summary_over_the_limit_is_refused_after_one_summarizer_call(
         assert await store.load_entries(agent.session_id) == before
         assert agent.entries() == before and not agent.running
         await agent.append("still usable")
+
+
+async def test_a_tool_error_carrying_a_key_is_redacted_everywhere(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool whose client library puts the worker's credential in its error (a URL's
+    ``?key=``, an ``Authorization`` header) fails the activity with the key redacted: not in the
+    activity failure in history, the worker's log, nor the stored ``tool execution failed``
+    result the model reads."""
+    env_canary = f"sk-env-canary-{secrets.token_hex(12)}"
+    monkeypatch.setenv(ENV_KEY, env_canary)
+    caplog.set_level(logging.INFO)
+
+    @tool
+    async def fetch(q: str) -> str:
+        """Calls a service with the worker's credentials, and fails."""
+        raise RuntimeError(f"GET https://api.example/v1?q={q}&key={os.environ[ENV_KEY]}: 401")
+
+    def respond(request: ModelRequest) -> Reply:
+        last = request.messages[-1]
+        return Reply.call("fetch", {"q": "w"}, id="f1") if last.role == "user" else Reply(text="ok")
+
+    store, q, session, rid = MemoryStore(), queue(), sid("toolkey"), run_id()
+    spec = AgentSpec(model=ScriptedModel(respond), tools=[fetch])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        outcome = await consume(await agent.run("call it", run_id=rid))
+        assert outcome.error is None, repr(outcome.error)
+    result = messages_of(await store.load_entries(session))[-2]
+    assert result.is_error and result.text().startswith("tool execution failed: RuntimeError: GET")
+    assert env_canary not in result.text() and env_canary[:12] not in result.text()
+    logged = "\n".join(
+        r.getMessage() + str(r.exc_info[1] if r.exc_info else "") for r in caplog.records
+    )
+    assert "Completing activity as failed" in logged  # the failure was logged...
+    assert env_canary[:12] not in logged  # ...without the key
+    wid = run_workflow_id(session, rid)
+    history = await fetch_history_text(temporal_client.get_workflow_handle(wid))
+    assert "GET https://api.example/v1?q=w&key=" in history  # the failure is there, redacted
+    assert env_canary[:12] not in history

@@ -20,6 +20,7 @@ not run again.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +39,7 @@ from ..ai.messages import (
     error_tool_result_message,
     tool_result_message,
 )
+from ..ai.redaction import configured_secrets, redact
 from ..ai.tools import RetryPolicy as ToolRetry
 from ..ai.tools import Tool, ToolContext
 from ..durable.engine import RunEngine
@@ -121,9 +123,12 @@ class ToolActivity(ActivityBase):
             raise
         except Exception as exc:
             non_retryable = type(exc).__name__ in tool.retry.non_retryable
-            # the message becomes the result text; the chain stays on the worker
+            # the message becomes the result text; the chain stays on the worker. A client
+            # library's error may carry the worker's credential (a URL's key, a header), so it
+            # is redacted as a model error is (docs/design.md#errors).
+            message = redact(encodable_text(str(exc)), configured_secrets(os.environ))
             raise ApplicationError(  # (a message Temporal cannot encode fails the activity task)
-                encodable_text(str(exc)), type=type(exc).__name__, non_retryable=non_retryable
+                message, type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
         self.check_size(f"result of tool {call.name!r}", as_stored(result))

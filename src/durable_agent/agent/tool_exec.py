@@ -7,10 +7,12 @@ so the only way to leave an unanswered call is a hard kill, which run-start repa
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ..ai.messages import Message, ToolCall, error_tool_result_message, tool_result_message
+from ..ai.redaction import configured_secrets, redact
 from ..ai.tools import Tool, ToolContext
 
 __all__ = [
@@ -24,8 +26,10 @@ Report = Callable[[str], Awaitable[None]]
 
 
 def failure_text(exc: BaseException) -> str:
-    """``tool execution failed: <ExceptionType>: <message>``."""
-    return f"tool execution failed: {type(exc).__name__}: {exc}"
+    """``tool execution failed: <ExceptionType>: <message>``, the message redacted of this
+    process's keys: it is stored and sent to the model (docs/design.md#errors)."""
+    message = redact(str(exc), configured_secrets(os.environ))
+    return f"tool execution failed: {type(exc).__name__}: {message}"
 
 
 def unknown_tool_result(call: ToolCall) -> Message:
