@@ -38,7 +38,7 @@ from typing import Any
 
 from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import PayloadCodec
+from temporalio.converter import DefaultFailureConverterWithEncodedAttributes, PayloadCodec
 from temporalio.service import RPCError, TLSConfig
 
 __all__ = [
@@ -223,7 +223,13 @@ async def connect_with(
     Raises :class:`TemporalConnectError` when no server answers."""
     converter = pydantic_data_converter
     if payload_codec is not None:
-        converter = dataclasses.replace(converter, payload_codec=payload_codec)
+        # failure messages and stack traces are encoded too: a tool's error often quotes the
+        # conversation, and Temporal keeps them plain by default
+        converter = dataclasses.replace(
+            converter,
+            payload_codec=payload_codec,
+            failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        )
     try:
         client = await Client.connect(
             settings.address,
