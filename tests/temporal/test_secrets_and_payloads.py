@@ -3,6 +3,7 @@ and nothing is truncated (docs/design.md#bounded-history)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import secrets
@@ -24,6 +25,7 @@ from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import SEARCH_ATTRIBUTE, AgentSpec, run_workflow_id
+from durable_agent.workflows.worker_logs import LogFormat, WorkerLogFormatter
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     consume,
@@ -278,3 +280,35 @@ async def test_a_tool_error_carrying_a_key_is_redacted_everywhere(
     history = await fetch_history_text(temporal_client.get_workflow_handle(wid))
     assert "GET https://api.example/v1?q=w&key=" in history  # the failure is there, redacted
     assert env_canary[:12] not in history
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_the_worker_log_never_shows_a_key(
+    temporal_client: Client, monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    """A provider raising something other than a ``ModelError`` (nobody sanitized it) is logged
+    with its traceback, for the operator; the worker's log format (``durable-agent worker``)
+    still shows none of the worker's keys, in text or JSON."""
+    env_canary = f"sk-env-canary-{secrets.token_hex(12)}"
+    monkeypatch.setenv(ENV_KEY, env_canary)
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(WorkerLogFormatter(log_format))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    store, q = MemoryStore(), queue()
+    try:
+        async with running_worker(
+            temporal_client, store, {"keyed": AgentSpec(model=KeyedModel(env_canary))}, task_queue=q
+        ):
+            agent = await new(
+                "keyed", store=store, session_id=sid("log"), executor=executor(temporal_client, q)
+            )
+            raw = await consume(await agent.run("crash raw"))
+    finally:
+        root.removeHandler(handler)
+    assert isinstance(raw.error, ModelError)
+    logged = out.getvalue()
+    assert "model call failed with RuntimeError" in logged and "Traceback" in logged
+    assert "POST https://api.example/v1?key=" in logged  # the operator sees what failed...
+    assert env_canary[:12] not in logged and "Bearer sk" not in logged  # ...but not the key

@@ -17,12 +17,16 @@ adds ``error_type`` (the ``ApplicationError``'s type, else the exception's class
 plus ``traceback`` when the error is unexpected; an activity's record adds ``activity`` (the
 SDK's details: type, attempt, workflow...). A text line names the activity in short instead:
 ``(durable_agent.call_model attempt 2, workflow durable-agent/s1/run/r1)``.
+
+Every line is redacted of the process's keys (``ai/redaction.py``): an unexpected error's text
+and traceback were sanitized by nobody.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from datetime import UTC, datetime
@@ -37,6 +41,8 @@ from temporalio.runtime import (
     TelemetryConfig,
     TelemetryFilter,
 )
+
+from ..ai.redaction import configured_secrets, redact
 
 __all__ = ["LogFormat", "WorkerLogFormatter", "configure_worker_logging"]
 
@@ -56,6 +62,11 @@ class WorkerLogFormatter(logging.Formatter):
         self.log_format = log_format
 
     def format(self, record: logging.LogRecord) -> str:
+        # an unexpected error's text and traceback were sanitized by nobody (a provider's own
+        # exception may hold the request's headers): no line shows the process's keys
+        return redact(self._format(record), configured_secrets(os.environ))
+
+    def _format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = {
             "time": _time(record),
             "level": record.levelname,
