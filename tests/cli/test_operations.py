@@ -342,3 +342,58 @@ def test_check_fails_within_seconds_of_a_sigkill_and_counts_only_this_worker(
         assert poll(lambda: _check(dev, b.ready, queue).returncode == 0, within=20)
     missing = _check(dev, tmp_path / "never.ready", queue)
     assert missing.returncode == 1 and "unhealthy" in missing.stdout
+
+
+# -- stopping: what a worker told to stop does with the calls it is working on --------------------
+
+
+async def test_sigterm_lets_a_tool_in_flight_finish(dev: Dev, tmp_path: Path) -> None:
+    """A deploy's SIGTERM mid-tool: the worker stops polling (its ready file goes at once) and
+    lets the call finish within its grace before it exits 0. Before, the call was cancelled at
+    once: a tool tried only once (it must not run twice) failed with ``WorkerShutdown``."""
+    queue, store = f"ops-stop-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
+    args = ["--app", f"{OPS_APP}:app", "--store", store, "--task-queue", queue]
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    client = await _client(dev)
+    with worker_process(env, tmp_path, *args) as worker:
+        handle = await client.start_workflow(
+            "durable_agent.run",
+            {"session_id": "stop1", "agent": "settle", "text": "pay"},
+            id=f"durable-agent/stop1/run/{secrets.token_hex(4)}",
+            task_queue=queue,
+        )
+        wait_until(lambda: (tmp_path / "started").exists(), within=60, what="the tool to start")
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: not worker.ready.exists(), within=10, what="the ready file to go")
+        assert worker.proc.poll() is None, "exited with the tool in flight:\n" + worker.text()
+        (tmp_path / "release").touch()
+        assert worker.proc.wait(30) == 0, worker.text()
+    with worker_process(env, tmp_path, *args, name="next"):
+        await handle.result()
+    shown = run_cli(["show", "stop1", "--store", store], dev.env)
+    assert shown.returncode == 0, shown.stderr
+    assert "done: settled 5 EUR" in shown.stdout, shown.stdout
+    assert "WorkerShutdown" not in shown.stdout, shown.stdout
+
+
+async def test_a_second_sigterm_stops_the_worker_at_once(dev: Dev, tmp_path: Path) -> None:
+    """An operator who will not wait for the grace signals again: the process ends now (killed
+    by the signal, as a crash; the call is retried once its heartbeat times out)."""
+    queue, store = f"ops-stop2-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
+    args = ["--app", f"{OPS_APP}:app", "--store", store, "--task-queue", queue]
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    client = await _client(dev)
+    with worker_process(env, tmp_path, *args, "--shutdown-grace", "60") as worker:
+        handle = await client.start_workflow(
+            "durable_agent.run",
+            {"session_id": "stop2", "agent": "settle", "text": "pay"},
+            id=f"durable-agent/stop2/run/{secrets.token_hex(4)}",
+            task_queue=queue,
+        )
+        wait_until(lambda: (tmp_path / "started").exists(), within=60, what="the tool to start")
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping" in worker.text(), within=10, what="the stop to begin")
+        assert not worker.ready.exists()
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.proc.wait(10) == -signal.SIGTERM, worker.text()
+    await handle.terminate()

@@ -6,15 +6,22 @@
 - ``flaky``'s first model call fails with a retryable :class:`ModelError` (a provider's 503), the
   retry answers: an expected error the worker logs in one line;
 - ``broken``'s model raises a ``RuntimeError`` (a bug in a model adapter): an unexpected error,
-  whose traceback the worker's log keeps.
+  whose traceback the worker's log keeps;
+- ``settle`` calls ``settle``, a tool tried once (its effect must not happen twice) that says it
+  started (``started`` in ``$OPS_TOOL_DIR``) and works until the test lets it finish (``release``
+  there), then answers with what the tool returned: what a worker told to stop does with a call
+  in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-from durable_agent import Reply, ScriptedModel
-from durable_agent.ai import ModelError, ModelEvent, ModelRequest
+from durable_agent import Reply, ScriptedModel, tool
+from durable_agent.ai import ModelError, ModelEvent, ModelRequest, RetryPolicy
 from durable_agent.cli import App
 from durable_agent.workflows import AgentSpec
 
@@ -29,6 +36,24 @@ class BrokenModel:
         yield  # pragma: no cover - makes this an async generator
 
 
+@tool(retry=RetryPolicy(max_attempts=1))
+async def settle(amount: str) -> str:
+    """Settle a payment: once only, so a worker's stop must not cut it short."""
+    where = Path(os.environ["OPS_TOOL_DIR"])
+    (where / "started").touch()
+    while True:  # the payment's work, as long as the test needs it in flight
+        if (where / "release").exists():
+            return f"settled {amount}"
+        await asyncio.sleep(0.05)
+
+
+def _settle(request: ModelRequest) -> Reply:
+    last = request.messages[-1]
+    if last.role == "tool_result":
+        return Reply(text=f"{'failed' if last.is_error else 'done'}: {last.text()}")
+    return Reply.call("settle", {"amount": "5 EUR"}, id="settle-1")
+
+
 def app() -> App:
     overloaded = ModelError("the provider is overloaded (503)", retryable=True)
     return App(
@@ -38,5 +63,6 @@ def app() -> App:
                 model=ScriptedModel([Reply(error=overloaded), "Hello after a retry"])
             ),
             "broken": AgentSpec(model=BrokenModel()),
+            "settle": AgentSpec(model=ScriptedModel(_settle), tools=(settle,)),
         }
     )

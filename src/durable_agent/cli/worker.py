@@ -4,6 +4,8 @@ its store.
 
 The worker stops cleanly on SIGTERM/SIGINT and, when started by ``demo``/``dev``
 (``--parent-pid``), as soon as its parent is gone, so a killed demo never leaves a worker behind.
+Stopping, it polls no more and gives the calls in flight ``--shutdown-grace`` seconds to finish
+(a deploy must not fail a tool that may run only once); a second signal ends it at once.
 Its log lines carry time and level, as text or JSON (``--log-format``), and an expected failure
 takes one line (:mod:`durable_agent.workflows.worker_logs`). While it polls it beats its
 ``--ready-file`` every half second; ``worker --check --ready-file PATH`` is healthy only while that
@@ -22,6 +24,7 @@ import logging
 import os
 import signal
 import socket
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -125,6 +128,22 @@ LiveEveryOpt = Annotated[
     ),
 ]
 
+DEFAULT_SHUTDOWN_GRACE = 8.0
+"""Seconds a stopping worker waits for its calls in flight: under the 10 s Docker and Compose
+give a container between SIGTERM and SIGKILL, so the worker still exits by itself."""
+
+ShutdownGraceOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=3600.0,
+        envvar="DURABLE_AGENT_SHUTDOWN_GRACE",
+        help="Seconds a stopping worker (SIGTERM, Ctrl-C) lets model and tool calls in flight "
+        "finish before it cancels them for another worker to retry; a second signal stops "
+        "at once.",
+    ),
+]
+
 ReadyFileOpt = Annotated[
     Path | None,
     typer.Option(
@@ -166,6 +185,7 @@ def worker(
     max_cached_workflows: CachedWorkflowsOpt = DEFAULT_MAX_CACHED_WORKFLOWS,
     known_entries: KnownEntriesOpt = DEFAULT_KNOWN_ENTRIES,
     live_every: LiveEveryOpt = WRITE_EVERY,
+    shutdown_grace: ShutdownGraceOpt = DEFAULT_SHUTDOWN_GRACE,
     address: AddressOpt = None,
     namespace: NamespaceOpt = None,
     profile: ProfileOpt = None,
@@ -200,6 +220,7 @@ def worker(
             connect_timeout=connect_timeout,
             limits=limits,
             live_every=live_every,
+            shutdown_grace=shutdown_grace,
             flags=flags,
         )
     )
@@ -275,6 +296,7 @@ async def run_worker(
         DEFAULT_KNOWN_ENTRIES,
     ),
     live_every: float = WRITE_EVERY,
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     flags: TemporalFlags | None = None,
 ) -> int:
     """Run until stopped; the exit code. ``limits`` (concurrent activities, workflow tasks,
@@ -288,8 +310,7 @@ async def run_worker(
     assert store is not None
     store_name = display_store(opened.spec) if opened is not None else type(store).__name__
     try:
-        # The store's ID goes into the worker's identity, so clients can tell a store mismatch.
-        identity = worker_identity(await store_id(store, create=True))
+        identity = worker_identity(await store_id(store, create=True))  # clients compare it
         client = await connect(flags, within=connect_timeout)
         temporal_worker = await create_worker(
             client,
@@ -303,19 +324,19 @@ async def run_worker(
             known_entries=known,
             live_every=live_every,
             identity=identity,
+            graceful_shutdown_timeout=timedelta(seconds=shutdown_grace),
         )
         config = temporal_worker.config()  # what the temporalio Worker was really given
         ready = (
             f"worker {os.getpid()} ready: task queue {queue}, "
             f"agents {', '.join(sorted(app.agents))}, store {store_name}, "
-            f"Temporal {client.service_client.config.target_host} "
-            f"(namespace {client.namespace}); "
+            f"Temporal {client.service_client.config.target_host} (namespace {client.namespace}); "
             f"max concurrent activities {config.get('max_concurrent_activities')}, "
             f"workflow tasks {config.get('max_concurrent_workflow_tasks')}, "
             f"cached workflows {config.get('max_cached_workflows')}, known entries {known} bytes, "
-            f"live text every {live_every:g} s"
+            f"live text every {live_every:g} s, shutdown grace {shutdown_grace:g} s"
         )
-        await _serve(temporal_worker, ready, queue, ready_file, parent_pid)
+        await _serve(temporal_worker, ready, queue, ready_file, parent_pid, shutdown_grace)
     finally:
         if opened is not None:
             await opened.close()
@@ -328,9 +349,11 @@ async def _serve(
     queue: str,
     ready_file: Path | None,
     parent_pid: int | None,
+    grace: float,
 ) -> None:
     """Poll until SIGTERM/SIGINT or the parent's exit; the ready file beats while polling."""
-    stop = stop_on_signals(signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT)
+    stop = stop_on_signals(*signals)
     if ready_file is not None:  # a file a crash left would be read as this worker's
         with contextlib.suppress(OSError):
             os.unlink(ready_file)
@@ -345,7 +368,18 @@ async def _serve(
                         beat(ready_file, queue)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), HEARTBEAT_INTERVAL)
-            logger.info("worker %d stopping", os.getpid())
+            if ready_file is not None:  # it says "polls", which is over
+                with contextlib.suppress(OSError):
+                    os.unlink(ready_file)
+            for sig in signals:  # a second signal ends the process at once, as a crash would
+                asyncio.get_running_loop().remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_DFL)
+            logger.info(
+                "worker %d stopping: calls in flight have %g s to finish (a second SIGTERM or "
+                "Ctrl-C stops at once)",
+                os.getpid(),
+                grace,
+            )
     finally:
         if ready_file is not None:
             with contextlib.suppress(OSError):
