@@ -390,6 +390,17 @@ def test_a_negative_timeout_is_a_usage_error(tmp_path: Path) -> None:
     assert "--timeout" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["nan", "-1"])
+def test_a_worker_connect_timeout_that_is_no_duration_is_a_usage_error(
+    tmp_path: Path, value: str
+) -> None:
+    """Before, ``nan`` retried an unreachable Temporal forever (no deadline ever passed)."""
+    args = ["worker", "--app", "durable_agent.cli.demo_app:app", "--address", "127.0.0.1:1"]
+    result = run_cli([*args, "--connect-timeout", value], cli_env(tmp_path), timeout=20)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--connect-timeout" in result.stderr
+
+
 def _sessions_dir(dev: Dev) -> Path:
     return Path(dev.env["XDG_DATA_HOME"]) / "durable-agent" / "sessions"
 

@@ -152,7 +152,7 @@ ReadyFileOpt = Annotated[
     ),
 ]
 ConnectTimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds to keep retrying an unreachable Temporal.")
+    float, typer.Option(min=0.0, help="Seconds to keep retrying an unreachable Temporal.")
 ]
 CheckOpt = Annotated[
     bool,
