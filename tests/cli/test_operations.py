@@ -12,11 +12,13 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from tests.cli.support import Dev, run_cli, running_dev, worker_process
+from tests.cli.support import CLI, Dev, run_cli, running_dev, worker_process
 from tests.support.polling import eventually, poll, wait_until
 
 pytestmark = pytest.mark.temporal
@@ -377,8 +379,9 @@ async def test_sigterm_lets_a_tool_in_flight_finish(dev: Dev, tmp_path: Path) ->
 
 
 async def test_a_second_sigterm_stops_the_worker_at_once(dev: Dev, tmp_path: Path) -> None:
-    """An operator who will not wait for the grace signals again: the process ends now (killed
-    by the signal, as a crash; the call is retried once its heartbeat times out)."""
+    """An operator who will not wait for the grace signals again: the process ends now (exit
+    143, as a crash; the call is retried once its heartbeat times out), also as a container's
+    PID 1, which the signal's default action would not end."""
     queue, store = f"ops-stop2-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
     args = ["--app", f"{OPS_APP}:app", "--store", store, "--task-queue", queue]
     env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
@@ -395,5 +398,50 @@ async def test_a_second_sigterm_stops_the_worker_at_once(dev: Dev, tmp_path: Pat
         wait_until(lambda: "stopping" in worker.text(), within=10, what="the stop to begin")
         assert not worker.ready.exists()
         worker.proc.send_signal(signal.SIGTERM)
-        assert worker.proc.wait(10) == -signal.SIGTERM, worker.text()
+        assert worker.proc.wait(10) == 128 + signal.SIGTERM, worker.text()
+    await handle.terminate()
+
+
+@contextmanager
+def _as_pid_1(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``durable-agent worker ARGS`` as PID 1 of a PID namespace of its own, as in a container."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", *CLI, "worker", *args]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _child(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+async def test_a_second_sigterm_stops_a_containers_pid_1(dev: Dev, tmp_path: Path) -> None:
+    """In a container the worker is PID 1, which no signal's default action ends: the second
+    SIGTERM (which, before, only restored that default) must end it all the same."""
+    ready, queue = tmp_path / "pid1.ready", f"ops-pid1-{secrets.token_hex(4)}"
+    args = ["--app", f"{OPS_APP}:app", "--ready-file", str(ready), "--task-queue", queue]
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path), "DURABLE_AGENT_STORE": f"file:{tmp_path}"}
+    client = await _client(dev)
+    with _as_pid_1([*args, "--shutdown-grace", "60"], env, tmp_path / "pid1.log") as proc:
+        wait_until(ready.exists, within=60, what="the worker to poll")
+        assert json.loads(ready.read_text())["pid"] == 1
+        handle = await client.start_workflow(
+            "durable_agent.run",
+            {"session_id": "pid1", "agent": "settle", "text": "pay"},
+            id=f"durable-agent/pid1/run/{secrets.token_hex(4)}",
+            task_queue=queue,
+        )
+        wait_until((tmp_path / "started").exists, within=60, what="the tool to start")
+        worker = _child(proc.pid)
+        os.kill(worker, signal.SIGTERM)
+        wait_until(lambda: not ready.exists(), within=10, what="the stop to begin")
+        os.kill(worker, signal.SIGTERM)
+        assert proc.wait(10) == 128 + signal.SIGTERM
     await handle.terminate()

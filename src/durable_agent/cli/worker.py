@@ -371,9 +371,9 @@ async def _serve(
             if ready_file is not None:  # it says "polls", which is over
                 with contextlib.suppress(OSError):
                     os.unlink(ready_file)
-            for sig in signals:  # a second signal ends the process at once, as a crash would
-                asyncio.get_running_loop().remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in signals:  # a second one ends it now, as a crash would; an exit, not the
+                # signal's default action, which a container's PID 1 does not have
+                asyncio.get_running_loop().add_signal_handler(sig, os._exit, 128 + sig)
             logger.info(
                 "worker %d stopping: calls in flight have %g s to finish (a second SIGTERM or "
                 "Ctrl-C stops at once)",
