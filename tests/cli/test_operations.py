@@ -445,3 +445,19 @@ async def test_a_second_sigterm_stops_a_containers_pid_1(dev: Dev, tmp_path: Pat
         os.kill(worker, signal.SIGTERM)
         assert proc.wait(10) == 128 + signal.SIGTERM
     await handle.terminate()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_sigterm_stops_a_containers_pid_1_waiting_for_temporal(dev: Dev, tmp_path: Path) -> None:
+    """``docker stop`` while the worker waits for a Temporal not up yet: it exits at once, where
+    before PID 1 ignored the signal until the stop's SIGKILL."""
+    args = ["--app", f"{OPS_APP}:app", "--address", "127.0.0.1:1", "--connect-timeout", "60"]
+    env = {**dev.env, "DURABLE_AGENT_STORE": f"file:{tmp_path}"}
+    log = tmp_path / "pid1.log"
+    with _as_pid_1(args, env, log) as proc:
+        wait_until(lambda: (tmp_path / ".durable-agent-store-id").exists(), within=60, what="start")
+        os.kill(_child(proc.pid), signal.SIGTERM)
+        assert proc.wait(10) == 128 + signal.SIGTERM
+    assert "stopped before it was ready" in log.read_text()

@@ -299,8 +299,8 @@ async def run_worker(
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     flags: TemporalFlags | None = None,
 ) -> int:
-    """Run until stopped; the exit code. ``limits`` (concurrent activities, workflow tasks,
-    cached workflows, known entries) and ``live_every`` go to :func:`create_worker`."""
+    """Run until stopped; the exit code (``limits`` in the order :func:`check_tuning` takes)."""
+    _exit_on_signals("stopped before it was ready")  # it may wait for Temporal for a while
     activities, workflow_tasks, cached, known = limits
     check_tuning(activities, workflow_tasks, cached, known, live_every)
     app = load_app(app_ref)
@@ -352,8 +352,7 @@ async def _serve(
     grace: float,
 ) -> None:
     """Poll until SIGTERM/SIGINT or the parent's exit; the ready file beats while polling."""
-    signals = (signal.SIGTERM, signal.SIGINT)
-    stop = stop_on_signals(*signals)
+    stop = stop_on_signals(*STOP_SIGNALS)
     if ready_file is not None:  # a file a crash left would be read as this worker's
         with contextlib.suppress(OSError):
             os.unlink(ready_file)
@@ -371,9 +370,7 @@ async def _serve(
             if ready_file is not None:  # it says "polls", which is over
                 with contextlib.suppress(OSError):
                     os.unlink(ready_file)
-            for sig in signals:  # a second one ends it now, as a crash would; an exit, not the
-                # signal's default action, which a container's PID 1 does not have
-                asyncio.get_running_loop().add_signal_handler(sig, os._exit, 128 + sig)
+            _exit_on_signals("stopped at once (a second signal)")  # as a crash would
             logger.info(
                 "worker %d stopping: calls in flight have %g s to finish (a second SIGTERM or "
                 "Ctrl-C stops at once)",
@@ -384,3 +381,18 @@ async def _serve(
         if ready_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(ready_file)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _exit_on_signals(why: str) -> None:
+    """From now on SIGTERM or SIGINT ends the process at once (exit 128 + the signal), saying
+    ``why``: by an exit, not the signal's default action, which a container's PID 1 lacks."""
+
+    def now(sig: int) -> None:
+        logger.info("worker %d %s", os.getpid(), why)
+        os._exit(128 + sig)
+
+    for sig in STOP_SIGNALS:
+        asyncio.get_running_loop().add_signal_handler(sig, now, sig)
