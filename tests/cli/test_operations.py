@@ -461,3 +461,16 @@ def test_sigterm_stops_a_containers_pid_1_waiting_for_temporal(dev: Dev, tmp_pat
         os.kill(_child(proc.pid), signal.SIGTERM)
         assert proc.wait(10) == 128 + signal.SIGTERM
     assert "stopped before it was ready" in log.read_text()
+
+
+def test_a_ready_file_that_cannot_be_written_is_one_line(dev: Dev, tmp_path: Path) -> None:
+    """Before, the worker served with every beat failing unseen: its check said "not up yet" for
+    ever (an orchestrator restarts it in a loop) and nothing said why."""
+    ready = tmp_path / "no-such-dir" / "worker.ready"
+    args = ["worker", "--app", f"{OPS_APP}:app", "--ready-file", str(ready)]
+    args += ["--store", f"file:{tmp_path / 'sessions'}", "--task-queue", "ops-ready"]
+    result = run_cli(args, dev.env, timeout=30)
+    assert result.returncode == 1, result.stdout + result.stderr
+    first = result.stderr.splitlines()[0]
+    assert f"cannot write the ready file {ready}" in first, result.stderr
+    assert "Traceback" not in result.stderr

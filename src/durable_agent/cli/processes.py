@@ -44,6 +44,7 @@ __all__ = [
     "exclusive_server_lock",
     "beat",
     "check_liveness",
+    "claim_ready_file",
     "die_with_parent",
     "free_port",
     "spawn",
@@ -249,6 +250,18 @@ def beat(path: Path, task_queue: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "task_queue": task_queue, "beat": time.time()}))
     tmp.replace(path)
+
+
+def claim_ready_file(path: Path) -> None:
+    """Remove the ready file a crash left (it would be read as this worker's), and make sure
+    one can be written there: a worker whose every beat fails would be unhealthy for ever."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.unlink(missing_ok=True)
+        tmp.write_text("")
+        tmp.unlink()
+    except OSError as exc:
+        raise OSError(f"cannot write the ready file {path}: {exc.strerror or exc}") from exc
 
 
 def check_liveness(path: Path) -> tuple[bool, str]:

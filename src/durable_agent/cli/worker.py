@@ -65,7 +65,13 @@ from .config import (
     open_store,
     resolve_store_spec,
 )
-from .processes import HEARTBEAT_INTERVAL, beat, check_liveness, stop_on_signals
+from .processes import (
+    HEARTBEAT_INTERVAL,
+    beat,
+    check_liveness,
+    claim_ready_file,
+    stop_on_signals,
+)
 from .render import console, fail, flags_from, run_command
 
 __all__ = [
@@ -138,9 +144,8 @@ ShutdownGraceOpt = Annotated[
         min=0.0,
         max=3600.0,
         envvar="DURABLE_AGENT_SHUTDOWN_GRACE",
-        help="Seconds a stopping worker (SIGTERM, Ctrl-C) lets model and tool calls in flight "
-        "finish before it cancels them for another worker to retry; a second signal stops "
-        "at once.",
+        help="Seconds a stopping worker (SIGTERM, Ctrl-C) lets calls in flight finish before it "
+        "cancels them for another worker to retry; a second signal stops it at once.",
     ),
 ]
 
@@ -353,9 +358,8 @@ async def _serve(
 ) -> None:
     """Poll until SIGTERM/SIGINT or the parent's exit; the ready file beats while polling."""
     stop = stop_on_signals(*STOP_SIGNALS)
-    if ready_file is not None:  # a file a crash left would be read as this worker's
-        with contextlib.suppress(OSError):
-            os.unlink(ready_file)
+    if ready_file is not None:
+        claim_ready_file(ready_file)
     try:
         async with temporal_worker:
             logger.info("%s", ready)
@@ -372,10 +376,7 @@ async def _serve(
                     os.unlink(ready_file)
             _exit_on_signals("stopped at once (a second signal)")  # as a crash would
             logger.info(
-                "worker %d stopping: calls in flight have %g s to finish (a second SIGTERM or "
-                "Ctrl-C stops at once)",
-                os.getpid(),
-                grace,
+                "worker %d stopping: calls in flight have %g s to finish", os.getpid(), grace
             )
     finally:
         if ready_file is not None:
