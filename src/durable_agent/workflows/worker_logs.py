@@ -5,8 +5,10 @@ A worker meets failures it is built to meet: a run for an agent it does not serv
 session lacks, a model attempt that fails and will be retried. Its activities raise each as a
 Temporal ``ApplicationError`` whose type and message say everything (docs/design.md#errors), and
 the SDK logs it with its traceback: a screen of the SDK's own frames for a client's typo. Here
-such a record is one line, the error's type and message appended. Any other exception is
-something no code raised on purpose (a bug), and keeps its traceback.
+such a record is one line, the error's type and message appended. So is a store that is down
+(``StoreUnavailableError``, or PyMongo's connection failure reaching a best-effort write, such as
+clearing a reply's live deltas): an outage the worker rides out, whose traceback is the driver's.
+Any other exception is something no code raised on purpose (a bug), and keeps its traceback.
 
 The Temporal core's own log (the SDK's native part: poll failures, a lost server) is forwarded to
 the same handler, so that every line has the same shape. Call :func:`configure_worker_logging`
@@ -43,10 +45,19 @@ from temporalio.runtime import (
 )
 
 from ..ai.redaction import configured_secrets, redact
+from ..session.errors import StoreUnavailableError
 
 __all__ = ["LogFormat", "WorkerLogFormatter", "configure_worker_logging"]
 
 LogFormat = Literal["text", "json"]
+
+
+def _outage(error: BaseException) -> bool:
+    """A store that is down: ours, or PyMongo's (looked up, not imported: the extra may be
+    missing, and then no such error exists)."""
+    mongo = sys.modules.get("pymongo.errors")
+    unreachable = () if mongo is None else (mongo.ConnectionFailure,)
+    return isinstance(error, (StoreUnavailableError, *unreachable))
 
 
 def _time(record: logging.LogRecord) -> str:
@@ -86,6 +97,9 @@ class WorkerLogFormatter(logging.Formatter):
         if isinstance(error, ApplicationError):  # raised on purpose: its type says what
             fields["error_type"] = error.type or type(error).__name__
             fields["error"] = error.message
+        elif error is not None and _outage(error):
+            fields["error_type"] = type(error).__name__
+            fields["error"] = " ".join(str(error).split())
         elif error is not None:
             fields["error_type"] = type(error).__name__
             fields["error"] = str(error)
