@@ -9,10 +9,17 @@ from typing import Any
 
 import pytest
 
-from durable_agent import Agent, MessageEntry, RunNotAcceptingError, ScriptedModel
+from durable_agent import (
+    Agent,
+    MessageEntry,
+    RunNotAcceptingError,
+    ScriptedModel,
+    meta,
+)
 from durable_agent.activities.run_contracts import RunState
-from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.ai import Message, Reply, TextContent, ToolCall, tool
 from durable_agent.session import Store
+from durable_agent.stores import MemoryStore
 from tests.durable_runs.support import kinds
 from tests.durable_runs.test_approvals import Reader, shape, stored
 from tests.support.harness import Harness
@@ -247,3 +254,26 @@ async def test_a_sender_that_stops_waiting_leaves_the_run_going() -> None:
     assert [e.id for e in await agent.store.load_entries(agent.session_id)] == [
         e.id for e in stored(agent)
     ]
+
+
+async def test_a_meta_message_and_one_of_two_parts_are_delivered_as_sent(harness: Harness) -> None:
+    """Not plain text: on Temporal the ``send`` update carries them as a run input, which the
+    run must read back as the message it is."""
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), "done"])
+    agent = await harness.open(lm, store=MemoryStore(), tools=[step])
+    stream = await agent.run("one step")
+    await asyncio.wait_for(STARTED.wait(), 30)
+    parts = Message(role="user", content=[TextContent(text="a"), TextContent(text="b")])
+    sending = [
+        asyncio.ensure_future(stream.send(meta("the user is on a phone"))),
+        asyncio.ensure_future(stream.send(MessageEntry(message=parts))),
+    ]
+    await queued(agent, 2, client=getattr(harness, "client", None))
+    RELEASE.set()
+    note, two = await asyncio.wait_for(asyncio.gather(*sending), 30)
+    await asyncio.wait_for(stream.wait(), 30)
+    assert isinstance(note, MessageEntry) and note.meta
+    assert note.message.text() == "the user is on a phone"
+    assert isinstance(two, MessageEntry) and two.message.content == parts.content
+    assert [e.id for e in stored(agent)][3:5] == [note.id, two.id]
+    assert [m.text() for m in lm.requests[1].messages[-2:]] == ["the user is on a phone", "ab"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_serializer
+from pydantic import Field, model_serializer, model_validator
 from pydantic import SerializationInfo as Info
 from pydantic import SerializerFunctionWrapHandler as Handler
 
@@ -51,6 +51,20 @@ class InputEntry(FrozenModel):
         named = {"id": self.id} if self.id and self.message else {}
         flags = {k: True for k in ("ephemeral", "meta") if getattr(self, k)}
         return {**named, **plain, **flags} if info.mode_is_json() else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_plain(cls, data: Any) -> Any:
+        """Read the plain form back: the ``send`` update's body is validated as it comes, not
+        through the run input's reader, and a message's fields read as none would leave an
+        empty ``wire`` the run cannot decode."""
+        if not isinstance(data, dict) or "role" not in data or {"message", "wire"} & set(data):
+            return data
+        flags = {k: data[k] for k in ("id", "ephemeral", "meta") if k in data}
+        message = {k: v for k, v in data.items() if k not in flags}
+        if isinstance(message.get("content"), str):  # as an operator may type it
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        return {**flags, "message": message}
 
 
 class RunInput(FrozenModel):
