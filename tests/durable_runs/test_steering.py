@@ -11,13 +11,16 @@ import pytest
 
 from durable_agent import (
     Agent,
+    InvalidRunInputError,
     MessageEntry,
+    PayloadTooLargeError,
     RunNotAcceptingError,
     ScriptedModel,
     meta,
 )
 from durable_agent.activities.run_contracts import RunState
 from durable_agent.ai import Message, Reply, TextContent, ToolCall, tool
+from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.session import Store
 from durable_agent.stores import MemoryStore
 from tests.durable_runs.support import kinds
@@ -256,6 +259,35 @@ async def test_a_sender_that_stops_waiting_leaves_the_run_going() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("  \n ", InvalidRunInputError),
+        (MessageEntry(message=Message(role="user", content=[])), InvalidRunInputError),
+        ("x" * (PAYLOAD_LIMIT + 1), PayloadTooLargeError),
+    ],
+    ids=["blank", "no-content", "oversized"],
+)
+async def test_a_blank_or_oversized_message_is_refused_before_it_is_queued(
+    harness: Harness, message: str | MessageEntry, refused: type[Exception]
+) -> None:
+    """As the HTTP API refuses them: a blank message would be stored and the model called on
+    it; one over the payload limit would fail the run storing it (on Temporal)."""
+    lm = ScriptedModel([Reply(tool_calls=[call(1)]), "done", "never"])
+    agent = await harness.open(lm, store=MemoryStore(), tools=[step])
+    stream = await agent.run("one step")
+    await asyncio.wait_for(STARTED.wait(), 30)
+    with pytest.raises(refused):  # at once (accepted, it would wait for the step)
+        await asyncio.wait_for(stream.send(message, when="at_end"), 30)
+    sending = asyncio.ensure_future(stream.send("then this", when="at_end"))
+    await queued(agent, client=getattr(harness, "client", None))  # the refused one held nothing
+    RELEASE.set()
+    await asyncio.wait_for(sending, 30)
+    await asyncio.wait_for(stream.wait(), 30)
+    texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert texts == ["one step", "", "step 1 done", "done", "then this", "never"]
+
+
 async def test_a_meta_message_and_one_of_two_parts_are_delivered_as_sent(harness: Harness) -> None:
     """Not plain text: on Temporal the ``send`` update carries them as a run input, which the
     run must read back as the message it is."""
@@ -264,11 +296,11 @@ async def test_a_meta_message_and_one_of_two_parts_are_delivered_as_sent(harness
     stream = await agent.run("one step")
     await asyncio.wait_for(STARTED.wait(), 30)
     parts = Message(role="user", content=[TextContent(text="a"), TextContent(text="b")])
-    sending = [
-        asyncio.ensure_future(stream.send(meta("the user is on a phone"))),
-        asyncio.ensure_future(stream.send(MessageEntry(message=parts))),
-    ]
-    await queued(agent, 2, client=getattr(harness, "client", None))
+    client = getattr(harness, "client", None)
+    sending = [asyncio.ensure_future(stream.send(meta("the user is on a phone")))]
+    await queued(agent, 1, client=client)  # two updates at once reach the run in either order
+    sending.append(asyncio.ensure_future(stream.send(MessageEntry(message=parts))))
+    await queued(agent, 2, client=client)
     RELEASE.set()
     note, two = await asyncio.wait_for(asyncio.gather(*sending), 30)
     await asyncio.wait_for(stream.wait(), 30)

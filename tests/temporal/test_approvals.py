@@ -30,7 +30,9 @@ from durable_agent import (
     ScriptedModel,
     new,
 )
+from durable_agent.activities.failures import agent_error
 from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
 from durable_agent.workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
@@ -246,6 +248,46 @@ async def test_validators_refuse_with_no_history(temporal_client: Client) -> Non
         await assert_replays(temporal_client, wid)
         with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # ended: no more messages
             await handle.execute_update("send", {"text": "late"}, id="late")
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        ({"text": " \n "}, "InvalidUpdateInput"),
+        ({"inputs": [{"role": "user", "content": []}]}, "InvalidUpdateInput"),
+        ({"text": "x" * (PAYLOAD_LIMIT + 1)}, "PayloadTooLargeError"),
+        ({"inputs": [{"wire": "not an entry"}]}, "InvalidUpdateInput"),
+    ],
+    ids=["blank", "no-content", "oversized", "bad-wire"],
+)
+async def test_a_send_by_hand_the_run_would_not_store_is_refused_with_no_history(
+    temporal_client: Client, body: dict[str, Any], refused: str
+) -> None:
+    """An operator's (or another client's) ``send`` update is checked as the HTTP API checks a
+    message: a blank one would be stored and answered, an oversized one would fail the run."""
+    script = [Reply(tool_calls=[email()]), "done"]
+    async with agent_on(temporal_client, script) as agent:
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        before = event_types(await history(temporal_client, agent.session_id, stream.run_id))
+        with pytest.raises(WorkflowUpdateFailedError) as failed:  # at once: refused
+            await asyncio.wait_for(handle.execute_update("send", body, id="by-hand"), 30)
+        cause = failed.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == refused, cause
+        error = agent_error(cause)  # what the library's client raises
+        if refused == "PayloadTooLargeError":  # the library's own type; a body's is the update's
+            assert type(error).__name__ == refused and str(error) == cause.message
+        else:
+            assert "invalid send input" in str(error), error
+        after = event_types(await history(temporal_client, agent.session_id, stream.run_id))
+        assert after == before
+        await agent.decide("c1", True)
+        await reader.done()
+        assert shape(stored(agent)) == DECIDED_TURN
 
 
 async def test_two_deciders_one_wins(temporal_client: Client) -> None:

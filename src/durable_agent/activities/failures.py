@@ -182,6 +182,10 @@ def agent_error(cause: ApplicationError) -> BaseException:
     if kind == "ModelError":
         return model_error(cause, message)
     cls = getattr(agent_errors, kind, None)
+    if cls is agent_errors.InvalidRunInputError:
+        error = agent_errors.InvalidRunInputError("", message)  # the message names the field
+        error.field = str(cause.details[0]) if cause.details else ""
+        return error
     if isinstance(cls, type) and issubclass(cls, AgentError):
         return cls(message)
     return AgentError(f"{kind}: {message}" if kind else message)

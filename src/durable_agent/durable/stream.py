@@ -18,7 +18,8 @@ from ..session.entries import Entry, MessageEntry
 from .errors import RunCancelledError, RunNotAcceptingError
 from .events import Event
 from .inbox import When
-from .inputs import EntryLike, as_entry
+from .inputs import EntryLike, as_entry, check_run_input
+from .limits import check_entry
 
 Sender = Callable[[MessageEntry, When], Awaitable[Entry]]
 """Hands a message to the live run (in process its inbox, on Temporal the ``send`` update)."""
@@ -47,12 +48,18 @@ class RunStream(abc.ABC):
         """Hand the live run a message; returns its stored entry once delivered: a steer
         (``next_turn``) after the current turn's tool results, a follow-up (``at_end``) when
         the loop would stop (docs/design.md#approvals-and-steering). Raises
-        :class:`RunNotAcceptingError` when the run ended, is ending or holds 16 queued."""
+        :class:`InvalidRunInputError` for a blank message, :class:`PayloadTooLargeError` for one
+        over the payload limit (both before the run sees it), :class:`RunNotAcceptingError`
+        when the run ended, is ending or holds 16 queued."""
         message = as_entry(entry)
         if not isinstance(message, MessageEntry) or message.ephemeral:
             raise TypeError("send takes text or a stored (non-ephemeral) message entry")
         if when not in ("next_turn", "at_end"):
             raise ValueError(f"when must be 'next_turn' or 'at_end', not {when!r}")
+        # as the HTTP API checks it: the run would store a blank one and call the model on it,
+        # and fail storing one over the limit
+        check_entry(message, "message")
+        check_run_input([message], nothing_stored=False)
         if self._sender is None or self._ended:
             raise RunNotAcceptingError("the run has ended: start a new run with the message")
         return await self._sender(message, when)

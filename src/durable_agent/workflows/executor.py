@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 from datetime import timedelta
-from functools import partial
 from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -248,8 +247,11 @@ class TemporalExecutor:
 
         state.live_run_id = run_id
         follower = RunFollower(self.client, state, handle, start, channel, run_id, reading)
-        send = partial(send_update, handle)
-        sender = lambda entry, when: send(send_body(entry, when))  # noqa: E731
+
+        async def sender(entry: MessageEntry, when: When) -> Entry:
+            check_entry(entry, "message", self.payload_limit)  # this client's, as for inputs
+            return await send_update(handle, send_body(entry, when))
+
         stream = LocalRunStream(
             follower.produce, on_cancel=request_cancel, run_id=run_id, sender=sender
         )

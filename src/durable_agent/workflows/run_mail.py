@@ -12,11 +12,11 @@ update execute`` (docs/design.md#approvals-and-steering):
   queued it (the HTTP API's way: the delivery is a receipt on the session's stream).
 
 Validators refuse, with no history, what the run would not take: a body it cannot read, or an
-empty message (``InvalidUpdateInput``), a call that is not pending in
-this run (``ApprovalNotPendingError``), a message for a run that ended, is ending or was
-cancelled, or that already holds 16 (``RunNotAcceptingError``). The wait itself is
-``workflow.wait_condition`` with ``approval_wait`` as its timeout: one timer, no activity, no
-history growth while nobody decides.
+empty message (``InvalidUpdateInput``), one over the payload limit (``PayloadTooLargeError``), a
+call that is not pending in this run (``ApprovalNotPendingError``), a message for a run that
+ended, is ending or was cancelled, or that already holds 16 (``RunNotAcceptingError``). The wait
+itself is ``workflow.wait_condition`` with ``approval_wait`` as its timeout: one timer, no
+activity, no history growth while nobody decides.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from ..activities.run_contracts import InputEntry, RunInput, RunState, ToolCallR
 from ..ai.messages import Message, TextContent
 from ..durable.approvals import Waiting, not_pending
 from ..durable.engine import RunEngine
-from ..durable.errors import AgentError, RunNotAcceptingError
+from ..durable.errors import AgentError, InvalidRunInputError, RunNotAcceptingError
 from ..durable.inbox import Inbox, When
 from ..durable.inputs import EMPTY_MESSAGE, empty_message
+from ..durable.limits import check_entry
 from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import encode_entry
 from ..session.entries import Entry, MessageEntry
@@ -109,8 +110,10 @@ class TemporalGate:
 
 
 def refusal(exc: AgentError) -> ApplicationError:
-    """``exc`` as an update failure the client re-raises as the same error type."""
-    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+    """``exc`` as an update failure the client re-raises as the same error type (an invalid
+    input's field as its detail)."""
+    details = [exc.field] if isinstance(exc, InvalidRunInputError) else []
+    return ApplicationError(str(exc), *details, type=type(exc).__name__, non_retryable=True)
 
 
 def check_decision(waiting: Waiting | None, inbox: Inbox, body: DecideBody) -> None:
@@ -128,11 +131,14 @@ def check_decision(waiting: Waiting | None, inbox: Inbox, body: DecideBody) -> N
         raise refusal(exc) from None
 
 
-def check_message(inbox: Inbox, cancelled: bool) -> None:
-    """The ``send`` validator."""
+def check_message(inbox: Inbox, cancelled: bool, message: MessageEntry) -> None:
+    """The ``send`` validator, of the message :func:`message_of` read: one the run can store
+    (as the HTTP API and ``stream.send`` check it: an update sent by hand is checked too), and
+    the run takes it."""
     if cancelled:
         raise refusal(RunNotAcceptingError("the run takes no more messages: it was cancelled"))
     try:
+        check_entry(message, "message")
         inbox.check_message()
     except AgentError as exc:
         raise refusal(exc) from None

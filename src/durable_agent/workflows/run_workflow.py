@@ -171,8 +171,8 @@ class RunWorkflow:
 
     @send.validator
     def _check_send(self, raw: RawValue = NO_INPUT) -> None:
-        message_of(read_update_body(raw, SendBody, "send"), workflow.now())
-        check_message(self._inbox, workflow.cancellation_reason() is not None)
+        message = message_of(read_update_body(raw, SendBody, "send"), workflow.now())
+        check_message(self._inbox, workflow.cancellation_reason() is not None, message)
 
     # -- effects (RunEffects) ----------------------------------------------------------------
 
