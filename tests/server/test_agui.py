@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ag_ui.core import Event, EventType, RunErrorEvent, ToolCallResultEvent
+from ag_ui.core import (
+    Event,
+    EventType,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    ToolCallResultEvent,
+)
 from pydantic import TypeAdapter
 
 from durable_agent.ai import ModelError, Reply
@@ -85,3 +92,30 @@ async def test_a_failed_run_ends_in_a_run_error_that_says_why(tmp_path: Path) ->
     assert isinstance(end, RunErrorEvent), events
     assert end.code == "ModelError"
     assert end.message == "the run failed: ModelError: upstream rejected the request (HTTP 400)"
+
+
+async def test_the_run_is_the_inputs_run_id_and_a_resent_input_starts_no_second_run(
+    tmp_path: Path,
+) -> None:
+    """AG-UI's run is the one the input names (RUN_STARTED and RUN_FINISHED echo its runId),
+    so a client resending an input whose answer it lost is answered by that run, not a new one
+    asking the question again."""
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted([Reply(text="Hello there."), Reply(text="never")]))
+    keys = {"k": {"principal": "p", "prefix": "t:"}}
+    app = create_app(store=store, agents={"helper": spec}, keys=keys)
+    body = {
+        "threadId": "thread-3",
+        "runId": "3f0c9a52-client-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Hi"}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    for _ in range(2):
+        events = await _agui_events(app, body)
+        assert isinstance(events[0], RunStartedEvent) and events[0].run_id == body["runId"]
+        assert isinstance(events[-1], RunFinishedEvent) and events[-1].run_id == body["runId"]
+    stored = await store.load_entries("t:thread-3")
+    texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
+    assert texts == ["Hi", "Hello there."]

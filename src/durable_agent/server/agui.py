@@ -1,13 +1,15 @@
 """A run's events in the AG-UI protocol, for front-ends built on AG-UI clients.
 
 ``POST /v1/agui`` (or ``/v1/agui/{agent}``) takes AG-UI's ``RunAgentInput``: ``threadId`` names
-the session (under the caller's prefix), the last user message is the run's input. It starts the
-run and streams it as AG-UI events (the ``ag-ui-protocol`` package's types), built from the same
-frames as the session stream: live text as ``TEXT_MESSAGE_CONTENT``, each stored reply's tool
-calls as ``TOOL_CALL_START/ARGS/END``, each stored result as ``TOOL_CALL_RESULT``, and the run's
-end as ``RUN_FINISHED`` or ``RUN_ERROR``. AG-UI has no way to take back text a client was
-shown: when a retried model call starts its reply over, the text so far ends as one message and
-the retry streams as the next (docs/design.md#http-api).
+the session (under the caller's prefix), the last user message is the run's input, ``runId`` the
+run's ID (one the HTTP API takes; else the run gets its own and the events still name the
+input's). It starts the run and streams it as AG-UI events (the ``ag-ui-protocol`` package's
+types), built from the same frames as the session stream: live text as
+``TEXT_MESSAGE_CONTENT``, each stored reply's tool calls as ``TOOL_CALL_START/ARGS/END``, each
+stored result as ``TOOL_CALL_RESULT``, and the run's end as ``RUN_FINISHED`` or ``RUN_ERROR``.
+AG-UI has no way to take back text a client was shown: when a retried model call starts its
+reply over, the text so far ends as one message and the retry streams as the next
+(docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -43,6 +46,8 @@ from ..session.errors import SessionExistsError
 from ..session.store import entries_after
 from .deps import Caller, ServerDep, runs
 from .hub import Frame
+from .routes_runs import CLIENT_ID
+from .runs import Runs
 from .tenants import Tenant
 
 __all__ = ["router"]
@@ -68,10 +73,11 @@ def _session(tenant: Tenant, thread_id: str) -> str:
 
 
 class Translation:
-    """Our frames of one run -> AG-UI events (module doc)."""
+    """Our frames of one run -> AG-UI events (module doc); its boundary events name the run
+    as the input did (``input_run_id``)."""
 
-    def __init__(self, thread_id: str, run_id: str) -> None:
-        self.thread_id, self.run_id = thread_id, run_id
+    def __init__(self, thread_id: str, run_id: str, input_run_id: str) -> None:
+        self.thread_id, self.run_id, self.input_run_id = thread_id, run_id, input_run_id
         self.open: str | None = None
         """The ID of the text message streaming now."""
         self.shown = ""
@@ -143,7 +149,7 @@ class Translation:
 
     def _end(self, status: str, error: dict[str, str] | None) -> BaseEvent:
         if status == "completed":
-            return RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id)
+            return RunFinishedEvent(thread_id=self.thread_id, run_id=self.input_run_id)
         if error is None:
             return RunErrorEvent(message=f"the run {status}", code=status)
         why = f"the run {status}: {error['type']}: {error['message']}"
@@ -151,12 +157,12 @@ class Translation:
 
 
 async def _events(
-    queue: asyncio.Queue[Frame | None], leave: Any, run_id: str, thread_id: str
+    queue: asyncio.Queue[Frame | None], leave: Any, run_id: str, body: RunAgentInput
 ) -> AsyncIterator[str]:
     encoder = EventEncoder()
-    translation = Translation(thread_id, run_id)
+    translation = Translation(body.thread_id, run_id, body.run_id)
     try:
-        yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        yield encoder.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
         while (frame := await queue.get()) is not None:
             for event in translation.frame(frame):
                 yield encoder.encode(event)
@@ -184,9 +190,33 @@ async def agui(
     hub = await srv.hubs.hub(sid, after)
     queue, _, _ = hub.join()
     try:
-        run_id = await runner.start(sid, [question], leaf_id=None, agent=agent, on_busy="reject")
+        run_id = await _start(runner, sid, question, agent, body.run_id, queue)
     except BaseException:
         hub.leave(queue)
         raise
-    stream = _events(queue, hub.leave, run_id, body.thread_id)
+    stream = _events(queue, hub.leave, run_id, body)
     return StreamingResponse(stream, media_type="text/event-stream")
+
+
+async def _start(
+    runner: Runs,
+    sid: str,
+    question: MessageEntry,
+    agent: str | None,
+    input_run_id: str,
+    queue: asyncio.Queue[Frame | None],
+) -> str:
+    """Start the run the input names (its ``runId``, when one the HTTP API takes): an input
+    sent again (its answer lost) starts nothing and follows that run, or tells its end when
+    it has ended (no frame will)."""
+    own = input_run_id if re.fullmatch(CLIENT_ID, input_run_id) else None
+    known = own is not None and await runner.has(sid, own)
+    run_id = await runner.start(
+        sid, [question], leaf_id=None, agent=agent, on_busy="reject", run_id=own
+    )
+    status = await runner.status(sid, run_id) if known else None
+    if status in ENDED:
+        failure = await runner.failure(sid, run_id) if status == "failed" else None
+        error = {} if failure is None else {"error": failure.model_dump()}
+        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status, **error}))
+    return run_id
