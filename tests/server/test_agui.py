@@ -13,12 +13,15 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
+    TextMessageStartEvent,
     ToolCallResultEvent,
 )
 from pydantic import TypeAdapter
 
 from durable_agent.ai import ModelError, Reply
 from durable_agent.server import create_app
+from durable_agent.server.agui import Translation
+from durable_agent.server.hub import Frame
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -119,3 +122,16 @@ async def test_the_run_is_the_inputs_run_id_and_a_resent_input_starts_no_second_
     stored = await store.load_entries("t:thread-3")
     texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
     assert texts == ["Hi", "Hello there."]
+
+
+def test_each_restarted_reply_streams_as_a_message_of_its_own_id() -> None:
+    """A model call retried twice starts its reply over twice: three messages, three IDs (a
+    client merges messages of one ID)."""
+    translation = Translation("thread", "run", "run")
+    started = []
+    for restart in (False, True, True):
+        delta = {"run_id": "run", "entry_parent": "p", "text": "Hel", "restart": restart}
+        for event in translation.frame(Frame("delta", delta)):
+            if isinstance(event, TextMessageStartEvent):
+                started.append(event.message_id)
+    assert len(set(started)) == 3, started

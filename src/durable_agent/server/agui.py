@@ -81,6 +81,8 @@ class Translation:
         self.open: str | None = None
         """The ID of the text message streaming now."""
         self.shown = ""
+        self.started = 0
+        """Text messages started from live text (each restart starts one, of its own ID)."""
 
     def frame(self, frame: Frame) -> list[BaseEvent]:
         data = frame.data
@@ -99,7 +101,8 @@ class Translation:
         if data["restart"]:
             out += self._close()
         if self.open is None:
-            self.open = f"{self.run_id}:{data['entry_parent']}:{len(out)}"
+            self.open = f"{self.run_id}:{data['entry_parent']}:{self.started}"
+            self.started += 1
             self.shown = ""
             out.append(TextMessageStartEvent(message_id=self.open, role="assistant"))
         if data["text"]:
