@@ -95,6 +95,9 @@ class BreakingStore(MemoryStore):
     async def create_session(self, session_id: str, parent_id: str | None = None) -> Any:
         return await self.store.create_session(session_id, parent_id)
 
+    async def load_session(self, session_id: str) -> Any:  # the record a follower checks
+        return await self.store.load_session(session_id)
+
     def live_deltas(self) -> Any:
         channel: DeltaChannel = self.store.live_deltas()
         return channel
