@@ -80,7 +80,7 @@ def run(
     agent: AgentOpt = "demo",
     as_json: JsonOpt = False,
     timeout: Annotated[
-        float, typer.Option(min=0.0, help="Seconds before giving up (and cancelling the run).")
+        float, typer.Option(min=0.0, max=86400.0, help="Seconds to wait, then cancel the run.")
     ] = 300.0,
     leaf: Annotated[
         str | None,
