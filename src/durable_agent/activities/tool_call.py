@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -44,8 +44,8 @@ from ..ai.tools import RetryPolicy as ToolRetry
 from ..ai.tools import Tool, ToolContext
 from ..durable.engine import RunEngine
 from ..durable.errors import PayloadTooLargeError
+from ..durable.limits import as_stored
 from ..durable.persist import Header
-from ..session.codec import encode_entry
 from ..session.entries import MessageEntry
 from ..session.errors import EntryTooLargeError
 from .base import ActivityBase, heartbeating, is_retry, producer_answer
@@ -131,24 +131,9 @@ class ToolActivity(ActivityBase):
                 message, type=type(exc).__name__, non_retryable=non_retryable
             ) from None
         result = tool_result_message(call.id, call.name, *blocks)
-        self.check_size(f"result of tool {call.name!r}", as_stored(result))
+        # a parallel call's result travels bare and is stamped by the run: measured with its header
+        self.check_size(f"result of tool {call.name!r}", as_stored(MessageEntry(message=result)))
         return result
-
-
-WIDEST_HEADER = Header(
-    id="f" * 16, parent_id="f" * 16, created_at=datetime(2000, 1, 1, microsecond=111111, tzinfo=UTC)
-)
-"""A header as long as any the run gives a tool result: a 16-hex ID and parent (the run's IDs
-come from ``workflow.random()``; a result's parent is the run's reply or the result before it)
-and a time with every fractional digit."""
-
-
-def as_stored(result: Message) -> str:
-    """``result`` as the store will hold it, under :data:`WIDEST_HEADER`: the size the payload
-    limit applies to. A parallel call's result travels bare and is stamped by the run, so a
-    message just under the limit must not go over it once its header is added
-    (docs/design.md#bounded-history)."""
-    return encode_entry(WIDEST_HEADER.on(MessageEntry(message=result)))
 
 
 class _NoArgs(BaseModel):

@@ -14,10 +14,9 @@ from ..agent.options import AgentOptions
 from ..ai.model import ModelError
 from ..durable.compaction import summary_entry
 from ..durable.errors import CompactError
+from ..durable.limits import as_stored
 from ..durable.publisher import publish_one
-from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry
-from ..session.ids import new_id
 from .base import ActivityBase, heartbeating
 from .contracts import PublishInput, SummarizeInput, Timeouts, event_from_wire
 from .failures import application_error
@@ -50,8 +49,7 @@ class VerbSteps(ActivityBase):
         if entry is not None:
             # checked here, like a model reply: a result Temporal refuses would fail this
             # activity after the model call, and each retry would call the model again
-            stamped = entry.model_copy(update={"id": new_id(), "parent_id": new_id()})
-            self.check_size("compaction entry", encode_entry(stamped))
+            self.check_size("compaction entry", as_stored(entry))
         return entry
 
     @activity.defn(name="durable_agent.publish")

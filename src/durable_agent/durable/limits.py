@@ -11,18 +11,26 @@ server's limit by leaving message bodies out and naming their stored entries ins
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from ..session.codec import encode_entry
 from ..session.entries import Entry
 from .errors import PayloadTooLargeError
 
-__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "check_entry", "check_payload"]
+__all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "as_stored", "check_entry", "check_payload"]
 
 PAYLOAD_LIMIT = 1_572_864
 """1.5 MiB: the largest encoded entry (message plus header) a run accepts
 (docs/design.md#bounded-history)."""
 
-_AN_ID = "0" * 16
-"""Stands for an entry ID (16 hex characters, client- or workflow-drawn) in a size check."""
+_WIDEST_HEADER = {
+    "id": "f" * 16,
+    "parent_id": "f" * 16,
+    "created_at": datetime(2000, 1, 1, microsecond=111111, tzinfo=UTC),
+}
+"""A header as long as any an entry is stored under: a 16-hex ID and parent (client-drawn or
+from ``workflow.random()``) and a time with every fractional digit. Fixed, not drawn, so
+workflow code (a validator) measures alike."""
 
 TEMPORAL_BLOB_LIMIT = 2_097_152
 """The Temporal server's default per-payload limit, which nothing the library sends may reach."""
@@ -37,9 +45,13 @@ def check_payload(payload: str, what: str, limit: int = PAYLOAD_LIMIT) -> None:
         raise PayloadTooLargeError(f"{what} is {size} bytes, over the {limit}-byte payload limit")
 
 
+def as_stored(entry: Entry) -> str:
+    """``entry`` encoded under the widest header it can be stored under: the size the payload
+    limit applies to. An entry that fits only without its header (an input, a parallel call's
+    result stamped by the run, a summary) would fail the run that stores it."""
+    return encode_entry(entry.model_copy(update=_WIDEST_HEADER))
+
+
 def check_entry(entry: Entry, what: str, limit: int = PAYLOAD_LIMIT) -> None:
-    """:func:`check_payload` of ``entry`` as it will be stored, with its ID and parent: an entry
-    that fits only without them would fail the run that stores it (on Temporal). The IDs are
-    of the stored ones' length, not drawn, so workflow code (a validator) checks alike."""
-    stamped = entry.model_copy(update={"id": _AN_ID, "parent_id": _AN_ID})
-    check_payload(encode_entry(stamped), what, limit)
+    """:func:`check_payload` of ``entry`` :func:`as_stored`."""
+    check_payload(as_stored(entry), what, limit)
