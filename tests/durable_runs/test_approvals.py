@@ -15,6 +15,7 @@ from durable_agent import (
     ApprovalNotPendingError,
     ApprovalPendingError,
     ApprovalRequest,
+    EntryEncodeError,
     Event,
     MessageEntry,
     RunCancelledError,
@@ -282,6 +283,35 @@ async def test_a_decision_for_a_call_that_is_not_pending(harness: Harness, store
     assert "another-runs-call" in str(refused.value)
     await agent.decide("c1", True)
     await reader.done()
+
+
+async def test_a_decision_text_with_no_utf8_form_is_refused_typed(
+    harness: Harness, store: Store
+) -> None:
+    """A reason, edited argument or name holding a lone surrogate (a Python string may; no
+    store, payload or HTTP body can carry it) is refused with the stores' typed error, before
+    anything is stored; the run waits on and takes a decision that can be stored."""
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "done"], store=store, tools=[send_email]
+    )
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    before = await store.load_entries(agent.session_id)
+    bad: list[dict[str, Any]] = [
+        {"approved": False, "reason": "no\ud800"},
+        {"approved": True, "args": {"to": "bob\udcff", "body": "hi"}},
+        {"approved": True, "decided_by": "\udc80"},
+    ]
+    for decision in bad:
+        with pytest.raises(EntryEncodeError) as refused:
+            await agent.decide("c1", **decision)
+        assert "lone surrogate" in str(refused.value), decision
+    assert await store.load_entries(agent.session_id) == before
+    assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+    await agent.decide("c1", True)
+    await reader.done()
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
 
 
 async def test_compaction_keeps_a_pending_turn(harness: Harness, store: Store) -> None:

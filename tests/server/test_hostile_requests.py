@@ -169,6 +169,26 @@ async def test_a_start_with_nothing_to_ask_creates_no_session(app: FastAPI, tmp_
     assert list((tmp_path / "sessions").glob("*.jsonl")) == []
 
 
+async def test_an_input_no_store_can_hold_is_a_typed_400_naming_it(
+    app: FastAPI, tmp_path: Path
+) -> None:
+    """JSON text may escape a lone surrogate (``"\\ud800"``), which Python's parser takes and
+    no store can write, and spell a number past a float's range (``1e400``: infinity): an input
+    entry holding either answers 400 ``EntryEncodeError`` naming the client's entry, and the
+    session is not created."""
+    note = '{"type": "custom", "id": "note-1", "created_at": "2025-01-01T00:00:00Z", "kind": "n"'
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for data, said in [('"a\\ud800"', "lone surrogate"), ("1e400", "infinity")]:
+            body = f'{{"inputs": [{note}, "data": {data}}}]}}'
+            r = await client.post("/v1/sessions/u1/runs", content=body.encode(), headers=JSON)
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert error["type"] == "EntryEncodeError", error
+            assert "'note-1'" in error["message"] and said in error["message"], error
+        assert (await client.get("/v1/sessions/u1")).status_code == 404
+    assert list((tmp_path / "sessions").glob("*.jsonl")) == []
+
+
 async def test_a_blank_message_into_a_running_run_is_refused(app: FastAPI) -> None:
     """A blank message sent into the working run (``POST .../messages``, or a start that
     becomes a message) is refused as a run's input is: 400 ``InvalidRunInputError``; the run

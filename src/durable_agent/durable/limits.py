@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from ..session.codec import encode_entry
 from ..session.entries import Entry
+from ..session.errors import EntryEncodeError
 from .errors import PayloadTooLargeError
 
 __all__ = ["PAYLOAD_LIMIT", "TEMPORAL_BLOB_LIMIT", "as_stored", "check_entry", "check_payload"]
@@ -53,5 +54,12 @@ def as_stored(entry: Entry) -> str:
 
 
 def check_entry(entry: Entry, what: str, limit: int = PAYLOAD_LIMIT) -> None:
-    """:func:`check_payload` of ``entry`` :func:`as_stored`."""
-    check_payload(as_stored(entry), what, limit)
+    """:func:`check_payload` of ``entry`` :func:`as_stored`; an entry no store could write
+    raises the stores' :class:`EntryEncodeError` (text with no UTF-8 form included), naming
+    the entry's own ID, not the stand-in header it was measured under."""
+    try:
+        check_payload(as_stored(entry), what, limit)
+    except EntryEncodeError as exc:
+        raise EntryEncodeError("", entry.id, exc.reason) from None
+    except UnicodeEncodeError as exc:
+        raise EntryEncodeError("", entry.id, EntryEncodeError.no_utf8(exc)) from None

@@ -36,9 +36,7 @@ def encode_batch(
         try:
             size = len(wire.encode("utf-8"))
         except UnicodeEncodeError as exc:
-            point = f"U+{ord(exc.object[exc.start]):04X}"
-            reason = f"its text holds {point}, a lone surrogate with no UTF-8 form"
-            raise EntryEncodeError(session_id, entry.id, reason) from None
+            raise EntryEncodeError(session_id, entry.id, EntryEncodeError.no_utf8(exc)) from None
         if limit is not None and size > limit:
             raise EntryTooLargeError(session_id, entry.id, size, limit)
         out.append((entry, wire))

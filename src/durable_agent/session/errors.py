@@ -87,10 +87,17 @@ class EntryEncodeError(SessionError, ValueError):
 
     def __init__(self, session_id: str, entry_id: str, reason: str) -> None:
         where = f" of session {session_id!r}" if session_id else ""
-        super().__init__(f"entry {entry_id!r}{where} cannot be stored: {reason}")
+        name = f"entry {entry_id!r}" if entry_id else "the entry"  # an input not yet stamped
+        super().__init__(f"{name}{where} cannot be stored: {reason}")
         self.session_id = session_id
         self.entry_id = entry_id
         self.reason = reason
+
+    @staticmethod
+    def no_utf8(exc: UnicodeEncodeError) -> str:
+        """The reason given when encoding an entry's wire to UTF-8 raised ``exc``."""
+        point = f"U+{ord(exc.object[exc.start]):04X}"
+        return f"its text holds {point}, a lone surrogate with no UTF-8 form"
 
 
 class CorruptSessionError(SessionError):
