@@ -101,3 +101,24 @@ def test_model_error_is_bounded_redacted_and_pickles() -> None:
 def test_argument_parsing(raw: str, partial: dict[str, object], final: object) -> None:
     assert partial_arguments(raw) == partial
     assert final_arguments(raw) == final
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"x": 1e400}',  # past a float's range: Python's parser makes it an infinity
+        '{"x": [2, -1E+999]}',
+        '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}",  # deeper than Python's parser goes
+    ],
+    ids=["1e400", "-1E+999", "deep"],
+)
+def test_arguments_no_store_can_keep_are_not_arguments(raw: str) -> None:
+    """Refused as NaN is (the adapter's retryable "not a JSON object"), never a reply whose
+    store turns an infinity into ``null`` (the tool in process got ``inf``, on Temporal
+    ``None``), nor a ``RecursionError`` out of the model call."""
+    assert final_arguments(raw) is None
+
+
+def test_numbers_json_holds_are_kept_exactly() -> None:
+    raw = '{"tiny": 1e-400, "big": 123456789012345678901234567890, "neg": -0.0}'
+    assert final_arguments(raw) == {"tiny": 0.0, "big": 123456789012345678901234567890, "neg": -0.0}

@@ -127,15 +127,23 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+def _finite(number: str) -> float:
+    value = float(number)
+    if math.isinf(value):
+        raise ValueError(f"{number} is past a float's range")
+    return value
+
+
 def final_arguments(raw: str) -> dict[str, Any] | None:
     """The arguments of a completed call: ``{}`` for no text, ``None`` if not a JSON object
-    (``NaN`` and ``Infinity``, which Python's parser takes, are not JSON: no store could keep
-    the reply holding them)."""
+    that a store keeps as it is: ``NaN`` and ``Infinity``, which Python's parser takes, are not
+    JSON, and a number past a float's range (``1e400``) it reads as an infinity, which a store
+    would write as ``null``; nesting deeper than the parser goes is not a ``RecursionError``."""
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw, parse_constant=_not_json)
-    except ValueError:
+        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
