@@ -7,6 +7,7 @@ import pytest
 from durable_agent import (
     Event,
     ModelError,
+    PersistError,
     model,
     new,
 )
@@ -19,6 +20,7 @@ from durable_agent.session import Store
 from tests.durable_runs.support import (
     FAST_RETRY,
     collect,
+    echo,
     kinds,
     stored_texts,
     texts,
@@ -99,3 +101,30 @@ async def test_final_model_failure_is_that_model_error_in_process() -> None:
     with pytest.raises(ModelError) as info:
         await (await agent.run("q")).wait()
     assert info.value is error
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_reply_no_store_can_hold_fails_the_run_alike_on_every_executor(
+    harness: Harness, store: Store
+) -> None:
+    """A model (an application's own, say) whose reply holds arguments nested deeper than the
+    JSON encoder goes: the run fails with the store's refusal, ``PersistError``, after one
+    call, storing nothing of the reply. Not, on Temporal, a bare ``AgentError`` naming
+    pydantic's serializer after the model was called again on every retry."""
+    deep = Reply.call("echo", {"text": "x", "n": _nested(300)}, id="c1")
+    lm = ScriptedModel(lambda request: deep)
+    agent = await harness.open(
+        lm, store=store, session_id="deep", tools=[echo], model_retry=FAST_RETRY
+    )
+    stream = await agent.run("q")
+    with pytest.raises(PersistError) as info:
+        await stream.wait()
+    assert "persist message: " in str(info.value) and "has no JSON form" in str(info.value)
+    assert len(lm.requests) == 1
+    assert stored_texts(await store.load_entries("deep")) == ["q"]

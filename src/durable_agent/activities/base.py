@@ -27,10 +27,15 @@ from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.live import LiveDeltas, live_channel
 from ..durable.persist import Header
 from ..durable.publisher import PublisherLike
-from ..session.codec import encode_entry
+from ..session.appendplan import encode_batch
 from ..session.deltas import WRITE_EVERY
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import EntryConflictError, SessionError, StoreUnavailableError
+from ..session.errors import (
+    EntryConflictError,
+    EntryEncodeError,
+    SessionError,
+    StoreUnavailableError,
+)
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES, RememberingStore
 from .failures import application_error, checked_payload
@@ -199,6 +204,19 @@ class ActivityBase:
     def check_size(self, what: str, payload: str) -> None:
         checked_payload(what, payload, self.payload_limit)
 
+    @staticmethod
+    def storable(session_id: str, entry: Entry, what: str = "message") -> str:
+        """``entry``'s wire. One no store can write (data nested deeper than the encoder goes,
+        say) fails the activity as the store's refusal fails an in-process run: ``persist
+        <what>: ...``, not retried (another attempt would make the same bytes, and call the
+        model again for them)."""
+        try:
+            [(_, wire)] = encode_batch(session_id, [entry])
+        except EntryEncodeError as exc:
+            error = PersistError(f"persist {what}: {exc}")
+            raise application_error(error, non_retryable=True) from None
+        return wire
+
     async def commit(
         self,
         session_id: str,
@@ -212,7 +230,7 @@ class ActivityBase:
         ``then``: entries stored in the same append right after it (a reply's approval
         requests, docs/design.md#approvals-and-steering)."""
         entry = stamp.on(MessageEntry(message=message))
-        self.check_size("entry", encode_entry(entry))
+        self.check_size("entry", self.storable(session_id, entry, what))
         try:
             try:
                 await self.store.append_entries(session_id, [entry, *then(entry)])

@@ -166,6 +166,7 @@ class ModelActivity(ActivityBase):
             )
         # the stamp's entry ID seeds the IDs of calls that came without one
         final = with_call_ids(final, inp.stamp.id)
+        self.storable(inp.session_id, inp.stamp.on(MessageEntry(message=final)))
         self.check_size("model reply", final.model_dump_json())
         self.clear_deltas(inp)  # after the grace period, when the reply is long stored
         return final, cancelled, live
