@@ -258,6 +258,32 @@ async def test_a_failed_write_stops_the_attempt_without_a_hole(kind: str, tmp_pa
     assert shown(await follower.finish(text("abcd"))) == [("abcd", False)]
 
 
+async def test_a_partial_with_no_json_form_stops_the_attempt_and_raises_nothing(
+    writer_channel: DeltaChannel,
+) -> None:
+    """A reply growing arguments nested deeper than the JSON encoder goes cannot be written as
+    a delta: the writer stops as after a failed write, and neither its offer (inline, inside
+    the model's stream) nor its task nor ``finish`` raises the encoder's error: the call that
+    streams it fails as the store refuses the reply, not as a broken model stream."""
+    from durable_agent.ai.messages import ToolCall
+
+    nested: list[object] = []
+    for _ in range(300):
+        nested = [nested]
+    deep = Message(
+        role="assistant",
+        content=[TextContent(text="a"), ToolCall(id="c", name="t", arguments={"n": nested})],
+    )
+    writer = DeltaWriter(writer_channel, KEY, 1, every=0.0)
+    writer.offer(text("a"))
+    await asyncio.sleep(0.01)
+    writer.offer(deep)
+    await asyncio.sleep(0.01)
+    await writer.finish(deep)
+    assert [d.seq for d in await writer_channel.read(KEY)] == [1]
+    assert shown([await following(writer_channel).poll()]) == [("a", False)]
+
+
 async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
     from durable_agent.ai.messages import ToolCall
 

@@ -187,10 +187,10 @@ class DeltaWriter:
 
     def _publish_now(self, *, final: bool) -> None:
         assert self._now is not None
-        step = self._next(final)
-        if step is None:
-            return
-        try:
+        try:  # a partial may have no JSON form (nesting deeper than the encoder goes)
+            step = self._next(final)
+            if step is None:
+                return
             self._now(self.key, step[0])
         except Exception:
             self._lost()
@@ -198,10 +198,10 @@ class DeltaWriter:
         self._sent_now(*step)
 
     async def _publish(self, *, final: bool) -> None:
-        step = self._next(final)
-        if step is None:
-            return
-        try:
+        try:  # as in _publish_now
+            step = self._next(final)
+            if step is None:
+                return
             await self.channel.publish(self.key, step[0])
         except Exception:
             self._lost()
