@@ -236,10 +236,14 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
       if (r.status === 400) { if (state.seq) open(sid); return; } // made again since: start over
       if (!r.ok) throw r.status;
       wait = 250;
-      const reader = r.body.getReader(), decoder = new TextDecoder(); let buf = "";
+      const reader = r.body.getReader(), decoder = new TextDecoder(); let buf = "", cr = "";
       for (;;) {
         const { value, done } = await reader.read(); if (done) break;
-        buf += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+        // a read may end between a CRLF's two bytes: that CR waits for the next read, or
+        // it and the LF would read as two line ends (an empty line: the event cut in two)
+        let got = cr + decoder.decode(value, { stream: true });
+        cr = got.endsWith("\r") ? "\r" : ""; if (cr) got = got.slice(0, -1);
+        buf += got.replace(/\r\n?/g, "\n");
         let cut; while ((cut = buf.indexOf("\n\n")) >= 0) { parse(buf.slice(0, cut)); buf = buf.slice(cut + 2); }
       }
     } catch (err) { if (abort.signal.aborted) return; }
