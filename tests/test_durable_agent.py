@@ -19,6 +19,7 @@ from durable_agent import (
     CustomEntry,
     EntryNotFoundError,
     EntryTooLargeError,
+    InvalidRunInputError,
     InvalidSessionIdError,
     MessageEntry,
     NoFactoryError,
@@ -73,6 +74,32 @@ async def test_new_refuses_unknown_options_and_history(options: dict[str, Any]) 
     store = WrappedStore(MemoryStore())
     with pytest.raises(TypeError):
         await new(model(ScriptedModel([])), store=store, session_id="s1", **options)
+    assert store.calls == []
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "problem"),
+    [
+        ({"max_turns": 0}, "options.max_turns", "greater than or equal to 1"),
+        ({"max_turns": -3}, "options.max_turns", "greater than or equal to 1"),
+        ({"max_turns": "ten"}, "options.max_turns", "integer"),
+        ({"approval_wait": -1}, "options.approval_wait", "greater than or equal to 0"),
+        ({"approval_wait": float("inf")}, "options.approval_wait", "finite"),
+        ({"system_prompt": 3}, "options.system_prompt", "string"),
+        ({"model_retry": {"max_attempts": 0}}, "options.model_retry.max_attempts", "1"),
+    ],
+)
+async def test_new_refuses_option_values_naming_the_option(
+    options: dict[str, Any], field: str, problem: str
+) -> None:
+    """A value no run could use is refused by ``new()`` itself, as a run's input is: one line
+    naming the option, an ``InvalidRunInputError`` (a ``ValueError``), before any I/O."""
+    store = WrappedStore(MemoryStore())
+    with pytest.raises(InvalidRunInputError) as caught:
+        await new(model(ScriptedModel([])), store=store, session_id="s1", **options)
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    assert "\n" not in str(caught.value) and "pydantic" not in str(caught.value)
     assert store.calls == []
 
 

@@ -36,9 +36,9 @@ class AgentOptions(BaseModel):
     approval: Callable[[ToolCall], bool | Awaitable[bool]] | None = None
     """A predicate over every call, consulted after the tool's own ``approval`` rule: ``True``
     when a person must decide the call before it runs (docs/design.md#approvals-and-steering)."""
-    approval_wait: float | None = Field(default=3600.0, ge=0)
+    approval_wait: float | None = Field(default=3600.0, ge=0, allow_inf_nan=False)
     """Seconds a run waits for decisions before it parks (ends ``awaiting_approval``); ``None``
-    waits until the run's execution timeout."""
+    waits until the run's execution timeout (so a finite number: ``inf`` is no timer's length)."""
     history: list[Message] = Field(default_factory=list)
     """Earlier turns, as the model sees them; set by the durable agent for each run."""
 

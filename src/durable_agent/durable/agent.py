@@ -15,10 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..agent.loop import Factory
-from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..session.approvals import ApprovalDecision, PendingItem, awaiting_turn, pending_items
 from ..session.codec import encode_entry
@@ -31,7 +28,7 @@ from ..session.views import transcript_view
 from .deciding import decide
 from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
-from .inputs import EntryLike, as_entry, check_run_input
+from .inputs import EntryLike, as_entry, check_agent_options, check_run_input
 from .lifecycle import branched_event, fork_events, init_event
 from .persist import is_durable
 from .publisher import PublisherLike
@@ -341,18 +338,6 @@ async def _create_or_resume_child(
         raise SessionExistsError(child_id, "it has diverged from the fork source")
 
 
-def _validate_options(options: dict[str, Any]) -> AgentOptions:
-    if "history" in options:
-        raise TypeError("history is not an agent option: it comes from the session")
-    unknown = set(options) - set(AgentOptions.model_fields)
-    if unknown:
-        raise TypeError(f"unknown agent option(s): {', '.join(sorted(unknown))}")
-    try:
-        return AgentOptions(**options)
-    except ValidationError as exc:
-        raise TypeError(f"invalid agent options: {exc}") from exc
-
-
 async def new(
     factory: Factory | str | None,
     *,
@@ -376,7 +361,7 @@ async def new(
     by the handle, so a delete landing meanwhile is not undone (its writes fail instead).
     """
     runner = executor or LocalExecutor()
-    options = _validate_options(agent_options)
+    options = check_agent_options(agent_options)
     runner.check_options(factory, agent_options, publisher)
     sid = validate_session_id(session_id or new_id())
     if store is None:

@@ -7,7 +7,11 @@ the header when it records the entry.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import ValidationError
+
+from ..agent.options import AgentOptions
 from ..ai.messages import (
     FileContent,
     ImageContent,
@@ -25,6 +29,7 @@ __all__ = [
     "NOTHING_TO_ANSWER",
     "EntryLike",
     "as_entry",
+    "check_agent_options",
     "check_run_input",
     "empty_message",
     "ephemeral",
@@ -94,3 +99,21 @@ def check_run_input(entries: Sequence[Entry], *, nothing_stored: bool) -> None:
             raise InvalidRunInputError(f"inputs[{i}].content", EMPTY_MESSAGE)
     if not entries and nothing_stored:
         raise InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
+
+
+def check_agent_options(options: dict[str, Any]) -> AgentOptions:
+    """``new()``'s options as a loop takes them: an unknown one is a ``TypeError``."""
+    if "history" in options:
+        raise TypeError("history is not an agent option: it comes from the session")
+    unknown = set(options) - set(AgentOptions.model_fields)
+    if unknown:
+        raise TypeError(f"unknown agent option(s): {', '.join(sorted(unknown))}")
+    try:
+        return AgentOptions(**options)
+    except ValidationError as exc:
+        # a value no run could use is refused as a run's input is (the worker checks the same
+        # options under the same names): one line naming the option, not pydantic's report
+        first = exc.errors()[0]
+        field = ".".join(["options", *(str(part) for part in first["loc"])])
+        problem = first["msg"].replace("Input should be", "must be", 1)
+        raise InvalidRunInputError(field, problem) from None
