@@ -75,6 +75,31 @@ def test_usage_and_store_errors(tmp_path: Path) -> None:
     assert empty.returncode == 0 and "no sessions" in empty.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "extra", "says"),
+    [
+        (["worker", "--log-format", "json", "--bogus"], {}, "No such option: --bogus"),
+        (["worker", "--log-format=json", "--max-cached-workflows", "x"], {}, "--max-cached"),
+        (["worker", "--bogus"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, "--bogus"),
+        (["show"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, "Missing argument"),
+    ],
+)
+def test_usage_errors_with_json_logs_are_one_plain_line(
+    tmp_path: Path, args: list[str], extra: dict[str, str], says: str
+) -> None:
+    """A log collector reading JSON lines gets one line for a usage error, no rich panel."""
+    result = run_cli(args, cli_env(tmp_path, **extra))
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+    assert not set(result.stderr) & set("╭│╰─"), result.stderr
+
+
+def test_usage_errors_keep_their_panel_without_json_logs(tmp_path: Path) -> None:
+    result = run_cli(["worker", "--bogus"], cli_env(tmp_path))
+    assert result.returncode == 2 and "╭" in result.stderr and "No such option" in result.stderr
+
+
 def test_no_server_is_a_clear_error(tmp_path: Path) -> None:
     env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1")
     result = run_cli(["run", "s1", "hi"], env)

@@ -74,7 +74,7 @@ def command() -> typer.Typer:
     import typer
 
     from . import approvals, chat, demo, dev, run, sessions, worker
-    from .render import LastResort
+    from .render import LastResort, UsageGroup
 
     logging.lastResort = LastResort()  # the library's warnings, as the CLI's errors show
 
@@ -88,6 +88,7 @@ def command() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        cls=UsageGroup,
     )
     for each in (
         demo.demo,

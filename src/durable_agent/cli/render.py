@@ -15,12 +15,13 @@ import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from temporalio.service import RPCError
+from typer.core import TyperGroup
 
 from ..ai import ModelError
 from ..ai.redaction import configured_secrets, redact
@@ -41,7 +42,7 @@ from ..session import (
 from ..session.render import ACTIVE, LEAF, OFF_PATH, call_text, short
 from ..workflows.config import TemporalConfigError
 from . import AppLoadError
-from .config import TARGET, CommandError, TemporalFlags, mongo_unreachable
+from .config import ENV_LOG_FORMAT, TARGET, CommandError, TemporalFlags, mongo_unreachable
 from .processes import ProcessError
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "PEOPLE",
     "SMOOTH_ABOVE",
     "Reveal",
+    "UsageGroup",
     "console",
     "entry_json",
     "entry_label",
@@ -122,6 +124,38 @@ def fail(code: int, message: str) -> NoReturn:
     for line in TARGET.lines():
         err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
     raise typer.Exit(code)
+
+
+USAGE_ERROR = cast(type[Exception], typer.BadParameter.__base__)
+"""click's ``UsageError``, as the installed typer raises it (newer ones vendor click)."""
+
+
+class UsageGroup(TyperGroup):
+    """The ``durable-agent`` command group. With JSON logs asked for (``--log-format json`` or
+    its variable), a usage error is one plain ``error:`` line on stderr (exit code 2): typer's
+    rich panel reaches a log collector as box-drawing lines."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # read before parsing: a usage error comes before the command has its options
+        log_format = os.environ.get(ENV_LOG_FORMAT)
+        for i, arg in enumerate(args):
+            if arg == "--log-format" and i + 1 < len(args):
+                log_format = args[i + 1]
+            elif arg.startswith("--log-format="):
+                log_format = arg.partition("=")[2]
+        ctx.meta["json_logs"] = log_format == "json"
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except USAGE_ERROR as exc:
+            if not ctx.meta.get("json_logs"):
+                raise
+            where = getattr(exc, "ctx", None) or ctx
+            problem = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
+            print_error(err, f"{problem}; see '{where.command_path} --help'")
+            raise typer.Exit(2) from None
 
 
 FAILURES = (
