@@ -71,3 +71,26 @@ async def test_a_delete_landing_mid_request_is_not_undone(
         with pytest.raises(SessionNotFoundError):
             await store.load_session(session_id)
     assert sorted(p.name for p in (tmp_path / "sessions").rglob("*")) == []
+
+
+@pytest.mark.parametrize("after", [None, 1])
+async def test_a_delete_landing_as_a_stream_opens_ends_it_cleanly(
+    tmp_path: Path, after: int | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream's route found the session; the delete lands before the stream's first read.
+    The client gets the stream's ``deleted`` event and a clean end (no cut connection), and
+    the server logs no traceback."""
+    store = DeletedAfterItsRead(tmp_path / "sessions")
+    await store.create_session(SID)
+    await store.append_entries(SID, [MessageEntry(id="q", message=user_message("hello"))])
+    app = create_app(store=store, agents={"a": AgentSpec(model=ScriptedModel(["summary"]))})
+    params = {} if after is None else {"after": after}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        store.armed = True
+        async with client.stream("GET", f"/v1/sessions/{SID}/stream", params=params) as answer:
+            body = (await answer.aread()).decode() if answer.status_code == 200 else ""
+        assert not store.armed, "the delete landed"
+        assert answer.status_code in (200, 404)
+        if answer.status_code == 200:
+            assert "event: deleted" in body, body
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]

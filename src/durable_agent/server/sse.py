@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..session.entries import Entry, MessageEntry
+from ..session.errors import SessionNotFoundError
 from ..session.store import entries_after
 from .hub import Frame, entry_frame
 from .hubs import Hubs
@@ -104,7 +105,12 @@ def session_stream(
     replay: Replay | None = None,
 ) -> EventSourceResponse:
     async def events() -> AsyncIterator[ServerSentEvent]:
-        async for frame in frames(hubs, session_id, after, replay):
-            yield _event(frame)
+        try:
+            async for frame in frames(hubs, session_id, after, replay):
+                yield _event(frame)
+        except SessionNotFoundError:
+            # deleted between the route's check (404 before any byte) and the stream's first
+            # read: the headers are sent, so it ends as a delete seen live ends it
+            yield _event(Frame("deleted", {"session_id": session_id}))
 
     return EventSourceResponse(events(), ping=max(1, int(keepalive)), send_timeout=30)
