@@ -4,6 +4,8 @@ without a length, refused starts, forged entries and unknown routes (docs/design
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,14 +13,17 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from durable_agent import ScriptedModel, tool
+from durable_agent import MessageEntry, ScriptedModel, tool
 from durable_agent.ai import ModelRequest, Reply
-from durable_agent.server import create_app
+from durable_agent.ai.messages import user_message
+from durable_agent.server import create_app, sse
+from durable_agent.server import hub as hub_module
 from durable_agent.session.approvals import ApprovalDecision, ApprovalRequest
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, serving, stream
+from tests.support.polling import eventually
 
 JSON = {"content-type": "application/json"}
 
@@ -264,3 +269,47 @@ async def test_an_unknown_route_or_method_answers_the_error_body(app: FastAPI) -
         deep = b"[" * 100_000 + b"]" * 100_000  # deeper than the JSON parser goes
         r = await client.post("/v1/sessions", content=deep, headers=JSON)
         assert r.status_code == 400 and r.json()["error"]["type"] == "MalformedJSONError"
+
+
+async def test_a_client_that_stops_reading_is_dropped_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that opens the stream and never reads fills the socket: the send timeout drops
+    it, an ordinary event logged in one line (no traceback), and the session's hub lets it go."""
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.5)
+    monkeypatch.setattr(hub_module, "LINGER", 0.0)
+    caplog.set_level(logging.INFO)
+    store = FileStore(tmp_path / "sessions")
+    await store.create_session("big")
+    bulky = "x" * 1_000_000  # a replay of megabytes: more than both sockets buffer
+    entries = [
+        MessageEntry(id=f"e{i}", parent_id=f"e{i - 1}" if i else None, message=user_message(bulky))
+        for i in range(16)
+    ]
+    for entry in entries:  # one a call: a call's batch has a limit of its own
+        await store.append_entries("big", [entry])
+    app = create_app(store=store, agents={"a": AgentSpec(model=ScriptedModel([]))})
+    hubs = app.state.server.hubs
+    uvicorn_log = logging.getLogger("uvicorn.error")  # not the root's: uvicorn configures it
+    async with serving(app) as url:
+        uvicorn_log.addHandler(caplog.handler)  # once uvicorn configured it
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        request = f"GET /v1/sessions/big/stream?after=0 HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        await asyncio.get_running_loop().sock_sendall(sock, request.encode())
+        try:
+
+            async def dropped() -> bool:
+                return "big" not in hubs.hubs and any(
+                    "stopped reading" in r.getMessage() for r in caplog.records
+                )
+
+            await eventually(dropped, within=20, what="the stalled stream dropped")
+        finally:
+            sock.close()
+    uvicorn_log.removeHandler(caplog.handler)
+    noted = [r for r in caplog.records if r.levelno >= logging.INFO and r.name != "httpx"]
+    assert len(noted) == 1 and noted[0].exc_info is None, [r.getMessage() for r in noted]

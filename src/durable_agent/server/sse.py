@@ -15,9 +15,13 @@ Disconnecting never cancels a run (docs/design.md#http-api).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Receive, Scope, Send
 
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
@@ -27,11 +31,16 @@ from .hubs import Hubs
 
 __all__ = ["KEEPALIVE", "LIVE", "Replay", "session_stream"]
 
+logger = logging.getLogger("durable_agent.server")
+
 Replay = list[tuple[int, Entry]]
 """Entries with their seqs, as ``entries_after`` reads them."""
 
 KEEPALIVE = 15.0
 """Seconds between two comment lines on an idle stream (proxies close silent connections)."""
+
+SEND_TIMEOUT = 30.0
+"""Seconds one frame may wait for a client that stopped reading before the stream drops it."""
 
 
 LIVE = Frame("", {})
@@ -97,6 +106,36 @@ async def frames(
         hub.leave(queue)
 
 
+_DROPPED: ContextVar[bool] = ContextVar("durable_agent_stream_dropped", default=False)
+"""Set in the request's task when its stream dropped a stalled client (read by the filter)."""
+
+
+def _not_dropped(record: logging.LogRecord) -> bool:
+    """uvicorn's error line for a response left unfinished, unless it is a dropped stream's:
+    that one is said already, and the server cannot finish a response nobody reads."""
+    return not (_DROPPED.get() and record.getMessage().startswith("ASGI callable returned"))
+
+
+logging.getLogger("uvicorn.error").addFilter(_not_dropped)
+
+
+class _SessionStream(EventSourceResponse):
+    """A client that stopped reading is dropped after :data:`SEND_TIMEOUT`: an ordinary event
+    (a laptop lid closed, a proxy stalled) worth one line, not the traceback the timeout would
+    reach the server's log with."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            _DROPPED.set(True)  # the server's task: uvicorn logs in it once this returns
+            logger.info(
+                "%s: dropped a client that stopped reading (a frame waited %ss)",
+                scope.get("path", "stream"),
+                SEND_TIMEOUT,
+            )
+
+
 def session_stream(
     hubs: Hubs,
     session_id: str,
@@ -113,4 +152,4 @@ def session_stream(
             # read: the headers are sent, so it ends as a delete seen live ends it
             yield _event(Frame("deleted", {"session_id": session_id}))
 
-    return EventSourceResponse(events(), ping=max(1, int(keepalive)), send_timeout=30)
+    return _SessionStream(events(), ping=max(1, int(keepalive)), send_timeout=SEND_TIMEOUT)
