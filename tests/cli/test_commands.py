@@ -512,6 +512,16 @@ def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
         second = run_cli(["run", "busy1", "hello"], dev.env)
         assert second.returncode == 1, second.stderr
         assert "has a run going" in second.stderr and "Traceback" not in second.stderr
+
+        def mid_tool() -> str | None:  # the tail: the reply that called the slow tool
+            shown = json.loads(run_cli(["show", "busy1", "--json"], dev.env).stdout or "{}")
+            return shown.get("leaf_id") if "tool_call" in json.dumps(shown) else None
+
+        tail = wait_until(mid_tool, within=60, what="the run's tool call stored")
+        # naming the tail with --leaf is the same run from the tail: refused the same way
+        at_tail = run_cli(["run", "busy1", "hello", "--leaf", tail], dev.env)
+        assert at_tail.returncode == 1, at_tail.stderr
+        assert "has a run going" in at_tail.stderr and "Traceback" not in at_tail.stderr
         chat = pexpect.spawn(
             CLI[0], [*CLI[1:], "chat", "busy1"], env=dev.env, encoding="utf-8", timeout=60
         )

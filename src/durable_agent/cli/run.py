@@ -3,7 +3,7 @@
 Everything that can be checked is checked before the session is created: the message, the ID,
 ``--leaf``, Temporal, and a worker on another store; a new session is created by its first run
 once the worker has checked the agent, so an agent the worker does not have creates nothing.
-A run going on the session (any process's) refuses a run from its tail (:func:`refuse_busy`).
+A run going on the session (any process's) refuses a run from its tail (``--leaf`` too).
 Ctrl-C or ``--timeout`` cancels the run; what it stored stays. :func:`open_agent` is also how
 ``chat`` opens its session.
 
@@ -205,10 +205,10 @@ async def run_turn(
             agent_name=agent_name,
             flags=flags,
         )
-        if start_at is not None:
-            await agent.branch(start_at)
-        else:
+        if start_at is None or start_at == agent.leaf_id:  # --leaf naming the tail: the same
             await refuse_busy(executor.client, session_id)
+        else:
+            await agent.branch(start_at)
         return await _stream_turn(console, err, agent, entry, as_json, limit)
     finally:
         await opened.close()
