@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from durable_agent.cli.approvals import Lines
 from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_spec
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import say_up, workflows_url
-from durable_agent.cli.processes import free_port
+from durable_agent.cli.processes import beat, check_liveness, free_port
 from durable_agent.cli.render import render_tree
 from durable_agent.cli.run import RunPrinter
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
@@ -335,3 +336,15 @@ async def test_a_typed_line_that_is_not_utf8_is_refused_and_the_chat_reads_on(
     assert await asyncio.wait_for(lines.get(), 10) is None
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 2 and all("not valid UTF-8" in line for line in errors), errors
+
+
+def test_the_health_check_says_what_it_checked(tmp_path: Path) -> None:
+    """``worker --check`` proves the process alive and its loop beating; it does not ask
+    Temporal (README "Health"), so its line must not claim the worker polls: during a Temporal
+    outage the worker is healthy while its polls fail and retry."""
+    ready = tmp_path / "ready"
+    beat(ready, "agents")
+    healthy, line = check_liveness(ready)
+    assert healthy
+    assert line.startswith(f"worker pid {os.getpid()} ") and "agents" in line
+    assert "polls" not in line and "not Temporal" in line, line

@@ -265,7 +265,7 @@ def claim_ready_file(path: Path) -> None:
 
 
 def check_liveness(path: Path) -> tuple[bool, str]:
-    """Whether the worker that writes ``path`` is alive and polling, and one line saying so."""
+    """Whether the worker writing ``path`` is alive and beating, and one line saying so."""
     try:
         raw = json.loads(path.read_text())
         pid, queue, age = int(raw["pid"]), str(raw["task_queue"]), time.time() - float(raw["beat"])
@@ -280,7 +280,10 @@ def check_liveness(path: Path) -> tuple[bool, str]:
             f"worker pid {pid} last beat {age:.1f} s ago (more than {STALE_AFTER:.0f} s: its "
             "heartbeat stopped, the process is stuck or stopped)"
         )
-    return True, f"worker pid {pid} polls task queue {queue} (heartbeat {age:.1f} s ago)"
+    return True, (
+        f"worker pid {pid} is alive on task queue {queue} (heartbeat {age:.1f} s ago; "
+        "checks the process, not Temporal)"
+    )
 
 
 # -- the dev server's process ---------------------------------------------------------------------

@@ -9,7 +9,8 @@ Stopping, it polls no more and gives the calls in flight ``--shutdown-grace`` se
 Its log lines carry time and level, as text or JSON (``--log-format``), and an expected failure
 takes one line (:mod:`durable_agent.workflows.worker_logs`). While it polls it beats its
 ``--ready-file`` every half second; ``worker --check --ready-file PATH`` is healthy only while that
-process is alive and its last beat is fresh (:func:`.processes.check_liveness`).
+process is alive and its last beat is fresh (:func:`.processes.check_liveness`), Temporal up or
+not: a restart would not bring Temporal back (the worker retries its polls; README "Health").
 A Temporal server that is not up yet is retried until ``--connect-timeout`` (containers start in
 any order). The worker's Temporal identity carries its store's ID (``pid@host store:<id>``,
 :mod:`durable_agent.workflows.store_check`), which Temporal reports for the task queue's pollers,
