@@ -25,7 +25,6 @@ from ..session.approvals import (
     ApprovalDecision,
     ApprovalRequest,
     AwaitingTurn,
-    PendingItem,
     decision_entry_id,
 )
 from ..session.entries import Entry
@@ -128,21 +127,6 @@ class Waiting:
 
     def undecided(self) -> list[ToolCall]:
         return self.turn.undecided()
-
-    def pending(self) -> list[PendingItem]:
-        out: list[PendingItem] = []
-        for call in self.undecided():
-            r = self.turn.requests[call.id]
-            out.append(
-                PendingItem(
-                    tool_call_id=call.id,
-                    tool_name=r.tool_name,
-                    args=r.args,
-                    request_id=r.id,
-                    run_id=r.run_id,
-                )
-            )
-        return out
 
     def check(self, tool_call_id: str, deciding: bool) -> None:
         """Raise :class:`ApprovalNotPendingError` unless the run waits for this call's

@@ -149,6 +149,20 @@ class AwaitingTurn:
             if c.id in self.requests and c.id not in self.decisions and c.id not in answered
         ]
 
+    def pending(self) -> list[PendingItem]:
+        """The undecided calls as their requests show them."""
+        requests = [self.requests[c.id] for c in self.undecided()]
+        return [
+            PendingItem(
+                tool_call_id=r.tool_call_id,
+                tool_name=r.tool_name,
+                args=r.args,
+                request_id=r.id,
+                run_id=r.run_id,
+            )
+            for r in requests
+        ]
+
     def unanswered(self) -> list[ToolCall]:
         answered = {r.tool_call_id for r in self.results}
         return [c for c in self.calls if c.id not in answered]
@@ -193,21 +207,7 @@ def run_start_repairs(path: Sequence[Entry]) -> list[MessageEntry]:
 def pending_items(path: Sequence[Entry]) -> list[PendingItem]:
     """The pending calls of ``path`` in call order (docs/design.md#approvals-and-steering)."""
     turn = awaiting_turn(path)
-    if turn is None:
-        return []
-    out: list[PendingItem] = []
-    for call in turn.undecided():
-        request = turn.requests[call.id]
-        out.append(
-            PendingItem(
-                tool_call_id=call.id,
-                tool_name=request.tool_name,
-                args=request.args,
-                request_id=request.id,
-                run_id=request.run_id,
-            )
-        )
-    return out
+    return [] if turn is None else turn.pending()
 
 
 def sent_message(entry: Entry) -> bool:

@@ -224,6 +224,6 @@ def run_state(inp: RunInput, engine: RunEngine | None, inbox: Inbox) -> RunState
         pending_tool_calls=[ToolCallRef(id=c.id, name=c.name) for c in engine.pending_calls],
         new_entry_ids=list(engine.new_entry_ids),
         usage=engine.usage,
-        pending_approvals=[] if engine.waiting is None else engine.waiting.pending(),
+        pending_approvals=[] if engine.waiting is None else engine.waiting.turn.pending(),
         queued_inputs=len(inbox.messages),
     )
