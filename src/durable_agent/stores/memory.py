@@ -131,14 +131,7 @@ class MemoryStore:
         Entries are frozen, but their content lists and argument dicts are not: sharing them
         would let a caller clearing ``loaded[0].message.content`` change every later load.
         """
-        validate_session_id(session_id)
-        with self._lock:
-            log = self._logs.get(session_id)
-            if log is None:
-                raise SessionNotFoundError(session_id)
-            wires = [wire for _, wire in log.items]
-        with bulk_decoding():
-            return [decode_entry(wire) for wire in wires]
+        return [entry for _, entry in await self.load_entries_after(session_id, 0)]
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
         """The entries after seq ``after`` (1-based positions in the log), each with its seq
@@ -146,10 +139,7 @@ class MemoryStore:
         validate_session_id(session_id)
         check_after(after)
         with self._lock:
-            log = self._logs.get(session_id)
-            if log is None:
-                raise SessionNotFoundError(session_id)
-            wires = [wire for _, wire in log.items[after:]]
+            wires = [wire for _, wire in self._log(session_id).items[after:]]
         with bulk_decoding():
             return [(after + i, decode_entry(wire)) for i, wire in enumerate(wires, 1)]
 
@@ -158,9 +148,7 @@ class MemoryStore:
         validate_session_id(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         with self._lock:
-            log = self._logs.get(session_id)
-            if log is None:
-                raise SessionNotFoundError(session_id)
+            log = self._log(session_id)
             todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
@@ -186,6 +174,13 @@ class MemoryStore:
             self._logs.pop(session_id, None)
             self._deltas.drop_session(session_id)
         self._watchers.notify(session_id)
+
+    def _log(self, session_id: str) -> _Log:
+        """The session's log (under the lock); ``SessionNotFoundError`` if there is none."""
+        log = self._logs.get(session_id)
+        if log is None:
+            raise SessionNotFoundError(session_id)
+        return log
 
 
 async def _live() -> bool:
