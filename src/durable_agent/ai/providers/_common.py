@@ -23,6 +23,7 @@ T = TypeVar("T")
 __all__ = [
     "REDACTED",
     "Draft",
+    "call_arguments",
     "final_arguments",
     "guarded",
     "model_error",
@@ -146,6 +147,18 @@ def final_arguments(raw: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def call_arguments(provider: str, raw: str, *, truncated: bool, malformed: str) -> dict[str, Any]:
+    """The arguments of a streamed call once the reply ended. Text that is not a JSON object is a
+    retryable error (``malformed`` says so), unless the reply was cut at its token limit: then the
+    call keeps what parses, for the loop to answer."""
+    arguments = final_arguments(raw)
+    if arguments is not None:
+        return arguments
+    if not truncated:
+        raise model_error(provider, malformed, retryable=True)
+    return partial_arguments(raw)
 
 
 class Draft:

@@ -28,13 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..messages import ContentBlock, StopReason, TextContent, ThinkingContent, ToolCall, Usage
 from ..model import ModelError, ModelEvent, ModelRequest
-from ._common import (
-    Draft,
-    final_arguments,
-    model_error,
-    partial_arguments,
-    should_retry,
-)
+from ._common import Draft, call_arguments, model_error, partial_arguments, should_retry
 from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .anthropic_messages import (
     API,
@@ -214,15 +208,10 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
         assert isinstance(call, ToolCall)
         if not raw:  # no input_json_delta: the input came whole in content_block_start
             return
-        arguments = final_arguments(raw)
-        if arguments is None:
-            if stop != "max_tokens":
-                raise model_error(
-                    self.provider,
-                    f"tool call {call.name!r} has input that is not a JSON object",
-                    retryable=True,
-                )
-            arguments = partial_arguments(raw)
+        malformed = f"tool call {call.name!r} has input that is not a JSON object"
+        arguments = call_arguments(
+            self.provider, raw, truncated=stop == "max_tokens", malformed=malformed
+        )
         draft.blocks[index] = ToolCall(id=call.id, name=call.name, arguments=arguments)
 
     def to_error(self, exc: Exception) -> ModelError:

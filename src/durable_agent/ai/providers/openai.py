@@ -31,12 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..messages import StopReason, TextContent, ThinkingContent, ToolCall, Usage
 from ..model import ModelError, ModelEvent, ModelRequest
-from ._common import (
-    Draft,
-    final_arguments,
-    model_error,
-    partial_arguments,
-)
+from ._common import Draft, call_arguments, model_error, partial_arguments
 from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .openai_messages import to_openai_messages, to_openai_tools
 
@@ -203,19 +198,13 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         )
 
     def _close_calls(self, draft: Draft, calls: list[_PendingCall], *, truncated: bool) -> None:
-        """Give each streamed call its final arguments (and an ID if the server sent none).
-        Arguments that are not a JSON object are a retryable error, unless the reply was cut at
-        its token limit: then the call keeps what arrived, for the loop to answer."""
+        """Give each streamed call its final arguments (``_common.call_arguments``) and an ID
+        if the server sent none."""
         for pending in calls:
-            arguments = final_arguments(pending.arguments)
-            if arguments is None:
-                if not truncated:
-                    raise model_error(
-                        self.provider,
-                        f"tool call {pending.name!r} has arguments that are not a JSON object",
-                        retryable=True,
-                    )
-                arguments = partial_arguments(pending.arguments)
+            malformed = f"tool call {pending.name!r} has arguments that are not a JSON object"
+            arguments = call_arguments(
+                self.provider, pending.arguments, truncated=truncated, malformed=malformed
+            )
             draft.blocks[pending.block] = ToolCall(
                 id=pending.id or f"call_{secrets.token_hex(8)}",
                 name=pending.name,
