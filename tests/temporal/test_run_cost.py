@@ -25,7 +25,7 @@ from temporalio.client import (
 from durable_agent import Reply, ScriptedModel, ToolCall, new, tool
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
-from durable_agent.workflows.publisher_check import PublisherCheck
+from durable_agent.workflows.store_check import poller_identities
 from tests.support.live_worker import AGENT, MARKER
 from tests.support.polling import eventually
 from tests.support.temporal import running_worker
@@ -169,7 +169,7 @@ async def test_lifecycle_events_start_a_workflow_only_when_a_worker_has_a_publis
         ):
 
             async def polled(q: str = q) -> bool:
-                return bool(await PublisherCheck(client, q)._identities())
+                return bool(await poller_identities(client, q))
 
             await eventually(polled, within=20, what="the worker polling")
             counting.counts.clear()

@@ -41,13 +41,12 @@ from ..session.render import short
 from ..session.store import Store
 from ..session.turns import is_turn_start
 from .mail_client import decide_update, send_update
-from .publisher_check import PublisherCheck
 from .run_mail import SendBody
 from .run_start import RunStart, attached, started_here
 from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
 from .search import search_attributes
-from .store_check import StoreCheck
+from .store_check import PublisherCheck, StoreCheck
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",

@@ -7,16 +7,24 @@ FileStore's directory, a document in a MongoDB database, made by the first worke
 adds it to its Temporal identity (``pid@host store:<id>``, :func:`with_store_id`), and a client
 compares it with its own store's before it starts a run or a compaction (:class:`StoreCheck`),
 reading the queue's pollers (a ``DescribeTaskQueue`` call, not billed) at most every
-:data:`~.publisher_check.RECHECK_AFTER` seconds. A store without an ID (MemoryStore, an
+:data:`RECHECK_AFTER` seconds. A store without an ID (MemoryStore, an
 application's own store), a queue without a poller yet, or workers that advertise no ID compare
 nothing; a FileStore or MongoStore without an ID while the workers advertise one is another
 store.
+
+The same pollers say whether the queue's workers have a publisher (:class:`PublisherCheck`).
+Lifecycle events of client verbs (``session_init`` of every ``new()``, branch, fork) reach the
+worker's publisher through a publish workflow: a start and an activity, both billed, for every
+event. Without a publisher the worker drops them, so a client asks first: a worker created with a
+publisher says so in its identity (:data:`PUBLISHER_MARK`). A queue with no poller yet, or an
+answer that cannot be had, counts as having one: an event is never dropped for want of asking.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -32,11 +40,13 @@ from ..durable.errors import AgentError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..stores.file import FileStore
-from .publisher_check import RECHECK_AFTER
 
 __all__ = [
     "MARKER",
     "META_COLLECTION",
+    "PUBLISHER_MARK",
+    "RECHECK_AFTER",
+    "PublisherCheck",
     "StoreCheck",
     "StoreMismatchError",
     "mismatch",
@@ -49,6 +59,14 @@ MARKER = ".durable-agent-store-id"
 """The marker file in a FileStore's directory (stores list only ``*.jsonl`` files)."""
 META_COLLECTION = "durable_agent_meta"
 """The MongoDB collection holding ``{_id: "store_id", value: <id>}``."""
+
+logger = logging.getLogger("durable_agent.temporal")
+
+PUBLISHER_MARK = "publisher"
+"""The word a worker with a publisher adds to its identity."""
+RECHECK_AFTER = 60.0
+"""Seconds a client trusts what it found (a worker with a publisher, or on another store, that
+starts meanwhile is seen after at most this long)."""
 
 _IN_IDENTITY = re.compile(r"\bstore:([0-9a-f]{16})\b")
 
@@ -164,3 +182,28 @@ class StoreCheck:
                 f"client's {type(store).__name__}: give both the same store"
             )
         self._matched[id(store)] = now
+
+
+class PublisherCheck:
+    """Whether some worker polling ``task_queue`` has a publisher (module doc)."""
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self._answer: bool | None = None
+        self._asked = 0.0
+
+    async def any(self) -> bool:
+        now = asyncio.get_running_loop().time()
+        if self._answer is not None and now - self._asked < RECHECK_AFTER:
+            return self._answer
+        try:
+            identities = await poller_identities(self.client, self.task_queue)
+        except RPCError as exc:
+            logger.debug("could not list the pollers of %s: %s", self.task_queue, exc)
+            return True
+        if not identities:
+            return True  # no worker yet: one with a publisher may be starting
+        self._answer = any(PUBLISHER_MARK in identity.split() for identity in identities)
+        self._asked = now
+        return self._answer

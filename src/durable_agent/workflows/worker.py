@@ -19,10 +19,9 @@ from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
 from .compact_workflow import CompactWorkflow
 from .publish_workflow import PublishWorkflow
-from .publisher_check import PUBLISHER_MARK
 from .run_workflow import RunWorkflow
 from .search import ensure_search_attribute
-from .store_check import store_id, with_store_id
+from .store_check import PUBLISHER_MARK, store_id, with_store_id
 
 __all__ = [
     "DEFAULT_KNOWN_ENTRIES",
@@ -158,7 +157,7 @@ async def create_worker(
 
 async def _identity(given: str, store: Store, publishes: bool) -> str:
     """What clients read from the queue's pollers (docs/design.md#temporal): the store's ID, so a
-    client on another store is refused before it starts a run (store_check), and whether the
-    worker can deliver lifecycle events, which clients publish only then (publisher_check)."""
+    client on another store is refused before it starts a run, and whether the worker can
+    deliver lifecycle events, which clients publish only then (both: store_check)."""
     identity = with_store_id(given, await store_id(store, create=True))
     return f"{identity} {PUBLISHER_MARK}" if publishes else identity
