@@ -273,7 +273,7 @@ def test_contracts_are_what_crosses_the_boundary() -> None:
     crossing = [_activities(n) for n in ("model_call", "tool_call", "store_steps", "verb_steps")]
     crossing += [
         f"{PACKAGE}.workflows.{n}"
-        for n in ("run_workflow", "compact_workflow", "publish_workflow", "executor", "run_stream")
+        for n in ("run_workflow", "verb_workflows", "executor", "run_stream")
     ]
     runs = _activities("run_contracts")
     missing = [m for m in crossing if not {contracts, runs} & set(found[m].imports)]

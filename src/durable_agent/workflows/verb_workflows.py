@@ -1,5 +1,10 @@
-"""The compaction workflow: the one compaction flow (``durable.compaction.compact``) with
-activities as its effects: ``summarize`` from the store, ``append_entries``, ``publish``.
+"""The workflows of the handle verbs (their steps: ``activities.verb_steps``).
+
+The compaction workflow is the one compaction flow (``durable.compaction.compact``) with
+activities as its effects: ``summarize`` from the store, ``append_entries``, ``publish``. The
+publish workflow delivers the lifecycle events of client verbs (new, branch, fork) at least once:
+its ID is ``durable-agent/publish/<idempotency_key>``, so a repeated start is rejected rather than
+publishing twice; a fork's two events share one workflow and keep their order.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from ..session.entries import CompactionEntry
     from .search import ensure_session_attribute
 
-__all__ = ["CompactWorkflow"]
+__all__ = ["CompactWorkflow", "PublishWorkflow"]
 
 T = TypeVar("T")
 
@@ -90,3 +95,12 @@ class CompactWorkflow:
         await _past_cancellation(
             verb_steps.publish(PublishInput(events=events, timeouts=self._inp.timeouts))
         )
+
+
+@workflow.defn(name="durable_agent.publish")
+class PublishWorkflow:
+    @workflow.run
+    async def run(self, inp: PublishInput) -> None:
+        if inp.events:
+            ensure_session_attribute(inp.events[0].session_id)
+        await verb_steps.publish(inp)
