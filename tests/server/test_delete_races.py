@@ -12,7 +12,7 @@ from durable_agent import MessageEntry, SessionNotFoundError
 from durable_agent.ai import ScriptedModel, user_message
 from durable_agent.server import create_app
 from durable_agent.session import Entry
-from durable_agent.session.record import SessionRecord
+from durable_agent.session.store import SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import serving

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from durable_agent.session import Entry, MessageEntry, StoreUnavailableError
-from durable_agent.session.record import SessionRecord
+from durable_agent.session.store import SessionRecord
 from durable_agent.stores import FileStore, MemoryStore
 
 

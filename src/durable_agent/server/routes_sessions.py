@@ -13,8 +13,7 @@ from ..durable.errors import EntryNotFoundError
 from ..session.codec import entry_to_wire
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
-from ..session.record import SessionRecord
-from ..session.store import RetentionStore, Store, entries_after
+from ..session.store import RetentionStore, SessionRecord, Store, entries_after
 from .deps import Caller, ServerDep, retention, runs
 from .routes_runs import existing
 from .tenants import Tenant

@@ -40,10 +40,9 @@ from .errors import (
     StoreUnavailableError,
 )
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
-from .record import SessionRecord
 from .render import TreeLine, entry_summary, message_summary, render_tree, tree_lines
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
-from .store import AppendFeed, AppendWatch, RetentionStore, SeqStore, Store
+from .store import AppendFeed, AppendWatch, RetentionStore, SeqStore, SessionRecord, Store
 from .tree import TreeNode, path, tree
 from .turns import Turn, is_turn_start, last_turn
 from .views import model_view, raw_model_view, transcript_view

@@ -1,13 +1,16 @@
-"""The Store protocol: the three operations the durable agent performs, nothing more."""
+"""The Store protocol: the three operations the durable agent performs, nothing more; and
+:class:`SessionRecord`, what ``create_session`` writes once."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict
+
+from ..ai.timefmt import UtcDatetime
 from .entries import Entry
 from .errors import SessionExistsError, SessionNotFoundError
-from .record import SessionRecord
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -15,6 +18,7 @@ __all__ = [
     "AppendWatch",
     "RetentionStore",
     "SeqStore",
+    "SessionRecord",
     "Store",
     "check_after",
     "check_page",
@@ -26,6 +30,21 @@ __all__ = [
 
 DEFAULT_PAGE = 100
 """How many records ``list_sessions`` returns when not told."""
+
+
+class SessionRecord(BaseModel):
+    """Exactly ``id``, ``parent_id`` (the fork source, or ``None``) and ``created_at``: a
+    session's existence and lineage.
+
+    It holds no application state: titles, modes and model choices live in the application's own
+    storage, keyed by session ID.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    parent_id: str | None = None
+    created_at: UtcDatetime
 
 
 @runtime_checkable

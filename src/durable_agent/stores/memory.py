@@ -28,8 +28,7 @@ from ..session.deltas import Cursor, Delta, DeltaKey
 from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
-from ..session.record import SessionRecord
-from ..session.store import DEFAULT_PAGE, check_after, check_page, newest_first
+from ..session.store import DEFAULT_PAGE, SessionRecord, check_after, check_page, newest_first
 from .appends import AppendWatchers, Watch
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryDeltas", "MemoryStore"]

@@ -42,8 +42,7 @@ from typing import Any
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
 from ..session.ids import validate_session_id
-from ..session.record import SessionRecord
-from ..session.store import RetentionStore, SeqStore, Store, check_after
+from ..session.store import RetentionStore, SeqStore, SessionRecord, Store, check_after
 from ..session.tree import path as tree_path
 
 __all__ = ["DEFAULT_KNOWN_ENTRIES", "MAX_SESSIONS", "RememberingStore"]

@@ -24,7 +24,7 @@ from ...ai.timefmt import format_time, parse_time
 from ...session.codec import bulk_decoding, decode_entry, encode_entry, wire_to_entry
 from ...session.entries import Entry
 from ...session.errors import CorruptSessionError, EntryDecodeError, SessionNotFoundError
-from ...session.record import SessionRecord
+from ...session.store import SessionRecord
 
 __all__ = [
     "HeaderProblem",

@@ -36,8 +36,7 @@ from ...session.errors import (
     StoreUnavailableError,
 )
 from ...session.ids import validate_session_id
-from ...session.record import SessionRecord
-from ...session.store import DEFAULT_PAGE, check_after, check_page, newest_first
+from ...session.store import DEFAULT_PAGE, SessionRecord, check_after, check_page, newest_first
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after, read_now

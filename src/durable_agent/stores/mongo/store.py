@@ -61,8 +61,7 @@ from ...session.errors import (
     StoreUnavailableError,
 )
 from ...session.ids import validate_session_id
-from ...session.record import SessionRecord
-from ...session.store import check_page
+from ...session.store import SessionRecord, check_page
 from ..appends import Watch
 from .claims import Claims
 from .decode import (
