@@ -29,9 +29,8 @@ from .deciding import decide
 from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
 from .inputs import EntryLike, as_entry, check_agent_options, check_run_input
-from .lifecycle import branched_event, fork_events, init_event
 from .persist import is_durable
-from .publisher import PublisherLike
+from .publisher import PublisherLike, branched_event, fork_events, init_event
 from .state import AgentConfig, SessionState
 from .stream import RunStream
 

@@ -30,8 +30,8 @@ from ..session.turns import is_turn_start
 from ..session.views import model_view
 from .errors import CompactError, NoFactoryError
 from .events import Event
-from .lifecycle import compacted_event
 from .persist import CommitEffects, stamp
+from .publisher import compacted_event
 
 __all__ = [
     "DEFAULT_COMPACT_PROMPT",

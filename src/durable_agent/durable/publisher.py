@@ -4,6 +4,9 @@ A publisher is any callable or object with ``publish(event)``, sync or async. It
 the agent's lock, on the mutating call's path, so it can call back into the agent; keep it fast.
 Its exceptions are logged to ``durable_agent.publisher`` and never raised: the change it reports is
 already committed.
+
+The lifecycle events (docs/design.md#receipts) have one constructor each here, shared by both
+executors. Each carries its idempotency key, so a redelivered event is recognisable.
 """
 
 from __future__ import annotations
@@ -13,17 +16,17 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from ..session.entries import Entry
 from .events import Event
 
 __all__ = [
     "Publisher",
     "PublisherLike",
-    "branched_key",
-    "compacted_key",
+    "branched_event",
+    "compacted_event",
     "deliver",
-    "fork_init_key",
-    "forked_key",
-    "init_key",
+    "fork_events",
+    "init_event",
 ]
 
 logger = logging.getLogger("durable_agent.publisher")
@@ -37,24 +40,53 @@ class Publisher(Protocol):
 PublisherLike = Publisher | Callable[[Event], Any]
 
 
-def init_key(session_id: str, open_id: str) -> str:
-    return f"session_init:{session_id}:{open_id}"
+def init_event(session_id: str, leaf_id: str, open_id: str) -> Event:
+    """``session_init`` after ``new()`` (``open_id``: fresh per call)."""
+    return Event(
+        type="session_init",
+        session_id=session_id,
+        leaf_id=leaf_id,
+        idempotency_key=f"session_init:{session_id}:{open_id}",
+    )
 
 
-def fork_init_key(child_id: str) -> str:
-    return f"session_init:{child_id}:fork"
+def branched_event(session_id: str, from_id: str, leaf_id: str, op_id: str) -> Event:
+    return Event(
+        type="session_branched",
+        session_id=session_id,
+        from_id=from_id,
+        leaf_id=leaf_id,
+        idempotency_key=f"session_branched:{session_id}:{op_id}",
+    )
 
 
-def forked_key(child_id: str, source_id: str) -> str:
-    return f"session_forked:{child_id}:{source_id}"
+def fork_events(child_id: str, source_id: str, leaf_id: str) -> list[Event]:
+    """``session_forked`` then the child's ``session_init``, in that order."""
+    return [
+        Event(
+            type="session_forked",
+            session_id=child_id,
+            parent_id=source_id,
+            idempotency_key=f"session_forked:{child_id}:{source_id}",
+        ),
+        Event(
+            type="session_init",
+            session_id=child_id,
+            leaf_id=leaf_id,
+            idempotency_key=f"session_init:{child_id}:fork",
+        ),
+    ]
 
 
-def branched_key(session_id: str, op_id: str) -> str:
-    return f"session_branched:{session_id}:{op_id}"
-
-
-def compacted_key(session_id: str, entry_id: str) -> str:
-    return f"session_compacted:{session_id}:{entry_id}"
+def compacted_event(session_id: str, entry: Entry) -> Event:
+    """``session_compacted`` for a stored compaction entry (the new leaf)."""
+    return Event(
+        type="session_compacted",
+        session_id=session_id,
+        entries=[entry],
+        leaf_id=entry.id,
+        idempotency_key=f"session_compacted:{session_id}:{entry.id}",
+    )
 
 
 async def publish_one(publisher: PublisherLike, event: Event) -> None:
