@@ -9,9 +9,17 @@ so nothing goes on before the store has it (docs/design.md#handle-and-engine).
 
 from .events import AgentEvent, AgentEventType
 from .hooks import Hooks
-from .loop import AgentRun, Factory, Loop, ModelFactory, ModelLoop, build_loop, model
+from .loop import (
+    AgentRun,
+    Factory,
+    Loop,
+    ModelFactory,
+    ModelLoop,
+    RetryingModel,
+    build_loop,
+    model,
+)
 from .options import AgentOptions
-from .retry import RetryingModel
 from .tool_exec import LocalToolExecutor, ToolExecutor, failure_text
 
 __all__ = [

@@ -8,20 +8,20 @@ sees every earlier message.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, Usage, with_call_ids
-from ..ai.model import LanguageModel, ModelError, ModelRequest, ToolSpec
+from ..ai.model import LanguageModel, ModelError, ModelEvent, ModelRequest, ToolSpec
+from ..ai.tools import RetryPolicy
 from .approval import Resume, Verdict
-from .closing import closing
 from .events import AgentEvent
 from .hooks import call_hook
 from .options import AgentOptions
-from .retry import RetryingModel
 from .tool_exec import LocalToolExecutor, ToolExecutor
-from .tool_run import run_tools
+from .tool_run import closing, run_tools
 
 __all__ = [
     "AgentRun",
@@ -30,6 +30,7 @@ __all__ = [
     "Loop",
     "ModelFactory",
     "ModelLoop",
+    "RetryingModel",
     "build_loop",
     "model",
 ]
@@ -317,3 +318,30 @@ async def build_loop(factory: Factory, options: AgentOptions) -> Loop:
     if inspect.isawaitable(loop):
         loop = await loop
     return loop
+
+
+class RetryingModel:
+    """Retries retryable :class:`ModelError`s of ``model`` per ``policy``: in process only, so
+    the loop itself never retries (under Temporal the activity retry policy does this job).
+
+    Each retry starts a fresh stream (a new ``start`` event, hence a new ``message_start``), which
+    is why consumers reset their display on ``message_start``.
+    """
+
+    def __init__(self, model: LanguageModel, policy: RetryPolicy) -> None:
+        self.model = model
+        self.policy = policy
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        attempt = 1
+        while True:
+            try:
+                async for event in self.model.stream(request):
+                    yield event
+                return
+            except ModelError as exc:
+                if not exc.retryable or attempt >= self.policy.max_attempts:
+                    raise
+                delay = max(self.policy.delay(attempt), exc.retry_after or 0.0)
+                await asyncio.sleep(min(delay, self.policy.max_interval))
+                attempt += 1

@@ -10,18 +10,22 @@ arguments, if any.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+import types
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Generic, TypeVar
 
 from ..ai.messages import Message, ToolCall
 from ..ai.tools import Tool
 from .approval import Verdict, denied_result
-from .closing import closing
 from .events import AgentEvent
 from .hooks import call_hook
 from .options import AgentOptions
 from .tool_exec import ToolExecutor
 
-__all__ = ["run_tools"]
+__all__ = ["closing", "run_tools"]
+
+T = TypeVar("T")
 
 
 async def _execute_one(
@@ -181,3 +185,30 @@ def _retrieve(task: asyncio.Task[None]) -> None:
     """Consume a cancelled tool task's outcome, so nothing is reported as never retrieved."""
     if not task.cancelled():
         task.exception()
+
+
+class closing(Generic[T]):
+    """``contextlib.aclosing`` that also works while the whole chain is being finalized.
+
+    A generator nested in another (``async for`` over it) is closed with its consumer, so an
+    abandoned run cancels its tool tasks at once. When the garbage collector finalizes a
+    suspended chain (a Temporal workflow evicted mid-run), the inner generator is still
+    mid-``await`` (``ag_running``) and is finalized on its own: closing it then would raise
+    "already running", so it is left alone. No generator here awaits while closing.
+    """
+
+    def __init__(self, agen: AsyncIterator[T]) -> None:
+        self.agen = agen
+
+    async def __aenter__(self) -> AsyncIterator[T]:
+        return self.agen
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        agen = self.agen
+        if isinstance(agen, types.AsyncGeneratorType) and not agen.ag_running:
+            await agen.aclose()
