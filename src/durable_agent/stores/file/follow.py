@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -35,7 +34,7 @@ from typing import IO
 from ...session.codec import bulk_decoding
 from ...session.entries import Entry
 from ...session.errors import SessionNotFoundError
-from .index import reencode_line
+from .index import Recent, reencode_line
 from .io import posix_locks
 from .lines import (
     HeaderProblem,
@@ -107,33 +106,13 @@ def _raw(entry_id: str) -> bytes:
     return entry_id.encode("utf-8", "surrogatepass")
 
 
-class Marks:
-    """The marks of the most recently followed files, least recently used dropped first."""
+class Marks(Recent[Mark]):
+    """The marks of the most recently followed files."""
 
-    def __init__(self, size: int = 64) -> None:
-        self._size = size
-        self._marks: OrderedDict[Path, Mark] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, path: Path) -> Mark | None:
-        with self._lock:
-            mark = self._marks.get(path)
-            if mark is not None:
-                self._marks.move_to_end(path)
-            return mark
-
-    def put(self, path: Path, mark: Mark) -> None:
-        with self._lock:
-            old = self._marks.get(path)
-            if old is None or old.file_key != mark.file_key or old.end <= mark.end:
-                self._marks[path] = mark
-            self._marks.move_to_end(path)
-            while len(self._marks) > self._size:
-                self._marks.popitem(last=False)
-
-    def forget(self, path: Path) -> None:
-        with self._lock:
-            self._marks.pop(path, None)
+    def replaces(self, old: Mark, new: Mark) -> bool:
+        """A mark of the same file only moves forward: a read that finishes after a later one
+        does not take it back."""
+        return old.file_key != new.file_key or old.end <= new.end
 
     def unchanged(self, path: Path, after: int) -> bool:
         """Whether a read after ``after`` would find nothing: the mark covers ``after`` and the

@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Generic, TypeVar
 
 from ...session.codec import decode_entry, encode_entry
 from ...session.errors import EntryDecodeError
@@ -35,7 +35,7 @@ from .lines import (
 __all__ = [
     "Found",
     "Index",
-    "IndexCache",
+    "Recent",
     "Scan",
     "covers",
     "digest",
@@ -43,6 +43,9 @@ __all__ = [
     "reencode_line",
     "scan_ids",
 ]
+
+
+V = TypeVar("V")
 
 
 def digest(data: bytes) -> bytes:
@@ -145,28 +148,34 @@ def reencode_line(fd: int, offset: int) -> str | None:
         return None
 
 
-class IndexCache:
-    """The indexes of the most recently appended files, least recently used dropped first."""
+class Recent(Generic[V]):
+    """A value per file for the most recently used files, least recently used dropped first."""
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int) -> None:
         self._size = size
-        self._indexes: OrderedDict[Path, Index] = OrderedDict()
+        self._items: OrderedDict[Path, V] = OrderedDict()
         self._lock = threading.Lock()  # blocking I/O (and so this cache) runs in worker threads
 
-    def get(self, path: Path) -> Index | None:
+    def get(self, path: Path) -> V | None:
         with self._lock:
-            index = self._indexes.get(path)
-            if index is not None:
-                self._indexes.move_to_end(path)
-            return index
+            value = self._items.get(path)
+            if value is not None:
+                self._items.move_to_end(path)
+            return value
 
     def forget(self, path: Path) -> None:
         with self._lock:
-            self._indexes.pop(path, None)
+            self._items.pop(path, None)
 
-    def put(self, path: Path, index: Index) -> None:
+    def put(self, path: Path, value: V) -> None:
         with self._lock:
-            self._indexes[path] = index
-            self._indexes.move_to_end(path)
-            while len(self._indexes) > self._size:
-                self._indexes.popitem(last=False)
+            old = self._items.get(path)
+            if old is None or self.replaces(old, value):
+                self._items[path] = value
+            self._items.move_to_end(path)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def replaces(self, old: V, new: V) -> bool:
+        """Whether ``new`` takes the place of ``old`` in :meth:`put` (here: always)."""
+        return True

@@ -40,7 +40,7 @@ from ...session.store import DEFAULT_PAGE, SessionRecord, check_after, check_pag
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after, read_now
-from .index import Index, IndexCache, covers, digest, header_line, reencode_line, scan_ids
+from .index import Index, Recent, covers, digest, header_line, reencode_line, scan_ids
 from .io import FILE_MODE, append_all, ensure_root, finish, flock, open_dir, posix_locks, write_all
 from .lines import (
     HeaderProblem,
@@ -80,8 +80,8 @@ class FileStore:
         self._root = Path(root)
         self._fsync = fsync
         self._max_entry_bytes = max_entry_bytes
-        self._indexes = IndexCache()
-        self._marks = Marks()
+        self._indexes: Recent[Index] = Recent(256)
+        self._marks = Marks(64)
         self._deltas: FileDeltas | None = None
 
     @property
