@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..ai.messages import Message, Usage
+from ..ai.messages import Message, ToolCall, Usage
 
-__all__ = ["AgentEvent", "AgentEventType"]
+__all__ = ["AgentEvent", "AgentEventType", "tool_end", "tool_start"]
 
 AgentEventType = Literal[
     "agent_start",
@@ -66,3 +66,19 @@ class AgentEvent(BaseModel):
     and this partial starts the reply over; discard what the earlier updates showed. In process
     (and on every other event) always ``False``, and then left out of the JSON, so recorded
     events (query answers, continue-as-new inputs) are byte for byte what they were before."""
+
+
+def tool_start(call: ToolCall) -> AgentEvent:
+    return AgentEvent(
+        type="tool_execution_start", tool_call_id=call.id, tool_name=call.name, args=call.arguments
+    )
+
+
+def tool_end(call: ToolCall, result: Message) -> AgentEvent:
+    return AgentEvent(
+        type="tool_execution_end",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        result=result,
+        is_error=result.is_error,
+    )

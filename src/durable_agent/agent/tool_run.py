@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 from ..ai.messages import Message, ToolCall
 from ..ai.tools import Tool
 from .approval import Verdict, denied_result
-from .events import AgentEvent
+from .events import AgentEvent, tool_end, tool_start
 from .hooks import call_hook
 from .options import AgentOptions
 from .tool_exec import ToolExecutor
@@ -46,26 +46,6 @@ async def _execute_one(
     if hooks is not None:
         result = await call_hook(hooks.after_tool, call, result) or result
     return result
-
-
-def _start_event(call: ToolCall) -> AgentEvent:
-    return AgentEvent(
-        type="tool_execution_start", tool_call_id=call.id, tool_name=call.name, args=call.arguments
-    )
-
-
-def _finish_events(call: ToolCall, result: Message) -> list[AgentEvent]:
-    return [
-        AgentEvent(
-            type="tool_execution_end",
-            tool_call_id=call.id,
-            tool_name=call.name,
-            result=result,
-            is_error=result.is_error,
-        ),
-        AgentEvent(type="message_start", message=result),
-        AgentEvent(type="message_end", message=result),
-    ]
 
 
 class _Turn:
@@ -117,7 +97,7 @@ class _Turn:
 
     def start(self, i: int) -> AgentEvent:
         self.tasks[i] = asyncio.create_task(self._execute(i))
-        return _start_event(self.calls[i])
+        return tool_start(self.calls[i])
 
     async def drain(self, until: set[int]) -> AsyncGenerator[AgentEvent, None]:
         while until:
@@ -135,7 +115,12 @@ class _Turn:
                 )
 
     def finish(self, i: int) -> list[AgentEvent]:
-        return _finish_events(self.calls[i], self.results[i])
+        result = self.results[i]
+        return [
+            tool_end(self.calls[i], result),
+            AgentEvent(type="message_start", message=result),
+            AgentEvent(type="message_end", message=result),
+        ]
 
 
 async def run_tools(

@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from ..agent.events import AgentEvent
+from ..agent.events import AgentEvent, tool_end
 from ..ai.messages import Message, Usage
 from ..session.approvals import ApprovalDecision, requests_after, sent_message
 from ..session.entries import Entry, MessageEntry
@@ -264,17 +264,7 @@ class RunChain(ChainSteps):
             if self._parallel is None:
                 self._parallel = self._batched(entry, following)
                 out += self._start_all() if self._parallel else self._start(0)
-            out.append(
-                self._event(
-                    AgentEvent(
-                        type="tool_execution_end",
-                        tool_call_id=call.id,
-                        tool_name=call.name,
-                        result=result,
-                        is_error=result.is_error,
-                    )
-                )
-            )
+            out.append(self._event(tool_end(call, result)))
             self._too_large = self._too_large or result.text().startswith(TOO_LARGE)
         out.append(self._event(AgentEvent(type="message_start", message=result)))
         out.append(self._receipt(entry))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from ..agent.events import AgentEvent
+from ..agent.events import AgentEvent, tool_start
 from ..ai.messages import Message, ToolCall
 from ..session.approvals import ApprovalDecision, AwaitingTurn
 from ..session.entries import Entry, MessageEntry
@@ -115,16 +115,7 @@ class ChainSteps:
             return []
         self._starts = index + 1
         call = self._calls[index]
-        return [
-            self._event(
-                AgentEvent(
-                    type="tool_execution_start",
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    args=call.arguments,
-                )
-            )
-        ]
+        return [self._event(tool_start(call))]
 
     def _start_all(self) -> list[Event]:
         out: list[Event] = []
