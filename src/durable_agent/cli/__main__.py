@@ -49,18 +49,18 @@ EXTRAS = {
 """Top-level module -> the extra of ``durable-agent`` that installs it."""
 
 
-def missing_extra(exc: ImportError, *, needs: str = "cli") -> str | None:
+def missing_extra(exc: ImportError) -> str | None:
     """The one-line message for a module an extra provides, or None for any other import error.
 
-    ``needs`` is what to install when the missing module belongs to ``cli`` or ``temporal``
-    (the ``cli`` extra brings the Temporal SDK too); a store's or provider's module names its own
-    extra. The install line is spelled as the README installs: from a clone, ``'.[extra]'``.
+    A missing ``cli`` or ``temporal`` module asks for the ``cli`` extra (it brings the Temporal
+    SDK too); a store's or provider's module names its own extra. The install line is spelled as
+    the README installs: from a clone, ``'.[extra]'``.
     """
     name = (exc.name or "").split(".")[0]
     extra = EXTRAS.get(name)
     if extra is None:
         return None
-    install = needs if extra in ("cli", "temporal") else extra
+    install = "cli" if extra in ("cli", "temporal") else extra
     return (
         f"the {extra!r} extra of durable-agent is not installed (no module named {name!r}): "
         f"pip install '.[{install}]' (from the durable-agent clone)"

@@ -170,11 +170,11 @@ class Draft:
         self.model = model
         self.blocks: list[ContentBlock] = []
 
-    def snapshot(self, *extra_blocks: ContentBlock) -> Message:
-        """The message so far (plus ``extra_blocks``), as a consumer may render it mid-stream."""
+    def snapshot(self) -> Message:
+        """The message so far, as a consumer may render it mid-stream."""
         return Message(
             role="assistant",
-            content=[*self.blocks, *extra_blocks],
+            content=list(self.blocks),
             api=self.api,
             provider=self.provider,
             model=self.model,
