@@ -125,16 +125,13 @@ class Waiting:
     def __init__(self, turn: AwaitingTurn) -> None:
         self.turn = turn
 
-    def undecided(self) -> list[ToolCall]:
-        return self.turn.undecided()
-
     def check(self, tool_call_id: str, deciding: bool) -> None:
         """Raise :class:`ApprovalNotPendingError` unless the run waits for this call's
         decision (``deciding``: one is queued already, and it will win)."""
         decided = self.turn.decisions.get(tool_call_id)
         if decided is not None:
             raise not_pending(tool_call_id, decided.id)
-        if deciding or tool_call_id not in {c.id for c in self.undecided()}:
+        if deciding or tool_call_id not in {c.id for c in self.turn.undecided()}:
             raise not_pending(tool_call_id, None)
 
     def denied(self, calls: list[ToolCall]) -> bool:
@@ -252,7 +249,7 @@ async def _wait_for_decisions(engine: RunSide, waiting: Waiting) -> None:
     assert gate is not None
     limit = gate.approval_wait
     start = engine.effects.now()
-    while waiting.undecided():
+    while waiting.turn.undecided():
         if not inbox.decisions:
             left = None
             if limit is not None and not inbox.messages:
