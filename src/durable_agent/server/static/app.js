@@ -4,7 +4,7 @@
 // sends Last-Event-ID itself: a reload or a dropped connection resumes at the last seq seen.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { sid: null, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(),
+const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(),
   runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null };
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
@@ -47,11 +47,11 @@ async function sessions() {
     li.onclick = () => open(s.session_id); ul.appendChild(li);
   }
 }
-function children(parent) { return state.order.map((id) => state.entries.get(id)).filter((e) => (e.parent_id || "") === parent); }
+function children(parent) { return state.kids.get(parent) || []; } // in the order stored
 function path() {
   const out = []; let id = state.leaf;
-  while (id) { const e = state.entries.get(id); if (!e) break; out.unshift(e); id = e.parent_id || ""; }
-  return out;
+  while (id) { const e = state.entries.get(id); if (!e) break; out.push(e); id = e.parent_id || ""; }
+  return out.reverse();
 }
 function lastLeaf(id) { // follow the newest child down from id
   for (;;) { const c = children(id); if (!c.length) return id; id = c[c.length - 1].id; }
@@ -174,7 +174,10 @@ async function ask(t, leaf) {
 function frame(event, data) {
   if (event === "entry") {
     const e = data.entry; state.seq = data.seq;
-    if (!state.entries.has(e.id)) { state.entries.set(e.id, e); state.order.push(e.id); }
+    if (!state.entries.has(e.id)) {
+      state.entries.set(e.id, e); const p = e.parent_id || "";
+      state.kids.set(p, [...children(p), e]);
+    }
     if ((e.parent_id || "") === state.leaf || !state.leaf) state.leaf = e.id;
     if (e.type === "message" && e.message.role === "user") {
       const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
@@ -196,7 +199,12 @@ function frame(event, data) {
       state.failure = "the run failed" + why;
     }
   } else if (event === "deleted") { state.sid = null; sessions(); }
-  render();
+  soon();
+}
+// A stored session's replay is thousands of frames in a few chunks: the chat is drawn once for
+// all the frames that came before the next paint, not once a frame.
+function soon() {
+  if (!state.drawing) { state.drawing = true; requestAnimationFrame(() => { state.drawing = false; render(); }); }
 }
 async function settle(runId) { // a run that may have ended while no stream listened
   const sid = state.sid;
@@ -269,7 +277,7 @@ function parse(block) {
 }
 async function open(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), order: [], leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false });
   history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
   render(); sessions(); follow(sid);
 }
