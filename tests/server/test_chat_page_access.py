@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent import MessageEntry
-from durable_agent.ai import Reply
+from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import TextContent, assistant_message, user_message
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
@@ -72,3 +72,44 @@ async def test_a_big_session_shows_in_seconds_and_stays_usable(
         await eventually(replied(page, "Hi."), within=20, interval=0.1, what="the reply")
         last = await page.locator("#chat .msg").last.inner_text()
     assert last.startswith("Hi."), last
+
+
+async def _count(locator: Any, n: int) -> bool:
+    return bool(await locator.count() == n)
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+def _three_mails() -> AgentSpec:
+    calls = [
+        ToolCall(id=f"call-{n}", name="send_email", arguments={"to": to})
+        for n, to in enumerate(("ann@example.com", "bob@example.com", "cy@example.com"), 1)
+    ]
+    replies = [Reply(tool_calls=calls), Reply(text="All done.", chunk_delay=0.05)]
+    return AgentSpec(model=scripted(replies), tools=[send_email])
+
+
+async def test_stop_stops_a_run_waiting_for_approval(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Stop is enabled while calls wait for a decision; it used to cancel only a run that was
+    working, so it did nothing then."""
+    page = browser_page
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": _three_mails()})
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "Mail them.")
+        await page.press("#text", "Enter")
+        prompts = page.locator(".approval")
+        await eventually(lambda: _count(prompts, 3), within=20, interval=0.05, what="prompts")
+        await page.click("#stop")
+
+        async def stopped() -> bool:
+            return bool(await page.evaluate("$('stop').disabled"))
+
+        await eventually(stopped, within=20, interval=0.05, what="the run stopped")

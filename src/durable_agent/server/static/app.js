@@ -291,7 +291,7 @@ $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
 $("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("ask").requestSubmit(); }
 };
-$("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
+$("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
 $("fork").onclick = async () => { const c = await api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }); await open(c.session_id); };
 sessions().catch(() => {});
 if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1)));
