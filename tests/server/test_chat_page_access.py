@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from durable_agent import MessageEntry
+import httpx
+
+from durable_agent import ApprovalDecision, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import TextContent, assistant_message, user_message
 from durable_agent.server import create_app
@@ -98,7 +100,8 @@ async def test_stop_stops_a_run_waiting_for_approval(
     browser_page: Any,  # noqa: F811
 ) -> None:
     """Stop is enabled while calls wait for a decision; it used to cancel only a run that was
-    working, so it did nothing then."""
+    working, so it did nothing then. Pressed from the keyboard, it is disabled once the run
+    ended: the focus it had goes to the box, not to the page's start."""
     page = browser_page
     app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": _three_mails()})
     async with serving(app) as url:
@@ -107,9 +110,102 @@ async def test_stop_stops_a_run_waiting_for_approval(
         await page.press("#text", "Enter")
         prompts = page.locator(".approval")
         await eventually(lambda: _count(prompts, 3), within=20, interval=0.05, what="prompts")
-        await page.click("#stop")
+        await page.focus("#stop")
+        await page.keyboard.press("Enter")
 
         async def stopped() -> bool:
             return bool(await page.evaluate("$('stop').disabled"))
 
         await eventually(stopped, within=20, interval=0.05, what="the run stopped")
+        assert await _focused(page) == "text"
+
+
+async def _focused(page: Any) -> str:
+    """What has the keyboard focus: its ID, else its text, else its placeholder."""
+    script = "(a => a.id || a.textContent || a.placeholder || a.tagName)(document.activeElement)"
+    return str(await page.evaluate(script))
+
+
+async def test_sessions_are_opened_and_made_from_the_keyboard(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Tab reaches each session of the list and Enter opens it, focus staying on it (the list
+    is drawn again); a new session puts the focus in the box, where Enter sends."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    for sid in ("first", "second"):
+        await _stored_conversation(store, sid, 2)
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([Reply(text="Hi.")]))})
+    async with serving(app) as url:
+        await page.goto(url + "/#first")
+        await page.focus("#new")
+        for _ in range(4):
+            await page.keyboard.press("Tab")
+            if await _focused(page) == "second":
+                break
+        assert await _focused(page) == "second"
+        await page.keyboard.press("Enter")
+
+        async def opened() -> bool:
+            return bool(await page.evaluate("state.sid === 'second' && state.heard"))
+
+        await eventually(opened, within=20, interval=0.05, what="the second session")
+        chosen = page.get_by_role("button", name="second")
+        await eventually(lambda: _current(chosen), within=5, interval=0.05, what="marked")
+        assert await _focused(page) == "second"
+        await page.focus("#new")
+        await page.keyboard.press("Enter")
+
+        async def made() -> bool:
+            return bool(await page.evaluate("!['first', 'second', null].includes(state.sid)"))
+
+        await eventually(made, within=20, interval=0.05, what="a new session")
+        assert await _focused(page) == "text"
+        await page.keyboard.type("hello")
+        await page.keyboard.press("Enter")
+        await eventually(replied(page, "Hi."), within=20, interval=0.1, what="the reply")
+        assert await _focused(page) == "text"
+
+
+async def _current(locator: Any) -> bool:
+    return bool(await locator.get_attribute("aria-current") == "true")
+
+
+async def test_approvals_are_decided_from_the_keyboard(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Approving a call moves the focus to the next prompt, not to the page's start; a reason
+    being typed keeps the focus while the chat is drawn again (another person decides another
+    call); the last decision puts the focus back in the box."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": _three_mails()})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await page.goto(url + "/")
+        await page.fill("#text", "Mail them.")
+        await page.press("#text", "Enter")
+        prompts = page.locator(".approval")
+        await eventually(lambda: _count(prompts, 3), within=20, interval=0.05, what="prompts")
+        await prompts.first.locator("button", has_text="approve").focus()
+        await page.keyboard.press("Enter")
+        await eventually(lambda: _count(prompts, 2), within=20, interval=0.05, what="decided")
+        assert await _focused(page) == "approve"
+        assert await page.evaluate("document.activeElement.closest('.approval').dataset.call") == (
+            "call-2"
+        )
+        for _ in range(4):  # call-2's reason and deny, call-3's approve and reason
+            await page.keyboard.press("Tab")
+        await page.keyboard.type("not now")
+        sid = await page.evaluate("state.sid")
+        decided = await client.post(f"/v1/sessions/{sid}/approvals/call-2", json={"approved": True})
+        assert decided.status_code == 200, decided.text
+        await eventually(lambda: _count(prompts, 1), within=20, interval=0.05, what="redrawn")
+        await page.keyboard.type(", thanks")
+        await page.keyboard.press("Tab")
+        assert await _focused(page) == "deny"
+        await page.keyboard.press("Space")
+        await eventually(replied(page, "All done."), within=20, interval=0.1, what="the reply")
+        assert await _focused(page) == "text"
+        stored = await store.load_entries(sid)
+    denied = [(e.tool_call_id, e.reason) for e in stored if isinstance(e, ApprovalDecision)]
+    assert denied[-1] == ("call-3", "not now, thanks"), denied

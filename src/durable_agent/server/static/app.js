@@ -40,12 +40,13 @@ async function api(method, path, body, retried, quiet) {
 }
 async function sessions() {
   const data = await api("GET", "/sessions?limit=100");
-  const ul = $("sessions"); ul.textContent = "";
-  for (const s of data.sessions) {
-    const li = document.createElement("li"); li.textContent = s.session_id;
-    li.className = s.session_id === state.sid ? "current" : "";
-    li.onclick = () => open(s.session_id); ul.appendChild(li);
+  const ul = $("sessions"), had = ul.contains(document.activeElement); ul.textContent = "";
+  for (const s of data.sessions) { // buttons: Tab reaches each, Enter or Space opens it
+    const li = document.createElement("li"), b = button(s.session_id, () => open(s.session_id));
+    if (s.session_id === state.sid) b.setAttribute("aria-current", "true");
+    li.appendChild(b); ul.appendChild(li);
   }
+  if (had) (ul.querySelector("[aria-current]") || $("new")).focus(); // drawn again: kept there
 }
 function children(parent) { return state.kids.get(parent) || []; } // in the order stored
 function path() {
@@ -79,8 +80,9 @@ function approval(e, answered) { // a request: the prompt while it waits, then w
     const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
     reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
     reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
-    div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true)),
-      reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null)));
+    const group = "call:" + e.tool_call_id; reason.dataset.key = group + "|reason";
+    div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true), false, group + "|approve"),
+      reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null), false, group + "|deny"));
   } else return null;
   return div;
 }
@@ -89,6 +91,8 @@ async function decide(callId, approved, reason) {
 }
 function render() { // a reader scrolled up keeps their place; one at the end follows the end
   const chat = $("chat"), top = chat.scrollTop, atEnd = chat.scrollHeight - top - chat.clientHeight < 48;
+  const was = document.activeElement, key = chat.contains(was) ? was.dataset.key : null;
+  const caret = key && was.selectionStart != null ? [was.selectionStart, was.selectionEnd] : null;
   chat.textContent = "";
   const shown = path(), answered = decisions(shown);
   for (const e of shown) {
@@ -104,8 +108,9 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
     if (siblings.length > 1) {
       const i = siblings.findIndex((s) => s.id === e.id), nav = document.createElement("div");
       nav.className = "nav";
-      nav.append(button("<", () => pick(siblings[i - 1]), i === 0), ` ${i + 1}/${siblings.length} `,
-        button(">", () => pick(siblings[i + 1]), i === siblings.length - 1));
+      const group = "nav:" + (e.parent_id || "");
+      nav.append(button("<", () => pick(siblings[i - 1]), i === 0, group + "|<"), ` ${i + 1}/${siblings.length} `,
+        button(">", () => pick(siblings[i + 1]), i === siblings.length - 1, group + "|>"));
       div.appendChild(nav);
     }
     div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
@@ -114,7 +119,8 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
       t.textContent = calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n"); div.appendChild(t); }
     if (m.role === "user") {
       const a = document.createElement("div"); a.className = "actions";
-      a.append(button("edit", () => edit(e)), button("retry", () => ask(text(m), e.parent_id || "")));
+      a.append(button("edit", () => edit(e), false, `msg:${e.id}|edit`),
+        button("retry", () => ask(text(m), e.parent_id || ""), false, `msg:${e.id}|retry`));
       div.appendChild(a);
     }
     chat.appendChild(div);
@@ -129,14 +135,27 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
     div.textContent = q.text; chat.appendChild(div);
   }
   const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
+  if (!busy && document.activeElement === $("stop")) $("text").focus(); // disabled, it would drop it
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
   $("status").textContent = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
+  if (key) refocus(key, caret);
 }
-function button(label, onclick, disabled) {
+// The chat is drawn anew each time: the control the keyboard was on is focused again (a reason
+// being typed keeps its caret); one gone (a decided call) leaves the focus on the next of its
+// group, else the next prompt, else the box, not on the page's start.
+function refocus(key, caret) {
+  const chat = $("chat"), group = CSS.escape(key.split("|")[0] + "|");
+  const to = [`[data-key="${CSS.escape(key)}"]`, `[data-key^="${group}"]`, ".approval button"]
+    .map((q) => chat.querySelector(q + ":not(:disabled)")).find(Boolean) || $("text");
+  to.focus({ preventScroll: true });
+  if (caret && to.setSelectionRange) to.setSelectionRange(caret[0], caret[1]);
+}
+function button(label, onclick, disabled, key) { // key: what it is, to focus it again (refocus)
   const b = document.createElement("button"); b.textContent = label; b.disabled = !!disabled;
+  if (key) b.dataset.key = key;
   b.onclick = (ev) => { ev.preventDefault(); onclick(); }; return b;
 }
 function pick(entry) { state.leaf = lastLeaf(entry.id); render(); }
@@ -282,7 +301,7 @@ async function open(sid) {
   render(); sessions(); follow(sid);
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
-$("new").onclick = newSession;
+$("new").onclick = () => newSession().then(() => $("text").focus()); // to type the first message
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
   ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
   $("chat").scrollTop = $("chat").scrollHeight; // who asks reads the answer
