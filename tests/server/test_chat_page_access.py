@@ -5,6 +5,7 @@ against a real server)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,60 @@ async def test_approvals_are_decided_from_the_keyboard(
         stored = await store.load_entries(sid)
     denied = [(e.tool_call_id, e.reason) for e in stored if isinstance(e, ApprovalDecision)]
     assert denied[-1] == ("call-3", "not now, thanks"), denied
+
+
+HEARD = """
+window.heard = [];
+new MutationObserver((changes) => {
+  for (const c of changes) {
+    let at = c.target.nodeType === 1 ? c.target : c.target.parentElement;
+    at = at && at.closest('[aria-live], [role=status], [role=log], [role=alert]');
+    if (at && at.getAttribute('aria-live') !== 'off') window.heard.push(at.textContent);
+  }
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+"""What the page's live regions said, change by change (what a screen reader announces)."""
+
+DONE = "All done: the three mails are on their way."
+
+
+async def test_a_screen_reader_hears_who_said_what_and_each_reply_once(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Who said each message, a queued or live one, the run's status and each prompt have words,
+    not only colours; the status is a live region, and a reply is announced once it is stored,
+    not token by token (nor the whole transcript again at each redraw)."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    calls = [ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})]
+    replies = [Reply(tool_calls=calls), Reply(text=DONE, chunk_delay=0.05), Reply(text="Again.")]
+    spec = AgentSpec(model=scripted(replies), tools=[send_email])
+    app = create_app(store=store, agents={"helper": spec})
+    await page.add_init_script(HEARD)
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.get_by_role("textbox", name="Message").fill("Mail Ann.")
+        await page.keyboard.press("Enter")
+        prompt = page.get_by_role("group", name="send_email")
+        await eventually(lambda: _count(prompt, 1), within=20, interval=0.05, what="the prompt")
+        status = page.get_by_role("status")
+        assert await status.inner_text() == "waiting for your decision"
+        await prompt.get_by_role("button", name="approve").click()
+        await eventually(replied(page, DONE), within=20, interval=0.1, what="the reply")
+        await eventually(lambda: _heard(page, DONE), within=5, interval=0.05, what="announced")
+        heard = await page.evaluate("window.heard")
+        await page.get_by_role("button", name="retry").click()
+        await eventually(replied(page, "Again."), within=20, interval=0.1, what="the retry")
+        back = page.get_by_role("group", name="branch").get_by_role("button", name="previous")
+        await back.click()
+        await eventually(replied(page, DONE), within=5, interval=0.05, what="the first branch")
+        chat = await page.locator("#chat").aria_snapshot()
+    assert re.search(r"You said:.*previous branch.*Mail Ann\.", chat, re.DOTALL), chat
+    assert f"Agent: {DONE}" in chat, chat
+    assert "waiting for your decision" in heard, heard
+    said = [h for h in heard if "All done" in h]
+    assert said == [f"Agent: {DONE}"], said  # once, whole
+
+
+async def _heard(page: Any, text: str) -> bool:
+    return any(text in h for h in await page.evaluate("window.heard"))

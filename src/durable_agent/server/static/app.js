@@ -76,7 +76,7 @@ function approval(e, answered) { // a request: the prompt while it waits, then w
     div.className = "decision " + (d.approved ? "approved" : "denied");
     div.textContent = `${call} ${d.approved ? "approved" : "denied"} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : "");
   } else if (!d) {
-    div.className = "approval";
+    div.className = "approval"; div.setAttribute("role", "group"); div.setAttribute("aria-label", call);
     const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
     reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
     reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
@@ -107,10 +107,12 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
     const siblings = children(e.parent_id || "");
     if (siblings.length > 1) {
       const i = siblings.findIndex((s) => s.id === e.id), nav = document.createElement("div");
-      nav.className = "nav";
+      nav.className = "nav"; nav.setAttribute("role", "group"); nav.setAttribute("aria-label", "branch");
       const group = "nav:" + (e.parent_id || "");
-      nav.append(button("<", () => pick(siblings[i - 1]), i === 0, group + "|<"), ` ${i + 1}/${siblings.length} `,
-        button(">", () => pick(siblings[i + 1]), i === siblings.length - 1, group + "|>"));
+      const back = button("<", () => pick(siblings[i - 1]), i === 0, group + "|<");
+      const on = button(">", () => pick(siblings[i + 1]), i === siblings.length - 1, group + "|>");
+      back.setAttribute("aria-label", "previous branch"); on.setAttribute("aria-label", "next branch");
+      nav.append(back, ` ${i + 1}/${siblings.length} `, on);
       div.appendChild(nav);
     }
     div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
@@ -138,7 +140,8 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
   if (!busy && document.activeElement === $("stop")) $("text").focus(); // disabled, it would drop it
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
-  $("status").textContent = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
+  const status = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
+  if ($("status").textContent !== status) $("status").textContent = status; // a live region: changes only
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
   if (key) refocus(key, caret);
@@ -197,7 +200,7 @@ function frame(event, data) {
       state.entries.set(e.id, e); const p = e.parent_id || "";
       state.kids.set(p, [...children(p), e]);
     }
-    if ((e.parent_id || "") === state.leaf || !state.leaf) state.leaf = e.id;
+    if ((e.parent_id || "") === state.leaf || !state.leaf) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
       const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
     }
@@ -219,6 +222,10 @@ function frame(event, data) {
     }
   } else if (event === "deleted") { state.sid = null; sessions(); }
   soon();
+}
+function said(e) { // a new reply, once stored and whole, for a screen reader (not each token)
+  if (!state.heard || e.type !== "message" || e.meta || e.message.role !== "assistant" || !text(e.message)) return;
+  $("said").textContent = "Agent: " + text(e.message);
 }
 // A stored session's replay is thousands of frames in a few chunks: the chat is drawn once for
 // all the frames that came before the next paint, not once a frame.
