@@ -267,3 +267,43 @@ async def test_a_screen_reader_hears_who_said_what_and_each_reply_once(
 
 async def _heard(page: Any, text: str) -> bool:
     return any(text in h for h in await page.evaluate("window.heard"))
+
+
+async def test_a_streaming_reply_does_not_redraw_the_transcript(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Each piece of live text used to redraw the whole chat: in a 3,000-entry session a reply
+    kept the page busy for its whole length (typing lagged seconds). The messages above stay
+    as drawn while the reply grows, and a reader at the end follows it."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    await _stored_conversation(store, "talk", 40)
+    lines = "\n".join(f"line {n} of a long answer" for n in range(200))
+    reply = Reply(text=lines, chunk_delay=0.02, chunk_size=16)
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([reply]))})
+    async with serving(app) as url:
+        await page.set_viewport_size({"width": 900, "height": 500})
+        await page.goto(url + "/#talk")
+        await eventually(lambda: _count(page.locator("#chat .msg"), 40), within=20, what="shown")
+        await page.fill("#text", "tell me at length")
+        await page.press("#text", "Enter")
+        await page.locator(".msg.live").wait_for()
+        await page.evaluate("document.querySelector('#chat .msg').dataset.mark = 'drawn once'")
+        grown = await _live_length(page)
+
+        async def longer() -> bool:
+            return await _live_length(page) > grown + 200
+
+        await eventually(longer, within=20, interval=0.05, what="the reply growing")
+        kept = await page.locator("#chat .msg[data-mark]").count()
+        at_end = "c => c.scrollHeight - c.scrollTop - c.clientHeight < 48"
+        following = await page.locator("#chat").evaluate(at_end)
+        await eventually(replied(page, "line 199"), within=30, interval=0.1, what="the reply")
+    assert kept == 1, "the transcript was drawn again while the reply grew"
+    assert following, "the reader at the end was left behind"
+
+
+async def _live_length(page: Any) -> int:
+    return int(
+        await page.evaluate("(document.querySelector('.msg.live') || {}).textContent?.length || 0")
+    )

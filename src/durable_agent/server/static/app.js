@@ -213,6 +213,7 @@ function frame(event, data) {
     const span = same ? Math.min(REVEAL_MS, Math.max(150, now - shown.start)) : REVEAL_MS / 2;
     state.live.set(data.run_id, { entry_parent: data.entry_parent, text, from, shown: from, start: now, span });
     if (!state.revealing) { state.revealing = true; requestAnimationFrame(reveal); }
+    if (same) return; // its text grows in reveal(): the chat is not drawn again for each piece
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
@@ -246,6 +247,7 @@ async function settle(runId) { // a run that may have ended while no stream list
 // revealed over about the time until the next, so the reply reads as a stream, not a jump a second.
 const REVEAL_MS = 1000;
 function reveal(now) {
+  const chat = $("chat"), atEnd = chat.scrollHeight - chat.scrollTop - chat.clientHeight < 48;
   let more = false;
   for (const [runId, p] of state.live) {
     const f = Math.min(1, Math.max(0, (now - p.start) / p.span));
@@ -257,6 +259,7 @@ function reveal(now) {
     }
     more = more || f < 1;
   }
+  if (atEnd) chat.scrollTop = chat.scrollHeight; // a reader at the end follows the reply
   if (more) requestAnimationFrame(reveal); else state.revealing = false;
 }
 async function follow(sid) { // the stream, resumed at the last seq seen whenever it drops
