@@ -74,11 +74,9 @@ class ModelError(Exception):
         self.retry_after = retry_after
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_model_error, (str(self), self.retryable, self.retry_after))
-
-
-def _rebuild_model_error(message: str, retryable: bool, retry_after: float | None) -> ModelError:
-    return ModelError(message, retryable=retryable, retry_after=retry_after)
+        # Its own type (a ProviderConfigError stays one), message and flags, without calling
+        # ``__init__``, whose keyword-only flags the default reduce would not pass.
+        return (type(self).__new__, (type(self),), {**self.__dict__, "args": self.args})
 
 
 @runtime_checkable

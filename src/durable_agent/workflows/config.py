@@ -193,6 +193,10 @@ class TemporalConnectError(ConnectionError):
             )
         super().__init__(f"cannot reach Temporal at {settings.describe()}: {reason}; {advice}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # without ``__init__``, which takes the settings, not the message it made of them
+        return (type(self).__new__, (type(self),), {**self.__dict__, "args": self.args})
+
 
 _NATIVE_SETTLE = 0.05
 """Seconds a failed connect waits before raising. The SDK's native thread that reports the failure
