@@ -98,6 +98,33 @@ def test_dead_server_info_is_ignored(tmp_path: Path) -> None:
     assert read_server_info(tmp_path) is None
 
 
+def test_connect_settings_never_show_the_api_key_or_the_tls_key(tmp_path: Path) -> None:
+    """A repr is what a log line, a debugger, pytest or an error tracker prints of the settings
+    (a TemporalConnectError carries them): it names where, never the credentials."""
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("CERTIFICATE-TEXT")
+    key.write_text("PRIVATE-KEY-TEXT")
+    env = {
+        "TEMPORAL_ADDRESS": "temporal.example:7233",
+        "TEMPORAL_API_KEY": "tk-very-secret-0123456789",
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+    }
+    mtls = {
+        "TEMPORAL_ADDRESS": "temporal.example:7233",
+        "TEMPORAL_TLS_CLIENT_CERT_PATH": str(cert),
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": str(key),
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "none.toml"),
+    }
+    with_key, with_mtls = resolve_connect_settings(env), resolve_connect_settings(mtls)
+    assert with_key.api_key == "tk-very-secret-0123456789"
+    assert with_mtls.tls is not False
+    for settings in (with_key, with_mtls):
+        shown = repr(settings)
+        assert "temporal.example:7233" in shown
+        for secret in ("tk-very-secret", "PRIVATE-KEY-TEXT"):
+            assert secret not in shown
+
+
 SPEC = AgentSpec(model=ScriptedModel(["hi"]))
 
 

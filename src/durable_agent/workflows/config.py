@@ -153,8 +153,10 @@ class ConnectSettings:
 
     address: str
     namespace: str
-    tls: TLSConfig | bool
-    api_key: str | None
+    # out of the repr, which a log line, a debugger or an error tracker prints (a
+    # TemporalConnectError carries the settings): the key, and the TLS config's private key
+    tls: TLSConfig | bool = dataclasses.field(repr=False)
+    api_key: str | None = dataclasses.field(repr=False)
     profile: str
     address_source: str
     """Why this address: ``"TEMPORAL_ADDRESS"``, ``"profile 'name'"``, ``"the running
