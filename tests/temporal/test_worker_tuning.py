@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client
 
+from durable_agent import ScriptedModel
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import create_worker
 from durable_agent.workflows.worker import (
@@ -71,4 +72,23 @@ async def test_bad_limits_raise_value_error(
             agents={},
             register_search_attribute=False,
             **limits,  # type: ignore[arg-type]  # bad values on purpose
+        )
+
+
+@pytest.mark.parametrize(
+    "value", [ScriptedModel(["hi"]), "openai:gpt-4.1-mini", {"model": "openai:gpt-4.1-mini"}]
+)
+async def test_an_agent_that_is_not_an_agent_spec_is_refused_at_once(
+    temporal_client: Client, value: object
+) -> None:
+    """A model (or its spec) where an AgentSpec belongs used to start a worker whose every run
+    retried an AttributeError forever; it is a TypeError naming the agent, before anything
+    connects."""
+    with pytest.raises(TypeError, match=r"agents\['weather'\] must be an AgentSpec"):
+        await create_worker(
+            temporal_client,
+            task_queue="tuning-d",
+            store=MemoryStore(),
+            agents={"weather": value},  # type: ignore[dict-item]  # the slip, on purpose
+            register_search_attribute=False,
         )

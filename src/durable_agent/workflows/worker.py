@@ -11,6 +11,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities import AgentActivities
+from ..activities.spec import AgentSpec
 from ..durable.limits import PAYLOAD_LIMIT
 from ..durable.live import LiveDeltas
 from ..durable.publisher import PublisherLike
@@ -97,7 +98,7 @@ async def create_worker(
     *,
     task_queue: str,
     store: Store,
-    agents: Mapping[str, Any],
+    agents: Mapping[str, AgentSpec],
     publisher: PublisherLike | None = None,
     payload_limit: int = PAYLOAD_LIMIT,
     register_search_attribute: bool = True,
@@ -124,6 +125,12 @@ async def create_worker(
     """
     slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
     check_tuning(*slots, known_entries, live_every)
+    for name, spec in agents.items():
+        if not isinstance(spec, AgentSpec):  # else every run of it retries an AttributeError
+            raise TypeError(
+                f"agents[{name!r}] must be an AgentSpec, not {type(spec).__name__}: "
+                "AgentSpec(model=..., tools=...)"
+            )
     worker_options["max_cached_workflows"] = max_cached_workflows
     if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
         worker_options["max_concurrent_activities"] = max_concurrent_activities
