@@ -93,3 +93,19 @@ def test_every_script_runs_as_written(
     )
     assert done.returncode == 0, f"README line {block.line}:\n{done.stdout}\n{done.stderr}"
     assert EXPECTED.get(block.name, "") in done.stdout, done.stdout
+
+
+def test_every_script_type_checks_strictly(tmp_path: Path) -> None:
+    """As a user's CI checks the code they copy: ``mypy --strict``, no plugin, from a directory
+    of their own, so the package's ``py.typed`` and ``__all__`` exports are what it reads."""
+    for block in SCRIPTS:
+        (tmp_path / f"readme_{block.name.replace('-', '_')}.py").write_text(block.code, "utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file", "", "--cache-dir", "mypy"]
+        + [p.name for p in sorted(tmp_path.glob("readme_*.py"))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
