@@ -453,3 +453,35 @@ async def test_a_slower_writer_names_its_pace_and_its_reader_keeps_it() -> None:
     )
     assert [d.every for d in await channel.read(DeltaKey("s", "r", 2))] == [WRITE_EVERY]
     default.stop()
+
+
+def _open_side_files(root: Path) -> int:
+    """How many descriptors of this process name a side file under ``root``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{root}/")
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+async def test_a_file_channel_closes_what_it_read_when_it_goes(tmp_path: Path) -> None:
+    """A reader keeps the side file it reads open; a store object dropped (one per request in
+    a web app) closes them: they stayed open for the life of the process, a descriptor per
+    reply followed, the reply's file long deleted."""
+    import gc
+
+    writer = FileStore(tmp_path).live_deltas()
+    for turn in range(1, 4):
+        await writer.publish(DeltaKey("s1", "r1", turn), delta(1, 1, "", "partial"))
+    reader = FileStore(tmp_path)
+    for turn in range(1, 4):
+        assert await reader.live_deltas().read(DeltaKey("s1", "r1", turn))
+    for turn in range(1, 4):
+        await writer.clear(DeltaKey("s1", "r1", turn))  # the worker, once the reply is stored
+    assert _open_side_files(tmp_path) == 3
+    del reader
+    gc.collect()
+    assert _open_side_files(tmp_path) == 0

@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,13 @@ def _read_from(fd: int, offset: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _close_marks(marks: OrderedDict[str, _Mark]) -> None:
+    for mark in marks.values():
+        with contextlib.suppress(OSError):
+            os.close(mark.fd)
+    marks.clear()
+
+
 def _linked(fd: int) -> bool:
     """Whether the open file ``fd`` is still linked: not cleared, swept, or written anew (the
     old file is unlinked first). An ``fstat`` of the descriptor, not a ``stat`` of the path: a
@@ -92,6 +100,10 @@ class FileDeltas:
         self._swept_at: float | None = None
         self._read_to: OrderedDict[str, _Mark] = OrderedDict()
         """Path -> how far this channel read that file (at most ``_OPEN_MARKS``)."""
+        # a reader stops at the stored reply, so the file's last descriptor often stays open
+        # after the worker deletes it: closed with the channel (one store object per request
+        # would otherwise leak one per reply followed, for the life of the process)
+        weakref.finalize(self, _close_marks, self._read_to)
         self._paths: OrderedDict[DeltaKey, str] = OrderedDict()
         """Recently named keys' paths (writers and readers name one key many times a second)."""
         self._last: tuple[DeltaKey | None, str] = (None, "")
