@@ -445,3 +445,19 @@ async def test_dangling_call_example_5_1(store: Store) -> None:
     assert view[2].is_error
     await (await agent.run("next")).wait()
     assert len(lm.requests[0].messages) == 4
+
+
+async def test_a_handle_and_its_run_stream_say_what_they_are_in_their_repr() -> None:
+    """What a log line, a debugger or a REPL shows: the session, where it is, and whether a
+    run goes; the run's ID. The default repr showed a memory address only."""
+    from durable_agent import Reply, ScriptedModel, model, new
+
+    agent = await new(model(ScriptedModel([Reply(text="hi", delay=0.2)])), session_id="user-42")
+    assert repr(agent) == "<Agent session_id='user-42' leaf_id='' idle>"
+    stream = await agent.run("hello", run_id="op-1")
+    assert repr(stream) == "<RunStream run_id='op-1' running>"
+    assert repr(agent) == f"<Agent session_id='user-42' leaf_id={agent.leaf_id!r} running>"
+    await stream.wait()
+    assert repr(stream) == "<RunStream run_id='op-1' ended>"
+    await agent.close()
+    assert repr(agent) == f"<Agent session_id='user-42' leaf_id={agent.leaf_id!r} closed>"

@@ -69,6 +69,10 @@ class Agent:
             runner = mw(runner)
         self._runner = runner
 
+    def __repr__(self) -> str:
+        status = "closed" if self.closed else "running" if self.running else "idle"
+        return f"<Agent session_id={self.session_id!r} leaf_id={self.leaf_id!r} {status}>"
+
     # -- reads -------------------------------------------------------------------------------
 
     @property

@@ -44,6 +44,9 @@ class RunStream(abc.ABC):
         watches says no, and the run's receipts still come. Wanted again, a reply shown in part
         comes whole (``restart``)."""
 
+    def __repr__(self) -> str:
+        return f"<RunStream run_id={self.run_id!r} {'ended' if self._ended else 'running'}>"
+
     async def send(self, entry: EntryLike, *, when: When = "next_turn") -> Entry:
         """Hand the live run a message; returns its stored entry once delivered: a steer
         (``next_turn``) after the current turn's tool results, a follow-up (``at_end``) when
