@@ -125,16 +125,8 @@ async def create_worker(
     """
     slots = (max_concurrent_activities, max_concurrent_workflow_tasks, max_cached_workflows)
     check_tuning(*slots, known_entries, live_every)
-    for name, spec in agents.items():
-        if not isinstance(spec, AgentSpec):  # else every run of it retries an AttributeError
-            raise TypeError(
-                f"agents[{name!r}] must be an AgentSpec, not {type(spec).__name__}: "
-                "AgentSpec(model=..., tools=...)"
-            )
-    worker_options["max_cached_workflows"] = max_cached_workflows
-    if "tuner" not in worker_options:  # Temporal refuses both a tuner and fixed slot counts
-        worker_options["max_concurrent_activities"] = max_concurrent_activities
-        worker_options["max_concurrent_workflow_tasks"] = max_concurrent_workflow_tasks
+    _check_agents(agents)
+    _set_slots(worker_options, *slots)
     if register_search_attribute:
         await ensure_search_attribute(client)
     activities = AgentActivities(
@@ -159,6 +151,23 @@ async def create_worker(
         activities=activities.all(),
         **worker_options,
     )
+
+
+def _set_slots(options: dict[str, Any], activities: int, tasks: int, cached: int) -> None:
+    options["max_cached_workflows"] = cached
+    if "tuner" not in options:  # Temporal refuses both a tuner and fixed slot counts
+        options["max_concurrent_activities"] = activities
+        options["max_concurrent_workflow_tasks"] = tasks
+
+
+def _check_agents(agents: Mapping[str, AgentSpec]) -> None:
+    """Refuse what is no AgentSpec now: else every run of that agent retries an AttributeError."""
+    for name, spec in agents.items():
+        if not isinstance(spec, AgentSpec):
+            raise TypeError(
+                f"agents[{name!r}] must be an AgentSpec, not {type(spec).__name__}: "
+                "AgentSpec(model=..., tools=...)"
+            )
 
 
 async def _identity(given: str, store: Store, publishes: bool) -> str:
