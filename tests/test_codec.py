@@ -28,6 +28,7 @@ from durable_agent.session import (
     new_id,
     validate_session_id,
 )
+from durable_agent.session.codec import MAX_NESTING
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 HEADER = '"id":"e1","created_at":"2026-01-02T03:04:05Z"'
@@ -572,6 +573,20 @@ def _nested(depth: int) -> list[Any]:
     for _ in range(depth):
         root = [root]
     return root
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING - 3, MAX_NESTING + 1, 980])
+def test_data_nested_past_the_limit_is_refused_and_within_it_kept(depth: int) -> None:
+    """Every reader of a stored entry (a store's load, Temporal's payload converter, whose
+    parser stops near 200 levels) reads what the codec writes: nesting is capped well below
+    their limits, not at whatever depth the encoder's stack reaches (a session holding an entry
+    that decodes nowhere could not be loaded again)."""
+    entry = CustomEntry(id="c1", created_at=T0, kind="k", tree=_nested(depth))
+    if depth <= MAX_NESTING - 2:  # the entry and its ``tree`` key are two levels
+        assert decode_entry(encode_entry(entry)) == entry
+        return
+    with pytest.raises(EntryEncodeError, match=f"nested deeper than {MAX_NESTING}"):
+        encode_entry(entry)
 
 
 class _Blob(CustomEntry):

@@ -110,14 +110,17 @@ def _nested(depth: int) -> list[object]:
     return value
 
 
+@pytest.mark.parametrize("depth", [196, 300])
 async def test_a_reply_no_store_can_hold_fails_the_run_alike_on_every_executor(
-    harness: Harness, store: Store
+    harness: Harness, store: Store, depth: int
 ) -> None:
-    """A model (an application's own, say) whose reply holds arguments nested deeper than the
-    JSON encoder goes: the run fails with the store's refusal, ``PersistError``, after one
-    call, storing nothing of the reply. Not, on Temporal, a bare ``AgentError`` naming
-    pydantic's serializer after the model was called again on every retry."""
-    deep = Reply.call("echo", {"text": "x", "n": _nested(300)}, id="c1")
+    """A model (an application's own, or one a prompt led astray) whose reply holds arguments
+    nested deeper than the codec keeps: the run fails with the store's refusal,
+    ``PersistError``, after one call, storing nothing of the reply. Not, on Temporal, a bare
+    ``AgentError`` naming pydantic's serializer after the model was called again on every
+    retry (300 levels), nor a reply stored that the workflow cannot decode, its task retried
+    until the run's timeout (196)."""
+    deep = Reply.call("echo", {"text": "x", "n": _nested(depth)}, id="c1")
     lm = ScriptedModel(lambda request: deep)
     agent = await harness.open(
         lm, store=store, session_id="deep", tools=[echo], model_retry=FAST_RETRY
@@ -125,6 +128,6 @@ async def test_a_reply_no_store_can_hold_fails_the_run_alike_on_every_executor(
     stream = await agent.run("q")
     with pytest.raises(PersistError) as info:
         await stream.wait()
-    assert "persist message: " in str(info.value) and "has no JSON form" in str(info.value)
+    assert "persist message: " in str(info.value) and "nested" in str(info.value)
     assert len(lm.requests) == 1
     assert stored_texts(await store.load_entries("deep")) == ["q"]

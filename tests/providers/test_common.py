@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -109,14 +110,21 @@ def test_argument_parsing(raw: str, partial: dict[str, object], final: object) -
         '{"x": 1e400}',  # past a float's range: Python's parser makes it an infinity
         '{"x": [2, -1E+999]}',
         '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}",  # deeper than Python's parser goes
+        '{"x": ' + "[" * 196 + "]" * 196 + "}",  # a reply Temporal's converter could not read
+        '{"x": ' + "[" * 50 + "]" * 50 + "}",  # more than half of what an entry may nest
     ],
-    ids=["1e400", "-1E+999", "deep"],
+    ids=["1e400", "-1E+999", "deep", "196", "51"],
 )
 def test_arguments_no_store_can_keep_are_not_arguments(raw: str) -> None:
     """Refused as NaN is (the adapter's retryable "not a JSON object"), never a reply whose
     store turns an infinity into ``null`` (the tool in process got ``inf``, on Temporal
     ``None``), nor a ``RecursionError`` out of the model call."""
     assert final_arguments(raw) is None
+
+
+def test_arguments_nested_as_deep_as_a_tool_may_want_are_kept() -> None:
+    raw = '{"x": ' + "[" * 49 + "]" * 49 + "}"
+    assert final_arguments(raw) == json.loads(raw)
 
 
 def test_numbers_json_holds_are_kept_exactly() -> None:

@@ -35,6 +35,7 @@ from .timefmt import LenientTime, utc_now
 from .wirefields import NullAsEmpty
 
 __all__ = [
+    "MAX_NESTING",
     "ContentBlock",
     "Cost",
     "FileContent",
@@ -54,6 +55,7 @@ __all__ = [
     "user_file_message",
     "user_image_message",
     "user_message",
+    "nests_deeper",
     "with_call_ids",
 ]
 
@@ -62,6 +64,29 @@ StopReason = Literal["stop", "length", "tool_use", "error", "aborted"]
 
 _FALSY_EMPTY = frozenset({str, int, float, dict, list})
 """Types whose falsy values (``""``, ``0``, ``0.0``, ``{}``, ``[]``) a wire dump omits."""
+
+
+MAX_NESTING = 100
+"""Levels of objects and arrays a stored entry may nest, itself included: far above any tool's
+arguments or an application's data, and well below what every reader of an entry parses
+(Temporal's payload converter stops near 200, Python's parser where its stack ends), so what is
+written is read back everywhere."""
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels deep, itself the
+    first; without recursion, which the depths this refuses cannot be trusted to."""
+    level = [value] if isinstance(value, dict | list | tuple) else []
+    for _ in range(limit):
+        level = [
+            child
+            for each in level
+            for child in (each.values() if isinstance(each, dict) else each)
+            if isinstance(child, dict | list | tuple)
+        ]
+        if not level:
+            return False
+    return bool(level)
 
 
 def encodable_text(text: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..ai.messages import Message
+from ..ai.messages import MAX_NESTING, Message, nests_deeper
 from ..ai.timefmt import format_time, parse_time
 from .entries import (
     RESERVED_WIRE_KEYS,
@@ -27,7 +27,14 @@ from .entries import (
 )
 from .errors import EntryDecodeError, EntryEncodeError
 
-__all__ = ["bulk_decoding", "decode_entry", "encode_entry", "entry_to_wire", "wire_to_entry"]
+__all__ = [
+    "MAX_NESTING",
+    "bulk_decoding",
+    "decode_entry",
+    "encode_entry",
+    "entry_to_wire",
+    "wire_to_entry",
+]
 
 
 def _header(entry: Entry) -> dict[str, Any]:
@@ -75,16 +82,23 @@ def encode_entry(entry: Entry) -> str:
     takes) nor as ``null`` (which would change the data): every store, and Temporal's payloads,
     would read it back differently.
     """
+    deep = f"its data is nested deeper than {MAX_NESTING}"
     try:
         wire = entry_to_wire(entry)
+        if nests_deeper(wire, MAX_NESTING):
+            raise EntryEncodeError("", entry.id, deep)
         return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except EntryEncodeError:
+        raise
     except RecursionError:
-        reason = "its data is nested too deep for JSON"
+        reason = deep
     except (TypeError, ValueError) as exc:  # ValueError: pydantic's serializer, a cycle, NaN
         if not isinstance(entry, EntryBase):
             raise
         if str(exc).startswith("Out of range float"):
             reason = "its data holds NaN or an infinity, numbers JSON has not"
+        elif "serialization depth" in str(exc):  # pydantic's own limit, past ours
+            reason = deep
         else:
             reason = f"its data has no JSON form ({exc})"
     raise EntryEncodeError("", entry.id, reason)

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..messages import ContentBlock, Message, StopReason, Usage
+from ..messages import MAX_NESTING, ContentBlock, Message, StopReason, Usage, nests_deeper
 from ..model import ModelError
 from ..redaction import REDACTED, redact
 from ..timefmt import utc_now
@@ -139,14 +139,17 @@ def final_arguments(raw: str) -> dict[str, Any] | None:
     """The arguments of a completed call: ``{}`` for no text, ``None`` if not a JSON object
     that a store keeps as it is: ``NaN`` and ``Infinity``, which Python's parser takes, are not
     JSON, and a number past a float's range (``1e400``) it reads as an infinity, which a store
-    would write as ``null``; nesting deeper than the parser goes is not a ``RecursionError``."""
+    would write as ``null``; nor is nesting past half of what an entry may hold (``MAX_NESTING``).
+    """
     if not raw.strip():
         return {}
     try:
         value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or nests_deeper(value, MAX_NESTING // 2):
+        return None  # no tool wants that nesting, and the entry around it must fit
+    return value
 
 
 def call_arguments(provider: str, raw: str, *, truncated: bool, malformed: str) -> dict[str, Any]:
