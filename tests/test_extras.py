@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -196,3 +197,46 @@ def test_the_script_without_the_cli_extras_names_them(fresh_env: FreshEnvs, extr
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "pip install '.[" in done.stderr
+
+
+MISSING = [
+    ("", "import durable_agent.workflows", "temporal", "temporalio"),
+    ("", "import durable_agent.activities", "temporal", "temporalio"),
+    ("", "from durable_agent.workflows.codec import AesGcmCodec", "temporal", "temporalio"),
+    ("mongo", "from durable_agent.workflows import connect", "temporal", "temporalio"),
+    ("temporal", "import durable_agent.server", "server", "ag_ui"),
+    ("temporal", "from durable_agent.stores.mongo import MongoStore", "mongo", "bson"),
+    (
+        "temporal",
+        "from durable_agent.workflows.codec import AesGcmCodec\nAesGcmCodec(bytes(32))",
+        "encryption",
+        "cryptography",
+    ),
+    (
+        "temporal",
+        "from durable_agent.workflows.tracing import tracing_interceptor\ntracing_interceptor()",
+        "otel",
+        "opentelemetry",
+    ),
+]
+"""(installed extra, what a user runs, the extra it needs, the module that extra brings)."""
+
+
+@pytest.mark.parametrize(("installed", "code", "needed", "module"), MISSING)
+def test_a_missing_extra_is_an_import_error_naming_it(
+    fresh_env: FreshEnvs, installed: str, code: str, needed: str, module: str
+) -> None:
+    probe = (
+        "try:\n"
+        f"{textwrap.indent(code, '    ')}\n"
+        "except ImportError as exc:\n"
+        "    print(exc.name)\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    done = _run(fresh_env(installed), probe)
+    assert done.returncode == 0, done.stderr
+    name, _, message = done.stdout.partition("\n")
+    assert name.split(".")[0] == module, done.stdout
+    assert f"pip install '.[{needed}]'" in message, done.stdout

@@ -17,6 +17,15 @@ named agents and publisher.
 from collections.abc import Callable
 from typing import Any
 
+try:
+    import temporalio  # noqa: F401
+except ImportError as _missing:  # the base install: say which extra brings the SDK
+    raise ImportError(
+        f"durable_agent.activities needs the 'temporal' extra of durable-agent ({_missing}): "
+        "pip install '.[temporal]'",
+        name=_missing.name,
+    ) from None
+
 from .base import DEFAULT_PAYLOAD_LIMIT
 from .failures import application_error
 from .model_call import ModelActivity

@@ -4,6 +4,18 @@ Requires the ``server`` extra (FastAPI, uvicorn, sse-starlette). :func:`create_a
 ASGI app; ``durable-agent serve`` runs it (docs/design.md#http-api).
 """
 
+try:
+    import ag_ui  # noqa: F401
+    import fastapi  # noqa: F401
+    import sse_starlette  # noqa: F401
+    import temporalio  # noqa: F401
+except ImportError as _missing:  # the server extra is not installed: say so, not a deep import
+    raise ImportError(
+        f"durable_agent.server needs the 'server' extra of durable-agent ({_missing}): "
+        "pip install '.[server]'",
+        name=_missing.name,
+    ) from None
+
 from .app import create_app
 from .tenants import Tenant, load_keys
 

@@ -9,6 +9,15 @@ receipt to the handle (docs/design.md#temporal). :func:`delete_session_workflows
 Temporal keeps of a deleted session (docs/design.md#retention).
 """
 
+try:
+    import temporalio  # noqa: F401
+except ImportError as _missing:  # the base install: say which extra brings the SDK
+    raise ImportError(
+        f"durable_agent.workflows needs the 'temporal' extra of durable-agent ({_missing}): "
+        "pip install '.[temporal]'",
+        name=_missing.name,
+    ) from None
+
 from ..activities.contracts import Timeouts
 from ..activities.run_contracts import RunResult, RunState
 from ..activities.spec import AgentSpec

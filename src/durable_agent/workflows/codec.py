@@ -24,7 +24,14 @@ class AesGcmCodec(PayloadCodec):
     """Encrypts every payload whole (metadata included) with a 16-, 24- or 32-byte key."""
 
     def __init__(self, key: bytes, key_id: str = "default") -> None:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError as exc:
+            raise ImportError(
+                f"AesGcmCodec needs the 'encryption' extra of durable-agent ({exc}): "
+                "pip install '.[encryption]'",
+                name=exc.name,
+            ) from None
 
         self._aead = AESGCM(key)
         self._key_id = key_id.encode()
