@@ -375,3 +375,17 @@ def test_the_health_check_says_what_it_checked(tmp_path: Path) -> None:
     assert healthy
     assert line.startswith(f"worker pid {os.getpid()} ") and "agents" in line
     assert "polls" not in line and "not Temporal" in line, line
+
+
+def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
+    # a worker and its clients must agree on the version (a 0.2 worker cannot replay a 0.1
+    # run): the script says which one is installed, as the package and its metadata do
+    from importlib.metadata import version
+
+    import durable_agent
+    from tests.cli.support import cli_env, run_cli
+
+    assert durable_agent.__version__ == version("durable-agent")
+    done = run_cli(["--version"], cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"durable-agent {durable_agent.__version__}\n"

@@ -105,7 +105,29 @@ def command() -> typer.Typer:
     ):
         cli.command()(each)
     cli.add_typer(sessions.sessions_cli, name="sessions")
+    _add_version(cli)
     return cli
+
+
+def _add_version(cli: typer.Typer) -> None:
+    """``--version``: which release this is, to match workers and clients (a worker replays only
+    the runs its own release started, see README.md#upgrading-from-01)."""
+    import typer
+
+    from .. import __version__
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(f"durable-agent {__version__}")
+            raise typer.Exit()
+
+    @cli.callback()
+    def options(
+        version: bool = typer.Option(
+            False, "--version", callback=show, is_eager=True, help="Print the version and exit."
+        ),
+    ) -> None:
+        del version  # handled by its callback, before any command runs
 
 
 def main() -> None:
