@@ -74,6 +74,24 @@ def test_declared_minimums_have_the_apis_the_code_uses() -> None:
         assert min(floors) >= Version(needed), f"{name}>={min(floors)}: the code needs {needed}"
 
 
+def test_every_file_of_the_package_is_in_the_wheel() -> None:
+    # setuptools puts modules in the wheel and, of the rest, only what package-data names: a
+    # file added beside the chat page's (or py.typed) without a glob would be missing from every
+    # install but an editable one, which is all the rest of the suite sees
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs: list[str] = data["tool"]["setuptools"]["package-data"]["durable_agent"]
+    package = ROOT / "src" / "durable_agent"
+    for path in package.rglob("*"):
+        rel = path.relative_to(package)
+        if path.is_dir() or path.suffix in (".py", ".pyc") or "__pycache__" in rel.parts:
+            continue
+        assert any(rel.match(glob) for glob in globs), f"{rel} is not package data"
+    assert (package / "py.typed").is_file() and (
+        package / "server" / "static" / "index.html"
+    ).is_file()
+    assert "prune tests" in (ROOT / "MANIFEST.in").read_text().splitlines()
+
+
 def test_dev_requirements_keep_the_binary_pins() -> None:
     pins = (ROOT / "requirements-dev.txt").read_text()
     for name in BINARIES:
