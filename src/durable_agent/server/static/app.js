@@ -116,6 +116,8 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
       div.appendChild(nav);
     }
     div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
+    const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
+    if (m.role === "assistant" && cut) { const n = document.createElement("div"); n.className = "cut"; n.textContent = `(${cut})`; div.appendChild(n); }
     const calls = (m.content || []).filter((b) => b.type === "tool_call");
     if (calls.length) { const t = document.createElement("div"); t.className = "tools";
       t.textContent = calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n"); div.appendChild(t); }
@@ -136,15 +138,30 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
     const div = document.createElement("div"); div.className = "msg user queued";
     div.textContent = q.text; chat.appendChild(div);
   }
-  const busy = [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval");
+  const busy = working(), from = busy || !state.heard ? null : unfinished(shown);
+  if (from !== null) { // no run goes and the path waits for an answer: a run cut off (a restart, a stop)
+    const div = document.createElement("div"); div.className = "unfinished";
+    div.append("No answer: the last run did not finish. ", button("continue", () => ask(null, from), false, "end|continue"));
+    chat.appendChild(div);
+  }
   if (!busy && document.activeElement === $("stop")) $("text").focus(); // disabled, it would drop it
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
-  const status = state.notice || (asks ? "waiting for your decision" : busy ? "working…" : state.failure);
+  const status = state.notice || (asks ? "waiting for your decision" : busy ? "working…"
+    : state.failure || (from !== null ? "the last run did not finish" : ""));
   if ($("status").textContent !== status) $("status").textContent = status; // a live region: changes only
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
   if (key) refocus(key, caret);
+}
+// Where the path's end waits for an answer (the entry a run goes on from), else null: a question
+// or a tool's result no reply followed, a call with no result (the run repairs it,
+// docs/design.md#repair-and-reconcile), or a reply cut short, answered again from where it was asked.
+function unfinished(shown) {
+  const e = shown[shown.length - 1], m = e && e.type === "message" ? e.message : null;
+  if (!m) return null;
+  if (m.role === "assistant" && (m.stop_reason === "aborted" || m.stop_reason === "error")) return e.parent_id || null;
+  return m.role !== "assistant" || (m.content || []).some((b) => b.type === "tool_call") ? e.id : null;
 }
 // The chat is drawn anew each time: the control the keyboard was on is focused again (a reason
 // being typed keeps its caret); one gone (a decided call) leaves the focus on the next of its
@@ -183,7 +200,7 @@ async function tell(t) { // into the running run: shown queued until its deliver
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
   if (leaf === undefined && working()) return tell(t);
-  const body = { text: t, run_id: newId() };
+  const body = t === null ? { inputs: [], run_id: newId() } : { text: t, run_id: newId() }; // null: go on
   if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
   state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
   const heard = state.heard; // the stream listened before the run started: it will hear its end
@@ -238,7 +255,7 @@ async function settle(runId) { // a run that may have ended while no stream list
   const r = await api("GET", `/sessions/${sid}/runs/${runId}`, undefined, false, true).catch((e) => e);
   if (state.sid !== sid || !state.runs.has(runId)) return;
   if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
-    state.runs.delete(runId); render();
+    state.runs.delete(runId); state.live.delete(runId); render(); // its text goes with it
   } else if (r && r.run_id && r.status !== "started" && r.status !== "awaiting_approval") {
     frame("run", r);
   }
@@ -290,7 +307,7 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
   }
 }
 function live() { // the stream tells every change from here on, but not a run's end before it
-  state.heard = true;
+  state.heard = true; soon(); // what it says of a path no run answers holds from here on
   for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") settle(id);
 }
 function parse(block) {

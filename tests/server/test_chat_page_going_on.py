@@ -1,0 +1,141 @@
+"""The chat page lets a user go on where the server left them: a run cut off by a restart of
+the server (its in-process run dies with it), more sessions than one page of the list, a message
+edited in place (Playwright driving the system Chromium against a real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from durable_agent import MessageEntry
+from durable_agent.ai import Reply, ScriptedModel
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import free_port, lookup, replied, serving, tool_script
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.server.test_chat_page_access import HEARD
+from tests.support.polling import eventually
+
+SERVER = """
+import sys, uvicorn
+from durable_agent.ai import Reply, ScriptedModel
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+slow = Reply(text="A long answer, word by word. " * 40, chunk_size=4, chunk_delay=0.1)
+spec = AgentSpec(model=ScriptedModel([slow]))
+app = create_app(store=FileStore(sys.argv[1]), agents={"helper": spec})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+"""
+"""A server whose one run streams a reply slowly, in a process of its own (to be killed)."""
+
+
+@asynccontextmanager
+async def _server_process(root: Path, port: int, ending: signal.Signals) -> AsyncIterator[str]:
+    """:data:`SERVER` on ``port``; ends with ``ending`` (SIGKILL: no goodbye, its run's task
+    dies with it; SIGTERM: uvicorn's shutdown, which cancels its runs)."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", SERVER, str(root), str(port))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+
+            async def up() -> bool:
+                try:
+                    return (await client.get("/")).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            await eventually(up, within=30, interval=0.1, what="the server up")
+        yield url
+    finally:
+        proc.send_signal(ending)
+        async with asyncio.timeout(10):
+            await proc.wait()
+
+
+def _said(entries: list[Any]) -> list[tuple[str, str, str | None]]:
+    return [
+        (e.message.role, e.message.text()[:6], e.message.stop_reason)
+        for e in entries
+        if isinstance(e, MessageEntry)
+    ]
+
+
+@pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGTERM])
+async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+    ending: signal.Signals,
+) -> None:
+    """The server restarts mid-reply: its run dies with it (killed, nothing stored after the
+    question; stopped, the reply so far stored as cut off) and the new server knows nothing of
+    it. The page used to go quiet: an empty status, the dead reply's text still shown as being
+    written, or the cut-off reply shown as if whole. It says the run did not finish, and
+    continue answers the question, which is not asked twice."""
+    page, root, port = browser_page, tmp_path / "sessions", free_port()
+    async with _server_process(root, port, ending) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await page.locator(".msg.live").wait_for()
+        sid = await page.evaluate("state.sid")
+    store = FileStore(root)
+    again = AgentSpec(model=ScriptedModel([Reply(text="Back again.")]))
+    async with serving(create_app(store=store, agents={"helper": again}), port):
+
+        async def told() -> bool:
+            status = await page.get_by_role("status").inner_text()
+            return bool(await page.evaluate("state.heard")) and "did not finish" in status
+
+        await eventually(told, within=30, interval=0.1, what="the page told")
+        assert await page.locator(".msg.live").count() == 0, "the dead run's text is shown"
+        await page.reload()  # what the store holds says it too, to a page that saw no run
+        await eventually(told, within=30, interval=0.1, what="the page told after a reload")
+        go_on = page.get_by_role("button", name="continue")
+        await go_on.focus()
+        await page.keyboard.press("Enter")
+        await eventually(replied(page, "Back again."), within=30, interval=0.1, what="the answer")
+        assert await page.get_by_role("status").inner_text() == ""
+        assert await go_on.count() == 0
+        entries = await store.load_entries(sid)
+    said = _said(entries)
+    if ending == signal.SIGKILL:
+        assert said == [("user", "hello", None), ("assistant", "Back a", "stop")], said
+    else:  # the cut-off reply stays, a branch beside the answer
+        assert said == [
+            ("user", "hello", None),
+            ("assistant", "A long", "aborted"),
+            ("assistant", "Back a", "stop"),
+        ], said
+        assert entries[1].parent_id == entries[2].parent_id == entries[0].id
+
+
+async def test_a_run_that_answers_is_never_said_unfinished(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The question stored before the page hears its run started is no run cut off: a screen
+    reader hears no "did not finish" as a run starts, nor as its tool's result waits for the
+    model."""
+    page = browser_page
+    replies = [*tool_script("Sunny first."), *tool_script("Sunny again.")]
+    spec = AgentSpec(model=ScriptedModel(replies), tools=[lookup])
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec})
+    await page.add_init_script(HEARD)
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        for answer in ("Sunny first.", "Sunny again."):  # a new session's run, then a live one's
+            await page.fill("#text", "and the weather?")
+            await page.press("#text", "Enter")
+            await eventually(replied(page, answer), within=30, interval=0.1, what="the answer")
+        heard = await page.evaluate("window.heard")
+    assert not [h for h in heard if "did not finish" in h], heard
