@@ -139,3 +139,48 @@ async def test_a_run_that_answers_is_never_said_unfinished(
             await eventually(replied(page, answer), within=30, interval=0.1, what="the answer")
         heard = await page.evaluate("window.heard")
     assert not [h for h in heard if "did not finish" in h], heard
+
+
+async def test_sessions_past_the_first_hundred_are_reached(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The list showed the newest 100 sessions and no way to the others. A labelled "more
+    sessions" button, reached with Tab after the last one, loads the next ones (the focus
+    going to the first of them); one opened stays in the list, marked."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    for n in range(105):
+        await store.create_session(f"s{n:03d}")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=ScriptedModel([]))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        listed = (await client.get("/v1/sessions", params={"limit": 1000})).json()["sessions"]
+        oldest = [s["session_id"] for s in listed][100:]
+        await page.goto(url + "/")
+        items = page.locator("#sessions li button")
+        more = page.get_by_role("button", name="more sessions")
+        await eventually(lambda: _count(more, 1), within=20, interval=0.05, what="the list")
+        assert await items.count() == 100
+        await items.nth(99).focus()
+        await page.keyboard.press("Tab")
+        assert await page.evaluate("document.activeElement.textContent") == "more sessions"
+        await page.keyboard.press("Enter")
+        await eventually(lambda: _count(more, 0), within=20, interval=0.05, what="the next page")
+        assert await page.evaluate("document.activeElement.textContent") == oldest[0]
+        assert await items.count() == 105
+        await page.keyboard.press("Tab")
+        await page.keyboard.press("Enter")
+
+        async def opened() -> bool:
+            return bool(await page.evaluate("state.sid") == oldest[1])
+
+        await eventually(opened, within=20, interval=0.05, what="the old session opened")
+        chosen = page.get_by_role("button", name=oldest[1], exact=True)
+        await eventually(lambda: _current(chosen), within=20, interval=0.05, what="marked")
+
+
+async def _count(locator: Any, n: int) -> bool:
+    return bool(await locator.count() == n)
+
+
+async def _current(locator: Any) -> bool:
+    return bool(await locator.count() == 1 and await locator.get_attribute("aria-current"))

@@ -38,15 +38,24 @@ async function api(method, path, body, retried, quiet) {
   }
   return data;
 }
-async function sessions() {
-  const data = await api("GET", "/sessions?limit=100");
+// Newest first, 100 more each time "more" is pressed; drawn again (a session opened, made, gone),
+// the list keeps as many as it showed, in pages of at most the API's 1,000.
+async function sessions(more) {
+  const shown = $("sessions").children.length, want = Math.max(100, shown + (more ? 100 : 0)), got = [];
+  while (got.length <= want) { // one more than shown: whether there are more
+    const n = Math.min(1000, want + 1 - got.length);
+    const page = (await api("GET", `/sessions?limit=${n}&offset=${got.length}`)).sessions;
+    got.push(...page); if (page.length < n) break;
+  }
   const ul = $("sessions"), had = ul.contains(document.activeElement); ul.textContent = "";
-  for (const s of data.sessions) { // buttons: Tab reaches each, Enter or Space opens it
+  $("more").hidden = got.length <= want;
+  for (const s of got.slice(0, want)) { // buttons: Tab reaches each, Enter or Space opens it
     const li = document.createElement("li"), b = button(s.session_id, () => open(s.session_id));
     if (s.session_id === state.sid) b.setAttribute("aria-current", "true");
     li.appendChild(b); ul.appendChild(li);
   }
-  if (had) (ul.querySelector("[aria-current]") || $("new")).focus(); // drawn again: kept there
+  if (more) (ul.children[shown]?.firstChild || $("new")).focus(); // the first of those it brought
+  else if (had) (ul.querySelector("[aria-current]") || $("new")).focus(); // drawn again: kept there
 }
 function children(parent) { return state.kids.get(parent) || []; } // in the order stored
 function path() {
@@ -328,6 +337,7 @@ async function open(sid) {
   render(); sessions(); follow(sid);
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
+$("more").onclick = () => sessions(true).catch(() => {}); // a refusal shows in the status line
 $("new").onclick = () => newSession().then(() => $("text").focus()); // to type the first message
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
   ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
