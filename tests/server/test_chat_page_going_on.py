@@ -184,3 +184,54 @@ async def _count(locator: Any, n: int) -> bool:
 
 async def _current(locator: Any) -> bool:
     return bool(await locator.count() == 1 and await locator.get_attribute("aria-current"))
+
+
+async def _focused(page: Any) -> str:
+    script = "(a => a.getAttribute('aria-label') || a.textContent || a.id)(document.activeElement)"
+    return str(await page.evaluate(script))
+
+
+async def test_a_message_is_edited_in_place(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Edit used a browser prompt box (not styled, modal, no multi-line text). It opens a
+    labelled box in the message: Escape cancels (the focus back on edit, nothing sent), a draft
+    survives the chat being drawn again (another client's run), Shift+Enter starts a line and
+    Enter saves, which asks the edited question from the original's parent (a branch)."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="Hi."), Reply(text="Other."), Reply(text="Second.")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=ScriptedModel(replies))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await page.goto(url + "/")
+        await page.fill("#text", "Mail Ann.")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Hi."), within=20, interval=0.1, what="the reply")
+        sid = await page.evaluate("state.sid")
+        edit = page.get_by_role("button", name="edit")
+        box = page.get_by_role("textbox", name="Edit your message")
+        await edit.focus()
+        await page.keyboard.press("Enter")
+        assert await _focused(page) == "Edit your message"
+        assert await box.input_value() == "Mail Ann."
+        assert await page.get_by_role("button", name="save").count() == 1
+        assert await page.get_by_role("button", name="cancel").count() == 1
+        await page.keyboard.press("Escape")
+        assert await box.count() == 0
+        assert await _focused(page) == "edit"
+        await page.keyboard.press("Enter")
+        await page.keyboard.press("ControlOrMeta+a")
+        await page.keyboard.type("Mail Bob.")
+        started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "x"})
+        assert started.status_code == 202, started.text
+        await eventually(replied(page, "Other."), within=20, interval=0.1, what="the other run")
+        assert await _focused(page) == "Edit your message"
+        await page.keyboard.press("Shift+Enter")
+        await page.keyboard.type("Thanks.")
+        await page.keyboard.press("Enter")
+        await eventually(replied(page, "Second."), within=20, interval=0.1, what="the answer")
+        assert await box.count() == 0
+        entries = [e for e in await store.load_entries(sid) if isinstance(e, MessageEntry)]
+    asked = [(e.message.text(), e.parent_id) for e in entries if e.message.role == "user"]
+    assert asked[0] == ("Mail Ann.", None) and asked[-1] == ("Mail Bob.\nThanks.", None), asked
+    assert len(asked) == 3, asked

@@ -5,7 +5,8 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(),
-  runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null };
+  runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null,
+  editing: null }; // editing: {id, text}, the message being edited and its draft
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -124,6 +125,7 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
       nav.append(back, ` ${i + 1}/${siblings.length} `, on);
       div.appendChild(nav);
     }
+    if (state.editing && state.editing.id === e.id) { div.appendChild(editor(e)); chat.appendChild(div); continue; }
     div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
     const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
     if (m.role === "assistant" && cut) { const n = document.createElement("div"); n.className = "cut"; n.textContent = `(${cut})`; div.appendChild(n); }
@@ -188,9 +190,27 @@ function button(label, onclick, disabled, key) { // key: what it is, to focus it
   b.onclick = (ev) => { ev.preventDefault(); onclick(); }; return b;
 }
 function pick(entry) { state.leaf = lastLeaf(entry.id); render(); }
-function edit(entry) {
-  const t = prompt("Edit your message", text(entry.message));
-  if (t) ask(t, entry.parent_id || "");
+function edit(entry) { // in place: the message becomes a box with its text
+  state.editing = { id: entry.id, text: text(entry.message) }; render();
+  const box = $("chat").querySelector(`[data-key="${CSS.escape("msg:" + entry.id + "|box")}"]`);
+  box.focus(); box.select();
+}
+function editor(e) { // the edited text is asked from the original's parent: a new branch
+  const div = document.createElement("div"), box = document.createElement("textarea"), key = `msg:${e.id}|`;
+  box.value = state.editing.text; box.dataset.key = key + "box"; box.setAttribute("aria-label", "Edit your message");
+  box.rows = Math.min(8, box.value.split("\n").length + 1); box.className = "editor";
+  box.oninput = () => { state.editing.text = box.value; }; // kept across renders while typed
+  const cancel = () => { state.editing = null; render(); };
+  const save = () => {
+    const t = box.value.trim(); if (!t) return;
+    state.editing = null; ask(t, e.parent_id || "").catch(() => { state.editing = { id: e.id, text: t }; render(); });
+  };
+  box.onkeydown = (ev) => {
+    if (ev.key === "Escape") { ev.preventDefault(); cancel(); }
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); save(); }
+  };
+  div.append(box, button("save", save, false, key + "save"), button("cancel", cancel, false, key + "cancel"));
+  return div;
 }
 function newId() { // 16 hex, as the server's own run IDs
   return [...crypto.getRandomValues(new Uint8Array(8))].map((b) => b.toString(16).padStart(2, "0")).join("");
