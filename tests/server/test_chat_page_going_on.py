@@ -23,6 +23,7 @@ from durable_agent.workflows import AgentSpec
 from tests.server.support import free_port, lookup, replied, serving, tool_script
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.server.test_chat_page_access import HEARD
+from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
 
 SERVER = """
@@ -235,3 +236,39 @@ async def test_a_message_is_edited_in_place(
     asked = [(e.message.text(), e.parent_id) for e in entries if e.message.role == "user"]
     assert asked[0] == ("Mail Ann.", None) and asked[-1] == ("Mail Bob.\nThanks.", None), asked
     assert len(asked) == 3, asked
+
+
+async def test_a_branch_refused_while_a_run_goes_leaves_the_chat_as_it_was(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Retry or edit while a run goes is refused (409): the view had moved to the question's
+    parent and stayed there, the going run's reply never shown. The chat stays where it was
+    and shows that reply; the edited text is put back in its box."""
+    page, store, gate = browser_page, FileStore(tmp_path / "sessions"), GateTool()
+    replies = [Reply(text="Hi."), Reply.call("gate", id="g1"), Reply(text="Gate done.")]
+    spec = AgentSpec(model=ScriptedModel(replies), tools=[gate.tool])
+    app = create_app(store=store, agents={"helper": spec})
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        for question in ("one", "two"):
+            await page.fill("#text", question)
+            await page.press("#text", "Enter")
+            if question == "one":
+                await eventually(replied(page, "Hi."), within=20, interval=0.1, what="the reply")
+        await eventually(gate.started.wait, within=20, what="the tool running")
+        await page.get_by_role("button", name="retry").first.click()
+        await eventually(lambda: _status(page, "RunActiveError"), within=20, what="the refusal")
+        await page.get_by_role("button", name="edit").first.click()
+        await page.keyboard.press("ControlOrMeta+a")
+        await page.keyboard.type("changed")
+        await page.keyboard.press("Enter")
+        box = page.get_by_role("textbox", name="Edit your message")
+        await eventually(lambda: _count(box, 1), within=20, interval=0.05, what="the box back")
+        assert await box.input_value() == "changed"
+        gate.release.set()
+        await eventually(replied(page, "Gate done."), within=20, interval=0.1, what="the reply")
+
+
+async def _status(page: Any, text: str) -> bool:
+    return text in await page.get_by_role("status").inner_text()

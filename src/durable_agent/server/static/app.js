@@ -187,7 +187,8 @@ function refocus(key, caret) {
 function button(label, onclick, disabled, key) { // key: what it is, to focus it again (refocus)
   const b = document.createElement("button"); b.textContent = label; b.disabled = !!disabled;
   if (key) b.dataset.key = key;
-  b.onclick = (ev) => { ev.preventDefault(); onclick(); }; return b;
+  // a refused request is told in the status line (api): not an error of the page
+  b.onclick = (ev) => { ev.preventDefault(); Promise.resolve(onclick()).catch(() => {}); }; return b;
 }
 function pick(entry) { state.leaf = lastLeaf(entry.id); render(); }
 function edit(entry) { // in place: the message becomes a box with its text
@@ -231,10 +232,13 @@ async function ask(t, leaf) {
   if (leaf === undefined && working()) return tell(t);
   const body = t === null ? { inputs: [], run_id: newId() } : { text: t, run_id: newId() }; // null: go on
   if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
-  state.leaf = body.leaf_id || ""; // the view follows the new run's branch (set before its entries come)
+  const was = state.leaf, to = (state.leaf = body.leaf_id || ""); // the view follows the new run's branch (set before its entries come)
   const heard = state.heard; // the stream listened before the run started: it will hear its end
   state.failure = "";
-  const r = await api("POST", `/sessions/${state.sid}/runs`, body, true);
+  const r = await api("POST", `/sessions/${state.sid}/runs`, body, true).catch((refused) => {
+    if (state.leaf === to) { state.leaf = was; render(); } // no branch: the chat stays where it was (a run going)
+    throw refused;
+  });
   if (!state.runs.has(r.run_id)) state.runs.set(r.run_id, "started"); // unless its end came first
   render();
   if (!heard) settle(r.run_id);
