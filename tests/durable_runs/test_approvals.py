@@ -354,3 +354,42 @@ async def test_a_decider_that_stops_waiting_leaves_the_run_going() -> None:
     await asyncio.wait_for(stream.wait(), 30)
     assert SENT == [{"to": "bob@example.com", "body": "hi"}]
     assert shape(stored(agent)) == DECIDED_TURN
+
+
+async def test_a_decision_the_moment_a_later_request_is_stored_is_taken() -> None:
+    """In process: a caller that decides the moment the handle holds the run's second request
+    (its pending list shows it; the run has not started that wait yet, and still holds its
+    first, finished one) gets the decision taken, not refused as not pending."""
+    from durable_agent import ScriptedModel, model, new
+
+    lm = ScriptedModel(
+        [Reply(tool_calls=[email("c1")]), Reply(tool_calls=[email("c2", "carol@x.org")]), "ok"]
+    )
+    agent = await new(model(lm), tools=(send_email,))
+    state = agent.state
+    applied = state.apply
+    deciding: list[asyncio.Future[ApprovalDecision | Any]] = []
+
+    def apply(stamped: Any) -> None:
+        applied(stamped)
+        asked = [e for e in stamped.durable if isinstance(e, ApprovalRequest)]
+        if [r.tool_call_id for r in asked] == ["c2"]:
+            assert [p.tool_call_id for p in agent.pending_approvals()] == ["c2"]
+            deciding.append(asyncio.ensure_future(agent.decide("c2", True)))
+
+    state.apply = apply  # type: ignore[method-assign]
+    stream = await agent.run("mail bob, then carol")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    await agent.decide("c1", True)
+    await reader.until("approval_requested", 2)
+    decision = await deciding[0]
+    await reader.done()
+    assert isinstance(decision, ApprovalDecision) and decision.tool_call_id == "c2"
+    assert [s["to"] for s in SENT] == ["bob@example.com", "carol@x.org"]
+    assert shape(stored(agent))[-4:] == [
+        "approval_request",
+        "approval_decision",
+        "tool_result",
+        "assistant",
+    ]

@@ -49,12 +49,13 @@ async def decide(
     engine = state.live_run
     if engine is not None:
         waiting = engine.waiting
-        if waiting is not None:
+        if waiting is not None and waiting.undecided():
             waiting.check(call_id, engine.inbox.deciding(call_id))
         elif call_id not in {p.tool_call_id for p in pending_items(state.path())}:
             raise _refusal(state, decision)
-        # a run starting on this tail takes it once it waits; a decider that stops waiting
-        # leaves it taken (docs/design.md#approvals-and-steering)
+        # a run starting on this tail, or that stored requests it has not started waiting on
+        # (its last wait is over), takes it once it waits; a decider that stops waiting leaves
+        # it taken (docs/design.md#approvals-and-steering)
         return await asyncio.shield(engine.inbox.decide(decision))
     if remote is not None:
         known = _pending_request(state, decision)

@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 from ..activities.model_call import ActivityModel
 from ..activities.run_contracts import InputEntry, RunInput, RunState, ToolCallRef
 from ..ai.messages import Message, TextContent
-from ..durable.approvals import Waiting, not_pending
+from ..durable.approvals import not_pending
 from ..durable.engine import RunEngine
 from ..durable.errors import AgentError, InvalidRunInputError, RunNotAcceptingError
 from ..durable.inbox import Inbox, When
@@ -116,16 +116,25 @@ def refusal(exc: AgentError) -> ApplicationError:
     return ApplicationError(str(exc), *details, type=type(exc).__name__, non_retryable=True)
 
 
-def check_decision(waiting: Waiting | None, inbox: Inbox, body: DecideBody) -> None:
-    """The ``decide`` validator: the run waits for this call and nothing decided it yet. A run
-    that has not reached its wait (it starts on a turn whose calls wait) takes the decision
-    for that wait, which checks it; one that ends first refuses it then."""
+def check_decision(engine: RunEngine | None, inbox: Inbox, body: DecideBody) -> None:
+    """The ``decide`` validator: the run waits, or will wait, for this call and nothing decided
+    it yet. While the run cannot know what it will ask (its start step has not loaded the
+    session, or a model call is in flight or its result not processed yet: the call stores its
+    reply and requests before the run sees them, and a client may decide at once), a call it
+    has not asked about is taken for the wait that reply may start, which checks it
+    (docs/design.md#approvals-and-steering)."""
     call_id = body.tool_call_id
-    if inbox.closed_because is not None:
-        raise refusal(not_pending(call_id, None))
-    if waiting is None:
-        return
     try:
+        if inbox.closed_because is not None:
+            raise not_pending(call_id, None)
+        if engine is None:
+            return
+        waiting = engine.waiting  # the turn it waits on, or its last (every call decided)
+        asked = waiting is not None and call_id in waiting.turn.requests
+        if engine.status == "calling_model" and not asked and not inbox.deciding(call_id):
+            return
+        if waiting is None:
+            raise not_pending(call_id, None)
         waiting.check(call_id, inbox.deciding(call_id))
     except AgentError as exc:
         raise refusal(exc) from None

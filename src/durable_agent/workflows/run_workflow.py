@@ -158,8 +158,7 @@ class RunWorkflow:
     @decide.validator
     def _check_decide(self, raw: RawValue = NO_INPUT) -> None:
         body = read_update_body(raw, DecideBody, "decide")
-        engine = self._engine
-        check_decision(None if engine is None else engine.waiting, self._inbox, body)
+        check_decision(self._engine, self._inbox, body)
 
     @workflow.update(name="send")
     async def send(self, raw: RawValue = NO_INPUT) -> str:

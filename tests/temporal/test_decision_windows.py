@@ -1,0 +1,202 @@
+"""A decision that arrives at the edge of a run's wait, on Temporal
+(docs/design.md#approvals-and-steering): the model call stores a reply with its approval
+requests before the workflow has processed the call's result, so a client sees the request
+pending while the run does not wait for it yet. The store holds that append open (a slow write)
+for as long as the test needs the window."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateStage
+from temporalio.exceptions import ApplicationError
+
+from durable_agent import Agent, ApprovalDecision, ApprovalRequest, Entry, ScriptedModel, new
+from durable_agent.ai import Reply
+from durable_agent.session import decode_entry
+from durable_agent.stores import MemoryStore
+from durable_agent.workflows import AgentSpec, run_workflow_id
+from tests.durable_runs.test_approvals import (
+    SENT,
+    Reader,
+    email,
+    send_email,
+    shape,
+    stored,
+)
+from tests.support.gated_store import GatedStore, has_role, has_text
+from tests.support.temporal import running_worker
+from tests.temporal.helpers import assert_replays, executor, queue
+
+pytestmark = pytest.mark.temporal
+
+
+def requests(call_id: str) -> Any:
+    """A batch holding the approval request of ``call_id`` (the model call's append)."""
+
+    def match(entries: Sequence[Entry]) -> bool:
+        return any(isinstance(e, ApprovalRequest) and e.tool_call_id == call_id for e in entries)
+
+    return match
+
+
+@contextlib.asynccontextmanager
+async def gated_agent(
+    client: Client, script: list[Any], tools: tuple[Any, ...] = (send_email,)
+) -> AsyncIterator[tuple[Agent, GatedStore]]:
+    store = GatedStore(MemoryStore())
+    q = queue()
+    agents = {"a": AgentSpec(model=ScriptedModel(script), tools=tools)}
+    async with running_worker(client, store, agents, task_queue=q):
+        agent = await new("a", store=store, executor=executor(client, q))
+        try:
+            yield agent, store
+        finally:
+            store.release.set()  # a failed test leaves no write held: the worker stops
+
+
+async def decide_in_the_window(
+    client: Client, agent: Agent, run_id: str, store: GatedStore, call_id: str
+) -> ApprovalDecision:
+    """With the model call's append of ``call_id``'s request stored and held open (the workflow
+    has not had the call's result), a decision by plain update is accepted; then the run goes
+    on and takes it."""
+    await asyncio.wait_for(store.entered.wait(), 30)
+    handle = client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
+    body = {"tool_call_id": call_id, "approved": True, "decided_by": "ops"}
+    try:
+        update = await handle.start_update(
+            "decide",
+            body,
+            id=f"decide:{call_id}",
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=str,
+        )
+    finally:
+        store.release.set()
+    entry = decode_entry(await asyncio.wait_for(update.result(), 30))
+    assert isinstance(entry, ApprovalDecision) and entry.tool_call_id == call_id
+    return entry
+
+
+async def test_a_decision_before_a_later_wait_is_taken(temporal_client: Client) -> None:
+    """The run's second wait: its reply and request are stored (a client sees the call
+    pending) while the run still holds its first, finished wait. A decision then is accepted
+    and taken, not refused as 'not pending' (which left a library ``decide`` waiting for the run
+    to park and an HTTP one stored beside a run that never saw it)."""
+    SENT.clear()
+    script = [
+        Reply(tool_calls=[email("c1")]),
+        Reply(tool_calls=[email("c2", "carol@example.com")]),
+        "both sent",
+    ]
+    async with gated_agent(temporal_client, script) as (agent, store):
+        stream = await agent.run("mail bob, then carol")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        store.arm(requests("c2"))
+        await agent.decide("c1", True)
+        decision = await decide_in_the_window(temporal_client, agent, stream.run_id, store, "c2")
+        await reader.done()
+        assert [s["to"] for s in SENT] == ["bob@example.com", "carol@example.com"]
+        decisions = [e for e in stored(agent) if isinstance(e, ApprovalDecision)]
+        assert [d.tool_call_id for d in decisions] == ["c1", "c2"]
+        assert decisions[1] == decision
+        assert await agent.decide("c2", True, decided_by="ops") == decision  # a resend
+        assert shape(stored(agent))[-4:] == [
+            "approval_request",
+            "approval_decision",
+            "tool_result",
+            "assistant",
+        ]
+        await assert_replays(temporal_client, run_workflow_id(agent.session_id, stream.run_id))
+
+
+async def test_another_handles_decision_before_a_later_wait_is_taken(
+    temporal_client: Client,
+) -> None:
+    """As the HTTP API decides: a handle that does not run the session (another process)
+    reads the request from the store and decides in the window. The run takes the decision;
+    it was stored beside the run instead (the run waited for it until ``approval_wait``)."""
+    SENT.clear()
+    script = [
+        Reply(tool_calls=[email("c1")]),
+        Reply(tool_calls=[email("c2", "carol@example.com")]),
+        "both sent",
+    ]
+    async with gated_agent(temporal_client, script) as (agent, store):
+        stream = await agent.run("mail bob, then carol")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        store.arm(requests("c2"))
+        await agent.decide("c1", True)
+        await asyncio.wait_for(store.entered.wait(), 30)
+        # deciding needs no worker of its own: any queue
+        elsewhere = executor(temporal_client, queue())
+        other = await new("a", store=store, session_id=agent.session_id, executor=elsewhere)
+        assert [p.tool_call_id for p in other.pending_approvals()] == ["c2"]
+        deciding = asyncio.ensure_future(other.decide("c2", True, decided_by="ops"))
+        # the same update (its ID): accepted in the window, whichever of the two came first
+        decision = await decide_in_the_window(temporal_client, agent, stream.run_id, store, "c2")
+        assert await asyncio.wait_for(deciding, 30) == decision
+        await reader.done()
+        assert [s["to"] for s in SENT] == ["bob@example.com", "carol@example.com"]
+        assert shape(stored(agent))[-3:] == ["approval_decision", "tool_result", "assistant"]
+
+
+async def test_a_decision_before_the_first_wait_is_taken(temporal_client: Client) -> None:
+    """The same window on the run's first wait."""
+    SENT.clear()
+    script = [Reply(tool_calls=[email("c1")]), "sent"]
+    async with gated_agent(temporal_client, script) as (agent, store):
+        store.arm(requests("c1"))
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await decide_in_the_window(temporal_client, agent, stream.run_id, store, "c1")
+        await reader.done()
+        assert [s["to"] for s in SENT] == ["bob@example.com"]
+        assert shape(stored(agent))[2:4] == ["approval_request", "approval_decision"]
+
+
+async def refused_at_once(handle: Any, body: dict[str, Any], update_id: str) -> None:
+    """Send ``decide``; the validator refuses it (an accepted one would wait for the run, held
+    by the store: the bound turns that into a failure, not a hang)."""
+    await asyncio.wait_for(handle.execute_update("decide", body, id=update_id), 10)
+
+
+def refusal_of(update_error: WorkflowUpdateFailedError) -> tuple[str, str]:
+    cause = update_error.cause
+    assert isinstance(cause, ApplicationError), cause
+    return cause.type or "", cause.message
+
+
+async def test_a_decided_call_is_refused_naming_its_decision(temporal_client: Client) -> None:
+    """After the wait: a decision on the call decided in it is refused naming the stored
+    decision, whether the run runs the call's tool or calls the model again."""
+    script = [Reply(tool_calls=[email("c1")]), "sent"]
+    async with gated_agent(temporal_client, script) as (agent, store):
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        store.arm(has_role("tool_result"))
+        decision = await agent.decide("c1", True)
+        await asyncio.wait_for(store.entered.wait(), 30)
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        body = {"tool_call_id": "c1", "approved": False}
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await refused_at_once(handle, body, "by-hand-1")
+        assert decision.id in refusal_of(refused.value)[1]
+        store.entered.clear()
+        store.arm(has_text("sent"))
+        store.release.set()
+        await asyncio.wait_for(store.entered.wait(), 30)
+        with pytest.raises(WorkflowUpdateFailedError) as in_flight:
+            await refused_at_once(handle, body, "by-hand-2")
+        assert decision.id in refusal_of(in_flight.value)[1]
+        await reader.done()
