@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateS
 from temporalio.exceptions import ApplicationError
 
 from durable_agent import Agent, ApprovalDecision, ApprovalRequest, Entry, ScriptedModel, new
-from durable_agent.ai import Reply
+from durable_agent.ai import Reply, ToolCall
 from durable_agent.session import decode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
@@ -24,6 +24,7 @@ from tests.durable_runs.test_approvals import (
     SENT,
     Reader,
     email,
+    lookup,
     send_email,
     shape,
     stored,
@@ -172,6 +173,56 @@ def refusal_of(update_error: WorkflowUpdateFailedError) -> tuple[str, str]:
     cause = update_error.cause
     assert isinstance(cause, ApplicationError), cause
     return cause.type or "", cause.message
+
+
+async def test_a_decision_the_run_will_not_ask_for_is_refused_when_it_can_know(
+    temporal_client: Client,
+) -> None:
+    """A decision on a call the run never asks about: refused by the validator (no history)
+    while the run runs tools; taken while a model call is in flight (its reply may ask for it)
+    and refused as not pending once that reply is processed, not held until the run ends and
+    refused then as 'the run ended'."""
+    calls = [ToolCall(id="l1", name="lookup", arguments={"name": "bob"})]
+    script = [Reply(tool_calls=calls), "found him"]
+    async with gated_agent(temporal_client, script, (send_email, lookup)) as (agent, store):
+        store.arm(has_role("tool_result"))
+        stream = await agent.run("look bob up")
+        reader = Reader(stream)
+        await asyncio.wait_for(store.entered.wait(), 30)  # the tool's result, held
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as running_tools:
+            await refused_at_once(handle, {"tool_call_id": "nope", "approved": True}, "decide:nope")
+        assert refusal_of(running_tools.value)[0] == "ApprovalNotPendingError"
+        assert "'nope' is not pending" in refusal_of(running_tools.value)[1]
+        for call_id in ("l1", "c9"):  # a call that asked nothing, and one that does not exist
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await refused_at_once(
+                    handle, {"tool_call_id": call_id, "approved": True}, f"d:{call_id}"
+                )
+            assert refusal_of(refused.value)[0] == "ApprovalNotPendingError"
+        store.entered.clear()
+        store.release.clear()
+        store.arm(has_text("found him"))
+        store.release.set()  # the tool's result goes through
+        await asyncio.wait_for(store.entered.wait(), 30)
+        store.release.clear()
+        # the last reply is stored (with no request) and held: the run cannot know it yet
+        update = await handle.start_update(
+            "decide",
+            {"tool_call_id": "nope", "approved": True},
+            id="decide:nope-2",
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=str,
+        )
+        store.release.set()
+        with pytest.raises(WorkflowUpdateFailedError) as not_asked:
+            await asyncio.wait_for(update.result(), 30)
+        kind, text = refusal_of(not_asked.value)
+        assert kind == "ApprovalNotPendingError" and "'nope' is not pending" in text
+        await reader.done()
+        assert [e for e in stored(agent) if isinstance(e, ApprovalDecision)] == []
 
 
 async def test_a_decided_call_is_refused_naming_its_decision(temporal_client: Client) -> None:

@@ -147,6 +147,12 @@ class Waiting:
         }
 
 
+def _decided(engine: RunSide, tool_call_id: str) -> str | None:
+    """The ID of the decision the run stored on ``tool_call_id`` in its last wait, if any."""
+    decided = None if engine.waiting is None else engine.waiting.turn.decisions.get(tool_call_id)
+    return None if decided is None else decided.id
+
+
 def not_pending(tool_call_id: str, decision_id: str | None) -> ApprovalNotPendingError:
     if decision_id is None:
         text = f"tool call {tool_call_id!r} is not pending a decision in this run"
@@ -171,17 +177,18 @@ async def record_asked(engine: RunSide) -> list[Entry]:
 async def ask_people(
     engine: RunSide, run: AgentRun, reply: Message, asked: Sequence[Entry] = ()
 ) -> None:
-    """After a reply with calls is stored: if any call needs approval, request (unless its
+    """After a reply is stored: if any of its calls needs approval, request (unless its
     producer did: ``asked``, from :func:`record_asked`) and wait, then hand the loop the
-    verdicts before it runs the turn's tools."""
-    if engine.gate is None:
-        return
-    if asked:
-        ask = [e.tool_call_id for e in asked if isinstance(e, ApprovalRequest)]
-    else:
-        ask = await engine.gate.needs_approval(reply)
-    if ask:
-        run.verdicts.update(await settle(engine, reply, ask, asked=asked))
+    verdicts before it runs the turn's tools. A decision still queued then is for a call the
+    reply did not ask about, taken while the run could not know (run_mail.check_decision)."""
+    if engine.gate is not None and engine.pending_calls:
+        if asked:
+            ask = [e.tool_call_id for e in asked if isinstance(e, ApprovalRequest)]
+        else:
+            ask = await engine.gate.needs_approval(reply)
+        if ask:
+            run.verdicts.update(await settle(engine, reply, ask, asked=asked))
+    engine.inbox.refuse_decisions(lambda call_id: not_pending(call_id, _decided(engine, call_id)))
 
 
 async def resume_turn(

@@ -298,7 +298,7 @@ class RunEngine:
             await self.emit_agent(event, receipt)
             asked = await approvals.record_asked(self)  # before a deferred cancellation
             self.checkpoint()
-            if message.role == "assistant" and self.pending_calls:
+            if message.role == "assistant":
                 await ask_people(self, run, message, asked)
             return
         await self.emit_agent(event)

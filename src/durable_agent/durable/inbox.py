@@ -99,6 +99,11 @@ class Inbox:
         taken, self.decisions = self.decisions, []
         return taken
 
+    def refuse_decisions(self, refusal: Callable[[str], BaseException]) -> None:
+        """Fail every queued decision with ``refusal(tool_call_id)``."""
+        for queued in self.take_decisions():
+            queued.done.set_exception(refusal(queued.decision.tool_call_id))
+
     def take_messages(self) -> list[QueuedMessage]:
         """Every queued message, in the order received (a cancelled run stores them all)."""
         taken, self.messages = self.messages, []
