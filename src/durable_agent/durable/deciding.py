@@ -49,7 +49,7 @@ async def decide(
     engine = state.live_run
     if engine is not None:
         waiting = engine.waiting
-        if waiting is not None and waiting.undecided():
+        if waiting is not None and waiting.turn.undecided():
             waiting.check(call_id, engine.inbox.deciding(call_id))
         elif call_id not in {p.tool_call_id for p in pending_items(state.path())}:
             raise _refusal(state, decision)
