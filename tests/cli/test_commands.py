@@ -82,6 +82,9 @@ def test_usage_and_store_errors(tmp_path: Path) -> None:
         (["worker", "--log-format=json", "--max-cached-workflows", "x"], {}, "--max-cached"),
         (["worker", "--bogus"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, "--bogus"),
         (["show"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, "Missing argument"),
+        # before the command: the group's own options (--version, --help)
+        (["--bogus"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, "No such option: --bogus"),
+        (["worker", "--app"], {"DURABLE_AGENT_LOG_FORMAT": "json"}, " worker --help"),
     ],
 )
 def test_usage_errors_with_json_logs_are_one_plain_line(

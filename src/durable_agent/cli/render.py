@@ -131,9 +131,8 @@ USAGE_ERROR = cast(type[Exception], typer.BadParameter.__base__)
 
 
 class UsageGroup(TyperGroup):
-    """The ``durable-agent`` command group. With JSON logs asked for (``--log-format json`` or
-    its variable), a usage error is one plain ``error:`` line on stderr (exit code 2): typer's
-    rich panel reaches a log collector as box-drawing lines."""
+    """The ``durable-agent`` group. With JSON logs (``--log-format json`` or its variable), a
+    usage error is one plain ``error:`` line (exit 2), not a panel a log collector mangles."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         # read before parsing: a usage error comes before the command has its options
@@ -144,18 +143,24 @@ class UsageGroup(TyperGroup):
             elif arg.startswith("--log-format="):
                 log_format = arg.partition("=")[2]
         ctx.meta["json_logs"] = log_format == "json"
-        return super().parse_args(ctx, args)
+        return _plain_usage(ctx, lambda: super(UsageGroup, self).parse_args(ctx, args))
 
     def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except USAGE_ERROR as exc:
-            if not ctx.meta.get("json_logs"):
-                raise
-            where = getattr(exc, "ctx", None) or ctx
-            problem = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
-            print_error(err, f"{problem}; see '{where.command_path} --help'")
-            raise typer.Exit(2) from None
+        return _plain_usage(ctx, lambda: super(UsageGroup, self).invoke(ctx))
+
+
+def _plain_usage(ctx: Any, step: Callable[[], T]) -> T:
+    try:
+        return step()
+    except USAGE_ERROR as exc:
+        if not ctx.meta.get("json_logs"):
+            raise
+        # an option missing its value names no context: the command being parsed then
+        where, sub = getattr(exc, "ctx", None), ctx.invoked_subcommand or ""
+        path = where.command_path if where else f"{ctx.command_path} {sub}".rstrip()
+        problem = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
+        print_error(err, f"{problem}; see '{path} --help'")
+        raise typer.Exit(2) from None
 
 
 FAILURES = (
