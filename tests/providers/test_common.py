@@ -8,7 +8,9 @@ import pickle
 import pytest
 
 from durable_agent.ai import ModelError
+from durable_agent.ai.messages import MAX_NESTING, nests_deeper
 from durable_agent.ai.providers._common import (
+    call_arguments,
     final_arguments,
     model_error,
     partial_arguments,
@@ -130,3 +132,17 @@ def test_arguments_nested_as_deep_as_a_tool_may_want_are_kept() -> None:
 def test_numbers_json_holds_are_kept_exactly() -> None:
     raw = '{"tiny": 1e-400, "big": 123456789012345678901234567890, "neg": -0.0}'
     assert final_arguments(raw) == {"tiny": 0.0, "big": 123456789012345678901234567890, "neg": -0.0}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"to": "ann", "x": 1e400', '{"to": "ann", "x": ' + "[" * 120],
+    ids=["1e400", "deep"],
+)
+def test_a_cut_calls_arguments_are_what_a_store_keeps(raw: str) -> None:
+    """A reply cut at its token limit keeps what parses of its call's arguments, for the loop to
+    answer: never an infinity (no store writes it) or nesting past what a complete call may
+    hold, which failed the run storing the reply (``PersistError``) instead."""
+    arguments = call_arguments("p", raw, truncated=True, malformed="not a JSON object")
+    json.dumps(arguments, allow_nan=False)
+    assert not nests_deeper(arguments, MAX_NESTING // 2), "nested too deep"

@@ -155,13 +155,15 @@ def final_arguments(raw: str) -> dict[str, Any] | None:
 def call_arguments(provider: str, raw: str, *, truncated: bool, malformed: str) -> dict[str, Any]:
     """The arguments of a streamed call once the reply ended. Text that is not a JSON object is a
     retryable error (``malformed`` says so), unless the reply was cut at its token limit: then the
-    call keeps what parses, for the loop to answer."""
+    call keeps what parses, for the loop to answer, if a store keeps it as it is (as a whole
+    call's must be: no infinity, which a store writes as ``null``, nor nesting past the cap)."""
     arguments = final_arguments(raw)
     if arguments is not None:
         return arguments
     if not truncated:
         raise model_error(provider, malformed, retryable=True)
-    return partial_arguments(raw)
+    partial = partial_arguments(raw)
+    return partial if final_arguments(json.dumps(partial)) is not None else {}
 
 
 class Draft:
