@@ -9,13 +9,14 @@ import httpx
 import pytest
 
 from durable_agent import MessageEntry, SessionNotFoundError
-from durable_agent.ai import ScriptedModel, user_message
+from durable_agent.ai import Reply, ScriptedModel, user_message
 from durable_agent.server import create_app
 from durable_agent.session import Entry
 from durable_agent.session.store import SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import serving
+from tests.server.support import ended, serving, stream
+from tests.support.polling import eventually
 
 SID = "doomed"
 
@@ -94,3 +95,38 @@ async def test_a_delete_landing_as_a_stream_opens_ends_it_cleanly(
         if answer.status_code == 200:
             assert "event: deleted" in body, body
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+async def test_a_run_of_a_session_deleted_by_another_process_stays_out_of_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """``sessions rm`` in another process deletes the session while a run of this server
+    process streams its reply, then the ID is created again. The new session shows nothing of
+    that run (no live text, no status), lists no active run and takes a run: the old run was
+    shown on its stream as the new session's, and refused every start as its active run."""
+    old = Reply(text="the deleted conversation's reply " * 30, chunk_size=4, chunk_delay=0.02)
+    model = ScriptedModel([old, "a fresh answer"])
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"a": AgentSpec(model=model)})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": SID})
+        started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "a secret"})
+        old_run = started.json()["run_id"]
+
+        async def streaming() -> bool:
+            return len(model.requests) == 1
+
+        await eventually(streaming, within=10, what="the reply streams")
+        elsewhere = FileStore(tmp_path / "sessions")  # the CLI's sessions rm, then a create
+        await elsewhere.delete_session(SID)
+        await elsewhere.create_session(SID)
+        async with stream(client, SID, after=0) as reader:
+            assert (await client.get(f"/v1/sessions/{SID}/runs")).json() == {"active": []}
+            again = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "hello"})
+            assert again.status_code == 202, again.text
+            await reader.until(ended(again.json()["run_id"]), within=20)
+        shown = [f for f in reader.frames if f.data.get("run_id") == old_run]
+        assert shown == [], shown
+        entries = await store.load_entries(SID)
+        said = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+        assert said == ["hello", "a fresh answer"]

@@ -141,6 +141,10 @@ class Hubs:
             del self.ended[key]
         going = sorted(self.going.get(session_id, ()))
         self.dropped.update((session_id, run_id) for run_id in going)
+        hub = self.hubs.get(session_id)
+        if hub is not None:  # a hub of the session created again shows none of their text
+            for run_id in going:
+                hub.partial.pop(run_id, None)
         self.stored(session_id)
         return going
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from ..activities.spec import AgentSpec
 from ..agent.loop import model
@@ -17,8 +18,9 @@ from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
+from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
-from ..session.store import Store
+from ..session.store import RetentionStore, Store
 from .relay import RunRelay
 from .runs import (
     REMEMBERED,
@@ -57,6 +59,8 @@ class LocalRuns:
         self._accepted = Accepted()
         self._dropped: set[tuple[str, str]] = set()
         """Runs of deleted sessions still going: their ends are not remembered."""
+        self._born: dict[tuple[str, str], datetime | None] = {}
+        """The ``created_at`` of the session each going run started in (:meth:`active`)."""
         self._tasks: set[asyncio.Task[object]] = set()
         self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
@@ -78,7 +82,9 @@ class LocalRuns:
             refuse_busy(session_id, await self.active(session_id), on_busy)
             self._refuse_compacting(session_id)
             handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
+            born = await _born(self.store, session_id)
             run_id = run_id or new_id()
+            self._born[(session_id, run_id)] = born
             stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
             self._handles[(session_id, run_id)] = handle
@@ -107,6 +113,7 @@ class LocalRuns:
             if not going:  # else one map per session ever run, kept for good
                 self._streams.pop(sid, None)
             self._handles.pop((sid, run_id), None)
+            self._born.pop((sid, run_id), None)
             if (sid, run_id) in self._dropped:
                 self._dropped.discard((sid, run_id))  # its session was deleted meanwhile
                 return
@@ -128,12 +135,25 @@ class LocalRuns:
         self._spawn(stream.cancel())
 
     async def active(self, session_id: str) -> list[str]:
-        return list(self._streams.get(session_id, {}))
+        """The session's runs going, but those of a session of its ID deleted meanwhile by
+        another process (``sessions rm``), which this one learns here: they go as on a delete
+        through the API, and nothing of them reaches the session created again under the ID
+        (docs/design.md#retention)."""
+        going = self._going(session_id)
+        if going and isinstance(self.store, RetentionStore):
+            now = await _born(self.store, session_id)
+            if any(self._born.get((session_id, run_id)) != now for run_id in going):
+                await self.session_deleted(session_id, self.listener.deleted(session_id))
+        return self._going(session_id)
+
+    def _going(self, session_id: str) -> list[str]:
+        runs = self._streams.get(session_id, {})
+        return [run_id for run_id in runs if (session_id, run_id) not in self._dropped]
 
     async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
         """Cancel its runs and forget its ended ones and its messages: their IDs name new ones
         of the session created again under the ID (and those still going, once they end)."""
-        going = await self.active(session_id)
+        going = self._going(session_id)
         self._dropped.update((session_id, run_id) for run_id in going)
         await cancel_each(self, session_id, [*run_ids, *going])
         for key in [k for k in self._ended if k[0] == session_id]:
@@ -142,7 +162,7 @@ class LocalRuns:
 
     async def has(self, session_id: str, run_id: str) -> bool:
         """A run this process runs or remembers (it forgets its runs when it stops)."""
-        return run_id in self._streams.get(session_id, {}) or (session_id, run_id) in self._ended
+        return run_id in await self.active(session_id) or (session_id, run_id) in self._ended
 
     def relayed(self, session_id: str, run_id: str) -> Status | None:
         handle = self._handles.get((session_id, run_id))
@@ -170,7 +190,10 @@ class LocalRuns:
         accepted = self._accepted.run_of(session_id, message_id)
         if accepted is not None and message_id is not None:
             return accepted, message_id  # a retried request: handed on once
-        for run_id, stream in list(self._streams.get(session_id, {}).items()):
+        for run_id in await self.active(session_id):
+            stream = self._streams.get(session_id, {}).get(run_id)
+            if stream is None:
+                continue  # it ended meanwhile
             sending = self._spawn(stream.send(entry, when=when))
             # one loop step: the send runs up to the run's inbox, which queues the message or
             # refuses it, before this goes on (nothing in between waits)
@@ -187,9 +210,10 @@ class LocalRuns:
         """The handle of the run that waits for the call takes the decision; with none, it is
         committed at the session's leaf and, when that settles the turn, a run carries out the
         turn's calls."""
-        for (sid, _), handle in list(self._handles.items()):
-            waiting = {p.tool_call_id for p in handle.pending_approvals()}
-            if sid == session_id and decision.tool_call_id in waiting:
+        for run_id in await self.active(session_id):
+            handle = self._handles.get((session_id, run_id))
+            waiting = () if handle is None else handle.pending_approvals()
+            if handle is not None and decision.tool_call_id in {p.tool_call_id for p in waiting}:
                 return await decide_with(handle, decision)
         handle = await new(None, store=self.store, session_id=session_id, create=False)
         entry = await decide_with(handle, decision)
@@ -240,6 +264,17 @@ async def _open(store: Store, spec: AgentSpec, session_id: str, *, create: bool 
         approval=opts.approval,
         approval_wait=opts.approval_wait,
     )
+
+
+async def _born(store: Store, session_id: str) -> datetime | None:
+    """The ``created_at`` of the session's record, which names one creation of its ID
+    (``None``: no such session, or a store without records)."""
+    if not isinstance(store, RetentionStore):
+        return None
+    try:
+        return (await store.load_session(session_id)).created_at
+    except SessionNotFoundError:
+        return None
 
 
 def _undelivered(task: asyncio.Task[object]) -> None:

@@ -154,6 +154,11 @@ class RunListener(Protocol):
         """Whether streams follow the session (its runs' live text is wanted)."""
         ...
 
+    def deleted(self, session_id: str) -> list[str]:
+        """The session was deleted: nothing of its runs reaches its streams any more (nor
+        those of a session created again under its ID); the runs of it the streams heard of."""
+        ...
+
 
 class Runs(Protocol):
     """Where a server's runs go."""
