@@ -485,3 +485,33 @@ async def test_a_file_channel_closes_what_it_read_when_it_goes(tmp_path: Path) -
     del reader
     gc.collect()
     assert _open_side_files(tmp_path) == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+async def test_a_file_reader_keeps_no_side_file_of_a_session_another_process_deleted_open(
+    tmp_path: Path,
+) -> None:
+    """A long-lived reader (a server's store object) followed replies of a session that another
+    process (``sessions rm``) deleted: it holds none of their side files open, whose text a
+    descriptor keeps on disk and readable (under ``/proc``) however long the reader lives. A
+    reply read to its ``final`` delta lets its file go at once; one cut short by the delete, as
+    soon as the reader opens another file. The reader held both until its 32 marks were spent."""
+    reader = FileStore(tmp_path).live_deltas()
+    other = FileStore(tmp_path)
+    await other.create_session("s1")
+    writer = other.live_deltas()
+    done, cut = DeltaKey("s1", "r1", 1), DeltaKey("s1", "r1", 2)
+    await writer.publish(done, delta(1, 1, "", "a secret"))
+    await writer.publish(
+        done, delta(1, 2, "a secret", "a secret reply").model_copy(update={"final": True})
+    )
+    await writer.publish(cut, delta(1, 1, "", "another secret"))
+    assert [d.seq for d in reader.read_now(done)] == [1, 2]
+    assert [d.seq for d in reader.read_now(cut)] == [1]
+    await other.delete_session("s1")  # another process: the reader is not told
+    assert _open_side_files(tmp_path) <= 1, "the reply read to its end is still open"
+    await other.create_session("s2")
+    await writer.publish(DeltaKey("s2", "r2", 1), delta(1, 1, "", "hello"))
+    assert reader.read_now(DeltaKey("s2", "r2", 1))
+    assert _open_side_files(tmp_path / "s1.live") == 0, "the reply cut short is still open"
+    assert _open_side_files(tmp_path) == 1  # the reply followed now

@@ -4,7 +4,9 @@ A reply's deltas go to ``<root>/<session_id>.live/<run>.<turn>.jsonl``, one JSON
 delta, appended with ``O_APPEND`` (a reader ignores a last line without its newline: a write in
 progress). A reader polls while a reply streams, so the channel keeps the file it reads open and
 remembers how far it read: a poll is one ``fstat`` (that file is still linked) and one
-``pread`` of the new lines. Both ends call it on their event loop
+``pread`` of the new lines. It lets the file go after the reply's ``final`` delta (its reader
+reads no more), and whatever it kept that is unlinked as it opens another: an open descriptor
+keeps a deleted session's text on disk (docs/design.md#retention). Both ends call it on their event loop
 (:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or read costs less
 than the task, thread or timeout around it would. The
 file is removed shortly after the reply is stored, and the directory with its last
@@ -187,6 +189,10 @@ class FileDeltas:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return []
+        # a reply's first read (once per reply): the files kept open that are gone meanwhile
+        # (cleared, or a session deleted by another process) go too, not after 32 more replies
+        for kept in [p for p, m in self._read_to.items() if not _linked(m.fd)]:
+            self._forget(kept)
         try:
             mark = _Mark(fd)
             data = _read_from(fd, 0)
@@ -203,6 +209,7 @@ class FileDeltas:
         last complete line (a line without its newline is a write in progress)."""
         end = data.rfind(b"\n") + 1
         out: list[Delta] = []
+        final: Cursor | None = None
         for line in data[:end].split(b"\n")[:-1]:
             try:
                 delta = Delta.model_validate_json(line)
@@ -210,10 +217,16 @@ class FileDeltas:
                 continue  # a torn line: the reader's seq check sees the hole it leaves
             cursor = (delta.attempt, delta.seq)
             mark.highest = max(mark.highest, cursor)
+            if delta.final:
+                final = cursor
             if cursor > after:
                 out.append(delta)
         mark.offset += end
         self._read_to.move_to_end(path)
+        if final is not None and final == mark.highest:
+            # the reply is complete (its reader reads no more): its file is not kept open, so
+            # a session deleted by another process leaves none of its text behind a descriptor
+            self._forget(path)
         if len(out) > 1:
             out.sort(key=lambda d: (d.attempt, d.seq))
         return out
