@@ -3,8 +3,9 @@ the running run, in process and on Temporal (a decision through any server proce
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from durable_agent import ApprovalDecision, MessageEntry
+from durable_agent import ApprovalDecision, ApprovalRequest, Entry, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.durable.inputs import text
 from durable_agent.durable.limits import PAYLOAD_LIMIT
@@ -23,6 +24,8 @@ from durable_agent.session.codec import encode_entry, entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, scripted, serving, stream
+from tests.support.gated_store import GatedStore
+from tests.support.polling import eventually
 from tests.support.temporal import FAST, running_worker
 
 KEYS = {
@@ -303,3 +306,71 @@ async def helper_like(temporal: Client | None, store: FileStore) -> AsyncIterato
     runs.executor.timeouts = FAST
     async with running_worker(temporal, store, {"mail": _spec()}, task_queue=queue):
         yield app
+
+
+def _asks(call_id: str) -> Any:
+    """A batch holding the approval request of ``call_id``."""
+
+    def match(entries: Sequence[Entry]) -> bool:
+        return any(isinstance(e, ApprovalRequest) and e.tool_call_id == call_id for e in entries)
+
+    return match
+
+
+def _queued(app: Any, call_id: str) -> Callable[[], Awaitable[bool]]:
+    """Whether the session's live run holds a decision on ``call_id`` (the server's runner's
+    handle: the one the decision must reach)."""
+
+    async def probe() -> bool:
+        handles = app.state.server.runs._handles.values()
+        engines = [h._state.live_run for h in handles if h._state.live_run is not None]
+        return any(e.inbox.deciding(call_id) for e in engines)
+
+    return probe
+
+
+async def test_a_decision_before_the_run_applied_its_requests_reaches_the_run(
+    tmp_path: Path,
+) -> None:
+    """In process: the run's requests are in the store (the approvals route and a client see
+    them pending) while the run's own write has not returned. A decision then reaches the live
+    run, which takes it once it waits; it was committed beside the run by a handle of its own,
+    and the run waited for it until ``approval_wait`` (an hour) and parked."""
+    store = GatedStore(FileStore(tmp_path / "sessions"))
+    app = create_app(store=store, agents={"mail": _spec()}, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, headers=ACME) as client:
+        await client.post("/v1/sessions", json={"session_id": SID})
+        store.arm(_asks("call-1"))
+        async with stream(client, SID, after=0) as reader:
+            started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail"})
+            run_id = started.json()["run_id"]
+            try:
+                await asyncio.wait_for(store.entered.wait(), 30)
+                pending = (await client.get(f"/v1/sessions/{SID}/approvals")).json()["pending"]
+                assert [p["tool_call_id"] for p in pending] == ["call-1", "call-2"]
+                body = {"approved": True}
+                one = asyncio.ensure_future(
+                    client.post(f"/v1/sessions/{SID}/approvals/call-1", json=body)
+                )
+                await eventually(_queued(app, "call-1"), what="the run holds the decision")
+                nope = await client.post(f"/v1/sessions/{SID}/approvals/call-9", json=body)
+                assert nope.status_code == 409, nope.text
+                assert nope.json()["error"]["type"] == "ApprovalNotPendingError"
+            finally:
+                store.release.set()
+            decided = await asyncio.wait_for(one, 30)
+            assert decided.status_code == 200, decided.text
+            denied = {"approved": False, "reason": "no"}
+            two = await client.post(f"/v1/sessions/{SID}/approvals/call-2", json=denied)
+            assert two.status_code == 200, two.text
+            await reader.until(ended(run_id), within=30)
+            assert _status(reader, run_id) == "completed"
+    stored = await store.load_entries(SID)
+    decisions = [e for e in stored if isinstance(e, ApprovalDecision)]
+    assert [(d.tool_call_id, d.approved) for d in decisions] == [
+        ("call-1", True),
+        ("call-2", False),
+    ]
+    assert decisions[0].id == decided.json()["id"]
+    said = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
+    assert said[-3:] == ["sent to bob@example.com", "tool call denied: no", _script()[1].text]

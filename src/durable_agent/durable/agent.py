@@ -119,8 +119,9 @@ class Agent:
         return self._state.views()[1]
 
     def pending_approvals(self) -> list[PendingItem]:
-        """The calls of the active path waiting for a person's decision, in call order."""
-        return pending_items(self._state.path())
+        """The calls of the active path waiting for a person's decision, in call order (those
+        of requests being stored too: the store holds them before the handle applied them)."""
+        return self._state.pending()
 
     # -- verbs -------------------------------------------------------------------------------
 

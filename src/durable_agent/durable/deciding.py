@@ -20,7 +20,6 @@ from ..session.approvals import (
     ApprovalRequest,
     awaiting_turn,
     decision_entry_id,
-    pending_items,
 )
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError
@@ -51,11 +50,11 @@ async def decide(
         waiting = engine.waiting
         if waiting is not None and waiting.turn.undecided():
             waiting.check(call_id, engine.inbox.deciding(call_id))
-        elif call_id not in {p.tool_call_id for p in pending_items(state.path())}:
+        elif call_id not in {p.tool_call_id for p in state.pending()}:
             raise _refusal(state, decision)
-        # a run starting on this tail, or that stored requests it has not started waiting on
-        # (its last wait is over), takes it once it waits; a decider that stops waiting leaves
-        # it taken (docs/design.md#approvals-and-steering)
+        # a run starting on this tail, or that stored (or is storing) requests it has not
+        # started waiting on (its last wait is over), takes it once it waits; a decider that
+        # stops waiting leaves it taken (docs/design.md#approvals-and-steering)
         return await asyncio.shield(engine.inbox.decide(decision))
     if remote is not None:
         known = _pending_request(state, decision)
@@ -75,7 +74,7 @@ def _check_size(state: SessionState, decision: ApprovalDecision) -> None:
     check_entry(decision, "approval decision")
     if decision.approved or not decision.reason:
         return
-    names = {p.tool_call_id: p.tool_name for p in pending_items(state.path())}
+    names = {p.tool_call_id: p.tool_name for p in state.pending()}
     call = ToolCall(id=decision.tool_call_id, name=names.get(decision.tool_call_id, ""))
     answer = MessageEntry(message=denied_result(call, decision.reason))
     check_entry(answer, "the denied call's answer (it quotes the reason)")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
+from ..session.approvals import PendingItem, pending_items
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
 from ..session.ids import new_id
@@ -81,6 +82,8 @@ class SessionState:
         """The engine of this handle's in-process run while it runs (decisions and messages
         go to its inbox)."""
         self._active: _ActivePath | None = None
+        self._writing: list[Entry] = []
+        """The batch being stored: it may be in the store before it is applied here."""
         self.unsettled: list[str] = []
         """IDs of a failed write that may have landed (the store raised after, or instead of,
         applying it): the next run start reconciles them (see :mod:`.reconcile`)."""
@@ -118,6 +121,15 @@ class SessionState:
     def path(self) -> list[Entry]:
         """The active path (a new list)."""
         return list(self._active_path().path)
+
+    def pending(self) -> list[PendingItem]:
+        """The pending calls of the active path, with those a batch being stored asks about:
+        the store (and every reader of it) holds its requests before the write returns and
+        the batch is applied here (docs/design.md#approvals-and-steering)."""
+        path, writing = self.path(), self._writing
+        if writing and (writing[0].parent_id or "") == self.leaf:
+            path.extend(writing)
+        return pending_items(path)
 
     def views(self) -> tuple[list[Message], list[Message]]:
         """``raw_model_view`` and ``model_view`` of the active path (new lists)."""
@@ -184,9 +196,13 @@ class SessionState:
             await open_session(self.store, self.session_id)
             self.created = True
         if stamped.durable:
-            write, cancelled = await see_through(
-                self.store.append_entries(self.session_id, stamped.durable)
-            )
+            self._writing = stamped.durable
+            try:
+                write, cancelled = await see_through(
+                    self.store.append_entries(self.session_id, stamped.durable)
+                )
+            finally:
+                self._writing = []
             if write.cancelled():
                 raise asyncio.CancelledError()
             exc = write.exception()
