@@ -237,6 +237,31 @@ async def test_repair_never_answers_a_pending_call(harness: Harness, store: Stor
     assert texts[2] == "tool call denied"
 
 
+async def test_a_decision_the_moment_a_run_resumes_the_turn_is_taken(
+    harness: Harness, store: Store
+) -> None:
+    """A decision right after ``run()`` resumed a parked turn, before the run has loaded its
+    session (in process: before its engine exists), is taken by the run: in process it was
+    refused as ``RunActiveError`` (committed at the leaf of a busy handle), and the run parked
+    again."""
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "done"], store=store, tools=[send_email], approval_wait=0.1
+    )
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    again = await harness.open(
+        ["done"], store=store, session_id=agent.session_id, tools=[send_email], approval_wait=30
+    )
+    stream = await again.run()
+    decision = await again.decide("c1", True)  # no task in between
+    assert [m.text() for m in await asyncio.wait_for(stream.wait(), 30)] == [
+        "sent to bob@example.com",
+        "done",
+    ]
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert shape(stored(again))[3:] == ["approval_decision", "tool_result", "assistant"]
+    assert stored(again)[3] == decision
+
+
 async def test_cancel_during_the_wait(harness: Harness, store: Store) -> None:
     agent = await harness.open([Reply(tool_calls=[email()])], store=store, tools=[send_email])
     stream = await agent.run("mail bob")

@@ -129,6 +129,21 @@ async def test_send_to_an_ended_run_is_refused(harness: Harness, store: Store) -
     assert len(stored(agent)) == 2
 
 
+async def test_a_message_sent_the_moment_the_run_starts_is_delivered(
+    harness: Harness, store: Store
+) -> None:
+    """``stream.send`` right after ``run()`` returned, before the run has loaded its session
+    (in process: before its engine exists), is queued and delivered, as on Temporal; in
+    process it was refused, 'the run has not started or has ended'."""
+    agent = await harness.open(["first", "second"], store=store)
+    stream = await agent.run("hello")
+    follow = await stream.send("and then?", when="at_end")  # no task in between
+    await asyncio.wait_for(stream.wait(), 30)
+    texts = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert texts == ["hello", "first", "and then?", "second"]
+    assert follow == stored(agent)[2]
+
+
 async def test_sixteen_queued_then_refused_and_all_delivered_in_order() -> None:
     """In process (the queue bound; on Temporal each queued message is an update in flight)."""
     from durable_agent import model, new

@@ -75,7 +75,8 @@ class _LocalEffects:
     ) -> None:
         self._state = state
         self._config = config
-        self._put = put
+        self.put = put
+        """Where a run's events go (the stream's queue, given once the run's task starts)."""
 
     def now(self) -> datetime:
         return utc_now()
@@ -88,8 +89,8 @@ class _LocalEffects:
         return stamped
 
     async def emit(self, event: Event) -> None:
-        assert self._put is not None
-        self._put(event)
+        assert self.put is not None
+        self.put(event)
 
     async def summarize(self, keep_turns: int, prompt: str | None) -> CompactionEntry | None:
         config = self._config
@@ -99,6 +100,14 @@ class _LocalEffects:
 
     async def publish(self, event: Event) -> None:
         await deliver(self._config.publisher, [event])
+
+
+def _run_gone(state: SessionState, engine: RunEngine) -> None:
+    """The run ended (or never got to start): nothing reaches it any more, and what it was
+    handed before it started is refused (a run that started answered everything itself)."""
+    if state.live_run is engine:
+        state.live_run = None
+    engine.inbox.close("it has ended", RunNotAcceptingError("the run ended before it started"))
 
 
 class LocalExecutor:
@@ -118,43 +127,49 @@ class LocalExecutor:
     ) -> RunStream:
         factory: Factory | None = config.factory
         rid = run_id or new_id()
+        effects = _LocalEffects(state, config)
+        # the run takes decisions and messages from the moment it exists, before it has loaded
+        # the session and built its loop, as a run workflow does from its start
+        # (docs/design.md#approvals-and-steering)
+        engine = RunEngine(state.session_id, state.leaf, effects, run_id=rid)
+        engine.gate = LocalGate(config.options, engine.inbox)
+        state.live_run = engine
 
         async def produce(put: Callable[[Event], None]) -> list[Message]:
-            if factory is None:
-                raise NoFactoryError("this agent has no factory: it records but never runs")
-            # the handle is busy, so nothing moves the leaf meanwhile: catch up with writes of
-            # a failed run that landed, so repair answers only truly unanswered calls
-            await reconcile(state)
-            # the loop starts from the model view at the leaf (the handle keeps it cached) and
-            # appends the run's messages: the formula session.views.run_view reads back; a
-            # turn whose calls wait for people is never repaired: the run waits on it and
-            # starts from its stored reply (docs/design.md#approvals-and-steering)
-            raw, history = state.views()
-            waiting = awaiting_turn(state.path())
-            if waiting is not None:
-                history = model_view(state.path()[: waiting.index])
-            options = config.options.model_copy(update={"history": history})
-            loop = await build_loop(factory, options)
-            effects = _LocalEffects(state, config, put)
-            engine = RunEngine(state.session_id, state.leaf, effects, run_id=rid)
-            engine.gate = LocalGate(config.options, engine.inbox)
-            state.live_run = engine
+            effects.put = put
+            loop = None
             try:
+                if factory is None:
+                    raise NoFactoryError("this agent has no factory: it records but never runs")
+                # the handle is busy, so nothing moves the leaf meanwhile: catch up with writes
+                # of a failed run that landed, so repair answers only truly unanswered calls
+                await reconcile(state)
+                # the loop starts from the model view at the leaf (the handle keeps it cached)
+                # and appends the run's messages: the formula session.views.run_view reads back;
+                # a turn whose calls wait for people is never repaired: the run waits on it and
+                # starts from its stored reply (docs/design.md#approvals-and-steering)
+                raw, history = state.views()
+                waiting = awaiting_turn(state.path())
+                if waiting is not None:
+                    history = model_view(state.path()[: waiting.index])
+                options = config.options.model_copy(update={"history": history})
+                loop = await build_loop(factory, options)
+                engine.leaf_id = state.leaf
                 repairs = [] if waiting is not None else start_repairs(raw)
                 return await engine.run(loop, entries, repairs, waiting=waiting)
             finally:
-                state.live_run = None
-                await loop.aclose()
+                _run_gone(state, engine)  # before any await: nothing is queued unanswered
+                if loop is not None:
+                    await loop.aclose()
 
         async def send(entry: MessageEntry, when: When) -> Entry:
-            engine = state.live_run
-            if engine is None:
-                raise RunNotAcceptingError("the run has not started or has ended")
             # a sender that stops waiting must not cancel what the run answers: the message
             # stays accepted (docs/design.md#approvals-and-steering)
             return await asyncio.shield(engine.inbox.send(entry, when))
 
-        return LocalRunStream(produce, sender=send, run_id=rid)
+        stream = LocalRunStream(produce, sender=send, run_id=rid)
+        stream.when_done(lambda: _run_gone(state, engine))  # cancelled before its first step
+        return stream
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None
