@@ -3,6 +3,8 @@ message every store and Temporal can carry, and that reads back as it was answer
 
 - Lone surrogates (``os.listdir`` on a non-UTF-8 file name) become U+FFFD when the message is
   built, so the result is stored once and the tool runs once, on every store and executor.
+- NaN and infinities (numbers JSON has not) become ``null`` when the message is built (a cost
+  0), so a tool, every store and both executors see the same ``None``.
 - A tool call with an empty ID gets a derived ID before it is stored, so its result still
   answers it after a reload (no second "interrupted" result).
 """
@@ -13,11 +15,14 @@ import pytest
 
 from durable_agent import MessageEntry
 from durable_agent.ai import (
+    Cost,
     Message,
     Reply,
     RetryPolicy,
     TextContent,
     ToolCall,
+    ToolOutput,
+    Usage,
     encodable_text,
     error_tool_result_message,
     tool,
@@ -58,6 +63,52 @@ def test_a_split_surrogate_pair_is_joined_and_clean_text_is_untouched() -> None:
     assert encodable_text(clean) is clean
     message = Message(role="user", content=[TextContent(text=clean)])
     assert message.text() == clean
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+def test_nan_and_infinities_become_null_and_a_cost_zero() -> None:
+    call = ToolCall(id="c1", name="t", arguments={"n": INF, "l": [NAN, 1.5], "d": {"x": -INF}})
+    served = ToolCall(id="s1", name="web", server=True, output=ToolOutput(raw={"score": NAN}))
+    usage = Usage(input=3, cost=Cost(input=NAN, output=0.5, reasoning=INF))
+    message = Message(role="assistant", content=[call, served], usage=usage)
+    assert message.content[0] == ToolCall(
+        id="c1", name="t", arguments={"n": None, "l": [None, 1.5], "d": {"x": None}}
+    )
+    assert message.content[1] == served.model_copy(
+        update={"output": ToolOutput(raw={"score": None})}
+    )
+    assert message.usage == Usage(input=3, cost=Cost(output=0.5))
+    entry = MessageEntry(id="e1", message=message)
+    assert decode_entry(encode_entry(entry)) == entry
+    clean = Message(role="assistant", content=[ToolCall(id="c", name="t", arguments={"n": 1.0})])
+    assert clean.content[0].arguments == {"n": 1.0}  # type: ignore[union-attr]
+    # a cost a store holds as null (written before this rule) reads as 0
+    stored = '{"type":"message","id":"e2","created_at":"2026-01-01T00:00:00Z",'
+    stored += '"message":{"role":"assistant","content":[],'
+    stored += '"usage":{"output":1,"cost":{"input":null}}}}'
+    assert decode_entry(stored).message.usage == Usage(output=1)  # type: ignore[union-attr]
+
+
+async def test_a_call_with_an_infinity_reaches_the_tool_as_it_is_stored(
+    harness: Harness, store: Store
+) -> None:
+    seen: list[object] = []
+
+    @tool
+    async def scale(n: float | None = None) -> str:
+        """Scales by ``n``."""
+        seen.append(n)
+        return f"n={n}"
+
+    script: list[Reply | str] = [Reply.call("scale", {"n": INF}, id="c1"), "scaled"]
+    agent = await harness.open(script, store=store, session_id="inf", tools=[scale])
+    messages = await (await agent.run("scale it")).wait()
+    assert seen == [None]
+    assert [m.text() for m in messages] == ["", "n=None", "scaled"]
+    stored = [e.message for e in await store.load_entries("inf") if isinstance(e, MessageEntry)]
+    assert stored[1].tool_calls()[0].arguments == {"n": None}
 
 
 async def test_a_result_with_lone_surrogates_is_stored_once_and_the_tool_runs_once(

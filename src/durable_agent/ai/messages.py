@@ -9,7 +9,8 @@ returns ``"report\\udcff.txt"`` for a file name that is not UTF-8), which no sto
 or Temporal history can carry: building a :class:`Message` from Python objects replaces each one
 with U+FFFD (a pair split in two code points is joined back). This is the message boundary, where
 a tool result, a model reply or an input becomes a message, so a run never fails, and a tool
-never re-runs, over text that cannot be encoded. Messages pydantic validates
+never re-runs, over text that cannot be encoded; NaN and infinities become ``None`` (a cost 0),
+the ``null`` stores and Temporal hold (docs/design.md#store-contract). Messages pydantic validates
 from JSON text need no check (its parser refuses a lone ``\\udcff`` escape); ``json.loads``
 output is Python data, and checked.
 """
@@ -17,6 +18,7 @@ output is Python data, and checked.
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -112,11 +114,12 @@ _LEAVES = frozenset({bool, int, float, type(None), datetime})
 
 
 def _unencodable(value: Any) -> bool:
-    """Whether any string in ``value`` (models, dicts, lists, keys included) holds a surrogate.
-
-    Runs on every message built from Python objects, so it skips scalars without a call."""
+    """Whether any string in ``value`` (models, dicts, lists, keys included) holds a surrogate,
+    or any number is NaN or an infinity; on every message built from Python objects."""
     if isinstance(value, str):
         return _has_surrogate(value)
+    if isinstance(value, float):
+        return not math.isfinite(value)
     if isinstance(value, BaseModel):
         items: Any = value.__dict__.values()
     elif isinstance(value, dict):
@@ -129,6 +132,8 @@ def _unencodable(value: Any) -> bool:
         return False
     for item in items:
         if item.__class__ in _LEAVES:
+            if item.__class__ is float and not math.isfinite(item):
+                return True
             continue
         if item.__class__ is str:
             if _has_surrogate(item):
@@ -139,10 +144,12 @@ def _unencodable(value: Any) -> bool:
 
 
 def _encodable(value: Any) -> Any:
-    """``value`` with :func:`encodable_text` applied to every string (a model holding one
-    becomes its plain data, validated again by the caller)."""
+    """``value`` with :func:`encodable_text` applied to every string, ``None`` for NaN and
+    infinities (a model holding one becomes plain data, validated again by the caller)."""
     if isinstance(value, str):
         return encodable_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, BaseModel):
         return _encodable(value.model_dump()) if _unencodable(value) else value
     if isinstance(value, dict):
@@ -178,15 +185,15 @@ class WireModel(BaseModel):
 
 
 class Cost(WireModel):
-    """Cost in the provider's currency, with the same keys as :class:`Usage`."""
+    """Cost in the provider's currency, keyed as :class:`Usage`; ``null`` (a NaN cost) is 0."""
 
-    input: float = 0.0
-    output: float = 0.0
-    cache_read: float = 0.0
-    cache_write: float = 0.0
-    reasoning: float = 0.0
-    input_audio: float = 0.0
-    output_audio: float = 0.0
+    input: Annotated[float, NullAsEmpty(float)] = 0.0
+    output: Annotated[float, NullAsEmpty(float)] = 0.0
+    cache_read: Annotated[float, NullAsEmpty(float)] = 0.0
+    cache_write: Annotated[float, NullAsEmpty(float)] = 0.0
+    reasoning: Annotated[float, NullAsEmpty(float)] = 0.0
+    input_audio: Annotated[float, NullAsEmpty(float)] = 0.0
+    output_audio: Annotated[float, NullAsEmpty(float)] = 0.0
 
 
 class Usage(WireModel):

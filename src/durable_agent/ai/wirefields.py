@@ -45,8 +45,9 @@ class JsonNativeFirst:
 
 @dataclass(frozen=True)
 class NullAsEmpty(JsonNativeFirst):
-    """``Annotated`` marker: ``null`` reads as ``empty()`` (``list`` or ``dict``), e.g. a
-    provider's ``"content": null``; JSON holding the collection itself is validated natively."""
+    """``Annotated`` marker: ``null`` reads as ``empty()`` (``list``, ``dict``, or ``float`` for
+    a cost), e.g. a provider's ``"content": null``; JSON holding the value itself is validated
+    natively."""
 
     empty: Callable[[], Any]
 
