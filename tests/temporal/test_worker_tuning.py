@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 from temporalio.client import Client
 
-from durable_agent import ScriptedModel
+from durable_agent import InvalidRunInputError, ScriptedModel
 from durable_agent.stores import MemoryStore
-from durable_agent.workflows import create_worker
+from durable_agent.workflows import AgentSpec, create_worker
 from durable_agent.workflows.worker import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
@@ -92,3 +95,31 @@ async def test_an_agent_that_is_not_an_agent_spec_is_refused_at_once(
             agents={"weather": value},  # type: ignore[dict-item]  # the slip, on purpose
             register_search_attribute=False,
         )
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "problem"),
+    [
+        ({"max_turns": 0}, "options.max_turns", "greater than or equal to 1"),
+        ({"max_turns": "ten"}, "options.max_turns", "integer"),
+        ({"approval_wait": -1.0}, "options.approval_wait", "greater than or equal to 0"),
+        ({"approval_wait": float("inf")}, "options.approval_wait", "finite"),
+        ({"system_prompt": 3}, "options.system_prompt", "string"),
+        ({"model_options": ["t", 0.2]}, "options.model_options", "dictionary"),
+        ({"tools": ["send_email"]}, "options.tools.0", "Tool"),
+    ],
+)
+async def test_an_agent_spec_no_run_could_use_is_refused_when_it_is_made(
+    options: dict[str, Any], field: str, problem: str
+) -> None:
+    """As ``new()`` refuses them: one line naming the option, an ``InvalidRunInputError``,
+    when the spec is made (a worker or a server in process registers none); it was made, and
+    every run of the agent failed as it started (a 500 with pydantic's report in process)."""
+    with pytest.raises(InvalidRunInputError) as caught:
+        AgentSpec(model=ScriptedModel([]), **options)
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    assert "\n" not in str(caught.value) and "pydantic" not in str(caught.value)
+    made = AgentSpec(model=ScriptedModel([]))
+    with pytest.raises(InvalidRunInputError):
+        dataclasses.replace(made, **options)

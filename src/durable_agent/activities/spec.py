@@ -14,6 +14,7 @@ from ..agent.approval import ApprovalRule
 from ..agent.options import AgentOptions
 from ..ai.model import LanguageModel
 from ..ai.tools import Tool
+from ..durable.inputs import check_agent_options
 
 __all__ = ["PLAIN_OPTIONS", "AgentSpec"]
 
@@ -37,20 +38,29 @@ class AgentSpec:
     """Seconds a run waits for decisions before it parks; ``None``: until its execution
     timeout. A client may override it with the plain option of that name."""
 
+    def __post_init__(self) -> None:
+        """Refuse a value no run could use as ``new()`` does (:class:`InvalidRunInputError`
+        naming the option), when the spec is made: else a worker registered it and every run
+        of the agent failed as it started."""
+        check_agent_options(self._base())
+
     def options(self, plain: dict[str, Any] | None = None) -> AgentOptions:
         """The loop options for a run: this spec, overridden by the client's plain options."""
-        base: dict[str, Any] = {
-            "system_prompt": self.system_prompt,
-            "max_turns": self.max_turns,
-            "model_options": dict(self.model_options),
-            "tools": tuple(self.tools),
-            "approval": self.approval,
-            "approval_wait": self.approval_wait,
-        }
+        base = self._base()
         for key, value in (plain or {}).items():
             if key in PLAIN_OPTIONS:
                 base[key] = value
         return AgentOptions(**base)
+
+    def _base(self) -> dict[str, Any]:
+        return {
+            "system_prompt": self.system_prompt,
+            "max_turns": self.max_turns,
+            "model_options": self.model_options,  # validated into a new dict
+            "tools": self.tools,
+            "approval": self.approval,
+            "approval_wait": self.approval_wait,
+        }
 
     def tool(self, name: str) -> Tool | None:
         for t in self.tools:
