@@ -6,11 +6,11 @@ progress). A reader polls while a reply streams, so the channel keeps the file i
 remembers how far it read: a poll is one ``fstat`` (that file is still linked) and one
 ``pread`` of the new lines. It lets the file go after the reply's ``final`` delta (its reader
 reads no more), and whatever it kept that is unlinked as it opens another: an open descriptor
-keeps a deleted session's text on disk (docs/design.md#retention). Both ends call it on their event loop
-(:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or read costs less
-than the task, thread or timeout around it would. The
-file is removed shortly after the reply is stored, and the directory with its last
-file, so a session's side files only ever hold the replies being streamed. Store listings glob
+keeps a deleted session's text on disk (docs/design.md#retention). Both ends call it on their
+event loop (:class:`~durable_agent.session.deltas.ImmediateChannel`): a small local write or
+read costs less than the task, thread or timeout around it would. The file is removed shortly
+after the reply is stored, and the directory with its last file, so a session's side files only
+ever hold the replies being streamed. Store listings glob
 ``*.jsonl`` in the root only, so they never see these files (docs/design.md#live-deltas).
 
 What a worker never cleared (it crashed, or shut down before its delayed clear ran) is swept as
