@@ -356,13 +356,13 @@ function parse(block) {
 }
 async function open(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null });
   history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
   render(); sessions(); follow(sid);
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
 $("more").onclick = () => sessions(true).catch(() => {}); // a refusal shows in the status line
-$("new").onclick = () => newSession().then(() => $("text").focus()); // to type the first message
+$("new").onclick = () => newSession().then(() => $("text").focus(), () => {}); // to type the first message (api tells a refusal)
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
   ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
   $("chat").scrollTop = $("chat").scrollHeight; // who asks reads the answer
@@ -371,7 +371,7 @@ $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
 $("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("ask").requestSubmit(); }
 };
-$("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`); };
-$("fork").onclick = async () => { const c = await api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }); await open(c.session_id); };
+$("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`).catch(() => {}); };
+$("fork").onclick = () => api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }).then((c) => open(c.session_id), () => {});
 sessions().catch(() => {});
 if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1)));
