@@ -276,9 +276,13 @@ async def test_a_partial_with_no_json_form_stops_the_attempt_and_raises_nothing(
     )
     writer = DeltaWriter(writer_channel, KEY, 1, every=0.0)
     writer.offer(text("a"))
-    await asyncio.sleep(0.01)
+
+    async def written() -> bool:
+        return [d.seq for d in await writer_channel.read(KEY)] == [1]
+
+    await eventually(written, within=5, interval=0.001, what="the first delta")
     writer.offer(deep)
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one loop step: a write task (the channel's, if not inline) starts
     await writer.finish(deep)
     assert [d.seq for d in await writer_channel.read(KEY)] == [1]
     assert shown([await following(writer_channel).poll()]) == [("a", False)]

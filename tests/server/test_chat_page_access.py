@@ -103,8 +103,8 @@ async def test_stop_stops_a_run_waiting_for_approval(
     """Stop is enabled while calls wait for a decision; it used to cancel only a run that was
     working, so it did nothing then. Pressed from the keyboard, it is disabled once the run
     ended: the focus it had goes to the box, not to the page's start."""
-    page = browser_page
-    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": _three_mails()})
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": _three_mails()})
     async with serving(app) as url:
         await page.goto(url + "/")
         await page.fill("#text", "Mail them.")
@@ -119,6 +119,9 @@ async def test_stop_stops_a_run_waiting_for_approval(
 
         await eventually(stopped, within=20, interval=0.05, what="the run stopped")
         assert await _focused(page) == "text"
+        entries = await store.load_entries(await page.evaluate("state.sid"))
+    answers = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+    assert answers[-3:] == ["tool execution cancelled"] * 3, answers
 
 
 async def _focused(page: Any) -> str:

@@ -27,10 +27,7 @@ class AgentError(Exception):
     """Base class of every durable-agent error."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt from its message and attributes without calling ``__init__``, whose parameters
-        # are not the message it made of them: the default reduce passes the message back to
-        # ``__init__`` (a TypeError, or the message wrapped twice), so the error could not be
-        # pickled to another process or deep-copied.
+        # without ``__init__``, as a SessionError (session/errors.py says why)
         return (type(self).__new__, (type(self),), {**self.__dict__, "args": self.args})
 
 
