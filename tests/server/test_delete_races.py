@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.client import Client
 
 from durable_agent import MessageEntry, SessionNotFoundError
 from durable_agent.ai import Reply, ScriptedModel, user_message
@@ -15,7 +16,8 @@ from durable_agent.session import Entry
 from durable_agent.session.store import SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, serving, stream
+from tests.durable_runs.test_approvals import email, send_email
+from tests.server.support import ended, helper_client, serving, stream
 from tests.support.polling import eventually
 
 SID = "doomed"
@@ -130,3 +132,30 @@ async def test_a_run_of_a_session_deleted_by_another_process_stays_out_of_the_ne
         entries = await store.load_entries(SID)
         said = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
         assert said == ["hello", "a fresh answer"]
+
+
+@pytest.mark.temporal
+async def test_a_temporal_run_of_a_deleted_session_does_not_make_the_new_one_busy(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``sessions rm`` (no ``--workflows``) in another process while a run waits for an
+    approval, then the ID is created again: the new session lists no active run and takes a
+    run. The waiting run was listed by the session ID alone and refused every start (409)."""
+    model = ScriptedModel([Reply(tool_calls=[email()]), "a fresh answer"])
+    spec = AgentSpec(model=model, tools=[send_email])
+    async with helper_client(temporal_client, tmp_path, spec) as (client, _):
+        await client.post("/v1/sessions", json={"session_id": SID})
+        started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "mail bob"})
+        old_run = started.json()["run_id"]
+
+        async def waiting() -> bool:
+            status = await client.get(f"/v1/sessions/{SID}/runs/{old_run}")
+            return bool(status.json().get("status") == "awaiting_approval")
+
+        await eventually(waiting, within=30, what="the run waits for its approval")
+        elsewhere = FileStore(tmp_path / "sessions")  # the CLI's sessions rm, then a create
+        await elsewhere.delete_session(SID)
+        await elsewhere.create_session(SID)
+        assert (await client.get(f"/v1/sessions/{SID}/runs")).json() == {"active": []}
+        again = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "hello"})
+        assert again.status_code == 202, again.text

@@ -16,12 +16,15 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import Reply, ScriptedModel, new, tool
-from durable_agent.durable.errors import EntryNotFoundError
+from durable_agent.cli.run import refuse_busy
+from durable_agent.durable.errors import EntryNotFoundError, RunActiveError
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, delete_session_workflows
+from durable_agent.workflows.search import running_runs
+from tests.durable_runs.test_approvals import email, send_email
 from tests.support.temporal import running_worker
-from tests.temporal.helpers import consume, executor, queue, sid
+from tests.temporal.helpers import consume, eventually, executor, queue, sid, wait_state
 
 pytestmark = pytest.mark.temporal
 
@@ -89,3 +92,41 @@ async def test_deleting_a_sessions_workflows_stops_its_running_run_first(
         outcome = await asyncio.wait_for(seen, 20)
         assert outcome.error is not None
         assert len(lm.requests) == 1, "the deleted conversation was sent to the model again"
+
+
+async def test_a_run_of_a_deleted_session_is_no_run_of_the_session_created_again(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``sessions rm`` without ``--workflows`` while a run waits for an approval, then the ID
+    is created again: that run belongs to the deleted session, so the new one is not busy with
+    it (the CLI's busy check, ``running_runs``), while it still counts for its own session.
+    It was listed by the session ID alone, and refused every run of the new session."""
+    store = FileStore(tmp_path / "s")
+    lm, q = ScriptedModel([Reply(tool_calls=[email()]), "should never be asked"]), queue()
+    spec = AgentSpec(model=lm, tools=[send_email])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        session = sid("again")
+        old = await store.create_session(session)
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        stream = await agent.run("mail bob")
+        await wait_state(
+            temporal_client, session, stream.run_id, lambda s: s.status == "awaiting_approval"
+        )
+
+        async def listed() -> bool:
+            return await running_runs(temporal_client, session, old.created_at) == [stream.run_id]
+
+        await eventually(listed, what="the waiting run is listed")
+        with pytest.raises(RunActiveError):
+            await refuse_busy(temporal_client, agent)
+
+        elsewhere = FileStore(tmp_path / "s")  # sessions rm (no --workflows), then a create
+        await elsewhere.delete_session(session)
+        again = await elsewhere.create_session(session)
+        assert again.created_at != old.created_at
+        assert await running_runs(temporal_client, session, again.created_at) == []
+        await refuse_busy(temporal_client, agent)  # not busy
+        assert await running_runs(temporal_client, session) == [stream.run_id]  # no record
+        await stream.cancel()

@@ -187,7 +187,7 @@ class Chat:
         """One run (none while another process's goes); on cancellation (Ctrl-C) cancel the
         workflow, then re-raise."""
         if self.executor is not None:
-            await refuse_busy(self.executor.client, self.agent.session_id)
+            await refuse_busy(self.executor.client, self.agent)
         await self.follow(await self.agent.run(*texts))
 
     async def follow(self, stream: RunStream) -> None:
@@ -306,7 +306,7 @@ class Chat:
                 return True
             keep = int(args[0]) if args else 1
             if self.executor is not None:  # as the HTTP API: the going run's calls are not over
-                await refuse_busy(self.executor.client, agent.session_id)
+                await refuse_busy(self.executor.client, agent)
             entry = await agent.compact(keep_turns=keep)
             said = entry and f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
             self.console.print(said or "nothing to compact")

@@ -1,11 +1,10 @@
 """``durable-agent run``: one turn on Temporal, printed as it happens (or as JSON at the end).
 
-Everything that can be checked is checked before the session is created: the message, the ID,
-``--leaf``, Temporal, and a worker on another store; a new session is created by its first run
-once the worker has checked the agent, so an agent the worker does not have creates nothing.
-A run going on the session (any process's) refuses a run from its tail (``--leaf`` too).
-Ctrl-C or ``--timeout`` cancels the run; what it stored stays. :func:`open_agent` is also how
-``chat`` opens its session.
+Everything that can be checked is checked before the session is created (the message, the ID,
+``--leaf``, Temporal, a worker on another store); a new session is created by its first run once
+the worker checked the agent: an agent the worker lacks creates nothing. A run going on the session
+(any process's) refuses a run from its tail (``--leaf`` too). Ctrl-C or ``--timeout`` cancels the
+run; what it stored stays. :func:`open_agent` is also how ``chat`` opens its session.
 
 :class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They
 are its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and
@@ -37,7 +36,7 @@ from ..session import Entry, MessageEntry, SessionNotFoundError, new_id, validat
 from ..session.render import call_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
-from ..workflows.search import running_runs
+from ..workflows.search import created_at_of, running_runs
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -167,13 +166,14 @@ async def open_agent(
     return agent, executor
 
 
-async def refuse_busy(client: Client, session_id: str) -> None:
+async def refuse_busy(client: Client, agent: Agent) -> None:
     """:class:`RunActiveError` while a run goes on the session: a run from its tail would take
     the going run's unanswered calls for interrupted ones (docs/design.md#repair-and-reconcile)."""
-    if going := await running_runs(client, session_id):
+    sid = agent.session_id  # its runs only, not a deleted one's (docs/design.md#retention)
+    if going := await running_runs(client, sid, await created_at_of(agent.store, sid)):
         raise RunActiveError(
-            f"session {session_id!r} has a run going ({going[0]}): wait for its end "
-            f"(durable-agent state {session_id}), or start from another entry (--leaf)"
+            f"session {sid!r} has a run going ({going[0]}): wait for its end "
+            f"(durable-agent state {sid}), or start from another entry (--leaf)"
         )
 
 
@@ -206,7 +206,7 @@ async def run_turn(
             flags=flags,
         )
         if start_at is None or start_at == agent.leaf_id:  # --leaf naming the tail: the same
-            await refuse_busy(executor.client, session_id)
+            await refuse_busy(executor.client, agent)
         else:
             await agent.branch(start_at)
         return await _stream_turn(console, err, agent, entry, as_json, limit)

@@ -18,9 +18,8 @@ from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
-from ..session.store import RetentionStore, Store
+from ..session.store import RetentionStore, Store, created_at_of
 from .relay import RunRelay
 from .runs import (
     REMEMBERED,
@@ -82,7 +81,7 @@ class LocalRuns:
             refuse_busy(session_id, await self.active(session_id), on_busy)
             self._refuse_compacting(session_id)
             handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
-            born = await _born(self.store, session_id)
+            born = await created_at_of(self.store, session_id)
             run_id = run_id or new_id()
             self._born[(session_id, run_id)] = born
             stream = await handle.run(*entries, run_id=run_id)
@@ -141,7 +140,7 @@ class LocalRuns:
         (docs/design.md#retention)."""
         going = self._going(session_id)
         if going and isinstance(self.store, RetentionStore):
-            now = await _born(self.store, session_id)
+            now = await created_at_of(self.store, session_id)
             if any(self._born.get((session_id, run_id)) != now for run_id in going):
                 await self.session_deleted(session_id, self.listener.deleted(session_id))
         return self._going(session_id)
@@ -264,17 +263,6 @@ async def _open(store: Store, spec: AgentSpec, session_id: str, *, create: bool 
         approval=opts.approval,
         approval_wait=opts.approval_wait,
     )
-
-
-async def _born(store: Store, session_id: str) -> datetime | None:
-    """The ``created_at`` of the session's record, which names one creation of its ID
-    (``None``: no such session, or a store without records)."""
-    if not isinstance(store, RetentionStore):
-        return None
-    try:
-        return (await store.load_session(session_id)).created_at
-    except SessionNotFoundError:
-        return None
 
 
 def _undelivered(task: asyncio.Task[object]) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -32,7 +32,7 @@ from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
-from ..session.store import Store
+from ..session.store import Store, created_at_of
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
@@ -113,6 +113,8 @@ class TemporalRuns:
         self.executor = TemporalExecutor(client, task_queue=task_queue)
         self._streams: dict[tuple[str, str], RunStream] = {}
         self._relays: dict[tuple[str, str], RunRelay] = {}
+        self._born: dict[tuple[str, str], datetime | None] = {}
+        """The ``created_at`` of the session each run this process follows started in."""
         self._accepted = Accepted()
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -134,6 +136,7 @@ class TemporalRuns:
                 return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
+            born = await created_at_of(self.store, session_id)
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor
             )
@@ -150,7 +153,9 @@ class TemporalRuns:
         stream.live_wanted = lambda: self.listener.watched(session_id)
         key = (session_id, run_id)
         self._streams[key] = stream
+        self._born[key] = born
         stream.when_done(lambda: self._forget(self._streams, key))
+        stream.when_done(lambda: self._forget(self._born, key))
         relay = self._relays[key] = RunRelay(self.listener, handle, stream, run_id)
         self.listener.run_status(session_id, run_id, relay.status)
         task = asyncio.create_task(self._relay(session_id, run_id, relay))
@@ -194,8 +199,15 @@ class TemporalRuns:
             raise
 
     async def active(self, session_id: str) -> list[str]:
-        found = await running_runs(self.client, session_id)
-        mine = [r for s, r in self._streams if s == session_id and r not in found]
+        """The session's runs going, any server's; not those of a session of its ID deleted
+        before it was created again (docs/design.md#retention)."""
+        born = await created_at_of(self.store, session_id)
+        found = await running_runs(self.client, session_id, born)
+        mine = [
+            r
+            for (s, r) in self._streams
+            if s == session_id and r not in found and self._born.get((s, r)) == born
+        ]
         return mine + found
 
     async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +23,7 @@ __all__ = [
     "Store",
     "check_after",
     "check_page",
+    "created_at_of",
     "entries_after",
     "newest_first",
     "open_session",
@@ -190,3 +192,15 @@ async def open_session(store: Store, session_id: str) -> list[Entry]:
         return []
     except SessionExistsError:
         return await store.load_entries(session_id)
+
+
+async def created_at_of(store: Store, session_id: str) -> datetime | None:
+    """The ``created_at`` of the session's record, which names one creation of its ID: what
+    tells a run of the session from one of a session deleted before it was created again under
+    the ID (docs/design.md#retention). ``None``: no such session, or a store without records."""
+    if not isinstance(store, RetentionStore):
+        return None
+    try:
+        return (await store.load_session(session_id)).created_at
+    except SessionNotFoundError:
+        return None

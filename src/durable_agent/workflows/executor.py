@@ -38,14 +38,14 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id
 from ..session.render import short
-from ..session.store import Store
+from ..session.store import Store, created_at_of
 from ..session.turns import is_turn_start
 from .mail_client import decide_update, send_update
 from .run_mail import SendBody
 from .run_start import RunStart, attached, started_here
 from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
-from .search import search_attributes
+from .search import run_memo, search_attributes
 from .store_check import PublisherCheck, StoreCheck
 
 __all__ = [
@@ -263,6 +263,9 @@ class TemporalExecutor:
         """Start the run's workflow, or follow the run of that ID that exists already from where
         it started (its input is its own)."""
         wid = run_workflow_id(state.session_id, inp.run_id)
+        # the creation of the session ID the run belongs to, for the busy checks: a run the
+        # session's delete left going is no run of the session created again under the ID
+        born = await created_at_of(state.store, state.session_id) if state.created else None
         try:
             handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
                 "durable_agent.run",
@@ -273,6 +276,7 @@ class TemporalExecutor:
                 execution_timeout=self.execution_timeout,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=search_attributes(state.session_id, "run"),
+                memo=run_memo(born),
                 static_summary=summary,
             )
         except WorkflowAlreadyStartedError:

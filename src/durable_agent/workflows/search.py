@@ -6,9 +6,16 @@ workflows share the session ID so they stay findable, and the kind separates the
 The client sets both when it starts a workflow, every workflow sets them unless its starter did
 (an operator starting a run from the UI or CLI rarely does), and the worker registers both if the
 namespace lacks them (docs/design.md#temporal).
+
+A run's memo ``session_created_at`` (the session record's ``created_at``, ISO text, set by the
+client that starts the run) names the creation of the session ID the run belongs to: a run of a
+session deleted without its workflows is no run of the session created again under the ID
+(docs/design.md#retention).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
@@ -16,7 +23,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -25,13 +32,18 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..session.store import created_at_of
+
 __all__ = [
+    "CREATED_MEMO",
     "KIND_ATTRIBUTE",
     "KIND_KEY",
     "SEARCH_ATTRIBUTE",
     "SESSION_ID_KEY",
     "ensure_search_attribute",
+    "created_at_of",
     "ensure_session_attribute",
+    "run_memo",
     "running_runs",
     "search_attributes",
     "workflow_kind",
@@ -42,6 +54,8 @@ KIND_ATTRIBUTE = "DurableAgentKind"
 
 SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
 KIND_KEY = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
+
+CREATED_MEMO = "session_created_at"
 
 
 def workflow_kind(workflow_type: str) -> str:
@@ -54,6 +68,12 @@ def search_attributes(session_id: str, kind: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [SearchAttributePair(SESSION_ID_KEY, session_id), SearchAttributePair(KIND_KEY, kind)]
     )
+
+
+def run_memo(created_at: datetime | None) -> dict[str, str] | None:
+    """What a client sets as the memo of a run it starts in the session created at
+    ``created_at`` (``None``: a session the run creates, or a store without records)."""
+    return None if created_at is None else {CREATED_MEMO: created_at.isoformat()}
 
 
 def ensure_session_attribute(session_id: str) -> None:
@@ -94,29 +114,46 @@ async def ensure_search_attribute(client: Client) -> None:
             raise
 
 
-async def running_runs(client: Client, session_id: str) -> list[str]:
+async def running_runs(
+    client: Client, session_id: str, created_at: datetime | None = None
+) -> list[str]:
     """The run IDs of the session's running runs, whoever started them: listed by the search
     attributes, each confirmed by its description (visibility lags about a second: a run that
     ended a moment ago is still listed, one started a moment ago may not be yet). ``[]`` in a
-    namespace where no worker registered the attributes: no run there has them."""
+    namespace where no worker registered the attributes: no run there has them.
+    ``created_at``, the session record's: runs whose memo names another creation of the ID are
+    left out (a run without the memo, an operator's, counts)."""
     query = (
         f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
         'AND ExecutionStatus = "Running"'
     )
     try:
-        listed = [w.id async for w in client.list_workflows(query)]
+        listed = [w async for w in client.list_workflows(query)]
     except RPCError as exc:
         if exc.status != RPCStatusCode.INVALID_ARGUMENT:
             raise
         return []
     running = []
-    for workflow_id in listed:
+    for execution in listed:
+        if created_at is not None and not await _of_creation(execution, created_at):
+            continue
         try:
-            described = await client.get_workflow_handle(workflow_id).describe()
+            described = await client.get_workflow_handle(execution.id).describe()
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
             continue  # deleted since it was listed
         if described.status in (None, WorkflowExecutionStatus.RUNNING):
-            running.append(workflow_id.rsplit("/", 1)[-1])  # durable-agent/<session>/run/<id>
+            running.append(execution.id.rsplit("/", 1)[-1])  # durable-agent/<session>/run/<id>
     return running
+
+
+async def _of_creation(execution: WorkflowExecution, created_at: datetime) -> bool:
+    """Whether the run belongs to the session's creation at ``created_at`` (by its memo)."""
+    named = await execution.memo_value(CREATED_MEMO, None)
+    if not isinstance(named, str):
+        return True  # started without the memo (by hand), or one unreadable: as before
+    try:
+        return datetime.fromisoformat(named) == created_at
+    except ValueError:
+        return True
