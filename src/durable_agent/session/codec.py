@@ -85,9 +85,11 @@ def encode_entry(entry: Entry) -> str:
     deep = f"its data is nested deeper than {MAX_NESTING}"
     try:
         wire = entry_to_wire(entry)
-        if nests_deeper(wire, MAX_NESTING):
+        text = json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        # nesting past the cap takes more brackets than that: most entries skip the walk
+        if text.count("[") + text.count("{") > MAX_NESTING and nests_deeper(wire, MAX_NESTING):
             raise EntryEncodeError("", entry.id, deep)
-        return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text
     except EntryEncodeError:
         raise
     except RecursionError:
