@@ -20,8 +20,9 @@ from durable_agent import (
     MessageEntry,
     RunCancelledError,
 )
-from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.ai import Reply, ScriptedModel, ToolCall, tool
 from durable_agent.session import Store
+from durable_agent.session.views import model_view
 from tests.durable_runs.support import kinds
 from tests.support.harness import Harness
 
@@ -358,6 +359,30 @@ async def test_compaction_keeps_a_pending_turn(harness: Harness, store: Store) -
     await asyncio.wait_for((await agent.run()).wait(), 30)
     assert SENT == [{"to": "bob@example.com", "body": "hi"}]
     assert stored(agent)[-1].message.text() == "sent"
+
+
+async def test_the_run_that_goes_on_after_a_compaction_reads_from_it(
+    harness: Harness, store: Store
+) -> None:
+    """A session compacted while its run parked waiting for a decision: the run that carries
+    the decided calls out sends the model the summary and the kept turn, not the history the
+    summary stands for (it sent the whole uncompacted history, its reply's turn being
+    stored before the compaction)."""
+    lm = ScriptedModel(["hello", Reply(tool_calls=[email()]), "Summary: they said hi.", "sent"])
+    agent = await harness.open(lm, store=store, tools=[send_email], approval_wait=0.1)
+    await asyncio.wait_for((await agent.run("hi")).wait(), 30)
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    assert await agent.compact(keep_turns=0) is not None
+    await agent.decide("c1", True)
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    seen = [(m.role, m.text()) for m in lm.requests[-1].messages]
+    assert seen == [
+        ("user", "Summary: they said hi."),
+        ("user", "mail bob"),
+        ("assistant", ""),
+        ("tool_result", "sent to bob@example.com"),
+    ]
+    assert [(m.role, m.text()) for m in model_view(agent.entries())][:-1] == seen
 
 
 async def test_a_decider_that_stops_waiting_leaves_the_run_going() -> None:

@@ -22,7 +22,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.repair import start_repairs
 from ..session.store import Store, open_session
-from ..session.views import model_view
+from ..session.views import history_view
 from .approvals import LocalGate
 from .compaction import compact, summary_entry
 from .engine import RunEngine
@@ -151,7 +151,7 @@ class LocalExecutor:
                 raw, history = state.views()
                 waiting = awaiting_turn(state.path())
                 if waiting is not None:
-                    history = model_view(state.path()[: waiting.index])
+                    history = history_view(state.path(), waiting.index)
                 options = config.options.model_copy(update={"history": history})
                 loop = await build_loop(factory, options)
                 engine.leaf_id = state.leaf

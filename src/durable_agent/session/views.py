@@ -15,7 +15,7 @@ from ..ai.messages import Message, TextContent
 from .entries import CompactionEntry, Entry, MessageEntry
 from .repair import repair_tool_calls
 
-__all__ = ["model_view", "raw_model_view", "run_view", "transcript_view"]
+__all__ = ["history_view", "model_view", "raw_model_view", "run_view", "transcript_view"]
 
 
 def raw_model_view(path: Sequence[Entry]) -> list[Message]:
@@ -55,6 +55,22 @@ def model_view(path: Sequence[Entry]) -> list[Message]:
     return repair_tool_calls(raw_model_view(path))
 
 
+def history_view(path: Sequence[Entry], cut: int) -> list[Message]:
+    """:func:`model_view` of ``path[:cut]``, the history of a run that starts there, read
+    through a compaction stored after the run's first reply: one made while that reply's calls
+    waited for people (it keeps their turn), which the run that carries them out goes on from
+    (docs/design.md#compaction). A compaction given as the run's input comes before any reply:
+    stored, never sent."""
+    later: list[Entry] = []
+    replied = False
+    for entry in path[cut:]:
+        if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
+            replied = True
+        elif replied and isinstance(entry, CompactionEntry):
+            later.append(entry)
+    return model_view([*path[:cut], *later])
+
+
 def run_view(
     path: Sequence[Entry], start_leaf_id: str, ephemeral: Sequence[Entry] = ()
 ) -> list[Message]:
@@ -71,7 +87,7 @@ def run_view(
     entries = _with_ephemeral(path, ephemeral)
     cut = next((i for i, e in enumerate(entries) if e.id == start_leaf_id), -1)
     run = [e.message for e in entries[cut + 1 :] if isinstance(e, MessageEntry) and not e.synthetic]
-    return [*model_view(entries[: cut + 1]), *run]
+    return [*history_view(entries, cut + 1), *run]
 
 
 def _with_ephemeral(path: Sequence[Entry], ephemeral: Sequence[Entry]) -> Sequence[Entry]:
