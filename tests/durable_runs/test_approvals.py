@@ -443,3 +443,33 @@ async def test_a_decision_the_moment_a_later_request_is_stored_is_taken() -> Non
         "tool_result",
         "assistant",
     ]
+
+
+async def test_a_call_left_on_another_branch_is_refused_naming_the_path(
+    harness: Harness, store: Store
+) -> None:
+    """Branching to before a parked turn and running from there leaves its call off the active
+    path: deciding it is refused, saying the call is not pending on the session's active path
+    (it said "in this run", with no run going), and stores nothing; a fresh handle agrees."""
+    agent = await harness.open(
+        [Reply(tool_calls=[email()]), "something else"],
+        store=store,
+        tools=[send_email],
+        approval_wait=0.1,
+    )
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    question = stored(agent)[0]
+    await agent.branch(question.parent_id or "")
+    await asyncio.wait_for((await agent.run("never mind")).wait(), 30)
+    before = await store.load_entries(agent.session_id)
+    again = await harness.open([], store=store, session_id=agent.session_id, tools=[send_email])
+    for handle in (agent, again):
+        with pytest.raises(ApprovalNotPendingError) as refused:
+            await handle.decide("c1", True)
+        assert str(refused.value) == (
+            f"tool call 'c1' is not pending a decision on the active path of session "
+            f"{agent.session_id!r}"
+        )
+        assert refused.value.decision_id is None
+    assert await store.load_entries(agent.session_id) == before
+    assert SENT == []

@@ -153,9 +153,11 @@ def _decided(engine: RunSide, tool_call_id: str) -> str | None:
     return None if decided is None else decided.id
 
 
-def not_pending(tool_call_id: str, decision_id: str | None) -> ApprovalNotPendingError:
+def not_pending(
+    tool_call_id: str, decision_id: str | None, where: str = "in this run"
+) -> ApprovalNotPendingError:
     if decision_id is None:
-        text = f"tool call {tool_call_id!r} is not pending a decision in this run"
+        text = f"tool call {tool_call_id!r} is not pending a decision {where}"
     else:
         text = f"tool call {tool_call_id!r} is already decided (decision entry {decision_id!r})"
     return ApprovalNotPendingError(text, tool_call_id=tool_call_id, decision_id=decision_id)

@@ -103,15 +103,17 @@ def _pending_request(
     turn = awaiting_turn(state.path())
     call_id = decision.tool_call_id
     request = None if turn is None else turn.requests.get(call_id)
+    # no run is asked: the call may wait on a branch the leaf left, a run is no place to name
+    where = f"on the active path of session {state.session_id!r}"
     if turn is None or request is None:
-        raise not_pending(call_id, None)
+        raise not_pending(call_id, None, where)
     decided = turn.decisions.get(call_id)
     if decided is not None:
         if decided.same_decision(decision):
             return decided
         raise not_pending(call_id, decided.id)
     if call_id not in {c.id for c in turn.undecided()}:
-        raise not_pending(call_id, None)  # answered already
+        raise not_pending(call_id, None, where)  # answered already
     return request
 
 
