@@ -473,3 +473,20 @@ async def test_a_call_left_on_another_branch_is_refused_naming_the_path(
         assert refused.value.decision_id is None
     assert await store.load_entries(agent.session_id) == before
     assert SENT == []
+
+
+async def test_an_append_while_calls_wait_is_refused_as_a_run_is(
+    harness: Harness, store: Store
+) -> None:
+    """``append`` after a parked turn stored its entry after the waiting calls: they were no
+    longer pending (``pending_approvals()`` empty), the next run called the model, and the
+    stored call stayed unanswered. It is refused as ``run`` with input is, nothing stored."""
+    agent = await harness.open(
+        [Reply(tool_calls=[email()])], store=store, tools=[send_email], approval_wait=0.1
+    )
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+    before = await store.load_entries(agent.session_id)
+    with pytest.raises(ApprovalPendingError):
+        await agent.append("also this")
+    assert await store.load_entries(agent.session_id) == before
+    assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]

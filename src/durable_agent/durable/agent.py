@@ -134,16 +134,20 @@ class Agent:
         """
         self._state.check_mutable()
         items = [as_entry(e) for e in entries]
-        if items and awaiting_turn(self._state.path()) is not None:
-            raise ApprovalPendingError(
-                f"tool calls on the path of session {self.session_id!r} wait for a decision "
-                "(pending_approvals()): decide them and run() with no input, or branch away"
-            )
+        if items:
+            self._refuse_while_waiting()
         self._pending_run_id = run_id
         try:
             return await self._runner(items)
         finally:
             self._pending_run_id = None
+
+    def _refuse_while_waiting(self) -> None:
+        if awaiting_turn(self._state.path()) is not None:
+            raise ApprovalPendingError(
+                f"tool calls on the path of session {self.session_id!r} wait for a decision "
+                "(pending_approvals()): decide them and run() with no input, or branch away"
+            )
 
     async def _base_run(self, entries: list[Entry]) -> RunStream:
         state = self._state
@@ -193,8 +197,11 @@ class Agent:
         return await decide(self._state, decision, getattr(self._executor, "decide_live", None))
 
     async def append(self, *entries: EntryLike) -> list[Entry]:
-        """Record entries at the leaf without running; returns the copies in input order."""
+        """Record entries at the leaf without running; returns the copies in input order.
+        :class:`ApprovalPendingError` while calls there wait for a decision, as ``run`` (an
+        entry after them would leave them unanswered, no longer waiting)."""
         self._state.check_mutable()
+        self._refuse_while_waiting()
         stamped = await self._state.persist([as_entry(e) for e in entries])
         return stamped.copies
 
