@@ -18,6 +18,8 @@ from temporalio.client import Client
 from durable_agent import Reply, ScriptedModel, new, tool
 from durable_agent.cli.run import refuse_busy
 from durable_agent.durable.errors import EntryNotFoundError, RunActiveError
+from durable_agent.server.hubs import Hubs
+from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import SessionNotFoundError
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, delete_session_workflows
@@ -129,4 +131,38 @@ async def test_a_run_of_a_deleted_session_is_no_run_of_the_session_created_again
         assert await running_runs(temporal_client, session, again.created_at) == []
         await refuse_busy(temporal_client, agent)  # not busy
         assert await running_runs(temporal_client, session) == [stream.run_id]  # no record
+        await stream.cancel()
+
+
+async def test_a_run_of_a_deleted_session_does_not_hold_its_id_before_it_is_created_again(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``sessions rm`` (no ``--workflows``) while a run waits for an approval: the ID has no
+    session until a run creates it again (the CLI's ``run``, a server's run start), and that
+    run is not refused as busy with the deleted session's run. Both busy checks, the CLI's
+    and a server's, listed every run of the ID when it had no record, and refused the start
+    until the old run ended (an hour of ``approval_wait``)."""
+    store = FileStore(tmp_path / "s")
+    lm, q = ScriptedModel([Reply(tool_calls=[email()])]), queue()
+    spec = AgentSpec(model=lm, tools=[send_email])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        session = sid("gone")
+        old = await store.create_session(session)
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        stream = await agent.run("mail bob")
+        await wait_state(
+            temporal_client, session, stream.run_id, lambda s: s.status == "awaiting_approval"
+        )
+
+        async def listed() -> bool:
+            return await running_runs(temporal_client, session, old.created_at) == [stream.run_id]
+
+        await eventually(listed, what="the waiting run is listed")
+        await store.delete_session(session)
+        await refuse_busy(temporal_client, agent)  # not busy: no session holds the ID
+        runs = TemporalRuns(temporal_client, q, store, Hubs(store, None), ["a"])
+        assert await runs.active(session) == []
+        assert await running_runs(temporal_client, session) == [stream.run_id]  # every run
         await stream.cancel()

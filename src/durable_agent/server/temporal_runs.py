@@ -37,7 +37,7 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
-from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE, running_runs
+from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE, creation_of, running_runs
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -200,8 +200,8 @@ class TemporalRuns:
 
     async def active(self, session_id: str) -> list[str]:
         """The session's runs going, any server's; not those of a session of its ID deleted
-        before it was created again (docs/design.md#retention)."""
-        born = await created_at_of(self.store, session_id)
+        before it was created again, or before (docs/design.md#retention)."""
+        born = await creation_of(self.store, session_id)
         found = await running_runs(self.client, session_id, born)
         mine = [
             r
@@ -215,7 +215,8 @@ class TemporalRuns:
         (each running one given a few seconds to end first: :mod:`..workflows.purge`)."""
         known = list(run_ids)
         try:
-            known += await self.active(session_id)
+            known += [r for s, r in self._streams if s == session_id]  # every creation's
+            known += await running_runs(self.client, session_id)
         except Exception as exc:  # best effort: the runs fail at their next commit anyway
             logger.warning("listing the runs of deleted %s: %s", session_id, type(exc).__name__)
         await cancel_each(self, session_id, known)

@@ -15,7 +15,7 @@ session deleted without its workflows is no run of the session created again und
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
@@ -32,16 +32,18 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..session.store import created_at_of
+from ..session.store import RetentionStore, Store, created_at_of
 
 __all__ = [
     "CREATED_MEMO",
+    "NO_SESSION",
     "KIND_ATTRIBUTE",
     "KIND_KEY",
     "SEARCH_ATTRIBUTE",
     "SESSION_ID_KEY",
     "ensure_search_attribute",
     "created_at_of",
+    "creation_of",
     "ensure_session_attribute",
     "run_memo",
     "running_runs",
@@ -56,6 +58,9 @@ SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
 KIND_KEY = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 CREATED_MEMO = "session_created_at"
+
+NO_SESSION = datetime.min.replace(tzinfo=UTC)
+"""The creation :func:`creation_of` names for an ID no session holds: no run's memo names it."""
 
 
 def workflow_kind(workflow_type: str) -> str:
@@ -74,6 +79,15 @@ def run_memo(created_at: datetime | None) -> dict[str, str] | None:
     """What a client sets as the memo of a run it starts in the session created at
     ``created_at`` (``None``: a session the run creates, or a store without records)."""
     return None if created_at is None else {CREATED_MEMO: created_at.isoformat()}
+
+
+async def creation_of(store: Store, session_id: str) -> datetime | None:
+    """The ``created_at`` a busy check gives :func:`running_runs`: the session record's; for an
+    ID no session holds (deleted, not created again yet) :data:`NO_SESSION`, so the runs started
+    with the memo, a deleted session's, are none of the one a run creates under the ID (those
+    without it count); ``None`` for a store without records."""
+    born = await created_at_of(store, session_id)
+    return NO_SESSION if born is None and isinstance(store, RetentionStore) else born
 
 
 def ensure_session_attribute(session_id: str) -> None:
