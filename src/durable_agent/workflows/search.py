@@ -15,7 +15,10 @@ session deleted without its workflows is no run of the session created again und
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
@@ -41,11 +44,13 @@ __all__ = [
     "KIND_KEY",
     "SEARCH_ATTRIBUTE",
     "SESSION_ID_KEY",
+    "TRANSIENT",
     "ensure_search_attribute",
     "created_at_of",
     "creation_of",
     "ensure_session_attribute",
     "run_memo",
+    "retried",
     "running_runs",
     "search_attributes",
     "workflow_kind",
@@ -104,25 +109,43 @@ def ensure_session_attribute(session_id: str) -> None:
         workflow.upsert_search_attributes(updates)
 
 
+_T = TypeVar("_T")
+
+TRANSIENT = frozenset(
+    {RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED}
+)
+"""What a loaded server answers now and then and not the next time."""
+
+
+async def retried(call: Callable[[], Awaitable[_T]], attempts: int = 5, pause: float = 0.1) -> _T:
+    """``call()``, again after a :data:`TRANSIENT` refusal (``pause`` doubling each time): a
+    worker must not fail to start because a busy server cancelled one registration call."""
+    for attempt in range(attempts - 1):
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status not in TRANSIENT:
+                raise
+        await asyncio.sleep(pause * 2**attempt)
+    return await call()
+
+
 async def ensure_search_attribute(client: Client) -> None:
-    """Register both Keyword search attributes if they are missing."""
-    listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
+    """Register both Keyword search attributes if they are missing (each call
+    :func:`retried`: both are safe to send again)."""
+    request = ListSearchAttributesRequest(namespace=client.namespace)
+    listed = await retried(lambda: client.operator_service.list_search_attributes(request))
     missing = [
         name for name in (SEARCH_ATTRIBUTE, KIND_ATTRIBUTE) if name not in listed.custom_attributes
     ]
     if not missing:
         return
+    adding = AddSearchAttributesRequest(
+        namespace=client.namespace,
+        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
+    )
     try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={
-                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
-                },
-            )
-        )
+        await retried(lambda: client.operator_service.add_search_attributes(adding))
     except RPCError as exc:  # another worker registered them first
         if exc.status != RPCStatusCode.ALREADY_EXISTS:
             raise
