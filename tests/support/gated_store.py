@@ -57,6 +57,14 @@ class GatedStore:
         store, or with ``before`` before it does (a write slow to start)."""
         self._armed, self._before = predicate, before
 
+    async def let_go(self) -> None:
+        """Release the held write and wait until it returned, then close the gate again: a hold
+        armed since waits for its own ``release`` (setting ``release`` alone would let the next
+        hold through too, as soon as it entered)."""
+        self.release.set()
+        await asyncio.gather(*self._writes)
+        self.release.clear()
+
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         return await self.inner.create_session(session_id, parent_id)
 

@@ -203,11 +203,9 @@ async def test_a_decision_the_run_will_not_ask_for_is_refused_when_it_can_know(
                 )
             assert refusal_of(refused.value)[0] == "ApprovalNotPendingError"
         store.entered.clear()
-        store.release.clear()
         store.arm(has_text("found him"))
-        store.release.set()  # the tool's result goes through
+        await store.let_go()  # the tool's result goes through
         await asyncio.wait_for(store.entered.wait(), 30)
-        store.release.clear()
         # the last reply is stored (with no request) and held: the run cannot know it yet
         update = await handle.start_update(
             "decide",
@@ -245,9 +243,10 @@ async def test_a_decided_call_is_refused_naming_its_decision(temporal_client: Cl
         assert decision.id in refusal_of(refused.value)[1]
         store.entered.clear()
         store.arm(has_text("sent"))
-        store.release.set()
-        await asyncio.wait_for(store.entered.wait(), 30)
+        await store.let_go()
+        await asyncio.wait_for(store.entered.wait(), 30)  # the last reply, held: the run cannot end
         with pytest.raises(WorkflowUpdateFailedError) as in_flight:
             await refused_at_once(handle, body, "by-hand-2")
         assert decision.id in refusal_of(in_flight.value)[1]
+        store.release.set()
         await reader.done()
