@@ -316,6 +316,24 @@ async def test_finish_reasons_map_to_stop_reasons(
     assert (done.stop_reason, done.error) == (stop, error)
 
 
+async def test_a_refusal_is_a_reply_that_says_so_not_an_answer(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    # OpenAI streams a refusal in ``delta.refusal`` (content null) and finishes with "stop": the
+    # text is shown, but the reply ends the run marked as refused, as Anthropic's refusal does,
+    # rather than passing for an answer (a structured-output caller would parse it as one).
+    replay.enqueue("openai/refusal.http")
+
+    events = await collect(model, hello())
+
+    refused = "I'm sorry, I can't help with that request."
+    assert "".join(e.delta for e in events if e.type == "text_delta") == refused
+    done = events[-1].message
+    assert done.content == [TextContent(text=refused)]
+    assert (done.stop_reason, done.error) == ("error", f"openai: refusal: {refused}")
+    assert done.usage == Usage(input=52, output=11)
+
+
 async def test_reasoning_from_a_compatible_server_becomes_thinking(replay: ReplayServer) -> None:
     replay.enqueue("openai/reasoning_vllm.http")
     lm = OpenAIChatModel("Qwen/Qwen3-8B", provider="vllm", api_key="x", base_url=f"{replay.url}/v1")

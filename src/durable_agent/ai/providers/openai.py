@@ -155,6 +155,7 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         calls: list[_PendingCall] = []
         by_index: dict[int, _PendingCall] = {}  # the stream's tool-call index -> its latest call
         finish: str | None = None
+        refusal = ""
         usage = Usage()
         yield ModelEvent(type="start", partial=draft.snapshot())
         async for chunk in self.items(stream):
@@ -174,6 +175,7 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
                 yield ModelEvent(
                     type="thinking_delta", partial=draft.snapshot(), delta=reasoning, index=index
                 )
+            refusal += delta.refusal or ""
             text = (delta.content or "") + (delta.refusal or "")
             if text:
                 index = _append_text(draft, TextContent, text)
@@ -193,6 +195,10 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         error = None
         if stop == "error":
             error = f"{self.provider}: finish_reason {finish}"
+        elif refusal and stop == "stop":
+            # A refusal finishes with "stop" too: marked, so it ends the run as a refusal (as
+            # Anthropic's stop_reason "refusal" does) instead of passing for an answer.
+            stop, error = "error", f"{self.provider}: refusal: {refusal}"
         yield ModelEvent(
             type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
         )
