@@ -76,6 +76,29 @@ async def test_retryable_model_error_then_success_stores_one_message(
     assert outcome.types().count("message_end") == 1
 
 
+@pytest.mark.parametrize("hint", [3600.0, 1e308], ids=["an hour", "past timedelta"])
+async def test_a_providers_retry_hint_waits_no_longer_than_the_policys_longest_backoff(
+    temporal_client: Client, hint: float
+) -> None:
+    """A rate limit's ``retry-after`` is honoured up to the retry policy's maximum interval, as
+    in process (``RetryingModel``): a provider asking for an hour, or for more seconds than a
+    ``timedelta`` holds, does not park the run for that long (nor fail the activity otherwise)."""
+    lm = ScriptedModel(
+        [Reply(error=ModelError("rate limited", retryable=True, retry_after=hint)), "the answer"]
+    )
+    store, q = MemoryStore(), queue()
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("hint"), executor=executor(temporal_client, q)
+        )
+        stream = await agent.run("question")
+        # FAST's longest backoff is half a second; the hint's hour would outlast this bound
+        messages = await asyncio.wait_for(stream.wait(), 20)
+
+    assert [m.text() for m in messages] == ["the answer"]
+    assert len(lm.requests) == 2
+
+
 async def test_non_retryable_model_error_fails_the_run_input_stays(temporal_client: Client) -> None:
     lm = ScriptedModel(
         [Reply(error=ModelError("invalid request: bad tool schema", retryable=False))]

@@ -53,9 +53,19 @@ __all__ = [
 PAYLOAD_TOO_LARGE = PayloadTooLargeError.__name__
 
 
-def application_error(exc: BaseException, *, non_retryable: bool | None = None) -> ApplicationError:
+def application_error(
+    exc: BaseException,
+    *,
+    non_retryable: bool | None = None,
+    max_delay: timedelta | None = None,
+) -> ApplicationError:
     """Wrap ``exc`` for Temporal, keeping its type name; secrets never appear because only the
-    message (sanitized by providers, then redacted of the worker environment's keys) is kept."""
+    message (sanitized by providers, then redacted of the worker environment's keys) is kept.
+
+    A model error's ``retry_after`` becomes the next retry's delay, at most ``max_delay`` (the
+    retry policy's maximum interval): Temporal lets that delay exceed the policy's bound, so a
+    provider asking for an hour would otherwise park the run for one (or fail it at once when
+    its timeout is nearer), where in process ``RetryingModel`` waits at most that interval."""
     retryable = isinstance(exc, StoreUnavailableError) or (
         isinstance(exc, ModelError) and exc.retryable
     )
@@ -64,7 +74,10 @@ def application_error(exc: BaseException, *, non_retryable: bool | None = None) 
     if isinstance(exc, ModelError):
         details = [exc.retryable]
         if exc.retry_after:
-            next_delay = timedelta(seconds=exc.retry_after)
+            seconds = exc.retry_after
+            if max_delay is not None:
+                seconds = min(seconds, max_delay.total_seconds())
+            next_delay = timedelta(seconds=seconds)
     return ApplicationError(
         redact(encodable_text(str(exc)), configured_secrets(os.environ)),
         *details,

@@ -147,8 +147,10 @@ class ModelActivity(ActivityBase):
             return partial or Message(role="assistant"), True, live
         except ModelError as exc:
             self.clear_deltas(inp, unless_retried=exc.retryable)
+            policy = activity.info().retry_policy
+            longest = policy.maximum_interval if policy else None
             # no cause chain: a provider's own exception may hold the request and its headers
-            raise application_error(exc) from None
+            raise application_error(exc, max_delay=longest) from None
         except Exception as exc:
             # Not a ModelError, so nobody stripped credentials from its message: Temporal gets
             # only its type (the worker's log keeps the rest).
