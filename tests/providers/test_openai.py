@@ -455,6 +455,33 @@ async def test_an_error_inside_the_stream_is_retryable_when_the_server_failed(
     assert str(error).startswith("openai: error in stream server_error: The server had an error")
 
 
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        # vLLM, when generation fails after the 200 (its GenerationError)
+        ({"type": "InternalServerError", "code": 500}, True),
+        # llama.cpp while its model loads
+        ({"type": "unavailable_error", "code": 503}, True),
+        # vLLM and llama.cpp refusing the request itself
+        ({"type": "BadRequestError", "code": 400}, False),
+        ({"type": "exceed_context_size_error", "code": 400}, False),
+    ],
+)
+async def test_an_error_in_the_stream_with_an_http_code_is_retryable_as_that_status(
+    replay: ReplayServer, model: OpenAIChatModel, error: dict[str, Any], retryable: bool
+) -> None:
+    # Compatible servers send a failure after the 200 as ``data: {"error": {...}}`` whose
+    # ``code`` is the HTTP status it stands for and whose type is their own name for it.
+    failure_chunk = {"error": {"message": "generation failed", "param": None, **error}}
+    body = f"data: {json.dumps(failure_chunk)}\n\n".encode()
+    replay.enqueue(RecordedResponse(200, "OK", (("content-type", "text/event-stream"),), body))
+
+    raised, _ = await failure(model, hello())
+
+    assert raised.retryable is retryable
+    assert str(raised) == f"openai: error in stream {error['type']}: generation failed"
+
+
 async def test_rate_limit_then_success(replay: ReplayServer, model: OpenAIChatModel) -> None:
     replay.enqueue("openai/rate_limited.http", "openai/text.http")
 

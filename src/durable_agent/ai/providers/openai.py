@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..messages import StopReason, TextContent, ThinkingContent, ToolCall, Usage
 from ..model import ModelError, ModelEvent, ModelRequest
-from ._common import Draft, call_arguments, model_error, partial_arguments
+from ._common import Draft, call_arguments, model_error, partial_arguments, status_retryable
 from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .openai_messages import to_openai_messages, to_openai_tools
 
@@ -227,11 +227,18 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             exc, openai.APIConnectionError | openai.APIResponseValidationError
         ):  # an error object sent inside a 200 stream
             kind = exc.type or exc.code or ""
+            # compatible servers (vLLM, llama.cpp) give the HTTP status it stands for as ``code``
+            # (the SDK makes it text) and name the type their own way ("InternalServerError")
+            code = exc.code or ""
+            if code.isdigit() and 400 <= int(code) < 600:
+                retryable = status_retryable(int(code))
+            else:
+                retryable = kind in _TRANSIENT_STREAM_ERRORS or not kind
             return model_error(
                 name,
                 "error in stream" + (f" {kind}" if kind else ""),
                 detail=_body_message(exc.body) or exc.message,
-                retryable=kind in _TRANSIENT_STREAM_ERRORS or not kind,
+                retryable=retryable,
                 secrets=key,
             )
         return self.transport_error(
