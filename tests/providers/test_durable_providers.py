@@ -17,6 +17,7 @@ key is sent to the provider but never enters a workflow history or the store.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from durable_agent import Agent, Event, Message, MessageEntry, Tool, model, new, tool
+from durable_agent import Agent, Event, Message, MessageEntry, ModelError, Tool, model, new, tool
 from durable_agent.ai import LanguageModel, TextContent, ThinkingContent, ToolCall
 from durable_agent.ai.providers import AnthropicModel, OpenAIChatModel, resolve_model
 from durable_agent.ai.tools import RetryPolicy
@@ -39,7 +40,7 @@ from durable_agent.workflows import AgentSpec, TemporalExecutor, run_workflow_id
 from tests.support.temporal import FAST, running_worker
 from tests.temporal.helpers import history_text
 
-from .replay_server import ReceivedRequest, ReplayServer
+from .replay_server import ReceivedRequest, RecordedResponse, ReplayServer
 
 SYSTEM = "You are a concise travel assistant."
 FIRST = "What's the weather and time in Paris?"
@@ -432,3 +433,60 @@ async def test_two_turns_with_tools_through_the_provider(
             assert "Bearer" not in text
         # the search reads the decoded payloads: what did travel is found
         assert WEATHER in histories[0] and SECOND in histories[1]
+
+
+@pytest.mark.temporal
+@pytest.mark.parametrize("provider", PROVIDERS.values(), ids=PROVIDERS.keys())
+async def test_a_rejected_key_fails_the_run_once_and_is_nowhere_on_temporal(
+    provider: Provider,
+    temporal_client: Client,
+    replay: ReplayServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real adapter's 401 that echoes the key (whole, a slice of it, the Authorization header
+    base64-encoded) on the Temporal executor: the run fails with a non-retryable ModelError after
+    one request, and no form of the key is in the error, the workflow history, the store or the
+    worker's log. The key is not in the worker's environment, so only the adapter's own
+    redaction stands between the provider's text and Temporal."""
+    key = f"sk-canary-{secrets.token_hex(12)}"  # made at run time: no source line holds it
+    echoed = "invalid key {{key}} (…{{key_middle}}…), header {{authorization_base64}}"
+    body = {"type": "error", "error": {"type": "authentication_error", "message": echoed}}
+    replay.enqueue(RecordedResponse.json(401, body, echo=True))
+    lm = resolve_model(provider.spec, env=provider.env(replay.url, key), timeout=10)
+    assert isinstance(lm, OpenAIChatModel | AnthropicModel)
+    store = FileStore(tmp_path / "sessions")
+    session_id = f"rejected-{uuid.uuid4().hex[:10]}"
+    caplog.set_level(logging.DEBUG)
+
+    try:
+        async with agents(temporal_client, store, lm, [], {}) as open_agent:
+            agent = await open_agent(session_id)
+            run_id = uuid.uuid4().hex[:16]
+            stream = await agent.run("hello", run_id=run_id)
+            with pytest.raises(ModelError) as raised:
+                await stream.wait()
+            await agent.close()
+            handle = temporal_client.get_workflow_handle(run_workflow_id(session_id, run_id))
+            history = history_text((await handle.fetch_history()).to_json())
+    finally:
+        await lm.aclose()
+
+    [sent] = replay.requests  # a rejected key is not retried
+    assert key in "\n".join(sent.headers.values())  # the key was really in play
+    error = raised.value
+    assert not error.retryable and "HTTP 401 authentication_error" in str(error)
+    assert "[redacted]" in str(error)
+    forms = [key, key[len(key) // 2 - 10 : len(key) // 2 + 10], key.removeprefix("sk-")]
+    stored = "\n".join(
+        path.read_text("utf-8", "replace")
+        for path in (tmp_path / "sessions").rglob("*")
+        if path.is_file()
+    )
+    places = {"error": f"{error!s} {error!r}", "history": history, "store": stored}
+    places["log"] = caplog.text
+    for place, text in places.items():
+        for form in forms:
+            assert form not in text, f"the key leaked into the {place}"
+        assert "Bearer" not in text and "QmVhcmVy" not in text, place  # header, or in base64
+    assert "HTTP 401 authentication_error" in history  # the failure is there, redacted
