@@ -7,7 +7,9 @@ adapter sent (the request body the server received) and what it made of the repl
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -515,6 +517,71 @@ async def test_a_timeout_is_retryable(replay: ReplayServer) -> None:
     await lm.aclose()
 
     assert error.retryable and str(error) == "anthropic: request timed out"
+
+
+_START = {
+    "type": "message_start",
+    "message": {
+        "id": "msg_x",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    },
+}
+_TEXT_START = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+_TOOL = {"type": "tool_use", "id": "toolu_1", "name": "get_time"}
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [{"type": "message_start"}],
+        [_START, {"type": "message_delta"}],
+        [_START, {**_TEXT_START, "content_block": {"type": "text", "text": None}}],
+        [
+            _START,
+            {**_TEXT_START, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}},
+        ],
+        [_START, {**_TEXT_START, "content_block": {**_TOOL, "input": "now"}}],
+        [_START, {**_TEXT_START, "content_block": {"type": "tool_use", "name": "f", "input": {}}}],
+        [_START, [1]],
+    ],
+    ids=[
+        "start without message",
+        "delta without delta",
+        "text block with null text",
+        "text delta without text",
+        "tool input text",
+        "tool without id",
+        "a list",
+    ],
+)
+async def test_json_that_is_no_event_is_a_model_error(
+    replay: ReplayServer, model: AnthropicModel, events: list[Any]
+) -> None:
+    # A compatible gateway sending events of another shape: a typed, final error naming the
+    # mismatch, never an AttributeError, TypeError or pydantic error out of the adapter.
+    stop = [
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+        {"type": "message_stop"},
+    ]
+    body = "".join(
+        f"event: {e['type'] if isinstance(e, dict) else 'content_block_delta'}\n"
+        f"data: {json.dumps(e)}\n\n"
+        for e in [*events, *stop]
+    )
+    headers = (("content-type", "text/event-stream"),)
+    replay.enqueue(RecordedResponse(200, "OK", headers, body.encode()))
+
+    error, _ = await failure(model, hello())
+
+    assert not error.retryable
+    assert str(error).startswith("anthropic: response did not match the API schema (")
+    assert error.__cause__ is None and error.__context__ is None
 
 
 async def test_a_refused_connection_is_retryable(closed_port: int) -> None:

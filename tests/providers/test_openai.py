@@ -403,6 +403,34 @@ async def test_a_malformed_stream_fails_retryably(
     assert seen == ["start", "text_delta"]
 
 
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "null",
+        "[1, 2]",
+        '{"choices": "abc"}',
+        '{"choices": [{"index": 0, "delta": "x", "finish_reason": null}]}',
+        '{"choices": [{"index": 0, "delta": {"content": 5}, "finish_reason": null}]}',
+        '{"choices": [], "usage": "lots"}',
+    ],
+    ids=["null", "a list", "choices text", "delta text", "content a number", "usage text"],
+)
+async def test_json_that_is_no_chunk_is_a_model_error(
+    replay: ReplayServer, model: OpenAIChatModel, chunk: str
+) -> None:
+    # A compatible server or proxy sending JSON of another shape: a typed, final error naming
+    # the mismatch, never an AttributeError or TypeError out of the adapter.
+    first = '{"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}'
+    body = f"data: {first}\n\ndata: {chunk}\n\ndata: [DONE]\n\n".encode()
+    replay.enqueue(RecordedResponse(200, "OK", (("content-type", "text/event-stream"),), body))
+
+    error, _ = await failure(model, hello())
+
+    assert not error.retryable
+    assert str(error).startswith("openai: response did not match the API schema (")
+    assert error.__cause__ is None and error.__context__ is None
+
+
 async def test_a_stream_cut_mid_message_fails_retryably(
     replay: ReplayServer, model: OpenAIChatModel
 ) -> None:

@@ -10,7 +10,7 @@ import email.utils
 import json
 import math
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..messages import MAX_NESTING, ContentBlock, Message, StopReason, Usage, nests_deeper
@@ -204,7 +204,7 @@ async def guarded(
     items: AsyncIterable[T],
     errors: tuple[type[Exception], ...],
     to_error: Callable[[Exception], ModelError],
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Iterate an SDK stream, turning its failures into :class:`ModelError`.
 
     The ModelError is raised outside the ``except`` block, so the SDK error (which holds the

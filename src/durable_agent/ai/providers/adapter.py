@@ -30,6 +30,10 @@ from ._common import guarded, model_error, retry_after_seconds, should_retry, st
 __all__ = ["SDK_TRANSPORT_ERRORS", "SdkStream", "StreamingAdapter"]
 
 
+_OFF_SCHEMA: tuple[type[Exception], ...] = (AttributeError, TypeError, ValueError, LookupError)
+"""What mapping an event of another shape raises (a pydantic ValidationError is a ValueError)."""
+
+
 class SdkStream(Protocol):
     """What the adapters need of an SDK's stream object: iterate it, close it."""
 
@@ -107,11 +111,21 @@ class StreamingAdapter(ABC, Generic[StreamT]):
         stream = await self.open(body)
         # However the consumer stops (done, error, cancel, aclose), the HTTP response is closed.
         try:
-            async with aclosing(self.events(stream)) as events:
-                async for event in events:
+            async with (
+                aclosing(self.events(stream)) as events,
+                aclosing(guarded(events, _OFF_SCHEMA, self.off_schema)) as checked,
+            ):
+                async for event in checked:
                     yield event
         finally:
             await stream.close()
+
+    def off_schema(self, exc: Exception) -> ModelError:
+        """The error of an event that is JSON but not of the API's shape (``null``, a field of
+        another type or missing: the SDKs build events without validating them), which the
+        mapping trips over: final, like the SDK's own schema error, and typed."""
+        what = f"response did not match the API schema ({type(exc).__name__})"
+        return model_error(self.provider, what, retryable=False)
 
     async def open(self, body: dict[str, Any]) -> StreamT:
         """:meth:`create`, with an SDK failure raised as a ModelError outside the handler."""
