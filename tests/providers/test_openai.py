@@ -524,6 +524,20 @@ async def test_rate_limit_then_success(replay: ReplayServer, model: OpenAIChatMo
     assert first.json() == second.json()
 
 
+async def test_an_exhausted_quota_is_final_though_it_is_a_429(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    """Billing, not load: OpenAI answers 429 ``insufficient_quota`` until someone pays, so
+    retrying only spends the run's attempts (and its user's wait) before failing anyway."""
+    replay.enqueue("openai/insufficient_quota.http")
+
+    error, seen = await failure(model, hello())
+
+    assert not error.retryable and error.retry_after is None
+    assert str(error).startswith("openai: HTTP 429 insufficient_quota: You exceeded your current")
+    assert seen == []
+
+
 @pytest.mark.parametrize(
     ("status", "retryable"),
     [

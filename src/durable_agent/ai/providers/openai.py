@@ -222,6 +222,14 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         name, key = self.provider, self.secrets
         if isinstance(exc, openai.APIStatusError):
             detail = _body_message(exc.body)
+            if exc.code == "insufficient_quota":  # a 429 that lasts until someone pays: final
+                return model_error(
+                    name,
+                    f"HTTP {exc.status_code} {exc.code}",
+                    detail=detail,
+                    retryable=False,
+                    secrets=key,
+                )
             return self.status_error(exc.status_code, exc.type, exc.response.headers, detail)
         if isinstance(exc, openai.APIError) and not isinstance(
             exc, openai.APIConnectionError | openai.APIResponseValidationError
