@@ -17,7 +17,7 @@ from durable_agent.ai.messages import TextContent, assistant_message, user_messa
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import replied, scripted, serving
+from tests.server.support import lookup, replied, scripted, serving, tool_script
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.polling import eventually
 
@@ -310,3 +310,28 @@ async def _live_length(page: Any) -> int:
     return int(
         await page.evaluate("(document.querySelector('.msg.live') || {}).textContent?.length || 0")
     )
+
+
+async def test_a_stored_entry_adds_to_the_chat_not_redraws_it(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Each stored entry used to redraw the whole chat (in a 3,000-entry session about 150 ms
+    of blocked page per entry: bench/chat_render_bench.py), so a run storing a turn made it
+    sluggish. The messages already shown are the same elements after a turn (a tool's call, its
+    result and the reply): only what is new is added."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    await _stored_conversation(store, "talk", 40)
+    spec = AgentSpec(model=scripted(tool_script("Sunny, they say.")), tools=[lookup])
+    app = create_app(store=store, agents={"helper": spec})
+    async with serving(app) as url:
+        await page.goto(url + "/#talk")
+        await eventually(lambda: _count(page.locator("#chat .msg"), 40), within=20, what="shown")
+        await page.evaluate("window.drawn = [...document.querySelectorAll('#chat .msg')]")
+        await page.fill("#text", "and the weather?")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Sunny, they say."), within=20, what="the reply")
+        shown = await page.locator("#chat .msg").count()
+        kept = await page.evaluate("window.drawn.map((m, i) => m.isConnected || i)")
+    assert shown == 44, shown
+    assert kept == [True] * 40, kept

@@ -103,57 +103,11 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
   const chat = $("chat"), top = chat.scrollTop, atEnd = chat.scrollHeight - top - chat.clientHeight < 48;
   const was = document.activeElement, key = chat.contains(was) ? was.dataset.key : null;
   const caret = key && was.selectionStart != null ? [was.selectionStart, was.selectionEnd] : null;
-  chat.textContent = "";
-  const shown = path(), answered = decisions(shown);
-  for (const e of shown) {
-    if (e.kind === "approval_request") { const a = approval(e, answered); if (a) chat.appendChild(a); continue; }
-    if (e.type === "compaction") { // what the model reads from here on instead of what is above
-      const div = document.createElement("div"); div.className = "msg compaction"; div.dataset.id = e.id;
-      div.textContent = `Summarized for the model: ${e.summary}`; chat.appendChild(div); continue;
-    }
-    if (e.type !== "message" || e.meta) continue;
-    const m = e.message, div = document.createElement("div");
-    div.className = "msg " + (m.role === "tool_result" ? "tool" : m.role); div.dataset.id = e.id;
-    const siblings = children(e.parent_id || "");
-    if (siblings.length > 1) {
-      const i = siblings.findIndex((s) => s.id === e.id), nav = document.createElement("div");
-      nav.className = "nav"; nav.setAttribute("role", "group"); nav.setAttribute("aria-label", "branch");
-      const group = "nav:" + (e.parent_id || "");
-      const back = button("<", () => pick(siblings[i - 1]), i === 0, group + "|<");
-      const on = button(">", () => pick(siblings[i + 1]), i === siblings.length - 1, group + "|>");
-      back.setAttribute("aria-label", "previous branch"); on.setAttribute("aria-label", "next branch");
-      nav.append(back, ` ${i + 1}/${siblings.length} `, on);
-      div.appendChild(nav);
-    }
-    if (state.editing && state.editing.id === e.id) { div.appendChild(editor(e)); chat.appendChild(div); continue; }
-    div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
-    const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
-    if (m.role === "assistant" && cut) { const n = document.createElement("div"); n.className = "cut"; n.textContent = `(${cut})`; div.appendChild(n); }
-    const calls = (m.content || []).filter((b) => b.type === "tool_call");
-    if (calls.length) { const t = document.createElement("div"); t.className = "tools";
-      t.textContent = calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n"); div.appendChild(t); }
-    if (m.role === "user") {
-      const a = document.createElement("div"); a.className = "actions";
-      a.append(button("edit", () => edit(e), false, `msg:${e.id}|edit`),
-        button("retry", () => ask(text(m), e.parent_id || ""), false, `msg:${e.id}|retry`));
-      div.appendChild(a);
-    }
-    chat.appendChild(div);
-  }
-  for (const [runId, piece] of state.live) {
-    if (piece.entry_parent !== state.leaf) continue;
-    const div = document.createElement("div"); div.className = "msg assistant live";
-    div.dataset.run = runId; div.textContent = piece.text.slice(0, piece.shown); chat.appendChild(div);
-  }
-  for (const q of state.queued) {
-    const div = document.createElement("div"); div.className = "msg user queued";
-    div.textContent = q.text; chat.appendChild(div);
-  }
-  const busy = working(), from = busy || !state.heard ? null : unfinished(shown);
-  if (from !== null) { // no run goes and the path waits for an answer: a run cut off (a restart, a stop)
-    const div = document.createElement("div"); div.className = "unfinished";
-    div.append("No answer: the last run did not finish. ", button("continue", () => ask(null, from), false, "end|continue"));
-    chat.appendChild(div);
+  const shown = path(), busy = working(), from = busy || !state.heard ? null : unfinished(shown);
+  draw(chat, items(shown, from));
+  for (const [runId, piece] of state.live) { // its text grows in reveal()
+    const div = chat.querySelector(`.msg.live[data-run="${CSS.escape(runId)}"]`), t = piece.text.slice(0, piece.shown);
+    if (div && div.textContent !== t) div.textContent = t;
   }
   if (!busy && document.activeElement === $("stop")) $("text").focus(); // disabled, it would drop it
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
@@ -163,7 +117,75 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
   if ($("status").textContent !== status) $("status").textContent = status; // a live region: changes only
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
-  if (key) refocus(key, caret);
+  if (key && document.activeElement !== was) refocus(key, caret);
+}
+// The chat's elements, each named by all it shows (`shows`): a drawing keeps those it still
+// shows as they are (the focus, a caret, a screen reader's place in them) and makes only what
+// is new or changed. Redrawing all of it took ~150 ms per stored entry at 3,000 entries.
+function draw(chat, items) {
+  const want = new Set(items.map((i) => i[0])), kept = new Map();
+  for (const el of [...chat.children]) {
+    if (want.has(el.dataset.shows) && !kept.has(el.dataset.shows)) kept.set(el.dataset.shows, el); else el.remove();
+  }
+  let at = chat.firstElementChild;
+  for (const [shows, make] of items) {
+    let el = kept.get(shows);
+    if (!el) { el = make(); el.dataset.shows = shows; }
+    if (el === at) at = at.nextElementSibling; else chat.insertBefore(el, at);
+  }
+}
+function items(shown, from) { // [what it shows, how to make it], in the chat's order
+  const out = [], answered = decisions(shown), editing = state.editing ? state.editing.id : null;
+  for (const e of shown) {
+    if (e.kind === "approval_request") {
+      const d = answered.get(e.tool_call_id);
+      if (!d || d.kind === "approval_decision") out.push([`a:${e.id}:${d ? d.id : ""}`, () => approval(e, answered)]);
+    } else if (e.type === "compaction") out.push([`c:${e.id}`, () => compaction(e)]);
+    else if (e.type === "message" && !e.meta) {
+      const siblings = children(e.parent_id || ""), i = siblings.indexOf(e);
+      out.push([`m:${e.id}:${i}/${siblings.length}:${e.id === editing}`, () => message(e, siblings, i)]);
+    }
+  }
+  for (const [runId, piece] of state.live) {
+    if (piece.entry_parent === state.leaf) out.push([`l:${runId}`, () => node("msg assistant live", "", { run: runId })]);
+  }
+  for (const q of state.queued) out.push([`q:${q.message_id}`, () => node("msg user queued", q.text)]);
+  if (from !== null) out.push([`u:${from}`, () => { // no run goes and the path waits for an answer: a run cut off (a restart, a stop)
+    const d = node("unfinished", "No answer: the last run did not finish. ");
+    d.append(button("continue", () => ask(null, from), false, "end|continue")); return d;
+  }]);
+  return out;
+}
+function compaction(e) { // what the model reads from here on instead of what is above
+  return node("msg compaction", `Summarized for the model: ${e.summary}`, { id: e.id });
+}
+function node(className, content, data) {
+  const d = document.createElement("div"); d.className = className; d.textContent = content;
+  Object.assign(d.dataset, data || {}); return d;
+}
+function message(e, siblings, i) {
+  const m = e.message, div = node("msg " + (m.role === "tool_result" ? "tool" : m.role), "", { id: e.id });
+  if (siblings.length > 1) {
+    const nav = node("nav", ""); nav.setAttribute("role", "group"); nav.setAttribute("aria-label", "branch");
+    const group = "nav:" + (e.parent_id || "");
+    const back = button("<", () => pick(siblings[i - 1]), i === 0, group + "|<");
+    const on = button(">", () => pick(siblings[i + 1]), i === siblings.length - 1, group + "|>");
+    back.setAttribute("aria-label", "previous branch"); on.setAttribute("aria-label", "next branch");
+    nav.append(back, ` ${i + 1}/${siblings.length} `, on); div.appendChild(nav);
+  }
+  if (state.editing && state.editing.id === e.id) { div.appendChild(editor(e)); return div; }
+  div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
+  const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
+  if (m.role === "assistant" && cut) div.appendChild(node("cut", `(${cut})`));
+  const calls = (m.content || []).filter((b) => b.type === "tool_call");
+  if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n")));
+  if (m.role === "user") {
+    const a = node("actions", "");
+    a.append(button("edit", () => edit(e), false, `msg:${e.id}|edit`),
+      button("retry", () => ask(text(m), e.parent_id || ""), false, `msg:${e.id}|retry`));
+    div.appendChild(a);
+  }
+  return div;
 }
 // Where the path's end waits for an answer (the entry a run goes on from), else null: a question
 // or a tool's result no reply followed, a call with no result (the run repairs it,
@@ -174,9 +196,9 @@ function unfinished(shown) {
   if (m.role === "assistant" && (m.stop_reason === "aborted" || m.stop_reason === "error")) return e.parent_id || null;
   return m.role !== "assistant" || (m.content || []).some((b) => b.type === "tool_call") ? e.id : null;
 }
-// The chat is drawn anew each time: the control the keyboard was on is focused again (a reason
-// being typed keeps its caret); one gone (a decided call) leaves the focus on the next of its
-// group, else the next prompt, else the box, not on the page's start.
+// A control the keyboard was on that a drawing made anew (a message edited or not) is focused
+// again (a reason being typed keeps its caret); one gone (a decided call) leaves the focus on the
+// next of its group, else the next prompt, else the box, not on the page's start.
 function refocus(key, caret) {
   const chat = $("chat"), group = CSS.escape(key.split("|")[0] + "|");
   const to = [`[data-key="${CSS.escape(key)}"]`, `[data-key^="${group}"]`, ".approval button"]

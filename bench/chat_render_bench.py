@@ -1,0 +1,78 @@
+"""Benchmark: what one stored entry costs the chat page in a long session.
+
+Opens a 3,000-entry session on the chat page (Playwright driving the system Chromium against a
+real server), then feeds it 40 more entries the way the stream does (``frame("entry", ...)``),
+each followed by the drawing it causes and the layout it forces, and reports the milliseconds
+per entry (median and p95). A run streaming a turn stores a few entries a second: at 180 ms each
+the page stalls for that long every time.
+
+Run: ``.venv/bin/python bench/chat_render_bench.py``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from playwright.async_api import async_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # tests.server
+    sys.path.insert(0, str(ROOT))
+
+from tests.server.support import serving  # noqa: E402
+from tests.server.test_chat_page_access import _stored_conversation  # noqa: E402
+
+from durable_agent.ai import Reply, ScriptedModel  # noqa: E402
+from durable_agent.server import create_app  # noqa: E402
+from durable_agent.stores import FileStore  # noqa: E402
+from durable_agent.workflows import AgentSpec  # noqa: E402
+
+SIZE, FED = 3000, 40
+
+FEED = """([n, size]) => {
+  const times = [];
+  for (let i = 0; i < n; i++) {
+    const id = 'fed' + String(i).padStart(13, '0'), t = performance.now();
+    const message = i % 2 ? { role: 'assistant', content: [{ type: 'text', text: 'answer ' + i }] }
+      : { role: 'user', content: [{ type: 'text', text: 'question ' + i }] };
+    const entry = { type: 'message', id, parent_id: state.leaf, message };
+    frame('entry', { seq: size + i + 1, entry });
+    render(); void $('chat').offsetHeight; // the drawing and the layout it forces
+    times.push(performance.now() - t);
+  }
+  return times;
+}"""
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = FileStore(Path(tmp))
+        await _stored_conversation(store, "long", SIZE)
+        spec = AgentSpec(model=ScriptedModel([Reply(text="Hi.")]))
+        app = create_app(store=store, agents={"helper": spec})
+        async with serving(app) as url, async_playwright() as pw:
+            chromium = shutil.which("chromium") or "/usr/bin/chromium"
+            browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = await browser.new_page()
+            await page.goto(url + "/#long")
+            await page.wait_for_function(
+                "n => state.heard && document.querySelectorAll('#chat .msg').length === n",
+                arg=SIZE,
+                timeout=60_000,
+            )
+            times = await page.evaluate(FEED, [FED, SIZE])
+            await browser.close()
+    times.sort()
+    p95 = times[int(len(times) * 0.95) - 1]
+    median = statistics.median(times)
+    print(f"{SIZE} entries shown, {FED} more fed: per entry median {median:.1f} ms")
+    print(f"  p95 {p95:.1f} ms, max {times[-1]:.1f} ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
