@@ -80,8 +80,10 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
     """The server restarts mid-reply: its run dies with it (killed, nothing stored after the
     question; stopped, the reply so far stored as cut off) and the new server knows nothing of
     it. The page used to go quiet: an empty status, the dead reply's text still shown as being
-    written, or the cut-off reply shown as if whole. It says the run did not finish, and
-    continue answers the question, which is not asked twice."""
+    written, or the cut-off reply shown as if whole. It says the run did not finish; reloaded,
+    a question with no reply has no answer yet (no run is known to have gone), a reply cut off
+    did not finish. Its button answers the question, not asked twice, or goes on from the cut
+    reply, kept on the path."""
     page, root, port = browser_page, tmp_path / "sessions", free_port()
     async with _server_process(root, port, ending) as url:
         await page.goto(url + "/")
@@ -93,15 +95,20 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
     again = AgentSpec(model=ScriptedModel([Reply(text="Back again.")]))
     async with serving(create_app(store=store, agents={"helper": again}), port):
 
-        async def told() -> bool:
-            status = await page.get_by_role("status").inner_text()
-            return bool(await page.evaluate("state.heard")) and "did not finish" in status
+        def told(says: str) -> Any:
+            async def probe() -> bool:
+                status = await page.get_by_role("status").inner_text()
+                return bool(await page.evaluate("state.heard")) and says in status
 
-        await eventually(told, within=30, interval=0.1, what="the page told")
+            return probe
+
+        await eventually(told("did not finish"), within=30, interval=0.1, what="the page told")
         assert await page.locator(".msg.live").count() == 0, "the dead run's text is shown"
         await page.reload()  # what the store holds says it too, to a page that saw no run
-        await eventually(told, within=30, interval=0.1, what="the page told after a reload")
-        go_on = page.get_by_role("button", name="continue")
+        killed = ending == signal.SIGKILL
+        says = "no answer yet" if killed else "did not finish"
+        await eventually(told(says), within=30, interval=0.1, what="the page told after a reload")
+        go_on = page.get_by_role("button", name="answer" if killed else "continue")
         await go_on.focus()
         await page.keyboard.press("Enter")
         await eventually(replied(page, "Back again."), within=30, interval=0.1, what="the answer")
@@ -111,13 +118,13 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
     said = _said(entries)
     if ending == signal.SIGKILL:
         assert said == [("user", "hello", None), ("assistant", "Back a", "stop")], said
-    else:  # the cut-off reply stays, a branch beside the answer
+    else:  # the cut-off reply stays, on the path: the answer goes on from it
         assert said == [
             ("user", "hello", None),
             ("assistant", "A long", "aborted"),
             ("assistant", "Back a", "stop"),
         ], said
-        assert entries[1].parent_id == entries[2].parent_id == entries[0].id
+        assert entries[2].parent_id == entries[1].id
 
 
 async def test_a_run_that_answers_is_never_said_unfinished(

@@ -79,41 +79,31 @@ function decisions(entries) { // tool_call_id -> what answered it on the path: d
   return out;
 }
 function approval(e, answered) { // a request: the prompt while it waits, then who decided what
-  const div = document.createElement("div"), call = `${e.tool_name}(${JSON.stringify(e.args)})`;
-  div.dataset.call = e.tool_call_id;
-  const d = answered.get(e.tool_call_id);
-  if (d && d.kind === "approval_decision") {
-    div.className = "decision " + (d.approved ? "approved" : "denied");
-    div.textContent = `${call} ${d.approved ? "approved" : "denied"} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : "");
-  } else if (!d) {
-    div.className = "approval"; div.setAttribute("role", "group"); div.setAttribute("aria-label", call);
-    const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
-    reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
-    reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
-    const group = "call:" + e.tool_call_id; reason.dataset.key = group + "|reason";
-    div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true), false, group + "|approve"),
-      reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null), false, group + "|deny"));
-  } else return null;
+  const call = `${e.tool_name}(${JSON.stringify(e.args)})`, d = answered.get(e.tool_call_id), say = d && (d.approved ? "approved" : "denied");
+  if (d) return node("decision " + say, `${call} ${say} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : ""), { call: e.tool_call_id });
+  const div = node("approval", "", { call: e.tool_call_id }); div.setAttribute("role", "group"); div.setAttribute("aria-label", call);
+  const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
+  reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
+  reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
+  const group = "call:" + e.tool_call_id; reason.dataset.key = group + "|reason";
+  div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true), false, group + "|approve"),
+    reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null), false, group + "|deny"));
   return div;
 }
-async function decide(callId, approved, reason) {
-  await api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`, { approved, reason });
-}
+const decide = (callId, approved, reason) => api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`, { approved, reason });
 function render() { // a reader scrolled up keeps their place; one at the end follows the end
   const chat = $("chat"), top = chat.scrollTop, atEnd = chat.scrollHeight - top - chat.clientHeight < 48;
   const was = document.activeElement, key = chat.contains(was) ? was.dataset.key : null;
   const caret = key && was.selectionStart != null ? [was.selectionStart, was.selectionEnd] : null;
-  const shown = path(), busy = working(), from = busy || !state.heard ? null : unfinished(shown);
-  draw(chat, items(shown, from));
-  for (const [runId, piece] of state.live) { // its text grows in reveal()
-    const div = chat.querySelector(`.msg.live[data-run="${CSS.escape(runId)}"]`), t = piece.text.slice(0, piece.shown);
-    if (div && div.textContent !== t) div.textContent = t;
-  }
+  const shown = path(), busy = working(), left = busy || !state.heard ? null : unfinished(shown);
+  draw(chat, items(shown, left));
+  for (const [runId, p] of state.live) { const d = chat.querySelector(`.msg.live[data-run="${CSS.escape(runId)}"]`), t = p.text.slice(0, p.shown);
+    if (d && d.textContent !== t) d.textContent = t; } // its text grows in reveal()
   if (!busy && document.activeElement === $("stop")) $("text").focus(); // disabled, it would drop it
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
   const status = state.notice || (asks ? "waiting for your decision" : busy ? "working…"
-    : state.failure || (from !== null ? "the last run did not finish" : ""));
+    : state.failure || (left ? left[1] : ""));
   if ($("status").textContent !== status) $("status").textContent = status; // a live region: changes only
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
@@ -134,7 +124,7 @@ function draw(chat, items) {
     if (el === at) at = at.nextElementSibling; else chat.insertBefore(el, at);
   }
 }
-function items(shown, from) { // [what it shows, how to make it], in the chat's order
+function items(shown, left) { // [what it shows, how to make it], in the chat's order
   const out = [], answered = decisions(shown), editing = state.editing ? state.editing.id : null;
   for (const e of shown) {
     if (e.kind === "approval_request") {
@@ -150,9 +140,8 @@ function items(shown, from) { // [what it shows, how to make it], in the chat's 
     if (piece.entry_parent === state.leaf) out.push([`l:${runId}`, () => node("msg assistant live", "", { run: runId })]);
   }
   for (const q of state.queued) out.push([`q:${q.message_id}`, () => node("msg user queued", q.text)]);
-  if (from !== null) out.push([`u:${from}`, () => { // no run goes and the path waits for an answer: a run cut off (a restart, a stop)
-    const d = node("unfinished", "No answer: the last run did not finish. ");
-    d.append(button("continue", () => ask(null, from), false, "end|continue")); return d;
+  if (left) out.push([`u:${left.join("|")}`, () => { // no run goes and the path waits for an answer
+    const d = node("unfinished", left[2]); d.append(button(left[3], () => ask(null, left[0]), false, "end|go")); return d;
   }]);
   return out;
 }
@@ -187,14 +176,23 @@ function message(e, siblings, i) {
   }
   return div;
 }
-// Where the path's end waits for an answer (the entry a run goes on from), else null: a question
-// or a tool's result no reply followed, a call with no result (the run repairs it,
-// docs/design.md#repair-and-reconcile), or a reply cut short, answered again from where it was asked.
+// Where the path's end waits for an answer while no run goes, else null: [the entry a run goes
+// on from, the status, the notice, its button]. A run left a call with no result (that run
+// repairs it, docs/design.md#repair-and-reconcile), a tool's result, a turn whose calls are all
+// decided, a reply cut short (gone on from: the model reads it); a question with no reply is
+// said cut off only if this page saw a run end unfinished (one appended through the library
+// never had a run).
 function unfinished(shown) {
   const e = shown[shown.length - 1], m = e && e.type === "message" ? e.message : null;
+  const cut = [e && e.id, "the last run did not finish", "The last run did not finish. ", "continue"];
+  if (e && ["approval_request", "approval_decision"].includes(e.kind)) { // not while a call waits for a decision
+    const answered = decisions(shown); return shown.some((r) => r.kind === "approval_request" && !answered.has(r.tool_call_id)) ? null : cut;
+  }
   if (!m) return null;
-  if (m.role === "assistant" && (m.stop_reason === "aborted" || m.stop_reason === "error")) return e.parent_id || null;
-  return m.role !== "assistant" || (m.content || []).some((b) => b.type === "tool_call") ? e.id : null;
+  const lost = [...state.runs.values()].some((s) => ["failed", "cancelled", "lost"].includes(s));
+  if (m.role === "user") return lost ? [e.id, cut[1], "No answer: the last run did not finish. ", "answer"] : [e.id, "no answer yet", "No answer yet. ", "answer"];
+  const stopped = m.role === "assistant" && (m.stop_reason === "aborted" || m.stop_reason === "error");
+  return stopped || m.role !== "assistant" || (m.content || []).some((b) => b.type === "tool_call") ? cut : null;
 }
 // A control the keyboard was on that a drawing made anew (a message edited or not) is focused
 // again (a reason being typed keeps its caret); one gone (a decided call) leaves the focus on the
@@ -310,7 +308,7 @@ async function settle(runId) { // a run that may have ended while no stream list
   const r = await api("GET", `/sessions/${sid}/runs/${runId}`, undefined, false, true).catch((e) => e);
   if (state.sid !== sid || !state.runs.has(runId)) return;
   if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
-    state.runs.delete(runId); state.live.delete(runId); render(); // its text goes with it
+    state.runs.set(runId, "lost"); state.live.delete(runId); render(); // its text goes with it
   } else if (r && r.run_id && r.status !== "started" && r.status !== "awaiting_approval") {
     frame("run", r);
   }
