@@ -173,3 +173,39 @@ async def test_a_page_whose_session_was_made_again_shows_the_new_one(
 
 async def _resumed(asked: list[str]) -> bool:
     return "2" in asked[1:]  # back at the old session's last seq
+
+
+async def test_a_deleted_session_is_said_gone_and_not_made_again(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A session deleted while a page shows it stayed on that page, its title and messages, with
+    nothing said. Reloaded (its stream answers 404), the page showed it as an empty session:
+    a message typed there made the deleted session again under its ID, and its reply never
+    showed (the page had stopped following), "working…" for ever. The page says the session is
+    gone and shows none of it; what is typed next starts a new session, whose reply shows."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="Hi."), Reply(text="Fresh start.")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(replies))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Hi."), within=20, interval=0.1, what="the reply")
+        sid = await page.evaluate("state.sid")
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+        async def told(says: str) -> bool:
+            status = await page.get_by_role("status").inner_text()
+            return says in status and await page.locator("#chat .msg").count() == 0
+
+        await eventually(lambda: told("deleted"), within=20, interval=0.1, what="gone")
+        assert await page.inner_text("#title") == "No session"
+        await page.goto(url + f"/#{sid}")
+        await page.reload()
+        await eventually(lambda: told("not found"), within=20, interval=0.1, what="not found")
+        await page.fill("#text", "anyone?")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Fresh start."), within=20, interval=0.1, what="the reply")
+        assert await page.evaluate("state.sid") != sid
+    assert sid not in {s.id for s in await store.list_sessions()}

@@ -255,10 +255,8 @@ async function ask(t, leaf) {
   const was = state.leaf, to = (state.leaf = body.leaf_id || ""); // the view follows the new run's branch (set before its entries come)
   const heard = state.heard; // the stream listened before the run started: it will hear its end
   state.failure = "";
-  const r = await api("POST", `/sessions/${state.sid}/runs`, body, true).catch((refused) => {
-    if (state.leaf === to) { state.leaf = was; render(); } // no branch: the chat stays where it was (a run going)
-    throw refused;
-  });
+  const r = await api("POST", `/sessions/${state.sid}/runs`, body, true).catch((refused) => { // no branch: the chat stays where it was (a run going)
+    if (state.leaf === to) { state.leaf = was; render(); } throw refused; });
   if (!state.runs.has(r.run_id)) state.runs.set(r.run_id, "started"); // unless its end came first
   render();
   if (!heard) settle(r.run_id);
@@ -266,10 +264,7 @@ async function ask(t, leaf) {
 function frame(event, data) {
   if (event === "entry") {
     const e = data.entry; state.seq = data.seq;
-    if (!state.entries.has(e.id)) {
-      state.entries.set(e.id, e); const p = e.parent_id || "";
-      state.kids.set(p, [...children(p), e]);
-    }
+    if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); }
     if ((e.parent_id || "") === state.leaf || !state.leaf) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
       const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
@@ -287,11 +282,9 @@ function frame(event, data) {
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
-    if (data.status === "failed") { // why, as the run's status also says
-      const why = data.error ? `: ${data.error.type}: ${data.error.message}` : "";
-      state.failure = "the run failed" + why;
-    }
-  } else if (event === "deleted") { state.sid = null; sessions(); }
+    // why, as the run's status also says
+    if (data.status === "failed") state.failure = "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "");
+  } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
 }
 function said(e) { // a new reply, once stored and whole, for a screen reader (not each token)
@@ -339,7 +332,8 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
     try {
       const r = await fetch(`/v1/sessions/${sid}/stream`, { signal: abort.signal,
         headers: headers({ "last-event-id": String(state.seq) }) });
-      if ([401, 403, 404].includes(r.status)) return; // the session is gone, or not ours
+      if (r.status === 404) return gone(sid, "was not found (deleted?)");
+      if ([401, 403].includes(r.status)) return; // not ours: the key says so
       if (r.status === 400) { if (state.seq) open(sid); return; } // made again since: start over
       if (!r.ok) throw r.status;
       wait = 250;
@@ -374,11 +368,16 @@ function parse(block) {
   }
   if (data.length) frame(event, JSON.parse(data.join("\n")));
 }
-async function open(sid) {
+function reset(sid) {
   if (state.abort) state.abort.abort();
   Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null });
-  history.replaceState(null, "", "#" + sid); $("title").textContent = sid;
-  render(); sessions(); follow(sid);
+  history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
+}
+async function open(sid) { reset(sid); render(); sessions(); follow(sid); }
+// A session deleted (here or elsewhere) or not there: none of it stays shown, and what is typed
+// next starts a new session, not the gone one again under its ID (its reply unfollowed).
+function gone(sid, why) {
+  if (state.sid === sid) { reset(null); state.notice = `session ${sid} ${why}`; render(); sessions().catch(() => {}); }
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
 $("more").onclick = () => sessions(true).catch(() => {}); // a refusal shows in the status line
