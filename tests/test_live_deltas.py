@@ -33,15 +33,20 @@ KEY = DeltaKey("s1", "run1", 4)
 
 
 @pytest.fixture(params=["memory", "file", "mongo"])
-def channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
-    """Each store's own channel, as ``live_deltas="auto"`` finds it."""
-    if request.param == "memory":
-        return MemoryStore().live_deltas()
-    if request.param == "file":
-        return FileStore(tmp_path).live_deltas()
+async def channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
+    """Each store's own channel, as ``live_deltas="auto"`` finds it, with the session of
+    ``KEY`` created (a channel keeps no reply of a session that does not exist)."""
     from durable_agent.stores.mongo import MongoStore
 
-    return MongoStore(request.getfixturevalue("mongo_database")).live_deltas()
+    store: MemoryStore | FileStore | MongoStore
+    if request.param == "memory":
+        store = MemoryStore()
+    elif request.param == "file":
+        store = FileStore(tmp_path)
+    else:
+        store = MongoStore(request.getfixturevalue("mongo_database"))
+    await store.create_session(KEY.session_id)
+    return store.live_deltas()
 
 
 def text(t: str) -> Message:
@@ -168,13 +173,16 @@ class _Failing(MemoryDeltas):
 
 
 @pytest.fixture(params=["memory", "file"])
-def writer_channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
+async def writer_channel(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaChannel:
     """A channel a writer awaits (memory, as MongoStore's) and one it writes inline (files)."""
     if request.param == "memory":
         channel: DeltaChannel = MemoryDeltas()
         assert not isinstance(channel, ImmediateChannel)
         return channel
-    channel = FileStore(tmp_path).live_deltas()
+    store = FileStore(tmp_path)
+    for session_id in (KEY.session_id, "s"):  # the sessions the writer tests stream to
+        await store.create_session(session_id)
+    channel = store.live_deltas()
     assert isinstance(channel, ImmediateChannel)
     return channel
 
@@ -247,6 +255,7 @@ async def test_a_failed_write_stops_the_attempt_without_a_hole(kind: str, tmp_pa
     channel: DeltaChannel = (
         _Failing(fail_at=2) if kind == "awaited" else _FailingFiles(tmp_path, fail_at=2)
     )
+    await FileStore(tmp_path).create_session(KEY.session_id)
     writer = DeltaWriter(channel, KEY, 1, every=0.0)
     for t in ["a", "ab", "abc"]:
         writer.offer(text(t))
@@ -329,11 +338,12 @@ async def test_the_file_channel_sweeps_orphaned_and_expired_delta_files(tmp_path
     stale, fresh, orphan = (
         DeltaKey("idle", "run", 1),
         DeltaKey("idle", "run", 2),
-        DeltaKey("ghost", "run", 1),
+        DeltaKey("ghost", "run", 0),
     )
     for key in (stale, fresh):
         await worker.live_deltas().publish(key, delta(1, 1, "", "partial"))
     await worker.delete_session("ghost")
+    # what a worker leaves of a deleted session: a cancel note (a reply's delta is refused)
     await worker.live_deltas().publish(orphan, delta(1, 1, "", "after the delete"))
     long_ago = time.time() - 3600
     os.utime(worker.live_deltas().path(stale), (long_ago, long_ago))
@@ -382,6 +392,7 @@ async def test_a_file_reader_reads_on_from_where_it_read_until_the_path_names_an
     (each line once); once the file is cleared (by another store object, as a worker clears it)
     it reads nothing, and a file written anew under the same key is read from its start."""
     worker, reader = FileStore(tmp_path).live_deltas(), FileStore(tmp_path).live_deltas()
+    await FileStore(tmp_path).create_session(KEY.session_id)
     await publish(worker, 1, ["a", "ab"])
     assert [d.seq for d in reader.read_now(KEY)] == [1, 2]
     assert reader.read_now(KEY, (1, 2)) == []
@@ -478,6 +489,7 @@ async def test_a_file_channel_closes_what_it_read_when_it_goes(tmp_path: Path) -
     import gc
 
     writer = FileStore(tmp_path).live_deltas()
+    await FileStore(tmp_path).create_session("s1")
     for turn in range(1, 4):
         await writer.publish(DeltaKey("s1", "r1", turn), delta(1, 1, "", "partial"))
     reader = FileStore(tmp_path)

@@ -269,3 +269,32 @@ async def test_a_delete_removes_the_sessions_live_deltas(store: Store) -> None:
         assert [d.seq for d in await channel.read(keys[1])] == [1]
     if isinstance(store, FileStore):
         assert not (store.root / "s1.live").exists()
+
+
+async def test_a_reply_streaming_after_its_session_was_deleted_writes_nothing(
+    store: Store,
+) -> None:
+    """A run still streaming a reply when another process deletes its session (``sessions rm``
+    without ``--workflows``) writes its next delta through its own store object: the channel
+    refuses it with ``SessionNotFoundError`` (its writer stops) and keeps none of it, so the
+    deleted conversation's text is not back on disk or in the database until the reply ends.
+    A cancel note (turn 0, no text) still goes in: it is what stops the deleted session's calls
+    (docs/design.md#retention)."""
+    s = retention(store)
+    assert isinstance(s, LiveStore)
+    key = DeltaKey("s1", "run", 1)
+    await s.create_session("s1")
+    channel = s.live_deltas()
+    await channel.publish(key, Delta(attempt=1, seq=1, size=0))
+    await twin(store).delete_session("s1")
+    with pytest.raises(SessionNotFoundError):
+        await channel.publish(key, Delta(attempt=1, seq=2, ops=[(0, "=", {"type": "x"})]))
+    with pytest.raises(SessionNotFoundError):  # a reply that starts after the delete, too
+        await channel.publish(DeltaKey("s1", "run", 2), Delta(attempt=1, seq=1, size=0))
+    assert await channel.read(key) == []
+    assert await channel.read(DeltaKey("s1", "run", 2)) == []
+    if isinstance(store, FileStore):
+        assert not (store.root / "s1.live").exists()
+    note = DeltaKey("s1", "run", 0)
+    await channel.publish(note, Delta(attempt=0, seq=1, head={"cancelled": True}))
+    assert [d.seq for d in await channel.read(note)] == [1]

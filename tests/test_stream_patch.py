@@ -72,6 +72,7 @@ async def test_a_writer_reusing_what_it_dumped_rebuilds_each_partial(tmp_path: P
     written and read inline."""
     model = _three_blocks()
     channel, key = FileStore(tmp_path).live_deltas(), DeltaKey("s1", "r1", 1)
+    await FileStore(tmp_path).create_session(key.session_id)
     writer = DeltaWriter(channel, key, 1, every=0.0)
     follower = DeltaFollower(channel, key.session_id, key.run_id)
     follower.expect(key.turn)

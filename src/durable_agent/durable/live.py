@@ -38,6 +38,7 @@ from ..session.deltas import (
     diff_parts,
     parts,
 )
+from ..session.errors import SessionNotFoundError
 
 __all__ = [
     "DEFAULT_BATCH_EVERY",
@@ -181,9 +182,12 @@ class DeltaWriter:
         self.published = delta.seq
         self._sent, self._sent_parts = latest, latest_parts
 
-    def _lost(self) -> None:
+    def _lost(self, exc: Exception) -> None:
         self._failed = True
-        logger.warning("live deltas of %s stopped", self.key.name(), exc_info=True)
+        if isinstance(exc, SessionNotFoundError):  # deleted while the reply streams: expected
+            logger.info("live deltas of %s stopped: its session was deleted", self.key.name())
+            return
+        logger.warning("live deltas of %s stopped", self.key.name(), exc_info=exc)
 
     def _publish_now(self, *, final: bool) -> None:
         assert self._now is not None
@@ -192,8 +196,8 @@ class DeltaWriter:
             if step is None:
                 return
             self._now(self.key, step[0])
-        except Exception:
-            self._lost()
+        except Exception as exc:
+            self._lost(exc)
             return
         self._sent_now(*step)
 
@@ -203,8 +207,8 @@ class DeltaWriter:
             if step is None:
                 return
             await self.channel.publish(self.key, step[0])
-        except Exception:
-            self._lost()
+        except Exception as exc:
+            self._lost(exc)
             return
         self._sent_now(*step)
 

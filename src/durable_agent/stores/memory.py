@@ -45,12 +45,17 @@ def check_parent_id(parent_id: Any) -> str | None:
 
 
 class MemoryDeltas:
-    """Deltas in a dict: for a worker and its clients in one process (tests, MemoryStore)."""
+    """Deltas in a dict: for a worker and its clients in one process (tests, MemoryStore).
+    ``holds`` (the store's): whether a session exists; a reply's delta for one that does not
+    (a run streaming after its session was deleted) is refused (docs/design.md#retention)."""
 
-    def __init__(self) -> None:
+    def __init__(self, holds: Callable[[str], bool] | None = None) -> None:
         self._log: dict[DeltaKey, list[Delta]] = {}
+        self._holds = holds
 
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
+        if key.turn and self._holds is not None and not self._holds(key.session_id):
+            raise SessionNotFoundError(key.session_id)
         self._log.setdefault(key, []).append(delta)
 
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
@@ -91,7 +96,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._records: dict[str, SessionRecord] = {}
         self._logs: dict[str, _Log] = {}
-        self._deltas = MemoryDeltas()
+        self._deltas = MemoryDeltas(self._records.__contains__)
         self._watchers = AppendWatchers(live=True)
 
     def live_deltas(self) -> MemoryDeltas:

@@ -16,8 +16,9 @@ ever hold the replies being streamed. Store listings glob
 What a worker never cleared (it crashed, or shut down before its delayed clear ran) is swept as
 MongoDB's TTL index expires its documents: when a store object starts streaming a reply (at most
 once a minute), every file not written for ``ttl`` seconds goes, and every file of a session
-that no longer exists (a worker kept publishing after the delete). ``delete_session`` removes the
-session's directory at once (docs/design.md#retention).
+that no longer exists. ``delete_session`` removes the session's directory at once, and a reply's
+delta written after that (a run still streaming when another process deleted its session) is
+removed as soon as it is written (docs/design.md#retention).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ...session.deltas import Cursor, Delta, DeltaKey
-from ...session.errors import InvalidSessionIdError
+from ...session.errors import InvalidSessionIdError, SessionNotFoundError
 from ...session.ids import validate_session_id
 
 __all__ = ["DEFAULT_TTL", "FileDeltas"]
@@ -124,7 +125,8 @@ class FileDeltas:
         self.publish_now(key, delta)
 
     def publish_now(self, key: DeltaKey, delta: Delta) -> None:
-        """Append ``delta``'s line (one small write, no fsync)."""
+        """Append ``delta``'s line (one small write, no fsync); ``SessionNotFoundError``, and
+        nothing kept, when a reply's session is gone (:meth:`_kept`)."""
         path = self._path(key)
         line = (delta.model_dump_json() + "\n").encode("utf-8")
         if delta.seq == 1:
@@ -141,6 +143,22 @@ class FileDeltas:
             os.write(fd, line)
         finally:
             os.close(fd)
+        if key.turn:
+            self._kept(key, path)
+
+    def _kept(self, key: DeltaKey, path: str) -> None:
+        """Undo the write of a reply's delta whose session file is gone: the session was
+        deleted, and the delete's removal of its side files may have come before this write
+        (docs/design.md#retention). One ``stat`` after the write, so a delete at any moment is
+        seen; a cancel note (turn 0, no text) is kept: it stops the deleted session's calls."""
+        if os.path.exists(os.path.join(self._root, f"{key.session_id}.jsonl")):
+            return
+        self._forget(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))  # only when empty: a cancel note may be there
+        raise SessionNotFoundError(key.session_id)
 
     def _path(self, key: DeltaKey) -> str:
         """:meth:`path` as a string, remembered: a writer and a reader name the same key a few

@@ -7,7 +7,9 @@ reply's deltas, a TTL index on ``at`` expires what a crashed worker never cleare
 TTL indexes: there the first delta of each reply deletes the expired ones); a stored reply's
 deltas are deleted by the worker shortly after it stores the message. The collection therefore
 only holds replies being streamed, which also keeps FerretDB (which scans for non-``_id``
-filters) fast (docs/design.md#live-deltas).
+filters) fast (docs/design.md#live-deltas). A reply's delta is followed by a primary-key read of
+its session document: a delta written after its session was deleted (by a run still streaming)
+is removed at once (docs/design.md#retention).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pymongo import ASCENDING
 from pymongo.errors import OperationFailure
 
 from ...session.deltas import Cursor, Delta, DeltaKey
+from ...session.errors import SessionNotFoundError
 from .incarnation import id_range
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
@@ -40,9 +43,16 @@ class MongoDeltas:
     """Deltas in ``database[collection]``; indexes are created on first use."""
 
     def __init__(
-        self, database: Any, *, collection: str = DEFAULT_COLLECTION, ttl: int = DEFAULT_TTL
+        self,
+        database: Any,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        ttl: int = DEFAULT_TTL,
+        sessions: Any = None,
     ) -> None:
         self._coll = database.get_collection(collection)
+        self._sessions = sessions
+        """The store's session documents: a reply's delta is kept only while its session is."""
         self._ttl = ttl
         self._indexed = False
         self._sweep = False
@@ -77,6 +87,17 @@ class MongoDeltas:
                 "d": delta.model_dump_json(),
             }
         )
+        if key.turn and self._sessions is not None:
+            await self._kept(key)
+
+    async def _kept(self, key: DeltaKey) -> None:
+        """Remove the reply's deltas and raise ``SessionNotFoundError`` when its session
+        document is gone: the delete removes the document before the deltas, so a write it did
+        not see is found here (docs/design.md#retention). A cancel note (turn 0, no text) is
+        not checked: it stops the deleted session's calls."""
+        if await self._sessions.find_one({"_id": key.session_id}, {"_id": 1}) is None:
+            await self._coll.delete_many({"k": key.name()})
+            raise SessionNotFoundError(key.session_id)
 
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
         name = key.name()

@@ -185,7 +185,7 @@ class MongoStore:
         collection in the same database, so a worker and its clients find it from the store they
         share. One channel per store object."""
         if self._live is None:
-            self._live = MongoDeltas(self._database)
+            self._live = MongoDeltas(self._database, sessions=self._sessions)
         return self._live
 
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
