@@ -210,3 +210,70 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
                 await reader.until(ended("r2"), within=60)
     said = [m.message.text() for m in await _messages(store, sid)]
     assert said == ["Go.", "", "Also this.", "Noted.", "Next.", "", "Done."]
+
+
+@pytest.mark.temporal
+async def test_a_message_id_of_a_deleted_session_names_nothing_in_the_one_created_again(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A front-end numbering its messages per conversation sends ``m-1`` again after the
+    session was deleted (``sessions rm``, another process, its workflows kept) and created
+    again: no run of the new session goes, so the message is refused (409), through the
+    server that handed on the old ``m-1`` and through one that never saw it. The old run, which
+    took ``m-1``, answered it (202 naming that run, nothing delivered): the server remembered
+    the message by session ID alone, and offered a resend to the latest runs of the ID,
+    whatever session they ran in."""
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    store = FileStore(tmp_path / "sessions")
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(tmp_path / "sessions")) as one,
+        serving(one) as url,
+        httpx.AsyncClient(base_url=url) as first,
+    ):
+        sid = f"again-{uuid.uuid4().hex[:8]}"
+        await first.post("/v1/sessions", json={"session_id": sid})
+        steer = {"text": "Also this.", "message_id": "m-1"}
+        async with stream(first, sid, after=0) as reader:
+            await first.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
+            await asyncio.wait_for(gate.started.wait(), 60)
+            sent = await first.post(f"/v1/sessions/{sid}/messages", json=steer)
+            assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+            gate.release.set()
+            await reader.until(ended("r"), within=60)
+        elsewhere = FileStore(tmp_path / "sessions")  # sessions rm, then a new conversation
+        await elsewhere.delete_session(sid)
+        await elsewhere.create_session(sid)
+        other = _replica(temporal_client, tmp_path, one.state.server.runs.executor.task_queue)
+        async with serving(other) as url2, httpx.AsyncClient(base_url=url2) as second:
+            for client in (first, second):
+                sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+                assert sent.status_code == 409, sent.text
+    assert await _messages(store, sid) == []
+
+
+async def test_a_message_id_of_a_deleted_session_names_nothing_again_in_process(
+    tmp_path: Path,
+) -> None:
+    """As above, runs in process: the server remembered ``m-1`` by session ID alone."""
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    async with helper_client(None, tmp_path, spec) as (client, store):
+        sid = "again"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        steer = {"text": "Also this.", "message_id": "m-1"}
+        async with stream(client, sid, after=0) as reader:
+            await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
+            await asyncio.wait_for(gate.started.wait(), 60)
+            sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+            assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+            gate.release.set()
+            await reader.until(ended("r"), within=60)
+        elsewhere = FileStore(tmp_path / "sessions")  # sessions rm, then a new conversation
+        await elsewhere.delete_session(sid)
+        await elsewhere.create_session(sid)
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+        assert sent.status_code == 409, sent.text
+        assert await _messages(store, sid) == []

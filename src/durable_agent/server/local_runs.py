@@ -186,7 +186,8 @@ class LocalRuns:
     ) -> tuple[str, str]:
         """Queue ``entry`` in the session's running run; answers once the run accepted it
         (its delivery is a receipt on the stream)."""
-        accepted = self._accepted.run_of(session_id, message_id)
+        born = await created_at_of(self.store, session_id)
+        accepted = self._accepted.run_of(session_id, message_id, born)
         if accepted is not None and message_id is not None:
             return accepted, message_id  # a retried request: handed on once
         for run_id in await self.active(session_id):
@@ -201,7 +202,7 @@ class LocalRuns:
                 continue  # that run takes no more messages
             sending.add_done_callback(_undelivered)
             message_id = message_id or new_id()
-            self._accepted.add(session_id, message_id, run_id)
+            self._accepted.add(session_id, message_id, run_id, born)
             return run_id, message_id
         raise no_run_accepts(session_id)
 

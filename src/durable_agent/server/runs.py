@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Literal, Protocol
 
 from pydantic import BaseModel
@@ -66,18 +67,28 @@ REMEMBERED = 10_000
 
 
 class Accepted:
-    """The runs that accepted the messages this process handed on, by (session, message ID):
-    the same message sent again (a retried request) is answered with its run, not handed
-    again, for the last ``REMEMBERED`` messages."""
+    """The runs that accepted the messages this process handed on, by (session, message ID),
+    with the session's ``created_at`` then: the same message sent again (a retried request) is
+    answered with its run, not handed again, for the last ``REMEMBERED`` messages; in a session
+    created again under the ID since (another process deleted it), the ID names nothing
+    (docs/design.md#retention)."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple[str, str], str] = {}
+        self._runs: dict[tuple[str, str], tuple[str, datetime | None]] = {}
 
-    def run_of(self, session_id: str, message_id: str | None) -> str | None:
-        return None if message_id is None else self._runs.get((session_id, message_id))
+    def run_of(
+        self, session_id: str, message_id: str | None, born: datetime | None = None
+    ) -> str | None:
+        """The run that took ``message_id`` in the session created at ``born``, if any."""
+        if message_id is None:
+            return None
+        took = self._runs.get((session_id, message_id))
+        return took[0] if took is not None and took[1] == born else None
 
-    def add(self, session_id: str, message_id: str, run_id: str) -> None:
-        self._runs[(session_id, message_id)] = run_id
+    def add(
+        self, session_id: str, message_id: str, run_id: str, born: datetime | None = None
+    ) -> None:
+        self._runs[(session_id, message_id)] = (run_id, born)
         while len(self._runs) > REMEMBERED:
             del self._runs[next(iter(self._runs))]
 

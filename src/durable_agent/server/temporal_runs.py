@@ -37,7 +37,7 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
-from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE, creation_of, running_runs
+from ..workflows.search import creation_of, latest_runs, running_runs
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -86,11 +86,6 @@ _STATUS: dict[WorkflowExecutionStatus, Status] = {
 
 async def _nothing() -> list[str]:
     return []
-
-
-def _run_id(workflow_id: str) -> str:
-    """``durable-agent/<session>/run/<run_id>`` -> ``<run_id>``."""
-    return workflow_id.rsplit("/", 1)[-1]
 
 
 class TemporalRuns:
@@ -201,7 +196,9 @@ class TemporalRuns:
     async def active(self, session_id: str) -> list[str]:
         """The session's runs going, any server's; not those of a session of its ID deleted
         before it was created again, or before (docs/design.md#retention)."""
-        born = await creation_of(self.store, session_id)
+        return await self._active(session_id, await creation_of(self.store, session_id))
+
+    async def _active(self, session_id: str, born: datetime | None) -> list[str]:
         found = await running_runs(self.client, session_id, born)
         mine = [
             r
@@ -318,7 +315,8 @@ class TemporalRuns:
     ) -> tuple[str, str]:
         """The ``send`` update of the session's running run, answered once its validator
         accepted the message (delivery comes later, a receipt on the stream)."""
-        accepted = self._accepted.run_of(session_id, message_id)
+        born = await creation_of(self.store, session_id)
+        accepted = self._accepted.run_of(session_id, message_id, born)
         if accepted is not None and message_id is not None:
             return accepted, message_id  # a retried request: handed on once
         resent = message_id is not None  # the client's ID: maybe a resend
@@ -331,19 +329,22 @@ class TemporalRuns:
         # a resend is offered first to the runs that ended lately, all at once: one that took
         # it before its answer was lost says so, and a run started since never takes it again
         going, latest = await asyncio.gather(
-            self.active(session_id), self._latest(session_id) if resent else _nothing()
+            self._active(session_id, born),
+            self._latest(session_id, born) if resent else _nothing(),
         )
         ended = [r for r in latest if r not in going]
-        offers = [self._offer(session_id, r, body, message_id) for r in ended]
+        offers = [self._offer(session_id, r, body, message_id, born) for r in ended]
         for run_id, took in zip(ended, await asyncio.gather(*offers), strict=True):
             if took:
                 return run_id, message_id
         for run_id in going:
-            if await self._offer(session_id, run_id, body, message_id):
+            if await self._offer(session_id, run_id, body, message_id, born):
                 return run_id, message_id
         raise no_run_accepts(session_id)
 
-    async def _offer(self, session_id: str, run_id: str, body: SendBody, message_id: str) -> bool:
+    async def _offer(
+        self, session_id: str, run_id: str, body: SendBody, message_id: str, born: datetime | None
+    ) -> bool:
         """Whether the run took the message: its validator accepted the update (answered in the
         workflow task that queues it, not when the run delivers it), or the run, ended, took
         this very update before."""
@@ -352,15 +353,14 @@ class TemporalRuns:
             await handle.execute_update("send", body, id=message_id, result_type=str)
         except (WorkflowUpdateFailedError, RPCError):
             return False  # that run ended or takes no more messages
-        self._accepted.add(session_id, message_id, run_id)
+        self._accepted.add(session_id, message_id, run_id, born)
         return True
 
-    async def _latest(self, session_id: str) -> list[str]:
-        """The session's latest runs (``LATELY`` of them), going or ended: one that ended may
-        have taken the message being sent again."""
-        query = f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run"'
+    async def _latest(self, session_id: str, born: datetime | None) -> list[str]:
+        """The session's latest runs, going or ended: one that ended may have taken the message
+        being sent again (not one of a session of the ID deleted since: ``latest_runs``)."""
         try:
-            return [_run_id(w.id) async for w in self.client.list_workflows(query, limit=LATELY)]
+            return await latest_runs(self.client, session_id, born, LATELY)
         except RPCError as exc:
             logger.info("listing the runs of %s: %s", session_id, type(exc).__name__)
             return []

@@ -48,6 +48,8 @@ __all__ = [
     "ensure_search_attribute",
     "created_at_of",
     "creation_of",
+    "latest_runs",
+    "of_creation",
     "ensure_session_attribute",
     "run_memo",
     "retried",
@@ -172,7 +174,7 @@ async def running_runs(
         return []
     running = []
     for execution in listed:
-        if created_at is not None and not await _of_creation(execution, created_at):
+        if created_at is not None and not await of_creation(execution, created_at):
             continue
         try:
             described = await client.get_workflow_handle(execution.id).describe()
@@ -185,7 +187,23 @@ async def running_runs(
     return running
 
 
-async def _of_creation(execution: WorkflowExecution, created_at: datetime) -> bool:
+async def latest_runs(
+    client: Client, session_id: str, created_at: datetime | None, limit: int
+) -> list[str]:
+    """The run IDs of the session's latest ``limit`` runs, going or ended, but those whose memo
+    names another creation of the ID than ``created_at`` (the record's; ``None``: every run):
+    a session deleted since and its runs took none of this one's messages
+    (docs/design.md#retention)."""
+    query = f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run"'
+    listed = [w async for w in client.list_workflows(query, limit=limit)]
+    return [
+        w.id.rsplit("/", 1)[-1]
+        for w in listed
+        if created_at is None or await of_creation(w, created_at)
+    ]
+
+
+async def of_creation(execution: WorkflowExecution, created_at: datetime) -> bool:
     """Whether the run belongs to the session's creation at ``created_at`` (by its memo)."""
     named = await execution.memo_value(CREATED_MEMO, None)
     if not isinstance(named, str):
