@@ -153,3 +153,36 @@ async def test_a_client_that_does_not_keep_up_is_let_go_not_buffered_for(
             assert stalled.get_nowait() is None  # its stream ends
             assert stalled not in hub.subscribers
             hub.leave(stalled)
+
+
+@pytest.mark.temporal
+@pytest.mark.mongo
+async def test_the_served_http_api_closes_the_store_it_opened_when_it_stops(
+    temporal_client: Client, mongo_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``durable-agent serve`` (and ``dev``'s chat page) open the store from its spec; when the
+    server stops, that store's MongoDB client is closed, not left to the garbage collector."""
+    from durable_agent.cli import dev
+    from durable_agent.cli.config import ENV_MONGODB_DB, OpenedStore, open_store
+    from durable_agent.session import StoreClosedError
+    from durable_agent.stores.mongo import MongoStore
+    from tests.support.ferretdb import free_port
+    from tests.support.mongo import new_database_name
+
+    opened: list[OpenedStore] = []
+
+    def kept(spec: str) -> OpenedStore:
+        opened.append(open_store(spec))
+        return opened[-1]
+
+    monkeypatch.setattr(dev, "open_store", kept)
+    monkeypatch.setenv(ENV_MONGODB_DB, new_database_name())
+    url, task = await dev.start_http(mongo_uri, temporal_client, "closing-queue", port=free_port())
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/v1/sessions")).status_code == 200
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    store = opened[0].store
+    assert isinstance(store, MongoStore)
+    with pytest.raises(StoreClosedError):
+        await store.list_sessions()

@@ -31,6 +31,7 @@ import typer
 from temporalio.client import Client
 
 from ..session import RetentionStore, Store, StoreUnavailableError
+from ..session.store import Closing
 from ..stores import FileStore
 from ..workflows.config import (
     ENV_DATA_DIR,
@@ -333,13 +334,10 @@ class OpenedStore:
 
     store: Store
     spec: str
-    client: Any = None
 
     async def close(self) -> None:
-        if self.client is not None:
-            result = self.client.close()
-            if hasattr(result, "__await__"):
-                await result
+        if isinstance(self.store, Closing):  # a MongoStore closes its client
+            await self.store.aclose()
 
 
 def _parse_mongo_uri(uri: str) -> dict[str, Any]:
@@ -382,7 +380,7 @@ def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
         from ..stores import MongoStore
 
         client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
-        return OpenedStore(MongoStore(client[name]), spec, client)
+        return OpenedStore(MongoStore(client[name]), spec)
     raise StoreSpecError(
         f"unknown store {display_store(spec)!r}: use file:PATH or a mongodb:// URI "
         f"(flag --store, or {ENV_STORE} / {ENV_MONGODB_URI})"

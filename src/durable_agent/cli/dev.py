@@ -319,7 +319,7 @@ async def start_http(
 
     from ..server import create_app
 
-    store = open_store(store_spec).store
+    store = (opened := open_store(store_spec)).store  # closed when the server stops
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
     config = uvicorn.Config(app, host, port, log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
@@ -332,6 +332,8 @@ async def start_http(
             server.should_exit = True
             await serving
             raise
+        finally:
+            await opened.close()
 
     task = asyncio.create_task(run())
     while not server.started:

@@ -37,6 +37,7 @@ from .errors import (
     SessionError,
     SessionExistsError,
     SessionNotFoundError,
+    StoreClosedError,
     StoreUnavailableError,
 )
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
@@ -78,6 +79,7 @@ __all__ = [
     "SeqStore",
     "SessionRecord",
     "Store",
+    "StoreClosedError",
     "StoreUnavailableError",
     "TreeLine",
     "TreeNode",

@@ -15,6 +15,7 @@ __all__ = [
     "SessionError",
     "SessionExistsError",
     "SessionNotFoundError",
+    "StoreClosedError",
     "StoreUnavailableError",
 ]
 
@@ -146,3 +147,14 @@ class EntryTooLargeError(SessionError):
 
 class StoreUnavailableError(SessionError):
     """The backend is down or an OS error stopped the operation; the cause is chained."""
+
+
+class StoreClosedError(StoreUnavailableError):
+    """The store object was closed (``aclose()``, or the end of its ``async with``), or the
+    database client it was built on was: this object serves no more calls. What it stored stays;
+    a new store object reads it. A :class:`StoreUnavailableError`, so a run's activity that hit
+    a worker's store closing under it is retried (on another worker) rather than failed."""
+
+    def __init__(self, store: str, detail: str = "") -> None:
+        super().__init__(f"this {store} is closed" + (f" ({detail})" if detail else ""))
+        self.store = store

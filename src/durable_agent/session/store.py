@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from ..ai.timefmt import UtcDatetime
 from .entries import Entry
-from .errors import SessionExistsError, SessionNotFoundError
+from .errors import SessionExistsError, SessionNotFoundError, StoreClosedError
 
 __all__ = [
     "DEFAULT_PAGE",
     "AppendFeed",
     "AppendWatch",
+    "Closing",
     "RetentionStore",
     "SeqStore",
     "SessionRecord",
@@ -57,6 +58,9 @@ class Store(Protocol):
     - ``append_entries`` is idempotent by entry ID: an identical re-append is skipped, a different
       one raises ``EntryConflictError`` and writes nothing of the batch.
     - A backend that is down raises ``StoreUnavailableError``; IDs are validated before any I/O.
+
+    Closing is outside the protocol (a custom store need not have it): every built-in store is
+    a :class:`Closing`, ``await store.aclose()`` or ``async with store:``.
     """
 
     async def create_session(
@@ -107,6 +111,33 @@ class SeqStore(Store, Protocol):
     """
 
     async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]: ...
+
+
+class Closing:
+    """Closing a built-in store, as ``httpx.AsyncClient`` closes (docs/design.md#store-contract):
+    ``await store.aclose()``, or ``async with store:``, releases what the store object holds
+    (:meth:`_release`: a MongoStore's client, a FileStore's open live-delta files); every call
+    after it raises :class:`StoreClosedError`. Closing again does nothing."""
+
+    _closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True  # first: a call made while the release awaits is refused
+            await self._release()
+
+    async def _release(self) -> None:
+        """What this kind of store releases (nothing by default)."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(type(self).__name__)
 
 
 def seq_reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:

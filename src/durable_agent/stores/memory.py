@@ -28,7 +28,14 @@ from ..session.deltas import Cursor, Delta, DeltaKey
 from ..session.entries import Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import validate_session_id
-from ..session.store import DEFAULT_PAGE, SessionRecord, check_after, check_page, newest_first
+from ..session.store import (
+    DEFAULT_PAGE,
+    Closing,
+    SessionRecord,
+    check_after,
+    check_page,
+    newest_first,
+)
 from .appends import AppendWatchers, Watch
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MemoryDeltas", "MemoryStore"]
@@ -83,7 +90,7 @@ class _Log:
     wires: dict[str, str] = field(default_factory=dict)
 
 
-class MemoryStore:
+class MemoryStore(Closing):
     """A :class:`~durable_agent.session.Store` that keeps everything in memory.
 
     The lock is a ``threading.Lock`` rather than an ``asyncio.Lock``: no critical section awaits,
@@ -103,6 +110,13 @@ class MemoryStore:
         """This store's live-delta channel (one per store object, in this process only)."""
         return self._deltas
 
+    async def _release(self) -> None:
+        """Let go of every session's entries (:class:`~durable_agent.session.store.Closing`)."""
+        with self._lock:
+            self._records.clear()
+            self._logs.clear()
+            self._deltas = MemoryDeltas()
+
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
         """Call ``wake`` after each append to (or delete of) the session
         (:class:`~durable_agent.session.store.AppendFeed`; always live, in this process)."""
@@ -112,6 +126,7 @@ class MemoryStore:
         """Record the session; ``SessionExistsError`` if it is already there."""
         validate_session_id(session_id)
         parent = check_parent_id(parent_id)
+        self._check_open()
         with self._lock:
             if session_id in self._records:
                 raise SessionExistsError(session_id)
@@ -123,6 +138,7 @@ class MemoryStore:
     async def load_session(self, session_id: str) -> SessionRecord:
         """The session's record; ``SessionNotFoundError`` if it was never created."""
         validate_session_id(session_id)
+        self._check_open()
         with self._lock:
             record = self._records.get(session_id)
         if record is None:
@@ -142,6 +158,7 @@ class MemoryStore:
         (:class:`~durable_agent.session.SeqStore`): a slice of the log."""
         validate_session_id(session_id)
         check_after(after)
+        self._check_open()
         with self._lock:
             wires = [wire for _, wire in self._log(session_id).items[after:]]
         with bulk_decoding():
@@ -151,6 +168,7 @@ class MemoryStore:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
         validate_session_id(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
+        self._check_open()
         with self._lock:
             log = self._log(session_id)
             todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
@@ -164,6 +182,7 @@ class MemoryStore:
     ) -> list[SessionRecord]:
         """One page of records, newest first (:class:`~durable_agent.session.RetentionStore`)."""
         check_page(limit, offset)
+        self._check_open()
         with self._lock:
             records = list(self._records.values())
         return newest_first(records)[offset : offset + limit]
@@ -172,6 +191,7 @@ class MemoryStore:
         """Remove the record, the log and the live deltas; ``SessionNotFoundError`` if there is
         no such session."""
         validate_session_id(session_id)
+        self._check_open()
         with self._lock:
             if self._records.pop(session_id, None) is None:
                 raise SessionNotFoundError(session_id)

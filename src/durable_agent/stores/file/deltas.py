@@ -112,6 +112,10 @@ class FileDeltas:
         self._last: tuple[DeltaKey | None, str] = (None, "")
         """The key named last (the same key object, a reader's, names it again) and its path."""
 
+    def close(self) -> None:
+        """Close the files this channel keeps open (its store object was closed)."""
+        _close_marks(self._read_to)
+
     def directory(self, session_id: str) -> Path:
         return self._root / f"{validate_session_id(session_id)}{_SUFFIX}"
 

@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import IO
 
 from ...ai.timefmt import format_time, parse_time
 from ...session.codec import bulk_decoding, decode_entry, encode_entry, wire_to_entry
 from ...session.entries import Entry
-from ...session.errors import CorruptSessionError, EntryDecodeError, SessionNotFoundError
+from ...session.errors import (
+    CorruptSessionError,
+    EntryDecodeError,
+    InvalidSessionIdError,
+    SessionNotFoundError,
+)
+from ...session.ids import validate_session_id
 from ...session.store import SessionRecord
 
 __all__ = [
@@ -37,6 +46,7 @@ __all__ = [
     "header_bytes",
     "header_tail",
     "is_json_prefix",
+    "list_records",
     "line_id",
     "names_another",
     "parse_header",
@@ -44,6 +54,9 @@ __all__ = [
     "repeated_id",
     "utf8_prefix",
 ]
+
+
+logger = logging.getLogger("durable_agent.stores.file.store")  # where listing always logged
 
 
 class HeaderProblem(Exception):
@@ -193,6 +206,25 @@ def header_bytes(session_id: str, parent_id: str | None, created_at: datetime) -
         data["parent_id"] = parent_id
     data["created_at"] = format_time(created_at)
     return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def list_records(root: Path, load: Callable[[Path, str], SessionRecord]) -> list[SessionRecord]:
+    """The record of each session file under ``root``, from its header line (``load``)."""
+    try:  # a root that cannot be read raises (a glob would say "no sessions")
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []  # no session created yet
+    records = []
+    for path in (root / name for name in names if name.endswith(".jsonl")):
+        try:
+            records.append(load(path, validate_session_id(path.stem)))
+        except (InvalidSessionIdError, SessionNotFoundError):
+            continue  # not a session file, or deleted meanwhile
+        except CorruptSessionError as exc:  # left out, but not silently
+            logger.warning("not listed: %s", exc.at(str(path.absolute())))
+        except OSError as exc:  # one odd file (a directory, unreadable) hides no other
+            logger.warning("not listed: %s: %s", path.absolute(), exc)
+    return records
 
 
 def _same_as_kept(entries: list[Entry], repeat: Entry) -> bool:

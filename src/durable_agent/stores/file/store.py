@@ -18,7 +18,6 @@ writes), ``deltas`` (live-delta side files), and this module (the store's verbs)
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,13 +29,19 @@ from ...session.appendplan import encode_batch, plan_append
 from ...session.entries import Entry
 from ...session.errors import (
     CorruptSessionError,
-    InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
 from ...session.ids import validate_session_id
-from ...session.store import DEFAULT_PAGE, SessionRecord, check_after, check_page, newest_first
+from ...session.store import (
+    DEFAULT_PAGE,
+    Closing,
+    SessionRecord,
+    check_after,
+    check_page,
+    newest_first,
+)
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after, read_now
@@ -47,6 +52,7 @@ from .lines import (
     Tail,
     decode_lines,
     header_bytes,
+    list_records,
     names_another,
     parse_header,
     read_lines,
@@ -55,13 +61,12 @@ from .lines import (
 __all__ = ["FileStore"]
 
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
 
 _CONFLICT = "\x00stored entry differs"
 """What ``plan_append`` sees for a stored ID whose encoding differs: never equal to a wire."""
 
 
-class FileStore:
+class FileStore(Closing):
     """A :class:`~durable_agent.session.Store` keeping each session in ``<root>/<id>.jsonl``.
 
     ``fsync=False`` skips the file and directory fsyncs (faster; a power loss may lose the latest
@@ -98,6 +103,11 @@ class FileStore:
         if self._deltas is None:
             self._deltas = FileDeltas(self._root)
         return self._deltas
+
+    async def _release(self) -> None:
+        """Close the live-delta files this store object holds open (replies it was following)."""
+        if self._deltas is not None:
+            self._deltas.close()
 
     # -- protocol ----------------------------------------------------------------------------------
 
@@ -150,7 +160,9 @@ class FileStore:
         damaged or that cannot be read (logged as a warning naming the file: ``load_session``
         raises for it); a root that cannot be read is ``StoreUnavailableError``."""
         check_page(limit, offset)
-        records = await asyncio.to_thread(self._guard, self._records_sync)
+        records = await asyncio.to_thread(
+            self._guard, list_records, self._root, self._load_session_sync
+        )
         return newest_first(records)[offset : offset + limit]
 
     async def delete_session(self, session_id: str) -> None:
@@ -160,24 +172,6 @@ class FileStore:
         the removed file."""
         path = self.path(session_id)
         await finish(lambda: self._guard(self._delete_sync, path, session_id))
-
-    def _records_sync(self) -> list[SessionRecord]:
-        try:  # a root that cannot be read raises (a glob would say "no sessions")
-            names = os.listdir(self._root)
-        except FileNotFoundError:
-            return []  # no session created yet
-        records = []
-        for path in (self._root / name for name in names if name.endswith(".jsonl")):
-            try:
-                sid = validate_session_id(path.stem)
-                records.append(self._load_session_sync(path, sid))
-            except (InvalidSessionIdError, SessionNotFoundError):
-                continue  # not a session file, or deleted meanwhile
-            except CorruptSessionError as exc:  # left out, but not silently
-                logger.warning("not listed: %s", exc.at(str(path.absolute())))
-            except OSError as exc:  # one odd file (a directory, unreadable) hides no other
-                logger.warning("not listed: %s: %s", path.absolute(), exc)
-        return records
 
     def _delete_sync(self, path: Path, session_id: str) -> None:
         # No root lock: create is O_EXCL, so while the file exists nobody can replace it, and
@@ -205,6 +199,7 @@ class FileStore:
 
     def _guard(self, fn: Callable[..., T], *args: Any) -> T:
         """An OSError becomes StoreUnavailableError; a CorruptSessionError names the file."""
+        self._check_open()
         try:
             return fn(*args)
         except OSError as exc:

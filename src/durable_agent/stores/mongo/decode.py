@@ -16,13 +16,16 @@ returned once if the copies are identical, and raises ``CorruptSessionError`` if
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo.errors import (
     ConnectionFailure,
     ExecutionTimeout,
+    InvalidOperation,
     OperationFailure,
     PyMongoError,
     WTimeoutError,
@@ -30,7 +33,12 @@ from pymongo.errors import (
 
 from ...session.codec import bulk_decoding, decode_entry
 from ...session.entries import Entry
-from ...session.errors import CorruptSessionError, EntryDecodeError, StoreUnavailableError
+from ...session.errors import (
+    CorruptSessionError,
+    EntryDecodeError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
 from .incarnation import Scope
 
 __all__ = [
@@ -39,7 +47,9 @@ __all__ = [
     "OUTLINE_PROJECTION",
     "decode_documents",
     "end_seq",
+    "now_ms",
     "of_incarnation",
+    "retrieve",
     "seq_of",
     "slot_of",
     "stored_entries",
@@ -213,6 +223,10 @@ def translate_errors(what: str, address: Callable[[], str]) -> Iterator[None]:
     """
     try:
         yield
+    except InvalidOperation as exc:  # PyMongo's (and Motor's) "Cannot use ... after close"
+        if "after close" not in str(exc):
+            raise
+        raise StoreClosedError("MongoStore", "its client was closed") from exc
     except PyMongoError as exc:
         if _is_unavailable(exc):
             raise StoreUnavailableError(
@@ -223,3 +237,19 @@ def translate_errors(what: str, address: Callable[[], str]) -> Iterator[None]:
         raise StoreUnavailableError(
             f"cannot reach MongoDB at {address()} ({_short_reason(exc)}) [{what}]"
         ) from exc
+
+
+# -- store helpers ---------------------------------------------------------------------------------
+
+
+def retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a side task's outcome as retrieved (its error, if any, is reported elsewhere)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def now_ms() -> datetime:
+    """The current UTC time truncated to milliseconds, the precision of a BSON date, so the
+    record ``create_session`` returns equals the one ``load_session`` reads back later."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)

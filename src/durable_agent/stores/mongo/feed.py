@@ -74,6 +74,17 @@ class ChangeFeed:
             return
         self._stop = self._task.get_loop().call_later(LINGER, self._close)
 
+    def close(self) -> None:
+        """For good (the store was closed): stop the stream; followers poll, and are told."""
+        self._unavailable = True
+        if self._stop is not None:
+            self._stop.cancel()
+        self._stop = None
+        if self._task is not None:
+            self._task.cancel()
+        self._task = None
+        self._settled.set()  # a follower waiting to know whether the feed is up: it is not
+
     def _close(self) -> None:
         self._stop = None
         if self._task is not None and not len(self._watchers):

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.codec_options import CodecOptions
@@ -61,7 +62,7 @@ from ...session.errors import (
     StoreUnavailableError,
 )
 from ...session.ids import validate_session_id
-from ...session.store import SessionRecord, check_page
+from ...session.store import Closing, SessionRecord, check_page
 from ..appends import Watch
 from .claims import Claims
 from .decode import (
@@ -70,7 +71,9 @@ from .decode import (
     OUTLINE_PROJECTION,
     decode_documents,
     end_seq,
+    now_ms,
     of_incarnation,
+    retrieve,
     translate_errors,
 )
 from .deltas import MongoDeltas
@@ -95,20 +98,7 @@ _READ_ROUNDS = 3
 _T = TypeVar("_T")
 
 
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a side task's outcome as retrieved (its error, if any, is reported elsewhere)."""
-    if not task.cancelled():
-        task.exception()
-
-
-def _now_ms() -> datetime:
-    """The current UTC time truncated to milliseconds, the precision of a BSON date, so the
-    record ``create_session`` returns equals the one ``load_session`` reads back later."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-class MongoStore:
+class MongoStore(Closing):
     """A :class:`~durable_agent.session.Store` on MongoDB collections (module doc).
 
     ``database`` is a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``. The unique
@@ -164,7 +154,17 @@ class MongoStore:
         self._writes: set[asyncio.Future[Any]] = set()
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        self._check_open()
         return translate_errors(what, self._address)
+
+    async def _release(self) -> None:
+        """Stop the change feed, let the writes already started finish (a started write
+        completes), then close the client this store was built on."""
+        self._feed.close()
+        await asyncio.gather(*self._writes, return_exceptions=True)
+        closed = self._database.client.close()
+        if inspect.isawaitable(closed):  # PyMongo's async client; Motor's close is plain
+            await closed
 
     def _address(self) -> str:
         """The servers the client is configured for, as ``host:port`` (comma-separated)."""
@@ -220,7 +220,7 @@ class MongoStore:
         sid = validate_session_id(session_id)
         # A fork source is a session ID and is validated like one; "" reads as no parent.
         parent = None if parent_id is None or parent_id == "" else validate_session_id(parent_id)
-        created_at = _now_ms()
+        created_at = now_ms()
         scope = Scope(sid, new_incarnation())
         doc = {
             "_id": sid,
@@ -314,7 +314,7 @@ class MongoStore:
         never read). A missing session
         raises ``SessionNotFoundError``, whatever the fetch found."""
         check = asyncio.ensure_future(self._session_doc(sid))
-        check.add_done_callback(_retrieve)
+        check.add_done_callback(retrieve)
         try:
             cursor = self._entries.find(
                 {"session_id": sid}, projection, batch_size=LOAD_BATCH_SIZE
