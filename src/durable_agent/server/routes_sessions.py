@@ -69,8 +69,9 @@ async def session_object(store: Store, session_id: str) -> dict[str, Any]:
 async def _own_records(
     store: RetentionStore, tenant: Tenant, limit: int, offset: int
 ) -> list[SessionRecord]:
-    """The caller's records, newest first: pages of the store, filtered by the prefix."""
-    wanted, page, start = offset + limit, max(limit, 100), 0
+    """The caller's records, newest first: pages of the store, filtered by the prefix; one
+    more than ``limit`` when there is one (the answer's ``more``)."""
+    wanted, page, start = offset + limit + 1, max(limit, 100), 0
     out: list[SessionRecord] = []
     while len(out) < wanted:
         records = await store.list_sessions(limit=page, offset=start)
@@ -92,8 +93,9 @@ async def list_sessions(
     return {
         "sessions": [
             {"session_id": r.id, "parent_id": r.parent_id, "created_at": r.created_at.isoformat()}
-            for r in records
-        ]
+            for r in records[:limit]
+        ],
+        "more": len(records) > limit,
     }
 
 
@@ -124,7 +126,8 @@ async def get_entries(
     limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
 ) -> dict[str, Any]:
     found = await entries_after(srv.store, tenant.session(session_id), after)
-    return {"entries": [{"seq": s, "entry": entry_to_wire(e)} for s, e in found[:limit]]}
+    page = [{"seq": s, "entry": entry_to_wire(e)} for s, e in found[:limit]]
+    return {"entries": page, "more": len(found) > limit}  # the read had them: no second one
 
 
 @router.delete("/sessions/{session_id}", status_code=204)
