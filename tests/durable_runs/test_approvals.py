@@ -490,3 +490,62 @@ async def test_an_append_while_calls_wait_is_refused_as_a_run_is(
         await agent.append("also this")
     assert await store.load_entries(agent.session_id) == before
     assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+
+
+async def test_a_decision_while_a_cancelled_run_stores_its_answers_is_refused_at_once(
+    store: Store,
+) -> None:
+    """In process, a decision that reaches a run after its cancel closed the inbox (the run is
+    storing ``tool execution cancelled`` for the call) is refused then, as not pending in this
+    run: it was queued where nothing took it any more, and refused only when the run ended,
+    as 'the run ended before it started', a run that had started and was cancelled."""
+    from durable_agent import model, new
+    from tests.support.gated_store import GatedStore, has_role
+
+    gated = GatedStore(store)  # type: ignore[arg-type]
+    lm = ScriptedModel([Reply(tool_calls=[email()])])
+    agent = await new(model(lm), store=gated, tools=(send_email,))
+    stream = await agent.run("mail bob")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    gated.arm(has_role("tool_result"))  # the cancellation's answer to the call: held once stored
+    cancelling = asyncio.ensure_future(stream.cancel())
+    await asyncio.wait_for(gated.entered.wait(), 30)
+    deciding = asyncio.ensure_future(agent.decide("c1", True))
+    done, _ = await asyncio.wait({deciding}, timeout=5)  # refused with no store write
+    await gated.let_go()
+    await cancelling
+    with pytest.raises(RunCancelledError):
+        await stream.wait()
+    await asyncio.gather(reader.task, return_exceptions=True)
+    assert done, "the decision waited for the run's end"
+    with pytest.raises(ApprovalNotPendingError, match="not pending a decision in this run"):
+        deciding.result()
+    assert SENT == [] and stored(agent)[-1].message.text() == "tool execution cancelled"
+
+
+async def test_a_decision_for_a_run_that_fails_as_it_starts_is_committed(store: Store) -> None:
+    """In process, a decision sent the moment ``run()`` resumed a parked turn, to a run that
+    then fails before it takes it (its model cannot be built), is committed at the leaf as with
+    no run going, as on Temporal (the update fails and the handle commits it): it was refused,
+    'the run ended before it started', and the decision was lost."""
+    from durable_agent import model, new
+
+    lm = ScriptedModel([Reply(tool_calls=[email()])])
+    agent = await new(model(lm), store=store, tools=(send_email,), approval_wait=0.1)
+    await asyncio.wait_for((await agent.run("mail bob")).wait(), 30)
+
+    async def broken(_: Any) -> Any:
+        await asyncio.sleep(0)  # the decision is queued first, as a slow start lets it be
+        raise RuntimeError("no model configured")
+
+    again = await new(broken, store=store, session_id=agent.session_id, tools=(send_email,))
+    stream = await again.run()
+    deciding = asyncio.ensure_future(again.decide("c1", True))
+    with pytest.raises(RuntimeError, match="no model configured"):
+        await asyncio.wait_for(stream.wait(), 30)
+    decision = await asyncio.wait_for(deciding, 30)
+    assert isinstance(decision, ApprovalDecision) and decision.approved
+    assert stored(again)[-1] == decision
+    assert shape(stored(again)) == ["user", "assistant", "approval_request", "approval_decision"]
+    assert SENT == []

@@ -24,6 +24,7 @@ from ..session.approvals import (
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError
 from .approvals import not_pending
+from .errors import RunNotAcceptingError
 from .limits import check_entry
 from .state import SessionState
 
@@ -55,7 +56,11 @@ async def decide(
         # a run starting on this tail, or that stored (or is storing) requests it has not
         # started waiting on (its last wait is over), takes it once it waits; a decider that
         # stops waiting leaves it taken (docs/design.md#approvals-and-steering)
-        return await asyncio.shield(engine.inbox.decide(decision))
+        try:
+            return await asyncio.shield(engine.inbox.decide(decision))
+        except RunNotAcceptingError:  # it ended before it took it (it failed as it started)
+            await state.run_ended()  # then as with no run going, as on Temporal (below)
+            return await commit_decision(state, decision)
     if remote is not None:
         known = _pending_request(state, decision)
         if not isinstance(known, ApprovalRequest):

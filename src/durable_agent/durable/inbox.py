@@ -23,7 +23,7 @@ from typing import Literal
 
 from ..session.approvals import ApprovalDecision
 from ..session.entries import Entry, MessageEntry
-from .errors import RunNotAcceptingError
+from .errors import ApprovalNotPendingError, RunNotAcceptingError
 
 __all__ = [
     "MAX_QUEUED",
@@ -83,7 +83,15 @@ class Inbox:
         return done
 
     def decide(self, decision: ApprovalDecision) -> asyncio.Future[Entry]:
-        """Queue a decision (the run checked it is pending); the future gets the stored entry."""
+        """Queue a decision (the run checked it is pending); the future gets the stored entry.
+        A closed inbox refuses it at once, as the ``decide`` update's validator does: nothing
+        would take it (a cancelled run answers its calls ``cancelled``)."""
+        if self.closed_because is not None:
+            raise ApprovalNotPendingError(
+                f"tool call {decision.tool_call_id!r} is not pending a decision in this run: "
+                f"it takes no more ({self.closed_because})",
+                tool_call_id=decision.tool_call_id,
+            )
         done: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
         self.decisions.append(QueuedDecision(decision, done))
         self.on_change()
