@@ -250,3 +250,38 @@ async def test_a_decided_call_is_refused_naming_its_decision(temporal_client: Cl
         assert decision.id in refusal_of(in_flight.value)[1]
         store.release.set()
         await reader.done()
+
+
+async def test_a_call_decided_in_an_earlier_wait_is_refused_naming_its_decision(
+    temporal_client: Client,
+) -> None:
+    """A decision by hand, while a model call is in flight, on a call decided in the run's
+    first of two waits: taken (the reply may ask anything), then refused once the reply is
+    processed naming the stored decision, as one on the last wait's call is; it said only
+    'not pending a decision in this run'."""
+    script = [Reply(tool_calls=[email("c1")]), Reply(tool_calls=[email("c2", "amy@x.org")]), "ok"]
+    async with gated_agent(temporal_client, script) as (agent, store):
+        stream = await agent.run("mail bob, then amy")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        first = await agent.decide("c1", True)
+        await reader.until("approval_requested", 2)
+        store.arm(has_text("ok"))
+        await agent.decide("c2", True)
+        await asyncio.wait_for(store.entered.wait(), 30)  # the last reply, held: in flight
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        update = await handle.start_update(
+            "decide",
+            {"tool_call_id": "c1", "approved": False},
+            id="by-hand",
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=str,
+        )
+        store.release.set()
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await asyncio.wait_for(update.result(), 30)
+        kind, text = refusal_of(refused.value)
+        assert kind == "ApprovalNotPendingError" and first.id in text, text
+        await reader.done()

@@ -122,15 +122,21 @@ class Parked(Exception):
 class Waiting:
     """The turn a run waits on: its requests and the decisions stored so far."""
 
-    def __init__(self, turn: AwaitingTurn) -> None:
+    def __init__(self, turn: AwaitingTurn, before: Waiting | None = None) -> None:
         self.turn = turn
+        self.earlier: dict[str, str] = {} if before is None else before.decided()
+        """The decision IDs of the run's earlier waits, by call ID: a refusal names them."""
+
+    def decided(self) -> dict[str, str]:
+        """The decision ID stored on each call decided in this run's waits, by call ID."""
+        return self.earlier | {call_id: d.id for call_id, d in self.turn.decisions.items()}
 
     def check(self, tool_call_id: str, deciding: bool) -> None:
         """Raise :class:`ApprovalNotPendingError` unless the run waits for this call's
         decision (``deciding``: one is queued already, and it will win)."""
-        decided = self.turn.decisions.get(tool_call_id)
+        decided = self.decided().get(tool_call_id)
         if decided is not None:
-            raise not_pending(tool_call_id, decided.id)
+            raise not_pending(tool_call_id, decided)
         if deciding or tool_call_id not in {c.id for c in self.turn.undecided()}:
             raise not_pending(tool_call_id, None)
 
@@ -148,9 +154,8 @@ class Waiting:
 
 
 def _decided(engine: RunSide, tool_call_id: str) -> str | None:
-    """The ID of the decision the run stored on ``tool_call_id`` in its last wait, if any."""
-    decided = None if engine.waiting is None else engine.waiting.turn.decisions.get(tool_call_id)
-    return None if decided is None else decided.id
+    """The ID of the decision the run stored on ``tool_call_id`` in any of its waits, if any."""
+    return None if engine.waiting is None else engine.waiting.decided().get(tool_call_id)
 
 
 def not_pending(
@@ -244,7 +249,7 @@ async def settle(
         for entry in stored:
             assert isinstance(entry, ApprovalRequest)
             turn.requests[entry.tool_call_id] = entry
-    waiting = engine.waiting = Waiting(turn)
+    waiting = engine.waiting = Waiting(turn, engine.waiting)
     previous, engine.status = engine.status, "awaiting_approval"
     try:
         await _wait_for_decisions(engine, waiting)
@@ -275,10 +280,8 @@ async def _commit_decision(engine: RunSide, waiting: Waiting, queued: QueuedDeci
     decision = queued.decision
     request = waiting.turn.requests.get(decision.tool_call_id)
     if request is None or decision.tool_call_id in waiting.turn.decisions:
-        decided = waiting.turn.decisions.get(decision.tool_call_id)
-        queued.done.set_exception(
-            not_pending(decision.tool_call_id, None if decided is None else decided.id)
-        )
+        decided = waiting.decided().get(decision.tool_call_id)
+        queued.done.set_exception(not_pending(decision.tool_call_id, decided))
         return
     entry = decision.model_copy(
         update={"id": decision_entry_id(request.id), "created_at": engine.effects.now()}
