@@ -162,6 +162,8 @@ async def test_the_served_http_api_closes_the_store_it_opened_when_it_stops(
 ) -> None:
     """``durable-agent serve`` (and ``dev``'s chat page) open the store from its spec; when the
     server stops, that store's MongoDB client is closed, not left to the garbage collector."""
+    from pymongo.errors import InvalidOperation
+
     from durable_agent.cli import dev
     from durable_agent.cli.config import ENV_MONGODB_DB, OpenedStore, open_store
     from durable_agent.session import StoreClosedError
@@ -186,3 +188,5 @@ async def test_the_served_http_api_closes_the_store_it_opened_when_it_stops(
     assert isinstance(store, MongoStore)
     with pytest.raises(StoreClosedError):
         await store.list_sessions()
+    with pytest.raises(InvalidOperation, match="after close"):  # the client the CLI built
+        await store.database.list_collection_names()

@@ -334,10 +334,14 @@ class OpenedStore:
 
     store: Store
     spec: str
+    client: Any = None
+    """The MongoDB client :func:`open_store` built for the store (closed after it)."""
 
     async def close(self) -> None:
-        if isinstance(self.store, Closing):  # a MongoStore closes its client
+        if isinstance(self.store, Closing):
             await self.store.aclose()
+        if self.client is not None:
+            await self.client.close()
 
 
 def _parse_mongo_uri(uri: str) -> dict[str, Any]:
@@ -380,7 +384,7 @@ def open_store(spec: str, env: Mapping[str, str] | None = None) -> OpenedStore:
         from ..stores import MongoStore
 
         client: AsyncMongoClient[Any] = AsyncMongoClient(spec, serverSelectionTimeoutMS=5000)
-        return OpenedStore(MongoStore(client[name]), spec)
+        return OpenedStore(MongoStore(client[name]), spec, client)
     raise StoreSpecError(
         f"unknown store {display_store(spec)!r}: use file:PATH or a mongodb:// URI "
         f"(flag --store, or {ENV_STORE} / {ENV_MONGODB_URI})"

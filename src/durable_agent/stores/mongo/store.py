@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -158,13 +157,11 @@ class MongoStore(Closing):
         return translate_errors(what, self._address)
 
     async def _release(self) -> None:
-        """Stop the change feed, let the writes already started finish (a started write
-        completes), then close the client this store was built on."""
+        """Stop the change feed and let the writes already started finish (a started write
+        completes). The client stays open: it is the application's, usually shared (PyMongo
+        wants one per process), and closed by whoever built it."""
         self._feed.close()
         await asyncio.gather(*self._writes, return_exceptions=True)
-        closed = self._database.client.close()
-        if inspect.isawaitable(closed):  # PyMongo's async client; Motor's close is plain
-            await closed
 
     def _address(self) -> str:
         """The servers the client is configured for, as ``host:port`` (comma-separated)."""
