@@ -200,6 +200,22 @@ def test_thinking_from_another_api_or_unsigned_is_not_sent() -> None:
     ]
 
 
+def test_a_conversation_ending_on_a_cut_reply_sends_it_without_trailing_whitespace() -> None:
+    """Going on from a reply cut short sends it last (the API reads it as the start of its
+    answer), and the API refuses a final assistant message ending in whitespace, as a reply cut
+    between two words does; a reply left with nothing is not sent. Earlier replies are sent
+    as they are."""
+    question = Message(role="user", content=[TextContent(text="count")])
+    earlier = Message(role="assistant", content=[TextContent(text="one ")])
+    cut = Message(role="assistant", content=[TextContent(text="two\n"), TextContent(text=" \t")])
+    blank = Message(role="assistant", content=[TextContent(text="  ")])
+
+    sent = to_anthropic_messages([question, earlier, question, cut])
+    assert sent[1]["content"] == [{"type": "text", "text": "one "}]
+    assert sent[-1] == {"role": "assistant", "content": [{"type": "text", "text": "two"}]}
+    assert to_anthropic_messages([question, blank]) == [to_anthropic_messages([question])[0]]
+
+
 def test_documents_by_url_file_id_and_plain_text() -> None:
     text = base64.b64encode("notes ✓".encode()).decode()
     message = Message(

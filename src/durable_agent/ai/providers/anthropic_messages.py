@@ -54,6 +54,7 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     requires. Thinking is sent back only from messages this API produced (a signature from another
     provider would be rejected) and only with its signature. Server-side tool calls, and empty text
     blocks (which the API refuses), are left out, as is an assistant message left with nothing.
+    A final assistant message loses its trailing whitespace (:func:`_end_prefill`).
     """
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] | None = None  # the open tool-result user message's content
@@ -72,7 +73,24 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
             content = _assistant_blocks(message)
             if content:
                 out.append({"role": "assistant", "content": content})
+    if out and out[-1]["role"] == "assistant":
+        _end_prefill(out)
     return out
+
+
+def _end_prefill(out: list[dict[str, Any]]) -> None:
+    """A conversation ending on a reply (one cut short, gone on from) asks the API to continue
+    it, and the API refuses one ending in whitespace: its trailing text is trimmed, blocks left
+    empty dropped, and the message too if nothing is left."""
+    content = out[-1]["content"]
+    while content and content[-1]["type"] == "text":
+        text = content[-1]["text"].rstrip()
+        if text:
+            content[-1] = {**content[-1], "text": text}
+            break
+        content.pop()
+    if not content:
+        out.pop()
 
 
 def _user_block(block: ContentBlock) -> dict[str, Any] | None:
