@@ -159,3 +159,30 @@ async def test_a_stream_of_the_new_session_does_not_join_the_old_ones_hub(tmp_pa
         assert [e["id"] for _, e in new.entries()] == ["x", "y"]
         assert not any(f.event == "deleted" for f in new.frames)
         assert [e["id"] for _, e in old.entries()] == ["a", "b", "c"]
+
+
+async def test_a_follower_given_its_sessions_creation_reads_no_record_first(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's stream starts its follower with the ``created_at`` its start has just read (for
+    the run's memo): its first read reads no record again, and a session created again is
+    still told from that one."""
+    mine, other = stores
+    record = await mine.create_session(SID)
+    await mine.append_entries(SID, chain("a", "b", "c"))
+    reads: list[str] = []
+    load_session = mine.load_session
+
+    async def counted(session_id: str) -> Any:
+        reads.append(session_id)
+        return await load_session(session_id)
+
+    monkeypatch.setattr(mine, "load_session", counted)
+    follower = SessionFollower(mine, SID, born=record.created_at)
+    assert [e.id for _, e in await follower.read()] == ["a", "b", "c"]
+    assert reads == []
+    await recreate(other, chain("w", "x", "y", "z"))
+    with pytest.raises(SessionNotFoundError):
+        await follower.read()
+    assert reads == [SID]
+    follower.close()

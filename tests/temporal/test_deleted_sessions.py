@@ -16,11 +16,12 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent.ai.messages import user_message
 from durable_agent.cli.run import refuse_busy
 from durable_agent.durable.errors import EntryNotFoundError, RunActiveError
 from durable_agent.server.hubs import Hubs
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import SessionNotFoundError
+from durable_agent.session import MessageEntry, SessionNotFoundError, SessionRecord
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, delete_session_workflows
 from durable_agent.workflows.search import running_runs
@@ -166,3 +167,45 @@ async def test_a_run_of_a_deleted_session_does_not_hold_its_id_before_it_is_crea
         assert await runs.active(session) == []
         assert await running_runs(temporal_client, session) == [stream.run_id]  # every run
         await stream.cancel()
+
+
+class CountedStore(FileStore):
+    """A FileStore that counts its reads of session records."""
+
+    record_reads = 0
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        self.record_reads += 1
+        return await super().load_session(session_id)
+
+
+async def test_a_server_run_start_reads_the_session_record_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A server's busy check reads no session record while no run of the session is going,
+    and its run start reads it once (the run's memo; its stream's follower takes that read):
+    each read it three times, at every ``POST .../runs``. The memo still names the creation,
+    and the busy check still finds the run going."""
+    store, counted = FileStore(tmp_path / "s"), CountedStore(tmp_path / "s")
+    lm, q = ScriptedModel([Reply(tool_calls=[email()])]), queue()
+    spec = AgentSpec(model=lm, tools=[send_email])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        runs = TemporalRuns(temporal_client, q, counted, Hubs(counted, None), ["a"])
+        session = sid("reads")
+        assert await runs.active(session) == []
+        assert counted.record_reads == 0
+        old = await store.create_session(session)
+        question = MessageEntry(message=user_message("mail bob"))
+        run_id = await runs.start(session, [question], leaf_id=None, agent="a", on_busy="reject")
+        assert counted.record_reads == 1
+        await wait_state(
+            temporal_client, session, run_id, lambda s: s.status == "awaiting_approval"
+        )
+
+        async def listed() -> bool:
+            return await running_runs(temporal_client, session, old.created_at) == [run_id]
+
+        await eventually(listed, what="the waiting run is listed as of its creation")
+        assert await runs.active(session) == [run_id]
+        await runs.cancel(session, run_id)
+        await runs.aclose()

@@ -36,7 +36,7 @@ from ..session import Entry, MessageEntry, SessionNotFoundError, new_id, validat
 from ..session.render import call_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
-from ..workflows.search import creation_of, running_runs
+from ..workflows.search import creation_when_asked, running_runs
 from .config import (
     AddressOpt,
     AgentOpt,
@@ -170,7 +170,7 @@ async def refuse_busy(client: Client, agent: Agent) -> None:
     """:class:`RunActiveError` while a run goes on the session: a run from its tail would take
     the going run's unanswered calls for interrupted ones (docs/design.md#repair-and-reconcile)."""
     sid = agent.session_id  # its runs only, not a deleted one's (docs/design.md#retention)
-    if going := await running_runs(client, sid, await creation_of(agent.store, sid)):
+    if going := await running_runs(client, sid, creation_when_asked(agent.store, sid)):
         raise RunActiveError(
             f"session {sid!r} has a run going ({going[0]}): wait for its end "
             f"(durable-agent state {sid}), or start from another entry (--leaf)"

@@ -62,8 +62,7 @@ class SessionFollower:
     skipped (seqs may shift under concurrent writers). On a store with an append feed
     (:class:`~durable_agent.session.store.AppendFeed`) it watches the session from its first
     read: each append wakes it and calls ``on_wake`` (for a reader asleep on its own timer), the
-    back-off grows to :data:`PUSHED_READ` while the feed is up; :meth:`close` ends the watch.
-    """
+    back-off grows to :data:`PUSHED_READ` while the feed is up; :meth:`close` ends the watch."""
 
     def __init__(
         self,
@@ -76,6 +75,7 @@ class SessionFollower:
         growth: float = 2.0,
         missing_ok: bool = False,
         on_wake: Callable[[], None] | None = None,
+        born: datetime | None = None,
     ) -> None:
         self.store = store
         self.missing_ok = missing_ok
@@ -94,7 +94,7 @@ class SessionFollower:
         self._feed = store if isinstance(store, AppendFeed) else None
         self._watch: AppendWatch | None = None
         self._records = store.load_session if isinstance(store, RetentionStore) else None
-        self.born: datetime | None = None  # its session record's created_at (:meth:`_fetch`)
+        self.born = born  # its record's created_at (:meth:`_fetch`), if the caller just read it
         self._confirmed = float("-inf")
 
     @property
@@ -161,9 +161,10 @@ class SessionFollower:
         """The entries after the cursor, of the session the first read found: its record's
         ``created_at``, read before it, is read again when they may be another's (:meth:`_unsure`:
         a session created again numbers from 1 too), ``SessionNotFoundError`` if it differs."""
-        records, first = self._records, self.born is None
+        records, first = self._records, self._confirmed == float("-inf")  # no read yet
         if records is not None and first:
-            self.born, self._confirmed = (await records(self.session_id)).created_at, self.read_at
+            self.born = self.born or (await records(self.session_id)).created_at
+            self._confirmed = self.read_at
         found = await self._read(self.session_id, self.after)
         if records is not None and not first and self._unsure(found):
             self._confirmed = asyncio.get_running_loop().time()

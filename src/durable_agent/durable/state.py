@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..agent.options import AgentOptions
@@ -76,6 +77,9 @@ class SessionState:
         self._idle.set()
         self.compacting = False
         self.closed = False
+        self.born: datetime | None = None
+        """The session record's ``created_at`` as this handle's last run start read it (a
+        Temporal run's memo names it: docs/design.md#retention); ``None`` before one."""
         self.live_run_id = ""
         """The ID of this handle's live run on another executor (Temporal), ``""`` if none."""
         self.live_run: RunEngine | None = None

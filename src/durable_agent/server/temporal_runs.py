@@ -32,12 +32,12 @@ from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
-from ..session.store import Store, created_at_of
+from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
-from ..workflows.search import creation_of, latest_runs, running_runs
+from ..workflows.search import Creation, creation_when_asked, latest_runs, running_runs
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -131,7 +131,6 @@ class TemporalRuns:
                 return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
             await _create(self.store, session_id)
-            born = await created_at_of(self.store, session_id)
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor
             )
@@ -140,6 +139,7 @@ class TemporalRuns:
             # taken, and this follows that run (it never starts twice)
             run_id = run_id or new_id()
             stream = await handle.run(*entries, run_id=run_id)
+            born = handle.state.born  # the creation its start read (for its memo)
         # the stream follows the run in the store until it ends; kept until then, so the busy
         # check sees the run before visibility does. Its events, the run's own, reach the
         # session's streams (its live text keyed by the run's own leaf: sibling runs never mix);
@@ -196,14 +196,15 @@ class TemporalRuns:
     async def active(self, session_id: str) -> list[str]:
         """The session's runs going, any server's; not those of a session of its ID deleted
         before it was created again, or before (docs/design.md#retention)."""
-        return await self._active(session_id, await creation_of(self.store, session_id))
+        return await self._active(session_id, creation_when_asked(self.store, session_id))
 
-    async def _active(self, session_id: str, born: datetime | None) -> list[str]:
+    async def _active(self, session_id: str, born: Creation) -> list[str]:
+        """:meth:`active`, the record read only once a run names a creation (most have none)."""
         found = await running_runs(self.client, session_id, born)
         mine = [
             r
             for (s, r) in self._streams
-            if s == session_id and r not in found and self._born.get((s, r)) == born
+            if s == session_id and r not in found and self._born.get((s, r)) == await born()
         ]
         return mine + found
 
@@ -315,7 +316,8 @@ class TemporalRuns:
     ) -> tuple[str, str]:
         """The ``send`` update of the session's running run, answered once its validator
         accepted the message (delivery comes later, a receipt on the stream)."""
-        born = await creation_of(self.store, session_id)
+        creation = creation_when_asked(self.store, session_id)
+        born = await creation()  # read once for every check below
         accepted = self._accepted.run_of(session_id, message_id, born)
         if accepted is not None and message_id is not None:
             return accepted, message_id  # a retried request: handed on once
@@ -329,7 +331,7 @@ class TemporalRuns:
         # a resend is offered first to the runs that ended lately, all at once: one that took
         # it before its answer was lost says so, and a run started since never takes it again
         going, latest = await asyncio.gather(
-            self._active(session_id, born),
+            self._active(session_id, creation),
             self._latest(session_id, born) if resent else _nothing(),
         )
         ended = [r for r in latest if r not in going]

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -266,6 +267,7 @@ class TemporalExecutor:
         # the creation of the session ID the run belongs to, for the busy checks: a run the
         # session's delete left going is no run of the session created again under the ID
         born = await created_at_of(state.store, state.session_id) if state.created else None
+        state.born = born
         try:
             handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
                 "durable_agent.run",
@@ -281,8 +283,10 @@ class TemporalExecutor:
             )
         except WorkflowAlreadyStartedError:
             handle = self.client.get_workflow_handle(wid, result_type=RunResult)
-            return handle, await attached(self.client, handle, state)
-        return handle, started_here(state, inp.inputs)
+            start = await attached(self.client, handle, state)
+        else:
+            start = started_here(state, inp.inputs)
+        return handle, replace(start, born=born)  # its follower need not read the record
 
     async def decide_live(self, state: SessionState, decision: ApprovalDecision) -> Entry | None:
         """Hand a decision to the run that asked for it (its ``decide`` update); ``None`` when

@@ -12,6 +12,7 @@ session from its first entry.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -41,6 +42,9 @@ class RunStart:
     after: int
     waiting: AwaitingTurn | None = None
     """A run with no input on a turn whose calls wait for people: it waits on that turn."""
+    born: datetime | None = None
+    """The session record's ``created_at`` as its start read it (``None``: not read): the
+    follower's first read need not read the record again."""
 
 
 def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:

@@ -142,6 +142,7 @@ class RunFollower:
             slowest=SLOWEST_READ,
             missing_ok=True,  # a new session's first run creates it
             on_wake=self._pushed,
+            born=start.born,
         )
         self._after = start.after
         self.deltas = None if channel is None else DeltaFollower(channel, state.session_id, run_id)

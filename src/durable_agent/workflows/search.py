@@ -46,10 +46,11 @@ __all__ = [
     "SESSION_ID_KEY",
     "TRANSIENT",
     "ensure_search_attribute",
+    "Creation",
     "created_at_of",
     "creation_of",
+    "creation_when_asked",
     "latest_runs",
-    "of_creation",
     "ensure_session_attribute",
     "run_memo",
     "retried",
@@ -95,6 +96,22 @@ async def creation_of(store: Store, session_id: str) -> datetime | None:
     without it count); ``None`` for a store without records."""
     born = await created_at_of(store, session_id)
     return NO_SESSION if born is None and isinstance(store, RetentionStore) else born
+
+
+Creation = Callable[[], Awaitable[datetime | None]]
+
+
+def creation_when_asked(store: Store, session_id: str) -> Creation:
+    """:func:`creation_of`, read at the first call and kept: a busy check that finds no run
+    naming a creation reads no record (most find none)."""
+    read: list[datetime | None] = []
+
+    async def creation() -> datetime | None:
+        if not read:
+            read.append(await creation_of(store, session_id))
+        return read[0]
+
+    return creation
 
 
 def ensure_session_attribute(session_id: str) -> None:
@@ -154,14 +171,14 @@ async def ensure_search_attribute(client: Client) -> None:
 
 
 async def running_runs(
-    client: Client, session_id: str, created_at: datetime | None = None
+    client: Client, session_id: str, created_at: datetime | Creation | None = None
 ) -> list[str]:
     """The run IDs of the session's running runs, whoever started them: listed by the search
     attributes, each confirmed by its description (visibility lags about a second: a run that
     ended a moment ago is still listed, one started a moment ago may not be yet). ``[]`` in a
     namespace where no worker registered the attributes: no run there has them.
-    ``created_at``, the session record's: runs whose memo names another creation of the ID are
-    left out (a run without the memo, an operator's, counts)."""
+    ``created_at``, the session record's (or how to read it, once a run names a creation): runs
+    whose memo names another creation of the ID are left out (one without the memo counts)."""
     query = (
         f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
         'AND ExecutionStatus = "Running"'
@@ -174,7 +191,7 @@ async def running_runs(
         return []
     running = []
     for execution in listed:
-        if created_at is not None and not await of_creation(execution, created_at):
+        if created_at is not None and not await _of_creation(execution, created_at):
             continue
         try:
             described = await client.get_workflow_handle(execution.id).describe()
@@ -199,16 +216,18 @@ async def latest_runs(
     return [
         w.id.rsplit("/", 1)[-1]
         for w in listed
-        if created_at is None or await of_creation(w, created_at)
+        if created_at is None or await _of_creation(w, created_at)
     ]
 
 
-async def of_creation(execution: WorkflowExecution, created_at: datetime) -> bool:
+async def _of_creation(execution: WorkflowExecution, created_at: datetime | Creation) -> bool:
     """Whether the run belongs to the session's creation at ``created_at`` (by its memo)."""
     named = await execution.memo_value(CREATED_MEMO, None)
     if not isinstance(named, str):
         return True  # started without the memo (by hand), or one unreadable: as before
     try:
-        return datetime.fromisoformat(named) == created_at
+        named_at = datetime.fromisoformat(named)
     except ValueError:
         return True
+    wanted = created_at if isinstance(created_at, datetime) else await created_at()
+    return wanted is None or named_at == wanted  # None: a store without records, no filter
