@@ -3,11 +3,11 @@
 ``python bench/_serve_counted.py --src DIR --counts FILE -- <serve arguments>`` imports
 durable-agent from ``DIR`` (a tree's ``src``: this one's, or a ``git archive`` of an older
 revision's), counts every call of ``FileStore.load_entries`` and ``load_entries_after`` (the
-store's entry reads) and of ``FileDeltas.read_now`` (a live-delta read: ``read`` goes through
-it) made by any store object of the process, and writes ``{"store", "channel", "src"}`` to
-``FILE`` on ``SIGUSR1`` (the bench asks before and after a batch of runs). The wrappers are set
-on the classes before the server builds its store, so every read is counted, whoever makes it:
-the session hubs, the runs' own streams, the routes.
+store's entry reads), of ``load_session`` (a record read) and of ``FileDeltas.read_now`` (a
+live-delta read: ``read`` goes through it) made by any store object of the process, and writes
+``{"store", "channel", "record", "src"}`` to ``FILE`` on ``SIGUSR1`` (the bench asks before and
+after a batch of runs). The wrappers are set on the classes before the server builds its store, so
+every read is counted, whoever makes it: the session hubs, the runs' own streams, the routes.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ def main() -> None:
     from durable_agent.stores.file import FileDeltas
 
     assert Path(durable_agent.__file__).resolve().is_relative_to(src), "imported another tree"
-    counted = {"store": 0, "channel": 0}
+    counted = {"store": 0, "channel": 0, "record": 0}
     for name in ("load_entries", "load_entries_after"):
         _count(FileStore, name, "store", counted)
+    _count(FileStore, "load_session", "record", counted)
     _count(FileDeltas, "read_now", "channel", counted)
 
     def dump(*_: object) -> None:

@@ -17,14 +17,14 @@ every 20 ms. Figures:
   fresh store object against ``load_entries`` (the whole session), each in a fresh process
   (``_resume.py`` says how each read is measured); ``--before REV`` measures REV's ``src`` the
   same way, in turns with this tree's, and ``--resume-only`` measures only that;
-- **cost per run**: the server process's store reads (``load_entries``/``load_entries_after``
-  calls of any store object in it), live-delta reads (``FileDeltas.read_now``) and CPU seconds
-  per run, with one browser streaming the session and with none (a run started through the API
-  that nobody watches), counted by ``_serve_counted.py`` inside the server process over a batch
-  of runs on fresh sessions, until the hubs of the batch's sessions stopped (they linger after
-  their browser left). With ``--before REV`` a server running REV's ``src`` serves the same runs
-  in turns with this tree's (one worker, one Temporal), and the figures print side by side;
-  ``--cost-only`` measures only that.
+- **cost per run**: the server process's store reads (``load_entries``/``load_entries_after`` calls
+  of any store object in it), session-record reads (``load_session``), live-delta reads
+  (``FileDeltas.read_now``) and CPU seconds per run, with one browser streaming the session and
+  with none (a run started through the API that nobody watches), counted by ``_serve_counted.py``
+  inside the server process over a batch of runs on fresh sessions, until the hubs of the batch's
+  sessions stopped (they linger after their browser left). With ``--before REV`` a server running
+  REV's ``src`` serves the same runs in turns with this tree's (one worker, one Temporal), and the
+  figures print side by side; ``--cost-only`` measures only that.
 
 Run: ``.venv/bin/python bench/http_bench.py [--runs 10] [--clients 200] [--before REV]
 [--resume-only | --cost-only]``.
@@ -207,6 +207,7 @@ async def cost(
             figures[name]["watched" if watched else "unwatched"] = {
                 "store": (reads["store"] - reads0["store"]) / runs,
                 "channel": (reads["channel"] - reads0["channel"]) / runs,
+                "record": (reads["record"] - reads0["record"]) / runs,
                 "cpu": (served.cpu() - cpu0) / runs,
             }
     return figures
@@ -220,6 +221,7 @@ def print_cost(figures: dict[str, dict[str, Any]], runs: int) -> None:
         rows = [
             (f"store reads per run, {label}", lambda f: f"{f['store']:.1f}"),
             (f"live-delta reads per run, {label}", lambda f: f"{f['channel']:.1f}"),
+            (f"session-record reads per run, {label}", lambda f: f"{f['record']:.1f}"),
             (f"server CPU per run, {label}", lambda f: f"{f['cpu'] * 1000:.0f} ms"),
         ]
         for label_, show in rows:
