@@ -22,6 +22,7 @@ from durable_agent.session import (
 )
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.stores.mongo.claims import wire_hash
+from durable_agent.workflows.store_check import store_id
 from tests.mongo.helpers import (
     Commands,
     Counted,
@@ -281,5 +282,25 @@ async def test_unreachable_server_message_is_one_line() -> None:
             message = str(info.value)
             assert "\n" not in message and "Topology" not in message
             assert message.startswith(f"cannot reach MongoDB at 127.0.0.1:{port} (")
+    finally:
+        await client.close()
+
+
+async def test_the_store_id_of_a_stopped_server_is_unavailable(private_server: FerretDB) -> None:
+    """A Temporal run start first compares the client's store ID with its workers': with the
+    server stopped that read raises ``StoreUnavailableError`` (one line, the driver's error
+    chained), as every other call of the store does, not the driver's own error."""
+    client = _client(private_server)
+    try:
+        store = MongoStore(client["faults"])
+        own = await store_id(store, create=True)
+        await asyncio.to_thread(private_server.stop)
+        for create in (False, True):
+            with pytest.raises(StoreUnavailableError, match="cannot reach MongoDB") as info:
+                await store_id(store, create=create)
+            assert isinstance(info.value.__cause__, ConnectionFailure)
+            assert "\n" not in str(info.value)
+        await asyncio.to_thread(private_server.start)
+        assert await store_id(store, create=False) == own
     finally:
         await client.close()

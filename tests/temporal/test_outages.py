@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from durable_agent import (
     CorruptSessionError,
@@ -394,3 +395,41 @@ async def test_a_store_down_past_the_run_end_leaves_the_next_run_on_the_reply(
     ]
     assert [e.id for e in agent.entries()] == [e.id for e in stored]
     assert [m.text() for m in lm.requests[1].messages] == ["go", "the reply", "and then?"]
+
+
+async def test_a_run_start_with_the_store_down_raises_store_unavailable(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """The FileStore's directory goes (a file in its place) between a handle's open and its
+    first run: ``run()`` raises ``StoreUnavailableError`` (the one retryable store error),
+    starts no workflow and leaves the handle idle; once the store is back the same handle's run
+    goes on from what the session held. It raised the OS's ``NotADirectoryError``, untyped,
+    from the check that the queue's workers use the client's store."""
+    root = tmp_path / "s"
+    lm, q = ScriptedModel(["the reply"]), queue()
+    async with running_worker(
+        temporal_client, FileStore(root), {"a": AgentSpec(model=lm)}, task_queue=q
+    ):
+        agent = await new(
+            "a",
+            store=FileStore(root),
+            session_id=sid("down"),
+            executor=executor(temporal_client, q),
+        )
+        await agent.append("kept")
+        root.rename(tmp_path / "away")
+        root.write_text("not a directory")
+        with pytest.raises(StoreUnavailableError, match="file store"):
+            await agent.run("go", run_id="r1")
+        assert not agent.running
+        with pytest.raises(RPCError):  # never started
+            await temporal_client.get_workflow_handle(
+                run_workflow_id(agent.session_id, "r1")
+            ).describe()
+        root.unlink()
+        (tmp_path / "away").rename(root)
+        outcome = await consume(await agent.run("go"))
+        assert outcome.error is None, repr(outcome.error)
+    stored = await FileStore(root).load_entries(agent.session_id)
+    assert [m.text() for m in messages_of(stored)] == ["kept", "go", "the reply"]
+    assert lm.requests and [m.text() for m in lm.requests[0].messages] == ["kept", "go"]

@@ -37,6 +37,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from ..durable.errors import AgentError
+from ..session.errors import StoreUnavailableError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..stores.file import FileStore
@@ -117,13 +118,21 @@ def has_store_id(store: Store) -> bool:
 
 
 async def store_id(store: Store, *, create: bool) -> str | None:
-    """The store's ID; ``create`` makes one if it has none. None for stores without one."""
+    """The store's ID; ``create`` makes one if it has none. None for stores without one.
+    A store that is down raises ``StoreUnavailableError``, as its own calls do (a run start
+    asks this first: an OS or driver error would reach the caller untyped)."""
     if isinstance(store, FileStore):
-        return await asyncio.to_thread(_file_id, store, create)
+        try:
+            return await asyncio.to_thread(_file_id, store, create)
+        except OSError as exc:
+            raise StoreUnavailableError(f"file store {store.root}: {exc}") from exc
     database = _database(store)
-    if database is not None:
+    if database is None:
+        return None
+    from ..stores.mongo.decode import servers_of, translate_errors  # the driver only if used
+
+    with translate_errors("store id", lambda: servers_of(database)):
         return await _mongo_id(database, create)
-    return None
 
 
 def with_store_id(identity: str, sid: str | None) -> str:

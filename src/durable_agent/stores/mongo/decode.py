@@ -214,6 +214,17 @@ def _short_reason(exc: BaseException) -> str:
     return text[:160] or type(exc).__name__
 
 
+def servers_of(database: Any) -> str:
+    """The servers ``database``'s client is configured for, as ``host:port`` (comma-separated),
+    for an error message."""
+    try:
+        desc: Any = database.client.topology_description
+        servers = (desc() if callable(desc) else desc).server_descriptions()
+        return ",".join(f"{host}:{port}" for host, port in servers) or "?"
+    except Exception:  # an address is only for the message; never mask the real error
+        return "?"
+
+
 @contextlib.contextmanager
 def translate_errors(what: str, address: Callable[[], str]) -> Iterator[None]:
     """Raise ``StoreUnavailableError`` (chained) for a backend that is down; pass the rest on.

@@ -73,6 +73,7 @@ from .decode import (
     now_ms,
     of_incarnation,
     retrieve,
+    servers_of,
     translate_errors,
 )
 from .deltas import MongoDeltas
@@ -164,13 +165,7 @@ class MongoStore(Closing):
         await asyncio.gather(*self._writes, return_exceptions=True)
 
     def _address(self) -> str:
-        """The servers the client is configured for, as ``host:port`` (comma-separated)."""
-        try:
-            desc: Any = self._database.client.topology_description
-            servers = (desc() if callable(desc) else desc).server_descriptions()
-            return ",".join(f"{host}:{port}" for host, port in servers) or "?"
-        except Exception:  # an address is only for the message; never mask the real error
-            return "?"
+        return servers_of(self._database)
 
     @property
     def database(self) -> AsyncDatabase[Any] | AsyncIOMotorDatabase[Any]:
