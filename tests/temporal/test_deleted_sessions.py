@@ -12,13 +12,15 @@ import asyncio
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.client import Client
 
-from durable_agent import Reply, ScriptedModel, new, tool
+from durable_agent import Reply, ScriptedModel, StoreUnavailableError, new, tool
 from durable_agent.ai.messages import user_message
 from durable_agent.cli.run import refuse_busy
 from durable_agent.durable.errors import EntryNotFoundError, RunActiveError
+from durable_agent.server import create_app
 from durable_agent.server.hubs import Hubs
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry, SessionNotFoundError, SessionRecord
@@ -26,8 +28,17 @@ from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec, delete_session_workflows
 from durable_agent.workflows.search import running_runs
 from tests.durable_runs.test_approvals import email, send_email
+from tests.server.support import serving
 from tests.support.temporal import running_worker
-from tests.temporal.helpers import consume, eventually, executor, queue, sid, wait_state
+from tests.temporal.helpers import (
+    consume,
+    eventually,
+    executor,
+    messages_of,
+    queue,
+    sid,
+    wait_state,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -209,3 +220,51 @@ async def test_a_server_run_start_reads_the_session_record_once(
         assert await runs.active(session) == [run_id]
         await runs.cancel(session, run_id)
         await runs.aclose()
+
+
+async def test_busy_checks_with_the_store_down_say_so_and_lose_nothing(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """The busy checks read the session record once a run going names a creation: with the
+    store down then (a FileStore's directory gone), the CLI's check raises
+    ``StoreUnavailableError`` and the HTTP API answers 503 ``StoreUnavailableError`` to a run
+    start (either ``on_busy``) and to the list of runs, with no stack; once the store is back
+    the run still waits and the session is as busy as before."""
+    root = tmp_path / "s"
+    store = FileStore(root)
+    lm, q = ScriptedModel([Reply(tool_calls=[email()])]), queue()
+    spec = AgentSpec(model=lm, tools=[send_email])
+    async with running_worker(temporal_client, FileStore(root), {"a": spec}, task_queue=q):
+        session = sid("down")
+        await store.create_session(session)  # the run's memo names its creation
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        stream = await agent.run("mail bob")
+        await wait_state(
+            temporal_client, session, stream.run_id, lambda s: s.status == "awaiting_approval"
+        )
+        app = create_app(store=store, agents=["a"], temporal=temporal_client, task_queue=q)
+        async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+            path = f"/v1/sessions/{session}/runs"
+            root.rename(tmp_path / "away")
+            root.write_text("not a directory")
+            with pytest.raises(StoreUnavailableError):
+                await refuse_busy(temporal_client, agent)
+            answers = [
+                await client.post(path, json={"text": "hi"}),
+                await client.post(path, json={"text": "hi", "on_busy": "next_turn"}),
+                await client.get(path),
+            ]
+            for answer in answers:
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["type"] == "StoreUnavailableError"
+                assert "Traceback" not in answer.text
+            root.unlink()
+            (tmp_path / "away").rename(root)
+            with pytest.raises(RunActiveError):
+                await refuse_busy(temporal_client, agent)
+            assert (await client.get(path)).json() == {"active": [stream.run_id]}
+            assert (await client.post(path, json={"text": "hi"})).status_code == 409
+        await stream.cancel()
+    assert [m.text() for m in messages_of(await store.load_entries(session))][:1] == ["mail bob"]
