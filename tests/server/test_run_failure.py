@@ -247,6 +247,9 @@ def test_a_failures_message_is_cut_and_keeps_no_key(monkeypatch: pytest.MonkeyPa
     assert failure.message.endswith("…") and SECRET[:12] not in failure.message
 
 
+LOST = "lost-with-the-process"
+
+
 async def test_a_run_the_server_does_not_know_is_not_shown_working(
     tmp_path: Path,
     browser_page: Any,  # noqa: F811
@@ -259,7 +262,7 @@ async def test_a_run_the_server_does_not_know_is_not_shown_working(
     asked: list[str] = []
 
     async def a_lost_run(route: Any) -> None:
-        await route.fulfill(status=202, json={"run_id": "lost-with-the-process"})
+        await route.fulfill(status=202, json={"run_id": LOST})
 
     async def its_status(route: Any) -> None:
         asked.append(route.request.url)  # asked once the page holds the run as going
@@ -267,13 +270,14 @@ async def test_a_run_the_server_does_not_know_is_not_shown_working(
 
     async with serving(app) as url:
         await page.route("**/v1/sessions/*/runs", a_lost_run)
-        await page.route("**/v1/sessions/*/runs/lost-with-the-process", its_status)
+        await page.route(f"**/v1/sessions/*/runs/{LOST}", its_status)
         await page.goto(url + "/")
         await page.fill("#text", "hello")
         await page.click("#send")
 
         async def dropped() -> bool:
-            runs = await page.evaluate("[...state.runs.keys()]")
-            return bool(asked) and runs == [] and await page.is_disabled("#stop")
+            runs = await page.evaluate("[...state.runs.entries()]")
+            # kept as lost: the page saw that run end unfinished (and says so of its question)
+            return bool(asked) and runs == [[LOST, "lost"]] and await page.is_disabled("#stop")
 
         await eventually(dropped, within=30, interval=0.05, what="the lost run dropped")
