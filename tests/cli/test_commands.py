@@ -110,6 +110,20 @@ def test_no_server_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot reach Temporal at 127.0.0.1:1" in result.stderr
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "localhost:port"])
+@pytest.mark.parametrize("command", [["state", "s1"], ["worker", "--app", DEMO_APP]])
+def test_an_address_that_is_no_address_is_a_clear_error(
+    tmp_path: Path, address: str, command: list[str]
+) -> None:
+    """A mistyped port (``TEMPORAL_ADDRESS=localhost:72333``) is a settings error, exit 2,
+    naming the address and where it came from: the SDK's ValueError was a traceback."""
+    result = run_cli(command, cli_env(tmp_path, TEMPORAL_ADDRESS=address), timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    first = result.stderr.strip().splitlines()[0]
+    assert address in first and "TEMPORAL_ADDRESS" in first and "invalid" in first, first
+
+
 def test_an_unusable_data_directory_is_one_line(tmp_path: Path) -> None:
     """A data directory (or store) that cannot be made, as a read-only or mistyped path: one
     ``error:`` line naming the path, before any server is started or reached."""

@@ -226,7 +226,8 @@ async def connect_with(
     """A client for resolved settings, with the pydantic data converter (which workers inherit),
     optionally a payload codec (e.g. :class:`~durable_agent.workflows.codec.AesGcmCodec`),
     interceptors (e.g. ``temporalio.contrib.opentelemetry.TracingInterceptor``) and plugins.
-    Raises :class:`TemporalConnectError` when no server answers."""
+    Raises :class:`TemporalConnectError` when no server answers, :class:`TemporalConfigError`
+    for an address that is no address (a port past 65535, not a number)."""
     converter = pydantic_data_converter
     if payload_codec is not None:
         # failure messages and stack traces are encoded too: a tool's error often quotes the
@@ -249,6 +250,8 @@ async def connect_with(
     except (RuntimeError, RPCError) as exc:
         await asyncio.sleep(_NATIVE_SETTLE)
         raise TemporalConnectError(settings, _reason(exc)) from None
+    except ValueError as exc:  # the SDK's "invalid target URL": no retry can make it reachable
+        raise TemporalConfigError(f"Temporal address {settings.describe()}: {exc}") from None
     _settle_at_exit()
     return client
 
