@@ -280,6 +280,34 @@ async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
         await store.load_entries(session)
 
 
+async def test_two_inputs_fail_the_run_at_once_as_one_bad_input_does(
+    temporal_client: Client, production_worker: tuple[str, Store]
+) -> None:
+    """``temporal workflow start --input A --input B`` (the flag repeats) gives the run two
+    arguments: the SDK called ``run`` with both, a TypeError that failed the workflow task,
+    retried until the execution timeout, a traceback in the worker's log each time."""
+    task_queue, store = production_worker
+    session = sid("two-inputs")
+    value = json.loads(pasted_text(session))
+    handle = await temporal_client.start_workflow(
+        "durable_agent.run",
+        args=[value, {"text": "more"}],
+        id=run_workflow_id(session, "r1"),
+        task_queue=task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert cause.type == "InvalidRunInput" and cause.non_retryable
+    assert cause.message.startswith("invalid run input: 2 inputs given"), cause.message
+    types = event_types((await handle.fetch_history()).to_json())
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in types
+    assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in types
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries(session)
+
+
 async def test_an_operator_starts_a_run_from_plain_json_with_the_default_converter(
     temporal_client: Client, production_worker: tuple[str, Store], address: str
 ) -> None:

@@ -30,6 +30,12 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
 from ..activities.run_contracts import InputEntry, RunInput
 from ..ai.messages import Message
@@ -46,6 +52,7 @@ __all__ = [
     "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
+    "OneRunInput",
     "decode_run_input",
     "derive_run_id",
     "read_run_input",
@@ -87,6 +94,28 @@ def read_run_input(raw: RawValue) -> RunInput:
         run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
         inp = inp.model_copy(update={"run_id": run_id})
     return inp
+
+
+class OneRunInput(Interceptor):
+    """The worker interceptor that fails a run given more than one input (``temporal workflow
+    start --input A --input B``) as any bad input does: the SDK hands ``run`` every argument, and
+    the TypeError of the call fails the workflow task, retried until the execution timeout."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _OneRunInputInbound
+
+
+class _OneRunInputInbound(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        if len(input.args) > 1 and workflow.info().workflow_type == "durable_agent.run":
+            raise ApplicationError(
+                f"invalid run input: {len(input.args)} inputs given; expected one, as {EXAMPLE}",
+                type=INVALID_RUN_INPUT,
+                non_retryable=True,
+            )
+        return await super().execute_workflow(input)
 
 
 def read_update_body(raw: RawValue, model: type[M], update: str) -> M:

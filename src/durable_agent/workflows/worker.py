@@ -18,6 +18,7 @@ from ..durable.publisher import PublisherLike
 from ..session.deltas import FASTEST_WRITE, SLOWEST_WRITE, WRITE_EVERY
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
+from .run_input import OneRunInput
 from .run_workflow import RunWorkflow
 from .search import ensure_search_attribute
 from .store_check import PUBLISHER_MARK, store_id, with_store_id
@@ -141,6 +142,7 @@ async def create_worker(
     # a crashed worker's workflows move to another worker within seconds
     worker_options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=2))
     worker_options.setdefault("workflow_runner", workflow_runner(sandboxed))
+    worker_options["interceptors"] = [*worker_options.get("interceptors", ()), OneRunInput()]
     worker_options["identity"] = await _identity(
         worker_options.get("identity") or client.identity, store, publisher is not None
     )
