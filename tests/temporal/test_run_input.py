@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 
 from durable_agent import MessageEntry, ScriptedModel, new
@@ -306,6 +306,24 @@ async def test_two_inputs_fail_the_run_at_once_as_one_bad_input_does(
     assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in types
     with pytest.raises(SessionNotFoundError):
         await store.load_entries(session)
+
+
+async def test_the_state_of_a_run_whose_input_was_refused_says_so(
+    temporal_client: Client, production_worker: tuple[str, Store]
+) -> None:
+    """The UI's Queries tab on such a run: ``state`` failed on a bare ``assert``, an error
+    without a message ("querying workflow failed: ")."""
+    task_queue, _ = production_worker
+    session = sid("refused-state")
+    value = {"session_id": session, "agent": "assistant", "txt": "hi"}
+    handle = await temporal_client.start_workflow(
+        "durable_agent.run", value, id=run_workflow_id(session, "r1"), task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=20)
+    with pytest.raises(WorkflowQueryFailedError) as info:
+        await handle.query("state")
+    assert "input was refused" in info.value.message, info.value.message
 
 
 async def test_an_operator_starts_a_run_from_plain_json_with_the_default_converter(

@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 # Not passed through: under a sandbox that reloads durable_agent (Temporal's default runner), the
 # package's __init__ has loaded every module of the block below in the sandbox already, and one
@@ -141,7 +141,8 @@ class RunWorkflow:
     @workflow.query(name="state")
     def state(self) -> RunState:
         inp = self._input
-        assert inp is not None
+        if inp is None:  # the run failed on its input: the UI's Queries tab says so, not a blank
+            raise ApplicationError("no state: the run's input was refused (see its failure)")
         return run_state(inp, self._engine, self._inbox)
 
     # -- updates (docs/design.md#approvals-and-steering) -------------------------------------
