@@ -492,12 +492,16 @@ async def test_an_operator_run_with_input_on_a_parked_tail_is_refused(
 
 NO_BODY = object()
 """An update sent with no argument (the UI's Data field left empty)."""
+TWO_BODIES = object()
+"""An update sent with two arguments (``temporal workflow update execute --input A --input B``)."""
 BAD_BODIES: list[tuple[str, Any, str]] = [
     ("decide", {"tool_call_id": "c1", "approved": "maybe"}, "approved: "),
     ("decide", {"tool_call_id": "c1"}, "approved: required"),
     ("decide", {"tool_call_id": "c1", "approved": True, "by": "ops"}, "by: "),
     ("decide", "c1", "expected a JSON object, got a string"),
     ("decide", NO_BODY, "none given"),
+    ("decide", TWO_BODIES, "2 inputs given"),
+    ("send", TWO_BODIES, "2 inputs given"),
     ("send", {"text": ""}, "text: is empty"),
     ("send", {"text": "   "}, "text: is empty"),
     ("send", {"text": "a", "when": "soon"}, "when: "),
@@ -528,6 +532,8 @@ async def test_an_operators_bad_update_body_is_refused_typed_with_no_trace(
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 if body is NO_BODY:
                     await handle.execute_update(name)
+                elif body is TWO_BODIES:
+                    await handle.execute_update(name, args=[{"tool_call_id": "c1"}, {}])
                 else:
                     await handle.execute_update(name, body)
             cause = refused.value.cause

@@ -32,6 +32,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     ExecuteWorkflowInput,
+    HandleUpdateInput,
     Interceptor,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
@@ -99,7 +100,8 @@ def read_run_input(raw: RawValue) -> RunInput:
 class OneRunInput(Interceptor):
     """The worker interceptor that fails a run given more than one input (``temporal workflow
     start --input A --input B``) as any bad input does: the SDK hands ``run`` every argument, and
-    the TypeError of the call fails the workflow task, retried until the execution timeout."""
+    the TypeError of the call fails the workflow task, retried until the execution timeout. An
+    update given two is refused as a bad body is (the SDK's refusal was a retryable TypeError)."""
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
@@ -116,6 +118,15 @@ class _OneRunInputInbound(WorkflowInboundInterceptor):
                 non_retryable=True,
             )
         return await super().execute_workflow(input)
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        if len(input.args) > 1:
+            raise ApplicationError(
+                f"invalid {input.update} input: {len(input.args)} inputs given; expected one",
+                type=INVALID_UPDATE_INPUT,
+                non_retryable=True,
+            )
+        super().handle_update_validator(input)
 
 
 def read_update_body(raw: RawValue, model: type[M], update: str) -> M:
