@@ -474,3 +474,35 @@ def test_a_ready_file_that_cannot_be_written_is_one_line(dev: Dev, tmp_path: Pat
     first = result.stderr.splitlines()[0]
     assert f"cannot write the ready file {ready}" in first, result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_run_leaf_at_a_going_runs_answered_call_is_refused(dev: Dev, tmp_path: Path) -> None:
+    """``run --leaf`` naming a call a going run has answered (its result stored, the reply still
+    coming): a run from a call goes on from its stored results, here the going run's tail
+    (docs/design.md#repair-and-reconcile), so it is refused as a run from the tail is. Before, it
+    started there: its question a sibling of the going run's reply, which the going run's own
+    ``run`` printed as a message delivered into it, and then printed the other run's reply."""
+    queue, store = f"ops-leaf-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
+    args = ["--app", f"{OPS_APP}:app", "--store", store, "--task-queue", queue]
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    client = await _client(dev)
+    with worker_process(env, tmp_path, *args):
+        handle = await client.start_workflow(
+            "durable_agent.run",
+            {"session_id": "leaf1", "agent": "ponder", "text": "go"},
+            id="durable-agent/leaf1/run/first",
+            task_queue=queue,
+        )
+        wait_until(lambda: (tmp_path / "answering").exists(), within=60, what="the reply due")
+        shown = _json(run_cli(["show", "leaf1", "--json", "--store", store], env))
+        call = next(e["id"] for e in shown["entries"] if e["message"]["role"] == "assistant")
+        flags = ["--agent", "ponder", "--task-queue", queue, "--store", store]
+        second = run_cli(["run", "leaf1", "hello", "--leaf", call, *flags], env)
+        (tmp_path / "release").touch()
+        await handle.result()
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert "has a run going" in second.stderr and "Traceback" not in second.stderr
+        after = json.dumps(
+            _json(run_cli(["show", "leaf1", "--tree", "--json", "--store", store], env))
+        )
+        assert "hello" not in after and "quick" not in after

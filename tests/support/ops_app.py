@@ -1,6 +1,6 @@
 """The app ``durable-agent worker`` serves in the operations tests (its logs and its health).
 
-``durable-agent worker --app tests/support/ops_app.py:app`` serves three agents:
+``durable-agent worker --app tests/support/ops_app.py:app`` serves these agents:
 
 - ``hello`` answers every question with ``Hello!``;
 - ``flaky``'s first model call fails with a retryable :class:`ModelError` (a provider's 503), the
@@ -10,7 +10,10 @@
 - ``settle`` calls ``settle``, a tool tried once (its effect must not happen twice) that says it
   started (``started`` in ``$OPS_TOOL_DIR``) and works until the test lets it finish (``release``
   there), then answers with what the tool returned: what a worker told to stop does with a call
-  in flight.
+  in flight;
+- ``ponder`` calls ``lookup`` (a quick tool) for the question ``go``, then answers its result only
+  once the test lets it (``answering`` in ``$OPS_TOOL_DIR`` while it waits for ``release``), and
+  says ``quick`` to any other question: a run going with its turn's result stored.
 """
 
 from __future__ import annotations
@@ -47,6 +50,39 @@ async def settle(amount: str) -> str:
         await asyncio.sleep(0.05)
 
 
+class PonderModel:
+    """A model that thinks over a tool's result until the test releases it."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedModel(_ponder)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if request.messages[-1].role == "tool_result":
+            where = Path(os.environ["OPS_TOOL_DIR"])
+            (where / "answering").touch()
+            while True:  # thinking, as long as the test needs the run going
+                if (where / "release").exists():
+                    break
+                await asyncio.sleep(0.05)
+        async for event in self.inner.stream(request):
+            yield event
+
+
+@tool
+async def lookup(q: str) -> str:
+    """Look something up, at once."""
+    return f"found {q}"
+
+
+def _ponder(request: ModelRequest) -> Reply:
+    last = request.messages[-1]
+    if last.role == "tool_result":
+        return Reply(text=f"after thinking it over: {last.text()}")
+    if last.text() == "go":
+        return Reply.call("lookup", {"q": "x"}, id="lookup-1")
+    return Reply(text="quick")
+
+
 def _settle(request: ModelRequest) -> Reply:
     last = request.messages[-1]
     if last.role == "tool_result":
@@ -64,5 +100,6 @@ def app() -> App:
             ),
             "broken": AgentSpec(model=BrokenModel()),
             "settle": AgentSpec(model=ScriptedModel(_settle), tools=(settle,)),
+            "ponder": AgentSpec(model=PonderModel(), tools=(lookup,)),
         }
     )

@@ -1,17 +1,17 @@
 """``durable-agent run``: one turn on Temporal, printed as it happens (or as JSON at the end).
 
 Everything that can be checked is checked before the session is created (the message, the ID,
-``--leaf``, Temporal, a worker on another store); a new session is created by its first run once
-the worker checked the agent: an agent the worker lacks creates nothing. A run going on the session
-(any process's) refuses a run from its tail (``--leaf`` too). Ctrl-C or ``--timeout`` cancels the
-run; what it stored stays. :func:`open_agent` is also how ``chat`` opens its session.
+``--leaf``, Temporal, a worker on another store); a new session is created by its first run once the
+worker checked the agent: an agent the worker lacks creates nothing. A run going on the session (any
+process's) refuses a run from its tail or from its calls (``--leaf``). Ctrl-C or ``--timeout``
+cancels the run; what it stored stays. :func:`open_agent` is also how ``chat`` opens its session.
 
-:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They
-are its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and
-the new leaf show under each message. ``message_update`` deltas show as they come (on Temporal
-a batch at a time from the store's live delta channel, which
-:class:`~durable_agent.cli.render.Reveal` writes out at the pace it came); an update with
-``restart`` (the model call was retried after a worker crash) starts the reply's line over.
+:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They are
+its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and the new
+leaf show under each message. ``message_update`` deltas show as they come (on Temporal a batch at a
+time from the store's live delta channel, which :class:`~durable_agent.cli.render.Reveal` writes out
+at the pace it came); an update with ``restart`` (the model call was retried after a worker crash)
+starts the reply's line over.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ..durable import Agent, Event, RunActiveError, RunStream, new
 from ..durable.limits import check_entry
 from ..session import Entry, MessageEntry, SessionNotFoundError, new_id, validate_session_id
 from ..session.render import call_text, short
+from ..session.views import open_calls_at
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.executor import DEFAULT_PAYLOAD_LIMIT
 from ..workflows.search import creation_when_asked, running_runs
@@ -85,8 +86,7 @@ def run(
         str | None,
         typer.Option(
             "--leaf",
-            help="Run from this entry (an earlier branch; `root` starts a new one) instead of "
-            "the last stored entry.",
+            help="Run from this entry (an earlier branch; `root` starts a new one).",
             show_default=False,
         ),
     ] = None,
@@ -205,9 +205,9 @@ async def run_turn(
             agent_name=agent_name,
             flags=flags,
         )
-        if start_at is None or start_at == agent.leaf_id:  # --leaf naming the tail: the same
-            await refuse_busy(executor.client, agent)
-        else:
+        if start_at in (None, agent.leaf_id) or open_calls_at(agent.entries(), start_at or ""):
+            await refuse_busy(executor.client, agent)  # the tail, or calls a run goes on with
+        if start_at is not None and start_at != agent.leaf_id:
             await agent.branch(start_at)
         return await _stream_turn(console, err, agent, entry, as_json, limit)
     finally:

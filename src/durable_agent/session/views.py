@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ai.messages import Message, TextContent
+from ..ai.messages import Message, TextContent, ToolCall
 from .entries import CompactionEntry, Entry, MessageEntry
-from .repair import repair_tool_calls
+from .repair import dangling_calls, repair_tool_calls
+from .tree import path
 
-__all__ = ["history_view", "model_view", "raw_model_view", "run_view", "transcript_view"]
+__all__ = [
+    "history_view",
+    "model_view",
+    "open_calls_at",
+    "raw_model_view",
+    "run_view",
+    "transcript_view",
+]
 
 
 def raw_model_view(path: Sequence[Entry]) -> list[Message]:
@@ -107,3 +115,10 @@ def _with_ephemeral(path: Sequence[Entry], ephemeral: Sequence[Entry]) -> Sequen
 def transcript_view(path: Sequence[Entry]) -> list[Entry]:
     """``path`` without meta and ephemeral messages; compactions and custom entries kept."""
     return [e for e in path if not (isinstance(e, MessageEntry) and (e.meta or e.ephemeral))]
+
+
+def open_calls_at(entries: Sequence[Entry], leaf_id: str) -> list[ToolCall]:
+    """The calls the path to ``leaf_id`` ends in and leaves unanswered: a run from there goes on
+    with that turn, from their stored results if any (run-start reconcile adopts them, wherever
+    they lead: docs/design.md#repair-and-reconcile), else from synthesized ones."""
+    return dangling_calls(raw_model_view(path(entries, leaf_id)))
