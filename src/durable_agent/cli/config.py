@@ -3,9 +3,7 @@ Temporal server, the options, and the failures with their exit codes.
 
 Every variable the worker and the other commands read is named here once, so
 ``docker-compose.yml`` and its test can be checked against this module rather than against prose.
-Temporal comes from ``--address``/``--namespace``/``--profile``, then the chain the library's
-``connect_from_env`` follows (:mod:`durable_agent.workflows.config`: the ``temporal`` CLI's
-variables and profiles, a running ``durable-agent dev``, ``localhost:7233``). Each command
+Temporal comes from the flags, then the library's chain (:func:`client_settings`). Each command
 records in :data:`TARGET` what it resolved (this Temporal server, this store): errors always
 print it and ``-v`` prints it up front.
 
@@ -334,8 +332,7 @@ class OpenedStore:
 
     store: Store
     spec: str
-    client: Any = None
-    """The MongoDB client :func:`open_store` built for the store (closed after it)."""
+    client: Any = None  # the MongoDB client open_store built for the store: closed after it
 
     async def close(self) -> None:
         if isinstance(self.store, Closing):
