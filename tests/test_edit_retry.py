@@ -178,3 +178,18 @@ def test_render_tree_is_plain_text_marking_the_active_path() -> None:
         (None, True),
         ("d", True),
     ]
+
+
+async def test_the_tree_of_a_handle_shows_no_ephemeral_input(harness: Harness) -> None:
+    """An ephemeral nudge is never stored: the tree drawn from the handle's entries is the one
+    the store holds, with no branch of it (one nobody could switch to, gone after a reload)."""
+    from durable_agent import ephemeral
+    from durable_agent.session import render_tree
+
+    store = MemoryStore()
+    agent = await harness.open(["a1", "a2"], store=store)
+    await (await agent.run("q1", ephemeral("be brief"))).wait()
+    await (await agent.run("q2")).wait()
+    drawn = render_tree(agent.entries(), agent.leaf_id)
+    assert "branch" not in drawn and "be brief" not in drawn
+    assert drawn == render_tree(await store.load_entries(agent.session_id), agent.leaf_id)

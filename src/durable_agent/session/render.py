@@ -110,7 +110,9 @@ class TreeLine(NamedTuple):
 
 def tree_lines(entries: Sequence[Entry], leaf_id: str) -> list[TreeLine]:
     """The tree of ``entries`` as lines, top to bottom, the active path ending at
-    ``leaf_id``."""
+    ``leaf_id``. Ephemeral messages are left out: never stored, they are no branch of the
+    tree (an in-process handle's log holds them, a reload or a Temporal handle does not)."""
+    entries = [e for e in entries if not (isinstance(e, MessageEntry) and e.ephemeral)]
     active = {e.id for e in path(entries, leaf_id)}
     lines: list[TreeLine] = []
 
