@@ -259,9 +259,20 @@ async def test_fork_publishes_forked_then_init(store: Store) -> None:
     assert [e.type for e in published] == ["session_forked", "session_init"]
     forked, init = published
     assert (forked.session_id, forked.parent_id) == ("fork-pub-child", "fork-pub")
-    assert forked.idempotency_key == "session_forked:fork-pub-child:fork-pub"
+    assert forked.idempotency_key is not None and init.idempotency_key is not None
+    occurrence = forked.idempotency_key.removeprefix("session_forked:fork-pub-child:fork-pub:")
+    assert HEX16.fullmatch(occurrence)
     assert (init.session_id, init.leaf_id) == ("fork-pub-child", child.leaf_id)
-    assert init.idempotency_key == "session_init:fork-pub-child:fork"
+    assert init.idempotency_key == f"session_init:fork-pub-child:fork:{occurrence}"
+    # a retried fork is the same occurrence; one that goes on to a longer path is another
+    published.clear()
+    await source.fork("fork-pub-child")
+    assert [e.idempotency_key for e in published] == [forked.idempotency_key, init.idempotency_key]
+    await source.append("y")
+    published.clear()
+    longer = await source.fork("fork-pub-child")
+    assert published[1].leaf_id == longer.leaf_id != child.leaf_id
+    assert published[0].idempotency_key != forked.idempotency_key
 
 
 async def test_failed_fork_publishes_nothing_and_resumes(store: RetentionStore) -> None:

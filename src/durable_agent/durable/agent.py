@@ -22,7 +22,7 @@ from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import Store
+from ..session.store import SessionRecord, Store
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .deciding import decide
@@ -264,7 +264,7 @@ class Agent:
         if snapshot and all(e.id != snapshot[-1].id for e in await state.store.load_entries(sid)):
             raise SessionNotFoundError(sid)  # docs/design.md#retention
         copies = _fork_copies(child_id, snapshot)
-        await _create_or_resume_child(state.store, child_id, state.session_id, copies)
+        record = await _create_or_resume_child(state.store, child_id, state.session_id, copies)
         if copies:
             await state.store.append_entries(child_id, copies)
         child = Agent(
@@ -273,8 +273,11 @@ class Agent:
             middleware=self._middleware,
             executor=self._executor,
         )
+        # one occurrence per child record and leaf: a retried fork is the same one, a fork
+        # going on to a longer path or into a child forked again after its delete is another
+        occurrence = fork_entry_id(child_id, f"{record.created_at.isoformat()}\n{child.leaf_id}")
         await self._executor.publish(
-            self._config, fork_events(child_id, state.session_id, child.leaf_id)
+            self._config, fork_events(child_id, state.session_id, child.leaf_id, occurrence)
         )
         return child
 
@@ -326,11 +329,10 @@ def _fork_copies(child_id: str, snapshot: Sequence[Entry]) -> list[Entry]:
 
 async def _create_or_resume_child(
     store: Store, child_id: str, source_id: str, copies: Sequence[Entry]
-) -> None:
+) -> SessionRecord:
     """Create the child, or accept one a failed earlier fork of the same source left behind."""
     try:
-        await store.create_session(child_id, parent_id=source_id)
-        return
+        return await store.create_session(child_id, parent_id=source_id)
     except SessionExistsError:
         pass
     load_session = getattr(store, "load_session", None)
@@ -340,13 +342,14 @@ async def _create_or_resume_child(
             child_id,
             f"the store has no load_session, so it cannot be checked as a fork of {source_id!r}",
         )
-    record = await load_session(child_id)
+    record: SessionRecord = await load_session(child_id)
     if record.parent_id != source_id:
         raise SessionExistsError(child_id, f"it is not a fork of {source_id!r}")
     existing = await store.load_entries(child_id)
     expected = [encode_entry(c) for c in copies[: len(existing)]]
     if len(existing) > len(copies) or [encode_entry(e) for e in existing] != expected:
         raise SessionExistsError(child_id, "it has diverged from the fork source")
+    return record
 
 
 async def new(

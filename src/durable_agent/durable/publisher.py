@@ -60,20 +60,21 @@ def branched_event(session_id: str, from_id: str, leaf_id: str, op_id: str) -> E
     )
 
 
-def fork_events(child_id: str, source_id: str, leaf_id: str) -> list[Event]:
-    """``session_forked`` then the child's ``session_init``, in that order."""
+def fork_events(child_id: str, source_id: str, leaf_id: str, occurrence: str) -> list[Event]:
+    """``session_forked`` then the child's ``session_init``, in that order. ``occurrence``
+    names this fork among those into ``child_id`` (a retried fork is the same one)."""
     return [
         Event(
             type="session_forked",
             session_id=child_id,
             parent_id=source_id,
-            idempotency_key=f"session_forked:{child_id}:{source_id}",
+            idempotency_key=f"session_forked:{child_id}:{source_id}:{occurrence}",
         ),
         Event(
             type="session_init",
             session_id=child_id,
             leaf_id=leaf_id,
-            idempotency_key=f"session_init:{child_id}:fork",
+            idempotency_key=f"session_init:{child_id}:fork:{occurrence}",
         ),
     ]
 
