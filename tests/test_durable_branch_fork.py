@@ -374,3 +374,20 @@ async def test_fork_while_closed(store: Store) -> None:
         await source.fork("fork-closed-child")
     with pytest.raises(SessionNotFoundError):  # nothing was created
         await store.load_entries("fork-closed-child")
+
+
+async def test_a_fork_names_a_parent_the_store_holds(
+    harness: Harness, store: RetentionStore
+) -> None:
+    """A handle on a session nothing was stored in yet (on Temporal its first run or write
+    creates it) forks into a child whose parent exists, as in process; one whose session was
+    deleted since is refused, nothing created (the child named a parent no store held)."""
+    agent = await harness.open([], store=store, session_id="fork-unborn")
+    child = await agent.fork("fork-unborn-child")
+    assert (await store.load_session(child.session_id)).parent_id == "fork-unborn"
+    assert await store.load_entries("fork-unborn") == []
+    await store.delete_session("fork-unborn")
+    with pytest.raises(SessionNotFoundError):
+        await agent.fork("fork-unborn-child-2")
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries("fork-unborn-child-2")

@@ -22,7 +22,7 @@ from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import SessionRecord, Store
+from ..session.store import SessionRecord, Store, open_session
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .deciding import decide
@@ -44,8 +44,7 @@ Middleware = Callable[[Runner], Runner]
 
 def fork_entry_id(child_session_id: str, source_entry_id: str) -> str:
     """The derived ID of a fork copy: stable, so a retried fork finds its own copies."""
-    digest = hashlib.sha256(f"{child_session_id}\n{source_entry_id}".encode()).hexdigest()
-    return digest[:16]
+    return hashlib.sha256(f"{child_session_id}\n{source_entry_id}".encode()).hexdigest()[:16]
 
 
 class Agent:
@@ -261,20 +260,22 @@ class Agent:
         child_id, sid = validate_session_id(new_session_id or new_id()), state.session_id
         async with state.lock:
             snapshot = [e for e in state.path() if is_durable(e)]
-        if snapshot and all(e.id != snapshot[-1].id for e in await state.store.load_entries(sid)):
-            raise SessionNotFoundError(sid)  # docs/design.md#retention
+        store = state.store  # the parent is stored (created as by a write), holds the path:
+        held = await (store.load_entries(sid) if state.created else open_session(store, sid))
+        state.created = True
+        if snapshot and all(e.id != snapshot[-1].id for e in held):
+            raise SessionNotFoundError(sid)  # deleted since: docs/design.md#retention
         copies = _fork_copies(child_id, snapshot)
-        record = await _create_or_resume_child(state.store, child_id, state.session_id, copies)
+        record = await _create_or_resume_child(store, child_id, sid, copies)
         if copies:
-            await state.store.append_entries(child_id, copies)
+            await store.append_entries(child_id, copies)
         child = Agent(
-            state=SessionState(child_id, state.store, copies),
+            state=SessionState(child_id, store, copies),
             config=self._config,
             middleware=self._middleware,
             executor=self._executor,
         )
-        # one occurrence per child record and leaf: a retried fork is the same one, a fork
-        # going on to a longer path or into a child forked again after its delete is another
+        # a retried fork is the same occurrence; one going on, or forked again, is another
         occurrence = fork_entry_id(child_id, f"{record.created_at.isoformat()}\n{child.leaf_id}")
         await self._executor.publish(
             self._config, fork_events(child_id, state.session_id, child.leaf_id, occurrence)
@@ -369,7 +370,7 @@ async def new(
     private MemoryStore is used; without ``session_id`` one is generated. Publishes
     ``session_init`` on create and on resume. Never writes or repairs entries. On Temporal an
     unknown session is created by its first run, once the worker has checked the agent (a run
-    that cannot start creates nothing), or by the handle's first write.
+    that cannot start creates nothing), or by the handle's first write or fork.
 
     ``create=False``: only a stored session (else :class:`SessionNotFoundError`), never created
     by the handle, so a delete landing meanwhile is not undone (its writes fail instead).
