@@ -261,7 +261,7 @@ async def test_client_verbs_publish_through_publish_workflows(temporal_client: C
 
         events = await eventually(all_four, within=20, what="four lifecycle events")
         # one publish workflow per verb, named by its first event's key (a fork's two share one)
-        keys = [e.idempotency_key for e in events if ":fork:" not in str(e.idempotency_key)]
+        keys = [e.idempotency_key for e in events if not str(e.idempotency_key).endswith(":fork")]
         handles = [temporal_client.get_workflow_handle(publish_workflow_id(str(k))) for k in keys]
         for handle in handles:
             await handle.result()
@@ -282,16 +282,11 @@ async def test_client_verbs_publish_through_publish_workflows(temporal_client: C
     assert branched.from_id == agent.entries()[-1].id and branched.leaf_id == ""
     forked = by_type["session_forked"]
     assert forked.parent_id == session
-    assert forked.idempotency_key is not None
-    occurrence = forked.idempotency_key.removeprefix(
-        f"session_forked:{child.session_id}:{session}:"
-    )
+    assert forked.idempotency_key == f"session_forked:{child.session_id}:{session}"
     child_init = [
         e for e in events if e.type == "session_init" and e.session_id == child.session_id
     ]
-    assert [e.idempotency_key for e in child_init] == [
-        f"session_init:{child.session_id}:fork:{occurrence}"
-    ]
+    assert [e.idempotency_key for e in child_init] == [f"session_init:{child.session_id}:fork"]
     assert len({e.idempotency_key for e in events}) == 4
     assert len(published) == 4  # each once
     assert [d.workflow_type for d in described] == ["durable_agent.publish"] * 3
@@ -299,10 +294,9 @@ async def test_client_verbs_publish_through_publish_workflows(temporal_client: C
 
 
 async def test_a_second_fork_into_a_child_id_is_published_too(temporal_client: Client) -> None:
-    """A fork into a child ID forked into before (a fork of an earlier point it now goes on
-    from, or a child deleted and forked again) is another occurrence: its events reach the
-    publisher with the child's new leaf (the publish workflow's ID was the first fork's, so
-    Temporal refused it and the application never heard of it)."""
+    """A fork that takes a child forked into before on to a longer path is another occurrence:
+    its events reach the publisher with the child's new leaf (the publish workflow's ID was the
+    first fork's, so Temporal refused it and the application never heard of it)."""
     published: list[Event] = []
     store, q = MemoryStore(), queue()
     session = sid("refork")
@@ -321,9 +315,6 @@ async def test_a_second_fork_into_a_child_id_is_published_too(temporal_client: C
         first = await agent.fork(child_id)
         await agent.append("two")
         longer = await agent.fork(child_id)  # the child goes on to the longer path
-        await store.delete_session(child_id)
-        await agent.branch(agent.entries()[0].id)
-        again = await agent.fork(child_id)  # deleted, forked again
 
         async def inits() -> list[str] | None:
             found = [
@@ -331,12 +322,12 @@ async def test_a_second_fork_into_a_child_id_is_published_too(temporal_client: C
                 for e in published
                 if e.type == "session_init" and e.session_id == child_id
             ]
-            return found if len(found) >= 3 else None
+            return found if len(found) >= 2 else None
 
-        leaves = await eventually(inits, within=20, what="three forks' session_init")
+        leaves = await eventually(inits, within=20, what="two forks' session_init")
     # each fork's pair is ordered, different forks' publish workflows are not
-    assert sorted(leaves) == sorted([first.leaf_id, longer.leaf_id, again.leaf_id])
-    assert len([e for e in published if e.type == "session_forked"]) == 3
+    assert sorted(leaves) == sorted([first.leaf_id, longer.leaf_id])
+    assert len([e for e in published if e.type == "session_forked"]) == 2
 
 
 class _GatedCommits(MemoryStore):

@@ -2,10 +2,9 @@
 
 A handle holds a :class:`~.state.SessionState`: the session's log (append order, ephemeral
 included), an index of stored entries by ID, and the **leaf** where the next entry attaches. Edit,
-retry and rewind are all ``branch``: moving the leaf (``edit`` and ``retry`` are a ``branch``
-to before the last question, then a ``run``). Everything a handle records goes through one
-persist algorithm (:mod:`.persist`) under the state's lock; lifecycle events are published after
-the lock is released.
+retry and rewind are all ``branch`` (``edit`` and ``retry``: a ``branch`` to before the last
+question, then a ``run``). Everything a handle records goes through :mod:`.persist` under the
+state's lock; lifecycle events are published after the lock is released.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
 from ..session.errors import SessionExistsError, SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import SessionRecord, Store, open_session
+from ..session.store import Store, open_session
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .deciding import decide
@@ -252,8 +251,7 @@ class Agent:
         return turn
 
     async def fork(self, new_session_id: str | None = None) -> Agent:
-        """Copy the active path into a new child session and return its handle;
-        :class:`SessionNotFoundError` if this session no longer holds the path (deleted since)."""
+        """Copy the active path into a new child session (docs/design.md#tree-and-views)."""
         state = self._state
         if state.closed:
             raise AgentClosedError(f"agent for session {state.session_id!r} is closed")
@@ -266,7 +264,7 @@ class Agent:
         if snapshot and all(e.id != snapshot[-1].id for e in held):
             raise SessionNotFoundError(sid)  # deleted since: docs/design.md#retention
         copies = _fork_copies(child_id, snapshot)
-        record = await _create_or_resume_child(store, child_id, sid, copies)
+        held_before = await _create_or_resume_child(store, child_id, sid, copies)
         if copies:
             await store.append_entries(child_id, copies)
         child = Agent(
@@ -275,10 +273,11 @@ class Agent:
             middleware=self._middleware,
             executor=self._executor,
         )
-        # a retried fork is the same occurrence; one going on, or forked again, is another
-        occurrence = fork_entry_id(child_id, f"{record.created_at.isoformat()}\n{child.leaf_id}")
+        # one taking a child made before on to a longer path is another occurrence
+        longer = 0 < held_before < len(copies)
+        occurrence = fork_entry_id(child_id, child.leaf_id) if longer else None
         await self._executor.publish(
-            self._config, fork_events(child_id, state.session_id, child.leaf_id, occurrence)
+            self._config, fork_events(child_id, sid, child.leaf_id, occurrence)
         )
         return child
 
@@ -330,10 +329,11 @@ def _fork_copies(child_id: str, snapshot: Sequence[Entry]) -> list[Entry]:
 
 async def _create_or_resume_child(
     store: Store, child_id: str, source_id: str, copies: Sequence[Entry]
-) -> SessionRecord:
-    """Create the child, or accept one a failed earlier fork of the same source left behind."""
+) -> int:
+    """Create the child, or accept one an earlier fork of this source left: its entry count."""
     try:
-        return await store.create_session(child_id, parent_id=source_id)
+        await store.create_session(child_id, parent_id=source_id)
+        return 0
     except SessionExistsError:
         pass
     load_session = getattr(store, "load_session", None)
@@ -343,14 +343,14 @@ async def _create_or_resume_child(
             child_id,
             f"the store has no load_session, so it cannot be checked as a fork of {source_id!r}",
         )
-    record: SessionRecord = await load_session(child_id)
+    record = await load_session(child_id)
     if record.parent_id != source_id:
         raise SessionExistsError(child_id, f"it is not a fork of {source_id!r}")
     existing = await store.load_entries(child_id)
     expected = [encode_entry(c) for c in copies[: len(existing)]]
     if len(existing) > len(copies) or [encode_entry(e) for e in existing] != expected:
         raise SessionExistsError(child_id, "it has diverged from the fork source")
-    return record
+    return len(existing)
 
 
 async def new(

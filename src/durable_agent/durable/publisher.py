@@ -60,21 +60,25 @@ def branched_event(session_id: str, from_id: str, leaf_id: str, op_id: str) -> E
     )
 
 
-def fork_events(child_id: str, source_id: str, leaf_id: str, occurrence: str) -> list[Event]:
-    """``session_forked`` then the child's ``session_init``, in that order. ``occurrence``
-    names this fork among those into ``child_id`` (a retried fork is the same one)."""
+def fork_events(
+    child_id: str, source_id: str, leaf_id: str, occurrence: str | None = None
+) -> list[Event]:
+    """``session_forked`` then the child's ``session_init``, in that order. ``occurrence`` names
+    a later fork into a child made before (one going on to a longer path), whose keys would
+    otherwise be the first fork's: on Temporal, a publish workflow ID already taken."""
+    more = f":{occurrence}" if occurrence else ""
     return [
         Event(
             type="session_forked",
             session_id=child_id,
             parent_id=source_id,
-            idempotency_key=f"session_forked:{child_id}:{source_id}:{occurrence}",
+            idempotency_key=f"session_forked:{child_id}:{source_id}{more}",
         ),
         Event(
             type="session_init",
             session_id=child_id,
             leaf_id=leaf_id,
-            idempotency_key=f"session_init:{child_id}:fork:{occurrence}",
+            idempotency_key=f"session_init:{child_id}:fork{more}",
         ),
     ]
 
