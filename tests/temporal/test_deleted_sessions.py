@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -25,13 +26,14 @@ from durable_agent.server.hubs import Hubs
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry, SessionNotFoundError, SessionRecord
 from durable_agent.stores import FileStore, MemoryStore
-from durable_agent.workflows import AgentSpec, delete_session_workflows
-from durable_agent.workflows.search import running_runs
+from durable_agent.workflows import AgentSpec, delete_session_workflows, run_workflow_id
+from durable_agent.workflows.search import CREATED_MEMO, running_runs
 from tests.durable_runs.test_approvals import email, send_email
 from tests.server.support import serving
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     consume,
+    event_types,
     eventually,
     executor,
     messages_of,
@@ -268,3 +270,63 @@ async def test_busy_checks_with_the_store_down_say_so_and_lose_nothing(
             assert (await client.post(path, json={"text": "hi"})).status_code == 409
         await stream.cancel()
     assert [m.text() for m in messages_of(await store.load_entries(session))][:1] == ["mail bob"]
+
+
+@pytest.mark.parametrize("start", ["creates-its-session", "operator", "client-memo"])
+async def test_a_run_started_without_the_memo_names_its_sessions_creation(
+    temporal_client: Client, tmp_path: Path, start: str
+) -> None:
+    """A run whose client set no memo (``new()`` + ``run()`` on a new ID, which creates the
+    session in the run; an operator's start from the UI or CLI) names its session's creation
+    once its store step knows it: ``sessions rm`` (no ``--workflows``) while it waits, the ID
+    created again, and the new session is not busy with it. Without the memo it counted for
+    every creation of the ID, and refused the new session's runs until it ended. A run whose
+    client set the memo (the session existed) modifies nothing."""
+    store = FileStore(tmp_path / "s")
+    lm, q = ScriptedModel([Reply(tool_calls=[email()])]), queue()
+    spec = AgentSpec(model=lm, tools=[send_email])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        session = sid("nomemo")
+        if start != "creates-its-session":
+            await store.create_session(session)
+        agent = await new(
+            "a", store=store, session_id=session, executor=executor(temporal_client, q)
+        )
+        stream = None
+        if start == "operator":
+            run_id = "op1"
+            handle = await temporal_client.start_workflow(
+                "durable_agent.run",
+                {"session_id": session, "agent": "a", "text": "mail bob"},
+                id=run_workflow_id(session, run_id),
+                task_queue=q,
+            )
+        else:
+            stream = await agent.run("mail bob")
+            run_id = stream.run_id
+            handle = temporal_client.get_workflow_handle(run_workflow_id(session, run_id))
+        await wait_state(
+            temporal_client, session, run_id, lambda s: s.status == "awaiting_approval"
+        )
+        born = (await store.load_session(session)).created_at
+        memo = await (await handle.describe()).memo_value(CREATED_MEMO, None)
+        assert isinstance(memo, str) and datetime.fromisoformat(memo) == born
+        upserts = event_types((await handle.fetch_history()).to_json()).count(
+            "EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED"
+        )
+        assert upserts == (0 if start == "client-memo" else 1)
+
+        async def listed() -> bool:
+            return await running_runs(temporal_client, session, born) == [run_id]
+
+        await eventually(listed, what="the waiting run is listed as of its creation")
+        elsewhere = FileStore(tmp_path / "s")  # sessions rm (no --workflows), then a create
+        await elsewhere.delete_session(session)
+        again = await elsewhere.create_session(session)
+
+        async def left_out() -> bool:
+            return await running_runs(temporal_client, session, again.created_at) == []
+
+        await eventually(left_out, what="the deleted session's run left out")
+        await refuse_busy(temporal_client, agent)  # not busy
+        await (handle.cancel() if stream is None else stream.cancel())

@@ -141,6 +141,8 @@ class LoadPathInput(FrozenModel):
     agent: str
     reset_of: str | None = None  # as in EnsureSessionInput, echoed in PathInfo
     create_session: bool = False  # as in RunInput
+    creation: bool = False
+    """Answer the session record's ``created_at`` (a run whose memo lacks it: search.py)."""
 
 
 class PathInfo(FrozenModel):
@@ -155,6 +157,8 @@ class PathInfo(FrozenModel):
     """The agent's wait for decisions, in seconds (a run's plain option overrides it)."""
     max_turns: int | None
     reset_of: str | None = None  # a reset of the whole run, recorded (activities.reset_steps)
+    created_at: str | None = None
+    """The session record's ``created_at`` (ISO), when asked and the store keeps records."""
 
 
 class AppendInput(FrozenModel):

@@ -31,7 +31,7 @@ from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, SessionNotFoundError
-from ..session.store import open_session
+from ..session.store import created_at_of, open_session
 from .base import ActivityBase, heartbeating
 from .contracts import (
     AppendInput,
@@ -141,6 +141,7 @@ class StoreSteps(ActivityBase):
             )
             for t in spec.tools
         ]
+        born = await created_at_of(self.store, inp.session_id) if inp.creation else None
         return PathInfo(
             repairs=[e.message for e in repairs],
             tools=tools,
@@ -148,6 +149,7 @@ class StoreSteps(ActivityBase):
             reset_of=inp.reset_of,
             waiting=tail,
             approval_wait=spec.approval_wait,
+            created_at=None if born is None else born.isoformat(),
         )
 
     @activity.defn(name="durable_agent.append_entries")
@@ -256,10 +258,11 @@ async def local_step(step: Any, arg: Any, t: Timeouts, summary: str) -> Any:
         ) from exc
 
 
-async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
+async def open_path(inp: RunInput, *, creation: bool = False) -> tuple[str, PathInfo]:
     """The run's starting leaf (the session's newest entry when the input names none, the
     session created if absent, as ``load_path`` does for ``create_session``) and what
-    ``load_path`` found there: repairs, tools. A failure fails the run before it stores anything."""
+    ``load_path`` found there: repairs, tools, and (``creation``) the session's ``created_at``.
+    A failure fails the run before it stores anything."""
     t, leaf, reset_of = inp.timeouts, inp.leaf_id, reset_of_execution()
     try:
         if leaf is None:
@@ -277,6 +280,7 @@ async def open_path(inp: RunInput) -> tuple[str, PathInfo]:
             agent=inp.agent,
             reset_of=reset_of,
             create_session=inp.leaf_id is not None and inp.create_session,
+            creation=creation,
         )
         info: PathInfo = await local_step(StoreSteps.load_path, at, t, "load path")
     except ActivityError as exc:

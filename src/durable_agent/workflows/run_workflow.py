@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         message_of,
         run_state,
     )
-    from .search import ensure_session_attribute
+    from .search import creation_unnamed, ensure_session_attribute, name_creation
 
 __all__ = ["RunWorkflow"]
 
@@ -276,7 +276,8 @@ class RunWorkflow:
         # a reset past the first workflow task reseeds the randomness at its reset point
         workflow.register_random_seed_callback(self._reseeded)
         ensure_session_attribute(inp.session_id)
-        leaf, info = await open_path(inp)
+        leaf, info = await open_path(inp, creation=creation_unnamed())
+        name_creation(info.created_at)  # the busy checks' memo (docs/design.md#retention)
         if info.reset_of and not inp.resumed:  # a reset to the first workflow task
             self._reset_of = info.reset_of
         self._max_turns = info.max_turns

@@ -7,10 +7,12 @@ The client sets both when it starts a workflow, every workflow sets them unless 
 (an operator starting a run from the UI or CLI rarely does), and the worker registers both if the
 namespace lacks them (docs/design.md#temporal).
 
-A run's memo ``session_created_at`` (the session record's ``created_at``, ISO text, set by the
-client that starts the run) names the creation of the session ID the run belongs to: a run of a
-session deleted without its workflows is no run of the session created again under the ID
-(docs/design.md#retention).
+A run's memo ``session_created_at`` (the session record's ``created_at``, ISO text) names the
+creation of the session ID the run belongs to: a run of a session deleted without its workflows
+is no run of the session created again under the ID (docs/design.md#retention). The client that
+starts a run on an existing session sets it; a run started without it (by hand, or on a session
+it creates) sets it itself from its first store step's read of the record
+(:func:`creation_unnamed`, :func:`name_creation`).
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ __all__ = [
     "Creation",
     "created_at_of",
     "creation_of",
+    "creation_unnamed",
     "creation_when_asked",
     "latest_runs",
     "ensure_session_attribute",
+    "name_creation",
     "run_memo",
     "retried",
     "running_runs",
@@ -85,7 +89,8 @@ def search_attributes(session_id: str, kind: str) -> TypedSearchAttributes:
 
 def run_memo(created_at: datetime | None) -> dict[str, str] | None:
     """What a client sets as the memo of a run it starts in the session created at
-    ``created_at`` (``None``: a session the run creates, or a store without records)."""
+    ``created_at`` (``None``: a session the run creates, which then sets it itself, or a store
+    without records)."""
     return None if created_at is None else {CREATED_MEMO: created_at.isoformat()}
 
 
@@ -112,6 +117,20 @@ def creation_when_asked(store: Store, session_id: str) -> Creation:
         return read[0]
 
     return creation
+
+
+def creation_unnamed() -> bool:
+    """Whether this run's memo lacks :data:`CREATED_MEMO` (workflow code): its starter did not
+    know the creation (a run that creates its session, an operator's start)."""
+    return workflow.memo_value(CREATED_MEMO, None) is None
+
+
+def name_creation(created_at: str | None) -> None:
+    """Set :data:`CREATED_MEMO` on this run (workflow code) to ``created_at``, the record's as
+    its store step read it when :func:`creation_unnamed` asked for it (``None``: not asked, or
+    a store without records; nothing to set)."""
+    if created_at is not None:
+        workflow.upsert_memo({CREATED_MEMO: created_at})
 
 
 def ensure_session_attribute(session_id: str) -> None:
@@ -224,7 +243,7 @@ async def _of_creation(execution: WorkflowExecution, created_at: datetime | Crea
     """Whether the run belongs to the session's creation at ``created_at`` (by its memo)."""
     named = await execution.memo_value(CREATED_MEMO, None)
     if not isinstance(named, str):
-        return True  # started without the memo (by hand), or one unreadable: as before
+        return True  # before its first store step named it, or one unreadable: as before
     try:
         named_at = datetime.fromisoformat(named)
     except ValueError:
