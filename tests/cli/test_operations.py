@@ -203,6 +203,30 @@ async def test_state_of_a_failed_run_says_why_and_names_the_run_before(dev: Dev)
     assert "failed" in table and "UnknownAgentError" in table and previous["workflow_id"] in table
 
 
+async def test_state_of_a_run_whose_input_was_refused_names_its_failure(dev: Dev) -> None:
+    """A run started by hand with input the worker refuses (a typo). Before: not listed under
+    its session at all (``no runs of session``); once listed, the ``state`` query's refusal
+    (the run has no state) read as an unanswered query, "queries need a worker polling"."""
+    session_id = f"st-refused-{secrets.token_hex(3)}"
+    client = await _client(dev)
+    handle = await _start(dev, client, session_id, "typo", agent="demo", txt="hi")
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    def listed() -> subprocess.CompletedProcess[str] | None:
+        shown = run_cli(["state", session_id, "--json"], dev.env)
+        return None if "no runs of session" in shown.stdout + shown.stderr else shown
+
+    shown = wait_until(listed, within=30, what=f"{handle.id} listed")
+    state = _json(shown)
+    assert state["workflow_id"] == handle.id
+    assert (state["status"], state["workflow_status"]) == ("failed", "FAILED"), state
+    assert "InvalidRunInput" in state["failure"] and "txt: unknown field" in state["failure"]
+    table = run_cli(["state", session_id], dev.env)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "InvalidRunInput" in " ".join(table.stdout.split())
+
+
 # -- the worker's log ----------------------------------------------------------------------------
 
 STAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+: "

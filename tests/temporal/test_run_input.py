@@ -33,9 +33,10 @@ from durable_agent.workflows.run_input import (
     decode_run_input,
     input_entry,
 )
+from durable_agent.workflows.search import KIND_KEY, SESSION_ID_KEY
 from tests.support.temporal import temporal_binary
 
-from .helpers import event_types, executor, queue, sid
+from .helpers import event_types, eventually, executor, queue, sid
 
 ENTRY_WITHOUT_HEADER = json.dumps(
     {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
@@ -394,3 +395,63 @@ async def test_an_operator_starts_a_run_from_plain_json_with_the_default_convert
     assert started.returncode == 0, started.stdout + started.stderr
     third = await asyncio.wait_for(raw.get_workflow_handle(wid).result(), timeout=30)
     assert third["status"] == "completed" and len(third["new_entry_ids"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "workflow_id", "found"),
+    [
+        ("hi", "durable-agent/{session}/run/r1", True),
+        (NO_ARGUMENT, "durable-agent/{session}/run/r1", True),
+        ({"session_id": "{session}", "agent": "assistant", "txt": "hi"}, "operator-{uid}", True),
+        ({"session_id": "a b", "agent": "assistant", "text": "hi"}, "operator-{uid}", False),
+        ("hi", "durable-agent/not a session/run/r1", False),
+        ([{"session_id": "{session}", "agent": "assistant", "text": "hi"}, {}], "{run_id}", True),
+    ],
+    ids=["not-an-object", "no-input", "input-names-it", "none", "bad-id", "two-inputs"],
+)
+async def test_a_run_whose_input_was_refused_is_found_by_its_session(
+    temporal_client: Client,
+    production_worker: tuple[str, Store],
+    value: Any,
+    workflow_id: str,
+    found: bool,
+) -> None:
+    """An operator's run whose input is refused still sets the search attributes, from its input's
+    session ID or else from its workflow ID (``durable-agent/<session>/run/<run>``), so
+    ``temporal workflow list --query 'DurableAgentSessionId="..."'`` and ``durable-agent state``
+    list it: it failed before it set them, and was found by neither."""
+    task_queue, _ = production_worker
+    session, uid = sid("refused"), uuid.uuid4().hex[:8]
+
+    def named(text: Any) -> Any:
+        if isinstance(text, str):
+            return text.format(session=session, uid=uid, run_id=run_workflow_id(session, "r1"))
+        if isinstance(text, dict):
+            return {k: named(v) for k, v in text.items()}
+        return [named(v) for v in text] if isinstance(text, list) else text
+
+    wid = named(workflow_id)
+    if isinstance(value, list):  # ``--input A --input B``
+        handle = await temporal_client.start_workflow(
+            "durable_agent.run", args=named(value), id=wid, task_queue=task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await asyncio.wait_for(handle.result(), timeout=20)
+        assert isinstance(info.value.cause, ApplicationError)
+        assert info.value.cause.type == "InvalidRunInput"
+    else:
+        cause = await _failure(temporal_client, named(value), task_queue, wid)
+        assert cause.type == "InvalidRunInput"
+        handle = temporal_client.get_workflow_handle(wid)
+    attributes = (await handle.describe()).typed_search_attributes
+    if not found:
+        assert attributes.get(SESSION_ID_KEY) is None, attributes
+        return
+    assert attributes.get(SESSION_ID_KEY) == session, attributes
+    assert attributes.get(KIND_KEY) == "run", attributes
+    query = f'DurableAgentSessionId = "{session}" AND DurableAgentKind = "run"'
+
+    async def listed() -> bool:
+        return [w.id async for w in temporal_client.list_workflows(query)] == [wid]
+
+    await eventually(listed, what="the refused run listed by its session")

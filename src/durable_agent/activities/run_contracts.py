@@ -137,6 +137,21 @@ class RunState(FrozenModel):
     pending_approvals: list[PendingItem] = Field(default_factory=list)
     queued_inputs: int = 0
 
+    @classmethod
+    def refused(cls, run_id: str) -> RunState:
+        """What a client shows of a run whose input was refused: it has no state (its query
+        says so), only its ID and how its workflow closed."""
+        return cls(
+            session_id="",
+            run_id=run_id,
+            leaf_id="",
+            status="failed",
+            turn_count=0,
+            pending_tool_calls=[],
+            new_entry_ids=[],
+            usage=Usage(),
+        )
+
 
 class EventsAnswer(FrozenModel):
     """The ``events(after)`` query: retained events past ``after``, and the first retained one."""

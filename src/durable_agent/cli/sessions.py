@@ -25,6 +25,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
 )
 from temporalio.exceptions import ApplicationError
 
@@ -273,15 +274,9 @@ async def show_session(
         shown: Sequence[Entry] = entries if as_tree else transcript_view(path(entries, leaf))
         parent = await parent_of(opened.store, session_id)
         if as_json:
-            print_json(
-                console,
-                {
-                    "session_id": session_id,
-                    "parent_id": parent,
-                    "leaf_id": leaf,
-                    "entries": [entry_json(e) for e in shown],
-                },
-            )
+            shown_json = [entry_json(e) for e in shown]
+            head = {"session_id": session_id, "parent_id": parent, "leaf_id": leaf}
+            print_json(console, {**head, "entries": shown_json})
         elif as_tree:
             console.print(render_tree(entries, leaf, f"session {session_id}"))
         else:
@@ -337,17 +332,21 @@ async def run_state(client: Client, execution: WorkflowExecution) -> dict[str, A
     """The run's ``state()`` with its workflow's facts; a closed workflow's status wins."""
     handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
     described = await handle.describe()
+    closed = _CLOSED.get(described.status) if described.status is not None else None
     try:
         state: RunState = await handle.query(
             "state", result_type=RunState, rpc_timeout=timedelta(seconds=15)
         )
+    except WorkflowQueryFailedError:  # answered, with a refusal: a run whose input was refused
+        if closed is None:
+            raise
+        state = RunState.refused(execution.id.rsplit("/")[-1])
     except Exception as exc:
         raise ConnectionError(
             f"the state query of {execution.id} was not answered ({exc}); queries need a worker "
             "polling the run's task queue"
         ) from exc
     data = state.model_dump(mode="json")
-    closed = _CLOSED.get(described.status) if described.status is not None else None
     data.update(
         status=closed or state.status,
         workflow_id=execution.id,

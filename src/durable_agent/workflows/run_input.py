@@ -4,7 +4,8 @@ The run workflow takes its input as a raw payload and decodes it here, so that n
 can fail the workflow *task* (which Temporal retries forever, leaving the run Running and silent):
 anything wrong raises :class:`InvalidRunInputError`, naming the field, and the workflow fails at
 once with a non-retryable ``ApplicationError`` of type ``InvalidRunInput``, before it stores or
-schedules anything (docs/design.md#errors).
+schedules anything, its search attributes set from the input's session ID or else the workflow ID's,
+so it is listed under its session (docs/design.md#errors).
 
 The client writes the same form an operator can type (:class:`RunInput`, each input message a
 plain message object); the Temporal UI's Start Workflow form can be filled in by hand::
@@ -46,6 +47,7 @@ from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
 from ..session.ids import validate_session_id
+from .search import ensure_refused_run_attributes
 
 __all__ = [
     "INVALID_RUN_INPUT",
@@ -79,22 +81,29 @@ EXAMPLE = '{"session_id": "user-42", "agent": "assistant", "text": "hi"}'
 def read_run_input(raw: RawValue) -> RunInput:
     """The run workflow's input, read in workflow code: a problem fails the workflow at once
     with a non-retryable ``InvalidRunInput``, never the workflow task (retried forever)."""
+    value: Any = None
     try:
         if not raw.payload.metadata:
             raise InvalidRunInputError("", f"invalid run input: none given; expected {EXAMPLE}")
-        inp = decode_run_input(workflow.payload_converter().from_payload(raw.payload))
+        value = workflow.payload_converter().from_payload(raw.payload)
+        inp = decode_run_input(value)
     except InvalidRunInputError as exc:
-        raise ApplicationError(str(exc), type=INVALID_RUN_INPUT, non_retryable=True) from None
+        raise _refused(str(exc), value) from None
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        raise ApplicationError(
-            f"invalid run input: cannot decode the payload ({type(exc).__name__}: {exc})",
-            type=INVALID_RUN_INPUT,
-            non_retryable=True,
-        ) from None
+        problem = f"cannot decode the payload ({type(exc).__name__}: {exc})"
+        raise _refused(f"invalid run input: {problem}", value) from None
     if not inp.run_id:
         run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
         inp = inp.model_copy(update={"run_id": run_id})
     return inp
+
+
+def _refused(message: str, value: Any = None) -> ApplicationError:
+    """The failure of a run whose input is refused, its search attributes set first (from the
+    input's ``session_id`` or the workflow ID): an operator finds it by its session."""
+    named = value.get("session_id") if isinstance(value, dict) else None
+    ensure_refused_run_attributes(named)
+    return ApplicationError(message, type=INVALID_RUN_INPUT, non_retryable=True)
 
 
 class OneRunInput(Interceptor):
@@ -112,11 +121,8 @@ class OneRunInput(Interceptor):
 class _OneRunInputInbound(WorkflowInboundInterceptor):
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         if len(input.args) > 1 and workflow.info().workflow_type == "durable_agent.run":
-            raise ApplicationError(
-                f"invalid run input: {len(input.args)} inputs given; expected one, as {EXAMPLE}",
-                type=INVALID_RUN_INPUT,
-                non_retryable=True,
-            )
+            given = f"{len(input.args)} inputs given"
+            raise _refused(f"invalid run input: {given}; expected one, as {EXAMPLE}")
         return await super().execute_workflow(input)
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import IndexedValueType
@@ -37,6 +37,8 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..session.errors import InvalidSessionIdError
+from ..session.ids import validate_session_id
 from ..session.store import RetentionStore, Store, created_at_of
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "creation_unnamed",
     "creation_when_asked",
     "latest_runs",
+    "ensure_refused_run_attributes",
     "ensure_session_attribute",
     "name_creation",
     "run_memo",
@@ -70,6 +73,8 @@ SESSION_ID_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE)
 KIND_KEY = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 CREATED_MEMO = "session_created_at"
+RUN_PREFIX = "durable-agent/"
+"""How a run's workflow ID starts (``durable-agent/<session>/run/<run>``: run_workflow_id)."""
 
 NO_SESSION = datetime.min.replace(tzinfo=UTC)
 """The creation :func:`creation_of` names for an ID no session holds: no run's memo names it."""
@@ -131,6 +136,21 @@ def name_creation(created_at: str | None) -> None:
     a store without records; nothing to set)."""
     if created_at is not None:
         workflow.upsert_memo({CREATED_MEMO: created_at})
+
+
+def ensure_refused_run_attributes(named: Any = None) -> None:
+    """Set both attributes on a run whose input was refused (workflow code), so an operator
+    finds its failure by the session: the session ID its input named (``named``) if valid, else
+    the one its workflow ID ``durable-agent/<session>/run/<run>`` names, if any."""
+    workflow_id = workflow.info().workflow_id
+    session, run_part, run_id = workflow_id.removeprefix(RUN_PREFIX).partition("/run/")
+    by_id = session if workflow_id.startswith(RUN_PREFIX) and run_part and run_id else None
+    for candidate in (named, by_id):
+        try:
+            ensure_session_attribute(validate_session_id(candidate))
+        except InvalidSessionIdError:
+            continue
+        return
 
 
 def ensure_session_attribute(session_id: str) -> None:
