@@ -170,6 +170,24 @@ def _allowed(routes: Sequence[BaseRoute], request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
+UNAVAILABLE = {
+    StoreUnavailableError: "the session store is unavailable; try again in a moment",
+    RPCError: "Temporal did not answer; try again in a moment",
+}
+"""What a 503 of the store or of Temporal tells the client: their errors name a path, a host
+and port, which are the server's business (the client may be another company's front-end)."""
+
+
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 with a message that names nothing of the server; its log keeps the detail (one line:
+    an outage is an ordinary event, not a bug worth a traceback)."""
+    kind = StoreUnavailableError if isinstance(exc, StoreUnavailableError) else RPCError
+    detail = " ".join(str(exc).split())
+    logger.warning("%s %s: 503: %s: %s", request.method, request.url.path, kind.__name__, detail)
+    type_ = "StoreUnavailableError" if kind is StoreUnavailableError else "TemporalUnavailableError"
+    return error(503, type_, UNAVAILABLE[kind])
+
+
 def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -196,11 +214,13 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         return error(422, "ValidationError", shown)
 
     async def library(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, StoreUnavailableError | RPCError):
+            return _unavailable(request, exc)
         for kind, status in STATUS:
             if isinstance(exc, kind):
                 extra = {k: getattr(exc, k) for k in ("run_id", "decision_id") if hasattr(exc, k)}
                 return error(status, type(exc).__name__, str(exc), **extra)
-        return error(503, "TemporalUnavailableError", "Temporal did not answer")
+        raise exc  # a kind the handler is registered for is in STATUS
 
     # by class, not for Exception: that handler would answer and still raise to the server
     for kind in [*(k for k, _ in STATUS), RPCError]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..session.approvals import ApprovalRequest
 from ..session.codec import entry_to_wire
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import SessionNotFoundError
+from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from .reads import Held, HubReads, Wait, of_reply, of_run
 from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
@@ -276,6 +276,8 @@ class SessionHub:
         except SessionNotFoundError:
             self.hubs.deleted(self.session_id)  # deleted elsewhere: its live text goes too
             self._send(Frame("deleted", {"session_id": self.session_id}))
+        except StoreUnavailableError as exc:  # its streams end; their clients come back
+            logger.warning("following session %s: %s", self.session_id, " ".join(str(exc).split()))
         except Exception:
             logger.exception("following session %s", self.session_id)
         finally:

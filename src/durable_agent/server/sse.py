@@ -24,7 +24,7 @@ from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import SessionNotFoundError
+from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.store import entries_after
 from .hub import Frame, entry_frame
 from .hubs import Hubs
@@ -151,5 +151,9 @@ def session_stream(
             # deleted between the route's check (404 before any byte) and the stream's first
             # read: the headers are sent, so it ends as a delete seen live ends it
             yield _event(Frame("deleted", {"session_id": session_id}))
+        except StoreUnavailableError as exc:
+            # the headers are sent: no 503 now. The stream ends and its client comes back with
+            # Last-Event-ID (the chat page does); an outage is worth one line, not a traceback
+            logger.warning("stream of %s ended: %s", session_id, " ".join(str(exc).split()))
 
     return _SessionStream(events(), ping=max(1, int(keepalive)), send_timeout=SEND_TIMEOUT)
