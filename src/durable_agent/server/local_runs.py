@@ -32,6 +32,7 @@ from .runs import (
     cancel_each,
     continue_settled,
     decide_with,
+    made_for_start,
     no_run_accepts,
     open_at,
     pick_agent,
@@ -80,11 +81,12 @@ class LocalRuns:
                 return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
             self._refuse_compacting(session_id)
-            handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
-            born = await created_at_of(self.store, session_id)
-            run_id = run_id or new_id()
+            async with made_for_start(self.store, session_id):
+                handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
+                born = await created_at_of(self.store, session_id)
+                run_id = run_id or new_id()
+                stream = await handle.run(*entries, run_id=run_id)
             self._born[(session_id, run_id)] = born
-            stream = await handle.run(*entries, run_id=run_id)
             self._streams.setdefault(session_id, {})[run_id] = stream
             self._handles[(session_id, run_id)] = handle
             relay = RunRelay(self.listener, handle, stream, run_id)  # before the run moves

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -32,7 +32,8 @@ from ..durable.errors import (
 from ..durable.inbox import When
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.store import Store
+from ..session.errors import SessionExistsError
+from ..session.store import RetentionStore, Store
 from ..session.tree import path
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "Status",
     "cancel_each",
     "continue_settled",
+    "made_for_start",
     "no_run_accepts",
     "open_at",
     "pick_agent",
@@ -305,6 +307,29 @@ async def cancel_each(runs: Runs, session_id: str, run_ids: Iterable[str]) -> No
             await runs.cancel(session_id, run_id)
         except Exception as exc:
             logger.info("cancelling run %s of deleted %s: %s", run_id, session_id, exc)
+
+
+@contextlib.asynccontextmanager
+async def made_for_start(store: Store, session_id: str) -> AsyncIterator[None]:
+    """The session of a run starts to exist with the run's request (a stream may follow it at
+    once): created if absent. A start refused after that (the store or Temporal failing before
+    the run exists) deletes the session it created, while it is still empty: a refused request
+    stores nothing (docs/design.md#http-api)."""
+    try:
+        await store.create_session(session_id)
+        made = True
+    except SessionExistsError:
+        made = False
+    try:
+        yield
+    except BaseException:
+        if made and isinstance(store, RetentionStore):
+            try:
+                if not await store.load_entries(session_id):
+                    await store.delete_session(session_id)
+            except Exception as exc:  # the store is still down: an empty session stays
+                logger.warning("removing session %s a refused start made: %s", session_id, exc)
+        raise
 
 
 def refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:

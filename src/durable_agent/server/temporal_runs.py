@@ -30,7 +30,6 @@ from ..durable.inbox import When
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
@@ -50,6 +49,7 @@ from .runs import (
     cancel_each,
     continue_settled,
     decide_with,
+    made_for_start,
     no_run_accepts,
     open_at,
     pick_agent,
@@ -67,13 +67,6 @@ LATELY = 5
 the one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
 FAILURE_TIMEOUT = timedelta(seconds=10)
 """Seconds the read of an ended run's failure from its history may take."""
-
-
-async def _create(store: Store, session_id: str) -> None:
-    """The session of a run starts to exist with the run's request (a stream may follow it at
-    once), like ``new()``: created if absent."""
-    with contextlib.suppress(SessionExistsError):
-        await store.create_session(session_id)
 
 
 _STATUS: dict[WorkflowExecutionStatus, Status] = {
@@ -130,15 +123,15 @@ class TemporalRuns:
             if run_id is not None and await self.has(session_id, run_id):
                 return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
-            await _create(self.store, session_id)
-            handle = await new(
-                name, store=self.store, session_id=session_id, executor=self.executor
-            )
-            await open_at(handle, leaf_id)
-            # a start of the same ID through another server meanwhile: the workflow ID is
-            # taken, and this follows that run (it never starts twice)
-            run_id = run_id or new_id()
-            stream = await handle.run(*entries, run_id=run_id)
+            async with made_for_start(self.store, session_id):
+                handle = await new(
+                    name, store=self.store, session_id=session_id, executor=self.executor
+                )
+                await open_at(handle, leaf_id)
+                # a start of the same ID through another server meanwhile: the workflow ID is
+                # taken, and this follows that run (it never starts twice)
+                run_id = run_id or new_id()
+                stream = await handle.run(*entries, run_id=run_id)
             born = handle.state.born  # the creation its start read (for its memo)
         # the stream follows the run in the store until it ends; kept until then, so the busy
         # check sees the run before visibility does. Its events, the run's own, reach the
