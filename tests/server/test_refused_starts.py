@@ -12,7 +12,8 @@ from temporalio.client import Client
 from durable_agent.session import SessionNotFoundError, SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import helper_app, scripted, serving, tool_script
+from tests.server.support import helper_app, helper_client, scripted, serving, tool_script
+from tests.support.polling import eventually
 
 
 class BlipAfterCreate(FileStore):
@@ -71,3 +72,37 @@ async def _refused_start_leaves_none(temporal: Client | None, tmp_path: Path) ->
             await FileStore(root).load_session("new1")
         listed = await client.get("/v1/sessions")
         assert listed.json()["sessions"] == []
+
+
+async def test_cancel_of_an_ended_run_is_202_and_of_an_unknown_one_404(tmp_path: Path) -> None:
+    await _cancels(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_on_temporal_cancel_of_an_ended_run_is_202_and_of_an_unknown_one_404(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _cancels(temporal_client, tmp_path)
+
+
+async def _cancels(temporal: Client | None, tmp_path: Path) -> None:
+    """Cancelling is idempotent: a run that ended is cancelled as far as it goes (202, nothing
+    changes); a run the session never had is 404, on either backend alike."""
+    spec = AgentSpec(model=scripted(tool_script()))
+    async with helper_client(temporal, tmp_path, spec) as (client, _):
+        run_id = (await client.post("/v1/sessions/s1/runs", json={"text": "hi"})).json()["run_id"]
+
+        async def done() -> bool:
+            got = await client.get(f"/v1/sessions/s1/runs/{run_id}")
+            return bool(got.json()["status"] == "completed")
+
+        await eventually(done, within=30, interval=0.1, what="the run's end")
+        ended = await client.post(f"/v1/sessions/s1/runs/{run_id}/cancel")
+        assert ended.status_code == 202, ended.text
+        status = await client.get(f"/v1/sessions/s1/runs/{run_id}")
+        assert status.json()["status"] == "completed"
+        for nobody in ["nope", "x" * 1000, "a%20b", "%C3%A9t%C3%A9"]:  # none a start would take
+            for method, path in [("POST", f"{nobody}/cancel"), ("GET", nobody)]:
+                unknown = await client.request(method, f"/v1/sessions/s1/runs/{path}")
+                assert unknown.status_code == 404, (method, nobody[:20], unknown.text)
+                assert unknown.json()["error"]["type"] == "RunNotFoundError"
