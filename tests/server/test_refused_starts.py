@@ -1,5 +1,6 @@
-"""A refused request stores nothing: a run start on a new session that cannot start leaves no
-session behind, in process and on Temporal."""
+"""The run routes as a front-end relies on them: a refused run start leaves no session behind,
+a cancel is idempotent and an unknown run 404, and a watched run reads the session record only
+where it must; in process and on Temporal."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from temporalio.client import Client
 from durable_agent.session import SessionNotFoundError, SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import helper_app, helper_client, scripted, serving, tool_script
+from tests.server.support import (
+    ended,
+    helper_app,
+    helper_client,
+    scripted,
+    serving,
+    stream,
+    tool_script,
+)
 from tests.support.polling import eventually
 
 
@@ -106,3 +115,37 @@ async def _cancels(temporal: Client | None, tmp_path: Path) -> None:
                 unknown = await client.request(method, f"/v1/sessions/s1/runs/{path}")
                 assert unknown.status_code == 404, (method, nobody[:20], unknown.text)
                 assert unknown.json()["error"]["type"] == "RunNotFoundError"
+
+
+class CountsRecords(FileStore):
+    """A FileStore that counts its record reads (``load_session``)."""
+
+    records = 0
+
+    async def load_session(self, session_id: str) -> SessionRecord:
+        self.records += 1
+        return await super().load_session(session_id)
+
+
+@pytest.mark.temporal
+async def test_a_watched_run_reads_the_session_record_only_where_needed(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A session made, a stream on it and a run to its end: the record is read by the stream's
+    404 check and by the run's start (its memo names the session's creation), not again by the
+    route that just created it, the hub the stream starts, or each look for the session's runs
+    (bench/http_bench.py --cost-only counts the same)."""
+    root = tmp_path / "sessions"
+    store = CountsRecords(root)
+    spec = AgentSpec(model=scripted(tool_script()))
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        made = await client.post("/v1/sessions", json={"session_id": "w1"})
+        assert made.status_code == 201 and made.json()["created_at"]
+        async with stream(client, "w1", after=0) as reader:
+            started = await client.post("/v1/sessions/w1/runs", json={"text": "hi"})
+            await reader.until(ended(started.json()["run_id"]))
+        assert store.records <= 3, store.records

@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..session.approvals import ApprovalRequest
@@ -74,11 +75,13 @@ def _status(run_id: str, status: str, failure: RunFailure | None = None) -> Fram
 class SessionHub:
     """The shared follower of one session (module doc)."""
 
-    def __init__(self, hubs: Hubs, session_id: str, after: int) -> None:
+    def __init__(
+        self, hubs: Hubs, session_id: str, after: int, born: datetime | None = None
+    ) -> None:
         self.hubs = hubs
         self.session_id = session_id
         self._kick = asyncio.Event()
-        self.reads = HubReads(hubs.store, session_id, after, on_wake=self._kick.set)
+        self.reads = HubReads(hubs.store, session_id, after, self._kick.set, born)
         self.follower = self.reads.follower
         self.subscribers: set[asyncio.Queue[Frame | None]] = set()
         self.active: dict[str, str] = {}
@@ -227,7 +230,11 @@ class SessionHub:
         if runs is None:
             return
         try:
-            found = await runs.active(self.session_id)
+            if isinstance(runs, TemporalRuns) and self.follower.born is not None:
+                # the creation the hub follows: no record read for each run the look finds
+                found = await runs.active(self.session_id, born=self.follower.born)
+            else:
+                found = await runs.active(self.session_id)
         except Exception as exc:
             logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from datetime import datetime
 
 from ..session.deltas import LiveStore
 from ..session.errors import SessionNotFoundError
@@ -46,19 +47,20 @@ class Hubs:
         their next commit), their live text is dropped, not kept for a session created again
         under the ID."""
 
-    async def hub(self, session_id: str, after: int) -> SessionHub:
+    async def hub(self, session_id: str, after: int, born: datetime | None = None) -> SessionHub:
         """The session's hub, started following after seq ``after`` if it is new, or if the one
         there follows the session deleted and created again under its ID (its next reads would
-        tell, late for a session still shorter than its cursor: docs/design.md#http-api)."""
+        tell, late for a session still shorter than its cursor: docs/design.md#http-api).
+        ``born``: the session's ``created_at`` as the caller just read it (else read here)."""
         hub = self.hubs.get(session_id)
         if hub is not None and hub.follower.born and isinstance(self.store, RetentionStore):
             with contextlib.suppress(SessionNotFoundError):  # gone: the hub's next read tells
-                record = await self.store.load_session(session_id)
-                if record.created_at != hub.follower.born and self.hubs.get(session_id) is hub:
+                now = born or (await self.store.load_session(session_id)).created_at
+                if now != hub.follower.born and self.hubs.get(session_id) is hub:
                     hub.created_again()
             hub = self.hubs.get(session_id)
         if hub is None:
-            hub = SessionHub(self, session_id, after)
+            hub = SessionHub(self, session_id, after, born)
             self.hubs[session_id] = hub
             for (sid, run_id), shown in self.shown.items():
                 if sid == session_id:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 from ..durable.follow import SessionFollower
@@ -93,10 +94,21 @@ class HubReads:
     """The reads of one hub's follower: when the next is due, and what waits for one."""
 
     def __init__(
-        self, store: Store, session_id: str, after: int, on_wake: Callable[[], None]
+        self,
+        store: Store,
+        session_id: str,
+        after: int,
+        on_wake: Callable[[], None],
+        born: datetime | None = None,
     ) -> None:
         self.follower = SessionFollower(
-            store, session_id, after, fastest=FASTEST_READ, slowest=IDLE_READ, on_wake=on_wake
+            store,
+            session_id,
+            after,
+            fastest=FASTEST_READ,
+            slowest=IDLE_READ,
+            on_wake=on_wake,
+            born=born,
         )
         self.first_leaf = ""
         """The entry at the seq the hub started after (read before the hub, not by it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Header, Query
@@ -130,12 +131,17 @@ async def _from_stored(srv: Server, session_id: str, leaf_id: str) -> None:
 
 async def existing(srv: Server, session_id: str) -> str:
     """``session_id`` if the store has it (else 404, before anything else is asked)."""
+    await created_at(srv, session_id)
+    return session_id
+
+
+async def created_at(srv: Server, session_id: str) -> datetime | None:
+    """The session's ``created_at`` (``None``: a store without records), else 404."""
     store = srv.store
     if isinstance(store, RetentionStore):
-        await store.load_session(session_id)
-    else:
-        await store.load_entries(session_id)
-    return session_id
+        return (await store.load_session(session_id)).created_at
+    await store.load_entries(session_id)
+    return None
 
 
 @router.post("/sessions/{session_id}/runs/{run_id}/cancel", status_code=202)
@@ -188,9 +194,9 @@ async def stream(
                 "Last-Event-ID is the seq of the last entry seen (an integer, 0 or more)"
             )
         after = int(last_event_id)
-    await existing(srv, sid)  # 404 before any byte
+    born = await created_at(srv, sid)  # 404 before any byte
     if not after:
-        return session_stream(srv.hubs, sid, after, srv.keepalive)
+        return session_stream(srv.hubs, sid, after, srv.keepalive, born=born)
     # the entry at ``after`` and those after it: none, and ``after`` is no seq of this session
     # (another's, or one deleted since): resuming there would show nothing until the session
     # grew past it, and the session's hub, if it started there, would show no stream anything
@@ -200,4 +206,4 @@ async def stream(
             f"seq {after} is past the last entry of session {sid!r}: resume at the seq of an "
             "entry of this session (0: from its start)"
         )
-    return session_stream(srv.hubs, sid, after, srv.keepalive, found[1:])
+    return session_stream(srv.hubs, sid, after, srv.keepalive, found[1:], born)

@@ -51,10 +51,14 @@ class Fork(Body):
     leaf_id: str | None = Field(None, description="fork the path to this entry (default: last)")
 
 
-async def session_object(store: Store, session_id: str) -> dict[str, Any]:
-    """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session)."""
-    record: SessionRecord | None = None
-    if isinstance(store, RetentionStore):
+async def session_object(
+    store: Store, session_id: str, record: SessionRecord | None = None
+) -> dict[str, Any]:
+    """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session);
+    ``record``: the session's, if the caller has it (one it just created)."""
+    if not isinstance(store, RetentionStore):
+        record = None  # a store without records shows none, a created one's neither
+    elif record is None:
         record = await store.load_session(session_id)
     entries = await store.load_entries(session_id)
     return {
@@ -105,11 +109,12 @@ async def create_session(
 ) -> dict[str, Any]:
     given = body.session_id if body else None
     session_id = tenant.session(given) if given else tenant.session(tenant.prefix + new_id())
+    record: SessionRecord | None = None
     try:
-        await srv.store.create_session(session_id)
+        record = await srv.store.create_session(session_id)
     except SessionExistsError:
         response.status_code = 200
-    return await session_object(srv.store, session_id)
+    return await session_object(srv.store, session_id, record)
 
 
 @router.get("/sessions/{session_id}")

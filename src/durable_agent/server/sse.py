@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
+from datetime import datetime
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
@@ -67,17 +68,22 @@ def _answered(pieces_parent: str, entries: list[tuple[int, Entry]]) -> bool:
 
 
 async def frames(
-    hubs: Hubs, session_id: str, after: int | None, replay: Replay | None = None
+    hubs: Hubs,
+    session_id: str,
+    after: int | None,
+    replay: Replay | None = None,
+    born: datetime | None = None,
 ) -> AsyncIterator[Frame]:
     """What one client receives (module doc); ends when the session is deleted. ``replay``:
-    the entries after ``after``, if the route read them already."""
+    the entries after ``after``, if the route read them already; ``born``: the session's
+    ``created_at``, if the route read its record (the hub need not read it again)."""
     store = hubs.store
     if after is None:
         after = len(await entries_after(store, session_id, 0))
     if replay is None:
         replay = await entries_after(store, session_id, after)
     last = replay[-1][0] if replay else after
-    hub = await hubs.hub(session_id, last)
+    hub = await hubs.hub(session_id, last, born)
     queue, runs, pieces = hub.join()
     try:
         for frame in runs:
@@ -142,10 +148,11 @@ def session_stream(
     after: int | None,
     keepalive: float = KEEPALIVE,
     replay: Replay | None = None,
+    born: datetime | None = None,
 ) -> EventSourceResponse:
     async def events() -> AsyncIterator[ServerSentEvent]:
         try:
-            async for frame in frames(hubs, session_id, after, replay):
+            async for frame in frames(hubs, session_id, after, replay, born):
                 yield _event(frame)
         except SessionNotFoundError:
             # deleted between the route's check (404 before any byte) and the stream's first

@@ -186,10 +186,17 @@ class TemporalRuns:
                 raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
             raise
 
-    async def active(self, session_id: str) -> list[str]:
+    async def active(self, session_id: str, *, born: datetime | None = None) -> list[str]:
         """The session's runs going, any server's; not those of a session of its ID deleted
-        before it was created again, or before (docs/design.md#retention)."""
-        return await self._active(session_id, creation_when_asked(self.store, session_id))
+        before it was created again, or before (docs/design.md#retention). ``born``: the
+        session's ``created_at`` if the caller has it (a hub's), else read when needed."""
+        if born is None:
+            return await self._active(session_id, creation_when_asked(self.store, session_id))
+
+        async def known() -> datetime | None:
+            return born
+
+        return await self._active(session_id, known)
 
     async def _active(self, session_id: str, born: Creation) -> list[str]:
         """:meth:`active`, the record read only once a run names a creation (most have none)."""
