@@ -16,10 +16,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.ai import ModelError, ModelEvent, ModelRequest, Reply
+from durable_agent.durable.errors import AgentError
 from durable_agent.server import create_app
 from durable_agent.server.runs import FAILURE_CHARS, RunFailure
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import MessageEntry
+from durable_agent.session import MessageEntry, StoreUnavailableError
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import (
@@ -281,3 +282,19 @@ async def test_a_run_the_server_does_not_know_is_not_shown_working(
             return bool(asked) and runs == [[LOST, "lost"]] and await page.is_disabled("#stop")
 
         await eventually(dropped, within=30, interval=0.05, what="the lost run dropped")
+
+
+async def test_a_run_failed_by_its_store_names_nothing_of_the_server(tmp_path: Path) -> None:
+    """A run the store failed under says so, as a 503 does, without the store's path (a
+    StoreUnavailableError names the FileStore's root or MongoDB's host:port), whether it
+    failed in process or on a worker (whose failure reaches the server as ``AgentError``)."""
+    root = tmp_path / "private-root"
+    store = FileStore(root)
+    root.write_text("not a directory")  # a disk gone
+    with pytest.raises(StoreUnavailableError) as down:
+        await store.create_session("s1")
+    assert "private-root" in str(down.value)
+    on_a_worker = AgentError(f"StoreUnavailableError: {down.value}")
+    for failure in (RunFailure.of(down.value), RunFailure.of(on_a_worker)):
+        assert failure.type == "StoreUnavailableError"
+        assert "private-root" not in failure.message and "unavailable" in failure.message

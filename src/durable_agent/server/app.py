@@ -49,7 +49,7 @@ from ..session.errors import (
 from ..session.store import Store
 from .hubs import Hubs
 from .local_runs import LocalRuns
-from .runs import RunNotFoundError, Runs, RunsUnavailableError
+from .runs import STORE_UNAVAILABLE, RunNotFoundError, Runs, RunsUnavailableError
 from .sse import KEEPALIVE
 from .temporal_runs import TemporalRuns
 from .tenants import Tenants, load_keys
@@ -171,11 +171,10 @@ def _allowed(routes: Sequence[BaseRoute], request: Request) -> str:
 
 
 UNAVAILABLE = {
-    StoreUnavailableError: "the session store is unavailable; try again in a moment",
+    StoreUnavailableError: STORE_UNAVAILABLE,
     RPCError: "Temporal did not answer; try again in a moment",
 }
-"""What a 503 of the store or of Temporal tells the client: their errors name a path, a host
-and port, which are the server's business (the client may be another company's front-end)."""
+"""What a 503 of the store or of Temporal tells the client (not the path, host or port)."""
 
 
 def _unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -32,7 +32,7 @@ from ..durable.errors import (
 from ..durable.inbox import When
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionExistsError
+from ..session.errors import SessionExistsError, StoreUnavailableError
 from ..session.store import RetentionStore, Store
 from ..session.tree import path
 
@@ -47,6 +47,7 @@ __all__ = [
     "RunNotFoundError",
     "Runs",
     "RunsUnavailableError",
+    "STORE_UNAVAILABLE",
     "Status",
     "cancel_each",
     "continue_settled",
@@ -104,6 +105,11 @@ FAILURE_CHARS = 2000
 """The most characters of a failed run's message a status or a stream frame carries."""
 
 
+STORE_UNAVAILABLE = "the session store is unavailable; try again in a moment"
+"""What a client is told of a store's outage: its errors name a path, a host and port, which are
+the server's business (the client may be another company's front-end)."""
+
+
 class RunFailure(BaseModel):
     """Why a run failed, as a front-end shows it: the error a caller of the library would have
     caught (its class name, e.g. ``UnknownAgentError``, ``ModelError``) and its message."""
@@ -114,7 +120,12 @@ class RunFailure(BaseModel):
     @classmethod
     def of(cls, exc: BaseException) -> RunFailure:
         """``exc`` without the keys this process holds (a worker's failures carry none), its
-        message cut to ``FAILURE_CHARS`` (a provider's error can quote a whole response)."""
+        message cut to ``FAILURE_CHARS`` (a provider's error can quote a whole response); a
+        store's outage as a 503 tells it, naming no path or host (a worker's comes as
+        ``AgentError`` ``StoreUnavailableError: ...``)."""
+        down = StoreUnavailableError.__name__
+        if isinstance(exc, StoreUnavailableError) or str(exc).startswith(f"{down}: "):
+            return cls(type=down, message=STORE_UNAVAILABLE)
         message = redact(str(exc), configured_secrets(os.environ))
         if len(message) > FAILURE_CHARS:
             message = message[: FAILURE_CHARS - 1] + "…"
