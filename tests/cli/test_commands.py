@@ -98,6 +98,27 @@ def test_usage_errors_with_json_logs_are_one_plain_line(
     assert not set(result.stderr) & set("╭│╰─"), result.stderr
 
 
+@pytest.mark.parametrize("how", [["--log-format", "json"], []])
+def test_worker_json_logs_put_verbose_lines_and_warnings_in_json(
+    tmp_path: Path, how: list[str]
+) -> None:
+    """With JSON logs every stderr line of the worker is one JSON object: the ``-v`` lines are
+    log records, and so is a Python warning (the SDK's for an ``http://`` address), which was
+    plain text with its source line among the JSON."""
+    env = cli_env(tmp_path, **({} if how else {"DURABLE_AGENT_LOG_FORMAT": "json"}))
+    args = ["worker", "--app", DEMO_APP, "-v", "--address", "http://127.0.0.1:1"]
+    result = run_cli([*args, "--connect-timeout", "0", *how], env, timeout=60)
+    assert result.returncode == 1, result.stderr
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    said = {" ".join(r["message"].split()[:2]): r for r in records}
+    assert said["using store"]["level"] == "INFO", records
+    assert said["using Temporal"]["message"].startswith("using Temporal http://127.0.0.1:1")
+    warned = [r for r in records if r["logger"] == "py.warnings"]
+    assert len(warned) == 1 and "UserWarning" in warned[0]["message"], records
+    assert warned[0]["level"] == "WARNING"
+    assert "cannot reach Temporal" in records[-1]["message"], records
+
+
 def test_usage_errors_keep_their_panel_without_json_logs(tmp_path: Path) -> None:
     result = run_cli(["worker", "--bogus"], cli_env(tmp_path))
     assert result.returncode == 2 and "╭" in result.stderr and "No such option" in result.stderr

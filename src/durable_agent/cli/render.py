@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn, TypeVar, cast
 
 import typer
@@ -78,9 +78,13 @@ err = Console(stderr=True, highlight=False)
 
 
 def set_verbose(verbose: bool) -> None:
-    """``-v``: say which Temporal server and store are used as soon as each is resolved."""
+    """``-v``: say which Temporal server and store are used (in the log: :data:`FAILURE_LOG`)."""
     if verbose:
-        TARGET.echo = lambda line: err.print(Text(line, style="dim"), soft_wrap=True)
+        TARGET.echo = lambda line: (
+            FAILURE_LOG.info("%s", line)
+            if FAILURE_LOG is not None
+            else err.print(Text(line, style="dim"), soft_wrap=True)
+        )
 
 
 def flags_from(
@@ -111,7 +115,7 @@ class LastResort(logging.Handler):
 
 
 FAILURE_LOG: logging.Logger | None = None
-"""Set by a command whose output is a log (``worker``): its failure is one more log line."""
+"""Set by a command whose output is a log (``worker``): its failure and -v lines are log lines."""
 
 
 def fail(code: int, message: str) -> NoReturn:
@@ -214,13 +218,9 @@ def _mongo_failure(exc: BaseException) -> str | None:
     return "MongoDB said: " + " ".join(str(exc).split(", full error:")[0].split())
 
 
-def run_command(make: Callable[[], Awaitable[T]]) -> T:
+def run_command(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run one command's coroutine under :func:`guard`."""
-
-    async def call() -> T:
-        return await make()
-
-    return guard(lambda: asyncio.run(call()))
+    return guard(lambda: asyncio.run(make()))
 
 
 # -- entries, transcripts and trees ---------------------------------------------------------------

@@ -11,7 +11,7 @@ its task queue); a closed run reports how it closed (why, and the run before it 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -122,7 +122,7 @@ def sessions_rm(
     spec = resolve_store_spec(store or ctx.obj)
     flags = flags_from(address, namespace, profile, verbose) if workflows else None
 
-    def remove() -> Awaitable[int]:
+    def remove() -> Coroutine[Any, Any, int]:
         return remove_session(console, session_id, spec, yes=yes, confirm=_confirm, temporal=flags)
 
     raise typer.Exit(run_command(remove))

@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
 
@@ -114,11 +115,27 @@ class WorkerLogFormatter(logging.Formatter):
         return line
 
 
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
+    """A Python warning (the SDK's for an ``http://`` address...) as one log line, in the log's
+    format: printed by :mod:`warnings` it was two lines of plain text among JSON objects."""
+    del file, line
+    where = f"{filename}:{lineno}"
+    logging.getLogger("py.warnings").warning("%s: %s (%s)", category.__name__, message, where)
+
+
 def configure_worker_logging(
     log_format: LogFormat = "text", *, stream: IO[str] | None = None, level: int = logging.INFO
 ) -> None:
     """Send this process's log (and the Temporal core's) to ``stream`` (default stderr) in
-    ``log_format``, from ``level`` up. Replaces the root logger's handlers."""
+    ``log_format``, from ``level`` up, Python's warnings too. Replaces the root logger's
+    handlers."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(WorkerLogFormatter(log_format))
     root = logging.getLogger()
@@ -126,6 +143,7 @@ def configure_worker_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    warnings.showwarning = _log_warning
     # the formatter says which activity a record is about, in its own words
     temporalio.activity.logger.activity_info_on_message = False
     core = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
