@@ -8,12 +8,14 @@ Temporal server (``TEMPORAL_ADDRESS``), or it is marked as a fragment of one tha
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -109,3 +111,34 @@ def test_every_script_type_checks_strictly(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _cli_paths(group: Any, prefix: str = "") -> list[str]:
+    """Every command the typer app registers, in its ``--help`` order (a group, then its
+    subcommands: ``sessions``, ``sessions rm``)."""
+    paths: list[str] = []
+    for name, each in group.commands.items():
+        paths.append(f"{prefix}{name}")
+        if getattr(each, "commands", None):
+            paths += _cli_paths(each, f"{prefix}{name} ")
+    return paths
+
+
+def test_the_cli_section_lists_every_command_in_help_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's command list under "## CLI" names the commands ``durable-agent --help`` does,
+    in its order: one that is missing there is one a reader never hears of."""
+    import typer
+
+    from durable_agent.cli.__main__ import command
+
+    monkeypatch.setattr(logging, "lastResort", logging.lastResort)  # command() sets its own
+    app: Any = typer.main.get_command(command())
+    section = README.read_text(encoding="utf-8").split("\n## CLI\n")[1].split("\n#")[0]
+    listed: list[str] = []
+    for line in re.findall(r"^    durable-agent ([^#\n]*)", section, re.M):
+        words = line.split()
+        subcommands = getattr(app.commands.get(words[0]), "commands", None) or {}
+        path = " ".join(words[:2]) if words[1:2] and words[1] in subcommands else words[0]
+        if not path.startswith("-") and path not in listed:
+            listed.append(path)
+    assert listed == _cli_paths(app)
