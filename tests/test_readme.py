@@ -142,3 +142,13 @@ def test_the_cli_section_lists_every_command_in_help_order(monkeypatch: pytest.M
         if not path.startswith("-") and path not in listed:
             listed.append(path)
     assert listed == _cli_paths(app)
+
+
+def test_the_result_table_names_every_usage_field() -> None:
+    """The run result's ``usage`` row names every field of :class:`Usage` (a reasoning model's
+    ``reasoning`` tokens were left out of it)."""
+    from durable_agent.ai.messages import Usage
+
+    row = re.search(r"^\| `usage` \|(.*)$", README.read_text(encoding="utf-8"), re.M)
+    assert row is not None
+    assert re.findall(r"`(\w+)`", row.group(1)) == list(Usage.model_fields)
