@@ -116,7 +116,7 @@ async def test_a_line_typed_while_a_tool_runs_steers_the_run(harness: Any) -> No
 
     async def steer_once_working() -> None:
         await eventually(lambda: _true("crunch_numbers" in screen.getvalue()), what="the tool")
-        typist.type("/tree", "Also check the weather in Lisbon.")
+        typist.type("Also check the weather in Lisbon.", "/tree")
 
     steering = asyncio.ensure_future(steer_once_working())
     try:
@@ -133,7 +133,7 @@ async def test_a_line_typed_while_a_tool_runs_steers_the_run(harness: Any) -> No
         "call get_weather",
         "result get_weather",
     ]
-    assert "while the agent works: type to steer it" in screen.getvalue()  # /tree waits
+    assert chat.held == "/tree" and "/tree: once the agent is done" in screen.getvalue()
 
 
 async def test_a_message_the_run_did_not_take_starts_the_next_run(harness: Any) -> None:

@@ -671,6 +671,24 @@ def test_run_from_an_earlier_leaf(dev: Dev) -> None:
     assert bogus.returncode == 3 and "no entry 'nosuch' in session 'b1'" in bogus.stderr
 
 
+def test_a_piped_chat_runs_its_commands_after_the_run(dev: Dev) -> None:
+    """A script pipes lines into ``chat``: they all arrive while the first run works, and a
+    ``/command`` among them waits for the run's end and runs (``/tree`` draws, ``/quit`` quits);
+    it was dropped with a hint, so a script's ``/tree`` never ran."""
+    script = "What's the weather in Lisbon?\n/tree\n/quit\nnever sent\n"
+    done = subprocess.run(
+        [*CLI, "chat", "p1"], env=dev.env, input=script, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = plain(done.stdout)
+    assert "24°C, sunny in Lisbon" in out and "◀ leaf" in out, out
+    assert out.index("24°C, sunny in Lisbon") < out.index("◀ leaf"), out
+    assert "never sent" not in out, "the lines after /quit are not read as a message"
+    told = _json(run_cli(["show", "p1", "--json"], dev.env))
+    assert told["entries"], "the question was asked"
+    assert all("never sent" not in json.dumps(e) for e in told["entries"]), told
+
+
 def test_a_chat_left_without_a_word_leaves_no_session(dev: Dev) -> None:
     """15.17: opening a chat on a new session and leaving it creates nothing."""
     child = pexpect.spawn(

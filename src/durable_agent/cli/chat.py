@@ -2,14 +2,14 @@
 
 Lines are read on a thread (:class:`Lines`) into a queue that the chat takes from between runs
 and while a run streams: a line typed while the agent works is sent into the run as a steer
-(``/later TEXT``: a follow-up), and a run waiting for a decision takes its answers from the same
-queue (docs/design.md#approvals-and-steering); answers given after the run parked start the run
-that goes on, as ``approve`` does. A message the run no longer takes (it ended meanwhile) starts
-the next run instead: nothing typed is lost. Each turn runs on one persistent event loop
+(``/later TEXT``: a follow-up; another ``/command`` waits, with what follows it, for the run's
+end), and a run waiting for a decision takes its answers from the same queue
+(docs/design.md#approvals-and-steering); answers given after the run parked start the run that
+goes on, as ``approve`` does. A message the run no longer takes (it ended meanwhile) starts the
+next run: nothing typed is lost. Each turn runs on one persistent event loop
 (:class:`asyncio.Runner`). A Ctrl-C during a turn cancels that turn's *task*, which asks the
 workflow to cancel and waits until what it stored has arrived; the session and the REPL carry
-on. Replies stream live from the worker, and each stored entry's receipt is printed under it, as
-in ``run``.
+on. Replies stream live from the worker, each stored entry's receipt under it, as in ``run``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ class Chat:
         self.lines = lines
         self.carried: list[str] = []
         """Messages a run did not take (it ended meanwhile): the next run's input."""
+        self.held: str | None = None
+        """A /command typed while a run worked: it, and what follows it, waits for the run's end."""
         self._sends: set[asyncio.Task[None]] = set()
 
     def tips(self) -> list[Entry]:
@@ -184,8 +186,7 @@ class Chat:
         )
 
     async def turn(self, *texts: str) -> None:
-        """One run (none while another process's goes); on cancellation (Ctrl-C) cancel the
-        workflow, then re-raise."""
+        """One run (none while another process's goes), followed as :meth:`follow` says."""
         if self.executor is not None:
             await refuse_busy(self.executor.client, self.agent)
         await self.follow(await self.agent.run(*texts))
@@ -224,15 +225,15 @@ class Chat:
 
     async def steer(self, stream: RunStream) -> None:
         """While a run streams: each typed line is a steer, ``/later TEXT`` a follow-up."""
-        while (line := await self.lines.get()) is not None:
+        while self.held is None and (line := await self.lines.get()) is not None:
             word, _, rest = line.strip().partition(" ")
             if word in ("/later", "/steer") and rest.strip():
                 self.send(stream, rest.strip(), "at_end" if word == "/later" else "next_turn")
+            elif word in ("/later", "/steer"):
+                self.console.print(f"usage: {word} TEXT (a message for the working agent)")
             elif word.startswith("/"):
-                self.console.print(
-                    "while the agent works: type to steer it, /later TEXT for a follow-up, "
-                    "Ctrl-C to cancel the run"
-                )
+                self.held = line.strip()
+                self.console.print(f"[dim]{escape(word)}: once the agent is done[/]")
             elif word:
                 self.send(stream, line.strip(), "next_turn")
 
@@ -259,8 +260,7 @@ class Chat:
 
     async def command(self, line: str) -> bool:
         """Run a ``/command``; False means quit."""
-        # Split off the command word only: the rest is taken verbatim (``/edit What's up?``
-        # must not be parsed as a shell line with an open quote).
+        # the rest verbatim: ``/edit What's up?`` is no shell line with an open quote
         name, _, rest = line[1:].strip().partition(" ")
         name, rest = (name.lower() or "help"), rest.strip()
         args = rest.split()
@@ -379,8 +379,11 @@ def run_chat(
 
 def _next_step(runner: asyncio.Runner, chat: Chat) -> str | list[str] | None:
     """What the REPL does next: a ``/command`` (a ``str``), a run on texts (the messages the
-    last run did not take first), or ``None`` to leave (end of input)."""
+    last run did not take first, then a ``/command`` typed during it), or ``None`` to leave."""
     while not chat.carried:
+        if chat.held is not None:
+            step, chat.held = chat.held, None
+            return step
         try:
             line = runner.run(chat.lines.get(f"{chat.agent.session_id} ▸ "))
         except KeyboardInterrupt:
