@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pexpect
 import pytest
 
-from tests.cli.support import CLI, Dev, run_cli, running_dev
+from tests.cli.support import CLI, Dev, cli_env, run_cli, running_dev
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
@@ -164,3 +165,17 @@ def test_chat_sends_what_is_typed_while_the_agent_works(dev: Dev) -> None:
         "result get_weather",
     ]
     assert told[10].startswith("assistant: ") and "Paris" in told[10] and len(told) == 11
+
+
+@pytest.mark.parametrize(
+    ("args", "says"), [("[1]", "must be a JSON object"), ("{oops", "--args is not JSON")]
+)
+def test_approve_with_args_that_are_no_object_is_a_usage_error(
+    tmp_path: Path, args: str, says: str
+) -> None:
+    """``--args`` is checked before anything is reached: one ``error:`` line, exit 2 (it was
+    a traceback and exit 1: the usage error was raised outside the command's guard)."""
+    result = run_cli(["approve", "s1", "c1", "--args", args], cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: ") and says in result.stderr, result.stderr

@@ -46,7 +46,16 @@ from .config import (
     queue_for,
     resolve_store_spec,
 )
-from .render import console, err, flags_from, print_error, print_json, run_command, set_verbose
+from .render import (
+    console,
+    err,
+    flags_from,
+    guard,
+    print_error,
+    print_json,
+    run_command,
+    set_verbose,
+)
 from .run import RunPrinter, open_agent
 
 __all__ = [
@@ -204,7 +213,7 @@ def _decide_command(approved: bool) -> Any:
         verbose: VerboseOpt = False,
     ) -> None:
         flags = flags_from(address, namespace, profile, verbose)
-        edited = _edited(args) if approved else None
+        edited = guard(lambda: _edited(args)) if approved else None  # one line, exit 2
         raise typer.Exit(
             run_command(
                 lambda: decide(
