@@ -179,3 +179,12 @@ def test_approve_with_args_that_are_no_object_is_a_usage_error(
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("error: ") and says in result.stderr, result.stderr
+
+
+def test_deny_refuses_edited_args(tmp_path: Path) -> None:
+    """``deny --args`` edits nothing (a denied call does not run): refused, exit 2, rather than
+    dropped without a word."""
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1")
+    result = run_cli(["deny", "s1", "c1", "--args", '{"to": "x"}'], env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and "--args" in result.stderr, result.stderr

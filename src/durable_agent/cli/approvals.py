@@ -213,7 +213,7 @@ def _decide_command(approved: bool) -> Any:
         verbose: VerboseOpt = False,
     ) -> None:
         flags = flags_from(address, namespace, profile, verbose)
-        edited = guard(lambda: _edited(args)) if approved else None  # one line, exit 2
+        edited = guard(lambda: _edited(args, approved))  # one line, exit 2
         raise typer.Exit(
             run_command(
                 lambda: decide(
@@ -238,9 +238,11 @@ def _decide_command(approved: bool) -> Any:
     return command
 
 
-def _edited(args: str | None) -> dict[str, Any] | None:
+def _edited(args: str | None, approved: bool) -> dict[str, Any] | None:
     if args is None:
         return None
+    if not approved:  # a denied call does not run: dropping them silently would mislead
+        raise UsageError("--args edits an approved call's arguments: use it with approve")
     try:
         value = json.loads(args)
     except json.JSONDecodeError as exc:
