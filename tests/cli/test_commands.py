@@ -124,6 +124,22 @@ def test_usage_errors_keep_their_panel_without_json_logs(tmp_path: Path) -> None
     assert result.returncode == 2 and "╭" in result.stderr and "No such option" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--keys", "no-such-keys.json"], "cannot read the keys file 'no-such-keys.json'"),
+        (["--port", "99999"], "Invalid value for '--port'"),
+    ],
+)
+def test_serve_refuses_a_bad_keys_file_or_port(tmp_path: Path, args: list[str], says: str) -> None:
+    """A keys file that cannot be read or a port out of range: a usage error (exit 2) before
+    anything is reached, not a traceback."""
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1", DURABLE_AGENT_LOG_FORMAT="json")
+    result = run_cli(["serve", *args], env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and says in result.stderr, result.stderr
+
+
 def test_no_server_is_a_clear_error(tmp_path: Path) -> None:
     env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1")
     result = run_cli(["run", "s1", "hi"], env)

@@ -38,6 +38,7 @@ from .config import (
     QueueOpt,
     StoreOpt,
     TemporalFlags,
+    UsageError,
     connect,
     display_store,
     open_store,
@@ -358,16 +359,12 @@ async def _dev_http(
 
 
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to bind (keys needed beyond loopback).")] = (
-        "127.0.0.1"
-    ),
-    port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
+    host: Annotated[str, typer.Option(help="Bind address (--keys beyond loopback).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port.")] = 8000,
     keys: Annotated[
         str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
     ] = None,
-    agent: Annotated[
-        str | None, typer.Option("--agent", help="The agent a run names by default.")
-    ] = None,
+    agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
     address: AddressOpt = None,
@@ -380,7 +377,10 @@ def serve(
     async def main() -> int:
         from ..server.tenants import load_keys
 
-        table = load_keys(keys)
+        try:
+            table = load_keys(keys)
+        except ValueError as exc:  # the file's problem, in words that never show a key
+            raise UsageError(str(exc)) from None
         if table is None and host not in ("127.0.0.1", "localhost", "::1"):
             raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
         if table is None:
