@@ -4,6 +4,8 @@ where it must; in process and on Temporal."""
 
 from __future__ import annotations
 
+import uuid
+
 from pathlib import Path
 
 import httpx
@@ -98,21 +100,24 @@ async def _cancels(temporal: Client | None, tmp_path: Path) -> None:
     """Cancelling is idempotent: a run that ended is cancelled as far as it goes (202, nothing
     changes); a run the session never had is 404, on either backend alike."""
     spec = AgentSpec(model=scripted(tool_script()))
+    sid = f"cancels-{uuid.uuid4().hex[:8]}"  # the Temporal server is shared: runs of "s1" too
     async with helper_client(temporal, tmp_path, spec) as (client, _):
-        run_id = (await client.post("/v1/sessions/s1/runs", json={"text": "hi"})).json()["run_id"]
+        started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "hi"})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
 
         async def done() -> bool:
-            got = await client.get(f"/v1/sessions/s1/runs/{run_id}")
+            got = await client.get(f"/v1/sessions/{sid}/runs/{run_id}")
             return bool(got.json()["status"] == "completed")
 
         await eventually(done, within=30, interval=0.1, what="the run's end")
-        ended = await client.post(f"/v1/sessions/s1/runs/{run_id}/cancel")
+        ended = await client.post(f"/v1/sessions/{sid}/runs/{run_id}/cancel")
         assert ended.status_code == 202, ended.text
-        status = await client.get(f"/v1/sessions/s1/runs/{run_id}")
+        status = await client.get(f"/v1/sessions/{sid}/runs/{run_id}")
         assert status.json()["status"] == "completed"
         for nobody in ["nope", "x" * 1000, "a%20b", "%C3%A9t%C3%A9"]:  # none a start would take
             for method, path in [("POST", f"{nobody}/cancel"), ("GET", nobody)]:
-                unknown = await client.request(method, f"/v1/sessions/s1/runs/{path}")
+                unknown = await client.request(method, f"/v1/sessions/{sid}/runs/{path}")
                 assert unknown.status_code == 404, (method, nobody[:20], unknown.text)
                 assert unknown.json()["error"]["type"] == "RunNotFoundError"
 
