@@ -16,6 +16,7 @@ from ..session.ids import new_id
 from ..session.store import RetentionStore, SessionRecord, Store, entries_after
 from .deps import Caller, ServerDep, retention, runs
 from .routes_runs import existing
+from .runs import drop_made
 from .tenants import Tenant
 
 __all__ = ["router", "session_object"]
@@ -160,13 +161,21 @@ async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) 
 
 @router.post("/sessions/{session_id}/fork", status_code=201)
 async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+    """A fork refused half-way leaves the child it made when the client named it (its retry
+    completes it, docs/design.md#tree-and-views); one under an ID the server picked, which
+    the client never learns, is deleted (docs/design.md#http-api)."""
     sid = tenant.session(session_id)
     child_id = tenant.session(body.child_id or tenant.prefix + new_id())
     handle = await new(None, store=srv.store, session_id=sid, create=False)  # else a 404
     if body.leaf_id is not None:
         await handle.branch(body.leaf_id)
-    child = await handle.fork(child_id)
-    return await session_object(srv.store, child.session_id)
+    try:
+        child = await handle.fork(child_id)
+        return await session_object(srv.store, child.session_id)
+    except BaseException:
+        if body.child_id is None:
+            await drop_made(srv.store, child_id, "fork", only_empty=False)
+        raise
 
 
 @router.post("/sessions/{session_id}/compact")

@@ -32,7 +32,7 @@ from ..durable.errors import (
 from ..durable.inbox import When
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionExistsError, StoreUnavailableError
+from ..session.errors import SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ..session.store import RetentionStore, Store
 from ..session.tree import path
 
@@ -51,6 +51,7 @@ __all__ = [
     "Status",
     "cancel_each",
     "continue_settled",
+    "drop_made",
     "made_for_start",
     "no_run_accepts",
     "open_at",
@@ -334,13 +335,25 @@ async def made_for_start(store: Store, session_id: str) -> AsyncIterator[None]:
     try:
         yield
     except BaseException:
-        if made and isinstance(store, RetentionStore):
-            try:
-                if not await store.load_entries(session_id):
-                    await store.delete_session(session_id)
-            except Exception as exc:  # the store is still down: an empty session stays
-                logger.warning("removing session %s a refused start made: %s", session_id, exc)
+        if made:
+            await drop_made(store, session_id, "start", only_empty=True)
         raise
+
+
+async def drop_made(store: Store, session_id: str, by: str, *, only_empty: bool) -> None:
+    """Delete the session a refused request (``by``: which) created, best effort: only while
+    it is empty (``only_empty``: a run may have begun storing into it), else whatever it
+    holds (a fork's child under an ID the client was never told). A store still down keeps
+    it, logged in one line; one never created is no matter."""
+    if not isinstance(store, RetentionStore):
+        return
+    try:
+        if not only_empty or not await store.load_entries(session_id):
+            await store.delete_session(session_id)
+    except SessionNotFoundError:
+        pass
+    except Exception as exc:
+        logger.warning("removing session %s a refused %s made: %s", session_id, by, exc)
 
 
 def refuse_busy(session_id: str, active: list[str], on_busy: OnBusy) -> None:

@@ -1,0 +1,99 @@
+"""Requests the store fails half-way through: a fork into an ID the server picked leaves no child
+the client cannot name; in process and on Temporal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent import Entry, MessageEntry
+from durable_agent.ai import user_message
+from durable_agent.session import SessionRecord
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import helper_app, scripted, serving, tool_script
+
+
+class Outage(FileStore):
+    """A FileStore whose disk can go (its root replaced by a file, as a disk gone, not a
+    session missing) and come back."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.root_path = root
+
+    def down(self) -> None:
+        self.root_path.rename(self.root_path.with_name("away"))
+        self.root_path.write_text("not a directory")
+
+    def up(self) -> None:
+        self.root_path.unlink()
+        self.root_path.with_name("away").rename(self.root_path)
+
+
+class ForkCopiesFail(Outage):
+    """The disk is gone for the append after a fork created its child (the copies), for the
+    first ``fails`` forks."""
+
+    child_made, fails = False, 2
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        record = await super().create_session(session_id, parent_id)
+        self.child_made = parent_id is not None and self.fails > 0
+        self.fails -= parent_id is not None
+        return record
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        if not self.child_made:
+            return await super().append_entries(session_id, entries)
+        self.child_made = False
+        self.down()
+        try:
+            return await super().append_entries(session_id, entries)
+        finally:
+            self.up()
+
+
+async def test_a_fork_refused_into_an_id_the_server_picked_leaves_no_child(
+    tmp_path: Path,
+) -> None:
+    await _refused_fork(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_on_temporal_a_fork_refused_into_an_id_the_server_picked_leaves_no_child(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _refused_fork(temporal_client, tmp_path)
+
+
+async def _refused_fork(temporal: Client | None, tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = ForkCopiesFail(root)
+    await store.create_session("p")
+    await store.append_entries("p", [MessageEntry(id="q", message=user_message("hello"))])
+    spec = AgentSpec(model=scripted(tool_script()))
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        r = await client.post("/v1/sessions/p/fork", json={})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["type"] == "StoreUnavailableError"
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        assert [s["session_id"] for s in listed] == ["p"], "no child the client cannot name"
+        # a child the client named stays, for its retry to complete (docs/design.md)
+        named = await client.post("/v1/sessions/p/fork", json={"child_id": "c"})
+        assert named.status_code == 503, named.text
+        assert (await FileStore(root).load_session("c")).parent_id == "p"
+        again = await client.post("/v1/sessions/p/fork", json={"child_id": "c"})
+        assert again.status_code == 201, again.text
+        assert again.json()["last_seq"] == 1
+        ok = await client.post("/v1/sessions/p/fork", json={})
+        assert ok.status_code == 201, ok.text
+        assert ok.json()["parent_id"] == "p" and ok.json()["last_seq"] == 1
