@@ -1,8 +1,10 @@
 """Requests the store fails half-way through: a fork into an ID the server picked leaves no child
-the client cannot name; in process and on Temporal."""
+the client cannot name, and a decision stored before the store (or Temporal) failed is answered
+as stored, its follow-up run started by a retry; in process and on Temporal."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,12 +12,12 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from durable_agent import Entry, MessageEntry
-from durable_agent.ai import user_message
+from durable_agent import ApprovalDecision, Entry, MessageEntry
+from durable_agent.ai import Reply, ToolCall, tool, user_message
 from durable_agent.session import SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import helper_app, scripted, serving, tool_script
+from tests.server.support import ended, helper_app, scripted, serving, stream, tool_script
 
 
 class Outage(FileStore):
@@ -97,3 +99,81 @@ async def _refused_fork(temporal: Client | None, tmp_path: Path) -> None:
         ok = await client.post("/v1/sessions/p/fork", json={})
         assert ok.status_code == 201, ok.text
         assert ok.json()["parent_id"] == "p" and ok.json()["last_seq"] == 1
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+class DownAfterDecision(Outage):
+    """The disk goes once a decision is stored, and stays gone until ``up``."""
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        await super().append_entries(session_id, entries)
+        if any(isinstance(e, ApprovalDecision) for e in entries):
+            self.down()
+
+
+async def test_a_decision_stored_before_the_store_failed_is_answered_as_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _decided_then_down(None, tmp_path, caplog)
+
+
+@pytest.mark.temporal
+async def test_on_temporal_a_decision_stored_before_the_store_failed_is_answered_as_stored(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _decided_then_down(temporal_client, tmp_path, caplog)
+
+
+async def _decided_then_down(
+    temporal: Client | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run asks, parks and ends; the decision that settles the turn is stored, then the
+    store fails before the run that carries the call out starts: the client is told its
+    decision (200), and the same decision sent again starts that run."""
+    root = tmp_path / "sessions"
+    store = DownAfterDecision(root)
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "bob@example.com"})
+    replies = [Reply(tool_calls=[call]), Reply(text="Sent.")]
+    spec = AgentSpec(model=scripted(replies), tools=[send_email], approval_wait=0.05)
+    sid = f"mail-{uuid.uuid4().hex[:6]}"
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            first = (await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Mail"})).json()
+            await reader.until(ended(first["run_id"]), within=60)
+            path = f"/v1/sessions/{sid}/approvals/call-1"
+            decided = await client.post(path, json={"approved": True})
+            assert decided.status_code == 200, decided.text
+            assert decided.json()["kind"] == "approval_decision"
+            assert decided.json()["approved"] is True
+            logged = [r for r in caplog.records if "after a decision" in r.getMessage()]
+            assert logged, "the server's log tells the run that did not start"
+            assert all(r.exc_info is None and "\n" not in r.getMessage() for r in logged)
+            store.up()
+            again = await client.post(path, json={"approved": True})
+            assert again.status_code == 200, again.text
+            assert again.json()["id"] == decided.json()["id"]
+
+            def runs(r: object) -> set[str]:
+                return {f.data["run_id"] for f in reader.frames if f.event == "run"} - {
+                    first["run_id"]
+                }
+
+            await reader.until(runs, within=60)
+            (second,) = runs(reader)
+            await reader.until(ended(second), within=60)
+        said = [
+            (e.message.role, e.message.text())
+            for e in await FileStore(root).load_entries(sid)
+            if isinstance(e, MessageEntry)
+        ]
+        assert said[-2:] == [("tool_result", "sent to bob@example.com"), ("assistant", "Sent.")]

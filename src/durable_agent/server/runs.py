@@ -278,16 +278,25 @@ async def continue_settled(runs: Runs, store: Store, session_id: str) -> str | N
     """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
     every call of the waiting turn is decided and nothing runs, start the run that carries the
     calls out, as ``durable-agent approve`` does; its ID, else ``None``. With several agents
-    the server cannot tell which one asked, and leaves it to the next run."""
-    if await runs.active(session_id):
-        return None
-    entries = await store.load_entries(session_id)
-    turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
-    if turn is None or turn.undecided():
-        return None
-    with contextlib.suppress(UnknownAgentError, RunActiveError):
+    the server cannot tell which one asked, and leaves it to the next run. The decision is
+    stored: the store or Temporal failing now leaves it to the next run too (logged, one line),
+    and a retry of the same decision, answered with the stored one, tries again
+    (docs/design.md#http-api)."""
+    try:
+        if await runs.active(session_id):
+            return None
+        entries = await store.load_entries(session_id)
+        turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
+        if turn is None or turn.undecided():
+            return None
         return await runs.start(session_id, [], leaf_id=None, agent=None, on_busy="reject")
-    return None
+    except (UnknownAgentError, RunActiveError):
+        return None
+    except Exception as exc:
+        logger.warning(
+            "continuing %s after a decision: %s: %s", session_id, type(exc).__name__, exc
+        )
+        return None
 
 
 def pick_agent(names: Sequence[str], agent: str | None) -> str:
