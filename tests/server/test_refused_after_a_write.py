@@ -177,3 +177,46 @@ async def _decided_then_down(
             if isinstance(e, MessageEntry)
         ]
         assert said[-2:] == [("tool_result", "sent to bob@example.com"), ("assistant", "Sent.")]
+
+
+class ReadAfterCreateFails(Outage):
+    """The disk is gone for the first read of a session's entries after it was created, for
+    the first ``fails`` sessions."""
+
+    made, fails = False, 2
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        record = await super().create_session(session_id, parent_id)
+        self.made, self.fails = self.fails > 0, self.fails - 1
+        return record
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        if not self.made:
+            return await super().load_entries(session_id)
+        self.made = False
+        self.down()
+        try:
+            return await super().load_entries(session_id)
+        finally:
+            self.up()
+
+
+async def test_a_session_create_refused_after_the_store_made_it_leaves_none(
+    tmp_path: Path,
+) -> None:
+    """The store fails between making the session and reading it for the answer: the client
+    is told 503, so there is no session, named by it or by the server."""
+    root = tmp_path / "sessions"
+    store = ReadAfterCreateFails(root)
+    spec = AgentSpec(model=scripted(tool_script()))
+    async with (
+        helper_app(None, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        for body in [{}, {"session_id": "named"}]:
+            r = await client.post("/v1/sessions", json=body)
+            assert r.status_code == 503, r.text
+            assert (await client.get("/v1/sessions")).json()["sessions"] == [], body
+        made = await client.post("/v1/sessions", json={"session_id": "named"})
+        assert made.status_code == 201, made.text

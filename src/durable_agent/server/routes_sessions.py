@@ -115,7 +115,12 @@ async def create_session(
         record = await srv.store.create_session(session_id)
     except SessionExistsError:
         response.status_code = 200
-    return await session_object(srv.store, session_id, record)
+    try:
+        return await session_object(srv.store, session_id, record)
+    except BaseException:  # refused: the session it made goes (docs/design.md#http-api)
+        if record is not None:
+            await drop_made(srv.store, session_id, "create", only_empty=True)
+        raise
 
 
 @router.get("/sessions/{session_id}")
