@@ -180,8 +180,8 @@ async def _decided_then_down(
 
 
 class ReadAfterCreateFails(Outage):
-    """The disk is gone for the first read of a session's entries after it was created, for
-    the first ``fails`` sessions."""
+    """The disk is gone for the first read of a session's entries (all, or after a seq) after
+    it was created, for the first ``fails`` sessions."""
 
     made, fails = False, 2
 
@@ -190,15 +190,28 @@ class ReadAfterCreateFails(Outage):
         self.made, self.fails = self.fails > 0, self.fails - 1
         return record
 
+    def _blip(self) -> bool:
+        if self.made:
+            self.made = False
+            self.down()
+            return True
+        return False
+
     async def load_entries(self, session_id: str) -> list[Entry]:
-        if not self.made:
-            return await super().load_entries(session_id)
-        self.made = False
-        self.down()
+        blip = self._blip()
         try:
             return await super().load_entries(session_id)
         finally:
-            self.up()
+            if blip:
+                self.up()
+
+    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        blip = self._blip()
+        try:
+            return await super().load_entries_after(session_id, after)
+        finally:
+            if blip:
+                self.up()
 
 
 async def test_a_session_create_refused_after_the_store_made_it_leaves_none(
@@ -220,3 +233,45 @@ async def test_a_session_create_refused_after_the_store_made_it_leaves_none(
             assert (await client.get("/v1/sessions")).json()["sessions"] == [], body
         made = await client.post("/v1/sessions", json={"session_id": "named"})
         assert made.status_code == 201, made.text
+
+
+async def test_an_agui_run_refused_after_its_session_was_made_leaves_none(
+    tmp_path: Path,
+) -> None:
+    await _refused_agui(None, tmp_path)
+
+
+@pytest.mark.temporal
+async def test_on_temporal_an_agui_run_refused_after_its_session_was_made_leaves_none(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    await _refused_agui(temporal_client, tmp_path)
+
+
+async def _refused_agui(temporal: Client | None, tmp_path: Path) -> None:
+    """As a run start through the run route (test_refused_starts), one through AG-UI: the
+    store fails as the route reads the session it made, before the run starts."""
+    root = tmp_path / "sessions"
+    store = ReadAfterCreateFails(root)
+    spec = AgentSpec(model=scripted(tool_script()))
+    body = {
+        "threadId": "new1",
+        "runId": "client-run",
+        "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+        "tools": [],
+        "context": [],
+        "state": None,
+        "forwardedProps": None,
+    }
+    async with (
+        helper_app(temporal, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        r = await client.post("/v1/agui", json=body)
+        assert r.status_code == 503, r.text
+        assert (await client.get("/v1/sessions")).json()["sessions"] == []
+        store.fails = 0
+        async with client.stream("POST", "/v1/agui", json=body) as ok:
+            assert ok.status_code == 200
+            assert "RUN_FINISHED" in (await ok.aread()).decode()

@@ -15,7 +15,6 @@ reply over, the text so far ends as one message and the retry streams as the nex
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -42,12 +41,11 @@ from fastapi.responses import StreamingResponse
 from ..durable.inputs import check_run_input, text
 from ..session.codec import wire_to_entry
 from ..session.entries import MessageEntry
-from ..session.errors import SessionExistsError
 from ..session.store import entries_after
 from .deps import Caller, ServerDep, runs
 from .hub import Frame
 from .routes_runs import CLIENT_ID
-from .runs import Runs
+from .runs import Runs, made_for_start
 from .tenants import Tenant
 
 __all__ = ["router"]
@@ -187,16 +185,15 @@ async def agui(
     check_run_input([question], nothing_stored=False)  # a blank one: before the session is made
     runner = runs(srv)
     runner.agent(agent)  # an unknown one is refused before the session is created
-    with contextlib.suppress(SessionExistsError):
-        await srv.store.create_session(sid)
-    after = len(await entries_after(srv.store, sid, 0))
-    hub = await srv.hubs.hub(sid, after)
-    queue, _, _ = hub.join()
-    try:
-        run_id = await _start(runner, sid, question, agent, body.run_id, queue)
-    except BaseException:
-        hub.leave(queue)
-        raise
+    async with made_for_start(srv.store, sid):  # refused, it leaves no session it made
+        after = len(await entries_after(srv.store, sid, 0))
+        hub = await srv.hubs.hub(sid, after)
+        queue, _, _ = hub.join()
+        try:
+            run_id = await _start(runner, sid, question, agent, body.run_id, queue)
+        except BaseException:
+            hub.leave(queue)
+            raise
     stream = _events(queue, hub.leave, run_id, body)
     return StreamingResponse(stream, media_type="text/event-stream")
 
