@@ -67,6 +67,9 @@ def test_usage_and_store_errors(tmp_path: Path) -> None:
     assert "Traceback" not in markup.stderr
     bad_id = run_cli(["show", "bad id"], env)
     assert bad_id.returncode == 2 and "invalid session ID" in bad_id.stderr
+    # checked before Temporal is asked (whose list query it would be written into)
+    quoted = run_cli(["state", 'a" OR "x', "--address", "127.0.0.1:9"], env)
+    assert quoted.returncode == 2 and "invalid session ID" in quoted.stderr, quoted.stderr
     missing = run_cli(["show", "nobody"], env)
     assert missing.returncode == 3 and "no session 'nobody'" in missing.stderr
     bad_app = run_cli(["worker", "--app", "no_such_module_xyz:app"], env)

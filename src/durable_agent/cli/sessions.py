@@ -362,8 +362,8 @@ async def run_state(client: Client, execution: WorkflowExecution) -> dict[str, A
 async def query_state(
     console: Console, session_id: str, as_json: bool, flags: TemporalFlags | None = None
 ) -> int:
-    client = await connect(flags)
-    runs = await latest_runs(client, session_id)
+    session_id = validate_session_id(session_id)  # before Temporal: it goes into a list query
+    runs = await latest_runs(client := await connect(flags), session_id)
     if not runs:
         raise NotFound(f"no runs of session {session_id!r} on this Temporal server")
     data = await run_state(client, runs[0])
