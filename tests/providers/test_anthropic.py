@@ -453,6 +453,27 @@ async def test_an_overloaded_error_inside_the_stream_is_retryable(
     assert seen == ["start"]
 
 
+@pytest.mark.parametrize(
+    "data", ['{"type":"error","error":{"message":"Internal"}}', '{"type":"error"}', "oops"]
+)
+async def test_an_error_inside_the_stream_that_names_no_type_is_retryable(
+    replay: ReplayServer, model: AnthropicModel, data: str
+) -> None:
+    """After a 200 the request was taken: an error event that says no more than that is the
+    server's, retried (as the OpenAI adapter does); only a named type of the request's is final."""
+    start = (
+        'event: message_start\ndata: {"type":"message_start","message":{"model":"m","id":"x",'
+        '"type":"message","role":"assistant","content":[],"stop_reason":null,'
+        '"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+    )
+    body = f"{start}event: error\ndata: {data}\n\n".encode()
+    replay.enqueue(RecordedResponse(200, "OK", (("content-type", "text/event-stream"),), body))
+
+    error, _ = await failure(model, hello())
+
+    assert error.retryable, str(error)
+
+
 async def test_rate_limit_then_success(replay: ReplayServer, model: AnthropicModel) -> None:
     replay.enqueue("anthropic/rate_limited.http", "anthropic/text.http")
 

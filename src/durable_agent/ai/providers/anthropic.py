@@ -228,7 +228,8 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
                 name,
                 "error in stream" + (f" {kind}" if kind else ""),
                 detail=exc.api_message,
-                retryable=should_retry(headers, default=kind in _TRANSIENT_ERROR_TYPES),
+                # untyped: the server's (the request was taken), retried as OpenAI's adapter does
+                retryable=should_retry(headers, default=kind in _TRANSIENT_ERROR_TYPES or not kind),
                 secrets=key,
             )
         return self.transport_error(
