@@ -5,7 +5,6 @@ where it must; in process and on Temporal."""
 from __future__ import annotations
 
 import uuid
-
 from pathlib import Path
 
 import httpx
