@@ -6,17 +6,22 @@ each followed by the drawing it causes and the layout it forces, and reports the
 per entry (median and p95). A run streaming a turn stores a few entries a second: at 180 ms each
 the page stalls for that long every time.
 
-Run: ``.venv/bin/python bench/chat_render_bench.py``
+Run: ``.venv/bin/python bench/chat_render_bench.py [--before REV]``; with ``--before`` the same
+session is measured first with the page script of commit REV (``git show``), then with this
+tree's, and both are printed side by side.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from playwright.async_api import async_playwright
 
@@ -49,30 +54,61 @@ FEED = """([n, size]) => {
 }"""
 
 
-async def main() -> None:
+async def measure(url: str, pw: Any, script: str | None) -> list[float]:
+    """Milliseconds per fed entry on the page, its script replaced by ``script`` if given."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    page = await browser.new_page()
+    if script is not None:
+        js = script
+
+        async def old(route: Any) -> None:
+            await route.fulfill(body=js, content_type="text/javascript")
+
+        await page.route("**/app.js", old)
+    await page.goto(url + "/#long")
+    await page.wait_for_function(
+        "n => state.heard && document.querySelectorAll('#chat .msg').length === n",
+        arg=SIZE,
+        timeout=120_000,
+    )
+    times: list[float] = await page.evaluate(FEED, [FED, SIZE])
+    await browser.close()
+    return sorted(times)
+
+
+def line(label: str, times: list[float]) -> str:
+    p95 = times[int(len(times) * 0.95) - 1]
+    median = statistics.median(times)
+    return f"  {label:<12} median {median:6.1f} ms   p95 {p95:6.1f} ms   max {times[-1]:6.1f} ms"
+
+
+async def compare(label: str | None, old: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = FileStore(Path(tmp))
         await _stored_conversation(store, "long", SIZE)
         spec = AgentSpec(model=ScriptedModel([Reply(text="Hi.")]))
         app = create_app(store=store, agents={"helper": spec})
         async with serving(app) as url, async_playwright() as pw:
-            chromium = shutil.which("chromium") or "/usr/bin/chromium"
-            browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = await browser.new_page()
-            await page.goto(url + "/#long")
-            await page.wait_for_function(
-                "n => state.heard && document.querySelectorAll('#chat .msg').length === n",
-                arg=SIZE,
-                timeout=60_000,
-            )
-            times = await page.evaluate(FEED, [FED, SIZE])
-            await browser.close()
-    times.sort()
-    p95 = times[int(len(times) * 0.95) - 1]
-    median = statistics.median(times)
-    print(f"{SIZE} entries shown, {FED} more fed: per entry median {median:.1f} ms")
-    print(f"  p95 {p95:.1f} ms, max {times[-1]:.1f} ms")
+            before = await measure(url, pw, old) if old is not None else None
+            now = await measure(url, pw, None)
+    print(f"{SIZE} entries shown, {FED} more fed: time per entry")
+    if before is not None:
+        print(line(str(label), before))
+    print(line("this tree", now))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--before", metavar="REV", help="also measure the page script of REV")
+    args = parser.parse_args()
+    old = None
+    if args.before:
+        path = f"{args.before}:src/durable_agent/server/static/app.js"
+        shown = subprocess.run(["git", "show", path], check=True, capture_output=True, text=True)
+        old = shown.stdout
+    asyncio.run(compare(args.before, old))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
