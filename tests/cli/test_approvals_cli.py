@@ -188,3 +188,13 @@ def test_deny_refuses_edited_args(tmp_path: Path) -> None:
     result = run_cli(["deny", "s1", "c1", "--args", '{"to": "x"}'], env)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and "--args" in result.stderr, result.stderr
+    assert "--args" not in run_cli(["deny", "--help"], env).stdout  # not offered either
+    assert "--args" in run_cli(["approve", "--help"], env).stdout
+
+
+def test_an_empty_call_id_is_a_usage_error_before_temporal(tmp_path: Path) -> None:
+    """No server needed to tell that "" names no call (it read 'cannot reach Temporal')."""
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1")
+    for verb in ("approve", "deny"):
+        result = run_cli([verb, "s1", " "], env)
+        assert result.returncode == 2 and "tool call ID" in result.stderr, result.stderr

@@ -213,7 +213,7 @@ def _decide_command(approved: bool) -> Any:
         verbose: VerboseOpt = False,
     ) -> None:
         flags = flags_from(address, namespace, profile, verbose)
-        edited = guard(lambda: _edited(args, approved))  # one line, exit 2
+        edited = guard(lambda: _edited(args, approved, call_id))  # one line, exit 2
         raise typer.Exit(
             run_command(
                 lambda: decide(
@@ -232,13 +232,19 @@ def _decide_command(approved: bool) -> Any:
             )
         )
 
+    if not approved:  # deny refuses --args (a denied call does not run): not offered either
+        hidden = typer.Option("--args", hidden=True)
+        command.__annotations__["args"] = Annotated[str | None, hidden]
     verb = "Approve" if approved else "Deny"
     command.__doc__ = f"{verb} a pending tool call (the waiting run gets it, or the next run)."
     command.__name__ = "approve" if approved else "deny"
     return command
 
 
-def _edited(args: str | None, approved: bool) -> dict[str, Any] | None:
+def _edited(args: str | None, approved: bool, call_id: str) -> dict[str, Any] | None:
+    """The edited arguments; a usage error (before Temporal is asked) for bad ones or no ID."""
+    if not call_id.strip():
+        raise UsageError("the tool call ID is empty (see `durable-agent approvals SESSION`)")
     if args is None:
         return None
     if not approved:  # a denied call does not run: dropping them silently would mislead
