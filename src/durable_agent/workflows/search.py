@@ -177,7 +177,8 @@ TRANSIENT = frozenset(
 
 async def retried(call: Callable[[], Awaitable[_T]], attempts: int = 5, pause: float = 0.1) -> _T:
     """``call()``, again after a :data:`TRANSIENT` refusal (``pause`` doubling each time): a
-    worker must not fail to start because a busy server cancelled one registration call."""
+    worker must not fail to start, nor a run start or busy check fail, because a busy server
+    cancelled one read (only reads and registrations, safe to send again, go through it)."""
     for attempt in range(attempts - 1):
         try:
             return await call()
@@ -223,7 +224,7 @@ async def running_runs(
         'AND ExecutionStatus = "Running"'
     )
     try:
-        listed = [w async for w in client.list_workflows(query)]
+        listed = await retried(lambda: _listed(client, query))
     except RPCError as exc:
         if exc.status != RPCStatusCode.INVALID_ARGUMENT:
             raise
@@ -232,8 +233,9 @@ async def running_runs(
     for execution in listed:
         if created_at is not None and not await _of_creation(execution, created_at):
             continue
+        handle = client.get_workflow_handle(execution.id)
         try:
-            described = await client.get_workflow_handle(execution.id).describe()
+            described = await retried(handle.describe)
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -251,12 +253,16 @@ async def latest_runs(
     a session deleted since and its runs took none of this one's messages
     (docs/design.md#retention)."""
     query = f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run"'
-    listed = [w async for w in client.list_workflows(query, limit=limit)]
+    listed = await retried(lambda: _listed(client, query, limit))
     return [
         w.id.rsplit("/", 1)[-1]
         for w in listed
         if created_at is None or await _of_creation(w, created_at)
     ]
+
+
+async def _listed(client: Client, query: str, limit: int | None = None) -> list[WorkflowExecution]:
+    return [w async for w in client.list_workflows(query, limit=limit)]
 
 
 async def _of_creation(execution: WorkflowExecution, created_at: datetime | Creation) -> bool:

@@ -41,6 +41,7 @@ from ..session.errors import StoreUnavailableError
 from ..session.ids import new_id
 from ..session.store import Store
 from ..stores.file import FileStore
+from .search import retried
 
 __all__ = [
     "MARKER",
@@ -149,14 +150,14 @@ def mismatch(own: str | None, identities: Iterable[str]) -> bool:
 
 
 async def poller_identities(client: Client, task_queue: str) -> list[str]:
-    """The identities of the workers polling ``task_queue`` for workflow tasks right now."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
+    """The identities of the workers polling ``task_queue`` for workflow tasks right now (the
+    read sent again after a transient refusal: every run start asks)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
+    response = await retried(lambda: client.workflow_service.describe_task_queue(request))
     return [p.identity for p in response.pollers]
 
 
