@@ -1,0 +1,100 @@
+"""Failures both adapters meet the same way, through the real SDKs against the replay server:
+a stream that breaks, is cut or ends early fails retryably with the events streamed so far; a
+429 is retryable and the same request succeeds after it; a timeout and a refused connection are
+retryable."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from durable_agent.ai.providers.adapter import StreamingAdapter
+
+from .adapters import ADAPTERS, Adapter, hello
+from .conftest import collect, failure
+from .replay_server import RecordedResponse, ReplayServer
+
+
+@pytest.fixture(params=ADAPTERS, ids=[a.name for a in ADAPTERS])
+def adapter(request: pytest.FixtureRequest) -> Adapter:
+    chosen: Adapter = request.param
+    return chosen
+
+
+@pytest.fixture
+async def model(adapter: Adapter, replay: ReplayServer) -> AsyncIterator[StreamingAdapter[Any]]:
+    lm = adapter.make(replay.url, 10)
+    yield lm
+    await lm.aclose()
+
+
+async def test_a_malformed_stream_fails_retryably(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    replay.enqueue(f"{adapter.name}/malformed.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == f"{adapter.name}: malformed stream: an event is not valid JSON"
+    assert seen == ["start", "text_delta"]
+
+
+async def test_a_stream_cut_mid_message_fails_retryably(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    replay.enqueue(f"{adapter.name}/cut.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == f"{adapter.name}: connection failed (RemoteProtocolError)"
+    assert seen == ["start", "text_delta"]
+
+
+async def test_a_stream_that_ends_without_finishing_fails_retryably(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    replay.enqueue(f"{adapter.name}/ended_early.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable and str(error) == adapter.ended_early
+    assert seen == ["start", "text_delta"]
+
+
+async def test_rate_limit_then_success(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    replay.enqueue(f"{adapter.name}/rate_limited.http", f"{adapter.name}/text.http")
+
+    error, seen = await failure(model, hello())
+    events = await collect(model, hello())
+
+    assert error.retryable and error.retry_after == 7.0
+    assert str(error).startswith(adapter.rate_limited)
+    assert seen == []
+    assert events[-1].message.text() == "Hello, world!"
+    first, second = replay.requests
+    assert first.json() == second.json()
+
+
+async def test_a_timeout_is_retryable(adapter: Adapter, replay: ReplayServer) -> None:
+    replay.enqueue(RecordedResponse(200, "OK", (), b"", hang=True))
+    lm = adapter.make(replay.url, 0.2)
+
+    error, _ = await failure(lm, hello())
+    await lm.aclose()
+
+    assert error.retryable and str(error) == f"{adapter.name}: request timed out"
+
+
+async def test_a_refused_connection_is_retryable(adapter: Adapter, closed_port: int) -> None:
+    lm = adapter.make(f"http://127.0.0.1:{closed_port}", 10)
+
+    error, _ = await failure(lm, hello())
+    await lm.aclose()
+
+    assert error.retryable and str(error) == f"{adapter.name}: connection failed (ConnectError)"
