@@ -1,15 +1,16 @@
 """Fixtures of the server tests: each test's report on its item (a failed browser test saves a
-screenshot), and worker processes (those of the Temporal tests)."""
+screenshot), the two ways a server runs its runs, and worker processes (those of the Temporal
+tests)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from pathlib import Path
+from collections.abc import Generator
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
-from tests.temporal.conftest import WorkerProcesses
+from tests.temporal.conftest import worker_processes  # noqa: F401
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -19,12 +20,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     return report
 
 
-@pytest.fixture
-def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    procs = WorkerProcesses(logs)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
+@pytest.fixture(params=["in_process", pytest.param("on_temporal", marks=pytest.mark.temporal)])
+def temporal(request: pytest.FixtureRequest) -> Client | None:
+    """Each way a server runs its runs in turn: in process (``None``), then on the session's
+    Temporal server (its client, started only for that case)."""
+    if request.param == "in_process":
+        return None
+    client: Client = request.getfixturevalue("temporal_client")
+    return client

@@ -24,7 +24,7 @@ from tests.server.support import ended, helper_app, helper_client, scripted, ser
 from tests.support.gate_tool import GateTool
 
 
-async def _retried(temporal: Client | None, tmp_path: Path) -> None:
+async def test_a_retried_start_is_one_run(temporal: Client | None, tmp_path: Path) -> None:
     gate = GateTool()
     replies = [Reply.call("gate", id="g1"), Reply(text="Done."), Reply(text="Again.")]
     spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
@@ -59,7 +59,7 @@ async def _retried(temporal: Client | None, tmp_path: Path) -> None:
         assert said == ["Do it.", "", "Done.", "Once more.", "Again."]
 
 
-async def _retried_messages(temporal: Client | None, tmp_path: Path) -> None:
+async def test_a_retried_message_is_delivered_once(temporal: Client | None, tmp_path: Path) -> None:
     gate = GateTool()
     spec = AgentSpec(
         model=scripted(
@@ -89,31 +89,9 @@ async def _retried_messages(temporal: Client | None, tmp_path: Path) -> None:
         assert said == ["Go.", "", "Also this.", "Noted.", "And then that.", "Done too."]
 
 
-async def test_a_retried_message_is_delivered_once_in_process(tmp_path: Path) -> None:
-    await _retried_messages(None, tmp_path)
-
-
-@pytest.mark.temporal
-async def test_a_retried_message_is_delivered_once_on_temporal(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    await _retried_messages(temporal_client, tmp_path)
-
-
 async def _messages(store: FileStore, sid: str) -> list[MessageEntry]:
     entries = await store.load_entries(sid)
     return [e for e in entries if isinstance(e, MessageEntry) and e.message.role != "tool_result"]
-
-
-async def test_a_retried_start_is_one_run_in_process(tmp_path: Path) -> None:
-    await _retried(None, tmp_path)
-
-
-@pytest.mark.temporal
-async def test_a_retried_start_is_one_run_on_temporal(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    await _retried(temporal_client, tmp_path)
 
 
 async def test_a_run_id_that_could_not_name_a_run_is_refused(tmp_path: Path) -> None:
@@ -212,6 +190,34 @@ async def test_a_message_resent_through_another_server_is_delivered_once(
     assert said == ["Go.", "", "Also this.", "Noted.", "Next.", "", "Done."]
 
 
+STEER = {"text": "Also this.", "message_id": "m-1"}
+
+
+def _gated_spec() -> tuple[GateTool, AgentSpec]:
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
+    return gate, AgentSpec(model=scripted(replies), tools=[gate.tool])
+
+
+async def _steered_then_created_again(
+    client: httpx.AsyncClient, gate: GateTool, sid: str, tmp_path: Path
+) -> None:
+    """Run ``r`` in a new session ``sid``, send it ``m-1`` (which it takes) and let it end;
+    then delete the session and create it again, as ``sessions rm`` and a new conversation
+    would, in another process."""
+    await client.post("/v1/sessions", json={"session_id": sid})
+    async with stream(client, sid, after=0) as reader:
+        await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
+        await asyncio.wait_for(gate.started.wait(), 60)
+        sent = await client.post(f"/v1/sessions/{sid}/messages", json=STEER)
+        assert sent.json() == {"run_id": "r", "message_id": "m-1"}
+        gate.release.set()
+        await reader.until(ended("r"), within=60)
+    elsewhere = FileStore(tmp_path / "sessions")
+    await elsewhere.delete_session(sid)
+    await elsewhere.create_session(sid)
+
+
 @pytest.mark.temporal
 async def test_a_message_id_of_a_deleted_session_names_nothing_in_the_one_created_again(
     temporal_client: Client, tmp_path: Path
@@ -223,9 +229,7 @@ async def test_a_message_id_of_a_deleted_session_names_nothing_in_the_one_create
     took ``m-1``, answered it (202 naming that run, nothing delivered): the server remembered
     the message by session ID alone, and offered a resend to the latest runs of the ID,
     whatever session they ran in."""
-    gate = GateTool()
-    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
-    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    gate, spec = _gated_spec()
     store = FileStore(tmp_path / "sessions")
     async with (
         helper_app(temporal_client, store, spec, lambda: FileStore(tmp_path / "sessions")) as one,
@@ -233,22 +237,11 @@ async def test_a_message_id_of_a_deleted_session_names_nothing_in_the_one_create
         httpx.AsyncClient(base_url=url) as first,
     ):
         sid = f"again-{uuid.uuid4().hex[:8]}"
-        await first.post("/v1/sessions", json={"session_id": sid})
-        steer = {"text": "Also this.", "message_id": "m-1"}
-        async with stream(first, sid, after=0) as reader:
-            await first.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
-            await asyncio.wait_for(gate.started.wait(), 60)
-            sent = await first.post(f"/v1/sessions/{sid}/messages", json=steer)
-            assert sent.json() == {"run_id": "r", "message_id": "m-1"}
-            gate.release.set()
-            await reader.until(ended("r"), within=60)
-        elsewhere = FileStore(tmp_path / "sessions")  # sessions rm, then a new conversation
-        await elsewhere.delete_session(sid)
-        await elsewhere.create_session(sid)
+        await _steered_then_created_again(first, gate, sid, tmp_path)
         other = _replica(temporal_client, tmp_path, one.state.server.runs.executor.task_queue)
         async with serving(other) as url2, httpx.AsyncClient(base_url=url2) as second:
             for client in (first, second):
-                sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+                sent = await client.post(f"/v1/sessions/{sid}/messages", json=STEER)
                 assert sent.status_code == 409, sent.text
     assert await _messages(store, sid) == []
 
@@ -257,23 +250,9 @@ async def test_a_message_id_of_a_deleted_session_names_nothing_again_in_process(
     tmp_path: Path,
 ) -> None:
     """As above, runs in process: the server remembered ``m-1`` by session ID alone."""
-    gate = GateTool()
-    replies = [Reply.call("gate", id="g1"), Reply(text="Noted.")]
-    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    gate, spec = _gated_spec()
     async with helper_client(None, tmp_path, spec) as (client, store):
-        sid = "again"
-        await client.post("/v1/sessions", json={"session_id": sid})
-        steer = {"text": "Also this.", "message_id": "m-1"}
-        async with stream(client, sid, after=0) as reader:
-            await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "r"})
-            await asyncio.wait_for(gate.started.wait(), 60)
-            sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
-            assert sent.json() == {"run_id": "r", "message_id": "m-1"}
-            gate.release.set()
-            await reader.until(ended("r"), within=60)
-        elsewhere = FileStore(tmp_path / "sessions")  # sessions rm, then a new conversation
-        await elsewhere.delete_session(sid)
-        await elsewhere.create_session(sid)
-        sent = await client.post(f"/v1/sessions/{sid}/messages", json=steer)
+        await _steered_then_created_again(client, gate, "again", tmp_path)
+        sent = await client.post("/v1/sessions/again/messages", json=STEER)
         assert sent.status_code == 409, sent.text
-        assert await _messages(store, sid) == []
+        assert await _messages(store, "again") == []
