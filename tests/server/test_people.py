@@ -244,20 +244,14 @@ async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path)
         ]
 
 
-async def test_a_reason_over_the_payload_limit_is_refused_in_process(tmp_path: Path) -> None:
+async def test_a_reason_over_the_payload_limit_is_refused(
+    temporal: Client | None, tmp_path: Path
+) -> None:
     """A denial whose reason would make its entries (the decision, and the call's answer that
     quotes it) larger than the payload limit is refused, 413 ``PayloadTooLargeError`` with
     nothing stored, as an oversized message is; the run waits on, and takes a decision that
-    fits."""
-    async with helper_like(None, FileStore(tmp_path / "sessions")) as app:
-        await _huge_reason(app)
-
-
-async def test_a_reason_over_the_payload_limit_is_refused_on_temporal(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    """As in process: on Temporal such an entry would fail the run as it stores it."""
-    async with helper_like(temporal_client, FileStore(tmp_path / "sessions")) as app:
+    fits (on Temporal such an entry would fail the run as it stores it)."""
+    async with helper_like(temporal, FileStore(tmp_path / "sessions")) as app:
         await _huge_reason(app)
 
 

@@ -38,7 +38,10 @@ from tests.support.polling import eventually
 SECRET = "sk-proj-test-0123456789abcdef"
 
 
-async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
+async def test_a_failed_run_says_why(
+    temporal: Client | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # on Temporal: the worker's key, in this process
     refused = ModelError(f"upstream rejected the request (HTTP 400) for {SECRET}", retryable=False)
     spec = AgentSpec(model=scripted([Reply(error=refused), Reply(text="ok")]))
     async with helper_client(temporal, tmp_path, spec) as (client, _):
@@ -69,21 +72,6 @@ async def _failed_run(temporal: Client | None, tmp_path: Path) -> None:
         }
         done = (await client.get(f"/v1/sessions/{sid}/runs/{second_id}")).json()
         assert done == {"run_id": second_id, "status": "completed"}
-
-
-async def test_a_failed_run_says_why_in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    await _failed_run(None, tmp_path)
-
-
-@pytest.mark.temporal
-async def test_a_failed_run_says_why_on_temporal(
-    temporal_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # the worker's key, in this test's process
-    await _failed_run(temporal_client, tmp_path)
 
 
 async def test_the_chat_page_shows_why_a_run_failed(

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from fastapi import FastAPI
 from temporalio.client import Client
 
@@ -72,7 +71,9 @@ async def _server(
         yield app, store
 
 
-async def _steered(temporal: Client | None, tmp_path: Path) -> None:
+async def test_a_steer_goes_out_before_the_next_reply_streams(
+    temporal: Client | None, tmp_path: Path
+) -> None:
     gate = GateTool()
     replies = [Reply.call("gate", id="g1"), Reply(text=REPLY, chunk_size=4, chunk_delay=0.03)]
     spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
@@ -122,18 +123,9 @@ def _in_order(reader: Reader, stored: list[Entry]) -> None:
     )
 
 
-async def test_a_steer_goes_out_before_the_next_reply_streams_in_process(tmp_path: Path) -> None:
-    await _steered(None, tmp_path)
-
-
-@pytest.mark.temporal
-async def test_a_steer_goes_out_before_the_next_reply_streams_on_temporal(
-    temporal_client: Client, tmp_path: Path
+async def test_a_run_holding_all_it_takes_refuses_the_next_message(
+    temporal: Client | None, tmp_path: Path
 ) -> None:
-    await _steered(temporal_client, tmp_path)
-
-
-async def _full(temporal: Client | None, tmp_path: Path) -> None:
     gate = GateTool()
     spec = AgentSpec(
         model=scripted([Reply.call("gate", id="g1"), Reply(text=REPLY)]), tools=[gate.tool]
@@ -164,16 +156,3 @@ async def _full(temporal: Client | None, tmp_path: Path) -> None:
         ]
     # every accepted message was delivered, in the order sent, and the refused one never
     assert said[3:] == [f"m{i}" for i in range(MAX_QUEUED)] + [REPLY]
-
-
-async def test_a_run_holding_all_it_takes_refuses_the_next_message_in_process(
-    tmp_path: Path,
-) -> None:
-    await _full(None, tmp_path)
-
-
-@pytest.mark.temporal
-async def test_a_run_holding_all_it_takes_refuses_the_next_message_on_temporal(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    await _full(temporal_client, tmp_path)

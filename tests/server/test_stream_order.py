@@ -124,7 +124,8 @@ class EndHeard:
 KINDS = ["file", pytest.param("mongo", marks=pytest.mark.mongo)]
 
 
-async def _reads_fall_behind(
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_end_waits_for_the_runs_last_entries(
     temporal: Client | None, kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """The store stops answering the stream's reads just before the run stores its last
@@ -159,21 +160,6 @@ async def _reads_fall_behind(
         _told_in_order(reader, run_id, total)
         stored = [entry_to_wire(e) for e in await store.load_entries("o1")]
         assert reader.entries() == list(enumerate(stored, 1))
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_an_end_waits_for_the_runs_last_entries_in_process(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    await _reads_fall_behind(None, kind, tmp_path, request)
-
-
-@pytest.mark.temporal
-@pytest.mark.parametrize("kind", KINDS)
-async def test_an_end_waits_for_the_runs_last_entries_on_temporal(
-    temporal_client: Client, kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    await _reads_fall_behind(temporal_client, kind, tmp_path, request)
 
 
 @pytest.mark.mongo
