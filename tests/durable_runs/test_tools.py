@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from durable_agent import (
     MessageEntry,
     model,
@@ -111,14 +113,31 @@ async def test_parallel_unsafe_tool_runs_sequentially(harness: Harness, store: S
     ]
 
 
-async def test_tool_failure_after_retries_is_stored(harness: Harness, store: Store) -> None:
+@pytest.mark.parametrize(
+    ("error", "max_attempts", "attempts_made", "says"),
+    [
+        (RuntimeError("no such file"), 2, 2, "RuntimeError: no such file"),
+        (KeyError("missing"), 5, 1, "KeyError: 'missing'"),
+    ],
+    ids=["after-retries", "non-retryable"],
+)
+async def test_a_tool_failure_is_stored(
+    harness: Harness,
+    store: Store,
+    error: Exception,
+    max_attempts: int,
+    attempts_made: int,
+    says: str,
+) -> None:
+    """A tool that keeps failing is tried until its retry policy gives up (a ``KeyError`` is
+    not retried at all); its failure is stored as the call's error result and the run goes on."""
     attempts = 0
 
-    @tool(retry=RetryPolicy(max_attempts=2, initial_interval=0))
+    @tool(retry=RetryPolicy(max_attempts=max_attempts, initial_interval=0))
     async def broken() -> str:
         nonlocal attempts
         attempts += 1
-        raise RuntimeError("no such file")
+        raise type(error)(*error.args)
 
     agent = await harness.open(
         [Reply.call("broken", id="b1"), "sorry"],
@@ -127,32 +146,10 @@ async def test_tool_failure_after_retries_is_stored(harness: Harness, store: Sto
         tools=[broken],
     )
     await (await agent.run("go")).wait()
-    assert attempts == 2
+    assert attempts == attempts_made
     stored = await store.load_entries("tool-fails")
     result = stored[2]
     assert isinstance(result, MessageEntry)
     assert result.message.role == "tool_result" and result.message.is_error
-    assert result.message.text() == "tool execution failed: RuntimeError: no such file"
+    assert result.message.text() == f"tool execution failed: {says}"
     assert stored_texts(stored)[-1] == "sorry"
-
-
-async def test_non_retryable_tool_failure_is_stored(harness: Harness, store: Store) -> None:
-    attempts = 0
-
-    @tool(retry=RetryPolicy(max_attempts=5, initial_interval=0))
-    async def strict() -> str:
-        nonlocal attempts
-        attempts += 1
-        raise KeyError("missing")
-
-    agent = await harness.open(
-        [Reply.call("strict", id="s1"), "sorry"],
-        store=store,
-        session_id="tool-nonretry",
-        tools=[strict],
-    )
-    await (await agent.run("go")).wait()
-    assert attempts == 1
-    result = (await store.load_entries("tool-nonretry"))[2]
-    assert isinstance(result, MessageEntry)
-    assert result.message.text() == "tool execution failed: KeyError: 'missing'"
