@@ -17,10 +17,11 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from durable_agent import Reply, ScriptedModel, StoreUnavailableError, new, tool
+from durable_agent import Agent, Reply, ScriptedModel, StoreUnavailableError, new, tool
 from durable_agent.ai.messages import user_message
 from durable_agent.cli.run import refuse_busy
 from durable_agent.durable.errors import EntryNotFoundError, RunActiveError
+from durable_agent.durable.stream import RunStream
 from durable_agent.server import create_app
 from durable_agent.server.hubs import Hubs
 from durable_agent.server.temporal_runs import TemporalRuns
@@ -110,6 +111,23 @@ async def test_deleting_a_sessions_workflows_stops_its_running_run_first(
         assert len(lm.requests) == 1, "the deleted conversation was sent to the model again"
 
 
+async def _a_run_awaiting_approval(
+    client: Client, store: FileStore, q: str, session: str
+) -> tuple[SessionRecord, Agent, RunStream]:
+    """A new ``session`` whose run (on queue ``q``) waits for the approval of an email, once
+    the busy check lists it: the session's record, its handle and the run's stream."""
+    old = await store.create_session(session)
+    agent = await new("a", store=store, session_id=session, executor=executor(client, q))
+    stream = await agent.run("mail bob")
+    await wait_state(client, session, stream.run_id, lambda s: s.status == "awaiting_approval")
+
+    async def listed() -> bool:
+        return await running_runs(client, session, old.created_at) == [stream.run_id]
+
+    await eventually(listed, what="the waiting run is listed")
+    return old, agent, stream
+
+
 async def test_a_run_of_a_deleted_session_is_no_run_of_the_session_created_again(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -122,19 +140,7 @@ async def test_a_run_of_a_deleted_session_is_no_run_of_the_session_created_again
     spec = AgentSpec(model=lm, tools=[send_email])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
         session = sid("again")
-        old = await store.create_session(session)
-        agent = await new(
-            "a", store=store, session_id=session, executor=executor(temporal_client, q)
-        )
-        stream = await agent.run("mail bob")
-        await wait_state(
-            temporal_client, session, stream.run_id, lambda s: s.status == "awaiting_approval"
-        )
-
-        async def listed() -> bool:
-            return await running_runs(temporal_client, session, old.created_at) == [stream.run_id]
-
-        await eventually(listed, what="the waiting run is listed")
+        old, agent, stream = await _a_run_awaiting_approval(temporal_client, store, q, session)
         with pytest.raises(RunActiveError):
             await refuse_busy(temporal_client, agent)
 
@@ -161,19 +167,7 @@ async def test_a_run_of_a_deleted_session_does_not_hold_its_id_before_it_is_crea
     spec = AgentSpec(model=lm, tools=[send_email])
     async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
         session = sid("gone")
-        old = await store.create_session(session)
-        agent = await new(
-            "a", store=store, session_id=session, executor=executor(temporal_client, q)
-        )
-        stream = await agent.run("mail bob")
-        await wait_state(
-            temporal_client, session, stream.run_id, lambda s: s.status == "awaiting_approval"
-        )
-
-        async def listed() -> bool:
-            return await running_runs(temporal_client, session, old.created_at) == [stream.run_id]
-
-        await eventually(listed, what="the waiting run is listed")
+        _, agent, stream = await _a_run_awaiting_approval(temporal_client, store, q, session)
         await store.delete_session(session)
         await refuse_busy(temporal_client, agent)  # not busy: no session holds the ID
         runs = TemporalRuns(temporal_client, q, store, Hubs(store, None), ["a"])
