@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent import Agent, ApprovalDecision, ApprovalRequest, Entry, ScriptedModel, new
 from durable_agent.ai import Reply, ToolCall
+from durable_agent.durable.stream import RunStream
 from durable_agent.session import decode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
@@ -84,23 +85,33 @@ async def decide_in_the_window(
     return entry
 
 
+TWO_MAILS = [
+    Reply(tool_calls=[email("c1")]),
+    Reply(tool_calls=[email("c2", "carol@example.com")]),
+    "both sent",
+]
+"""A run that waits twice: for the approval of ``c1``, then of ``c2``."""
+
+
+async def _first_decided(agent: Agent, store: GatedStore) -> tuple[RunStream, Reader]:
+    """``TWO_MAILS`` run with ``store`` armed to hold the request of ``c2``, and ``c1``
+    approved: the run goes on to its second wait."""
+    stream = await agent.run("mail bob, then carol")
+    reader = Reader(stream)
+    await reader.until("approval_requested")
+    store.arm(requests("c2"))
+    await agent.decide("c1", True)
+    return stream, reader
+
+
 async def test_a_decision_before_a_later_wait_is_taken(temporal_client: Client) -> None:
     """The run's second wait: its reply and request are stored (a client sees the call
     pending) while the run still holds its first, finished wait. A decision then is accepted
     and taken, not refused as 'not pending' (which left a library ``decide`` waiting for the run
     to park and an HTTP one stored beside a run that never saw it)."""
     SENT.clear()
-    script = [
-        Reply(tool_calls=[email("c1")]),
-        Reply(tool_calls=[email("c2", "carol@example.com")]),
-        "both sent",
-    ]
-    async with gated_agent(temporal_client, script) as (agent, store):
-        stream = await agent.run("mail bob, then carol")
-        reader = Reader(stream)
-        await reader.until("approval_requested")
-        store.arm(requests("c2"))
-        await agent.decide("c1", True)
+    async with gated_agent(temporal_client, TWO_MAILS) as (agent, store):
+        stream, reader = await _first_decided(agent, store)
         decision = await decide_in_the_window(temporal_client, agent, stream.run_id, store, "c2")
         await reader.done()
         assert [s["to"] for s in SENT] == ["bob@example.com", "carol@example.com"]
@@ -124,17 +135,8 @@ async def test_another_handles_decision_before_a_later_wait_is_taken(
     reads the request from the store and decides in the window. The run takes the decision;
     it was stored beside the run instead (the run waited for it until ``approval_wait``)."""
     SENT.clear()
-    script = [
-        Reply(tool_calls=[email("c1")]),
-        Reply(tool_calls=[email("c2", "carol@example.com")]),
-        "both sent",
-    ]
-    async with gated_agent(temporal_client, script) as (agent, store):
-        stream = await agent.run("mail bob, then carol")
-        reader = Reader(stream)
-        await reader.until("approval_requested")
-        store.arm(requests("c2"))
-        await agent.decide("c1", True)
+    async with gated_agent(temporal_client, TWO_MAILS) as (agent, store):
+        stream, reader = await _first_decided(agent, store)
         await asyncio.wait_for(store.entered.wait(), 30)
         # deciding needs no worker of its own: any queue
         elsewhere = executor(temporal_client, queue())
