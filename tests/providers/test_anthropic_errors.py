@@ -49,6 +49,45 @@ async def test_a_200_that_is_no_event_stream_is_a_lasting_error_that_says_so(
     assert seen == ["start"]
 
 
+@pytest.mark.parametrize(
+    ("error", "retryable", "shown"),
+    [
+        (
+            {"type": "overloaded_error", "message": "Overloaded"},
+            True,
+            "error in a 200 response overloaded_error: Overloaded",
+        ),
+        (
+            {"type": "invalid_request_error", "message": "max_tokens: must be at most 64000"},
+            False,
+            "error in a 200 response invalid_request_error: max_tokens: must be at most 64000",
+        ),
+        ({"message": "upstream failed"}, True, "error in a 200 response: upstream failed"),
+        (
+            {"type": "authentication_error", "message": f"invalid x-api-key {KEY}"},
+            False,
+            "error in a 200 response authentication_error: invalid x-api-key [redacted]",
+        ),
+    ],
+)
+async def test_a_200_with_a_json_error_body_is_that_error_with_the_providers_message(
+    replay: ReplayServer,
+    model: AnthropicModel,
+    error: dict[str, Any],
+    retryable: bool,
+    shown: str,
+) -> None:
+    # a gateway that answers a failure with a 200 whose body is the API's JSON error object
+    replay.enqueue(RecordedResponse.json(200, {"type": "error", "error": error}))
+
+    raised, seen = await failure(model, hello())
+
+    assert str(raised) == f"anthropic: {shown}"
+    assert raised.retryable is retryable
+    assert leaks(raised, KEY) == []
+    assert seen == ["start"]
+
+
 async def test_an_overloaded_error_inside_the_stream_is_retryable(
     replay: ReplayServer, model: AnthropicModel
 ) -> None:

@@ -15,8 +15,8 @@ from durable_agent.ai.providers.openai import OpenAIChatModel
 
 from .adapters import OPENAI_KEY as KEY
 from .adapters import hello, openai_model
-from .conftest import failure, leaks
-from .replay_server import RecordedResponse, ReplayServer
+from .conftest import collect, failure, leaks
+from .replay_server import FIXTURES, RecordedResponse, ReplayServer
 
 
 @pytest.fixture
@@ -70,6 +70,71 @@ async def test_a_200_that_is_no_event_stream_is_a_lasting_error_that_says_so(
         "(is base_url the API's?)"
     )
     assert seen == ["start"]
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable", "shown"),
+    [
+        # OpenAI's own shapes, as a gateway (LiteLLM, an Azure front) passes them on with a 200
+        (
+            {"message": "The server had an error", "type": "server_error", "code": None},
+            True,
+            "error in a 200 response server_error: The server had an error",
+        ),
+        (
+            {"message": "model 'gpt-5x' not found", "type": "invalid_request_error"},
+            False,
+            "error in a 200 response invalid_request_error: model 'gpt-5x' not found",
+        ),
+        # the HTTP status it stands for as ``code`` (LiteLLM sends it as text)
+        (
+            {"message": "Rate limit exceeded", "type": "throttled", "code": "429"},
+            True,
+            "error in a 200 response throttled: Rate limit exceeded",
+        ),
+        ({"message": "bad gateway", "code": 502}, True, "error in a 200 response 502: bad gateway"),
+        (
+            {"message": "You exceeded your current quota", "type": "insufficient_quota"},
+            False,
+            "error in a 200 response insufficient_quota: You exceeded your current quota",
+        ),
+        (
+            {"message": f"Incorrect API key provided: {KEY}.", "code": "invalid_api_key"},
+            False,
+            "error in a 200 response invalid_api_key: Incorrect API key provided: [redacted].",
+        ),
+    ],
+)
+async def test_a_200_with_a_json_error_body_is_that_error_with_the_providers_message(
+    replay: ReplayServer,
+    model: OpenAIChatModel,
+    error: dict[str, Any],
+    retryable: bool,
+    shown: str,
+) -> None:
+    # Some gateways answer a failure with a 200 whose body is the API's JSON error object, not
+    # an event stream: the provider's message is what tells the user what went wrong.
+    replay.enqueue(RecordedResponse.json(200, {"error": error}))
+
+    raised, seen = await failure(model, hello())
+
+    assert str(raised) == f"openai: {shown}"
+    assert raised.retryable is retryable
+    assert leaks(raised, KEY) == []
+    assert seen == ["start"]
+
+
+async def test_a_stream_sent_as_application_json_is_still_read_as_a_stream(
+    replay: ReplayServer, model: OpenAIChatModel
+) -> None:
+    # a server that labels its event stream application/json: it streamed before, and still does
+    ok = RecordedResponse.load(FIXTURES / "openai/text.http")
+    headers = tuple((k, "application/json" if k == "content-type" else v) for k, v in ok.headers)
+    replay.enqueue(RecordedResponse(200, "OK", headers, ok.body))
+
+    events = await collect(model, hello())
+
+    assert events[-1].type == "done" and events[-1].partial.stop_reason == "stop"
 
 
 async def test_an_error_inside_the_stream_is_retryable_when_the_server_failed(

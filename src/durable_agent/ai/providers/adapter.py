@@ -7,8 +7,9 @@ that would overwrite the body the adapter owns, closing the HTTP response howeve
 stops, raising SDK failures as credential-free :class:`~durable_agent.ai.model.ModelError`\\ s
 *outside* the ``except`` block (the SDK error holds the request, headers included, so it must be
 neither the cause nor the context of what the caller sees), and classifying the transport
-failures every SDK shares. A provider module supplies the body, the SDK call, the event mapping
-and its status-error mapping.
+failures every SDK shares, and reading a 200 whose JSON body is an error object instead of a
+stream. A provider module supplies the body, the SDK call, the event mapping and its error
+mapping.
 
 Importing this module needs ``httpx2``, which both SDK extras bring; the adapters import it, the
 package's ``__init__`` does not.
@@ -135,9 +136,38 @@ class StreamingAdapter(ABC, Generic[StreamT]):
             error = self.to_error(exc)
         raise error
 
-    def items(self, stream: StreamT) -> AsyncIterator[Any]:
+    @abstractmethod
+    def body_error(self, response: httpx2.Response, payload: dict[str, Any]) -> ModelError:
+        """The error a 200's JSON error object (``payload["error"]``) stands for, classified as
+        the same object sent inside a stream."""
+
+    async def items(self, stream: StreamT) -> AsyncIterator[Any]:
         """The stream's items, its failures raised as ModelErrors (see ``_common.guarded``)."""
-        return guarded(stream, self.sdk_errors, self.to_error)
+        error = await self.error_answer(stream.response)
+        if error is not None:
+            raise error
+        async for item in guarded(stream, self.sdk_errors, self.to_error):
+            yield item
+
+    async def error_answer(self, response: httpx2.Response) -> ModelError | None:
+        """The error of a 200 whose JSON body is the API's error object, not a stream (what some
+        gateways and proxies answer): the SDK would read it as a stream with no events, and the
+        provider's message would be lost. Any other JSON body is left to the SDK, read from the
+        buffer (a server that labels its event stream as JSON still works)."""
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            return None
+        try:
+            raw = await response.aread()
+        except self.sdk_errors as exc:
+            return self.to_error(exc)
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(payload, dict) or not payload.get("error"):
+            return None
+        return self.body_error(response, payload)
 
     def ended_early(self, stream: StreamT, what: str) -> ModelError:
         """The error of a stream that ended before the reply was complete: retryable (a cut

@@ -38,6 +38,7 @@ from .anthropic_messages import (
 )
 
 if TYPE_CHECKING:
+    import httpx2
     from anthropic import AsyncStream
     from anthropic.types import (
         MessageParam,
@@ -216,27 +217,37 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
 
     def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
-        name, key = self.provider, self.secrets
         if isinstance(exc, anthropic.APIStatusError):
-            kind, headers = exc.type or "", exc.response.headers
             if exc.status_code != 200:
                 # a body that is not the API's JSON (a proxy's text, say) is the detail itself
                 body = exc.body if isinstance(exc.body, str) else None
                 detail = exc.api_message or body
-                return self.status_error(exc.status_code, kind, headers, detail)
-            return model_error(  # an error event inside a stream
-                name,
-                "error in stream" + (f" {kind}" if kind else ""),
-                detail=exc.api_message,
-                # untyped: the server's (the request was taken), retried as OpenAI's adapter does
-                retryable=should_retry(headers, default=kind in _TRANSIENT_ERROR_TYPES or not kind),
-                secrets=key,
-            )
+                return self.status_error(exc.status_code, exc.type, exc.response.headers, detail)
+            return self._in_band(exc, "error in stream")  # an error event inside a stream
         return self.transport_error(
             exc,
             timeout=anthropic.APITimeoutError,
             connection=anthropic.APIConnectionError,
             validation=anthropic.APIResponseValidationError,
+        )
+
+    def body_error(self, response: httpx2.Response, payload: dict[str, Any]) -> ModelError:
+        # built as the SDK builds the error of an error event in a stream
+        exc = anthropic.APIStatusError("", response=response, body=payload)
+        return self._in_band(exc, "error in a 200 response")
+
+    def _in_band(self, exc: anthropic.APIStatusError, where: str) -> ModelError:
+        """The error of an error object the server sent after its 200 (``where`` says how)."""
+        kind = exc.type or ""
+        return model_error(
+            self.provider,
+            where + (f" {kind}" if kind else ""),
+            detail=exc.api_message,
+            # untyped: the server's (the request was taken), retried as OpenAI's adapter does
+            retryable=should_retry(
+                exc.response.headers, default=kind in _TRANSIENT_ERROR_TYPES or not kind
+            ),
+            secrets=self.secrets,
         )
 
 

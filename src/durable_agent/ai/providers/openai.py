@@ -36,6 +36,7 @@ from .adapter import SDK_TRANSPORT_ERRORS, StreamingAdapter
 from .openai_messages import to_openai_messages, to_openai_tools
 
 if TYPE_CHECKING:
+    import httpx2
     from openai import AsyncStream
     from openai.types import CompletionUsage
     from openai.types.chat import (
@@ -234,26 +235,36 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         if isinstance(exc, openai.APIError) and not isinstance(
             exc, openai.APIConnectionError | openai.APIResponseValidationError
         ):  # an error object sent inside a 200 stream
-            kind = exc.type or exc.code or ""
-            # compatible servers (vLLM, llama.cpp) give the HTTP status it stands for as ``code``
-            # (the SDK makes it text) and name the type their own way ("InternalServerError")
-            code = exc.code or ""
-            if code.isdigit() and 400 <= int(code) < 600:
-                retryable = status_retryable(int(code))
-            else:
-                retryable = kind in _TRANSIENT_STREAM_ERRORS or not kind
-            return model_error(
-                name,
-                "error in stream" + (f" {kind}" if kind else ""),
-                detail=_body_message(exc.body) or exc.message,
-                retryable=retryable,
-                secrets=key,
-            )
+            return self._in_band(exc, "error in stream")
         return self.transport_error(
             exc,
             timeout=openai.APITimeoutError,
             connection=openai.APIConnectionError,
             validation=openai.APIResponseValidationError,
+        )
+
+    def body_error(self, response: httpx2.Response, payload: dict[str, Any]) -> ModelError:
+        # built as the SDK builds an error object it finds in a stream
+        return self._in_band(
+            openai.APIError("", response.request, body=payload["error"]), "error in a 200 response"
+        )
+
+    def _in_band(self, exc: openai.APIError, where: str) -> ModelError:
+        """The error of an error object the server sent after its 200 (``where`` says how)."""
+        kind = exc.type or exc.code or ""
+        # compatible servers (vLLM, llama.cpp) give the HTTP status it stands for as ``code``
+        # (the SDK makes it text) and name the type their own way ("InternalServerError")
+        code = exc.code or ""
+        if code.isdigit() and 400 <= int(code) < 600:
+            retryable = status_retryable(int(code))
+        else:
+            retryable = kind in _TRANSIENT_STREAM_ERRORS or not kind
+        return model_error(
+            self.provider,
+            where + (f" {kind}" if kind else ""),
+            detail=_body_message(exc.body) or exc.message,
+            retryable=retryable,
+            secrets=self.secrets,
         )
 
 
