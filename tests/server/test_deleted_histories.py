@@ -6,8 +6,11 @@ created again under its ID."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -28,6 +31,7 @@ from tests.support.temporal import FAST, running_worker
 pytestmark = pytest.mark.temporal
 
 SECRET = "my card number is 4111"
+T = TypeVar("T")
 
 
 @tool
@@ -106,3 +110,36 @@ async def test_deleting_a_session_deletes_its_workflow_histories(
             e.message.text() for e in await store.load_entries(sid) if isinstance(e, MessageEntry)
         ]
         assert said == ["Hello again.", "A new start."]
+
+
+async def test_a_failed_history_delete_is_logged_as_one_line_naming_the_error(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A namespace Temporal does not have: every call of the background delete is refused.
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    elsewhere = Client(temporal_client.service_client, namespace=missing)
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, temporal=elsewhere, task_queue="unused", agents=["helper"])
+    sid = f"gone-{uuid.uuid4().hex[:8]}"
+    caplog.set_level(logging.WARNING, logger="durable_agent.server")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": sid})
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+        def logged() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if "the workflows of deleted" in r.getMessage()]
+
+        [record] = await eventually(_now(logged), within=30, what="the failed delete logged")
+
+    assert record.levelno == logging.WARNING
+    assert record.exc_info is None and record.exc_text is None
+    assert record.getMessage() == (
+        f"deleting the workflows of deleted {sid}: RPCError: Namespace {missing} is not found."
+    )
+
+
+def _now(probe: Callable[[], T]) -> Callable[[], Awaitable[T]]:
+    async def asked() -> T:
+        return probe()
+
+    return asked
