@@ -51,9 +51,10 @@ bench: venv ferretdb
 		if [ -f $$script ]; then echo "== $$script"; DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) $$script || exit 1; fi; \
 	done
 
-# Many sessions on 1 and 2 worker processes, and a worker SIGKILLed under load (a few minutes).
+# Many sessions on 1 and 2 worker processes, and a worker SIGKILLed under load (a few minutes);
+# writes bench/results/load.json (the figures of README's load table).
 bench-load: venv ferretdb
-	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) bench/load_bench.py
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) bench/load_bench.py --json bench/results/load.json
 
 # Side-by-side benchmarks with the libraries users would pick instead, in their own venv so their
 # dependencies never touch the test environment (pins in bench/peers/requirements.txt).
