@@ -10,10 +10,13 @@ from pathlib import Path
 import httpx
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent.session import SessionNotFoundError, SessionRecord
+from durable_agent.ai import Reply
+from durable_agent.server.runs import STORE_UNAVAILABLE
+from durable_agent.session import MessageEntry, SessionNotFoundError, SessionRecord
 from durable_agent.stores import FileStore
-from durable_agent.workflows import AgentSpec
+from durable_agent.workflows import AgentSpec, run_workflow_id
 from tests.server.support import (
     ended,
     helper_app,
@@ -26,24 +29,18 @@ from tests.server.support import (
 from tests.support.polling import eventually
 
 
-class BlipAfterCreate(FileStore):
-    """A FileStore whose disk is gone for the first record read after a session is created (a
-    store blip between a run start's create and the rest of its start): that read fails as a
-    real one does, the next ones work."""
+class Blip(FileStore):
+    """A FileStore whose disk is gone for the first record read once ``armed`` (a store blip):
+    that read fails as a real one does, the next ones work."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        self.root_path, self.blip = root, False
-
-    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
-        record = await super().create_session(session_id, parent_id)
-        self.blip = True
-        return record
+        self.root_path, self.armed, self.blips = root, False, 0
 
     async def load_session(self, session_id: str) -> SessionRecord:
-        if not self.blip:
+        if not self.armed:
             return await super().load_session(session_id)
-        self.blip = False
+        self.armed, self.blips = False, self.blips + 1
         away = self.root_path.with_name("away")
         self.root_path.rename(away)
         self.root_path.write_text("not a directory")  # a disk gone, not a session missing
@@ -52,6 +49,16 @@ class BlipAfterCreate(FileStore):
         finally:
             self.root_path.unlink()
             away.rename(self.root_path)
+
+
+class BlipAfterCreate(Blip):
+    """A blip at the first record read after a session is created (between a run start's
+    create and the rest of its start)."""
+
+    async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
+        record = await super().create_session(session_id, parent_id)
+        self.armed = True
+        return record
 
 
 async def test_a_run_start_refused_after_its_session_was_made_leaves_none(
@@ -82,6 +89,43 @@ async def _refused_start_leaves_none(temporal: Client | None, tmp_path: Path) ->
             await FileStore(root).load_session("new1")
         listed = await client.get("/v1/sessions")
         assert listed.json()["sessions"] == []
+
+
+@pytest.mark.temporal
+async def test_on_temporal_a_store_blip_at_a_run_start_is_a_503_that_starts_nothing(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A run start on Temporal reads the session record (for the run's memo) before it starts
+    the workflow: the store failing then is a 503 that names nothing of the store, no workflow
+    started and nothing stored; the same request sent again starts the run."""
+    root = tmp_path / "sessions"
+    store = Blip(root)
+    sid = f"blip-{uuid.uuid4().hex[:8]}"  # the Temporal server is shared
+    await store.create_session(sid)
+    spec = AgentSpec(model=scripted([Reply(text="Hello.")]))
+    body = {"text": "hi", "run_id": "r1"}
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        store.armed = True
+        r = await client.post(f"/v1/sessions/{sid}/runs", json=body)
+        assert store.blips == 1
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == {"type": "StoreUnavailableError", "message": STORE_UNAVAILABLE}
+        with pytest.raises(RPCError) as missing:
+            await temporal_client.get_workflow_handle(run_workflow_id(sid, "r1")).describe()
+        assert missing.value.status == RPCStatusCode.NOT_FOUND
+        assert await FileStore(root).load_entries(sid) == []
+
+        async with stream(client, sid, after=0) as reader:
+            again = await client.post(f"/v1/sessions/{sid}/runs", json=body)
+            assert again.status_code == 202, again.text
+            assert again.json()["run_id"] == "r1"
+            await reader.until(ended("r1"), within=60)
+    said = [e.message.text() for e in await store.load_entries(sid) if isinstance(e, MessageEntry)]
+    assert said == ["hi", "Hello."]
 
 
 async def test_cancel_of_an_ended_run_is_202_and_of_an_unknown_one_404(tmp_path: Path) -> None:
