@@ -26,7 +26,7 @@ PID. The audit counts only the turns the client asked for: a turn never started 
 budget was spent is not lost, and a point whose budget cut its load short says so on its own
 line (turns asked for of S x T; runs unfinished at budget, with their status on the server, are
 terminated and counted apart from failed runs). The default curve plus the kill point takes
-about 6 minutes on 2 cores (more on a busy machine).
+about 4 to 5 minutes on 2 cores (more on a busy machine).
 
 Run: ``make bench-load`` or ``.venv/bin/python bench/load_bench.py [--json PATH]``.
 """
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import sys
@@ -203,6 +204,17 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _no_nan(value: Any) -> Any:
+    """``value`` with every float NaN (an empty percentile) as ``None``."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=_ints, default=[1, 2], help="default 1,2")
@@ -243,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     results = asyncio.run(bench_main(args))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        # strict JSON (jq and browsers refuse NaN): a figure with no sample is null
+        args.json.write_text(json.dumps(_no_nan(results), indent=2, default=str))
         print(f"figures written to {args.json}")
     ok = all(p["audit"]["clean"] for p in results["points"]) and (
         "kill" not in results or results["kill"]["audit"]["complete"]
