@@ -33,6 +33,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
+from ..workflows.mail_client import execute_update
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
@@ -351,7 +352,7 @@ class TemporalRuns:
         this very update before."""
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
         try:
-            await handle.execute_update("send", body, id=message_id, result_type=str)
+            await execute_update(handle, "send", body, message_id)
         except (WorkflowUpdateFailedError, RPCError):
             return False  # that run ended or takes no more messages
         self._accepted.add(session_id, message_id, run_id, born)

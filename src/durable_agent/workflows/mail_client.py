@@ -9,10 +9,15 @@ commits the decision at its leaf instead (``durable.deciding``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -26,7 +31,24 @@ from ..session.entries import Entry
 from ..session.ids import new_id
 from .run_mail import DecideBody, SendBody
 
-__all__ = ["decide_update", "send_update"]
+__all__ = ["decide_update", "execute_update", "send_update"]
+
+
+async def execute_update(
+    handle: WorkflowHandle[Any, Any], name: str, body: object, update_id: str
+) -> str:
+    """The update's answer. Cancelled while it waits (no worker takes it: Ctrl-C, a caller's
+    timeout), the SDK raises its own ``WorkflowUpdateRPCTimeoutOrCancelledError`` in place of
+    the cancellation, which ``asyncio.timeout``/``wait_for`` then do not see as theirs and
+    ``asyncio.run`` reports as a crash: the cancellation is raised again as itself."""
+    try:
+        answer: str = await handle.execute_update(name, body, id=update_id, result_type=str)
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError from None
+        raise
+    return answer
 
 
 def _refusal(exc: WorkflowUpdateFailedError) -> BaseException:
@@ -39,7 +61,7 @@ async def send_update(handle: WorkflowHandle[Any, Any], body: SendBody) -> Entry
     message_id = new_id()
     body = body.model_copy(update={"message_id": message_id})
     try:
-        wire = await handle.execute_update("send", body, id=message_id, result_type=str)
+        wire = await execute_update(handle, "send", body, message_id)
     except WorkflowUpdateFailedError as exc:
         raise _refusal(exc) from exc
     except RPCError as exc:
@@ -74,9 +96,7 @@ async def _ask(handle: WorkflowHandle[Any, Any], decision: ApprovalDecision) -> 
         decided_by=decision.decided_by,
     )
     try:
-        wire = await handle.execute_update(
-            "decide", body, id=f"decide:{decision.tool_call_id}", result_type=str
-        )
+        wire = await execute_update(handle, "decide", body, f"decide:{decision.tool_call_id}")
     except WorkflowUpdateFailedError as exc:
         error = _refusal(exc)
         if isinstance(error, ApprovalNotPendingError) and "already decided" in str(error):
