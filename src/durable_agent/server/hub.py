@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -197,7 +197,10 @@ class SessionHub:
             self._show(piece)
 
     def _show(self, piece: Piece) -> None:
-        self.partial[piece.run_id] = grown(self.partial.get(piece.run_id), piece)
+        shown = self.partial.get(piece.run_id)
+        if shown is None:  # its reply from the start: a client back from another server drops
+            piece = replace(piece, restart=True)  # what it showed (docs/design.md#http-api)
+        self.partial[piece.run_id] = grown(shown, piece)
         self._send(Frame("delta", piece.data()))
 
     def _show_held(self, which: Callable[[str, Held], bool]) -> None:

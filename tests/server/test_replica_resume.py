@@ -1,0 +1,108 @@
+"""A front-end behind a load balancer: two server processes (each its own store object and
+Temporal client) on one MongoDB and one Temporal, each request going to either. A stream that
+drops mid-reply and resumes through the other server shows the reply's text once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from pymongo import AsyncMongoClient
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_agent.server import create_app
+from durable_agent.server.temporal_runs import TemporalRuns
+from durable_agent.stores.mongo import MongoStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import Reader, ended, lookup, serving, stream
+from tests.server.test_unwatched_runs import TEXT, Paused
+from tests.support.temporal import FAST, running_worker
+
+pytestmark = [pytest.mark.temporal, pytest.mark.mongo]
+
+
+@asynccontextmanager
+async def _replicas(
+    temporal: Client, mongo_uri: str, database: Any, spec: AgentSpec
+) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """Two served apps and a worker, each with a MongoDB client and store object of its own,
+    the servers each with a Temporal client of its own; a client of each server."""
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    mongos: list[AsyncMongoClient[dict[str, Any]]] = [AsyncMongoClient(mongo_uri) for _ in range(3)]
+    apps = []
+    for mongo in mongos[:2]:
+        own = await Client.connect(
+            temporal.service_client.config.target_host, data_converter=pydantic_data_converter
+        )
+        store = MongoStore(mongo[database.name])
+        app = create_app(store=store, temporal=own, task_queue=queue, agents=["helper"])
+        runs = app.state.server.runs
+        assert isinstance(runs, TemporalRuns)
+        runs.executor.timeouts = FAST
+        apps.append(app)
+    worker_store = MongoStore(mongos[2][database.name])
+    try:
+        async with (
+            running_worker(temporal, worker_store, {"helper": spec}, task_queue=queue),
+            serving(apps[0]) as url_a,
+            serving(apps[1]) as url_b,
+            httpx.AsyncClient(base_url=url_a) as a,
+            httpx.AsyncClient(base_url=url_b) as b,
+        ):
+            yield [a, b]
+    finally:
+        for mongo in mongos:
+            await mongo.close()
+
+
+class Shown:
+    """The live text a front-end shows, kept across a reconnect as the chat page keeps it: a
+    ``delta`` appends to the text of its reply unless it says ``restart``."""
+
+    def __init__(self) -> None:
+        self.parent: str | None = None
+        self.text = ""
+        self.seen: list[str] = []
+
+    def take(self, reader: Reader, run_id: str) -> None:
+        for frame in reader.frames:
+            data = frame.data
+            if frame.event != "delta" or data["run_id"] != run_id:
+                continue
+            same = not data["restart"] and data["entry_parent"] == self.parent
+            self.text = (self.text if same else "") + data["text"]
+            self.parent = data["entry_parent"]
+            self.seen.append(self.text)
+
+
+@pytest.mark.parametrize("starter", [0, 1], ids=["started-where-first-streamed", "elsewhere"])
+async def test_a_stream_resumed_through_the_other_server_shows_the_reply_once(
+    temporal_client: Client, mongo_uri: str, mongo_database: Any, starter: int
+) -> None:
+    model = Paused()
+    spec = AgentSpec(model=model, tools=[lookup])
+    sid = f"lb-{uuid.uuid4().hex[:8]}"
+    async with _replicas(temporal_client, mongo_uri, mongo_database, spec) as (a, b):
+        assert (await b.post("/v1/sessions", json={"session_id": sid})).status_code == 201
+        shown = Shown()
+        async with stream(a, sid, after=0) as first:
+            started = await (a, b)[starter].post(f"/v1/sessions/{sid}/runs", json={"text": "Go"})
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            await asyncio.wait_for(model.paused.wait(), 60)
+            await first.until(lambda r: any(f.event == "delta" for f in r.frames), within=30)
+        shown.take(first, run_id)
+        assert shown.text and TEXT.startswith(shown.text)
+        async with stream(b, sid, last_event_id=first.last_seq()) as second:
+            await second.until(lambda r: any(f.event == "delta" for f in r.frames), within=30)
+            model.release.set()
+            await second.until(ended(run_id), within=60)
+        shown.take(second, run_id)
+    assert all(TEXT.startswith(text) for text in shown.seen), shown.seen
+    assert shown.text == TEXT
