@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..session.approvals import ApprovalRequest
@@ -100,6 +100,7 @@ class SessionHub:
         self._look_until = 0.0
         self._looked = 0.0
         self._idle_since: float | None = None
+        self.since = datetime.now(UTC)  # runs that ended since: another replica's too (look)
         self.task: asyncio.Task[None] | None = None
 
     # -- subscribers ----------------------------------------------------------------------------
@@ -232,12 +233,8 @@ class SessionHub:
         runs = self.hubs.runs
         if runs is None:
             return
-        try:
-            if isinstance(runs, TemporalRuns) and self.follower.born is not None:
-                # the creation the hub follows: no record read for each run the look finds
-                found = await runs.active(self.session_id, born=self.follower.born)
-            else:
-                found = await runs.active(self.session_id)
+        try:  # the creation the hub follows: no record read for each run the look finds
+            found = await self.hubs.found(self.session_id, self.follower.born, self.since)
         except Exception as exc:
             logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
             return

@@ -15,8 +15,10 @@ from datetime import datetime
 from ..session.deltas import LiveStore
 from ..session.errors import SessionNotFoundError
 from ..session.store import RetentionStore, Store, entries_after
+from ..workflows.search import creation_when_asked, ended_runs
 from .hub import SessionHub
 from .runs import RunFailure, Runs, Status
+from .temporal_runs import TemporalRuns
 from .watch import Piece, grown
 
 __all__ = ["Hubs"]
@@ -73,6 +75,19 @@ class Hubs:
                 raise
             hub.task = asyncio.create_task(hub.run())
         return hub
+
+    async def found(self, session_id: str, born: datetime | None, since: datetime) -> list[str]:
+        """The session's runs going, any server's; on Temporal also those that ended since
+        ``since`` (a hub's start): one another replica started that ended before Temporal listed
+        it running (visibility lags a second or so) still has its end told
+        (docs/design.md#http-api). ``born``: the creation the hub follows (else read if asked)."""
+        runs = self.runs
+        if not isinstance(runs, TemporalRuns):
+            return [] if runs is None else await runs.active(session_id)
+        going = await runs.active(session_id, born=born)
+        creation = born or creation_when_asked(self.store, session_id)
+        ended = await ended_runs(runs.client, session_id, since, creation)
+        return going + [run_id for run_id in ended if run_id not in going]
 
     def forget(self, hub: SessionHub) -> None:
         if self.hubs.get(hub.session_id) is hub:

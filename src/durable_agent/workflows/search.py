@@ -55,6 +55,7 @@ __all__ = [
     "creation_of",
     "creation_unnamed",
     "creation_when_asked",
+    "ended_runs",
     "latest_runs",
     "ensure_refused_run_attributes",
     "ensure_session_attribute",
@@ -243,6 +244,30 @@ async def running_runs(
         if described.status in (None, WorkflowExecutionStatus.RUNNING):
             running.append(execution.id.rsplit("/", 1)[-1])  # durable-agent/<session>/run/<id>
     return running
+
+
+async def ended_runs(
+    client: Client, session_id: str, since: datetime, created_at: datetime | Creation | None
+) -> list[str]:
+    """The run IDs of the session's runs that ended at ``since`` or after (Temporal's clock),
+    but those whose memo names another creation of the ID than ``created_at``: a run over
+    before visibility listed it running (a second or so) is found ended instead."""
+    stamp = since.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    query = (
+        f'{SEARCH_ATTRIBUTE} = "{session_id}" AND {KIND_ATTRIBUTE} = "run" '
+        f'AND ExecutionStatus != "Running" AND CloseTime >= "{stamp}"'
+    )
+    try:
+        listed = await retried(lambda: _listed(client, query))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+            raise
+        return []  # no worker registered the attributes: no run has them
+    return [
+        w.id.rsplit("/", 1)[-1]
+        for w in listed
+        if created_at is None or await _of_creation(w, created_at)
+    ]
 
 
 async def latest_runs(

@@ -1,6 +1,7 @@
 """A front-end behind a load balancer: two server processes (each its own store object and
 Temporal client) on one MongoDB and one Temporal, each request going to either. A stream that
-drops mid-reply and resumes through the other server shows the reply's text once."""
+drops mid-reply and resumes through the other server shows the reply's text once; a stream
+live on one server tells the end of a run started through the other, however short."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from pymongo import AsyncMongoClient
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, lookup, serving, stream
+from tests.server.support import Reader, ended, lookup, scripted, serving, stream
 from tests.server.test_unwatched_runs import TEXT, Paused
 from tests.support.temporal import FAST, running_worker
 
@@ -106,3 +108,28 @@ async def test_a_stream_resumed_through_the_other_server_shows_the_reply_once(
         shown.take(second, run_id)
     assert all(TEXT.startswith(text) for text in shown.seen), shown.seen
     assert shown.text == TEXT
+
+
+async def test_a_stream_tells_the_end_of_a_short_run_started_through_the_other_server(
+    temporal_client: Client, mongo_uri: str, mongo_database: Any
+) -> None:
+    """The chat page, its stream live on A, starts a run through B: it waits for the run's end
+    on the stream (it asks for the status only of a run started before its stream was live).
+    A run over before Temporal lists it as running still ends on A's stream, after its
+    entries."""
+    spec = AgentSpec(model=scripted([Reply(text=t) for t in ("Hello.", "Again.", "Once more.")]))
+    sid = f"lb-{uuid.uuid4().hex[:8]}"
+    async with _replicas(temporal_client, mongo_uri, mongo_database, spec) as (a, b):
+        assert (await a.post("/v1/sessions", json={"session_id": sid})).status_code == 201
+        async with stream(a, sid, after=0) as reader:
+            await reader.until(lambda r: r.live)
+            for number, via in enumerate((b, a, b), 1):
+                started = await via.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
+                assert started.status_code == 202, started.text
+                run_id = started.json()["run_id"]
+                await reader.until(ended(run_id), within=30)
+                said = [(f.event, f.data.get("status")) for f in reader.frames]
+                assert said[-1] == ("run", "completed"), said
+                assert [f.data["seq"] for f in reader.frames if f.event == "entry"] == list(
+                    range(1, 2 * number + 1)
+                ), "the run's entries come before its end"
