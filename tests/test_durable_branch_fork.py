@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Sequence
@@ -26,7 +27,8 @@ from durable_agent import (
 from durable_agent.ai import Message, ScriptedModel, user_message
 from durable_agent.durable import fork_entry_id
 from durable_agent.session import Entry, RetentionStore, SessionRecord, Store, encode_entry
-from durable_agent.stores import MemoryStore
+from durable_agent.stores import FileStore, MemoryStore
+from tests.support.gated_store import GatedStore, has_text
 from tests.support.harness import Harness
 
 HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -303,6 +305,40 @@ async def test_fork_resumes_after_a_partial_copy(store: Store) -> None:
     stored = await store.load_entries("fork-partial-child")
     assert stored_texts(stored) == ["one", "two", "three"]
     assert [encode_entry(e) for e in child.entries()] == [encode_entry(e) for e in stored]
+
+
+def another_store_object(store: RetentionStore) -> RetentionStore:
+    """A second store object on the same data, as a second server process would hold."""
+    if isinstance(store, FileStore):
+        return FileStore(store.root)
+    if isinstance(store, MemoryStore):
+        return store
+    from durable_agent.stores.mongo import MongoStore
+
+    assert isinstance(store, MongoStore)
+    return MongoStore(store.database)
+
+
+async def test_two_forks_of_different_leaves_into_one_child_at_once(store: RetentionStore) -> None:
+    """Both forks find the child holding a prefix of their copies (empty) before either copies:
+    the first to copy wins, the other is refused (nothing of its path stored), so the child
+    holds one path, as when the two run one after the other (docs/design.md#tree-and-views)."""
+    gated = GatedStore(store)
+    first = await new(None, store=gated, session_id="race-src")
+    await first.append("one", "two")
+    second = await new(None, store=another_store_object(store), session_id="race-src")
+    await second.branch(first.entries()[0].id)
+    await second.append("other")
+    gated.arm(has_text("two"), before=True)  # the first fork's copy, after its check
+    held = asyncio.ensure_future(first.fork("race-child"))
+    await gated.entered.wait()
+    winner = await second.fork("race-child")
+    await gated.let_go()
+    with pytest.raises(SessionExistsError, match="race-child"):
+        await held
+    stored = await store.load_entries("race-child")
+    assert stored_texts(stored) == ["one", "other"]
+    assert [encode_entry(e) for e in stored] == [encode_entry(e) for e in winner.entries()]
 
 
 async def test_fork_refuses_a_child_with_another_parent(store: Store) -> None:

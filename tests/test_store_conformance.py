@@ -245,6 +245,52 @@ async def test_empty_entry_id_is_a_value_error(store: Store) -> None:
     assert await store.load_entries("s1") == []
 
 
+# -- exclusive append (a fork's copy) --------------------------------------------------------------
+
+
+class ExclusiveStore(Store, Protocol):
+    async def append_exclusive(self, session_id: str, entries: list[Entry]) -> bool: ...
+
+
+def excl(store: Store) -> ExclusiveStore:
+    return cast(ExclusiveStore, store)
+
+
+async def test_an_exclusive_append_needs_the_session_to_hold_only_its_batch(store: Store) -> None:
+    """Stored entries of the batch are skipped as always, so a partial copy completes and a
+    repeat is a no-op; an entry of the session the batch has not refuses it, nothing written."""
+    await fresh(store)
+    path = [msg("a"), msg("b", parent="a"), msg("c", parent="b")]
+    assert await excl(store).append_exclusive("s1", path[:1]) is True
+    assert await excl(store).append_exclusive("s1", path) is True
+    assert await excl(store).append_exclusive("s1", path) is True
+    assert wires(await store.load_entries("s1")) == wires(path)
+    other = [msg("a"), msg("x", parent="a")]
+    assert await excl(store).append_exclusive("s1", other) is False
+    assert await excl(store).append_exclusive("s1", path[:2]) is False  # it holds "c" too
+    assert wires(await store.load_entries("s1")) == wires(path)
+    await fresh(store, "s2")
+    assert await excl(store).append_exclusive("s2", []) is True
+    with pytest.raises(EntryConflictError):
+        await excl(store).append_exclusive("s1", [msg("a", "changed")])
+    with pytest.raises(SessionNotFoundError):
+        await excl(store).append_exclusive("nope", path)
+
+
+async def test_exclusive_appends_of_two_paths_at_once_store_one(store: Store) -> None:
+    """However they interleave (each round two paths sharing a root), one is stored whole and
+    the other refused with nothing of it written."""
+    for n in range(8):
+        sid = await fresh(store, f"both-{n}")
+        left = [msg("r"), msg("l1", parent="r"), msg("l2", parent="l1")]
+        right = [msg("r"), msg("r1", parent="r")]
+        done = await asyncio.gather(
+            excl(store).append_exclusive(sid, left), excl(store).append_exclusive(sid, right)
+        )
+        assert sorted(done) == [False, True]
+        assert wires(await store.load_entries(sid)) == wires(left if done[0] else right)
+
+
 # -- session IDs -----------------------------------------------------------------------------------
 
 BAD_IDS: list[Any] = [

@@ -382,3 +382,50 @@ async def test_concurrent_writers_of_different_batches_keep_each_order(
             f"w{n}-{k}-{i}" for k in range(20) for i in range(2)
         ]
     assert len(loaded) == 80
+
+
+# --- exclusive appends (a fork's copy) ------------------------------------------------------
+
+
+def held_insert(store: MongoStore) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold ``store``'s next batch-document insert after its slot and claims went in (a writer
+    in flight); returns (placed, go)."""
+    placed, go = asyncio.Event(), asyncio.Event()
+    insert = store._writer._insert
+
+    async def in_flight(docs: list[dict[str, Any]]) -> None:
+        store._writer._insert = insert  # type: ignore[method-assign]
+        placed.set()
+        await go.wait()
+        await insert(docs)
+
+    store._writer._insert = in_flight  # type: ignore[method-assign]
+    return placed, go
+
+
+@pytest.mark.parametrize("first_lands", [True, False])
+async def test_exclusive_append_settles_a_writer_in_flight_before_it(
+    mongo_database: AsyncDatabase[Any], sync_db: Any, first_lands: bool
+) -> None:
+    """Two processes copy different paths at once. The first took its slot and claims and
+    checked nothing was before it; its document is in flight when the second checks. Landed
+    by then: the second is refused. Not yet: the second fences its place at once (a slot
+    taken before its own) and lands; the first finds the fence, moves to a later slot, checks
+    again and is refused. Either way one path is stored, nothing of the other, no slot left
+    open for a reader to wait on."""
+    first, second = MongoStore(mongo_database), MongoStore(mongo_database)
+    await first.create_session("s1")
+    left = [entry("l0"), entry("l1", parent="l0")]
+    right = [entry("r0")]
+    placed, go = held_insert(first)
+    held = asyncio.create_task(first.append_exclusive("s1", left))
+    await placed.wait()
+    if first_lands:
+        go.set()
+        assert await held is True
+    assert await second.append_exclusive("s1", right) is (not first_lands)
+    go.set()
+    assert await held is first_lands
+    assert ids(await second.load_entries("s1")) == ids(left if first_lands else right)
+    assert unsettled_slots(sync_db, "s1") == []
+    assert claim_ids(sync_db, "s1") == set(ids(left if first_lands else right))  # none stays

@@ -49,13 +49,14 @@ class ForkCopiesFail(Outage):
         self.fails -= parent_id is not None
         return record
 
-    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+        """What a fork copies with (docs/design.md#tree-and-views)."""
         if not self.child_made:
-            return await super().append_entries(session_id, entries)
+            return await super().append_exclusive(session_id, entries)
         self.child_made = False
         self.down()
         try:
-            return await super().append_entries(session_id, entries)
+            return await super().append_exclusive(session_id, entries)
         finally:
             self.up()
 

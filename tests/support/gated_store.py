@@ -50,7 +50,7 @@ class GatedStore:
         """The batch that was held."""
         self._armed: Predicate | None = None
         self._before = False
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Future[bool]] = set()
 
     def arm(self, predicate: Predicate, *, before: bool = False) -> None:
         """Hold the next append whose batch matches ``predicate`` (once): after it reached the
@@ -75,22 +75,36 @@ class GatedStore:
         return await self.inner.load_entries(session_id)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        await self._append(session_id, entries, exclusive=False)
+
+    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+        """The inner store's exclusive append (a fork's copy), held like any other."""
+        return await self._append(session_id, entries, exclusive=True)
+
+    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
         armed = self._armed
         if armed is None or not armed(entries):
-            await self.inner.append_entries(session_id, entries)
-            return
+            return await self._write(session_id, list(entries), exclusive)
         self._armed = None
-        write = asyncio.ensure_future(self._slow_write(session_id, list(entries)))
+        write = asyncio.ensure_future(self._slow_write(session_id, list(entries), exclusive))
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
-        await asyncio.shield(write)  # a started write finishes even if the caller is cancelled
+        return await asyncio.shield(write)  # a started write finishes if the caller is cancelled
 
-    async def _slow_write(self, session_id: str, entries: list[Entry]) -> None:
+    async def _write(self, session_id: str, entries: list[Entry], exclusive: bool) -> bool:
+        if exclusive:
+            done: bool = await self.inner.append_exclusive(session_id, entries)  # type: ignore[attr-defined]
+            return done
+        await self.inner.append_entries(session_id, entries)
+        return True
+
+    async def _slow_write(self, session_id: str, entries: list[Entry], exclusive: bool) -> bool:
         if self._before:
             self.entered.set()
             await self.release.wait()
-        await self.inner.append_entries(session_id, entries)
+        done = await self._write(session_id, entries, exclusive)
         self.held = entries
         if not self._before:
             self.entered.set()
             await self.release.wait()
+        return done

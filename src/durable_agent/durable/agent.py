@@ -17,11 +17,10 @@ from typing import Any
 from ..agent.loop import Factory
 from ..ai.messages import Message
 from ..session.approvals import ApprovalDecision, PendingItem, awaiting_turn, pending_items
-from ..session.codec import encode_entry
 from ..session.entries import CompactionEntry, Entry
-from ..session.errors import SessionExistsError, SessionNotFoundError
+from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
-from ..session.store import Store, open_session
+from ..session.store import Store, copy_into_child, open_session
 from ..session.turns import Turn, last_turn
 from ..session.views import transcript_view
 from .deciding import decide
@@ -264,9 +263,7 @@ class Agent:
         if snapshot and all(e.id != snapshot[-1].id for e in held):
             raise SessionNotFoundError(sid)  # deleted since: docs/design.md#retention
         copies = _fork_copies(child_id, snapshot)
-        held_before = await _create_or_resume_child(store, child_id, sid, copies)
-        if copies:
-            await store.append_entries(child_id, copies)
+        held_before = await copy_into_child(store, child_id, sid, copies)
         child = Agent(
             state=SessionState(child_id, store, copies),
             config=self._config,
@@ -325,32 +322,6 @@ def _fork_copies(child_id: str, snapshot: Sequence[Entry]) -> list[Entry]:
         copies.append(copy)
         parent = copy.id
     return copies
-
-
-async def _create_or_resume_child(
-    store: Store, child_id: str, source_id: str, copies: Sequence[Entry]
-) -> int:
-    """Create the child, or accept one an earlier fork of this source left: its entry count."""
-    try:
-        await store.create_session(child_id, parent_id=source_id)
-        return 0
-    except SessionExistsError:
-        pass
-    load_session = getattr(store, "load_session", None)
-    if load_session is None:
-        # the three protocol verbs cannot tell a fork of this source from an unrelated session
-        raise SessionExistsError(
-            child_id,
-            f"the store has no load_session, so it cannot be checked as a fork of {source_id!r}",
-        )
-    record = await load_session(child_id)
-    if record.parent_id != source_id:
-        raise SessionExistsError(child_id, f"it is not a fork of {source_id!r}")
-    existing = await store.load_entries(child_id)
-    expected = [encode_entry(c) for c in copies[: len(existing)]]
-    if len(existing) > len(copies) or [encode_entry(e) for e in existing] != expected:
-        raise SessionExistsError(child_id, "it has diverged from the fork source")
-    return len(existing)
 
 
 async def new(

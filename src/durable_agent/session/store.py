@@ -10,6 +10,7 @@ from typing import Protocol, Self, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from ..ai.timefmt import UtcDatetime
+from .codec import encode_entry
 from .entries import Entry
 from .errors import SessionExistsError, SessionNotFoundError, StoreClosedError
 
@@ -24,6 +25,7 @@ __all__ = [
     "Store",
     "check_after",
     "check_page",
+    "copy_into_child",
     "created_at_of",
     "entries_after",
     "newest_first",
@@ -235,3 +237,47 @@ async def created_at_of(store: Store, session_id: str) -> datetime | None:
         return (await store.load_session(session_id)).created_at
     except SessionNotFoundError:
         return None
+
+
+async def copy_into_child(
+    store: Store, child_id: str, source_id: str, copies: Sequence[Entry]
+) -> int:
+    """A fork's copy (docs/design.md#tree-and-views): create the child, or accept one an earlier
+    fork of this source left holding a prefix of ``copies``, then append them; the number of
+    entries it held before. A store with ``append_exclusive`` (every built-in one) appends only
+    while the child holds nothing else, atomically: of two forks of different paths into one
+    child at once, the one that copies second is refused (``SessionExistsError``), nothing of
+    it stored, as it would be one after the other."""
+    try:
+        await store.create_session(child_id, parent_id=source_id)
+        held = 0
+    except SessionExistsError:
+        held = await _resumable(store, child_id, source_id, copies)
+    if not copies:
+        return held
+    exclusive = getattr(store, "append_exclusive", None)
+    if exclusive is None:
+        await store.append_entries(child_id, copies)
+    elif not await exclusive(child_id, copies):
+        raise SessionExistsError(child_id, "another fork of a different path copied into it")
+    return held
+
+
+async def _resumable(store: Store, child_id: str, source_id: str, copies: Sequence[Entry]) -> int:
+    """How many of ``copies`` the existing child holds; ``SessionExistsError`` unless it is a
+    fork of ``source_id`` holding a prefix of them and nothing else."""
+    load_session = getattr(store, "load_session", None)
+    if load_session is None:
+        # the three protocol verbs cannot tell a fork of this source from an unrelated session
+        raise SessionExistsError(
+            child_id,
+            f"the store has no load_session, so it cannot be checked as a fork of {source_id!r}",
+        )
+    record = await load_session(child_id)
+    if record.parent_id != source_id:
+        raise SessionExistsError(child_id, f"it is not a fork of {source_id!r}")
+    existing = await store.load_entries(child_id)
+    expected = [encode_entry(c) for c in copies[: len(existing)]]
+    if len(existing) > len(copies) or [encode_entry(e) for e in existing] != expected:
+        raise SessionExistsError(child_id, "it has diverged from the fork source")
+    return len(existing)

@@ -166,16 +166,27 @@ class MemoryStore(Closing):
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
+        await self._append(session_id, entries, exclusive=False)
+
+    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+        """``append_entries`` only if the session then holds nothing but these entries; else
+        ``False``, nothing written (docs/design.md#store-contract)."""
+        return await self._append(session_id, entries, exclusive=True)
+
+    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
         validate_session_id(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         self._check_open()
         with self._lock:
             log = self._log(session_id)
             todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
+            if exclusive and len(log.items) != len({e.id for e, _ in batch}) - len(todo):
+                return False  # it holds an entry the batch has not
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
         if todo:
             self._watchers.notify(session_id)
+        return True
 
     async def list_sessions(
         self, *, limit: int = DEFAULT_PAGE, offset: int = 0

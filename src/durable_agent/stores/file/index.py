@@ -14,11 +14,13 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Generic, TypeVar
 
 from ...session.codec import decode_entry, encode_entry
+from ...session.entries import Entry
 from ...session.errors import EntryDecodeError
 from .lines import (
     HeaderProblem,
@@ -33,6 +35,7 @@ from .lines import (
 )
 
 __all__ = [
+    "stored_lookup",
     "Found",
     "Index",
     "Recent",
@@ -179,3 +182,25 @@ class Recent(Generic[V]):
     def replaces(self, old: V, new: V) -> bool:
         """Whether ``new`` takes the place of ``old`` in :meth:`put` (here: always)."""
         return True
+
+
+_CONFLICT = "\x00stored entry differs"
+"""What ``plan_append`` sees for a stored ID whose encoding differs: never equal to a wire."""
+
+
+def stored_lookup(
+    fd: int, index: Index, batch: list[tuple[Entry, str]]
+) -> Callable[[str], str | None]:
+    """``plan_append``'s view of the stored encodings, from digests, exact on a mismatch."""
+    first = {entry.id: wire for entry, wire in reversed(batch)}  # an ID's first wire wins
+
+    def stored(entry_id: str) -> str | None:
+        known = index.ids.get(entry_id)
+        if known is None:
+            return None
+        wire = first[entry_id]
+        if digest(wire.encode("utf-8")) == known[1]:
+            return wire
+        return reencode_line(fd, known[0]) or _CONFLICT
+
+    return stored

@@ -45,7 +45,7 @@ from ...session.store import (
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
 from .follow import Marks, read_after, read_now
-from .index import Index, Recent, covers, digest, header_line, reencode_line, scan_ids
+from .index import Index, Recent, covers, digest, header_line, scan_ids, stored_lookup
 from .io import FILE_MODE, append_all, ensure_root, finish, flock, open_dir, posix_locks, write_all
 from .lines import (
     HeaderProblem,
@@ -61,9 +61,6 @@ from .lines import (
 __all__ = ["FileStore"]
 
 T = TypeVar("T")
-
-_CONFLICT = "\x00stored entry differs"
-"""What ``plan_append`` sees for a stored ID whose encoding differs: never equal to a wire."""
 
 
 class FileStore(Closing):
@@ -146,9 +143,17 @@ class FileStore(Closing):
         A write that fails partway (a short write, then ``ENOSPC``) is cut back to the size before
         it, so the call raises ``StoreUnavailableError`` and nothing of the batch stays.
         """
+        await self._append(session_id, entries, exclusive=False)
+
+    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+        """``append_entries`` if the session then holds only these entries (under the lock)."""
+        return await self._append(session_id, entries, exclusive=True)
+
+    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
         path = self.path(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
-        await finish(lambda: self._guard(self._append_sync, path, session_id, batch))
+        sync = self._append_sync
+        return await finish(lambda: self._guard(sync, path, session_id, batch, exclusive))
 
     # -- retention ---------------------------------------------------------------------------------
 
@@ -306,28 +311,33 @@ class FileStore(Closing):
 
     # -- append ------------------------------------------------------------------------------------
 
-    def _append_sync(self, path: Path, session_id: str, batch: list[tuple[Entry, str]]) -> None:
+    def _append_sync(
+        self, path: Path, session_id: str, batch: list[tuple[Entry, str]], exclusive: bool
+    ) -> bool:
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         except FileNotFoundError:
             raise SessionNotFoundError(session_id) from None
         try:
-            if batch:
-                with flock(fd, exclusive=True):
-                    self._append_locked(fd, path, session_id, batch)
+            if not batch and not exclusive:
+                return True
+            with flock(fd, exclusive=True):
+                return self._append_locked(fd, path, session_id, batch, exclusive)
         finally:
             os.close(fd)
 
     def _append_locked(
-        self, fd: int, path: Path, session_id: str, batch: list[tuple[Entry, str]]
-    ) -> None:
+        self, fd: int, path: Path, session_id: str, batch: list[tuple[Entry, str]], exclusive: bool
+    ) -> bool:
         index = self._retry_after_create(
             lambda: self._current_index(fd, path, session_id), session_id
         )
-        stored = self._stored_lookup(fd, index, batch)
+        stored = stored_lookup(fd, index, batch)
         todo = plan_append(session_id, batch, stored, holds=index.ids.__contains__)
+        if exclusive and len(index.ids) != len({e.id for e, _ in batch}) - len(todo):
+            return False  # it holds an entry the batch has not
         if not todo:
-            return
+            return True
         lines = [(wire + "\n").encode("utf-8") for _, wire in todo]
         try:
             append_all(fd, b"".join(lines), size=index.end, sync=self._fsync)
@@ -338,6 +348,7 @@ class FileStore(Closing):
             index.ids.setdefault(entry.id, (index.end, digest(line[:-1]), index.lines + 1))
             index.end += len(line)
             index.lines += 1
+        return True
 
     def _current_index(self, fd: int, path: Path, session_id: str) -> Index:
         """The ID index of the locked file, read only past what the cache already covers; repairs
@@ -375,20 +386,3 @@ class FileStore(Closing):
         if self._fsync:
             os.fsync(fd)
         index.end = tail.offset + tail.keep + (1 if tail.keep else 0)
-
-    def _stored_lookup(
-        self, fd: int, index: Index, batch: list[tuple[Entry, str]]
-    ) -> Callable[[str], str | None]:
-        """``plan_append``'s view of the stored encodings, from digests, exact on a mismatch."""
-        first = {entry.id: wire for entry, wire in reversed(batch)}  # an ID's first wire wins
-
-        def stored(entry_id: str) -> str | None:
-            known = index.ids.get(entry_id)
-            if known is None:
-                return None
-            wire = first[entry_id]
-            if digest(wire.encode("utf-8")) == known[1]:
-                return wire
-            return reencode_line(fd, known[0]) or _CONFLICT
-
-        return stored

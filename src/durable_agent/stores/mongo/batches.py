@@ -15,19 +15,24 @@ must never land (:func:`fence_doc`): its ``_id`` and ``seq`` are the document's,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...session.entries import Entry
-from .claims import claim_doc
+from .claims import Claim, claim_doc, find_ids
+from .decode import stored_entries
 from .incarnation import Scope
 
 __all__ = [
     "MAX_BATCH_DOCUMENT_BYTES",
     "Batch",
+    "NotAlone",
     "claims_for",
     "documents",
     "fence_doc",
     "split_documents",
+    "stored_lookup",
+    "stored_wires",
 ]
 
 #: Estimated BSON bytes a batch document may reach: 64 KiB below MongoDB's 16 MiB limit. One
@@ -103,3 +108,45 @@ def claims_for(scope: Scope, runs: list[Batch], docs: list[dict[str, Any]]) -> l
         for run, doc in zip(runs, docs, strict=True)
         for entry, wire in run
     ]
+
+
+def stored_lookup(stored: dict[str, Any]) -> Callable[[str], str | None]:
+    """``plan_append``'s view of what is stored: the wire of an ID, or ``None``; a stored
+    value that is not a string compares unequal to every wire (a conflict, never a skip). A
+    claim without its entry counts as not stored: nothing of that append was stored."""
+
+    def wire_of(eid: str) -> str | None:
+        found = stored.get(eid)
+        if found is None:
+            return None
+        return found if isinstance(found, str) else ""
+
+    return wire_of
+
+
+async def stored_wires(
+    entries: Any, scope: Scope, todo: Batch, claims: dict[str, Claim], mine: dict[str, int]
+) -> dict[str, Any]:
+    """``{entry_id: wire}`` of the IDs of ``todo`` that are stored: in the document their
+    claim points at (every stored entry has a claim pointing at its document)."""
+    wanted = {entry.id for entry, _ in todo}
+    places: set[int] = set()
+    for entry, _ in todo:
+        key = scope.key(entry.id)
+        held = mine.get(key, getattr(claims.get(key), "seq", None))
+        if held is not None:
+            places.add(held)
+    ids = sorted(scope.at(seq) for seq in places)
+    projection = {"keys": 1, "wires": 1, "fence": 1}
+    docs = await find_ids(entries, ids, projection, session_id=scope.sid)
+    out: dict[str, Any] = {}
+    for doc in docs:
+        for eid, wire in stored_entries(scope, doc):
+            if eid in wanted and eid not in out:
+                out[eid] = wire
+    return out
+
+
+class NotAlone(Exception):
+    """An exclusive append found an entry its batch has not; nothing of the batch stays (the
+    store answers ``False``, never raises it)."""

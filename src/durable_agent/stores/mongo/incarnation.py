@@ -31,7 +31,15 @@ from typing import Any, NamedTuple
 
 from ...session.errors import CorruptSessionError
 
-__all__ = ["Scope", "SessionEnds", "id_range", "incarnation_of", "new_incarnation"]
+__all__ = [
+    "Scope",
+    "SessionEnds",
+    "bury",
+    "id_range",
+    "incarnation_of",
+    "new_incarnation",
+    "purge",
+]
 
 #: Sessions whose incarnation and end a store object remembers (LRU).
 _CACHE_SIZE = 4096
@@ -93,3 +101,27 @@ class SessionEnds(OrderedDict[str, tuple[str, int]]):
         self.move_to_end(scope.sid)
         while len(self) > _CACHE_SIZE:
             self.popitem(last=False)
+
+
+async def bury(
+    sessions: Any, entries: Any, claims: Any, sid: str, deleted: dict[str, Any] | None
+) -> None:
+    """Remove everything of the incarnation of ``deleted`` (the session document a delete
+    just removed, if any), and of any other incarnation that is not the current one (what a
+    delete that died half-way, or an append that raced one, left behind). The current
+    incarnation is read last, so a session created meanwhile is spared. (``claims``: the
+    store's :class:`~.claims.Claims`.)"""
+    dead = set(await entries.distinct("inc", {"session_id": sid}))
+    dead |= await claims.incarnations(sid)
+    current = await sessions.find_one({"_id": sid}, {"inc": 1})
+    dead.discard(None if current is None else current.get("inc"))
+    if deleted is not None:
+        dead.add(deleted.get("inc"))
+    for inc in sorted(i for i in dead if isinstance(i, str)):
+        await purge(entries, claims, Scope(sid, inc))
+
+
+async def purge(entries: Any, claims: Any, scope: Scope) -> None:
+    """Everything of one incarnation: batch documents and fences, then claims and slots."""
+    await entries.delete_many({"session_id": scope.sid, "inc": scope.inc})
+    await claims.purge(scope)

@@ -63,6 +63,7 @@ from ...session.errors import (
 from ...session.ids import validate_session_id
 from ...session.store import Closing, SessionRecord, check_page
 from ..appends import Watch
+from .batches import NotAlone
 from .claims import Claims
 from .decode import (
     LOAD_BATCH_SIZE,
@@ -78,7 +79,7 @@ from .decode import (
 )
 from .deltas import MongoDeltas
 from .feed import ChangeFeed
-from .incarnation import Scope, incarnation_of, new_incarnation
+from .incarnation import Scope, bury, incarnation_of, new_incarnation
 from .tail import ABANDON_AFTER, TailReader
 from .writer import BatchWriter
 
@@ -278,13 +279,15 @@ class MongoStore(Closing):
         raise StoreUnavailableError(f"session {sid!r}: its documents kept changing during a read")
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
-        """Append ``entries`` in order, skipping identical stored IDs (idempotency,
-        docs/design.md#store-contract).
+        """Append in order, skipping identical stored IDs (docs/design.md#store-contract); all
+        checks come before the first write, which completes if the caller is cancelled."""
+        await self._append(session_id, entries, exclusive=False)
 
-        Validation, encoding, the size limit and repeats within the batch are settled before the
-        first write. The write (claims, document, a conflict's roll-back) is shielded so a
-        cancelled caller's write completes.
-        """
+    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+        """``append_entries`` if the session then holds only these entries (:mod:`.writer`)."""
+        return await self._append(session_id, entries, exclusive=True)
+
+    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
         todo = plan_append(sid, batch, lambda _: None)  # repeats within the batch only
@@ -292,8 +295,13 @@ class MongoStore(Closing):
             await self.ensure_indexes()
             if not todo:
                 await self._session_doc(sid)
-                return
-            await self._complete(self._writer.write(sid, todo))
+                return not exclusive or not await self.load_entries(sid)
+            alone = frozenset(entry.id for entry, _ in todo) if exclusive else None
+            try:
+                await self._complete(self._writer.write(sid, todo, alone))
+            except NotAlone:
+                return False
+        return True
 
     async def _find(
         self, sid: str, projection: dict[str, int], *, fences: bool = False
@@ -386,6 +394,6 @@ class MongoStore(Closing):
 
     async def _delete(self, sid: str) -> bool:
         doc = await self._sessions.find_one_and_delete({"_id": sid})
-        await self._writer.bury(sid, doc)
+        await bury(self._sessions, self._entries, self._claims, sid, doc)
         await self.live_deltas().drop_session(sid)
         return doc is not None

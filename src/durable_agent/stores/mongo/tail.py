@@ -38,16 +38,27 @@ hands them out.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from pymongo import ASCENDING
 from pymongo.errors import DuplicateKeyError
 
 from ...session.entries import Entry
+from ...session.errors import StoreUnavailableError
 from .batches import fence_doc
 from .claims import POINT_LIMIT, Claims, Slot
-from .decode import LOAD_BATCH_SIZE, LOAD_PROJECTION, decode_documents, seq_of, slot_of, strings
+from .decode import (
+    LOAD_BATCH_SIZE,
+    LOAD_PROJECTION,
+    OUTLINE_PROJECTION,
+    decode_documents,
+    seq_of,
+    slot_of,
+    strings,
+)
 from .incarnation import Scope
 
 __all__ = ["ABANDON_AFTER", "Part", "TailReader", "parts"]
@@ -122,8 +133,11 @@ class TailReader:
         skip = wanted[0].skip if wanted else 0
         return list(enumerate(decode_documents(scope.sid, fetched, skip), after + 1))
 
-    async def settled(self, scope: Scope, outline: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The batch documents of ``outline`` before its first open gap (module doc)."""
+    async def settled(
+        self, scope: Scope, outline: list[dict[str, Any]], fence_below: int = 0
+    ) -> list[dict[str, Any]]:
+        """The batch documents of ``outline`` before its first open gap (module doc); a gap
+        below ``fence_below`` is fenced whatever its age (an exclusive append's, below)."""
         kept: list[dict[str, Any]] = []
         expected = 0  # where the chain goes on
         named: tuple[int, int] | None = None  # the slot the last kept document names
@@ -141,14 +155,23 @@ class TailReader:
                 continue
             later = (seq_of(scope.sid, d) for d in outline[i:])
             upto = next((s for s in later if s > expected), expected + 1)
-            resume = await self._settle(scope, expected, named, fenced=fence, upto=upto)
+            resume = await self._settle(
+                scope, expected, named, fenced=fence, upto=upto, now=expected < fence_below
+            )
             if resume is None:
                 break
             expected = resume
         return kept
 
     async def _settle(
-        self, scope: Scope, place: int, named: tuple[int, int] | None, *, fenced: bool, upto: int
+        self,
+        scope: Scope,
+        place: int,
+        named: tuple[int, int] | None,
+        *,
+        fenced: bool,
+        upto: int,
+        now: bool,
     ) -> int | None:
         """Where the walk goes on past the gap at ``place`` (``fenced``: a fence is there), or
         ``None`` if the gap is open (module doc)."""
@@ -164,7 +187,7 @@ class TailReader:
         if slot is None:
             resume = upto
         else:
-            if not fenced and not await self._fence(scope, place, slot):
+            if not fenced and not await self._fence(scope, place, None if now else slot):
                 return None
             resume = slot.seq + slot.n
         resume = max(resume, place + 1)
@@ -173,10 +196,10 @@ class TailReader:
             self._settled.popitem(last=False)
         return resume
 
-    async def _fence(self, scope: Scope, place: int, slot: Slot) -> bool:
-        """Fence ``place`` if its slot is older than ``abandon_after``; ``False`` if it is not,
-        or the place is taken (its document landed meanwhile)."""
-        if slot.taken is not None:
+    async def _fence(self, scope: Scope, place: int, slot: Slot | None) -> bool:
+        """Fence ``place`` if its slot is older than ``abandon_after`` (``None``: at once);
+        ``False`` if it is not, or the place is taken (its document landed meanwhile)."""
+        if slot is not None and slot.taken is not None:
             age = (datetime.now(UTC) - slot.taken).total_seconds()
             if age < self._abandon_after:
                 return False
@@ -185,6 +208,35 @@ class TailReader:
         except DuplicateKeyError:
             return False
         return True
+
+    async def keys_before(
+        self, scope: Scope, end: int | None, fence_below: int, patience: float
+    ) -> set[str]:
+        """The entry keys of the documents before place ``end`` once every place before it is
+        settled, for an exclusive append about to land at ``end`` (docs/design.md#mongo-store):
+        a gap below ``fence_below`` (a slot taken before the appender's first) is fenced at
+        once, a later one waited for as a reader waits. ``end`` ``None``: the keys of every
+        stored document, nothing waited for (an append that stores nothing lands nowhere)."""
+        query: dict[str, Any] = {"session_id": scope.sid, "inc": scope.inc}
+        if end is not None:
+            query["seq"] = {"$lt": end}
+        deadline, waits = time.monotonic() + patience, 0
+        while True:
+            cursor = self._entries.find(query, OUTLINE_PROJECTION, batch_size=LOAD_BATCH_SIZE)
+            docs = await cursor.sort("seq", ASCENDING).to_list(None)
+            if end is not None:
+                mark: dict[str, Any] = {"seq": end, "keys": []}  # kept: no gap before it is open
+                docs = await self.settled(scope, [*docs, mark], fence_below)
+            if end is None or (docs and docs[-1] is mark):
+                batches = [doc for doc in docs if not doc.get("fence")]
+                return {key for doc in batches for key in strings(scope.sid, doc, "keys")}
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(
+                    f"session {scope.sid!r}: an exclusive append waited {patience:g} s for "
+                    "the appends before it (retry it)"
+                )
+            await asyncio.sleep(min(0.001 * 2 ** min(waits, 7), 0.1))
+            waits += 1
 
     async def _fetch(self, scope: Scope, wanted: list[Part]) -> list[dict[str, Any]] | None:
         """The documents of ``wanted``, whole and in order; ``None`` if one is gone or changed."""

@@ -41,6 +41,11 @@ that hit a fence, nothing left to store), so a reader never waits for it
 too long for its document; the writer then finds that fence, like any other, when its insert
 fails, and stores the batch in a later slot.
 
+**An exclusive append** (a fork's copy, docs/design.md#mongo-store) checks before each
+landing that every place before its slot is settled and holds only its batch's entries
+(:meth:`BatchWriter._alone`): a gap below its first slot is fenced at once, a later one waited
+for; an entry of another append there rolls it back (:class:`~.batches.NotAlone`).
+
 **Large batches**, split into several documents, are inserted with one ordered
 ``insert_many``: a failure can leave a prefix of them (a retry completes it), and a conflict
 found after one of them went in replaces what this call inserted with fences before raising.
@@ -63,10 +68,19 @@ from ...session.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from .batches import Batch, claims_for, documents, fence_doc, split_documents
-from .claims import Claim, Claims, find_ids, first_error_index, only_duplicate_keys, slot_doc
-from .decode import stored_entries
-from .incarnation import Scope, SessionEnds, incarnation_of
+from .batches import (
+    Batch,
+    NotAlone,
+    claims_for,
+    documents,
+    fence_doc,
+    split_documents,
+    stored_lookup,
+    stored_wires,
+)
+from .claims import Claim, Claims, first_error_index, only_duplicate_keys, slot_doc
+from .incarnation import Scope, SessionEnds, incarnation_of, purge
+from .tail import TailReader
 
 __all__ = ["PATIENCE_MARGIN", "BatchWriter"]
 
@@ -102,6 +116,7 @@ class BatchWriter:
         self._sessions = sessions
         self._entries = entries
         self._claims = claims
+        self._tail = TailReader(entries, claims, abandon_after)  # an exclusive append's reads
         self._ends = SessionEnds()
         self._last: dict[str, tuple[str, str]] = {}
         """Session -> (incarnation, ID) of the last entry this object wrote to it."""
@@ -125,10 +140,11 @@ class BatchWriter:
         self._ends.pop(sid, None)
         self._last.pop(sid, None)
 
-    async def write(self, sid: str, todo: Batch) -> None:
+    async def write(self, sid: str, todo: Batch, alone: frozenset[str] | None = None) -> None:
         """Write ``todo`` to the session's current incarnation (module doc): when this object's
         view is old (deleted and created again elsewhere), what it wrote to the old one goes and
-        the batch goes to the new one, if that holds its parents (``ParentNotFoundError``)."""
+        the batch goes to the new one, if that holds its parents (``ParentNotFoundError``).
+        ``alone``: the batch's IDs, for an exclusive append (:meth:`_alone`)."""
         known = self._ends.get(sid)
         parents = outside_parents(todo, {entry.id for entry, _ in todo})
         while True:
@@ -144,7 +160,7 @@ class BatchWriter:
             for entry_id, parent in orphans.items():
                 raise ParentNotFoundError(sid, entry_id, parent)
             try:
-                await self._write(scope, first, todo)
+                await self._write(scope, first, todo, alone)
                 self._last[sid] = (scope.inc, todo[-1][0].id)
                 if len(self._last) > len(self._ends) + 1:  # bounded as the ends are
                     self._last = {k: v for k, v in self._last.items() if k in self._ends}
@@ -168,7 +184,9 @@ class BatchWriter:
         self._ends.raise_to(scope, int(hint))
         return scope, self._ends[sid][1]
 
-    async def _write(self, scope: Scope, first: int, todo: Batch) -> None:
+    async def _write(
+        self, scope: Scope, first: int, todo: Batch, alone: frozenset[str] | None
+    ) -> None:
         """The fast path: claim the slot and the IDs in one insert, then insert the document,
         then confirm the incarnation; a claimed ID, or a fence at this batch's place, takes
         :meth:`_careful`."""
@@ -184,16 +202,42 @@ class BatchWriter:
         self._ends.raise_to(scope, first + count)
         mine = {c["_id"]: c["q"] for c in claims[1:done]}
         ours: list[int] = []  # places of documents of a split batch stored before a duplicate key
-        if done == len(claims) and await self._land(scope, docs, ours):
-            return await self._confirm(scope)
-        if done < len(claims):  # this slot stays empty: fenced, so readers pass it at once
-            await self._fence_places(scope, [first])
         try:
-            await self._careful(scope, todo, mine, first, first + count, ours)
-        except EntryConflictError:
+            if done == len(claims):
+                await self._alone(scope, first, first, alone, (ours, mine, [first]))
+                if await self._land(scope, docs, ours):
+                    return await self._confirm(scope)
+            else:  # this slot stays empty: fenced, so readers pass it at once
+                await self._fence_places(scope, [first])
+            await self._careful(scope, todo, mine, (first, first + count), ours, alone)
+        except (EntryConflictError, NotAlone):
             await self._confirm(scope)  # a conflict in a deleted incarnation is none
             raise
         await self._confirm(scope)
+
+    async def _alone(
+        self,
+        scope: Scope,
+        end: int | None,
+        birth: int,
+        alone: frozenset[str] | None,
+        held: tuple[list[int], dict[str, int], list[int]],
+    ) -> None:
+        """For an exclusive append about to land at place ``end`` (``None``: storing nothing),
+        :class:`NotAlone` if a settled place before it holds an entry not of the batch
+        (``alone``): then this call's documents, claims and places (``held``) go first. Every
+        gap before ``end`` is settled first (:meth:`TailReader.keys_before`), so no append
+        that could still land before this one is missed (docs/design.md#mongo-store)."""
+        if alone is None:
+            return
+        patience = self._abandon_after + PATIENCE_MARGIN
+        keys = await self._tail.keys_before(scope, end, birth, patience)
+        if keys <= {scope.key(entry_id) for entry_id in alone}:
+            return
+        ours, mine, places = held
+        await self._roll_back(scope, ours, mine)
+        await self._fence_places(scope, places)
+        raise NotAlone
 
     async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[int]) -> bool:
         """Insert a batch's documents; ``False`` if one hit a fence (another writer or a reader
@@ -222,36 +266,18 @@ class BatchWriter:
         session = await self._sessions.find_one({"_id": scope.sid}, {"inc": 1})
         current = None if session is None else session.get("inc")
         if current != scope.inc:
-            await self.purge(scope)
+            await purge(self._entries, self._claims, scope)
             raise _Gone(replaced=current is not None)
 
-    async def bury(self, sid: str, deleted: dict[str, Any] | None) -> None:
-        """Remove everything of the incarnation of ``deleted`` (the session document a delete
-        just removed, if any), and of any other incarnation that is not the current one (what a
-        delete that died half-way, or an append that raced one, left behind). The current
-        incarnation is read last, so a session created meanwhile is spared."""
-        dead = set(await self._entries.distinct("inc", {"session_id": sid}))
-        dead |= await self._claims.incarnations(sid)
-        current = await self._sessions.find_one({"_id": sid}, {"inc": 1})
-        dead.discard(None if current is None else current.get("inc"))
-        if deleted is not None:
-            dead.add(deleted.get("inc"))
-        for inc in sorted(i for i in dead if isinstance(i, str)):
-            await self.purge(Scope(sid, inc))
-
-    async def purge(self, scope: Scope) -> None:
-        """Everything of one incarnation: batch documents and fences, then claims and slots."""
-        await self._entries.delete_many({"session_id": scope.sid, "inc": scope.inc})
-        await self._claims.purge(scope)
-
     async def _careful(
-        self, scope: Scope, todo: Batch, mine: dict[str, int], birth: int, above: int,
-        ours: list[int],
+        self, scope: Scope, todo: Batch, mine: dict[str, int], slot: tuple[int, int],
+        ours: list[int], alone: frozenset[str] | None,
     ) -> None:  # fmt: skip
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
         slot (``mine``: claims this call holds, by key, with the seq of their document;
-        ``birth``: this call's first slot; ``ours``: places of documents it stored, fenced on a
-        conflict). Gives up after ``abandon_after + PATIENCE_MARGIN`` seconds (module doc)."""
+        ``slot``: this call's first slot and its end; ``ours``: places of documents it stored,
+        fenced on a conflict). Gives up after ``abandon_after + PATIENCE_MARGIN`` seconds."""
+        birth, above = slot
         patience = self._abandon_after + PATIENCE_MARGIN
         deadline = self._clock() + patience
         waiting: dict[int, float] = {}  # a later writer's place -> when first found empty
@@ -259,14 +285,14 @@ class BatchWriter:
         while self._clock() < deadline:
             keys = [scope.key(entry.id) for entry, _ in todo]
             claims = await self._claims.claims(k for k in keys if k not in mine)
-            stored = await self._stored(scope, todo, claims, mine)
+            stored = await stored_wires(self._entries, scope, todo, claims, mine)
             try:
-                todo = plan_append(scope.sid, todo, _lookup(stored))
+                todo = plan_append(scope.sid, todo, stored_lookup(stored))
             except EntryConflictError:
                 await self._roll_back(scope, ours, mine)
                 raise
             if not todo:
-                return
+                return await self._alone(scope, None, birth, alone, (ours, mine, []))
             taken = [claims[scope.key(e.id)] for e, _ in todo if scope.key(e.id) in claims]
             if not await self._fence(scope, taken, birth, waiting):
                 # A later writer's document is in flight: back off, 1 ms doubling up to 100 ms.
@@ -284,6 +310,7 @@ class BatchWriter:
                 # call may be waiting for it).
                 await self._fence_places(scope, [doc["seq"] for doc in docs])
                 continue
+            await self._alone(scope, first, birth, alone, (ours, mine, [d["seq"] for d in docs]))
             if await self._land(scope, docs, ours):
                 return
         raise StoreUnavailableError(
@@ -349,28 +376,6 @@ class BatchWriter:
             mine[key] = claim["q"]
         return True
 
-    async def _stored(
-        self, scope: Scope, todo: Batch, claims: dict[str, Claim], mine: dict[str, int]
-    ) -> dict[str, Any]:
-        """``{entry_id: wire}`` of the IDs of ``todo`` that are stored: in the document their
-        claim points at (every stored entry has a claim pointing at its document)."""
-        wanted = {entry.id for entry, _ in todo}
-        places: set[int] = set()
-        for entry, _ in todo:
-            key = scope.key(entry.id)
-            held = mine.get(key, getattr(claims.get(key), "seq", None))
-            if held is not None:
-                places.add(held)
-        ids = sorted(scope.at(seq) for seq in places)
-        projection = {"keys": 1, "wires": 1, "fence": 1}
-        docs = await find_ids(self._entries, ids, projection, session_id=scope.sid)
-        out: dict[str, Any] = {}
-        for doc in docs:
-            for eid, wire in stored_entries(scope, doc):
-                if eid in wanted and eid not in out:
-                    out[eid] = wire
-        return out
-
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
         if len(docs) == 1:
             await self._entries.insert_one(docs[0])
@@ -384,17 +389,3 @@ class BatchWriter:
         for seq in docs:
             await self._entries.replace_one({"_id": scope.at(seq)}, fence_doc(scope, seq))
         await self._claims.release(claims)
-
-
-def _lookup(stored: dict[str, Any]) -> Callable[[str], str | None]:
-    """``plan_append``'s view of what is stored: the wire of an ID, or ``None``; a stored
-    value that is not a string compares unequal to every wire (a conflict, never a skip). A
-    claim without its entry counts as not stored: nothing of that append was stored."""
-
-    def wire_of(eid: str) -> str | None:
-        found = stored.get(eid)
-        if found is None:
-            return None
-        return found if isinstance(found, str) else ""
-
-    return wire_of
