@@ -5,9 +5,11 @@ unavailable; runs complete after recovery with every entry exactly once
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 import subprocess
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -433,3 +435,27 @@ async def test_a_run_start_with_the_store_down_raises_store_unavailable(
     stored = await FileStore(root).load_entries(agent.session_id)
     assert [m.text() for m in messages_of(stored)] == ["kept", "go", "the reply"]
     assert lm.requests and [m.text() for m in lm.requests[0].messages] == ["kept", "go"]
+
+
+async def test_a_refused_publish_start_is_logged_as_one_line_naming_the_error(
+    temporal_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Temporal refusing the start of the publish workflow (here: a namespace it does not have)
+    is an outage, not a bug: one WARNING line naming the error's type and message, as the server
+    logs one, and ``new()`` still opens the handle. It was a full traceback of the SDK's call."""
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    elsewhere = Client(
+        temporal_client.service_client,
+        namespace=missing,
+        data_converter=temporal_client.data_converter,
+    )
+    caplog.set_level(logging.WARNING, logger="durable_agent.temporal")
+    agent = await new(
+        "a", store=MemoryStore(), session_id=sid("pub"), executor=executor(elsewhere, queue())
+    )
+    [record] = [r for r in caplog.records if "publish workflow" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.exc_info is None and record.exc_text is None
+    key = f"session_init:{agent.session_id}:"
+    assert record.getMessage().startswith(f"could not start the publish workflow for {key}")
+    assert record.getMessage().endswith(f": RPCError: Namespace {missing} is not found.")

@@ -357,8 +357,9 @@ class TemporalExecutor:
             )
         except WorkflowAlreadyStartedError:
             pass
-        except RPCError:
-            logger.exception("could not start the publish workflow for %s", key)
+        except RPCError as exc:  # an outage, not a bug: one line, as the server logs a 503
+            what, detail = type(exc).__name__, " ".join(str(exc).split())
+            logger.warning("could not start the publish workflow for %s: %s: %s", key, what, detail)
 
     # -- operator helpers --------------------------------------------------------------------
 
