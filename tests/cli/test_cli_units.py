@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,10 @@ from durable_agent.cli.config import StoreSpecError, open_store, resolve_store_s
 from durable_agent.cli.demo_app import SLOW_TOOL, demo_spec, model_choice, respond
 from durable_agent.cli.dev import say_up, workflows_url
 from durable_agent.cli.processes import beat, check_liveness, free_port
-from durable_agent.cli.render import render_tree
+from durable_agent.cli.render import LastResort, render_tree
 from durable_agent.cli.run import RunPrinter
 from durable_agent.durable.compaction import DEFAULT_COMPACT_PROMPT
-from durable_agent.session import ApprovalDecision, ApprovalRequest, Entry
+from durable_agent.session import ApprovalDecision, ApprovalRequest, Entry, StoreUnavailableError
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.stores.mongo import MongoStore
@@ -389,3 +391,44 @@ def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
     done = run_cli(["--version"], cli_env(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"durable-agent {durable_agent.__version__}\n"
+
+
+def _last_resort(exc: Exception, capsys: pytest.CaptureFixture[str]) -> str:
+    """What a command that configures no logging (``serve``, ``run``...) prints for a record
+    the library logs with its exception."""
+    try:
+        raise exc
+    except Exception:
+        record = logging.LogRecord(
+            "durable_agent.server",
+            logging.ERROR,
+            __file__,
+            1,
+            "following %s",
+            ("s1",),
+            sys.exc_info(),
+        )
+    LastResort().handle(record)
+    return capsys.readouterr().err
+
+
+def test_a_command_without_a_log_shows_a_bugs_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bug's record (``logger.exception``) keeps its traceback under ``serve`` as in a worker's
+    log: it printed ``error: following s1``, the error's type, message and traceback gone."""
+    shown = _last_resort(RuntimeError("the hub lost its cursor"), capsys)
+    assert shown.startswith("error: following s1\nTraceback (most recent call last):\n")
+    assert "in _last_resort" in shown
+    assert shown.endswith("RuntimeError: the hub lost its cursor\n")
+
+
+def test_a_command_without_a_log_shows_an_outage_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    down = StoreUnavailableError("cannot reach MongoDB at 127.0.0.1:1 (refused) [session 's1']")
+    shown = _last_resort(down, capsys)
+    assert shown == (
+        "error: following s1: StoreUnavailableError: cannot reach MongoDB at 127.0.0.1:1 "
+        "(refused) [session 's1']\n"
+    )

@@ -41,6 +41,7 @@ from ..session import (
 )
 from ..session.render import ACTIVE, LEAF, OFF_PATH, call_text, short
 from ..workflows.config import TemporalConfigError
+from ..workflows.worker_logs import error_text
 from . import AppLoadError
 from .config import ENV_LOG_FORMAT, TARGET, CommandError, TemporalFlags, mongo_unreachable
 from .processes import ProcessError
@@ -104,14 +105,16 @@ def print_error(out: Console, message: str, *, level: str = "error") -> None:
 
 class LastResort(logging.Handler):
     """What the library logs while nothing configured logging (a command that is no worker):
-    ``warning: <message>`` on stderr, as errors show, without the keys this process holds.
-    Installed as :data:`logging.lastResort`, so a command that configures logging replaces it."""
+    ``warning: <message>`` on stderr as errors show, its exception as a worker's log shows one,
+    without the keys this process holds. :data:`logging.lastResort`, so logging replaces it."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
 
     def emit(self, record: logging.LogRecord) -> None:
-        print_error(err, record.getMessage(), level=record.levelname.lower())
+        error = record.exc_info[1] if record.exc_info else None
+        shown = record.getMessage() + ("" if error is None else error_text(error))
+        print_error(err, shown, level=record.levelname.lower())
 
 
 FAILURE_LOG: logging.Logger | None = None
@@ -201,8 +204,7 @@ def guard(body: Callable[[], T]) -> T:
     except OSError as exc:  # the machine's answer (a data directory that cannot be made...)
         fail(1, str(exc))
     except Exception as exc:
-        said = _mongo_failure(exc)
-        if said is not None:
+        if (said := _mongo_failure(exc)) is not None:
             fail(1, said)
         raise
 
@@ -272,8 +274,7 @@ def entry_label(entry: Entry, *, limit: int = 70) -> Text:
 
 def entry_json(entry: Entry) -> dict[str, Any]:
     """The entry exactly as stores write it."""
-    data: dict[str, Any] = json.loads(encode_entry(entry))
-    return data
+    return cast(dict[str, Any], json.loads(encode_entry(entry)))
 
 
 def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Text:
@@ -300,9 +301,8 @@ def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
         if isinstance(entry, MessageEntry):
             m = entry.message
             role = "tool" if m.role == "tool_result" else m.role
-            head = Text(f"{role}", style=_ROLE_STYLE.get(m.role, "bold"))
-            head.append(f"  {entry.id}", style="dim")
-            console.print(head)
+            style = _ROLE_STYLE.get(m.role, "bold")
+            console.print(Text.assemble((role, style), (f"  {entry.id}", "dim")))
             console.print(Text(message_summary(m)), soft_wrap=True)
         elif isinstance(entry, CompactionEntry):
             console.print(Text(f"compaction  {entry.id}", style="bold yellow"))

@@ -48,7 +48,13 @@ from temporalio.runtime import (
 from ..ai.redaction import configured_secrets, redact
 from ..session.errors import StoreUnavailableError
 
-__all__ = ["LogFormat", "WorkerLogFormatter", "configure_worker_logging"]
+__all__ = [
+    "LogFormat",
+    "WorkerLogFormatter",
+    "configure_worker_logging",
+    "error_fields",
+    "error_text",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -59,6 +65,27 @@ def _outage(error: BaseException) -> bool:
     mongo = sys.modules.get("pymongo.errors")
     unreachable = () if mongo is None else (mongo.ConnectionFailure,)
     return isinstance(error, (StoreUnavailableError, *unreachable))
+
+
+def error_fields(error: BaseException) -> dict[str, str]:
+    """A logged exception as ``error_type`` and ``error``, plus ``traceback`` for a bug only:
+    an ``ApplicationError`` was raised on purpose (its type says what), an outage is ridden
+    out."""
+    if isinstance(error, ApplicationError):
+        return {"error_type": error.type or type(error).__name__, "error": error.message}
+    if _outage(error):
+        return {"error_type": type(error).__name__, "error": " ".join(str(error).split())}
+    shown = "".join(traceback.format_exception(error)).rstrip()
+    return {"error_type": type(error).__name__, "error": str(error), "traceback": shown}
+
+
+def error_text(error: BaseException) -> str:
+    """What a text line shows after its message: ``: type: message``, or for a bug its
+    traceback on the lines after (which ends with them)."""
+    fields = error_fields(error)
+    if "traceback" in fields:
+        return "\n" + fields["traceback"]
+    return f": {fields['error_type']}: {fields['error']}"
 
 
 def _time(record: logging.LogRecord) -> str:
@@ -95,24 +122,12 @@ class WorkerLogFormatter(logging.Formatter):
                     f"workflow {activity.get('workflow_id')})"
                 )
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, ApplicationError):  # raised on purpose: its type says what
-            fields["error_type"] = error.type or type(error).__name__
-            fields["error"] = error.message
-        elif error is not None and _outage(error):
-            fields["error_type"] = type(error).__name__
-            fields["error"] = " ".join(str(error).split())
-        elif error is not None:
-            fields["error_type"] = type(error).__name__
-            fields["error"] = str(error)
-            fields["traceback"] = "".join(traceback.format_exception(error)).rstrip()
+        if error is not None:
+            fields.update(error_fields(error))
         if self.log_format == "json":
             return json.dumps(fields, ensure_ascii=False, default=str)
         line = f"{fields['time']} {fields['level']} {fields['logger']}: {fields['message']}"
-        if "traceback" in fields:
-            return f"{line}\n{fields['traceback']}"
-        if error is not None:
-            return f"{line}: {fields['error_type']}: {fields['error']}"
-        return line
+        return line if error is None else line + error_text(error)
 
 
 def _log_warning(
