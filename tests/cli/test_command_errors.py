@@ -181,6 +181,26 @@ def test_a_store_password_is_never_printed(tmp_path: Path, spec: str) -> None:
         assert part not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        "tls=true&tlsCertificateKeyFilePassword=Xy9Secret&appname=da",
+        "authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:Xy9Secret",
+        "authMechanismProperties=SERVICE_NAME:db,AWS_SESSION_TOKEN:Xy9Secret&authSource=x",
+    ],
+)
+def test_a_secret_among_the_store_uris_options_is_never_printed(
+    tmp_path: Path, options: str
+) -> None:
+    """MongoDB takes a key file's password and an AWS session token as URI options: masked as
+    the password is (the error's store line and the ``-v`` line showed them)."""
+    spec = f"mongodb://127.0.0.1:1/db?{options}"
+    result = run_cli(["sessions", "--json", "--store", spec, "-v"], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "Xy9Secret" not in result.stderr
+    assert f"(store {spec.replace('Xy9Secret', '***')})" in result.stderr
+
+
 @pytest.mark.mongo
 def test_refused_mongo_credentials_are_one_line(mongo_uri: str, tmp_path: Path) -> None:
     from pymongo.uri_parser import parse_uri

@@ -305,25 +305,26 @@ LogFormatOpt = Annotated[
 # -- the store ------------------------------------------------------------------------------------
 
 _USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)(.*)@", re.IGNORECASE | re.DOTALL)
+_SECRET_OPTION = re.compile(r"([?&,%=]\w*(?:password|secret|token)\w*(?:=|:|%3A))[^&,#]*", re.I)
 
 
 def display_store(spec: str) -> str:
-    """A spec fit to print: any ``scheme://user:password@``'s password masked up to the last @."""
+    """A spec fit to print: a ``scheme://user:password@``'s password masked up to the last @, as
+    is an option's value named for a password, secret or token (``AWS_SESSION_TOKEN``...)."""
 
     def mask(match: re.Match[str]) -> str:
         user, colon, _ = match.group(2).partition(":")
         return f"{match.group(1)}{user}:***@" if colon else match.group(0)
 
-    return _USERINFO.sub(mask, spec)
+    shown, query, options = _USERINFO.sub(mask, spec).partition("?")
+    return shown + query + _SECRET_OPTION.sub(r"\1***", "&" + options)[1:]
 
 
 def resolve_store_spec(flag: str | None, env: Mapping[str, str] | None = None) -> str:
     """The store spec in force: the flag, then the environment, then the default FileStore."""
     env = os.environ if env is None else env
-    for candidate in (flag, env.get(ENV_STORE), env.get(ENV_MONGODB_URI)):
-        if candidate:
-            return candidate
-    return f"file:{data_dir(env) / 'sessions'}"
+    default = f"file:{data_dir(env) / 'sessions'}"
+    return flag or env.get(ENV_STORE) or env.get(ENV_MONGODB_URI) or default
 
 
 @dataclass
