@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.cli.support import running_dev
+from tests.cli.support import CLI, cli_env, running_dev
 from tests.server.support import stream
+from tests.support.ferretdb import free_port
+from tests.support.polling import eventually
+from tests.temporal.test_outages import DevServer
 
 pytestmark = pytest.mark.temporal
 
@@ -31,3 +38,43 @@ async def test_dev_prints_the_chat_url_and_serves_the_demo_agent(tmp_path: Path)
                     ),
                     within=60,
                 )
+
+
+async def test_serve_logs_a_temporal_outage_once_a_request(tmp_path: Path) -> None:
+    """Temporal gone while ``serve`` runs: a run start answers 503 and the server logs it in one
+    line. The Temporal core's own retries of the call came too, five lines a request in
+    terminal colour codes (``gRPC call start_workflow_execution retried 5 times``), burying it."""
+    temporal = DevServer(tmp_path / "temporal.db", tmp_path / "temporal.log")
+    temporal.start()
+    try:
+        await temporal.ready()
+        port, log = free_port(), tmp_path / "serve.out"
+        env = cli_env(tmp_path, TEMPORAL_ADDRESS=temporal.address)
+        args = ["serve", "--port", str(port), "--store", f"file:{tmp_path / 's'}"]
+        with log.open("w") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            await eventually(_said(log, "durable-agent serve on"), within=60, what="serve")
+            started = len(log.read_text().splitlines())
+            temporal.kill()
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
+                body = {"text": "hello", "agent": "demo"}
+                answer = await c.post("/v1/sessions/s1/runs", json=body)
+            assert answer.status_code == 503, answer.text
+            text = log.read_text()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        temporal.stop()
+    [said] = text.splitlines()[started:]
+    assert said.startswith("warning: POST /v1/sessions/s1/runs: 503: RPCError: "), text
+
+
+def _said(log: Path, text: str) -> Callable[[], Awaitable[bool | None]]:
+    async def probe() -> bool | None:
+        return text in await asyncio.to_thread(log.read_text) or None
+
+    return probe

@@ -26,6 +26,7 @@ from temporalio.client import Client
 
 from ..workflows.config import ServerInfo, data_dir, remove_server_info, write_server_info
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
+from ..workflows.worker_logs import forward_core_log
 from .config import (
     DEFAULT_TASK_QUEUE,
     DEMO_APP,
@@ -117,10 +118,8 @@ class DevServer:
 def workflows_url(ui_url: str, session_id: str, namespace: str = "default") -> str:
     """The Web UI's workflow list filtered to one session's runs (publish and compaction
     workflows carry the session ID too, with another ``DurableAgentKind``)."""
-    query = urllib.parse.quote(
-        f'{SEARCH_ATTRIBUTE}="{session_id}" AND {KIND_ATTRIBUTE}="run"', safe=""
-    )
-    return f"{ui_url}/namespaces/{namespace}/workflows?query={query}"
+    query = f'{SEARCH_ATTRIBUTE}="{session_id}" AND {KIND_ATTRIBUTE}="run"'
+    return f"{ui_url}/namespaces/{namespace}/workflows?query={urllib.parse.quote(query, safe='')}"
 
 
 async def _wait_client(address: str, proc: ManagedProcess, deadline: float) -> None:
@@ -377,6 +376,7 @@ def serve(
     async def main() -> int:
         from ..server.tenants import load_keys
 
+        forward_core_log("ERROR")  # a request's retried calls: its 503 is the line to read
         try:
             table = load_keys(keys)
         except ValueError as exc:  # the file's problem, in words that never show a key

@@ -54,6 +54,7 @@ __all__ = [
     "configure_worker_logging",
     "error_fields",
     "error_text",
+    "forward_core_log",
 ]
 
 LogFormat = Literal["text", "json"]
@@ -161,10 +162,19 @@ def configure_worker_logging(
     warnings.showwarning = _log_warning
     # the formatter says which activity a record is about, in its own words
     temporalio.activity.logger.activity_info_on_message = False
+    forward_core_log("WARN")
+
+
+def forward_core_log(level: Literal["WARN", "ERROR"]) -> None:
+    """Send the Temporal core's log from ``level`` up to the Python logger ``temporalio.core``
+    (by default it writes its own lines, in terminal colours, to stderr). A worker keeps its
+    warnings (its polls retried while Temporal is down); ``serve`` its errors only, as each of
+    a request's calls retried is a warning there, and the server logs the request's outcome.
+    Call it before the process makes its first Temporal client."""
     core = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
     telemetry = TelemetryConfig(
         logging=LoggingConfig(
-            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=core
+            filter=TelemetryFilter(core_level=level, other_level="ERROR"), forwarding=core
         )
     )
     Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=False)
