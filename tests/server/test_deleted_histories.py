@@ -138,6 +138,33 @@ async def test_a_failed_history_delete_is_logged_as_one_line_naming_the_error(
     )
 
 
+async def test_a_refused_run_listing_is_logged_as_one_line_naming_the_error(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Temporal refusing to list a session's runs (as a stream joins it, as it is deleted) is
+    logged as one line naming the error's type and message; it named the type alone
+    (``RPCError``), which says neither "not found" nor "connection refused"."""
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    elsewhere = Client(
+        temporal_client.service_client,
+        namespace=missing,
+        data_converter=temporal_client.data_converter,
+    )
+    app = create_app(store=FileStore(tmp_path / "s"), temporal=elsewhere, agents=["helper"])
+    sid = f"listed-{uuid.uuid4().hex[:8]}"
+    caplog.set_level(logging.WARNING, logger="durable_agent.server")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            await reader.until(lambda r: r.live)
+        assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+    refused = f"RPCError: Namespace {missing} is not found."
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("listing the")]
+    joined, deleted = f"listing the runs of {sid}", f"listing the runs of deleted {sid}"
+    assert said == [f"{joined}: {refused}", f"{deleted}: {refused}"]
+
+
 def _now(probe: Callable[[], T]) -> Callable[[], Awaitable[T]]:
     async def asked() -> T:
         return probe()

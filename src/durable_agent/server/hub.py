@@ -235,8 +235,9 @@ class SessionHub:
             return
         try:  # the creation the hub follows: no record read for each run the look finds
             found = await self.hubs.found(self.session_id, self.follower.born, self.since)
-        except Exception as exc:
-            logger.warning("listing the runs of %s: %s", self.session_id, type(exc).__name__)
+        except Exception as exc:  # an outage: one line, as the server logs a 503
+            what, detail = type(exc).__name__, " ".join(str(exc).split())
+            logger.warning("listing the runs of %s: %s: %s", self.session_id, what, detail)
             return
         for run_id in found:
             if run_id in self.active or (self.session_id, run_id) in self.hubs.ended:

@@ -217,7 +217,8 @@ class TemporalRuns:
             known += [r for s, r in self._streams if s == session_id]  # every creation's
             known += await running_runs(self.client, session_id)
         except Exception as exc:  # best effort: the runs fail at their next commit anyway
-            logger.warning("listing the runs of deleted %s: %s", session_id, type(exc).__name__)
+            what, detail = type(exc).__name__, " ".join(str(exc).split())
+            logger.warning("listing the runs of deleted %s: %s: %s", session_id, what, detail)
         await cancel_each(self, session_id, known)
         self._accepted.forget(session_id)
         task = asyncio.create_task(self._purge(session_id, known))
