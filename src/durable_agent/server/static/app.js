@@ -245,7 +245,15 @@ async function tell(t) { // into the running run: shown queued until its deliver
     if (e && e.error && e.error.type === "RunNotAcceptingError") return ask(t, state.leaf);
     throw e;
   }
-  state.queued.push({ message_id: r.message_id, text: t }); render();
+  state.queued.push({ message_id: r.message_id, text: t, run: r.run_id }); render();
+}
+// A run that ended (failed, or lost with its server) before storing the messages it held (a
+// cancelled run stores them): they come back into the box, none shown queued for ever.
+function unsent(runId) {
+  const back = state.queued.filter((q) => q.run === runId); if (!back.length) return;
+  state.queued = state.queued.filter((q) => q.run !== runId);
+  $("text").value = [...back.map((q) => q.text), $("text").value].filter(Boolean).join("\n\n");
+  state.notice = (state.failure ? state.failure + "; " : "") + "not sent to the agent: your message is back in the box";
 }
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
@@ -284,6 +292,7 @@ function frame(event, data) {
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
     // why, as the run's status also says
     if (data.status === "failed") state.failure = "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "");
+    if (!["started", "awaiting_approval"].includes(data.status)) unsent(data.run_id);
   } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
 }
@@ -301,7 +310,7 @@ async function settle(runId) { // a run that may have ended while no stream list
   const r = await api("GET", `/sessions/${sid}/runs/${runId}`, undefined, false, true).catch((e) => e);
   if (state.sid !== sid || !state.runs.has(runId)) return;
   if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
-    state.runs.set(runId, "lost"); state.live.delete(runId); render(); // its text goes with it
+    state.runs.set(runId, "lost"); state.live.delete(runId); unsent(runId); render(); // its text goes with it
   } else if (r && r.run_id && r.status !== "started" && r.status !== "awaiting_approval") {
     frame("run", r);
   }

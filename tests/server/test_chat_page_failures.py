@@ -1,0 +1,69 @@
+"""What the chat page shows and offers when a run goes wrong: a message sent into a run that then
+fails, a run cancelled from elsewhere, a page reloaded after its run ended badly (Playwright
+driving the system Chromium against a real server, in process and on Temporal)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from durable_agent import MessageEntry
+from durable_agent.ai import Reply
+from durable_agent.session import Entry
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import helper_app, replied, scripted, serving
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.server.test_run_failure import HeldThenRefused
+from tests.support.polling import eventually
+
+
+def _said(entries: list[Entry]) -> list[str]:
+    return [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+
+
+def _status(page: Any, says: str) -> Any:
+    async def probe() -> bool:
+        return says in await page.get_by_role("status").inner_text()
+
+    return probe
+
+
+async def test_a_message_the_failed_run_never_took_comes_back_to_the_box(
+    temporal: Client | None,
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A message sent while the run works is accepted (shown queued) and held for the run's
+    next turn; the run then fails before that turn, storing nothing of it. The page kept
+    showing it queued, under the failure, as if it would still be sent, and a reload lost it.
+    It comes back into the box, the page says it was not sent, and sending it asks it."""
+    page, model = browser_page, HeldThenRefused()
+    spec = AgentSpec(model=model)
+    store = FileStore(tmp_path / "sessions")
+    worker_store = lambda: FileStore(tmp_path / "sessions")  # noqa: E731
+    async with helper_app(temporal, store, spec, worker_store) as app, serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await asyncio.wait_for(model.called.wait(), 60)  # the run works: what is typed goes in
+        await page.fill("#text", "and also this")
+        await page.press("#text", "Enter")
+        await page.locator(".msg.queued").wait_for()  # accepted by the run
+        model.go.set()
+        await eventually(_status(page, "HTTP 400"), within=60, interval=0.1, what="the failure")
+        await eventually(_status(page, "not sent"), within=10, interval=0.1, what="told")
+        assert await page.locator(".msg.queued").count() == 0
+        assert await page.input_value("#text") == "and also this"
+        sid = await page.evaluate("state.sid")
+        said = _said(await store.load_entries(sid))
+        assert said == ["hello"], said
+
+        model.inner = scripted([Reply(text="Both now.")])
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Both now."), within=60, interval=0.1, what="the reply")
+        said = _said(await store.load_entries(sid))
+    assert said == ["hello", "and also this", "Both now."], said
