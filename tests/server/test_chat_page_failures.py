@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 from temporalio.client import Client
 
 from durable_agent import MessageEntry
@@ -18,6 +19,7 @@ from durable_agent.workflows import AgentSpec
 from tests.server.support import helper_app, replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.server.test_run_failure import HeldThenRefused
+from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
 
 
@@ -67,3 +69,37 @@ async def test_a_message_the_failed_run_never_took_comes_back_to_the_box(
         await eventually(replied(page, "Both now."), within=60, interval=0.1, what="the reply")
         said = _said(await store.load_entries(sid))
     assert said == ["hello", "and also this", "Both now."], said
+
+
+async def test_a_run_cancelled_elsewhere_is_said_cancelled(
+    temporal: Client | None,
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A run cancelled from elsewhere (the CLI, another client's cancel request) was told as
+    "the last run did not finish", as a run a server lost is: the page says it was cancelled,
+    and continue goes on from where it stopped."""
+    page, gate = browser_page, GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Went on.")]), tools=[gate.tool]
+    )
+    store = FileStore(tmp_path / "sessions")
+    worker_store = lambda: FileStore(tmp_path / "sessions")  # noqa: E731
+    async with (
+        helper_app(temporal, store, spec, worker_store) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await asyncio.wait_for(gate.started.wait(), 60)
+        sid = await page.evaluate("state.sid")
+        run_id = (await client.get(f"/v1/sessions/{sid}/runs")).json()["active"][0]
+        cancelled = await client.post(f"/v1/sessions/{sid}/runs/{run_id}/cancel")
+        assert cancelled.status_code == 202
+        await eventually(_status(page, "cancelled"), within=60, interval=0.1, what="told")
+        assert await page.is_disabled("#stop")
+        await page.get_by_role("button", name="continue").click()
+        await eventually(replied(page, "Went on."), within=60, interval=0.1, what="the reply")
+        assert await page.get_by_role("status").inner_text() == ""

@@ -292,6 +292,7 @@ function frame(event, data) {
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
     // why, as the run's status also says
     if (data.status === "failed") state.failure = "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "");
+    if (data.status === "cancelled") state.failure = "the run was cancelled"; // by Stop, or from elsewhere
     if (!["started", "awaiting_approval"].includes(data.status)) unsent(data.run_id);
   } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
