@@ -12,7 +12,9 @@ import httpx
 from temporalio.client import Client
 
 from durable_agent import MessageEntry
-from durable_agent.ai import Reply
+from durable_agent.ai import Reply, ToolCall
+from durable_agent.ai.messages import assistant_message, user_message
+from durable_agent.server import create_app
 from durable_agent.session import Entry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -103,3 +105,23 @@ async def test_a_run_cancelled_elsewhere_is_said_cancelled(
         await page.get_by_role("button", name="continue").click()
         await eventually(replied(page, "Went on."), within=60, interval=0.1, what="the reply")
         assert await page.get_by_role("status").inner_text() == ""
+
+
+async def test_a_call_without_arguments_shows_none(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A call with no arguments is stored (and sent) without them: the page showed it as
+    ``gate(undefined)``."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    await store.create_session("calls")
+    asked = MessageEntry(id="calls-0", message=user_message("Open it."))
+    call = ToolCall(id="call-1", name="gate", arguments={})
+    calling = MessageEntry(id="calls-1", parent_id="calls-0", message=assistant_message(call))
+    await store.append_entries("calls", [asked, calling])
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+    async with serving(app) as url:
+        await page.goto(url + "/#calls")
+        tools = page.locator(".msg.assistant .tools")
+        await tools.wait_for()
+        assert await tools.inner_text() == "→ gate({})"

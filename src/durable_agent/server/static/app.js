@@ -166,8 +166,8 @@ function message(e, siblings, i) {
   div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
   const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
   if (m.role === "assistant" && cut) div.appendChild(node("cut", `(${cut})`));
-  const calls = (m.content || []).filter((b) => b.type === "tool_call");
-  if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join("\n")));
+  const calls = (m.content || []).filter((b) => b.type === "tool_call"); // no arguments: none sent
+  if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments || {})})`).join("\n")));
   if (m.role === "user") {
     const a = node("actions", "");
     a.append(button("edit", () => edit(e), false, `msg:${e.id}|edit`),
