@@ -125,3 +125,48 @@ async def test_a_call_without_arguments_shows_none(
         tools = page.locator(".msg.assistant .tools")
         await tools.wait_for()
         assert await tools.inner_text() == "→ gate({})"
+
+
+async def test_a_page_opened_after_its_run_failed_says_why(
+    temporal: Client | None,
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The page asks, is closed while the run works, and the run fails. Opened again (and
+    reloaded), it said "no answer yet", as of a question no run was ever started on: the
+    store keeps no run. The page remembers the run it started in the session and asks the
+    server how it ended: it says the run failed and why; answered, it says nothing more."""
+    page, model = browser_page, HeldThenRefused()
+    store = FileStore(tmp_path / "sessions")
+    worker_store = lambda: FileStore(tmp_path / "sessions")  # noqa: E731
+    async with (
+        helper_app(temporal, store, AgentSpec(model=model), worker_store) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await asyncio.wait_for(model.called.wait(), 60)
+        sid, run_id = await page.evaluate("[state.sid, [...state.runs.keys()][0]]")
+        await page.goto("about:blank")
+        model.go.set()
+
+        async def failed() -> bool:
+            run = await client.get(f"/v1/sessions/{sid}/runs/{run_id}")
+            return bool(run.json()["status"] == "failed")
+
+        await eventually(failed, within=60, interval=0.1, what="the run failed")
+        await page.goto(f"{url}/#{sid}")
+        await eventually(_status(page, "HTTP 400"), within=60, interval=0.1, what="why")
+        await page.reload()
+        await eventually(_status(page, "HTTP 400"), within=60, interval=0.1, what="why again")
+        assert "did not finish" in await page.locator("#chat .unfinished").inner_text()
+
+        model.inner = scripted([Reply(text="Hello back.")])
+        await page.get_by_role("button", name="answer").click()
+        await eventually(replied(page, "Hello back."), within=60, interval=0.1, what="answered")
+        await page.reload()
+        await eventually(replied(page, "Hello back."), within=60, interval=0.1, what="reloaded")
+        await eventually(lambda: page.evaluate("state.heard"), within=20, what="the stream")
+        assert await page.get_by_role("status").inner_text() == ""

@@ -80,10 +80,9 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
     """The server restarts mid-reply: its run dies with it (killed, nothing stored after the
     question; stopped, the reply so far stored as cut off) and the new server knows nothing of
     it. The page used to go quiet: an empty status, the dead reply's text still shown as being
-    written, or the cut-off reply shown as if whole. It says the run did not finish; reloaded,
-    a question with no reply has no answer yet (no run is known to have gone), a reply cut off
-    did not finish. Its button answers the question, not asked twice, or goes on from the cut
-    reply, kept on the path."""
+    written, or the cut-off reply shown as if whole. It says the run did not finish, and so
+    it does reloaded (the page remembers the run it started). Its button answers the question,
+    not asked twice, or goes on from the cut reply, kept on the path."""
     page, root, port = browser_page, tmp_path / "sessions", free_port()
     async with _server_process(root, port, ending) as url:
         await page.goto(url + "/")
@@ -104,10 +103,10 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
 
         await eventually(told("did not finish"), within=30, interval=0.1, what="the page told")
         assert await page.locator(".msg.live").count() == 0, "the dead run's text is shown"
-        await page.reload()  # what the store holds says it too, to a page that saw no run
+        await page.reload()
         killed = ending == signal.SIGKILL
-        says = "no answer yet" if killed else "did not finish"
-        await eventually(told(says), within=30, interval=0.1, what="the page told after a reload")
+        told_again = told("did not finish")
+        await eventually(told_again, within=30, interval=0.1, what="the page told after a reload")
         go_on = page.get_by_role("button", name="answer" if killed else "continue")
         await go_on.focus()
         await page.keyboard.press("Enter")

@@ -266,6 +266,7 @@ async function ask(t, leaf) {
   const r = await api("POST", `/sessions/${state.sid}/runs`, body, true).catch((refused) => { // no branch: the chat stays where it was (a run going)
     if (state.leaf === to) { state.leaf = was; render(); } throw refused; });
   if (!state.runs.has(r.run_id)) state.runs.set(r.run_id, "started"); // unless its end came first
+  remember(r.run_id, null); ended(r.run_id, state.runs.get(r.run_id));
   render();
   if (!heard) settle(r.run_id);
 }
@@ -293,7 +294,7 @@ function frame(event, data) {
     // why, as the run's status also says
     if (data.status === "failed") state.failure = "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "");
     if (data.status === "cancelled") state.failure = "the run was cancelled"; // by Stop, or from elsewhere
-    if (!["started", "awaiting_approval"].includes(data.status)) unsent(data.run_id);
+    if (!["started", "awaiting_approval"].includes(data.status)) { unsent(data.run_id); ended(data.run_id, data.status); }
   } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
 }
@@ -311,7 +312,7 @@ async function settle(runId) { // a run that may have ended while no stream list
   const r = await api("GET", `/sessions/${sid}/runs/${runId}`, undefined, false, true).catch((e) => e);
   if (state.sid !== sid || !state.runs.has(runId)) return;
   if (r && r.error && r.error.type === "RunNotFoundError") { // lost: a server's in-process run
-    state.runs.set(runId, "lost"); state.live.delete(runId); unsent(runId); render(); // its text goes with it
+    state.runs.set(runId, "lost"); state.live.delete(runId); unsent(runId); ended(runId, "lost"); render(); // its text goes with it
   } else if (r && r.run_id && r.status !== "started" && r.status !== "awaiting_approval") {
     frame("run", r);
   }
@@ -366,6 +367,20 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
 function live() { // the stream tells every change from here on, but not a run's end before it
   state.heard = true; soon(); // what it says of a path no run answers holds from here on
   for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") settle(id);
+  const last = recalled(); // this page's last run here, if nothing was stored since its end
+  if (last && !state.runs.has(last.run) && (last.seq === null || last.seq === state.seq) && unfinished(path())) {
+    state.runs.set(last.run, "asked"); settle(last.run);
+  }
+}
+// The store keeps no run: the last one this browser started in a session is remembered, so a
+// page opened again after it failed, was cancelled or was lost says so, not "no answer yet".
+// `seq`: the session's last entry when its end was seen (null: not seen).
+const runKey = () => "durable-agent-run:" + state.sid;
+function remember(run, seq) { localStorage.setItem(runKey(), JSON.stringify({ run, seq })); }
+function recalled() { try { return JSON.parse(localStorage.getItem(runKey())); } catch { return null; } }
+function ended(runId, status) {
+  const last = recalled(); if (!last || last.run !== runId || ["started", "awaiting_approval"].includes(status)) return;
+  if (status === "completed") localStorage.removeItem(runKey()); else remember(runId, state.seq);
 }
 function parse(block) {
   let event = "message"; const data = [];
@@ -387,6 +402,7 @@ async function open(sid) { reset(sid); render(); sessions(); follow(sid); }
 // A session deleted (here or elsewhere) or not there: none of it stays shown, and what is typed
 // next starts a new session, not the gone one again under its ID (its reply unfollowed).
 function gone(sid, why) {
+  localStorage.removeItem("durable-agent-run:" + sid);
   if (state.sid === sid) { reset(null); state.notice = `session ${sid} ${why}`; render(); sessions().catch(() => {}); }
 }
 async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
