@@ -51,11 +51,17 @@ def test_every_error_the_handle_or_a_store_raises_imports_from_the_root() -> Non
     assert durable_agent.InvalidRunInputError is agent_errors.InvalidRunInputError
 
 
+def _with(error: BaseException, **attributes: str) -> BaseException:
+    for name, value in attributes.items():
+        setattr(error, name, value)
+    return error
+
+
 def _every_public_error() -> list[BaseException]:
     """One instance of each error a user of the library may catch, built as the library does."""
     from durable_agent.ai.providers import ProviderConfigError
     from durable_agent.server.runs import RunNotFoundError, RunsUnavailableError
-    from durable_agent.workflows import StoreMismatchError
+    from durable_agent.workflows import StoreMismatchError, TemporalUnavailableError
     from durable_agent.workflows.config import (
         ConnectSettings,
         TemporalConfigError,
@@ -82,6 +88,7 @@ def _every_public_error() -> list[BaseException]:
         d.RunCancelledError("run cancelled"),
         d.UnknownAgentError("unknown agent 'x'"),
         StoreMismatchError("other store"),
+        _with(TemporalUnavailableError("no worker has taken the message yet"), message_id="m1"),
         RunNotFoundError("no run"),
         RunsUnavailableError("read only"),
         d.ModelError("overloaded", retryable=True, retry_after=1.5),

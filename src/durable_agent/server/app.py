@@ -47,11 +47,12 @@ from ..session.errors import (
     StoreUnavailableError,
 )
 from ..session.store import Store
+from ..workflows.mail_client import TemporalUnavailableError
 from .hubs import Hubs
 from .local_runs import LocalRuns
 from .runs import STORE_UNAVAILABLE, RunNotFoundError, Runs, RunsUnavailableError
 from .sse import KEEPALIVE
-from .temporal_runs import TemporalRuns
+from .temporal_runs import UPDATE_WAIT, TemporalRuns
 from .tenants import Tenants, load_keys
 
 __all__ = ["ApiError", "Server", "create_app"]
@@ -76,10 +77,13 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (UnknownAgentError, 422),
     (StoreUnavailableError, 503),
     (RunsUnavailableError, 503),
+    (TemporalUnavailableError, 503),  # no worker took a decision or a message in time
     (CompactError, 502),  # the summarizer (the model) failed; nothing was stored
     (ValueError, 400),
 ]
 """Each library error a route may raise, and its HTTP status (first match wins)."""
+EXTRAS = ("run_id", "decision_id", "message_id")
+"""What an error's body carries beside its type and message, when the error has it."""
 
 
 HTTP_TYPES = {400: "MalformedJSONError", 404: "NotFoundError", 405: "MethodNotAllowedError"}
@@ -215,9 +219,11 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     async def library(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, StoreUnavailableError | RPCError):
             return _unavailable(request, exc)
+        if isinstance(exc, TemporalUnavailableError):  # the operator's to know: start a worker
+            logger.warning("%s %s: 503: %s", request.method, request.url.path, exc)
         for kind, status in STATUS:
             if isinstance(exc, kind):
-                extra = {k: getattr(exc, k) for k in ("run_id", "decision_id") if hasattr(exc, k)}
+                extra = {k: getattr(exc, k) for k in EXTRAS if hasattr(exc, k)}
                 return error(status, type(exc).__name__, str(exc), **extra)
         raise exc  # a kind the handler is registered for is in STATUS
 
@@ -234,6 +240,7 @@ def create_app(
     task_queue: str = "durable-agent",
     keys: Mapping[str, Any] | str | Path | None = None,
     keepalive: float = KEEPALIVE,
+    update_wait: float = UPDATE_WAIT,
 ) -> FastAPI:
     """The ASGI app (docs/design.md#http-api).
 
@@ -241,6 +248,8 @@ def create_app(
     ``temporalio`` client) starts runs on the workers of ``task_queue``, ``agents`` then naming
     the agents they serve (the default when there is one); with neither, the run routes answer
     503. ``keys``: a mapping or a JSON file of API keys (``DURABLE_AGENT_KEYS`` if ``None``).
+    ``update_wait``: on Temporal, the seconds a decision or a message waits for a worker to take
+    it before its request answers 503 ``TemporalUnavailableError`` (docs/design.md#http-api).
     """
     from .agui import router as agui_router
     from .routes_people import router as people_router
@@ -251,7 +260,7 @@ def create_app(
     runs: Runs | None = None
     if temporal is not None:
         names = list(agents or ())
-        runs = TemporalRuns(temporal, task_queue, store, hubs, names)
+        runs = TemporalRuns(temporal, task_queue, store, hubs, names, update_wait)
     elif agents:
         if not isinstance(agents, Mapping):
             raise TypeError("agents in process: a mapping of name -> AgentSpec")

@@ -33,7 +33,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import Store
 from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
-from ..workflows.mail_client import execute_update
+from ..workflows.mail_client import execute_update, worker_within
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
@@ -66,6 +66,8 @@ END_QUERY_TIMEOUT = 10.0
 LATELY = 5
 """How many of a session's latest ended runs a message with a client's ID is offered to first:
 the one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
+UPDATE_WAIT = 10.0
+"""Seconds a decision or a message waits for a worker to take it before its request answers 503."""
 FAILURE_TIMEOUT = timedelta(seconds=10)
 """Seconds the read of an ended run's failure from its history may take."""
 
@@ -76,10 +78,6 @@ _STATUS: dict[WorkflowExecutionStatus, Status] = {
     WorkflowExecutionStatus.CONTINUED_AS_NEW: "started",
     WorkflowExecutionStatus.CANCELED: "cancelled",
 }
-
-
-async def _nothing() -> list[str]:
-    return []
 
 
 class TemporalRuns:
@@ -94,12 +92,14 @@ class TemporalRuns:
         store: Store,
         listener: RunListener,
         agents: Sequence[str] = (),
+        update_wait: float = UPDATE_WAIT,
     ) -> None:
         self.client = client
         self.listener = listener
         self.store = store
         self.agents = list(agents)
         self.executor = TemporalExecutor(client, task_queue=task_queue)
+        self.executor.update_wait = update_wait  # bounds decisions (messages: ``_offer``)
         self._streams: dict[tuple[str, str], RunStream] = {}
         self._relays: dict[tuple[str, str], RunRelay] = {}
         self._born: dict[tuple[str, str], datetime | None] = {}
@@ -333,7 +333,7 @@ class TemporalRuns:
         # it before its answer was lost says so, and a run started since never takes it again
         going, latest = await asyncio.gather(
             self._active(session_id, creation),
-            self._latest(session_id, born) if resent else _nothing(),
+            self._latest(session_id, born, resent),
         )
         ended = [r for r in latest if r not in going]
         offers = [self._offer(session_id, r, body, message_id, born) for r in ended]
@@ -353,15 +353,18 @@ class TemporalRuns:
         this very update before."""
         handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
         try:
-            await execute_update(handle, "send", body, message_id)
+            async with worker_within(self.executor.update_wait, "message", message_id):
+                await execute_update(handle, "send", body, message_id)
         except (WorkflowUpdateFailedError, RPCError):
             return False  # that run ended or takes no more messages
         self._accepted.add(session_id, message_id, run_id, born)
         return True
 
-    async def _latest(self, session_id: str, born: datetime | None) -> list[str]:
+    async def _latest(self, session_id: str, born: datetime | None, resent: bool) -> list[str]:
         """The session's latest runs, going or ended: one that ended may have taken the message
         being sent again (not one of a session of the ID deleted since: ``latest_runs``)."""
+        if not resent:
+            return []
         try:
             return await latest_runs(self.client, session_id, born, LATELY)
         except RPCError as exc:

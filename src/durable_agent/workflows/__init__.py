@@ -23,6 +23,7 @@ from ..activities.run_contracts import RunResult, RunState
 from ..activities.spec import AgentSpec
 from .config import connect, connect_from_env
 from .executor import TemporalExecutor, compact_workflow_id, publish_workflow_id, run_workflow_id
+from .mail_client import TemporalUnavailableError
 from .purge import delete_session_workflows
 from .run_timeout import DEFAULT_EXECUTION_TIMEOUT, ENV_RUN_TIMEOUT
 from .search import SEARCH_ATTRIBUTE, ensure_search_attribute
@@ -39,6 +40,7 @@ __all__ = [
     "RunState",
     "StoreMismatchError",
     "TemporalExecutor",
+    "TemporalUnavailableError",
     "Timeouts",
     "compact_workflow_id",
     "connect",

@@ -41,7 +41,7 @@ from ..session.ids import new_id
 from ..session.render import short
 from ..session.store import Store, created_at_of
 from ..session.turns import is_turn_start
-from .mail_client import decide_update, send_update
+from .mail_client import decide_update, send_update, worker_within
 from .run_mail import SendBody
 from .run_start import RunStart, attached, started_here
 from .run_stream import RunFollower, client_error
@@ -182,6 +182,9 @@ class TemporalExecutor:
         self.publishers = PublisherCheck(client, task_queue)
         self.stores = StoreCheck(client, task_queue)
         """Refuses a run or compaction while the queue's workers use another store."""
+        self.update_wait: float | None = None
+        """Seconds :meth:`decide_live` waits for a worker to take a decision, then
+        ``TemporalUnavailableError`` (the HTTP server's bound); ``None``: as long as it takes."""
 
     # -- Executor ----------------------------------------------------------------------------
 
@@ -295,7 +298,8 @@ class TemporalExecutor:
         def run_handle(run_id: str) -> WorkflowHandle[Any, Any]:
             return self.client.get_workflow_handle(run_workflow_id(state.session_id, run_id))
 
-        return await decide_update(run_handle, state, decision)
+        async with worker_within(self.update_wait, "decision"):
+            return await decide_update(run_handle, state, decision)
 
     async def compact(
         self, state: SessionState, config: AgentConfig, keep_turns: int, prompt: str | None

@@ -4,13 +4,16 @@ A decision goes to the run that asked (the request names it) through ``decide`` 
 ``decide:<tool_call_id>``: a re-sent decision is one decision, and a second decider gets the
 first one's entry back, which it reports as :class:`ApprovalNotPendingError` naming the winner.
 When that run does not wait for the call any more (it parked, ended, or never asked), the handle
-commits the decision at its leaf instead (``durable.deciding``).
+commits the decision at its leaf instead (``durable.deciding``). With no worker up (one
+SIGKILLed, none started yet) Temporal holds the update until one polls: the library's callers
+bound their wait with ``asyncio.timeout``, the HTTP server with :func:`worker_within`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from temporalio.client import (
@@ -23,7 +26,7 @@ from temporalio.service import RPCError
 
 from ..activities.failures import agent_error
 from ..durable.approvals import not_pending
-from ..durable.errors import ApprovalNotPendingError, RunNotAcceptingError
+from ..durable.errors import AgentError, ApprovalNotPendingError, RunNotAcceptingError
 from ..durable.state import SessionState
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.codec import decode_entry
@@ -31,7 +34,47 @@ from ..session.entries import Entry
 from ..session.ids import new_id
 from .run_mail import DecideBody, SendBody
 
-__all__ = ["decide_update", "execute_update", "send_update"]
+__all__ = [
+    "TemporalUnavailableError",
+    "decide_update",
+    "execute_update",
+    "send_update",
+    "worker_within",
+]
+
+
+class TemporalUnavailableError(AgentError):
+    """Temporal did not answer in time: no worker of the task queue took a decision or a message
+    within :func:`worker_within`'s bound (over HTTP a 503, as an outage of Temporal's own: the
+    same request sent later is the cure). ``message_id``: the message's, to send it again."""
+
+    message_id: str  # set for a message only
+
+
+@contextlib.asynccontextmanager
+async def worker_within(
+    seconds: float | None, what: str, message_id: str = ""
+) -> AsyncIterator[None]:
+    """The update awaited inside waits at most ``seconds`` (``None``: as long as it takes) for a
+    worker to take it, then :class:`TemporalUnavailableError`. Nothing tells sooner that none
+    will: a SIGKILLed worker stays among the queue's pollers a minute or more. Temporal keeps
+    the update for the next worker, and its ID makes the same one sent again one decision, one
+    message (docs/design.md#approvals-and-steering)."""
+    bound = asyncio.timeout(seconds)
+    try:
+        async with bound:
+            yield
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        again = f" with message_id {message_id!r}" if message_id else ""
+        error = TemporalUnavailableError(
+            f"no worker has taken the {what} yet: it may still be delivered when a worker polls "
+            f"the task queue; sending it again{again} is safe (one {what}, however often sent)"
+        )
+        if message_id:
+            error.message_id = message_id
+        raise error from None
 
 
 async def execute_update(
