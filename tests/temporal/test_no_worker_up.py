@@ -1,7 +1,8 @@
 """A run waits for a person's decision and its worker is SIGKILLed: until another worker comes,
 nothing takes a ``decide`` or ``send`` update. Whoever waits for one must be able to stop
 waiting as asyncio stops anything (a timeout raises ``TimeoutError``, Ctrl-C ends ``durable-agent
-approve`` as "interrupted", exit 130), and a fresh worker then finishes the run once."""
+approve`` as "interrupted", exit 130; left alone, it says once that no worker has taken the
+decision yet and waits on), and a fresh worker then finishes the run once."""
 
 from __future__ import annotations
 
@@ -109,3 +110,51 @@ async def test_waiting_for_an_update_no_worker_takes_can_be_stopped(
     results = [m.text() for m in messages_of(entries) if m.role == "tool_result"]
     assert results == ["step 1 done"] * len(asks)
     assert messages_of(entries)[-1].text() == f"finished: {asks[-1]}"
+
+
+async def test_approve_says_no_worker_took_the_decision_and_waits_for_one(
+    temporal_client: Client, address: str, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    root, markers, q = tmp_path / "sessions", tmp_path / "markers", queue()
+    common = ["--address", address, "--task-queue", q, "--markers", str(markers)]
+    common += ["--root", str(root), "--steps", "1", "--approval"]
+    first = worker_processes.start(*common)
+    await wait_for_file(markers / f"ready-{first.pid}")
+    session = sid("no-worker-cli")
+    runs = executor(temporal_client, q, timeouts=CRASH)
+    agent = await new(AGENT, store=FileStore(root), session_id=session, executor=runs)
+    stream = await agent.run("go", run_id="r1")
+    async for event in stream.events():
+        if event.agent is not None and event.agent.type == "approval_requested":
+            break
+    worker_processes.kill(first)
+    (call,) = [p.tool_call_id for p in agent.pending_approvals()]
+
+    argv = [*CLI, "deny", session, call, "--store", f"file:{root}", "--address", address]
+    argv += ["--task-queue", q, "--agent", AGENT, "--reason", "not now"]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=ROOT,
+        env=cli_env(tmp_path / "home"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        assert line.startswith("note: no worker has taken the decision yet;"), line
+        assert f"when a worker polls the queue {q!r}; Ctrl-C stops waiting" in line, line
+        assert proc.returncode is None  # it waits on
+
+        worker_processes.start(*common)
+        out, rest = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, rest)
+    assert f"denied {call}" in out.decode()
+    assert b"no worker" not in rest, rest  # said once
+    await stream.wait()
+    entries = await FileStore(root).load_entries(session)
+    decided = [e for e in entries if isinstance(e, ApprovalDecision)]
+    assert [(d.tool_call_id, d.approved, d.reason) for d in decided] == [(call, False, "not now")]

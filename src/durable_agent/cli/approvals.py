@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -70,6 +70,24 @@ __all__ = [
     "show_approvals",
     "turn_settled",
 ]
+
+
+@contextlib.contextmanager
+def noticed(queue: str | None, after: float = 5.0) -> Iterator[None]:
+    """A decision made inside that no worker takes within ``after`` seconds is said so, once, on
+    stderr, and waited for on: with its worker gone Temporal holds it for the next one."""
+    said = (
+        "no worker has taken the decision yet; it will be delivered when a worker polls the "
+        f"queue {queue!r}; Ctrl-C stops waiting, the decision may still be delivered"
+    )
+    timer = queue and asyncio.get_running_loop().call_later(
+        after, lambda: print_error(err, said, level="note")
+    )
+    try:
+        yield
+    finally:
+        if timer:
+            timer.cancel()
 
 
 def pending_line(item: PendingItem) -> str:
@@ -156,7 +174,7 @@ Send = Callable[[str, When], object]
 
 
 async def ask(
-    console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send
+    console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send, queue: str | None
 ) -> None:
     """``chat``'s questions while a run waits for decisions: show each call with its arguments
     and take ``y``, ``n [reason]`` or ``e`` (edit the arguments as JSON); ``/steer TEXT`` and
@@ -184,9 +202,10 @@ async def ask(
             if word.lower() in ("y", "n"):
                 approved = word.lower() == "y"
                 reason = rest.strip() or None
-                await agent.decide(
-                    request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
-                )
+                with noticed(queue):  # the run's task queue (``None``: in process)
+                    await agent.decide(
+                        request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
+                    )
                 break
             console.print("answer y, n [reason] or e (/steer TEXT, /later TEXT: tell the agent)")
 
@@ -289,9 +308,10 @@ async def decide(
         pending = {p.tool_call_id: p for p in agent.pending_approvals()}
         if call_id not in pending:
             raise NotFound(f"no pending tool call {call_id!r} in session {session_id!r}")
-        entry = await agent.decide(
-            call_id, approved, reason=reason, args=args, decided_by=decided_by
-        )
+        with noticed(task_queue):
+            entry = await agent.decide(
+                call_id, approved, reason=reason, args=args, decided_by=decided_by
+            )
         word = "approved" if approved else "denied"
         console.print(f"{word} {escape(call_id)} (decision {escape(entry.id)})")
         await _continue(console, agent, executor, pending[call_id].run_id)

@@ -159,11 +159,8 @@ class Chat:
         elif target in {e.id for e in agent.entries()}:
             await agent.branch(target)
         else:
-            session = (
-                await parent_of(self.opened.store, agent.session_id)
-                if target == "parent"
-                else target
-            )
+            up = target == "parent"
+            session = await parent_of(self.opened.store, agent.session_id) if up else target
             if not session:
                 self.console.print(f"session {escape(agent.session_id)} has no parent")
                 return
@@ -203,8 +200,9 @@ class Chat:
                     printer.finish()
                     steering.cancel()  # the answers come from the same lines
                     await asyncio.gather(steering, return_exceptions=True)
-                    send = functools.partial(self.send, stream)
-                    await ask(self.console, self.agent, event.entries or [], self.lines.get, send)
+                    queue = self.executor.task_queue if self.executor else None
+                    entries, send = event.entries or [], functools.partial(self.send, stream)
+                    await ask(self.console, self.agent, entries, self.lines.get, send, queue)
                     steering = asyncio.create_task(self.steer(stream))
         except asyncio.CancelledError:
             printer.finish()
