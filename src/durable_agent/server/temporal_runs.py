@@ -71,7 +71,6 @@ UPDATE_WAIT = 10.0
 FAILURE_TIMEOUT = timedelta(seconds=10)
 """Seconds the read of an ended run's failure from its history may take."""
 
-
 _STATUS: dict[WorkflowExecutionStatus, Status] = {
     WorkflowExecutionStatus.RUNNING: "started",
     WorkflowExecutionStatus.COMPLETED: "completed",
