@@ -124,7 +124,13 @@ class ModelActivity(ActivityBase):
         cancelled = False
         attempt = activity.info().attempt
         live = writer_for(
-            self.deltas, inp.session_id, inp.run_id, inp.turn, attempt, self.live_every
+            self.deltas,
+            inp.session_id,
+            inp.run_id,
+            inp.turn,
+            attempt,
+            self.live_every,
+            parent=inp.stamp.parent_id,
         )
         watch = self.watching(inp.session_id, inp.run_id)
         try:

@@ -261,6 +261,7 @@ class DeltaFollower:
         self.session_id, self.run_id = session_id, run_id
         self.final = False
         """The reply's last delta was read: its entry is being stored."""
+        self.parent: str | None = None  # the entry the reply hangs off, as its writer named it
         self._key: DeltaKey | None = None
         self._cursor: Cursor = (0, 0)
         self._partial = PartialReply()
@@ -286,7 +287,7 @@ class DeltaFollower:
             return
         self._key = DeltaKey(self.session_id, self.run_id, turn)
         self._cursor, self._partial = (0, 0), PartialReply()
-        self._shown, self._text, self.final = None, "", False
+        self._shown, self._text, self.final, self.parent = None, "", False, None
         self._due, self._idle_wait, self._last_delta = 0.0, FIRST_POLL, float("-inf")
 
     @property
@@ -365,9 +366,8 @@ class DeltaFollower:
                 self._partial = PartialReply()
             elif delta.seq != seq + 1:
                 break  # a hole (a lost write): wait for a later attempt or the stored message
-            message = self._partial.apply(delta)
-            attempt, seq = delta.attempt, delta.seq
-            self._cursor = (attempt, seq)
+            message, self.parent = self._partial.apply(delta), delta.parent or self.parent
+            attempt, seq = self._cursor = (delta.attempt, delta.seq)
             self.final = delta.final
         if message is None:
             return None

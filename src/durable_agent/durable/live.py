@@ -98,11 +98,14 @@ class DeltaWriter:
         attempt: int,
         *,
         every: float = DEFAULT_BATCH_EVERY,
+        parent: str | None = None,
     ) -> None:
         self.channel = channel
         self.key = key
         self.attempt = attempt
         self.every = every
+        self.parent = parent
+        """The entry the reply will hang off: named in the attempt's first delta."""
         self.published = 0
         self._now = channel.publish_now if isinstance(channel, ImmediateChannel) else None
         """The channel's own write, when it never waits: done inline, with no task."""
@@ -175,6 +178,7 @@ class DeltaWriter:
             final=final,
             at=time.time(),
             every=self.every,
+            parent=self.parent if self.published == 0 else None,
         )
         return delta, latest, latest_parts
 
@@ -271,12 +275,15 @@ def writer_for(
     turn: int,
     attempt: int,
     every: float = DEFAULT_BATCH_EVERY,
+    parent: str | None = None,
 ) -> DeltaWriter | None:
-    """A writer for one model-call attempt, writing every ``every`` seconds, or ``None`` without
-    a channel or a key (a call made outside a run, with no run ID or turn, has no reply to key)."""
+    """A writer for one model-call attempt of the reply that will hang off ``parent``, writing
+    every ``every`` seconds, or ``None`` without a channel or a key (a call made outside a run,
+    with no run ID or turn, has no reply to key)."""
     if channel is None or not run_id or turn <= 0:
         return None
-    return DeltaWriter(channel, DeltaKey(session_id, run_id, turn), attempt, every=every)
+    key = DeltaKey(session_id, run_id, turn)
+    return DeltaWriter(channel, key, attempt, every=every, parent=parent)
 
 
 def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLEAR_AFTER) -> None:

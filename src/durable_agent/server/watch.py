@@ -68,7 +68,8 @@ class RunWatch:
     """Replies already in :attr:`turn` (from the run's ``state()``)."""
     leaf: str = ""
     """The run's last stored entry (from its ``state()``, then each entry read that hangs off
-    it): the parent of the reply it streams. ``""``: not known (its ``state()`` failed)."""
+    it, or the parent its reply's deltas name): the parent of the reply it streams. ``""``: not
+    known (its ``state()`` failed)."""
     outcome: asyncio.Task[RunEnd] | None = None
     """How the run ended (``TemporalRuns.outcome``)."""
     deltas: DeltaFollower = field(init=False)
@@ -93,10 +94,16 @@ class RunWatch:
         return min(self.deltas.due_in(), max(0.0, PACE - since))
 
     async def poll(self, parent: str) -> Piece | None:
+        """The reply's next piece; ``parent``: the hub's read leaf, for a run whose leaf and
+        reply's parent are not known. The reply's writer names its parent, which beats the
+        leaf the run's ``state()`` gave: that may predate the commit the run made since (its
+        input, a tool result), which the hub may have read already (docs/design.md#http-api)."""
         self.polled = asyncio.get_running_loop().time()
         update = await self.deltas.poll()
         if update is None:
             return None
+        if self.deltas.parent:
+            self.leaf = self.deltas.parent  # the run's leaf: its reply hangs off it
         parent = self.leaf or parent
         return Piece(self.run_id, parent, update.delta or "", bool(update.restart))
 

@@ -93,6 +93,11 @@ class Delta(BaseModel):
     every: float | None = None
     """The writer's seconds between two writes (``None``: ``WRITE_EVERY``): each worker writes at
     its own pace, and its readers keep it (docs/design.md#live-deltas)."""
+    parent: str | None = None
+    """On an attempt's first delta: the entry the reply will hang off (its stamp's parent). A
+    reader that learnt the run's leaf before the run's last commit returned to it (a query
+    answered while the commit was in flight) names the reply's parent right all the same
+    (``None``: not said, by a writer of an earlier version)."""
 
 
 class DeltaChannel(Protocol):
