@@ -123,15 +123,8 @@ class ModelActivity(ActivityBase):
         final: Message | None = None
         cancelled = False
         attempt = activity.info().attempt
-        live = writer_for(
-            self.deltas,
-            inp.session_id,
-            inp.run_id,
-            inp.turn,
-            attempt,
-            self.live_every,
-            parent=inp.stamp.parent_id,
-        )
+        run = (inp.session_id, inp.run_id, inp.turn)
+        live = writer_for(self.deltas, *run, attempt, self.live_every, parent=inp.stamp.parent_id)
         watch = self.watching(inp.session_id, inp.run_id)
         try:
             with watch as watched:
