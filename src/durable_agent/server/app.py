@@ -10,6 +10,7 @@ stores nothing.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -165,6 +166,51 @@ class BodyLimit:
         await error(413, "PayloadTooLargeError", message)(scope, receive, send)
 
 
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a Host header's or an origin's, with its port) names this machine's
+    loopback: ``localhost`` and its subdomains, 127.0.0.0/8, ``[::1]``."""
+    name = host.rpartition("]")[0].lstrip("[") if host.startswith("[") else host.split(":")[0]
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class LoopbackOnly:
+    """A server without keys answers only requests to its loopback names that no page of
+    another site sent: any web page the user opens could otherwise drive it through the
+    browser, by a form (which needs no CORS) or under its own name rebound to 127.0.0.1 (DNS
+    rebinding: the server's origin to the browser). A page served from loopback is served by
+    a process that could reach the server anyway (docs/design.md#http-api)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (why := self._refused(dict(scope["headers"]))):
+            message = f"a server without API keys {why}; serve it with keys to be reached so"
+            await error(403, "ForbiddenError", message)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _refused(headers: dict[bytes, bytes]) -> str | None:
+        """Why a request is refused (``None``: it is not). No Host (HTTP/1.0) is no browser's."""
+        if not _loopback(headers.get(b"host", b"localhost").decode("latin-1")):
+            return "answers only requests to its loopback names (localhost, 127.0.0.1, [::1])"
+        origin = headers.get(b"origin")
+        if origin is None:
+            return None
+        shown = origin.decode("latin-1")
+        _, sep, host = shown.partition("://")  # "null": a sandboxed page's, a file's
+        if sep and _loopback(host):
+            return None
+        return f"takes no request from a page of another site (Origin: {shown[:100]})"
+
+
 def _allowed(routes: Sequence[BaseRoute], request: Request) -> str:
     """The methods of ``routes`` for the request's path (``""``: a path they have not)."""
     methods: set[str] = set()
@@ -287,4 +333,6 @@ def create_app(
     # answer a method a route has not (GET on a POST route) as a file it has not
     app.router.default = StaticFiles(directory=STATIC, html=True)
     app.add_middleware(BodyLimit, limit=server.body_limit)
+    if server.tenants.open:  # outermost: a refused request's body is never read
+        app.add_middleware(LoopbackOnly)
     return app
