@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
 
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
@@ -140,3 +142,33 @@ async def test_a_web_page_the_user_opens_cannot_drive_a_local_server(
         status, body = await page.evaluate(read)
         assert status == 403, body
         assert "private" not in body
+
+
+async def test_the_chat_page_is_framed_by_no_other_site(tmp_path: Path, browser: Any) -> None:
+    """A page of another site that frames the chat page can lay its own bait over the
+    approve button (clickjacking): the page refuses to be framed, and it runs only its own
+    files (the browser takes no file of it for another type)."""
+    attacker = FastAPI()
+    async with serving(_open_app(tmp_path)) as url:
+        frame = f'<iframe src="{url}/" width="800" height="600"></iframe>'
+
+        @attacker.get("/")
+        async def bait() -> HTMLResponse:
+            return HTMLResponse(f"<html><body>{frame}</body></html>")
+
+        async with serving(attacker) as bait_url:
+            page = await browser.new_page()
+            # a name resolved to loopback: Chromium blocks a public page's frame of a
+            # loopback server on its own (not every browser does, nor for a keyed server)
+            await page.goto(bait_url.replace("127.0.0.1", "rebind.test") + "/")
+            framed = page.frames[-1]
+            await framed.wait_for_load_state()
+            assert framed.url != f"{url}/"  # the browser's error page instead
+            assert not await framed.locator("#ask").count()
+        async with httpx.AsyncClient(base_url=url) as client:
+            for path in ["/", "/app.js", "/app.css"]:
+                headers = (await client.get(path)).headers
+                assert headers["x-content-type-options"] == "nosniff", path
+                assert headers["x-frame-options"] == "DENY", path
+                policy = headers["content-security-policy"]
+                assert "frame-ancestors 'none'" in policy and "default-src 'self'" in policy

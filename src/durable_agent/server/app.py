@@ -166,6 +166,34 @@ class BodyLimit:
         await error(413, "PayloadTooLargeError", message)(scope, receive, send)
 
 
+PAGE_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; "
+        b"frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+]
+"""What the chat page's files answer with: the page runs its own files only and no other
+site frames it, to lay its own bait over the approve button."""
+
+
+class PageHeaders:
+    """Adds :data:`PAGE_HEADERS` to every answer of the chat page's files."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *PAGE_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 def _loopback(host: str) -> bool:
     """Whether ``host`` (a Host header's or an origin's, with its port) names this machine's
     loopback: ``localhost`` and its subdomains, 127.0.0.0/8, ``[::1]``."""
@@ -331,7 +359,7 @@ def create_app(
         app.include_router(router)
     # the chat page answers what no route does: mounted at "/", it would take every path and
     # answer a method a route has not (GET on a POST route) as a file it has not
-    app.router.default = StaticFiles(directory=STATIC, html=True)
+    app.router.default = PageHeaders(StaticFiles(directory=STATIC, html=True))
     app.add_middleware(BodyLimit, limit=server.body_limit)
     if server.tenants.open:  # outermost: a refused request's body is never read
         app.add_middleware(LoopbackOnly)
