@@ -313,3 +313,30 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line(
     uvicorn_log.removeHandler(caplog.handler)
     noted = [r for r in caplog.records if r.levelno >= logging.INFO and r.name != "httpx"]
     assert len(noted) == 1 and noted[0].exc_info is None, [r.getMessage() for r in noted]
+
+
+async def test_a_json_body_sent_as_another_type_is_told_to_say_json(
+    app: FastAPI, tmp_path: Path
+) -> None:
+    """``curl -d '{"text": "hi"}'`` sends a form's type: the body was refused with 422 "body:
+    Input should be a valid dictionary", which the body is. It is 415, naming the type to
+    send, and nothing is stored; a route without a body takes a request of any type."""
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        body = b'{"text": "hi"}'
+        for kind in ["application/x-www-form-urlencoded", "text/plain", None]:
+            headers = {"content-type": kind} if kind else {}
+            for path in ["/v1/sessions/s1/runs", "/v1/sessions/s1/messages"]:
+                r = await client.post(path, content=body, headers=headers)
+                assert r.status_code == 415, (kind, path, r.text)
+                assert r.json()["error"]["type"] == "UnsupportedMediaTypeError", r.text
+                assert "Content-Type: application/json" in r.json()["error"]["message"]
+            r = await client.post("/v1/sessions", content=b'{"session_id": "s2"}', headers=headers)
+            assert r.status_code == 415, (kind, r.text)
+        assert not (tmp_path / "sessions").exists() or not any((tmp_path / "sessions").iterdir())
+        typed = {"content-type": "application/vnd.api+json; charset=utf-8"}
+        assert (await client.post("/v1/sessions/s1/runs", content=body, headers=typed)).is_success
+        plain = {"content-type": "text/plain"}
+        assert (await client.post("/v1/sessions", headers=plain)).status_code == 201
+        # a body of JSON's type that is not an object is the body's fault: 422, as before
+        r = await client.post("/v1/sessions/s1/runs", json=["hi"])
+        assert r.status_code == 422, r.text

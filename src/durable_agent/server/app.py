@@ -239,6 +239,17 @@ class LoopbackOnly:
         return f"takes no request from a page of another site (Origin: {shown[:100]})"
 
 
+def _body_not_json(request: Request, problems: Sequence[Any]) -> bool:
+    """Whether a body was refused for coming as another type than JSON (FastAPI hands a route
+    such a body as bytes, unparsed: ``curl -d`` sends a form's type)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return False
+    return any(
+        tuple(p.get("loc", ())) == ("body",) and p.get("type") != "missing" for p in problems
+    )
+
+
 def _allowed(routes: Sequence[BaseRoute], request: Request) -> str:
     """The methods of ``routes`` for the request's path (``""``: a path they have not)."""
     methods: set[str] = set()
@@ -285,6 +296,9 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
             return error(400, "MalformedJSONError", "the request body is not valid JSON")
+        if _body_not_json(request, problems):
+            message = "the request body is JSON: send it with Content-Type: application/json"
+            return error(415, "UnsupportedMediaTypeError", message)
         shown = "; ".join(
             f"{'.'.join(str(x) for x in p.get('loc', ()))}: {p.get('msg')}" for p in problems
         )
