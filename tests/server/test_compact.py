@@ -169,6 +169,30 @@ async def test_a_failed_summary_is_a_typed_error_and_stores_nothing(tmp_path: Pa
         assert len(await store.load_entries("c4")) == 2
 
 
+async def test_a_failed_summary_names_none_of_the_servers_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's error can quote the key it was refused (a client library's, a gateway's):
+    the 502 carried it whole to any caller, while a failed run's status masks it."""
+    key = "sk-proj-Rq7vLm2XcT9bWz4YpK8sNd3F"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+
+    def refused(request: ModelRequest) -> Reply:
+        if request.messages[-1].text() == DEFAULT_COMPACT_PROMPT:
+            raise RuntimeError(f"401 from the gateway: Incorrect API key provided: {key}")
+        return Reply(text="About it")
+
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=ScriptedModel(refused))})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await _turn(client, "c5", "q1")
+        r = await client.post("/v1/sessions/c5/compact", json={})
+        assert r.status_code == 502 and r.json()["error"]["type"] == "CompactError", r.text
+        message = r.json()["error"]["message"]
+        assert "Incorrect API key provided" in message and "[redacted]" in message, message
+        assert key not in r.text and key[8:20] not in r.text, r.text
+
+
 async def test_without_a_runner_compact_answers_503(tmp_path: Path) -> None:
     app = create_app(store=FileStore(tmp_path / "s"))
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:

@@ -51,7 +51,7 @@ from ..session.store import Store
 from ..workflows.mail_client import TemporalUnavailableError
 from .hubs import Hubs
 from .local_runs import LocalRuns
-from .runs import STORE_UNAVAILABLE, RunNotFoundError, Runs, RunsUnavailableError
+from .runs import STORE_UNAVAILABLE, RunFailure, RunNotFoundError, Runs, RunsUnavailableError
 from .sse import KEEPALIVE
 from .temporal_runs import UPDATE_WAIT, TemporalRuns
 from .tenants import Tenants, load_keys
@@ -312,7 +312,9 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         for kind, status in STATUS:
             if isinstance(exc, kind):
                 extra = {k: getattr(exc, k) for k in EXTRAS if hasattr(exc, k)}
-                return error(status, type(exc).__name__, str(exc), **extra)
+                # a failed summary quotes the model's error: masked as a failed run's is
+                shown = RunFailure.of(exc).message if isinstance(exc, CompactError) else str(exc)
+                return error(status, type(exc).__name__, shown, **extra)
         raise exc  # a kind the handler is registered for is in STATUS
 
     # by class, not for Exception: that handler would answer and still raise to the server
