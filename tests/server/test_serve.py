@@ -78,3 +78,31 @@ def _said(log: Path, text: str) -> Callable[[], Awaitable[bool | None]]:
         return text in await asyncio.to_thread(log.read_text) or None
 
     return probe
+
+
+async def test_serve_on_ipv6_loopback_prints_a_url_that_opens_the_page(tmp_path: Path) -> None:
+    """``serve --host ::1`` printed ``http://::1:8000/``, which no browser or client opens."""
+    temporal = DevServer(tmp_path / "temporal.db", tmp_path / "temporal.log")
+    temporal.start()
+    try:
+        await temporal.ready()
+        port, log = free_port(), tmp_path / "serve.out"
+        env = cli_env(tmp_path, TEMPORAL_ADDRESS=temporal.address)
+        args = ["serve", "--host", "::1", "--port", str(port), "--store", f"file:{tmp_path / 's'}"]
+        with log.open("w") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            await eventually(_said(log, "durable-agent serve on"), within=60, what="serve")
+            found = re.search(r"serve on (\S+)", log.read_text())
+            assert found, log.read_text()
+            assert found.group(1) == f"http://[::1]:{port}/", log.read_text()
+            async with httpx.AsyncClient() as client:
+                page = await client.get(found.group(1))
+            assert page.status_code == 200 and "durable-agent" in page.text
+        finally:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        temporal.stop()
