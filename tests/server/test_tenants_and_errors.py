@@ -12,7 +12,7 @@ import pytest
 from durable_agent.durable import UnknownAgentError
 from durable_agent.server import create_app
 from durable_agent.server.runs import pick_agent
-from durable_agent.server.tenants import Tenant, Tenants
+from durable_agent.server.tenants import Tenant, Tenants, load_keys
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import scripted, serving, tool_script
@@ -209,3 +209,13 @@ def test_a_key_is_known_by_its_bearer_credentials_alone(
     acme = Tenant(principal="ann", prefix="acme:")
     caller = Tenants({"key-acme": acme}).caller(authorization)
     assert caller == (acme if known else None)
+
+
+@pytest.mark.parametrize("key", ["key-acme ", " key-acme", "key acme", "key-acme\n"])
+def test_a_key_no_bearer_header_can_carry_is_refused_when_loaded(key: str) -> None:
+    """A key with white space (a copy-paste's trailing newline, say) could never match: the
+    server strips the credential it gets and a bearer token holds no space. Refused at load,
+    naming the key's number, never the key."""
+    with pytest.raises(ValueError, match="key number 2 has white space") as raised:
+        load_keys({"key-bolt": KEYS["key-bolt"], key: KEYS["key-acme"]})
+    assert "acme" not in str(raised.value)

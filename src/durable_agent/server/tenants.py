@@ -76,6 +76,8 @@ def load_keys(keys: Mapping[str, Any] | str | Path | None) -> dict[str, Tenant] 
     for number, (key, entry) in enumerate(keys.items(), 1):
         if not isinstance(key, str) or not key:
             raise ValueError(f"key number {number} is not a non-empty string")
+        if len(key.split()) != 1 or key != key.strip():  # never matched: no bearer token has it
+            raise ValueError(f"key number {number} has white space, which no bearer token holds")
         try:
             table[key] = _tenant(entry)
         except ValueError as exc:
