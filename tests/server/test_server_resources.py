@@ -164,7 +164,7 @@ async def test_the_served_http_api_closes_the_store_it_opened_when_it_stops(
     server stops, that store's MongoDB client is closed, not left to the garbage collector."""
     from pymongo.errors import InvalidOperation
 
-    from durable_agent.cli import dev
+    from durable_agent.cli import serve
     from durable_agent.cli.config import ENV_MONGODB_DB, OpenedStore, open_store
     from durable_agent.session import StoreClosedError
     from durable_agent.stores.mongo import MongoStore
@@ -177,9 +177,11 @@ async def test_the_served_http_api_closes_the_store_it_opened_when_it_stops(
         opened.append(open_store(spec))
         return opened[-1]
 
-    monkeypatch.setattr(dev, "open_store", kept)
+    monkeypatch.setattr(serve, "open_store", kept)
     monkeypatch.setenv(ENV_MONGODB_DB, new_database_name())
-    url, task = await dev.start_http(mongo_uri, temporal_client, "closing-queue", port=free_port())
+    url, task = await serve.start_http(
+        mongo_uri, temporal_client, "closing-queue", port=free_port()
+    )
     async with httpx.AsyncClient(base_url=url) as client:
         assert (await client.get("/v1/sessions")).status_code == 200
     task.cancel()

@@ -6,7 +6,7 @@ the ``cli`` and ``temporal`` extras, so nothing at this module's top level needs
 commands are imported inside :func:`main`, where a missing module becomes one line naming the
 extra to install instead of a traceback. Each command group lives in its own module (``run``,
 ``chat``, ``approvals``/``approve``/``deny``, ``sessions``/``show``/``state``, ``worker``,
-``dev``/``serve``, ``demo``); failures end a command
+``dev``, ``serve``, ``demo``); failures end a command
 through :func:`durable_agent.cli.render.guard` with the exit codes listed there.
 
 Every command that talks to Temporal takes ``--address``, ``--namespace`` and ``--profile`` and
@@ -73,7 +73,7 @@ def command() -> typer.Typer:
 
     import typer
 
-    from . import approvals, chat, demo, dev, run, sessions, worker
+    from . import approvals, chat, demo, dev, run, serve, sessions, worker
     from .render import LastResort, UsageGroup
 
     logging.lastResort = LastResort()  # the library's warnings, as the CLI's errors show
@@ -93,7 +93,7 @@ def command() -> typer.Typer:
     for each in (
         demo.demo,
         dev.dev,
-        dev.serve,
+        serve.serve,
         worker.worker,
         run.run,
         sessions.show,

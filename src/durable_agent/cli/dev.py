@@ -26,24 +26,17 @@ from temporalio.client import Client
 
 from ..workflows.config import ServerInfo, data_dir, remove_server_info, write_server_info
 from ..workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
-from ..workflows.worker_logs import forward_core_log
 from .config import (
     DEFAULT_TASK_QUEUE,
     DEMO_APP,
     ENV_APP,
     ENV_TASK_QUEUE,
-    AddressOpt,
     LogFormatOpt,
-    NamespaceOpt,
-    ProfileOpt,
     QueueOpt,
     StoreOpt,
     TemporalFlags,
-    UsageError,
     connect,
     display_store,
-    open_store,
-    queue_for,
     resolve_store_spec,
 )
 from .processes import (
@@ -59,15 +52,14 @@ from .processes import (
     temporal_binary,
     wait_for_ui,
 )
-from .render import console, flags_from, run_command
+from .render import console, run_command
+from .serve import start_http
 
 __all__ = [
     "DevServer",
     "advertise",
     "dev",
     "run_dev",
-    "serve",
-    "start_http",
     "start_dev_server",
     "workflows_url",
 ]
@@ -300,48 +292,7 @@ async def _supervise(
     return 0
 
 
-# -- serve ----------------------------------------------------------------------------------------
-
-
-async def start_http(
-    store_spec: str,
-    client: Client,
-    task_queue: str,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    keys: str | None = None,
-    agents: list[str] | None = None,
-) -> tuple[str, asyncio.Task[None]]:
-    """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
-    URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
-    import uvicorn
-
-    from ..server import create_app
-
-    store = (opened := open_store(store_spec)).store  # closed when the server stops
-    app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
-    config = uvicorn.Config(app, host, port, log_level="warning", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-
-    async def run() -> None:
-        try:
-            await asyncio.shield(serving)
-        except asyncio.CancelledError:
-            server.should_exit = True
-            await serving
-            raise
-        finally:
-            await opened.close()
-
-    task, url = asyncio.create_task(run()), f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-    while not server.started:
-        if serving.done():
-            serving.result()
-            raise ProcessError(f"the HTTP server did not start on {url}")
-        await asyncio.sleep(0.05)
-    return url, task  # an IPv6 address bracketed, as a URL has it
+# -- the chat page -------------------------------------------------------------------------------
 
 
 async def _dev_http(
@@ -355,46 +306,3 @@ async def _dev_http(
     client = await connect(TemporalFlags(address=address))
     agents = ["demo"] if app_ref == DEMO_APP else None
     return await start_http(store_spec, client, task_queue, port=free_port(8000), agents=agents)
-
-
-def serve(
-    host: Annotated[str, typer.Option(help="Bind address (--keys beyond loopback).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port.")] = 8000,
-    keys: Annotated[
-        str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
-    ] = None,
-    agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
-    store: StoreOpt = None,
-    task_queue: QueueOpt = None,
-    address: AddressOpt = None,
-    namespace: NamespaceOpt = None,
-    profile: ProfileOpt = None,
-) -> None:
-    """Serve the HTTP API and the chat page; runs go to the workers of the task queue."""
-    flags = flags_from(address, namespace, profile, False)
-
-    async def main() -> int:
-        from ..server.tenants import load_keys
-
-        forward_core_log("ERROR")  # a request's retried calls: its 503 is the line to read
-        try:
-            table = load_keys(keys)
-        except ValueError as exc:  # the file's problem, in words that never show a key
-            raise UsageError(str(exc)) from None
-        if table is None and host not in ("127.0.0.1", "localhost", "::1"):
-            raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
-        if table is None:
-            console.print("no API keys: serving loopback only, every caller is one tenant")
-        if agent is None:
-            console.print('no --agent: each run request names its agent ("agent")')
-        client = await connect(flags)
-        spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
-        agents = [agent] if agent else None
-        url, task = await start_http(
-            spec, client, queue, host=host, port=port, keys=keys, agents=agents
-        )
-        console.print(f"[bold green]durable-agent serve[/] on {url} (Ctrl-C stops it)")
-        await task
-        return 0
-
-    raise typer.Exit(run_command(main))

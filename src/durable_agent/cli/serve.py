@@ -1,0 +1,114 @@
+"""``durable-agent serve``: the HTTP API and the chat page (docs/design.md#http-api) on uvicorn,
+its runs started on the workers of a task queue; and :func:`start_http`, which ``dev`` serves its
+chat page with too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from temporalio.client import Client
+
+from ..workflows.worker_logs import forward_core_log
+from .config import (
+    AddressOpt,
+    NamespaceOpt,
+    ProfileOpt,
+    QueueOpt,
+    StoreOpt,
+    UsageError,
+    connect,
+    open_store,
+    queue_for,
+    resolve_store_spec,
+)
+from .processes import ProcessError
+from .render import console, flags_from, run_command
+
+__all__ = ["serve", "start_http"]
+
+
+async def start_http(
+    store_spec: str,
+    client: Client,
+    task_queue: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    keys: str | None = None,
+    agents: list[str] | None = None,
+) -> tuple[str, asyncio.Task[None]]:
+    """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
+    URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
+    import uvicorn
+
+    from ..server import create_app
+
+    store = (opened := open_store(store_spec)).store  # closed when the server stops
+    app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
+    config = uvicorn.Config(app, host, port, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+
+    async def run() -> None:
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            server.should_exit = True
+            await serving
+            raise
+        finally:
+            await opened.close()
+
+    task = asyncio.create_task(run())
+    while not server.started:
+        if serving.done():
+            serving.result()
+            raise ProcessError(f"the HTTP server did not start on {host}:{port}")
+        await asyncio.sleep(0.05)
+    return f"http://{host}:{port}/", task
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Bind address (--keys beyond loopback).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port.")] = 8000,
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
+    store: StoreOpt = None,
+    task_queue: QueueOpt = None,
+    address: AddressOpt = None,
+    namespace: NamespaceOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Serve the HTTP API and the chat page; runs go to the workers of the task queue."""
+    flags = flags_from(address, namespace, profile, False)
+
+    async def main() -> int:
+        from ..server.tenants import load_keys
+
+        forward_core_log("ERROR")  # a request's retried calls: its 503 is the line to read
+        try:
+            table = load_keys(keys)
+        except ValueError as exc:  # the file's problem, in words that never show a key
+            raise UsageError(str(exc)) from None
+        if table is None and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
+        if table is None:
+            console.print("no API keys: serving loopback only, every caller is one tenant")
+        if agent is None:
+            console.print('no --agent: each run request names its agent ("agent")')
+        client = await connect(flags)
+        spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
+        agents = [agent] if agent else None
+        url, task = await start_http(
+            spec, client, queue, host=host, port=port, keys=keys, agents=agents
+        )
+        console.print(f"[bold green]durable-agent serve[/] on {url} (Ctrl-C stops it)")
+        await task
+        return 0
+
+    raise typer.Exit(run_command(main))
