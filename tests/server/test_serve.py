@@ -1,4 +1,5 @@
-"""``durable-agent dev`` serves the chat page beside the Temporal UI and says where."""
+"""``durable-agent dev`` serves the chat page beside the Temporal UI and says where;
+``durable-agent serve`` as an operator runs it: its log, and what stops it from starting."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.client import Client
 
-from tests.cli.support import CLI, cli_env, running_dev
+from tests.cli.support import CLI, cli_env, run_cli, running_dev
 from tests.server.support import stream
 from tests.support.ferretdb import free_port
 from tests.support.polling import eventually
@@ -106,3 +108,19 @@ async def test_serve_on_ipv6_loopback_prints_a_url_that_opens_the_page(tmp_path:
             await asyncio.wait_for(proc.wait(), 30)
     finally:
         temporal.stop()
+
+
+async def test_serve_refuses_a_namespace_temporal_has_not(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A mistyped ``--namespace``: ``serve`` stops at start with one line naming it (exit 1), as
+    the worker does. It started, then answered every run start 503 "try again in a moment"."""
+    address = temporal_client.service_client.config.target_host
+    args = ["serve", "--port", str(free_port()), "--store", f"file:{tmp_path / 's'}"]
+    args += ["--address", address, "--namespace", "nosuch-ns"]
+    result = await asyncio.to_thread(run_cli, args, cli_env(tmp_path), 60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = [line for line in result.stderr.splitlines() if "does not exist" in line]
+    assert len(said) == 1 and "namespace 'nosuch-ns'" in said[0], result.stderr
+    assert address in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert "ready on" not in result.stdout + result.stderr

@@ -6,14 +6,18 @@ chat page with too.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated
 
 import typer
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from ..workflows.worker_logs import forward_core_log
 from .config import (
     AddressOpt,
+    CommandError,
     NamespaceOpt,
     ProfileOpt,
     QueueOpt,
@@ -27,7 +31,9 @@ from .config import (
 from .processes import ProcessError
 from .render import console, flags_from, run_command
 
-__all__ = ["serve", "start_http"]
+__all__ = ["check_namespace", "serve", "start_http"]
+
+logger = logging.getLogger("durable_agent.serve")
 
 
 async def start_http(
@@ -102,6 +108,7 @@ def serve(
         if agent is None:
             console.print('no --agent: each run request names its agent ("agent")')
         client = await connect(flags)
+        await check_namespace(client)
         spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
         agents = [agent] if agent else None
         url, task = await start_http(
@@ -112,3 +119,25 @@ def serve(
         return 0
 
     raise typer.Exit(run_command(main))
+
+
+async def check_namespace(client: Client) -> None:
+    """Refuse to serve a namespace the server has not: every run start would answer 503 "try
+    again in a moment", which no retry cures (a worker refuses to start for the same mistake).
+    A key that may not describe namespaces serves anyway, with a warning: the check is ours, not
+    something the API needs (the library's ``connect`` does not make it)."""
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace)
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(
+                f"namespace {client.namespace!r} does not exist on this Temporal server "
+                "(check --namespace, TEMPORAL_NAMESPACE or the profile)"
+            ) from None
+        if exc.status != RPCStatusCode.PERMISSION_DENIED:
+            raise
+        logger.warning(
+            "cannot check that namespace %r exists (%s); serving it anyway", client.namespace, exc
+        )
