@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from tests.cli.support import CLI, cli_env, run_cli, running_dev
+from tests.cli.test_operations import STAMP
 from tests.server.support import stream
 from tests.support.ferretdb import free_port
 from tests.support.polling import eventually
@@ -45,7 +47,8 @@ async def test_dev_prints_the_chat_url_and_serves_the_demo_agent(tmp_path: Path)
 async def test_serve_logs_a_temporal_outage_once_a_request(tmp_path: Path) -> None:
     """Temporal gone while ``serve`` runs: a run start answers 503 and the server logs it in one
     line. The Temporal core's own retries of the call came too, five lines a request in
-    terminal colour codes (``gRPC call start_workflow_execution retried 5 times``), burying it."""
+    terminal colour codes (``gRPC call start_workflow_execution retried 5 times``), burying it.
+    Every line has its time, level and logger, as a worker's (they had none)."""
     temporal = DevServer(tmp_path / "temporal.db", tmp_path / "temporal.log")
     temporal.start()
     try:
@@ -58,7 +61,7 @@ async def test_serve_logs_a_temporal_outage_once_a_request(tmp_path: Path) -> No
                 *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
             )
         try:
-            await eventually(_said(log, "durable-agent serve on"), within=60, what="serve")
+            await eventually(_said(log, " ready on http://"), within=60, what="serve")
             started = len(log.read_text().splitlines())
             temporal.kill()
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
@@ -71,8 +74,10 @@ async def test_serve_logs_a_temporal_outage_once_a_request(tmp_path: Path) -> No
             await asyncio.wait_for(proc.wait(), 30)
     finally:
         temporal.stop()
+    for line in text.splitlines():
+        assert re.match(STAMP, line), f"no time stamp, level and logger: {line!r}"
     [said] = text.splitlines()[started:]
-    assert said.startswith("warning: POST /v1/sessions/s1/runs: 503: RPCError: "), text
+    assert " WARNING durable_agent.server: POST /v1/sessions/s1/runs: 503: RPCError: " in said
 
 
 def _said(log: Path, text: str) -> Callable[[], Awaitable[bool | None]]:
@@ -124,3 +129,42 @@ async def test_serve_refuses_a_namespace_temporal_has_not(
     assert len(said) == 1 and "namespace 'nosuch-ns'" in said[0], result.stderr
     assert address in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "ready on" not in result.stdout + result.stderr
+
+
+async def test_serve_logs_json_with_uvicorns_lines_and_no_secret(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``serve --log-format json``: every line one JSON object (time, level, logger, message),
+    uvicorn's own among them (a request it cannot parse), and no store password or key. Its
+    lines were plain text, uvicorn's in its own format ("WARNING:  Invalid HTTP ...")."""
+    port, log = free_port(), tmp_path / "serve.out"
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=temporal_client.service_client.config.target_host)
+    store = "mongodb://u:Xy9Secret@127.0.0.1:1/db?connectTimeoutMS=200"
+    args = ["serve", "--port", str(port), "--store", store, "--log-format", "json"]
+    with log.open("w") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, "--agent", "demo", env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        await eventually(_said(log, "ready on http://"), within=60, what="serve")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
+            down = await c.get("/v1/sessions")  # the store cannot be reached: 503, logged
+        assert down.status_code == 503, down.text
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await eventually(_said(log, "Invalid HTTP request"), within=30, what="uvicorn's line")
+        writer.close()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+    text = log.read_text()
+    records = [json.loads(line) for line in text.splitlines()]
+    for record in records:
+        assert {"time", "level", "logger", "message"} <= set(record), record
+    loggers = {r["logger"]: r for r in records}
+    assert loggers["uvicorn.error"]["level"] == "WARNING", records
+    assert "StoreUnavailableError" in loggers["durable_agent.server"]["message"], records
+    assert "Xy9Secret" not in text, text
+    assert "u:***@127.0.0.1:1" in text, text

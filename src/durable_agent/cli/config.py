@@ -93,7 +93,7 @@ ENV_TASK_QUEUE = "DURABLE_AGENT_TASK_QUEUE"
 ENV_APP = "DURABLE_AGENT_APP"
 """The worker's ``--app`` when the flag is not given (handy in containers)."""
 ENV_LOG_FORMAT = "DURABLE_AGENT_LOG_FORMAT"
-"""The worker's ``--log-format`` (``text`` or ``json``) when the flag is not given."""
+"""``--log-format`` (``text`` or ``json``) of ``worker``, ``serve`` and ``dev`` when not given."""
 ENV_MODEL = "DURABLE_AGENT_MODEL"
 """The demo app's model spec (``openai:gpt-4.1-mini``...); unset means pick from the API keys."""
 
@@ -297,7 +297,7 @@ LogFormatOpt = Annotated[
     typer.Option(
         "--log-format",
         envvar=ENV_LOG_FORMAT,
-        help="The worker's log lines: text, or one JSON object per line.",
+        help="Log lines (the worker's, for dev): text, or one JSON object per line.",
     ),
 ]
 

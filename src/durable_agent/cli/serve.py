@@ -1,12 +1,18 @@
 """``durable-agent serve``: the HTTP API and the chat page (docs/design.md#http-api) on uvicorn,
 its runs started on the workers of a task queue; and :func:`start_http`, which ``dev`` serves its
 chat page with too.
+
+``serve`` logs as a worker does (:mod:`durable_agent.workflows.worker_logs`: time, level and
+logger on every line, as text or JSON, no key of the process), uvicorn's own loggers included:
+given no logging config of its own, uvicorn's records reach the process's handler, so one log
+pipeline takes both processes' lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Annotated
 
 import typer
@@ -14,26 +20,30 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..workflows.worker_logs import forward_core_log
+from ..workflows.worker_logs import configure_worker_logging, forward_core_log
+from . import render
 from .config import (
     AddressOpt,
     CommandError,
+    LogFormatOpt,
     NamespaceOpt,
     ProfileOpt,
     QueueOpt,
     StoreOpt,
     UsageError,
     connect,
+    display_store,
     open_store,
     queue_for,
     resolve_store_spec,
 )
 from .processes import ProcessError
-from .render import console, flags_from, run_command
+from .render import flags_from, run_command
 
 __all__ = ["check_namespace", "serve", "start_http"]
 
 logger = logging.getLogger("durable_agent.serve")
+"""The command's own lines: what it serves, and a failure that stops it."""
 
 
 async def start_http(
@@ -54,7 +64,10 @@ async def start_http(
 
     store = (opened := open_store(store_spec)).store  # closed when the server stops
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
-    config = uvicorn.Config(app, host, port, log_level="warning", timeout_graceful_shutdown=5)
+    # no log_config: uvicorn's records go to the process's handler (see the module docstring)
+    config = uvicorn.Config(
+        app, host, port, log_config=None, log_level="warning", timeout_graceful_shutdown=5
+    )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
 
@@ -89,9 +102,12 @@ def serve(
     address: AddressOpt = None,
     namespace: NamespaceOpt = None,
     profile: ProfileOpt = None,
+    log_format: LogFormatOpt = "text",
 ) -> None:
     """Serve the HTTP API and the chat page; runs go to the workers of the task queue."""
     flags = flags_from(address, namespace, profile, False)
+    configure_worker_logging(log_format)
+    render.FAILURE_LOG = logger
 
     async def main() -> int:
         from ..server.tenants import load_keys
@@ -104,9 +120,9 @@ def serve(
         if table is None and host not in ("127.0.0.1", "localhost", "::1"):
             raise ProcessError("without --keys the server binds loopback only (use --keys FILE)")
         if table is None:
-            console.print("no API keys: serving loopback only, every caller is one tenant")
+            logger.info("no API keys: serving loopback only, every caller is one tenant")
         if agent is None:
-            console.print('no --agent: each run request names its agent ("agent")')
+            logger.info('no --agent: each run request names its agent ("agent")')
         client = await connect(flags)
         await check_namespace(client)
         spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
@@ -114,7 +130,15 @@ def serve(
         url, task = await start_http(
             spec, client, queue, host=host, port=port, keys=keys, agents=agents
         )
-        console.print(f"[bold green]durable-agent serve[/] on {url} (Ctrl-C stops it)")
+        logger.info(
+            "serve %d ready on %s: task queue %s, store %s, Temporal %s (namespace %s)",
+            os.getpid(),
+            url,
+            queue,
+            display_store(spec),
+            client.service_client.config.target_host,
+            client.namespace,
+        )
         await task
         return 0
 
