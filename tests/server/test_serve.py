@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -168,3 +169,28 @@ async def test_serve_logs_json_with_uvicorns_lines_and_no_secret(
     assert "StoreUnavailableError" in loggers["durable_agent.server"]["message"], records
     assert "Xy9Secret" not in text, text
     assert "u:***@127.0.0.1:1" in text, text
+
+
+@pytest.mark.parametrize("where", ["in use", "no such host"])
+async def test_serve_that_cannot_listen_says_where_in_one_line(
+    temporal_client: Client, tmp_path: Path, where: str
+) -> None:
+    """A port another process holds, or a host that is no address: one error line naming
+    ``host:port`` and why, exit 1. uvicorn logged it in its own format and exited 3, the
+    code this CLI gives a session that does not exist."""
+    address = temporal_client.service_client.config.target_host
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"sk-test-key-1": {"principal": "ann", "prefix": ""}}))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        host = "127.0.0.1" if where == "in use" else "nosuch.invalid"
+        args = ["serve", "--host", host, "--port", str(port), "--keys", str(keys)]
+        args += ["--store", f"file:{tmp_path / 's'}", "--address", address]
+        result = await asyncio.to_thread(run_cli, args, cli_env(tmp_path), 60)
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, result.stderr
+    assert f"cannot listen on {host}:{port}: " in errors[0], errors
+    assert "uvicorn" not in result.stderr and "Traceback" not in result.stderr, result.stderr

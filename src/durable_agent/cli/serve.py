@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -40,7 +41,7 @@ from .config import (
 from .processes import ProcessError
 from .render import flags_from, run_command
 
-__all__ = ["check_namespace", "serve", "start_http"]
+__all__ = ["check_namespace", "listen", "serve", "start_http"]
 
 logger = logging.getLogger("durable_agent.serve")
 """The command's own lines: what it serves, and a failure that stops it."""
@@ -62,6 +63,7 @@ async def start_http(
 
     from ..server import create_app
 
+    sockets = listen(host, port)
     store = (opened := open_store(store_spec)).store  # closed when the server stops
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
     # no log_config: uvicorn's records go to the process's handler (see the module docstring)
@@ -69,7 +71,7 @@ async def start_http(
         app, host, port, log_config=None, log_level="warning", timeout_graceful_shutdown=5
     )
     server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets))
 
     async def run() -> None:
         try:
@@ -88,6 +90,27 @@ async def start_http(
             raise ProcessError(f"the HTTP server did not start on {host}:{port}")
         await asyncio.sleep(0.05)
     return f"http://{host}:{port}/", task
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` as uvicorn binds them (asyncio's way: each address the
+    host resolves to), for uvicorn to serve; one that cannot be bound (a port in use, a host that
+    is no address here) is a :class:`ProcessError` naming it. uvicorn logged it in its own
+    words and exited 3, this CLI's code for a session that does not exist."""
+    bound: list[socket.socket] = []
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            bound.append(sock := socket.socket(family, kind, proto))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio: the IPv4 address is bound on its own
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        for sock in bound:
+            sock.close()
+        raise ProcessError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return bound
 
 
 def serve(
