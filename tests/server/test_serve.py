@@ -194,3 +194,26 @@ async def test_serve_that_cannot_listen_says_where_in_one_line(
     assert len(errors) == 1, result.stderr
     assert f"cannot listen on {host}:{port}: " in errors[0], errors
     assert "uvicorn" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+async def test_dev_stopped_while_a_chat_page_streams_ends_the_stream_cleanly(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C on ``dev`` while a page follows a session: the stream ends as a server's stop
+    ends it (the page comes back to the next server), and ``dev`` stops. The stream was cut
+    after uvicorn's 5 s grace instead, and ``dev`` printed uvicorn's 60-line traceback of it
+    ("Exception in ASGI application ... timeout graceful shutdown exceeded")."""
+    with running_dev(tmp_path) as dev:
+        found = re.search(r"chat\s+(http://127\.0\.0\.1:\d+/)", dev.log.read_text())
+        assert found, dev.log.read_text()
+        async with httpx.AsyncClient(base_url=found.group(1), timeout=60) as client:
+            made = await client.post("/v1/sessions", json={"session_id": "d1"})
+            assert made.status_code == 201, made.text
+            async with client.stream("GET", "/v1/sessions/d1/stream?after=0") as response:
+                lines = response.aiter_lines()
+                while await anext(lines) != ": live":
+                    pass
+                dev.proc.send_signal(signal.SIGINT)
+                rest = [line async for line in lines]  # a cut stream raises here
+        assert await asyncio.to_thread(dev.proc.wait, 60) == 0, dev.log.read_text()
+    assert ": live" not in rest and "Traceback" not in dev.log.read_text(), dev.log.read_text()

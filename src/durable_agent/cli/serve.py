@@ -60,6 +60,7 @@ async def start_http(
     """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
     URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
     import uvicorn
+    from sse_starlette.sse import AppStatus
 
     from ..server import create_app
 
@@ -78,7 +79,14 @@ async def start_http(
             await asyncio.shield(serving)
         except asyncio.CancelledError:
             server.should_exit = True
-            await serving
+            # the streams end now, as a signal to uvicorn ends them: sse-starlette learns of a
+            # stop from the server holding SIGTERM, which a caller with its own handler (dev)
+            # took over, and a stream uvicorn cancels after its grace is a traceback
+            AppStatus.should_exit = True
+            try:
+                await serving
+            finally:
+                AppStatus.should_exit = False  # the process's next server streams again
             raise
         finally:
             await opened.close()
