@@ -197,3 +197,33 @@ async def test_a_watched_run_reads_the_session_record_only_where_needed(
             started = await client.post("/v1/sessions/w1/runs", json={"text": "hi"})
             await reader.until(ended(started.json()["run_id"]))
         assert store.records <= 3, store.records
+
+
+@pytest.mark.temporal
+async def test_a_server_on_another_store_than_its_workers_answers_a_typed_503(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server given another store than its workers (a deployment's mistake): a run start is
+    refused before anything is created, as the library refuses it, with a typed 503 and one
+    log line for the operator. It was a bare 500 "Internal Server Error" and a traceback
+    logged as a bug's."""
+    from durable_agent.workflows.store_check import poller_identities
+
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted(tool_script()))
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(tmp_path / "other")) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        queue = app.state.server.runs.executor.task_queue
+        await eventually(lambda: poller_identities(temporal_client, queue), what="a poller")
+        answer = await client.post("/v1/sessions/m1/runs", json={"text": "hi"})
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["type"] == "StoreMismatchError", answer.text
+    with pytest.raises(SessionNotFoundError):
+        await store.load_session("m1")
+    said = [r for r in caplog.records if "another store" in r.getMessage()]
+    assert [(r.name, r.levelname, r.exc_info) for r in said] == [
+        ("durable_agent.server", "ERROR", None)
+    ], said

@@ -49,6 +49,7 @@ from ..session.errors import (
 )
 from ..session.store import Store
 from ..workflows.mail_client import TemporalUnavailableError
+from ..workflows.store_check import StoreMismatchError
 from .hubs import Hubs
 from .local_runs import LocalRuns
 from .runs import STORE_UNAVAILABLE, RunFailure, RunNotFoundError, Runs, RunsUnavailableError
@@ -77,6 +78,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (EntryTooLargeError, 413),
     (UnknownAgentError, 422),
     (StoreUnavailableError, 503),
+    (StoreMismatchError, 503),  # the deployment's mistake: runs cannot start until it is fixed
     (RunsUnavailableError, 503),
     (TemporalUnavailableError, 503),  # no worker took a decision or a message in time
     (CompactError, 502),  # the summarizer (the model) failed; nothing was stored
@@ -309,6 +311,8 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
             return _unavailable(request, exc)
         if isinstance(exc, TemporalUnavailableError):  # the operator's to know: start a worker
             logger.warning("%s %s: 503: %s", request.method, request.url.path, exc)
+        if isinstance(exc, StoreMismatchError):  # its operator's to fix: a line, not a bug's
+            logger.error("%s %s: 503: %s", request.method, request.url.path, exc)
         for kind, status in STATUS:
             if isinstance(exc, kind):
                 extra = {k: getattr(exc, k) for k in EXTRAS if hasattr(exc, k)}
