@@ -102,8 +102,8 @@ async def test_serve_on_ipv6_loopback_prints_a_url_that_opens_the_page(tmp_path:
                 *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
             )
         try:
-            await eventually(_said(log, "durable-agent serve on"), within=60, what="serve")
-            found = re.search(r"serve on (\S+)", log.read_text())
+            await eventually(_said(log, " ready on http://"), within=60, what="serve")
+            found = re.search(r" ready on (\S+):", log.read_text())
             assert found, log.read_text()
             assert found.group(1) == f"http://[::1]:{port}/", log.read_text()
             async with httpx.AsyncClient() as client:

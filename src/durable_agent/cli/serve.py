@@ -91,13 +91,13 @@ async def start_http(
         finally:
             await opened.close()
 
-    task = asyncio.create_task(run())
+    task, url = asyncio.create_task(run()), f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     while not server.started:
         if serving.done():
             serving.result()
-            raise ProcessError(f"the HTTP server did not start on {host}:{port}")
+            raise ProcessError(f"the HTTP server did not start on {url}")
         await asyncio.sleep(0.05)
-    return f"http://{host}:{port}/", task
+    return url, task
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
