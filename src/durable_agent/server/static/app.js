@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(),
   runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null,
-  editing: null }; // editing: {id, text}, the message being edited and its draft
+  editing: null, resend: null }; // editing: {id, text}, the message being edited and its draft
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -35,7 +35,7 @@ async function api(method, path, body, retried, quiet) {
   const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (!r.ok) {
     if (!quiet) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
-    throw data;
+    throw Object.assign(data, { status: r.status }); // 4xx: refused, nothing done (sent())
   }
   return data;
 }
@@ -237,15 +237,24 @@ function newId() { // 16 hex, as the server's own run IDs
   return [...crypto.getRandomValues(new Uint8Array(8))].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
+// A send the server did not refuse (a 5xx, a proxy's page, the network) may still take effect:
+// on Temporal a message no worker took in time is delivered when one polls. Its text, sent
+// again, goes under the same ID (one message or run, not two); its arrival empties the box.
+function sending(key, t) { const r = state.resend; return r && r.key === key ? r : { key, text: t, id: newId() }; }
+function sent(attempt, refusal) {
+  if (refusal && !(refusal.status >= 400 && refusal.status < 500)) state.resend = attempt;
+  else if (state.resend === attempt) state.resend = null;
+}
 async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
-  let r;
+  const attempt = sending("message|" + t, t); let r;
   try {
-    r = await api("POST", `/sessions/${state.sid}/messages`, { text: t, message_id: newId() }, true);
+    r = await api("POST", `/sessions/${state.sid}/messages`, { text: t, message_id: attempt.id }, true);
   } catch (e) { // the run ended before it took the message: a new run takes it
+    sent(attempt, e);
     if (e && e.error && e.error.type === "RunNotAcceptingError") return ask(t, state.leaf);
     throw e;
   }
-  state.queued.push({ message_id: r.message_id, text: t, run: r.run_id }); render();
+  sent(attempt); if (!attempt.came) state.queued.push({ message_id: r.message_id, text: t, run: r.run_id }); render();
 }
 // A run that ended (failed, or lost with its server) before storing the messages it held (a
 // cancelled run stores them): they come back into the box, none shown queued for ever.
@@ -258,13 +267,15 @@ function unsent(runId) {
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
   if (leaf === undefined && working()) return tell(t);
-  const body = t === null ? { inputs: [], run_id: newId() } : { text: t, run_id: newId() }; // null: go on
-  if (leaf !== undefined) body.leaf_id = leaf; else if (state.leaf) body.leaf_id = state.leaf;
+  const from = leaf !== undefined ? leaf : state.leaf, attempt = sending(`run|${from}|${t}`, t);
+  const body = t === null ? { inputs: [], run_id: attempt.id } : { text: t, run_id: attempt.id }; // null: go on
+  if (leaf !== undefined || state.leaf) body.leaf_id = from;
   const was = state.leaf, to = (state.leaf = body.leaf_id || ""); // the view follows the new run's branch (set before its entries come)
   const heard = state.heard; // the stream listened before the run started: it will hear its end
   state.failure = "";
   const r = await api("POST", `/sessions/${state.sid}/runs`, body, true).catch((refused) => { // no branch: the chat stays where it was (a run going)
-    if (state.leaf === to) { state.leaf = was; render(); } throw refused; });
+    sent(attempt, refused); if (state.leaf === to) { state.leaf = was; render(); } throw refused; });
+  sent(attempt);
   if (!state.runs.has(r.run_id)) state.runs.set(r.run_id, "started"); // unless its end came first
   remember(r.run_id, null); ended(r.run_id, state.runs.get(r.run_id));
   render();
@@ -273,7 +284,7 @@ async function ask(t, leaf) {
 function frame(event, data) {
   if (event === "entry") {
     const e = data.entry; state.seq = data.seq;
-    if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); }
+    if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); arrived(e); }
     if ((e.parent_id || "") === state.leaf || !state.leaf) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
       const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
@@ -297,6 +308,10 @@ function frame(event, data) {
     if (!["started", "awaiting_approval"].includes(data.status)) { unsent(data.run_id); ended(data.run_id, data.status); }
   } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
+}
+function arrived(e) { // a send that failed (sent()) taking effect after all: its text leaves the box
+  const r = state.resend; if (!r || e.type !== "message" || e.message.role !== "user" || text(e.message) !== r.text) return;
+  r.came = true; state.resend = null; if ($("text").value.trim() === r.text) $("text").value = "";
 }
 function said(e) { // a new reply, once stored and whole, for a screen reader (not each token)
   if (!state.heard || e.type !== "message" || e.meta || e.message.role !== "assistant" || !text(e.message)) return;
@@ -395,7 +410,7 @@ function parse(block) {
 }
 function reset(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, resend: null });
   history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
 }
 async function open(sid) { reset(sid); render(); sessions(); follow(sid); }
