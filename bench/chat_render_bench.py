@@ -54,18 +54,20 @@ FEED = """([n, size]) => {
 }"""
 
 
-async def measure(url: str, pw: Any, script: str | None) -> list[float]:
-    """Milliseconds per fed entry on the page, its script replaced by ``script`` if given."""
+async def measure(url: str, pw: Any, scripts: dict[str, str] | None) -> list[float]:
+    """Milliseconds per fed entry on the page, its scripts (by file name) replaced by
+    ``scripts`` if given."""
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
     page = await browser.new_page()
-    if script is not None:
-        js = script
+    if scripts is not None:
+        old = scripts
 
-        async def old(route: Any) -> None:
-            await route.fulfill(body=js, content_type="text/javascript")
+        async def served(route: Any) -> None:  # a file REV did not have: an empty script
+            name = route.request.url.rsplit("/", 1)[-1]
+            await route.fulfill(body=old.get(name, ""), content_type="text/javascript")
 
-        await page.route("**/app.js", old)
+        await page.route("**/*.js", served)
     await page.goto(url + "/#long")
     await page.wait_for_function(
         "n => state.heard && document.querySelectorAll('#chat .msg').length === n",
@@ -77,13 +79,17 @@ async def measure(url: str, pw: Any, script: str | None) -> list[float]:
     return sorted(times)
 
 
+SCRIPTS = ("stream.js", "app.js")
+"""The chat page's scripts."""
+
+
 def line(label: str, times: list[float]) -> str:
     p95 = times[int(len(times) * 0.95) - 1]
     median = statistics.median(times)
     return f"  {label:<12} median {median:6.1f} ms   p95 {p95:6.1f} ms   max {times[-1]:6.1f} ms"
 
 
-async def compare(label: str | None, old: str | None) -> None:
+async def compare(label: str | None, old: dict[str, str] | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = FileStore(Path(tmp))
         await _stored_conversation(store, "long", SIZE)
@@ -103,10 +109,13 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also measure the page script of REV")
     args = parser.parse_args()
     old = None
-    if args.before:
-        path = f"{args.before}:src/durable_agent/server/static/app.js"
-        shown = subprocess.run(["git", "show", path], check=True, capture_output=True, text=True)
-        old = shown.stdout
+    if args.before:  # the page's scripts at REV (the stream's were in app.js before stream.js)
+        old = {}
+        for name in SCRIPTS:
+            path = f"{args.before}:src/durable_agent/server/static/{name}"
+            shown = subprocess.run(["git", "show", path], capture_output=True, text=True)
+            if shown.returncode == 0:
+                old[name] = shown.stdout
     asyncio.run(compare(args.before, old))
 
 
