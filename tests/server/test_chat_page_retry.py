@@ -92,6 +92,37 @@ async def test_a_proxy_error_page_is_shown_and_the_question_kept(
         assert await page.input_value("#text") == "hello"
 
 
+async def test_a_start_the_server_made_behind_an_error_page_leaves_the_box(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A proxy answers 502 for a start the server made, after the page showed the run's question
+    and reply: the error is shown, and the question, asked, is not put back into the box (sent
+    from there, it would have been asked twice)."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted([Reply(text="Only once."), Reply(text="A second run!")]))
+    app = create_app(store=store, agents={"helper": spec})
+
+    async def made_then_bad_gateway(route: Any) -> None:
+        assert (await route.fetch()).status == 202  # the server starts the run...
+        await eventually(replied(page, "Only once."), within=30, interval=0.1, what="the reply")
+        await route.fulfill(status=502, content_type="text/html", body="<h1>Bad Gateway</h1>")
+
+    async with serving(app) as url:
+        await page.route("**/v1/sessions/*/runs", made_then_bad_gateway)
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.click("#send")
+
+        async def told() -> bool:
+            return bool(await page.inner_text("#status") == "502 Bad Gateway")
+
+        await eventually(told, within=30, interval=0.1, what="the 502 shown")
+        assert await page.input_value("#text") == ""
+        said = _asks(await store.load_entries(await page.evaluate("state.sid")))
+    assert said == ["hello"], said
+
+
 @asynccontextmanager
 async def _a_message_no_worker_took(
     client: Client, tmp_path: Path, page: Any, workers: WorkerProcesses

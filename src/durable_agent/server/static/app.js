@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(),
   runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null,
-  editing: null, resend: null }; // editing: {id, text}, the message being edited and its draft
+  editing: null, sends: [] }; // editing: {id, text}, the message being edited and its draft
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
 
@@ -223,7 +223,7 @@ function editor(e) { // the edited text is asked from the original's parent: a n
   const cancel = () => { state.editing = null; render(); };
   const save = () => {
     const t = box.value.trim(); if (!t) return;
-    state.editing = null; ask(t, e.parent_id || "").catch(() => { state.editing = { id: e.id, text: t }; render(); });
+    state.editing = null; ask(t, e.parent_id || "").catch((no) => { if (!(no && no.arrived)) { state.editing = { id: e.id, text: t }; render(); } });
   };
   box.onkeydown = (ev) => {
     if (ev.key === "Escape") { ev.preventDefault(); cancel(); }
@@ -238,11 +238,16 @@ function newId() { // 16 hex, as the server's own run IDs
 function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
 // A send the server did not refuse (a 5xx, a proxy's page, the network) may still take effect:
 // on Temporal a message no worker took in time is delivered when one polls. Its text, sent
-// again, goes under the same ID (one message or run, not two); its arrival empties the box.
-function sending(key, t) { const r = state.resend; return r && r.key === key ? r : { key, text: t, id: newId() }; }
-function sent(attempt, refusal) {
-  if (refusal && !(refusal.status >= 400 && refusal.status < 500)) state.resend = attempt;
-  else if (state.resend === attempt) state.resend = null;
+// again, goes under the same ID (one message or run, not two); its arrival (before its answer
+// or after) keeps it out of the box. `sends`: those going and those that failed so.
+function sending(key, t) { // the same text sent twice while the first goes: two
+  let a = state.sends.find((s) => s.key === key && !s.going);
+  if (!a) state.sends.push((a = { key, text: t, id: newId() }));
+  a.going = true; return a;
+}
+function sent(attempt, refusal) { // refusal: what the request failed with, none if it did not
+  attempt.going = false; if (refusal && attempt.came) refusal.arrived = true; // taken after all: the text stays out of the box
+  if (!refusal || attempt.came || refusal.status >= 400 && refusal.status < 500) state.sends = state.sends.filter((s) => s !== attempt);
 }
 async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
   const attempt = sending("message|" + t, t); let r;
@@ -255,9 +260,9 @@ async function tell(t) { // into the running run: shown queued until its deliver
   }
   sent(attempt); if (!attempt.came) state.queued.push({ message_id: r.message_id, text: t, run: r.run_id }); render();
 }
-function arrived(e) { // a send that failed (sent()) taking effect after all: its text leaves the box
-  const r = state.resend; if (!r || e.type !== "message" || e.message.role !== "user" || text(e.message) !== r.text) return;
-  r.came = true; state.resend = null; if ($("text").value.trim() === r.text) $("text").value = "";
+function arrived(e) { // a send going or failed (sending()) that took effect: its text leaves the box
+  const a = e.type === "message" && e.message.role === "user" && state.sends.find((s) => s.text === text(e.message)); if (!a) return;
+  a.came = true; state.sends = state.sends.filter((s) => s !== a); if ($("text").value.trim() === a.text) $("text").value = "";
 }
 // A run that ended (failed, or lost with its server) before storing the messages it held (a
 // cancelled run stores them): they come back into the box, none shown queued for ever.
@@ -286,7 +291,7 @@ async function ask(t, leaf) {
 }
 function reset(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, resend: null });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [] });
   history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
 }
 async function open(sid) { reset(sid); render(); sessions(); follow(sid); }
@@ -302,7 +307,7 @@ $("new").onclick = () => newSession().then(() => $("text").focus(), () => {}); /
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
   ev.preventDefault(); const t = $("text").value.trim(); if (!t) return;
   $("chat").scrollTop = $("chat").scrollHeight; // who asks reads the answer
-  $("text").value = ""; ask(t).catch(() => { if (!$("text").value) $("text").value = t; });
+  $("text").value = ""; ask(t).catch((e) => { if (!$("text").value && !(e && e.arrived)) $("text").value = t; });
 };
 $("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("ask").requestSubmit(); }
