@@ -12,13 +12,23 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.client import Client
 
-from durable_agent import Event, PayloadTooLargeError, Reply, ScriptedModel, ToolCall, new, tool
+from durable_agent import (
+    Event,
+    PayloadTooLargeError,
+    Reply,
+    ScriptedModel,
+    ToolCall,
+    model,
+    new,
+    tool,
+)
 from durable_agent.activities.run_contracts import EventsAnswer
 from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
 from durable_agent.workflows.event_bodies import hydrate
+from tests.durable_runs.test_approvals import email, send_email
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
     assert_one_chain,
@@ -270,3 +280,39 @@ async def test_an_answer_from_position_zero_stays_under_the_sdk_warning_size(
     positions = [w.position for a in pieces for w in a.events]
     assert positions == list(range(1, after + 1))
     assert len(positions) == len(outcome.recorded_types())
+
+
+@pytest.mark.parametrize("built", ["on_temporal", "in_process"])
+async def test_a_waiting_turn_too_large_to_carry_fails_its_run_typed_at_once(
+    temporal_client: Client, built: str
+) -> None:
+    """A decided turn is carried into the run that carries it out (``load_path``'s answer, one
+    payload): a reply near the payload limit and a denial quoting a long reason (each under it),
+    or a reply an in-process run stored over it, make that answer larger than Temporal takes.
+    The run fails at once with ``PayloadTooLargeError`` and stores nothing; the workflow task
+    used to be retried until the run's timeout, the client waiting on a run that did nothing."""
+    reply_size = 1_400_000 if built == "on_temporal" else 2_500_000
+    reason = "r" * (750_000 if built == "on_temporal" else 10)
+    script = [Reply(text="a" * reply_size, tool_calls=[email()], chunk_size=reply_size)]
+    store, q = MemoryStore(), queue()
+    spec = AgentSpec(model=ScriptedModel(script), tools=(send_email,), approval_wait=0.1)
+    async with running_worker(temporal_client, store, {"gated": spec}, task_queue=q):
+        ex = executor(temporal_client, q)
+        if built == "on_temporal":
+            agent = await new("gated", store=store, session_id=sid("tail"), executor=ex)
+        else:
+            local = await new(
+                model(ScriptedModel(script)), store=store, tools=(send_email,), approval_wait=0.1
+            )
+            await (await local.run("mail bob")).wait()
+            agent = await new("gated", store=store, session_id=local.session_id, executor=ex)
+        if built == "on_temporal":
+            await (await agent.run("mail bob")).wait()  # parks: the call waits
+        assert [p.tool_call_id for p in agent.pending_approvals()] == ["c1"]
+        await agent.decide("c1", False, reason=reason)
+        before = await store.load_entries(agent.session_id)
+        outcome = await asyncio.wait_for(consume(await agent.run()), 30)
+        assert isinstance(outcome.error, PayloadTooLargeError), repr(outcome.error)
+        assert "decided turn" in str(outcome.error)
+        assert await store.load_entries(agent.session_id) == before
+        assert not agent.running

@@ -25,7 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from ..ai.timefmt import format_time, parse_time
 from ..durable.errors import ApprovalPendingError, InvalidRunInputError
 from ..durable.inputs import NOTHING_TO_ANSWER
-from ..durable.limits import check_payload
+from ..durable.limits import TEMPORAL_BLOB_LIMIT, check_payload
 from ..durable.persist import Stamped
 from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.codec import decode_entry, encode_entry
@@ -43,7 +43,7 @@ from .contracts import (
     Timeouts,
     ToolInfo,
 )
-from .failures import application_error, is_cancellation, run_failure
+from .failures import application_error, checked_payload, is_cancellation, run_failure
 from .run_contracts import RunInput
 from .start_leaf import input_id, newest_before, recorded_start_leaf
 
@@ -60,6 +60,10 @@ __all__ = [
     "stored_times",
     "with_stored_times",
 ]
+
+CARRY_LIMIT = TEMPORAL_BLOB_LIMIT - 65_536
+"""The largest ``load_path`` answer: under Temporal's limit with room for the marker it is
+recorded in."""
 
 STORE_NON_RETRYABLE = [
     "SessionNotFoundError",
@@ -142,7 +146,7 @@ class StoreSteps(ActivityBase):
             for t in spec.tools
         ]
         born = await created_at_of(self.store, inp.session_id) if inp.creation else None
-        return PathInfo(
+        info = PathInfo(
             repairs=[e.message for e in repairs],
             tools=tools,
             max_turns=spec.max_turns,
@@ -151,6 +155,13 @@ class StoreSteps(ActivityBase):
             approval_wait=spec.approval_wait,
             created_at=None if born is None else born.isoformat(),
         )
+        if tail:
+            # each entry fits the payload limit, the decided turn as a whole need not (a reply
+            # near it and a long denial; an in-process run's reply over it): refused now, not
+            # a workflow task retried until the run times out (docs/design.md#bounded-history)
+            what = f"the decided turn at leaf {inp.leaf_id!r} (its reply and what follows it)"
+            checked_payload(what, info.model_dump_json(), CARRY_LIMIT)
+        return info
 
     @activity.defn(name="durable_agent.append_entries")
     async def append_entries(self, inp: AppendInput) -> AppendResult:
