@@ -316,3 +316,30 @@ async def test_a_waiting_turn_too_large_to_carry_fails_its_run_typed_at_once(
         assert "decided turn" in str(outcome.error)
         assert await store.load_entries(agent.session_id) == before
         assert not agent.running
+
+
+async def test_an_edit_or_retry_refused_over_the_limit_keeps_the_leaf(
+    temporal_client: Client,
+) -> None:
+    """``edit`` and ``retry`` branch to before the question, then run: a run that refuses its
+    input at once (over the payload limit: an edit too long, or a retry of a question an
+    in-process run took) leaves the leaf where it was, as their other refusals do. It was left
+    before the question, so the next run went on without the conversation."""
+    big = "q" * (PAYLOAD_LIMIT + 1)
+    script = ScriptedModel(lambda request: Reply(text=f"seen {len(request.messages)}"))
+    store, q = MemoryStore(), queue()
+    local = await new(model(script), store=store)
+    await (await local.run(big)).wait()  # in process: no payload limit
+    async with running_worker(temporal_client, store, {"s": AgentSpec(model=script)}, task_queue=q):
+        ex = executor(temporal_client, q)
+        agent = await new("s", store=store, session_id=local.session_id, executor=ex)
+        leaf = agent.leaf_id
+        with pytest.raises(PayloadTooLargeError):
+            await agent.retry()
+        assert agent.leaf_id == leaf
+        await (await agent.run("small")).wait()
+        assert agent.messages()[-1].text() == "seen 3"  # the whole conversation
+        leaf = agent.leaf_id
+        with pytest.raises(PayloadTooLargeError):
+            await agent.edit(big)
+        assert agent.leaf_id == leaf

@@ -227,8 +227,7 @@ class Agent:
         turn = self._last_turn("edit")
         items = [as_entry(e) for e in (entry, *more)]
         check_run_input(items, nothing_stored=False)
-        await self.branch(turn.start.parent_id or "")
-        return await self.run(*items, run_id=run_id)
+        return await self._run_before(turn, items, run_id)
 
     async def retry(self, *, run_id: str | None = None) -> RunStream:
         """Ask the last question on the active path again: branch to before it, then run its
@@ -238,8 +237,21 @@ class Agent:
         turn = self._last_turn("retry")
         inputs = [e.model_copy(update={"id": "", "parent_id": None}) for e in turn.inputs]
         check_run_input(inputs, nothing_stored=False)
-        await self.branch(turn.start.parent_id or "")
-        return await self.run(*inputs, run_id=run_id)
+        return await self._run_before(turn, inputs, run_id)
+
+    async def _run_before(self, turn: Turn, items: list[Entry], run_id: str | None) -> RunStream:
+        """Branch to before ``turn`` and run ``items`` there. A run its executor refuses at once
+        (on Temporal an input over the payload limit, a client on another store) puts the leaf
+        back, as the refusals checked before the branch leave it: the next run would otherwise
+        go on without the conversation."""
+        old, before = self._state.leaf, turn.start.parent_id or ""
+        await self.branch(before)
+        try:
+            return await self.run(*items, run_id=run_id)
+        except Exception:
+            if self._state.leaf == before and not self._state.running:
+                await self.branch(old)
+            raise
 
     def _last_turn(self, verb: str) -> Turn:
         self._state.check_mutable()
