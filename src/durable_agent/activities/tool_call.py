@@ -242,6 +242,11 @@ class ActivityTools:
             if is_cancellation(exc):
                 raise asyncio.CancelledError() from exc
             kind, text = activity_failure(exc)
+            if kind == "UnknownAgentError":
+                # this worker lacks the run's agent (a deploy renamed it): the tool never ran,
+                # so its call is left unanswered and the run fails, as its next model call
+                # would; a decided call is carried out by the next run (docs/design.md#deploys)
+                raise
             if kind == PAYLOAD_TOO_LARGE and self.too_large is None:
                 self.too_large = PayloadTooLargeError(text)
             message = f"tool execution failed: {kind}: {text}"
