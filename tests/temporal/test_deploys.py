@@ -23,19 +23,22 @@ QUICK = {"sticky_queue_schedule_to_start_timeout": timedelta(seconds=1)}
 """A stopped worker's runs go to the next one within a second."""
 
 
+@pytest.mark.parametrize("calls", [1, 2])
 async def test_a_decided_call_on_a_build_without_its_agent_fails_the_run_and_keeps_the_call(
-    temporal_client: Client,
+    temporal_client: Client, calls: int
 ) -> None:
     """The new build renamed the agent while a call waited for approval: the run fails with
     ``UnknownAgentError`` and stores no result for the approved call (the tool never ran), so
-    once a worker serves the agent again the next run carries the decided call out."""
+    once a worker serves the agent again the next run carries the decided call out. ``calls``:
+    the turn's calls (two run in parallel)."""
     SENT.clear()
     store, q = MemoryStore(), queue()
 
     def spec(*script: str | Reply) -> AgentSpec:
         return AgentSpec(model=ScriptedModel(list(script)), tools=(send_email,))
 
-    first = spec(Reply(tool_calls=[email()]))
+    ids = [f"c{i + 1}" for i in range(calls)]
+    first = spec(Reply(tool_calls=[email(i) for i in ids]))
     async with running_worker(temporal_client, store, {"a": first}, task_queue=q, **QUICK):
         agent = await new("a", store=store, executor=executor(temporal_client, q))
         stream = await agent.run("mail bob")
@@ -43,13 +46,15 @@ async def test_a_decided_call_on_a_build_without_its_agent_fails_the_run_and_kee
         await reader.until("approval_requested")
     renamed = spec("renamed")
     async with running_worker(temporal_client, store, {"b": renamed}, task_queue=q, **QUICK):
-        await asyncio.wait_for(agent.decide("c1", True), 30)
+        for call_id in ids:
+            await asyncio.wait_for(agent.decide(call_id, True), 30)
         with pytest.raises(UnknownAgentError, match="unknown agent 'a'"):
             await asyncio.wait_for(stream.wait(), 30)
-    assert shape(stored(agent)) == ["user", "assistant", "approval_request", "approval_decision"]
+    decided = ["approval_request"] * calls + ["approval_decision"] * calls
+    assert shape(stored(agent)) == ["user", "assistant", *decided]
     assert SENT == []
     back = spec("sent it")
     async with running_worker(temporal_client, store, {"a": back}, task_queue=q, **QUICK):
         await asyncio.wait_for((await agent.run()).wait(), 30)
-    assert len(SENT) == 1
-    assert shape(stored(agent))[4:] == ["tool_result", "assistant"]
+    assert len(SENT) == calls
+    assert shape(stored(agent))[2 + 2 * calls :] == ["tool_result"] * calls + ["assistant"]
