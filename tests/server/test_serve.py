@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -169,6 +170,28 @@ async def test_serve_logs_json_with_uvicorns_lines_and_no_secret(
     assert "StoreUnavailableError" in loggers["durable_agent.server"]["message"], records
     assert "Xy9Secret" not in text, text
     assert "u:***@127.0.0.1:1" in text, text
+
+
+async def test_serve_says_at_start_when_no_worker_polls_its_queue(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A mistyped ``--task-queue`` (or no worker started): every run would wait with no sign of
+    why; ``serve`` says so once at start, as ``run`` does."""
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"
+    port, log = free_port(), tmp_path / "serve.out"
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=temporal_client.service_client.config.target_host)
+    args = ["serve", "--port", str(port), "--store", f"file:{tmp_path / 's'}"]
+    with log.open("w") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, "--task-queue", queue, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        await eventually(_said(log, " ready on http://"), within=60, what="serve")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), 30)
+    said = [line for line in log.read_text().splitlines() if "no worker polls" in line]
+    assert len(said) == 1 and " WARNING " in said[0] and repr(queue) in said[0], said
 
 
 @pytest.mark.parametrize("where", ["in use", "no such host"])

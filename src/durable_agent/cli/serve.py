@@ -21,6 +21,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..workflows.store_check import poller_identities
 from ..workflows.worker_logs import configure_worker_logging, forward_core_log
 from . import render
 from .config import (
@@ -157,6 +158,7 @@ def serve(
         client = await connect(flags)
         await check_namespace(client)
         spec, queue = resolve_store_spec(store), queue_for(task_queue, flags)
+        await warn_if_unserved(client, queue)
         agents = [agent] if agent else None
         url, task = await start_http(
             spec, client, queue, host=host, port=port, keys=keys, agents=agents
@@ -196,3 +198,14 @@ async def check_namespace(client: Client) -> None:
         logger.warning(
             "cannot check that namespace %r exists (%s); serving it anyway", client.namespace, exc
         )
+
+
+async def warn_if_unserved(client: Client, queue: str) -> None:
+    """Say once at start when no worker polls the task queue (a mistyped ``--task-queue``, a
+    worker not started): every run would wait with no sign of why, as ``run`` warns too."""
+    try:
+        if await poller_identities(client, queue):
+            return
+    except RPCError:  # Temporal's own outage: each request's 503 says it
+        return
+    logger.warning("no worker polls task queue %r: runs started now wait for one", queue)
