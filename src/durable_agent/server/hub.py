@@ -30,6 +30,7 @@ from ..session.approvals import ApprovalRequest
 from ..session.codec import entry_to_wire
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
+from ..workflows.worker_logs import in_one_line
 from .reads import Held, HubReads, Wait, of_reply, of_run
 from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
@@ -236,8 +237,7 @@ class SessionHub:
         try:  # the creation the hub follows: no record read for each run the look finds
             found = await self.hubs.found(self.session_id, self.follower.born, self.since)
         except Exception as exc:  # an outage: one line, as the server logs a 503
-            what, detail = type(exc).__name__, " ".join(str(exc).split())
-            logger.warning("listing the runs of %s: %s: %s", self.session_id, what, detail)
+            logger.warning("listing the runs of %s: %s", self.session_id, in_one_line(exc))
             return
         for run_id in found:
             if run_id in self.active or (self.session_id, run_id) in self.hubs.ended:

@@ -38,6 +38,7 @@ from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
 from ..workflows.search import Creation, creation_when_asked, latest_runs, running_runs
+from ..workflows.worker_logs import in_one_line
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -216,8 +217,7 @@ class TemporalRuns:
             known += [r for s, r in self._streams if s == session_id]  # every creation's
             known += await running_runs(self.client, session_id)
         except Exception as exc:  # best effort: the runs fail at their next commit anyway
-            what, detail = type(exc).__name__, " ".join(str(exc).split())
-            logger.warning("listing the runs of deleted %s: %s: %s", session_id, what, detail)
+            logger.warning("listing the runs of deleted %s: %s", session_id, in_one_line(exc))
         await cancel_each(self, session_id, known)
         self._accepted.forget(session_id)
         task = asyncio.create_task(self._purge(session_id, known))
@@ -228,8 +228,7 @@ class TemporalRuns:
         try:
             await delete_session_workflows(self.client, session_id, run_ids=run_ids)
         except Exception as exc:  # an outage, not a bug: one line, as the server logs a 503
-            what, detail = type(exc).__name__, " ".join(str(exc).split())
-            logger.warning("deleting the workflows of deleted %s: %s: %s", session_id, what, detail)
+            logger.warning("deleting the workflows of deleted %s: %s", session_id, in_one_line(exc))
 
     async def status(self, session_id: str, run_id: str) -> Status:
         """What the run does now: as Temporal describes it, a running run asked once whether it

@@ -48,6 +48,7 @@ from .run_stream import RunFollower, client_error
 from .run_timeout import run_timeout_from_env
 from .search import run_memo, search_attributes
 from .store_check import PublisherCheck, StoreCheck
+from .worker_logs import in_one_line
 
 __all__ = [
     "DEFAULT_PAYLOAD_LIMIT",
@@ -362,8 +363,7 @@ class TemporalExecutor:
         except WorkflowAlreadyStartedError:
             pass
         except RPCError as exc:  # an outage, not a bug: one line, as the server logs a 503
-            what, detail = type(exc).__name__, " ".join(str(exc).split())
-            logger.warning("could not start the publish workflow for %s: %s: %s", key, what, detail)
+            logger.warning("could not start the publish workflow for %s: %s", key, in_one_line(exc))
 
     # -- operator helpers --------------------------------------------------------------------
 

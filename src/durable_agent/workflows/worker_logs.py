@@ -54,6 +54,7 @@ __all__ = [
     "configure_worker_logging",
     "error_fields",
     "error_text",
+    "in_one_line",
     "forward_core_log",
 ]
 
@@ -66,6 +67,12 @@ def _outage(error: BaseException) -> bool:
     mongo = sys.modules.get("pymongo.errors")
     unreachable = () if mongo is None else (mongo.ConnectionFailure,)
     return isinstance(error, (StoreUnavailableError, *unreachable))
+
+
+def in_one_line(error: BaseException) -> str:
+    """``type: message``, the message's white space folded: how an outage is logged, one line
+    an operator's search finds (no traceback: an outage is an ordinary event, not a bug)."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
 def error_fields(error: BaseException) -> dict[str, str]:
