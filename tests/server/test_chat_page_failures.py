@@ -149,6 +149,9 @@ async def test_a_page_opened_after_its_run_failed_says_why(
         await page.press("#text", "Enter")
         await asyncio.wait_for(model.called.wait(), 60)
         sid, run_id = await page.evaluate("[state.sid, [...state.runs.keys()][0]]")
+        # the stream may tell the run before its start's answer comes back, which remembers it
+        remembered = "localStorage.getItem('durable-agent-run:' + state.sid)"
+        await eventually(lambda: page.evaluate(remembered), within=20, what="run remembered")
         await page.goto("about:blank")
         model.go.set()
 
