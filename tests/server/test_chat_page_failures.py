@@ -5,6 +5,7 @@ driving the system Chromium against a real server, in process and on Temporal)."
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +149,11 @@ async def test_a_page_opened_after_its_run_failed_says_why(
         await page.fill("#text", "hello")
         await page.press("#text", "Enter")
         await asyncio.wait_for(model.called.wait(), 60)
-        sid, run_id = await page.evaluate("[state.sid, [...state.runs.keys()][0]]")
-        # the stream may tell the run before its start's answer comes back, which remembers it
+        # the model is called before the start's answer reaches the page, which remembers the
+        # run it started (the stream may tell the run before that answer, or after)
         remembered = "localStorage.getItem('durable-agent-run:' + state.sid)"
-        await eventually(lambda: page.evaluate(remembered), within=20, what="run remembered")
+        kept = await eventually(lambda: page.evaluate(remembered), within=20, what="run remembered")
+        sid, run_id = await page.evaluate("state.sid"), json.loads(kept)["run"]
         await page.goto("about:blank")
         model.go.set()
 
