@@ -1,14 +1,17 @@
-"""Fixtures for the provider tests: a replay server per test, and helpers to drain a stream."""
+"""Fixtures for the provider tests: a replay server per test, the adapter a test module is about
+on it, and helpers to drain a stream."""
 
 from __future__ import annotations
 
 import socket
 import traceback
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 from durable_agent.ai import LanguageModel, ModelError, ModelEvent, ModelRequest
+from durable_agent.ai.providers.adapter import StreamingAdapter
 
 from .replay_server import ReplayServer
 
@@ -21,6 +24,22 @@ def replay() -> Iterator[ReplayServer]:
         yield server
         assert server.pending == 0, f"{server.pending} queued responses were never requested"
         assert server.errors == []
+
+
+@pytest.fixture
+async def model(
+    request: pytest.FixtureRequest, replay: ReplayServer
+) -> AsyncIterator[StreamingAdapter[Any]]:
+    """The adapter the test module is about (its ``ADAPTER``, a maker of :mod:`.adapters`) on the
+    replay server, closed after the test."""
+    lm: StreamingAdapter[Any] = request.module.ADAPTER(replay.url)
+    yield lm
+    await lm.aclose()
+
+
+def header_values(headers: dict[str, str]) -> str:
+    """Every header's value, one a line (where a key must, or must not, appear)."""
+    return "\n".join(headers.values())
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ failures both adapters meet alike are in ``test_adapter_failures.py``.)
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,19 +16,11 @@ from durable_agent.ai.providers.anthropic import (
 
 from .adapters import ANTHROPIC_KEY as KEY
 from .adapters import anthropic_model, hello
-from .conftest import failure, leaks
+from .conftest import failure, header_values, leaks
 from .replay_server import RecordedResponse, ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[AnthropicModel]:
-    lm = anthropic_model(replay.url)
-    yield lm
-    await lm.aclose()
-
-
-def header_values(headers: dict[str, str]) -> str:
-    return "\n".join(headers.values())
+ADAPTER = anthropic_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 async def test_a_200_that_is_no_event_stream_is_a_lasting_error_that_says_so(

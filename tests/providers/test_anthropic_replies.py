@@ -5,8 +5,6 @@ reasons, usage, and the reply sent back as the next request's history.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from durable_agent.ai import (
@@ -28,12 +26,8 @@ from .adapters import anthropic_model, hello
 from .conftest import collect
 from .replay_server import ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[AnthropicModel]:
-    lm = anthropic_model(replay.url)
-    yield lm
-    await lm.aclose()
+ADAPTER = anthropic_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 STREAMED_THINKING = "The user wants the weather in Paris and the local time. I'll call both tools."

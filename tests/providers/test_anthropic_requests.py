@@ -5,9 +5,6 @@ against the replay server, and the history conversion behind it.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-
-import pytest
 
 from durable_agent.ai import (
     FileContent,
@@ -23,20 +20,12 @@ from durable_agent.ai.providers.anthropic import (
 
 from .adapters import ANTHROPIC_KEY as KEY
 from .adapters import anthropic_model, hello
-from .conftest import collect, failure
+from .conftest import collect, failure, header_values
 from .history import PDF, PNG, SIGNATURE, SYSTEM, TOOLS, history, repaired_request
 from .replay_server import ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[AnthropicModel]:
-    lm = anthropic_model(replay.url)
-    yield lm
-    await lm.aclose()
-
-
-def header_values(headers: dict[str, str]) -> str:
-    return "\n".join(headers.values())
+ADAPTER = anthropic_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 async def test_request_converts_the_repaired_history_tools_and_options(

@@ -6,7 +6,6 @@ failures both adapters meet alike are in ``test_adapter_failures.py``.)
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,12 +17,8 @@ from .adapters import hello, openai_model
 from .conftest import collect, failure, leaks
 from .replay_server import FIXTURES, RecordedResponse, ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[OpenAIChatModel]:
-    lm = openai_model(replay.url)
-    yield lm
-    await lm.aclose()
+ADAPTER = openai_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 @pytest.mark.parametrize(

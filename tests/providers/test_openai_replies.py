@@ -6,7 +6,6 @@ reply sent back as the next request's history.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,12 +25,8 @@ from .adapters import hello, openai_model
 from .conftest import collect
 from .replay_server import RecordedResponse, ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[OpenAIChatModel]:
-    lm = openai_model(replay.url)
-    yield lm
-    await lm.aclose()
+ADAPTER = openai_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 async def test_streams_text_with_accumulated_partials_then_usage_with_cache(

@@ -4,10 +4,6 @@ SDK against the replay server, and the history conversion behind it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from durable_agent.ai import (
     FileContent,
     ImageContent,
@@ -27,12 +23,8 @@ from .conftest import collect, failure
 from .history import PDF, PNG, SYSTEM, TOOLS, repaired_request
 from .replay_server import ReplayServer
 
-
-@pytest.fixture
-async def model(replay: ReplayServer) -> AsyncIterator[OpenAIChatModel]:
-    lm = openai_model(replay.url)
-    yield lm
-    await lm.aclose()
+ADAPTER = openai_model
+"""What the ``model`` fixture builds (the providers' conftest)."""
 
 
 async def test_request_converts_the_repaired_history_tools_and_options(
