@@ -61,10 +61,13 @@ def story(agent: Agent) -> list[str]:
     return out
 
 
-async def open_chat(harness: Any, **options: Any) -> tuple[Chat, Typist, io.StringIO]:
+async def open_chat(
+    harness: Any, typed: bool = True, **options: Any
+) -> tuple[Chat, Typist, io.StringIO]:
     agent = await harness.open(demo_spec({}).model, store=MemoryStore(), tools=TOOLS, **options)
     typist, screen = Typist(), io.StringIO()
     lines = Lines(asyncio.get_running_loop(), typist.read)
+    lines.typed = typed
     console = Console(file=screen, width=200, no_color=True)
     # in process: no opened store or Temporal executor for the chat to hold
     chat = Chat(console, agent, None, None, "demo", lines)  # type: ignore[arg-type]
@@ -134,6 +137,22 @@ async def test_a_line_typed_while_a_tool_runs_steers_the_run(harness: Any) -> No
         "result get_weather",
     ]
     assert chat.held == "/tree" and "/tree: once the agent is done" in screen.getvalue()
+
+
+async def test_piped_lines_wait_for_the_run_before_them(harness: Any) -> None:
+    """Lines from a pipe or a file (``durable-agent chat s < questions.txt``) are all there at
+    once: they were sent into the first run as steers, each landing wherever the pipe was read.
+    Each is now a question of its own, asked once the run before it ended."""
+    chat, typist, screen = await open_chat(harness, typed=False)
+    typist.type("What's the weather in Paris?")
+    try:
+        await chat.turn("What were Q2 sales?")
+        assert await asyncio.wait_for(chat.lines.get(), 10) == "What's the weather in Paris?"
+    finally:
+        typist.type(None)
+    told = story(chat.agent)
+    assert [line for line in told if line.startswith("user: ")] == ["user: What were Q2 sales?"]
+    assert "✉" not in screen.getvalue()
 
 
 async def test_a_message_the_run_did_not_take_starts_the_next_run(harness: Any) -> None:

@@ -26,9 +26,8 @@ from temporalio.service import RPCError
 
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When
-from ..session import ApprovalRequest, Entry, PendingItem, pending_items, validate_session_id
+from ..session import ApprovalRequest, Entry, PendingItem, path, pending_items, validate_session_id
 from ..session.approvals import awaiting_turn
-from ..session.tree import path
 from ..workflows import TemporalExecutor, run_workflow_id
 from .config import (
     AddressOpt,
@@ -124,10 +123,11 @@ async def list_pending(console: Console, session_id: str, spec: str, as_json: bo
 
 
 class Lines:
-    """Typed lines, read by ``input()`` on a daemon thread into a queue of the chat's event loop,
-    so the chat takes them while a run streams as well as between runs. ``None`` is the end of
-    input (Ctrl-D), kept once seen. A line that is not UTF-8 (a terminal in another encoding) is
-    refused with an error, as ``run`` refuses it, rather than stored with U+FFFD in its place."""
+    """Lines read by ``input()`` on a thread into a queue of the chat's loop, taken while a run
+    streams as well as between runs; ``None``: the end of input (Ctrl-D), kept. A line not UTF-8
+    (a terminal in another encoding) is refused, as ``run`` refuses it, not stored mangled."""
+
+    typed = True  # at a terminal; else piped, all there at once: each waits for the last run
 
     def __init__(self, loop: asyncio.AbstractEventLoop, read: Callable[[], str] = input) -> None:
         self.queue: asyncio.Queue[str | ValueError | None] = asyncio.Queue()

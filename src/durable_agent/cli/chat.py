@@ -1,15 +1,14 @@
 """``durable-agent chat``: a REPL on one session, every turn a Temporal run.
 
-Lines are read on a thread (:class:`Lines`) into a queue that the chat takes from between runs
-and while a run streams: a line typed while the agent works is sent into the run as a steer
-(``/later TEXT``: a follow-up; another ``/command`` waits, with what follows it, for the run's
-end), and a run waiting for a decision takes its answers from the same queue
-(docs/design.md#approvals-and-steering); answers given after the run parked start the run that
-goes on, as ``approve`` does. A message the run no longer takes (it ended meanwhile) starts the
-next run: nothing typed is lost. Each turn runs on one persistent event loop
-(:class:`asyncio.Runner`). A Ctrl-C during a turn cancels that turn's *task*, which asks the
-workflow to cancel and waits until what it stored has arrived; the session and the REPL carry
-on. Replies stream live from the worker, each stored entry's receipt under it, as in ``run``.
+Lines are read on a thread (:class:`Lines`): between runs each is a question or a ``/command``;
+typed while a run works, a steer (``/later TEXT``: a follow-up; another ``/command`` waits, with
+what follows it, for the run's end); piped, it waits for the run's end. A run waiting for a
+decision takes its answers from the same lines (docs/design.md#approvals-and-steering); answers
+given after it parked start the run that goes on, as ``approve`` does. A message the run no
+longer takes (it ended meanwhile) starts the next run: nothing typed is lost. Each turn runs on
+one persistent event loop (:class:`asyncio.Runner`); a Ctrl-C during a turn cancels that turn's
+*task*, which asks the workflow to cancel and waits until what it stored has arrived; the
+session and the REPL carry on. Replies stream live, each stored entry's receipt under it.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
 from typing import Annotated
 
 import typer
@@ -222,8 +222,9 @@ class Chat:
             await self.follow(await continuation(self.console, self.agent))
 
     async def steer(self, stream: RunStream) -> None:
-        """While a run streams: each typed line is a steer, ``/later TEXT`` a follow-up."""
-        while self.held is None and (line := await self.lines.get()) is not None:
+        """While a run streams: a typed line is a steer, ``/later TEXT`` a follow-up."""
+        lines = self.lines
+        while lines.typed and self.held is None and (line := await lines.get()) is not None:
             word, _, rest = line.strip().partition(" ")
             if word in ("/later", "/steer") and rest.strip():
                 self.send(stream, rest.strip(), "at_end" if word == "/later" else "next_turn")
@@ -322,6 +323,7 @@ async def _open(
     flags: TemporalFlags | None,
 ) -> Chat:
     lines = Lines(asyncio.get_running_loop())
+    lines.typed = sys.stdin.isatty()
     validate_session_id(session_id)
     opened = open_store(store_spec)
     agent, executor = await open_agent(
