@@ -128,6 +128,25 @@ async def test_on_temporal_a_store_blip_at_a_run_start_is_a_503_that_starts_noth
     assert said == ["hi", "Hello."]
 
 
+@pytest.mark.temporal
+async def test_on_temporal_inputs_over_what_a_start_carries_are_a_413_leaving_no_session(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A note of quotes, under the payload limit as stored, is escaped once more in the run's
+    workflow start and so is over what Temporal takes: 413 ``PayloadTooLargeError`` saying so,
+    no session left; it was a 503 "try again in a moment" no retry ever got past."""
+    note = {"type": "custom", "id": "n1", "created_at": "2025-01-01T00:00:00Z", "kind": "note"}
+    quotes = {"inputs": [{**note, "data": '"' * 700_000}]}
+    spec = AgentSpec(model=scripted([Reply(text="Hello.")]))
+    async with helper_client(temporal_client, tmp_path, spec) as (client, store):
+        r = await client.post("/v1/sessions/q1/runs", json=quotes)
+        assert r.status_code == 413, r.text
+        error = r.json()["error"]
+        assert error["type"] == "PayloadTooLargeError" and "workflow" in error["message"], error
+        assert (await client.get("/v1/sessions/q1")).status_code == 404
+        assert await store.list_sessions() == []
+
+
 async def test_cancel_of_an_ended_run_is_202_and_of_an_unknown_one_404(tmp_path: Path) -> None:
     await _cancels(None, tmp_path)
 

@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent import (
+    CustomEntry,
     Event,
     PayloadTooLargeError,
     Reply,
@@ -343,3 +344,28 @@ async def test_an_edit_or_retry_refused_over_the_limit_keeps_the_leaf(
         with pytest.raises(PayloadTooLargeError):
             await agent.edit(big)
         assert agent.leaf_id == leaf
+
+
+async def test_inputs_together_over_what_temporal_carries_are_refused_typed(
+    temporal_client: Client,
+) -> None:
+    """A run's inputs travel in its workflow's start, one payload: two messages of 1.1 MB
+    (each under the payload limit), or a note whose data is quotes (its stored form, under
+    the limit, escaped once more inside the start), are more than Temporal takes. The run is
+    refused with ``PayloadTooLargeError`` and nothing is created; Temporal's refusal came
+    through as an ``RPCError`` (over HTTP a 503 "try again", which never helps)."""
+    script = ScriptedModel(lambda request: Reply(text="seen"))
+    store, q = MemoryStore(), queue()
+    async with running_worker(temporal_client, store, {"s": AgentSpec(model=script)}, task_queue=q):
+        agent = await new(
+            "s", store=store, session_id=sid("inputs"), executor=executor(temporal_client, q)
+        )
+        note = CustomEntry(kind="note", data='"' * 700_000)
+        both: list[list[str | CustomEntry]] = [["a" * 1_100_000, "b" * 1_100_000], [note, "hi"]]
+        for inputs in both:
+            with pytest.raises(PayloadTooLargeError, match="workflow"):
+                await agent.run(*inputs)
+            assert not agent.running
+            assert not await store.list_sessions()
+        await (await agent.run("small")).wait()
+        assert agent.messages()[-1].text() == "seen"

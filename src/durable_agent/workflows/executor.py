@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Literal
 
+from temporalio.api.common.v1 import Payloads
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -25,10 +26,10 @@ from temporalio.service import RPCError
 from ..activities.contracts import PublishInput, Timeouts, event_to_wire
 from ..activities.run_contracts import CompactInput, InputEntry, RunInput, RunResult, RunState
 from ..ai.messages import TextContent
-from ..durable.errors import AgentError, CompactError
+from ..durable.errors import AgentError, CompactError, PayloadTooLargeError
 from ..durable.events import Event
 from ..durable.inbox import When
-from ..durable.limits import PAYLOAD_LIMIT, check_entry
+from ..durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT, check_entry
 from ..durable.live import LiveDeltas, live_channel
 from ..durable.reconcile import reconcile
 from ..durable.state import AgentConfig, SessionState
@@ -237,6 +238,7 @@ class TemporalExecutor:
             continue_as_new_after_turns=self.continue_as_new_after_turns,
             timeouts=self.timeouts,
         )
+        await self._check_carried(inp)
         summary = run_summary(config.factory, entries)
         handle, start = await self._start_or_attach(state, inp, summary)
 
@@ -261,6 +263,18 @@ class TemporalExecutor:
         )
         stream.when_done(lambda: setattr(state, "live_run_id", ""))
         return stream
+
+    async def _check_carried(self, inp: RunInput) -> None:
+        """Refuse a run whose start Temporal would refuse: its inputs travel in one payload,
+        so inputs each under the payload limit may together be over Temporal's, as may one whose
+        stored form is escaped once more in it (a note of quotes). Typed and before anything is
+        created, not an ``RPCError`` a retry never gets past (docs/design.md#bounded-history)."""
+        size = Payloads(payloads=await self.client.data_converter.encode([inp])).ByteSize()
+        if size > TEMPORAL_BLOB_LIMIT:
+            raise PayloadTooLargeError(
+                f"the run's input is {size} bytes as its workflow's start carries it, over "
+                f"Temporal's {TEMPORAL_BLOB_LIMIT}-byte limit: send it in several runs"
+            )
 
     async def _start_or_attach(
         self, state: SessionState, inp: RunInput, summary: str
