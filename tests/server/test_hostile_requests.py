@@ -315,6 +315,41 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line(
     assert len(noted) == 1 and noted[0].exc_info is None, [r.getMessage() for r in noted]
 
 
+async def test_a_client_reading_a_big_entry_slowly_keeps_its_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry of megabytes is one frame; a client that reads it steadily but takes longer
+    than the send timeout for all of it (a slow link) is still reading: it gets the whole
+    frame and goes live. The timeout covered the whole frame, so such a client was dropped, came
+    back with ``Last-Event-ID`` to the same frame, and never got past it."""
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.5)
+    store = FileStore(tmp_path / "sessions")
+    await store.create_session("big")
+    entry = MessageEntry(id="e0", message=user_message("x" * 12_000_000))
+    await store.append_entries("big", [entry])
+    app = create_app(store=store, agents={"a": AgentSpec(model=ScriptedModel([]))})
+    loop = asyncio.get_running_loop()
+    async with serving(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 262_144)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (host, int(port)))
+        request = f"GET /v1/sessions/big/stream?after=0 HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        await loop.sock_sendall(sock, request.encode())
+        received = bytearray()
+        try:
+            async with asyncio.timeout(60):
+                while b": live" not in received[-200:]:
+                    piece = await loop.sock_recv(sock, 65_536)
+                    assert piece, f"dropped after {len(received)} bytes"
+                    received += piece
+                    await asyncio.sleep(0.015)  # a slow link: about 4 MB/s at most
+        finally:
+            sock.close()
+    assert received.count(b"x" * 1000) >= 11_000  # the whole entry came
+
+
 async def test_a_json_body_sent_as_another_type_is_told_to_say_json(
     app: FastAPI, tmp_path: Path
 ) -> None:

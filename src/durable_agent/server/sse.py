@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from datetime import datetime
 
+import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
@@ -41,7 +42,12 @@ KEEPALIVE = 15.0
 """Seconds between two comment lines on an idle stream (proxies close silent connections)."""
 
 SEND_TIMEOUT = 30.0
-"""Seconds one frame may wait for a client that stopped reading before the stream drops it."""
+"""Seconds the stream waits for a client to take :data:`PIECE` more bytes before it drops the
+client as one that stopped reading."""
+
+PIECE = 65_536
+"""Bytes a frame is written in: the send timeout is per piece, so a client that reads a frame
+of megabytes slowly but steadily (a slow link) is not taken for one that stopped."""
 
 
 LIVE = Frame("", {})
@@ -125,14 +131,40 @@ def _not_dropped(record: logging.LogRecord) -> bool:
 logging.getLogger("uvicorn.error").addFilter(_not_dropped)
 
 
+def _paced(send: Send) -> Send:
+    """``send`` one message at a time (a keep-alive waits for the frame being written, never
+    lands inside it), a body in :data:`PIECE`-byte pieces each given :data:`SEND_TIMEOUT`: a
+    send waits for what was written before it to drain, so a timeout over a whole frame would
+    drop a client that is reading it, only slowly."""
+    lock = anyio.Lock()
+
+    async def within(message: Message) -> None:
+        with anyio.move_on_after(SEND_TIMEOUT) as scope:
+            await send(message)
+        if scope.cancel_called:
+            raise SendTimeoutError()
+
+    async def paced(message: Message) -> None:
+        body: bytes = message.get("body", b"")
+        async with lock:
+            if message["type"] != "http.response.body" or len(body) <= PIECE:
+                await within(message)
+                return
+            for start in range(0, len(body), PIECE):
+                more = start + PIECE < len(body) or message.get("more_body", False)
+                await within({**message, "body": body[start : start + PIECE], "more_body": more})
+
+    return paced
+
+
 class _SessionStream(EventSourceResponse):
-    """A client that stopped reading is dropped after :data:`SEND_TIMEOUT`: an ordinary event
-    (a laptop lid closed, a proxy stalled) worth one line, not the traceback the timeout would
-    reach the server's log with."""
+    """A client that stopped reading is dropped after :data:`SEND_TIMEOUT` without progress
+    (:func:`_paced`): an ordinary event (a laptop lid closed, a proxy stalled) worth one line,
+    not the traceback the timeout would reach the server's log with."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, _paced(send))
         except SendTimeoutError:
             _DROPPED.set(True)  # the server's task: uvicorn logs in it once this returns
             logger.info(
@@ -163,4 +195,4 @@ def session_stream(
             # Last-Event-ID (the chat page does); an outage is worth one line, not a traceback
             logger.warning("stream of %s ended: %s", session_id, " ".join(str(exc).split()))
 
-    return _SessionStream(events(), ping=max(1, int(keepalive)), send_timeout=SEND_TIMEOUT)
+    return _SessionStream(events(), ping=max(1, int(keepalive)))
