@@ -237,3 +237,14 @@ def replied(page: Any, text: str) -> Callable[[], Awaitable[bool]]:
         return any(text in t for t in texts)
 
     return probe
+
+
+def quiet(page: Any) -> Callable[[], Awaitable[bool]]:
+    """A probe for ``eventually``: the chat page's status line says nothing. A run's end comes
+    after its reply (a read of the store later; on Temporal a workflow task later), so a page
+    that shows the reply may rightly still say the run works."""
+
+    async def probe() -> bool:
+        return bool(await page.get_by_role("status").inner_text() == "")
+
+    return probe

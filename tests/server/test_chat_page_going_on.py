@@ -20,7 +20,7 @@ from durable_agent.ai import Reply, ScriptedModel
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import free_port, lookup, replied, serving, tool_script
+from tests.server.support import free_port, lookup, quiet, replied, serving, tool_script
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.server.test_chat_page_access import HEARD
 from tests.support.gate_tool import GateTool
@@ -111,7 +111,7 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
         await go_on.focus()
         await page.keyboard.press("Enter")
         await eventually(replied(page, "Back again."), within=30, interval=0.1, what="the answer")
-        assert await page.get_by_role("status").inner_text() == ""
+        await eventually(quiet(page), within=30, interval=0.1, what="the run's end told")
         assert await go_on.count() == 0
         entries = await store.load_entries(sid)
     said = _said(entries)
