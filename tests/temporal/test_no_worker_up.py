@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from durable_agent import new
@@ -38,16 +41,24 @@ pytestmark = pytest.mark.temporal
 
 
 async def _admitted(client: Client, workflow_id: str, update_id: str) -> bool:
-    """Whether the server holds the update (waiting for a worker): polling its outcome then
-    times out, where an update it does not know is refused at once."""
-    handle = client.get_workflow_handle(workflow_id).get_update_handle(update_id)
+    """Whether the server holds the update (admitted, waiting for a worker), asked for that
+    stage: an update it does not know is refused at once. Polling for the outcome instead read
+    a timed-out poll as held, so a slow answer about an update not sent yet let the test press
+    Ctrl-C while the CLI was still starting (a KeyboardInterrupt traceback)."""
+    admitted = (
+        UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+    )
+    ref = UpdateRef(
+        workflow_execution=WorkflowExecution(workflow_id=workflow_id), update_id=update_id
+    )
+    poll = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace, update_ref=ref, wait_policy=WaitPolicy(lifecycle_stage=admitted)
+    )
     try:
-        await handle.result(rpc_timeout=timedelta(seconds=0.5))
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        return True
+        got = await client.workflow_service.poll_workflow_execution_update(poll)
     except RPCError:
         return False
-    return True
+    return bool(got.stage >= admitted)
 
 
 async def test_waiting_for_an_update_no_worker_takes_can_be_stopped(
