@@ -90,6 +90,9 @@ async def test_a_run_cut_off_by_a_restart_says_so_and_goes_on(
         await page.press("#text", "Enter")
         await page.locator(".msg.live").wait_for()
         sid = await page.evaluate("state.sid")
+        # the stream may show the reply before the start's answer, which remembers the run
+        remembered = "localStorage.getItem('durable-agent-run:' + state.sid)"
+        await eventually(lambda: page.evaluate(remembered), within=20, what="run remembered")
     store = FileStore(root)
     again = AgentSpec(model=ScriptedModel([Reply(text="Back again.")]))
     async with serving(create_app(store=store, agents={"helper": again}), port):
