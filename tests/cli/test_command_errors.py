@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,28 @@ from durable_agent.cli.config import DEMO_APP
 from tests.cli.support import cli_env, run_cli
 
 pytestmark = pytest.mark.temporal
+
+
+def test_ctrl_c_while_a_command_loads_says_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C in the second a command takes to import its parts (typer, the Temporal SDK)
+    printed a ``KeyboardInterrupt`` traceback and exited -2; it says "interrupted" and exits
+    130, as it does once the command runs. (The interrupt is raised where the import was.)"""
+    loading = (
+        "import durable_agent.cli.__main__ as cli\n"
+        "def command():\n"
+        "    raise KeyboardInterrupt\n"
+        "cli.command = command\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", loading],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "interrupted\n"
 
 
 def test_help_for_every_command(tmp_path: Path) -> None:

@@ -150,6 +150,9 @@ def main() -> None:
         else:
             print(f"error: {message}", file=sys.stderr)
         code = 1
+    except KeyboardInterrupt:  # Ctrl-C before a command's own guard (loading its parts)
+        print("interrupted", file=sys.stderr)
+        code = 130
     except Exception as exc:  # a bug: show it, fail
         traceback.print_exception(exc)
         code = 1
