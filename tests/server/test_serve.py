@@ -10,7 +10,8 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -240,3 +241,87 @@ async def test_dev_stopped_while_a_chat_page_streams_ends_the_stream_cleanly(
                 rest = [line async for line in lines]  # a cut stream raises here
         assert await asyncio.to_thread(dev.proc.wait, 60) == 0, dev.log.read_text()
     assert ": live" not in rest and "Traceback" not in dev.log.read_text(), dev.log.read_text()
+
+
+@asynccontextmanager
+async def _serving(
+    temporal_client: Client, tmp_path: Path, *extra: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, Path]]:
+    """``durable-agent serve`` in a process of its own, ready; its process, port and log."""
+    port, log = free_port(), tmp_path / "serve.out"
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS=temporal_client.service_client.config.target_host)
+    args = ["serve", "--port", str(port), "--store", f"file:{tmp_path / 's'}", *extra]
+    with log.open("w") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        await eventually(_said(log, " ready on http://"), within=60, what="serve")
+        yield proc, port, log
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def _body_awaited(
+    port: int, body: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A session's creation sent up to its body, which the app is reading when this returns
+    (it asked for it: ``100 Continue``): a request in flight."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (port, len(body))
+    )
+    await writer.drain()
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100 ")
+    return reader, writer
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_stopped_answers_what_is_in_flight_ends_its_streams_and_exits_0(
+    temporal_client: Client, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A deploy's SIGTERM (or Ctrl-C) on ``serve``: open streams end, a request in flight gets
+    its answer, and the process exits 0 once it has closed its store. It exited 143 (uvicorn
+    raised the signal again once stopped), a failed stop to systemd and an error to Kubernetes;
+    on Ctrl-C it printed "interrupted" and exited 130."""
+    body = json.dumps({"session_id": "late"}).encode()
+    async with _serving(temporal_client, tmp_path) as (proc, port, log):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            made = await client.post("/v1/sessions", json={"session_id": "s1"})
+            assert made.status_code == 201, made.text
+            async with client.stream("GET", "/v1/sessions/s1/stream?after=0") as response:
+                lines = response.aiter_lines()
+                while await anext(lines) != ": live":
+                    pass
+                reader, writer = await _body_awaited(port, body)
+                proc.send_signal(sig)
+                rest = [line async for line in lines]  # a cut stream raises here
+        writer.write(body)
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        code = await asyncio.wait_for(proc.wait(), 30)
+    text = log.read_text()
+    assert answer.startswith(b"HTTP/1.1 201 "), answer
+    assert code == 0, text
+    assert ": live" not in rest and "Traceback" not in text, text
+    assert re.search(rf"serve {proc.pid} stopping", text), text
+
+
+async def test_serve_stops_at_once_on_a_second_signal(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A second SIGTERM while ``serve`` waits for a request in flight ends it there and then
+    (exit 143, as the worker's), saying so: uvicorn ignored it and waited out its grace."""
+    async with _serving(temporal_client, tmp_path) as (proc, port, log):
+        reader, writer = await _body_awaited(port, b"{}")
+        proc.send_signal(signal.SIGTERM)
+        await eventually(_said(log, " stopping"), within=30, what="the first signal taken")
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 3)  # under the 5 s grace for requests
+        assert await reader.read() == b""  # no answer: the request was cut, as by a crash
+        writer.close()
+    assert code == 128 + signal.SIGTERM, log.read_text()
+    assert "stopped at once (a second signal)" in log.read_text()

@@ -11,9 +11,12 @@ pipeline takes both processes' lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -39,7 +42,7 @@ from .config import (
     queue_for,
     resolve_store_spec,
 )
-from .processes import ProcessError
+from .processes import ProcessError, stop_on_signals
 from .render import flags_from, run_command
 
 __all__ = ["check_namespace", "listen", "serve", "start_http"]
@@ -70,9 +73,18 @@ async def start_http(
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
     # no log_config: uvicorn's records go to the process's handler (see the module docstring)
     config = uvicorn.Config(
-        app, host, port, log_config=None, log_level="warning", timeout_graceful_shutdown=5
+        app, host, port, log_config=None, log_level="warning", timeout_graceful_shutdown=GRACE
     )
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        """uvicorn without its signal handlers: the command owns SIGTERM and SIGINT (uvicorn's
+        raised the signal again once stopped, exit 143, and took no second one as "now")."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(config)
     serving = asyncio.create_task(server.serve(sockets))
 
     async def run() -> None:
@@ -80,9 +92,9 @@ async def start_http(
             await asyncio.shield(serving)
         except asyncio.CancelledError:
             server.should_exit = True
-            # the streams end now, as a signal to uvicorn ends them: sse-starlette learns of a
-            # stop from the server holding SIGTERM, which a caller with its own handler (dev)
-            # took over, and a stream uvicorn cancels after its grace is a traceback
+            # the streams end now: sse-starlette learns of a stop from the server holding
+            # SIGTERM, which none does here, and a stream uvicorn cancels after its grace is a
+            # traceback
             AppStatus.should_exit = True
             try:
                 await serving
@@ -163,6 +175,7 @@ def serve(
         url, task = await start_http(
             spec, client, queue, host=host, port=port, keys=keys, agents=agents
         )
+        stop = stop_on_signals(*STOP_SIGNALS)
         logger.info(
             "serve %d ready on %s: task queue %s, store %s, Temporal %s (namespace %s)",
             os.getpid(),
@@ -172,10 +185,39 @@ def serve(
             client.service_client.config.target_host,
             client.namespace,
         )
-        await task
+        await until_stopped(task, stop)
         return 0
 
     raise typer.Exit(run_command(main))
+
+
+GRACE = 5
+"""Seconds a stopping server gives the requests in flight to be answered (its streams end at
+once): under the 10 s Docker and Compose give a container between SIGTERM and SIGKILL."""
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def until_stopped(serving: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Serve until SIGTERM or SIGINT, then stop as a deploy expects: no new connection, open
+    streams ended, requests in flight answered (for up to :data:`GRACE` seconds), the store
+    closed, and the command exits 0; a second signal ends it there and then (128 + signal)."""
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not stop.is_set():  # the server ended by itself: its failure is the command's
+        stopping.cancel()
+        return await serving
+
+    def now(sig: int) -> None:
+        logger.info("serve %d stopped at once (a second signal)", os.getpid())
+        os._exit(128 + sig)
+
+    for sig in STOP_SIGNALS:
+        asyncio.get_running_loop().add_signal_handler(sig, now, sig)
+    logger.info("serve %d stopping: requests in flight have %g s to finish", os.getpid(), GRACE)
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
 
 
 async def check_namespace(client: Client) -> None:
