@@ -256,7 +256,13 @@ async def _serving(
             *CLI, *args, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        await eventually(_said(log, " ready on http://"), within=60, what="serve")
+        ready = _said(log, " ready on http://")
+
+        async def up() -> bool | None:
+            return proc.returncode is not None or await ready()
+
+        await eventually(up, within=60, what="serve")
+        assert proc.returncode is None, log.read_text()
         yield proc, port, log
     finally:
         if proc.returncode is None:
@@ -325,3 +331,29 @@ async def test_serve_stops_at_once_on_a_second_signal(
         writer.close()
     assert code == 128 + signal.SIGTERM, log.read_text()
     assert "stopped at once (a second signal)" in log.read_text()
+
+
+async def test_serve_limit_concurrency_answers_503_over_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """``serve --limit-concurrency 3``: with a stream open and a request in flight, a third
+    connection's request is answered 503 at once, and the ones under the limit are served."""
+    limited = _serving(temporal_client, tmp_path, "--limit-concurrency", "3")
+    async with (
+        limited as (_, port, _),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client,
+    ):
+        made = await client.post("/v1/sessions", json={"session_id": "s1"})
+        assert made.status_code == 201, made.text
+        async with client.stream("GET", "/v1/sessions/s1/stream?after=0") as response:
+            lines = response.aiter_lines()
+            while await anext(lines) != ": live":
+                pass
+            reader, writer = await _body_awaited(port, b'{"session_id": "s2"}')
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as other:
+                over = await other.get("/v1/sessions")
+            writer.write(b'{"session_id": "s2"}')
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n"), 30)
+            writer.close()
+    assert over.status_code == 503, over.text
+    assert answer.startswith(b"HTTP/1.1 201 "), answer

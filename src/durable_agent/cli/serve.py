@@ -60,6 +60,7 @@ async def start_http(
     port: int = 8000,
     keys: str | None = None,
     agents: list[str] | None = None,
+    limit_concurrency: int | None = None,
 ) -> tuple[str, asyncio.Task[None]]:
     """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
     URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
@@ -73,7 +74,13 @@ async def start_http(
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
     # no log_config: uvicorn's records go to the process's handler (see the module docstring)
     config = uvicorn.Config(
-        app, host, port, log_config=None, log_level="warning", timeout_graceful_shutdown=GRACE
+        app,
+        host,
+        port,
+        log_config=None,
+        log_level="warning",
+        timeout_graceful_shutdown=GRACE,
+        limit_concurrency=limit_concurrency,
     )
 
     class Server(uvicorn.Server):
@@ -134,6 +141,18 @@ def listen(host: str, port: int) -> list[socket.socket]:
     return bound
 
 
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        envvar="DURABLE_AGENT_LIMIT_CONCURRENCY",
+        help="Answer 503 at once while this many connections (open streams count) or requests "
+        "are open (default: no limit; put a proxy in front for slow clients).",
+        show_default=False,
+    ),
+]
+
+
 def serve(
     host: Annotated[str, typer.Option(help="Bind address (--keys beyond loopback).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port.")] = 8000,
@@ -141,6 +160,7 @@ def serve(
         str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
     ] = None,
     agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
+    limit_concurrency: LimitOpt = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
     address: AddressOpt = None,
@@ -173,7 +193,14 @@ def serve(
         await warn_if_unserved(client, queue)
         agents = [agent] if agent else None
         url, task = await start_http(
-            spec, client, queue, host=host, port=port, keys=keys, agents=agents
+            spec,
+            client,
+            queue,
+            host=host,
+            port=port,
+            keys=keys,
+            agents=agents,
+            limit_concurrency=limit_concurrency,
         )
         stop = stop_on_signals(*STOP_SIGNALS)
         logger.info(
