@@ -18,7 +18,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from tests.cli.support import CLI, cli_env, run_cli, running_dev
+from tests.cli.support import CLI, cli_env, run_cli, running_dev, wait_dead
 from tests.cli.test_operations import STAMP
 from tests.server.support import stream
 from tests.support.ferretdb import free_port
@@ -357,3 +357,35 @@ async def test_serve_limit_concurrency_answers_503_over_it(
             writer.close()
     assert over.status_code == 503, over.text
     assert answer.startswith(b"HTTP/1.1 201 "), answer
+
+
+async def test_dev_stops_at_once_on_a_second_signal(tmp_path: Path) -> None:
+    """A second Ctrl-C while ``dev`` waits for a request in flight on its chat page ends it
+    there and then (exit 130), its server and worker following by themselves: it was ignored
+    until the request's grace, the worker's and the server's stops had run their course. Its
+    output is a pipe's, buffered: what it said must not be lost with the process."""
+    log = tmp_path / "dev.out"
+    with log.open("w") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "dev", env=cli_env(tmp_path, PYTHONUNBUFFERED=""), stdout=out, stderr=out
+        )
+    try:
+        await eventually(_said(log, "durable-agent chat my-session"), within=90, what="dev")
+        found = re.search(r"chat\s+http://127\.0\.0\.1:(\d+)/", log.read_text())
+        worker = re.search(r"worker\s+pid (\d+)", log.read_text())
+        assert found and worker, log.read_text()
+        info = json.loads((tmp_path / "durable-agent" / "server.json").read_text())
+        children = [int(worker.group(1)), int(info["pid"])]
+        _, writer = await _body_awaited(int(found.group(1)), b"{}")
+        proc.send_signal(signal.SIGINT)
+        await eventually(_said(log, "stopping"), within=30, what="the first signal taken")
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(proc.wait(), 3)  # under the 5 s grace for requests
+        writer.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 128 + signal.SIGINT, log.read_text()
+    assert "stopped at once (a second signal)" in log.read_text()
+    assert await asyncio.to_thread(wait_dead, children) == [], "its children outlived it"

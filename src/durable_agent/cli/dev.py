@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -246,6 +247,7 @@ async def run_dev(
         )
         return await _supervise(console, server, worker, start, stop)
     finally:
+        _stop_at_once_on_signals(console)
         if http is not None:  # stopped, not left to asyncio.run to cancel (uvicorn's traceback)
             http.cancel()
             await asyncio.gather(http, return_exceptions=True)
@@ -255,6 +257,20 @@ async def run_dev(
             server.process.stop()
             remove_server_info(root, os.getpid())
         lock.release()
+
+
+def _stop_at_once_on_signals(console: Console) -> None:
+    """While ``dev`` stops (its chat page's requests, its worker's calls, its server, each given
+    seconds), a signal ends it there and then (128 + the signal), as a second one stops a
+    worker: its server follows by its parent-death signal, its worker by its parent watch. A
+    handler of the process, not the loop's: the stops of the children block the loop."""
+
+    def now(sig: int, _: FrameType | None) -> None:
+        console.print("stopped at once (a second signal)")
+        os._exit(128 + sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, now)
 
 
 def say_up(console: Console, *banner: str) -> None:
