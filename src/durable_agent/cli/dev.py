@@ -247,7 +247,6 @@ async def run_dev(
         )
         return await _supervise(console, server, worker, start, stop)
     finally:
-        _stop_at_once_on_signals(console)
         if http is not None:  # stopped, not left to asyncio.run to cancel (uvicorn's traceback)
             http.cancel()
             await asyncio.gather(http, return_exceptions=True)
@@ -304,6 +303,7 @@ async def _supervise(
             t0 = time.monotonic()
             worker = await start()
             console.print(f"worker {worker.pid} up in {time.monotonic() - t0:.1f} s")
+    _stop_at_once_on_signals(console)
     console.print("stopping")
     return 0
 

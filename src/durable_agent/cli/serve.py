@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
@@ -45,6 +45,10 @@ from .config import (
 from .processes import ProcessError, stop_on_signals
 from .render import flags_from, run_command
 
+if TYPE_CHECKING:  # the server extra's, imported when serving
+    import uvicorn
+    from starlette.types import ASGIApp
+
 __all__ = ["check_namespace", "listen", "serve", "start_http"]
 
 logger = logging.getLogger("durable_agent.serve")
@@ -60,11 +64,11 @@ async def start_http(
     port: int = 8000,
     keys: str | None = None,
     agents: list[str] | None = None,
-    limit_concurrency: int | None = None,
+    limit: int | None = None,
 ) -> tuple[str, asyncio.Task[None]]:
     """The HTTP API and chat page (docs/design.md#http-api) on uvicorn in this process: its
-    URL and the serving task (cancelling it shuts the server down, its app's shutdown too)."""
-    import uvicorn
+    URL and the serving task (cancelling it shuts the server down, its app's shutdown too);
+    over ``limit`` connections or requests, uvicorn answers 503."""
     from sse_starlette.sse import AppStatus
 
     from ..server import create_app
@@ -72,26 +76,7 @@ async def start_http(
     sockets = listen(host, port)
     store = (opened := open_store(store_spec)).store  # closed when the server stops
     app = create_app(store=store, temporal=client, task_queue=task_queue, keys=keys, agents=agents)
-    # no log_config: uvicorn's records go to the process's handler (see the module docstring)
-    config = uvicorn.Config(
-        app,
-        host,
-        port,
-        log_config=None,
-        log_level="warning",
-        timeout_graceful_shutdown=GRACE,
-        limit_concurrency=limit_concurrency,
-    )
-
-    class Server(uvicorn.Server):
-        """uvicorn without its signal handlers: the command owns SIGTERM and SIGINT (uvicorn's
-        raised the signal again once stopped, exit 143, and took no second one as "now")."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    server = Server(config)
+    server = _server(app, host, port, limit)
     serving = asyncio.create_task(server.serve(sockets))
 
     async def run() -> None:
@@ -120,6 +105,31 @@ async def start_http(
     return url, task
 
 
+def _server(app: ASGIApp, host: str, port: int, limit: int | None) -> uvicorn.Server:
+    """uvicorn as ``serve`` and ``dev`` run it: its records to the process's handler (no
+    log_config: see the module docstring), requests in flight given :data:`GRACE` to finish,
+    and none of its signal handlers: the command owns SIGTERM and SIGINT (uvicorn's raised the
+    signal again once stopped, exit 143, and took no second one as "now")."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host,
+        port,
+        log_config=None,
+        log_level="warning",
+        timeout_graceful_shutdown=GRACE,
+        limit_concurrency=limit,
+    )
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server(config)
+
+
 def listen(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host:port`` as uvicorn binds them (asyncio's way: each address the
     host resolves to), for uvicorn to serve; one that cannot be bound (a port in use, a host that
@@ -144,6 +154,7 @@ def listen(host: str, port: int) -> list[socket.socket]:
 LimitOpt = Annotated[
     int | None,
     typer.Option(
+        "--limit-concurrency",
         min=1,
         envvar="DURABLE_AGENT_LIMIT_CONCURRENCY",
         help="Answer 503 at once while this many connections (open streams count) or requests "
@@ -160,7 +171,7 @@ def serve(
         str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
     ] = None,
     agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
-    limit_concurrency: LimitOpt = None,
+    limit: LimitOpt = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
     address: AddressOpt = None,
@@ -193,14 +204,7 @@ def serve(
         await warn_if_unserved(client, queue)
         agents = [agent] if agent else None
         url, task = await start_http(
-            spec,
-            client,
-            queue,
-            host=host,
-            port=port,
-            keys=keys,
-            agents=agents,
-            limit_concurrency=limit_concurrency,
+            spec, client, queue, host=host, port=port, keys=keys, agents=agents, limit=limit
         )
         stop = stop_on_signals(*STOP_SIGNALS)
         logger.info(
