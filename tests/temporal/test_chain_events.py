@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from durable_agent import Event, MessageEntry, ModelError, Reply, RunStream, ScriptedModel, new
+from durable_agent import (
+    Agent,
+    Event,
+    MessageEntry,
+    ModelError,
+    Reply,
+    RunStream,
+    ScriptedModel,
+    new,
+)
 from durable_agent.activities.run_contracts import EventsAnswer, RunResult, RunState
 from durable_agent.ai import RetryPolicy, ToolCall, Usage, assistant_message, tool, user_message
 from durable_agent.durable.chain_events import Outcome, RunChain
@@ -92,6 +101,8 @@ class Scenario:
     ``approval``: at the approval request."""
     send: list[tuple[str, When]] = field(default_factory=list)
     """Messages (text, when) sent into the run just before the cancel, held when it lands."""
+    edit: dict[str, Any] | None = None
+    """At the approval request, approve every pending call with these arguments."""
 
 
 SLOW_REPLY = Reply(text="a long reply that streams slowly " * 8, chunk_size=4, chunk_delay=0.05)
@@ -123,6 +134,9 @@ SCENARIOS = {
     "cancel while a tool runs": Scenario([calls("slow"), "never"], cancel="tool"),
     "cancel while streaming with a steer queued": Scenario(
         [SLOW_REPLY], cancel="update", send=[("shorter", "next_turn")]
+    ),
+    "approved with edited arguments": Scenario(
+        [calls("approve_me"), "done"], edit={"text": "edited"}
     ),
     "cancel while waiting with two messages queued": Scenario(
         [calls("echo", "approve_me"), "never"],
@@ -182,6 +196,16 @@ async def _cancel_when(
     return seen
 
 
+async def _approve_edited(agent: Agent, stream: RunStream, args: dict[str, Any]) -> list[Event]:
+    seen: list[Event] = []
+    async for event in stream.events():
+        seen.append(event)
+        if event.agent is not None and event.agent.type == "approval_requested":
+            for item in agent.pending_approvals():
+                await agent.decide(item.tool_call_id, True, args=args)
+    return seen
+
+
 async def _running() -> bool:
     return bool(RUNNING)
 
@@ -231,7 +255,9 @@ async def _run(client: Client, name: str, scenario: Scenario) -> None:
         after = await _stored(store, session)
         start_leaf = agent.leaf_id
         stream = await agent.run(*scenario.run, run_id=rid)
-        if scenario.cancel is None:
+        if scenario.edit is not None:
+            client_events = await _approve_edited(agent, stream, scenario.edit)
+        elif scenario.cancel is None:
             client_events = (await consume(stream)).events
         else:
             client_events = await _cancel_when(
@@ -271,3 +297,25 @@ async def test_events_derived_from_the_store_are_the_recorded_events(
     temporal_client: Client, name: str
 ) -> None:
     await _run(temporal_client, name, SCENARIOS[name])
+
+
+async def test_a_continued_parked_run_starts_its_call_with_the_edited_arguments(
+    temporal_client: Client,
+) -> None:
+    """A call decided while its run was parked, with edited arguments: the continuation run's
+    ``tool_execution_start`` carries what the tool is handed, on the client as recorded."""
+    store, q, session, rid = MemoryStore(), queue(), sid("chain"), run_id()
+    spec = AgentSpec(model=ScriptedModel([calls("approve_me"), "done"]), tools=[approve_me])
+    async with running_worker(temporal_client, store, {"a": spec}, task_queue=q):
+        ex = executor(temporal_client, q)
+        agent = await new("a", store=store, session_id=session, executor=ex, approval_wait=0.1)
+        await (await agent.run("go")).wait()  # parks: the call waits
+        await agent.decide("c0", True, args={"text": "edited"})
+        client_events = (await consume(await agent.run(run_id=rid))).events
+        handle = temporal_client.get_workflow_handle(run_workflow_id(session, rid))
+        answer: EventsAnswer = await handle.query("events", 0, result_type=EventsAnswer)
+        stored = {e.id: e for e in await store.load_entries(session)}
+    recorded = [hydrate(w, stored) for w in answer.events]
+    starts = [e.agent.args for e in client_events if e.agent and e.agent.args is not None]
+    assert starts == [{"text": "edited"}]
+    assert shape(client_events) == shape(recorded)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from ..agent.approval import Verdict
 from ..agent.events import AgentEvent, tool_start
 from ..ai.messages import Message, ToolCall
 from ..session.approvals import ApprovalDecision, AwaitingTurn
@@ -72,6 +73,8 @@ class ChainSteps:
         self._phase = "tools"
         self._reply = turn.assistant
         self._calls, self._answered = turn.unanswered(), 0
+        for decision in turn.decisions.values():
+            self._edit(decision)
         self._parallel = None if len(self._calls) > 1 else False
         out = [self._event(AgentEvent(type="agent_start"), entries=[], leaf=True)]
         return out + self._await({c.id for c in turn.undecided()})
@@ -94,10 +97,20 @@ class ChainSteps:
         self.leaf = entry.id
         out = [self._event(AgentEvent(type="approval_decided"), entries=[entry], leaf=True)]
         self._awaiting.discard(entry.tool_call_id)
+        self._edit(entry)
         if not self._awaiting:
             self._starts = 0
             out += self._await(set())
         return out
+
+    def _edit(self, decision: ApprovalDecision) -> None:
+        """An approval with edited arguments: the call starts with them, as the engine runs it
+        (its ``tool_execution_start`` carries what the tool is handed, not the model's)."""
+        if decision.approved and decision.args is not None:
+            self._calls = [
+                Verdict(True, args=decision.args).apply(c) if c.id == decision.tool_call_id else c
+                for c in self._calls
+            ]
 
     def _delivered(self, entry: Entry) -> list[Event]:
         """A message sent into the run, stored after a turn's end: a model call follows; or
