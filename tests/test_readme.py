@@ -97,20 +97,34 @@ def test_every_script_runs_as_written(
     assert EXPECTED.get(block.name, "") in done.stdout, done.stdout
 
 
+MISSPELLED = """\
+from durable_agent.ai.providers import OpenAIChatModel, OpenAIChatModl
+from durable_agent.stores import FileStor, MongoStore
+"""
+"""Names the lazy modules load on first use, beside misspellings of them: what a user's mypy
+must tell apart (a module ``__getattr__`` it sees makes every name an ``Any``)."""
+
+
 def test_every_script_type_checks_strictly(tmp_path: Path) -> None:
     """As a user's CI checks the code they copy: ``mypy --strict``, no plugin, from a directory
-    of their own, so the package's ``py.typed`` and ``__all__`` exports are what it reads."""
+    of their own, so the package's ``py.typed`` and ``__all__`` exports are what it reads; and
+    a name the package does not have is an error there, not an ``Any``."""
     for block in SCRIPTS:
         (tmp_path / f"readme_{block.name.replace('-', '_')}.py").write_text(block.code, "utf-8")
+    (tmp_path / "misspelled.py").write_text(MISSPELLED, "utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--config-file", "", "--cache-dir", "mypy"]
-        + [p.name for p in sorted(tmp_path.glob("readme_*.py"))],
+        + [p.name for p in sorted(tmp_path.glob("*.py"))],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    errors = re.findall(r"^(\S+?):\d+: error: (.*?)(?:;.*)?  \[", done.stdout, re.M)
+    assert errors == [
+        ("misspelled.py", 'Module "durable_agent.ai.providers" has no attribute "OpenAIChatModl"'),
+        ("misspelled.py", 'Module "durable_agent.stores" has no attribute "FileStor"'),
+    ], done.stdout + done.stderr
 
 
 def _cli_paths(group: Any, prefix: str = "") -> list[str]:

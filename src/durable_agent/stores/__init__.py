@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 __all__ = ["FileStore", "MemoryStore", "MongoStore", "RememberingStore"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import optional stores on first use (PEP 562), so their dependencies stay optional."""
-    if name == "MongoStore":
-        from .mongo import MongoStore
+if not TYPE_CHECKING:  # a checker that saw it would take every misspelled name for an Any
 
-        return MongoStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        """Import optional stores on first use (PEP 562), so their dependencies stay optional."""
+        if name == "MongoStore":
+            from .mongo import MongoStore
+
+            return MongoStore
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

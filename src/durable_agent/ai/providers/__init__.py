@@ -38,11 +38,13 @@ __all__ = [
 _LAZY = {"OpenAIChatModel": ".openai", "AnthropicModel": ".anthropic"}
 
 
-def __getattr__(name: str) -> Any:
-    """Import an adapter (and its SDK) only when it is asked for."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+if not TYPE_CHECKING:  # a checker that saw it would take every misspelled name for an Any
 
-    return getattr(import_module(module, __name__), name)
+    def __getattr__(name: str) -> Any:
+        """Import an adapter (and its SDK) only when it is asked for."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib import import_module
+
+        return getattr(import_module(module, __name__), name)
