@@ -163,6 +163,16 @@ LimitOpt = Annotated[
     ),
 ]
 
+OnlyAgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="The one agent runs use (a request naming another is refused; default: each "
+        "request names its agent).",
+        show_default=False,
+    ),
+]
+
 
 def serve(
     host: Annotated[str, typer.Option(help="Bind address (--keys beyond loopback).")] = "127.0.0.1",
@@ -170,7 +180,7 @@ def serve(
     keys: Annotated[
         str | None, typer.Option("--keys", help="API keys file (default: $DURABLE_AGENT_KEYS).")
     ] = None,
-    agent: Annotated[str | None, typer.Option(help="The agent a run names by default.")] = None,
+    agent: OnlyAgentOpt = None,
     limit: LimitOpt = None,
     store: StoreOpt = None,
     task_queue: QueueOpt = None,
