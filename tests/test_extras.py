@@ -258,3 +258,15 @@ def test_a_missing_extra_is_an_import_error_naming_it(
     name, _, message = done.stdout.partition("\n")
     assert name.split(".")[0] == module, done.stdout
     assert f"pip install '.[{needed}]'" in message, done.stdout
+
+
+def test_the_build_requires_a_setuptools_that_reads_the_license_string() -> None:
+    """``license = "Apache-2.0"`` (an SPDX string) is read by setuptools 77 and later; older ones
+    stop the build with ``project.license must be valid exactly by one definition``, which a
+    build without isolation (an offline mirror, a distribution's packager) meets."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(data["project"]["license"], str)
+    (setuptools,) = [
+        Requirement(r) for r in data["build-system"]["requires"] if r.startswith("setuptools")
+    ]
+    assert not setuptools.specifier.contains("76.1.0"), setuptools
