@@ -184,7 +184,7 @@ def test_a_run_that_names_no_agent_is_told_how_to() -> None:
         pick_agent([], None)
     with pytest.raises(UnknownAgentError, match="this server has a, b"):
         pick_agent(["a", "b"], None)
-    with pytest.raises(UnknownAgentError, match=r"no agent 'c' on this server \(it runs a, b;"):
+    with pytest.raises(UnknownAgentError, match=r"no agent 'c' on this server \(it runs a, b\)"):
         pick_agent(["a", "b"], "c")  # serve --agent NAME runs that one only, whatever the workers
     assert (pick_agent(["a"], None), pick_agent([], "zzz")) == ("a", "zzz")
 

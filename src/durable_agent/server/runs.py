@@ -310,10 +310,7 @@ def pick_agent(names: Sequence[str], agent: str | None) -> str:
             )
         raise UnknownAgentError("name the agent: this server has " + ", ".join(names))
     if names and agent not in names:
-        raise UnknownAgentError(
-            f"no agent {agent!r} on this server (it runs {', '.join(names)}; "
-            "durable-agent serve --agent NAME runs only that agent)"
-        )
+        raise UnknownAgentError(f"no agent {agent!r} on this server (it runs {', '.join(names)})")
     return agent
 
 
