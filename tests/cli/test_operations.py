@@ -530,3 +530,21 @@ async def test_run_leaf_at_a_going_runs_answered_call_is_refused(dev: Dev, tmp_p
             _json(run_cli(["show", "leaf1", "--tree", "--json", "--store", store], env))
         )
         assert "hello" not in after and "quick" not in after
+
+
+async def test_approve_goes_on_with_the_agent_that_asked(dev: Dev, tmp_path: Path) -> None:
+    """A run of the app's own agent parks on a call waiting for a person; ``approve`` (no
+    ``--agent``) stores the decision and starts the run that goes on. It started it as the
+    default agent, ``demo``, which this worker has not: the run failed and the call never ran."""
+    queue, store = f"ops-ask-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
+    flags = ["--store", store, "--task-queue", queue]
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    with worker_process(env, tmp_path, "--app", f"{OPS_APP}:app", *flags):
+        asked = run_cli(["run", "ask1", "refund it", "--agent", "refunder", *flags], env)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        [pending] = _json(run_cli(["approvals", "ask1", "--json", "--store", store], env))
+        decided = run_cli(["approve", "ask1", pending["tool_call_id"], *flags], env)
+        assert decided.returncode == 0, decided.stdout + decided.stderr
+        assert "continuing in run" in decided.stdout and "done: refunded 250" in decided.stdout
+    shown = json.dumps(_json(run_cli(["show", "ask1", "--json", "--store", store], env)))
+    assert "done: refunded 250" in shown

@@ -13,7 +13,9 @@
   in flight;
 - ``ponder`` calls ``lookup`` (a quick tool) for the question ``go``, then answers its result only
   once the test lets it (``answering`` in ``$OPS_TOOL_DIR`` while it waits for ``release``), and
-  says ``quick`` to any other question: a run going with its turn's result stored.
+  says ``quick`` to any other question: a run going with its turn's result stored;
+- ``refunder`` calls ``refund``, which waits for a person's approval, and parks at once (its
+  ``approval_wait`` is a tenth of a second): a decision then starts the run that goes on.
 """
 
 from __future__ import annotations
@@ -68,6 +70,19 @@ class PonderModel:
             yield event
 
 
+@tool(approval=True)
+async def refund(amount: int) -> str:
+    """Refund a payment, once a person approved it."""
+    return f"refunded {amount}"
+
+
+def _refund(request: ModelRequest) -> Reply:
+    last = request.messages[-1]
+    if last.role == "tool_result":
+        return Reply(text=f"done: {last.text()}")
+    return Reply.call("refund", {"amount": 250}, id="refund-1")
+
+
 @tool
 async def lookup(q: str) -> str:
     """Look something up, at once."""
@@ -101,5 +116,6 @@ def app() -> App:
             "broken": AgentSpec(model=BrokenModel()),
             "settle": AgentSpec(model=ScriptedModel(_settle), tools=(settle,)),
             "ponder": AgentSpec(model=PonderModel(), tools=(lookup,)),
+            "refunder": AgentSpec(model=ScriptedModel(_refund), tools=(refund,), approval_wait=0.1),
         }
     )

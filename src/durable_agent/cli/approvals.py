@@ -4,9 +4,8 @@
 (read from the store: no Temporal needed). ``approve``/``deny SESSION CALL_ID`` decide one: the
 run that waits for it gets the decision through its ``decide`` update; a run that parked has the
 decision stored at the session's leaf instead, and once every call of that turn is decided the
-command starts the continuation run and says so (docs/design.md#approvals-and-steering).
-``chat`` takes its answers, and the messages typed while a run works, from :class:`Lines`, and
-starts the continuation the same way (:func:`turn_settled`, :func:`continuation`).
+command starts the asking agent's continuation run and says so (docs/design.md#approvals-and-
+steering). ``chat`` takes its answers from :class:`Lines` and goes on the same way.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from ..activities.run_contracts import RunState
-from ..durable import Agent, RunStream, When
+from ..durable import Agent, RunStream, When, new
 from ..session import ApprovalRequest, Entry, PendingItem, path, pending_items, validate_session_id
 from ..session.approvals import awaiting_turn
 from ..workflows import TemporalExecutor, run_workflow_id
+from ..workflows.run_start import started_agent
 from .config import (
     AddressOpt,
-    AgentOpt,
     JsonOpt,
     NamespaceOpt,
     NotFound,
@@ -65,7 +64,6 @@ __all__ = [
     "continuation",
     "denied_calls",
     "deny",
-    "pending_line",
     "show_approvals",
     "turn_settled",
 ]
@@ -167,19 +165,16 @@ class Lines:
         return None
 
 
-Read = Callable[[str], Awaitable[str | None]]
-"""The next typed line after showing a prompt (``None`` at end of input)."""
-Send = Callable[[str, When], object]
-"""Hand the waiting run a message (``chat``: a steer or a follow-up)."""
+Read = Callable[[str], Awaitable[str | None]]  # the next line after a prompt (None: the end)
+Send = Callable[[str, When], object]  # hand the waiting run a message (a steer, a follow-up)
 
 
 async def ask(
     console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send, queue: str | None
 ) -> None:
-    """``chat``'s questions while a run waits for decisions: show each call with its arguments
-    and take ``y``, ``n [reason]`` or ``e`` (edit the arguments as JSON); ``/steer TEXT`` and
-    ``/later TEXT`` send the run a message meanwhile (docs/design.md#approvals-and-steering).
-    The end of input leaves the calls pending (``approvals`` and ``approve`` still decide them)."""
+    """``chat``'s questions while a run waits: each call shown, ``y``, ``n [reason]`` or ``e`` (edit
+    its arguments as JSON) taken, ``/steer``/``/later TEXT`` sent (docs/design.md#approvals-and-
+    steering). The end of input leaves the calls pending (``approve`` still decides them)."""
     for request in requests:
         if not isinstance(request, ApprovalRequest):
             continue
@@ -225,7 +220,9 @@ def _decide_command(approved: bool) -> Any:
         ] = None,
         store: StoreOpt = None,
         task_queue: QueueOpt = None,
-        agent: AgentOpt = "demo",
+        agent: Annotated[
+            str | None, typer.Option(help="Agent to go on (default: the asker).")
+        ] = None,
         address: AddressOpt = None,
         namespace: NamespaceOpt = None,
         profile: ProfileOpt = None,
@@ -292,7 +289,7 @@ async def decide(
     decided_by: str | None,
     store_spec: str,
     task_queue: str,
-    agent_name: str,
+    agent_name: str | None,
     flags: TemporalFlags | None,
 ) -> int:
     opened = open_store(store_spec)
@@ -302,7 +299,7 @@ async def decide(
             opened,
             session_id=validate_session_id(session_id),
             task_queue=task_queue,
-            agent_name=agent_name,
+            agent_name=agent_name or "demo",
             flags=flags,
         )
         pending = {p.tool_call_id: p for p in agent.pending_approvals()}
@@ -314,23 +311,26 @@ async def decide(
             )
         word = "approved" if approved else "denied"
         console.print(f"{word} {escape(call_id)} (decision {escape(entry.id)})")
-        await _continue(console, agent, executor, pending[call_id].run_id)
+        await _continue(console, agent, executor, pending[call_id].run_id, agent_name)
         return 0
     finally:
         await opened.close()
 
 
 async def _continue(
-    console: Console, agent: Agent, executor: TemporalExecutor, run_id: str
+    console: Console, agent: Agent, executor: TemporalExecutor, run_id: str, named: str | None
 ) -> None:
     """A decision stored at the leaf (the run that asked is not running) that settles the
-    turn: start the continuation run and follow it."""
+    turn: start the continuation run, of the agent that asked unless one is ``named``."""
     if not turn_settled(agent):
         return  # other calls of the turn still wait
-    asked = executor.client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
+    asked = run_workflow_id(agent.session_id, run_id)
+    handle = executor.client.get_workflow_handle(asked)
     with contextlib.suppress(RPCError):
-        if (await asked.describe()).status == WorkflowExecutionStatus.RUNNING:
+        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
             return  # the waiting run took the decision and goes on by itself
+    if named is None and (asking := await started_agent(executor.client, asked)):
+        agent = await new(asking, store=agent.store, session_id=agent.session_id, executor=executor)
     stream = await continuation(console, agent)
     printer = RunPrinter(console, denied_calls(agent))
     try:

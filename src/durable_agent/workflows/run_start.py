@@ -11,14 +11,18 @@ session from its first entry.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
-from ..activities.run_contracts import InputEntry
+from ..activities.run_contracts import InputEntry, RunInput
 from ..activities.start_leaf import input_id, local_activity_result
 from ..durable.persist import is_durable
 from ..durable.state import SessionState
@@ -27,7 +31,7 @@ from ..session.entries import Entry
 from ..session.tree import path as tree_path
 from .run_input import decode_run_input
 
-__all__ = ["RunStart", "attached", "started_here"]
+__all__ = ["RunStart", "attached", "started_agent", "started_here"]
 
 
 @dataclass(frozen=True)
@@ -61,20 +65,38 @@ def started_here(state: SessionState, inputs: list[InputEntry]) -> RunStart:
     )
 
 
+async def _first_history(client: Client, workflow_id: str) -> AsyncIterator[HistoryEvent]:
+    """The events of the run's first execution (its input is there, not in a continuation's)."""
+    description = await client.get_workflow_handle(workflow_id).describe()
+    first = description.raw_description.workflow_execution_info.first_run_id or None
+    async for event in client.get_workflow_handle(workflow_id, run_id=first).fetch_history_events():
+        yield event
+
+
+async def _input(client: Client, event: HistoryEvent) -> RunInput:
+    payloads = event.workflow_execution_started_event_attributes.input.payloads
+    [value] = await client.data_converter.decode(payloads)
+    return decode_run_input(value)
+
+
+async def started_agent(client: Client, workflow_id: str) -> str | None:
+    """The agent the run was started with, so that what goes on after it parked (``approve``)
+    is that agent's; ``None`` when Temporal no longer holds the run."""
+    with contextlib.suppress(RPCError):
+        async for event in _first_history(client, workflow_id):
+            return (await _input(client, event)).agent  # the first event: its start
+    return None
+
+
 async def attached(
     client: Client, handle: WorkflowHandle[Any, Any], state: SessionState
 ) -> RunStart:
     """A run started elsewhere: read from its first execution's history (module doc)."""
-    description = await handle.describe()
-    first = description.raw_description.workflow_execution_info.first_run_id or None
-    history = client.get_workflow_handle(handle.id, run_id=first).fetch_history_events()
     leaf: str | None = None
     inputs: list[str | None] = []
-    async for event in history:
+    async for event in _first_history(client, handle.id):
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            [value] = await client.data_converter.decode(payloads)
-            inp = decode_run_input(value)
+            inp = await _input(client, event)
             leaf = inp.leaf_id
             inputs = [input_id(item) for item in inp.inputs if not item.ephemeral]
             if leaf is not None:
