@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 from temporalio.client import Client
 
-from durable_agent.ai import Message, Reply, TextContent
+from durable_agent.ai import Message, Reply, TextContent, ToolCall
 from durable_agent.server import create_app
 from durable_agent.session import Entry, MessageEntry, SeqStore, StoreUnavailableError
 from durable_agent.session.codec import entry_to_wire
@@ -212,3 +212,35 @@ async def test_an_end_waits_for_an_append_in_flight_before_the_runs_last_entries
             await reader.until(ended(run_id), within=60)
             await reader.until(lambda r: r.last_seq() == total)
         _told_in_order(reader, run_id, total)
+
+
+async def test_a_stream_joined_after_a_reply_was_stored_shows_no_text_of_it(
+    temporal: Client | None, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A run streamed a reply, stored it and now runs a tool. A client that joins then (from
+    the start, or resuming after the reply's seq) gets the stored reply and none of its live
+    text after it: the text is stored, not streaming."""
+    gate = GateTool()
+    reply = Reply(
+        text="Let me open the gate for you.",
+        tool_calls=[ToolCall(id="g1", name="gate", arguments={})],
+        chunk_size=3,
+        chunk_delay=0.01,
+    )
+    spec = AgentSpec(model=scripted([reply, Reply(text="Done.")]), tools=[gate.tool])
+    async with (
+        _server(temporal, "file", tmp_path, request, spec) as (app, _),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await client.post("/v1/sessions", json={"session_id": "d2"})
+        async with stream(client, "d2", after=0) as first:
+            started = await client.post("/v1/sessions/d2/runs", json={"text": "Go"})
+            await gate.started.wait()
+            await first.until(lambda r: r.last_seq() == 2)
+            for after in (0, 2):
+                async with stream(client, "d2", after=after) as late:
+                    await late.until(lambda r: r.live)
+                assert [f.event for f in late.frames if f.event == "delta"] == []
+            gate.release.set()
+            await first.until(ended(started.json()["run_id"]), within=60)

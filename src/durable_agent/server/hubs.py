@@ -146,6 +146,8 @@ class Hubs:
             self.shown.pop((session_id, run_id), None)
         hub = self.hubs.get(session_id)
         if hub is not None:
+            if run_id:  # a stream that joins now replays it: no text of it after it
+                hub.partial.pop(run_id, None)
             hub.told(entry_ids)
 
     def deleted(self, session_id: str) -> list[str]:

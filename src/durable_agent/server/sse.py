@@ -99,8 +99,8 @@ async def frames(
             if seq > after:
                 after = seq
                 yield entry_frame(seq, entry)
-        for piece in pieces:
-            if not _answered(piece.entry_parent, caught):
+        for piece in pieces:  # a reply stored since its run's stream gave the text: none
+            if not _answered(piece.entry_parent, [*replay, *caught]):
                 yield Frame("delta", piece.data())
         yield LIVE
         while True:
