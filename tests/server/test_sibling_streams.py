@@ -1,6 +1,6 @@
 """Two runs of one session streaming at once (``on_busy: sibling``): each ``delta`` frame carries
-its own run's ID and its own reply's parent, and each reply rebuilt from its frames is its stored
-text, in process and on Temporal."""
+its own run's ID and its own reply's parent, and each reply's live text rebuilt from its frames
+begins its stored text, none of it after its entry, in process and on Temporal."""
 
 from __future__ import annotations
 
@@ -97,7 +97,17 @@ async def _scenario(
         assert stored[[e.id for e in stored].index(questions[name])].parent_id == fork
         pieces = _pieces(reader, run_id)
         assert {p["entry_parent"] for p in pieces} == {questions[name]}, name
-        assert _shown(pieces) == TEXTS[name]
+        # its live text until its entry came (which may come before the run's stream gave the
+        # last pieces: the entry has the text whole), and none after it
+        assert _shown(pieces) and TEXTS[name].startswith(_shown(pieces)), name
+        receipt = next(
+            i
+            for i, f in enumerate(reader.frames)
+            if f.event == "entry" and f.data["entry"]["id"] == reply.id
+        )
+        assert all(
+            f.data["run_id"] != run_id for f in reader.frames[receipt:] if f.event == "delta"
+        )
 
 
 async def test_sibling_runs_stream_apart_in_process(tmp_path: Path) -> None:

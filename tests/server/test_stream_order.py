@@ -22,7 +22,7 @@ from durable_agent.session.codec import entry_to_wire
 from durable_agent.session.ids import new_id
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
+from tests.server.support import Reader, ended, helper_app, lookup, scripted, serving, stream
 from tests.support.gate_tool import GateTool
 
 
@@ -214,6 +214,55 @@ async def test_an_end_waits_for_an_append_in_flight_before_the_runs_last_entries
         _told_in_order(reader, run_id, total)
 
 
+def _late_deltas(reader: Reader) -> list[tuple[int, str]]:
+    """The ``delta`` frames (their index, text) that came after the ``entry`` frame of the
+    stored reply they grow (one run: the reply under the same parent): none should."""
+    answered: set[str] = set()
+    late = []
+    for i, frame in enumerate(reader.frames):
+        if frame.event == "entry":
+            entry = frame.data["entry"]
+            if entry["type"] == "message" and entry["message"]["role"] == "assistant":
+                answered.add(entry.get("parent_id") or "")
+        elif frame.event == "delta" and frame.data["entry_parent"] in answered:
+            late.append((i, frame.data["text"]))
+    return late
+
+
+async def test_no_delta_of_a_reply_comes_after_its_entry(
+    temporal: Client | None, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A run of many streamed replies (each with a tool call, then the last): every delta of a
+    reply comes before the entry that stores it, so a client that shows a run's live text
+    until the entry arrives never shows a fragment after the stored reply."""
+    turns = 12
+    replies = [
+        Reply(
+            text=f"Looking up city number {n} for you now.",
+            tool_calls=[ToolCall(id=f"c{n}", name="lookup", arguments={"city": f"C{n}"})],
+            chunk_size=3,
+            chunk_delay=0.002,
+        )
+        for n in range(turns)
+    ]
+    replies.append(Reply(text="That is all the cities, thank you.", chunk_size=3))
+    spec = AgentSpec(model=scripted(replies), tools=[lookup])
+    async with (
+        _server(temporal, "file", tmp_path, request, spec) as (app, store),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await client.post("/v1/sessions", json={"session_id": "d1"})
+        async with stream(client, "d1", after=0) as reader:
+            started = await client.post("/v1/sessions/d1/runs", json={"text": "Go"})
+            assert started.status_code == 202, started.text
+            await reader.until(ended(started.json()["run_id"]), within=60)
+            total = len(await store.load_entries("d1"))
+            await reader.until(lambda r: r.last_seq() == total)
+    assert any(f.event == "delta" for f in reader.frames)
+    assert _late_deltas(reader) == []
+
+
 async def test_a_stream_joined_after_a_reply_was_stored_shows_no_text_of_it(
     temporal: Client | None, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -244,3 +293,4 @@ async def test_a_stream_joined_after_a_reply_was_stored_shows_no_text_of_it(
                 assert [f.event for f in late.frames if f.event == "delta"] == []
             gate.release.set()
             await first.until(ended(started.json()["run_id"]), within=60)
+    assert _late_deltas(first) == []

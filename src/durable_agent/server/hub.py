@@ -34,7 +34,7 @@ from ..workflows.worker_logs import in_one_line
 from .reads import Held, HubReads, Wait, of_reply, of_run
 from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
-from .watch import Piece, RunWatch, grown, owner
+from .watch import Piece, RunWatch, grown, owner, replied
 
 if TYPE_CHECKING:  # the registry starts hubs
     from .hubs import Hubs
@@ -176,21 +176,22 @@ class SessionHub:
                 self.failures.pop(run_id, None)
                 return
             self._show_held(of_run(run_id))  # before its end
-            self.active.pop(run_id, None)
             self.relays.discard(run_id)
-            self.asked.pop(run_id, None)
-            self.partial.pop(run_id, None)
-            self.watches.pop(run_id, None)
+            for kept in (self.active, self.asked, self.partial, self.watches, self.reads.answered):
+                kept.pop(run_id, None)
             self.hubs.ended[key] = status
             while len(self.hubs.ended) > REMEMBERED:
                 del self.hubs.ended[next(iter(self.hubs.ended))]
         self._send(_status(run_id, status, self.failures.pop(run_id, None)))
         self.kick(read=not relayed)
 
-    def piece(self, piece: Piece, wait: Wait = "read") -> None:
-        """Live text of a run's reply; a reply's first waits for a store read (:mod:`.reads`)."""
+    def piece(self, piece: Piece, wait: Wait = "read", stored: str = "") -> None:
+        """Live text of a run's reply: its first waits for a read, a sent reply's is dropped."""
         if not piece.text and not piece.restart:
             return  # a tool call growing: the stream shows text only
+        if self.reads.stale(piece, stored):
+            self.partial.pop(piece.run_id, None)
+            return
         shown = self.partial.get(piece.run_id)
         first = shown is None or shown.entry_parent != piece.entry_parent
         if self.reads.hold(piece, first, wait):
@@ -255,12 +256,11 @@ class SessionHub:
     async def _found(self, runs: TemporalRuns, run_id: str, *, watch: bool) -> None:
         """Follow a Temporal run found running: ``watch`` one another process started.
 
-        The one ``state()`` query of such a run (docs/design.md#http-api), asked once per hub,
-        not per browser: its pending approvals give the status the first frame of every stream
-        shows (the hub starts reading where its first client resumed, past the run's requests,
-        and the events of a run this process started reach it a read of the store later), and
-        its turn count keys the live deltas of a watched run's reply. A watched run's later
-        waits are told from the entries the hub reads (:meth:`_waits`)."""
+        The one ``state()`` query of such a run (docs/design.md#http-api), once per hub, not per
+        browser: its pending approvals give the status every stream's first frame shows (the hub
+        starts reading where its first client resumed, past the run's requests; a run this process
+        started tells its events a store read later), its turn count keys a watched run's live
+        deltas. A watched run's later waits come from the entries the hub reads (:meth:`_waits`)."""
         status: Status = "started"
         state: tuple[int, set[str], str] | None = None
         with contextlib.suppress(Exception):
@@ -367,6 +367,8 @@ class SessionHub:
                 for piece in pieces:
                     self.piece(piece, wait="no")
                 self.partial.pop(watch.run_id, None)
+            for run_id in replied(self.partial.values(), entry) if watch is None else ():
+                self.reads.answered[run_id] = self.partial.pop(run_id).entry_parent
             unplaced |= watch is None and isinstance(entry, MessageEntry)
             self.leaf = entry.id
             self._send(entry_frame(seq, entry))

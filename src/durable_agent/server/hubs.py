@@ -128,7 +128,13 @@ class Hubs:
             hub.end(run_id, status, last_entry, failure)
 
     def run_delta(
-        self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
+        self,
+        session_id: str,
+        run_id: str,
+        entry_parent: str,
+        text: str,
+        restart: bool,
+        stored: str = "",
     ) -> None:
         piece = Piece(run_id, entry_parent, text, restart)
         if not text and not restart:
@@ -136,10 +142,13 @@ class Hubs:
         key = (session_id, run_id)
         if key in self.dropped:
             return
-        self.shown[key] = grown(self.shown.get(key), piece)
+        if stored:  # a hub started now replays the reply: no text of it to keep
+            self.shown.pop(key, None)
+        else:
+            self.shown[key] = grown(self.shown.get(key), piece)
         hub = self.hubs.get(session_id)
         if hub is not None:
-            hub.piece(piece, wait="told")
+            hub.piece(piece, wait="told", stored=stored)
 
     def stored(self, session_id: str, entry_ids: Sequence[str] = (), run_id: str = "") -> None:
         if run_id:  # a receipt of the run: its reply, if one streamed, is stored

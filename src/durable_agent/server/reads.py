@@ -120,6 +120,8 @@ class HubReads:
         self._reads = 0
         self.held: dict[str, Held] = {}
         """Run ID -> its reply's first live text, waiting for a read."""
+        self.answered: dict[str, str] = {}
+        """Run ID -> the parent of its streaming reply whose entry a read brought."""
 
     def told(self, entry_ids: Iterable[str]) -> None:
         clock = asyncio.get_running_loop().time()
@@ -145,6 +147,16 @@ class HubReads:
             self.follower.wake()
             return True
         return False
+
+    def stale(self, piece: Piece, stored: str) -> bool:
+        """Whether ``piece`` is text of a reply whose entry the hub sent already (a read
+        brought it, or it lies where the hub started: ``stored``, the reply's entry as its run
+        knows it): the run's stream may give a reply's last text after the hub read its entry
+        (on Temporal the two read the store apart), and a delta after the entry that stores
+        its reply would leave a client showing text the reply holds (docs/design.md#http-api)."""
+        if self.answered.get(piece.run_id) == piece.entry_parent:
+            return True
+        return bool(stored) and (self.follower.has_read(stored) or stored == self.first_leaf)
 
     def take_held(self, which: Callable[[str, Held], bool]) -> list[Piece]:
         """The held text of the runs ``which`` picks, no longer held."""

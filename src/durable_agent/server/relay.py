@@ -15,7 +15,7 @@ from ..durable.errors import RunCancelledError
 from ..durable.persist import is_durable
 from ..durable.stream import RunStream
 from ..session.approvals import ApprovalDecision, ApprovalRequest
-from ..session.entries import Entry
+from ..session.entries import Entry, MessageEntry
 
 if TYPE_CHECKING:  # runs.py starts relays
     from .runs import RunListener, Status
@@ -44,6 +44,21 @@ class RunRelay:
         """What the run does now (``awaiting_approval`` while calls wait for people)."""
         self.error: Exception | None = None
         """Why the run failed, once it did."""
+        self.begun = len(handle.state.log)
+        """Where the run's own entries start in the handle's log (a reply stored before, a
+        retry's sibling under the same parent, is not the run's)."""
+
+    def _reply_to(self, parent: str) -> str:
+        """The ID of the run's stored reply under ``parent``, if the handle has it already:
+        the handle takes each receipt before the run's stream gives the reply's last live
+        text (in process at its commit, on Temporal as its stream reads it), so that text may
+        reach the hub after the hub read the reply itself (docs/design.md#http-api)."""
+        log = self.handle.state.log
+        for entry in reversed(log[self.begun :]):
+            is_reply = isinstance(entry, MessageEntry) and entry.message.role == "assistant"
+            if is_reply and (entry.parent_id or "") == parent:
+                return entry.id
+        return ""
 
     def _waits(self, entries: list[Entry]) -> None:
         """The run's waits after its request and decision entries ``entries``."""
@@ -74,7 +89,8 @@ class RunRelay:
                     continue
                 if inner.type == "message_update":
                     text = inner.delta if inner.delta is not None else ""
-                    listener.run_delta(sid, run_id, leaf, text, bool(inner.restart))
+                    reply = self._reply_to(leaf)  # stored already: the hub may have shown it
+                    listener.run_delta(sid, run_id, leaf, text, bool(inner.restart), reply)
                 elif inner.type in ("approval_requested", "approval_decided"):
                     self._waits(event.entries or [])
                     listener.run_status(sid, run_id, self.status)

@@ -169,8 +169,17 @@ class RunListener(Protocol):
         and a failed run's ``failure`` says why."""
 
     def run_delta(
-        self, session_id: str, run_id: str, entry_parent: str, text: str, restart: bool
-    ) -> None: ...
+        self,
+        session_id: str,
+        run_id: str,
+        entry_parent: str,
+        text: str,
+        restart: bool,
+        stored: str = "",
+    ) -> None:
+        """Live text of the run's reply under ``entry_parent``; ``stored``: the ID of that
+        reply's entry, when the run stored it already (text the streams then never show after
+        the entry)."""
 
     def stored(self, session_id: str, entry_ids: Sequence[str] = (), run_id: str = "") -> None:
         """Entries were stored (these, by run ``run_id``, as far as it knows): read them."""

@@ -21,7 +21,7 @@ from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
 from .runs import RunEnd
 
-__all__ = ["PACE", "Piece", "RunWatch", "grown", "owner"]
+__all__ = ["PACE", "Piece", "RunWatch", "grown", "owner", "replied"]
 
 PACE = 0.25
 """Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
@@ -143,3 +143,13 @@ def owner(watches: Iterable[RunWatch], entry: Entry) -> RunWatch | None:
     if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
         return unknown
     return None
+
+
+def replied(shown: Iterable[Piece], entry: Entry) -> list[str]:
+    """The runs whose streaming reply ``entry`` stores: the text each showed so far hangs off
+    the entry's parent and begins its text (two runs streaming under one parent, siblings
+    with no input, told apart by what they said)."""
+    if not isinstance(entry, MessageEntry) or entry.message.role != "assistant":
+        return []
+    parent, text = entry.parent_id or "", entry.message.text()
+    return [p.run_id for p in shown if p.entry_parent == parent and text.startswith(p.text)]
