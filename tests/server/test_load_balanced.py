@@ -219,3 +219,53 @@ async def test_a_reply_streams_under_its_parent_though_the_run_answered_an_older
     assert shown and all(TEXT.startswith(text) for text in shown), shown
     assert live[reply["parent_id"]] == TEXT
     assert MessageEntry.model_validate(reply).message.text() == TEXT
+
+
+async def test_a_reply_stored_before_the_hub_started_counts_though_the_run_answered_before_it(
+    temporal_client: Client, mongo_uri: str, mongo_database: Any
+) -> None:
+    """The run's first reply (a tool call) is stored but its commit has not returned to the
+    run when a stream on A starts following the run from seq 0: the stream replays the reply,
+    the hub starts reading after it, and the run's ``state()`` does not count it yet. The
+    reply after the tool's result streams all the same: its text shows live, under its
+    parent, before its entry."""
+    model = Paused()
+    spec = AgentSpec(model=model, tools=[lookup])
+    sid = f"lb-{uuid.uuid4().hex[:8]}"
+    gated: list[GatedStore] = []
+
+    def gate(store: MongoStore) -> GatedStore:
+        gated.append(GatedStore(store))
+        gated[0].arm(has_role("assistant"))
+        return gated[0]
+
+    runs: list[TemporalRuns] = []
+    replicas = _replicas(temporal_client, mongo_uri, mongo_database, spec, gate, runs)
+    async with replicas as (a, b):
+        assert (await a.post("/v1/sessions", json={"session_id": sid})).status_code == 201
+        started = await b.post(f"/v1/sessions/{sid}/runs", json={"text": "Go"})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        await asyncio.wait_for(gated[0].entered.wait(), 60)  # stored, not returned to the run
+
+        async def listed() -> bool:  # so the stream's hub finds it at its start
+            return run_id in await runs[0].active(sid)
+
+        await eventually(listed, within=30, what="the run listed running")
+        async with stream(a, sid, after=0) as reader:
+            await reader.until(lambda r: r.live and any(f.event == "run" for f in r.frames))
+            replayed = reader.last_seq()  # the question and the reply, before the hub's start
+            await gated[0].let_go()
+            await asyncio.wait_for(model.paused.wait(), 60)
+            await reader.until(lambda r: any(f.event == "delta" for f in r.frames), within=30)
+            model.release.set()
+            await reader.until(ended(run_id), within=60)
+    assert replayed == 2
+    reply = [f.data["entry"] for f in reader.frames if f.event == "entry"][-1]
+    assert MessageEntry.model_validate(reply).message.text() == TEXT
+    receipt = next(
+        i for i, f in enumerate(reader.frames) if f.event == "entry" and f.data["entry"] == reply
+    )
+    pieces = [f.data for f in reader.frames[:receipt] if f.event == "delta"]
+    assert pieces and {p["entry_parent"] for p in pieces} == {reply["parent_id"]}, pieces
+    assert not [f for f in reader.frames[receipt:] if f.event == "delta"]

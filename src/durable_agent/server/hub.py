@@ -34,7 +34,7 @@ from ..workflows.worker_logs import in_one_line
 from .reads import Held, HubReads, Wait, of_reply, of_run
 from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
-from .watch import Piece, RunWatch, grown, owner, replied
+from .watch import Piece, RunWatch, caught_up, grown, owner, replied
 
 if TYPE_CHECKING:  # the registry starts hubs
     from .hubs import Hubs
@@ -266,7 +266,7 @@ class SessionHub:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(STATE_TIMEOUT):
                 st = await runs.state(self.session_id, run_id)
-            state = (st.turn_count, set(st.new_entry_ids), st.leaf_id)
+            state = await caught_up(self.follower, st, self.leaf) if watch else None
             if st.pending_approvals:
                 status = "awaiting_approval"
                 self.asked[run_id] = {p.tool_call_id for p in st.pending_approvals}

@@ -16,16 +16,22 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..durable.follow import DeltaFollower
+from ..activities.run_contracts import RunState
+from ..durable.follow import DeltaFollower, SessionFollower
 from ..session.deltas import DeltaChannel
 from ..session.entries import Entry, MessageEntry
+from ..session.store import entries_after
 from .runs import RunEnd
 
-__all__ = ["PACE", "Piece", "RunWatch", "grown", "owner", "replied"]
+__all__ = ["LOOK_BACK", "PACE", "Piece", "RunWatch", "caught_up", "grown", "owner", "replied"]
 
 PACE = 0.25
 """Seconds between two reads of a watched run's channel at most (a FileStore read with nothing
 new is one ``stat``): one reader per run per server process, whatever the number of browsers."""
+
+LOOK_BACK = 16
+"""Entries before a hub's read position searched for those of a run found running that its
+``state()`` did not know yet (:func:`caught_up`)."""
 
 
 @dataclass
@@ -153,3 +159,38 @@ def replied(shown: Iterable[Piece], entry: Entry) -> list[str]:
         return []
     parent, text = entry.parent_id or "", entry.message.text()
     return [p.run_id for p in shown if p.entry_parent == parent and text.startswith(p.text)]
+
+
+async def caught_up(
+    follower: SessionFollower, state: RunState, read: str
+) -> tuple[int, set[str], str]:
+    """A found run's turn, counted replies and leaf, from its ``state()`` and the entries that
+    hang off its leaf up to the hub's read position (``read``: the entry there). The query
+    may answer before the run took in a commit of its own (a reply stored, its activity not
+    returned), and a hub never reads what lies before where it started: a reply stored there
+    that the query did not count would leave the watch on that reply's turn, following text
+    long stored while the run's next replies stream unseen (docs/design.md#http-api)."""
+    turn, counted, leaf = state.turn_count, set(state.new_entry_ids), state.leaf_id
+    if not leaf or leaf == read or follower.after <= 0:
+        return turn, counted, leaf
+    try:  # best effort: a read failing leaves what the query said
+        found = await entries_after(
+            follower.store, follower.session_id, max(0, follower.after - LOOK_BACK)
+        )
+    except Exception:
+        return turn, counted, leaf
+    for seq, entry in found:
+        if seq > follower.after:
+            break  # the hub reads it: the watch places it (:func:`owner`)
+        if (entry.parent_id or "") != leaf:
+            continue
+        leaf = entry.id
+        if (
+            isinstance(entry, MessageEntry)
+            and entry.message.role == "assistant"
+            and not entry.synthetic
+            and entry.id not in counted
+        ):
+            turn += 1
+            counted.add(entry.id)
+    return turn, counted, leaf
