@@ -217,7 +217,8 @@ async def test_a_message_no_worker_took_leaves_the_box_when_delivered(
     worker_processes: WorkerProcesses,
 ) -> None:
     """Not sent again, the message is delivered by the fresh worker after all: it shows in the
-    chat and leaves the box (sent again from there, it would have been asked twice)."""
+    chat and leaves the box (sent again from there, it would have been asked twice), and the
+    status line no longer says it was not taken."""
     page = browser_page
     async with _a_message_no_worker_took(temporal_client, tmp_path, page, worker_processes) as (
         store,
@@ -227,5 +228,7 @@ async def test_a_message_no_worker_took_leaves_the_box_when_delivered(
         users = await page.locator(".msg.user").all_inner_texts()
         assert sum("and then?" in u for u in users) == 1, users
         assert await page.input_value("#text") == ""
+        status = await page.inner_text("#status")
+        assert "TemporalUnavailableError" not in status, status
         asks = _asks(await store.load_entries(await page.evaluate("state.sid")))
     assert asks == ["go", "and then?"], asks

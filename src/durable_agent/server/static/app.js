@@ -247,6 +247,7 @@ function sending(key, t) { // the same text sent twice while the first goes: two
 }
 function sent(attempt, refusal) { // refusal: what the request failed with, none if it did not
   attempt.going = false; if (refusal && attempt.came) refusal.arrived = true; // taken after all: the text stays out of the box
+  if (refusal) attempt.notice = state.notice; // what its failure said, until it arrives after all
   if (!refusal || attempt.came || refusal.status >= 400 && refusal.status < 500) state.sends = state.sends.filter((s) => s !== attempt);
 }
 async function tell(t) { // into the running run: shown queued until its delivery comes as an entry
@@ -263,6 +264,7 @@ async function tell(t) { // into the running run: shown queued until its deliver
 function arrived(e) { // a send going or failed (sending()) that took effect: its text leaves the box
   const a = e.type === "message" && e.message.role === "user" && state.sends.find((s) => s.text === text(e.message)); if (!a) return;
   a.came = true; state.sends = state.sends.filter((s) => s !== a); if ($("text").value.trim() === a.text) $("text").value = "";
+  if (a.notice && state.notice === a.notice) state.notice = ""; // it was taken: the failure said otherwise
 }
 // A run that ended (failed, or lost with its server) before storing the messages it held (a
 // cancelled run stores them): they come back into the box, none shown queued for ever.
