@@ -24,6 +24,7 @@ from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
 from tests.support.worker_process import AGENT
 from tests.temporal.conftest import WorkerProcesses
@@ -121,6 +122,50 @@ async def test_a_start_the_server_made_behind_an_error_page_leaves_the_box(
         assert await page.input_value("#text") == ""
         said = _asks(await store.load_entries(await page.evaluate("state.sid")))
     assert said == ["hello"], said
+
+
+async def test_a_failed_send_of_a_text_queued_before_stays_in_the_box(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """ "ok" is sent while the run works and accepted (queued); "ok" again fails on the way (the
+    network), its text back in the box. The first one's delivery was taken for the failed one's
+    (matched by text): the box was emptied, and the second "ok" lost. Messages are delivered in
+    the order they were accepted: the queued one is the one that arrived."""
+    page, store, gate = browser_page, FileStore(tmp_path / "sessions"), GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Both read.")]), tools=[gate.tool]
+    )
+    sends: list[str] = []
+
+    async def lose_the_second(route: Any) -> None:
+        sends.append(route.request.post_data_json["text"])
+        if len(sends) == 1:
+            await route.continue_()
+        else:
+            await route.abort("connectionreset")  # every attempt of it: it fails
+
+    async with serving(create_app(store=store, agents={"helper": spec})) as url:
+        await page.route("**/v1/sessions/*/messages", lose_the_second)
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await asyncio.wait_for(gate.started.wait(), 30)
+        for _ in range(2):
+            await page.fill("#text", "ok")
+            await page.press("#text", "Enter")
+            await page.locator(".msg.queued").wait_for()  # the first accepted, shown queued
+
+        async def failed() -> bool:
+            return "network" in await page.inner_text("#status")
+
+        await eventually(failed, within=30, interval=0.1, what="the second send failed")
+        assert await page.input_value("#text") == "ok"
+        gate.release.set()
+        await eventually(replied(page, "Both read."), within=30, interval=0.1, what="the reply")
+        assert await page.input_value("#text") == "ok"  # the one not sent, still there to send
+        asks = _asks(await store.load_entries(await page.evaluate("state.sid")))
+    assert asks == ["hello", "ok"], asks
 
 
 @asynccontextmanager

@@ -262,7 +262,9 @@ async function tell(t) { // into the running run: shown queued until its deliver
   sent(attempt); if (!attempt.came) state.queued.push({ message_id: r.message_id, text: t, run: r.run_id }); render();
 }
 function arrived(e) { // a send going or failed (sending()) that took effect: its text leaves the box
-  const a = e.type === "message" && e.message.role === "user" && state.sends.find((s) => s.text === text(e.message)); if (!a) return;
+  if (e.type !== "message" || e.message.role !== "user") return;
+  const t = text(e.message); if (state.queued.some((q) => q.text === t)) return; // one accepted before it: delivered first
+  const a = state.sends.find((s) => s.text === t); if (!a) return;
   a.came = true; state.sends = state.sends.filter((s) => s !== a); if ($("text").value.trim() === a.text) $("text").value = "";
   if (a.notice && state.notice === a.notice) state.notice = ""; // it was taken: the failure said otherwise
 }
