@@ -135,3 +135,30 @@ def test_each_restarted_reply_streams_as_a_message_of_its_own_id() -> None:
             if isinstance(event, TextMessageStartEvent):
                 started.append(event.message_id)
     assert len(set(started)) == 3, started
+
+
+async def test_an_input_whose_last_message_is_not_the_users_is_refused_and_asks_nothing(
+    tmp_path: Path,
+) -> None:
+    """An AG-UI client sends the whole history each time; the run's input is its last message.
+    One that ends in a tool result (a client-side tool's answer: this server calls none) or in
+    the assistant's reply has no new question: it is refused before the stream, rather than the
+    last user message further up, answered already, being asked again."""
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted([Reply(text="Hello there."), Reply(text="asked twice")]))
+    keys = {"k": {"principal": "p", "prefix": "t:"}}
+    app = create_app(store=store, agents={"helper": spec}, keys=keys)
+    history: list[dict[str, Any]] = [{"id": "m1", "role": "user", "content": "Hi"}]
+    body: dict[str, Any] = {"threadId": "thread-4", "runId": "run-1", "messages": history}
+    await _agui_events(app, body)
+    history.append({"id": "a1", "role": "assistant", "content": "Hello there."})
+    ends = [history, [*history, {"id": "t1", "role": "tool", "content": "42", "toolCallId": "c"}]]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for n, messages in enumerate(ends):
+            body = {"threadId": "thread-4", "runId": f"run-{n + 2}", "messages": messages}
+            answer = await client.post("/v1/agui", json=body, headers={"Authorization": "Bearer k"})
+            assert answer.status_code == 400, answer.text
+            assert "last message" in answer.json()["error"]["message"]
+    stored = await store.load_entries("t:thread-4")
+    texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
+    assert texts == ["Hi", "Hello there."]

@@ -1,10 +1,10 @@
 """A run's events in the AG-UI protocol, for front-ends built on AG-UI clients.
 
 ``POST /v1/agui`` (or ``/v1/agui/{agent}``) takes AG-UI's ``RunAgentInput``: ``threadId`` names
-the session (under the caller's prefix), the last user message is the run's input, ``runId`` the
-run's ID (one the HTTP API takes; else the run gets its own and the events still name the
-input's). It starts the run and streams it as AG-UI events (the ``ag-ui-protocol`` package's
-types), built from the same frames as the session stream: live text as
+the session (under the caller's prefix), the last message (a user message) is the run's input,
+``runId`` the run's ID (one the HTTP API takes; else the run gets its own and the events still
+name the input's). It starts the run and streams it as AG-UI events (the ``ag-ui-protocol``
+package's types), built from the same frames as the session stream: live text as
 ``TEXT_MESSAGE_CONTENT``, each stored reply's tool calls as ``TOOL_CALL_START/ARGS/END``, each
 stored result as ``TOOL_CALL_RESULT``, and the run's end as ``RUN_FINISHED`` or ``RUN_ERROR``.
 AG-UI has no way to take back text a client was shown: when a retried model call starts its
@@ -56,13 +56,21 @@ ENDED = {"completed", "failed", "cancelled"}
 
 
 def _question(body: RunAgentInput) -> str:
-    for message in reversed(body.messages):
-        if message.role == "user":
-            content = message.content
-            if isinstance(content, str):
-                return content
-            return "".join(getattr(part, "text", "") or "" for part in content)
-    raise ValueError("the AG-UI input has no user message")
+    """The input's last message, the new one (a client sends the whole history each time):
+    a user message. Any other ends a history with no new question, and a user message further
+    up was asked already (docs/design.md#http-api)."""
+    if not body.messages:
+        raise ValueError("the AG-UI input has no messages: its last message is the question")
+    message = body.messages[-1]
+    if message.role != "user":
+        raise ValueError(
+            f"the AG-UI input's last message is a {message.role} message: a run answers a new"
+            " user message (this server calls no client-side tools)"
+        )
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(getattr(part, "text", "") or "" for part in content)
 
 
 def _session(tenant: Tenant, thread_id: str) -> str:
