@@ -11,6 +11,7 @@ from ag_ui.core import (
     Event,
     EventType,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
     TextMessageStartEvent,
@@ -162,3 +163,13 @@ async def test_an_input_whose_last_message_is_not_the_users_is_refused_and_asks_
     stored = await store.load_entries("t:thread-4")
     texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
     assert texts == ["Hi", "Hello there."]
+
+
+def test_a_cancelled_run_finishes_cancelled_not_in_error() -> None:
+    """A run stopped (a person's cancel) did not fail: AG-UI ends it with ``RUN_FINISHED`` of the
+    ``cancelled`` outcome, so a client does not show a stop it asked for as an error."""
+    translation = Translation("thread", "run", "input-run")
+    events = translation.frame(Frame("run", {"run_id": "run", "status": "cancelled"}))
+    assert len(events) == 1 and isinstance(events[0], RunFinishedEvent), events
+    assert events[0].run_id == "input-run"
+    assert isinstance(events[0].outcome, RunFinishedCancelledOutcome)

@@ -6,10 +6,10 @@ the session (under the caller's prefix), the last message (a user message) is th
 name the input's). It starts the run and streams it as AG-UI events (the ``ag-ui-protocol``
 package's types), built from the same frames as the session stream: live text as
 ``TEXT_MESSAGE_CONTENT``, each stored reply's tool calls as ``TOOL_CALL_START/ARGS/END``, each
-stored result as ``TOOL_CALL_RESULT``, and the run's end as ``RUN_FINISHED`` or ``RUN_ERROR``.
-AG-UI has no way to take back text a client was shown: when a retried model call starts its
-reply over, the text so far ends as one message and the retry streams as the next
-(docs/design.md#http-api).
+stored result as ``TOOL_CALL_RESULT``, and the run's end as ``RUN_FINISHED`` (of the
+``cancelled`` outcome for a cancelled run) or ``RUN_ERROR``. AG-UI has no way to take back
+text a client was shown: when a retried model call starts its reply over, the text so far ends
+as one message and the retry streams as the next (docs/design.md#http-api).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ag_ui.core import (
     BaseEvent,
     RunAgentInput,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
     TextMessageContentEvent,
@@ -159,6 +160,12 @@ class Translation:
     def _end(self, status: str, error: dict[str, str] | None) -> BaseEvent:
         if status == "completed":
             return RunFinishedEvent(thread_id=self.thread_id, run_id=self.input_run_id)
+        if status == "cancelled":  # stopped, not failed: a client shows no error for a stop
+            return RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.input_run_id,
+                outcome=RunFinishedCancelledOutcome(),
+            )
         if error is None:
             return RunErrorEvent(message=f"the run {status}", code=status)
         why = f"the run {status}: {error['type']}: {error['message']}"
