@@ -16,14 +16,16 @@ from ag_ui.core import (
     RunStartedEvent,
     TextMessageStartEvent,
     ToolCallResultEvent,
+    ToolCallStartEvent,
 )
 from pydantic import TypeAdapter
 
-from durable_agent.ai import ModelError, Reply
+from durable_agent.ai import ModelError, Reply, TextContent, ToolCall, assistant_message
 from durable_agent.server import create_app
 from durable_agent.server.agui import Translation
 from durable_agent.server.hub import Frame
 from durable_agent.session import MessageEntry
+from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import lookup, scripted, serving, tool_script
@@ -173,3 +175,23 @@ def test_a_cancelled_run_finishes_cancelled_not_in_error() -> None:
     assert len(events) == 1 and isinstance(events[0], RunFinishedEvent), events
     assert events[0].run_id == "input-run"
     assert isinstance(events[0].outcome, RunFinishedCancelledOutcome)
+
+
+def test_a_replys_tool_calls_belong_to_the_message_its_text_streamed_as() -> None:
+    """A reply that says something and calls a tool is one assistant message to the client: the
+    calls' ``parentMessageId`` is the ID its text streamed under (an AG-UI client files a call
+    under another ID as a message of its own)."""
+    translation = Translation("thread", "run", "run")
+    delta = {"run_id": "run", "entry_parent": "p", "text": "Let me look.", "restart": False}
+    [start, _] = translation.frame(Frame("delta", delta))
+    assert isinstance(start, TextMessageStartEvent)
+    reply = MessageEntry(
+        id="e1",
+        parent_id="p",
+        message=assistant_message(
+            TextContent(text="Let me look."), ToolCall(id="c1", name="lookup", arguments={})
+        ),
+    )
+    events = translation.frame(Frame("entry", {"seq": 2, "entry": entry_to_wire(reply)}))
+    calls = [e for e in events if isinstance(e, ToolCallStartEvent)]
+    assert [c.parent_message_id for c in calls] == [start.message_id]

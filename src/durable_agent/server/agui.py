@@ -138,11 +138,12 @@ class Translation:
                 out.append(
                     TextMessageContentEvent(message_id=self.open, delta=said[len(self.shown) :])
                 )
+            shown_as = self.open or entry.id  # its calls are the message its text was
             out += self._close()
             for call in message.tool_calls():
                 out.append(
                     ToolCallStartEvent(
-                        tool_call_id=call.id, tool_call_name=call.name, parent_message_id=entry.id
+                        tool_call_id=call.id, tool_call_name=call.name, parent_message_id=shown_as
                     )
                 )
                 out.append(
