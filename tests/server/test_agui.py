@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from durable_agent.ai import ModelError, Reply, TextContent, ToolCall, assistant
 from durable_agent.server import create_app
 from durable_agent.server.agui import Translation
 from durable_agent.server.hub import Frame
-from durable_agent.session import MessageEntry
+from durable_agent.session import Entry, MessageEntry
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -195,3 +196,47 @@ def test_a_replys_tool_calls_belong_to_the_message_its_text_streamed_as() -> Non
     events = translation.frame(Frame("entry", {"seq": 2, "entry": entry_to_wire(reply)}))
     calls = [e for e in events if isinstance(e, ToolCallStartEvent)]
     assert [c.parent_message_id for c in calls] == [start.message_id]
+
+
+class DiskGoneAt(FileStore):
+    """A FileStore whose disk is gone (its root replaced by a file) for its ``at``-th append
+    alone: a run's write fails, the reads after work."""
+
+    def __init__(self, root: Path, at: int) -> None:
+        super().__init__(root)
+        self.root_path, self.at, self.appends = root, at, 0
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        self.appends += 1
+        if self.appends != self.at:
+            return await super().append_entries(session_id, entries)
+        moved = self.root_path.with_name("moved")
+        self.root_path.rename(moved)
+        self.root_path.write_text("not a directory")
+        try:
+            await super().append_entries(session_id, entries)
+        finally:
+            self.root_path.unlink()
+            moved.rename(self.root_path)
+
+
+async def test_a_run_its_store_failed_ends_in_a_run_error_naming_nothing_of_the_server(
+    tmp_path: Path,
+) -> None:
+    """The store failing a run's write ends the run: its ``RUN_ERROR`` says the store is
+    unavailable, as a 503 does, without the store's path (the client may be another
+    company's front-end)."""
+    store = DiskGoneAt(tmp_path / "private-root", at=2)  # the question's append works
+    spec = AgentSpec(model=scripted([Reply(text="Hello there.")]))
+    keys = {"k": {"principal": "p", "prefix": "t:"}}
+    app = create_app(store=store, agents={"helper": spec}, keys=keys)
+    body = {
+        "threadId": "thread-5",
+        "runId": "run-1",
+        "messages": [{"id": "m1", "role": "user", "content": "Hi"}],
+    }
+    events = await _agui_events(app, body)
+    end = events[-1]
+    assert isinstance(end, RunErrorEvent), events
+    assert "private-root" not in end.message, end.message
+    assert end.code == "StoreUnavailableError" and "unavailable" in end.message

@@ -123,9 +123,13 @@ class RunFailure(BaseModel):
         """``exc`` without the keys this process holds (a worker's failures carry none), its
         message cut to ``FAILURE_CHARS`` (a provider's error can quote a whole response); a
         store's outage as a 503 tells it, naming no path or host (a worker's comes as
-        ``AgentError`` ``StoreUnavailableError: ...``)."""
+        ``AgentError`` ``StoreUnavailableError: ...``; an in-process run's write as the
+        ``PersistError`` it caused, quoting it)."""
         down = StoreUnavailableError.__name__
-        if isinstance(exc, StoreUnavailableError) or str(exc).startswith(f"{down}: "):
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, StoreUnavailableError):
+            cause = cause.__cause__
+        if cause is not None or str(exc).startswith(f"{down}: "):
             return cls(type=down, message=STORE_UNAVAILABLE)
         message = redact(str(exc), configured_secrets(os.environ))
         if len(message) > FAILURE_CHARS:
