@@ -276,7 +276,9 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line(
 ) -> None:
     """A client that opens the stream and never reads fills the socket: the send timeout drops
     it, an ordinary event logged in one line (no traceback), and the session's hub lets it go."""
-    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.5)
+    # a piece may wait for a loaded box's event loop (which the client here shares) well over
+    # the 15 ms it takes to read: the timeout is long beside that, short beside the frame's 6 s
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 2.0)
     monkeypatch.setattr(hub_module, "LINGER", 0.0)
     caplog.set_level(logging.INFO)
     store = FileStore(tmp_path / "sessions")
@@ -322,7 +324,9 @@ async def test_a_client_reading_a_big_entry_slowly_keeps_its_stream(
     than the send timeout for all of it (a slow link) is still reading: it gets the whole
     frame and goes live. The timeout covered the whole frame, so such a client was dropped, came
     back with ``Last-Event-ID`` to the same frame, and never got past it."""
-    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.5)
+    # a piece may wait for a loaded box's event loop (which the client here shares) well over
+    # the 15 ms it takes to read: the timeout is long beside that, short beside the frame's 6 s
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 2.0)
     store = FileStore(tmp_path / "sessions")
     await store.create_session("big")
     entry = MessageEntry(id="e0", message=user_message("x" * 12_000_000))
@@ -344,7 +348,7 @@ async def test_a_client_reading_a_big_entry_slowly_keeps_its_stream(
                     piece = await loop.sock_recv(sock, 65_536)
                     assert piece, f"dropped after {len(received)} bytes"
                     received += piece
-                    await asyncio.sleep(0.015)  # a slow link: about 4 MB/s at most
+                    await asyncio.sleep(0.03)  # a slow link: about 2 MB/s at most
         finally:
             sock.close()
     assert received.count(b"x" * 1000) >= 11_000  # the whole entry came
