@@ -4,8 +4,8 @@
 (read from the store: no Temporal needed). ``approve``/``deny SESSION CALL_ID`` decide one: the
 run that waits for it gets the decision through its ``decide`` update; a run that parked has the
 decision stored at the session's leaf instead, and once every call of that turn is decided the
-command starts the asking agent's continuation run and says so (docs/design.md#approvals-and-
-steering). ``chat`` takes its answers from :class:`Lines` and goes on the same way.
+command starts the asking agent's continuation run and says so
+(docs/design.md#approvals-and-steering); ``chat`` takes its answers from :class:`Lines`.
 """
 
 from __future__ import annotations
@@ -172,9 +172,9 @@ Send = Callable[[str, When], object]  # hand the waiting run a message (a steer,
 async def ask(
     console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send, queue: str | None
 ) -> None:
-    """``chat``'s questions while a run waits: each call shown, ``y``, ``n [reason]`` or ``e`` (edit
-    its arguments as JSON) taken, ``/steer``/``/later TEXT`` sent (docs/design.md#approvals-and-
-    steering). The end of input leaves the calls pending (``approve`` still decides them)."""
+    """``chat``'s questions while a run waits (docs/design.md#approvals-and-steering): each
+    call shown, ``y``, ``n [reason]`` or ``e`` (edit its arguments as JSON) taken, ``/steer`` or
+    ``/later TEXT`` sent; the end of input leaves them pending (``approve`` decides them)."""
     for request in requests:
         if not isinstance(request, ApprovalRequest):
             continue
