@@ -43,7 +43,7 @@ from ..durable.inputs import check_run_input, text
 from ..session.codec import wire_to_entry
 from ..session.entries import MessageEntry
 from ..session.store import entries_after
-from .deps import Caller, ServerDep, runs
+from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
 from .routes_runs import CLIENT_ID
 from .runs import Runs, made_for_start
@@ -51,7 +51,21 @@ from .tenants import Tenant
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["agui"], responses=REFUSALS)
+
+STREAMED = {
+    "response_class": StreamingResponse,  # the route answers its own; this one names no type
+    **answers(200, None, 409, 413, 415),
+    "openapi_extra": {
+        "responses": {
+            "200": {
+                "description": "the run's AG-UI events (RUN_STARTED ... RUN_FINISHED or RUN_ERROR)",
+                "content": {"text/event-stream": {}},
+            }
+        }
+    },
+}
+"""What the document says the AG-UI route answers: AG-UI's events, as server-sent events."""
 
 ENDED = {"completed", "failed", "cancelled"}
 
@@ -189,8 +203,8 @@ async def _events(
         leave(queue)
 
 
-@router.post("/agui")
-@router.post("/agui/{agent}")
+@router.post("/agui", operation_id="agui", **STREAMED)
+@router.post("/agui/{agent}", operation_id="agui_agent", **STREAMED)
 async def agui(
     body: RunAgentInput, srv: ServerDep, tenant: Caller, agent: str | None = None
 ) -> StreamingResponse:

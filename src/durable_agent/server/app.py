@@ -371,7 +371,13 @@ def create_app(
 
     # no redirect of a path with a trailing slash: the API has none, and the chat page's
     # files answer as they are asked
-    app = FastAPI(title="durable-agent", lifespan=lifespan, redirect_slashes=False)
+    # operation IDs (a generated client's method names) are the route functions' names
+    app = FastAPI(
+        title="durable-agent",
+        lifespan=lifespan,
+        redirect_slashes=False,
+        generate_unique_id_function=lambda route: route.name,
+    )
     app.state.server = server
     routers = [sessions_router, runs_router, people_router, agui_router]
     _handlers(app, [route for router in routers for route in router.routes])

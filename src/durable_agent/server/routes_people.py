@@ -7,19 +7,19 @@ from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
-from ..session.approvals import ApprovalDecision, pending_items
-from ..session.codec import entry_to_wire
+from ..session.approvals import ApprovalDecision, PendingItem, pending_items
 from ..session.tree import path
-from .deps import Caller, ServerDep, runs
+from .deps import REFUSALS, Caller, ServerDep, WireEntry, answers, runs, wire
 from .routes_runs import CLIENT_ID, existing
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["people"], responses=REFUSALS)
 
 
 class SendMessage(BaseModel):
@@ -41,10 +41,20 @@ class Decide(BaseModel):
     """Edited arguments the approved call runs with (``None``: as the model gave them)."""
 
 
-@router.post("/sessions/{session_id}/messages", status_code=202)
+class Accepted(TypedDict):
+    message_id: str
+    run_id: str
+    """The run that took the message."""
+
+
+class Pending(TypedDict):
+    pending: list[PendingItem]
+
+
+@router.post("/sessions/{session_id}/messages", **answers(202, Accepted, 409, 413, 415))
 async def send_message(
     session_id: str, body: SendMessage, srv: ServerDep, tenant: Caller
-) -> dict[str, str]:
+) -> Accepted:
     """Into the session's running run; 202 once it accepted the message, whose delivery is a
     receipt on the stream (a steer after the turn's tool results, a follow-up at the end)."""
     sid = await existing(srv, tenant.session(session_id))
@@ -55,18 +65,20 @@ async def send_message(
     return {"message_id": message_id, "run_id": run_id}
 
 
-@router.get("/sessions/{session_id}/approvals")
-async def pending(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+@router.get("/sessions/{session_id}/approvals", **answers(200, Pending))
+async def pending(session_id: str, srv: ServerDep, tenant: Caller) -> Pending:
     """The calls of the session's active path (to its last entry) that wait for a decision."""
     entries = await srv.store.load_entries(tenant.session(session_id))
     items = pending_items(path(entries, entries[-1].id)) if entries else []
-    return {"pending": [i.model_dump(mode="json") for i in items]}
+    return {"pending": items}
 
 
-@router.post("/sessions/{session_id}/approvals/{tool_call_id}")
+@router.post(
+    "/sessions/{session_id}/approvals/{tool_call_id}", **answers(200, WireEntry, 409, 413, 415)
+)
 async def decide(
     session_id: str, tool_call_id: str, body: Decide, srv: ServerDep, tenant: Caller
-) -> dict[str, Any]:
+) -> WireEntry:
     """Decide a pending call as the caller's principal; the stored decision entry. The run
     that asked takes it wherever it runs, else it waits in the store for the next run."""
     sid = await existing(srv, tenant.session(session_id))
@@ -78,4 +90,4 @@ async def decide(
         decided_by=tenant.principal,
     )
     entry = await runs(srv).decide(sid, decision)
-    return entry_to_wire(entry)
+    return wire(entry)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired
 
 from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse
+from typing_extensions import TypedDict
 
 from ..durable.errors import EntryNotFoundError
 from ..durable.inbox import When
@@ -20,13 +22,13 @@ from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
 from ..session.store import RetentionStore, entries_after
 from .app import Server
-from .deps import Caller, ServerDep, runs
-from .runs import OnBusy, Runs
+from .deps import REFUSALS, Caller, ServerDep, answers, runs
+from .runs import OnBusy, RunFailure, Runs, Status
 from .sse import session_stream
 
 __all__ = ["CLIENT_ID", "existing", "router"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["runs"], responses=REFUSALS)
 
 CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
 """A run or message ID a client may give (a run's becomes part of its workflow ID)."""
@@ -66,10 +68,25 @@ class StartRun(BaseModel):
         return entries
 
 
-@router.post("/sessions/{session_id}/runs", status_code=202)
-async def start_run(
-    session_id: str, body: StartRun, srv: ServerDep, tenant: Caller
-) -> dict[str, str]:
+class RunStarted(TypedDict):
+    run_id: str
+    message_id: NotRequired[str]
+    """Set when ``on_busy`` made the input a message into the run going (``run_id``)."""
+
+
+class RunStatus(TypedDict):
+    run_id: str
+    status: Status
+    error: NotRequired[RunFailure | None]
+    """Why a failed run failed (``None``: the server no longer knows)."""
+
+
+class ActiveRuns(TypedDict):
+    active: list[str]
+
+
+@router.post("/sessions/{session_id}/runs", **answers(202, RunStarted, 409, 413, 415))
+async def start_run(session_id: str, body: StartRun, srv: ServerDep, tenant: Caller) -> RunStarted:
     sid = tenant.session(session_id)
     entries = body.entries()
     for entry in entries:
@@ -99,7 +116,7 @@ async def start_run(
 
 async def _deliver(
     into: Runs, session_id: str, entries: list[Entry], when: When, message_id: str | None
-) -> dict[str, str]:
+) -> RunStarted:
     """``on_busy`` ``next_turn``/``at_end`` with a run going: the input is a message into it."""
     if len(entries) != 1 or not isinstance(entries[0], MessageEntry):
         raise ValueError("a message into the running run is one message: give text")
@@ -144,29 +161,25 @@ async def created_at(srv: Server, session_id: str) -> datetime | None:
     return None
 
 
-@router.post("/sessions/{session_id}/runs/{run_id}/cancel", status_code=202)
-async def cancel_run(
-    session_id: str, run_id: str, srv: ServerDep, tenant: Caller
-) -> dict[str, str]:
+@router.post("/sessions/{session_id}/runs/{run_id}/cancel", **answers(202, RunStarted))
+async def cancel_run(session_id: str, run_id: str, srv: ServerDep, tenant: Caller) -> RunStarted:
     await runs(srv).cancel(await existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id}
 
 
-@router.get("/sessions/{session_id}/runs/{run_id}")
-async def run_status(
-    session_id: str, run_id: str, srv: ServerDep, tenant: Caller
-) -> dict[str, Any]:
+@router.get("/sessions/{session_id}/runs/{run_id}", **answers(200, RunStatus))
+async def run_status(session_id: str, run_id: str, srv: ServerDep, tenant: Caller) -> RunStatus:
     """The run's status; a failed run's also says why (``error``: type and message)."""
     sid = await existing(srv, tenant.session(session_id))
     status = await runs(srv).status(sid, run_id)
     if status != "failed":
         return {"run_id": run_id, "status": status}
     failure = await runs(srv).failure(sid, run_id)
-    return {"run_id": run_id, "status": status, "error": failure and failure.model_dump()}
+    return {"run_id": run_id, "status": status, "error": failure}
 
 
-@router.get("/sessions/{session_id}/runs")
-async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, list[str]]:
+@router.get("/sessions/{session_id}/runs", **answers(200, ActiveRuns))
+async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> ActiveRuns:
     sid = await existing(srv, tenant.session(session_id))
     return {"active": await runs(srv).active(sid)}
 
@@ -179,7 +192,69 @@ class InvalidLastEventIdError(ValueError):
     """``Last-Event-ID`` is not the seq of an entry."""
 
 
-@router.get("/sessions/{session_id}/stream", response_class=EventSourceResponse)
+def _event(name: str, data: dict[str, Any], about: str) -> dict[str, Any]:
+    """One event of the stream as OpenAPI 3.2's ``itemSchema`` of ``text/event-stream`` says it
+    (FastAPI's own form): its name, and the JSON its ``data`` holds."""
+    content = {"type": "string", "contentMediaType": "application/json", "contentSchema": data}
+    props = {"event": {"const": name}, "data": content, "id": {"type": "string"}}
+    return {
+        "type": "object",
+        "description": about,
+        "required": ["event", "data"],
+        "properties": props,
+    }
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+STREAM_EVENTS = [
+    _event("entry", _ref("SeqEntry"), "an entry stored (a receipt); its id is its seq"),
+    _event(
+        "delta",
+        {
+            "type": "object",
+            "required": ["run_id", "entry_parent", "text", "restart"],
+            "properties": {
+                "run_id": {"type": "string"},
+                "entry_parent": {"type": "string"},
+                "text": {"type": "string"},
+                "restart": {"type": "boolean"},
+            },
+        },
+        "live text of the reply that will hang off entry_parent, not stored; on restart, "
+        "drop what the run's earlier deltas showed first",
+    ),
+    _event("run", _ref("RunStatus"), "a run started, waits for people or ended"),
+    _event(
+        "deleted",
+        {
+            "type": "object",
+            "required": ["session_id"],
+            "properties": {"session_id": {"type": "string"}},
+        },
+        "the session was deleted; the stream ends",
+    ),
+]
+"""The stream's events (docs/design.md#http-api): a client generator or reader finds them in
+the document; comment lines (``: live`` once what a join sends is sent, keep-alives) carry
+no data."""
+
+
+@router.get(
+    "/sessions/{session_id}/stream",
+    response_class=StreamingResponse,  # the route answers its own; this one names no type
+    **answers(200, None),
+    openapi_extra={
+        "responses": {
+            "200": {
+                "description": "the session's entries after the seq given, then live",
+                "content": {"text/event-stream": {"itemSchema": {"oneOf": STREAM_EVENTS}}},
+            }
+        }
+    },
+)
 async def stream(
     session_id: str,
     srv: ServerDep,

@@ -3,25 +3,23 @@ compact."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from ..durable.agent import new
 from ..durable.errors import EntryNotFoundError
-from ..session.codec import entry_to_wire
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import RetentionStore, SessionRecord, Store, entries_after
-from .deps import Caller, ServerDep, retention, runs
+from .deps import REFUSALS, Caller, SeqEntry, ServerDep, WireEntry, answers, retention, runs, wire
 from .routes_runs import existing
 from .runs import drop_made
 from .tenants import Tenant
 
 __all__ = ["router", "session_object"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["sessions"], responses=REFUSALS)
 
 MAX_PAGE = 1000
 """The most records or entries one request returns."""
@@ -52,9 +50,47 @@ class Fork(Body):
     leaf_id: str | None = Field(None, description="fork the path to this entry (default: last)")
 
 
+class SessionObject(TypedDict):
+    session_id: str
+    parent_id: str | None
+    """The session it was forked from."""
+    created_at: str | None
+    last_seq: int
+    """The seq of its last entry (0: none): the stream's ``after`` to follow it from now."""
+    leaf_id: str
+    """Its last entry's ID (``""``: none)."""
+
+
+class SessionListed(TypedDict):
+    session_id: str
+    parent_id: str | None
+    created_at: str
+
+
+class SessionPage(TypedDict):
+    sessions: list[SessionListed]
+    more: bool
+    """Whether a page follows this one."""
+
+
+class EntryPage(TypedDict):
+    entries: list[SeqEntry]
+    more: bool
+    """Whether entries follow this page (read on after the last seq)."""
+
+
+class Leaf(TypedDict):
+    leaf_id: str
+
+
+class Compacted(TypedDict):
+    entry: WireEntry | None
+    """The compaction entry stored (``None``: nothing to compact)."""
+
+
 async def session_object(
     store: Store, session_id: str, record: SessionRecord | None = None
-) -> dict[str, Any]:
+) -> SessionObject:
     """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session);
     ``record``: the session's, if the caller has it (one it just created)."""
     if not isinstance(store, RetentionStore):
@@ -87,13 +123,13 @@ async def _own_records(
     return out[offset:wanted]
 
 
-@router.get("/sessions")
+@router.get("/sessions", **answers(200, SessionPage, 501))
 async def list_sessions(
     srv: ServerDep,
     tenant: Caller,
     limit: int = Query(50, ge=1, le=MAX_PAGE),
     offset: int = Query(0, ge=0),
-) -> dict[str, Any]:
+) -> SessionPage:
     records = await _own_records(retention(srv), tenant, limit, offset)
     return {
         "sessions": [
@@ -104,10 +140,14 @@ async def list_sessions(
     }
 
 
-@router.post("/sessions", status_code=201)
+EXISTS = {200: {"model": SessionObject, "description": "the session exists already"}}
+
+
+@router.post("/sessions", **answers(201, SessionObject, 413, 415, also=EXISTS))
 async def create_session(
     srv: ServerDep, tenant: Caller, response: Response, body: CreateSession | None = None
-) -> dict[str, Any]:
+) -> SessionObject:
+    """Create the session (201), or answer the one that exists under the ID (200)."""
     given = body.session_id if body else None
     session_id = tenant.session(given) if given else tenant.session(tenant.prefix + new_id())
     record: SessionRecord | None = None
@@ -123,25 +163,25 @@ async def create_session(
         raise
 
 
-@router.get("/sessions/{session_id}")
-async def get_session(session_id: str, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+@router.get("/sessions/{session_id}", **answers(200, SessionObject))
+async def get_session(session_id: str, srv: ServerDep, tenant: Caller) -> SessionObject:
     return await session_object(srv.store, tenant.session(session_id))
 
 
-@router.get("/sessions/{session_id}/entries")
+@router.get("/sessions/{session_id}/entries", **answers(200, EntryPage))
 async def get_entries(
     session_id: str,
     srv: ServerDep,
     tenant: Caller,
     after: int = Query(0, ge=0),
     limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
-) -> dict[str, Any]:
+) -> EntryPage:
     found = await entries_after(srv.store, tenant.session(session_id), after)
-    page = [{"seq": s, "entry": entry_to_wire(e)} for s, e in found[:limit]]
+    page: list[SeqEntry] = [{"seq": s, "entry": wire(e)} for s, e in found[:limit]]
     return {"entries": page, "more": len(found) > limit}  # the read had them: no second one
 
 
-@router.delete("/sessions/{session_id}", status_code=204)
+@router.delete("/sessions/{session_id}", **answers(204, None, 501))
 async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Response:
     """Deletes the session and stops its runs (each would otherwise go on calling the model
     until its next commit fails): those this process relays, and those Temporal lists; on
@@ -154,8 +194,8 @@ async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Res
     return Response(status_code=204)
 
 
-@router.post("/sessions/{session_id}/branch")
-async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+@router.post("/sessions/{session_id}/branch", **answers(200, Leaf, 413, 415))
+async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) -> Leaf:
     """The server keeps no leaf: this checks the entry and names it, for the next run's
     ``leaf_id``."""
     entries = await srv.store.load_entries(tenant.session(session_id))
@@ -164,8 +204,8 @@ async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) 
     return {"leaf_id": body.entry_id}
 
 
-@router.post("/sessions/{session_id}/fork", status_code=201)
-async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+@router.post("/sessions/{session_id}/fork", **answers(201, SessionObject, 409, 413, 415))
+async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> SessionObject:
     """A fork refused half-way leaves the child it made when the client named it (its retry
     completes it, docs/design.md#tree-and-views); one under an ID the server picked, which
     the client never learns, is deleted (docs/design.md#http-api)."""
@@ -183,12 +223,12 @@ async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> d
         raise
 
 
-@router.post("/sessions/{session_id}/compact")
-async def compact(session_id: str, body: Compact, srv: ServerDep, tenant: Caller) -> dict[str, Any]:
+@router.post("/sessions/{session_id}/compact", **answers(200, Compacted, 409, 413, 415, 502))
+async def compact(session_id: str, body: Compact, srv: ServerDep, tenant: Caller) -> Compacted:
     """Summarize the path into one stored compaction entry (docs/design.md#compaction), in this
     process or by the compaction workflow: ``{"entry": <entry wire object>}``, or ``{"entry":
     null}`` when there was nothing to compact. The entry then comes on the stream like any
     other. 409 while a run goes."""
     sid = await existing(srv, tenant.session(session_id))
     entry = await runs(srv).compact(sid, body.keep_turns, leaf_id=body.leaf_id, agent=body.agent)
-    return {"entry": entry_to_wire(entry) if entry else None}
+    return {"entry": wire(entry) if entry else None}
