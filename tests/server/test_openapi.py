@@ -12,6 +12,7 @@ import httpx
 
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.server import create_app
+from durable_agent.session.ids import validate_session_id
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, scripted, serving, stream
@@ -252,3 +253,27 @@ def test_every_json_answer_names_its_model() -> None:
     assert scheme == {"type": "http", "scheme": "bearer"} | {
         k: v for k, v in scheme.items() if k not in ("type", "scheme")
     }
+
+
+def test_session_ids_are_declared_as_the_server_checks_them() -> None:
+    """Every session ID a client sends (path, ``session_id``, ``child_id``) shows the rule the
+    server holds it to, so a client can check it before a request answers 400."""
+    doc = create_app(store=FileStore(Path("/nonexistent"))).openapi()
+    shown: list[dict[str, Any]] = []
+    for ops in doc["paths"].values():
+        for op in ops.values():
+            shown += [p["schema"] for p in op.get("parameters", []) if p["name"] == "session_id"]
+    schemas = doc["components"]["schemas"]
+    shown.append(schemas["CreateSession"]["properties"]["session_id"])
+    shown.append(schemas["Fork"]["properties"]["child_id"])
+    assert len(shown) == 16
+    for schema in shown:
+        pattern = re.compile(schema["pattern"])
+        for sid in ["acme:doc", "a" * 200, "u@x.org", "a b", "a/b", "a" * 201, "", "é"]:
+            try:
+                validate_session_id(sid)
+                valid = True
+            except ValueError:
+                valid = False
+            assert bool(pattern.search(sid)) == valid, (schema, sid)
+        assert schema["maxLength"] == 200

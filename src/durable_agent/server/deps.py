@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired, cast
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from typing_extensions import TypedDict
 
 from ..session.codec import entry_to_wire
 from ..session.entries import Entry
+from ..session.ids import MAX_SESSION_ID_LENGTH
 from ..session.store import RetentionStore
 from .app import ApiError, Server
 from .runs import Runs, RunsUnavailableError
@@ -17,6 +18,8 @@ from .tenants import Tenant
 
 __all__ = [
     "REFUSALS",
+    "SESSION_ID",
+    "SessionId",
     "Caller",
     "ErrorBody",
     "SeqEntry",
@@ -29,6 +32,18 @@ __all__ = [
     "runs",
     "server",
     "wire",
+]
+
+
+SESSION_ID: dict[str, Any] = {
+    "pattern": rf"^[A-Za-z0-9\-_.:@]{{1,{MAX_SESSION_ID_LENGTH}}}$",
+    "maxLength": MAX_SESSION_ID_LENGTH,
+}
+"""The session-ID rule (``session.ids``) as the document shows it; only shown: the server
+checks it itself, a break answering 400 ``InvalidSessionIdError`` (not 422)."""
+
+SessionId = Annotated[
+    str, Path(description="under the caller's key's prefix", json_schema_extra=SESSION_ID)
 ]
 
 

@@ -14,7 +14,7 @@ from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
 from ..session.approvals import ApprovalDecision, PendingItem, pending_items
 from ..session.tree import path
-from .deps import REFUSALS, Caller, ServerDep, WireEntry, answers, runs, wire
+from .deps import REFUSALS, Caller, ServerDep, SessionId, WireEntry, answers, runs, wire
 from .routes_runs import CLIENT_ID, existing
 
 __all__ = ["router"]
@@ -53,7 +53,7 @@ class Pending(TypedDict):
 
 @router.post("/sessions/{session_id}/messages", **answers(202, Accepted, 409, 413, 415))
 async def send_message(
-    session_id: str, body: SendMessage, srv: ServerDep, tenant: Caller
+    session_id: SessionId, body: SendMessage, srv: ServerDep, tenant: Caller
 ) -> Accepted:
     """Into the session's running run; 202 once it accepted the message, whose delivery is a
     receipt on the stream (a steer after the turn's tool results, a follow-up at the end)."""
@@ -66,7 +66,7 @@ async def send_message(
 
 
 @router.get("/sessions/{session_id}/approvals", **answers(200, Pending))
-async def pending(session_id: str, srv: ServerDep, tenant: Caller) -> Pending:
+async def pending(session_id: SessionId, srv: ServerDep, tenant: Caller) -> Pending:
     """The calls of the session's active path (to its last entry) that wait for a decision."""
     entries = await srv.store.load_entries(tenant.session(session_id))
     items = pending_items(path(entries, entries[-1].id)) if entries else []
@@ -77,7 +77,7 @@ async def pending(session_id: str, srv: ServerDep, tenant: Caller) -> Pending:
     "/sessions/{session_id}/approvals/{tool_call_id}", **answers(200, WireEntry, 409, 413, 415)
 )
 async def decide(
-    session_id: str, tool_call_id: str, body: Decide, srv: ServerDep, tenant: Caller
+    session_id: SessionId, tool_call_id: str, body: Decide, srv: ServerDep, tenant: Caller
 ) -> WireEntry:
     """Decide a pending call as the caller's principal; the stored decision entry. The run
     that asked takes it wherever it runs, else it waits in the store for the next run."""

@@ -22,7 +22,7 @@ from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
 from ..session.store import RetentionStore, entries_after
 from .app import Server
-from .deps import REFUSALS, Caller, ServerDep, answers, runs
+from .deps import REFUSALS, Caller, ServerDep, SessionId, answers, runs
 from .runs import OnBusy, RunFailure, Runs, Status
 from .sse import session_stream
 
@@ -86,7 +86,9 @@ class ActiveRuns(TypedDict):
 
 
 @router.post("/sessions/{session_id}/runs", **answers(202, RunStarted, 409, 413, 415))
-async def start_run(session_id: str, body: StartRun, srv: ServerDep, tenant: Caller) -> RunStarted:
+async def start_run(
+    session_id: SessionId, body: StartRun, srv: ServerDep, tenant: Caller
+) -> RunStarted:
     sid = tenant.session(session_id)
     entries = body.entries()
     for entry in entries:
@@ -162,13 +164,17 @@ async def created_at(srv: Server, session_id: str) -> datetime | None:
 
 
 @router.post("/sessions/{session_id}/runs/{run_id}/cancel", **answers(202, RunStarted))
-async def cancel_run(session_id: str, run_id: str, srv: ServerDep, tenant: Caller) -> RunStarted:
+async def cancel_run(
+    session_id: SessionId, run_id: str, srv: ServerDep, tenant: Caller
+) -> RunStarted:
     await runs(srv).cancel(await existing(srv, tenant.session(session_id)), run_id)
     return {"run_id": run_id}
 
 
 @router.get("/sessions/{session_id}/runs/{run_id}", **answers(200, RunStatus))
-async def run_status(session_id: str, run_id: str, srv: ServerDep, tenant: Caller) -> RunStatus:
+async def run_status(
+    session_id: SessionId, run_id: str, srv: ServerDep, tenant: Caller
+) -> RunStatus:
     """The run's status; a failed run's also says why (``error``: type and message)."""
     sid = await existing(srv, tenant.session(session_id))
     status = await runs(srv).status(sid, run_id)
@@ -179,7 +185,7 @@ async def run_status(session_id: str, run_id: str, srv: ServerDep, tenant: Calle
 
 
 @router.get("/sessions/{session_id}/runs", **answers(200, ActiveRuns))
-async def active_runs(session_id: str, srv: ServerDep, tenant: Caller) -> ActiveRuns:
+async def active_runs(session_id: SessionId, srv: ServerDep, tenant: Caller) -> ActiveRuns:
     sid = await existing(srv, tenant.session(session_id))
     return {"active": await runs(srv).active(sid)}
 
@@ -256,7 +262,7 @@ no data."""
     },
 )
 async def stream(
-    session_id: str,
+    session_id: SessionId,
     srv: ServerDep,
     tenant: Caller,
     after: int | None = Query(None, ge=0),

@@ -12,7 +12,19 @@ from ..durable.errors import EntryNotFoundError
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
 from ..session.store import RetentionStore, SessionRecord, Store, entries_after
-from .deps import REFUSALS, Caller, SeqEntry, ServerDep, WireEntry, answers, retention, runs, wire
+from .deps import (
+    REFUSALS,
+    SESSION_ID,
+    Caller,
+    SeqEntry,
+    ServerDep,
+    SessionId,
+    WireEntry,
+    answers,
+    retention,
+    runs,
+    wire,
+)
 from .routes_runs import existing
 from .runs import drop_made
 from .tenants import Tenant
@@ -30,7 +42,9 @@ class Body(BaseModel):
 
 
 class CreateSession(Body):
-    session_id: str | None = None
+    session_id: str | None = Field(
+        None, json_schema_extra=SESSION_ID, description="left out: the server picks one"
+    )
 
 
 class Branch(Body):
@@ -46,7 +60,9 @@ class Compact(Body):
 
 
 class Fork(Body):
-    child_id: str | None = None
+    child_id: str | None = Field(
+        None, json_schema_extra=SESSION_ID, description="left out: the server picks one"
+    )
     leaf_id: str | None = Field(None, description="fork the path to this entry (default: last)")
 
 
@@ -164,13 +180,13 @@ async def create_session(
 
 
 @router.get("/sessions/{session_id}", **answers(200, SessionObject))
-async def get_session(session_id: str, srv: ServerDep, tenant: Caller) -> SessionObject:
+async def get_session(session_id: SessionId, srv: ServerDep, tenant: Caller) -> SessionObject:
     return await session_object(srv.store, tenant.session(session_id))
 
 
 @router.get("/sessions/{session_id}/entries", **answers(200, EntryPage))
 async def get_entries(
-    session_id: str,
+    session_id: SessionId,
     srv: ServerDep,
     tenant: Caller,
     after: int = Query(0, ge=0),
@@ -182,7 +198,7 @@ async def get_entries(
 
 
 @router.delete("/sessions/{session_id}", **answers(204, None, 501))
-async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Response:
+async def delete_session(session_id: SessionId, srv: ServerDep, tenant: Caller) -> Response:
     """Deletes the session and stops its runs (each would otherwise go on calling the model
     until its next commit fails): those this process relays, and those Temporal lists; on
     Temporal, the session's workflow histories are deleted too (docs/design.md#retention)."""
@@ -195,7 +211,7 @@ async def delete_session(session_id: str, srv: ServerDep, tenant: Caller) -> Res
 
 
 @router.post("/sessions/{session_id}/branch", **answers(200, Leaf, 413, 415))
-async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) -> Leaf:
+async def branch(session_id: SessionId, body: Branch, srv: ServerDep, tenant: Caller) -> Leaf:
     """The server keeps no leaf: this checks the entry and names it, for the next run's
     ``leaf_id``."""
     entries = await srv.store.load_entries(tenant.session(session_id))
@@ -205,7 +221,7 @@ async def branch(session_id: str, body: Branch, srv: ServerDep, tenant: Caller) 
 
 
 @router.post("/sessions/{session_id}/fork", **answers(201, SessionObject, 409, 413, 415))
-async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> SessionObject:
+async def fork(session_id: SessionId, body: Fork, srv: ServerDep, tenant: Caller) -> SessionObject:
     """A fork refused half-way leaves the child it made when the client named it (its retry
     completes it, docs/design.md#tree-and-views); one under an ID the server picked, which
     the client never learns, is deleted (docs/design.md#http-api)."""
@@ -224,7 +240,9 @@ async def fork(session_id: str, body: Fork, srv: ServerDep, tenant: Caller) -> S
 
 
 @router.post("/sessions/{session_id}/compact", **answers(200, Compacted, 409, 413, 415, 502))
-async def compact(session_id: str, body: Compact, srv: ServerDep, tenant: Caller) -> Compacted:
+async def compact(
+    session_id: SessionId, body: Compact, srv: ServerDep, tenant: Caller
+) -> Compacted:
     """Summarize the path into one stored compaction entry (docs/design.md#compaction), in this
     process or by the compaction workflow: ``{"entry": <entry wire object>}``, or ``{"entry":
     null}`` when there was nothing to compact. The entry then comes on the stream like any
