@@ -103,8 +103,7 @@ class ApiError(Exception):
 
 
 def error(status: int, type_: str, message: str, **extra: Any) -> JSONResponse:
-    body = {"error": {"type": type_, "message": message, **extra}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse({"error": {"type": type_, "message": message, **extra}}, status)
 
 
 @dataclass
@@ -326,6 +325,24 @@ def _handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         app.add_exception_handler(kind, library)
 
 
+def _runs(
+    store: Store,
+    hubs: Hubs,
+    agents: Mapping[str, AgentSpec] | Sequence[str] | None,
+    temporal: Any,
+    task_queue: str,
+    update_wait: float,
+) -> Runs | None:
+    """Where the server's runs go: Temporal's workers, this process, or nowhere (503)."""
+    if temporal is not None:
+        return TemporalRuns(temporal, task_queue, store, hubs, list(agents or ()), update_wait)
+    if agents:
+        if not isinstance(agents, Mapping):
+            raise TypeError("agents in process: a mapping of name -> AgentSpec")
+        return LocalRuns(store, agents, hubs)
+    return None
+
+
 def create_app(
     *,
     store: Store,
@@ -351,15 +368,7 @@ def create_app(
     from .routes_sessions import router as sessions_router
 
     hubs = Hubs(store, None)
-    runs: Runs | None = None
-    if temporal is not None:
-        names = list(agents or ())
-        runs = TemporalRuns(temporal, task_queue, store, hubs, names, update_wait)
-    elif agents:
-        if not isinstance(agents, Mapping):
-            raise TypeError("agents in process: a mapping of name -> AgentSpec")
-        runs = LocalRuns(store, agents, hubs)
-    hubs.runs = runs
+    hubs.runs = runs = _runs(store, hubs, agents, temporal, task_queue, update_wait)
     server = Server(store, runs, hubs, Tenants(load_keys(keys)), keepalive)
 
     @contextlib.asynccontextmanager
@@ -369,9 +378,8 @@ def create_app(
         if isinstance(runs, LocalRuns | TemporalRuns):
             await runs.aclose()
 
-    # no redirect of a path with a trailing slash: the API has none, and the chat page's
-    # files answer as they are asked
-    # operation IDs (a generated client's method names) are the route functions' names
+    # no trailing-slash redirects (the API has none; the page's files answer as asked); the
+    # operation IDs, a generated client's method names, are the route functions' names
     app = FastAPI(
         title="durable-agent",
         lifespan=lifespan,
