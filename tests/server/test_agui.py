@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import lookup, scripted, serving, tool_script
+from tests.support.gate_tool import GateTool
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
 
@@ -240,3 +242,37 @@ async def test_a_run_its_store_failed_ends_in_a_run_error_naming_nothing_of_the_
     assert isinstance(end, RunErrorEvent), events
     assert "private-root" not in end.message, end.message
     assert end.code == "StoreUnavailableError" and "unavailable" in end.message
+
+
+async def test_a_run_quiet_for_long_keeps_its_stream_alive(tmp_path: Path) -> None:
+    """A tool call that takes minutes (or waits for a person) left the AG-UI stream silent,
+    and a proxy closes a connection silent for a minute: a comment line comes after each
+    ``keepalive`` seconds of nothing, as on the session stream, which AG-UI clients skip."""
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Opened.")]), tools=[gate.tool]
+    )
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"a": spec}, keepalive=0.2)
+    body = {
+        "threadId": "quiet",
+        "runId": "quiet-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Open it."}],
+        "tools": [],
+        "context": [],
+        "state": None,
+        "forwardedProps": None,
+    }
+    lines: list[str] = []
+    async with (
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+        asyncio.timeout(60),
+        client.stream("POST", "/v1/agui", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            lines.append(line)
+            if line.startswith(":") and gate.started.is_set():
+                gate.release.set()  # a comment came while the call held the run
+    assert ": keepalive" in lines
+    events = [EVENTS.validate_python(json.loads(x[6:])) for x in lines if x.startswith("data: ")]
+    assert events[0].type == EventType.RUN_STARTED and events[-1].type == EventType.RUN_FINISHED

@@ -188,13 +188,27 @@ class Translation:
 
 
 async def _events(
-    queue: asyncio.Queue[Frame | None], leave: Any, run_id: str, body: RunAgentInput
+    queue: asyncio.Queue[Frame | None],
+    leave: Any,
+    run_id: str,
+    body: RunAgentInput,
+    keepalive: float,
 ) -> AsyncIterator[str]:
+    """The run's AG-UI events; a comment line after each ``keepalive`` seconds of none (a long
+    tool call, a call waiting for a person), as on the session stream: proxies close a
+    connection silent for a minute, and an AG-UI client's SSE parser skips comments."""
     encoder = EventEncoder()
     translation = Translation(body.thread_id, run_id, body.run_id)
     try:
         yield encoder.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
-        while (frame := await queue.get()) is not None:
+        while True:
+            try:
+                frame = await asyncio.wait_for(queue.get(), keepalive)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            if frame is None:
+                return
             for event in translation.frame(frame):
                 yield encoder.encode(event)
                 if isinstance(event, RunFinishedEvent | RunErrorEvent):
@@ -224,7 +238,7 @@ async def agui(
         except BaseException:
             hub.leave(queue)
             raise
-    stream = _events(queue, hub.leave, run_id, body)
+    stream = _events(queue, hub.leave, run_id, body, srv.keepalive)
     return StreamingResponse(stream, media_type="text/event-stream")
 
 
