@@ -32,7 +32,8 @@ from tests.temporal.helpers import (
 pytestmark = pytest.mark.temporal
 
 SLOW_HEARTBEAT = CRASH.model_copy(update={"model_heartbeat": 8.0})
-"""Long enough for a fresh worker to start and send the cancel before the dead call times out."""
+"""Long enough for the cancel to reach the run before the dead call times out: a sticky timeout
+(1 s) and one workflow task on the worker that is left, already up."""
 
 
 async def test_cancel_after_the_worker_died_mid_model_call_ends_cancelled(
@@ -41,8 +42,13 @@ async def test_cancel_after_the_worker_died_mid_model_call_ends_cancelled(
     root, markers, q = tmp_path / "sessions", tmp_path / "markers", queue()
     common = ["--address", address, "--task-queue", q, "--markers", str(markers)]
     common += ["--root", str(root), "--steps", "1"]
-    first = worker_processes.start(*common, "--crash", "model")  # a slow model stream
-    await wait_for_file(markers / f"ready-{first.pid}")
+    # Two workers, both streaming the first reply slowly; the one the call lands on is killed.
+    # The other is up before the call starts: a worker started after the kill (imports, connect:
+    # seconds on a loaded machine) ate the heartbeat timeout, whose retry it then ran to the
+    # end before it took the cancel.
+    both = [worker_processes.start(*common, "--crash", "model") for _ in range(2)]
+    for proc in both:
+        await wait_for_file(markers / f"ready-{proc.pid}")
 
     store = FileStore(root)
     ex = executor(temporal_client, q, timeouts=SLOW_HEARTBEAT)
@@ -51,11 +57,11 @@ async def test_cancel_after_the_worker_died_mid_model_call_ends_cancelled(
     stream = await agent.run("go", run_id=rid)
     seen = asyncio.create_task(consume(stream))
     await wait_for_file(markers / MARKERS["model"])
+    streaming = int((markers / MARKERS["model"]).read_text())
+    (first,) = [proc for proc in both if proc.pid == streaming]
     worker_processes.kill(first)  # the model call's worker is gone mid-call
-    fresh = worker_processes.start(*common)
-    await wait_for_file(markers / f"ready-{fresh.pid}")
 
-    # the fresh worker takes the cancel and asks the dead call to stop; nobody answers, so the
+    # the other worker takes the cancel and asks the dead call to stop; nobody answers, so the
     # call ends with its heartbeat timeout, which must not decide how the run ends
     cancelling = asyncio.create_task(stream.cancel())
     handle = temporal_client.get_workflow_handle(run_workflow_id(agent.session_id, rid))
