@@ -22,7 +22,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.workflows import SEARCH_ATTRIBUTE
-from tests.cli.support import CLI, Dev, plain, run_cli, running_dev
+from tests.cli.support import CLI, Dev, plain, run_cli, running_dev, worker_process
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
@@ -336,12 +336,24 @@ def test_a_worker_on_another_store_is_one_line(dev: Dev, tmp_path: Path) -> None
     assert same.returncode == 0, same.stderr
 
 
-def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
+def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev, tmp_path: Path) -> None:
     """A second ``run`` from the tail of a session whose run is mid-tool would take the call
-    for an interrupted one: refused, storing nothing, and the first run goes on."""
+    for an interrupted one: refused, storing nothing, and the first run goes on.
+
+    The first run's tool works until the test ends it: the commands below (five interpreter
+    starts, seconds each on a loaded machine) outlasted the module's 20 s tool, and the chat's
+    ``hello`` then started a run of its own."""
+    env = {**dev.env, "DURABLE_AGENT_TASK_QUEUE": f"busy-{secrets.token_hex(4)}"}
+    slow = {**env, "DURABLE_AGENT_DEMO_TOOL_SECONDS": "3600"}
+    app = ["--app", "durable_agent.cli.demo_app:app"]
+    with worker_process(slow, tmp_path, *app):
+        _refused_while_a_run_goes(env, dev.info["address"])
+
+
+def _refused_while_a_run_goes(env: dict[str, str], address: str) -> None:
     first = subprocess.Popen(
         [*CLI, "run", "busy1", "Crunch the Q3 sales numbers, please.", "--json"],
-        env=dev.env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -350,25 +362,25 @@ def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
         query = f'{SEARCH_ATTRIBUTE} = "busy1" AND ExecutionStatus = "Running"'
 
         async def listed() -> bool:  # as far as visibility (a second behind) can tell
-            client = await Client.connect(dev.info["address"])
+            client = await Client.connect(address)
             return [w async for w in client.list_workflows(query)] != []
 
         wait_until(lambda: asyncio.run(listed()), within=60, what="the run listed")
-        second = run_cli(["run", "busy1", "hello"], dev.env)
+        second = run_cli(["run", "busy1", "hello"], env)
         assert second.returncode == 1, second.stderr
         assert "has a run going" in second.stderr and "Traceback" not in second.stderr
 
         def mid_tool() -> str | None:  # the tail: the reply that called the slow tool
-            shown = json.loads(run_cli(["show", "busy1", "--json"], dev.env).stdout or "{}")
+            shown = json.loads(run_cli(["show", "busy1", "--json"], env).stdout or "{}")
             return shown.get("leaf_id") if "tool_call" in json.dumps(shown) else None
 
         tail = wait_until(mid_tool, within=60, what="the run's tool call stored")
         # naming the tail with --leaf is the same run from the tail: refused the same way
-        at_tail = run_cli(["run", "busy1", "hello", "--leaf", tail], dev.env)
+        at_tail = run_cli(["run", "busy1", "hello", "--leaf", tail], env)
         assert at_tail.returncode == 1, at_tail.stderr
         assert "has a run going" in at_tail.stderr and "Traceback" not in at_tail.stderr
         chat = pexpect.spawn(
-            CLI[0], [*CLI[1:], "chat", "busy1"], env=dev.env, encoding="utf-8", timeout=60
+            CLI[0], [*CLI[1:], "chat", "busy1"], env=env, encoding="utf-8", timeout=60
         )
         try:
             chat.expect("busy1 ▸ ")
@@ -380,14 +392,14 @@ def test_a_run_while_another_goes_on_the_session_is_refused(dev: Dev) -> None:
             chat.expect("busy1 ▸ ")
         finally:
             chat.terminate(force=True)
-        shown = _json(run_cli(["show", "busy1", "--json"], dev.env))
+        shown = _json(run_cli(["show", "busy1", "--json"], env))
         assert "hello" not in json.dumps(shown) and "interrupted" not in json.dumps(shown)
         assert "compaction" not in json.dumps(shown)
     finally:
         first.send_signal(signal.SIGINT)
         _, said = first.communicate(timeout=60)
     # Ctrl-C says where the run left the session (its cancelled call answered)
-    leaf = _json(run_cli(["show", "busy1", "--json"], dev.env))["leaf_id"]
+    leaf = _json(run_cli(["show", "busy1", "--json"], env))["leaf_id"]
     assert f"run cancelled; session busy1 is at leaf {leaf}" in said, said
 
 
