@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -347,12 +346,12 @@ def test_check_fails_within_seconds_of_a_sigkill_and_counts_only_this_worker(
         for check in healthy:
             assert check.returncode == 0, check.stdout + check.stderr
         a.proc.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
         a.proc.wait(10)
         assert a.ready.exists(), "a SIGKILL leaves the file behind"
-        dead = poll(lambda: _unhealthy(dev, a.ready, queue), within=5)
-        assert dead, "still healthy 5 s after the SIGKILL"
-        assert time.monotonic() - killed_at < 5
+        # at once: the first check after the kill says so (a check's own start, imports on a
+        # loaded machine, can take longer than seconds: a deadline would time the interpreter)
+        dead = _check(dev, a.ready, queue)
+        assert dead.returncode == 1, "still healthy after the SIGKILL:\n" + dead.stdout
         assert f"pid {a.proc.pid}" in dead.stdout and "unhealthy" in dead.stdout, dead.stdout
         assert _check(dev, b.ready, queue).returncode == 0, "the other worker is still fine"
         for worker, check in zip((a, b), healthy, strict=True):
