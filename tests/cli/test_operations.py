@@ -433,6 +433,9 @@ def _as_pid_1(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpr
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             yield proc
+        except AssertionError as failed:  # what the worker said is the clue
+            said = log.read_text(errors="replace")[-4000:]
+            raise AssertionError(f"{failed}\nthe worker's log ends:\n{said}") from failed
         finally:
             proc.kill()
             proc.wait()
