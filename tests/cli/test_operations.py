@@ -545,7 +545,9 @@ async def test_approve_goes_on_with_the_agent_that_asked(dev: Dev, tmp_path: Pat
         asked = run_cli(["run", "ask1", "refund it", "--agent", "refunder", *flags], env)
         assert asked.returncode == 0, asked.stdout + asked.stderr
         [pending] = _json(run_cli(["approvals", "ask1", "--json", "--store", store], env))
-        decided = run_cli(["approve", "ask1", pending["tool_call_id"], *flags], env)
+        call = pending["tool_call_id"]  # what the waiting run said to approve by
+        assert f"waits for approval: call {call}" in " ".join(asked.stdout.split()), asked.stdout
+        decided = run_cli(["approve", "ask1", call, *flags], env)
         assert decided.returncode == 0, decided.stdout + decided.stderr
         assert "continuing in run" in decided.stdout and "done: refunded 250" in decided.stdout
     shown = json.dumps(_json(run_cli(["show", "ask1", "--json", "--store", store], env)))

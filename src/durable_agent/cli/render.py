@@ -236,7 +236,7 @@ def print_json(console: Console, data: Any) -> None:
 
 def _asked(entry: Entry) -> str:
     call = call_text(getattr(entry, "tool_name", ""), getattr(entry, "args", {}))
-    return f"⏸ {call} waits for approval"
+    return f"⏸ {call} waits for approval: call {getattr(entry, 'tool_call_id', '')}"
 
 
 def _decided(entry: Entry) -> str:
