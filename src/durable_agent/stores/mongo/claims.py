@@ -180,14 +180,30 @@ class Claims:
         claimed = await self.claims(scope.key(e) for e in missing)
         return {e: p for e, p in missing.items() if scope.key(e) not in claimed}
 
-    async def point_at(self, claim: dict[str, Any], held: int | None) -> bool:
-        """Make a stored claim say what ``claim`` says, if it still points at ``held`` (a writer
-        taking over an entry whose document was fenced, or moving its own into another
-        document); ``False`` if another writer moved it first."""
-        result = await self._collection.update_one(
-            {"_id": claim["_id"], "q": held}, {"$set": {"h": claim["h"], "q": claim["q"]}}
-        )
-        return bool(result.matched_count)
+    async def move(self, moves: Sequence[tuple[dict[str, Any], int | None]]) -> set[str]:
+        """Make each stored claim say what its new ``claim`` says, if it still points at
+        ``held`` (a writer taking over entries whose document was fenced, or moving its own into
+        another document); the keys of those moved. Two requests however many they are (a
+        round trip each held the writer's slot open ``abandon_after`` and more for a large
+        batch, and readers fenced it): the claims still pointing at their ``held`` are deleted,
+        then the new ones inserted. A claim another writer moved first, or inserted in between,
+        stays that writer's."""
+        if not moves:
+            return set()
+        by_held: dict[int | None, list[str]] = {}
+        for claim, held in moves:
+            by_held.setdefault(held, []).append(claim["_id"])
+        for held, group in by_held.items():
+            await self._collection.delete_many({"_id": {"$in": group}, "q": held})
+        docs = [claim for claim, _ in moves]
+        keys = {claim["_id"] for claim in docs}
+        try:
+            await self._collection.insert_many(docs, ordered=False)
+        except BulkWriteError as exc:
+            if not only_duplicate_keys(exc):
+                raise
+            return keys - {docs[int(err["index"])]["_id"] for err in exc.details["writeErrors"]}
+        return keys
 
     async def release(self, held: dict[str, int]) -> None:
         """Delete the claims this call holds (key: the seq it points them at) for entries it

@@ -365,16 +365,19 @@ class BatchWriter:
         mine.update((c["_id"], c["q"]) for c in new[:done])
         if done < len(new):
             return False
+        moves = []
         for claim in wanted:
             key = claim["_id"]
             held = mine[key] if key in mine else claims[key].seq
-            if held == claim["q"]:
-                continue
-            if not await self._claims.point_at(claim, held):
-                mine.pop(key, None)  # another writer took it over: no longer this call's
-                return False
-            mine[key] = claim["q"]
-        return True
+            if held != claim["q"]:
+                moves.append((claim, held))
+        moved = await self._claims.move(moves)
+        for claim, _ in moves:
+            if claim["_id"] in moved:
+                mine[claim["_id"]] = claim["q"]
+            else:
+                mine.pop(claim["_id"], None)  # another writer took it over: no longer this call's
+        return len(moved) == len(moves)
 
     async def _insert(self, docs: list[dict[str, Any]]) -> None:
         if len(docs) == 1:
