@@ -61,15 +61,18 @@ async def test_an_append_outwaits_a_writer_that_stalls_after_claiming_its_entry(
 async def test_an_append_that_nothing_settles_gives_up_after_its_patience(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
-    """A claim of x points at a document that does not hold x and cannot be fenced (a state no
-    writer leaves: nothing ever settles it). The append keeps looking until its clock, injected
+    """A claim of x points at a place no document of it can land on and no fence can go in: a
+    hand-made document holds that seq under another ``_id`` (damage no writer leaves: nothing
+    ever settles it). The append keeps looking until its clock, injected
     here and advanced one second per reading, has passed ``abandon_after`` plus the margin, then
     raises ``StoreUnavailableError`` saying so, and stores nothing."""
     store = MongoStore(mongo_database)
     await store.create_session("s1")
     await store.append_entries("s1", [entry("a")])
     scope = Scope("s1", inc_of(sync_db, "s1"))
-    sync_db.entries_claims.insert_one(claim_doc(scope, "x", encode_entry(entry("x")), 0))
+    elsewhere = {"_id": "elsewhere", "session_id": "s1", "inc": scope.inc, "seq": 5}
+    sync_db.entries.insert_one({**elsewhere, "keys": [], "wires": []})
+    sync_db.entries_claims.insert_one(claim_doc(scope, "x", encode_entry(entry("x")), 5))
     readings: list[float] = []
 
     def clock() -> float:

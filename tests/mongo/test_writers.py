@@ -75,6 +75,26 @@ async def test_fresh_store_walks_the_slots_and_moves_the_hint(
     assert loaded[-2:] == ["late", "after"] and len(loaded) == end + 2
 
 
+async def test_fresh_store_appends_a_large_batch_behind_a_taken_slot(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A store object that never loaded the session tries its first slot, 0, which is taken,
+    with the batch's claims in the same ordered insert. FerretDB goes on past the taken slot
+    with its next internal batch of 100 documents, so claims of this batch are left pointing at
+    the first append's document, which does not hold them: they are dead (no document can land
+    there any more), and the append takes them over instead of waiting for them until it gives
+    up (a retry gave up too: those IDs could never be stored)."""
+    await MongoStore(mongo_database).create_session("s1")
+    await MongoStore(mongo_database).append_entries("s1", [entry("first")])
+    batch = [entry(f"e{i}", parent="first" if i == 0 else f"e{i - 1}") for i in range(150)]
+    fresh = MongoStore(mongo_database, abandon_after=0.5)
+    await fresh.append_entries("s1", batch)
+    await MongoStore(mongo_database).append_entries("s1", batch)  # a repeat is a no-op
+    assert ids(await MongoStore(mongo_database).load_entries("s1")) == ["first", *ids(batch)]
+    assert keys_of(sync_db, "s1") == [["first"], ids(batch)]
+    assert unsettled_slots(sync_db, "s1") == []
+
+
 async def test_overlapping_retry_stores_only_the_new_entry(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:
