@@ -10,6 +10,11 @@ stored result as ``TOOL_CALL_RESULT``, and the run's end as ``RUN_FINISHED`` (of
 ``cancelled`` outcome for a cancelled run) or ``RUN_ERROR``. AG-UI has no way to take back
 text a client was shown: when a retried model call starts its reply over, the text so far ends
 as one message and the retry streams as the next (docs/design.md#http-api).
+
+A run whose calls wait for a person ends its stream in ``RUN_FINISHED`` of the ``interrupt``
+outcome, one interrupt per waiting call (its ID the call's ID); the run keeps waiting. The
+client answers with an input whose ``resume`` decides them (:mod:`.agui_resume`), and that
+stream follows the run on to its next end or wait.
 """
 
 from __future__ import annotations
@@ -17,15 +22,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
+    Interrupt,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -40,12 +47,16 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from ..durable.inputs import check_run_input, text
+from ..session.approvals import PendingItem, pending_items
 from ..session.codec import wire_to_entry
-from ..session.entries import MessageEntry
+from ..session.entries import Entry, MessageEntry
 from ..session.store import entries_after
+from ..session.tree import path
+from .agui_resume import ANSWER_SCHEMA, carry_out, decisions
+from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
-from .routes_runs import CLIENT_ID
+from .routes_runs import CLIENT_ID, existing
 from .runs import Runs, made_for_start
 from .tenants import Tenant
 
@@ -68,6 +79,9 @@ STREAMED = {
 """What the document says the AG-UI route answers: AG-UI's events, as server-sent events."""
 
 ENDED = {"completed", "failed", "cancelled"}
+
+Waiting = Callable[[], Awaitable[tuple[int, list[PendingItem]]]]
+"""The calls of the session that wait for a person, and the seq of the last one's request."""
 
 
 def _question(body: RunAgentInput) -> str:
@@ -97,8 +111,12 @@ class Translation:
     """Our frames of one run -> AG-UI events (module doc); its boundary events name the run
     as the input did (``input_run_id``)."""
 
-    def __init__(self, thread_id: str, run_id: str, input_run_id: str) -> None:
+    def __init__(self, thread_id: str, run_id: str, input_run_id: str, seq: int = 0) -> None:
         self.thread_id, self.run_id, self.input_run_id = thread_id, run_id, input_run_id
+        self.seq = seq
+        """The seq of the last entry shown (those before the stream joined count as shown)."""
+        self.asking = False
+        """The run waits for a person (its status says so)."""
         self.open: str | None = None
         """The ID of the text message streaming now."""
         self.shown = ""
@@ -110,9 +128,12 @@ class Translation:
         if frame.event == "delta" and data["run_id"] == self.run_id:
             return self._piece(data)
         if frame.event == "entry":
+            self.seq = max(self.seq, data["seq"])
             return self._entry(data["entry"])
-        if frame.event == "run" and data["run_id"] == self.run_id and data["status"] in ENDED:
-            return [*self._close(), self._end(data["status"], data.get("error"))]
+        if frame.event == "run" and data["run_id"] == self.run_id:
+            if data["status"] in ENDED:
+                return [*self._close(), self._end(data["status"], data.get("error"))]
+            self.asking = data["status"] == "awaiting_approval"
         if frame.event == "deleted":
             return [RunErrorEvent(message="the session was deleted", code="deleted")]
         return []
@@ -172,6 +193,23 @@ class Translation:
             )
         return out
 
+    def interrupt(self, items: list[PendingItem]) -> list[BaseEvent]:
+        """The stream's end while the run waits for people: an interrupt per waiting call,
+        answered by the call's ID in the next input's ``resume`` (:mod:`.agui_resume`)."""
+        asked = [
+            Interrupt(
+                id=p.tool_call_id,
+                reason="tool_approval",
+                message=f"{p.tool_name} waits for approval",
+                tool_call_id=p.tool_call_id,
+                response_schema=ANSWER_SCHEMA,
+            )
+            for p in items
+        ]
+        outcome = RunFinishedInterruptOutcome(interrupts=asked)
+        end = RunFinishedEvent(thread_id=self.thread_id, run_id=self.input_run_id, outcome=outcome)
+        return [*self._close(), end]
+
     def _end(self, status: str, error: dict[str, str] | None) -> BaseEvent:
         if status == "completed":
             return RunFinishedEvent(thread_id=self.thread_id, run_id=self.input_run_id)
@@ -187,20 +225,56 @@ class Translation:
         return RunErrorEvent(message=why, code=error["type"])
 
 
-async def _events(
+async def _asked(
+    translation: Translation, waiting: Waiting, shown: list[BaseEvent]
+) -> list[BaseEvent]:
+    """``shown``, the events of a frame, and the interrupt that ends the stream once the run
+    waits and every waiting call was shown (the run's status may come before the hub read
+    the reply that made the calls); a run that parked (it waited ``approval_wait``) ends
+    ``completed`` with calls still waiting, which is an interrupt too."""
+    end = shown[-1] if shown else None
+    if isinstance(end, RunFinishedEvent) and end.outcome is None:
+        _, items = await waiting()
+        return [*shown[:-1], *translation.interrupt(items)[-1:]] if items else shown
+    if not translation.asking or shown:
+        return shown
+    seq, items = await waiting()
+    if not items:  # decided meanwhile: the run's next status comes
+        translation.asking = False
+        return []
+    return translation.interrupt(items) if translation.seq >= seq else []
+
+
+def _pending(found: list[tuple[int, Entry]]) -> tuple[int, list[PendingItem]]:
+    """The waiting calls of the session's active path (to its last entry), as the approvals
+    route lists them, and the seq of the last one's request."""
+    entries = [entry for _, entry in found]
+    items = pending_items(path(entries, entries[-1].id)) if entries else []
+    requests = {p.request_id for p in items}
+    return max((seq for seq, e in found if e.id in requests), default=0), items
+
+
+def _waiting_in(srv: Server, sid: str) -> Waiting:
+    async def waiting() -> tuple[int, list[PendingItem]]:
+        return _pending(await entries_after(srv.store, sid, 0))
+
+    return waiting
+
+
+async def events(
     queue: asyncio.Queue[Frame | None],
     leave: Any,
-    run_id: str,
-    body: RunAgentInput,
+    translation: Translation,
+    waiting: Waiting,
     keepalive: float,
 ) -> AsyncIterator[str]:
     """The run's AG-UI events; a comment line after each ``keepalive`` seconds of none (a long
     tool call, a call waiting for a person), as on the session stream: proxies close a
     connection silent for a minute, and an AG-UI client's SSE parser skips comments."""
     encoder = EventEncoder()
-    translation = Translation(body.thread_id, run_id, body.run_id)
+    thread_id, run_id = translation.thread_id, translation.input_run_id
     try:
-        yield encoder.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
+        yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
         while True:
             try:
                 frame = await asyncio.wait_for(queue.get(), keepalive)
@@ -209,7 +283,7 @@ async def _events(
                 continue
             if frame is None:
                 return
-            for event in translation.frame(frame):
+            for event in await _asked(translation, waiting, translation.frame(frame)):
                 yield encoder.encode(event)
                 if isinstance(event, RunFinishedEvent | RunErrorEvent):
                     return
@@ -224,6 +298,8 @@ async def agui(
 ) -> StreamingResponse:
     """Start a run and stream it (module doc). The stream joins the session's hub before the
     run starts, so it sees the run from its first entry to its end."""
+    if body.resume:
+        return await _resume(body, srv, tenant, agent)
     sid = _session(tenant, body.thread_id)
     question = text(_question(body))
     check_run_input([question], nothing_stored=False)  # a blank one: before the session is made
@@ -238,7 +314,39 @@ async def agui(
         except BaseException:
             hub.leave(queue)
             raise
-    stream = _events(queue, hub.leave, run_id, body, srv.keepalive)
+    translation = Translation(body.thread_id, run_id, body.run_id, after)
+    stream = events(queue, hub.leave, translation, _waiting_in(srv, sid), srv.keepalive)
+    return StreamingResponse(stream, media_type="text/event-stream")
+
+
+async def _resume(
+    body: RunAgentInput, srv: Server, tenant: Tenant, agent: str | None
+) -> StreamingResponse:
+    """Decide the calls the input's ``resume`` answers and follow the run that goes on
+    (:mod:`.agui_resume`); its messages are not read (the question was asked already). The
+    stream joins the hub before the decisions, so it sees the run from its next entry."""
+    assert body.resume is not None
+    sid = await existing(srv, _session(tenant, body.thread_id))
+    runner = runs(srv)
+    runner.agent(agent)
+    found = await entries_after(srv.store, sid, 0)
+    after, (_, waiting) = len(found), _pending(found)
+    made = decisions(body.resume, waiting, tenant.principal)
+    hub = await srv.hubs.hub(sid, after)
+    queue, _, _ = hub.join()
+    try:
+        run_id, status = await carry_out(runner, srv.store, sid, made, waiting, agent)
+    except BaseException:
+        hub.leave(queue)
+        raise
+    if status == "failed":  # decided, and nothing carries the calls out: say so, not hang
+        why = "the calls are decided; no run carries them out: name the agent (/v1/agui/{agent})"
+        error = {"type": "NoRunStarted", "message": why}
+        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status, "error": error}))
+    elif status == "awaiting_approval":
+        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status}))
+    translation = Translation(body.thread_id, run_id, body.run_id, after)
+    stream = events(queue, hub.leave, translation, _waiting_in(srv, sid), srv.keepalive)
     return StreamingResponse(stream, media_type="text/event-stream")
 
 
@@ -259,6 +367,8 @@ async def _start(
         sid, [question], leaf_id=None, agent=agent, on_busy="reject", run_id=own
     )
     status = await runner.status(sid, run_id) if known else None
+    if status == "awaiting_approval":  # no frame tells a wait begun before the stream
+        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status}))
     if status in ENDED:
         failure = await runner.failure(sid, run_id) if status == "failed" else None
         error = {} if failure is None else {"error": failure.model_dump()}

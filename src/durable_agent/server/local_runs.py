@@ -208,7 +208,7 @@ class LocalRuns:
             return run_id, message_id
         raise no_run_accepts(session_id)
 
-    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> tuple[Entry, str | None]:
         """The handle of the run that waits for the call takes the decision; with none, it is
         committed at the session's leaf and, when that settles the turn, a run carries out the
         turn's calls."""
@@ -216,11 +216,10 @@ class LocalRuns:
             handle = self._handles.get((session_id, run_id))
             waiting = () if handle is None else handle.pending_approvals()
             if handle is not None and decision.tool_call_id in {p.tool_call_id for p in waiting}:
-                return await decide_with(handle, decision)
+                return await decide_with(handle, decision), None
         handle = await new(None, store=self.store, session_id=session_id, create=False)
         entry = await decide_with(handle, decision)
-        await continue_settled(self, self.store, session_id)
-        return entry
+        return entry, await continue_settled(self, self.store, session_id)
 
     async def compact(
         self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None

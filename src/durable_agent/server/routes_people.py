@@ -89,5 +89,5 @@ async def decide(
         args=body.args if body.approved else None,
         decided_by=tenant.principal,
     )
-    entry = await runs(srv).decide(sid, decision)
+    entry, _ = await runs(srv).decide(sid, decision)
     return wire(entry)

@@ -258,8 +258,9 @@ class Runs(Protocol):
         accepted already is not handed again (a retried request)."""
         ...
 
-    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
-        """Decide a pending call of the session; the stored decision entry."""
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> tuple[Entry, str | None]:
+        """Decide a pending call of the session; the stored decision entry, and the run
+        started to carry out the turn it settled (:func:`continue_settled`), if one was."""
         ...
 
     async def compact(
@@ -287,11 +288,14 @@ async def decide_with(handle: Agent, decision: ApprovalDecision) -> Entry:
     )
 
 
-async def continue_settled(runs: Runs, store: Store, session_id: str) -> str | None:
+async def continue_settled(
+    runs: Runs, store: Store, session_id: str, agent: str | None = None
+) -> str | None:
     """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
     every call of the waiting turn is decided and nothing runs, start the run that carries the
     calls out, as ``durable-agent approve`` does; its ID, else ``None``. With several agents
-    the server cannot tell which one asked, and leaves it to the next run. The decision is
+    the server cannot tell which one asked (unless ``agent`` names it), and leaves it to the
+    next run. The decision is
     stored: the store or Temporal failing now leaves it to the next run too (logged, one line),
     and a retry of the same decision, answered with the stored one, tries again
     (docs/design.md#http-api)."""
@@ -302,7 +306,7 @@ async def continue_settled(runs: Runs, store: Store, session_id: str) -> str | N
         turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
         if turn is None or turn.undecided():
             return None
-        return await runs.start(session_id, [], leaf_id=None, agent=None, on_busy="reject")
+        return await runs.start(session_id, [], leaf_id=None, agent=agent, on_busy="reject")
     except (UnknownAgentError, RunActiveError):
         return None
     except Exception as exc:

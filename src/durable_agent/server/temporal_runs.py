@@ -369,7 +369,7 @@ class TemporalRuns:
             logger.info("listing the runs of %s: %s", session_id, type(exc).__name__)
             return []
 
-    async def decide(self, session_id: str, decision: ApprovalDecision) -> Entry:
+    async def decide(self, session_id: str, decision: ApprovalDecision) -> tuple[Entry, str | None]:
         """Any server process decides from the session ID alone: the run that asked takes the
         decision through its ``decide`` update, else it is committed at the session's leaf
         (and a run carries out the turn's calls once all are decided)."""
@@ -378,8 +378,7 @@ class TemporalRuns:
             name, store=self.store, session_id=session_id, executor=self.executor, create=False
         )
         entry = await decide_with(handle, decision)
-        await continue_settled(self, self.store, session_id)
-        return entry
+        return entry, await continue_settled(self, self.store, session_id)
 
     async def compact(
         self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None

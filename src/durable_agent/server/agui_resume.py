@@ -1,0 +1,117 @@
+"""An AG-UI input that answers the interrupts a run's stream ended with (docs/design.md#http-api).
+
+Each interrupt is a call waiting for a person, of the call's ID. Its ``ResumeEntry`` decides
+it the way ``POST /v1/sessions/{id}/approvals/{call}`` does, as the caller's principal:
+``resolved`` with a payload of :class:`Answer` (none: approved as the model called it), or
+``cancelled`` (the person dismissed the question: denied, the payload's reason kept). The run
+that asked takes the decisions if it still waits, else the turn's calls are carried out by a
+run started for them; the stream follows that run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ag_ui.core import ResumeEntry
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..session.approvals import ApprovalDecision, PendingItem
+from ..session.store import Store
+from .runs import RunNotFoundError, Runs, Status, continue_settled
+
+__all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions"]
+
+
+class Answer(BaseModel):
+    """The payload of a ``resolved`` resume entry: the person's decision on the call."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    approved: bool = True
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    """Edited arguments the approved call runs with (``None``: as the model gave them)."""
+
+
+ANSWER_SCHEMA = Answer.model_json_schema()
+"""What an interrupt asks for (its ``responseSchema``), for a client to build its form from."""
+
+
+def _decision(entry: ResumeEntry, principal: str | None) -> ApprovalDecision:
+    try:
+        answer = Answer.model_validate(entry.payload or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(
+            f"the resume entry for interrupt {entry.interrupt_id!r} has a payload that is not"
+            f" an answer ({{approved, reason, args}}): {problems}"
+        ) from None
+    approved = answer.approved and entry.status == "resolved"
+    return ApprovalDecision(
+        tool_call_id=entry.interrupt_id,
+        approved=approved,
+        reason=answer.reason,
+        args=answer.args if approved else None,
+        decided_by=principal,
+    )
+
+
+def decisions(
+    resume: Sequence[ResumeEntry], waiting: Sequence[PendingItem], principal: str | None
+) -> list[ApprovalDecision]:
+    """The decisions ``resume`` makes, else ``ValueError`` (a 400, before anything is
+    decided): an answer to a call that does not wait (decided already, or never asked), or
+    two answers to one call."""
+    asked = {p.tool_call_id for p in waiting}
+    named = [entry.interrupt_id for entry in resume]
+    unknown = [i for i in named if i not in asked]
+    if unknown:
+        waits = ", ".join(sorted(asked)) or "none"
+        raise ValueError(
+            f"the resume answers interrupts that do not wait: {', '.join(unknown)}"
+            f" (the calls waiting for a person: {waits})"
+        )
+    if len(set(named)) != len(named):
+        raise ValueError("the resume answers an interrupt twice")
+    return [_decision(entry, principal) for entry in resume]
+
+
+async def _going(runner: Runs, sid: str, run_id: str) -> bool:
+    """Whether the run goes on (as Temporal describes it: a list of the running runs lags)."""
+    try:
+        return await runner.status(sid, run_id) in ("started", "awaiting_approval")
+    except RunNotFoundError:  # ended before this process started
+        return False
+
+
+async def carry_out(
+    runner: Runs,
+    store: Store,
+    sid: str,
+    made: Sequence[ApprovalDecision],
+    waiting: Sequence[PendingItem],
+    agent: str | None,
+) -> tuple[str, Status]:
+    """Decide the calls (the stream has joined the hub); the run the stream follows and the
+    status no frame will tell (``started``: the frames tell it all). The run that asked, when
+    it went on before the decisions (it takes them; its frames come), else the run started
+    for the turn they settled (by the last decision, or here with the route's agent, which a
+    server of several agents cannot pick itself); a parked turn with calls the resume left
+    undecided still waits, with no run."""
+    asker = next(p.run_id for p in waiting if p.tool_call_id == made[0].tool_call_id)
+    went_on = await _going(runner, sid, asker)
+    continued: str | None = None
+    for decision in made:
+        _, started = await runner.decide(sid, decision)
+        continued = started or continued
+    answered = {d.tool_call_id for d in made}
+    left = any(p.tool_call_id not in answered for p in waiting)
+    if continued is not None:
+        return continued, "started"
+    if went_on:
+        return asker, "awaiting_approval" if left else "started"
+    if left:
+        return "", "awaiting_approval"
+    continued = await continue_settled(runner, store, sid, agent)
+    return (continued, "started") if continued else ("", "failed")

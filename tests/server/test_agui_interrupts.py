@@ -1,0 +1,134 @@
+"""A call waiting for a person over AG-UI: the stream ends in an interrupt naming it, and the
+next input's ``resume`` decides it and follows the run on, on both executors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ag_ui.core import (
+    Event,
+    EventType,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from pydantic import TypeAdapter
+from temporalio.client import Client
+
+from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.session import MessageEntry
+from durable_agent.session.approvals import ApprovalDecision
+from durable_agent.workflows import AgentSpec
+from tests.server.support import helper_client, scripted
+
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+HISTORY = [{"id": "m1", "role": "user", "content": "Mail Ann, please."}]
+
+
+@tool(approval=True)
+async def send_email(to: str, subject: str = "hello") -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent {subject!r} to {to}"
+
+
+def _spec(approval_wait: float = 3600.0) -> AgentSpec:
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
+    replies = [Reply(tool_calls=[call]), Reply(text="Done with the mail.")]
+    return AgentSpec(model=scripted(replies), tools=[send_email], approval_wait=approval_wait)
+
+
+async def _events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[Event]:
+    events = []
+    async with client.stream("POST", "/v1/agui", json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(EVENTS.validate_python(json.loads(line[6:])))
+    return events
+
+
+async def _ask(client: httpx.AsyncClient, thread: str) -> RunFinishedEvent:
+    """The question's stream: the call, then an interrupt naming it (the run waits on)."""
+    events = await _events(client, {"threadId": thread, "runId": "ask-1", "messages": HISTORY})
+    kinds = [e.type for e in events]
+    assert kinds[0] == EventType.RUN_STARTED, kinds
+    starts = [e for e in events if isinstance(e, ToolCallStartEvent)]
+    assert [s.tool_call_id for s in starts] == ["call-1"]
+    assert EventType.TOOL_CALL_RESULT not in kinds, "the call waits: it has no result yet"
+    end = events[-1]
+    assert isinstance(end, RunFinishedEvent) and end.run_id == "ask-1", events
+    assert isinstance(end.outcome, RunFinishedInterruptOutcome), end
+    [interrupt] = end.outcome.interrupts
+    assert interrupt.id == "call-1" and interrupt.tool_call_id == "call-1"
+    assert interrupt.reason == "tool_approval" and interrupt.response_schema
+    return end
+
+
+def _resume(thread: str, run_id: str, *answers: dict[str, Any]) -> dict[str, Any]:
+    return {"threadId": thread, "runId": run_id, "messages": HISTORY, "resume": list(answers)}
+
+
+def _finished(events: list[Event], run_id: str) -> tuple[str, str]:
+    """The resumed stream's tool result and final text; it finished, no interrupt."""
+    end = events[-1]
+    assert isinstance(end, RunFinishedEvent) and end.run_id == run_id, events
+    assert end.outcome is None or end.outcome.type == "success", end
+    [result] = [e for e in events if isinstance(e, ToolCallResultEvent)]
+    assert result.tool_call_id == "call-1" and isinstance(result.content, str)
+    said = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    return result.content, said
+
+
+@pytest.mark.parametrize("approval_wait", [3600.0, 0.05], ids=["run_waits", "run_parked"])
+async def test_an_approval_is_an_interrupt_and_a_resume_approves_it(
+    temporal: Client | None, tmp_path: Path, approval_wait: float
+) -> None:
+    """The question's stream ends in an interrupt for the call waiting for a person; the
+    resume approving it (with edited arguments) is decided as the approvals route does, and
+    its stream shows the call's result and the final reply: the run that asked takes it while
+    it waits, a run started for the turn once it parked."""
+    async with helper_client(temporal, tmp_path, _spec(approval_wait)) as (client, store):
+        thread = f"mail-{tmp_path.name}"  # a run ID of its own on the shared Temporal server
+        await _ask(client, thread)
+        answer = {"approved": True, "args": {"to": "ann@example.com", "subject": "lunch"}}
+        entry = {"interruptId": "call-1", "status": "resolved", "payload": answer}
+        events = await _events(client, _resume(thread, "resume-1", entry))
+        assert events[0].type == EventType.RUN_STARTED
+        result, said = _finished(events, "resume-1")
+        assert result == "sent 'lunch' to ann@example.com"
+        assert said == "Done with the mail."
+        stored = await store.load_entries(thread)
+        [decision] = [e for e in stored if isinstance(e, ApprovalDecision)]
+        assert decision.approved and decision.args == answer["args"]
+
+
+async def test_a_denial_with_a_reason_and_a_resume_of_a_call_that_does_not_wait(
+    temporal: Client | None, tmp_path: Path
+) -> None:
+    """A resume naming a call that does not wait is refused before any stream (400, naming
+    the calls that wait), deciding nothing; a denial with a reason answers the call with it
+    and the run goes on to its reply."""
+    async with helper_client(temporal, tmp_path, _spec()) as (client, store):
+        await _ask(client, "deny")
+        wrong = {"interruptId": "call-9", "status": "resolved", "payload": {"approved": True}}
+        refused = await client.post("/v1/agui", json=_resume("deny", "resume-0", wrong))
+        assert refused.status_code == 400, refused.text
+        message = refused.json()["error"]["message"]
+        assert "call-9" in message and "call-1" in message, message
+        assert not [e for e in await store.load_entries("deny") if isinstance(e, ApprovalDecision)]
+        no = {"approved": False, "reason": "not to Ann"}
+        entry = {"interruptId": "call-1", "status": "resolved", "payload": no}
+        events = await _events(client, _resume("deny", "resume-1", entry))
+        result, said = _finished(events, "resume-1")
+        assert result == "tool call denied: not to Ann"
+        assert said == "Done with the mail."
+        stored = await store.load_entries("deny")
+        [decision] = [e for e in stored if isinstance(e, ApprovalDecision)]
+        assert not decision.approved and decision.reason == "not to Ann"
+        texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
+        assert texts.count("Mail Ann, please.") == 1, "the resume asked nothing again"
