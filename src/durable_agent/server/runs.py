@@ -295,10 +295,9 @@ async def continue_settled(
     every call of the waiting turn is decided and nothing runs, start the run that carries the
     calls out, as ``durable-agent approve`` does; its ID, else ``None``. With several agents
     the server cannot tell which one asked (unless ``agent`` names it), and leaves it to the
-    next run. The decision is
-    stored: the store or Temporal failing now leaves it to the next run too (logged, one line),
-    and a retry of the same decision, answered with the stored one, tries again
-    (docs/design.md#http-api)."""
+    next run. The decision is stored: the store or Temporal failing now leaves it to the next
+    run too (logged, one line), and a retry of the same decision, answered with the stored
+    one, tries again (docs/design.md#http-api)."""
     try:
         if await runs.active(session_id):
             return None
