@@ -142,6 +142,7 @@ async def test_sessions_are_opened_and_made_from_the_keyboard(
     app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([Reply(text="Hi.")]))})
     async with serving(app) as url:
         await page.goto(url + "/#first")
+        await page.get_by_role("button", name="second").wait_for()  # the list, once it came
         await page.focus("#new")
         for _ in range(4):
             await page.keyboard.press("Tab")
