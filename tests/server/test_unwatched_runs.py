@@ -156,6 +156,21 @@ def _shown(reader: Reader, run_id: str) -> tuple[str, list[dict[str, Any]]]:
     return text, pieces
 
 
+def _then_its_entry(reader: Reader, run_id: str, reply: MessageEntry) -> None:
+    """The run's live text on ``reader`` is the start of its reply, and the reply's entry comes
+    after all of it. The last pieces may come as the entry only: the stream drops a reply's
+    text once it sent its entry, and on Temporal the entry's read and the text's read are apart
+    (under load, the entry's often first)."""
+    shown, _ = _shown(reader, run_id)
+    assert TEXT.startswith(shown), shown
+    frames = reader.frames
+    at = next(
+        i for i, f in enumerate(frames) if f.event == "entry" and f.data["entry"]["id"] == reply.id
+    )
+    assert all(f.data["run_id"] != run_id for f in frames[at:] if f.event == "delta")
+    assert any(f.event == "delta" for f in frames[:at])
+
+
 async def test_a_run_nobody_watches_reads_no_live_text(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -194,12 +209,10 @@ async def test_a_browser_joining_mid_reply_gets_its_text_from_the_start(
     stored = await store.load_entries(LATE)
     reply = stored[-1]
     assert isinstance(reply, MessageEntry) and reply.message.text() == TEXT
-    shown, pieces = _shown(reader, run_id)
+    pieces = _shown(reader, run_id)[1]
     assert len(pieces[0]["text"]) >= 3 and TEXT.startswith(pieces[0]["text"]), pieces[0]
-    assert shown == TEXT
+    _then_its_entry(reader, run_id, reply)
     assert {p["entry_parent"] for p in pieces} == {stored[2].id}, "off the tool's result"
-    events = [f.event for f in reader.frames]
-    assert events.index("delta") < max(i for i, e in enumerate(events) if e == "entry")
 
 
 async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
@@ -225,11 +238,13 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
             model.release.set()
             await second.until(ended(run_id), within=60)
             await second.until(lambda r: r.last_seq() == 4)
-    shown, pieces = _shown(second, run_id)
+    pieces = _shown(second, run_id)[1]
     seen_before = _shown(first, run_id)[0]  # the run's stream may have read on a moment longer
     assert pieces[0]["restart"] and pieces[0]["text"].startswith(seen_before), pieces[0]
     assert TEXT.startswith(pieces[0]["text"])
-    assert shown == TEXT
+    reply = (await served.store.load_entries(BACK))[-1]
+    assert isinstance(reply, MessageEntry) and reply.message.text() == TEXT
+    _then_its_entry(second, run_id, reply)
 
 
 async def test_deleting_a_session_stops_its_run_on_temporal(
