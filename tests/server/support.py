@@ -248,3 +248,34 @@ def quiet(page: Any) -> Callable[[], Awaitable[bool]]:
         return bool(await page.get_by_role("status").inner_text() == "")
 
     return probe
+
+
+def live_text(reader: Reader, run_id: str | None = None) -> str:
+    """The text the ``delta`` frames on ``reader`` build (of ``run_id``'s reply, if given)."""
+    text = ""
+    for frame in reader.frames:
+        piece = frame.data
+        if frame.event == "delta" and run_id in (None, piece["run_id"]):
+            text = piece["text"] if piece["restart"] else text + piece["text"]
+    return text
+
+
+def live_until_its_entry(
+    reader: Reader, reply_id: str, text: str, run_id: str | None = None
+) -> str:
+    """Check that the reply's live text on ``reader`` is the start of ``text`` (the reply's)
+    and that none comes after its entry ``reply_id``; return that live text. On Temporal the
+    last pieces may come as the entry only: the run's stream reads the live text and the hub
+    reads the entry from the store apart, and the hub drops a reply's text once it sent the
+    entry (under load the entry often comes first)."""
+    at = next(
+        i
+        for i, f in enumerate(reader.frames)
+        if f.event == "entry" and f.data["entry"]["id"] == reply_id
+    )
+    assert not [
+        f for f in reader.frames[at:] if f.event == "delta" and run_id in (None, f.data["run_id"])
+    ], "live text after its reply's entry"
+    shown = live_text(reader, run_id)
+    assert shown and text.startswith(shown), (shown, text)
+    return shown

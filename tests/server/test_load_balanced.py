@@ -24,7 +24,15 @@ from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, lookup, scripted, serving, stream
+from tests.server.support import (
+    Reader,
+    ended,
+    live_until_its_entry,
+    lookup,
+    scripted,
+    serving,
+    stream,
+)
 from tests.server.test_unwatched_runs import TEXT, Paused
 from tests.support.gated_store import GatedStore, has_role
 from tests.support.polling import eventually
@@ -125,8 +133,9 @@ async def test_a_stream_resumed_through_the_other_server_shows_the_reply_once(
             model.release.set()
             await second.until(ended(run_id), within=60)
         shown.take(second, run_id)
+        reply = (await MongoStore(mongo_database).load_entries(sid))[-1]
     assert all(TEXT.startswith(text) for text in shown.seen), shown.seen
-    assert shown.text == TEXT
+    live_until_its_entry(second, reply.id, TEXT, run_id)
 
 
 async def test_a_stream_tells_the_end_of_a_short_run_started_through_the_other_server(
@@ -217,7 +226,7 @@ async def test_a_reply_streams_under_its_parent_though_the_run_answered_an_older
         elif frame.event == "entry":
             leaf = frame.data["entry"]["id"]
     assert shown and all(TEXT.startswith(text) for text in shown), shown
-    assert live[reply["parent_id"]] == TEXT
+    live_until_its_entry(reader, reply["id"], TEXT, run_id)
     assert MessageEntry.model_validate(reply).message.text() == TEXT
 
 

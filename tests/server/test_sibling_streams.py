@@ -22,7 +22,7 @@ from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, serving, stream
+from tests.server.support import Reader, ended, live_until_its_entry, serving, stream
 from tests.support.temporal import FAST, running_worker
 
 TEXTS = {
@@ -54,13 +54,6 @@ class TwoVoices:
 
 def _pieces(reader: Reader, run_id: str) -> list[dict[str, object]]:
     return [f.data for f in reader.frames if f.event == "delta" and f.data["run_id"] == run_id]
-
-
-def _shown(pieces: list[dict[str, object]]) -> str:
-    text = ""
-    for piece in pieces:
-        text = str(piece["text"]) if piece["restart"] else text + str(piece["text"])
-    return text
 
 
 async def _scenario(
@@ -97,17 +90,7 @@ async def _scenario(
         assert stored[[e.id for e in stored].index(questions[name])].parent_id == fork
         pieces = _pieces(reader, run_id)
         assert {p["entry_parent"] for p in pieces} == {questions[name]}, name
-        # its live text until its entry came (which may come before the run's stream gave the
-        # last pieces: the entry has the text whole), and none after it
-        assert _shown(pieces) and TEXTS[name].startswith(_shown(pieces)), name
-        receipt = next(
-            i
-            for i, f in enumerate(reader.frames)
-            if f.event == "entry" and f.data["entry"]["id"] == reply.id
-        )
-        assert all(
-            f.data["run_id"] != run_id for f in reader.frames[receipt:] if f.event == "delta"
-        )
+        live_until_its_entry(reader, reply.id, TEXTS[name], run_id)
 
 
 async def test_sibling_runs_stream_apart_in_process(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from durable_agent.session.deltas import Cursor, Delta, DeltaKey
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, lookup, serving, stream
+from tests.server.support import Reader, ended, live_until_its_entry, lookup, serving, stream
 from tests.server.test_stream_order import Reads
 from tests.support.polling import eventually
 from tests.support.temporal import FAST, running_worker
@@ -156,21 +156,6 @@ def _shown(reader: Reader, run_id: str) -> tuple[str, list[dict[str, Any]]]:
     return text, pieces
 
 
-def _then_its_entry(reader: Reader, run_id: str, reply: MessageEntry) -> None:
-    """The run's live text on ``reader`` is the start of its reply, and the reply's entry comes
-    after all of it. The last pieces may come as the entry only: the stream drops a reply's
-    text once it sent its entry, and on Temporal the entry's read and the text's read are apart
-    (under load, the entry's often first)."""
-    shown, _ = _shown(reader, run_id)
-    assert TEXT.startswith(shown), shown
-    frames = reader.frames
-    at = next(
-        i for i, f in enumerate(frames) if f.event == "entry" and f.data["entry"]["id"] == reply.id
-    )
-    assert all(f.data["run_id"] != run_id for f in frames[at:] if f.event == "delta")
-    assert any(f.event == "delta" for f in frames[:at])
-
-
 async def test_a_run_nobody_watches_reads_no_live_text(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -211,7 +196,7 @@ async def test_a_browser_joining_mid_reply_gets_its_text_from_the_start(
     assert isinstance(reply, MessageEntry) and reply.message.text() == TEXT
     pieces = _shown(reader, run_id)[1]
     assert len(pieces[0]["text"]) >= 3 and TEXT.startswith(pieces[0]["text"]), pieces[0]
-    _then_its_entry(reader, run_id, reply)
+    live_until_its_entry(reader, reply.id, TEXT, run_id)
     assert {p["entry_parent"] for p in pieces} == {stored[2].id}, "off the tool's result"
 
 
@@ -244,7 +229,7 @@ async def test_a_browser_back_after_its_hub_stopped_gets_the_text_so_far(
     assert TEXT.startswith(pieces[0]["text"])
     reply = (await served.store.load_entries(BACK))[-1]
     assert isinstance(reply, MessageEntry) and reply.message.text() == TEXT
-    _then_its_entry(second, run_id, reply)
+    live_until_its_entry(second, reply.id, TEXT, run_id)
 
 
 async def test_deleting_a_session_stops_its_run_on_temporal(
