@@ -389,3 +389,35 @@ async def test_dev_stops_at_once_on_a_second_signal(tmp_path: Path) -> None:
     assert code == 128 + signal.SIGINT, log.read_text()
     assert "stopped at once (a second signal)" in log.read_text()
     assert await asyncio.to_thread(wait_dead, children) == [], "its children outlived it"
+
+
+async def test_serve_stopped_while_it_starts_exits_at_once_saying_so(tmp_path: Path) -> None:
+    """A SIGTERM while ``serve`` connects to a Temporal that does not answer yet ends it at once
+    with a line (exit 143): before, it was the signal's default action, which a container's
+    PID 1 has not, so a ``docker stop`` then waited for its SIGKILL."""
+    with socket.socket() as silent:  # takes connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        log = tmp_path / "serve.out"
+        args = ["serve", "--port", str(free_port()), "--store", f"file:{tmp_path / 's'}"]
+        with log.open("w") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *CLI,
+                *args,
+                "--address",
+                address,
+                env=cli_env(tmp_path),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            await eventually(_said(log, "no --agent"), within=60, what="serve connecting")
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert code == 128 + signal.SIGTERM, log.read_text()
+    assert re.search(rf"serve {proc.pid} stopped before it was ready", log.read_text())

@@ -297,7 +297,7 @@ LogFormatOpt = Annotated[
     typer.Option(
         "--log-format",
         envvar=ENV_LOG_FORMAT,
-        help="Log lines (the worker's, for dev): text, or one JSON object per line.",
+        help="Log lines: text, or one JSON object per line.",
     ),
 ]
 

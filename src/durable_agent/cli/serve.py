@@ -197,6 +197,7 @@ def serve(
     async def main() -> int:
         from ..server.tenants import load_keys
 
+        _exit_on_signals("stopped before it was ready")  # a slow Temporal may hold the start
         forward_core_log("ERROR")  # a request's retried calls: its 503 is the line to read
         try:
             table = load_keys(keys)
@@ -249,16 +250,24 @@ async def until_stopped(serving: asyncio.Task[None], stop: asyncio.Event) -> Non
         stopping.cancel()
         return await serving
 
-    def now(sig: int) -> None:
-        logger.info("serve %d stopped at once (a second signal)", os.getpid())
-        os._exit(128 + sig)
-
-    for sig in STOP_SIGNALS:
-        asyncio.get_running_loop().add_signal_handler(sig, now, sig)
+    _exit_on_signals("stopped at once (a second signal)")
     logger.info("serve %d stopping: requests in flight have %g s to finish", os.getpid(), GRACE)
     serving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await serving
+
+
+def _exit_on_signals(why: str) -> None:
+    """From now on SIGTERM or SIGINT ends the process at once (exit 128 + the signal), saying
+    ``why``: by an exit, not the signal's default action, which a container's PID 1 lacks (it
+    would ignore a ``docker stop`` until the SIGKILL)."""
+
+    def now(sig: int) -> None:
+        logger.info("serve %d %s", os.getpid(), why)
+        os._exit(128 + sig)
+
+    for sig in STOP_SIGNALS:
+        asyncio.get_running_loop().add_signal_handler(sig, now, sig)
 
 
 async def check_namespace(client: Client) -> None:

@@ -40,10 +40,16 @@ SESSION_ID: dict[str, Any] = {
     "maxLength": MAX_SESSION_ID_LENGTH,
 }
 """The session-ID rule (``session.ids``) as the document shows it; only shown: the server
-checks it itself, a break answering 400 ``InvalidSessionIdError`` (not 422)."""
+checks it itself, a break answering 400 ``InvalidSessionIdError`` (not 422). ``.`` and ``..``
+are refused in words, not in the pattern: a lookahead is lost on generators whose regex engines
+have none."""
 
 SessionId = Annotated[
-    str, Path(description="under the caller's key's prefix", json_schema_extra=SESSION_ID)
+    str,
+    Path(
+        description="under the caller's key's prefix; not `.` or `..`",
+        json_schema_extra=SESSION_ID,
+    ),
 ]
 
 
