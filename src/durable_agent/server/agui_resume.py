@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..session.approvals import ApprovalDecision, PendingItem
 from ..session.store import Store
-from .runs import RunNotFoundError, Runs, Status, continue_settled
+from .runs import Runs, Status, continue_settled, going
 
 __all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions"]
 
@@ -77,14 +77,6 @@ def decisions(
     return [_decision(entry, principal) for entry in resume]
 
 
-async def _going(runner: Runs, sid: str, run_id: str) -> bool:
-    """Whether the run goes on (as Temporal describes it: a list of the running runs lags)."""
-    try:
-        return await runner.status(sid, run_id) in ("started", "awaiting_approval")
-    except RunNotFoundError:  # ended before this process started
-        return False
-
-
 async def carry_out(
     runner: Runs,
     store: Store,
@@ -100,7 +92,7 @@ async def carry_out(
     server of several agents cannot pick itself); a parked turn with calls the resume left
     undecided still waits, with no run."""
     asker = next(p.run_id for p in waiting if p.tool_call_id == made[0].tool_call_id)
-    went_on = await _going(runner, sid, asker)
+    went_on = await going(runner, sid, asker)
     continued: str | None = None
     for decision in made:
         _, started = await runner.decide(sid, decision)

@@ -52,6 +52,7 @@ __all__ = [
     "cancel_each",
     "continue_settled",
     "drop_made",
+    "going",
     "made_for_start",
     "no_run_accepts",
     "open_at",
@@ -292,12 +293,12 @@ async def continue_settled(
     runs: Runs, store: Store, session_id: str, agent: str | None = None
 ) -> str | None:
     """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
-    every call of the waiting turn is decided and nothing runs, start the run that carries the
-    calls out, as ``durable-agent approve`` does; its ID, else ``None``. With several agents
-    the server cannot tell which one asked (unless ``agent`` names it), and leaves it to the
-    next run. The decision is stored: the store or Temporal failing now leaves it to the next
-    run too (logged, one line), and a retry of the same decision, answered with the stored
-    one, tries again (docs/design.md#http-api)."""
+    every call of the waiting turn is decided and nothing runs (the asker: by its own status),
+    start the run that carries the calls out, as ``durable-agent approve`` does; its ID, else
+    ``None``. With several agents the server cannot tell which one asked (unless ``agent``
+    names it), and leaves it to the next run. The decision is stored: the store or Temporal
+    failing now leaves it to the next run too (logged, one line), and a retry of the same
+    decision, answered with the stored one, tries again (docs/design.md#http-api)."""
     try:
         if await runs.active(session_id):
             return None
@@ -305,6 +306,9 @@ async def continue_settled(
         turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
         if turn is None or turn.undecided():
             return None
+        for asker in {r.run_id for r in turn.requests.values()}:
+            if await going(runs, session_id, asker):
+                return None  # it took the decisions: it carries the calls out
         return await runs.start(session_id, [], leaf_id=None, agent=agent, on_busy="reject")
     except (UnknownAgentError, RunActiveError):
         return None
@@ -313,6 +317,14 @@ async def continue_settled(
             "continuing %s after a decision: %s: %s", session_id, type(exc).__name__, exc
         )
         return None
+
+
+async def going(runs: Runs, session_id: str, run_id: str) -> bool:
+    """Whether the run goes on, by its own status (Temporal's list of running runs lags)."""
+    try:
+        return await runs.status(session_id, run_id) in ("started", "awaiting_approval")
+    except RunNotFoundError:  # ended before this process started
+        return False
 
 
 def pick_agent(names: Sequence[str], agent: str | None) -> str:
