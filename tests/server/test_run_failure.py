@@ -6,8 +6,9 @@ holds; the chat page shows it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,9 @@ from temporalio.client import Client
 from durable_agent.ai import ModelError, ModelEvent, ModelRequest, Reply
 from durable_agent.durable.errors import AgentError
 from durable_agent.server import create_app
-from durable_agent.server.runs import FAILURE_CHARS, RunFailure
+from durable_agent.server.runs import FAILURE_CHARS, STORE_UNAVAILABLE, RunFailure
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import MessageEntry, StoreUnavailableError
+from durable_agent.session import Entry, MessageEntry, StoreUnavailableError
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import (
@@ -286,3 +287,61 @@ async def test_a_run_failed_by_its_store_names_nothing_of_the_server(tmp_path: P
     for failure in (RunFailure.of(down.value), RunFailure.of(on_a_worker)):
         assert failure.type == "StoreUnavailableError"
         assert "private-root" not in failure.message and "unavailable" in failure.message
+
+
+class WritesDown(FileStore):
+    """A worker's FileStore whose appends fail, once ``allowed`` more went through, as a store
+    whose disk went does: ``StoreUnavailableError`` naming its root, on every attempt."""
+
+    allowed: int | None = None
+
+    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        if self.allowed is not None and self.allowed <= 0:
+            raise StoreUnavailableError(f"file store {self.root}: [Errno 5] Input/output error")
+        if self.allowed is not None:
+            self.allowed -= 1
+        await super().append_entries(session_id, entries)
+
+
+@pytest.mark.parametrize("allowed", [0, 1], ids=["input", "reply"])
+async def test_a_run_its_store_failed_on_a_worker_names_nothing_of_the_server(
+    temporal_client: Client, tmp_path: Path, allowed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker's write of a run (its input, the workflow's; or its reply, the model call's)
+    fails until its retries run out: the run's end on the stream, its status and its AG-UI
+    ``RUN_ERROR`` say the store is unavailable, as a 503 does, without the worker's store path
+    (they said ``PersistError: persist input: file store <root>: ...``)."""
+    root = tmp_path / "private-root"
+    worker_store = WritesDown(root)
+    spec = AgentSpec(model=scripted([Reply(text="never stored")] * 20))  # one a model attempt
+    async with (
+        helper_app(temporal_client, FileStore(root), spec, lambda: worker_store) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        sid = f"down-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            worker_store.allowed = allowed
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Hi"})
+            run_id = started.json()["run_id"]
+            await reader.until(ended(run_id), within=60)
+        [end] = [
+            f.data for f in reader.frames if f.event == "run" and f.data["status"] != "started"
+        ]
+        status = (await client.get(f"/v1/sessions/{sid}/runs/{run_id}")).json()
+        worker_store.allowed = allowed
+        body = {"threadId": f"{sid}-agui", "runId": "agui-1", "messages": [AGUI_HI]}
+        async with client.stream("POST", "/v1/agui", json=body) as response:
+            lines = [line async for line in response.aiter_lines() if line.startswith("data: ")]
+        agui_end = json.loads(lines[-1][6:])
+    told = {"type": "StoreUnavailableError", "message": STORE_UNAVAILABLE}
+    assert (end["status"], end.get("error")) == ("failed", told), end
+    assert (status["status"], status.get("error")) == ("failed", told), status
+    assert agui_end["type"] == "RUN_ERROR", lines
+    assert agui_end["code"] == told["type"] and STORE_UNAVAILABLE in agui_end["message"], agui_end
+    assert "private-root" not in str([end, status, lines])
+    assert "private-root" in caplog.text  # the worker's log says which store failed
+
+
+AGUI_HI = {"id": "m1", "role": "user", "content": "Hi"}

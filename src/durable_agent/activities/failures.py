@@ -190,7 +190,24 @@ def unsettled_ids(failure: BaseException | None) -> list[str]:
 def agent_error(cause: ApplicationError) -> BaseException:
     """A run's ``ApplicationError`` as the library's own error: a :class:`ModelError` keeps its
     ``retryable`` flag, an :class:`AgentError` subclass its type, anything else reads
-    ``<type>: <message>``."""
+    ``<type>: <message>``. A store outage among the failure's causes (a write that failed
+    until its retries ran out) is its ``__cause__``, as in process, so a caller, and a server
+    telling its client, sees the store was down, not a ``PersistError`` alone."""
+    error = _agent_error(cause)
+    error.__cause__ = _store_outage(cause)
+    return error
+
+
+def _store_outage(failure: BaseException | None) -> StoreUnavailableError | None:
+    """The worker's ``StoreUnavailableError`` a Temporal failure carries in its causes."""
+    while failure is not None:
+        if isinstance(failure, ApplicationError) and failure.type == "StoreUnavailableError":
+            return StoreUnavailableError(failure.message)
+        failure = failure.__cause__
+    return None
+
+
+def _agent_error(cause: ApplicationError) -> BaseException:
     kind, message = cause.type or "", cause.message
     if kind == "ModelError":
         return model_error(cause, message)

@@ -189,7 +189,7 @@ class RunFollower:
                 ids = await scheduled_entry_ids(self.client, handle.id)
                 ids += unsettled_ids(exc.cause)  # local appends: named by the failure
                 state.unsettled.extend(i for i in ids if i not in state.index)
-                raise error from exc
+                raise error from error.__cause__ or exc  # a store outage: as in process
             wanted = list(result.new_entry_ids)
             if self.chain.ids != wanted:
                 await self._catch_up(wanted, put)
