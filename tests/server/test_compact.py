@@ -16,12 +16,14 @@ from durable_agent import CompactionEntry
 from durable_agent.ai import ModelRequest, Reply, ScriptedModel
 from durable_agent.durable import DEFAULT_COMPACT_PROMPT
 from durable_agent.server import create_app
+from durable_agent.server.runs import STORE_UNAVAILABLE
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from durable_agent.workflows.search import KIND_ATTRIBUTE, SEARCH_ATTRIBUTE
-from tests.server.support import ended, scripted, serving, stream
+from tests.server.support import ended, helper_app, scripted, serving, stream
+from tests.server.test_run_failure import WritesDown
 from tests.support.polling import eventually
 from tests.support.temporal import FAST, running_worker
 
@@ -243,3 +245,26 @@ async def test_compact_on_temporal_runs_the_compaction_workflow(
         assert all(i.startswith(f"durable-agent/{sid}/compact/") for i in ids)
         stored = await store.load_entries(sid)
         assert entry_to_wire(stored[-1])["summary"] == SUMMARY
+
+
+async def test_a_compaction_its_store_failed_answers_503_as_in_process(
+    temporal: Client | None, tmp_path: Path
+) -> None:
+    """The compaction's write fails (on a worker, until its retries ran out): 503
+    ``StoreUnavailableError``, as in process, naming no path (on Temporal it answered 502
+    ``CompactError``, as if the summarizer had failed)."""
+    root = tmp_path / "private-root"
+    writes = WritesDown(root)
+    server_store = writes if temporal is None else FileStore(root)
+    spec = AgentSpec(model=ScriptedModel(Answers()))
+    async with (
+        helper_app(temporal, server_store, spec, lambda: writes) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        sid = f"down-{uuid.uuid4().hex[:8]}"
+        await _turn(client, sid, "q1")
+        writes.allowed = 0
+        answer = await client.post(f"/v1/sessions/{sid}/compact", json={"keep_turns": 0})
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"] == {"type": "StoreUnavailableError", "message": STORE_UNAVAILABLE}

@@ -37,7 +37,7 @@ from ..durable.stream import LocalRunStream, RunStream
 from ..session.approvals import ApprovalDecision
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import CompactionEntry, Entry, MessageEntry
-from ..session.errors import SessionNotFoundError
+from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..session.ids import new_id
 from ..session.render import short
 from ..session.store import Store, created_at_of
@@ -355,6 +355,8 @@ class TemporalExecutor:
             raise
         except WorkflowFailureError as exc:
             error = client_error(exc)
+            if isinstance(error.__cause__, StoreUnavailableError):
+                raise error.__cause__ from exc  # its write failed: as in process
             if isinstance(error, AgentError) and not isinstance(error, CompactError):
                 raise CompactError(str(error)) from exc
             raise error from exc
