@@ -4,6 +4,7 @@ next input's ``resume`` decides it and follows the run on, on both executors."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from ag_ui.core import (
     Event,
     EventType,
+    RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     ToolCallResultEvent,
@@ -20,9 +22,11 @@ from ag_ui.core import (
 from pydantic import TypeAdapter
 from temporalio.client import Client
 
-from durable_agent.ai import Reply, ToolCall, tool
-from durable_agent.session import MessageEntry
+from durable_agent.ai import Reply, TextContent, ToolCall, assistant_message, tool, user_message
+from durable_agent.server.runs import STORE_UNAVAILABLE
+from durable_agent.session import Entry, MessageEntry, StoreUnavailableError
 from durable_agent.session.approvals import ApprovalDecision
+from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import helper_client, scripted
 
@@ -132,3 +136,55 @@ async def test_a_denial_with_a_reason_and_a_resume_of_a_call_that_does_not_wait(
         assert not decision.approved and decision.reason == "not to Ann"
         texts = [e.message.text() for e in stored if isinstance(e, MessageEntry)]
         assert texts.count("Mail Ann, please.") == 1, "the resume asked nothing again"
+
+
+class WholeReadsDown:
+    """The server's store failing each read of a whole session (from seq 0) once the session
+    holds more than ``kept`` entries, as a store does that stops answering: the stream's read
+    of the waiting calls at the run's end fails, while the hub, reading on from where it
+    started, still reads (a stream's first read, of the ``kept`` entries, works)."""
+
+    def __init__(self, store: FileStore, kept: int, where: Path) -> None:
+        self.inner, self.kept, self.where, self.failed = store.load_entries_after, kept, where, 0
+        store.load_entries_after = self.read  # type: ignore[method-assign]  # spies on the store
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+        found = await self.inner(session_id, after)
+        if after == 0 and len(found) > self.kept:
+            self.failed += 1
+            raise StoreUnavailableError(f"the store at {self.where} did not answer in time")
+        return found
+
+
+@pytest.mark.parametrize("approval_wait", [3600.0, 0.05], ids=["run_waits", "run_parked"])
+async def test_the_store_down_as_the_interrupt_is_read_ends_the_stream_in_a_run_error(
+    temporal: Client | None,
+    tmp_path: Path,
+    approval_wait: float,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The run waits for a person (or parked) and the store fails the read of the calls that
+    wait: the stream ends in ``RUN_ERROR`` saying the store is unavailable, as a 503 does,
+    naming nothing of the server, and the server logs one line, no traceback (it ended in an
+    ASGI traceback, the client's connection cut with no end event)."""
+    caplog.set_level(logging.INFO)
+    async with helper_client(temporal, tmp_path, _spec(approval_wait)) as (client, store):
+        thread = f"down-{tmp_path.name}"
+        earlier = MessageEntry(id="q0", message=user_message("Hello?"))
+        said = MessageEntry(
+            id="a0", parent_id="q0", message=assistant_message(TextContent(text="Hi."))
+        )
+        await store.create_session(thread)
+        await store.append_entries(thread, [earlier, said])
+        reads = WholeReadsDown(store, kept=2, where=tmp_path)
+        body = {"threadId": thread, "runId": "ask-1", "messages": HISTORY}
+        events = await _events(client, body)
+        assert reads.failed, "the interrupt's read failed"
+        assert [s.tool_call_id for s in events if isinstance(s, ToolCallStartEvent)] == ["call-1"]
+        end = events[-1]
+        assert isinstance(end, RunErrorEvent), events
+        assert end.code == "StoreUnavailableError" and end.message == STORE_UNAVAILABLE
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    noted = [r for r in caplog.records if "did not answer" in r.getMessage()]
+    assert len(noted) == 1 and noted[0].levelname == "WARNING", caplog.text
+    assert "\n" not in noted[0].getMessage()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -50,17 +51,21 @@ from ..durable.inputs import check_run_input, text
 from ..session.approvals import PendingItem, pending_items
 from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
+from ..session.errors import StoreUnavailableError
 from ..session.store import entries_after
 from ..session.tree import path
+from ..workflows.worker_logs import in_one_line
 from .agui_resume import ANSWER_SCHEMA, carry_out, decisions
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
 from .routes_runs import CLIENT_ID, existing
-from .runs import Runs, made_for_start
+from .runs import RunFailure, Runs, made_for_start
 from .tenants import Tenant
 
 __all__ = ["router"]
+
+logger = logging.getLogger("durable_agent.server")
 
 router = APIRouter(prefix="/v1", tags=["agui"], responses=REFUSALS)
 
@@ -270,7 +275,8 @@ async def events(
 ) -> AsyncIterator[str]:
     """The run's AG-UI events; a comment line after each ``keepalive`` seconds of none (a long
     tool call, a call waiting for a person), as on the session stream: proxies close a
-    connection silent for a minute, and an AG-UI client's SSE parser skips comments."""
+    connection silent for a minute, and an AG-UI client's SSE parser skips comments. The
+    store failing the read of the waiting calls ends it in ``RUN_ERROR``, as a 503 says it."""
     encoder = EventEncoder()
     thread_id, run_id = translation.thread_id, translation.input_run_id
     try:
@@ -283,7 +289,13 @@ async def events(
                 continue
             if frame is None:
                 return
-            for event in await _asked(translation, waiting, translation.frame(frame)):
+            try:
+                shown = await _asked(translation, waiting, translation.frame(frame))
+            except StoreUnavailableError as exc:  # the headers are sent: no 503, an end now
+                logger.warning("AG-UI stream of %s ended: %s", thread_id, in_one_line(exc))
+                failure = RunFailure.of(exc)  # as a 503 says it: no path, no host
+                shown = [RunErrorEvent(message=failure.message, code=failure.type)]
+            for event in shown:
                 yield encoder.encode(event)
                 if isinstance(event, RunFinishedEvent | RunErrorEvent):
                     return
