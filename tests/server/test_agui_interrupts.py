@@ -188,3 +188,49 @@ async def test_the_store_down_as_the_interrupt_is_read_ends_the_stream_in_a_run_
     noted = [r for r in caplog.records if "did not answer" in r.getMessage()]
     assert len(noted) == 1 and noted[0].levelname == "WARNING", caplog.text
     assert "\n" not in noted[0].getMessage()
+
+
+def _interrupted(events: list[Event], run_id: str) -> list[str]:
+    """The IDs of the interrupts the stream ended with."""
+    end = events[-1]
+    assert isinstance(end, RunFinishedEvent) and end.run_id == run_id, events
+    assert isinstance(end.outcome, RunFinishedInterruptOutcome), end
+    return [i.id for i in end.outcome.interrupts]
+
+
+@pytest.mark.parametrize("approval_wait", [3600.0, 0.05], ids=["run_waits", "run_parked"])
+async def test_a_resume_answering_some_calls_ends_in_an_interrupt_naming_those_left(
+    temporal: Client | None, tmp_path: Path, approval_wait: float
+) -> None:
+    """Two calls wait; a resume answering one ends its stream at once in an interrupt naming
+    the other, the decision stored (the run that asked took it, or it waits at the leaf), and
+    the resume answering the other follows the run on to both results and the reply."""
+    calls = [
+        ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"}),
+        ToolCall(id="call-2", name="send_email", arguments={"to": "bob@example.com"}),
+    ]
+    replies = [Reply(tool_calls=calls), Reply(text="Both handled.")]
+    spec = AgentSpec(model=scripted(replies), tools=[send_email], approval_wait=approval_wait)
+    async with helper_client(temporal, tmp_path, spec) as (client, store):
+        thread = f"two-{tmp_path.name}"
+        asked = await _events(client, {"threadId": thread, "runId": "ask-1", "messages": HISTORY})
+        assert _interrupted(asked, "ask-1") == ["call-1", "call-2"]
+        yes = {"interruptId": "call-1", "status": "resolved", "payload": {"approved": True}}
+        events = await _events(client, _resume(thread, "resume-1", yes))
+        assert events[0].type == EventType.RUN_STARTED
+        assert _interrupted(events, "resume-1") == ["call-2"]
+        assert not [e for e in events if isinstance(e, ToolCallResultEvent)], "none ran yet"
+        stored = await store.load_entries(thread)
+        decided = [(e.tool_call_id, e.approved) for e in stored if isinstance(e, ApprovalDecision)]
+        assert decided == [("call-1", True)]
+        no = {"interruptId": "call-2", "status": "cancelled", "payload": {"reason": "not Bob"}}
+        events = await _events(client, _resume(thread, "resume-2", no))
+        end = events[-1]
+        assert isinstance(end, RunFinishedEvent) and end.outcome is None, events
+        results = {e.tool_call_id: e.content for e in events if isinstance(e, ToolCallResultEvent)}
+        assert results == {
+            "call-1": "sent 'hello' to ann@example.com",
+            "call-2": "tool call denied: not Bob",
+        }
+        said = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+        assert said == "Both handled."
