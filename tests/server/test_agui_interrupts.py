@@ -180,7 +180,6 @@ async def test_the_store_down_as_the_interrupt_is_read_ends_the_stream_in_a_run_
         body = {"threadId": thread, "runId": "ask-1", "messages": HISTORY}
         events = await _events(client, body)
         assert reads.failed, "the interrupt's read failed"
-        assert [s.tool_call_id for s in events if isinstance(s, ToolCallStartEvent)] == ["call-1"]
         end = events[-1]
         assert isinstance(end, RunErrorEvent), events
         assert end.code == "StoreUnavailableError" and end.message == STORE_UNAVAILABLE
