@@ -69,34 +69,42 @@ async def serving(app: FastAPI, port: int | None = None) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def helper_app(
-    temporal: Client | None, store: Store, spec: AgentSpec, worker_store: Callable[[], Store]
+    temporal: Client | None,
+    store: Store,
+    spec: AgentSpec,
+    worker_store: Callable[[], Store],
+    others: Mapping[str, AgentSpec] | None = None,
 ) -> AsyncIterator[FastAPI]:
-    """An app whose one agent, ``helper``, runs ``spec``: in process (``temporal`` ``None``),
-    or on a worker of this test on a queue of its own, with a store object of its own
-    (``worker_store()``), as a worker process would have."""
+    """An app whose agent ``helper`` runs ``spec`` (and ``others``, by name): in process
+    (``temporal`` ``None``), or on a worker of this test on a queue of its own, with a store
+    object of its own (``worker_store()``), as a worker process would have."""
     worker: AbstractAsyncContextManager[object] = nullcontext()
+    agents = {"helper": spec, **(others or {})}
     if temporal is None:
-        app = create_app(store=store, agents={"helper": spec})
+        app = create_app(store=store, agents=agents)
     else:
         queue = f"test-{uuid.uuid4().hex[:12]}"
-        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=["helper"])
+        app = create_app(store=store, temporal=temporal, task_queue=queue, agents=list(agents))
         runs = app.state.server.runs
         assert isinstance(runs, TemporalRuns)
         runs.executor.timeouts = FAST
-        worker = running_worker(temporal, worker_store(), {"helper": spec}, task_queue=queue)
+        worker = running_worker(temporal, worker_store(), agents, task_queue=queue)
     async with worker:
         yield app
 
 
 @asynccontextmanager
 async def helper_client(
-    temporal: Client | None, tmp_path: Path, spec: AgentSpec
+    temporal: Client | None,
+    tmp_path: Path,
+    spec: AgentSpec,
+    others: Mapping[str, AgentSpec] | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, FileStore]]:
     """:func:`helper_app` on a FileStore under ``tmp_path``, served; a client of it and the
     server's store."""
     store = FileStore(tmp_path / "sessions")
     async with (
-        helper_app(temporal, store, spec, lambda: FileStore(tmp_path / "sessions")) as app,
+        helper_app(temporal, store, spec, lambda: FileStore(store.root), others) as app,
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):

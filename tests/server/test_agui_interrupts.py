@@ -29,6 +29,7 @@ from durable_agent.session.approvals import ApprovalDecision
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import helper_client, scripted
+from tests.support.polling import eventually
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
 HISTORY = [{"id": "m1", "role": "user", "content": "Mail Ann, please."}]
@@ -46,9 +47,11 @@ def _spec(approval_wait: float = 3600.0) -> AgentSpec:
     return AgentSpec(model=scripted(replies), tools=[send_email], approval_wait=approval_wait)
 
 
-async def _events(client: httpx.AsyncClient, body: dict[str, Any]) -> list[Event]:
+async def _events(
+    client: httpx.AsyncClient, body: dict[str, Any], at: str = "/v1/agui"
+) -> list[Event]:
     events = []
-    async with client.stream("POST", "/v1/agui", json=body) as response:
+    async with client.stream("POST", at, json=body) as response:
         assert response.status_code == 200, await response.aread()
         async for line in response.aiter_lines():
             if line.startswith("data: "):
@@ -233,3 +236,56 @@ async def test_a_resume_answering_some_calls_ends_in_an_interrupt_naming_those_l
         }
         said = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
         assert said == "Both handled."
+
+
+async def _parked(client: httpx.AsyncClient, thread: str, run_id: str) -> None:
+    """Until the run that asked parked (its wait over, it ended with the calls waiting)."""
+
+    async def ended() -> bool:
+        answer = await client.get(f"/v1/sessions/{thread}/runs/{run_id}")
+        return bool(answer.json()["status"] == "completed")
+
+    await eventually(ended, what=f"run {run_id} parked")
+
+
+@pytest.mark.parametrize("approval_wait", [3600.0, 0.05], ids=["run_waits", "run_parked"])
+async def test_a_resume_naming_no_agent_on_a_server_of_several(
+    temporal: Client | None, tmp_path: Path, approval_wait: float
+) -> None:
+    """On a server of several agents a resume at ``/v1/agui`` (no agent named) is decided: the
+    run that asked takes it while it waits and goes on; once it parked, nothing can carry the
+    calls out, and the stream ends in ``RUN_ERROR`` (``NoRunStarted``), the decision stored,
+    while a resume at ``/v1/agui/helper`` goes on with that agent (docs/design.md#http-api).
+    It was refused 422 ``UnknownAgentError`` before anything was decided, even while the
+    run that asked waited to take it."""
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
+    parked = approval_wait < 1
+    replies = [Reply(tool_calls=[call]), *([Reply(tool_calls=[call])] * parked)]
+    spec = AgentSpec(
+        model=scripted([*replies, Reply(text="Sent.")]),
+        tools=[send_email],
+        approval_wait=approval_wait,
+    )
+    other = AgentSpec(model=scripted([Reply(text="I am the other agent.")]))
+    yes = {"interruptId": "call-1", "status": "resolved", "payload": {"approved": True}}
+    async with helper_client(temporal, tmp_path, spec, {"other": other}) as (client, store):
+        thread = f"unnamed-{tmp_path.name}"
+        body = {"threadId": thread, "runId": "ask-1", "messages": HISTORY}
+        assert _interrupted(await _events(client, body, "/v1/agui/helper"), "ask-1") == ["call-1"]
+        if parked:
+            await _parked(client, thread, "ask-1")
+        events = await _events(client, _resume(thread, "resume-1", yes))
+        stored = await store.load_entries(thread)
+        assert [e.tool_call_id for e in stored if isinstance(e, ApprovalDecision)] == ["call-1"]
+        end = events[-1]
+        if not parked:
+            assert _finished(events, "resume-1") == ("sent 'hello' to ann@example.com", "Sent.")
+            return
+        assert isinstance(end, RunErrorEvent) and end.code == "NoRunStarted", events
+        assert "/v1/agui/{agent}" in end.message, end.message
+        thread = f"named-{tmp_path.name}"
+        body = {"threadId": thread, "runId": "ask-2", "messages": HISTORY}
+        assert _interrupted(await _events(client, body, "/v1/agui/helper"), "ask-2") == ["call-1"]
+        await _parked(client, thread, "ask-2")
+        events = await _events(client, _resume(thread, "resume-2", yes), "/v1/agui/helper")
+        assert _finished(events, "resume-2") == ("sent 'hello' to ann@example.com", "Sent.")

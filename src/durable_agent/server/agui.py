@@ -340,7 +340,8 @@ async def _resume(
     assert body.resume is not None
     sid = await existing(srv, _session(tenant, body.thread_id))
     runner = runs(srv)
-    runner.agent(agent)
+    if agent is not None:  # none named: the run that asked takes it, if it waits
+        runner.agent(agent)
     found = await entries_after(srv.store, sid, 0)
     after, (_, waiting) = len(found), _pending(found)
     made = decisions(body.resume, waiting, tenant.principal)
