@@ -217,6 +217,8 @@ async def test_a_resume_answering_some_calls_ends_in_an_interrupt_naming_those_l
         thread = f"two-{tmp_path.name}"
         asked = await _events(client, {"threadId": thread, "runId": "ask-1", "messages": HISTORY})
         assert _interrupted(asked, "ask-1") == ["call-1", "call-2"]
+        if approval_wait < 1:  # the interrupt came as it began to wait: it parks next
+            await _parked(client, thread, "ask-1")
         yes = {"interruptId": "call-1", "status": "resolved", "payload": {"approved": True}}
         events = await _events(client, _resume(thread, "resume-1", yes))
         assert events[0].type == EventType.RUN_STARTED
