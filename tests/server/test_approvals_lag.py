@@ -3,8 +3,10 @@ so behind): whether the run that asked goes on is its own status, not that list.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,9 +14,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client, WorkflowExecution, WorkflowFailureError
 
 from durable_agent import MessageEntry
+from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.stores import FileStore
@@ -163,3 +166,98 @@ async def test_a_parked_run_still_listed_running_is_continued(
         ("tool_result", "tool call denied"),
         ("assistant", "Sent one, the other was refused."),
     ], said
+
+
+PAID: list[str] = []
+"""Each time ``pay`` ran (the worker runs in this process)."""
+
+
+@tool(approval=True)
+async def pay(to: str) -> str:
+    """Pay someone (a person approves each payment)."""
+    PAID.append(to)
+    return f"paid {to}"
+
+
+class Lockstep:
+    """Holds each server's first ``rounds`` calls of ``runs.active`` until the other server
+    has made the same call: both servers then do each step of a decision's continuation at
+    once, neither ahead of the other (no sleeps: each call waits on the other's)."""
+
+    def __init__(self, servers: list[TemporalRuns], rounds: int) -> None:
+        self.calls = [0] * len(servers)
+        self.arrived = [[asyncio.Event() for _ in servers] for _ in range(rounds)]
+        for i, runs in enumerate(servers):
+            runs.active = self._held(i, runs.active)  # type: ignore[method-assign]
+
+    def _held(self, i: int, real: Callable[..., Awaitable[list[str]]]) -> Any:
+        async def active(session_id: str, **kw: Any) -> list[str]:
+            k, self.calls[i] = self.calls[i], self.calls[i] + 1
+            if k < len(self.arrived):
+                self.arrived[k][i].set()
+                for other in self.arrived[k]:
+                    await other.wait()
+            return await real(session_id, **kw)
+
+        return active
+
+
+async def test_one_decision_at_two_servers_at_once_carries_the_calls_out_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """The run parks waiting for two payments; one is approved, then two people approve the
+    other at once, each through another server. Both servers read the turn as settled with
+    nothing running, at the same moment: only one run carries the calls out, and each payment
+    is made once."""
+    PAID.clear()
+    calls = [
+        ToolCall(id=f"call-{i}", name="pay", arguments={"to": to})
+        for i, to in ((1, "bob"), (2, "eve"))
+    ]
+    replies = [Reply(tool_calls=calls), Reply(text="Paid both."), Reply(text="Paid both again.")]
+    spec = AgentSpec(model=scripted(replies), tools=[pay], approval_wait=0.05)
+    store = FileStore(tmp_path / "sessions")
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    apps = [_app(temporal_client, store, queue) for _ in range(2)]
+    servers: list[TemporalRuns] = [app.state.server.runs for app in apps]
+    started: list[str] = []
+    for runs in servers:
+        real_start = runs.start
+
+        async def start(*args: Any, real: Any = real_start, **kw: Any) -> str:
+            run_id: str = await real(*args, **kw)
+            started.append(run_id)
+            return run_id
+
+        runs.start = start  # type: ignore[method-assign]
+    async with (
+        running_worker(temporal_client, store, {"mail": spec}, task_queue=queue),
+        serving(apps[0]) as url_a,
+        serving(apps[1]) as url_b,
+        httpx.AsyncClient(base_url=url_a, headers=ACME) as a,
+        httpx.AsyncClient(base_url=url_b, headers=ACME) as b,
+    ):
+        await a.post("/v1/sessions", json={"session_id": SID})
+        first = (await a.post(f"/v1/sessions/{SID}/runs", json={"text": "Pay them"})).json()
+        parked = temporal_client.get_workflow_handle(run_workflow_id(SID, first["run_id"]))
+        assert (await parked.result())["status"] == "awaiting_approval"
+        one = await a.post(f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True})
+        assert one.status_code == 200, one.text
+        started.clear()  # the first run's
+        Lockstep(servers, rounds=2)  # the busy check, then the run start's own
+        path = f"/v1/sessions/{SID}/approvals/call-2"
+        both = await asyncio.gather(*(c.post(path, json={"approved": True}) for c in (a, b)))
+        assert [r.status_code for r in both] == [200, 200], [r.text for r in both]
+        assert both[0].json()["id"] == both[1].json()["id"], "one decision stored"
+        for run_id in set(started):
+            handle = temporal_client.get_workflow_handle(run_workflow_id(SID, run_id))
+            with contextlib.suppress(WorkflowFailureError):
+                await handle.result()
+    assert sorted(PAID) == ["bob", "eve"], f"payments made: {PAID}"
+    assert len(set(started)) == 1, f"continuation runs started: {started}"
+    results = [
+        e.message.text()
+        for e in await store.load_entries(SID)
+        if isinstance(e, MessageEntry) and e.message.role == "tool_result"
+    ]
+    assert results == ["paid bob", "paid eve"], results

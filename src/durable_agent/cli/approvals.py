@@ -207,6 +207,8 @@ async def ask(
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (shown to the model).")]
 ByOpt = Annotated[str | None, typer.Option("--by", help="Who decides (stored as decided_by).")]
+ArgsOpt = Annotated[str | None, typer.Option("--args", help="Edited arguments as a JSON object.")]
+AgentOpt = Annotated[str | None, typer.Option(help="Agent to go on (default: the asker).")]
 
 
 def _decide_command(approved: bool) -> Any:
@@ -215,14 +217,10 @@ def _decide_command(approved: bool) -> Any:
         call_id: Annotated[str, typer.Argument(help="The tool call ID (see `approvals`).")],
         reason: ReasonOpt = None,
         decided_by: ByOpt = None,
-        args: Annotated[
-            str | None, typer.Option("--args", help="Edited arguments as a JSON object.")
-        ] = None,
+        args: ArgsOpt = None,
         store: StoreOpt = None,
         task_queue: QueueOpt = None,
-        agent: Annotated[
-            str | None, typer.Option(help="Agent to go on (default: the asker).")
-        ] = None,
+        agent: AgentOpt = None,
         address: AddressOpt = None,
         namespace: NamespaceOpt = None,
         profile: ProfileOpt = None,
@@ -355,8 +353,10 @@ def turn_settled(agent: Agent) -> bool:
 
 
 async def continuation(console: Console, agent: Agent) -> RunStream:
-    """Start the run that goes on from a settled turn (:func:`turn_settled`) and say so."""
-    stream = await agent.run()
+    """Start the run that goes on from a settled turn (:func:`turn_settled`), under the turn's
+    own ID as a server starts it (two processes settling it start one run), and say so."""
+    turn = awaiting_turn(path(agent.entries(), agent.leaf_id))
+    stream = await agent.run(run_id=None if turn is None else turn.continuation_id())
     console.print(f"every call of the turn is decided: continuing in run {escape(stream.run_id)}")
     return stream
 

@@ -23,12 +23,7 @@ from pydantic import BaseModel
 
 from ..ai.redaction import configured_secrets, redact
 from ..durable.agent import Agent
-from ..durable.errors import (
-    AgentError,
-    RunActiveError,
-    RunNotAcceptingError,
-    UnknownAgentError,
-)
+from ..durable.errors import AgentError, RunActiveError, RunNotAcceptingError, UnknownAgentError
 from ..durable.inbox import When
 from ..session.approvals import ApprovalDecision, awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
@@ -294,11 +289,12 @@ async def continue_settled(
 ) -> str | None:
     """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
     every call of the waiting turn is decided and nothing runs (the asker: by its own status),
-    start the run that carries the calls out, as ``durable-agent approve`` does; its ID, else
-    ``None``. With several agents the server cannot tell which one asked (unless ``agent``
-    names it), and leaves it to the next run. The decision is stored: the store or Temporal
-    failing now leaves it to the next run too (logged, one line), and a retry of the same
-    decision, answered with the stored one, tries again (docs/design.md#http-api)."""
+    start the run that carries the calls out, as ``durable-agent approve`` does, under the
+    turn's own ID (two servers settling it at once start one run); its ID, else ``None``. With
+    several agents the server cannot tell which one asked (unless ``agent`` names it), and
+    leaves it to the next run. The decision is stored: the store or Temporal failing now
+    leaves it to the next run too (logged, one line), and a retry of the same decision,
+    answered with the stored one, tries again (docs/design.md#http-api)."""
     try:
         if await runs.active(session_id):
             return None
@@ -309,7 +305,10 @@ async def continue_settled(
         for asker in {r.run_id for r in turn.requests.values()}:
             if await going(runs, session_id, asker):
                 return None  # it took the decisions: it carries the calls out
-        return await runs.start(session_id, [], leaf_id=None, agent=agent, on_busy="reject")
+        run_id = turn.continuation_id()
+        return await runs.start(
+            session_id, [], leaf_id=None, agent=agent, on_busy="reject", run_id=run_id
+        )
     except (UnknownAgentError, RunActiveError):
         return None
     except Exception as exc:

@@ -135,6 +135,14 @@ class AwaitingTurn:
     requests: dict[str, ApprovalRequest] = field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
     results: list[Message] = field(default_factory=list)
+    assistant_id: str = ""
+    """The assistant entry's ID."""
+
+    def continuation_id(self) -> str:
+        """The ID of the run that carries out the turn's calls once all are decided: each
+        process that finds the turn settled starts this one run (a start of it that finds it
+        started follows it), so two decisions at two servers never run a call twice."""
+        return hashlib.sha256(f"continue\n{self.assistant_id}".encode()).hexdigest()[:16]
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -175,7 +183,7 @@ def awaiting_turn(path: Sequence[Entry]) -> AwaitingTurn | None:
     for i in range(len(path) - 1, -1, -1):
         entry = path[i]
         if isinstance(entry, MessageEntry) and entry.message.role == "assistant":
-            turn = AwaitingTurn(entry.message, i, entry.parent_id or "")
+            turn = AwaitingTurn(entry.message, i, entry.parent_id or "", assistant_id=entry.id)
             for e in reversed(tail):
                 if isinstance(e, ApprovalRequest):
                     turn.requests[e.tool_call_id] = e
