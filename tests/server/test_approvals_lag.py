@@ -195,8 +195,9 @@ class Lockstep:
             k, self.calls[i] = self.calls[i], self.calls[i] + 1
             if k < len(self.arrived):
                 self.arrived[k][i].set()
-                for other in self.arrived[k]:
-                    await other.wait()
+                async with asyncio.timeout(60):  # the other server never came: fail, not hang
+                    for other in self.arrived[k]:
+                        await other.wait()
             return await real(session_id, **kw)
 
         return active
