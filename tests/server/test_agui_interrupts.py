@@ -102,6 +102,8 @@ async def test_an_approval_is_an_interrupt_and_a_resume_approves_it(
     async with helper_client(temporal, tmp_path, _spec(approval_wait)) as (client, store):
         thread = f"mail-{tmp_path.name}"  # a run ID of its own on the shared Temporal server
         await _ask(client, thread)
+        if approval_wait < 1:  # the interrupt came as it began to wait: it parks next
+            await _parked(client, thread, "ask-1")
         answer = {"approved": True, "args": {"to": "ann@example.com", "subject": "lunch"}}
         entry = {"interruptId": "call-1", "status": "resolved", "payload": answer}
         events = await _events(client, _resume(thread, "resume-1", entry))
