@@ -264,7 +264,10 @@ async def test_a_resume_naming_no_agent_on_a_server_of_several(
     run that asked waited to take it."""
     call = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
     parked = approval_wait < 1
-    replies = [Reply(tool_calls=[call]), *([Reply(tool_calls=[call])] * parked)]
+    replies = [
+        Reply(tool_calls=[call]),
+        *([Reply(text="Sent."), Reply(tool_calls=[call])] * parked),
+    ]
     spec = AgentSpec(
         model=scripted([*replies, Reply(text="Sent.")]),
         tools=[send_email],
@@ -287,9 +290,71 @@ async def test_a_resume_naming_no_agent_on_a_server_of_several(
             return
         assert isinstance(end, RunErrorEvent) and end.code == "NoRunStarted", events
         assert "/v1/agui/{agent}" in end.message, end.message
+        assert "POST /v1/sessions/{id}/runs" in end.message, end.message
+        started = await client.post(
+            f"/v1/sessions/{thread}/runs", json={"inputs": [], "agent": "helper"}
+        )
+        assert started.status_code == 202, started.text
+        await _completed(client, thread, started.json()["run_id"])
+        assert "sent 'hello' to ann@example.com" in _said(await store.load_entries(thread))
         thread = f"named-{tmp_path.name}"
         body = {"threadId": thread, "runId": "ask-2", "messages": HISTORY}
         assert _interrupted(await _events(client, body, "/v1/agui/helper"), "ask-2") == ["call-1"]
         await _parked(client, thread, "ask-2")
         events = await _events(client, _resume(thread, "resume-2", yes), "/v1/agui/helper")
         assert _finished(events, "resume-2") == ("sent 'hello' to ann@example.com", "Sent.")
+
+
+class LoadsDownOnceDecided:
+    """The server's store failing each whole load of a session that holds a decision, as a
+    store does that stops answering just after the decision was stored: the run that would
+    carry the decided calls out cannot be started (``continue_settled`` reads the path)."""
+
+    def __init__(self, store: FileStore, where: Path) -> None:
+        self.inner, self.where, self.down = store.load_entries, where, True
+        store.load_entries = self.load  # type: ignore[method-assign]  # spies on the store
+
+    async def load(self, session_id: str) -> list[Entry]:
+        found = await self.inner(session_id)
+        if self.down and any(isinstance(e, ApprovalDecision) for e in found):
+            raise StoreUnavailableError(f"the store at {self.where} did not answer in time")
+        return found
+
+
+async def test_a_resume_whose_run_cannot_start_says_so_not_to_name_the_agent(
+    temporal: Client | None, tmp_path: Path
+) -> None:
+    """The run that asked parked; the resume's decision is stored, and the store fails as the
+    run that carries the call out would start: the stream ends in ``RUN_ERROR``
+    (``NoRunStarted``) saying the run did not start and how to start it, not to name the agent
+    (this server has one), and naming nothing of the server; a run with no input started as it
+    says carries the call out (it said to name the agent, which does nothing here)."""
+    async with helper_client(temporal, tmp_path, _spec(0.05)) as (client, store):
+        thread = f"nostart-{tmp_path.name}"
+        await _ask(client, thread)
+        await _parked(client, thread, "ask-1")
+        loads = LoadsDownOnceDecided(store, tmp_path)
+        yes = {"interruptId": "call-1", "status": "resolved", "payload": {"approved": True}}
+        events = await _events(client, _resume(thread, "resume-1", yes))
+        end = events[-1]
+        assert isinstance(end, RunErrorEvent) and end.code == "NoRunStarted", events
+        assert "name the agent" not in end.message, end.message
+        assert "POST /v1/sessions/{id}/runs" in end.message, end.message
+        assert str(tmp_path) not in end.message, end.message
+        loads.down = False
+        started = await client.post(f"/v1/sessions/{thread}/runs", json={"inputs": []})
+        assert started.status_code == 202, started.text
+        await _completed(client, thread, started.json()["run_id"])
+        assert "sent 'hello' to ann@example.com" in _said(await store.load_entries(thread))
+
+
+async def _completed(client: httpx.AsyncClient, thread: str, run_id: str) -> None:
+    async def done() -> bool:
+        answer = await client.get(f"/v1/sessions/{thread}/runs/{run_id}")
+        return bool(answer.json()["status"] == "completed")
+
+    await eventually(done, what=f"run {run_id} completed")
+
+
+def _said(stored: list[Entry]) -> list[str]:
+    return [e.message.text() for e in stored if isinstance(e, MessageEntry)]

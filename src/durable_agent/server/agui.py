@@ -55,7 +55,7 @@ from ..session.errors import StoreUnavailableError
 from ..session.store import entries_after
 from ..session.tree import path
 from ..workflows.worker_logs import in_one_line
-from .agui_resume import ANSWER_SCHEMA, carry_out, decisions
+from .agui_resume import ANSWER_SCHEMA, carry_out, decisions, not_started
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
@@ -353,8 +353,7 @@ async def _resume(
         hub.leave(queue)
         raise
     if status == "failed":  # decided, and nothing carries the calls out: say so, not hang
-        why = "the calls are decided; no run carries them out: name the agent (/v1/agui/{agent})"
-        error = {"type": "NoRunStarted", "message": why}
+        error = not_started(runner, agent)
         queue.put_nowait(Frame("run", {"run_id": run_id, "status": status, "error": error}))
     elif status == "awaiting_approval":
         queue.put_nowait(Frame("run", {"run_id": run_id, "status": status}))

@@ -16,11 +16,12 @@ from typing import Any
 from ag_ui.core import ResumeEntry
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..durable.errors import UnknownAgentError
 from ..session.approvals import ApprovalDecision, PendingItem
 from ..session.store import Store
 from .runs import Runs, Status, continue_settled, going
 
-__all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions"]
+__all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions", "not_started"]
 
 
 class Answer(BaseModel):
@@ -107,3 +108,25 @@ async def carry_out(
         return "", "awaiting_approval"
     continued = await continue_settled(runner, store, sid, agent)
     return (continued, "started") if continued else ("", "failed")
+
+
+def not_started(runner: Runs, agent: str | None) -> dict[str, str]:
+    """Why no run carries out the calls a resume decided, as the stream's ``RUN_ERROR`` says
+    it: a server of several agents cannot tell which asked (the route names none), else the
+    start failed (the store or Temporal: :func:`continue_settled` logged it; a client is told
+    nothing of the server). Either way a run started with no input carries them out, and a
+    resume sent again is refused (the calls no longer wait), so the message says how."""
+    run = 'POST /v1/sessions/{id}/runs {"inputs": []'
+    try:
+        runner.agent(agent)
+    except UnknownAgentError:
+        start = f'start a run of the agent with no input ({run}, "agent": NAME}})'
+        why = (
+            "no run carries them out (this server has several agents, and the resume named"
+            f" none): {start}, and name it in the next resume (/v1/agui/{{agent}})"
+        )
+    else:
+        named = "" if agent is None else f', "agent": "{agent}"'
+        start = f"start one with no input ({run}{named}}})"
+        why = f"the run that carries them out did not start (the server logged why): {start}"
+    return {"type": "NoRunStarted", "message": f"the calls are decided; {why}"}
