@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..durable.errors import UnknownAgentError
 from ..session.approvals import ApprovalDecision, PendingItem
 from ..session.store import Store
-from .runs import Runs, Status, continue_settled, going
+from .deciding import continue_settled, going
+from .runs import Runs, Status
 
 __all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions", "not_started"]
 

@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import partial
 
 from ..activities.spec import AgentSpec
 from ..agent.loop import model
@@ -20,6 +21,7 @@ from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import RetentionStore, Store, created_at_of
+from .deciding import SessionLocks, decide_at_leaf, decide_with
 from .relay import RunRelay
 from .runs import (
     REMEMBERED,
@@ -30,8 +32,6 @@ from .runs import (
     RunNotFoundError,
     Status,
     cancel_each,
-    continue_settled,
-    decide_with,
     made_for_start,
     no_run_accepts,
     open_at,
@@ -64,6 +64,7 @@ class LocalRuns:
         self._tasks: set[asyncio.Task[object]] = set()
         self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
+        self._deciding = SessionLocks()
 
     async def start(
         self,
@@ -210,16 +211,15 @@ class LocalRuns:
 
     async def decide(self, session_id: str, decision: ApprovalDecision) -> tuple[Entry, str | None]:
         """The handle of the run that waits for the call takes the decision; with none, it is
-        committed at the session's leaf and, when that settles the turn, a run carries out the
-        turn's calls."""
+        committed at the session's leaf (one at a time: :func:`.deciding.decide_at_leaf`) and,
+        when that settles the turn, a run carries out the turn's calls."""
         for run_id in await self.active(session_id):
             handle = self._handles.get((session_id, run_id))
             waiting = () if handle is None else handle.pending_approvals()
             if handle is not None and decision.tool_call_id in {p.tool_call_id for p in waiting}:
                 return await decide_with(handle, decision), None
-        handle = await new(None, store=self.store, session_id=session_id, create=False)
-        entry = await decide_with(handle, decision)
-        return entry, await continue_settled(self, self.store, session_id)
+        opened = partial(new, None, store=self.store, session_id=session_id, create=False)
+        return await decide_at_leaf(self, self.store, self._deciding, session_id, decision, opened)
 
     async def compact(
         self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None

@@ -25,11 +25,10 @@ from ..ai.redaction import configured_secrets, redact
 from ..durable.agent import Agent
 from ..durable.errors import AgentError, RunActiveError, RunNotAcceptingError, UnknownAgentError
 from ..durable.inbox import When
-from ..session.approvals import ApprovalDecision, awaiting_turn
+from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ..session.store import RetentionStore, Store
-from ..session.tree import path
 
 __all__ = [
     "FAILURE_CHARS",
@@ -45,9 +44,7 @@ __all__ = [
     "STORE_UNAVAILABLE",
     "Status",
     "cancel_each",
-    "continue_settled",
     "drop_made",
-    "going",
     "made_for_start",
     "no_run_accepts",
     "open_at",
@@ -272,58 +269,6 @@ def no_run_accepts(session_id: str) -> RunNotAcceptingError:
     return RunNotAcceptingError(
         f"no run of session {session_id!r} takes a message now: start a run with it"
     )
-
-
-async def decide_with(handle: Agent, decision: ApprovalDecision) -> Entry:
-    return await handle.decide(
-        decision.tool_call_id,
-        decision.approved,
-        reason=decision.reason,
-        args=decision.args,
-        decided_by=decision.decided_by,
-    )
-
-
-async def continue_settled(
-    runs: Runs, store: Store, session_id: str, agent: str | None = None
-) -> str | None:
-    """After a decision no run took (the run that asked parked, ended or lives elsewhere): when
-    every call of the waiting turn is decided and nothing runs (the asker: by its own status),
-    start the run that carries the calls out, as ``durable-agent approve`` does, under the
-    turn's own ID (two servers settling it at once start one run); its ID, else ``None``. With
-    several agents the server cannot tell which one asked (unless ``agent`` names it), and
-    leaves it to the next run. The decision is stored: the store or Temporal failing now
-    leaves it to the next run too (logged, one line), and a retry of the same decision,
-    answered with the stored one, tries again (docs/design.md#http-api)."""
-    try:
-        if await runs.active(session_id):
-            return None
-        entries = await store.load_entries(session_id)
-        turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
-        if turn is None or turn.undecided():
-            return None
-        for asker in {r.run_id for r in turn.requests.values()}:
-            if await going(runs, session_id, asker):
-                return None  # it took the decisions: it carries the calls out
-        run_id = turn.continuation_id()
-        return await runs.start(
-            session_id, [], leaf_id=None, agent=agent, on_busy="reject", run_id=run_id
-        )
-    except (UnknownAgentError, RunActiveError):
-        return None
-    except Exception as exc:
-        logger.warning(
-            "continuing %s after a decision: %s: %s", session_id, type(exc).__name__, exc
-        )
-        return None
-
-
-async def going(runs: Runs, session_id: str, run_id: str) -> bool:
-    """Whether the run goes on, by its own status (Temporal's list of running runs lags)."""
-    try:
-        return await runs.status(session_id, run_id) in ("started", "awaiting_approval")
-    except RunNotFoundError:  # ended before this process started
-        return False
 
 
 def pick_agent(names: Sequence[str], agent: str | None) -> str:

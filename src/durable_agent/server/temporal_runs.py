@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from temporalio.client import (
@@ -39,6 +39,7 @@ from ..workflows.run_mail import SendBody
 from ..workflows.run_stream import client_error
 from ..workflows.search import Creation, creation_when_asked, latest_runs, running_runs
 from ..workflows.worker_logs import in_one_line
+from .deciding import SessionLocks, decide_at_leaf
 from .relay import RunRelay
 from .runs import (
     Accepted,
@@ -49,8 +50,6 @@ from .runs import (
     RunNotFoundError,
     Status,
     cancel_each,
-    continue_settled,
-    decide_with,
     made_for_start,
     no_run_accepts,
     open_at,
@@ -106,7 +105,8 @@ class TemporalRuns:
         """The ``created_at`` of the session each run this process follows started in."""
         self._accepted = Accepted()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks = SessionLocks()
+        self._deciding = SessionLocks()
 
     async def start(
         self,
@@ -119,8 +119,7 @@ class TemporalRuns:
         run_id: str | None = None,
     ) -> str:
         name = self.agent(agent)
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
+        async with self._locks(session_id):
             if run_id is not None and await self.has(session_id, run_id):
                 return run_id  # a retried start: that run, nothing new
             refuse_busy(session_id, await self.active(session_id), on_busy)
@@ -372,13 +371,13 @@ class TemporalRuns:
     async def decide(self, session_id: str, decision: ApprovalDecision) -> tuple[Entry, str | None]:
         """Any server process decides from the session ID alone: the run that asked takes the
         decision through its ``decide`` update, else it is committed at the session's leaf
-        (and a run carries out the turn's calls once all are decided)."""
+        (one at a time: :func:`.deciding.decide_at_leaf`; a run carries out the turn's calls
+        once all are decided)."""
         name = self.agents[0] if self.agents else "agent"  # this handle only decides
-        handle = await new(
-            name, store=self.store, session_id=session_id, executor=self.executor, create=False
+        opened = partial(
+            new, name, store=self.store, session_id=session_id, executor=self.executor, create=False
         )
-        entry = await decide_with(handle, decision)
-        return entry, await continue_settled(self, self.store, session_id)
+        return await decide_at_leaf(self, self.store, self._deciding, session_id, decision, opened)
 
     async def compact(
         self, session_id: str, keep_turns: int, *, leaf_id: str | None, agent: str | None
@@ -386,8 +385,7 @@ class TemporalRuns:
         """The compaction workflow on the queue's workers, as ``agent.compact`` does there. A
         run start on this replica waits for it; one on another replica is not held back."""
         name = pick_agent(self.agents, agent)
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
+        async with self._locks(session_id):
             refuse_busy(session_id, await self.active(session_id), "reject")
             handle = await new(
                 name, store=self.store, session_id=session_id, executor=self.executor, create=False
