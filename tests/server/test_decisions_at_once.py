@@ -1,6 +1,8 @@
 """Two decisions on one parked turn at once (a front-end's "approve all"): no run takes them, so
 each request commits its decision at the session's leaf; they must land one after the other on
-the active path, not as siblings of one leaf (a fork whose newest path holds one decision)."""
+the active path, not as siblings of one leaf (a fork whose newest path holds one decision). The
+run that then carries the two calls out stores both results on that path, in call order, and
+the model is shown both."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from durable_agent import ApprovalDecision, Entry, MessageEntry
+from durable_agent import ApprovalDecision, Entry, MessageEntry, ScriptedModel
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
@@ -93,9 +95,11 @@ async def test_two_decisions_at_once_on_a_parked_turn_both_count(
     """The run parked waiting for two mails; both are approved at once. Both decisions are on
     the session's active path, one run carries the turn out, and each mail is sent once."""
     SENT.clear()
-    store = FileStore(tmp_path / "sessions")
+    store, spec = FileStore(tmp_path / "sessions"), _spec()
+    model = spec.model
+    assert isinstance(model, ScriptedModel)
     async with (
-        helper_app(temporal, store, _spec(), lambda: FileStore(store.root)) as app,
+        helper_app(temporal, store, spec, lambda: FileStore(store.root)) as app,
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
@@ -129,10 +133,14 @@ async def test_two_decisions_at_once_on_a_parked_turn_both_count(
             pending = (await client.get(f"/v1/sessions/{SID}/approvals")).json()["pending"]
             assert pending == []
         stored = await store.load_entries(SID)
-    # stored order, not the path: on Temporal the continuation stores the two results as
-    # siblings under the last decision (a defect of its own, not of deciding)
-    said = [(e.message.role, e.message.text()) for e in stored if isinstance(e, MessageEntry)]
-    assert sorted(said[-3:-1]) == [("tool_result", "sent to bob"), ("tool_result", "sent to eve")]
-    assert said[-1] == ("assistant", "Both sent."), said
+    active = path(stored, stored[-1].id)
+    said = [(e.message.role, e.message.text()) for e in active if isinstance(e, MessageEntry)]
+    assert said[-3:] == [
+        ("tool_result", "sent to bob"),
+        ("tool_result", "sent to eve"),
+        ("assistant", "Both sent."),
+    ], said
+    seen = [m.text() for m in model.requests[-1].messages if m.role == "tool_result"]
+    assert seen == ["sent to bob", "sent to eve"], "the model saw both results"
     assert sorted(SENT) == ["bob", "eve"], f"mails sent: {SENT}"
     assert set(others(reader)) == {second}, "one run carried the turn out"

@@ -206,27 +206,20 @@ class ActivityTools:
         self.too_large: PayloadTooLargeError | None = None
         self._finished: dict[str, Message] = {}
         """Results of this turn's parallel calls, by call ID, until the batch is committed."""
+        self._turn: tuple[list[ToolCall], bool] = ([], False)
 
-    def _turn_calls(self, call: ToolCall) -> list[ToolCall]:
-        """The calls of the turn ``call`` belongs to (its assistant message is recorded)."""
-        engine = self.engine
-        turn = next((m for m in reversed(engine.produced) if m.role == "assistant"), None)
-        return [c for c in turn.tool_calls() if not c.server] if turn is not None else [call]
-
-    def _parallel(self, calls: list[ToolCall]) -> bool:
-        """The loop's own rule (``ModelLoop._run_tools``): a turn's calls run concurrently when
-        there are several and every called tool is parallel-safe."""
-        infos = [self.tools.get(c.name) for c in calls]
-        waiting = self.engine.waiting
-        if waiting is not None and waiting.denied(calls):
-            return False  # as the loop: a turn with a denied call runs sequentially
-        return len(calls) > 1 and all(i is not None and i.parallel_safe for i in infos)
+    def plan_turn(self, calls: list[ToolCall], parallel: bool) -> None:
+        """The calls the loop runs in this turn and whether at once: its own rule, on its own
+        calls (a turn resumed after a wait for people runs only those still unanswered, its
+        reply stored by an earlier run)."""
+        self._turn = (list(calls), parallel)
 
     async def execute(
         self, tool: Tool | None, call: ToolCall, report: Callable[[str], Awaitable[None]]
     ) -> Message:
-        calls = self._turn_calls(call)
-        parallel = self._parallel(calls)
+        calls, parallel = self._turn
+        if call.id not in {c.id for c in calls}:  # run outside a turn: alone
+            calls, parallel = [call], False
         stamp = None if parallel else self.engine.reserve()
         info = self.tools.get(call.name) or ToolInfo(name=call.name, max_attempts=1)
         inp = CallToolInput(

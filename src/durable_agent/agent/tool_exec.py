@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..ai.messages import Message, ToolCall, error_tool_result_message, tool_result_message
 from ..ai.redaction import configured_secrets, redact
@@ -18,6 +18,7 @@ from ..ai.tools import Tool, ToolContext
 __all__ = [
     "LocalToolExecutor",
     "ToolExecutor",
+    "TurnPlanner",
     "failure_text",
     "unknown_tool_result",
 ]
@@ -42,6 +43,15 @@ class ToolExecutor(Protocol):
     """Runs one call of ``tool`` (``None`` when no tool has the call's name)."""
 
     async def execute(self, tool: Tool | None, call: ToolCall, report: Report) -> Message: ...
+
+
+@runtime_checkable
+class TurnPlanner(Protocol):
+    """An executor told a turn's calls, and whether they run at once, before the first starts:
+    on Temporal who stores each result depends on it (docs/design.md#stamps-and-producers), and
+    only the loop knows which calls a turn runs (a resumed turn: those still unanswered)."""
+
+    def plan_turn(self, calls: list[ToolCall], parallel: bool) -> None: ...
 
 
 class LocalToolExecutor:

@@ -21,7 +21,7 @@ from .approval import Verdict, denied_result
 from .events import AgentEvent, tool_end, tool_start
 from .hooks import call_hook
 from .options import AgentOptions
-from .tool_exec import ToolExecutor
+from .tool_exec import ToolExecutor, TurnPlanner
 
 __all__ = ["closing", "run_tools"]
 
@@ -132,6 +132,8 @@ async def run_tools(
     """Run a turn's calls (concurrently when every called tool allows it), results in call
     order; ``verdicts``: the decisions on the calls a person decided."""
     turn = _Turn(options, executor, calls, verdicts)
+    if isinstance(executor, TurnPlanner):
+        executor.plan_turn(turn.calls, turn.parallel)
     n = len(turn.calls)
     closing_now = False
     try:

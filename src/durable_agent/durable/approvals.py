@@ -140,12 +140,6 @@ class Waiting:
         if deciding or tool_call_id not in {c.id for c in self.turn.undecided()}:
             raise not_pending(tool_call_id, None)
 
-    def denied(self, calls: list[ToolCall]) -> bool:
-        """Whether a person denied one of ``calls`` (when they are this turn's calls)."""
-        if {c.id for c in calls} != {c.id for c in self.turn.calls}:
-            return False
-        return any(not d.approved for d in self.turn.decisions.values())
-
     def verdicts(self) -> dict[str, Verdict]:
         return {
             call_id: Verdict(d.approved, d.reason, d.args)
