@@ -15,6 +15,7 @@ from durable_agent.ai import Reply
 from durable_agent.ai.messages import user_message
 from durable_agent.server import create_app
 from durable_agent.server import hub as hub_module
+from durable_agent.server.hub import Frame
 from durable_agent.server.local_runs import LocalRuns
 from durable_agent.session.entries import MessageEntry
 from durable_agent.session.errors import SessionNotFoundError
@@ -150,7 +151,7 @@ async def test_a_client_that_does_not_keep_up_is_let_go_not_buffered_for(
             await reader.until(ended(started.json()["run_id"]))
             assert sum(f.event == "delta" for f in reader.frames) > 150
             assert stalled.qsize() == 1, "the frames of a client that does not read pile up"
-            assert stalled.get_nowait() is None  # its stream ends
+            assert stalled.get_nowait() == Frame("gone", {"code": "TooSlow"})  # its stream ends
             assert stalled not in hub.subscribers
             hub.leave(stalled)
 

@@ -26,6 +26,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 from ag_ui.core import (
     BaseEvent,
     Interrupt,
@@ -46,16 +47,17 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from ..durable.inputs import check_run_input, text
-from ..session.approvals import PendingItem, pending_items
+from ..session.approvals import PendingItem
 from ..session.codec import wire_to_entry
-from ..session.entries import Entry, MessageEntry
+from ..session.entries import MessageEntry
 from ..session.errors import StoreUnavailableError
 from ..session.store import entries_after
-from ..session.tree import path
 from ..workflows.worker_logs import in_one_line
-from .agui_resume import ANSWER_SCHEMA, carry_out, decisions, not_started
+from .agui_ends import GRACE, ended_early, on_stop
+from .agui_resume import ANSWER_SCHEMA, carry_out, decisions, not_started, pending
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
@@ -116,8 +118,12 @@ class Translation:
     """Our frames of one run -> AG-UI events (module doc); its boundary events name the run
     as the input did (``input_run_id``)."""
 
-    def __init__(self, thread_id: str, run_id: str, input_run_id: str, seq: int = 0) -> None:
+    def __init__(
+        self, thread_id: str, run_id: str, input_run_id: str, seq: int = 0, local: bool = False
+    ) -> None:
         self.thread_id, self.run_id, self.input_run_id = thread_id, run_id, input_run_id
+        self.local = local
+        """The server runs its runs in its own process (its stop ends them)."""
         self.seq = seq
         """The seq of the last entry shown (those before the stream joined count as shown)."""
         self.asking = False
@@ -141,6 +147,8 @@ class Translation:
             self.asking = data["status"] == "awaiting_approval"
         if frame.event == "deleted":
             return [RunErrorEvent(message="the session was deleted", code="deleted")]
+        if frame.event == "gone":
+            return [*self._close(), ended_early(data["code"], self.run_id, local=self.local)]
         return []
 
     def _piece(self, data: dict[str, Any]) -> list[BaseEvent]:
@@ -250,45 +258,36 @@ async def _asked(
     return translation.interrupt(items) if translation.seq >= seq else []
 
 
-def _pending(found: list[tuple[int, Entry]]) -> tuple[int, list[PendingItem]]:
-    """The waiting calls of the session's active path (to its last entry), as the approvals
-    route lists them, and the seq of the last one's request."""
-    entries = [entry for _, entry in found]
-    items = pending_items(path(entries, entries[-1].id)) if entries else []
-    requests = {p.request_id for p in items}
-    return max((seq for seq, e in found if e.id in requests), default=0), items
-
-
 def _waiting_in(srv: Server, sid: str) -> Waiting:
     async def waiting() -> tuple[int, list[PendingItem]]:
-        return _pending(await entries_after(srv.store, sid, 0))
+        return pending(await entries_after(srv.store, sid, 0))
 
     return waiting
 
 
 async def events(
-    queue: asyncio.Queue[Frame | None],
+    queue: asyncio.Queue[Frame],
     leave: Any,
     translation: Translation,
     waiting: Waiting,
     keepalive: float,
-) -> AsyncIterator[str]:
+    stopping: anyio.Event,
+) -> AsyncIterator[bytes]:
     """The run's AG-UI events; a comment line after each ``keepalive`` seconds of none (a long
     tool call, a call waiting for a person), as on the session stream: proxies close a
     connection silent for a minute, and an AG-UI client's SSE parser skips comments. The
     store failing the read of the waiting calls ends it in ``RUN_ERROR``, as a 503 says it."""
     encoder = EventEncoder()
     thread_id, run_id = translation.thread_id, translation.input_run_id
+    told = on_stop(stopping, queue)
     try:
-        yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id)).encode()
         while True:
             try:
                 frame = await asyncio.wait_for(queue.get(), keepalive)
             except TimeoutError:
-                yield ": keepalive\n\n"
+                yield b": keepalive\n\n"
                 continue
-            if frame is None:
-                return
             try:
                 shown = await _asked(translation, waiting, translation.frame(frame))
             except StoreUnavailableError as exc:  # the headers are sent: no 503, an end now
@@ -296,10 +295,11 @@ async def events(
                 failure = RunFailure.of(exc)  # as a 503 says it: no path, no host
                 shown = [RunErrorEvent(message=failure.message, code=failure.type)]
             for event in shown:
-                yield encoder.encode(event)
+                yield encoder.encode(event).encode()
                 if isinstance(event, RunFinishedEvent | RunErrorEvent):
                     return
     finally:
+        told.cancel()
         leave(queue)
 
 
@@ -307,7 +307,7 @@ async def events(
 @router.post("/agui/{agent}", operation_id="agui_agent", **STREAMED)
 async def agui(
     body: RunAgentInput, srv: ServerDep, tenant: Caller, agent: str | None = None
-) -> StreamingResponse:
+) -> EventSourceResponse:
     """Start a run and stream it (module doc). The stream joins the session's hub before the
     run starts, so it sees the run from its first entry to its end."""
     if body.resume:
@@ -326,14 +326,13 @@ async def agui(
         except BaseException:
             hub.leave(queue)
             raise
-    translation = Translation(body.thread_id, run_id, body.run_id, after)
-    stream = events(queue, hub.leave, translation, _waiting_in(srv, sid), srv.keepalive)
-    return StreamingResponse(stream, media_type="text/event-stream")
+    translation = Translation(body.thread_id, run_id, body.run_id, after, runner.local)
+    return _streamed(srv, sid, hub.leave, queue, translation)
 
 
 async def _resume(
     body: RunAgentInput, srv: Server, tenant: Tenant, agent: str | None
-) -> StreamingResponse:
+) -> EventSourceResponse:
     """Decide the calls the input's ``resume`` answers and follow the run that goes on
     (:mod:`.agui_resume`); its messages are not read (the question was asked already). The
     stream joins the hub before the decisions, so it sees the run from its next entry."""
@@ -343,7 +342,7 @@ async def _resume(
     if agent is not None:  # none named: the run that asked takes it, if it waits
         runner.agent(agent)
     found = await entries_after(srv.store, sid, 0)
-    after, (_, waiting) = len(found), _pending(found)
+    after, (_, waiting) = len(found), pending(found)
     made = decisions(body.resume, waiting, tenant.principal)
     hub = await srv.hubs.hub(sid, after)
     queue, _, _ = hub.join()
@@ -357,9 +356,18 @@ async def _resume(
         queue.put_nowait(Frame("run", {"run_id": run_id, "status": status, "error": error}))
     elif status == "awaiting_approval":
         queue.put_nowait(Frame("run", {"run_id": run_id, "status": status}))
-    translation = Translation(body.thread_id, run_id, body.run_id, after)
-    stream = events(queue, hub.leave, translation, _waiting_in(srv, sid), srv.keepalive)
-    return StreamingResponse(stream, media_type="text/event-stream")
+    translation = Translation(body.thread_id, run_id, body.run_id, after, runner.local)
+    return _streamed(srv, sid, hub.leave, queue, translation)
+
+
+def _streamed(
+    srv: Server, sid: str, leave: Any, queue: asyncio.Queue[Frame], translation: Translation
+) -> EventSourceResponse:
+    """The run's AG-UI events as the answer; the server stopping ends them in ``RUN_ERROR``
+    (sse-starlette tells, as it ends the session streams: :mod:`.agui_ends`)."""
+    stopping = anyio.Event()
+    stream = events(queue, leave, translation, _waiting_in(srv, sid), srv.keepalive, stopping)
+    return EventSourceResponse(stream, ping=0, shutdown_event=stopping, shutdown_grace_period=GRACE)
 
 
 async def _start(
@@ -368,7 +376,7 @@ async def _start(
     question: MessageEntry,
     agent: str | None,
     input_run_id: str,
-    queue: asyncio.Queue[Frame | None],
+    queue: asyncio.Queue[Frame],
 ) -> str:
     """Start the run the input names (its ``runId``, when one the HTTP API takes): an input
     sent again (its answer lost) starts nothing and follows that run, or tells its end when

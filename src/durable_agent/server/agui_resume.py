@@ -17,12 +17,14 @@ from ag_ui.core import ResumeEntry
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..durable.errors import UnknownAgentError
-from ..session.approvals import ApprovalDecision, PendingItem
+from ..session.approvals import ApprovalDecision, PendingItem, pending_items
+from ..session.entries import Entry
 from ..session.store import Store
+from ..session.tree import path
 from .deciding import continue_settled, going
 from .runs import Runs, Status
 
-__all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions", "not_started"]
+__all__ = ["ANSWER_SCHEMA", "Answer", "carry_out", "decisions", "not_started", "pending"]
 
 
 class Answer(BaseModel):
@@ -131,3 +133,12 @@ def not_started(runner: Runs, agent: str | None) -> dict[str, str]:
         start = f"start one with no input ({run}{named}}})"
         why = f"the run that carries them out did not start (the server logged why): {start}"
     return {"type": "NoRunStarted", "message": f"the calls are decided; {why}"}
+
+
+def pending(found: list[tuple[int, Entry]]) -> tuple[int, list[PendingItem]]:
+    """The waiting calls of the session's active path (to its last entry), as the approvals
+    route lists them, and the seq of the last one's request."""
+    entries = [entry for _, entry in found]
+    items = pending_items(path(entries, entries[-1].id)) if entries else []
+    requests = {p.request_id for p in items}
+    return max((seq for seq, e in found if e.id in requests), default=0), items

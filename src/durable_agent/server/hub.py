@@ -22,15 +22,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..session.approvals import ApprovalRequest
-from ..session.codec import entry_to_wire
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
 from ..workflows.worker_logs import in_one_line
+from .frames import Frame, entry_frame, gone, status_frame
 from .reads import Held, HubReads, Wait, of_reply, of_run
 from .runs import REMEMBERED, RunEnd, RunFailure, Status
 from .temporal_runs import TemporalRuns
@@ -54,25 +54,6 @@ BACKLOG = 2000
 they come): past that its stream ends, and the client resumes from the store."""
 
 
-@dataclass(frozen=True)
-class Frame:
-    """One server-sent event: ``event``, ``data`` (JSON), ``id`` (entries only: the seq)."""
-
-    event: str
-    data: dict[str, Any]
-    id: int | None = None
-
-
-def entry_frame(seq: int, entry: Entry) -> Frame:
-    return Frame("entry", {"seq": seq, "entry": entry_to_wire(entry)}, seq)
-
-
-def _status(run_id: str, status: str, failure: RunFailure | None = None) -> Frame:
-    if failure is None:
-        return Frame("run", {"run_id": run_id, "status": status})
-    return Frame("run", {"run_id": run_id, "status": status, "error": failure.model_dump()})
-
-
 class SessionHub:
     """The shared follower of one session (module doc)."""
 
@@ -84,7 +65,7 @@ class SessionHub:
         self._kick = asyncio.Event()
         self.reads = HubReads(hubs.store, session_id, after, self._kick.set, born)
         self.follower = self.reads.follower
-        self.subscribers: set[asyncio.Queue[Frame | None]] = set()
+        self.subscribers: set[asyncio.Queue[Frame]] = set()
         self.active: dict[str, str] = {}
         """Run ID -> status of the runs going on."""
         self.failures: dict[str, RunFailure] = {}
@@ -106,37 +87,37 @@ class SessionHub:
 
     # -- subscribers ----------------------------------------------------------------------------
 
-    def join(self) -> tuple[asyncio.Queue[Frame | None], list[Frame], list[Piece]]:
+    def join(self) -> tuple[asyncio.Queue[Frame], list[Frame], list[Piece]]:
         """A new subscriber's queue, the status of the active runs and the replies' text so far
         (taken together, so nothing falls between them and the queue)."""
-        queue: asyncio.Queue[Frame | None] = asyncio.Queue()
+        queue: asyncio.Queue[Frame] = asyncio.Queue()
         self.subscribers.add(queue)
         if self._idle_since is not None:  # it lingered without reading: read now
             self._idle_since = None
             self.kick(read=True)
-        runs = [_status(r, s) for r, s in self.active.items()]
+        runs = [status_frame(r, s) for r, s in self.active.items()]
         return queue, runs, list(self.partial.values())
 
-    def leave(self, queue: asyncio.Queue[Frame | None]) -> None:
+    def leave(self, queue: asyncio.Queue[Frame]) -> None:
         self.subscribers.discard(queue)
         if not self.subscribers:
             self._idle_since = asyncio.get_running_loop().time()
             self.kick()
 
-    def _send(self, frame: Frame | None) -> None:
+    def _send(self, frame: Frame) -> None:
         for queue in list(self.subscribers):
-            if frame is not None and queue.qsize() >= BACKLOG:
+            if frame.event != "gone" and queue.qsize() >= BACKLOG:
                 self._let_go(queue)
             else:
                 queue.put_nowait(frame)
 
-    def _let_go(self, queue: asyncio.Queue[Frame | None]) -> None:
+    def _let_go(self, queue: asyncio.Queue[Frame]) -> None:
         """The store, not this process's memory, buffers for a client that fell behind: its
         stream ends, and it comes back with ``Last-Event-ID`` (docs/design.md#http-api)."""
         self.subscribers.discard(queue)
         while not queue.empty():
             queue.get_nowait()
-        queue.put_nowait(None)
+        queue.put_nowait(gone("TooSlow"))
 
     def kick(self, read: bool = False) -> None:
         if read:
@@ -182,7 +163,7 @@ class SessionHub:
             self.hubs.ended[key] = status
             while len(self.hubs.ended) > REMEMBERED:
                 del self.hubs.ended[next(iter(self.hubs.ended))]
-        self._send(_status(run_id, status, self.failures.pop(run_id, None)))
+        self._send(status_frame(run_id, status, self.failures.pop(run_id, None)))
         self.kick(read=not relayed)
 
     def piece(self, piece: Piece, wait: Wait = "read", stored: str = "") -> None:
@@ -279,17 +260,22 @@ class SessionHub:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        why = "ServerStopping"  # unless it ends otherwise: cancelled by Hubs.aclose
         try:
             await self._loop()
+            why = "idle"  # it lingered with no subscriber
         except SessionNotFoundError:
+            why = "deleted"
             self.hubs.deleted(self.session_id)  # deleted elsewhere: its live text goes too
             self._send(Frame("deleted", {"session_id": self.session_id}))
         except StoreUnavailableError as exc:  # its streams end; their clients come back
+            why = "StoreUnavailableError"
             logger.warning("following session %s: %s", self.session_id, " ".join(str(exc).split()))
         except Exception:
+            why = "StreamFailed"
             logger.exception("following session %s", self.session_id)
         finally:
-            self.close()
+            self.close(why)
 
     def created_again(self) -> None:
         """The session was deleted and created again under its ID since this hub last read it:
@@ -298,17 +284,17 @@ class SessionHub:
         self._send(Frame("deleted", {"session_id": self.session_id}))
         if self.task is not None:
             self.task.cancel()
-        self.close()
+        self.close("deleted")
 
-    def close(self) -> None:
-        """The hub stops: its subscribers' streams end (their clients come back to a new one)
-        and it waits for nothing more."""
+    def close(self, why: str) -> None:
+        """The hub stops: its subscribers' streams end (their clients come back to a new one),
+        told ``why`` (:func:`gone`), and it waits for nothing more."""
         self.follower.close()
         for watch in self.watches.values():  # a run may wait days for people: the next hub
             if watch.outcome is not None:  # polls its end anew
                 watch.outcome.cancel()
         self.hubs.forget(self)
-        self._send(None)
+        self._send(gone(why))
 
     async def _loop(self) -> None:
         clock = asyncio.get_running_loop().time

@@ -71,7 +71,9 @@ class Hubs:
                 hub.leaf = hub.reads.first_leaf = await _leaf(self.store, session_id, after)
                 await hub.look()
             except BaseException:  # the session deleted, the store down, the request gone:
-                hub.close()  # no hub that never reads stays for the session's next streams
+                hub.close(
+                    "StreamFailed"
+                )  # no hub that never reads stays for the session's next streams
                 raise
             hub.task = asyncio.create_task(hub.run())
         return hub

@@ -105,7 +105,7 @@ async def frames(
         yield LIVE
         while True:
             item = await queue.get()
-            if item is None:
+            if item.event == "gone":  # the client comes back (a reload, Last-Event-ID)
                 return
             if item.id is not None:
                 if item.id <= after:
