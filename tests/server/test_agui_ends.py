@@ -134,3 +134,35 @@ async def test_a_client_too_slow_for_its_run_gets_a_run_error_saying_so(
     end = rest[-1] if rest else None
     assert isinstance(end, RunErrorEvent), rest
     assert end.code == "TooSlow" and "goes on" in end.message, end
+
+
+async def test_a_stream_whose_hub_failed_ends_in_a_run_error_saying_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session's follower failing on a bug of ours (logged with its traceback) ends the
+    AG-UI stream in a ``StreamFailed`` ``RUN_ERROR`` saying the run goes on, not in nothing."""
+    gate = GateTool()
+    replies = [Reply.call("gate", id="g1"), Reply(text="Opened.")]
+    spec = AgentSpec(model=scripted(replies), tools=[gate.tool])
+    app = create_app(store=FileStore(tmp_path / "sessions"), agents={"helper": spec})
+    got: list[Event] = []
+    async with (
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        asyncio.timeout(60),
+        client.stream("POST", "/v1/agui", json=_body("t", "r-1")) as answer,
+    ):
+        reading = asyncio.create_task(_read(answer, got))
+        await gate.started.wait()
+        hub = app.state.server.hubs.hubs["t"]
+
+        async def broken() -> None:
+            raise RuntimeError("a bug in the hub")
+
+        hub._read = broken  # the run's next entry wakes it
+        gate.release.set()
+        await reading
+    end = got[-1]
+    assert isinstance(end, RunErrorEvent), got
+    assert end.code == "StreamFailed" and "goes on" in end.message, end
+    assert "a bug in the hub" in caplog.text
