@@ -276,7 +276,8 @@ async def events(
     """The run's AG-UI events; a comment line after each ``keepalive`` seconds of none (a long
     tool call, a call waiting for a person), as on the session stream: proxies close a
     connection silent for a minute, and an AG-UI client's SSE parser skips comments. The
-    store failing the read of the waiting calls ends it in ``RUN_ERROR``, as a 503 says it."""
+    store failing the read of the waiting calls ends it in ``RUN_ERROR``, as a 503 says it; so
+    does its hub letting it go, or the server stopping (``stopping``: :mod:`.agui_ends`)."""
     encoder = EventEncoder()
     thread_id, run_id = translation.thread_id, translation.input_run_id
     told = on_stop(stopping, queue)
