@@ -36,11 +36,12 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serving(app: FastAPI, port: int | None = None) -> AsyncIterator[str]:
+async def serving(app: FastAPI, port: int | None = None, grace: int = 1) -> AsyncIterator[str]:
     """``app`` on a real uvicorn server on ``port`` (else a free loopback port); yields its
     base URL. A server stopping ends the SSE streams of *every* server of the process
     (sse-starlette takes the server that holds the process's SIGTERM handler for the one
-    exiting), so a test stops a server only once the streams it still reads have ended."""
+    exiting), so a test stops a server only once the streams it still reads have ended.
+    ``grace``: seconds a stop gives requests in flight (``serve`` gives 5)."""
     port = port or free_port()
     config = uvicorn.Config(
         app,
@@ -48,7 +49,7 @@ async def serving(app: FastAPI, port: int | None = None) -> AsyncIterator[str]:
         port=port,
         log_level="warning",
         lifespan="on",
-        timeout_graceful_shutdown=1,  # open streams do not hold the test up
+        timeout_graceful_shutdown=grace,  # open streams do not hold the test up
         # a test's client may idle for a minute between two requests: uvicorn closing the
         # connection (after 5 s by default) just as the client reuses it is an HTTP race a
         # browser retries and httpx reports (ReadError), not the server's behaviour under test

@@ -68,7 +68,7 @@ async def test_a_server_stopping_mid_run_ends_the_stream_in_a_run_error_saying_w
         httpx.AsyncClient(timeout=60) as client,
         asyncio.timeout(60),
     ):
-        server = serving(app)
+        server = serving(app, grace=5)  # as serve: a stream's end is sent within it
         url = await server.__aenter__()
         stopped = False
         try:
