@@ -27,11 +27,13 @@ from tests.server.support import Reader, ended, scripted, serving, stream
 from tests.server.test_people import (
     ACME,
     KEYS,
+    ONE_SENT_ONE_DENIED,
     SID,
     _requests,
     _script,
     _spec,
     _status,
+    said_on_path,
     send_email,
 )
 from tests.support.temporal import FAST, running_worker
@@ -112,16 +114,7 @@ async def test_the_waiting_run_takes_the_decisions_when_it_is_not_listed_yet(
 
         assert runs(seen_b) <= {run_id}, "server B started a second run"
         assert len(_requests(seen_a)) == 2
-    said = [
-        (e.message.role, e.message.text())
-        for e in await store.load_entries(SID)
-        if isinstance(e, MessageEntry)
-    ]
-    assert said[-3:] == [
-        ("tool_result", "sent to bob@example.com"),
-        ("tool_result", "tool call denied"),
-        ("assistant", "Sent one, the other was refused."),
-    ], said
+    assert (await said_on_path(store, SID))[-3:] == ONE_SENT_ONE_DENIED
 
 
 async def test_a_parked_run_still_listed_running_is_continued(
@@ -156,16 +149,7 @@ async def test_a_parked_run_still_listed_running_is_continued(
             (second,) = others(seen_b)
             await seen_b.until(ended(second), 60)
             assert visibility.asked, "the lagging list was asked"
-    said = [
-        (e.message.role, e.message.text())
-        for e in await store.load_entries(SID)
-        if isinstance(e, MessageEntry)
-    ]
-    assert said[-3:] == [
-        ("tool_result", "sent to bob@example.com"),
-        ("tool_result", "tool call denied"),
-        ("assistant", "Sent one, the other was refused."),
-    ], said
+    assert (await said_on_path(store, SID))[-3:] == ONE_SENT_ONE_DENIED
 
 
 PAID: list[str] = []

@@ -21,6 +21,7 @@ from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
 from durable_agent.session.codec import encode_entry, entry_to_wire
+from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, scripted, serving, stream
@@ -63,6 +64,21 @@ def _status(reader: Reader, run_id: str) -> str:
     said = [f.data for f in reader.frames if f.event == "run"]
     mine = [d["status"] for d in said if d["run_id"] == run_id]
     return mine[-1] if mine else ""
+
+
+ONE_SENT_ONE_DENIED = [
+    ("tool_result", "sent to bob@example.com"),
+    ("tool_result", "tool call denied"),
+    ("assistant", "Sent one, the other was refused."),
+]
+"""How the turn of :func:`_script` ends once one mail is approved and the other denied."""
+
+
+async def said_on_path(store: FileStore, sid: str) -> list[tuple[str, str]]:
+    """The messages on the session's active path (to its newest entry): role and text."""
+    stored = await store.load_entries(sid)
+    on_path = path(stored, stored[-1].id)
+    return [(e.message.role, e.message.text()) for e in on_path if isinstance(e, MessageEntry)]
 
 
 def _requests(reader: Reader) -> list[dict[str, Any]]:
@@ -232,16 +248,7 @@ async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path)
             await reader.until(runs)
             (second,) = runs(reader)
             await reader.until(ended(second))
-        said = [
-            (e.message.role, e.message.text())
-            for e in await store.load_entries(SID)
-            if isinstance(e, MessageEntry)
-        ]
-        assert said[-3:] == [
-            ("tool_result", "sent to bob@example.com"),
-            ("tool_result", "tool call denied"),
-            ("assistant", "Sent one, the other was refused."),
-        ]
+        assert (await said_on_path(store, SID))[-3:] == ONE_SENT_ONE_DENIED
 
 
 async def test_a_reason_over_the_payload_limit_is_refused(
