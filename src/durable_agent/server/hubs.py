@@ -71,9 +71,8 @@ class Hubs:
                 hub.leaf = hub.reads.first_leaf = await _leaf(self.store, session_id, after)
                 await hub.look()
             except BaseException:  # the session deleted, the store down, the request gone:
-                hub.close(
-                    "StreamFailed"
-                )  # no hub that never reads stays for the session's next streams
+                # no hub that never reads stays for the session's next streams
+                hub.close("StreamFailed")
                 raise
             hub.task = asyncio.create_task(hub.run())
         return hub
