@@ -36,6 +36,7 @@ from durable_agent.session import (
     EntryConflictError,
     EntryEncodeError,
     EntryTooLargeError,
+    GuardedStore,
     InvalidSessionIdError,
     MessageEntry,
     ParentNotFoundError,
@@ -245,15 +246,12 @@ async def test_empty_entry_id_is_a_value_error(store: Store) -> None:
     assert await store.load_entries("s1") == []
 
 
-# -- exclusive append (a fork's copy) --------------------------------------------------------------
+# -- guarded appends (a decision, a fork's copy) -----------------------------------------------
 
 
-class ExclusiveStore(Store, Protocol):
-    async def append_exclusive(self, session_id: str, entries: list[Entry]) -> bool: ...
-
-
-def excl(store: Store) -> ExclusiveStore:
-    return cast(ExclusiveStore, store)
+def guarded(store: Store) -> GuardedStore:
+    assert isinstance(store, GuardedStore)
+    return store
 
 
 async def test_an_exclusive_append_needs_the_session_to_hold_only_its_batch(store: Store) -> None:
@@ -261,20 +259,20 @@ async def test_an_exclusive_append_needs_the_session_to_hold_only_its_batch(stor
     repeat is a no-op; an entry of the session the batch has not refuses it, nothing written."""
     await fresh(store)
     path = [msg("a"), msg("b", parent="a"), msg("c", parent="b")]
-    assert await excl(store).append_exclusive("s1", path[:1]) is True
-    assert await excl(store).append_exclusive("s1", path) is True
-    assert await excl(store).append_exclusive("s1", path) is True
+    assert await guarded(store).append_if_last("s1", path[:1], None) is True
+    assert await guarded(store).append_if_last("s1", path, None) is True
+    assert await guarded(store).append_if_last("s1", path, None) is True
     assert wires(await store.load_entries("s1")) == wires(path)
     other = [msg("a"), msg("x", parent="a")]
-    assert await excl(store).append_exclusive("s1", other) is False
-    assert await excl(store).append_exclusive("s1", path[:2]) is False  # it holds "c" too
+    assert await guarded(store).append_if_last("s1", other, None) is False
+    assert await guarded(store).append_if_last("s1", path[:2], None) is False  # it holds "c" too
     assert wires(await store.load_entries("s1")) == wires(path)
     await fresh(store, "s2")
-    assert await excl(store).append_exclusive("s2", []) is True
+    assert await guarded(store).append_if_last("s2", [], None) is True
     with pytest.raises(EntryConflictError):
-        await excl(store).append_exclusive("s1", [msg("a", "changed")])
+        await guarded(store).append_if_last("s1", [msg("a", "changed")], None)
     with pytest.raises(SessionNotFoundError):
-        await excl(store).append_exclusive("nope", path)
+        await guarded(store).append_if_last("nope", path, None)
 
 
 async def test_exclusive_appends_of_two_paths_at_once_store_one(store: Store) -> None:
@@ -285,10 +283,49 @@ async def test_exclusive_appends_of_two_paths_at_once_store_one(store: Store) ->
         left = [msg("r"), msg("l1", parent="r"), msg("l2", parent="l1")]
         right = [msg("r"), msg("r1", parent="r")]
         done = await asyncio.gather(
-            excl(store).append_exclusive(sid, left), excl(store).append_exclusive(sid, right)
+            guarded(store).append_if_last(sid, left, None),
+            guarded(store).append_if_last(sid, right, None),
         )
         assert sorted(done) == [False, True]
         assert wires(await store.load_entries(sid)) == wires(left if done[0] else right)
+
+
+async def test_a_guarded_append_lands_only_after_the_entry_its_caller_read(store: Store) -> None:
+    """Two deciders read the leaf ``a`` and each store their own child of it: the second finds
+    ``a`` is no longer the newest entry and stores nothing (no sibling); a repeat of the first
+    batch is still ``True`` (its entries are the newest), and a parent check still applies."""
+    await fresh(store)
+    await store.append_entries("s1", [msg("a")])
+    one, two = msg("d1", parent="a"), msg("d2", parent="a")
+    assert await guarded(store).append_if_last("s1", [one], "a") is True
+    assert await guarded(store).append_if_last("s1", [two], "a") is False
+    assert await guarded(store).append_if_last("s1", [one], "a") is True
+    assert wires(await store.load_entries("s1")) == wires([msg("a"), one])
+    assert await guarded(store).append_if_last("s1", [msg("d2", parent="d1")], "d1") is True
+    assert await guarded(store).append_if_last("s1", [one], "a") is False  # d2 came after it
+    with pytest.raises(ParentNotFoundError):
+        await guarded(store).append_if_last("s1", [msg("e", parent="ghost")], "d2")
+    with pytest.raises(EntryConflictError):
+        await guarded(store).append_if_last("s1", [msg("d1", "changed", parent="a")], "d2")
+    assert [e.id for e in await store.load_entries("s1")] == ["a", "d1", "d2"]
+
+
+async def test_guarded_appends_after_one_entry_at_once_store_one(store: Store) -> None:
+    """However they interleave, of two batches guarded by the same last entry one is stored
+    whole and the other refused with nothing of it written."""
+    for n in range(8):
+        sid = await fresh(store, f"after-{n}")
+        await store.append_entries(sid, [msg("r")])
+        left = [msg("l1", parent="r"), msg("l2", parent="l1")]
+        right = [msg("r1", parent="r")]
+        done = await asyncio.gather(
+            guarded(store).append_if_last(sid, left, "r"),
+            guarded(store).append_if_last(sid, right, "r"),
+        )
+        assert sorted(done) == [False, True]
+        assert wires(await store.load_entries(sid)) == wires(
+            [msg("r"), *(left if done[0] else right)]
+        )
 
 
 # -- session IDs -----------------------------------------------------------------------------------

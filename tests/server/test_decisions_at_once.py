@@ -12,15 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.client import Client
 
 from durable_agent import ApprovalDecision, Entry, MessageEntry, ScriptedModel
 from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.server import create_app
 from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
 from tests.support.polling import eventually
+from tests.support.temporal import FAST
 
 SID = "inbox"
 SENT_TO = ((1, "bob"), (2, "eve"))
@@ -61,6 +64,10 @@ class AtOnce:
     def __init__(self, runs: Any, store: FileStore) -> None:
         self.deciders: list[asyncio.Task[Any]] = []
         self.read: set[asyncio.Task[Any]] = set()
+        self.watch(runs, store)
+
+    def watch(self, runs: Any, store: FileStore) -> None:
+        """Hold the decisions of one more server (its runs and its store object)."""
         decide, load = runs.decide, store.load_entries
 
         async def deciding(session_id: str, decision: ApprovalDecision) -> Any:
@@ -144,3 +151,57 @@ async def test_two_decisions_at_once_on_a_parked_turn_both_count(
     assert seen == ["sent to bob", "sent to eve"], "the model saw both results"
     assert sorted(SENT) == ["bob", "eve"], f"mails sent: {SENT}"
     assert set(others(reader)) == {second}, "one run carried the turn out"
+
+
+@pytest.mark.temporal
+async def test_two_servers_deciding_a_parked_turn_at_once_both_count(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """Two replicas of the server (each its own store object, as two processes have; nothing
+    but the store and Temporal shared) each take one of the two decisions at once, after both
+    read the same leaf: both decisions end up on the active path, one after the other, and
+    the turn is carried out once."""
+    SENT.clear()
+    store, spec = FileStore(tmp_path / "sessions"), _spec()
+    other = FileStore(store.root)
+    async with (
+        helper_app(temporal_client, store, spec, lambda: FileStore(store.root)) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        queue = app.state.server.runs.executor.task_queue
+        replica = create_app(
+            store=other, temporal=temporal_client, task_queue=queue, agents=["helper"]
+        )
+        replica.state.server.runs.executor.timeouts = FAST
+        async with serving(replica) as replica_url, httpx.AsyncClient(base_url=replica_url) as peer:
+            await client.post("/v1/sessions", json={"session_id": SID})
+            async with stream(client, SID, after=0) as reader:
+                started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail them"})
+                first = started.json()["run_id"]
+                await reader.until(ended(first), 60)
+                at_once = AtOnce(app.state.server.runs, store)
+                at_once.watch(replica.state.server.runs, other)
+                both = await asyncio.gather(
+                    client.post(f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}),
+                    peer.post(f"/v1/sessions/{SID}/approvals/call-2", json={"approved": True}),
+                )
+                assert [r.status_code for r in both] == [200, 200], [r.text for r in both]
+                stored = await store.load_entries(SID)
+                active = path(stored, stored[-1].id)
+                decided = [e.tool_call_id for e in active if isinstance(e, ApprovalDecision)]
+                parents = [
+                    (e.tool_call_id, e.parent_id) for e in stored if isinstance(e, ApprovalDecision)
+                ]
+                assert sorted(decided) == ["call-1", "call-2"], f"(call, parent): {parents}"
+                await reader.until(lambda r: _ran_after(r, first), 60)
+        stored = await store.load_entries(SID)
+    said = [e.message.text() for e in path(stored, stored[-1].id) if isinstance(e, MessageEntry)]
+    assert said[-3:] == ["sent to bob", "sent to eve", "Both sent."], said
+    assert sorted(SENT) == ["bob", "eve"], f"mails sent: {SENT}"
+
+
+def _ran_after(reader: Reader, first: str) -> bool:
+    """A run after ``first`` started and ended (the one that carried the turn out)."""
+    later = {f.data["run_id"] for f in reader.frames if f.event == "run"} - {first}
+    return any(ended(run)(reader) for run in later)

@@ -49,14 +49,16 @@ class ForkCopiesFail(Outage):
         self.fails -= parent_id is not None
         return record
 
-    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
         """What a fork copies with (docs/design.md#tree-and-views)."""
         if not self.child_made:
-            return await super().append_exclusive(session_id, entries)
+            return await super().append_if_last(session_id, entries, last_id)
         self.child_made = False
         self.down()
         try:
-            return await super().append_exclusive(session_id, entries)
+            return await super().append_if_last(session_id, entries, last_id)
         finally:
             self.up()
 
@@ -111,10 +113,14 @@ async def send_email(to: str) -> str:
 class DownAfterDecision(Outage):
     """The disk goes once a decision is stored, and stays gone until ``up``."""
 
-    async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
-        await super().append_entries(session_id, entries)
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """What a decision is stored with (docs/design.md#approvals-and-steering)."""
+        stored = await super().append_if_last(session_id, entries, last_id)
         if any(isinstance(e, ApprovalDecision) for e in entries):
             self.down()
+        return stored
 
 
 async def test_a_decision_stored_before_the_store_failed_is_answered_as_stored(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from durable_agent.session import Entry, MessageEntry, RetentionStore, SessionRecord
+from durable_agent.session import Entry, GuardedStore, MessageEntry, RetentionStore, SessionRecord
+from durable_agent.session.appendplan import Guard
 
 __all__ = ["GatedStore", "has_role", "has_text"]
 
@@ -75,34 +76,36 @@ class GatedStore:
         return await self.inner.load_entries(session_id)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
-        await self._append(session_id, entries, exclusive=False)
+        await self._append(session_id, entries, None)
 
-    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
-        """The inner store's exclusive append (a fork's copy), held like any other."""
-        return await self._append(session_id, entries, exclusive=True)
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """The inner store's guarded append (a fork's copy, a decision), held like any other."""
+        return await self._append(session_id, entries, Guard(last_id))
 
-    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
+    async def _append(self, session_id: str, entries: Sequence[Entry], guard: Guard | None) -> bool:
         armed = self._armed
         if armed is None or not armed(entries):
-            return await self._write(session_id, list(entries), exclusive)
+            return await self._write(session_id, list(entries), guard)
         self._armed = None
-        write = asyncio.ensure_future(self._slow_write(session_id, list(entries), exclusive))
+        write = asyncio.ensure_future(self._slow_write(session_id, list(entries), guard))
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
         return await asyncio.shield(write)  # a started write finishes if the caller is cancelled
 
-    async def _write(self, session_id: str, entries: list[Entry], exclusive: bool) -> bool:
-        if exclusive:
-            done: bool = await self.inner.append_exclusive(session_id, entries)  # type: ignore[attr-defined]
-            return done
+    async def _write(self, session_id: str, entries: list[Entry], guard: Guard | None) -> bool:
+        if guard is not None:
+            assert isinstance(self.inner, GuardedStore)
+            return await self.inner.append_if_last(session_id, entries, guard.last_id)
         await self.inner.append_entries(session_id, entries)
         return True
 
-    async def _slow_write(self, session_id: str, entries: list[Entry], exclusive: bool) -> bool:
+    async def _slow_write(self, session_id: str, entries: list[Entry], guard: Guard | None) -> bool:
         if self._before:
             self.entered.set()
             await self.release.wait()
-        done = await self._write(session_id, entries, exclusive)
+        done = await self._write(session_id, entries, guard)
         self.held = entries
         if not self._before:
             self.entered.set()

@@ -22,13 +22,17 @@ from ..session.approvals import (
     decision_entry_id,
 )
 from ..session.entries import Entry, MessageEntry
-from ..session.errors import EntryConflictError
+from ..session.errors import EntryConflictError, StoreUnavailableError
 from .approvals import not_pending
 from .errors import RunNotAcceptingError
 from .limits import check_entry
-from .state import SessionState
+from .state import LeafMovedOn, SessionState
 
 __all__ = ["LiveDecider", "commit_decision", "decide"]
+
+GUARDED_TRIES = 8
+"""Rounds a decision takes in appends of other processes before it gives up (each round
+means another process stored something in the meantime)."""
 
 LiveDecider = Callable[[SessionState, ApprovalDecision], Awaitable[Entry | None]]
 """An executor's way to hand a decision to a live run elsewhere (``None``: no live run took
@@ -123,14 +127,33 @@ def _pending_request(
 
 
 async def commit_decision(state: SessionState, decision: ApprovalDecision) -> Entry:
-    """Commit ``decision`` at the leaf (no live run waits for it)."""
+    """Commit ``decision`` at the leaf (no live run waits for it). A handle at the session's
+    newest entry stores it only while that is still the newest: two processes that read one
+    leaf must not both store under it (siblings, the newest path holding one of them), so one
+    that finds appends of another process takes them in, moves its leaf down the branch they
+    grew, and decides again from there, as if it had read the session a moment later
+    (docs/design.md#approvals-and-steering). A handle on an older branch decides at its own
+    leaf, as it runs from it."""
+    for _ in range(GUARDED_TRIES):
+        try:
+            return await _commit(state, decision, guarded=state.at_newest())
+        except LeafMovedOn:
+            stored = await state.store.load_entries(state.session_id)
+            async with state.lock:
+                state.follow(stored)
+    raise StoreUnavailableError(
+        f"session {state.session_id!r} kept changing while a decision was stored (retry it)"
+    )
+
+
+async def _commit(state: SessionState, decision: ApprovalDecision, *, guarded: bool) -> Entry:
     request = _pending_request(state, decision)
     if not isinstance(request, ApprovalRequest):
         return request
     call_id = decision.tool_call_id
     entry = decision.model_copy(update={"id": decision_entry_id(request.id)})
     try:
-        stamped = await state.persist([entry], keep_ids=True)
+        stamped = await state.persist([entry], keep_ids=True, guarded=guarded)
     except EntryConflictError:
         winner = await _stored(state, entry.id)
         if isinstance(winner, ApprovalDecision) and winner.same_decision(decision):

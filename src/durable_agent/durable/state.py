@@ -13,7 +13,7 @@ log always equals what the store holds for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
 from ..session.ids import new_id
 from ..session.repair import repair_tool_calls
-from ..session.store import Store, open_session
+from ..session.store import GuardedStore, Store, open_session
 from ..session.tree import path as tree_path
 from ..session.views import raw_model_view
 from .errors import AgentClosedError, RunActiveError
@@ -36,11 +36,16 @@ from .publisher import PublisherLike
 if TYPE_CHECKING:
     from .engine import RunEngine
 
-__all__ = ["NOTHING_WRITTEN", "AgentConfig", "SessionState"]
+__all__ = ["NOTHING_WRITTEN", "AgentConfig", "LeafMovedOn", "SessionState"]
 
 NOTHING_WRITTEN = (EntryConflictError, EntryTooLargeError, SessionNotFoundError, ValueError)
 """Append failures that guarantee nothing of the batch was stored (docs/design.md#store-contract);
 any other failure may have landed."""
+
+
+class LeafMovedOn(Exception):
+    """A guarded write (:meth:`SessionState.persist`) found an entry stored after the leaf
+    since this handle read the session, by another process; nothing of it was written."""
 
 
 @dataclass(frozen=True)
@@ -179,22 +184,56 @@ class SessionState:
             await self._write(stamped)
 
     async def persist(
-        self, entries: Sequence[Entry], *, check: bool = True, keep_ids: bool = False
+        self,
+        entries: Sequence[Entry],
+        *,
+        check: bool = True,
+        keep_ids: bool = False,
+        guarded: bool = False,
     ) -> Stamped:
         """Stamp ``entries`` at the leaf as it is under the lock, store and apply them.
 
         ``check`` re-checks the busy rule under the lock: an append that waited for the lock
         while a run started is refused rather than chained from a leaf the run moves.
         ``keep_ids``: an entry that has an ID keeps it (a decision's derived ID).
+        ``guarded``: stored only if the leaf is still the session's newest entry, else
+        :class:`LeafMovedOn` (a store that cannot tell appends unguarded).
         """
         async with self.lock:
             if check:
                 self.check_mutable()
             stamped = stamp(entries, self.leaf, utc_now(), new_id, keep_ids=keep_ids)
-            await self._write(stamped)
+            await self._write(stamped, guarded=guarded)
             return stamped
 
-    async def _write(self, stamped: Stamped) -> None:
+    def at_newest(self) -> bool:
+        """The leaf is the newest stored entry this handle knows (it was opened at the end)."""
+        newest = next((e.id for e in reversed(self.log) if e.id in self.index), "")
+        return newest == self.leaf
+
+    def follow(self, stored: Sequence[Entry]) -> None:
+        """Take in the session's entries as stored now (appends of other processes) and move
+        the leaf to the newest of them that goes on from it, if any."""
+        below = {self.leaf}
+        for entry in stored:
+            if entry.id not in self.index:
+                self.log.append(entry)
+                self.index[entry.id] = entry
+            if (entry.parent_id or "") in below:
+                below.add(entry.id)
+                self.leaf = entry.id
+
+    def _append(self, durable: list[Entry], guarded: bool) -> Awaitable[bool]:
+        if guarded and isinstance(self.store, GuardedStore):
+            return self.store.append_if_last(self.session_id, durable, durable[0].parent_id)
+
+        async def append() -> bool:
+            await self.store.append_entries(self.session_id, durable)
+            return True
+
+        return append()
+
+    async def _write(self, stamped: Stamped, *, guarded: bool = False) -> None:
         cancelled = False
         if stamped.durable and not self.created:
             await open_session(self.store, self.session_id)
@@ -202,9 +241,7 @@ class SessionState:
         if stamped.durable:
             self._writing = stamped.durable
             try:
-                write, cancelled = await see_through(
-                    self.store.append_entries(self.session_id, stamped.durable)
-                )
+                write, cancelled = await see_through(self._append(stamped.durable, guarded))
             finally:
                 self._writing = []
             if write.cancelled():
@@ -214,6 +251,8 @@ class SessionState:
                 if not isinstance(exc, NOTHING_WRITTEN):
                     self.unsettled.extend(e.id for e in stamped.durable)
                 raise exc
+            if not write.result():
+                raise LeafMovedOn(self.session_id)
         self.apply(stamped)
         if cancelled:
             raise asyncio.CancelledError()

@@ -41,9 +41,10 @@ async def decide_at_leaf(
 ) -> tuple[Entry, str | None]:
     """Decide with a handle ``opened`` at the session's leaf, then :func:`continue_settled`,
     one request of the session at a time: two that read one leaf would each store their
-    decision under it, as siblings (the store only checks that a parent exists), and the path
-    to the newest entry would hold one of them, the turn undecided for good. Two server
-    processes still can (nothing but the store is shared: docs/design.md#http-api)."""
+    decision under it, as siblings, and the path to the newest entry would hold one of them,
+    the turn undecided for good. Across server processes the handle's guarded append keeps
+    them in line (docs/design.md#approvals-and-steering); within one, this lock spares the
+    retry."""
     async with locks(session_id):
         entry = await decide_with(await opened(), decision)
         return entry, await continue_settled(runs, store, session_id)

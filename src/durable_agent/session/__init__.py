@@ -43,7 +43,15 @@ from .errors import (
 from .ids import MAX_SESSION_ID_LENGTH, new_id, validate_session_id
 from .render import TreeLine, entry_summary, message_summary, render_tree, tree_lines
 from .repair import INTERRUPTED_TEXT, dangling_calls, interrupted_result, repair_tool_calls
-from .store import AppendFeed, AppendWatch, RetentionStore, SeqStore, SessionRecord, Store
+from .store import (
+    AppendFeed,
+    AppendWatch,
+    GuardedStore,
+    RetentionStore,
+    SeqStore,
+    SessionRecord,
+    Store,
+)
 from .tree import TreeNode, path, tree
 from .turns import Turn, is_turn_start, last_turn
 from .views import model_view, raw_model_view, transcript_view
@@ -76,6 +84,7 @@ __all__ = [
     "ParentNotFoundError",
     "SessionNotFoundError",
     "RetentionStore",
+    "GuardedStore",
     "SeqStore",
     "SessionRecord",
     "Store",

@@ -10,13 +10,14 @@ write only what it returns, so a conflict or a missing parent writes nothing of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
+from dataclasses import dataclass
 
 from .codec import encode_entry
 from .entries import Entry
 from .errors import EntryConflictError, EntryEncodeError, EntryTooLargeError, ParentNotFoundError
 
-__all__ = ["encode_batch", "outside_parents", "plan_append"]
+__all__ = ["Guard", "encode_batch", "outside_parents", "plan_append"]
 
 
 def encode_batch(
@@ -87,3 +88,16 @@ def outside_parents(todo: Sequence[tuple[Entry, str]], batch_ids: Container[str]
         for entry, _ in todo
         if entry.parent_id is not None and entry.parent_id not in batch_ids
     }
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A guarded append's condition (docs/design.md#store-contract): the newest stored entry
+    that is not one of the batch's is ``last_id`` (``None``: the session holds nothing else)."""
+
+    last_id: str | None
+
+    def holds(self, newest_first: Iterable[str], batch: Sequence[tuple[Entry, str]]) -> bool:
+        ours = {entry.id for entry, _ in batch}
+        found = next((entry_id for entry_id in newest_first if entry_id not in ours), None)
+        return found == self.last_id

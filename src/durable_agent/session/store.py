@@ -19,6 +19,7 @@ __all__ = [
     "AppendFeed",
     "AppendWatch",
     "Closing",
+    "GuardedStore",
     "RetentionStore",
     "SeqStore",
     "SessionRecord",
@@ -97,6 +98,25 @@ class RetentionStore(Store, Protocol):
     ) -> list[SessionRecord]: ...
 
     async def delete_session(self, session_id: str) -> None: ...
+
+
+@runtime_checkable
+class GuardedStore(Store, Protocol):
+    """A store that appends only if nobody appended since the caller read (every built-in store):
+    what keeps two processes that read one leaf from both storing under it
+    (docs/design.md#store-contract).
+
+    ``append_if_last(session_id, entries, last_id)`` is ``append_entries`` (same idempotency,
+    conflicts and errors) on one condition, checked atomically against appends from any process:
+    the newest stored entry that is not one of the batch's own is ``last_id`` (``None``: the
+    session holds nothing but the batch's entries, a fork's copy). ``True`` when the batch is
+    stored (a repeat of a stored batch too, while the condition holds); ``False`` when it does
+    not hold, nothing of the batch written.
+    """
+
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool: ...
 
 
 @runtime_checkable
@@ -244,8 +264,8 @@ async def copy_into_child(
 ) -> int:
     """A fork's copy (docs/design.md#tree-and-views): create the child, or accept one an earlier
     fork of this source left holding a prefix of ``copies``, then append them; the number of
-    entries it held before. A store with ``append_exclusive`` (every built-in one) appends only
-    while the child holds nothing else, atomically: of two forks of different paths into one
+    entries it held before. A :class:`GuardedStore` (every built-in one) appends only while
+    the child holds nothing else, atomically: of two forks of different paths into one
     child at once, the one that copies second is refused (``SessionExistsError``), nothing of
     it stored, as it would be one after the other."""
     try:
@@ -255,10 +275,9 @@ async def copy_into_child(
         held = await _resumable(store, child_id, source_id, copies)
     if not copies:
         return held
-    exclusive = getattr(store, "append_exclusive", None)
-    if exclusive is None:
+    if not isinstance(store, GuardedStore):
         await store.append_entries(child_id, copies)
-    elif not await exclusive(child_id, copies):
+    elif not await store.append_if_last(child_id, copies, None):
         raise SessionExistsError(child_id, "another fork of a different path copied into it")
     return held
 

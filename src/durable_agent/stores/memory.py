@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ai.timefmt import utc_now
-from ..session.appendplan import encode_batch, plan_append
+from ..session.appendplan import Guard, encode_batch, plan_append
 from ..session.codec import bulk_decoding, decode_entry
 from ..session.deltas import Cursor, Delta, DeltaKey
 from ..session.entries import Entry
@@ -166,22 +166,25 @@ class MemoryStore(Closing):
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
-        await self._append(session_id, entries, exclusive=False)
+        await self._append(session_id, entries, None)
 
-    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
-        """``append_entries`` only if the session then holds nothing but these entries; else
-        ``False``, nothing written (docs/design.md#store-contract)."""
-        return await self._append(session_id, entries, exclusive=True)
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """``append_entries`` only if the newest stored entry not of the batch is ``last_id``;
+        else ``False``, nothing written (:class:`~durable_agent.session.GuardedStore`)."""
+        return await self._append(session_id, entries, Guard(last_id))
 
-    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
+    async def _append(self, session_id: str, entries: Sequence[Entry], guard: Guard | None) -> bool:
         validate_session_id(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         self._check_open()
         with self._lock:
             log = self._log(session_id)
             todo = plan_append(session_id, batch, log.wires.get, holds=log.wires.__contains__)
-            if exclusive and len(log.items) != len({e.id for e, _ in batch}) - len(todo):
-                return False  # it holds an entry the batch has not
+            stored = (entry.id for entry, _ in reversed(log.items))
+            if guard is not None and not guard.holds(stored, batch):
+                return False  # another append came after the entry the caller read
             log.items.extend((entry, wire) for entry, wire in todo)
             log.wires.update((entry.id, wire) for entry, wire in todo)
         if todo:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ...ai.timefmt import utc_now
-from ...session.appendplan import encode_batch, plan_append
+from ...session.appendplan import Guard, encode_batch, plan_append
 from ...session.entries import Entry
 from ...session.errors import (
     CorruptSessionError,
@@ -143,17 +143,20 @@ class FileStore(Closing):
         A write that fails partway (a short write, then ``ENOSPC``) is cut back to the size before
         it, so the call raises ``StoreUnavailableError`` and nothing of the batch stays.
         """
-        await self._append(session_id, entries, exclusive=False)
+        await self._append(session_id, entries, None)
 
-    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
-        """``append_entries`` if the session then holds only these entries (under the lock)."""
-        return await self._append(session_id, entries, exclusive=True)
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """``append_entries`` if the newest stored entry not of the batch is ``last_id``, checked
+        under the file's lock (:class:`~durable_agent.session.GuardedStore`)."""
+        return await self._append(session_id, entries, Guard(last_id))
 
-    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
+    async def _append(self, session_id: str, entries: Sequence[Entry], guard: Guard | None) -> bool:
         path = self.path(session_id)
         batch = encode_batch(session_id, entries, limit=self._max_entry_bytes)
         sync = self._append_sync
-        return await finish(lambda: self._guard(sync, path, session_id, batch, exclusive))
+        return await finish(lambda: self._guard(sync, path, session_id, batch, guard))
 
     # -- retention ---------------------------------------------------------------------------------
 
@@ -312,30 +315,35 @@ class FileStore(Closing):
     # -- append ------------------------------------------------------------------------------------
 
     def _append_sync(
-        self, path: Path, session_id: str, batch: list[tuple[Entry, str]], exclusive: bool
+        self, path: Path, session_id: str, batch: list[tuple[Entry, str]], guard: Guard | None
     ) -> bool:
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         except FileNotFoundError:
             raise SessionNotFoundError(session_id) from None
         try:
-            if not batch and not exclusive:
+            if not batch and guard is None:
                 return True
             with flock(fd, exclusive=True):
-                return self._append_locked(fd, path, session_id, batch, exclusive)
+                return self._append_locked(fd, path, session_id, batch, guard)
         finally:
             os.close(fd)
 
     def _append_locked(
-        self, fd: int, path: Path, session_id: str, batch: list[tuple[Entry, str]], exclusive: bool
+        self,
+        fd: int,
+        path: Path,
+        session_id: str,
+        batch: list[tuple[Entry, str]],
+        guard: Guard | None,
     ) -> bool:
         index = self._retry_after_create(
             lambda: self._current_index(fd, path, session_id), session_id
         )
         stored = stored_lookup(fd, index, batch)
         todo = plan_append(session_id, batch, stored, holds=index.ids.__contains__)
-        if exclusive and len(index.ids) != len({e.id for e, _ in batch}) - len(todo):
-            return False  # it holds an entry the batch has not
+        if guard is not None and not guard.holds(reversed(index.ids), batch):
+            return False  # another append came after the entry the caller read
         if not todo:
             return True
         lines = [(wire + "\n").encode("utf-8") for _, wire in todo]

@@ -1,0 +1,64 @@
+"""Decisions a handle commits after another process (another handle on the session, as a second
+server or a CLI has) stored something it has not read: each lands on the branch as it is
+stored, never as a sibling of what the other stored (docs/design.md#approvals-and-steering)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from durable_agent import Agent, ApprovalDecision, ApprovalNotPendingError, ApprovalRequest
+from durable_agent.ai import Reply
+from durable_agent.session import Store
+from durable_agent.session.tree import path
+from tests.durable_runs.test_approvals import SENT, email, send_email
+from tests.support.harness import Harness
+
+
+async def _parked(harness: Harness, store: Store, *replies: Reply | str) -> Agent:
+    """A handle whose run parked on a turn of two calls waiting for people (c1, c2)."""
+    two = Reply(tool_calls=[email("c1", "bob@example.com"), email("c2", "eve@example.com")])
+    agent = await harness.open([two, *replies], store=store, tools=[send_email], approval_wait=0.1)
+    await asyncio.wait_for((await agent.run("mail them")).wait(), 30)
+    return agent
+
+
+async def test_a_decision_after_one_it_had_not_read_goes_after_it(
+    harness: Harness, store: Store
+) -> None:
+    """``late`` read the session before ``first`` decided c1. Its decision on c2 is stored
+    after c1's (not beside it), its different decision on c1 is refused naming c1's, and a
+    run of it carries both calls out, in call order."""
+    SENT.clear()
+    first = await _parked(harness, store)
+    sid = first.session_id
+    late = await harness.open(["Both sent."], store=store, session_id=sid, tools=[send_email])
+    one = await first.decide("c1", True)
+    two = await late.decide("c2", True)
+    assert two.parent_id == one.id
+    with pytest.raises(ApprovalNotPendingError) as refused:
+        await late.decide("c1", False)
+    assert refused.value.decision_id == one.id
+    stored = await store.load_entries(sid)
+    decided = [e.id for e in path(stored, stored[-1].id) if isinstance(e, ApprovalDecision)]
+    assert decided == [one.id, two.id]
+    await asyncio.wait_for((await late.run()).wait(), 30)
+    assert [s["to"] for s in SENT] == ["bob@example.com", "eve@example.com"]
+
+
+async def test_a_handle_left_on_an_older_branch_decides_at_its_leaf(
+    harness: Harness, store: Store
+) -> None:
+    """While ``stay`` waits on the parked turn, ``first`` branches to before it and runs: a
+    decision of ``stay`` is stored on its own branch, under the request it read, as a handle
+    runs from its own leaf."""
+    first = await _parked(harness, store, "something else")
+    sid = first.session_id
+    stay = await harness.open([], store=store, session_id=sid, tools=[send_email])
+    question = (await store.load_entries(sid))[0]
+    await first.branch(question.parent_id or "")
+    await asyncio.wait_for((await first.run("never mind")).wait(), 30)
+    decision = await stay.decide("c1", True)
+    requests = [e for e in await store.load_entries(sid) if isinstance(e, ApprovalRequest)]
+    assert decision.parent_id == requests[-1].id
