@@ -404,7 +404,7 @@ async def test_concurrent_writers_of_different_batches_keep_each_order(
     assert len(loaded) == 80
 
 
-# --- exclusive appends (a fork's copy) ------------------------------------------------------
+# --- guarded appends (a person's decision, a fork's copy) ---------------------------------
 
 
 def held_insert(store: MongoStore) -> tuple[asyncio.Event, asyncio.Event]:
@@ -438,14 +438,86 @@ async def test_exclusive_append_settles_a_writer_in_flight_before_it(
     left = [entry("l0"), entry("l1", parent="l0")]
     right = [entry("r0")]
     placed, go = held_insert(first)
-    held = asyncio.create_task(first.append_exclusive("s1", left))
+    held = asyncio.create_task(first.append_if_last("s1", left, None))
     await placed.wait()
     if first_lands:
         go.set()
         assert await held is True
-    assert await second.append_exclusive("s1", right) is (not first_lands)
+    assert await second.append_if_last("s1", right, None) is (not first_lands)
     go.set()
     assert await held is first_lands
     assert ids(await second.load_entries("s1")) == ids(left if first_lands else right)
     assert unsettled_slots(sync_db, "s1") == []
     assert claim_ids(sync_db, "s1") == set(ids(left if first_lands else right))  # none stays
+
+
+@pytest.mark.parametrize("first_lands", [True, False])
+async def test_two_decisions_on_one_leaf_at_once_store_one(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any, first_lands: bool
+) -> None:
+    """Two processes decide two calls of one parked turn at once, each after leaf ``L``. The
+    first's decision is in flight (slot and claims taken, checked) when the second checks.
+    Landed by then: the second is refused. Not yet: the second fences its place and lands, and
+    the first, moved to a later slot, finds the second's decision after ``L`` and is refused.
+    Either way ``L`` then one decision, never two siblings of which the path shows one."""
+    first, second = (MongoStore(client_factory()[mongo_database.name]) for _ in range(2))
+    await first.create_session("s1")
+    await first.append_entries("s1", [entry("L")])
+    await second.load_entries("s1")
+    mine, theirs = [entry("d1", parent="L")], [entry("d2", parent="L")]
+    placed, go = held_insert(first)
+    held = asyncio.create_task(first.append_if_last("s1", mine, "L"))
+    await placed.wait()
+    if first_lands:
+        go.set()
+        assert await held is True
+    assert await second.append_if_last("s1", theirs, "L") is (not first_lands)
+    go.set()
+    assert await held is first_lands
+    assert ids(await MongoStore(mongo_database).load_entries("s1")) == [
+        "L",
+        "d1" if first_lands else "d2",
+    ]
+    assert unsettled_slots(sync_db, "s1") == []
+    assert claim_ids(sync_db, "s1") == {"L", "d1" if first_lands else "d2"}  # none stays
+
+
+async def test_a_guarded_append_sees_another_writers_append_before_it(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A store object whose view ends at ``L`` is refused once another process appended after
+    ``L``, and lands when it names that append as the last entry."""
+    first, second = (MongoStore(client_factory()[mongo_database.name]) for _ in range(2))
+    await first.create_session("s1")
+    await first.append_entries("s1", [entry("L")])
+    await second.append_if_last("s1", [entry("d1", parent="L")], "L")
+    assert await first.append_if_last("s1", [entry("d2", parent="L")], "L") is False
+    assert await first.append_if_last("s1", [entry("d2", parent="d1")], None) is False
+    assert await first.append_if_last("s1", [entry("d2", parent="d1")], "d1") is True
+    assert ids(await first.load_entries("s1")) == ["L", "d1", "d2"]
+    assert claim_ids(sync_db, "s1") == {"L", "d1", "d2"}
+    assert unsettled_slots(sync_db, "s1") == []
+
+
+async def test_a_guarded_batch_stored_already_answers_by_what_came_after_it(
+    mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A repeat of a guarded batch that landed is ``True`` (its last entry before it is still
+    the one named); once another entry is stored after it, ``False``, nothing written."""
+    store, other = MongoStore(mongo_database), MongoStore(mongo_database)
+    await store.create_session("s1")
+    await store.append_entries("s1", [entry("L")])
+    decision = [entry("d1", parent="L")]
+    assert await store.append_if_last("s1", decision, "L") is True
+    for retry in (store, other):
+        assert await retry.append_if_last("s1", decision, "L") is True
+    assert await store.append_if_last("s1", [], "d1") is True
+    assert await store.append_if_last("s1", [], "L") is False
+    await other.append_entries("s1", [entry("next", parent="d1")])
+    for retry in (store, other):
+        assert await retry.append_if_last("s1", decision, "L") is False
+    assert await store.append_if_last("s1", [], "d1") is False
+    assert await store.append_if_last("s1", [*decision, entry("d2", parent="d1")], "L") is False
+    assert ids(await store.load_entries("s1")) == ["L", "d1", "next"]
+    assert claim_ids(sync_db, "s1") == {"L", "d1", "next"}
+    assert unsettled_slots(sync_db, "s1") == []

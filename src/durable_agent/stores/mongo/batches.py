@@ -16,7 +16,9 @@ must never land (:func:`fence_doc`): its ``_id`` and ``seq`` are the document's,
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+from pymongo.errors import DuplicateKeyError
 
 from ...session.entries import Entry
 from .claims import Claim, claim_doc, find_ids
@@ -26,10 +28,12 @@ from .incarnation import Scope
 __all__ = [
     "MAX_BATCH_DOCUMENT_BYTES",
     "Batch",
-    "NotAlone",
+    "Guard",
+    "NotLast",
     "claims_for",
     "documents",
     "fence_doc",
+    "fence_places",
     "split_documents",
     "stored_lookup",
     "stored_wires",
@@ -101,6 +105,18 @@ def fence_doc(scope: Scope, seq: int) -> dict[str, Any]:
     }
 
 
+async def fence_places(entries: Any, scope: Scope, seqs: list[int]) -> bool:
+    """Put a fence at each place in ``seqs`` (where a batch document was meant to go);
+    ``False`` if one of them is taken (by a document or a fence)."""
+    fenced = True
+    for seq in seqs:
+        try:
+            await entries.insert_one(fence_doc(scope, seq))
+        except DuplicateKeyError:
+            fenced = False
+    return fenced
+
+
 def claims_for(scope: Scope, runs: list[Batch], docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The claims of a batch's entries, each pointing at the document of its run."""
     return [
@@ -147,6 +163,20 @@ async def stored_wires(
     return out
 
 
-class NotAlone(Exception):
-    """An exclusive append found an entry its batch has not; nothing of the batch stays (the
+class Guard(NamedTuple):
+    """A compare-and-append's condition (docs/design.md#mongo-store): the batch's entry IDs
+    (``own``) and the entry expected newest besides them (``last``; ``None``: there is none)."""
+
+    own: frozenset[str]
+    last: str | None
+
+    def holds(self, scope: Scope, keys: list[str]) -> bool:
+        """The last of ``keys`` (entry keys in append order) not of the batch is ``last``."""
+        own = {scope.key(eid) for eid in self.own}
+        found = next((key for key in reversed(keys) if key not in own), None)
+        return found == (None if self.last is None else scope.key(self.last))
+
+
+class NotLast(Exception):
+    """A guarded append found another entry newest before it; nothing of the batch stays (the
     store answers ``False``, never raises it)."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo.errors import (
     ConnectionFailure,
@@ -257,6 +257,28 @@ def retrieve(task: asyncio.Future[Any]) -> None:
     """Mark a side task's outcome as retrieved (its error, if any, is reported elsewhere)."""
     if not task.cancelled():
         task.exception()
+
+
+_T = TypeVar("_T")
+
+
+class StartedWrites(set[asyncio.Future[Any]]):
+    """A store object's writes in progress, held strongly so none is collected: a started
+    write completes (docs/design.md#store-contract)."""
+
+    async def complete(self, write: Awaitable[_T]) -> _T:
+        """Run ``write`` to completion even if the caller is cancelled. The caller still sees
+        ``CancelledError``; the write carries on in its own task, and its outcome is retrieved
+        so a failure after cancellation is not reported as "never retrieved". A retry after it
+        finished is a no-op by idempotency."""
+        task = asyncio.ensure_future(write)
+        self.add(task)
+        task.add_done_callback(self._done)
+        return await asyncio.shield(task)
+
+    def _done(self, task: asyncio.Future[Any]) -> None:
+        self.discard(task)
+        retrieve(task)
 
 
 def now_ms() -> datetime:

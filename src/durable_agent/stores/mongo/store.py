@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from bson.codec_options import CodecOptions
 from pydantic import ValidationError
@@ -63,12 +63,13 @@ from ...session.errors import (
 from ...session.ids import validate_session_id
 from ...session.store import Closing, SessionRecord, check_page
 from ..appends import Watch
-from .batches import NotAlone
+from .batches import Guard, NotLast
 from .claims import Claims
 from .decode import (
     LOAD_BATCH_SIZE,
     LOAD_PROJECTION,
     OUTLINE_PROJECTION,
+    StartedWrites,
     decode_documents,
     end_seq,
     now_ms,
@@ -95,8 +96,6 @@ DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 #: Reads of the outline before ``load_entries_after`` gives up on a session whose documents
 #: keep changing under it (a conflicting split batch fenced, a delete).
 _READ_ROUNDS = 3
-
-_T = TypeVar("_T")
 
 
 class MongoStore(Closing):
@@ -151,8 +150,7 @@ class MongoStore(Closing):
         self._tail = TailReader(self._entries, self._claims, abandon_after)
         self._live: MongoDeltas | None = None
         self._feed = ChangeFeed(self._entries)
-        # Strong references to shielded writes so a cancelled caller's write is not collected.
-        self._writes: set[asyncio.Future[Any]] = set()
+        self._writes = StartedWrites()
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         self._check_open()
@@ -225,7 +223,7 @@ class MongoStore(Closing):
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             try:
-                await self._complete(self._sessions.insert_one(doc))
+                await self._writes.complete(self._sessions.insert_one(doc))
             except DuplicateKeyError as exc:
                 raise SessionExistsError(sid) from exc
         self._writer.created(scope)
@@ -281,13 +279,24 @@ class MongoStore(Closing):
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, skipping identical stored IDs (docs/design.md#store-contract); all
         checks come before the first write, which completes if the caller is cancelled."""
-        await self._append(session_id, entries, exclusive=False)
+        await self._append(session_id, entries, None)
 
-    async def append_exclusive(self, session_id: str, entries: Sequence[Entry]) -> bool:
-        """``append_entries`` if the session then holds only these entries (:mod:`.writer`)."""
-        return await self._append(session_id, entries, exclusive=True)
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """``append_entries`` only if the newest stored entry not of the batch is ``last_id``
+        (``None``: none), atomically against appends from any process; ``False``, nothing of
+        the batch written, otherwise (docs/design.md#store-contract, :mod:`.writer`). Newest
+        in append order up to the batch's place: an append that took a later slot comes after
+        the batch even if its document landed first."""
+        if not entries:  # the condition alone
+            stored = await self.load_entries(session_id)
+            return (stored[-1].id if stored else None) == last_id
+        return await self._append(session_id, entries, last_id, guarded=True)
 
-    async def _append(self, session_id: str, entries: Sequence[Entry], *, exclusive: bool) -> bool:
+    async def _append(
+        self, session_id: str, entries: Sequence[Entry], last: str | None, *, guarded: bool = False
+    ) -> bool:
         sid = validate_session_id(session_id)
         batch = encode_batch(sid, list(entries), limit=self._max_entry_bytes)
         todo = plan_append(sid, batch, lambda _: None)  # repeats within the batch only
@@ -295,11 +304,11 @@ class MongoStore(Closing):
             await self.ensure_indexes()
             if not todo:
                 await self._session_doc(sid)
-                return not exclusive or not await self.load_entries(sid)
-            alone = frozenset(entry.id for entry, _ in todo) if exclusive else None
+                return True
+            guard = Guard(frozenset(entry.id for entry, _ in todo), last) if guarded else None
             try:
-                await self._complete(self._writer.write(sid, todo, alone))
-            except NotAlone:
+                await self._writes.complete(self._writer.write(sid, todo, guard))
+            except NotLast:
                 return False
         return True
 
@@ -311,8 +320,8 @@ class MongoStore(Closing):
         (one round trip of latency, not two), so the fetch takes every incarnation's documents,
         sorted by incarnation then ``seq`` (the index order), and those of the session
         document's one are kept (leftovers of a deleted session under the same ID are rare, and
-        never read). A missing session
-        raises ``SessionNotFoundError``, whatever the fetch found."""
+        never read). A missing session raises ``SessionNotFoundError``, whatever the fetch
+        found."""
         check = asyncio.ensure_future(self._session_doc(sid))
         check.add_done_callback(retrieve)
         try:
@@ -334,24 +343,6 @@ class MongoStore(Closing):
         if doc is None:
             raise SessionNotFoundError(sid)
         return doc
-
-    async def _complete(self, write: Awaitable[_T]) -> _T:
-        """Run a started write to completion even if the caller is cancelled
-        (docs/design.md#store-contract: a started write completes).
-
-        The caller still sees ``CancelledError``; the write carries on in its own task, and its
-        outcome is retrieved by a callback so a failure after cancellation is not reported as
-        "never retrieved". A retry after it finished is a no-op by idempotency.
-        """
-        task = asyncio.ensure_future(write)
-        self._writes.add(task)
-        task.add_done_callback(self._write_done)
-        return await asyncio.shield(task)
-
-    def _write_done(self, task: asyncio.Future[Any]) -> None:
-        self._writes.discard(task)
-        if not task.cancelled():
-            task.exception()
 
     # -- retention (RetentionStore) -------------------------------------------------------------
 
@@ -389,7 +380,7 @@ class MongoStore(Closing):
         sid = validate_session_id(session_id)
         self._writer.forget(sid)
         with self._errors(f"session {sid!r}"):
-            if not await self._complete(self._delete(sid)):  # all of it, even if cancelled
+            if not await self._writes.complete(self._delete(sid)):  # all of it, even if cancelled
                 raise SessionNotFoundError(sid)
 
     async def _delete(self, sid: str) -> bool:

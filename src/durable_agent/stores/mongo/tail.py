@@ -44,11 +44,10 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from pymongo import ASCENDING
-from pymongo.errors import DuplicateKeyError
 
 from ...session.entries import Entry
 from ...session.errors import StoreUnavailableError
-from .batches import fence_doc
+from .batches import fence_places
 from .claims import POINT_LIMIT, Claims, Slot
 from .decode import (
     LOAD_BATCH_SIZE,
@@ -137,7 +136,7 @@ class TailReader:
         self, scope: Scope, outline: list[dict[str, Any]], fence_below: int = 0
     ) -> list[dict[str, Any]]:
         """The batch documents of ``outline`` before its first open gap (module doc); a gap
-        below ``fence_below`` is fenced whatever its age (an exclusive append's, below)."""
+        below ``fence_below`` is fenced whatever its age (a guarded append's, below)."""
         kept: list[dict[str, Any]] = []
         expected = 0  # where the chain goes on
         named: tuple[int, int] | None = None  # the slot the last kept document names
@@ -203,20 +202,17 @@ class TailReader:
             age = (datetime.now(UTC) - slot.taken).total_seconds()
             if age < self._abandon_after:
                 return False
-        try:
-            await self._entries.insert_one(fence_doc(scope, place))
-        except DuplicateKeyError:
-            return False
-        return True
+        return await fence_places(self._entries, scope, [place])
 
     async def keys_before(
         self, scope: Scope, end: int | None, fence_below: int, patience: float
-    ) -> set[str]:
-        """The entry keys of the documents before place ``end`` once every place before it is
-        settled, for an exclusive append about to land at ``end`` (docs/design.md#mongo-store):
-        a gap below ``fence_below`` (a slot taken before the appender's first) is fenced at
-        once, a later one waited for as a reader waits. ``end`` ``None``: the keys of every
-        stored document, nothing waited for (an append that stores nothing lands nowhere)."""
+    ) -> list[str]:
+        """The entry keys of the documents before place ``end``, in append order, once every
+        place before it is settled: what a guarded append about to land at ``end`` compares
+        (docs/design.md#mongo-store). A gap below ``fence_below`` (a slot taken before the
+        appender's first) is fenced at once, a later one waited for as a reader waits. ``end``
+        ``None``: the keys of every stored document, nothing waited for (an append that stores
+        nothing lands nowhere)."""
         query: dict[str, Any] = {"session_id": scope.sid, "inc": scope.inc}
         if end is not None:
             query["seq"] = {"$lt": end}
@@ -229,10 +225,10 @@ class TailReader:
                 docs = await self.settled(scope, [*docs, mark], fence_below)
             if end is None or (docs and docs[-1] is mark):
                 batches = [doc for doc in docs if not doc.get("fence")]
-                return {key for doc in batches for key in strings(scope.sid, doc, "keys")}
+                return [key for doc in batches for key in strings(scope.sid, doc, "keys")]
             if time.monotonic() > deadline:
                 raise StoreUnavailableError(
-                    f"session {scope.sid!r}: an exclusive append waited {patience:g} s for "
+                    f"session {scope.sid!r}: a guarded append waited {patience:g} s for "
                     "the appends before it (retry it)"
                 )
             await asyncio.sleep(min(0.001 * 2 ** min(waits, 7), 0.1))

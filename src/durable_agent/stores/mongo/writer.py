@@ -41,10 +41,11 @@ that hit a fence, nothing left to store), so a reader never waits for it
 too long for its document; the writer then finds that fence, like any other, when its insert
 fails, and stores the batch in a later slot.
 
-**An exclusive append** (a fork's copy, docs/design.md#mongo-store) checks before each
-landing that every place before its slot is settled and holds only its batch's entries
-(:meth:`BatchWriter._alone`): a gap below its first slot is fenced at once, a later one waited
-for; an entry of another append there rolls it back (:class:`~.batches.NotAlone`).
+**A guarded append** (a compare-and-append: a person's decision, a fork's copy,
+docs/design.md#mongo-store) checks before each landing that every place before its slot is
+settled and that the newest entry there not of its batch is the one expected
+(:meth:`BatchWriter._check`): a gap below its first slot is fenced at once, a later one waited
+for; another entry newest there rolls it back (:class:`~.batches.NotLast`).
 
 **Large batches**, split into several documents, are inserted with one ordered
 ``insert_many``: a failure can leave a prefix of them (a retry completes it), and a conflict
@@ -70,10 +71,12 @@ from ...session.errors import (
 )
 from .batches import (
     Batch,
-    NotAlone,
+    Guard,
+    NotLast,
     claims_for,
     documents,
     fence_doc,
+    fence_places,
     split_documents,
     stored_lookup,
     stored_wires,
@@ -116,7 +119,7 @@ class BatchWriter:
         self._sessions = sessions
         self._entries = entries
         self._claims = claims
-        self._tail = TailReader(entries, claims, abandon_after)  # an exclusive append's reads
+        self._tail = TailReader(entries, claims, abandon_after)  # a guarded append's reads
         self._ends = SessionEnds()
         self._last: dict[str, tuple[str, str]] = {}
         """Session -> (incarnation, ID) of the last entry this object wrote to it."""
@@ -140,11 +143,11 @@ class BatchWriter:
         self._ends.pop(sid, None)
         self._last.pop(sid, None)
 
-    async def write(self, sid: str, todo: Batch, alone: frozenset[str] | None = None) -> None:
+    async def write(self, sid: str, todo: Batch, guard: Guard | None = None) -> None:
         """Write ``todo`` to the session's current incarnation (module doc): when this object's
         view is old (deleted and created again elsewhere), what it wrote to the old one goes and
         the batch goes to the new one, if that holds its parents (``ParentNotFoundError``).
-        ``alone``: the batch's IDs, for an exclusive append (:meth:`_alone`)."""
+        ``guard``: a guarded append's condition (:meth:`_check`)."""
         known = self._ends.get(sid)
         parents = outside_parents(todo, {entry.id for entry, _ in todo})
         while True:
@@ -160,7 +163,7 @@ class BatchWriter:
             for entry_id, parent in orphans.items():
                 raise ParentNotFoundError(sid, entry_id, parent)
             try:
-                await self._write(scope, first, todo, alone)
+                await self._write(scope, first, todo, guard)
                 self._last[sid] = (scope.inc, todo[-1][0].id)
                 if len(self._last) > len(self._ends) + 1:  # bounded as the ends are
                     self._last = {k: v for k, v in self._last.items() if k in self._ends}
@@ -184,9 +187,7 @@ class BatchWriter:
         self._ends.raise_to(scope, int(hint))
         return scope, self._ends[sid][1]
 
-    async def _write(
-        self, scope: Scope, first: int, todo: Batch, alone: frozenset[str] | None
-    ) -> None:
+    async def _write(self, scope: Scope, first: int, todo: Batch, guard: Guard | None) -> None:
         """The fast path: claim the slot and the IDs in one insert, then insert the document,
         then confirm the incarnation; a claimed ID, or a fence at this batch's place, takes
         :meth:`_careful`."""
@@ -204,40 +205,41 @@ class BatchWriter:
         ours: list[int] = []  # places of documents of a split batch stored before a duplicate key
         try:
             if done == len(claims):
-                await self._alone(scope, first, first, alone, (ours, mine, [first]))
+                await self._check(scope, first, first, guard, (ours, mine, [first]))
                 if await self._land(scope, docs, ours):
                     return await self._confirm(scope)
             else:  # this slot stays empty: fenced, so readers pass it at once
-                await self._fence_places(scope, [first])
-            await self._careful(scope, todo, mine, (first, first + count), ours, alone)
-        except (EntryConflictError, NotAlone):
+                await fence_places(self._entries, scope, [first])
+            await self._careful(scope, todo, mine, (first, first + count), ours, guard)
+        except (EntryConflictError, NotLast):
             await self._confirm(scope)  # a conflict in a deleted incarnation is none
             raise
         await self._confirm(scope)
 
-    async def _alone(
+    async def _check(
         self,
         scope: Scope,
         end: int | None,
         birth: int,
-        alone: frozenset[str] | None,
+        guard: Guard | None,
         held: tuple[list[int], dict[str, int], list[int]],
     ) -> None:
-        """For an exclusive append about to land at place ``end`` (``None``: storing nothing),
-        :class:`NotAlone` if a settled place before it holds an entry not of the batch
-        (``alone``): then this call's documents, claims and places (``held``) go first. Every
-        gap before ``end`` is settled first (:meth:`TailReader.keys_before`), so no append
-        that could still land before this one is missed (docs/design.md#mongo-store)."""
-        if alone is None:
+        """For a guarded append about to land at place ``end`` (``None``: storing nothing, so
+        every stored document counts), :class:`NotLast` unless the newest entry before it not of
+        the batch is the one ``guard`` expects: then this call's documents, claims and places
+        (``held``) go first. Every gap before ``end`` is settled first
+        (:meth:`TailReader.keys_before`), so no append that could still land before this one is
+        missed. It reads the whole outline of the session: guarded appends are rare."""
+        if guard is None:
             return
         patience = self._abandon_after + PATIENCE_MARGIN
         keys = await self._tail.keys_before(scope, end, birth, patience)
-        if keys <= {scope.key(entry_id) for entry_id in alone}:
+        if guard.holds(scope, keys):
             return
         ours, mine, places = held
         await self._roll_back(scope, ours, mine)
-        await self._fence_places(scope, places)
-        raise NotAlone
+        await fence_places(self._entries, scope, places)
+        raise NotLast
 
     async def _land(self, scope: Scope, docs: list[dict[str, Any]], ours: list[int]) -> bool:
         """Insert a batch's documents; ``False`` if one hit a fence (another writer or a reader
@@ -257,7 +259,7 @@ class BatchWriter:
             return True
         # Usually a fence is there already; an entry key stored elsewhere (a claim taken over)
         # leaves the place empty: fenced either way, so readers never wait for it.
-        await self._fence_places(scope, [doc["seq"] for doc in docs[stored:]])
+        await fence_places(self._entries, scope, [doc["seq"] for doc in docs[stored:]])
         return False
 
     async def _confirm(self, scope: Scope) -> None:
@@ -271,7 +273,7 @@ class BatchWriter:
 
     async def _careful(
         self, scope: Scope, todo: Batch, mine: dict[str, int], slot: tuple[int, int],
-        ours: list[int], alone: frozenset[str] | None,
+        ours: list[int], guard: Guard | None,
     ) -> None:  # fmt: skip
         """Look up what the batch's claims say, skip what is stored, write the rest in a fresh
         slot (``mine``: claims this call holds, by key, with the seq of their document;
@@ -292,7 +294,7 @@ class BatchWriter:
                 await self._roll_back(scope, ours, mine)
                 raise
             if not todo:
-                return await self._alone(scope, None, birth, alone, (ours, mine, []))
+                return await self._check(scope, None, birth, guard, (ours, mine, []))
             taken = {k: claims[k] for k in (scope.key(e.id) for e, _ in todo) if k in claims}
             if not await self._fence(scope, taken, birth, waiting):
                 # A later writer's document is in flight: back off, 1 ms doubling up to 100 ms.
@@ -308,9 +310,9 @@ class BatchWriter:
                 # Abandoned: fenced, so the claims already moved here may be taken over (a
                 # writer that started before this slot waits for them otherwise, while this
                 # call may be waiting for it).
-                await self._fence_places(scope, [doc["seq"] for doc in docs])
+                await fence_places(self._entries, scope, [doc["seq"] for doc in docs])
                 continue
-            await self._alone(scope, first, birth, alone, (ours, mine, [d["seq"] for d in docs]))
+            await self._check(scope, first, birth, guard, (ours, mine, [d["seq"] for d in docs]))
             if await self._land(scope, docs, ours):
                 return
         raise StoreUnavailableError(
@@ -333,7 +335,7 @@ class BatchWriter:
         now = self._clock()
         for seq in sorted({claim.seq for claim in taken.values() if claim.seq is not None}):
             stalled = seq in waiting and now - waiting[seq] >= self._abandon_after
-            if (seq < birth or stalled) and await self._fence_places(scope, [seq]):
+            if (seq < birth or stalled) and await fence_places(self._entries, scope, [seq]):
                 continue
             there = await self._entries.find_one({"_id": scope.at(seq)}, {"fence": 1, "keys": 1})
             if there is None:
@@ -344,17 +346,6 @@ class BatchWriter:
             if not there.get("fence") and not (isinstance(keys, list) and held.isdisjoint(keys)):
                 return False
         return True
-
-    async def _fence_places(self, scope: Scope, seqs: list[int]) -> bool:
-        """Put a fence at each place in ``seqs`` (where a batch document was meant to go);
-        ``False`` if one of them is taken (by a document or a fence)."""
-        fenced = True
-        for seq in seqs:
-            try:
-                await self._entries.insert_one(fence_doc(scope, seq))
-            except DuplicateKeyError:
-                fenced = False
-        return fenced
 
     async def _hold(
         self,
