@@ -165,6 +165,9 @@ class AppendInput(FrozenModel):
     session_id: str
     entries: list[str]
     """The stamped entries, encoded."""
+    if_last: str | None = None
+    """Store them only if the session's newest other entry is this one (``""``: none), else
+    ``RunActiveError`` (a run started ``if_unchanged``; ``None``: unguarded)."""
 
 
 class StoredTimes(FrozenModel):

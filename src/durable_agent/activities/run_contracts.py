@@ -96,6 +96,9 @@ class RunInput(FrozenModel):
     """The leaf the run started from (set at first start, carried across continue-as-new)."""
     reset_of: str | None = None
     """An operator's reset of this run: the original execution (continue-as-new carries it)."""
+    if_last: str | None = None
+    """A run started ``if_unchanged``: the newest entry its client knew (``""``: none); its
+    input is stored only if that is still the session's newest (``None``: unguarded)."""
 
 
 RunStatusName = RunStatus

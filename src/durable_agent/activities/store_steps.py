@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 from ..ai.timefmt import format_time, parse_time
-from ..durable.errors import ApprovalPendingError, InvalidRunInputError
+from ..durable.errors import ApprovalPendingError, InvalidRunInputError, RunActiveError
 from ..durable.inputs import NOTHING_TO_ANSWER
 from ..durable.limits import TEMPORAL_BLOB_LIMIT, check_payload
 from ..durable.persist import Stamped
@@ -31,7 +31,7 @@ from ..session.approvals import awaiting_turn, run_start_repairs
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryConflictError, SessionError, SessionNotFoundError
-from ..session.store import created_at_of, open_session
+from ..session.store import GuardedStore, created_at_of, open_session
 from .base import ActivityBase, heartbeating
 from .contracts import (
     AppendInput,
@@ -171,14 +171,22 @@ class StoreSteps(ActivityBase):
         try:
             async with heartbeating():
                 try:
-                    await self.store.append_entries(inp.session_id, entries)
+                    await self._append(inp.session_id, entries, inp.if_last)
                 except EntryConflictError:
-                    entries = await self._adopt_earlier_stamps(inp.session_id, entries)
+                    entries = await self._adopt_earlier_stamps(inp, entries)
         except SessionError as exc:
             raise application_error(exc) from exc
         return AppendResult(times=[stored_times(e) for e in entries])
 
-    async def _adopt_earlier_stamps(self, session_id: str, entries: list[Entry]) -> list[Entry]:
+    async def _append(self, session_id: str, entries: list[Entry], if_last: str | None) -> None:
+        """``append_entries``, or guarded by ``if_last`` (a run started ``if_unchanged``)."""
+        if if_last is None or not isinstance(self.store, GuardedStore):
+            return await self.store.append_entries(session_id, entries)
+        if not await self.store.append_if_last(session_id, entries, if_last or None):
+            error = RunActiveError.changed_meanwhile(session_id)
+            raise ApplicationError(str(error), type="RunActiveError", non_retryable=True)
+
+    async def _adopt_earlier_stamps(self, inp: AppendInput, entries: list[Entry]) -> list[Entry]:
         """Settle a conflict that is only the clock: ``entries`` as the store holds them.
 
         A run's input and repairs are committed by a local activity inside a workflow task. If
@@ -189,6 +197,7 @@ class StoreSteps(ActivityBase):
         result names their times, which the run adopts (``AppendResult``). Entries not
         stored yet are appended; any other difference is a real conflict and raises.
         """
+        session_id = inp.session_id
         stored = {e.id: e for e in await self.store.load_entries(session_id)}
         settled: list[Entry] = []
         missing: list[Entry] = []
@@ -202,8 +211,10 @@ class StoreSteps(ActivityBase):
             if encode_entry(same) != encode_entry(earlier):
                 raise EntryConflictError(session_id, entry.id)
             settled.append(earlier)
-        if missing:
-            await self.store.append_entries(session_id, missing)
+        if missing:  # after those stored already (a guarded batch: they passed its guard)
+            landed = [e.id for e in settled if e.id in stored]
+            guard = inp.if_last if inp.if_last is None or not landed else landed[-1]
+            await self._append(session_id, missing, guard)
         return settled
 
 
@@ -342,16 +353,22 @@ def reset_of_execution() -> str | None:
 
 
 async def append(
-    session_id: str, stamped: Stamped, t: Timeouts, *, local: bool, summary: str | None = None
+    session_id: str,
+    stamped: Stamped,
+    t: Timeouts,
+    *,
+    local: bool,
+    summary: str | None = None,
+    if_last: str | None = None,
 ) -> Stamped:
     """Store ``stamped.durable`` with one ``append_entries`` (``local``: a local activity) and
     return the batch as stored (see :class:`AppendResult`); an entry over the payload limit
     raises ``PayloadTooLargeError`` before anything is scheduled. ``summary`` shows in the
-    Temporal UI (by default :func:`store_summary`)."""
+    Temporal UI (by default :func:`store_summary`); ``if_last``: see :class:`AppendInput`."""
     wires = [encode_entry(e) for e in stamped.durable]
     for wire in wires:
         check_payload(wire, "entry")
-    inp = AppendInput(session_id=session_id, entries=wires)
+    inp = AppendInput(session_id=session_id, entries=wires, if_last=if_last)
     summary = summary or store_summary(stamped.durable)
     if local:
         result: AppendResult = await local_step(StoreSteps.append_entries, inp, t, summary)

@@ -186,7 +186,7 @@ class Chat:
         """One run (none while another process's goes), followed as :meth:`follow` says."""
         if self.executor is not None:
             await refuse_busy(self.executor.client, self.agent)
-        await self.follow(await self.agent.run(*texts))
+        await self.follow(await self.agent.run(*texts, if_unchanged=self.executor is not None))
 
     async def follow(self, stream: RunStream) -> None:
         """Print a run's events while sending what is typed meanwhile into it; on cancellation

@@ -161,12 +161,10 @@ def _step(console: Console, n: int, title: str) -> None:
     console.rule(f"[bold]{n} · {title}", align="left")
 
 
-async def _ask(
-    console: Console, agent: Agent, text: str, *, edit: bool = False, **kw: str
-) -> RunPrinter:
+async def _ask(console: Console, agent: Agent, text: str, *, edit: bool = False) -> RunPrinter:
     """Ask ``text`` (``edit``: instead of the last question) and print the run."""
     console.print(f"  [bold cyan]you ▸[/] {text}")
-    stream = await (agent.edit(text) if edit else agent.run(text, **kw))
+    stream = await (agent.edit(text) if edit else agent.run(text))
     printer = RunPrinter(console)
     async for event in stream.events():
         printer.handle(event)

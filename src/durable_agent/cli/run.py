@@ -3,8 +3,8 @@
 Everything that can be checked is checked before the session is created (the message, the ID,
 ``--leaf``, Temporal, a worker on another store); a new session is created by its first run once the
 worker checked the agent: an agent the worker lacks creates nothing. A run going on the session (any
-process's) refuses a run from its tail or from its calls (``--leaf``). Ctrl-C or ``--timeout``
-cancels the run; what it stored stays. :func:`open_agent` is also how ``chat`` opens its session.
+process's, even one too new to be listed: then the run fails, nothing stored) refuses a run from
+its tail or its calls (``--leaf``). Ctrl-C or ``--timeout`` cancels the run; what it stored stays.
 
 :class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They are
 its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and the new
@@ -116,9 +116,7 @@ def run(
     raise typer.Exit(code)
 
 
-CANCEL_WAIT = 10.0
-"""Seconds a timed-out ``run`` waits for its cancellation: with no worker polling, the run only
-ends when one comes, so the command must not wait for that."""
+CANCEL_WAIT = 10.0  # seconds: with no worker polling, a cancelled run ends only when one comes
 
 
 def input_entry(text: str, payload_limit: int = DEFAULT_PAYLOAD_LIMIT) -> MessageEntry:
@@ -205,11 +203,12 @@ async def run_turn(
             agent_name=agent_name,
             flags=flags,
         )
-        if start_at in (None, agent.leaf_id) or open_calls_at(agent.entries(), start_at or ""):
+        calls = open_calls_at(agent.entries(), start_at or "")
+        if busy := start_at in (None, agent.leaf_id) or bool(calls):
             await refuse_busy(executor.client, agent)  # the tail, or calls a run goes on with
         if start_at is not None and start_at != agent.leaf_id:
             await agent.branch(start_at)
-        return await _stream_turn(console, err, agent, entry, as_json, limit)
+        return await _stream_turn(console, err, agent, entry, as_json, limit, busy)
     finally:
         await opened.close()
 
@@ -221,9 +220,10 @@ async def _stream_turn(
     entry: MessageEntry,
     as_json: bool,
     limit: timedelta,
+    checked: bool,
 ) -> int:
     run_id = new_id()
-    stream = await agent.run(entry, run_id=run_id)
+    stream = await agent.run(entry, run_id=run_id, if_unchanged=checked)
     printer = RunPrinter(console)
     stored: list[Entry] = []
     try:

@@ -60,7 +60,8 @@ class Agent:
         self._config = config
         self._middleware = tuple(middleware)
         self._executor = executor
-        self._pending_run_id: str | None = None
+        self._pending: tuple[str | None, bool] = (None, False)
+        """``run``'s ``run_id`` and ``if_unchanged``, for the executor past the middleware."""
         runner: Runner = self._base_run
         for mw in reversed(self._middleware):
             runner = mw(runner)
@@ -122,22 +123,30 @@ class Agent:
 
     # -- verbs -------------------------------------------------------------------------------
 
-    async def run(self, *entries: EntryLike, run_id: str | None = None) -> RunStream:
+    async def run(
+        self, *entries: EntryLike, run_id: str | None = None, if_unchanged: bool = False
+    ) -> RunStream:
         """Start a run on ``entries`` (``str`` means ``text(s)``) and return its stream.
 
         Raises :class:`AgentClosedError`, :class:`RunActiveError` or
         :class:`InvalidRunInputError` (an empty message, or no input and nothing at the leaf to
         answer) here; every later failure comes through the stream.
+
+        ``if_unchanged``: the run stores its input only if the session holds nothing this
+        handle has not read (another process's run or decision); otherwise the run fails with
+        :class:`RunActiveError`, nothing stored. What a server starts with, so that two of its
+        replicas starting runs on one session at once do not both run
+        (docs/design.md#http-api).
         """
         self._state.check_mutable()
         items = [as_entry(e) for e in entries]
         if items:
             self._refuse_while_waiting()
-        self._pending_run_id = run_id
+        self._pending = (run_id, if_unchanged)
         try:
             return await self._runner(items)
         finally:
-            self._pending_run_id = None
+            self._pending = (None, False)
 
     def _refuse_while_waiting(self) -> None:
         if awaiting_turn(self._state.path()) is not None:
@@ -158,7 +167,7 @@ class Agent:
             state.running = True
         try:
             stream = await self._executor.start_run(
-                state, self._config, list(entries), self._pending_run_id
+                state, self._config, list(entries), *self._pending
             )
         except BaseException:
             state.run_finished()

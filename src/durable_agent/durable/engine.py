@@ -28,7 +28,7 @@ from ..session.entries import Entry, MessageEntry
 from . import approvals
 from .answers import CANCELLED_TEXT, aborted_message, stored_key, too_large
 from .approvals import ApprovalGate, Parked, RunStatus, Waiting, ask_people, resume_turn
-from .errors import PersistError, RunCancelledError, RunNotAcceptingError
+from .errors import PersistError, RunActiveError, RunCancelledError, RunNotAcceptingError
 from .events import Event
 from .inbox import Inbox
 from .persist import CommitEffects, Header, Stamped, reserve, see_through, stamp
@@ -147,7 +147,7 @@ class RunEngine:
         if exc is not None:
             if cancelled:
                 raise asyncio.CancelledError() from exc  # nothing recorded: cancel from the leaf
-            if isinstance(exc, PersistError):
+            if isinstance(exc, (PersistError, RunActiveError)):  # the latter: ``if_unchanged``
                 raise exc
             raise PersistError(f"{what}: {exc}") from exc
         return commit.result(), cancelled

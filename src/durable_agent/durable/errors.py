@@ -36,7 +36,16 @@ class AgentClosedError(AgentError):
 
 
 class RunActiveError(AgentError):
-    """A run or compaction is active on this handle (the busy rule)."""
+    """A run or compaction is active on this handle (the busy rule), or, for a run started
+    ``if_unchanged``, another process stored on the session since the handle read it
+    (:meth:`changed_meanwhile`)."""
+
+    @classmethod
+    def changed_meanwhile(cls, session_id: str) -> RunActiveError:
+        return cls(
+            f"another run or decision stored on session {session_id!r} after this run was "
+            "started; nothing of this run was stored (start it again once the session is idle)"
+        )
 
 
 class NoFactoryError(AgentError):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..agent.loop import Factory, build_loop
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
+from ..session.appendplan import Guard
 from ..session.approvals import awaiting_turn
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
@@ -26,13 +27,13 @@ from ..session.views import history_view
 from .approvals import LocalGate
 from .compaction import compact, summary_entry
 from .engine import RunEngine
-from .errors import NoFactoryError, RunNotAcceptingError
+from .errors import NoFactoryError, RunActiveError, RunNotAcceptingError
 from .events import Event
 from .inbox import When
 from .persist import Stamped
 from .publisher import PublisherLike, deliver
 from .reconcile import reconcile
-from .state import AgentConfig, SessionState
+from .state import AgentConfig, LeafMovedOn, SessionState
 from .stream import LocalRunStream, RunStream
 
 __all__ = ["Executor", "LocalExecutor"]
@@ -53,10 +54,17 @@ class Executor(Protocol):
         ...
 
     async def start_run(
-        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+        self,
+        state: SessionState,
+        config: AgentConfig,
+        entries: list[Entry],
+        run_id: str | None,
+        if_unchanged: bool = False,
     ) -> RunStream:
         """Start a run from ``state.leaf`` as :func:`~.reconcile.reconcile` leaves it (the
-        handle holds the busy flag, so no write is in flight and nothing else moves the leaf)."""
+        handle holds the busy flag, so no write is in flight and nothing else moves the leaf).
+        ``if_unchanged``: the run's first write is guarded by the newest entry the handle
+        knows then (another process's write since: the run fails, ``RunActiveError``)."""
         ...
 
     async def compact(
@@ -77,6 +85,8 @@ class _LocalEffects:
         self._config = config
         self.put = put
         """Where a run's events go (the stream's queue, given once the run's task starts)."""
+        self.guard: Guard | None = None
+        """The condition of the next commit only (a run's input: ``if_unchanged``)."""
 
     def now(self) -> datetime:
         return utc_now()
@@ -85,7 +95,11 @@ class _LocalEffects:
         return new_id()
 
     async def commit(self, stamped: Stamped) -> Stamped:
-        await self._state.commit(stamped)
+        guard, self.guard = self.guard, None
+        try:
+            await self._state.commit(stamped, guard)
+        except LeafMovedOn:
+            raise RunActiveError.changed_meanwhile(self._state.session_id) from None
         return stamped
 
     async def emit(self, event: Event) -> None:
@@ -123,7 +137,12 @@ class LocalExecutor:
         return await open_session(store, session_id), True
 
     async def start_run(
-        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+        self,
+        state: SessionState,
+        config: AgentConfig,
+        entries: list[Entry],
+        run_id: str | None,
+        if_unchanged: bool = False,
     ) -> RunStream:
         factory: Factory | None = config.factory
         rid = run_id or new_id()
@@ -144,6 +163,8 @@ class LocalExecutor:
                 # the handle is busy, so nothing moves the leaf meanwhile: catch up with writes
                 # of a failed run that landed, so repair answers only truly unanswered calls
                 await reconcile(state)
+                if if_unchanged:
+                    effects.guard = Guard(state.known_last())
                 # the loop starts from the model view at the leaf (the handle keeps it cached)
                 # and appends the run's messages: the formula session.views.run_view reads back;
                 # a turn whose calls wait for people is never repaired: the run waits on it and

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..ai.timefmt import utc_now
+from ..session.appendplan import Guard
 from ..session.approvals import PendingItem, pending_items
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import EntryConflictError, EntryTooLargeError, SessionNotFoundError
@@ -44,8 +45,9 @@ any other failure may have landed."""
 
 
 class LeafMovedOn(Exception):
-    """A guarded write (:meth:`SessionState.persist`) found an entry stored after the leaf
-    since this handle read the session, by another process; nothing of it was written."""
+    """A guarded write (:meth:`SessionState.persist`, :meth:`SessionState.commit`) found an
+    entry another process stored since this handle read the session; nothing of it was
+    written."""
 
 
 @dataclass(frozen=True)
@@ -178,10 +180,11 @@ class SessionState:
         self.leaf = leaf_id
         self.created = True  # the run that sent it opened the session first
 
-    async def commit(self, stamped: Stamped) -> None:
-        """Store a stamped batch in one append and apply it; on failure nothing changes."""
+    async def commit(self, stamped: Stamped, guard: Guard | None = None) -> None:
+        """Store a stamped batch in one append and apply it; on failure nothing changes.
+        ``guard``: stored only if it holds, else :class:`LeafMovedOn`."""
         async with self.lock:
-            await self._write(stamped)
+            await self._write(stamped, guard)
 
     async def persist(
         self,
@@ -203,13 +206,17 @@ class SessionState:
             if check:
                 self.check_mutable()
             stamped = stamp(entries, self.leaf, utc_now(), new_id, keep_ids=keep_ids)
-            await self._write(stamped, guarded=guarded)
+            await self._write(stamped, Guard(self.leaf or None) if guarded else None)
             return stamped
+
+    def known_last(self) -> str | None:
+        """The newest stored entry this handle knows (``None``: none): what a guarded write
+        expects the store's newest to be still."""
+        return next((e.id for e in reversed(self.log) if e.id in self.index), None)
 
     def at_newest(self) -> bool:
         """The leaf is the newest stored entry this handle knows (it was opened at the end)."""
-        newest = next((e.id for e in reversed(self.log) if e.id in self.index), "")
-        return newest == self.leaf
+        return (self.known_last() or "") == self.leaf
 
     def follow(self, stored: Sequence[Entry]) -> None:
         """Take in the session's entries as stored now (appends of other processes) and move
@@ -223,9 +230,9 @@ class SessionState:
                 below.add(entry.id)
                 self.leaf = entry.id
 
-    def _append(self, durable: list[Entry], guarded: bool) -> Awaitable[bool]:
-        if guarded and isinstance(self.store, GuardedStore):
-            return self.store.append_if_last(self.session_id, durable, durable[0].parent_id)
+    def _append(self, durable: list[Entry], guard: Guard | None) -> Awaitable[bool]:
+        if guard is not None and isinstance(self.store, GuardedStore):
+            return self.store.append_if_last(self.session_id, durable, guard.last_id)
 
         async def append() -> bool:
             await self.store.append_entries(self.session_id, durable)
@@ -233,7 +240,7 @@ class SessionState:
 
         return append()
 
-    async def _write(self, stamped: Stamped, *, guarded: bool = False) -> None:
+    async def _write(self, stamped: Stamped, guard: Guard | None = None) -> None:
         cancelled = False
         if stamped.durable and not self.created:
             await open_session(self.store, self.session_id)
@@ -241,7 +248,7 @@ class SessionState:
         if stamped.durable:
             self._writing = stamped.durable
             try:
-                write, cancelled = await see_through(self._append(stamped.durable, guarded))
+                write, cancelled = await see_through(self._append(stamped.durable, guard))
             finally:
                 self._writing = []
             if write.cancelled():

@@ -86,7 +86,7 @@ class LocalRuns:
                 handle = await open_at(await _open(self.store, spec, session_id), leaf_id)
                 born = await created_at_of(self.store, session_id)
                 run_id = run_id or new_id()
-                stream = await handle.run(*entries, run_id=run_id)
+                stream = await handle.run(*entries, run_id=run_id, if_unchanged=on_busy == "reject")
             self._born[(session_id, run_id)] = born
             self._streams.setdefault(session_id, {})[run_id] = stream
             self._handles[(session_id, run_id)] = handle

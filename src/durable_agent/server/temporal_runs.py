@@ -131,7 +131,7 @@ class TemporalRuns:
                 # a start of the same ID through another server meanwhile: the workflow ID is
                 # taken, and this follows that run (it never starts twice)
                 run_id = run_id or new_id()
-                stream = await handle.run(*entries, run_id=run_id)
+                stream = await handle.run(*entries, run_id=run_id, if_unchanged=on_busy == "reject")
             born = handle.state.born  # the creation its start read (for its memo)
         # the stream follows the run in the store until it ends; kept until then, so the busy
         # check sees the run before visibility does. Its events, the run's own, reach the

@@ -215,7 +215,12 @@ class TemporalExecutor:
             return [], False
 
     async def start_run(
-        self, state: SessionState, config: AgentConfig, entries: list[Entry], run_id: str | None
+        self,
+        state: SessionState,
+        config: AgentConfig,
+        entries: list[Entry],
+        run_id: str | None,
+        if_unchanged: bool = False,
     ) -> RunStream:
         await self.stores.check(state.store)  # before anything is created
         run_id = run_id or new_id()
@@ -237,6 +242,7 @@ class TemporalExecutor:
             options=dict(config.raw_options),
             continue_as_new_after_turns=self.continue_as_new_after_turns,
             timeouts=self.timeouts,
+            if_last=(state.known_last() or "") if if_unchanged else None,
         )
         await self._check_carried(inp)
         summary = run_summary(config.factory, entries)

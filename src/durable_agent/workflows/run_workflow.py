@@ -39,20 +39,14 @@ with workflow.unsafe.imports_passed_through():
     from ..agent.options import AgentOptions
     from ..ai.messages import Message
     from ..durable.engine import RunEngine
-    from ..durable.errors import RunCancelledError
+    from ..durable.errors import RunActiveError, RunCancelledError
     from ..durable.events import Event
     from ..durable.inbox import Inbox
     from ..durable.persist import Header, Stamped, is_durable
     from ..session.approvals import AwaitingTurn, awaiting_turn
     from ..session.codec import decode_entry, encode_entry
     from ..session.repair import repair_entries
-    from .event_bodies import (
-        QUERY_INLINE_LIMIT,
-        BodyTracker,
-        SlimCache,
-        carried,
-        last_turns,
-    )
+    from .event_bodies import QUERY_INLINE_LIMIT, BodyTracker, SlimCache, carried, last_turns
     from .run_mail import (
         DecideBody,
         SendBody,
@@ -100,6 +94,7 @@ class RunWorkflow:
         self._start_leaf = ""
         self._unsure: list[str] = []
         """Entries of local appends that failed (they may have been stored all the same)."""
+        self._if_last: str | None = None  # guards the input's append: RunInput.if_last
         self._noted = False
         """The run's cancel note is written (or being written)."""
         self._reset_of: str | None = None
@@ -188,13 +183,17 @@ class RunWorkflow:
         self._ephemeral.extend(encode_entry(c) for c in stamped.copies if not is_durable(c))
         if not stamped.durable:
             return stamped
+        guard, self._if_last = self._if_last, None  # the input's only (``if_unchanged``)
         try:
-            return await append(inp.session_id, stamped, inp.timeouts, local=True)
+            return await append(inp.session_id, stamped, inp.timeouts, local=True, if_last=guard)
         except ActivityError as exc:
+            kind, message = activity_failure(exc)
+            if kind == "RunActiveError":  # nothing stored: the guard refused it
+                raise RunActiveError(message) from None
             # a local append's input is not in the history: the failure names what it may
             # have stored, for the client's next run start to reconcile
             self._unsure.extend(e.id for e in stamped.durable)
-            raise ActivityFailure(*activity_failure(exc)) from exc
+            raise ActivityFailure(kind, message) from exc
 
     async def emit(self, event: Event) -> None:
         agent_event = event.agent
@@ -271,7 +270,7 @@ class RunWorkflow:
         self._events = list(inp.events)
         self._next_position = inp.next_position
         self._ephemeral = list(inp.ephemeral)
-        self._reset_of = inp.reset_of
+        self._reset_of, self._if_last = inp.reset_of, None if inp.resumed else inp.if_last
         self._original_run = workflow.info().original_execution_run_id
         # a reset past the first workflow task reseeds the randomness at its reset point
         workflow.register_random_seed_callback(self._reseeded)
