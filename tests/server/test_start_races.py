@@ -13,6 +13,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from durable_agent.ai import Reply
 from durable_agent.server import create_app, temporal_runs
 from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
@@ -32,7 +33,7 @@ class BothIdle:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self._arrived = 0
         self._both = asyncio.Event()
-        opened = temporal_runs.new
+        opened = getattr(temporal_runs, "new")  # noqa: B009 (not exported: the module's own)
 
         async def new(*args: Any, **kwargs: Any) -> Any:
             self._arrived += 1
@@ -52,7 +53,7 @@ async def test_two_replicas_starting_a_run_at_once_run_one(
     temporal_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = FileStore(tmp_path / "sessions")
-    spec = AgentSpec(model=scripted(["A.", "B."]))
+    spec = AgentSpec(model=scripted([Reply(text="A."), Reply(text="B.")]))
     async with (
         helper_app(temporal_client, store, spec, lambda: FileStore(store.root)) as app,
         serving(app) as url,

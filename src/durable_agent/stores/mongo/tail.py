@@ -133,12 +133,13 @@ class TailReader:
         return list(enumerate(decode_documents(scope.sid, fetched, skip), after + 1))
 
     async def settled(
-        self, scope: Scope, outline: list[dict[str, Any]], fence_below: int = 0
+        self, scope: Scope, outline: list[dict[str, Any]], fence_below: int = 0, start: int = 0
     ) -> list[dict[str, Any]]:
         """The batch documents of ``outline`` before its first open gap (module doc); a gap
-        below ``fence_below`` is fenced whatever its age (a guarded append's, below)."""
+        below ``fence_below`` is fenced whatever its age (a guarded append's, below). ``start``:
+        the place the outline starts at (a document is there)."""
         kept: list[dict[str, Any]] = []
-        expected = 0  # where the chain goes on
+        expected = start  # where the chain goes on
         named: tuple[int, int] | None = None  # the slot the last kept document names
         i = 0
         while i < len(outline):
@@ -205,24 +206,29 @@ class TailReader:
         return await fence_places(self._entries, scope, [place])
 
     async def keys_before(
-        self, scope: Scope, end: int | None, fence_below: int, patience: float
+        self, scope: Scope, end: int | None, fence_below: int, patience: float, since: str = ""
     ) -> list[str]:
         """The entry keys of the documents before place ``end``, in append order, once every
         place before it is settled: what a guarded append about to land at ``end`` compares
         (docs/design.md#mongo-store). A gap below ``fence_below`` (a slot taken before the
         appender's first) is fenced at once, a later one waited for as a reader waits. ``end``
         ``None``: the keys of every stored document, nothing waited for (an append that stores
-        nothing lands nowhere)."""
+        nothing lands nowhere). ``since``: the key the append expects newest; only the places
+        from its document on count then (a gap before it cannot hold a later entry), read by
+        ``_id`` alone when its document ends at ``end``, as a chained append's does."""
+        start = 0 if end is None or not since else await self._place_of(scope, since, end)
+        if isinstance(start, list):
+            return start
         query: dict[str, Any] = {"session_id": scope.sid, "inc": scope.inc}
         if end is not None:
-            query["seq"] = {"$lt": end}
+            query["seq"] = {"$gte": start, "$lt": end} if start else {"$lt": end}
         deadline, waits = time.monotonic() + patience, 0
         while True:
             cursor = self._entries.find(query, OUTLINE_PROJECTION, batch_size=LOAD_BATCH_SIZE)
             docs = await cursor.sort("seq", ASCENDING).to_list(None)
             if end is not None:
                 mark: dict[str, Any] = {"seq": end, "keys": []}  # kept: no gap before it is open
-                docs = await self.settled(scope, [*docs, mark], fence_below)
+                docs = await self.settled(scope, [*docs, mark], fence_below, start)
             if end is None or (docs and docs[-1] is mark):
                 batches = [doc for doc in docs if not doc.get("fence")]
                 return [key for doc in batches for key in strings(scope.sid, doc, "keys")]
@@ -233,6 +239,17 @@ class TailReader:
                 )
             await asyncio.sleep(min(0.001 * 2 ** min(waits, 7), 0.1))
             waits += 1
+
+    async def _place_of(self, scope: Scope, key: str, end: int) -> int | list[str]:
+        """Where the stored document holding ``key`` is (``0``: not known, walk it all); its
+        keys if it ends at ``end``, nothing between."""
+        claim = (await self._claims.claims([key])).get(key)
+        if claim is None or claim.seq is None:
+            return 0
+        doc = await self._entries.find_one({"_id": scope.at(claim.seq)}, OUTLINE_PROJECTION)
+        if doc is None or doc.get("fence") or key not in strings(scope.sid, doc, "keys"):
+            return 0
+        return strings(scope.sid, doc, "keys") if claim.seq + _size(doc) == end else claim.seq
 
     async def _fetch(self, scope: Scope, wanted: list[Part]) -> list[dict[str, Any]] | None:
         """The documents of ``wanted``, whole and in order; ``None`` if one is gone or changed."""

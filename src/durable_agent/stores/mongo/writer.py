@@ -121,8 +121,8 @@ class BatchWriter:
         self._claims = claims
         self._tail = TailReader(entries, claims, abandon_after)  # a guarded append's reads
         self._ends = SessionEnds()
-        self._last: dict[str, tuple[str, str]] = {}
-        """Session -> (incarnation, ID) of the last entry this object wrote to it."""
+        self._last: dict[str, tuple[str, str, int | None]] = {}
+        """Session -> (incarnation, ID, its slot's end or ``None``) of the last entry written."""
         self._abandon_after = abandon_after
         self._clock = clock
 
@@ -152,7 +152,7 @@ class BatchWriter:
         parents = outside_parents(todo, {entry.id for entry, _ in todo})
         while True:
             scope, first = (Scope(sid, known[0]), known[1]) if known else await self._prepare(sid)
-            last = self._last.get(sid)  # a run's appends chain: its last entry needs no read
+            last = self._last.get(sid, ("", "", None))[:2]  # a run's appends chain: no read
             orphans = await self._claims.orphans(
                 scope, {e: p for e, p in parents.items() if last != (scope.inc, p)}
             )
@@ -163,8 +163,8 @@ class BatchWriter:
             for entry_id, parent in orphans.items():
                 raise ParentNotFoundError(sid, entry_id, parent)
             try:
-                await self._write(scope, first, todo, guard)
-                self._last[sid] = (scope.inc, todo[-1][0].id)
+                end = await self._write(scope, first, todo, guard)
+                self._last[sid] = (scope.inc, todo[-1][0].id, end)
                 if len(self._last) > len(self._ends) + 1:  # bounded as the ends are
                     self._last = {k: v for k, v in self._last.items() if k in self._ends}
                 return
@@ -187,10 +187,14 @@ class BatchWriter:
         self._ends.raise_to(scope, int(hint))
         return scope, self._ends[sid][1]
 
-    async def _write(self, scope: Scope, first: int, todo: Batch, guard: Guard | None) -> None:
+    async def _write(
+        self, scope: Scope, first: int, todo: Batch, guard: Guard | None
+    ) -> int | None:
         """The fast path: claim the slot and the IDs in one insert, then insert the document,
         then confirm the incarnation; a claimed ID, or a fence at this batch's place, takes
-        :meth:`_careful`."""
+        :meth:`_careful`; where the batch's slot ends (``None``: not known). A guarded append
+        whose slot directly follows that of the entry it expects newest, written by this object,
+        skips :meth:`_check`: nothing can come between (a chained append, with no reads)."""
         runs = split_documents(scope.prefix, todo)
         count = len(todo)
         while True:
@@ -205,9 +209,11 @@ class BatchWriter:
         ours: list[int] = []  # places of documents of a split batch stored before a duplicate key
         try:
             if done == len(claims):
-                await self._check(scope, first, first, guard, (ours, mine, [first]))
+                if guard is None or self._last.get(scope.sid) != (scope.inc, guard.last, first):
+                    await self._check(scope, first, first, guard, (ours, mine, [first]))
                 if await self._land(scope, docs, ours):
-                    return await self._confirm(scope)
+                    await self._confirm(scope)
+                    return first + count
             else:  # this slot stays empty: fenced, so readers pass it at once
                 await fence_places(self._entries, scope, [first])
             await self._careful(scope, todo, mine, (first, first + count), ours, guard)
@@ -215,6 +221,7 @@ class BatchWriter:
             await self._confirm(scope)  # a conflict in a deleted incarnation is none
             raise
         await self._confirm(scope)
+        return None
 
     async def _check(
         self,
@@ -229,11 +236,13 @@ class BatchWriter:
         the batch is the one ``guard`` expects: then this call's documents, claims and places
         (``held``) go first. Every gap before ``end`` is settled first
         (:meth:`TailReader.keys_before`), so no append that could still land before this one is
-        missed. It reads the whole outline of the session: guarded appends are rare."""
+        missed. It reads the outline from the expected entry's document on (by ``_id`` alone
+        when nothing lies between), the whole outline for a fork's copy."""
         if guard is None:
             return
         patience = self._abandon_after + PATIENCE_MARGIN
-        keys = await self._tail.keys_before(scope, end, birth, patience)
+        since = "" if guard.last is None else scope.key(guard.last)
+        keys = await self._tail.keys_before(scope, end, birth, patience, since)
         if guard.holds(scope, keys):
             return
         ours, mine, places = held
