@@ -181,9 +181,9 @@ class RunWorkflow:
         inp = self._input
         assert inp is not None
         self._ephemeral.extend(encode_entry(c) for c in stamped.copies if not is_durable(c))
+        guard, self._if_last = self._if_last, None  # the input's only (``if_unchanged``)
         if not stamped.durable:
             return stamped
-        guard, self._if_last = self._if_last, None  # the input's only (``if_unchanged``)
         try:
             return await append(inp.session_id, stamped, inp.timeouts, local=True, if_last=guard)
         except ActivityError as exc:
