@@ -95,6 +95,22 @@ async def helper_app(
 
 
 @asynccontextmanager
+async def replica(
+    app: FastAPI, temporal: Client, store: Store
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """Another server of ``app``'s deployment (its Temporal task queue and agents) on ``store``,
+    another store object, as another process has: nothing but the store and Temporal shared.
+    Served; the app and a client of it."""
+    runs = app.state.server.runs
+    assert isinstance(runs, TemporalRuns)
+    queue = runs.executor.task_queue
+    other = create_app(store=store, temporal=temporal, task_queue=queue, agents=runs.agents)
+    other.state.server.runs.executor.timeouts = FAST
+    async with serving(other) as url, httpx.AsyncClient(base_url=url) as client:
+        yield other, client
+
+
+@asynccontextmanager
 async def helper_client(
     temporal: Client | None,
     tmp_path: Path,

@@ -17,13 +17,11 @@ from temporalio.client import Client
 
 from durable_agent import ApprovalDecision, Entry, MessageEntry, ScriptedModel
 from durable_agent.ai import Reply, ToolCall, tool
-from durable_agent.server import create_app
 from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
+from tests.server.support import Reader, ended, helper_app, replica, scripted, serving, stream
 from tests.support.polling import eventually
-from tests.support.temporal import FAST
 
 SID = "inbox"
 SENT_TO = ((1, "bob"), (2, "eve"))
@@ -169,19 +167,14 @@ async def test_two_servers_deciding_a_parked_turn_at_once_both_count(
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
     ):
-        queue = app.state.server.runs.executor.task_queue
-        replica = create_app(
-            store=other, temporal=temporal_client, task_queue=queue, agents=["helper"]
-        )
-        replica.state.server.runs.executor.timeouts = FAST
-        async with serving(replica) as replica_url, httpx.AsyncClient(base_url=replica_url) as peer:
+        async with replica(app, temporal_client, other) as (second, peer):
             await client.post("/v1/sessions", json={"session_id": SID})
             async with stream(client, SID, after=0) as reader:
                 started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail them"})
                 first = started.json()["run_id"]
                 await reader.until(ended(first), 60)
                 at_once = AtOnce(app.state.server.runs, store)
-                at_once.watch(replica.state.server.runs, other)
+                at_once.watch(second.state.server.runs, other)
                 both = await asyncio.gather(
                     client.post(f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}),
                     peer.post(f"/v1/sessions/{SID}/approvals/call-2", json={"approved": True}),

@@ -14,12 +14,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.ai import Reply
-from durable_agent.server import create_app, temporal_runs
+from durable_agent.server import temporal_runs
 from durable_agent.session.tree import path
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, helper_app, scripted, serving, stream
-from tests.support.temporal import FAST
+from tests.server.support import Reader, ended, helper_app, replica, scripted, serving, stream
 
 pytestmark = pytest.mark.temporal
 
@@ -58,31 +57,22 @@ async def test_two_replicas_starting_a_run_at_once_run_one(
         helper_app(temporal_client, store, spec, lambda: FileStore(store.root)) as app,
         serving(app) as url,
         httpx.AsyncClient(base_url=url) as client,
+        replica(app, temporal_client, FileStore(store.root)) as (_, peer),
     ):
-        queue = app.state.server.runs.executor.task_queue
-        replica = create_app(
-            store=FileStore(store.root),
-            temporal=temporal_client,
-            task_queue=queue,
-            agents=["helper"],
-        )
-        replica.state.server.runs.executor.timeouts = FAST
-        async with serving(replica) as other, httpx.AsyncClient(base_url=other) as peer:
-            await client.post("/v1/sessions", json={"session_id": SID})
-            BothIdle(monkeypatch)
+        await client.post("/v1/sessions", json={"session_id": SID})
+        BothIdle(monkeypatch)
 
-            async def start(via: httpx.AsyncClient, text: str) -> httpx.Response:
-                return await via.post(f"/v1/sessions/{SID}/runs", json={"text": text})
+        async def start(via: httpx.AsyncClient, text: str) -> httpx.Response:
+            return await via.post(f"/v1/sessions/{SID}/runs", json={"text": text})
 
-            async with stream(client, SID, after=0) as reader:
-                both = await asyncio.gather(start(client, "one"), start(peer, "two"))
-                assert [r.status_code for r in both] == [202, 202], [r.text for r in both]
-                runs = [r.json()["run_id"] for r in both]
-                for run_id in runs:
-                    await reader.until(ended(run_id), 60)
-                failed = _frames_of(reader, "failed")
-                assert [f["error"]["type"] for f in failed] == ["RunActiveError"], failed
-                assert len(_frames_of(reader, "completed")) == 1
+        async with stream(client, SID, after=0) as reader:
+            both = await asyncio.gather(start(client, "one"), start(peer, "two"))
+            assert [r.status_code for r in both] == [202, 202], [r.text for r in both]
+            for run_id in [r.json()["run_id"] for r in both]:
+                await reader.until(ended(run_id), 60)
+            failed = _frames_of(reader, "failed")
+            assert [f["error"]["type"] for f in failed] == ["RunActiveError"], failed
+            assert len(_frames_of(reader, "completed")) == 1
     stored = await store.load_entries(SID)
     said = [e.message.text() for e in path(stored, stored[-1].id) if hasattr(e, "message")]
     assert len(stored) == 2 and said in (["one", "A."], ["two", "A."]), said
