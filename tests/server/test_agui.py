@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from ag_ui.core import (
@@ -200,6 +200,9 @@ def test_a_replys_tool_calls_belong_to_the_message_its_text_streamed_as() -> Non
     assert [c.parent_message_id for c in calls] == [start.message_id]
 
 
+T = TypeVar("T")
+
+
 class DiskGoneAt(FileStore):
     """A FileStore whose disk is gone (its root replaced by a file) for its ``at``-th append
     alone: a run's write fails, the reads after work."""
@@ -209,14 +212,25 @@ class DiskGoneAt(FileStore):
         self.root_path, self.at, self.appends = root, at, 0
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        plain = super().append_entries
+        await self._counted(lambda: plain(session_id, entries))
+
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """What a run started through the server stores its input with: an append too."""
+        guarded = super().append_if_last
+        return await self._counted(lambda: guarded(session_id, entries, last_id))
+
+    async def _counted(self, append: Callable[[], Awaitable[T]]) -> T:
         self.appends += 1
         if self.appends != self.at:
-            return await super().append_entries(session_id, entries)
+            return await append()
         moved = self.root_path.with_name("moved")
         self.root_path.rename(moved)
         self.root_path.write_text("not a directory")
         try:
-            await super().append_entries(session_id, entries)
+            return await append()
         finally:
             self.root_path.unlink()
             moved.rename(self.root_path)

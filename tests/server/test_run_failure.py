@@ -296,11 +296,21 @@ class WritesDown(FileStore):
     allowed: int | None = None
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
+        self._count()
+        await super().append_entries(session_id, entries)
+
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """What a run started through the server stores its input with: an append too."""
+        self._count()
+        return await super().append_if_last(session_id, entries, last_id)
+
+    def _count(self) -> None:
         if self.allowed is not None and self.allowed <= 0:
             raise StoreUnavailableError(f"file store {self.root}: [Errno 5] Input/output error")
         if self.allowed is not None:
             self.allowed -= 1
-        await super().append_entries(session_id, entries)
 
 
 @pytest.mark.parametrize("allowed", [0, 1], ids=["input", "reply"])
