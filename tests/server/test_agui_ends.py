@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import socket
 from pathlib import Path
 
 import anyio
@@ -16,8 +18,8 @@ from ag_ui.core import Event, RunErrorEvent, RunStartedEvent
 from pydantic import TypeAdapter
 from temporalio.client import Client
 
-from durable_agent.ai import Reply
-from durable_agent.server import create_app
+from durable_agent.ai import Reply, ToolCall, tool
+from durable_agent.server import create_app, sse
 from durable_agent.server import hub as hub_module
 from durable_agent.server.agui import Translation, events
 from durable_agent.session import MessageEntry
@@ -166,3 +168,65 @@ async def test_a_stream_whose_hub_failed_ends_in_a_run_error_saying_so(
     assert isinstance(end, RunErrorEvent), got
     assert end.code == "StreamFailed" and "goes on" in end.message, end
     assert "a bug in the hub" in caplog.text
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+async def test_a_client_that_stops_reading_is_dropped_in_one_line_and_its_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An AG-UI client that posts its input and never reads fills the socket with its run's
+    text: the send timeout drops it as it drops a stalled session stream, in one line (no
+    traceback), and the hub lets its queue go; the run goes on to wait for its approval, and
+    the decision finishes it. The stream held its response, queue and task until the socket
+    failed."""
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 2.0)  # as for the session stream's stalled client
+    monkeypatch.setattr(hub_module, "LINGER", 0.0)
+    caplog.set_level(logging.INFO)
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
+    bulky = Reply(text="x" * 16_000_000, tool_calls=[call], chunk_size=1_000_000)
+    spec = AgentSpec(model=scripted([bulky, Reply(text="Sent.")]), tools=[send_email])
+    store = FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": spec})
+    hubs = app.state.server.hubs
+    uvicorn_log = logging.getLogger("uvicorn.error")  # not the root's: uvicorn configures it
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        uvicorn_log.addHandler(caplog.handler)  # once uvicorn configured it
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, (host, int(port)))
+        body = json.dumps(_body("big", "r-1")).encode()
+        head = f"POST /v1/agui HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        await loop.sock_sendall(sock, f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        try:
+
+            async def dropped() -> bool:
+                return "big" not in hubs.hubs and any(
+                    "stopped reading" in r.getMessage() for r in caplog.records
+                )
+
+            await eventually(dropped, within=20, what="the stalled AG-UI stream dropped")
+        finally:
+            sock.close()
+        status = await client.get("/v1/sessions/big/runs/r-1")
+        assert status.json()["status"] == "awaiting_approval", status.json()
+        decided = await client.post("/v1/sessions/big/approvals/call-1", json={"approved": True})
+        assert decided.status_code == 200, decided.text
+
+        async def finished() -> bool:
+            answer = await client.get("/v1/sessions/big/runs/r-1")
+            return bool(answer.json()["status"] == "completed")
+
+        await eventually(finished, within=20, what="the run's end after the decision")
+    uvicorn_log.removeHandler(caplog.handler)
+    stored = await store.load_entries("big")
+    assert isinstance(stored[-1], MessageEntry) and stored[-1].message.text() == "Sent."
+    noted = [r for r in caplog.records if r.levelno >= logging.INFO and r.name != "httpx"]
+    assert len(noted) == 1 and noted[0].exc_info is None, [r.getMessage() for r in noted]

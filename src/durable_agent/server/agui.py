@@ -63,6 +63,7 @@ from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
 from .routes_runs import CLIENT_ID, existing
 from .runs import RunFailure, Runs, made_for_start
+from .sse import PacedStream
 from .tenants import Tenant
 
 __all__ = ["router"]
@@ -365,10 +366,11 @@ def _streamed(
     srv: Server, sid: str, leave: Any, queue: asyncio.Queue[Frame], translation: Translation
 ) -> EventSourceResponse:
     """The run's AG-UI events as the answer; the server stopping ends them in ``RUN_ERROR``
-    (sse-starlette tells, as it ends the session streams: :mod:`.agui_ends`)."""
+    (sse-starlette tells, as it ends the session streams: :mod:`.agui_ends`), a client that
+    stopped reading is dropped as the session stream drops one (:class:`.sse.PacedStream`)."""
     stopping = anyio.Event()
     stream = events(queue, leave, translation, _waiting_in(srv, sid), srv.keepalive, stopping)
-    return EventSourceResponse(stream, ping=0, shutdown_event=stopping, shutdown_grace_period=GRACE)
+    return PacedStream(stream, ping=0, shutdown_event=stopping, shutdown_grace_period=GRACE)
 
 
 async def _start(

@@ -31,7 +31,7 @@ from ..session.store import entries_after
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 
-__all__ = ["KEEPALIVE", "LIVE", "Replay", "session_stream"]
+__all__ = ["KEEPALIVE", "LIVE", "PacedStream", "Replay", "session_stream"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -157,10 +157,12 @@ def _paced(send: Send) -> Send:
     return paced
 
 
-class _SessionStream(EventSourceResponse):
-    """A client that stopped reading is dropped after :data:`SEND_TIMEOUT` without progress
-    (:func:`_paced`): an ordinary event (a laptop lid closed, a proxy stalled) worth one line,
-    not the traceback the timeout would reach the server's log with."""
+class PacedStream(EventSourceResponse):
+    """A stream (the session stream, an AG-UI run's) that drops a client that stopped reading
+    after :data:`SEND_TIMEOUT` without progress (:func:`_paced`): an ordinary event (a laptop
+    lid closed, a proxy stalled) worth one line, not the traceback the timeout would reach the
+    server's log with. Its events' generator is closed (its ``finally`` leaves the hub); the
+    runs it showed go on."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -195,4 +197,4 @@ def session_stream(
             # Last-Event-ID (the chat page does); an outage is worth one line, not a traceback
             logger.warning("stream of %s ended: %s", session_id, " ".join(str(exc).split()))
 
-    return _SessionStream(events(), ping=max(1, int(keepalive)))
+    return PacedStream(events(), ping=max(1, int(keepalive)))
