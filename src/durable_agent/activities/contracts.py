@@ -22,11 +22,12 @@ from pydantic import SerializerFunctionWrapHandler as Handler
 
 from ..agent.events import AgentEvent
 from ..ai.messages import Message
+from ..ai.timefmt import format_time, parse_time
 from ..durable.events import Event, EventFields
 from ..durable.persist import Header
 from ..session.approvals import ApprovalRequest
 from ..session.codec import decode_entry, encode_entry
-from ..session.entries import MessageEntry
+from ..session.entries import Entry, MessageEntry
 
 __all__ = [
     "AppendInput",
@@ -176,6 +177,25 @@ class StoredTimes(FrozenModel):
     created_at: str
     timestamp: str | None = None
     """A message entry's message timestamp."""
+
+    @classmethod
+    def of(cls, entry: Entry) -> StoredTimes:
+        message = entry.message if isinstance(entry, MessageEntry) else None
+        stamp = None if message is None or message.timestamp is None else message.timestamp
+        return cls(
+            created_at=format_time(entry.created_at),
+            timestamp=None if stamp is None else format_time(stamp),
+        )
+
+    def on(self, entry: Entry) -> Entry:
+        """``entry`` with these times (itself when they agree)."""
+        if StoredTimes.of(entry) == self:
+            return entry
+        update: dict[str, Any] = {"created_at": parse_time(self.created_at)}
+        if isinstance(entry, MessageEntry) and self.timestamp is not None:
+            message = entry.message.model_copy(update={"timestamp": parse_time(self.timestamp)})
+            update["message"] = message
+        return entry.model_copy(update=update)
 
 
 class AppendResult(FrozenModel):

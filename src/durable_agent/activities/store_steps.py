@@ -22,7 +22,6 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
-from ..ai.timefmt import format_time, parse_time
 from ..durable.errors import ApprovalPendingError, InvalidRunInputError, RunActiveError
 from ..durable.inputs import NOTHING_TO_ANSWER
 from ..durable.limits import TEMPORAL_BLOB_LIMIT, check_payload
@@ -57,8 +56,6 @@ __all__ = [
     "reset_of_execution",
     "store_retry",
     "store_summary",
-    "stored_times",
-    "with_stored_times",
 ]
 
 CARRY_LIMIT = TEMPORAL_BLOB_LIMIT - 65_536
@@ -176,7 +173,7 @@ class StoreSteps(ActivityBase):
                     entries = await self._adopt_earlier_stamps(inp, entries)
         except SessionError as exc:
             raise application_error(exc) from exc
-        return AppendResult(times=[stored_times(e) for e in entries])
+        return AppendResult(times=[StoredTimes.of(e) for e in entries])
 
     async def _append(self, session_id: str, entries: list[Entry], if_last: str | None) -> None:
         """``append_entries``, or guarded by ``if_last`` (a run started ``if_unchanged``)."""
@@ -207,7 +204,7 @@ class StoreSteps(ActivityBase):
                 missing.append(entry)
                 settled.append(entry)
                 continue
-            same = with_stored_times(entry, stored_times(earlier))
+            same = StoredTimes.of(earlier).on(entry)
             if encode_entry(same) != encode_entry(earlier):
                 raise EntryConflictError(session_id, entry.id)
             settled.append(earlier)
@@ -216,24 +213,6 @@ class StoreSteps(ActivityBase):
             guard = inp.if_last if inp.if_last is None or not landed else landed[-1]
             await self._append(session_id, missing, guard)
         return settled
-
-
-def stored_times(entry: Entry) -> StoredTimes:
-    timestamp = None
-    if isinstance(entry, MessageEntry) and entry.message.timestamp is not None:
-        timestamp = format_time(entry.message.timestamp)
-    return StoredTimes(created_at=format_time(entry.created_at), timestamp=timestamp)
-
-
-def with_stored_times(entry: Entry, times: StoredTimes) -> Entry:
-    """``entry`` with the times the store has for it (itself when they agree)."""
-    if stored_times(entry) == times:
-        return entry
-    update: dict[str, Any] = {"created_at": parse_time(times.created_at)}
-    if isinstance(entry, MessageEntry) and times.timestamp is not None:
-        message = entry.message.model_copy(update={"timestamp": parse_time(times.timestamp)})
-        update["message"] = message
-    return entry.model_copy(update=update)
 
 
 # -- workflow side ---------------------------------------------------------------------------
@@ -384,7 +363,7 @@ async def append(
     fixed = {}
     durable = list(stamped.durable)
     for i, (entry, times) in enumerate(zip(durable, result.times, strict=True)):
-        stored = with_stored_times(entry, times)
+        stored = times.on(entry)
         if stored is not entry:
             durable[i] = fixed[entry.id] = stored
     if not fixed:
