@@ -109,6 +109,22 @@ async def test_appended_entries_build_a_path_without_a_load() -> None:
     assert inner.loads["s"] == 0
 
 
+async def test_a_guarded_append_is_remembered_once_stored_and_a_refused_one_is_not() -> None:
+    """A busy-checked run's input is stored with ``append_if_last``: its model call builds the
+    path from memory, as after ``append_entries`` (it loaded the whole session); a refused one
+    leaves nothing remembered."""
+    inner = CountingStore()
+    store = RememberingStore(inner)
+    a, b, c = entry("a", None), entry("b", "a"), entry("c", "a")
+    await session(store, "s", a)
+    assert await store.append_if_last("s", [b], "a") is True
+    assert await store.path("s", "b") == [a, b]
+    assert inner.loads["s"] == 0
+    assert await store.append_if_last("s", [c], "a") is False
+    assert await store.path("s", "c") == []  # not stored: the path a load builds
+    assert inner.loads["s"] == 1
+
+
 async def test_a_path_is_remembered_only_when_its_whole_ancestry_is() -> None:
     inner = CountingStore()
     store = RememberingStore(inner)

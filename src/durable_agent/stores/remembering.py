@@ -146,6 +146,23 @@ class RememberingStore:
         if self.max_bytes:
             self._add(session_id, entries, deletes, held)
 
+    async def append_if_last(
+        self, session_id: str, entries: Sequence[Entry], last_id: str | None
+    ) -> bool:
+        """The store's guarded append (:class:`~durable_agent.session.GuardedStore`: a
+        busy-checked run's input); remembered as :meth:`append_entries` is, once stored."""
+        validate_session_id(session_id)
+        guarded = getattr(self.store, "append_if_last", None)
+        if guarded is None:  # unguarded, as the handle would do with the store itself
+            await self.append_entries(session_id, entries)
+            return True
+        with self._lock:
+            deletes, held = self._deletes, self._sessions.get(session_id)
+        stored: bool = await guarded(session_id, entries, last_id)
+        if stored and self.max_bytes:
+            self._add(session_id, entries, deletes, held)
+        return stored
+
     async def delete_session(self, session_id: str) -> None:
         """The store's delete; the session is forgotten whatever the outcome."""
         if not isinstance(self.store, RetentionStore):
