@@ -127,6 +127,16 @@ class TimedStore(FileStore):
 
     async def append_entries(self, session_id: str, entries: Any) -> None:
         await super().append_entries(session_id, entries)
+        self._noted(entries)
+
+    async def append_if_last(self, session_id: str, entries: Any, last_id: str | None) -> bool:
+        """A run's input since the server's starts are guarded (an older build never calls it)."""
+        stored: bool = await super().append_if_last(session_id, entries, last_id)
+        self._noted(entries)
+        return stored
+
+    @staticmethod
+    def _noted(entries: Any) -> None:
         now = time.time()
         for entry in entries:
             STORED.setdefault(entry.id, now)
