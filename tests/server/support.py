@@ -95,6 +95,27 @@ async def helper_app(
 
 
 @asynccontextmanager
+async def never_reading(url: str, method: str, path: str, body: bytes = b"") -> AsyncIterator[None]:
+    """A client that sends one request (a JSON ``body`` if any) on a socket with a 4 KiB
+    receive buffer and never reads: what the server sends fills both sockets' buffers, as with
+    a laptop lid closed. The socket is closed on exit."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_connect(sock, (host, int(port)))
+        head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        await loop.sock_sendall(sock, f"{head}\r\n".encode() + body)
+        yield
+    finally:
+        sock.close()
+
+
+@asynccontextmanager
 async def replica(
     app: FastAPI, temporal: Client, store: Store
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:

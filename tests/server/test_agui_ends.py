@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 from pathlib import Path
 
 import anyio
@@ -26,7 +25,7 @@ from durable_agent.session import MessageEntry
 from durable_agent.session.approvals import PendingItem
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, helper_app, scripted, serving, stream
+from tests.server.support import ended, helper_app, never_reading, scripted, serving, stream
 from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
 
@@ -196,16 +195,8 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line_and_its_run_go
     uvicorn_log = logging.getLogger("uvicorn.error")  # not the root's: uvicorn configures it
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         uvicorn_log.addHandler(caplog.handler)  # once uvicorn configured it
-        host, port = url.removeprefix("http://").split(":")
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, (host, int(port)))
         body = json.dumps(_body("big", "r-1")).encode()
-        head = f"POST /v1/agui HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        await loop.sock_sendall(sock, f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        try:
+        async with never_reading(url, "POST", "/v1/agui", body):
 
             async def dropped() -> bool:
                 return "big" not in hubs.hubs and any(
@@ -213,8 +204,6 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line_and_its_run_go
                 )
 
             await eventually(dropped, within=20, what="the stalled AG-UI stream dropped")
-        finally:
-            sock.close()
         status = await client.get("/v1/sessions/big/runs/r-1")
         assert status.json()["status"] == "awaiting_approval", status.json()
         decided = await client.post("/v1/sessions/big/approvals/call-1", json={"approved": True})

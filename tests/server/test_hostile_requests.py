@@ -22,7 +22,7 @@ from durable_agent.session.approvals import ApprovalDecision, ApprovalRequest
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, serving, stream
+from tests.server.support import ended, never_reading, serving, stream
 from tests.support.polling import eventually
 
 JSON = {"content-type": "application/json"}
@@ -295,14 +295,7 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line(
     uvicorn_log = logging.getLogger("uvicorn.error")  # not the root's: uvicorn configures it
     async with serving(app) as url:
         uvicorn_log.addHandler(caplog.handler)  # once uvicorn configured it
-        host, port = url.removeprefix("http://").split(":")
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
-        request = f"GET /v1/sessions/big/stream?after=0 HTTP/1.1\r\nHost: {host}\r\n\r\n"
-        await asyncio.get_running_loop().sock_sendall(sock, request.encode())
-        try:
+        async with never_reading(url, "GET", "/v1/sessions/big/stream?after=0"):
 
             async def dropped() -> bool:
                 return "big" not in hubs.hubs and any(
@@ -310,8 +303,6 @@ async def test_a_client_that_stops_reading_is_dropped_in_one_line(
                 )
 
             await eventually(dropped, within=20, what="the stalled stream dropped")
-        finally:
-            sock.close()
     uvicorn_log.removeHandler(caplog.handler)
     noted = [r for r in caplog.records if r.levelno >= logging.INFO and r.name != "httpx"]
     assert len(noted) == 1 and noted[0].exc_info is None, [r.getMessage() for r in noted]
