@@ -37,6 +37,9 @@ async def test_a_decision_after_one_it_had_not_read_goes_after_it(
     one = await first.decide("c1", True)
     two = await late.decide("c2", True)
     assert two.parent_id == one.id
+    stored_ids = [e.id for e in await store.load_entries(sid)]
+    assert [e.id for e in late.entries()] == stored_ids, "the handle holds what is stored"
+    assert late.leaf_id == two.id
     with pytest.raises(ApprovalNotPendingError) as refused:
         await late.decide("c1", False)
     assert refused.value.decision_id == one.id
