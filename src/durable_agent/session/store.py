@@ -143,6 +143,14 @@ class Closing:
 
     _closed = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that overrides ``append_entries`` alone (to count, log or refuse writes)
+        is a plain store: its guarded append would go around the override, so it is taken away
+        and every write goes through ``append_entries``, unguarded, as a custom store's does."""
+        super().__init_subclass__(**kwargs)
+        if "append_entries" in vars(cls) and "append_if_last" not in vars(cls):
+            cls.append_if_last = None  # type: ignore[attr-defined]  # fails GuardedStore checks
+
     async def __aenter__(self) -> Self:
         return self
 
