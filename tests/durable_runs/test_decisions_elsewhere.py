@@ -65,3 +65,26 @@ async def test_a_handle_left_on_an_older_branch_decides_at_its_leaf(
     decision = await stay.decide("c1", True)
     requests = [e for e in await store.load_entries(sid) if isinstance(e, ApprovalRequest)]
     assert decision.parent_id == requests[-1].id
+
+
+async def test_two_handles_on_an_older_branch_decide_one_after_the_other(
+    harness: Harness, store: Store
+) -> None:
+    """``first`` branched away from the parked turn and ran; ``one`` and ``two``, opened after
+    that, both go back to the turn. Their decisions on c1 and c2 are stored on one path under
+    it (the second after the first, not beside it), though neither handle is at the session's
+    newest entry."""
+    first = await _parked(harness, store, "something else")
+    sid, parked = first.session_id, first.leaf_id
+    question = (await store.load_entries(sid))[0]
+    await first.branch(question.parent_id or "")
+    await asyncio.wait_for((await first.run("never mind")).wait(), 30)
+    one = await harness.open([], store=store, session_id=sid, tools=[send_email])
+    two = await harness.open([], store=store, session_id=sid, tools=[send_email])
+    await one.branch(parked)
+    await two.branch(parked)
+    c1 = await one.decide("c1", True)
+    c2 = await two.decide("c2", True)
+    assert c2.parent_id == c1.id
+    assert two.leaf_id == c2.id
+    assert [e.id for e in two.entries()] == [e.id for e in await store.load_entries(sid)]

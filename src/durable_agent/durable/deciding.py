@@ -127,16 +127,15 @@ def _pending_request(
 
 
 async def commit_decision(state: SessionState, decision: ApprovalDecision) -> Entry:
-    """Commit ``decision`` at the leaf (no live run waits for it). A handle at the session's
-    newest entry stores it only while that is still the newest: two processes that read one
-    leaf must not both store under it (siblings, the newest path holding one of them), so one
-    that finds appends of another process takes them in, moves its leaf down the branch they
-    grew, and decides again from there, as if it had read the session a moment later
-    (docs/design.md#approvals-and-steering). A handle on an older branch decides at its own
-    leaf, as it runs from it."""
+    """Commit ``decision`` at the leaf (no live run waits for it), only while nothing was
+    stored since the handle last read the session: two processes that read one leaf must not
+    both store under it (siblings, the path holding one of them), so one that finds appends of
+    another process takes them in, moves its leaf down the branch they grew (if they grew its
+    own), and decides again from there, as if it had read the session a moment later
+    (docs/design.md#approvals-and-steering)."""
     for _ in range(GUARDED_TRIES):
         try:
-            return await _commit(state, decision, guarded=state.at_newest())
+            return await _commit(state, decision)
         except LeafMovedOn:
             stored = await state.store.load_entries(state.session_id)
             async with state.lock:
@@ -146,14 +145,14 @@ async def commit_decision(state: SessionState, decision: ApprovalDecision) -> En
     )
 
 
-async def _commit(state: SessionState, decision: ApprovalDecision, *, guarded: bool) -> Entry:
+async def _commit(state: SessionState, decision: ApprovalDecision) -> Entry:
     request = _pending_request(state, decision)
     if not isinstance(request, ApprovalRequest):
         return request
     call_id = decision.tool_call_id
     entry = decision.model_copy(update={"id": decision_entry_id(request.id)})
     try:
-        stamped = await state.persist([entry], keep_ids=True, guarded=guarded)
+        stamped = await state.persist([entry], keep_ids=True, guarded=True)
     except EntryConflictError:
         winner = await _stored(state, entry.id)
         if isinstance(winner, ApprovalDecision) and winner.same_decision(decision):

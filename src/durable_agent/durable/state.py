@@ -199,24 +199,20 @@ class SessionState:
         ``check`` re-checks the busy rule under the lock: an append that waited for the lock
         while a run started is refused rather than chained from a leaf the run moves.
         ``keep_ids``: an entry that has an ID keeps it (a decision's derived ID).
-        ``guarded``: stored only if the leaf is still the session's newest entry, else
-        :class:`LeafMovedOn` (a store that cannot tell appends unguarded).
+        ``guarded``: stored only if the session's newest entry is still the newest this
+        handle knows, else :class:`LeafMovedOn` (a store that cannot tell appends unguarded).
         """
         async with self.lock:
             if check:
                 self.check_mutable()
             stamped = stamp(entries, self.leaf, utc_now(), new_id, keep_ids=keep_ids)
-            await self._write(stamped, Guard(self.leaf or None) if guarded else None)
+            await self._write(stamped, Guard(self.known_last()) if guarded else None)
             return stamped
 
     def known_last(self) -> str | None:
         """The newest stored entry this handle knows (``None``: none): what a guarded write
         expects the store's newest to be still."""
         return next((e.id for e in reversed(self.log) if e.id in self.index), None)
-
-    def at_newest(self) -> bool:
-        """The leaf is the newest stored entry this handle knows (it was opened at the end)."""
-        return (self.known_last() or "") == self.leaf
 
     def follow(self, stored: Sequence[Entry]) -> None:
         """Take in the session's entries as stored now (appends of other processes) and move
