@@ -454,6 +454,9 @@ async def test_a_second_sigterm_stops_a_containers_pid_1(dev: Dev, tmp_path: Pat
     ready, queue = tmp_path / "pid1.ready", f"ops-pid1-{secrets.token_hex(4)}"
     args = ["--app", f"{OPS_APP}:app", "--ready-file", str(ready), "--task-queue", queue]
     env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path), "DURABLE_AGENT_STORE": f"file:{tmp_path}"}
+    # told its address, as a container is: dev's advertisement names a process its PID
+    # namespace cannot see (read as stale), and the default port may be another server's
+    env["TEMPORAL_ADDRESS"] = dev.info["address"]
     client = await _client(dev)
     with _as_pid_1([*args, "--shutdown-grace", "60"], env, tmp_path / "pid1.log") as proc:
         wait_until(ready.exists, within=60, what="the worker to poll")
