@@ -30,6 +30,7 @@ from durable_agent.ai import (
     user_message,
 )
 from durable_agent.session import (
+    AppendFeed,
     CompactionEntry,
     CustomEntry,
     Entry,
@@ -40,6 +41,8 @@ from durable_agent.session import (
     InvalidSessionIdError,
     MessageEntry,
     ParentNotFoundError,
+    RetentionStore,
+    SeqStore,
     SessionExistsError,
     SessionNotFoundError,
     SessionRecord,
@@ -47,6 +50,8 @@ from durable_agent.session import (
     encode_entry,
     register_custom,
 )
+from durable_agent.session.deltas import Delta, DeltaKey, LiveStore
+from durable_agent.stores import RememberingStore
 from tests.support.conformance import T0, fresh, msg, wires
 
 
@@ -364,6 +369,38 @@ async def test_invalid_session_ids_are_refused_by_every_method(store: Store, bad
     with pytest.raises(InvalidSessionIdError):
         await store.append_entries(bad, [])
     assert issubclass(InvalidSessionIdError, ValueError)
+    assert [e.id for e in await store.load_entries("s1")] == []
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+async def test_invalid_session_ids_are_refused_beyond_the_protocol(store: Store, bad: Any) -> None:
+    """The guarded append, the seq read, delete, the append feed, the live-delta channel and
+    what RememberingStore adds check the ID first too: the typed error, never a ``TypeError``,
+    an answer, or a query or file naming it."""
+    await fresh(store)
+    remembering = RememberingStore(store)
+    for s in (store, remembering):
+        with pytest.raises(InvalidSessionIdError):
+            await cast(GuardedStore, s).append_if_last(bad, [msg("e1")], None)
+        with pytest.raises(InvalidSessionIdError):
+            await cast(SeqStore, s).load_entries_after(bad, 0)
+        with pytest.raises(InvalidSessionIdError):
+            await cast(RetentionStore, s).delete_session(bad)
+    for leaf in ("e1", ""):
+        with pytest.raises(InvalidSessionIdError):
+            await remembering.path(bad, leaf)
+    if isinstance(store, AppendFeed):
+        with pytest.raises(InvalidSessionIdError):
+            store.watch_appends(bad, lambda: None)
+    channel = cast(LiveStore, store).live_deltas()
+    with pytest.raises(InvalidSessionIdError):
+        await channel.publish(DeltaKey(bad, "run", 1), Delta(attempt=1, seq=1))
+    with pytest.raises(InvalidSessionIdError):
+        await channel.read(DeltaKey(bad, "run", 1))
+    with pytest.raises(InvalidSessionIdError):
+        await channel.clear(DeltaKey(bad, "run", 1))
+    with pytest.raises(InvalidSessionIdError):
+        await cast(Any, channel).drop_session(bad)
     assert [e.id for e in await store.load_entries("s1")] == []
 
 

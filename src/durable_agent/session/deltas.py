@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from ..ai.messages import Message
+from .ids import validate_session_id
 
 __all__ = [
     "Cursor",
@@ -60,6 +61,11 @@ class DeltaKey:
     session_id: str
     run_id: str
     turn: int
+
+    def __post_init__(self) -> None:
+        # every channel's file, query or key is named from it: a bad ID is refused before any
+        # I/O, as every store refuses it (docs/design.md#sessions-and-entries)
+        validate_session_id(self.session_id)
 
     def name(self) -> str:
         """A string key, unique per reply (session IDs have no ``/``; turns are padded)."""

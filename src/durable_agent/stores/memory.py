@@ -74,6 +74,7 @@ class MemoryDeltas:
 
     def drop_session(self, session_id: str) -> None:
         """Every reply's deltas of a deleted session (docs/design.md#retention)."""
+        validate_session_id(session_id)
         for key in [k for k in self._log if k.session_id == session_id]:
             self._log.pop(key, None)
 
@@ -120,7 +121,7 @@ class MemoryStore(Closing):
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
         """Call ``wake`` after each append to (or delete of) the session
         (:class:`~durable_agent.session.store.AppendFeed`; always live, in this process)."""
-        return self._watchers.add(session_id, wake, _live)
+        return self._watchers.add(validate_session_id(session_id), wake, _live)
 
     async def create_session(self, session_id: str, parent_id: str | None = None) -> SessionRecord:
         """Record the session; ``SessionExistsError`` if it is already there."""

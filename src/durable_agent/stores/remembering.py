@@ -165,6 +165,7 @@ class RememberingStore:
 
     async def delete_session(self, session_id: str) -> None:
         """The store's delete; the session is forgotten whatever the outcome."""
+        validate_session_id(session_id)  # before it is looked up here (an ID must be a str)
         if not isinstance(self.store, RetentionStore):
             raise TypeError(f"{type(self.store).__name__} cannot delete sessions")
         retention = self.store
@@ -185,6 +186,7 @@ class RememberingStore:
         root is remembered, else from one load. ``[]`` for ``""`` and for a leaf the session
         does not hold. ``confirm``: memory counts only if it belongs to the session the store
         holds now (one read of its record; ``SessionNotFoundError`` if there is none)."""
+        validate_session_id(session_id)  # before it is looked up here, even for leaf ""
         # nothing remembered (max_bytes=0): the load below is the confirmation
         born = await self._born(session_id) if confirm and self.max_bytes else None
         if not leaf_id:

@@ -23,6 +23,7 @@ from pymongo.errors import OperationFailure
 
 from ...session.deltas import Cursor, Delta, DeltaKey
 from ...session.errors import SessionNotFoundError
+from ...session.ids import validate_session_id
 from .incarnation import id_range
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
@@ -119,8 +120,8 @@ class MongoDeltas:
 
     async def drop_session(self, session_id: str) -> None:
         """Every reply's deltas of a deleted session (docs/design.md#retention): an ``_id``
-        range, ``<session_id>/…``."""
-        await self._coll.delete_many({"_id": id_range(session_id)})
+        range, ``<session_id>/…`` (an ID with a ``/`` would reach into another's)."""
+        await self._coll.delete_many({"_id": id_range(validate_session_id(session_id))})
 
     async def size(self) -> int:
         """Documents held (the bench's bound check)."""

@@ -181,8 +181,9 @@ class MongoStore(Closing):
 
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
         """Call ``wake`` after each append to the session commits, where the server has change
-        streams (:class:`~durable_agent.session.store.AppendFeed`, :mod:`.feed`)."""
-        return self._feed.watch(session_id, wake)
+        streams (:class:`~durable_agent.session.store.AppendFeed`, :mod:`.feed`); the ID is
+        checked before the feed starts."""
+        return self._feed.watch(validate_session_id(session_id), wake)
 
     async def ensure_indexes(self) -> None:
         """Create the two unique indexes if this store object has not done so yet.
