@@ -7,8 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
-from durable_agent.server import create_app
+from durable_agent import MessageEntry
+from durable_agent.ai import TextContent, tool_result_message
+from durable_agent.durable.limits import PAYLOAD_LIMIT
+from durable_agent.server import create_app, routes_sessions
+from durable_agent.server.routes_sessions import PAGE_BYTES
 from durable_agent.stores import FileStore
 from tests.server.support import serving
 from tests.support.conformance import msg
@@ -46,3 +51,53 @@ async def test_session_pages_say_whether_more_follow(tmp_path: Path) -> None:
         assert len(last["sessions"]) == 1 and last["more"] is False
         whole = (await client.get("/v1/sessions", params={"limit": 3})).json()
         assert len(whole["sessions"]) == 3 and whole["more"] is False
+
+
+async def test_an_entry_page_is_bounded_in_bytes_as_well_as_in_entries(tmp_path: Path) -> None:
+    """Tool results near the entry limit (1.5 MiB each): a page of the default 1000 entries
+    would answer hundreds of MiB in one body. A page stops at :data:`PAGE_BYTES` of entries
+    (``more`` then says the rest follow), with one entry at least so a client always moves on;
+    paged through, the client gets every entry once, in seq order."""
+    store = FileStore(tmp_path / "sessions")
+    await store.create_session("big")
+    bulky = "x" * (PAYLOAD_LIMIT - 4096)  # a tool result just under the entry limit
+    results = [
+        MessageEntry(
+            id=f"r{i}",
+            parent_id=f"r{i - 1}" if i else None,
+            message=tool_result_message(f"c{i}", "fetch", TextContent(text=bulky)),
+        )
+        for i in range(8)
+    ]
+    for entry in results:  # one a call: a call's batch has a limit of its own
+        await store.append_entries("big", [entry])
+    async with serving(create_app(store=store)) as url, httpx.AsyncClient(base_url=url) as client:
+        seen: list[int] = []
+        while True:
+            after = seen[-1] if seen else 0
+            page = await client.get("/v1/sessions/big/entries", params={"after": after})
+            assert page.status_code == 200, page.text[:200]
+            assert len(page.content) <= PAGE_BYTES, len(page.content)
+            body = page.json()
+            assert body["entries"], "a page holds one entry at least"
+            seen += [e["seq"] for e in body["entries"]]
+            if not body["more"]:
+                break
+        assert seen == list(range(1, 9))
+
+
+async def test_an_entry_over_the_page_bytes_comes_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry bigger than a page's bytes (a server configured with a smaller page) still
+    comes, one a page: a client never stalls on an empty page that says more follow."""
+    monkeypatch.setattr(routes_sessions, "PAGE_BYTES", 1000)
+    store = FileStore(tmp_path / "sessions")
+    await store.create_session("s")
+    await store.append_entries("s", [msg(f"e{i}", "y" * 2000) for i in range(1, 4)])
+    async with serving(create_app(store=store)) as url, httpx.AsyncClient(base_url=url) as client:
+        pages = []
+        for after in range(3):
+            body = (await client.get("/v1/sessions/s/entries", params={"after": after})).json()
+            pages.append(([e["seq"] for e in body["entries"]], body["more"]))
+        assert pages == [([1], True), ([2], True), ([3], False)]

@@ -3,6 +3,8 @@ compact."""
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
@@ -35,6 +37,11 @@ router = APIRouter(prefix="/v1", tags=["sessions"], responses=REFUSALS)
 
 MAX_PAGE = 1000
 """The most records or entries one request returns."""
+PAGE_BYTES = 4 * 1_048_576
+"""The most bytes an entries page answers, one entry at least (a client always moves on): a
+thousand tool results near the entry limit would make one body of 1.5 GiB
+(docs/design.md#http-api)."""
+EMPTY_PAGE = len('{"entries":[],"more":false}')
 
 
 class Body(BaseModel):
@@ -192,9 +199,18 @@ async def get_entries(
     after: int = Query(0, ge=0),
     limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
 ) -> EntryPage:
+    """The entries after seq ``after``: at most ``limit`` of them and 4 MiB (one entry at
+    least); ``more``: others follow, read on after the page's last seq."""
     found = await entries_after(srv.store, tenant.session(session_id), after)
-    page: list[SeqEntry] = [{"seq": s, "entry": wire(e)} for s, e in found[:limit]]
-    return {"entries": page, "more": len(found) > limit}  # the read had them: no second one
+    page: list[SeqEntry] = []
+    size = EMPTY_PAGE
+    for seq, entry in found[:limit]:
+        item: SeqEntry = {"seq": seq, "entry": wire(entry)}
+        size += len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode()) + 1
+        if page and size > PAGE_BYTES:
+            break
+        page.append(item)
+    return {"entries": page, "more": len(found) > len(page)}  # the read had them: no second one
 
 
 @router.delete("/sessions/{session_id}", **answers(204, None, 501))
