@@ -86,6 +86,30 @@ async def test_bad_pages_are_value_errors(store: Store, limit: int, offset: int)
         await retention(store).list_sessions(limit=limit, offset=offset)
 
 
+async def test_a_prefix_lists_only_its_sessions_in_order_and_pages(store: Store) -> None:
+    s = retention(store)
+    ids = ["acme:1", "bolt:1", "acme:2", "acme", "acmE:3", "acme.x", "acme:3", "xacme:4"]
+    records = {r.id: r for r in await create_in_order(s, ids)}
+    newest = [records[sid] for sid in ["acme:3", "acme:2", "acme:1"]]
+    assert await s.list_sessions(prefix="acme:") == newest
+    assert await s.list_sessions(prefix="acme:", limit=2) == newest[:2]
+    assert await s.list_sessions(prefix="acme:", limit=2, offset=2) == newest[2:]
+    assert await s.list_sessions(prefix="acme:", offset=3) == []
+    assert [r.id for r in await s.list_sessions(prefix="acme.")] == ["acme.x"]  # "." is no wildcard
+    assert [r.id for r in await s.list_sessions(prefix="acme:3")] == ["acme:3"]
+    assert await s.list_sessions(prefix="none:") == []
+    assert len(await s.list_sessions(prefix="")) == len(ids)
+
+
+@pytest.mark.parametrize("prefix", [".*", "a/b", "^a", "a b", "x" * 201, "..", 7])
+async def test_a_prefix_no_session_id_could_start_with_is_refused(
+    store: Store, prefix: str
+) -> None:
+    await store.create_session("s1")
+    with pytest.raises(InvalidSessionIdError):
+        await retention(store).list_sessions(prefix=prefix)
+
+
 async def test_delete_removes_entries_and_record(store: Store) -> None:
     s = retention(store)
     await create_in_order(s, ["keep", "gone"])

@@ -231,6 +231,22 @@ async def test_a_directory_named_like_a_session_is_left_out_of_the_listing(
     assert any("not listed" in r.getMessage() and "odd" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_prefixed_listing_opens_no_other_session_file(
+    root: Path, fs: FileStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a prefix, only the files named by it are read: another tenant's damaged file is
+    neither read nor warned about (without a prefix it is, as the check that it would be)."""
+    await fs.create_session("acme:1")
+    await fs.create_session("bolt:1")
+    (root / "bolt:1.jsonl").write_bytes(b"not a header\n")
+    assert [r.id for r in await fs.list_sessions(prefix="acme:")] == ["acme:1"]
+    assert not caplog.records
+    assert [r.id for r in await fs.list_sessions()] == ["acme:1"]
+    assert any(
+        "not listed" in r.getMessage() and "bolt:1" in r.getMessage() for r in caplog.records
+    )
+
+
 async def test_failed_header_write_leaves_no_file(
     fs: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

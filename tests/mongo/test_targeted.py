@@ -1,9 +1,9 @@
 """Every command MongoStore sends is targeted at one session (docs/scaling.md): its filter, or the
 documents it writes, name the session ID, or an ``_id`` prefixed by it, so on a cluster sharded by
 session every read and write of a session goes to one shard. Three commands span sessions by
-design: ``list_sessions`` (all records, newest first); on a server without TTL indexes
-(FerretDB), the sweep of expired live deltas (a small collection; MongoDB expires them with a
-TTL index); and the append feed's change stream, one per store object (not per session) for
+design: ``list_sessions`` (all records, or a prefix's, newest first); on a server without TTL
+indexes (FerretDB), the sweep of expired live deltas (a small collection; MongoDB expires them
+with a TTL index); and the append feed's change stream, one per store object (not per session) for
 all the followers of a process (on a server without change streams it fails to open)."""
 
 from __future__ import annotations
@@ -107,3 +107,8 @@ async def test_every_command_of_a_session_is_targeted(
     await store.list_sessions(limit=10)
     [(name, body)] = [(n, b) for n, b in commands.log if n not in ADMIN]
     assert name == "find" and body["filter"] == {}  # the one scan: every record, newest first
+
+    commands.log.clear()  # a tenant's: an anchored, escaped _id regex (MongoDB's _id index)
+    assert await store.list_sessions(prefix="shard-") == []
+    [(name, body)] = [(n, b) for n, b in commands.log if n not in ADMIN]
+    assert name == "find" and body["filter"] == {"_id": {"$regex": r"^shard\-"}}

@@ -13,6 +13,7 @@ from ..ai.timefmt import UtcDatetime
 from .codec import encode_entry
 from .entries import Entry
 from .errors import SessionExistsError, SessionNotFoundError, StoreClosedError
+from .ids import validate_session_id
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -83,7 +84,11 @@ class RetentionStore(Store, Protocol):
     operators and the CLI (``durable-agent sessions``, ``sessions rm``) need these.
 
     - ``list_sessions`` reads session *records* only (never entries), newest ``created_at``
-      first, ties by ID, one page of at most ``limit`` records after skipping ``offset``.
+      first, ties by ID, one page of at most ``limit`` records after skipping ``offset``; with
+      ``prefix``, only the sessions whose ID starts with it (``limit`` and ``offset`` count
+      those), found without reading the others' records where the backend allows: a tenant's
+      listing costs what its own sessions cost (docs/design.md#retention). A prefix is made of
+      session-ID characters (``InvalidSessionIdError``, before any I/O, for one that is not).
     - ``delete_session`` removes the session's entries and its record; ``SessionNotFoundError``
       if it does not exist. Forks of it keep their ``parent_id`` (a lineage note, not a link that
       must resolve). Later appends to it raise ``SessionNotFoundError``, so a run still holding
@@ -94,7 +99,7 @@ class RetentionStore(Store, Protocol):
     async def load_session(self, session_id: str) -> SessionRecord: ...
 
     async def list_sessions(
-        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0, prefix: str = ""
     ) -> list[SessionRecord]: ...
 
     async def delete_session(self, session_id: str) -> None: ...
@@ -224,12 +229,15 @@ def check_after(after: object) -> int:
     return after
 
 
-def check_page(limit: int, offset: int) -> None:
-    """``list_sessions``' arguments: ``ValueError`` for a negative offset or a limit below 1."""
+def check_page(limit: int, offset: int, prefix: str = "") -> str:
+    """``list_sessions``' arguments: ``ValueError`` for a negative offset or a limit below 1,
+    ``InvalidSessionIdError`` for a prefix that is not made of session-ID characters (as a
+    tenant's, so it never reaches a regex or a file name unchecked); returns the prefix."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+    return validate_session_id(prefix) if prefix != "" else prefix
 
 
 def newest_first(records: list[SessionRecord]) -> list[SessionRecord]:

@@ -193,13 +193,14 @@ class MemoryStore(Closing):
         return True
 
     async def list_sessions(
-        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0, prefix: str = ""
     ) -> list[SessionRecord]:
-        """One page of records, newest first (:class:`~durable_agent.session.RetentionStore`)."""
-        check_page(limit, offset)
+        """One page of records, newest first, of the IDs starting with ``prefix``
+        (:class:`~durable_agent.session.RetentionStore`)."""
+        prefix = check_page(limit, offset, prefix)
         self._check_open()
         with self._lock:
-            records = list(self._records.values())
+            records = [r for r in self._records.values() if r.id.startswith(prefix)]
         return newest_first(records)[offset : offset + limit]
 
     async def delete_session(self, session_id: str) -> None:

@@ -208,14 +208,19 @@ def header_bytes(session_id: str, parent_id: str | None, created_at: datetime) -
     return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def list_records(root: Path, load: Callable[[Path, str], SessionRecord]) -> list[SessionRecord]:
-    """The record of each session file under ``root``, from its header line (``load``)."""
+def list_records(
+    root: Path, load: Callable[[Path, str], SessionRecord], prefix: str = ""
+) -> list[SessionRecord]:
+    """The record of each session file under ``root`` whose ID starts with ``prefix``, from its
+    header line (``load``); a file's name is its ID, so no other file is opened."""
     try:  # a root that cannot be read raises (a glob would say "no sessions")
         names = os.listdir(root)
     except FileNotFoundError:
         return []  # no session created yet
     records = []
-    for path in (root / name for name in names if name.endswith(".jsonl")):
+    for path in (root / n for n in names if n.endswith(".jsonl")):
+        if not path.stem.startswith(prefix):  # the ID, not the name: "a." is no prefix of "a"
+            continue
         try:
             records.append(load(path, validate_session_id(path.stem)))
         except (InvalidSessionIdError, SessionNotFoundError):

@@ -161,16 +161,17 @@ class FileStore(Closing):
     # -- retention ---------------------------------------------------------------------------------
 
     async def list_sessions(
-        self, *, limit: int = DEFAULT_PAGE, offset: int = 0
+        self, *, limit: int = DEFAULT_PAGE, offset: int = 0, prefix: str = ""
     ) -> list[SessionRecord]:
         """One page of records, newest first, from each file's header line only (never the
-        entries). A file whose name is no session ID is not listed, nor one whose header is
-        damaged or that cannot be read (logged as a warning naming the file: ``load_session``
-        raises for it); a root that cannot be read is ``StoreUnavailableError``."""
-        check_page(limit, offset)
-        records = await asyncio.to_thread(
-            self._guard, list_records, self._root, self._load_session_sync
-        )
+        entries); with ``prefix``, only the files whose name (the ID) starts with it are opened.
+        A file whose name is no session ID is not listed, nor one whose header is damaged or
+        that cannot be read (logged as a warning naming the file: ``load_session`` raises for
+        it); a root that cannot be read is ``StoreUnavailableError``. Every page reads every
+        matching header: a listing of N sessions costs N reads per page."""
+        prefix = check_page(limit, offset, prefix)
+        load = self._load_session_sync
+        records = await asyncio.to_thread(self._guard, list_records, self._root, load, prefix)
         return newest_first(records)[offset : offset + limit]
 
     async def delete_session(self, session_id: str) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -347,14 +348,22 @@ class MongoStore(Closing):
 
     # -- retention (RetentionStore) -------------------------------------------------------------
 
-    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[SessionRecord]:
+    async def list_sessions(
+        self, *, limit: int = 100, offset: int = 0, prefix: str = ""
+    ) -> list[SessionRecord]:
         """One page of session records, newest ``created_at`` first, then by ID; reads the
-        ``sessions`` collection only (never entries). A damaged session document is skipped."""
-        check_page(limit, offset)
+        ``sessions`` collection only (never entries). A damaged session document is skipped.
+
+        ``prefix`` is an anchored, case-sensitive ``_id`` regex: MongoDB answers it from the
+        ``_id`` index, scanning only the prefix's range, so a tenant's listing reads its own
+        documents; FerretDB (1.24) answers it right but reads every session document to do so
+        (its explain: no filter pushdown)."""
+        prefix = check_page(limit, offset, prefix)
         projection = {"parent_id": 1, "created_at": 1}
+        query = {"_id": {"$regex": "^" + re.escape(prefix)}} if prefix else {}
         with self._errors("listing sessions"):
             cursor = (
-                self._sessions.find({}, projection)
+                self._sessions.find(query, projection)
                 .sort([("created_at", -1), ("_id", 1)])
                 .skip(offset)
                 .limit(limit)
