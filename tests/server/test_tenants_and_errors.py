@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +14,8 @@ from durable_agent.durable import UnknownAgentError
 from durable_agent.server import create_app
 from durable_agent.server.runs import pick_agent
 from durable_agent.server.tenants import Tenant, Tenants, load_keys
-from durable_agent.stores import FileStore
+from durable_agent.session import SessionRecord
+from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import scripted, serving, tool_script
 
@@ -95,6 +97,43 @@ async def test_tenants_see_only_their_own_sessions(
         assert [f for f in after if f not in before] == ["acme:no3.jsonl"]  # the run's
         assert "bolt:y.jsonl" not in after and "bolt:z.jsonl" not in after
     assert "key-acme" not in caplog.text and "key-bolt" not in caplog.text
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts its listings and the records they return."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls, self.read = 0, 0
+
+    async def list_sessions(self, **page: Any) -> list[SessionRecord]:
+        records = await super().list_sessions(**page)
+        self.calls, self.read = self.calls + 1, self.read + len(records)
+        return records
+
+
+async def test_a_tenant_lists_its_own_sessions_without_reading_the_others() -> None:
+    """A page of a tenant's listing is one store call reading its own records (and one more,
+    for ``more``): its cost, and its latency, say nothing of how many sessions others have."""
+    store = CountingStore()
+    mine = [(await store.create_session(f"acme:{n}")).id for n in range(3)]
+    for n in range(250):
+        await store.create_session(f"bolt:{n}")
+    app = create_app(store=store, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        pages = []
+        for offset in (0, 2):
+            page = await client.get(
+                "/v1/sessions", params={"limit": 2, "offset": offset}, headers=ACME
+            )
+            assert page.status_code == 200, page.text
+            pages.append(page.json())
+        assert (store.calls, store.read) == (2, 3 + 1)
+        listed = [s["session_id"] for page in pages for s in page["sessions"]]
+        assert sorted(listed) == mine and len(listed) == 3
+        assert [page["more"] for page in pages] == [True, False]
+        others = await client.get("/v1/sessions", params={"limit": 1000}, headers=BOLT)
+        assert len(others.json()["sessions"]) == 250 and not others.json()["more"]
 
 
 BAD_IDS = ["..", "a/../../etc", "%2e%2e", "a b", "x" * 201, '{"$ne":null}', "$where"]
