@@ -51,6 +51,19 @@ async def test_sessions_lists_newest_first_in_pages(tmp_path: Path) -> None:
     assert "s0" in last.stdout and "more with" not in last.stdout
 
 
+async def test_sessions_lists_one_prefix(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    await make_sessions(root, ["acme:1", "bolt:1", "acme:2"])
+    env = cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}")
+    listed = run_cli(["sessions", "--prefix", "acme:", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in json.loads(listed.stdout)] == ["acme:2", "acme:1"]
+    none = run_cli(["sessions", "--prefix", "cove:"], env)
+    assert none.returncode == 0 and "no sessions starting with cove: in" in none.stdout
+    bad = run_cli(["sessions", "--prefix", "a/b"], env)
+    assert bad.returncode == 2 and "invalid session ID 'a/b'" in bad.stderr, bad.stderr
+
+
 async def test_sessions_reads_records_not_entries(tmp_path: Path) -> None:
     """A session whose entries no longer decode is still listed: the listing reads records only
     (before, it loaded every entry of every session)."""

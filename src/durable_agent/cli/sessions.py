@@ -91,6 +91,7 @@ def sessions(
     as_json: JsonOpt = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 100,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many first.")] = 0,
+    prefix: Annotated[str, typer.Option("--prefix", help="Only IDs starting with this.")] = "",
     verbose: VerboseOpt = False,
 ) -> None:
     """List one page of the store's sessions, newest first (records only: fast on any size)."""
@@ -99,7 +100,8 @@ def sessions(
     if ctx.invoked_subcommand is not None:
         return
     spec = resolve_store_spec(store)
-    raise typer.Exit(run_command(lambda: list_sessions(console, spec, as_json, limit, offset)))
+    page = (limit, offset, prefix)
+    raise typer.Exit(run_command(lambda: list_sessions(console, spec, as_json, *page)))
 
 
 @sessions_cli.command("rm")
@@ -172,13 +174,13 @@ class NotConfirmed(CommandError):
 
 
 async def list_sessions(
-    console: Console, store_spec: str, as_json: bool, limit: int = 100, offset: int = 0
+    console: Console, spec: str, as_json: bool, limit: int = 100, offset: int = 0, prefix: str = ""
 ) -> int:
-    """Print one page of sessions, newest first; says how to get the next page."""
-    opened = open_store(store_spec)
-    try:
-        # one more than the page, to know whether there is a next page without counting
-        records = await retention(opened).list_sessions(limit=limit + 1, offset=offset)
+    """One page of sessions with IDs starting with ``prefix``, newest first; says how to go on."""
+    opened = open_store(spec)
+    try:  # one more than the page, to know whether there is a next page without counting
+        store = retention(opened)
+        records = await store.list_sessions(limit=limit + 1, offset=offset, prefix=prefix)
     finally:
         await opened.close()
     more, records = len(records) > limit, records[:limit]
@@ -191,7 +193,8 @@ async def list_sessions(
         return 0
     name = display_store(opened.spec)
     if not rows:
-        console.print(f"no sessions in {escape(name)}" + (f" after {offset}" if offset else ""))
+        where = (f" starting with {prefix}" if prefix else "") + f" in {name}"
+        console.print(escape(f"no sessions{where}" + (f" after {offset}" if offset else "")))
         return 0
     table = Table(title=f"sessions in {name} (newest first)", title_justify="left")
     widest = max(len(row["id"]) for row in rows)
@@ -202,10 +205,8 @@ async def list_sessions(
         table.add_row(row["id"], row["parent_id"] or "", row["created_at"][:19].replace("T", " "))
     console.print(table)
     if more:
-        console.print(
-            f"[dim]{offset + 1}-{offset + len(rows)} shown; more with --offset "
-            f"{offset + len(rows)}[/]"
-        )
+        end = offset + len(rows)
+        console.print(f"[dim]{offset + 1}-{end} shown; more with --offset {end}[/]")
     return 0
 
 
