@@ -98,3 +98,21 @@ async def test_a_refused_connection_is_retryable(adapter: Adapter, closed_port: 
     await lm.aclose()
 
     assert error.retryable and str(error) == f"{adapter.name}: connection failed (ConnectError)"
+
+
+@pytest.mark.parametrize("status", [200, 502])
+async def test_a_body_that_does_not_decode_is_a_retryable_model_error(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any], status: int
+) -> None:
+    # A proxy that labels its answer gzip and sends something else (or a cut compressed body):
+    # the transport's DecodingError is a failed exchange like a cut connection, not an untyped
+    # httpx error escaping the ModelError contract.
+    kind = "text/event-stream" if status == 200 else "text/html"
+    headers = (("content-type", kind), ("content-encoding", "gzip"))
+    replay.enqueue(RecordedResponse(status, "", headers, b"<html>not gzip</html>"))
+
+    error, _ = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == f"{adapter.name}: connection failed (DecodingError)"
+    assert error.__cause__ is None and error.__context__ is None

@@ -218,12 +218,18 @@ class StreamingAdapter(ABC, Generic[StreamT]):
             return model_error(name, "response did not match the API schema", retryable=False)
         if isinstance(exc, httpx2.TimeoutException):
             return model_error(name, "request timed out", retryable=True)
-        if isinstance(exc, httpx2.TransportError):
+        if isinstance(exc, httpx2.TransportError | httpx2.DecodingError):
+            # a body that does not decode (a cut or mislabelled compressed one) failed as a cut
+            # connection does; the SDKs wrap it so in some places and let it through in others
             return model_error(name, f"connection failed ({type(exc).__name__})", retryable=True)
         if isinstance(exc, json.JSONDecodeError):
             return model_error(name, "malformed stream: an event is not valid JSON", retryable=True)
         return model_error(name, f"unexpected {type(exc).__name__}", retryable=False)
 
 
-SDK_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, json.JSONDecodeError)
+SDK_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    httpx2.TransportError,
+    httpx2.DecodingError,
+    json.JSONDecodeError,
+)
 """Failures outside the SDK's own error classes that every adapter maps (see ``sdk_errors``)."""
