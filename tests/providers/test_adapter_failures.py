@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from durable_agent.agent import AgentOptions
+from durable_agent.agent import model as model_loop
+from durable_agent.ai import tool, user_message
 from durable_agent.ai.providers.adapter import StreamingAdapter
 
 from .adapters import ADAPTERS, Adapter, hello
@@ -116,3 +119,37 @@ async def test_a_body_that_does_not_decode_is_a_retryable_model_error(
     assert error.retryable
     assert str(error) == f"{adapter.name}: connection failed (DecodingError)"
     assert error.__cause__ is None and error.__context__ is None
+
+
+CUT_CALL = {"openai": "openai/length_tool_call.http", "anthropic": "anthropic/max_tokens.http"}
+"""A reply cut at its token limit inside a ``write_file`` call: ``{"path": "notes.txt",
+"text": "first li``."""
+
+
+async def test_a_tool_call_cut_at_the_token_limit_is_not_run(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    """Its arguments are what the model had written when the limit fell: running it would write
+    a file of half a line (every field it names is there) and tell the model it went well. The
+    reply is kept as cut (``length``), without the call; the run ends there, as a cut reply's."""
+    written: list[tuple[str, str]] = []
+
+    @tool
+    async def write_file(path: str, text: str) -> str:
+        """Write a file."""
+        written.append((path, text))
+        return "written"
+
+    replay.enqueue(CUT_CALL[adapter.name])
+    loop = model_loop(model)(AgentOptions(tools=(write_file,)))
+
+    run = loop.run([user_message("Write my notes to notes.txt")])
+    events = [event async for event in run.events()]
+
+    assert written == []
+    assert [e.type for e in events if e.type.startswith(("turn", "tool"))] == [
+        "turn_start",
+        "turn_end",
+    ]
+    [reply] = await run.wait()
+    assert (reply.stop_reason, reply.tool_calls()) == ("length", [])

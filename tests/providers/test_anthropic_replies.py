@@ -174,15 +174,14 @@ async def test_stop_reasons_map(
     assert (done.stop_reason, done.error) == (stop, error)
 
 
-async def test_tool_input_cut_by_max_tokens_keeps_what_parses(
+async def test_a_tool_call_cut_by_max_tokens_is_shown_as_it_streams_and_left_out_of_the_reply(
     replay: ReplayServer, model: AnthropicModel
 ) -> None:
     replay.enqueue("anthropic/max_tokens.http")
 
-    done = (await collect(model, hello()))[-1].message
+    events = await collect(model, hello())
 
-    assert done.tool_calls() == [
-        ToolCall(
-            id="toolu_01Mx", name="write_file", arguments={"path": "notes.txt", "text": "first li"}
-        )
-    ]
+    cut = {"path": "notes.txt", "text": "first li"}
+    assert [c.arguments for c in events[-2].partial.tool_calls()] == [cut]
+    done = events[-1].message
+    assert (done.content, done.stop_reason) == ([], "length")

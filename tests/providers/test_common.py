@@ -8,7 +8,6 @@ import pickle
 import pytest
 
 from durable_agent.ai import ModelError
-from durable_agent.ai.messages import MAX_NESTING, nests_deeper
 from durable_agent.ai.providers._common import (
     call_arguments,
     final_arguments,
@@ -135,14 +134,19 @@ def test_numbers_json_holds_are_kept_exactly() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw",
-    ['{"to": "ann", "x": 1e400', '{"to": "ann", "x": ' + "[" * 120],
-    ids=["1e400", "deep"],
+    ("raw", "expected"),
+    [
+        ('{"path": "notes.txt", "text": "first li', None),
+        ('{"to": "ann", "x": 1e400', None),
+        ('{"to": "ann", "x": ' + "[" * 120, None),
+        ("", None),  # cut right after the call's name
+        ('{"path": "notes.txt"}', {"path": "notes.txt"}),  # whole before the limit fell
+    ],
+    ids=["mid-string", "1e400", "deep", "no text", "whole"],
 )
-def test_a_cut_calls_arguments_are_what_a_store_keeps(raw: str) -> None:
-    """A reply cut at its token limit keeps what parses of its call's arguments, for the loop to
-    answer: never an infinity (no store writes it) or nesting past what a complete call may
-    hold, which failed the run storing the reply (``PersistError``) instead."""
-    arguments = call_arguments("p", raw, truncated=True, malformed="not a JSON object")
-    json.dumps(arguments, allow_nan=False)
-    assert not nests_deeper(arguments, MAX_NESTING // 2), "nested too deep"
+def test_a_call_cut_at_the_token_limit_has_no_arguments(
+    raw: str, expected: dict[str, str] | None
+) -> None:
+    """A reply cut at its token limit inside a call: the call is no call to run (its adapter
+    leaves it out), whatever part of its arguments parses; one whole before the cut is kept."""
+    assert call_arguments("p", raw, truncated=True, malformed="not a JSON object") == expected

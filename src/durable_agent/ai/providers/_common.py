@@ -152,18 +152,21 @@ def final_arguments(raw: str) -> dict[str, Any] | None:
     return value
 
 
-def call_arguments(provider: str, raw: str, *, truncated: bool, malformed: str) -> dict[str, Any]:
-    """The arguments of a streamed call once the reply ended. Text that is not a JSON object is a
-    retryable error (``malformed`` says so), unless the reply was cut at its token limit: then the
-    call keeps what parses, for the loop to answer, if a store keeps it as it is (as a whole
-    call's must be: no infinity, which a store writes as ``null``, nor nesting past the cap)."""
+def call_arguments(
+    provider: str, raw: str, *, truncated: bool, malformed: str
+) -> dict[str, Any] | None:
+    """The arguments of a streamed call once the reply ended; ``None`` when the reply was cut at
+    its token limit before they were whole (no text yet, or not yet a JSON object). Such a call
+    is no call to run: a tool given what parses of them acts on half its input (a file written
+    to half a line, every field there) and says it went well; its adapter leaves it out of the
+    reply, kept as cut. Text that is not a JSON object otherwise is a retryable error
+    (``malformed`` says so)."""
     arguments = final_arguments(raw)
-    if arguments is not None:
-        return arguments
-    if not truncated:
+    if truncated and (arguments is None or not raw.strip()):
+        return None
+    if arguments is None:
         raise model_error(provider, malformed, retryable=True)
-    partial = partial_arguments(raw)
-    return partial if final_arguments(json.dumps(partial)) is not None else {}
+    return arguments
 
 
 class Draft:

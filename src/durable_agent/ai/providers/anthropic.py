@@ -193,8 +193,9 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
             raise self.ended_early(stream, "stream ended before message_stop")
         # Arguments are parsed once the stop reason is known: input cut by max_tokens is kept as
         # far as it parses, anything else that is not a JSON object is a malformed response.
-        for index, raw in tool_json.items():
-            self._finish_call(draft, index, raw, stop)
+        cut = [i for i, raw in tool_json.items() if not self._finish_call(draft, i, raw, stop)]
+        for index in reversed(cut):
+            del draft.blocks[index]
         stop_reason = _STOP.get(stop or "", "error")
         error = None
         if stop_reason == "error":
@@ -204,16 +205,21 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
             partial=draft.final(usage=_usage(usage), stop_reason=stop_reason, error=error),
         )
 
-    def _finish_call(self, draft: Draft, index: int, raw: str, stop: str | None) -> None:
+    def _finish_call(self, draft: Draft, index: int, raw: str, stop: str | None) -> bool:
+        """Give call ``index`` its final arguments; false for a call the reply was cut inside
+        (``_common.call_arguments``), which is left out."""
         call = draft.blocks[index]
         assert isinstance(call, ToolCall)
-        if not raw:  # no input_json_delta: the input came whole in content_block_start
-            return
+        if not raw and call.arguments:  # no input_json_delta: it came whole in the block start
+            return True
         malformed = f"tool call {call.name!r} has input that is not a JSON object"
         arguments = call_arguments(
             self.provider, raw, truncated=stop == "max_tokens", malformed=malformed
         )
+        if arguments is None:
+            return False
         draft.blocks[index] = ToolCall(id=call.id, name=call.name, arguments=arguments)
+        return True
 
     def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""

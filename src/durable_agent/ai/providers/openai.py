@@ -206,17 +206,23 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
 
     def _close_calls(self, draft: Draft, calls: list[_PendingCall], *, truncated: bool) -> None:
         """Give each streamed call its final arguments (``_common.call_arguments``) and an ID
-        if the server sent none."""
+        if the server sent none; a call the reply was cut inside is left out."""
+        cut: list[int] = []
         for pending in calls:
             malformed = f"tool call {pending.name!r} has arguments that are not a JSON object"
             arguments = call_arguments(
                 self.provider, pending.arguments, truncated=truncated, malformed=malformed
             )
+            if arguments is None:
+                cut.append(pending.block)
+                continue
             draft.blocks[pending.block] = ToolCall(
                 id=pending.id or f"call_{secrets.token_hex(8)}",
                 name=pending.name,
                 arguments=arguments,
             )
+        for block in reversed(cut):
+            del draft.blocks[block]
 
     def to_error(self, exc: Exception) -> ModelError:
         """Map an SDK, transport or stream-decoding failure to a credential-free ModelError."""
