@@ -8,10 +8,13 @@ import base64
 
 from durable_agent.ai import (
     FileContent,
+    ImageContent,
     Message,
     ModelRequest,
     TextContent,
     ThinkingContent,
+    ToolCall,
+    tool_result_message,
 )
 from durable_agent.ai.providers.anthropic import (
     AnthropicModel,
@@ -199,4 +202,27 @@ def test_documents_by_url_file_id_and_plain_text() -> None:
             "source": {"type": "text", "media_type": "text/plain", "data": "notes ✓"},
             "title": "notes.txt",
         },
+    ]
+
+
+def test_a_tool_results_files_and_images_are_sent_in_the_result() -> None:
+    """A tool that reads a PDF or takes a screenshot answers with it: the model is sent it in
+    the result, not an empty result it would call the tool again for."""
+    image = ImageContent(data=PNG, mime_type="image/png")
+    report = FileContent(data=PDF, mime_type="application/pdf", filename="report.pdf")
+    messages = [
+        Message(role="assistant", content=[ToolCall(id="a", name="read")]),
+        tool_result_message("a", "read", TextContent(text="read it"), report, image),
+    ]
+
+    [_, results] = to_anthropic_messages(messages)
+
+    assert results["content"][0]["content"] == [
+        {"type": "text", "text": "read it"},
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": PDF},
+            "title": "report.pdf",
+        },
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
     ]

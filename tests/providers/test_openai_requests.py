@@ -171,3 +171,25 @@ def test_empty_assistant_messages_and_server_calls_are_left_out() -> None:
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "ok"},
     ]
+
+
+def test_a_tool_results_files_follow_the_results_with_its_images() -> None:
+    """Tool messages carry text only: a file a tool answered with (a PDF it read) goes in the
+    user message after the results, as its images do, not dropped for an empty result."""
+    image = ImageContent(data=PNG, mime_type="image/png")
+    report = FileContent(data=PDF, mime_type="application/pdf", filename="report.pdf")
+    messages = [
+        Message(role="assistant", content=[ToolCall(id="a", name="read")]),
+        tool_result_message("a", "read", TextContent(text="read it"), report, image),
+    ]
+
+    converted = to_openai_messages("", messages)
+
+    assert [m["role"] for m in converted] == ["assistant", "tool", "user"]
+    assert converted[2]["content"][1:] == [
+        {
+            "type": "file",
+            "file": {"file_data": f"data:application/pdf;base64,{PDF}", "filename": "report.pdf"},
+        },
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+    ]

@@ -161,17 +161,8 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
 
 
 def _tool_result(message: Message) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, TextContent) and block.text:
-            content.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageContent):
-            content.append(
-                {
-                    "type": "image",
-                    "source": {"type": "base64", "media_type": block.mime_type, "data": block.data},
-                }
-            )
+    # a result holds what a user message may: text, images, documents (a PDF a tool read)
+    content = [b for b in map(_user_block, message.content) if b is not None]
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
     if content:
         result["content"] = content

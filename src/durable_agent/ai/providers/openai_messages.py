@@ -37,23 +37,24 @@ def to_openai_messages(
 
     Thinking blocks are dropped (Chat Completions takes no reasoning back) and so are server-side
     tool calls. An error result is sent with an ``Error:`` prefix, the API having no error flag.
-    Tool messages carry text only, so images a tool returned follow the results in one user message.
+    Tool messages carry text only, so images and files a tool returned follow the results in one
+    user message.
     An assistant message with nothing to send (an error with no content) is left out.
     """
     out: list[dict[str, Any]] = []
     if system_prompt:
         out.append({"role": system_role, "content": system_prompt})
-    tool_images: list[dict[str, Any]] = []
+    tool_media: list[dict[str, Any]] = []
 
-    def flush_tool_images() -> None:
-        if tool_images:
-            intro = {"type": "text", "text": "Images returned by the tool calls above:"}
-            out.append({"role": "user", "content": [intro, *tool_images]})
-            tool_images.clear()
+    def flush_tool_media() -> None:
+        if tool_media:
+            intro = {"type": "text", "text": "Images and files returned by the tool calls above:"}
+            out.append({"role": "user", "content": [intro, *tool_media]})
+            tool_media.clear()
 
     for message in messages:
         if message.role != "tool_result":
-            flush_tool_images()
+            flush_tool_media()
         if message.role == "user":
             out.append({"role": "user", "content": _user_content(message.content)})
         elif message.role == "assistant":
@@ -67,10 +68,12 @@ def to_openai_messages(
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
             )
-            tool_images.extend(
-                _image_part(b) for b in message.content if isinstance(b, ImageContent)
+            tool_media.extend(
+                _image_part(b) if isinstance(b, ImageContent) else _file_part(b)
+                for b in message.content
+                if isinstance(b, ImageContent | FileContent)
             )
-    flush_tool_images()
+    flush_tool_media()
     return out
 
 
