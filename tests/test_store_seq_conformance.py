@@ -123,3 +123,40 @@ async def test_reads_after_race_appends_without_a_hole(store: Store) -> None:
     ids = [e.id for e in await store.load_entries("s1")]
     for seen in results:
         assert seen == list(enumerate(ids, 1))
+
+
+async def test_a_limit_reads_at_most_that_many_in_seq_order(store: Store) -> None:
+    """``limit`` cuts the read after that many entries (a page, docs/design.md#store-contract):
+    from the start, from the middle of a batch, past the end; a batch split by the cut gives
+    its first entries only, and the next read after the last seq goes on from there."""
+    s = seq_store(store)
+    await fresh(store)
+    for batch in [["a", "b", "c"], ["d"], ["e", "f", "g", "h"]]:
+        await store.append_entries("s1", [msg(i) for i in batch])
+    every = list(enumerate("abcdefgh", 1))
+    for after in range(len(every) + 2):
+        for limit in (1, 2, 3, 5, len(every) + 4):
+            got = numbered(await s.load_entries_after("s1", after, limit))
+            assert got == every[after : after + limit], (after, limit)
+    assert numbered(await s.load_entries_after("s1", 4, limit=2)) == [(5, "e"), (6, "f")]
+    assert numbered(await s.load_entries_after("s1", 6, limit=None)) == [(7, "g"), (8, "h")]
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="limit"):
+            await s.load_entries_after("s1", 0, bad)  # type: ignore[arg-type]
+
+
+async def test_a_limited_read_follows_appends_page_by_page(store: Store) -> None:
+    """Paging with a limit while the log grows: every entry once, in seq order, and a page is
+    full while anything follows it (what the HTTP pages' ``more`` rests on)."""
+    s = seq_store(store)
+    await fresh(store)
+    seen: list[tuple[int, str]] = []
+    for k in range(5):
+        await store.append_entries("s1", [msg(f"e{k}-{i}") for i in range(k + 1)])
+        pages: list[list[tuple[int, str]]] = []
+        while page := numbered(await s.load_entries_after("s1", seen[-1][0] if seen else 0, 2)):
+            pages.append(page)
+            seen += page
+        assert all(len(page) == 2 for page in pages[:-1]), pages
+    ids = [e.id for e in await store.load_entries("s1")]
+    assert seen == list(enumerate(ids, 1))

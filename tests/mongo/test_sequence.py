@@ -104,6 +104,30 @@ async def test_many_documents_after_the_seq(mongo_database: AsyncDatabase[Any]) 
     assert got == [(k + 1, f"e{k:02d}") for k in range(3, 45)]
 
 
+async def test_a_limit_fetches_only_the_documents_of_the_page(
+    client_factory: Any, mongo_database: AsyncDatabase[Any], sync_db: Any
+) -> None:
+    """A page reads the documents holding its entries, no later one: by ``_id`` (the last one
+    split by the limit, g of g..j), or, past the point-lookup limit, one query bounded by the
+    page's last document."""
+    commands = Commands()
+    store = MongoStore(client_factory(event_listeners=[commands])[mongo_database.name])
+    await _session(store)
+    commands.log.clear()
+    assert numbered(await store.load_entries_after("s1", 4, 3)) == [(5, "e"), (6, "f"), (7, "g")]
+    by_id = [b["filter"]["_id"] for n, b in commands.log if n == "find" and "_id" in b["filter"]]
+    p = f"s1/{inc_of(sync_db, 's1')}"
+    assert sorted(by_id) == ["s1", f"{p}#4", f"{p}#6"]  # e..f's and g..j's documents
+    await store.create_session("s2")
+    for k in range(60):
+        await store.append_entries("s2", [entry(f"e{k:02d}")])
+    commands.log.clear()
+    got = numbered(await store.load_entries_after("s2", 3, 40))
+    assert got == [(k + 1, f"e{k:02d}") for k in range(3, 43)]
+    ranged = [b["filter"]["seq"] for n, b in commands.log if n == "find" and "seq" in b["filter"]]
+    assert ranged == [{"$gte": 3, "$lte": 42}]
+
+
 async def test_an_id_stored_twice_reads_as_a_load_does(
     mongo_database: AsyncDatabase[Any], sync_db: Any
 ) -> None:

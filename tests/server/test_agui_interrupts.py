@@ -153,8 +153,10 @@ class WholeReadsDown:
         self.inner, self.kept, self.where, self.failed = store.load_entries_after, kept, where, 0
         store.load_entries_after = self.read  # type: ignore[method-assign]  # spies on the store
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
-        found = await self.inner(session_id, after)
+    async def read(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        found = await self.inner(session_id, after, limit)
         if after == 0 and len(found) > self.kept:
             self.failed += 1
             raise StoreUnavailableError(f"the store at {self.where} did not answer in time")

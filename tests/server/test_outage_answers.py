@@ -88,12 +88,14 @@ class OutageAt(FileStore):
         super().__init__(root)
         self.root_path, self.at, self.reads = root, at, 0
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         self.reads += 1
         if self.reads == self.at:
             self.root_path.rename(self.root_path.with_name("moved"))
             self.root_path.write_text("not a directory")
-        return await super().load_entries_after(session_id, after)
+        return await super().load_entries_after(session_id, after, limit)
 
 
 async def test_a_store_down_as_a_stream_starts_ends_it_with_one_log_line(

@@ -14,6 +14,7 @@ from durable_agent.ai import TextContent, tool_result_message
 from durable_agent.durable.limits import PAYLOAD_LIMIT
 from durable_agent.server import create_app, routes_sessions
 from durable_agent.server.routes_sessions import PAGE_BYTES
+from durable_agent.session import Entry
 from durable_agent.stores import FileStore
 from tests.server.support import serving
 from tests.support.conformance import msg
@@ -101,3 +102,32 @@ async def test_an_entry_over_the_page_bytes_comes_alone(
             body = (await client.get("/v1/sessions/s/entries", params={"after": after})).json()
             pages.append(([e["seq"] for e in body["entries"]], body["more"]))
         assert pages == [([1], True), ([2], True), ([3], False)]
+
+
+class CountingStore(FileStore):
+    """A FileStore that counts the entries its seq reads hand the server."""
+
+    read = 0
+
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        found = await super().load_entries_after(session_id, after, limit)
+        self.read += len(found)
+        return found
+
+
+async def test_a_page_reads_the_page_not_the_session(tmp_path: Path) -> None:
+    """A page of 2 from a session of 500 entries reads 3 of them from the store (the third
+    says ``more``), not the whole session: entries may be megabytes each."""
+    store = CountingStore(tmp_path / "sessions")
+    await store.create_session("s")
+    await store.append_entries("s", [msg(f"e{i}") for i in range(1, 501)])
+    async with serving(create_app(store=store)) as url, httpx.AsyncClient(base_url=url) as client:
+        first = await client.get("/v1/sessions/s/entries", params={"after": 0, "limit": 2})
+        assert first.status_code == 200, first.text
+        assert [e["seq"] for e in first.json()["entries"]] == [1, 2] and first.json()["more"]
+        assert store.read == 3
+        last = await client.get("/v1/sessions/s/entries", params={"after": 498, "limit": 2})
+        assert [e["seq"] for e in last.json()["entries"]] == [499, 500]
+        assert last.json()["more"] is False and store.read == 5

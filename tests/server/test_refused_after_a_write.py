@@ -212,10 +212,12 @@ class ReadAfterCreateFails(Outage):
             if blip:
                 self.up()
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         blip = self._blip()
         try:
-            return await super().load_entries_after(session_id, after)
+            return await super().load_entries_after(session_id, after, limit)
         finally:
             if blip:
                 self.up()

@@ -48,11 +48,13 @@ class HubReadsHeld:
         self.go.set()
         store.load_entries_after = self.read  # type: ignore[method-assign]
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def read(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         hub = self.hubs.hubs.get(session_id)
         if hub is not None and asyncio.current_task() is hub.task:
             await self.go.wait()
-        return await self.inner(session_id, after)
+        return await self.inner(session_id, after, limit)
 
 
 class FirstDelta:

@@ -50,13 +50,15 @@ class Reads:
         self._done = asyncio.Event()
         store.load_entries_after = self.read  # type: ignore[method-assign]  # spies on the store
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def read(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         self.begun += 1
         number = self.begun
         try:
             if self.down:
                 raise StoreUnavailableError("the store did not answer in time")
-            result: list[tuple[int, Entry]] = await self.inner(session_id, after)
+            result: list[tuple[int, Entry]] = await self.inner(session_id, after, limit)
             return result
         finally:
             self.done = max(self.done, number)

@@ -84,10 +84,12 @@ class BreakingStore(MemoryStore):
     async def load_entries(self, session_id: str) -> list[Entry]:
         return await self.store.load_entries(session_id)
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         if self.broken:
             raise CorruptSessionError(session_id, "damaged")
-        return await self.store.load_entries_after(session_id, after)
+        return await self.store.load_entries_after(session_id, after, limit)
 
     async def append_entries(self, session_id: str, entries: Any) -> None:
         await self.store.append_entries(session_id, entries)

@@ -188,7 +188,8 @@ async def get_entries(
 ) -> EntryPage:
     """The entries after seq ``after``: at most ``limit`` of them and 4 MiB (one entry at
     least); ``more``: others follow, read on after the page's last seq."""
-    found = await entries_after(srv.store, tenant.session(session_id), after)
+    # one more than the page: it says whether more follow, and the read stops there
+    found = await entries_after(srv.store, tenant.session(session_id), after, limit + 1)
     page: list[SeqEntry] = []
     size = EMPTY_PAGE
     for seq, entry in found[:limit]:
@@ -197,7 +198,7 @@ async def get_entries(
         if page and size > PAGE_BYTES:
             break
         page.append(item)
-    return {"entries": page, "more": len(found) > len(page)}  # the read had them: no second one
+    return {"entries": page, "more": len(found) > len(page)}
 
 
 @router.delete("/sessions/{session_id}", **answers(204, None, 501))

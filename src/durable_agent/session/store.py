@@ -22,6 +22,7 @@ __all__ = [
     "Closing",
     "GuardedStore",
     "RetentionStore",
+    "SeqRead",
     "SeqStore",
     "SessionRecord",
     "Store",
@@ -131,13 +132,25 @@ class SeqStore(Store, Protocol):
     An entry's **seq** is its 1-based position in its session's append order (the order
     ``load_entries`` returns); seqs never change and are never reused, so "the entries after
     seq N" is a resumable cursor: a run stream and the HTTP stream follow a session by it
-    (docs/design.md#store-contract). ``load_entries_after(session_id, after)`` returns the
-    entries with seq > ``after``, each with its seq, in seq order, reading only what follows
-    ``after`` where the backend allows; ``after`` past the end gives ``[]``, a negative or
-    non-integer ``after`` is a ``ValueError``, an unknown session ``SessionNotFoundError``.
+    (docs/design.md#store-contract). ``load_entries_after(session_id, after, limit)`` returns
+    the entries with seq > ``after``, each with its seq, in seq order, at most ``limit`` of them
+    (``None``: all), reading only what follows ``after`` where the backend allows, and no more
+    than the page asked for: a page of a long session of megabyte tool results must not cost a
+    read of it all. ``after`` past the end gives ``[]``; a negative or non-integer ``after``, or
+    a ``limit`` below 1, is a ``ValueError``; an unknown session ``SessionNotFoundError``.
     """
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]: ...
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]: ...
+
+
+class SeqRead(Protocol):
+    """A seq read, as :func:`seq_reader` decides it: ``load_entries_after``'s arguments."""
+
+    def __call__(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> Awaitable[list[tuple[int, Entry]]]: ...
 
 
 class Closing:
@@ -175,21 +188,26 @@ class Closing:
             raise StoreClosedError(type(self).__name__)
 
 
-def seq_reader(store: Store) -> Callable[[str, int], Awaitable[list[tuple[int, Entry]]]]:
+def seq_reader(store: Store) -> SeqRead:
     """How to read ``store`` after a seq, decided once (a protocol check is not free): its own
     seq read (:class:`SeqStore`), else a whole load sliced."""
     if isinstance(store, SeqStore):
         return store.load_entries_after
 
-    async def sliced(session_id: str, after: int) -> list[tuple[int, Entry]]:
-        return list(enumerate(await store.load_entries(session_id), 1))[after:]
+    async def sliced(
+        session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        return list(enumerate(await store.load_entries(session_id), 1))[after:][:limit]
 
     return sliced
 
 
-async def entries_after(store: Store, session_id: str, after: int) -> list[tuple[int, Entry]]:
-    """The session's entries after seq ``after``, with their seqs (:func:`seq_reader`)."""
-    return await seq_reader(store)(session_id, after)
+async def entries_after(
+    store: Store, session_id: str, after: int, limit: int | None = None
+) -> list[tuple[int, Entry]]:
+    """The session's entries after seq ``after``, at most ``limit`` of them, with their seqs
+    (:func:`seq_reader`)."""
+    return await seq_reader(store)(session_id, after, limit)
 
 
 class AppendWatch(Protocol):
@@ -222,10 +240,13 @@ class AppendFeed(Protocol):
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> AppendWatch: ...
 
 
-def check_after(after: object) -> int:
-    """``load_entries_after``'s cursor: a non-negative integer, else ``ValueError``."""
+def check_after(after: object, limit: object = None) -> int:
+    """``load_entries_after``'s cursor: a non-negative integer, else ``ValueError``; and its
+    ``limit``: ``None`` or a positive integer."""
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise ValueError(f"after must be a non-negative integer, not {after!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive integer or None, not {limit!r}")
     return after
 
 

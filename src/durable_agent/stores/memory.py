@@ -154,14 +154,17 @@ class MemoryStore(Closing):
         """
         return [entry for _, entry in await self.load_entries_after(session_id, 0)]
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
-        """The entries after seq ``after`` (1-based positions in the log), each with its seq
-        (:class:`~durable_agent.session.SeqStore`): a slice of the log."""
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        """The entries after seq ``after`` (1-based positions in the log), each with its seq,
+        at most ``limit`` (:class:`~durable_agent.session.SeqStore`): a slice of the log."""
         validate_session_id(session_id)
-        check_after(after)
+        check_after(after, limit)
         self._check_open()
+        end = None if limit is None else after + limit
         with self._lock:
-            wires = [wire for _, wire in self._log(session_id).items[after:]]
+            wires = [wire for _, wire in self._log(session_id).items[after:end]]
         with bulk_decoding():
             return [(after + i, decode_entry(wire)) for i, wire in enumerate(wires, 1)]
 

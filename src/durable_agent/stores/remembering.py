@@ -129,13 +129,16 @@ class RememberingStore:
             return None
         return (await self.store.load_session(session_id)).created_at
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         """The store's seq read (:class:`~durable_agent.session.SeqStore`), passed through and
         not remembered (a part of a log is no load); for a store without one, a whole load
-        (remembered) from which the entries after ``after`` are taken."""
+        (remembered) from which the entries after ``after`` are taken, at most ``limit``."""
         if isinstance(self.store, SeqStore):
-            return await self.store.load_entries_after(session_id, after)
-        return list(enumerate(await self.load_entries(session_id), 1))[check_after(after) :]
+            return await self.store.load_entries_after(session_id, after, limit)
+        after = check_after(after, limit)
+        return list(enumerate(await self.load_entries(session_id), 1))[after:][:limit]
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """The store's append; once it returns, the batch is remembered as a load returns it."""

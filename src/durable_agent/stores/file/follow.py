@@ -140,7 +140,7 @@ INLINE_BYTES = 64 << 10
 
 
 def read_now(
-    path: Path, session_id: str, after: int, marks: Marks
+    path: Path, session_id: str, after: int, marks: Marks, limit: int | None = None
 ) -> list[tuple[int, Entry]] | None:
     """A follower's read done here, on the event loop, or ``None`` (read in a thread then).
     With nothing new it is one ``stat``; when the mark covers ``after``, the file grew past it by
@@ -167,7 +167,7 @@ def read_now(
         except BlockingIOError:
             return None  # an append is writing: wait for it in a thread
         try:
-            return read_after(f, session_id, after, marks, path)
+            return read_after(f, session_id, after, marks, path, limit)
         except HeaderProblem:
             return None  # the thread's read waits for a create and reads again
         finally:
@@ -177,9 +177,10 @@ def read_now(
 
 
 def read_after(
-    f: IO[bytes], session_id: str, after: int, marks: Marks, path: Path
+    f: IO[bytes], session_id: str, after: int, marks: Marks, path: Path, limit: int | None = None
 ) -> list[tuple[int, Entry]]:
-    """The entries of the (shared-locked) open file ``f`` after seq ``after``, with their seqs."""
+    """The entries of the (shared-locked) open file ``f`` after seq ``after``, with their seqs;
+    at most ``limit``, read no further than their lines (a page of a long session)."""
     fd = f.fileno()
     st = os.fstat(fd)
     if st.st_nlink == 0:  # deleted while this waited for the lock
@@ -196,9 +197,14 @@ def read_after(
         out: list[tuple[int, Entry]] = []
         if after < mark.seq:
             start = mark.offsets[after - mark.counted]
-            out = _decode(f, session_id, mark, start, mark.end, after)
-        with bulk_decoding():
-            out += _extend(f, session_id, mark, after)
+            stop = mark.seq if limit is None else min(after + limit, mark.seq)
+            end = mark.end if stop == mark.seq else mark.offsets[stop - mark.counted]
+            out = _decode(f, session_id, mark, start, end, after)
+        if limit is None or len(out) < limit:
+            with bulk_decoding():
+                out += _extend(
+                    f, session_id, mark, after, None if limit is None else limit - len(out)
+                )
     marks.put(path, mark)
     return out
 
@@ -279,9 +285,12 @@ def _decode(
     return out
 
 
-def _extend(f: IO[bytes], session_id: str, mark: Mark, after: int) -> list[tuple[int, Entry]]:
+def _extend(
+    f: IO[bytes], session_id: str, mark: Mark, after: int, take: int | None
+) -> list[tuple[int, Entry]]:
     """Read the complete lines past the mark's end, counting them into the mark; decode the
-    entries of seq > ``after`` (earlier ones cost a JSON parse for their ID only)."""
+    entries of seq > ``after`` (earlier ones cost a JSON parse for their ID only), stopping
+    after ``take`` of them (the mark then ends there)."""
     out: list[tuple[int, Entry]] = []
     for offset, raw in read_lines(f, mark.end):
         lineno = mark.lines + 1
@@ -302,6 +311,8 @@ def _extend(f: IO[bytes], session_id: str, mark: Mark, after: int) -> list[tuple
                 mark.offsets.append(offset)
                 out.append((mark.seq, entry))
         mark.end, mark.lines = offset + len(raw), lineno
+        if len(out) == take:
+            break
     if mark.lines == 0:
         raise HeaderProblem("empty file")
     return out

@@ -126,15 +126,17 @@ class FileStore(Closing):
         path = self.path(session_id)
         return await asyncio.to_thread(self._guard, self._load_entries_sync, path, session_id)
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
-        """The entries after seq ``after`` with their seqs (:class:`~durable_agent.session.
-        SeqStore`), read from a mark kept per followed file (:mod:`.follow`): nothing new is one
-        ``stat`` on the event loop, a small tail a read there (each cheaper than a thread)."""
-        path, after = self.path(session_id), check_after(after)
-        found = self._guard(read_now, path, session_id, after, self._marks)
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        """At most ``limit`` entries after seq ``after`` (:class:`~durable_agent.session.SeqStore`)
+        from a mark kept per followed file, read up to the last one's line (:mod:`.follow`):
+        nothing new is one ``stat`` on the event loop, a small tail a read there."""
+        path, after = self.path(session_id), check_after(after, limit)
+        found = self._guard(read_now, path, session_id, after, self._marks, limit)
         if found is None:
             read = self._entries_after_sync
-            found = await asyncio.to_thread(self._guard, read, path, session_id, after)
+            found = await asyncio.to_thread(self._guard, read, path, session_id, after, limit)
         return found
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
@@ -306,10 +308,12 @@ class FileStore(Closing):
 
         return self._retry_after_create(read, session_id)
 
-    def _entries_after_sync(self, path: Path, sid: str, after: int) -> list[tuple[int, Entry]]:
+    def _entries_after_sync(
+        self, path: Path, sid: str, after: int, limit: int | None
+    ) -> list[tuple[int, Entry]]:
         def read() -> list[tuple[int, Entry]]:
             with self._open_shared(path, sid) as f:
-                return read_after(f, sid, after, self._marks, path)
+                return read_after(f, sid, after, self._marks, path, limit)
 
         return self._retry_after_create(read, sid)
 

@@ -122,9 +122,12 @@ def end_seq(sid: str, docs: list[dict[str, Any]], field: str = "wires") -> int:
     return end
 
 
-def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> list[Entry]:
+def decode_documents(
+    sid: str, docs: list[dict[str, Any]], skip: int = 0, limit: int | None = None
+) -> list[Entry]:
     """Every entry of ``docs`` (sorted by ``seq``), decoded, in order (module doc); ``skip``
-    leaves out the first entries of the first document."""
+    leaves out the first entries of the first document, ``limit`` those past that many (the
+    last document of a page may hold more than it)."""
     out: list[Entry] = []
     seen: dict[str, str] = {}
     with bulk_decoding():
@@ -145,6 +148,8 @@ def decode_documents(sid: str, docs: list[dict[str, Any]], skip: int = 0) -> lis
                     continue
                 seen[entry.id] = wire
                 out.append(entry)
+                if len(out) == limit:
+                    return out
     return out
 
 

@@ -62,7 +62,7 @@ from ...session.errors import (
     StoreUnavailableError,
 )
 from ...session.ids import validate_session_id
-from ...session.store import Closing, SessionRecord, check_page
+from ...session.store import Closing, SessionRecord, check_after, check_page
 from ..appends import Watch
 from .batches import Guard, NotLast
 from .claims import Claims
@@ -255,17 +255,18 @@ class MongoStore(Closing):
         self._writer.seen(sid, session, end_seq(sid, docs))
         return decode_documents(sid, docs)
 
-    async def load_entries_after(self, session_id: str, after: int) -> list[tuple[int, Entry]]:
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
         """The entries after sequence number ``after``, each with its seq: its 1-based position
-        in append order (the order :meth:`load_entries` returns). ``after`` 0 gives them all.
+        in append order (the order :meth:`load_entries` returns), at most ``limit``.
 
-        Reads every document's ``seq`` and entry keys, then the documents holding later entries
-        by ``_id``, and stops before an append that may still be in flight before them, so a seq
-        once read never changes (:mod:`~durable_agent.stores.mongo.tail`).
+        Reads every document's ``seq`` and entry keys, then by ``_id`` the documents holding
+        the entries asked for, and stops before an append that may still be in flight before
+        them, so a seq once read never changes (:mod:`~durable_agent.stores.mongo.tail`).
         """
         sid = validate_session_id(session_id)
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise ValueError(f"after must be a non-negative integer, not {after!r}")
+        check_after(after, limit)
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             for _ in range(_READ_ROUNDS):
@@ -273,7 +274,7 @@ class MongoStore(Closing):
                 batches = [doc for doc in outline if not doc.get("fence")]
                 self._writer.seen(sid, session, end_seq(sid, batches, "keys"))
                 scope = Scope(sid, incarnation_of(sid, session))
-                found = await self._tail.read(scope, outline, after)
+                found = await self._tail.read(scope, outline, after, limit)
                 if found is not None:
                     return found
         raise StoreUnavailableError(f"session {sid!r}: its documents kept changing during a read")

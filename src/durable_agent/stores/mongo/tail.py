@@ -80,14 +80,20 @@ class Part(NamedTuple):
     size: int
 
 
-def parts(sid: str, docs: list[dict[str, Any]], after: int) -> list[Part] | None:
+def parts(
+    sid: str, docs: list[dict[str, Any]], after: int, limit: int | None = None
+) -> list[Part] | None:
     """The documents of ``docs`` (``_id``, ``seq``, ``keys``; sorted by ``seq``) that hold the
-    positions after ``after``, in order; ``None`` when an entry key repeats (FerretDB does not
-    enforce the unique index on keys), whose positions only a whole decode settles."""
+    positions after ``after``, in order, up to the one holding position ``after + limit``;
+    ``None`` when an entry key repeats (FerretDB does not enforce the unique index on keys),
+    whose positions only a whole decode settles (a repeat past the last part moves no position
+    before it)."""
     seen: set[str] = set()
     position = 0
     found: list[Part] = []
     for doc in docs:
+        if limit is not None and position >= after + limit:
+            break
         seq = seq_of(sid, doc)
         keys = strings(sid, doc, "keys")
         if seen.intersection(keys) or len(set(keys)) != len(keys):
@@ -114,23 +120,25 @@ class TailReader:
         self._settled: OrderedDict[str, int] = OrderedDict()  # gap place -> where the walk goes on
 
     async def read(
-        self, scope: Scope, outline: list[dict[str, Any]], after: int
+        self, scope: Scope, outline: list[dict[str, Any]], after: int, limit: int | None = None
     ) -> list[tuple[int, Entry]] | None:
-        """The entries after ``after`` with their seqs, from ``outline`` (documents and fences
-        of the incarnation, sorted by ``seq``); ``None`` if a document changed meanwhile."""
+        """The entries after ``after`` with their seqs, at most ``limit``, from ``outline``
+        (documents and fences of the incarnation, sorted by ``seq``), fetching only the
+        documents holding them; ``None`` if a document changed meanwhile."""
         docs = await self.settled(scope, outline)
-        wanted = parts(scope.sid, docs, after)
+        wanted = parts(scope.sid, docs, after, limit)
         if wanted is None:  # an ID stored twice: positions from a whole decode
             whole = [Part(doc["_id"], seq_of(scope.sid, doc), 0, _size(doc)) for doc in docs]
             fetched = await self._fetch(scope, whole)
             if fetched is None:
                 return None
-            return list(enumerate(decode_documents(scope.sid, fetched), 1))[after:]
+            found = list(enumerate(decode_documents(scope.sid, fetched), 1))[after:]
+            return found[:limit]
         fetched = await self._fetch(scope, wanted)
         if fetched is None:
             return None
         skip = wanted[0].skip if wanted else 0
-        return list(enumerate(decode_documents(scope.sid, fetched, skip), after + 1))
+        return list(enumerate(decode_documents(scope.sid, fetched, skip, limit), after + 1))
 
     async def settled(
         self, scope: Scope, outline: list[dict[str, Any]], fence_below: int = 0, start: int = 0
@@ -261,7 +269,8 @@ class TailReader:
                 *(self._entries.find_one({"_id": p.doc_id}, projection) for p in wanted)
             )
         else:
-            query = {"session_id": scope.sid, "inc": scope.inc, "seq": {"$gte": wanted[0].seq}}
+            seqs = {"$gte": wanted[0].seq, "$lte": wanted[-1].seq}
+            query = {"session_id": scope.sid, "inc": scope.inc, "seq": seqs}
             cursor = self._entries.find(query, projection, batch_size=LOAD_BATCH_SIZE)
             by_id = {doc["_id"]: doc async for doc in cursor}
             found = [by_id.get(p.doc_id) for p in wanted]
