@@ -16,7 +16,7 @@ from durable_agent.server import create_app, routes_sessions
 from durable_agent.server.routes_sessions import PAGE_BYTES
 from durable_agent.session import Entry
 from durable_agent.stores import FileStore
-from tests.server.support import serving
+from tests.server.support import serving, stream
 from tests.support.conformance import msg
 
 
@@ -105,15 +105,17 @@ async def test_an_entry_over_the_page_bytes_comes_alone(
 
 
 class CountingStore(FileStore):
-    """A FileStore that counts the entries its seq reads hand the server."""
+    """A FileStore that counts the entries its seq reads hand the server, and the most one
+    read handed it."""
 
-    read = 0
+    read = largest = 0
 
     async def load_entries_after(
         self, session_id: str, after: int, limit: int | None = None
     ) -> list[tuple[int, Entry]]:
         found = await super().load_entries_after(session_id, after, limit)
         self.read += len(found)
+        self.largest = max(self.largest, len(found))
         return found
 
 
@@ -131,3 +133,20 @@ async def test_a_page_reads_the_page_not_the_session(tmp_path: Path) -> None:
         last = await client.get("/v1/sessions/s/entries", params={"after": 498, "limit": 2})
         assert [e["seq"] for e in last.json()["entries"]] == [499, 500]
         assert last.json()["more"] is False and store.read == 5
+
+
+async def test_a_stream_replays_a_long_session_a_page_at_a_time(tmp_path: Path) -> None:
+    """A stream that resumes at the start of a session of 500 entries (or a little after it)
+    sends every entry after its cursor once, in seq order, and reads them from the store a
+    page at a time: the replay never holds the whole session in the server's memory."""
+    store = CountingStore(tmp_path / "sessions")
+    await store.create_session("s")
+    await store.append_entries("s", [msg(f"e{i}") for i in range(1, 501)])
+    async with serving(create_app(store=store)) as url, httpx.AsyncClient(base_url=url) as client:
+        for cursor, after, last in ((0, 0, None), (7, None, 7)):
+            store.largest = 0
+            async with stream(client, "s", after=after, last_event_id=last) as reader:
+                await reader.until(lambda r: r.live)
+            assert [seq for seq, _ in reader.entries()] == list(range(cursor + 1, 501))
+            assert [e["id"] for _, e in reader.entries()][-1] == "e500"
+            assert store.largest <= 101, store.largest

@@ -186,5 +186,5 @@ async def _leaf(store: Store, session_id: str, after: int) -> str:
     """The ID of the entry at seq ``after`` (the leaf a new hub starts from)."""
     if after <= 0:
         return ""
-    found = await entries_after(store, session_id, after - 1)
+    found = await entries_after(store, session_id, after - 1, 1)
     return found[0][1].id if found else ""

@@ -24,7 +24,7 @@ from ..session.store import RetentionStore, entries_after
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, SessionId, answers, runs
 from .runs import OnBusy, RunFailure, Runs, Status
-from .sse import session_stream
+from .sse import REPLAY_PAGE, session_stream
 
 __all__ = ["CLIENT_ID", "existing", "router"]
 
@@ -281,7 +281,7 @@ async def stream(
     # the entry at ``after`` and those after it: none, and ``after`` is no seq of this session
     # (another's, or one deleted since): resuming there would show nothing until the session
     # grew past it, and the session's hub, if it started there, would show no stream anything
-    found = await entries_after(srv.store, sid, after - 1)
+    found = await entries_after(srv.store, sid, after - 1, REPLAY_PAGE + 1)
     if not found:
         raise InvalidLastEventIdError(
             f"seq {after} is past the last entry of session {sid!r}: resume at the seq of an "

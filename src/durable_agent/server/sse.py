@@ -2,9 +2,10 @@
 
 ``GET /v1/sessions/{id}/stream`` with ``Last-Event-ID: N`` (wins) or ``?after=N`` (neither: from
 now). The store is the stream's buffer: the replay reads the entries after ``N`` from the store
-(``load_entries_after``, reading only what follows ``N``), then the client joins its session's
-shared hub (:mod:`.hub`), reads the store once more after what it replayed (entries stored while
-it joined), and takes the hub's frames, skipping any entry seq it already sent. So a client that
+(``load_entries_after``, reading only what follows ``N``, :data:`REPLAY_PAGE` at a time: a long
+session of big tool results is never held whole), then the client joins its session's shared
+hub (:mod:`.hub`), reads the store once more after what it replayed (entries stored while it
+joined), and takes the hub's frames, skipping any entry seq it already sent. So a client that
 comes back an hour later, after the run ended, continued-as-new or moved workers, gets exactly
 the entries it missed, each once, in seq order, and goes live: the comment ``: live`` marks
 that point, from which the stream tells every change (a run's end that came before it, the
@@ -31,7 +32,7 @@ from ..session.store import entries_after
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 
-__all__ = ["KEEPALIVE", "LIVE", "PacedStream", "Replay", "session_stream"]
+__all__ = ["KEEPALIVE", "LIVE", "REPLAY_PAGE", "PacedStream", "Replay", "session_stream"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -50,6 +51,9 @@ PIECE = 65_536
 of megabytes slowly but steadily (a slow link) is not taken for one that stopped."""
 
 
+REPLAY_PAGE = 100
+"""Entries a stream's replay reads from the store at a time."""
+
 LIVE = Frame("", {})
 """What a join sends is sent: sent as the comment ``: live`` (module doc)."""
 
@@ -63,14 +67,13 @@ def _event(frame: Frame) -> ServerSentEvent:
     )
 
 
-def _answered(pieces_parent: str, entries: list[tuple[int, Entry]]) -> bool:
-    """A reply hanging off ``pieces_parent`` is among ``entries`` (stored: no partial text)."""
-    return any(
-        isinstance(e, MessageEntry)
-        and e.message.role == "assistant"
-        and e.parent_id == (pieces_parent or None)
+def _replied(entries: Replay) -> set[str]:
+    """The entries that a reply among ``entries`` hangs off (stored: no partial text of it)."""
+    return {
+        e.parent_id or ""
         for _, e in entries
-    )
+        if isinstance(e, MessageEntry) and e.message.role == "assistant"
+    }
 
 
 async def frames(
@@ -81,26 +84,36 @@ async def frames(
     born: datetime | None = None,
 ) -> AsyncIterator[Frame]:
     """What one client receives (module doc); ends when the session is deleted. ``replay``:
-    the entries after ``after``, if the route read them already; ``born``: the session's
-    ``created_at``, if the route read its record (the hub need not read it again)."""
+    the first :data:`REPLAY_PAGE` entries after ``after`` at most, if the route read them
+    already; ``born``: the session's ``created_at``, if the route read its record (the hub need
+    not read it again)."""
     store = hubs.store
     if after is None:
         after = len(await entries_after(store, session_id, 0))
     if replay is None:
-        replay = await entries_after(store, session_id, after)
-    last = replay[-1][0] if replay else after
-    hub = await hubs.hub(session_id, last, born)
+        replay = await entries_after(store, session_id, after, REPLAY_PAGE)
+    replied: set[str] = set()
+    while True:  # before the join: a long replay fills no hub queue (docs/design.md#http-api)
+        for seq, entry in replay:
+            after = seq
+            yield entry_frame(seq, entry)
+        replied |= _replied(replay)
+        if len(replay) < REPLAY_PAGE:
+            break
+        replay = await entries_after(store, session_id, after, REPLAY_PAGE)
+    hub = await hubs.hub(session_id, after, born)
     queue, runs, pieces = hub.join()
     try:
         for frame in runs:
             yield frame
-        caught = await entries_after(store, session_id, last)
-        for seq, entry in [*replay, *caught]:
+        caught = await entries_after(store, session_id, after)
+        for seq, entry in caught:
             if seq > after:
                 after = seq
                 yield entry_frame(seq, entry)
+        replied |= _replied(caught)
         for piece in pieces:  # a reply stored since its run's stream gave the text: none
-            if not _answered(piece.entry_parent, [*replay, *caught]):
+            if piece.entry_parent not in replied:
                 yield Frame("delta", piece.data())
         yield LIVE
         while True:

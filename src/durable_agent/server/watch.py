@@ -174,14 +174,13 @@ async def caught_up(
     if not leaf or leaf == read or follower.after <= 0:
         return turn, counted, leaf
     try:  # best effort: a read failing leaves what the query said
-        found = await entries_after(
-            follower.store, follower.session_id, max(0, follower.after - LOOK_BACK)
-        )
+        # up to the hub's read position: the hub reads what follows, the watch places it
+        # (:func:`owner`)
+        start, end = max(0, follower.after - LOOK_BACK), follower.after
+        found = await entries_after(follower.store, follower.session_id, start, end - start)
     except Exception:
         return turn, counted, leaf
-    for seq, entry in found:
-        if seq > follower.after:
-            break  # the hub reads it: the watch places it (:func:`owner`)
+    for _, entry in found:
         if (entry.parent_id or "") != leaf:
             continue
         leaf = entry.id
