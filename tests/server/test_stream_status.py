@@ -76,6 +76,10 @@ async def _scenario(app: FastAPI, other: FastAPI | None = None) -> None:
                 "run",
                 {"run_id": run_id, "status": "awaiting_approval"},
             )
+            async with stream(client, SID, after=0) as replaying:  # runs first, then entries
+                await replaying.until(lambda r: r.live)
+                assert [f.event for f in replaying.frames][:2] == ["run", "entry"]
+                assert replaying.frames[0].data == first.data
             decided = await client.post(
                 f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}
             )

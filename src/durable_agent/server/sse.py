@@ -4,8 +4,10 @@
 now). The store is the stream's buffer: the replay reads the entries after ``N`` from the store
 (``load_entries_after``, reading only what follows ``N``, :data:`REPLAY_PAGE` at a time: a long
 session of big tool results is never held whole), then the client joins its session's shared
-hub (:mod:`.hub`), reads the store once more after what it replayed (entries stored while it
-joined), and takes the hub's frames, skipping any entry seq it already sent. So a client that
+hub (:mod:`.hub`), sends the status of the runs going, its replay's last page, the entries
+stored while it joined (one more read), and takes the hub's frames, skipping any entry seq it
+already sent. A replay's full pages go before the join (they fill no hub queue), so only a
+replay longer than a page shows its run frames after some of its entries. So a client that
 comes back an hour later, after the run ended, continued-as-new or moved workers, gets exactly
 the entries it missed, each once, in seq order, and goes live: the comment ``: live`` marks
 that point, from which the stream tells every change (a run's end that came before it, the
@@ -93,25 +95,24 @@ async def frames(
     if replay is None:
         replay = await entries_after(store, session_id, after, REPLAY_PAGE)
     replied: set[str] = set()
-    while True:  # before the join: a long replay fills no hub queue (docs/design.md#http-api)
+    while len(replay) >= REPLAY_PAGE:  # a long replay goes before the join, fills no hub queue
         for seq, entry in replay:
             after = seq
             yield entry_frame(seq, entry)
         replied |= _replied(replay)
-        if len(replay) < REPLAY_PAGE:
-            break
         replay = await entries_after(store, session_id, after, REPLAY_PAGE)
-    hub = await hubs.hub(session_id, after, born)
+    last = replay[-1][0] if replay else after
+    hub = await hubs.hub(session_id, last, born)
     queue, runs, pieces = hub.join()
     try:
-        for frame in runs:
+        for frame in runs:  # before the replay's last page (all of a short one's)
             yield frame
-        caught = await entries_after(store, session_id, after)
-        for seq, entry in caught:
+        caught = await entries_after(store, session_id, last)
+        for seq, entry in [*replay, *caught]:
             if seq > after:
                 after = seq
                 yield entry_frame(seq, entry)
-        replied |= _replied(caught)
+        replied |= _replied(replay) | _replied(caught)
         for piece in pieces:  # a reply stored since its run's stream gave the text: none
             if piece.entry_parent not in replied:
                 yield Frame("delta", piece.data())
