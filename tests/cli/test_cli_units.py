@@ -300,6 +300,18 @@ def test_a_reply_line_opens_with_its_first_text() -> None:
     assert '  assistant ▸ → send_email({"to": "bob"})' in out.getvalue().splitlines()
 
 
+def test_a_reply_cut_at_the_token_limit_says_so() -> None:
+    """A reply stopped by its token limit (its cut tool call left out by the adapter) says why
+    it ends there; before, it ended silently, as if the model had nothing more to say."""
+    out = io.StringIO()
+    printer = RunPrinter(Console(file=out, width=200, no_color=True))
+    printer.handle(_agent_event("message_start", message=Message(role="assistant")))
+    cut = Message(role="assistant", content=[TextContent(text="Writing")], stop_reason="length")
+    printer.handle(_agent_event("message_end", message=cut))
+    printer.finish()
+    assert "  assistant ▸ Writing  [cut at the model's token limit]" in out.getvalue()
+
+
 def test_demo_model_follows_the_question() -> None:
     sales = respond(_request(user_message("What were Q2 sales?")))
     assert sales.tool_calls[0].name == SLOW_TOOL

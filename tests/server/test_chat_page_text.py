@@ -65,3 +65,21 @@ async def test_a_stream_cut_between_cr_and_lf_loses_no_entry(
         assert await page.evaluate("window.pwned") is None
     assert [u.split("\n")[0] for u in users] == ["hello", "again"]
     assert shown == [f"First. {HOSTILE}", "Second."]
+
+
+async def test_a_reply_cut_at_the_token_limit_says_so(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A reply the model's token limit stopped (a tool call cut there is left out of it) says
+    why it ends there, as one stopped or failed does; before, it ended silently."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="Writing the fi", stop_reason="length")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(replies))})
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "write it")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Writing the fi"), within=30, interval=0.1, what="reply")
+        shown = await page.locator(".msg.assistant:not(.live)").all_inner_texts()
+    assert shown == ["Writing the fi\n(cut at the model's token limit)"]

@@ -1,17 +1,15 @@
 """``durable-agent run``: one turn on Temporal, printed as it happens (or as JSON at the end).
 
-Everything that can be checked is checked before the session is created (the message, the ID,
-``--leaf``, Temporal, a worker on another store); a new session is created by its first run once the
-worker checked the agent: an agent the worker lacks creates nothing. A run going on the session (any
-process's, even one too new to be listed: then the run fails, nothing stored) refuses a run from
-its tail or its calls (``--leaf``). Ctrl-C or ``--timeout`` cancels the run; what it stored stays.
+All that can be checked is, before anything is created (the message, the ID, ``--leaf``,
+Temporal, a worker on another store); a new session is made by its first run once the worker knew
+the agent. A run going on the session (any process's; one too new to be listed fails the run,
+nothing stored) refuses a run from its tail or calls. Ctrl-C or ``--timeout`` cancels the run.
 
-:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``. They are
-its receipts: a ``message_end`` comes after its entry is stored, so the stored entry ID and the new
-leaf show under each message. ``message_update`` deltas show as they come (on Temporal a batch at a
-time from the store's live delta channel, which :class:`~durable_agent.cli.render.Reveal` writes out
-at the pace it came); an update with ``restart`` (the model call was retried after a worker crash)
-starts the reply's line over.
+:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``: its
+receipts (a ``message_end`` comes once its entry is stored: the entry ID and new leaf show under
+each message). ``message_update`` deltas show as they come (on Temporal a batch at a time from
+the store's live delta channel, which :class:`~durable_agent.cli.render.Reveal` writes out at the
+pace it came); an update with ``restart`` (a retried model call) starts the reply's line over.
 """
 
 from __future__ import annotations
@@ -381,6 +379,8 @@ class RunPrinter:
                 )
             if message.stop_reason in ("error", "aborted"):
                 self._write(f"  [{message.stop_reason}: {message.error or ''}]", "red")
+            elif message.stop_reason == "length":  # a call cut there is left out of it
+                self._write("  [cut at the model's token limit]", "yellow")
             self._close_line()
             self._reveal.reset()
             self._receipt(event, "reply")

@@ -163,7 +163,7 @@ function message(e, siblings, i) {
   }
   if (state.editing && state.editing.id === e.id) { div.appendChild(editor(e)); return div; }
   div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
-  const cut = { aborted: "stopped before the end", error: "failed before the end" }[m.stop_reason];
+  const cut = { aborted: "stopped before the end", error: "failed before the end", length: "cut at the model's token limit" }[m.stop_reason];
   if (m.role === "assistant" && cut) div.appendChild(node("cut", `(${cut})`));
   const calls = (m.content || []).filter((b) => b.type === "tool_call"); // no arguments: none sent
   if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments || {})})`).join("\n")));
