@@ -549,3 +549,42 @@ async def test_a_decision_for_a_run_that_fails_as_it_starts_is_committed(store: 
     assert stored(again)[-1] == decision
     assert shape(stored(again)) == ["user", "assistant", "approval_request", "approval_decision"]
     assert SENT == []
+
+
+async def test_a_decision_as_the_run_parks_is_stored_for_the_next_run() -> None:
+    """In process, a decision made while a run that parked closes its loop (a factory's loop
+    whose close awaits: a provider's connection shut) is stored at the leaf for the next run,
+    as at any other moment after the park: it was refused as ``RunActiveError`` (the run had
+    let go of its inbox, the handle was still busy) and nothing was stored."""
+    from durable_agent import model, new
+    from durable_agent.agent.loop import Loop, build_loop
+
+    closing, close = asyncio.Event(), asyncio.Event()
+    lm = ScriptedModel([Reply(tool_calls=[email()]), "sent"])
+
+    class ClosesSlowly:
+        def __init__(self, inner: Loop) -> None:
+            self.inner = inner
+            self.run = inner.run
+
+        async def aclose(self) -> None:
+            closing.set()
+            await close.wait()
+            await self.inner.aclose()
+
+    async def factory(options: Any) -> ClosesSlowly:
+        return ClosesSlowly(await build_loop(model(lm), options))
+
+    agent = await new(factory, tools=(send_email,), approval_wait=0.1)
+    stream = await agent.run("mail bob")
+    await asyncio.wait_for(closing.wait(), 30)  # parked: its loop closing
+    # its first step runs before the loop's close goes on (it was refused in that step)
+    deciding = asyncio.ensure_future(agent.decide("c1", True, decided_by="alice"))
+    close.set()
+    await asyncio.wait_for(stream.wait(), 30)
+    decision = await asyncio.wait_for(deciding, 30)
+    assert isinstance(decision, ApprovalDecision) and decision.decided_by == "alice"
+    assert shape(stored(agent)) == ["user", "assistant", "approval_request", "approval_decision"]
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    assert SENT == [{"to": "bob@example.com", "body": "hi"}]
+    assert shape(stored(agent))[-2:] == ["tool_result", "assistant"]

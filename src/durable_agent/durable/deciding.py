@@ -72,7 +72,9 @@ async def decide(
         entry = await remote(state, decision)
         if entry is not None:
             return entry
-        await state.run_ended()  # the run asked ended without it: its last receipts first
+    # the handle's run, if one goes on, does not take it (on Temporal it ended without it; in
+    # process it let go of its inbox and closes its loop): its last receipts first
+    await state.run_ended()
     return await commit_decision(state, decision)
 
 
