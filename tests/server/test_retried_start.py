@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from durable_agent.ai import Reply
 from durable_agent.server import create_app
-from durable_agent.session import MessageEntry
+from durable_agent.session import MessageEntry, SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, helper_app, helper_client, scripted, serving, stream
@@ -87,6 +87,53 @@ async def test_a_retried_message_is_delivered_once(temporal: Client | None, tmp_
         said = [m.message.text() for m in await _messages(store, sid)]
         # each once: the steer after the tool's result, the follow-up at the run's end
         assert said == ["Go.", "", "Also this.", "Noted.", "And then that.", "Done too."]
+
+
+async def test_a_message_sent_again_before_its_first_answer_is_delivered_once(
+    temporal: Client | None, tmp_path: Path
+) -> None:
+    """Requests of one message (its ``message_id``) at once, a retry before the first one's
+    answer (a client's timeout, a double click): each answered 202 naming the message, which
+    is delivered once. In process each was handed to the run, the message stored again."""
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Noted.")]), tools=[gate.tool]
+    )
+    async with helper_client(temporal, tmp_path, spec) as (client, store):
+        sid = f"retry-{uuid.uuid4().hex[:8]}"
+        await client.post("/v1/sessions", json={"session_id": sid})
+        async with stream(client, sid, after=0) as reader:
+            await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go.", "run_id": "run-1"})
+            await asyncio.wait_for(gate.started.wait(), 60)
+            steer = {"text": "Also this.", "message_id": "m-1"}
+            url = f"/v1/sessions/{sid}/messages"
+            Together(store, 5)
+            sent = await asyncio.gather(*(client.post(url, json=steer) for _ in range(5)))
+            assert [(s.status_code, s.json()) for s in sent] == 5 * [
+                (202, {"run_id": "run-1", "message_id": "m-1"})
+            ]
+            gate.release.set()
+            await reader.until(ended("run-1"), within=60)
+        said = [m.message.text() for m in await _messages(store, sid)]
+        assert said == ["Go.", "", "Also this.", "Noted."]
+
+
+class Together:
+    """Holds the store's next ``requests`` session-record reads until all of them are made:
+    requests sent at once reach the server's side (past their session's check) together."""
+
+    def __init__(self, store: FileStore, requests: int) -> None:
+        self.inner, self.left = store.load_session, requests
+        self.all_in = asyncio.Event()
+        store.load_session = self.read  # type: ignore[method-assign]
+
+    async def read(self, session_id: str) -> SessionRecord:
+        if self.left > 0:
+            self.left -= 1
+            if self.left == 0:
+                self.all_in.set()
+            await self.all_in.wait()
+        return await self.inner(session_id)
 
 
 async def _messages(store: FileStore, sid: str) -> list[MessageEntry]:

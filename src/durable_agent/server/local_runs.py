@@ -65,6 +65,7 @@ class LocalRuns:
         self._compacting: set[str] = set()
         self._lock = asyncio.Lock()
         self._deciding = SessionLocks()
+        self._sending = SessionLocks()
 
     async def start(
         self,
@@ -188,7 +189,14 @@ class LocalRuns:
         self, session_id: str, entry: MessageEntry, when: When, message_id: str | None = None
     ) -> tuple[str, str]:
         """Queue ``entry`` in the session's running run; answers once the run accepted it
-        (its delivery is a receipt on the stream)."""
+        (its delivery is a receipt on the stream). One send of the session at a time: a
+        resend arriving before the first one's answer finds it handed on."""
+        async with self._sending(session_id):
+            return await self._send(session_id, entry, when, message_id)
+
+    async def _send(
+        self, session_id: str, entry: MessageEntry, when: When, message_id: str | None
+    ) -> tuple[str, str]:
         born = await created_at_of(self.store, session_id)
         accepted = self._accepted.run_of(session_id, message_id, born)
         if accepted is not None and message_id is not None:
