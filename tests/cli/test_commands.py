@@ -583,3 +583,36 @@ def test_chat_switches_branches_and_sessions(dev: Dev) -> None:
         and e["message"]["content"][0]["text"] == "hello"
     )
     assert hello["parent_id"] == first_tip, "the turn after /switch 1 continued branch 1"
+
+
+def test_a_chat_goes_on_after_another_process_ran_on_its_session(dev: Dev) -> None:
+    """Two shells on one session: a ``run`` (or another chat) stores a turn while a chat sits
+    at its prompt. The chat's next question goes on from that turn; it was refused for good
+    ("another run or decision stored on session ... start it again once the session is idle",
+    on every line, the session idle), as its handle never took in the other process's entries."""
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "two1"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("two1 ▸ ")
+        elsewhere = run_cli(["run", "two1", "hello"], dev.env)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        child.sendline("What's the weather in Lisbon?")
+        answered = child.expect(["24°C, sunny in Lisbon", "error: .*\r\n"])
+        assert answered == 0, plain(child.after)
+        child.expect("two1 ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+        said = plain(child.before or "")
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0 and "error" not in said, said
+    shown = _json(run_cli(["show", "two1", "--json"], dev.env))
+    users = [
+        e["message"]["content"][0]["text"]
+        for e in shown["entries"]
+        if e.get("message", {}).get("role") == "user"
+    ]
+    assert users == ["hello", "What's the weather in Lisbon?"], (
+        "one path: the chat went on from the run's turn"
+    )

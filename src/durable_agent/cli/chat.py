@@ -143,8 +143,7 @@ class Chat:
 
     async def switch(self, target: str) -> None:
         """``/switch``: list the branches, or move to one, or to another session."""
-        agent = self.agent
-        tips = self.tips()
+        agent, tips = self.agent, self.tips()
         if not target:
             active = agent.leaf_id
             for n, tip in enumerate(tips, 1):
@@ -183,7 +182,8 @@ class Chat:
         )
 
     async def turn(self, *texts: str) -> None:
-        """One run (none while another process's goes), followed as :meth:`follow` says."""
+        """One run, from what any process stored (none while another's run goes)."""
+        await self.agent.state.catch_up()  # another shell's turn meanwhile: go on from it
         if self.executor is not None:
             await refuse_busy(self.executor.client, self.agent)
         await self.follow(await self.agent.run(*texts, if_unchanged=self.executor is not None))

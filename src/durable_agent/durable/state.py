@@ -226,6 +226,18 @@ class SessionState:
                 below.add(entry.id)
                 self.leaf = entry.id
 
+    async def catch_up(self) -> None:
+        """Take in what other processes stored since this handle read the session (another
+        shell's run on it), as :meth:`follow` does: a guarded write then expects the store's
+        newest entry, not the one this handle last saw. Nothing while none is stored."""
+        try:
+            stored = await self.store.load_entries(self.session_id)
+        except SessionNotFoundError:
+            return
+        async with self.lock:
+            self.follow(stored)
+            self.created = True
+
     def _append(self, durable: list[Entry], guard: Guard | None) -> Awaitable[bool]:
         if guard is not None and isinstance(self.store, GuardedStore):
             return self.store.append_if_last(self.session_id, durable, guard.last_id)
