@@ -60,7 +60,7 @@ from .render import (
     render_transcript,
     render_tree,
 )
-from .run import RunPrinter, open_agent, refuse_busy
+from .run import CANCEL_REQUESTED, RunPrinter, cancel_run, open_agent, refuse_busy
 from .sessions import parent_of
 
 __all__ = ["HELP", "Chat", "chat", "run_chat"]
@@ -207,8 +207,8 @@ class Chat:
         except asyncio.CancelledError:
             printer.finish()
             self.console.print("[yellow]cancelling the run…[/]")
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(stream.cancel(), 30)
+            said = "run cancelled" if await cancel_run(stream) else CANCEL_REQUESTED
+            self.console.print(f"[yellow]{said}[/]")
             raise
         except RunCancelledError:
             pass
@@ -367,8 +367,8 @@ def run_chat(
                         runner.run(chat.turn(*step))
                 except KeyboardInterrupt:
                     console.print(
-                        f"[yellow]run cancelled[/]; session {escape(chat.agent.session_id)} is "
-                        f"at leaf {escape(chat.agent.leaf_id)}"
+                        f"session {escape(chat.agent.session_id)} is at leaf "
+                        f"{escape(chat.agent.leaf_id or '(root)')}"
                     )
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
                     print_error(console, str(exc))

@@ -59,8 +59,10 @@ from .render import PEOPLE, Reveal, console, entry_json, err, flags_from, print_
 from .worker import check_workers
 
 __all__ = [
+    "CANCEL_REQUESTED",
     "CANCEL_WAIT",
     "RunPrinter",
+    "cancel_run",
     "check_leaf",
     "input_entry",
     "open_agent",
@@ -115,6 +117,7 @@ def run(
 
 
 CANCEL_WAIT = 10.0  # seconds: with no worker polling, a cancelled run ends only when one comes
+CANCEL_REQUESTED = "cancellation was requested (it takes effect when a worker picks the run up)"
 
 
 def input_entry(text: str, payload_limit: int = DEFAULT_PAYLOAD_LIMIT) -> MessageEntry:
@@ -232,18 +235,14 @@ async def _stream_turn(
                     printer.handle(event)
     except TimeoutError:
         printer.finish()
-        how = (
-            "it was cancelled"
-            if await _cancel(stream)
-            else "cancellation was requested (it takes effect when a worker picks the run up)"
-        )
+        how = "it was cancelled" if await cancel_run(stream) else CANCEL_REQUESTED
         said = f"the run did not finish in {limit.total_seconds():g} s; {how}"
         err.print(f"[red]error:[/] {said}", soft_wrap=True)
         return 1
     except asyncio.CancelledError:  # Ctrl-C: where it left the session, as chat says
-        await _cancel(stream)
-        sid, leaf = agent.session_id, agent.leaf_id
-        err.print(f"run cancelled; session {sid} is at leaf {leaf} (durable-agent show {sid})")
+        ended, sid, leaf = await cancel_run(stream), agent.session_id, agent.leaf_id
+        said = f"run cancelled; session {sid} is at leaf {leaf} (durable-agent show {sid})"
+        err.print(said if ended else f"the run did not end: {CANCEL_REQUESTED}")
         raise
     finally:
         printer.finish()
@@ -264,7 +263,7 @@ async def _stream_turn(
     return 0
 
 
-async def _cancel(stream: RunStream) -> bool:
+async def cancel_run(stream: RunStream) -> bool:
     """Cancel the run, waiting at most :data:`CANCEL_WAIT`; whether it ended in that time."""
     try:
         await asyncio.wait_for(stream.cancel(), CANCEL_WAIT)
