@@ -616,3 +616,28 @@ def test_a_chat_goes_on_after_another_process_ran_on_its_session(dev: Dev) -> No
     assert users == ["hello", "What's the weather in Lisbon?"], (
         "one path: the chat went on from the run's turn"
     )
+
+
+def test_a_chat_compacts_what_another_process_stored_meanwhile(dev: Dev) -> None:
+    """``/compact`` after another shell's turn summarizes up to that turn, on one path; it
+    compacted the chat's stale leaf instead: a branch beside the other turn, made the active one,
+    so the session's newest turn fell off the path its next question goes on from."""
+    assert run_cli(["run", "two2", "hello"], dev.env).returncode == 0
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "two2"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("two2 ▸ ")
+        elsewhere = run_cli(["run", "two2", "What's the weather in Lisbon?"], dev.env)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        child.sendline("/compact 0")
+        child.expect("compaction [0-9a-f]{16}")
+        child.expect("two2 ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    shown = _json(run_cli(["show", "two2", "--json"], dev.env))
+    kinds = [e["type"] for e in shown["entries"]]
+    assert kinds[-1] == "compaction", kinds
+    assert len(kinds) == 7, "the compaction follows the other turn's reply: " + json.dumps(shown)

@@ -276,8 +276,7 @@ class Chat:
             if len(args) != 1:
                 self.console.print("usage: /branch ID|root  (IDs are shown by /tree)")
                 return True
-            target = "" if args[0] == "root" else args[0]
-            await agent.branch(target)
+            await agent.branch("" if args[0] == "root" else args[0])
             self.console.print(f"leaf is now {escape(agent.leaf_id or '(root)')}")
         elif name in ("switch", "leaf"):
             await self.switch(rest)
@@ -306,6 +305,7 @@ class Chat:
             keep = int(args[0]) if args else 1
             if self.executor is not None:  # as the HTTP API: the going run's calls are not over
                 await refuse_busy(self.executor.client, agent)
+            await agent.state.catch_up()  # another shell's turns meanwhile: summarize them too
             entry = await agent.compact(keep_turns=keep)
             said = entry and f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
             self.console.print(said or "nothing to compact")
