@@ -168,9 +168,8 @@ class FileStore(Closing):
         """One page of records, newest first, from each file's header line only (never the
         entries); with ``prefix``, only the files whose name (the ID) starts with it are opened.
         A file whose name is no session ID is not listed, nor one whose header is damaged or
-        that cannot be read (logged as a warning naming the file: ``load_session`` raises for
-        it); a root that cannot be read is ``StoreUnavailableError``. Every page reads every
-        matching header: a listing of N sessions costs N reads per page."""
+        unreadable (a warning names the file); a root that cannot be read is
+        ``StoreUnavailableError``. Each page reads every matching header (N per page)."""
         prefix = check_page(limit, offset, prefix)
         load = self._load_session_sync
         records = await asyncio.to_thread(self._guard, list_records, self._root, load, prefix)

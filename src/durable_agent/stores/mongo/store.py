@@ -182,8 +182,7 @@ class MongoStore(Closing):
 
     def watch_appends(self, session_id: str, wake: Callable[[], None]) -> Watch:
         """Call ``wake`` after each append to the session commits, where the server has change
-        streams (:class:`~durable_agent.session.store.AppendFeed`, :mod:`.feed`); the ID is
-        checked before the feed starts."""
+        streams (:class:`~durable_agent.session.store.AppendFeed`, :mod:`.feed`), ID checked."""
         return self._feed.watch(validate_session_id(session_id), wake)
 
     async def ensure_indexes(self) -> None:
