@@ -138,6 +138,13 @@ async def _scenario(asker: httpx.AsyncClient, decider: httpx.AsyncClient, store:
         assert again.json()["error"]["type"] == "ApprovalNotPendingError"
         assert again.json()["error"]["decision_id"] == decision["id"]
 
+        with_args = await decider.post(  # a denied call does not run: args are refused
+            f"/v1/sessions/{SID}/approvals/call-2",
+            json={"approved": False, "args": {"to": "eve@example.com"}},
+            headers=ACME,
+        )
+        assert with_args.status_code == 422, with_args.text
+        assert "args: a denied call does not run" in with_args.json()["error"]["message"]
         denied = await decider.post(
             f"/v1/sessions/{SID}/approvals/call-2",
             json={"approved": False, "reason": "not before the audit"},

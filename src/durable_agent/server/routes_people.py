@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import TypedDict
 
 from ..durable.inbox import When
@@ -39,6 +39,12 @@ class Decide(BaseModel):
     reason: str | None = None
     args: dict[str, Any] | None = None
     """Edited arguments the approved call runs with (``None``: as the model gave them)."""
+
+    @model_validator(mode="after")
+    def _args_only_approved(self) -> Decide:
+        if self.args is not None and not self.approved:  # as the CLI's deny refuses --args
+            raise ValueError("args: a denied call does not run (send args with approved true)")
+        return self
 
 
 class Accepted(TypedDict):
@@ -86,7 +92,7 @@ async def decide(
         tool_call_id=tool_call_id,
         approved=body.approved,
         reason=body.reason,
-        args=body.args if body.approved else None,
+        args=body.args,
         decided_by=tenant.principal,
     )
     entry, _ = await runs(srv).decide(sid, decision)
