@@ -258,6 +258,58 @@ async def test_a_parked_run_continues_once_its_calls_are_decided(tmp_path: Path)
         assert (await said_on_path(store, SID))[-3:] == ONE_SENT_ONE_DENIED
 
 
+async def test_a_decision_as_the_run_parks_starts_the_run_that_carries_it_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, the decision that settles the turn reaches the run's handle just as the run
+    parks (its loop closing, a provider's connection shut): it is stored at the leaf, and the
+    run that carries the calls out starts, as for a decision after the park. Before, nothing
+    started: the turn waited, decided, for the next run."""
+    from durable_agent.agent.loop import ModelLoop
+    from durable_agent.durable.state import SessionState
+
+    closing, close, waits = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    closes, run_ended = ModelLoop.aclose, SessionState.run_ended
+
+    async def closes_slowly(loop: ModelLoop) -> None:
+        if not close.is_set():
+            closing.set()
+            await close.wait()
+        await closes(loop)
+
+    async def waited(state: SessionState) -> None:
+        waits.set()  # the decision waits for the parked run's end
+        await run_ended(state)
+
+    monkeypatch.setattr(ModelLoop, "aclose", closes_slowly)
+    monkeypatch.setattr(SessionState, "run_ended", waited)
+    store = FileStore(tmp_path / "sessions")
+    one = [ToolCall(id="call-1", name="send_email", arguments={"to": "bob@example.com"})]
+    script = [Reply(tool_calls=one), Reply(text="Sent.")]
+    spec = AgentSpec(model=scripted(script), tools=[send_email], approval_wait=0.05)
+    app = create_app(store=store, agents={"mail": spec}, keys=KEYS)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        started = await client.post(f"/v1/sessions/{SID}/runs", json={"text": "Mail"}, headers=ACME)
+        assert started.status_code == 202, started.text
+        await asyncio.wait_for(closing.wait(), 30)
+        deciding = asyncio.ensure_future(
+            client.post(
+                f"/v1/sessions/{SID}/approvals/call-1", json={"approved": True}, headers=ACME
+            )
+        )
+        await asyncio.wait_for(waits.wait(), 30)
+        close.set()
+        assert (await asyncio.wait_for(deciding, 30)).status_code == 200
+
+        async def carried_out() -> bool:
+            return (await said_on_path(store, SID))[-2:] == [
+                ("tool_result", "sent to bob@example.com"),
+                ("assistant", "Sent."),
+            ]
+
+        await eventually(carried_out, within=30, what="the continuation run")
+
+
 async def test_a_reason_over_the_payload_limit_is_refused(
     temporal: Client | None, tmp_path: Path
 ) -> None:

@@ -21,7 +21,7 @@ from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.ids import new_id
 from ..session.store import RetentionStore, Store, created_at_of
-from .deciding import SessionLocks, decide_at_leaf, decide_with
+from .deciding import SessionLocks, continue_settled, decide_at_leaf, decide_with
 from .relay import RunRelay
 from .runs import (
     REMEMBERED,
@@ -225,7 +225,9 @@ class LocalRuns:
             handle = self._handles.get((session_id, run_id))
             waiting = () if handle is None else handle.pending_approvals()
             if handle is not None and decision.tool_call_id in {p.tool_call_id for p in waiting}:
-                return await decide_with(handle, decision), None
+                entry = await decide_with(handle, decision)
+                # a run that parked just then left it at the leaf: it may settle the turn
+                return entry, await continue_settled(self, self.store, session_id)
         opened = partial(new, None, store=self.store, session_id=session_id, create=False)
         return await decide_at_leaf(self, self.store, self._deciding, session_id, decision, opened)
 
