@@ -324,3 +324,45 @@ async def test_a_meta_message_and_one_of_two_parts_are_delivered_as_sent(harness
     assert isinstance(two, MessageEntry) and two.message.content == parts.content
     assert [e.id for e in stored(agent)][3:5] == [note.id, two.id]
     assert [m.text() for m in lm.requests[1].messages[-2:]] == ["the user is on a phone", "ab"]
+
+
+async def test_a_run_a_follow_up_hook_goes_on_with_still_takes_messages() -> None:
+    """In process, a ``follow_up`` hook that goes on where the loop would stop: a message sent
+    while the turns it started run is delivered at their end. Before, the inbox had closed
+    when it found nothing at that stop, so every later message was refused, 'it has ended',
+    though the run went on."""
+    from collections.abc import Sequence
+
+    from durable_agent import Hooks, model, new
+    from durable_agent.ai import user_message
+
+    nudged = False
+
+    def follow_up(produced: Sequence[Message]) -> list[Message] | None:
+        nonlocal nudged
+        if nudged:
+            return None
+        nudged = True
+        return [user_message("go on")]
+
+    lm = ScriptedModel(["first answer", Reply(tool_calls=[call(1)]), "stepped", "last answer"])
+    agent = await new(model(lm), tools=(step,), hooks=Hooks(follow_up=follow_up))
+    stream = await agent.run("begin")
+    await asyncio.wait_for(STARTED.wait(), 30)  # in the turn the hook started
+    sending = asyncio.ensure_future(stream.send("and then?", when="at_end"))
+    await queued(agent)
+    RELEASE.set()
+    delivered = await asyncio.wait_for(sending, 30)
+    await asyncio.wait_for(stream.wait(), 30)
+    said = [e.message.text() for e in stored(agent) if isinstance(e, MessageEntry)]
+    assert said == [
+        "begin",
+        "first answer",
+        "go on",
+        "",
+        "step 1 done",
+        "stepped",
+        "and then?",
+        "last answer",
+    ]
+    assert delivered.id == stored(agent)[6].id

@@ -35,10 +35,15 @@ __all__ = [
     "model",
 ]
 
-Inbox = Callable[[bool], Awaitable[list[Message]]]
-"""Called after each ``turn_end`` with whether the loop would go on: the messages people sent
-into the run that are due now (the consumer stored them), which the loop adds to its context
-before its next model call (docs/design.md#approvals-and-steering)."""
+
+class Inbox(Protocol):
+    """Called after each ``turn_end`` with whether the loop would go on: the messages people
+    sent into the run that are due now (the consumer stored them), which the loop adds to its
+    context before its next model call (docs/design.md#approvals-and-steering). ``last``: where
+    the loop would stop, finding none ends the run (the consumer then takes no more); not the
+    last look when a ``follow_up`` hook is asked next, which may go on."""
+
+    def __call__(self, would_continue: bool, last: bool = True) -> Awaitable[list[Message]]: ...
 
 
 class AgentRun:
@@ -270,21 +275,32 @@ class ModelLoop:
             stopped = assistant.stop_reason in ("error", "aborted")
             may_continue = opts.max_turns is None or turns < opts.max_turns
             going_on = bool(calls) and may_continue and not stopped
-            delivered = [] if run.inbox is None else await run.inbox(going_on)
-            if delivered:
-                context.extend(delivered)  # a delivered message always gets a model call
-                continue
-            if going_on:
-                continue
-            if not calls and may_continue and not stopped and opts.hooks is not None:
-                follow = await call_hook(opts.hooks.follow_up, list(produced))
-                if follow:
-                    injected = list(follow)
-                    context.extend(injected)
-                    produced.extend(injected)
-                    continue
-            break
+            asks = not calls and may_continue and not stopped  # the follow_up hook, if any
+            delivered, follow = await self._next_input(run, going_on, asks, produced)
+            if follow:
+                injected = follow
+                context.extend(injected)
+                produced.extend(injected)
+            context.extend(delivered)  # a delivered message always gets a model call
+            if not (going_on or delivered or follow):
+                break
         yield AgentEvent(type="agent_end", messages=produced, usage=usage)
+
+    async def _next_input(
+        self, run: AgentRun, going_on: bool, asks: bool, produced: list[Message]
+    ) -> tuple[list[Message], list[Message]]:
+        """What people sent that is due, else (where the loop would stop, ``asks``) the
+        ``follow_up`` hook's messages; neither where it would stop: the run ends. The inbox's
+        last look comes after the hook, so a run the hook goes on with takes messages still."""
+        hook = None if self.options.hooks is None else self.options.hooks.follow_up
+        hooked = asks and hook is not None
+        delivered = [] if run.inbox is None else await run.inbox(going_on, not hooked)
+        if delivered or not hooked:
+            return delivered, []
+        follow = await call_hook(hook, list(produced))
+        if follow:
+            return [], list(follow)
+        return ([] if run.inbox is None else await run.inbox(False)), []
 
 
 def _calls(assistant: Message) -> list[ToolCall]:

@@ -333,11 +333,12 @@ class LocalGate:
         return True
 
 
-async def deliver(engine: RunSide, would_continue: bool) -> list[Message]:
-    """The loop's inbox: store the messages due at this turn's end, each emitted as
-    ``input_delivered`` (docs/design.md#approvals-and-steering). What a cancellation or a
-    failure cuts off goes back to the inbox: a cancelled run stores it, a failed one refuses it."""
-    due = engine.inbox.due(would_continue)
+async def deliver(engine: RunSide, would_continue: bool, last: bool = True) -> list[Message]:
+    """The loop's inbox (:class:`~durable_agent.agent.loop.Inbox`): store the messages due at
+    this turn's end, each emitted as ``input_delivered`` (docs/design.md#approvals-and-steering).
+    What a cancellation or a failure cuts off goes back to the inbox: a cancelled run stores it,
+    a failed one refuses it."""
+    due = engine.inbox.due(would_continue, last)
     for i, queued in enumerate(due):
         try:
             await store_delivered(engine, queued)

@@ -251,7 +251,7 @@ class RunEngine:
             resumed = True
         else:
             run = loop.run(messages)
-        run.inbox = lambda going_on: approvals.deliver(self, going_on)
+        run.inbox = lambda going_on, last=True: approvals.deliver(self, going_on, last)
         started = resumed
         closing = False
         try:

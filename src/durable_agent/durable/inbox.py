@@ -122,16 +122,17 @@ class Inbox:
         cut by a cancellation, which then stores them)."""
         self.messages[:0] = [q for q in undelivered if not q.done.done()]
 
-    def due(self, would_continue: bool) -> list[QueuedMessage]:
+    def due(self, would_continue: bool, last: bool = True) -> list[QueuedMessage]:
         """The messages to deliver at a turn's end, in the order received: steers always,
         follow-ups only when the loop would stop. Finding nothing when the loop would stop
-        closes the inbox (no await in between, so nothing accepted is left behind)."""
+        closes the inbox (no await in between, so nothing accepted is left behind), unless it
+        is not the ``last`` look (a hook that may go on is asked next)."""
         if would_continue:
             due = [q for q in self.messages if q.when == "next_turn"]
         else:
             due = list(self.messages)
         self.messages = [q for q in self.messages if q not in due]
-        if not due and not would_continue:
+        if not due and not would_continue and last:
             self.close("it has ended")
         return due
 
