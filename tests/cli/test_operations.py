@@ -8,6 +8,7 @@ user's commands and scripts find it); the log and health tests start their own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -437,6 +438,8 @@ def _as_pid_1(args: list[str], env: dict[str, str], log: Path) -> Iterator[subpr
             said = log.read_text(errors="replace")[-4000:]
             raise AssertionError(f"{failed}\nthe worker's log ends:\n{said}") from failed
         finally:
+            with contextlib.suppress(OSError, IndexError, ValueError):  # the namespace's PID 1
+                os.kill(_child(proc.pid), signal.SIGKILL)  # (killing unshare leaves it running)
             proc.kill()
             proc.wait()
 
