@@ -1,22 +1,28 @@
 """Reading a session after a sequence number (docs/design.md#store-contract): every store's
-``load_entries_after``, run against each kind in STORE_KINDS."""
+``load_entries_after`` and ``last_entry``, run against each kind in STORE_KINDS."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from durable_agent.session import (
     Entry,
     InvalidSessionIdError,
+    LastEntryStore,
     RetentionStore,
     SeqStore,
     SessionNotFoundError,
     Store,
 )
+from durable_agent.stores import FileStore
+from tests.filestore.helpers import add_bytes, line
 from tests.support.conformance import fresh, msg, wires
+from tests.test_store_retention import twin
 
 # -- reading after a sequence number (docs/design.md#store-contract) ------------------------------
 
@@ -160,3 +166,100 @@ async def test_a_limited_read_follows_appends_page_by_page(store: Store) -> None
         assert all(len(page) == 2 for page in pages[:-1]), pages
     ids = [e.id for e in await store.load_entries("s1")]
     assert seen == list(enumerate(ids, 1))
+
+
+# -- the last entry alone (docs/design.md#store-contract) -----------------------------------------
+
+
+async def last_of(store: Store, session_id: str = "s1") -> tuple[int, str] | None:
+    """``last_entry``'s answer as (seq, ID), checked against what a load and a seq read end
+    with: the entry, decoded as a load decodes it, and the seq a seq read gives it."""
+    assert isinstance(store, LastEntryStore), f"{type(store).__name__} has no last_entry"
+    last = await store.last_entry(session_id)
+    loaded = await store.load_entries(session_id)
+    assert isinstance(store, SeqStore)
+    read = await store.load_entries_after(session_id, 0)
+    if last is None:
+        assert loaded == [] and read == []
+        return None
+    assert (last[0], wires([last[1]])) == (len(loaded), wires(loaded[-1:]))
+    assert numbered([last]) == numbered(read[-1:])
+    return last[0], last[1].id
+
+
+async def test_the_last_entry_is_the_one_a_seq_read_ends_with(store: Store) -> None:
+    """Empty, one entry, many in batches (a repeated one skipped), and after appends through
+    another store object (another process): the last entry and its seq, as reads end with."""
+    await fresh(store)
+    assert await last_of(store) is None
+    await store.append_entries("s1", [msg("a")])
+    assert await last_of(store) == (1, "a")
+    for batch in [["b", "c"], ["d"], ["e", "f", "g"], ["c", "h"]]:
+        await store.append_entries("s1", [msg(i) for i in batch])
+    assert await last_of(store) == (8, "h")
+    other = twin(store)
+    await other.append_entries("s1", [msg("i"), msg("j")])
+    assert await last_of(store) == (10, "j")
+    assert await last_of(other) == (10, "j")
+    await other.append_entries("s1", [msg("k")])
+    assert await last_of(twin(store)) == (11, "k")  # a store object that read nothing yet
+    assert await last_of(store) == (11, "k")
+
+
+async def test_the_last_entry_of_no_session(store: Store) -> None:
+    """An unknown session, a deleted one (through another store object too), one created
+    again (empty, then from seq 1), a bad ID (before any I/O)."""
+    assert isinstance(store, LastEntryStore) and isinstance(store, RetentionStore)
+    with pytest.raises(SessionNotFoundError):
+        await store.last_entry("nope")
+    with pytest.raises(InvalidSessionIdError):
+        await store.last_entry("../x")
+    await fresh(store)
+    await store.append_entries("s1", [msg("old-1"), msg("old-2")])
+    assert await last_of(store) == (2, "old-2")
+    await twin(store).delete_session("s1")
+    with pytest.raises(SessionNotFoundError):
+        await store.last_entry("s1")
+    await fresh(store)
+    assert await last_of(store) is None
+    await store.append_entries("s1", [msg("new-1")])
+    assert await last_of(store) == (1, "new-1")
+
+
+@pytest.mark.parametrize("reader", ["cold", "counted", "followed"])
+async def test_a_file_sessions_last_entry_with_a_torn_or_hand_edited_tail(
+    tmp_path: Path, reader: str
+) -> None:
+    """A FileStore's last entry as a load decides it: a torn last line is no entry, a complete
+    unterminated one is; a blank line or a hand-copied repeat after the last entry moves
+    nothing. Read by a store object that read nothing of the file (``cold``), by one whose
+    mark counted every entry without keeping their lines (``counted``), and by the one that
+    read it all along (``followed``)."""
+    fs = FileStore(tmp_path / "sessions", fsync=False)
+    await fs.create_session("s1")
+    await fs.append_entries("s1", [msg(f"e{i}") for i in range(1, 4)])
+    path = fs.path("s1")
+
+    async def last() -> tuple[int, str] | None:
+        if reader == "followed":
+            await fs.load_entries_after("s1", 0)
+            return await last_of(fs)
+        other = FileStore(fs.root, fsync=False)
+        if reader == "counted":  # a resume at the end: its lines counted, none kept
+            await other.load_entries_after("s1", len(await other.load_entries("s1")))
+        return await last_of(other)
+
+    assert await last() == (3, "e3")
+    add_bytes(path, line(msg("e4"))[:20])  # torn
+    assert await last() == (3, "e3")
+    os.truncate(path, path.stat().st_size - 20)
+    add_bytes(path, line(msg("e4"))[:-1])  # complete, unterminated
+    assert await last() == (4, "e4")
+    await fs.append_entries("s1", [msg("e5")])  # terminates e4 first
+    assert await last() == (5, "e5")
+    add_bytes(path, b"\n")  # a blank line
+    assert await last() == (5, "e5")
+    add_bytes(path, line(msg("e2")))  # a hand-copied repeat
+    assert await last() == (5, "e5")
+    add_bytes(path, line(msg("e2"))[:-1])  # and one unterminated
+    assert await last() == (5, "e5")

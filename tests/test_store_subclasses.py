@@ -1,6 +1,7 @@
 """A subclass of a built-in store that overrides ``append_entries`` (to count, log or refuse
 writes) sees every write: the guarded append it inherits would go around its override, so such
-a subclass is a plain store, unguarded (docs/design.md#store-contract)."""
+a subclass is a plain store, unguarded (docs/design.md#store-contract). So is one that overrides
+``load_entries_after`` alone, for its last-entry read: the override sees that read too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from durable_agent import PersistError
-from durable_agent.session import Entry, GuardedStore, StoreUnavailableError
+from durable_agent.session import Entry, GuardedStore, LastEntryStore, StoreUnavailableError
+from durable_agent.session.store import last_entry
 from durable_agent.stores import FileStore, MemoryStore
+from tests.support.conformance import msg
 from tests.support.handles import stored_texts, texts
 from tests.support.harness import LocalHarness
 
@@ -78,3 +81,22 @@ async def test_a_refusing_override_refuses_a_busy_checked_run_and_a_fork(tmp_pat
         await agent.fork("child")
     assert stored_texts(await store.load_entries("s")) == ["hi", "hello"]
     assert await store.load_entries("child") == []
+
+
+class FailingSeqRead(MemoryStore):
+    """A seq read that fails, as a store down for reads would (a test's outage)."""
+
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        raise StoreUnavailableError("reads are down")
+
+
+async def test_a_seq_read_override_sees_the_last_entry_read() -> None:
+    store = FailingSeqRead()
+    await store.create_session("s")
+    await store.append_entries("s", [msg("a")])
+    assert isinstance(MemoryStore(), LastEntryStore)
+    assert not isinstance(store, LastEntryStore)
+    with pytest.raises(StoreUnavailableError, match="reads are down"):
+        await last_entry(store, "s")

@@ -21,6 +21,7 @@ __all__ = [
     "AppendWatch",
     "Closing",
     "GuardedStore",
+    "LastEntryStore",
     "RetentionStore",
     "SeqRead",
     "SeqStore",
@@ -31,6 +32,7 @@ __all__ = [
     "copy_into_child",
     "created_at_of",
     "entries_after",
+    "last_entry",
     "newest_first",
     "open_session",
     "seq_reader",
@@ -145,6 +147,19 @@ class SeqStore(Store, Protocol):
     ) -> list[tuple[int, Entry]]: ...
 
 
+@runtime_checkable
+class LastEntryStore(SeqStore, Protocol):
+    """A seq store that reads a session's last entry alone (every built-in store): what a
+    session's ``last_seq`` and leaf, or a stream "from now", costs (docs/design.md#store-contract).
+
+    ``last_entry(session_id)`` is the entry ``load_entries_after(session_id, n - 1)`` would end
+    with, ``(n, entry)``, reading neither the entries before it nor their bodies where the backend
+    allows (``None``: the session holds none); errors as ``load_entries_after``'s. Apart from
+    :class:`SeqStore` so a custom store with a seq read alone keeps it (:func:`last_entry`)."""
+
+    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None: ...
+
+
 class SeqRead(Protocol):
     """A seq read, as :func:`seq_reader` decides it: ``load_entries_after``'s arguments."""
 
@@ -164,10 +179,14 @@ class Closing:
     def __init_subclass__(cls, **kwargs: object) -> None:
         """A subclass that overrides ``append_entries`` alone (to count, log or refuse writes)
         is a plain store: its guarded append would go around the override, so it is taken away
-        and every write goes through ``append_entries``, unguarded, as a custom store's does."""
+        and every write goes through ``append_entries``, unguarded, as a custom store's does.
+        So is its last-entry read when it overrides ``load_entries_after`` alone: a last entry
+        is then read through the override (:func:`last_entry`)."""
         super().__init_subclass__(**kwargs)
         if "append_entries" in vars(cls) and "append_if_last" not in vars(cls):
             cls.append_if_last = None  # type: ignore[attr-defined]  # fails GuardedStore checks
+        if "load_entries_after" in vars(cls) and "last_entry" not in vars(cls):
+            cls.last_entry = None  # type: ignore[attr-defined]  # read through the override
 
     async def __aenter__(self) -> Self:
         return self
@@ -208,6 +227,15 @@ async def entries_after(
     """The session's entries after seq ``after``, at most ``limit`` of them, with their seqs
     (:func:`seq_reader`)."""
     return await seq_reader(store)(session_id, after, limit)
+
+
+async def last_entry(store: Store, session_id: str) -> tuple[int, Entry] | None:
+    """The session's last entry with its seq (``None``: it holds none): the store's own read
+    (:class:`LastEntryStore`), else its whole seq read (or load) ends with it."""
+    if isinstance(store, LastEntryStore):
+        return await store.last_entry(session_id)
+    found = await entries_after(store, session_id, 0)
+    return found[-1] if found else None
 
 
 class AppendWatch(Protocol):

@@ -168,6 +168,15 @@ class MemoryStore(Closing):
         with bulk_decoding():
             return [(after + i, decode_entry(wire)) for i, wire in enumerate(wires, 1)]
 
+    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
+        """The log's last entry and its seq (:class:`~durable_agent.session.LastEntryStore`)."""
+        validate_session_id(session_id)
+        self._check_open()
+        with self._lock:
+            items = self._log(session_id).items
+            n, wire = len(items), items[-1][1] if items else ""
+        return (n, decode_entry(wire)) if n else None
+
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append in order, idempotent by ID; a conflict or an oversized entry writes nothing."""
         await self._append(session_id, entries, None)

@@ -12,7 +12,8 @@ session) counts the lines before seq N + 1 without parsing them when all are as 
 them (:func:`_skip`): it finds the line in large chunks with ``bytes.count``, checks each line's
 start and that no ID repeats in one regex pass, and keeps only the count and the set of those
 IDs, not a Python object per line. Otherwise it counts line by line. A later read before the
-counted seqs starts over, as a cold read does.
+counted seqs starts over, as a cold read does. A read of the last entry (:func:`read_last`)
+brings the mark to the file's end so, and decodes that entry's line alone.
 
 A mark is trusted only for the same file: same device and inode, the header line it read still
 there, no shorter than the mark's end and a line boundary at that end. A session deleted and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +49,14 @@ from .lines import (
     repeated_id,
 )
 
-__all__ = ["INLINE_BYTES", "Mark", "Marks", "read_after", "read_now"]
+__all__ = ["INLINE_BYTES", "Mark", "Marks", "read_after", "read_last", "read_now"]
 
 _SHAPED = re.compile(rb'\n\{"type":"[a-z_]+","id":"([^"\\\n]+)"')
 """A line break and the start of an entry line as the codec writes it (type, then an ID with
 nothing escaped); the literal start lets the regex engine skip ahead."""
 
 _SKIP_LIMIT = 64 << 20
-"""The largest file a cold read scans at once for :func:`_skip`; a longer one counts line by
-line."""
+"""The largest file a cold read scans at once (:func:`_skip`); a longer one counts line by line."""
 
 _LINE_COST = 6
 """About how many lines a scan (:func:`_skip`, from the header) counts in the time one line is
@@ -181,18 +182,7 @@ def read_after(
 ) -> list[tuple[int, Entry]]:
     """The entries of the (shared-locked) open file ``f`` after seq ``after``, with their seqs;
     at most ``limit``, read no further than their lines (a page of a long session)."""
-    fd = f.fileno()
-    st = os.fstat(fd)
-    if st.st_nlink == 0:  # deleted while this waited for the lock
-        raise SessionNotFoundError(session_id)
-    file_key = (st.st_dev, st.st_ino)
-    mark = marks.get(path)
-    if mark is None or not mark.fits(fd, file_key, st.st_size) or after < mark.counted:
-        mark = Mark(file_key)
-    if (after - mark.seq) * _LINE_COST > after:
-        counted = Mark(file_key)
-        if _skip(f, session_id, counted, after, st.st_size):
-            mark = counted
+    mark = _start(f, session_id, marks, path, after)
     with mark.lock:
         out: list[tuple[int, Entry]] = []
         if after < mark.seq:
@@ -209,13 +199,46 @@ def read_after(
     return out
 
 
-def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int, size: int) -> bool:
-    """Count the first ``after`` entry lines into the empty ``mark`` without parsing them, when
-    every one of them starts as the codec writes it and no ID repeats: line breaks counted in
-    large chunks, one regex pass for the lines' starts, no Python object per line but each ID (a
-    resume deep into a long session costs a small fraction of a load). Anything else (blank
-    lines, repeats, escaped IDs, hand-spaced lines) answers ``False`` for the line-by-line
-    count."""
+def read_last(f: IO[bytes], session_id: str, marks: Marks, path: Path) -> tuple[int, Entry] | None:
+    """The last entry of the (shared-locked) open file ``f`` with its seq (``None``: none): the
+    mark is brought to the end of the complete lines counting them (:func:`_skip` on a cold
+    read, else each line's ID), then one line is decoded; an unterminated last one counts, or
+    not, as a load decides (a complete entry counts, a torn one does not)."""
+    mark = _start(f, session_id, marks, path, None)
+    with mark.lock:
+        _extend(f, session_id, mark, sys.maxsize, None)
+        found = _extend(f, session_id, mark, mark.seq, None)  # an unterminated last entry
+        if not found and mark.seq:  # the mark keeps the line of its last seq
+            found = _decode(f, session_id, mark, mark.offsets[-1], mark.end, mark.seq - 1)
+    marks.put(path, mark)
+    return found[-1] if found else None
+
+
+def _start(f: IO[bytes], session_id: str, marks: Marks, path: Path, after: int | None) -> Mark:
+    """The mark a read after seq ``after`` (``None``: to the file's end) goes on from: the
+    file's own if it fits, one :func:`_skip` counted if that is cheaper, else a new one."""
+    fd = f.fileno()
+    st = os.fstat(fd)
+    if st.st_nlink == 0:  # deleted while this waited for the lock
+        raise SessionNotFoundError(session_id)
+    file_key = (st.st_dev, st.st_ino)
+    mark = marks.get(path)
+    fits = mark is not None and mark.fits(fd, file_key, st.st_size)
+    if mark is None or not fits or (after is not None and after < mark.counted):
+        mark = Mark(file_key)
+    far = mark.end == 0 if after is None else (after - mark.seq) * _LINE_COST > after
+    counted = Mark(file_key)
+    return counted if far and _skip(f, session_id, counted, after, st.st_size) else mark
+
+
+def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int | None, size: int) -> bool:
+    """Count the first ``after`` entry lines (``None``: every complete one) into the empty
+    ``mark`` without parsing them, when every one starts as the codec writes it and no ID
+    repeats: line breaks counted in large chunks, one regex pass for the lines' starts, no Python
+    object per line but each ID (a resume deep into a long session costs a small fraction of a
+    load); the last line's offset is kept, as a read keeps it (a last-entry read decodes that
+    line alone). Anything else (blank lines, repeats, escaped IDs, hand-spaced lines) answers
+    ``False`` for the line-by-line count."""
     if size > _SKIP_LIMIT:
         return False
     f.seek(0)
@@ -224,6 +247,7 @@ def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int, size: int) -> b
     if base == 0:
         return False
     parse_header(data[: base - 1], session_id)
+    after = data.count(b"\n", base) if after is None else after
     end = _line_end(data, base, after)
     if end < 0:
         return False  # fewer complete lines than that
@@ -237,6 +261,11 @@ def _skip(f: IO[bytes], session_id: str, mark: Mark, after: int, size: int) -> b
         return False
     mark.header, mark.end, mark.lines = data[:base], end, after + 1
     mark.counted, mark.counted_ids = after, unique
+    if after:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        mark.counted, mark.offsets = after - 1, [start]
+        mark.first[ids[-1].decode("utf-8")] = (start, after + 1)
+        unique.discard(ids[-1])
     return True
 
 

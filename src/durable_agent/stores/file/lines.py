@@ -50,6 +50,7 @@ __all__ = [
     "line_id",
     "names_another",
     "parse_header",
+    "read_header",
     "read_lines",
     "repeated_id",
     "utf8_prefix",
@@ -183,6 +184,14 @@ def classify_tail(raw: bytes, offset: int, session_id: str, lineno: int) -> Tail
     except EntryDecodeError as exc:
         raise corrupt_line(session_id, lineno, exc) from exc
     return Tail(offset, keep=len(body), entry=entry)
+
+
+def read_header(f: IO[bytes], session_id: str) -> SessionRecord:
+    """The record on the open file's header line (only it: a record never costs the log)."""
+    raw = f.readline()
+    if not raw:
+        raise HeaderProblem("empty file")
+    return parse_header(raw[:-1] if raw.endswith(b"\n") else raw.rstrip(b"\x00"), session_id)
 
 
 def header_tail(raw: bytes, session_id: str) -> Tail:

@@ -21,6 +21,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -44,7 +45,7 @@ from ...session.store import (
 )
 from ..memory import DEFAULT_MAX_ENTRY_BYTES, check_parent_id
 from .deltas import FileDeltas
-from .follow import Marks, read_after, read_now
+from .follow import Marks, read_after, read_last, read_now
 from .index import Index, Recent, covers, digest, header_line, scan_ids, stored_lookup
 from .io import FILE_MODE, append_all, ensure_root, finish, flock, open_dir, posix_locks, write_all
 from .lines import (
@@ -54,7 +55,7 @@ from .lines import (
     header_bytes,
     list_records,
     names_another,
-    parse_header,
+    read_header,
     read_lines,
 )
 
@@ -134,10 +135,17 @@ class FileStore(Closing):
         nothing new is one ``stat`` on the event loop, a small tail a read there."""
         path, after = self.path(session_id), check_after(after, limit)
         found = self._guard(read_now, path, session_id, after, self._marks, limit)
-        if found is None:
-            read = self._entries_after_sync
-            found = await asyncio.to_thread(self._guard, read, path, session_id, after, limit)
-        return found
+        if found is not None:
+            return found
+        read = partial(read_after, after=after, marks=self._marks, path=path, limit=limit)
+        return await asyncio.to_thread(self._guard, self._shared_sync, path, session_id, read)
+
+    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
+        """The last entry and its seq (:class:`~durable_agent.session.LastEntryStore`): the
+        file's mark brought to its end counting lines, its last entry's line alone decoded."""
+        path = self.path(session_id)
+        read = partial(read_last, marks=self._marks, path=path)
+        return await asyncio.to_thread(self._guard, self._shared_sync, path, session_id, read)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Append the new entries of ``entries`` in one write; idempotent by entry ID.
@@ -287,15 +295,7 @@ class FileStore(Closing):
             f.close()
 
     def _load_session_sync(self, path: Path, session_id: str) -> SessionRecord:
-        def read() -> SessionRecord:
-            with self._open_shared(path, session_id) as f:
-                raw = f.readline()  # only the header: a record never costs decoding the log
-            if not raw:
-                raise HeaderProblem("empty file")
-            body = raw[:-1] if raw.endswith(b"\n") else raw.rstrip(b"\x00")
-            return parse_header(body, session_id)
-
-        return self._retry_after_create(read, session_id)
+        return self._shared_sync(path, session_id, read_header)
 
     def _load_entries_sync(self, path: Path, session_id: str) -> list[Entry]:
         def read() -> list[Entry]:
@@ -307,14 +307,14 @@ class FileStore(Closing):
 
         return self._retry_after_create(read, session_id)
 
-    def _entries_after_sync(
-        self, path: Path, sid: str, after: int, limit: int | None
-    ) -> list[tuple[int, Entry]]:
-        def read() -> list[tuple[int, Entry]]:
-            with self._open_shared(path, sid) as f:
-                return read_after(f, sid, after, self._marks, path, limit)
+    def _shared_sync(self, path: Path, sid: str, read: Callable[[IO[bytes], str], T]) -> T:
+        """``read(f, sid)`` of the shared-locked file, again once a create it met is done."""
 
-        return self._retry_after_create(read, sid)
+        def locked() -> T:
+            with self._open_shared(path, sid) as f:
+                return read(f, sid)
+
+        return self._retry_after_create(locked, sid)
 
     # -- append ------------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ writers. An unused slot leaves a gap in ``seq``: ``seq`` orders, it does not cou
 **A load is one round trip of latency:** the session document and one ``find`` sorted by
 incarnation and ``seq`` (one large cursor batch) go out together; the documents of the session
 document's incarnation are kept. :meth:`MongoStore.load_entries_after` reads only the entries
-after a sequence number, and only up to an append still in flight before them, so a seq once
-read never changes (:mod:`~durable_agent.stores.mongo.tail`).
+after a sequence number (:meth:`~MongoStore.last_entry` the last alone), and only up to an
+append still in flight before them, so a seq once read never changes (:mod:`.tail`).
 
 **What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError``
 nothing of the batch; after any other failure the whole batch or nothing (a batch over MongoDB's
@@ -110,8 +110,7 @@ class MongoStore(Closing):
     :meth:`load_entries_after`, or an append that needs its entries, waits for an append that
     took its slot but has not stored its document before it fences that place and goes on
     (that append then stores its batch later; :mod:`~durable_agent.stores.mongo.tail`); an
-    append gives up after ``abandon_after`` plus a margin
-    (:mod:`~durable_agent.stores.mongo.writer`).
+    append gives up after ``abandon_after`` plus a margin (:mod:`.writer`).
     """
 
     def __init__(
@@ -132,8 +131,7 @@ class MongoStore(Closing):
             raise ValueError("max_entry_bytes must be positive")
         if abandon_after < 0:
             raise ValueError("abandon_after must not be negative")
-        # Our own codec options, whatever the application configured on its client: plain dicts,
-        # and aware UTC datetimes so created_at reads back equal to what was written.
+        # ours, whatever the client's: plain dicts, aware UTC datetimes (created_at reads equal)
         codec: CodecOptions[dict[str, Any]] = CodecOptions(
             document_class=dict, tz_aware=True, tzinfo=UTC
         )
@@ -186,12 +184,9 @@ class MongoStore(Closing):
         return self._feed.watch(validate_session_id(session_id), wake)
 
     async def ensure_indexes(self) -> None:
-        """Create the two unique indexes if this store object has not done so yet.
-
-        Concurrent first calls share one creation (the lock); ``create_index`` is idempotent on
-        the server, so several store objects or processes may all call it. A failure leaves the
-        flag unset and the next call tries again.
-        """
+        """Create the two unique indexes if this store object has not yet. Concurrent first
+        calls share one creation (the lock); several store objects or processes may all call it
+        (``create_index`` is idempotent); after a failure the next call tries again."""
         if self._indexed:
             return
         async with self._index_lock:
@@ -257,15 +252,19 @@ class MongoStore(Closing):
     async def load_entries_after(
         self, session_id: str, after: int, limit: int | None = None
     ) -> list[tuple[int, Entry]]:
-        """The entries after sequence number ``after``, each with its seq: its 1-based position
-        in append order (the order :meth:`load_entries` returns), at most ``limit``.
-
-        Reads every document's ``seq`` and entry keys, then by ``_id`` the documents holding
-        the entries asked for, and stops before an append that may still be in flight before
-        them, so a seq once read never changes (:mod:`~durable_agent.stores.mongo.tail`).
-        """
+        """The entries after seq ``after`` (1-based positions in :meth:`load_entries`' order),
+        at most ``limit``: every document's ``seq`` and keys read, then by ``_id`` the documents
+        holding them, stopping before an append that may still be in flight before them, so a
+        seq once read never changes (:mod:`~durable_agent.stores.mongo.tail`)."""
         sid = validate_session_id(session_id)
-        check_after(after, limit)
+        return await self._read(sid, check_after(after, limit), limit)
+
+    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
+        """The entry :meth:`load_entries_after` ends with and its seq, its document alone read."""
+        found = await self._read(validate_session_id(session_id), None, 1)
+        return found[-1] if found else None
+
+    async def _read(self, sid: str, after: int | None, n: int | None) -> list[tuple[int, Entry]]:
         with self._errors(f"session {sid!r}"):
             await self.ensure_indexes()
             for _ in range(_READ_ROUNDS):
@@ -273,7 +272,7 @@ class MongoStore(Closing):
                 batches = [doc for doc in outline if not doc.get("fence")]
                 self._writer.seen(sid, session, end_seq(sid, batches, "keys"))
                 scope = Scope(sid, incarnation_of(sid, session))
-                found = await self._tail.read(scope, outline, after, limit)
+                found = await self._tail.read(scope, outline, after, n)
                 if found is not None:
                     return found
         raise StoreUnavailableError(f"session {sid!r}: its documents kept changing during a read")

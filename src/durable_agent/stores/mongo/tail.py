@@ -120,20 +120,24 @@ class TailReader:
         self._settled: OrderedDict[str, int] = OrderedDict()  # gap place -> where the walk goes on
 
     async def read(
-        self, scope: Scope, outline: list[dict[str, Any]], after: int, limit: int | None = None
+        self, scope: Scope, outline: list[dict[str, Any]], after: int | None, limit: int | None
     ) -> list[tuple[int, Entry]] | None:
         """The entries after ``after`` with their seqs, at most ``limit``, from ``outline``
         (documents and fences of the incarnation, sorted by ``seq``), fetching only the
-        documents holding them; ``None`` if a document changed meanwhile."""
+        documents holding them; ``None`` if a document changed meanwhile. ``after`` ``None``:
+        the last entry before the first open gap, its document alone fetched."""
         docs = await self.settled(scope, outline)
+        last = after is None
+        if after is None:
+            after, limit = max(0, sum(_size(doc) for doc in docs) - 1), 1
         wanted = parts(scope.sid, docs, after, limit)
         if wanted is None:  # an ID stored twice: positions from a whole decode
             whole = [Part(doc["_id"], seq_of(scope.sid, doc), 0, _size(doc)) for doc in docs]
             fetched = await self._fetch(scope, whole)
             if fetched is None:
                 return None
-            found = list(enumerate(decode_documents(scope.sid, fetched), 1))[after:]
-            return found[:limit]
+            found = list(enumerate(decode_documents(scope.sid, fetched), 1))
+            return found[-1:] if last else found[after:][:limit]
         fetched = await self._fetch(scope, wanted)
         if fetched is None:
             return None
