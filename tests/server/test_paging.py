@@ -150,3 +150,53 @@ async def test_a_stream_replays_a_long_session_a_page_at_a_time(tmp_path: Path) 
             assert [seq for seq, _ in reader.entries()] == list(range(cursor + 1, 501))
             assert [e["id"] for _, e in reader.entries()][-1] == "e500"
             assert store.largest <= 101, store.largest
+
+
+class WholeReads(FileStore):
+    """A FileStore that counts the entries its reads hand the server: loads, seq reads and
+    last-entry reads."""
+
+    read = 0
+
+    async def load_entries(self, session_id: str) -> list[Entry]:
+        found = await super().load_entries(session_id)
+        self.read += len(found)
+        return found
+
+    async def load_entries_after(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        found = await super().load_entries_after(session_id, after, limit)
+        self.read += len(found)
+        return found
+
+    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
+        last = await super().last_entry(session_id)
+        self.read += last is not None
+        return last
+
+
+async def test_a_session_and_a_stream_from_now_read_the_last_entry_only(tmp_path: Path) -> None:
+    """``GET /v1/sessions/{id}`` (and opening it again with ``POST /v1/sessions``) answers
+    the seq and ID of the session's last entry, and a stream without a cursor starts after it:
+    neither reads the 500 entries before it (tool results may be megabytes each)."""
+    store = WholeReads(tmp_path / "sessions")
+    await store.create_session("s")
+    await store.append_entries("s", [msg(f"e{i}") for i in range(1, 501)])
+    async with serving(create_app(store=store)) as url, httpx.AsyncClient(base_url=url) as client:
+        got = await client.get("/v1/sessions/s")
+        assert got.status_code == 200, got.text
+        assert (got.json()["last_seq"], got.json()["leaf_id"]) == (500, "e500")
+        assert store.read <= 1, store.read
+        store.read = 0
+        opened = await client.post("/v1/sessions", json={"session_id": "s"})
+        assert opened.status_code == 200, opened.text
+        assert (opened.json()["last_seq"], opened.json()["leaf_id"]) == (500, "e500")
+        assert store.read <= 1, store.read
+        store.read = 0
+        async with stream(client, "s") as reader:
+            await reader.until(lambda r: r.live)
+            assert store.read <= 2, store.read  # and the entry a new hub starts from
+            await store.append_entries("s", [msg("e501")])
+            await reader.until(lambda r: r.last_seq() == 501)
+        assert [seq for seq, _ in reader.entries()] == [501]

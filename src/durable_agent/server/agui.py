@@ -54,7 +54,7 @@ from ..session.approvals import PendingItem
 from ..session.codec import wire_to_entry
 from ..session.entries import MessageEntry
 from ..session.errors import StoreUnavailableError
-from ..session.store import entries_after
+from ..session.store import entries_after, last_entry
 from ..workflows.worker_logs import in_one_line
 from .agui_ends import GRACE, ended_early, on_stop
 from .agui_resume import ANSWER_SCHEMA, carry_out, decisions, not_started, pending
@@ -320,7 +320,7 @@ async def agui(
     runner = runs(srv)
     runner.agent(agent)  # an unknown one is refused before the session is created
     async with made_for_start(srv.store, sid):  # refused, it leaves no session it made
-        after = len(await entries_after(srv.store, sid, 0))
+        after = (await last_entry(srv.store, sid) or (0, None))[0]
         hub = await srv.hubs.hub(sid, after)
         queue, _, _ = hub.join()
         try:

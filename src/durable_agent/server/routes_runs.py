@@ -20,7 +20,7 @@ from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
-from ..session.store import RetentionStore, entries_after
+from ..session.store import RetentionStore, entries_after, last_entry
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, SessionId, answers, runs
 from .runs import OnBusy, RunFailure, Runs, Status
@@ -132,7 +132,7 @@ async def _nothing_at(srv: Server, session_id: str, body: StartRun) -> bool:
     if body.leaf_id is not None:
         return body.leaf_id == ""
     try:
-        return not await srv.store.load_entries(session_id)
+        return await last_entry(srv.store, session_id) is None
     except SessionNotFoundError:
         return True
 

@@ -13,7 +13,7 @@ from ..durable.agent import new
 from ..durable.errors import EntryNotFoundError
 from ..session.errors import SessionExistsError
 from ..session.ids import new_id
-from ..session.store import RetentionStore, SessionRecord, Store, entries_after
+from ..session.store import RetentionStore, SessionRecord, Store, entries_after, last_entry
 from .deps import (
     REFUSALS,
     SESSION_ID,
@@ -113,19 +113,20 @@ class Compacted(TypedDict):
 async def session_object(
     store: Store, session_id: str, record: SessionRecord | None = None
 ) -> SessionObject:
-    """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session);
-    ``record``: the session's, if the caller has it (one it just created)."""
+    """``{session_id, parent_id, created_at, last_seq, leaf_id}`` (404 for a missing session),
+    reading the last entry alone; ``record``: the session's, if the caller has it (one it just
+    created)."""
     if not isinstance(store, RetentionStore):
         record = None  # a store without records shows none, a created one's neither
     elif record is None:
         record = await store.load_session(session_id)
-    entries = await store.load_entries(session_id)
+    seq, last = await last_entry(store, session_id) or (0, None)
     return {
         "session_id": session_id,
         "parent_id": record.parent_id if record else None,
         "created_at": record.created_at.isoformat() if record else None,
-        "last_seq": len(entries),
-        "leaf_id": entries[-1].id if entries else "",
+        "last_seq": seq,
+        "leaf_id": last.id if last else "",
     }
 
 

@@ -30,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionNotFoundError, StoreUnavailableError
-from ..session.store import entries_after
+from ..session.store import entries_after, last_entry
 from .hub import Frame, entry_frame
 from .hubs import Hubs
 
@@ -90,8 +90,8 @@ async def frames(
     already; ``born``: the session's ``created_at``, if the route read its record (the hub need
     not read it again)."""
     store = hubs.store
-    if after is None:
-        after = len(await entries_after(store, session_id, 0))
+    if after is None:  # from now: after the last entry, read alone
+        after = (await last_entry(store, session_id) or (0, None))[0]
     if replay is None:
         replay = await entries_after(store, session_id, after, REPLAY_PAGE)
     replied: set[str] = set()
