@@ -28,7 +28,7 @@ from ..durable.inbox import When
 from ..session.approvals import ApprovalDecision
 from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.errors import SessionExistsError, SessionNotFoundError, StoreUnavailableError
-from ..session.store import RetentionStore, Store, last_entry
+from ..session.store import RetentionStore, Store
 
 __all__ = [
     "FAILURE_CHARS",
@@ -329,7 +329,7 @@ async def drop_made(store: Store, session_id: str, by: str, *, only_empty: bool)
     if not isinstance(store, RetentionStore):
         return
     try:
-        if not only_empty or await last_entry(store, session_id) is None:
+        if not only_empty or not await store.load_entries(session_id):
             await store.delete_session(session_id)
     except SessionNotFoundError:
         pass
