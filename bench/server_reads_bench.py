@@ -87,11 +87,11 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 
 async def build(root: Path, others: int, entries: int, entry_kib: int) -> None:
     store = FileStore(root, fsync=False)
-    for i in range(others):
-        await store.create_session(f"bolt:{i:06d}")
-    for i in range(20):
+    for i in range(20):  # older than the other tenant's: newest first, they come after its
         await store.create_session(f"acme:{i:06d}")
     await store.create_session("acme:long")
+    for i in range(others):
+        await store.create_session(f"bolt:{i:06d}")
     filler = "x" * (entry_kib * 1024)
     parent: str | None = None
     for start in range(0, entries, 100):
