@@ -160,6 +160,32 @@ NO_ARGUMENT: Any = object()
             "options.model_retry.initial_interval",
             "a number of seconds",
         ),
+        # valid JSON numbers no duration holds: the run hung (its task failed, retried forever)
+        # or failed untyped after storing its input
+        (
+            {
+                "session_id": "s",
+                "agent": "a",
+                "options": {"model_retry": {"initial_interval": 1e30}},
+            },
+            "options.model_retry.initial_interval",
+            "at most 315576000000 seconds",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"approval_wait": 1e30}},
+            "options.approval_wait",
+            "at most 315576000000 seconds",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"model_start_to_close": 1e30}},
+            "timeouts.model_start_to_close",
+            "at most 315576000000 seconds",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"approval_wait": float("nan")}},
+            "options.approval_wait",
+            "a number of seconds",
+        ),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -263,6 +289,18 @@ async def _failure(
         ),
         ({"agent": "assistant", "inputs": []}, "inputs"),
         ({"agent": "assistant"}, "inputs"),
+        (
+            {
+                "agent": "assistant",
+                "text": "hi",
+                "options": {"model_retry": {"initial_interval": 1e30}},
+            },
+            "options.model_retry.initial_interval",
+        ),
+        (
+            {"agent": "assistant", "text": "hi", "timeouts": {"model_start_to_close": 1e30}},
+            "timeouts.model_start_to_close",
+        ),
     ],
 )
 async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(

@@ -23,6 +23,7 @@ fields (at the top level and in plain messages) are refused, so a typo cannot go
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -74,6 +75,11 @@ _PLAIN_OPTIONS = {"system_prompt": str, "max_turns": int, "model_options": dict}
 
 NO_INPUT = RawValue(Payload())
 """What the run workflow gets when started without input (the UI's empty Input field)."""
+
+MAX_SECONDS = 315_576_000_000
+"""The longest duration Temporal schedules (10,000 years, protobuf's limit): a larger number in
+JSON (``1e30``) failed the workflow task where it became a ``timedelta`` (retried forever) or the
+run after storing its input."""
 
 EXAMPLE = '{"session_id": "user-42", "agent": "assistant", "text": "hi"}'
 
@@ -253,10 +259,12 @@ def _check_number(values: dict[str, Any], key: str, field: str, at_least_zero: s
     value = values.get(key)
     if value is None:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
         raise InvalidRunInputError(field, f"must be a number of seconds, not {_json_type(value)}")
     if at_least_zero and value < 0:
         raise InvalidRunInputError(field, f"must be {at_least_zero}")
+    if value > MAX_SECONDS:
+        raise InvalidRunInputError(field, f"must be at most {MAX_SECONDS} seconds")
 
 
 def _check_timeouts(inp: RunInput) -> None:
@@ -268,6 +276,8 @@ def _check_timeouts(inp: RunInput) -> None:
                 raise InvalidRunInputError(f"timeouts.{name}", "must be 0 (unlimited) or more")
         elif not value > 0:
             raise InvalidRunInputError(f"timeouts.{name}", "must be greater than 0")
+        elif value > MAX_SECONDS:
+            raise InvalidRunInputError(f"timeouts.{name}", f"must be at most {MAX_SECONDS} seconds")
     after = inp.continue_as_new_after_turns
     if after is not None and after < 1:
         raise InvalidRunInputError("continue_as_new_after_turns", "must be at least 1")
@@ -343,6 +353,8 @@ def _json_type(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
     if value is None:
         return "null"
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return "a number"
     return names.get(type(value), type(value).__name__)
