@@ -201,6 +201,30 @@ async def test_turn_starts_count_before_earlier_compactions(store: Store) -> Non
     assert texts(agent.messages()) == ["second summary", "q2", "a2"]
 
 
+async def test_a_compaction_never_brings_back_what_an_earlier_one_summarized(
+    harness: Harness, store: Store
+) -> None:
+    """``keep_turns`` reaching back past an earlier compaction's kept turns keeps only what
+    the model still saw verbatim: the second compaction made the view larger than before it
+    (``q2``/``a2``, summarized away by the first, came back)."""
+    lm = ScriptedModel(["a1", "a2", "first summary", "a3", "second summary"])
+    agent = await harness.open(lm, store=store, session_id="compact-regrow")
+    await (await agent.run("q1")).wait()
+    await (await agent.run("q2")).wait()
+    assert await agent.compact() is not None
+    await (await agent.run("q3")).wait()
+    assert texts(agent.messages()) == ["first summary", "q3", "a3"]
+    q3 = agent.transcript()[-2]
+
+    entry = await agent.compact(keep_turns=2)
+
+    assert texts(agent.messages()) == ["second summary", "q3", "a3"]
+    assert entry is not None and entry.first_kept_id == q3.id
+    assert texts(lm.requests[-1].messages) == ["first summary", PROMPT]
+    reopened = await harness.open([], store=store, session_id="compact-regrow")
+    assert reopened.leaf_id == agent.leaf_id and reopened.messages() == agent.messages()
+
+
 async def test_keep_turns_must_not_be_negative() -> None:
     agent = await new(model(ScriptedModel([])))
     await agent.append("q", reply("a"))
@@ -260,6 +284,32 @@ async def test_tokens_before_from_run_usage(harness: Harness, store: Store) -> N
     await agent.append("tail 12 char")
     entry = await agent.compact(keep_turns=1)
     assert entry is not None and entry.tokens_before == 94 + 3
+
+
+async def test_tokens_before_skips_usage_reported_before_an_earlier_compaction(
+    harness: Harness, store: Store
+) -> None:
+    """A kept reply's usage measured the context before the compaction that kept it: the
+    next compaction estimated 10030 tokens for a view of 17 characters."""
+    lm = ScriptedModel(
+        [
+            "a1",
+            Reply(text="a2", usage=Usage(input=10_020, output=10)),
+            "first summary",
+            "second summary",
+        ]
+    )
+    agent = await harness.open(lm, store=store, session_id="tokens-after-compaction")
+    await (await agent.run("q1")).wait()
+    await (await agent.run("q2")).wait()
+    first = await agent.compact(keep_turns=1)
+    assert first is not None and first.tokens_before == 10_030
+    assert texts(agent.messages()) == ["first summary", "q2", "a2"]
+
+    second = await agent.compact(keep_turns=1)
+
+    assert second is not None
+    assert second.tokens_before == math.ceil(len("first summaryq2a2") / 4) == 5
 
 
 # -- failures ---------------------------------------------------------------------------------

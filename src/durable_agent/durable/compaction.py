@@ -25,7 +25,7 @@ from ..ai.messages import (
     user_message,
 )
 from ..session.approvals import awaiting_turn
-from ..session.entries import CompactionEntry, Entry
+from ..session.entries import CompactionEntry, Entry, MessageEntry
 from ..session.turns import is_turn_start
 from ..session.views import model_view
 from .errors import CompactError, NoFactoryError
@@ -91,8 +91,11 @@ def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPla
     starts = [i for i, e in enumerate(path) if is_turn_start(e)]
     if not starts or len(starts) <= keep_turns:
         return None
-    tokens = estimate_tokens(model_view(path))
+    last = max((i for i, e in enumerate(path) if isinstance(e, CompactionEntry)), default=-1)
+    tokens = estimate_tokens(model_view(_reports_after(path, last)))
     cut = starts[len(starts) - keep_turns] if keep_turns > 0 else len(path)
+    # what an earlier compaction summarized stays summarized: the view never grows
+    cut = max(cut, _kept_start(path, last))
     waiting = awaiting_turn(path)
     if waiting is not None:
         # calls that wait for people stay verbatim: the kept tail starts no later than their
@@ -103,6 +106,27 @@ def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPla
     if cut < len(path):
         return CompactionPlan(path[cut].id, list(path[:cut]), tokens)
     return CompactionPlan("", list(path), tokens)
+
+
+def _kept_start(path: Sequence[Entry], last: int) -> int:
+    """Where the model view of ``path`` goes verbatim after the compaction at ``last``: its
+    first kept entry, else the entry after it (0 with none)."""
+    if last < 0:
+        return 0
+    kept = path[last]
+    assert isinstance(kept, CompactionEntry)
+    return next((i for i in range(last) if path[i].id == kept.first_kept_id), last + 1)
+
+
+def _reports_after(path: Sequence[Entry], last: int) -> list[Entry]:
+    """``path`` without the usage of replies stored before the compaction at ``last``: a kept
+    reply's reported input measured the context before that compaction, not the view."""
+    return [
+        e.model_copy(update={"message": e.message.model_copy(update={"usage": None})})
+        if i < last and isinstance(e, MessageEntry) and e.message.usage is not None
+        else e
+        for i, e in enumerate(path)
+    ]
 
 
 async def summarize(

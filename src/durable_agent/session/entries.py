@@ -63,7 +63,8 @@ class CompactionEntry(EntryBase):
     """A summary standing in for the path before it; nothing is deleted.
 
     ``first_kept_id`` names the earliest path entry kept verbatim (``""``: none before the
-    compaction); ``tokens_before`` estimates the context size that was summarized.
+    compaction); ``tokens_before`` estimates, in tokens, what the model saw before it (kept
+    turns included): never negative, docs/design.md#compaction.
     """
 
     type: Literal["compaction"] = "compaction"
