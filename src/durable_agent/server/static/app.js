@@ -7,7 +7,10 @@ const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0
   runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null,
   editing: null, sends: [] }; // editing: {id, text}, the message being edited and its draft
 $("key").value = localStorage.getItem("durable-agent-key") || "";
-$("key").onchange = () => { localStorage.setItem("durable-agent-key", $("key").value); sessions(); };
+$("key").onchange = () => { // what the last key was refused stops holding; a session shown is asked for again
+  localStorage.setItem("durable-agent-key", $("key").value); state.notice = "";
+  if (state.sid) open(state.sid); else { render(); sessions().catch(() => {}); }
+};
 
 function headers(extra) {
   const h = Object.assign({ "content-type": "application/json" }, extra || {});
@@ -298,7 +301,7 @@ function reset(sid) {
   Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [] });
   history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
 }
-async function open(sid) { reset(sid); render(); sessions(); follow(sid); }
+async function open(sid) { reset(sid); render(); sessions().catch(() => {}); follow(sid); } // a refusal: the status line
 // A session deleted (here or elsewhere) or not there: none of it stays shown, and what is typed
 // next starts a new session, not the gone one again under its ID (its reply unfollowed).
 function gone(sid, why) {
