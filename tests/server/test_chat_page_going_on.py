@@ -312,3 +312,48 @@ async def test_a_refused_new_session_is_told_and_an_edit_stays_with_its_session(
         assert await page.get_by_role("textbox", name="Edit your message").count() == 0
     await page.get_by_role("button", name="new session").click()  # the server is gone
     await eventually(lambda: _status(page, "network"), within=20, what="the refusal told")
+
+
+async def test_a_message_goes_on_from_the_branch_shown(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """While a run goes on one branch, the user switches to another and types: the message was
+    shown queued on the branch in view, then sent into the run on the other branch, where it
+    was stored and answered, gone from the branch the user was reading. It is refused there
+    (a run goes: 409), the text staying in the box; once the run ends, Enter sends it from the
+    branch shown."""
+    page, store, gate = browser_page, FileStore(tmp_path / "sessions"), GateTool()
+    replies = [Reply(text="A1."), Reply(text="A2."), Reply.call("gate", id="g1")]
+    replies += [Reply(text="Gate done."), Reply(text="Three done.")]
+    app = create_app(
+        store=store, agents={"helper": AgentSpec(model=ScriptedModel(replies), tools=[gate.tool])}
+    )
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "one")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "A1."), within=20, interval=0.1, what="the reply")
+        await page.get_by_role("button", name="retry").click()
+        await eventually(replied(page, "A2."), within=20, interval=0.1, what="the retry")
+        await page.fill("#text", "two")
+        await page.press("#text", "Enter")
+        await eventually(gate.started.wait, within=20, what="the tool running")
+        await page.get_by_role("button", name="previous branch").click()
+        await page.fill("#text", "three")
+        await page.press("#text", "Enter")
+        await eventually(lambda: _status(page, "RunActiveError"), within=20, what="the refusal")
+        assert await page.input_value("#text") == "three"
+        assert await page.locator(".msg.queued").count() == 0
+        gate.release.set()
+        await eventually(lambda: _idle(page), within=20, interval=0.1, what="the run's end")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Three done."), within=20, interval=0.1, what="the answer")
+        entries = await store.load_entries(await page.evaluate("state.sid"))
+    said = {e.id: e for e in entries if isinstance(e, MessageEntry)}
+    three = next(e for e in said.values() if e.message.text() == "three")
+    assert three.parent_id is not None and said[three.parent_id].message.text() == "A1."
+
+
+async def _idle(page: Any) -> bool:
+    return bool(await page.evaluate("!working()"))

@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const state = { sid: null, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(),
   runs: new Map(), queued: [], reasons: new Map(), failure: "", notice: "", heard: false, abort: null,
-  editing: null, sends: [] }; // editing: {id, text}, the message being edited and its draft
+  editing: null, sends: [], tail: "" }; // editing: {id, text}, the message being edited and its draft; tail: the last entry stored
 $("key").value = localStorage.getItem("durable-agent-key") || "";
 $("key").onchange = () => { // what the last key was refused stops holding; a session shown is asked for again
   localStorage.setItem("durable-agent-key", $("key").value); state.notice = "";
@@ -281,7 +281,9 @@ function unsent(runId) {
 }
 async function ask(t, leaf) {
   if (!state.sid) await newSession();
-  if (leaf === undefined && working()) return tell(t);
+  // into the run if it goes on the branch shown (its end is the session's), else a run from
+  // the branch shown, which a run going refuses (409): the text stays in the box
+  if (leaf === undefined && working()) { if (state.leaf === state.tail) return tell(t); leaf = state.leaf; }
   const from = leaf !== undefined ? leaf : state.leaf, attempt = sending(`run|${from}|${t}`, t);
   const body = t === null ? { inputs: [], run_id: attempt.id } : { text: t, run_id: attempt.id }; // null: go on
   if (leaf !== undefined || state.leaf) body.leaf_id = from;
@@ -298,7 +300,7 @@ async function ask(t, leaf) {
 }
 function reset(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [] });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [], tail: "" });
   history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
 }
 async function open(sid) { reset(sid); render(); sessions().catch(() => {}); follow(sid); } // a refusal: the status line

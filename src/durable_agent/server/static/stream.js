@@ -5,7 +5,7 @@
 "use strict";
 function frame(event, data) {
   if (event === "entry") {
-    const e = data.entry; state.seq = data.seq;
+    const e = data.entry; state.seq = data.seq; state.tail = e.id;
     if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); arrived(e); }
     if ((e.parent_id || "") === state.leaf || !state.leaf) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
