@@ -13,7 +13,7 @@ import httpx
 from temporalio.client import Client
 
 from durable_agent import MessageEntry
-from durable_agent.ai import Reply, ToolCall
+from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import assistant_message, user_message
 from durable_agent.server import create_app
 from durable_agent.session import Entry
@@ -175,3 +175,51 @@ async def test_a_page_opened_after_its_run_failed_says_why(
         await eventually(replied(page, "Hello back."), within=60, interval=0.1, what="reloaded")
         await eventually(lambda: page.evaluate("state.heard"), within=20, what="the stream")
         assert await page.get_by_role("status").inner_text() == ""
+
+
+@tool(approval=True)
+async def send_email(to: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+async def test_a_call_decided_elsewhere_first_is_no_failure(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Another client denies the call just before this page's approve reaches the server: the
+    page showed its refusal (`ApprovalNotPendingError ... already decided`) in the status line
+    as a failure, kept there after the prompt gave way to who decided what. The decision shown
+    in the prompt's place says it; the status line stays clear."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply.call("send_email", {"to": "bob"}, id="c1"), Reply(text="Not sent.")]
+    spec = AgentSpec(model=scripted(replies), tools=[send_email])
+    app = create_app(store=store, agents={"helper": spec})
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await page.goto(url + "/")
+        await page.fill("#text", "Mail Bob.")
+        await page.press("#text", "Enter")
+        prompt = page.locator(".approval")
+        await prompt.wait_for()
+        sid = await page.evaluate("state.sid")
+        statuses = (
+            "window.said = []; new MutationObserver(() => said.push($('status').textContent))"
+        )
+        await page.evaluate(statuses + ".observe($('status'), {childList: true, subtree: true})")
+
+        async def denied_first(route: Any) -> None:
+            body = {"approved": False, "reason": "not now"}
+            denied = await client.post(f"/v1/sessions/{sid}/approvals/c1", json=body)
+            assert denied.status_code == 200, denied.text
+            await route.continue_()
+
+        await page.route("**/approvals/*", denied_first)
+        async with page.expect_response("**/approvals/*") as answer:
+            await prompt.locator("button", has_text="approve").click()
+        assert (await answer.value).status == 409
+        await eventually(replied(page, "Not sent."), within=20, interval=0.1, what="the reply")
+        decided = await page.locator(".decision").all_inner_texts()
+        assert decided == ['send_email({"to":"bob"}) denied by local: not now'], decided
+        await eventually(quiet(page), within=20, interval=0.1, what="the run's end told")
+        said = await page.evaluate("said")
+    assert not [s for s in said if "Error" in s], said

@@ -17,7 +17,7 @@ function headers(extra) {
   if ($("key").value) h.authorization = "Bearer " + $("key").value;
   return h;
 }
-async function api(method, path, body, retried, quiet) {
+async function api(method, path, body, retried, quiet) { // quiet: true, or which refusals are
   // `retried`: a request that is safe to send again (a run start names its run, a message
   // itself), sent again when its answer is lost on the way (the network, not the server,
   // failed): one run, one message, not two
@@ -36,7 +36,7 @@ async function api(method, path, body, retried, quiet) {
   // not JSON: a proxy's error page in front of the server (its status says what happened)
   const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (!r.ok) {
-    if (!quiet) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
+    if (!(typeof quiet === "function" ? quiet(data) : quiet)) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
     throw Object.assign(data, { status: r.status }); // 4xx: refused, nothing done (sent())
   }
   return data;
@@ -92,7 +92,9 @@ function approval(e, answered) { // a request: the prompt while it waits, then w
     reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null), false, group + "|deny"));
   return div;
 }
-const decide = (callId, approved, reason) => api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`, { approved, reason });
+// a call another decided first is no failure: that decision shows in the prompt's place
+const decide = (callId, approved, reason) => api("POST", `/sessions/${state.sid}/approvals/${encodeURIComponent(callId)}`,
+  { approved, reason }, false, (no) => !!(no.error && no.error.decision_id));
 function render() { // a reader scrolled up keeps their place; one at the end follows the end
   const chat = $("chat"), top = chat.scrollTop, atEnd = chat.scrollHeight - top - chat.clientHeight < 48;
   const was = document.activeElement, key = chat.contains(was) ? was.dataset.key : null;
