@@ -78,6 +78,17 @@ NO_ARGUMENT: Any = object()
             "does not match any of the expected tags",
         ),
         ({"session_id": "s", "agent": "a", "options": {"max_turns": "3"}}, "options.max_turns", ""),
+        # a typo in an option or a timeout did nothing, the run going on without it
+        (
+            {"session_id": "s", "agent": "a", "options": {"max_turn": 3}},
+            "options.max_turn",
+            "unknown",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"model_start_to_clsoe": 5}},
+            "timeouts.model_start_to_clsoe",
+            "unknown field",
+        ),
         ({"session_id": "s", "agent": "a", "leaf_id": 7}, "leaf_id", "string"),
         (
             {"session_id": "s", "agent": "a", "inputs": [{"role": "user", "contnet": "hi"}]},

@@ -40,7 +40,9 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from ..activities.contracts import Timeouts
 from ..activities.run_contracts import InputEntry, RunInput
+from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..durable.errors import InvalidRunInputError
 from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, empty_message
@@ -70,8 +72,12 @@ INVALID_UPDATE_INPUT = "InvalidUpdateInput"
 M = TypeVar("M", bound=BaseModel)
 
 _PLAIN_OPTIONS = {"system_prompt": str, "max_turns": int, "model_options": dict}
-"""The options the worker reads, and their JSON types (others are ignored, as before)."""
+"""The options the worker reads, and their JSON types (the other agent options are the worker's
+to set, ignored here; a key that is no agent option is refused)."""
 
+
+_NESTED = {"options": AgentOptions.model_fields, "timeouts": Timeouts.model_fields}
+"""The input's objects whose keys are checked as its own are: an agent option, a timeout."""
 
 NO_INPUT = RawValue(Payload())
 """What the run workflow gets when started without input (the UI's empty Input field)."""
@@ -196,6 +202,10 @@ def decode_run_input(value: Any) -> RunInput:
             "", f"invalid run input: expected a JSON object, got {_json_type(value)}"
         )
     unknown = sorted(set(value) - set(RunInput.model_fields) - {"text"})
+    for name, known in _NESTED.items():  # a typo there would do nothing: refused as above
+        given = value.get(name)
+        if isinstance(given, dict):
+            unknown += [f"{name}.{key}" for key in sorted(given) if key not in known]
     if unknown:
         raise InvalidRunInputError(unknown[0], "unknown field")
     data, plain = _normalized(value)
