@@ -42,14 +42,8 @@ from typing import Any
 from ..session.codec import decode_entry, encode_entry
 from ..session.entries import Entry
 from ..session.ids import validate_session_id
-from ..session.store import (
-    LastEntryStore,
-    RetentionStore,
-    SeqStore,
-    SessionRecord,
-    Store,
-    check_after,
-)
+from ..session.store import RetentionStore, SeqStore, SessionRecord, Store, check_after
+from ..session.store import last_entry as read_last_entry
 from ..session.tree import path as tree_path
 
 __all__ = ["DEFAULT_KNOWN_ENTRIES", "MAX_SESSIONS", "RememberingStore"]
@@ -149,11 +143,8 @@ class RememberingStore:
 
     async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
         """The store's last-entry read (:class:`~durable_agent.session.LastEntryStore`), passed
-        through; for a store without one, the last of :meth:`load_entries_after`'s."""
-        if isinstance(self.store, LastEntryStore):
-            return await self.store.last_entry(session_id)
-        found = await self.load_entries_after(session_id, 0)
-        return found[-1] if found else None
+        through, or its seq read's last (:func:`~durable_agent.session.store.last_entry`)."""
+        return await read_last_entry(self.store, session_id)
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         """The store's append; once it returns, the batch is remembered as a load returns it."""
