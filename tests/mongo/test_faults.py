@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, OperationFailure
 
 from durable_agent.session import (
     Entry,
@@ -22,6 +22,7 @@ from durable_agent.session import (
 )
 from durable_agent.stores.mongo import MongoStore
 from durable_agent.stores.mongo.claims import wire_hash
+from durable_agent.stores.mongo.decode import translate_errors
 from durable_agent.workflows.store_check import store_id
 from tests.mongo.helpers import (
     Commands,
@@ -304,3 +305,28 @@ async def test_the_store_id_of_a_stopped_server_is_unavailable(private_server: F
         assert await store_id(store, create=False) == own
     finally:
         await client.close()
+
+
+def test_a_request_the_server_cancelled_as_it_stopped_is_unavailable() -> None:
+    """A FerretDB that stops while a write is in flight replies to it with InternalError
+    "context canceled" (its transaction rolled back), where MongoDB replies InterruptedAtShutdown:
+    both are the server going away, a retryable ``StoreUnavailableError``, not a bad request.
+    Other InternalErrors stay the driver's own."""
+    errmsg = (
+        "[msg_insert.go:168 handler.(*Handler).MsgInsert] "
+        "[db.go:134 fsql.(*DB).InTransaction] context canceled"
+    )
+    reply = {"ok": 0.0, "errmsg": errmsg, "code": 1, "codeName": "InternalError"}
+    with (
+        pytest.raises(StoreUnavailableError, match="context canceled") as info,
+        translate_errors("session 's1'", lambda: "127.0.0.1:1"),
+    ):
+        raise OperationFailure(errmsg, 1, reply)
+    assert isinstance(info.value.__cause__, OperationFailure)
+    other = {**reply, "errmsg": "[msg_insert.go:168] something else went wrong"}
+    assert isinstance(other["errmsg"], str)
+    with (
+        pytest.raises(OperationFailure),
+        translate_errors("session 's1'", lambda: "127.0.0.1:1"),
+    ):
+        raise OperationFailure(other["errmsg"], 1, other)

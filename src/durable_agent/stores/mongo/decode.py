@@ -206,7 +206,15 @@ def _is_unavailable(exc: PyMongoError) -> bool:
         return True
     if exc.timeout:
         return True
-    return isinstance(exc, OperationFailure) and exc.code in _UNAVAILABLE_CODES
+    if not isinstance(exc, OperationFailure):
+        return False
+    return exc.code in _UNAVAILABLE_CODES or _cancelled_at_shutdown(exc)
+
+
+def _cancelled_at_shutdown(exc: OperationFailure) -> bool:
+    """FerretDB's reply to a request in flight as it stops: InternalError "context canceled"
+    (its transaction rolled back), where MongoDB replies InterruptedAtShutdown."""
+    return exc.code == 1 and str((exc.details or {}).get("errmsg", "")).endswith("context canceled")
 
 
 def _short_reason(exc: BaseException) -> str:
