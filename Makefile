@@ -36,6 +36,12 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# Python 3.11.0-3.11.7 share one AST recursion counter between threads (CPython gh-106905, fixed
+# in 3.11.8): a traceback formatted in one thread (3.11 parses each line for its ^^^ markers) can
+# make a parse in another raise SystemError, which the tests' workers turn into a failed workflow.
+# Without position tables no traceback parses, so the race is gone from the tests' processes.
+export PYTHONNODEBUGRANGES := 1
+
 unit: venv
 	$(VENV)/bin/pytest -q -x
 
