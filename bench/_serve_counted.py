@@ -45,7 +45,7 @@ def main() -> None:
     counts = Path(own[own.index("--counts") + 1])
     sys.path.insert(0, str(src))
     import durable_agent
-    from durable_agent.cli.__main__ import main as cli
+    from durable_agent.cli import main as cli
     from durable_agent.stores import FileStore
     from durable_agent.stores.file import FileDeltas
 

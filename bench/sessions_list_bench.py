@@ -93,7 +93,7 @@ def time_command(src: Path, args: list[str], repeat: int, home: Path) -> float:
     for _ in range(repeat):
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "durable_agent.cli", *args],
+            [sys.executable, "-m", "durable_agent", *args],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,

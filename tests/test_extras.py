@@ -100,9 +100,7 @@ def test_dev_requirements_keep_the_binary_pins() -> None:
 
 # -- each extra alone, in a fresh environment ------------------------------------------------
 
-ENTRY = (
-    "import sys; from durable_agent.cli.__main__ import main; sys.argv[0] = 'durable-agent'; main()"
-)
+ENTRY = "import sys; from durable_agent.cli import main; sys.argv[0] = 'durable-agent'; main()"
 """What the ``durable-agent`` console script runs (its entry point in pyproject.toml)."""
 
 CHECKS: dict[str, str] = {
@@ -132,7 +130,7 @@ CHECKS: dict[str, str] = {
         "from durable_agent.stores.mongo import MongoStore\n"
         "MongoStore(AsyncIOMotorClient('mongodb://127.0.0.1:9', connect=False)['db'])\n"
     ),
-    "cli": "from durable_agent.cli.__main__ import command\ncommand()\n",
+    "cli": "from durable_agent.cli import command\ncommand()\n",
     "openai": (
         "from durable_agent.ai.providers import resolve_model\n"
         "resolve_model('openai:gpt-4.1-mini', env={'OPENAI_API_KEY': 'sk-test'})\n"

@@ -143,7 +143,7 @@ def test_the_cli_section_lists_every_command_in_help_order(monkeypatch: pytest.M
     in its order: one that is missing there is one a reader never hears of."""
     import typer
 
-    from durable_agent.cli.__main__ import command
+    from durable_agent.cli import command
 
     monkeypatch.setattr(logging, "lastResort", logging.lastResort)  # command() sets its own
     app: Any = typer.main.get_command(command())

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from tests.support.polling import poll, wait_until
 
-CLI = [sys.executable, "-m", "durable_agent.cli"]
+CLI = [sys.executable, "-m", "durable_agent"]
 
 ISOLATE = (
     "TEMPORAL_ADDRESS",

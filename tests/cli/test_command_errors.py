@@ -24,7 +24,7 @@ def test_ctrl_c_while_a_command_loads_says_interrupted(tmp_path: Path) -> None:
     printed a ``KeyboardInterrupt`` traceback and exited -2; it says "interrupted" and exits
     130, as it does once the command runs. (The interrupt is raised where the import was.)"""
     loading = (
-        "import durable_agent.cli.__main__ as cli\n"
+        "import durable_agent.cli as cli\n"
         "def command():\n"
         "    raise KeyboardInterrupt\n"
         "cli.command = command\n"

@@ -60,9 +60,7 @@ def run_isolated(packages: Path, code: str, tmp_path: Path) -> subprocess.Comple
     )
 
 
-SCRIPT = (
-    "from durable_agent.cli.__main__ import main\nsys.argv = ['durable-agent', *{args!r}]\nmain()"
-)
+SCRIPT = "from durable_agent.cli import main\nsys.argv = ['durable-agent', *{args!r}]\nmain()"
 
 
 def test_a_base_install_names_the_cli_extra(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def replicas(
     procs, urls = [], []
     for n in range(2):
         port = free_port()
-        argv = [sys.executable, "-m", "durable_agent.cli", "serve", "--port", str(port)]
+        argv = [sys.executable, "-m", "durable_agent", "serve", "--port", str(port)]
         argv += ["--store", mongo_uri, "--address", address, "--task-queue", queue]
         argv += ["--agent", "helper"]
         log = (tmp_path / f"serve-{n}.log").open("wb")

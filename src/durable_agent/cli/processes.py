@@ -220,7 +220,7 @@ async def start_worker(
     it is polling its task queue."""
     await asyncio.to_thread(ready_dir.mkdir, parents=True, exist_ok=True)
     ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
-    argv = [sys.executable, "-m", "durable_agent.cli", "worker", "--app", app_ref]
+    argv = [sys.executable, "-m", "durable_agent", "worker", "--app", app_ref]
     argv += ["--task-queue", task_queue, "--parent-pid", str(os.getpid())]
     argv += ["--ready-file", str(ready), "--log-format", log_format]
     # The store (a URI's password) in the environment, not on argv: any user can read argv.
