@@ -121,6 +121,21 @@ async def test_a_body_that_does_not_decode_is_a_retryable_model_error(
     assert error.__cause__ is None and error.__context__ is None
 
 
+async def test_bytes_that_are_not_utf8_in_the_stream_fail_retryably(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    # b"\xff\xfe" inside an event's data line: the body was damaged on its way, as a cut or
+    # undecodable one is, so the call is worth making again, not final as a schema mismatch.
+    replay.enqueue(f"{adapter.name}/not_utf8.http")
+
+    error, seen = await failure(model, hello())
+
+    assert error.retryable
+    assert str(error) == f"{adapter.name}: malformed stream: an event is not UTF-8"
+    assert error.__cause__ is None and error.__context__ is None
+    assert seen == ["start", "text_delta"]
+
+
 CUT_CALL = {"openai": "openai/length_tool_call.http", "anthropic": "anthropic/max_tokens.http"}
 """A reply cut at its token limit inside a ``write_file`` call: ``{"path": "notes.txt",
 "text": "first li``."""

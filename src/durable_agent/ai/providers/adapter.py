@@ -224,6 +224,8 @@ class StreamingAdapter(ABC, Generic[StreamT]):
             return model_error(name, f"connection failed ({type(exc).__name__})", retryable=True)
         if isinstance(exc, json.JSONDecodeError):
             return model_error(name, "malformed stream: an event is not valid JSON", retryable=True)
+        if isinstance(exc, UnicodeDecodeError):  # the SDKs decode each SSE line as UTF-8
+            return model_error(name, "malformed stream: an event is not UTF-8", retryable=True)
         return model_error(name, f"unexpected {type(exc).__name__}", retryable=False)
 
 
@@ -231,5 +233,6 @@ SDK_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     httpx2.TransportError,
     httpx2.DecodingError,
     json.JSONDecodeError,
+    UnicodeDecodeError,
 )
 """Failures outside the SDK's own error classes that every adapter maps (see ``sdk_errors``)."""
