@@ -46,6 +46,8 @@ class Adapter:
     """The error of a stream that ends before the reply finished."""
     rate_limited: str
     """How the error of the recorded 429 begins."""
+    no_usage: str
+    """The error of a stream that finished its reply but ended before reporting its usage."""
 
 
 ADAPTERS = [
@@ -54,12 +56,14 @@ ADAPTERS = [
         openai_model,
         ended_early="openai: stream ended before the model finished (no finish_reason)",
         rate_limited="openai: HTTP 429 tokens: Rate limit reached for gpt-4.1-mini",
+        no_usage="openai: stream ended before the usage chunk it promised",
     ),
     Adapter(
         "anthropic",
         anthropic_model,
         ended_early="anthropic: stream ended before message_stop",
         rate_limited="anthropic: HTTP 429 rate_limit_error: This request would exceed",
+        no_usage="anthropic: stream ended without message_delta (no stop_reason nor usage)",
     ),
 ]
 

@@ -68,6 +68,29 @@ async def test_a_stream_that_ends_without_finishing_fails_retryably(
     assert seen == ["start", "text_delta"]
 
 
+NO_USAGE = {
+    "openai": ["openai/no_usage.http", "openai/no_usage_no_done.http"],
+    "anthropic": ["anthropic/no_usage.http"],
+}
+"""Replies that came whole but whose stream ended before the usage: OpenAI's finish_reason
+chunk with no usage chunk after it (then ``[DONE]``, or the end of the body), Anthropic's
+``message_stop`` with no ``message_delta`` before it."""
+
+
+async def test_a_stream_that_ends_before_its_usage_fails_retryably(
+    adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
+) -> None:
+    # Usage is what a user bills by: a reply taken with zero usage because its last event never
+    # came is a truncated stream, retried as one cut before its end is.
+    for fixture in NO_USAGE[adapter.name]:
+        replay.enqueue(fixture)
+
+        error, seen = await failure(model, hello())
+
+        assert error.retryable and str(error) == adapter.no_usage, fixture
+        assert seen == ["start", "text_delta", "text_delta", "text_delta"]
+
+
 async def test_rate_limit_then_success(
     adapter: Adapter, replay: ReplayServer, model: StreamingAdapter[Any]
 ) -> None:

@@ -167,6 +167,8 @@ async def test_a_refusal_is_a_reply_that_says_so_not_an_answer(
 
 
 async def test_reasoning_from_a_compatible_server_becomes_thinking(replay: ReplayServer) -> None:
+    # This server ignores include_usage (its chunks carry no usage field): no usage is owed, so
+    # the reply has none, unlike a stream whose promised usage chunk never came.
     replay.enqueue("openai/reasoning_vllm.http")
     lm = OpenAIChatModel("Qwen/Qwen3-8B", provider="vllm", api_key="x", base_url=f"{replay.url}/v1")
 

@@ -11,6 +11,8 @@ surfaces at once as a :class:`~durable_agent.ai.model.ModelError` whose ``retrya
 
 Usage is as Anthropic reports it: ``input`` counts uncached input tokens, ``cache_read`` and
 ``cache_write`` the cached ones, ``output`` every output token, ``reasoning`` the thinking part.
+Its final counts come in ``message_delta``: a stream that ends without one, ``message_stop``
+or not, is truncated (a retryable error), as OpenAI's without its usage chunk is.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
         usage: dict[str, int] = {}
         stop: str | None = None
         refusal: str | None = None
-        stopped = False
+        delta_came = stopped = False
         yield ModelEvent(type="start", partial=draft.snapshot())
         async for event in self.items(stream):
             if event.type == "message_start":
@@ -181,6 +183,7 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
                     if shown is not None:
                         yield shown
             elif event.type == "message_delta":
+                delta_came = True
                 _merge_usage(usage, event.usage)
                 stop = event.delta.stop_reason or stop
                 details = event.delta.stop_details
@@ -191,6 +194,9 @@ class AnthropicModel(StreamingAdapter["AsyncStream[RawMessageStreamEvent]"]):
                 break
         if not stopped:
             raise self.ended_early(stream, "stream ended before message_stop")
+        if not delta_came:  # the reply's stop reason and final usage never came: cut as above
+            what = "stream ended without message_delta (no stop_reason nor usage)"
+            raise self.ended_early(stream, what)
         # Arguments are parsed once the stop reason is known: input cut by max_tokens is kept as
         # far as it parses, anything else that is not a JSON object is a malformed response.
         cut = [i for i, raw in tool_json.items() if not self._finish_call(draft, i, raw, stop)]

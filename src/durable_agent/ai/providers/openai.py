@@ -13,6 +13,10 @@ under its timeouts.
 Usage is normalised the way Anthropic reports it: ``input`` counts uncached prompt tokens only,
 ``cache_read`` and ``cache_write`` the cached ones, ``output`` every completion token;
 ``reasoning``, ``input_audio`` and ``output_audio`` are the parts of those totals broken out.
+A stream whose chunks carry ``usage: null`` (the server took ``include_usage``, and sends the
+counts in a last chunk) but that ends without that chunk is truncated: a retryable error, as a
+stream cut before ``finish_reason`` is, not a reply that cost nothing. A server that ignores the
+option sends no such field; its replies have zero usage, as with ``stream_usage=False``.
 """
 
 from __future__ import annotations
@@ -157,11 +161,13 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
         by_index: dict[int, _PendingCall] = {}  # the stream's tool-call index -> its latest call
         finish: str | None = None
         refusal = ""
-        usage = Usage()
+        usage: Usage | None = None
+        promised = False  # chunks carry ``usage: null`` when the server will send it last
         yield ModelEvent(type="start", partial=draft.snapshot())
         async for chunk in self.items(stream):
             if chunk.usage is not None:
                 usage = _usage(chunk.usage)
+            promised = promised or "usage" in chunk.model_fields_set
             if not chunk.choices:
                 continue
             choice = chunk.choices[0]
@@ -189,6 +195,8 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             raise self.ended_early(
                 stream, "stream ended before the model finished (no finish_reason)"
             )
+        if usage is None and promised and self.stream_usage:
+            raise self.ended_early(stream, "stream ended before the usage chunk it promised")
         stop = _FINISH.get(finish, "error")
         self._close_calls(draft, calls, truncated=stop == "length")
         if stop == "stop" and calls:
@@ -201,7 +209,7 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             # Anthropic's stop_reason "refusal" does) instead of passing for an answer.
             stop, error = "error", f"{self.provider}: refusal: {refusal}"
         yield ModelEvent(
-            type="done", partial=draft.final(usage=usage, stop_reason=stop, error=error)
+            type="done", partial=draft.final(usage=usage or Usage(), stop_reason=stop, error=error)
         )
 
     def _close_calls(self, draft: Draft, calls: list[_PendingCall], *, truncated: bool) -> None:
