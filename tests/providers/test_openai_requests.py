@@ -118,6 +118,17 @@ async def test_options_may_not_override_what_the_adapter_owns(
     assert seen == [] and replay.requests == []
 
 
+def test_stream_options_given_as_an_option_keep_the_usage_chunk(model: OpenAIChatModel) -> None:
+    """An option ``stream_options`` (``include_obfuscation``, say) adds to the adapter's: it
+    replaced them, so the usage chunk was never asked for and every reply cost zero. An
+    ``include_usage`` given there is the caller's to set."""
+    request = ModelRequest(options={"stream_options": {"include_obfuscation": False}})
+    body = model.request_body(request)
+    assert body["stream_options"] == {"include_usage": True, "include_obfuscation": False}
+    off = ModelRequest(options={"stream_options": {"include_usage": False}})
+    assert model.request_body(off)["stream_options"] == {"include_usage": False}
+
+
 async def test_a_file_given_by_url_is_refused_before_any_request(
     replay: ReplayServer, model: OpenAIChatModel
 ) -> None:

@@ -132,11 +132,12 @@ class OpenAIChatModel(StreamingAdapter["AsyncStream[ChatCompletionChunk]"]):
             ),
             "stream": True,
         }
-        if self.stream_usage:
-            body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
         body.update(options)
+        if self.stream_usage:  # added to an option's stream_options, which would drop it
+            given = options.get("stream_options")
+            body["stream_options"] = {"include_usage": True, **(given or {})}
         return body
 
     async def create(self, body: dict[str, Any]) -> AsyncStream[ChatCompletionChunk]:
