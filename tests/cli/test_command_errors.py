@@ -118,6 +118,41 @@ def test_worker_json_logs_put_verbose_lines_and_warnings_in_json(
     assert "cannot reach Temporal" in records[-1]["message"], records
 
 
+SCRIPT_APP = """\
+import asyncio
+import pathlib
+
+from durable_agent import ScriptedModel
+from durable_agent.workflows import AgentSpec
+
+app = {"agents": {"a": AgentSpec(model=ScriptedModel(["hi"]))}}
+
+
+async def main() -> None:
+    pathlib.Path(__file__).with_name("ran").write_text("the script ran")
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("form", ["file", "module"])
+def test_an_app_that_runs_an_event_loop_at_import_is_one_line(tmp_path: Path, form: str) -> None:
+    """An app file that is a script too, its ``asyncio.run(main())`` unguarded by ``if __name__
+    == "__main__":``, is one line naming the app and what to move, exit 1: it was the
+    traceback of "asyncio.run() cannot be called from a running event loop"."""
+    (tmp_path / "script_app.py").write_text(SCRIPT_APP)
+    ref = f"{tmp_path / 'script_app.py'}:app" if form == "file" else "script_app:app"
+    env = cli_env(tmp_path, PYTHONPATH=str(tmp_path))
+    result = run_cli(["worker", "--app", ref, "--address", "127.0.0.1:1"], env, timeout=60)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "ERROR" in lines[0] and ref in lines[0], lines  # a worker's error is a log line
+    assert "event loop" in lines[0] and 'if __name__ == "__main__":' in lines[0], lines
+    assert not (tmp_path / "ran").exists(), "the script's main did not run"
+
+
 def test_usage_errors_keep_their_panel_without_json_logs(tmp_path: Path) -> None:
     result = run_cli(["worker", "--bogus"], cli_env(tmp_path))
     assert result.returncode == 2 and "╭" in result.stderr and "No such option" in result.stderr

@@ -131,7 +131,15 @@ def load_app(ref: str) -> App:
     target, _, attr = ref.rpartition(":") if ":" in ref else (ref, "", "app")
     if not target:
         raise AppLoadError(f"--app must look like module:attr, got {ref!r}")
-    module = _import_target(target)
+    try:
+        module = _import_target(target)
+    except RuntimeError as exc:  # asyncio.run, or a loop's run_until_complete, in the loader's loop
+        if "loop" not in str(exc):
+            raise
+        raise AppLoadError(
+            f"{ref}: the module runs an event loop as it is imported ({exc}): move that call "
+            'under `if __name__ == "__main__":`'
+        ) from None
     value: Any = module
     for part in (attr or "app").split("."):
         try:
