@@ -641,3 +641,40 @@ def test_a_chat_compacts_what_another_process_stored_meanwhile(dev: Dev) -> None
     kinds = [e["type"] for e in shown["entries"]]
     assert kinds[-1] == "compaction", kinds
     assert len(kinds) == 7, "the compaction follows the other turn's reply: " + json.dumps(shown)
+
+
+@pytest.mark.parametrize("command", ["/retry", "/edit What's the weather in Paris?"])
+def test_retry_and_edit_act_on_what_another_process_stored_meanwhile(
+    dev: Dev, command: str
+) -> None:
+    """``/retry`` and ``/edit`` after another shell's turn act on that turn's question, the
+    session's last one; they acted on the chat's own stale last question ("hello"), branching
+    before it, so the other shell's turn fell off the active path."""
+    session = "two3" if command == "/retry" else "two4"
+    assert run_cli(["run", session, "hello"], dev.env).returncode == 0
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", session], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect(f"{session} ▸ ")
+        elsewhere = run_cli(["run", session, "What's the weather in Lisbon?"], dev.env)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        child.sendline(command)
+        child.expect("branched before ([0-9a-f]{16})")
+        before = child.match.group(1)
+        child.expect(f"{session} ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    shown = _json(run_cli(["show", session, "--tree", "--json"], dev.env))
+    users = [
+        (e["id"], e.get("parent_id"), e["message"]["content"][0]["text"])
+        for e in shown["entries"]
+        if e.get("message", {}).get("role") == "user"
+    ]
+    lisbon = users[1]
+    assert lisbon[2] == "What's the weather in Lisbon?", users
+    assert before == lisbon[0], f"branched before the other shell's question: {users}"
+    again = "Lisbon" if command == "/retry" else "Paris"
+    assert users[-1][1:] == (lisbon[1], f"What's the weather in {again}?"), users

@@ -181,12 +181,17 @@ class Chat:
             f"{escape(self.agent.leaf_id or '(root)')} ({len(self.agent.entries())} entries)"
         )
 
-    async def turn(self, *texts: str) -> None:
-        """One run, from what any process stored (none while another's run goes)."""
-        await self.agent.state.catch_up()  # another shell's turn meanwhile: go on from it
+    async def caught_up(self) -> Agent:
+        """What a turn, /retry, /edit, /compact act on: the session as stored, no run going."""
+        await self.agent.state.catch_up()
         if self.executor is not None:
             await refuse_busy(self.executor.client, self.agent)
-        await self.follow(await self.agent.run(*texts, if_unchanged=self.executor is not None))
+        return self.agent
+
+    async def turn(self, *texts: str) -> None:
+        """One run, from what any process stored."""
+        agent = await self.caught_up()
+        await self.follow(await agent.run(*texts, if_unchanged=self.executor is not None))
 
     async def follow(self, stream: RunStream) -> None:
         """Print a run's events while sending what is typed meanwhile into it; on cancellation
@@ -284,16 +289,15 @@ class Chat:
             if name == "edit" and not rest:
                 self.console.print("usage: /edit TEXT")
                 return True
-            turn = last_turn(path(agent.entries(), agent.leaf_id))
-            if turn is None:
+            agent = await self.caught_up()
+            if (turn := last_turn(path(agent.entries(), agent.leaf_id))) is None:
                 self.console.print(f"nothing to {name} yet")
                 return True
             stream = await (agent.edit(rest) if name == "edit" else agent.retry())
             self.console.print(f"[dim]branched before {escape(turn.start.id)}[/dim]")
             await self.follow(stream)
         elif name == "fork":
-            child = await agent.fork(validate_session_id(args[0]) if args else None)
-            self.agent = child
+            self.agent = child = await agent.fork(validate_session_id(args[0]) if args else None)
             self.console.print(
                 f"forked {escape(agent.session_id)} → [bold]{escape(child.session_id)}[/] "
                 f"({len(child.entries())} entries); you are now in the fork"
@@ -302,11 +306,7 @@ class Chat:
             if args and not args[0].isdigit():
                 self.console.print("usage: /compact [KEEP]  (the number of turns kept verbatim)")
                 return True
-            keep = int(args[0]) if args else 1
-            if self.executor is not None:  # as the HTTP API: the going run's calls are not over
-                await refuse_busy(self.executor.client, agent)
-            await agent.state.catch_up()  # another shell's turns meanwhile: summarize them too
-            entry = await agent.compact(keep_turns=keep)
+            entry = await (await self.caught_up()).compact(keep_turns=int(args[0]) if args else 1)
             said = entry and f"[yellow]compaction {escape(entry.id)}[/]: {escape(entry.summary)}"
             self.console.print(said or "nothing to compact")
         else:
