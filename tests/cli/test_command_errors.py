@@ -222,6 +222,34 @@ def test_unreachable_mongo_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[1:] == ["  (store mongodb://127.0.0.1:1/x)"]
 
 
+def test_a_mongodb_srv_host_that_does_not_resolve_is_unreachable(tmp_path: Path) -> None:
+    """A ``mongodb+srv://`` host whose DNS lookup fails (no network, a typo) is a store that
+    cannot be reached, exit 1 as for a server that is down: it was "invalid MongoDB URI", exit
+    2, as if the command line were wrong. (``.invalid`` never resolves: RFC 2606.)"""
+    spec = "mongodb+srv://u:Xy9Secret@cluster0.example.invalid/db"
+    result = run_cli(["sessions", "--store", spec], cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("error: cannot reach MongoDB at cluster0.example.invalid ("), first
+    assert "cannot resolve" in first and "invalid MongoDB URI" not in first, first
+    assert "Xy9Secret" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("mongodb+srv://cluster0.example.invalid:27017/db", "must not include a port number"),
+        ("mongodb://", "at least one hostname"),
+        ("mongodb+srv://cluster0.example.invalid/db?bogusOpt=1", "Unknown option"),
+    ],
+)
+def test_a_malformed_mongodb_uri_is_a_usage_error(tmp_path: Path, spec: str, says: str) -> None:
+    result = run_cli(["sessions", "--store", spec], cli_env(tmp_path))
+    assert result.returncode == 2, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("error: invalid MongoDB URI: ") and says in first, first
+
+
 @pytest.mark.parametrize(
     "spec",
     [

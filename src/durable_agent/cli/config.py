@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from temporalio.client import Client
@@ -196,14 +197,9 @@ def client_settings(flags: TemporalFlags, env: Mapping[str, str] | None = None) 
     """The settings :func:`connect` uses: the flags beat their variables, then the library's
     chain (:func:`durable_agent.workflows.config.resolve_connect_settings`: the ``temporal`` CLI's
     settings, a running ``durable-agent dev``, ``localhost:7233``)."""
+    given = {"ADDRESS": flags.address, "NAMESPACE": flags.namespace, "PROFILE": flags.profile}
     merged = dict(os.environ if env is None else env)
-    for name, value in (
-        ("TEMPORAL_ADDRESS", flags.address),
-        ("TEMPORAL_NAMESPACE", flags.namespace),
-        ("TEMPORAL_PROFILE", flags.profile),
-    ):
-        if value:
-            merged[name] = value
+    merged.update({f"TEMPORAL_{name}": value for name, value in given.items() if value})
     settings = resolve_connect_settings(merged)
     if flags.address:
         settings = replace(settings, address_source="--address")
@@ -233,10 +229,9 @@ def queue_for(flag: str | None, flags: TemporalFlags | None = None) -> str:
         return flag
     if os.environ.get(ENV_TASK_QUEUE):
         return os.environ[ENV_TASK_QUEUE]
-    if not os.environ.get("TEMPORAL_ADDRESS") and not (flags and flags.address):
-        info = read_server_info(data_dir())
-        if info is not None:
-            return info.task_queue
+    local = not os.environ.get("TEMPORAL_ADDRESS") and not (flags and flags.address)
+    if local and (info := read_server_info(data_dir())) is not None:  # a running dev's
+        return info.task_queue
     return DEFAULT_TASK_QUEUE
 
 
@@ -344,12 +339,17 @@ class OpenedStore:
 
 def _parse_mongo_uri(uri: str) -> dict[str, Any]:
     try:
+        from dns.exception import DNSException
         from pymongo.uri_parser import parse_uri
     except ImportError as exc:  # pragma: no cover - the mongo extra is missing
         raise StoreSpecError("a mongodb:// store needs PyMongo: pip install '.[mongo]'") from exc
     try:
         return dict(parse_uri(uri))
     except Exception as exc:
+        if isinstance(exc.__cause__, DNSException):  # mongodb+srv://'s lookup: no usage error
+            raise StoreUnavailableError(
+                f"cannot reach MongoDB at {urlsplit(uri).hostname} (cannot resolve it: {exc})"
+            ) from exc
         raise StoreSpecError(f"invalid MongoDB URI: {exc}") from exc
 
 
@@ -357,7 +357,7 @@ def mongo_unreachable(spec: str, exc: BaseException) -> StoreUnavailableError:
     """One line instead of PyMongo's topology dump: ``cannot reach MongoDB at host:port (why)``."""
     try:
         hosts = ", ".join(f"{h}:{p}" for h, p in _parse_mongo_uri(spec)["nodelist"])
-    except StoreSpecError:
+    except (StoreSpecError, StoreUnavailableError):  # a mongodb+srv:// host that stopped resolving
         hosts = "?"
     why = str(exc).split(" (configured timeouts")[0].split(", Timeout:")[0]
     for host in hosts.split(", "):
