@@ -324,13 +324,14 @@ class LoadsDownOnceDecided:
 
 
 async def test_a_resume_whose_run_cannot_start_says_so_not_to_name_the_agent(
-    temporal: Client | None, tmp_path: Path
+    temporal: Client | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The run that asked parked; the resume's decision is stored, and the store fails as the
     run that carries the call out would start: the stream ends in ``RUN_ERROR``
     (``NoRunStarted``) saying the run did not start and how to start it, not to name the agent
     (this server has one), and naming nothing of the server; a run with no input started as it
-    says carries the call out (it said to name the agent, which does nothing here)."""
+    says carries the call out (it said to name the agent, which does nothing here). The server
+    logs the failure in one line: it logged two, the decision's try and the resume's again."""
     async with helper_client(temporal, tmp_path, _spec(0.05)) as (client, store):
         thread = f"nostart-{tmp_path.name}"
         await _ask(client, thread)
@@ -343,6 +344,8 @@ async def test_a_resume_whose_run_cannot_start_says_so_not_to_name_the_agent(
         assert "name the agent" not in end.message, end.message
         assert "POST /v1/sessions/{id}/runs" in end.message, end.message
         assert str(tmp_path) not in end.message, end.message
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warned) == 1 and "did not answer in time" in warned[0], warned
         loads.down = False
         started = await client.post(f"/v1/sessions/{thread}/runs", json={"inputs": []})
         assert started.status_code == 202, started.text

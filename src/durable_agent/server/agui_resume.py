@@ -109,7 +109,10 @@ async def carry_out(
         return asker, "awaiting_approval" if left else "started"
     if left:
         return "", "awaiting_approval"
-    continued = await continue_settled(runner, store, sid, agent)
+    try:
+        runner.agent(None)  # the decisions' own start had it: it failed, and logged it once
+    except UnknownAgentError:
+        continued = await continue_settled(runner, store, sid, agent)
     return (continued, "started") if continued else ("", "failed")
 
 

@@ -72,6 +72,7 @@ async def continue_settled(
     leaves it to the next run too (logged, one line), and a retry of the same decision,
     answered with the stored one, tries again (docs/design.md#http-api)."""
     try:
+        runs.agent(agent)  # none to pick (several, none named): nothing to read, nothing to log
         if await runs.active(session_id):
             return None
         entries = await store.load_entries(session_id)
