@@ -59,9 +59,10 @@ async def _events(
     return events
 
 
-async def _ask(client: httpx.AsyncClient, thread: str) -> RunFinishedEvent:
+async def _ask(client: httpx.AsyncClient, thread: str, at: str = "/v1/agui") -> RunFinishedEvent:
     """The question's stream: the call, then an interrupt naming it (the run waits on)."""
-    events = await _events(client, {"threadId": thread, "runId": "ask-1", "messages": HISTORY})
+    body = {"threadId": thread, "runId": "ask-1", "messages": HISTORY}
+    events = await _events(client, body, at)
     kinds = [e.type for e in events]
     assert kinds[0] == EventType.RUN_STARTED, kinds
     starts = [e for e in events if isinstance(e, ToolCallStartEvent)]
@@ -323,22 +324,26 @@ class LoadsDownOnceDecided:
         return found
 
 
+@pytest.mark.parametrize("several", [False, True], ids=["one_agent", "several_agents"])
 async def test_a_resume_whose_run_cannot_start_says_so_not_to_name_the_agent(
-    temporal: Client | None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    temporal: Client | None, tmp_path: Path, caplog: pytest.LogCaptureFixture, several: bool
 ) -> None:
     """The run that asked parked; the resume's decision is stored, and the store fails as the
     run that carries the call out would start: the stream ends in ``RUN_ERROR``
     (``NoRunStarted``) saying the run did not start and how to start it, not to name the agent
-    (this server has one), and naming nothing of the server; a run with no input started as it
-    says carries the call out (it said to name the agent, which does nothing here). The server
-    logs the failure in one line: it logged two, the decision's try and the resume's again."""
-    async with helper_client(temporal, tmp_path, _spec(0.05)) as (client, store):
+    (this server has one, or the route names it), and naming nothing of the server; a run with
+    no input started as it says carries the call out (it said to name the agent, which does
+    nothing here). The server logs the failure in one line: it logged two, the decision's try
+    and the resume's again."""
+    others = {"other": AgentSpec(model=scripted([Reply(text="other")]))} if several else None
+    at, named = ("/v1/agui/helper", {"agent": "helper"}) if several else ("/v1/agui", {})
+    async with helper_client(temporal, tmp_path, _spec(0.05), others) as (client, store):
         thread = f"nostart-{tmp_path.name}"
-        await _ask(client, thread)
+        await _ask(client, thread, at)
         await _parked(client, thread, "ask-1")
         loads = LoadsDownOnceDecided(store, tmp_path)
         yes = {"interruptId": "call-1", "status": "resolved", "payload": {"approved": True}}
-        events = await _events(client, _resume(thread, "resume-1", yes))
+        events = await _events(client, _resume(thread, "resume-1", yes), at)
         end = events[-1]
         assert isinstance(end, RunErrorEvent) and end.code == "NoRunStarted", events
         assert "name the agent" not in end.message, end.message
@@ -347,7 +352,7 @@ async def test_a_resume_whose_run_cannot_start_says_so_not_to_name_the_agent(
         warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warned) == 1 and "did not answer in time" in warned[0], warned
         loads.down = False
-        started = await client.post(f"/v1/sessions/{thread}/runs", json={"inputs": []})
+        started = await client.post(f"/v1/sessions/{thread}/runs", json={"inputs": [], **named})
         assert started.status_code == 202, started.text
         await _completed(client, thread, started.json()["run_id"])
         assert "sent 'hello' to ann@example.com" in _said(await store.load_entries(thread))
