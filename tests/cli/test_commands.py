@@ -678,3 +678,35 @@ def test_retry_and_edit_act_on_what_another_process_stored_meanwhile(
     assert before == lisbon[0], f"branched before the other shell's question: {users}"
     again = "Lisbon" if command == "/retry" else "Paris"
     assert users[-1][1:] == (lisbon[1], f"What's the weather in {again}?"), users
+
+
+def test_show_tree_and_fork_see_what_another_process_stored_meanwhile(dev: Dev) -> None:
+    """``/show``, ``/tree`` and ``/fork`` (``/branch`` and ``/switch`` too) after another
+    shell's turn include that turn: they showed (and forked) the chat's own stale path, as if
+    the other turn had not happened."""
+    assert run_cli(["run", "two5", "hello"], dev.env).returncode == 0
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "two5"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("two5 ▸ ")
+        elsewhere = run_cli(["run", "two5", "What's the weather in Lisbon?"], dev.env)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        for command in ("/show", "/tree"):
+            child.sendline(command)
+            child.expect("Lisbon")
+            child.expect("two5 ▸ ")
+        child.sendline("/fork two5-fork")
+        child.expect("you are now in the fork")
+        child.expect("two5-fork ▸ ")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    forked = _json(run_cli(["show", "two5-fork", "--json"], dev.env))
+    texts = [
+        e["message"]["content"][0]["text"]
+        for e in forked["entries"]
+        if e.get("message", {}).get("role") == "user"
+    ]
+    assert texts == ["hello", "What's the weather in Lisbon?"], texts

@@ -137,17 +137,15 @@ class Chat:
 
     def tips(self) -> list[Entry]:
         """The last entry of every branch (entries nothing follows), oldest first."""
-        entries = self.agent.entries()
-        parents = {e.parent_id for e in entries}
-        return [e for e in entries if e.id not in parents]
+        parents = {e.parent_id for e in self.agent.entries()}
+        return [e for e in self.agent.entries() if e.id not in parents]
 
     async def switch(self, target: str) -> None:
         """``/switch``: list the branches, or move to one, or to another session."""
         agent, tips = self.agent, self.tips()
         if not target:
-            active = agent.leaf_id
             for n, tip in enumerate(tips, 1):
-                mark = "  ◀ active" if tip.id == active else ""
+                mark = "  ◀ active" if tip.id == agent.leaf_id else ""
                 self.console.print(Text(f"  {n}. ").append(entry_label(tip)).append(mark))
             parent = await parent_of(self.opened.store, agent.session_id)
             if parent:
@@ -271,6 +269,8 @@ class Chat:
         agent = self.agent
         if name in ("quit", "exit", "q"):
             return False
+        if name in ("tree", "show", "branch", "switch", "fork"):  # what other shells stored too
+            await agent.state.catch_up()
         if name == "help":
             self.console.print(HELP, highlight=False)
         elif name == "tree":
