@@ -23,7 +23,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from durable_agent.cli.processes import free_port
+from durable_agent.cli.processes import free_port, spawn
 from durable_agent.session.entries import MessageEntry
 from durable_agent.stores import FileStore
 from tests.cli.support import CLI, cli_env, in_order, plain, run_cli, wait_dead
@@ -327,12 +327,29 @@ def test_interrupted_demos_clean_up(tmp_path: Path) -> None:
             orphan.wait()
 
 
+def test_a_port_race_logged_above_a_long_failure_is_in_its_error(tmp_path: Path) -> None:
+    """A dev server that lost its port between the CLI's check and its bind logs the bind error
+    and then panics (its Web UI's listener is nil), a stack longer than the log's end the error
+    quotes: the error showed only the panic, so the dev server took it for another failure and
+    did not start again on other ports (and a user saw no cause)."""
+    bind = "Failed to start gRPC listener: listen tcp 127.0.0.1:7233: bind: address already in use"
+    script = f"echo '{bind}'; for i in $(seq 60); do echo \"panic frame $i\"; done; exit 2"
+    proc = spawn("Temporal server", ["sh", "-c", script], tmp_path / "t.log", dict(os.environ))
+    proc.proc.wait(timeout=30)
+    message = str(proc.exited())
+    assert "exited with code 2" in message
+    assert bind in message and "panic frame 60" in message
+    assert "panic frame 1\n" not in message  # the end of the log, after the cause
+
+
+@pytest.mark.parametrize("headless", [True, False])
 async def test_a_port_taken_after_its_check_is_picked_anew(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, headless: bool
 ) -> None:
     """Between the check that a port is free and the server's bind, another process may take it
     (a second demo, a test's dev server starting at the same moment): the server comes up on
-    ports the kernel picks instead of failing."""
+    ports the kernel picks instead of failing. With its Web UI, the server's log ends in a Go
+    panic after the bind error, which was taken for another failure."""
     import socket
 
     from temporalio.client import Client
@@ -351,7 +368,7 @@ async def test_a_port_taken_after_its_check_is_picked_anew(
     root = tmp_path / "temporal"
     (root / "logs").mkdir(parents=True)
     try:
-        server = await dev.start_dev_server(root, port=port, headless=True)
+        server = await dev.start_dev_server(root, port=port, ui_port=None, headless=headless)
     finally:
         taken.close()
     assert server.process is not None

@@ -8,9 +8,8 @@ liveness signal from that process itself); a worker subprocess also watches ``--
 The dev server's SQLite file lives in the data directory and is reused across runs: an exclusive
 ``flock`` on ``temporal.lock`` keeps one server per file, a server orphaned by a killed
 ``demo``/``dev`` is recognised by its command line and stopped before a new one starts, and
-``server.json`` advertises the running one
-(:class:`durable_agent.workflows.config.ServerInfo`) so that every command, and the library's
-``connect_from_env``, finds it without ``TEMPORAL_ADDRESS``.
+``server.json`` advertises the running one (:class:`durable_agent.workflows.config.ServerInfo`)
+so every command, and the library's ``connect_from_env``, finds it without ``TEMPORAL_ADDRESS``.
 """
 
 from __future__ import annotations
@@ -108,13 +107,15 @@ class ManagedProcess:
 
     def log_tail(self, lines: int = 20) -> str:
         try:
-            text = self.log_path.read_text(errors="replace")
+            every = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        lost = [line for line in every[:-lines] if "address already in use" in line][:1]
+        return "\n".join(lost + every[-lines:])
 
     def exited(self) -> ProcessError:
-        """The error for a process that exited before it was ready, with the end of its log."""
+        """The error for a process that exited before it was ready: the end of its log, after a
+        lost port race logged above it (a server may then fail otherwise: Temporal's UI panics)."""
         return ProcessError(
             f"the {self.name} exited with code {self.proc.returncode}; "
             f"its log ({self.log_path}) ends:\n{self.log_tail()}"
@@ -216,8 +217,7 @@ async def start_worker(
     extra_env: dict[str, str] | None = None,
     log_format: str = "text",
 ) -> ManagedProcess:
-    """Start ``durable-agent worker`` with this interpreter (whatever is on PATH) and wait until
-    it is polling its task queue."""
+    """Start ``durable-agent worker`` with this interpreter; wait until it polls its task queue."""
     await asyncio.to_thread(ready_dir.mkdir, parents=True, exist_ok=True)
     ready = ready_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.ready"
     argv = [sys.executable, "-m", "durable_agent", "worker", "--app", app_ref]
