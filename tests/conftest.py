@@ -6,6 +6,7 @@ Every store kind in ``STORE_KINDS`` runs the same conformance suite and the dura
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +20,12 @@ from tests.support.mongo import mongo_database, mongo_uri  # noqa: F401
 from tests.support.temporal import TemporalHarness, temporal_environment
 
 STORE_KINDS = ["memory", "file", "mongo"]
+
+# A shell without job control starts a background job (`make test &`, `nohup`) with SIGINT
+# ignored, and its children inherit that: the commands these tests interrupt as a terminal's
+# Ctrl-C does would ignore it (and time out). A handled signal is reset to its default at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 async def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> RetentionStore:

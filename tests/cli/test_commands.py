@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -618,25 +619,43 @@ def test_a_chat_goes_on_after_another_process_ran_on_its_session(dev: Dev) -> No
     )
 
 
-def test_a_chat_compacts_what_another_process_stored_meanwhile(dev: Dev) -> None:
-    """``/compact`` after another shell's turn summarizes up to that turn, on one path; it
-    compacted the chat's stale leaf instead: a branch beside the other turn, made the active one,
-    so the session's newest turn fell off the path its next question goes on from."""
-    assert run_cli(["run", "two2", "hello"], dev.env).returncode == 0
+@contextmanager
+def _chat_after_another_turn(dev: Dev, session: str) -> Iterator[pexpect.spawn]:
+    """A chat on ``session`` (one turn stored), then another shell's turn on it, stored while
+    the chat waits at its prompt; the block drives the chat, which is left with ``/quit``."""
+    assert run_cli(["run", session, "hello"], dev.env).returncode == 0
     child = pexpect.spawn(
-        CLI[0], [*CLI[1:], "chat", "two2"], env=dev.env, encoding="utf-8", timeout=60
+        CLI[0], [*CLI[1:], "chat", session], env=dev.env, encoding="utf-8", timeout=60
     )
     try:
-        child.expect("two2 ▸ ")
-        elsewhere = run_cli(["run", "two2", "What's the weather in Lisbon?"], dev.env)
+        child.expect(f"{session} ▸ ")
+        elsewhere = run_cli(["run", session, "What's the weather in Lisbon?"], dev.env)
         assert elsewhere.returncode == 0, elsewhere.stderr
-        child.sendline("/compact 0")
-        child.expect("compaction [0-9a-f]{16}")
-        child.expect("two2 ▸ ")
+        yield child
         child.sendline("/quit")
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def _users(session: str, env: dict[str, str]) -> list[tuple[str, str | None, str]]:
+    """The user messages of ``session``'s whole tree: (ID, parent ID, text)."""
+    shown = _json(run_cli(["show", session, "--tree", "--json"], env))
+    return [
+        (e["id"], e.get("parent_id"), e["message"]["content"][0]["text"])
+        for e in shown["entries"]
+        if e.get("message", {}).get("role") == "user"
+    ]
+
+
+def test_a_chat_compacts_what_another_process_stored_meanwhile(dev: Dev) -> None:
+    """``/compact`` after another shell's turn summarizes up to that turn, on one path; it
+    compacted the chat's stale leaf instead: a branch beside the other turn, made the active one,
+    so the session's newest turn fell off the path its next question goes on from."""
+    with _chat_after_another_turn(dev, "two2") as child:
+        child.sendline("/compact 0")
+        child.expect("compaction [0-9a-f]{16}")
+        child.expect("two2 ▸ ")
     shown = _json(run_cli(["show", "two2", "--json"], dev.env))
     kinds = [e["type"] for e in shown["entries"]]
     assert kinds[-1] == "compaction", kinds
@@ -651,28 +670,12 @@ def test_retry_and_edit_act_on_what_another_process_stored_meanwhile(
     session's last one; they acted on the chat's own stale last question ("hello"), branching
     before it, so the other shell's turn fell off the active path."""
     session = "two3" if command == "/retry" else "two4"
-    assert run_cli(["run", session, "hello"], dev.env).returncode == 0
-    child = pexpect.spawn(
-        CLI[0], [*CLI[1:], "chat", session], env=dev.env, encoding="utf-8", timeout=60
-    )
-    try:
-        child.expect(f"{session} ▸ ")
-        elsewhere = run_cli(["run", session, "What's the weather in Lisbon?"], dev.env)
-        assert elsewhere.returncode == 0, elsewhere.stderr
+    with _chat_after_another_turn(dev, session) as child:
         child.sendline(command)
         child.expect("branched before ([0-9a-f]{16})")
         before = child.match.group(1)
         child.expect(f"{session} ▸ ")
-        child.sendline("/quit")
-        child.expect(pexpect.EOF)
-    finally:
-        child.close(force=True)
-    shown = _json(run_cli(["show", session, "--tree", "--json"], dev.env))
-    users = [
-        (e["id"], e.get("parent_id"), e["message"]["content"][0]["text"])
-        for e in shown["entries"]
-        if e.get("message", {}).get("role") == "user"
-    ]
+    users = _users(session, dev.env)
     lisbon = users[1]
     assert lisbon[2] == "What's the weather in Lisbon?", users
     assert before == lisbon[0], f"branched before the other shell's question: {users}"
@@ -684,14 +687,7 @@ def test_show_tree_and_fork_see_what_another_process_stored_meanwhile(dev: Dev) 
     """``/show``, ``/tree`` and ``/fork`` (``/branch`` and ``/switch`` too) after another
     shell's turn include that turn: they showed (and forked) the chat's own stale path, as if
     the other turn had not happened."""
-    assert run_cli(["run", "two5", "hello"], dev.env).returncode == 0
-    child = pexpect.spawn(
-        CLI[0], [*CLI[1:], "chat", "two5"], env=dev.env, encoding="utf-8", timeout=60
-    )
-    try:
-        child.expect("two5 ▸ ")
-        elsewhere = run_cli(["run", "two5", "What's the weather in Lisbon?"], dev.env)
-        assert elsewhere.returncode == 0, elsewhere.stderr
+    with _chat_after_another_turn(dev, "two5") as child:
         for command in ("/show", "/tree"):
             child.sendline(command)
             child.expect("Lisbon")
@@ -699,14 +695,5 @@ def test_show_tree_and_fork_see_what_another_process_stored_meanwhile(dev: Dev) 
         child.sendline("/fork two5-fork")
         child.expect("you are now in the fork")
         child.expect("two5-fork ▸ ")
-        child.sendline("/quit")
-        child.expect(pexpect.EOF)
-    finally:
-        child.close(force=True)
-    forked = _json(run_cli(["show", "two5-fork", "--json"], dev.env))
-    texts = [
-        e["message"]["content"][0]["text"]
-        for e in forked["entries"]
-        if e.get("message", {}).get("role") == "user"
-    ]
+    texts = [text for _, _, text in _users("two5-fork", dev.env)]
     assert texts == ["hello", "What's the weather in Lisbon?"], texts
