@@ -13,6 +13,7 @@ every read is counted, whoever makes it: the session hubs, the runs' own streams
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import signal
 import sys
@@ -45,7 +46,7 @@ def main() -> None:
     counts = Path(own[own.index("--counts") + 1])
     sys.path.insert(0, str(src))
     import durable_agent
-    from durable_agent.cli import main as cli
+    import durable_agent.cli
     from durable_agent.stores import FileStore
     from durable_agent.stores.file import FileDeltas
 
@@ -61,7 +62,10 @@ def main() -> None:
 
     signal.signal(signal.SIGUSR1, dump)
     sys.argv = ["durable-agent", *serve]
-    cli()
+    command: Any = durable_agent.cli
+    if not hasattr(command, "main"):  # a tree from before the entry point moved into the package
+        command = importlib.import_module("durable_agent.cli.__main__")
+    command.main()
 
 
 if __name__ == "__main__":

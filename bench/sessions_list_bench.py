@@ -87,13 +87,21 @@ def export_src(ref: str, into: Path) -> Path:
     return into / "src"
 
 
+COMMAND = (
+    "import importlib, durable_agent.cli as c; "
+    "(c if hasattr(c, 'main') else importlib.import_module('durable_agent.cli.__main__')).main()"
+)
+"""The command on either side: a tree from before its entry point moved into the package has it
+in ``durable_agent.cli.__main__`` (and no ``python -m durable_agent``)."""
+
+
 def time_command(src: Path, args: list[str], repeat: int, home: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(src), "XDG_DATA_HOME": str(home)}
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "durable_agent", *args],
+            [sys.executable, "-c", COMMAND, *args],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,
