@@ -6,6 +6,7 @@ real server)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,50 @@ async def test_a_deleted_session_is_said_gone_and_not_made_again(
         await eventually(replied(page, "Fresh start."), within=20, interval=0.1, what="the reply")
         assert await page.evaluate("state.sid") != sid
     assert sid not in {s.id for s in await store.list_sessions()}
+
+
+async def test_a_message_sent_while_a_new_session_is_made_goes_into_it(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """ "New session", then a question typed and sent before the server has answered that
+    request: the question went to the session still shown (the old one) and its answer was
+    never seen, the page switching to the new, empty session the moment it came. It now waits
+    for the new session and goes there."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    replies = [Reply(text="Hi."), Reply(text="B.")]
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted(replies))})
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def held(route: Any) -> None:  # the new session's request, answered when let go
+        if route.request.method != "POST":
+            await route.continue_()
+            return
+        asked.set()
+        await answer.wait()
+        await route.continue_()
+
+    async with serving(app) as url:
+        await page.goto(url + "/")
+        await page.fill("#text", "one")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Hi."), within=30, interval=0.1, what="the reply")
+        first = await page.evaluate("state.sid")
+        await page.route("**/v1/sessions", held)
+        await page.get_by_role("button", name="new session").click()
+        await eventually(asked.wait, within=30, what="the new session asked for")
+        await page.fill("#text", "two")
+        await page.press("#text", "Enter")
+        answer.set()
+        await eventually(replied(page, "B."), within=30, interval=0.1, what="the answer shown")
+        second = await page.evaluate("state.sid")
+        said = {
+            sid: [
+                e.message.text()
+                for e in await store.load_entries(sid)
+                if isinstance(e, MessageEntry) and e.message.role == "user"
+            ]
+            for sid in (first, second)
+        }
+    assert second != first
+    assert said == {first: ["one"], second: ["two"]}, said

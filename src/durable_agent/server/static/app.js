@@ -282,6 +282,7 @@ function unsent(runId) {
   state.notice = (state.failure ? state.failure + "; " : "") + "not sent to the agent: your message is back in the box";
 }
 async function ask(t, leaf) {
+  if (switching) await switching; // a refusal: the text goes back into the box
   if (!state.sid) await newSession();
   // into the run if it goes on the branch shown (its end is the session's), else a run from
   // the branch shown, which a run going refuses (409): the text stays in the box
@@ -312,7 +313,15 @@ function gone(sid, why) {
   localStorage.removeItem("durable-agent-run:" + sid);
   if (state.sid === sid) { reset(null); state.notice = `session ${sid} ${why}`; render(); sessions().catch(() => {}); }
 }
-async function newSession() { const s = await api("POST", "/sessions", {}); await open(s.session_id); }
+// A session being made (new, or a fork): what is sent meanwhile waits and goes into it, not
+// into the one still shown (its answer unseen once the page switched).
+let switching = null;
+function switchTo(made) { // made: the request that answers the session to open
+  const s = (switching = made.then((x) => open(x.session_id)));
+  const clear = () => { if (switching === s) switching = null; };
+  s.then(clear, clear); return s;
+}
+function newSession() { return switchTo(api("POST", "/sessions", {})); }
 $("more").onclick = () => sessions(true).catch(() => {}); // a refusal shows in the status line
 $("new").onclick = () => newSession().then(() => $("text").focus(), () => {}); // to type the first message (api tells a refusal)
 $("ask").onsubmit = (ev) => { // what could not be sent goes back into the box
@@ -324,6 +333,6 @@ $("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
   if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("ask").requestSubmit(); }
 };
 $("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`).catch(() => {}); };
-$("fork").onclick = () => api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf }).then((c) => open(c.session_id), () => {});
+$("fork").onclick = () => switchTo(api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf })).catch(() => {});
 sessions().catch(() => {});
 if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1)));
