@@ -21,7 +21,7 @@ async function api(method, path, body, retried, quiet) { // quiet: true, or whic
   // `retried`: a request that is safe to send again (a run start names its run, a message
   // itself), sent again when its answer is lost on the way (the network, not the server,
   // failed): one run, one message, not two
-  let r;
+  let r; const key = $("key").value; // a refusal of a key no longer given is not told (401, 403)
   if (method !== "GET") state.notice = ""; // what the last request the user made said, if it failed
   for (let attempt = 0; ; attempt++) {
     try {
@@ -36,7 +36,8 @@ async function api(method, path, body, retried, quiet) { // quiet: true, or whic
   // not JSON: a proxy's error page in front of the server (its status says what happened)
   const data = r.status === 204 ? {} : await r.json().catch(() => ({}));
   if (!r.ok) {
-    if (!(typeof quiet === "function" ? quiet(data) : quiet)) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
+    const stale = [401, 403].includes(r.status) && key !== $("key").value;
+    if (!stale && !(typeof quiet === "function" ? quiet(data) : quiet)) { state.notice = data.error ? data.error.type + ": " + data.error.message : `${r.status} ${r.statusText}`.trim(); render(); }
     throw Object.assign(data, { status: r.status }); // 4xx: refused, nothing done (sent())
   }
   return data;
