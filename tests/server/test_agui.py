@@ -12,15 +12,18 @@ import httpx
 from ag_ui.core import (
     Event,
     EventType,
+    MessagesSnapshotEvent,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
+    TextMessageContentEvent,
     TextMessageStartEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
 from pydantic import TypeAdapter
+from temporalio.client import Client
 
 from durable_agent.ai import ModelError, Reply, TextContent, ToolCall, assistant_message
 from durable_agent.server import create_app
@@ -30,7 +33,7 @@ from durable_agent.session import Entry, MessageEntry
 from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import lookup, scripted, serving, tool_script
+from tests.server.support import helper_client, lookup, scripted, serving, tool_script
 from tests.support.gate_tool import GateTool
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
@@ -290,3 +293,83 @@ async def test_a_run_quiet_for_long_keeps_its_stream_alive(tmp_path: Path) -> No
     assert ": keepalive" in lines
     events = [EVENTS.validate_python(json.loads(x[6:])) for x in lines if x.startswith("data: ")]
     assert events[0].type == EventType.RUN_STARTED and events[-1].type == EventType.RUN_FINISHED
+
+
+def _snapshot_roles(events: Sequence[Event]) -> list[tuple[str, str | None]]:
+    [snapshot] = [e for e in events if isinstance(e, MessagesSnapshotEvent)]
+    shown: list[tuple[str, str | None]] = []
+    for m in snapshot.messages:
+        said = m.content if isinstance(m.content, str) else None
+        calls = getattr(m, "tool_calls", None) or []
+        shown.append((m.role, said or ",".join(c.function.name for c in calls)))
+    return shown
+
+
+async def test_an_input_sent_again_after_its_run_ended_is_answered_with_the_reply(
+    tmp_path: Path,
+) -> None:
+    """A client that lost its answer sends the input again, as a cut stream's RUN_ERROR tells
+    it to: its stream carries what the run stored (a MESSAGES_SNAPSHOT of the transcript), not
+    only RUN_STARTED and RUN_FINISHED around nothing."""
+    store = FileStore(tmp_path / "sessions")
+    spec = AgentSpec(model=scripted([Reply(text="Hello there."), Reply(text="never")]))
+    app = create_app(store=store, agents={"helper": spec})
+    body = {
+        "threadId": "again",
+        "runId": "again-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Hi"}],
+    }
+    first = await _agui_events(app, body)
+    assert not [e for e in first if isinstance(e, MessagesSnapshotEvent)], "a new run: none"
+    again = await _agui_events(app, body)
+    assert _snapshot_roles(again) == [("user", "Hi"), ("assistant", "Hello there.")]
+    assert isinstance(again[1], MessagesSnapshotEvent) and isinstance(again[-1], RunFinishedEvent)
+
+
+async def test_an_input_sent_again_mid_run_shows_what_came_before_and_follows_on(
+    temporal: Client | None, tmp_path: Path
+) -> None:
+    """A stream cut while a tool runs: the input sent again shows the stored call (in the
+    snapshot), then the rest of the run live, each thing once."""
+    gate = GateTool()
+    spec = AgentSpec(
+        model=scripted([Reply.call("gate", id="g1"), Reply(text="Opened.")]), tools=[gate.tool]
+    )
+    body = {
+        "threadId": "cut",
+        "runId": "cut-run",
+        "messages": [{"id": "m1", "role": "user", "content": "Open it."}],
+    }
+    async with helper_client(temporal, tmp_path, spec) as (client, _):
+        async with client.stream("POST", "/v1/agui", json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and "TOOL_CALL_END" in line:
+                    break  # the client goes away while the call holds the run
+        await asyncio.wait_for(gate.started.wait(), 30)
+        again: list[Event] = []
+        async with client.stream("POST", "/v1/agui", json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                again.append(EVENTS.validate_python(json.loads(line[6:])))
+                if isinstance(again[-1], MessagesSnapshotEvent):
+                    gate.release.set()
+    assert _snapshot_roles(again) == [("user", "Open it."), ("assistant", "gate")]
+    kinds = [e.type for e in again]
+    assert EventType.TOOL_CALL_START not in kinds, "the call was in the snapshot"
+    assert kinds.count(EventType.TOOL_CALL_RESULT) == 1
+    text = "".join(e.delta for e in again if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert text == "Opened." and kinds[-1] == EventType.RUN_FINISHED
+
+
+def test_a_reply_streaming_as_the_client_comes_back_shows_its_text_so_far() -> None:
+    """The text a reply streamed before the client came back opens its message, so the
+    stored reply's text is shown whole, not from the middle."""
+    translation = Translation("thread", "run", "run", seq=1)
+    so_far = {"run_id": "run", "entry_parent": "q", "text": "Hello ", "restart": True}
+    opened = translation.catch_up([], [so_far])
+    said = assistant_message(TextContent(text="Hello there."))
+    reply = MessageEntry(id="e2", parent_id="q", message=said)
+    later = translation.frame(Frame("entry", {"seq": 2, "entry": entry_to_wire(reply)}))
+    shown = [e.delta for e in [*opened, *later] if isinstance(e, TextMessageContentEvent)]
+    assert "".join(shown) == "Hello there."

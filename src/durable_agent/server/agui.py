@@ -22,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -52,17 +51,18 @@ from sse_starlette import EventSourceResponse
 from ..durable.inputs import check_run_input, text
 from ..session.approvals import PendingItem
 from ..session.codec import wire_to_entry
-from ..session.entries import MessageEntry
+from ..session.entries import Entry, MessageEntry
 from ..session.errors import StoreUnavailableError
 from ..session.store import entries_after, last_entry
 from ..workflows.worker_logs import in_one_line
 from .agui_ends import GRACE, ended_early, on_stop
+from .agui_follow import ENDED, snapshot, start_or_follow
 from .agui_resume import ANSWER_SCHEMA, carry_out, decisions, not_started, pending
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, answers, runs
 from .hub import Frame
-from .routes_runs import CLIENT_ID, existing
-from .runs import RunFailure, Runs, made_for_start
+from .routes_runs import existing
+from .runs import RunFailure, made_for_start
 from .sse import PacedStream
 from .tenants import Tenant
 
@@ -85,8 +85,6 @@ STREAMED = {
     },
 }
 """What the document says the AG-UI route answers: AG-UI's events, as server-sent events."""
-
-ENDED = {"completed", "failed", "cancelled"}
 
 Waiting = Callable[[], Awaitable[tuple[int, list[PendingItem]]]]
 """The calls of the session that wait for a person, and the seq of the last one's request."""
@@ -134,12 +132,32 @@ class Translation:
         self.shown = ""
         self.started = 0
         """Text messages started from live text (each restart starts one, of its own ID)."""
+        self.opening: list[BaseEvent] = []
+        """What the stream shows before its frames (:meth:`catch_up`)."""
+        self.replied: set[str] = set()
+        """The entries the replies in the opening snapshot answer (their live text is old)."""
+
+    def catch_up(
+        self, found: Sequence[tuple[int, Entry]], pieces: Sequence[dict[str, Any]]
+    ) -> list[BaseEvent]:
+        """The opening of a stream that follows a run it did not see start (:mod:`.agui_follow`):
+        ``found``, the session as stored once it joined the hub, as one snapshot, and
+        ``pieces``, the text replies had streamed by then, opening their messages; frames of
+        what ``found`` holds are not shown again."""
+        event, self.replied = snapshot(found)
+        self.seq = max([self.seq, *(seq for seq, _ in found)])
+        self.opening = [event]
+        for piece in pieces:
+            self.opening += self.frame(Frame("delta", dict(piece)))
+        return self.opening
 
     def frame(self, frame: Frame) -> list[BaseEvent]:
         data = frame.data
         if frame.event == "delta" and data["run_id"] == self.run_id:
-            return self._piece(data)
+            return [] if data["entry_parent"] in self.replied else self._piece(data)
         if frame.event == "entry":
+            if data["seq"] <= self.seq:  # before the stream (a hub that had not read it yet)
+                return []
             self.seq = max(self.seq, data["seq"])
             return self._entry(data["entry"])
         if frame.event == "run" and data["run_id"] == self.run_id:
@@ -284,6 +302,8 @@ async def events(
     told = on_stop(stopping, queue)
     try:
         yield encoder.encode(RunStartedEvent(thread_id=thread_id, run_id=run_id)).encode()
+        for event in translation.opening:
+            yield encoder.encode(event).encode()
         while True:
             try:
                 frame = await asyncio.wait_for(queue.get(), keepalive)
@@ -322,13 +342,16 @@ async def agui(
     async with made_for_start(srv.store, sid):  # refused, it leaves no session it made
         after = (await last_entry(srv.store, sid) or (0, None))[0]
         hub = await srv.hubs.hub(sid, after)
-        queue, _, _ = hub.join()
+        queue, _, pieces = hub.join()
         try:
-            run_id = await _start(runner, sid, question, agent, body.run_id, queue)
+            run_id, known = await start_or_follow(runner, sid, question, agent, body.run_id, queue)
+            translation = Translation(body.thread_id, run_id, body.run_id, after, runner.local)
+            if known:  # sent again: what the run stored before now comes first
+                found = await entries_after(srv.store, sid, 0)
+                translation.catch_up(found, [p.data() for p in pieces])
         except BaseException:
             hub.leave(queue)
             raise
-    translation = Translation(body.thread_id, run_id, body.run_id, after, runner.local)
     return _streamed(srv, sid, hub.leave, queue, translation)
 
 
@@ -371,29 +394,3 @@ def _streamed(
     stopping = anyio.Event()
     stream = events(queue, leave, translation, _waiting_in(srv, sid), srv.keepalive, stopping)
     return PacedStream(stream, ping=0, shutdown_event=stopping, shutdown_grace_period=GRACE)
-
-
-async def _start(
-    runner: Runs,
-    sid: str,
-    question: MessageEntry,
-    agent: str | None,
-    input_run_id: str,
-    queue: asyncio.Queue[Frame],
-) -> str:
-    """Start the run the input names (its ``runId``, when one the HTTP API takes): an input
-    sent again (its answer lost) starts nothing and follows that run, or tells its end when
-    it has ended (no frame will)."""
-    own = input_run_id if re.fullmatch(CLIENT_ID, input_run_id) else None
-    known = own is not None and await runner.has(sid, own)
-    run_id = await runner.start(
-        sid, [question], leaf_id=None, agent=agent, on_busy="reject", run_id=own
-    )
-    status = await runner.status(sid, run_id) if known else None
-    if status == "awaiting_approval":  # no frame tells a wait begun before the stream
-        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status}))
-    if status in ENDED:
-        failure = await runner.failure(sid, run_id) if status == "failed" else None
-        error = {} if failure is None else {"error": failure.model_dump()}
-        queue.put_nowait(Frame("run", {"run_id": run_id, "status": status, **error}))
-    return run_id
