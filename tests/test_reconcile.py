@@ -99,3 +99,19 @@ async def test_an_append_that_lands_after_it_failed_joins_the_path() -> None:
         e.message.text() for e in tree_path(stored, agent.leaf_id) if isinstance(e, MessageEntry)
     ]
     assert texts == ["noted", "go", "reply"]
+
+
+async def test_at_a_leaf_between_a_call_and_its_stored_result_the_view_is_what_a_run_sends() -> (
+    None
+):
+    """Branched to a reply whose call has a stored result after it, ``messages()`` shows that
+    result, as a run from there sends the model (it adopts the result), not "interrupted"."""
+    lm = ScriptedModel([Reply.call("echo", {"text": "ran"}, id="c1"), "done", "again"])
+    agent = await new(model(lm), store=MemoryStore(), tools=(echo,))
+    await (await agent.run("go")).wait()
+    [call] = [e for e in agent.entries() if isinstance(e, MessageEntry) and e.message.tool_calls()]
+    await agent.branch(call.id)
+    shown = [m.text() for m in agent.messages() if m.role == "tool_result"]
+    await (await agent.run("carry on")).wait()
+    sent = [m.text() for m in lm.requests[-1].messages if m.role == "tool_result"]
+    assert sent == ["ran"] and shown == sent

@@ -22,13 +22,14 @@ from ..session.errors import SessionNotFoundError
 from ..session.ids import new_id, validate_session_id
 from ..session.store import Store, copy_into_child, open_session
 from ..session.turns import Turn, last_turn
-from ..session.views import transcript_view
+from ..session.views import model_view, transcript_view
 from .deciding import decide
 from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
 from .inputs import EntryLike, as_entry, check_agent_options, check_run_input
 from .persist import is_durable
 from .publisher import PublisherLike, branched_event, fork_events, init_event
+from .reconcile import stored_answers
 from .state import AgentConfig, SessionState
 from .stream import RunStream
 
@@ -113,8 +114,10 @@ class Agent:
         return transcript_view(self._state.path())
 
     def messages(self) -> list[Message]:
-        """The active path as the model sees it (compaction applied, tool calls repaired)."""
-        return self._state.views()[1]
+        """The active path as the model sees it (compaction applied, tool calls repaired): at a
+        leaf whose calls have stored results after it, with those, as a run from it adopts."""
+        answers = stored_answers(self._state)
+        return model_view([*self._state.path(), *answers]) if answers else self._state.views()[1]
 
     def pending_approvals(self) -> list[PendingItem]:
         """The calls of the active path waiting for a person's decision, in call order (those

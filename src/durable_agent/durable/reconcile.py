@@ -30,7 +30,7 @@ from ..session.repair import dangling_calls
 from .errors import PersistError
 from .state import SessionState
 
-__all__ = ["reconcile"]
+__all__ = ["reconcile", "stored_answers"]
 
 
 def _answers(entry: Entry, open_calls: set[str]) -> bool:
@@ -39,6 +39,20 @@ def _answers(entry: Entry, open_calls: set[str]) -> bool:
         and entry.message.role == "tool_result"
         and entry.message.tool_call_id in open_calls
     )
+
+
+def stored_answers(state: SessionState) -> list[Entry]:
+    """The results the handle holds that a run from its leaf adopts for the leaf's dangling
+    calls (see the module docstring), in append order, each chained from the one before."""
+    open_calls = {c.id for c in dangling_calls(state.views()[0])}
+    leaf, found = state.leaf or None, list[Entry]()
+    for entry in state.log if open_calls else ():
+        if entry.parent_id == leaf and _answers(entry, open_calls):
+            assert isinstance(entry, MessageEntry)
+            open_calls.discard(entry.message.tool_call_id or "")
+            leaf = entry.id
+            found.append(entry)
+    return found
 
 
 async def reconcile(state: SessionState) -> list[Entry]:
