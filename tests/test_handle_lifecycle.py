@@ -286,7 +286,8 @@ async def test_cached_views_match_the_projection_of_the_path() -> None:
     import random
 
     from durable_agent.ai import tool_result_message
-    from durable_agent.session import model_view, path, raw_model_view, transcript_view
+    from durable_agent.session import Entry, model_view, path, raw_model_view, transcript_view
+    from durable_agent.session.repair import dangling_calls
 
     rng = random.Random(20260102)
     agent = await new(None)
@@ -328,6 +329,20 @@ async def test_cached_views_match_the_projection_of_the_path() -> None:
         }
         expected = path(index, agent.leaf_id)
         assert agent.state.path() == expected
-        assert agent.messages() == model_view(expected)
+        # at a leaf whose calls have stored results after it, the view shows them, each
+        # chained from the one before, as a run from the leaf adopts them
+        open_ids = {c.id for c in dangling_calls(raw_model_view(expected))}
+        at, chain = agent.leaf_id or None, list[Entry]()
+        for e in index.values():
+            if (
+                isinstance(e, MessageEntry)
+                and e.parent_id == at
+                and e.message.role == "tool_result"
+                and e.message.tool_call_id in open_ids
+            ):
+                open_ids.discard(e.message.tool_call_id)
+                at = e.id
+                chain.append(e)
+        assert agent.messages() == model_view([*expected, *chain])
         assert agent.state.views() == (raw_model_view(expected), model_view(expected))
         assert agent.transcript() == transcript_view(expected)
