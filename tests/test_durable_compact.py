@@ -192,36 +192,42 @@ async def test_turn_starts_count_before_earlier_compactions(store: Store) -> Non
     await agent.append("q1", reply("a1"))
     c1 = await agent.compact()
     assert c1 is not None
-    (q2,) = await agent.append("q2")
-    await agent.append(reply("a2"))
-    c2 = await agent.compact(keep_turns=1)  # two turn starts on the path, q1 included
-    assert c2 is not None and c2.first_kept_id == q2.id
+    await agent.append("q2", reply("a2"))
+    (q3,) = await agent.append("q3")
+    await agent.append(reply("a3"))
+    c2 = await agent.compact(keep_turns=1)  # three turn starts on the path, q1 included
+    assert c2 is not None and c2.first_kept_id == q3.id
     # the summarizer saw the model view of the prefix: the first summary, not q1/a1
-    assert texts(lm.requests[-1].messages) == ["first summary", PROMPT]
-    assert texts(agent.messages()) == ["second summary", "q2", "a2"]
+    assert texts(lm.requests[-1].messages) == ["first summary", "q2", "a2", PROMPT]
+    assert texts(agent.messages()) == ["second summary", "q3", "a3"]
 
 
-async def test_a_compaction_never_brings_back_what_an_earlier_one_summarized(
+async def test_compacting_again_with_nothing_new_before_the_kept_turns_does_nothing(
     harness: Harness, store: Store
 ) -> None:
-    """``keep_turns`` reaching back past an earlier compaction's kept turns keeps only what
-    the model still saw verbatim: the second compaction made the view larger than before it
-    (``q2``/``a2``, summarized away by the first, came back)."""
-    lm = ScriptedModel(["a1", "a2", "first summary", "a3", "second summary"])
-    agent = await harness.open(lm, store=store, session_id="compact-regrow")
+    """A compaction whose prefix would be the last one's summary alone (the same
+    ``keep_turns`` again, or one reaching back past the last one's kept turns, which it never
+    brings back) asks the model nothing and stores nothing: a summary of a summary is the
+    same summary, paid for again."""
+    lm = ScriptedModel(["a1", "a2", "first summary", "a3", "a4", "second summary"])
+    agent = await harness.open(lm, store=store, session_id="compact-again")
     await (await agent.run("q1")).wait()
     await (await agent.run("q2")).wait()
-    assert await agent.compact() is not None
+    assert await agent.compact(keep_turns=1) is not None
+    calls, view = len(lm.requests), texts(agent.messages())
+    assert view == ["first summary", "q2", "a2"]
+    assert await agent.compact(keep_turns=1) is None
+    assert await agent.compact(keep_turns=2) is None  # q1 is summarized: not brought back
     await (await agent.run("q3")).wait()
-    assert texts(agent.messages()) == ["first summary", "q3", "a3"]
-    q3 = agent.transcript()[-2]
+    assert await agent.compact(keep_turns=2) is None  # q2 and q3 kept: nothing new before
+    assert len(lm.requests) == calls + 1  # the run's call alone
 
+    await (await agent.run("q4")).wait()
     entry = await agent.compact(keep_turns=2)
-
-    assert texts(agent.messages()) == ["second summary", "q3", "a3"]
-    assert entry is not None and entry.first_kept_id == q3.id
-    assert texts(lm.requests[-1].messages) == ["first summary", PROMPT]
-    reopened = await harness.open([], store=store, session_id="compact-regrow")
+    assert entry is not None
+    assert texts(lm.requests[-1].messages) == ["first summary", "q2", "a2", PROMPT]
+    assert texts(agent.messages()) == ["second summary", "q3", "a3", "q4", "a4"]
+    reopened = await harness.open([], store=store, session_id="compact-again")
     assert reopened.leaf_id == agent.leaf_id and reopened.messages() == agent.messages()
 
 
@@ -296,6 +302,7 @@ async def test_tokens_before_skips_usage_reported_before_an_earlier_compaction(
             "a1",
             Reply(text="a2", usage=Usage(input=10_020, output=10)),
             "first summary",
+            "a3",
             "second summary",
         ]
     )
@@ -305,11 +312,12 @@ async def test_tokens_before_skips_usage_reported_before_an_earlier_compaction(
     first = await agent.compact(keep_turns=1)
     assert first is not None and first.tokens_before == 10_030
     assert texts(agent.messages()) == ["first summary", "q2", "a2"]
+    await (await agent.run("q3")).wait()
 
     second = await agent.compact(keep_turns=1)
 
     assert second is not None
-    assert second.tokens_before == math.ceil(len("first summaryq2a2") / 4) == 5
+    assert second.tokens_before == math.ceil(len("first summaryq2a2q3a3") / 4) == 6
 
 
 # -- failures ---------------------------------------------------------------------------------

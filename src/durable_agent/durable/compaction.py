@@ -85,7 +85,9 @@ def estimate_tokens(view: Sequence[Message]) -> int:
 
 
 def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPlan | None:
-    """What to summarize, or ``None`` when there is nothing to do (no turn beyond those kept)."""
+    """What to summarize, or ``None`` when there is nothing to do: no turn beyond those kept,
+    or nothing but the last compaction's summary before them (summarized again, it would be
+    the same summary, paid for again)."""
     if keep_turns < 0:
         raise ValueError("keep_turns must be >= 0")
     starts = [i for i, e in enumerate(path) if is_turn_start(e)]
@@ -95,14 +97,15 @@ def plan_compaction(path: Sequence[Entry], keep_turns: int = 0) -> CompactionPla
     tokens = estimate_tokens(model_view(_reports_after(path, last)))
     cut = starts[len(starts) - keep_turns] if keep_turns > 0 else len(path)
     # what an earlier compaction summarized stays summarized: the view never grows
-    cut = max(cut, _kept_start(path, last))
+    kept = _kept_start(path, last)
+    cut = max(cut, kept)
     waiting = awaiting_turn(path)
     if waiting is not None:
         # calls that wait for people stay verbatim: the kept tail starts no later than their
         # turn (docs/design.md#approvals-and-steering)
         cut = min(cut, max((s for s in starts if s <= waiting.index), default=0))
-        if cut == 0:
-            return None
+    if cut == 0 or (last >= 0 and cut <= kept):
+        return None
     if cut < len(path):
         return CompactionPlan(path[cut].id, list(path[:cut]), tokens)
     return CompactionPlan("", list(path), tokens)
