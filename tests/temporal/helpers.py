@@ -7,7 +7,7 @@ import contextlib
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client, WorkflowHandle
 
 from durable_agent import Event, Message, RunStream
+from durable_agent.activities.contracts import BodyRefs, WireEvent, event_from_wire
 from durable_agent.session import Entry, MessageEntry, Store, encode_entry
 from durable_agent.workflows import RunState, TemporalExecutor, Timeouts, run_workflow_id
 from tests.support.polling import eventually
@@ -35,6 +36,7 @@ __all__ = [
     "executor",
     "fetch_history_text",
     "history_text",
+    "hydrate",
     "load",
     "messages_of",
     "queue",
@@ -237,3 +239,34 @@ async def assert_replays(client: Client, workflow_id: str) -> None:
         )
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{workflow_id}: {result.replay_failure!r}"
+
+
+def _message_of(entries: Mapping[str, Entry], entry_id: str) -> Message:
+    entry = entries[entry_id]
+    assert isinstance(entry, MessageEntry), f"the entry {entry_id!r} an event names"
+    return entry.message
+
+
+def hydrate(wire: WireEvent, entries: Mapping[str, Entry]) -> Event:
+    """The event a recorded ``wire`` stands for, with the bodies it left out (those its ``refs``
+    name) read from ``entries``, the store's entries by ID: what a reader of the ``events`` query
+    does (docs/design.md#bounded-history)."""
+    event, refs, agent = event_from_wire(wire), wire.refs or BodyRefs(), wire.agent
+    update: dict[str, object] = {}
+    if refs.entry_ids is not None and wire.entries is None:
+        update["entries"] = [entries[i] for i in refs.entry_ids]
+    if agent is not None and event.agent is not None:
+        inner: dict[str, object] = {}
+        if refs.message is not None and agent.message is None:
+            inner["message"] = _message_of(entries, refs.message)
+        if refs.result is not None and agent.result is None:
+            inner["result"] = _message_of(entries, refs.result)
+        if refs.input is not None and agent.input is None:
+            inner["input"] = [_message_of(entries, i) for i in refs.input]
+        if refs.args is not None and agent.args is None:
+            calls = _message_of(entries, refs.args).tool_calls()
+            found = [c.arguments for c in calls if c.id == agent.tool_call_id]
+            inner["args"] = found[0] if found else {}
+        if inner:
+            update["agent"] = event.agent.model_copy(update=inner)
+    return event.model_copy(update=update) if update else event

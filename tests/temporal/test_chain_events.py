@@ -33,10 +33,9 @@ from durable_agent.durable.inbox import When
 from durable_agent.session import Entry, SessionNotFoundError, encode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
-from durable_agent.workflows.event_bodies import hydrate
 from tests.support.polling import eventually
 from tests.support.temporal import running_worker
-from tests.temporal.helpers import consume, executor, queue, run_id, sid
+from tests.temporal.helpers import consume, executor, hydrate, queue, run_id, sid
 
 pytestmark = pytest.mark.temporal
 

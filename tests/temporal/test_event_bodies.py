@@ -17,10 +17,10 @@ from durable_agent.workflows.event_bodies import (
     SlimCache,
     carried,
     encoded_size,
-    hydrate,
     slim,
     slim_sized,
 )
+from tests.temporal.helpers import hydrate
 
 BIG = 300_000
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -28,7 +28,6 @@ from durable_agent.ai import ModelEvent, ModelRequest
 from durable_agent.durable.limits import PAYLOAD_LIMIT, TEMPORAL_BLOB_LIMIT
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, RunResult, run_workflow_id
-from durable_agent.workflows.event_bodies import hydrate
 from tests.durable_runs.test_approvals import email, send_email
 from tests.support.temporal import running_worker
 from tests.temporal.helpers import (
@@ -36,6 +35,7 @@ from tests.temporal.helpers import (
     assert_receipts_stored,
     consume,
     executor,
+    hydrate,
     messages_of,
     queue,
     run_id,

@@ -9,21 +9,14 @@ would exceed Temporal's 2 MB payload limit well below the documented message lim
 Every such body is a stored entry's message, so an event can name the entry instead
 (:class:`~durable_agent.activities.contracts.BodyRefs`): the workflow records which entry each body
 is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
-when it is large (:func:`slim`), and a reader of the query (an operator's tool, a test comparing
-a client's events with the recorded ones) reads the named entries from the store and puts the
-bodies back (:func:`needed_ids`, :func:`hydrate`).
+when it is large (:func:`slim`), and a reader of the query (a test comparing a client's events
+with the recorded ones) reads the named entries from the store and puts the bodies back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from ..activities.contracts import BodyRefs, WireEvent, event_from_wire
+from ..activities.contracts import BodyRefs, WireEvent
 from ..agent.events import AgentEvent
-from ..ai.messages import Message
-from ..durable.errors import AgentError
-from ..durable.events import Event
-from ..session.entries import Entry, MessageEntry
 
 __all__ = [
     "CARRY_INLINE_LIMIT",
@@ -32,9 +25,7 @@ __all__ = [
     "SlimCache",
     "carried",
     "encoded_size",
-    "hydrate",
     "last_turns",
-    "needed_ids",
     "slim",
     "slim_sized",
 ]
@@ -204,69 +195,3 @@ def last_turns(events: list[WireEvent], turns: int) -> list[WireEvent]:
             if seen == turns:
                 return events[i:]
     return events[-50 * turns :] if seen == 0 else events
-
-
-def _elided(wire: WireEvent) -> BodyRefs | None:
-    """The refs of the bodies ``wire`` left out (``None`` if it left none out)."""
-    refs, agent = wire.refs, wire.agent
-    if refs is None:
-        return None
-    out = BodyRefs(
-        entry_ids=refs.entry_ids if wire.entries is None else None,
-        message=refs.message if agent is not None and agent.message is None else None,
-        result=refs.result if agent is not None and agent.result is None else None,
-        args=refs.args if agent is not None and agent.args is None else None,
-        input=refs.input if agent is not None and agent.input is None else None,
-    )
-    return None if out == BodyRefs() else out
-
-
-def needed_ids(wires: list[WireEvent]) -> set[str]:
-    """The entry IDs the client must read to put the left-out bodies back."""
-    ids: set[str] = set()
-    for wire in wires:
-        refs = _elided(wire)
-        if refs is None:
-            continue
-        ids.update(refs.entry_ids or ())
-        ids.update(refs.input or ())
-        ids.update(i for i in (refs.message, refs.result, refs.args) if i is not None)
-    return ids
-
-
-def _message_of(entries: Mapping[str, Entry], entry_id: str) -> Message:
-    entry = entries.get(entry_id)
-    if not isinstance(entry, MessageEntry):
-        raise AgentError(f"the stored entry {entry_id!r} an event names is not in the store")
-    return entry.message
-
-
-def hydrate(wire: WireEvent, entries: Mapping[str, Entry]) -> Event:
-    """The event ``wire`` stands for, with the bodies it left out read from ``entries`` (the
-    store's entries by ID); raises :class:`AgentError` if one is not there."""
-    refs = _elided(wire)
-    if refs is None:
-        return event_from_wire(wire)
-    event = event_from_wire(wire)
-    update: dict[str, object] = {}
-    if refs.entry_ids is not None:
-        missing = [i for i in refs.entry_ids if i not in entries]
-        if missing:
-            raise AgentError(f"the stored entries {missing} an event names are not in the store")
-        update["entries"] = [entries[i] for i in refs.entry_ids]
-    agent = event.agent
-    if agent is not None:
-        inner: dict[str, object] = {}
-        if refs.message is not None:
-            inner["message"] = _message_of(entries, refs.message)
-        if refs.result is not None:
-            inner["result"] = _message_of(entries, refs.result)
-        if refs.input is not None:
-            inner["input"] = [_message_of(entries, i) for i in refs.input]
-        if refs.args is not None:
-            calls = _message_of(entries, refs.args).tool_calls()
-            found = [c.arguments for c in calls if c.id == agent.tool_call_id]
-            inner["args"] = found[0] if found else {}
-        if inner:
-            update["agent"] = agent.model_copy(update=inner)
-    return event.model_copy(update=update)
