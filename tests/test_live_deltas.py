@@ -22,7 +22,8 @@ from durable_agent.session.deltas import (
     DeltaChannel,
     DeltaKey,
     ImmediateChannel,
-    diff_patch,
+    diff_parts,
+    parts,
 )
 from durable_agent.stores import FileStore, MemoryStore
 from durable_agent.stores.file import FileDeltas
@@ -54,7 +55,7 @@ def text(t: str) -> Message:
 
 
 def delta(attempt: int, seq: int, prev: str, cur: str) -> Delta:
-    patch = diff_patch(text(prev) if prev else None, text(cur))
+    patch = diff_parts(parts(text(prev) if prev else None), parts(text(cur)))
     assert patch is not None
     head, size, ops = patch
     return Delta(attempt=attempt, seq=seq, head=head, size=size, ops=ops)
@@ -306,7 +307,7 @@ async def test_a_tool_call_growing_or_getting_its_id_is_no_restart() -> None:
         role="assistant",
         content=[TextContent(text="Let me"), ToolCall(id="", name="f", arguments={})],
     )
-    patch = diff_patch(None, partial)
+    patch = diff_parts(parts(None), parts(partial))
     assert patch is not None
     await channel.publish(KEY, Delta(attempt=1, seq=1, head=patch[0], size=patch[1], ops=patch[2]))
     assert await follower.poll() is not None

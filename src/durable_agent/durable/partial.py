@@ -1,10 +1,10 @@
 """A streaming reply's partial message as a reader rebuilds it from its live deltas.
 
-:class:`PartialReply` is :func:`~durable_agent.session.deltas.apply_patch` done incrementally: a
-client following a reply rebuilds its message a few times a second, after an idle wait each time
-(when every line of code it runs is slow: cold caches), so it validates only what a delta
-replaced and copies the rest (docs/design.md#live-deltas). :func:`extends` says whether a stored
-reply only grows what its live updates showed.
+:class:`PartialReply` applies a reply's patches one by one: a client following a reply rebuilds its
+message a few times a second, after an idle wait each time (when every line of code it runs is
+slow: cold caches), so it validates only what a delta replaced and copies the rest
+(docs/design.md#live-deltas). :func:`extends` says whether a stored reply only grows what its live
+updates showed.
 """
 
 from __future__ import annotations

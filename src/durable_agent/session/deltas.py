@@ -36,7 +36,6 @@ __all__ = [
     "GROWING",
     "ImmediateChannel",
     "LiveStore",
-    "apply_patch",
     "Parts",
     "Patch",
     "FASTEST_WRITE",
@@ -44,7 +43,6 @@ __all__ = [
     "WRITE_EVERY",
     "cancel_note",
     "diff_parts",
-    "diff_patch",
     "parts",
 ]
 
@@ -171,13 +169,9 @@ def parts(message: Message | None) -> Parts:
     return data, blocks
 
 
-def diff_patch(prev: Message | None, cur: Message) -> Patch | None:
-    """The patch turning ``prev`` into ``cur``; ``None`` when they are equal."""
-    return diff_parts(parts(prev), parts(cur))
-
-
 def diff_parts(prev: Parts, cur: Parts) -> Patch | None:
-    """:func:`diff_patch` of two messages' :func:`parts`."""
+    """The patch turning the message of ``prev`` into that of ``cur``; ``None`` when they are
+    equal."""
     prev_head, prev_blocks = prev
     head, blocks = cur
     ops: list[tuple[int, str, Any]] = []
@@ -201,21 +195,3 @@ def diff_parts(prev: Parts, cur: Parts) -> Patch | None:
     if not ops and changed_head is None and len(blocks) == len(prev_blocks):
         return None
     return changed_head, len(blocks), ops
-
-
-def apply_patch(
-    head: dict[str, Any], blocks: list[dict[str, Any]], delta: Delta
-) -> tuple[dict[str, Any], list[dict[str, Any]], Message]:
-    """Apply ``delta`` to a reader's state; returns the new state and the partial message."""
-    if delta.head is not None:
-        head = dict(delta.head)
-    out = [dict(b) for b in blocks[: delta.size]]
-    for i, op, value in delta.ops:
-        while len(out) <= i:
-            out.append({})
-        if op == "=":
-            out[i] = dict(value)
-        else:
-            field = GROWING[str(out[i].get("type"))]
-            out[i][field] = str(out[i].get(field, "")) + str(value)
-    return head, out, Message.model_validate({**head, "content": out})
