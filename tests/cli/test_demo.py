@@ -342,9 +342,8 @@ def test_a_port_race_logged_above_a_long_failure_is_in_its_error(tmp_path: Path)
     assert "panic frame 1\n" not in message  # the end of the log, after the cause
 
 
-@pytest.mark.parametrize("headless", [True, False])
 async def test_a_port_taken_after_its_check_is_picked_anew(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, headless: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between the check that a port is free and the server's bind, another process may take it
     (a second demo, a test's dev server starting at the same moment): the server comes up on
@@ -368,7 +367,7 @@ async def test_a_port_taken_after_its_check_is_picked_anew(
     root = tmp_path / "temporal"
     (root / "logs").mkdir(parents=True)
     try:
-        server = await dev.start_dev_server(root, port=port, ui_port=None, headless=headless)
+        server = await dev.start_dev_server(root, port=port, ui_port=None)
     finally:
         taken.close()
     assert server.process is not None

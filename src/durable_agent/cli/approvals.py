@@ -70,15 +70,15 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def noticed(queue: str | None, after: float = 5.0) -> Iterator[None]:
-    """A decision made inside that no worker takes within ``after`` seconds is said so, once, on
+def noticed(queue: str | None) -> Iterator[None]:
+    """A decision made inside that no worker takes within five seconds is said so, once, on
     stderr, and waited for on: with its worker gone Temporal holds it for the next one."""
     said = (
         "no worker has taken the decision yet; it will be delivered when a worker polls the "
         f"queue {queue!r}; Ctrl-C stops waiting, the decision may still be delivered"
     )
     timer = queue and asyncio.get_running_loop().call_later(
-        after, lambda: print_error(err, said, level="note")
+        5.0, lambda: print_error(err, said, level="note")
     )
     try:
         yield

@@ -193,12 +193,12 @@ class Target:
 TARGET = Target()
 
 
-def client_settings(flags: TemporalFlags, env: Mapping[str, str] | None = None) -> ConnectSettings:
+def client_settings(flags: TemporalFlags) -> ConnectSettings:
     """The settings :func:`connect` uses: the flags beat their variables, then the library's
     chain (:func:`durable_agent.workflows.config.resolve_connect_settings`: the ``temporal`` CLI's
     settings, a running ``durable-agent dev``, ``localhost:7233``)."""
     given = {"ADDRESS": flags.address, "NAMESPACE": flags.namespace, "PROFILE": flags.profile}
-    merged = dict(os.environ if env is None else env)
+    merged = dict(os.environ)
     merged.update({f"TEMPORAL_{name}": value for name, value in given.items() if value})
     settings = resolve_connect_settings(merged)
     if flags.address:

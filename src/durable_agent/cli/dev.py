@@ -137,43 +137,37 @@ async def start_dev_server(
     *,
     port: int | None = 7233,
     ui_port: int | None = 8233,
-    headless: bool = False,
-    within: float = 60.0,
 ) -> DevServer:
     """Start a dev server on ``root/temporal.db`` and wait until it answers gRPC (and the UI).
     A port another process binds between the check and the server's bind is picked anew."""
     for _ in range(2):
         try:
-            return await _start_dev_server(root, port, ui_port, headless, within)
+            return await _start_dev_server(root, port, ui_port)
         except ProcessError as exc:
             if "address already in use" not in str(exc):
                 raise
             port = ui_port = None  # the kernel's picks this time
-    return await _start_dev_server(root, port, ui_port, headless, within)
+    return await _start_dev_server(root, port, ui_port)
 
 
-async def _start_dev_server(
-    root: Path, port: int | None, ui_port: int | None, headless: bool, within: float
-) -> DevServer:
+async def _start_dev_server(root: Path, port: int | None, ui_port: int | None) -> DevServer:
     grpc_port = free_port(port)
-    web_port = None if headless else free_port(ui_port, avoid=[grpc_port])
+    web_port = free_port(ui_port, avoid=[grpc_port])
     argv = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1"]
     argv += ["--port", str(grpc_port), "--db-filename", str(root / "temporal.db")]
     argv += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
     argv += ["--log-level", "warn"]
     argv += ["--search-attribute", f"{SEARCH_ATTRIBUTE}=Keyword"]
     argv += ["--search-attribute", f"{KIND_ATTRIBUTE}=Keyword"]
-    argv += ["--headless"] if web_port is None else ["--ui-port", str(web_port)]
+    argv += ["--ui-port", str(web_port)]
     log = root / "logs" / "temporal.log"
     proc = spawn("Temporal server", die_with_parent(argv), log, dict(os.environ))
     address = f"127.0.0.1:{grpc_port}"
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + 60
     try:
         await _wait_client(address, proc, deadline)
-        ui_url = f"http://127.0.0.1:{web_port}" if web_port is not None else ""
-        server = DevServer(address, ui_url, proc)
-        if web_port is not None:
-            await wait_for_ui(server.ui_url, min(deadline, time.monotonic() + 15))
+        server = DevServer(address, f"http://127.0.0.1:{web_port}", proc)
+        await wait_for_ui(server.ui_url, min(deadline, time.monotonic() + 15))
     except BaseException:
         proc.stop()
         raise

@@ -105,13 +105,13 @@ class ManagedProcess:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, lines: int = 20) -> str:
+    def log_tail(self) -> str:
         try:
             every = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return ""
-        lost = [line for line in every[:-lines] if "address already in use" in line][:1]
-        return "\n".join(lost + every[-lines:])
+        lost = [line for line in every[:-20] if "address already in use" in line][:1]
+        return "\n".join(lost + every[-20:])
 
     def exited(self) -> ProcessError:
         """The error for a process that exited before it was ready: the end of its log, after a
@@ -368,14 +368,14 @@ def _running(pid: int) -> bool:
         return False
 
 
-def stop_orphan(root: Path, db_file: Path, wait: float = 10.0) -> int | None:
+def stop_orphan(root: Path, db_file: Path) -> int | None:
     """Stop a server a killed ``demo``/``dev`` left running on ``db_file``; its PID if any."""
     info = read_server_info(root)
     if info is None or not _is_our_orphan(info.pid, db_file):
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(info.pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _running(info.pid):
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

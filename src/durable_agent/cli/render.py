@@ -262,9 +262,9 @@ _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool_result": "b
 _KIND_STYLE = {"compaction: ": "bold yellow"}
 
 
-def entry_label(entry: Entry, *, limit: int = 70) -> Text:
+def entry_label(entry: Entry) -> Text:
     """``<id> role: text`` for trees and listings (the library's one-line summary, styled)."""
-    kind, said, suffix = entry_summary(entry, limit)
+    kind, said, suffix = entry_summary(entry, 70)
     if isinstance(entry, MessageEntry):
         style = _ROLE_STYLE.get(entry.message.role, "bold")
     else:

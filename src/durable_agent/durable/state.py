@@ -190,21 +190,19 @@ class SessionState:
         self,
         entries: Sequence[Entry],
         *,
-        check: bool = True,
         keep_ids: bool = False,
         guarded: bool = False,
     ) -> Stamped:
         """Stamp ``entries`` at the leaf as it is under the lock, store and apply them.
 
-        ``check`` re-checks the busy rule under the lock: an append that waited for the lock
-        while a run started is refused rather than chained from a leaf the run moves.
+        The busy rule is checked again under the lock: an append that waited for the lock while
+        a run started is refused rather than chained from a leaf the run moves.
         ``keep_ids``: an entry that has an ID keeps it (a decision's derived ID).
         ``guarded``: stored only if the session's newest entry is still the newest this
         handle knows, else :class:`LeafMovedOn` (a store that cannot tell appends unguarded).
         """
         async with self.lock:
-            if check:
-                self.check_mutable()
+            self.check_mutable()
             stamped = stamp(entries, self.leaf, utc_now(), new_id, keep_ids=keep_ids)
             await self._write(stamped, Guard(self.known_last()) if guarded else None)
             return stamped

@@ -153,19 +153,16 @@ def _log_warning(
     logging.getLogger("py.warnings").warning("%s: %s (%s)", category.__name__, message, where)
 
 
-def configure_worker_logging(
-    log_format: LogFormat = "text", *, stream: IO[str] | None = None, level: int = logging.INFO
-) -> None:
-    """Send this process's log (and the Temporal core's) to ``stream`` (default stderr) in
-    ``log_format``, from ``level`` up, Python's warnings too. Replaces the root logger's
-    handlers."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+def configure_worker_logging(log_format: LogFormat = "text") -> None:
+    """Send this process's log (and the Temporal core's) to stderr in ``log_format``, from INFO
+    up, Python's warnings too. Replaces the root logger's handlers."""
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(WorkerLogFormatter(log_format))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(logging.INFO)
     warnings.showwarning = _log_warning
     # the formatter says which activity a record is about, in its own words
     temporalio.activity.logger.activity_info_on_message = False

@@ -212,9 +212,10 @@ class Claims:
             *(self._collection.delete_one({"_id": key, "q": seq}) for key, seq in held.items())
         )
 
-    async def walk(self, scope: Scope, seq: int, *, steps: int = 0) -> int:
+    async def walk(self, scope: Scope, seq: int) -> int:
         """The first slot boundary at or after the slot ``seq`` that is free right now: follow
         taken slots to their ends. A long walk moves the session's ``next_seq`` hint forward."""
+        steps = 0
         while True:
             slot = await self._collection.find_one({"_id": scope.at(seq)}, {"n": 1})
             if slot is None:
