@@ -17,7 +17,6 @@ from durable_agent.workflows.event_bodies import (
     SlimCache,
     carried,
     encoded_size,
-    slim,
     slim_sized,
 )
 from tests.temporal.helpers import hydrate
@@ -96,9 +95,9 @@ def _record(
 def test_every_body_is_named_by_the_turn_end_and_comes_back_whole() -> None:
     events, originals, tracker, entries = _record()
     assert not any(tracker.pending(i) for i in range(len(events)))
-    sent = [slim(e, QUERY_INLINE_LIMIT) for e in events]
-    assert all(s is not None and encoded_size(s) < 2_000 for s in sent)  # every one slimmed
-    assert [hydrate(s, entries) for s in sent if s is not None] == originals
+    sent = [slim_sized(e, QUERY_INLINE_LIMIT) for e in events]
+    assert all(s is not None and encoded_size(s[0]) < 2_000 for s in sent)  # every one slimmed
+    assert [hydrate(s[0], entries) for s in sent if s is not None] == originals
     carry = carried(events)
     assert sum(encoded_size(e) for e in carry) < 15 * CARRY_INLINE_LIMIT
     assert [hydrate(e, entries) for e in carry] == originals
@@ -108,7 +107,7 @@ def test_a_result_waits_for_its_receipt_before_it_is_sent() -> None:
     events, _, tracker, _ = _record(upto=8)  # up to the end of call c1, its result not stored
     last = len(events) - 1
     assert tracker.pending(last)
-    assert slim(events[last], QUERY_INLINE_LIMIT) is None  # too large to send whole
+    assert slim_sized(events[last], QUERY_INLINE_LIMIT) is None  # too large to send whole
 
 
 def test_slim_sized_measures_exactly_what_it_returns() -> None:
@@ -116,9 +115,6 @@ def test_slim_sized_measures_exactly_what_it_returns() -> None:
     for wire in events:
         for force in (False, True):
             sized = slim_sized(wire, QUERY_INLINE_LIMIT, force=force)
-            assert (None if sized is None else sized[0]) == slim(
-                wire, QUERY_INLINE_LIMIT, force=force
-            )
             if sized is not None:
                 assert sized[1] == encoded_size(sized[0])
     assert not tracker.pending(0)

@@ -172,10 +172,10 @@ async def _ask(console: Console, agent: Agent, text: str, *, edit: bool = False)
     return printer
 
 
-async def _started_activity(client: Client, workflow_id: str, within: float) -> tuple[str, int]:
+async def _started_activity(client: Client, workflow_id: str) -> tuple[str, int]:
     """Poll the run until the slow tool's activity is running on a worker: (identity, attempt)."""
     handle = client.get_workflow_handle(workflow_id)
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         desc = await handle.describe()
         for pending in desc.raw_description.pending_activities:
@@ -207,7 +207,7 @@ async def _crash_turn(
             and inner.type == "tool_execution_start"
             and inner.tool_name == SLOW_TOOL
         ):
-            identity, attempt = await _started_activity(client, workflow_id, 30.0)
+            identity, attempt = await _started_activity(client, workflow_id)
             victim = stack.workers[-1]
             console.print(
                 f"  [bold red]✗ SIGKILL worker {victim.pid}[/] while {SLOW_TOOL} runs on it "

@@ -9,7 +9,7 @@ would exceed Temporal's 2 MB payload limit well below the documented message lim
 Every such body is a stored entry's message, so an event can name the entry instead
 (:class:`~durable_agent.activities.contracts.BodyRefs`): the workflow records which entry each body
 is once the receipt is in (:class:`BodyTracker`), sends or carries an event without its bodies
-when it is large (:func:`slim`), and a reader of the query (a test comparing a client's events
+when it is large (:func:`slim_sized`), and a reader of the query (a test comparing a client's events
 with the recorded ones) reads the named entries from the store and puts the bodies back.
 """
 
@@ -26,7 +26,6 @@ __all__ = [
     "carried",
     "encoded_size",
     "last_turns",
-    "slim",
     "slim_sized",
 ]
 
@@ -113,21 +112,16 @@ class BodyTracker:
         return index in self._awaiting
 
 
-def slim(wire: WireEvent, inline_limit: int, *, force: bool = False) -> WireEvent | None:
+def slim_sized(
+    wire: WireEvent, inline_limit: int, *, force: bool = False
+) -> tuple[WireEvent, int] | None:
     """``wire`` itself if its encoding fits ``inline_limit``, else a copy without every body
-    whose entry ``refs`` names; ``None`` if a body that keeps it too large has no name yet.
+    whose entry ``refs`` names; ``None`` if a body that keeps it too large has no name yet. With
+    the encoded size of what it returns (measured on the way, once).
 
     ``force`` leaves such an unnamed body out too (an event whose body will never be stored,
     such as the original of a result the store refused and answered with a stand-in): the
     answer stays within its budget at the cost of that one body."""
-    sized = slim_sized(wire, inline_limit, force=force)
-    return None if sized is None else sized[0]
-
-
-def slim_sized(
-    wire: WireEvent, inline_limit: int, *, force: bool = False
-) -> tuple[WireEvent, int] | None:
-    """:func:`slim` with the encoded size of what it returns (measured on the way, once)."""
     size = encoded_size(wire)
     if size <= inline_limit:
         return wire, size
@@ -179,9 +173,9 @@ def carried(events: list[WireEvent]) -> list[WireEvent]:
     (all of them are stored by the turn boundary), so the carried input is bounded."""
     out = []
     for wire in events:
-        sent = slim(wire, CARRY_INLINE_LIMIT, force=True)
+        sent = slim_sized(wire, CARRY_INLINE_LIMIT, force=True)
         assert sent is not None
-        out.append(sent)
+        out.append(sent[0])
     return out
 
 

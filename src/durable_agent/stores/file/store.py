@@ -227,19 +227,14 @@ class FileStore(Closing):
                 raise
             raise exc.at(str(args[0].absolute())) from exc.__cause__
 
-    @contextmanager
-    def _root_lock(self, *, exclusive: bool) -> Iterator[None]:
-        """The root's flock: exclusive while a header is written, shared to wait for that."""
-        with open_dir(self._root) as dirfd, flock(dirfd, exclusive=exclusive):
-            yield
-
     def _retry_after_create(self, read: Callable[[], T], session_id: str) -> T:
         """Run ``read``; on a header problem wait for any running create and read once more."""
         try:
             return read()
         except HeaderProblem:
             pass
-        with self._root_lock(exclusive=False):
+        # the root's flock, held exclusive while a header is written: shared, it waits for that
+        with open_dir(self._root) as dirfd, flock(dirfd, exclusive=False):
             try:
                 return read()
             except HeaderProblem as exc:
