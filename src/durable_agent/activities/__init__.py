@@ -26,22 +26,15 @@ except ImportError as _missing:  # the base install: say which extra brings the 
         name=_missing.name,
     ) from None
 
-from .base import DEFAULT_PAYLOAD_LIMIT
-from .failures import application_error
 from .model_call import ModelActivity
 from .reset_steps import ResetSteps
-from .spec import PLAIN_OPTIONS, AgentSpec
 from .stamp_steps import StampSteps
 from .store_steps import StoreSteps
 from .tool_call import ToolActivity
 from .verb_steps import VerbSteps
 
 __all__ = [
-    "DEFAULT_PAYLOAD_LIMIT",
-    "PLAIN_OPTIONS",
     "AgentActivities",
-    "AgentSpec",
-    "application_error",
 ]
 
 

@@ -11,30 +11,25 @@ from .events import AgentEvent, AgentEventType
 from .hooks import Hooks
 from .loop import (
     AgentRun,
-    Factory,
     Loop,
-    ModelFactory,
     ModelLoop,
     RetryingModel,
     build_loop,
     model,
 )
 from .options import AgentOptions
-from .tool_exec import LocalToolExecutor, ToolExecutor, failure_text
+from .tool_exec import LocalToolExecutor, failure_text
 
 __all__ = [
     "AgentEvent",
     "AgentEventType",
     "AgentOptions",
     "AgentRun",
-    "Factory",
     "Hooks",
     "LocalToolExecutor",
     "Loop",
-    "ModelFactory",
     "ModelLoop",
     "RetryingModel",
-    "ToolExecutor",
     "build_loop",
     "failure_text",
     "model",

@@ -42,14 +42,12 @@ if TYPE_CHECKING:
     from ..workflows import AgentSpec
 
 __all__ = [
-    "EXTRAS",
     "App",
     "AppLoadError",
     "coerce_app",
     "command",
     "load_app",
     "main",
-    "missing_extra",
 ]
 
 

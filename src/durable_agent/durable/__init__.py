@@ -10,8 +10,7 @@ caller and applies to the handle's state (:mod:`.state`) (docs/design.md#handle-
 
 from ..agent.loop import model
 from .agent import Agent, Middleware, Runner, fork_entry_id, new
-from .compaction import DEFAULT_COMPACT_PROMPT, estimate_tokens, plan_compaction
-from .engine import CANCELLED_TEXT, RunEffects, RunEngine, RunStatus
+from .compaction import DEFAULT_COMPACT_PROMPT, estimate_tokens
 from .errors import (
     AgentClosedError,
     AgentError,
@@ -30,14 +29,12 @@ from .errors import (
     UnknownAgentError,
 )
 from .events import Event, EventType
-from .executor import Executor, LocalExecutor
 from .inbox import MAX_QUEUED, When
 from .inputs import EntryLike, ephemeral, file, image, meta, text
 from .publisher import Publisher, PublisherLike
 from .stream import RunStream, fail
 
 __all__ = [
-    "CANCELLED_TEXT",
     "DEFAULT_COMPACT_PROMPT",
     "Agent",
     "AgentClosedError",
@@ -50,9 +47,7 @@ __all__ = [
     "Event",
     "EventGapError",
     "EventType",
-    "Executor",
     "InvalidRunInputError",
-    "LocalExecutor",
     "MAX_QUEUED",
     "Middleware",
     "NoFactoryError",
@@ -63,9 +58,6 @@ __all__ = [
     "RunActiveError",
     "RunCancelledError",
     "RunNotAcceptingError",
-    "RunEffects",
-    "RunEngine",
-    "RunStatus",
     "RunStream",
     "Runner",
     "UnknownAgentError",
@@ -79,6 +71,5 @@ __all__ = [
     "meta",
     "model",
     "new",
-    "plan_compaction",
     "text",
 ]
