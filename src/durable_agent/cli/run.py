@@ -288,8 +288,6 @@ class RunPrinter:
         """A reply's line is open: its ``assistant ▸`` is written (with its first text)."""
         self.updates = 0
         """``message_update`` events printed (live tokens)."""
-        self.restarts = 0
-        """Model calls retried after a worker crash (the reply started over)."""
 
     def _write(self, text: str, style: str | None = None) -> None:
         self.console.print(Text(text, style=style or ""), end="", soft_wrap=True, highlight=False)
@@ -336,7 +334,6 @@ class RunPrinter:
             self.updates += 1
             text = message.text()
             if inner.restart:
-                self.restarts += 1
                 self._reveal.reset()
                 self._close_line()
                 self.console.print(

@@ -178,8 +178,9 @@ class Draft:
         self.model = model
         self.blocks: list[ContentBlock] = []
 
-    def snapshot(self) -> Message:
-        """The message so far, as a consumer may render it mid-stream."""
+    def snapshot(self, **end: Any) -> Message:
+        """The message so far, as a consumer may render it mid-stream (``end``: the fields only
+        the final message has, see :meth:`final`)."""
         return Message(
             role="assistant",
             content=list(self.blocks),
@@ -187,20 +188,11 @@ class Draft:
             provider=self.provider,
             model=self.model,
             timestamp=utc_now(),
+            **end,
         )
 
     def final(self, *, usage: Usage, stop_reason: StopReason, error: str | None = None) -> Message:
-        return Message(
-            role="assistant",
-            content=list(self.blocks),
-            api=self.api,
-            provider=self.provider,
-            model=self.model,
-            usage=usage,
-            stop_reason=stop_reason,
-            error=error,
-            timestamp=utc_now(),
-        )
+        return self.snapshot(usage=usage, stop_reason=stop_reason, error=error)
 
 
 async def guarded(
