@@ -78,10 +78,6 @@ class MemoryDeltas:
         for key in [k for k in self._log if k.session_id == session_id]:
             self._log.pop(key, None)
 
-    def size(self) -> int:
-        """Deltas held (the bench's bound check)."""
-        return sum(len(v) for v in self._log.values())
-
 
 @dataclass
 class _Log:
