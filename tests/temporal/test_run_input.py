@@ -330,6 +330,43 @@ async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
         await store.load_entries(session)
 
 
+@pytest.mark.parametrize("field", ["agent", "leaf_id"])
+async def test_a_huge_name_fails_the_run_quoted_short(
+    temporal_client: Client, production_worker: tuple[str, Store], field: str
+) -> None:
+    """An agent or leaf of 1.5 MB (the server takes inputs up to 2 MB): its failure quoted it
+    whole, in each of its causes, and the workflow task that reported it was refused as too
+    large (``PayloadsTooLarge``), again and again until the execution timeout."""
+    task_queue, store = production_worker
+    session = sid("huge")
+    value = json.loads(pasted_text(session))
+    if field == "leaf_id":  # the leaf is looked up in a session that exists
+        wid = run_workflow_id(session, "r0")
+        first = await temporal_client.start_workflow(
+            "durable_agent.run", value, id=wid, task_queue=task_queue
+        )
+        await asyncio.wait_for(first.result(), timeout=30)
+    before = [e.id for e in await store.load_entries(session)] if field == "leaf_id" else []
+    handle = await temporal_client.start_workflow(
+        "durable_agent.run",
+        {**value, field: "x" * 1_500_000},
+        id=run_workflow_id(session, "r1"),
+        task_queue=task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert len(cause.message) < 300 and "'xxxxxxxxxx" in cause.message, cause.message[:300]
+    types = event_types((await handle.fetch_history()).to_json())
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in types
+    if field == "leaf_id":
+        assert [e.id for e in await store.load_entries(session)] == before
+    else:
+        with pytest.raises(SessionNotFoundError):
+            await store.load_entries(session)
+
+
 async def test_two_inputs_fail_the_run_at_once_as_one_bad_input_does(
     temporal_client: Client, production_worker: tuple[str, Store]
 ) -> None:

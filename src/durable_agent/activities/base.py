@@ -36,6 +36,7 @@ from ..session.errors import (
     SessionError,
     StoreUnavailableError,
 )
+from ..session.ids import quoted
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES, RememberingStore
 from .failures import application_error, checked_payload
@@ -162,7 +163,7 @@ class ActivityBase:
         if spec is None:
             known = ", ".join(sorted(self.agents)) or "none"
             raise ApplicationError(
-                f"unknown agent {name!r} (this worker has: {known})",
+                f"unknown agent {quoted(name)} (this worker has: {known})",
                 type="UnknownAgentError",
                 non_retryable=True,
             )
@@ -185,7 +186,7 @@ class ActivityBase:
             raise application_error(exc) from exc
         if leaf_id and not found:
             raise ApplicationError(
-                f"leaf {leaf_id!r} is not an entry of session {session_id!r}",
+                f"leaf {quoted(leaf_id)} is not an entry of session {session_id!r}",
                 type="EntryNotFoundError",
                 non_retryable=True,
             )

@@ -12,10 +12,21 @@ from typing import Any
 
 from .errors import InvalidSessionIdError
 
-__all__ = ["MAX_SESSION_ID_LENGTH", "new_id", "validate_session_id"]
+__all__ = [
+    "MAX_SESSION_ID_LENGTH",
+    "new_id",
+    "quoted",
+    "validate_session_id",
+]
 
 MAX_SESSION_ID_LENGTH = 200
 _SESSION_ID = re.compile(r"[A-Za-z0-9\-_.:@]{1,200}")
+
+
+def quoted(value: str) -> str:
+    """``value`` quoted for a message, its first 60 characters: an ID or name a person typed
+    may be huge, and a failure quoting it whole can outgrow what Temporal records."""
+    return repr(value if len(value) <= 60 else value[:60] + "…")
 
 
 def validate_session_id(session_id: Any) -> str:
@@ -23,10 +34,9 @@ def validate_session_id(session_id: Any) -> str:
     if not isinstance(session_id, str):
         raise InvalidSessionIdError(f"session ID must be a str, not {type(session_id).__name__}")
     if session_id in (".", "..") or not _SESSION_ID.fullmatch(session_id):
-        shown = session_id if len(session_id) <= 60 else session_id[:60] + "…"
         raise InvalidSessionIdError(
-            f"invalid session ID {shown!r}: use 1-{MAX_SESSION_ID_LENGTH} characters from "
-            "ASCII letters, digits and -_.:@ (not . or ..)"
+            f"invalid session ID {quoted(session_id)}: use 1-{MAX_SESSION_ID_LENGTH} characters "
+            "from ASCII letters, digits and -_.:@ (not . or ..)"
         )
     return session_id
 
