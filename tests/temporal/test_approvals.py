@@ -496,6 +496,19 @@ TWO_BODIES = object()
 """An update sent with two arguments (``temporal workflow update execute --input A --input B``)."""
 BAD_BODIES: list[tuple[str, Any, str]] = [
     ("decide", {"tool_call_id": "c1", "approved": "maybe"}, "approved: "),
+    # lax, these read as a decision ("no" as a denial, 1 as an approval)
+    (
+        "decide",
+        {"tool_call_id": "c1", "approved": "no"},
+        "approved: Input should be a valid boolean",
+    ),
+    ("decide", {"tool_call_id": "c1", "approved": 1}, "approved: Input should be a valid boolean"),
+    ("send", {"inputs": [{"role": "user", "content": "b", "meta": 1}]}, "inputs[0].meta: "),
+    (
+        "send",
+        {"inputs": [{"role": "user", "content": "b", "ephemeral": "no"}]},
+        "inputs[0].ephemeral: ",
+    ),
     ("decide", {"tool_call_id": "c1"}, "approved: required"),
     ("decide", {"tool_call_id": "c1", "approved": True, "by": "ops"}, "by: "),
     ("decide", "c1", "expected a JSON object, got a string"),

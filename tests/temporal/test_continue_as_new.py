@@ -166,3 +166,27 @@ async def test_a_client_reading_after_the_run_ended_gets_every_event_across_cont
     assert_receipts_stored(outcome, stored)
     assert_one_chain(stored)
     assert not agent.running
+
+
+async def test_a_reset_of_a_continued_execution_reads_what_it_carries(
+    temporal_client: Client,
+) -> None:
+    """The input of a continue-as-new carries ``resumed``, ``turn_count``, ... which a run's
+    first input may not (docs/design.md#errors): a reset of a continued execution, whose start
+    Temporal copies, is still read as continued, and retries it."""
+    from tests.temporal.test_reset import reset, reset_result
+
+    lm = ScriptedModel([Reply.call("count", {"n": 1}, id="r1"), "done", "done again"])
+    store, q = MemoryStore(), queue()
+    async with running_worker(
+        temporal_client, store, {"counter": AgentSpec(model=lm, tools=[count])}, task_queue=q
+    ):
+        ex = executor(temporal_client, q, continue_as_new_after_turns=1)
+        agent = await new("counter", store=store, session_id=sid("reset-can"), executor=ex)
+        rid = run_id()
+        assert (await consume(await agent.run("count", run_id=rid))).error is None
+        wid = run_workflow_id(agent.session_id, rid)
+        assert await _executions(temporal_client, agent.session_id, rid) == 2
+        reset(temporal_client, wid, "--type", "FirstWorkflowTask")
+        result = await reset_result(temporal_client, wid)
+    assert result.status == "completed" and result.turn_count == 2, result

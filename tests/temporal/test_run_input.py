@@ -197,6 +197,78 @@ NO_ARGUMENT: Any = object()
             "options.approval_wait",
             "a number of seconds",
         ),
+        # JSON types as given: lax, "yes" read as true, "no" as false, "30" as 30 seconds
+        (
+            {
+                "session_id": "s",
+                "agent": "a",
+                "inputs": [{"role": "user", "content": "x", "ephemeral": "yes"}],
+            },
+            "inputs[0].ephemeral",
+            "valid boolean",
+        ),
+        (
+            {
+                "session_id": "s",
+                "agent": "a",
+                "inputs": [{"role": "user", "content": "x", "meta": 1}],
+            },
+            "inputs[0].meta",
+            "valid boolean",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "text": "x", "create_session": "no"},
+            "create_session",
+            "boolean",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "timeouts": {"model_start_to_close": "30"}},
+            "timeouts.model_start_to_close",
+            "valid number",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "continue_as_new_after_turns": "2"},
+            "continue_as_new_after_turns",
+            "integer",
+        ),
+        # a null where the worker needs a value: the input was stored, then the model call failed
+        # with pydantic's report
+        (
+            {"session_id": "s", "agent": "a", "options": {"system_prompt": None}},
+            "options.system_prompt",
+            "a string",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "options": {"model_options": None}},
+            "options.model_options",
+            "an object",
+        ),
+        # the run ID becomes part of the workflow IDs clients look the run up by
+        (
+            {"session_id": "s", "agent": "a", "run_id": "op 1/../x"},
+            "run_id",
+            "invalid run ID 'op 1/../x'",
+        ),
+        ({"session_id": "s", "agent": "a", "run_id": "r" * 65}, "run_id", "1-64 characters"),
+        # what only continue-as-new carries: typed by hand, it dropped the input, claimed entries
+        # the run never stored, or took the run for a reset
+        (
+            {"session_id": "s", "agent": "a", "text": "x", "resumed": True},
+            "resumed",
+            "continue-as-new",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "text": "x", "turn_count": 50},
+            "turn_count",
+            "continue-as-new",
+        ),
+        (
+            {"session_id": "s", "agent": "a", "new_entry_ids": ["e1"]},
+            "new_entry_ids",
+            "continue-as-new",
+        ),
+        ({"session_id": "s", "agent": "a", "reset_of": "r0"}, "reset_of", "continue-as-new"),
+        ({"session_id": "s", "agent": "a", "ephemeral": ["x"]}, "ephemeral", "continue-as-new"),
     ],
 )
 def test_every_input_problem_names_its_field(value: Any, field: str, problem: str) -> None:
@@ -226,6 +298,20 @@ def test_plain_input_becomes_stamped_messages() -> None:
     assert [isinstance(e, MessageEntry) and e.ephemeral for e in entries] == [False, True, False]
     texts = [e.message.text() for e in entries if isinstance(e, MessageEntry)]
     assert texts == ["context", "a nudge", "hi"]
+
+
+def test_what_continue_as_new_carries_is_read_on_a_continued_run() -> None:
+    value = {
+        "session_id": "s",
+        "agent": "a",
+        "leaf_id": "e2",
+        "resumed": True,
+        "turn_count": 3,
+        "new_entry_ids": ["e1", "e2"],
+        "next_position": 9,
+    }
+    inp = decode_run_input(value, continued=True)
+    assert inp.resumed and inp.turn_count == 3 and inp.new_entry_ids == ["e1", "e2"]
 
 
 # -- on the server ------------------------------------------------------------------------------
@@ -312,6 +398,28 @@ async def _failure(
             {"agent": "assistant", "text": "hi", "timeouts": {"model_start_to_close": 1e30}},
             "timeouts.model_start_to_close",
         ),
+        # each of these ran: the nudge taken for ephemeral, "30" for 30 seconds, a run ID no
+        # client finds the run by, the input stored and then the model call failed on the null,
+        # the input dropped (a continue-as-new's flag), a run taken for a reset of another
+        (
+            {
+                "agent": "assistant",
+                "text": "hi",
+                "inputs": [{"role": "user", "content": "nudge", "ephemeral": "yes"}],
+            },
+            "inputs[0].ephemeral",
+        ),
+        (
+            {"agent": "assistant", "text": "hi", "timeouts": {"model_start_to_close": "30"}},
+            "timeouts.model_start_to_close",
+        ),
+        ({"agent": "assistant", "text": "hi", "run_id": "op 1/../x"}, "run_id"),
+        (
+            {"agent": "assistant", "text": "hi", "options": {"system_prompt": None}},
+            "options.system_prompt",
+        ),
+        ({"agent": "assistant", "text": "hi", "resumed": True}, "resumed"),
+        ({"agent": "assistant", "text": "hi", "reset_of": "r0"}, "reset_of"),
     ],
 )
 async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
@@ -365,6 +473,30 @@ async def test_a_huge_name_fails_the_run_quoted_short(
     else:
         with pytest.raises(SessionNotFoundError):
             await store.load_entries(session)
+
+
+@pytest.mark.parametrize(
+    ("named", "field"), [({"session_id": "{other}"}, "session_id"), ({"run_id": "r2"}, "run_id")]
+)
+async def test_an_input_naming_another_run_than_its_workflow_id_fails_at_once(
+    temporal_client: Client, production_worker: tuple[str, Store], named: dict[str, str], field: str
+) -> None:
+    """A run started as ``durable-agent/<session>/run/<run>`` whose input names another session
+    or run: it ran, and clients, which find a run by that ID, did not find it. ``durable-agent
+    approve`` on the session its input named stored the decision and ran the call in a run of
+    its own, while this one went on waiting for the call (a decision sent to it would run the
+    call again)."""
+    task_queue, store = production_worker
+    session, other = sid("wid"), sid("other")
+    value = {**json.loads(pasted_text(session)), **named}
+    value = {k: v.format(other=other) for k, v in value.items()}
+    cause = await _failure(temporal_client, value, task_queue, run_workflow_id(session, "r1"))
+    assert cause.type == "InvalidRunInput" and cause.non_retryable
+    assert cause.message.startswith(f"invalid run input: {field}: "), cause.message
+    assert "the workflow ID" in cause.message, cause.message
+    for either in (session, other):
+        with pytest.raises(SessionNotFoundError):
+            await store.load_entries(either)
 
 
 async def test_two_inputs_fail_the_run_at_once_as_one_bad_input_does(

@@ -26,10 +26,10 @@ from ag_ui.core import (
 )
 
 from ..session.entries import Entry, MessageEntry
+from ..session.ids import CLIENT_ID
 from ..session.tree import path
 from ..session.views import transcript_view
 from .frames import Frame
-from .routes_runs import CLIENT_ID
 from .runs import Runs
 
 __all__ = ["ENDED", "snapshot", "start_or_follow"]

@@ -13,9 +13,10 @@ from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
 from ..session.approvals import ApprovalDecision, PendingItem, pending_items
+from ..session.ids import CLIENT_ID
 from ..session.tree import path
 from .deps import REFUSALS, Caller, ServerDep, SessionId, WireEntry, answers, runs, wire
-from .routes_runs import CLIENT_ID, existing
+from .routes_runs import existing
 
 __all__ = ["router"]
 

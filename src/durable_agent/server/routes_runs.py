@@ -20,18 +20,16 @@ from ..session.approvals import ApprovalDecision, ApprovalRequest
 from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import EntryDecodeError, SessionNotFoundError
+from ..session.ids import CLIENT_ID
 from ..session.store import RetentionStore, entries_after, last_entry
 from .app import Server
 from .deps import REFUSALS, Caller, ServerDep, SessionId, answers, runs
 from .runs import OnBusy, RunFailure, Runs, Status
 from .sse import REPLAY_PAGE, session_stream
 
-__all__ = ["CLIENT_ID", "existing", "router"]
+__all__ = ["existing", "router"]
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=REFUSALS)
-
-CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
-"""A run or message ID a client may give (a run's becomes part of its workflow ID)."""
 
 
 class StartRun(BaseModel):

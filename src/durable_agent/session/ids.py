@@ -13,6 +13,8 @@ from typing import Any
 from .errors import InvalidSessionIdError
 
 __all__ = [
+    "CLIENT_ID",
+    "CLIENT_ID_RULE",
     "MAX_SESSION_ID_LENGTH",
     "new_id",
     "quoted",
@@ -21,6 +23,9 @@ __all__ = [
 
 MAX_SESSION_ID_LENGTH = 200
 _SESSION_ID = re.compile(r"[A-Za-z0-9\-_.:@]{1,200}")
+CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
+"""A run or message ID a client may give (a run's becomes part of its workflow ID)."""
+CLIENT_ID_RULE = "use 1-64 characters from ASCII letters, digits, - and _"
 
 
 def quoted(value: str) -> str:

@@ -17,13 +17,17 @@ plain message object); the Temporal UI's Start Workflow form can be filled in by
 ``{"role": "user", "content": "hi"}`` (``content`` a string or a list of blocks; ``"ephemeral":
 true`` for this run only, ``"meta": true`` for context the transcript hides), which the run stamps
 with its clock; a custom entry travels in its stored encoding, ``{"wire": "..."}``. Unknown
-fields (at the top level and in plain messages) are refused, so a typo cannot go unnoticed.
+fields (at the top level and in plain messages) are refused, so a typo cannot go unnoticed, and
+every value must be of its JSON type (``true``, not ``"yes"``; ``30``, not ``"30"``), so a typo
+cannot flip a flag either. What only continue-as-new carries (``resumed``, ``turn_count``, ...)
+is refused in a run's first input: typed by hand, it dropped the input or misstated the result.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,13 +36,6 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import (
-    ExecuteWorkflowInput,
-    HandleUpdateInput,
-    Interceptor,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-)
 
 from ..activities.contracts import Timeouts
 from ..activities.run_contracts import InputEntry, RunInput
@@ -49,8 +46,8 @@ from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, empty_message
 from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
-from ..session.ids import validate_session_id
-from .search import ensure_refused_run_attributes
+from ..session.ids import CLIENT_ID, CLIENT_ID_RULE, quoted, validate_session_id
+from .search import ensure_refused_run_attributes, run_named
 
 __all__ = [
     "INVALID_RUN_INPUT",
@@ -58,11 +55,17 @@ __all__ = [
     "input_entry",
     "NO_INPUT",
     "InvalidRunInputError",
-    "OneRunInput",
+    "check_names",
+    "check_plain_options",
+    "check_timeouts",
     "decode_run_input",
     "derive_run_id",
+    "first_error",
+    "json_type",
+    "normalized",
     "read_run_input",
-    "read_update_body",
+    "refused_run",
+    "validated",
 ]
 
 INVALID_RUN_INPUT = "InvalidRunInput"
@@ -82,6 +85,19 @@ _NESTED = {"options": AgentOptions.model_fields, "timeouts": Timeouts.model_fiel
 NO_INPUT = RawValue(Payload())
 """What the run workflow gets when started without input (the UI's empty Input field)."""
 
+CARRIED = (
+    "resumed",
+    "turn_count",
+    "usage",
+    "new_entry_ids",
+    "next_position",
+    "events",
+    "ephemeral",
+    "start_leaf_id",
+    "reset_of",
+)
+"""The input fields only continue-as-new sets (``RunWorkflow._maybe_continue_as_new``)."""
+
 MAX_SECONDS = 315_576_000_000
 """The longest duration Temporal schedules (10,000 years, protobuf's limit): a larger number in
 JSON (``1e30``) failed the workflow task where it became a ``timedelta`` (retried forever) or the
@@ -98,19 +114,32 @@ def read_run_input(raw: RawValue) -> RunInput:
         if not raw.payload.metadata:
             raise InvalidRunInputError("", f"invalid run input: none given; expected {EXAMPLE}")
         value = workflow.payload_converter().from_payload(raw.payload)
-        inp = decode_run_input(value)
+        inp = decode_run_input(value, continued=workflow.info().continued_run_id is not None)
+        _check_named(inp, workflow.info().workflow_id)
     except InvalidRunInputError as exc:
-        raise _refused(str(exc), value) from None
+        raise refused_run(str(exc), value) from None
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
         problem = f"cannot decode the payload ({type(exc).__name__}: {exc})"
-        raise _refused(f"invalid run input: {problem}", value) from None
+        raise refused_run(f"invalid run input: {problem}", value) from None
     if not inp.run_id:
         run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
         inp = inp.model_copy(update={"run_id": run_id})
     return inp
 
 
-def _refused(message: str, value: Any = None) -> ApplicationError:
+def _check_named(inp: RunInput, workflow_id: str) -> None:
+    """The input names the session and run its workflow ID ``durable-agent/<session>/run/<run>``
+    names, if it has that shape: clients find a run by that ID (``approve`` did not find one
+    whose input named another, and ran its waiting calls in a run of its own)."""
+    named = run_named(workflow_id)
+    given = {"session_id": inp.session_id, "run_id": inp.run_id}
+    for (field, value), expected in zip(given.items(), named or (), strict=False):
+        if value and value != expected:
+            problem = f"{quoted(value)}, but the workflow ID names {quoted(expected)}"
+            raise InvalidRunInputError(field, problem)
+
+
+def refused_run(message: str, value: Any = None) -> ApplicationError:
     """The failure of a run whose input is refused, its search attributes set first (from the
     input's ``session_id`` or the workflow ID): an operator finds it by its session."""
     named = value.get("session_id") if isinstance(value, dict) else None
@@ -118,63 +147,11 @@ def _refused(message: str, value: Any = None) -> ApplicationError:
     return ApplicationError(message, type=INVALID_RUN_INPUT, non_retryable=True)
 
 
-class OneRunInput(Interceptor):
-    """The worker interceptor that fails a run given more than one input (``temporal workflow
-    start --input A --input B``) as any bad input does: the SDK hands ``run`` every argument, and
-    the TypeError of the call fails the workflow task, retried until the execution timeout. An
-    update given two is refused as a bad body is (the SDK's refusal was a retryable TypeError)."""
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor]:
-        return _OneRunInputInbound
-
-
-class _OneRunInputInbound(WorkflowInboundInterceptor):
-    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        if len(input.args) > 1 and workflow.info().workflow_type == "durable_agent.run":
-            given = f"{len(input.args)} inputs given"
-            raise _refused(f"invalid run input: {given}; expected one, as {EXAMPLE}")
-        return await super().execute_workflow(input)
-
-    def handle_update_validator(self, input: HandleUpdateInput) -> None:
-        if len(input.args) > 1:
-            raise ApplicationError(
-                f"invalid {input.update} input: {len(input.args)} inputs given; expected one",
-                type=INVALID_UPDATE_INPUT,
-                non_retryable=True,
-            )
-        super().handle_update_validator(input)
-
-
-def read_update_body(raw: RawValue, model: type[M], update: str) -> M:
-    """An update's argument as an operator typed it, read in workflow code (its validator and
-    its handler). A problem raises a non-retryable ``InvalidUpdateInput`` naming the field: left
-    to the SDK, a body the model refused was a retryable ``RuntimeError`` in pydantic's words,
-    and a plain message in ``inputs`` (the form a run's input takes) failed the workflow task."""
-
-    def refused(field: str, problem: str) -> ApplicationError:
-        text = f"invalid {update} input: " + (f"{field}: {problem}" if field else problem)
-        return ApplicationError(text, type=INVALID_UPDATE_INPUT, non_retryable=True)
-
-    if not raw.payload.metadata:
-        raise refused("", "none given; expected a JSON object")
-    try:
-        value = workflow.payload_converter().from_payload(raw.payload)
-    except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        raise refused("", f"cannot decode the payload ({type(exc).__name__}: {exc})") from None
-    if not isinstance(value, dict):
-        raise refused("", f"expected a JSON object, got {_json_type(value)}")
-    plain: set[int] = set()
-    try:
-        if isinstance(value.get("inputs"), list):
-            normalized, plain = _normalized({"inputs": value["inputs"]})
-            value = {**value, "inputs": normalized["inputs"]}
-        return model.model_validate(value)
-    except InvalidRunInputError as exc:
-        raise refused(exc.field, exc.problem) from None
-    except ValidationError as exc:
-        raise refused(*_first_error(exc, plain)) from None
+def validated(model: type[M], data: dict[str, Any], *, forbid: bool = False) -> M:
+    """``data`` (decoded JSON) as ``model``, strictly: each value of its JSON type, as typed.
+    Lax, ``"yes"`` read as true, ``"no"`` and ``0`` as false, ``"30"`` as 30: an operator's
+    typo flipped a flag or passed for a number. ``forbid``: an unknown field is refused."""
+    return model.model_validate(data, strict=True, extra="forbid" if forbid else None)
 
 
 def input_entry(item: InputEntry, now: datetime | None = None) -> Entry:
@@ -195,11 +172,12 @@ def input_entry(item: InputEntry, now: datetime | None = None) -> Entry:
     return decoded
 
 
-def decode_run_input(value: Any) -> RunInput:
-    """A :class:`RunInput` from the decoded JSON payload, or :class:`InvalidRunInputError`."""
+def decode_run_input(value: Any, *, continued: bool = False) -> RunInput:
+    """A :class:`RunInput` from the decoded JSON payload, or :class:`InvalidRunInputError`;
+    ``continued``: the input of a continue-as-new, which may carry :data:`CARRIED`."""
     if not isinstance(value, dict):
         raise InvalidRunInputError(
-            "", f"invalid run input: expected a JSON object, got {_json_type(value)}"
+            "", f"invalid run input: expected a JSON object, got {json_type(value)}"
         )
     unknown = sorted(set(value) - set(RunInput.model_fields) - {"text"})
     for name, known in _NESTED.items():  # a typo there would do nothing: refused as above
@@ -208,20 +186,25 @@ def decode_run_input(value: Any) -> RunInput:
             unknown += [f"{name}.{key}" for key in sorted(given) if key not in known]
     if unknown:
         raise InvalidRunInputError(unknown[0], "unknown field")
-    data, plain = _normalized(value)
+    carried = [] if continued else [name for name in CARRIED if name in value]
+    if carried:
+        problem = "carried by the run itself across continue-as-new, not given at its start"
+        raise InvalidRunInputError(carried[0], problem)
+    data, plain = normalized(value)
     try:
-        inp = RunInput.model_validate(data)
+        inp = validated(RunInput, data)
     except ValidationError as exc:
-        field, problem = _first_error(exc, plain)
+        field, problem = first_error(exc, plain)
         raise InvalidRunInputError(field, problem) from None
-    try:
-        validate_session_id(inp.session_id)
-    except SessionError as exc:
-        raise InvalidRunInputError("session_id", str(exc)) from None
-    if not inp.agent:
-        raise InvalidRunInputError("agent", "must name an agent registered on the worker")
-    _check_plain_options(inp.options)
-    _check_timeouts(inp)
+    check_names(inp.session_id, inp.agent)
+    if inp.run_id and not re.fullmatch(CLIENT_ID, inp.run_id):  # the HTTP API's rule
+        problem = f"invalid run ID {quoted(inp.run_id)}: {CLIENT_ID_RULE}"
+        raise InvalidRunInputError("run_id", problem)
+    check_plain_options(inp.options)
+    check_timeouts(inp.timeouts)
+    after = inp.continue_as_new_after_turns
+    if after is not None and after < 1:
+        raise InvalidRunInputError("continue_as_new_after_turns", "must be at least 1")
     for i, item in enumerate(inp.inputs):
         if item.message is None:
             try:
@@ -237,12 +220,25 @@ def decode_run_input(value: Any) -> RunInput:
     return inp
 
 
-def _check_plain_options(options: dict[str, Any]) -> None:
-    """The options the worker reads: of their JSON type, ``max_turns`` at least 1 (below, the
-    run would store its input and then fail; a client's ``new()`` refuses it already)."""
+def check_names(session_id: str, agent: str) -> None:
+    """A valid session ID, and an agent named."""
+    try:
+        validate_session_id(session_id)
+    except SessionError as exc:
+        raise InvalidRunInputError("session_id", str(exc)) from None
+    if not agent:
+        raise InvalidRunInputError("agent", "must name an agent registered on the worker")
+
+
+def check_plain_options(options: dict[str, Any]) -> None:
+    """The options the worker reads: of their JSON type (``null`` only for ``max_turns``, no
+    limit), ``max_turns`` at least 1 (else the run would store its input and then fail; a
+    client's ``new()`` refuses such values already)."""
     for key, kind in _PLAIN_OPTIONS.items():
         option = options.get(key)
-        if option is not None and (not isinstance(option, kind) or isinstance(option, bool)):
+        if key not in options or (option is None and key == "max_turns"):
+            continue
+        if not isinstance(option, kind) or isinstance(option, bool):
             expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
             raise InvalidRunInputError(f"options.{key}", f"must be {expected}")
     max_turns = options.get("max_turns")
@@ -270,17 +266,17 @@ def _check_number(values: dict[str, Any], key: str, field: str, at_least_zero: s
     if value is None:
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-        raise InvalidRunInputError(field, f"must be a number of seconds, not {_json_type(value)}")
+        raise InvalidRunInputError(field, f"must be a number of seconds, not {json_type(value)}")
     if at_least_zero and value < 0:
         raise InvalidRunInputError(field, f"must be {at_least_zero}")
     if value > MAX_SECONDS:
         raise InvalidRunInputError(field, f"must be at most {MAX_SECONDS} seconds")
 
 
-def _check_timeouts(inp: RunInput) -> None:
+def check_timeouts(timeouts: Timeouts) -> None:
     """Durations and attempt counts Temporal would refuse to schedule (a workflow task failure,
     retried forever) are refused here."""
-    for name, value in inp.timeouts.model_dump().items():
+    for name, value in timeouts.model_dump().items():
         if name.endswith("_max_attempts"):
             if value < 0:  # 0: unlimited, as in Temporal's retry policies
                 raise InvalidRunInputError(f"timeouts.{name}", "must be 0 (unlimited) or more")
@@ -288,9 +284,6 @@ def _check_timeouts(inp: RunInput) -> None:
             raise InvalidRunInputError(f"timeouts.{name}", "must be greater than 0")
         elif value > MAX_SECONDS:
             raise InvalidRunInputError(f"timeouts.{name}", f"must be at most {MAX_SECONDS} seconds")
-    after = inp.continue_as_new_after_turns
-    if after is not None and after < 1:
-        raise InvalidRunInputError("continue_as_new_after_turns", "must be at least 1")
 
 
 def derive_run_id(workflow_id: str, session_id: str) -> str:
@@ -302,7 +295,7 @@ def derive_run_id(workflow_id: str, session_id: str) -> str:
     return hashlib.sha256(workflow_id.encode()).hexdigest()[:16]
 
 
-def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+def normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
     """``value`` with ``text`` and plain message items in the model's shape, and the indexes
     of the plain items (their errors are named as the operator wrote them)."""
     data = dict(value)
@@ -313,7 +306,7 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
     if "text" in data:
         text = data.pop("text")
         if not isinstance(text, str):
-            raise InvalidRunInputError("text", f"must be a string, not {_json_type(text)}")
+            raise InvalidRunInputError("text", f"must be a string, not {json_type(text)}")
         items.append({"role": "user", "content": text})
     plain: set[int] = set()
     for i, item in enumerate(items):
@@ -337,7 +330,7 @@ def _normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
     return data, plain
 
 
-def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
+def first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     error = exc.errors(include_url=False)[0]
     loc = list(error["loc"])
     if len(loc) >= 3 and loc[0] == "inputs" and loc[1] in plain and loc[2] == "message":
@@ -359,7 +352,7 @@ def _first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
     return field, problem
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
     if value is None:
         return "null"

@@ -20,7 +20,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 # package's __init__ has loaded every module of the block below in the sandbox already, and one
 # first imported inside it would come from the host (its RunInput a class the sandbox's
 # RunResult refuses).
-from .run_input import NO_INPUT, input_entry, read_run_input, read_update_body
+from .run_input import NO_INPUT, input_entry, read_run_input
+from .typed_input import read_body
 
 with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import CallModelInput, PathInfo, WireEvent, event_to_wire
@@ -148,25 +149,25 @@ class RunWorkflow:
     async def decide(self, raw: RawValue = NO_INPUT) -> str:
         """A person's decision on a call this run waits for (a ``DecideBody``); the stored
         decision, encoded."""
-        body = read_update_body(raw, DecideBody, "decide")
+        body = read_body(raw, DecideBody, "decide")
         return await delivered(self._inbox.decide(decision_of(body, workflow.now())))
 
     @decide.validator
     def _check_decide(self, raw: RawValue = NO_INPUT) -> None:
-        body = read_update_body(raw, DecideBody, "decide")
+        body = read_body(raw, DecideBody, "decide")
         check_decision(self._engine, self._inbox, body)
 
     @workflow.update(name="send")
     async def send(self, raw: RawValue = NO_INPUT) -> str:
         """A message into the run (a ``SendBody``); the stored user message once delivered,
         encoded (or ``""`` once queued, as ``body.answer`` asks)."""
-        body = read_update_body(raw, SendBody, "send")
+        body = read_body(raw, SendBody, "send")
         done = self._inbox.send(message_of(body, workflow.now()), body.when)
         return accepted(done) if body.answer == "accepted" else await delivered(done)
 
     @send.validator
     def _check_send(self, raw: RawValue = NO_INPUT) -> None:
-        message = message_of(read_update_body(raw, SendBody, "send"), workflow.now())
+        message = message_of(read_body(raw, SendBody, "send"), workflow.now())
         check_message(self._inbox, workflow.cancellation_reason() is not None, message)
 
     # -- effects (RunEffects) ----------------------------------------------------------------

@@ -139,13 +139,17 @@ def name_creation(created_at: str | None) -> None:
         workflow.upsert_memo({CREATED_MEMO: created_at})
 
 
+def run_named(workflow_id: str) -> tuple[str, str] | None:
+    """The session and run a run's workflow ID ``durable-agent/<session>/run/<run>`` names."""
+    session, run_part, run_id = workflow_id.removeprefix(RUN_PREFIX).partition("/run/")
+    return (session, run_id) if workflow_id.startswith(RUN_PREFIX) and run_part and run_id else None
+
+
 def ensure_refused_run_attributes(named: Any = None) -> None:
     """Set both attributes on a run whose input was refused (workflow code), so an operator
     finds its failure by the session: the session ID its input named (``named``) if valid, else
     the one its workflow ID ``durable-agent/<session>/run/<run>`` names, if any."""
-    workflow_id = workflow.info().workflow_id
-    session, run_part, run_id = workflow_id.removeprefix(RUN_PREFIX).partition("/run/")
-    by_id = session if workflow_id.startswith(RUN_PREFIX) and run_part and run_id else None
+    by_id = (run_named(workflow.info().workflow_id) or (None,))[0]
     for candidate in (named, by_id):
         try:
             ensure_session_attribute(validate_session_id(candidate))

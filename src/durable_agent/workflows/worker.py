@@ -18,10 +18,10 @@ from ..durable.publisher import PublisherLike
 from ..session.deltas import FASTEST_WRITE, SLOWEST_WRITE, WRITE_EVERY
 from ..session.store import Store
 from ..stores.remembering import DEFAULT_KNOWN_ENTRIES
-from .run_input import OneRunInput
 from .run_workflow import RunWorkflow
 from .search import ensure_search_attribute
 from .store_check import PUBLISHER_MARK, store_id, with_store_id
+from .typed_input import OneRunInput
 from .verb_workflows import CompactWorkflow, PublishWorkflow
 
 __all__ = [
