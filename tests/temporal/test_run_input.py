@@ -673,3 +673,94 @@ async def test_a_run_whose_input_was_refused_is_found_by_its_session(
         return [w.id async for w in temporal_client.list_workflows(query)] == [wid]
 
     await eventually(listed, what="the refused run listed by its session")
+
+
+# -- the other workflow inputs and arguments an operator types -----------------------------------
+
+
+async def _session_with_a_run(client: Client, task_queue: str) -> tuple[str, str]:
+    """A session holding one operator run; its workflow ID."""
+    session = sid("typed")
+    wid = run_workflow_id(session, "r1")
+    handle = await client.start_workflow(
+        "durable_agent.run", json.loads(pasted_text(session)), id=wid, task_queue=task_queue
+    )
+    await asyncio.wait_for(handle.result(), timeout=30)
+    return session, wid
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({}, "session_id"),
+        ({"keep_turns": "1"}, "keep_turns"),
+        ({"keep_turns": -1}, "keep_turns"),
+        ({"kep_turns": 1}, "kep_turns"),
+        ({"session_id": "a b"}, "session_id"),
+        ({"agent": ""}, "agent"),
+        ({"options": {"system_prompt": None}}, "options.system_prompt"),
+        ({"timeouts": {"store_start_to_close": "30"}}, "timeouts.store_start_to_close"),
+        ("hi", ""),
+        (NO_ARGUMENT, ""),
+    ],
+)
+async def test_bad_compaction_input_fails_it_at_once_storing_nothing(
+    temporal_client: Client, production_worker: tuple[str, Store], value: Any, field: str
+) -> None:
+    """A compaction started by hand (``durable_agent.compact``) whose input the SDK could not
+    decode failed its workflow task, retried until the execution timeout; a lax one compacted
+    (``"1"`` for 1); a typo was ignored; a bad value failed an activity (retried, for a null
+    option), its failure ``Activity task failed``. Each fails the workflow at once, typed,
+    naming the field, as a run's input does."""
+    task_queue, store = production_worker
+    session, _ = await _session_with_a_run(temporal_client, task_queue)
+    before = await store.load_entries(session)
+    ok = {"session_id": session, "op_id": "c1", "agent": "assistant", "leaf_id": before[-1].id}
+    if value is not NO_ARGUMENT and isinstance(value, dict):
+        value = {} if field == "session_id" and not value else {**ok, **value}
+    wid = f"durable-agent/{session}/compact/c1"
+    args = [] if value is NO_ARGUMENT else [value]
+    handle = await temporal_client.start_workflow(
+        "durable_agent.compact", args=args, id=wid, task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert cause.type == "InvalidCompactInput" and cause.non_retryable, cause
+    assert cause.message.startswith("invalid compact input: "), cause.message
+    if field:
+        assert f": {field}: " in cause.message, cause.message
+    types = event_types((await handle.fetch_history()).to_json())
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in types
+    assert "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED" not in types
+    assert await store.load_entries(session) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["abc"], "after: must be an integer (an event position), not a string"),
+        ([None], "not null"),
+        ([1.5], "not 1.5"),
+        ([True], "not a boolean"),  # lax: true read as 1
+        (["3"], "not a string"),  # lax: read as 3
+        ([{"after": 1}], "not an object"),
+        ([1, 2], "2 inputs given; expected one"),
+    ],
+)
+async def test_a_bad_events_query_argument_is_refused_naming_it(
+    temporal_client: Client, production_worker: tuple[str, Store], args: list[Any], problem: str
+) -> None:
+    """The ``events`` query from the UI's Queries tab or ``temporal workflow query``: an argument
+    the SDK could not read as an integer was refused as ``Failed decoding arguments``, two as a
+    Python ``TypeError`` (``RunWorkflow.events() takes from 1 to 2 positional arguments``)."""
+    task_queue, _ = production_worker
+    _, wid = await _session_with_a_run(temporal_client, task_queue)
+    handle = temporal_client.get_workflow_handle(wid)
+    with pytest.raises(WorkflowQueryFailedError) as info:
+        await handle.query("events", args=args)
+    assert info.value.message.startswith("invalid events input: "), info.value.message
+    assert problem in info.value.message, info.value.message
+    answer = await handle.query("events", 2)  # a good one is answered as before
+    assert [e["position"] for e in answer["events"]][:1] == [3], answer

@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 # first imported inside it would come from the host (its RunInput a class the sandbox's
 # RunResult refuses).
 from .run_input import NO_INPUT, input_entry, read_run_input
-from .typed_input import read_body
+from .typed_input import events_after, read_body
 
 with workflow.unsafe.imports_passed_through():
     from ..activities.contracts import CallModelInput, PathInfo, WireEvent, event_to_wire
@@ -107,7 +107,7 @@ class RunWorkflow:
     # -- queries -----------------------------------------------------------------------------
 
     @workflow.query(name="events")
-    def events(self, after: int = 0) -> EventsAnswer:
+    def events(self, raw: RawValue = NO_INPUT) -> EventsAnswer:
         """Retained events past position ``after``, in order, ``QUERY_BUDGET`` bytes at most (at
         least one event).
 
@@ -116,8 +116,9 @@ class RunWorkflow:
         whose body is not stored yet waits for its receipt (the next poll gets it), so no answer
         nears Temporal's 2 MB limit whatever the message size (docs/design.md#bounded-history).
 
-        ``after`` defaults to 0, so an operator can run the query from the UI or CLI with no
-        arguments."""
+        ``after`` (an integer, read by ``events_after``) defaults to 0, so an operator can run
+        the query from the UI or CLI with no arguments."""
+        after = events_after(raw)
         out: list[WireEvent] = []
         size = 0
         events = self._events

@@ -15,6 +15,11 @@ from datetime import datetime
 from typing import TypeVar
 
 from temporalio import workflow
+from temporalio.common import RawValue
+
+# Not passed through, as in run_workflow: the sandbox loaded these with the package already
+from .run_input import NO_INPUT
+from .typed_input import read_compact_input
 
 with workflow.unsafe.imports_passed_through():
     from ..activities import verb_steps
@@ -53,7 +58,9 @@ class CompactWorkflow:
         self._input: CompactInput | None = None
 
     @workflow.run
-    async def run(self, inp: CompactInput) -> str | None:
+    async def run(self, raw: RawValue = NO_INPUT) -> str | None:
+        """Compact: what an operator typed is read (and refused, typed) by the reader."""
+        inp = read_compact_input(raw)
         self._input = inp
         ensure_session_attribute(inp.session_id)
         stored = await compact(self, inp.session_id, inp.leaf_id, inp.keep_turns, inp.prompt)
