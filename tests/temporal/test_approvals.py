@@ -251,12 +251,20 @@ async def test_validators_refuse_with_no_history(temporal_client: Client) -> Non
             await handle.execute_update("send", {"text": "late"}, id="late")
 
 
-async def test_a_send_by_hand_over_the_payload_limit_is_refused_with_no_history(
-    temporal_client: Client,
+@pytest.mark.parametrize(
+    ("update", "body"),
+    [
+        ("send", {"text": "x" * (PAYLOAD_LIMIT + 1)}),
+        # the validator let it through: storing it failed the update, and the run with it
+        ("decide", {"tool_call_id": "c1", "approved": True, "args": {"to": "x" * PAYLOAD_LIMIT}}),
+    ],
+)
+async def test_an_update_by_hand_over_the_payload_limit_is_refused_with_no_history(
+    temporal_client: Client, update: str, body: dict[str, Any]
 ) -> None:
-    """An operator's (or another client's) ``send`` update is held to the payload limit as the
-    HTTP API holds a message: the run would fail storing it. (Bodies it cannot use:
-    :data:`BAD_BODIES`.)"""
+    """An operator's (or another client's) ``send`` or ``decide`` update is held to the payload
+    limit as the HTTP API holds a message: the run would fail storing it. (Bodies it cannot
+    use: :data:`BAD_BODIES`.)"""
     script = [Reply(tool_calls=[email()]), "done"]
     async with agent_on(temporal_client, script) as agent:
         stream = await agent.run("mail bob")
@@ -266,9 +274,8 @@ async def test_a_send_by_hand_over_the_payload_limit_is_refused_with_no_history(
             run_workflow_id(agent.session_id, stream.run_id)
         )
         before = event_types(await history(temporal_client, agent.session_id, stream.run_id))
-        body = {"text": "x" * (PAYLOAD_LIMIT + 1)}
         with pytest.raises(WorkflowUpdateFailedError) as failed:  # at once: refused
-            await asyncio.wait_for(handle.execute_update("send", body, id="by-hand"), 30)
+            await asyncio.wait_for(handle.execute_update(update, body, id="by-hand"), 30)
         cause = failed.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "PayloadTooLargeError"
         error = agent_error(cause)  # what the library's client raises

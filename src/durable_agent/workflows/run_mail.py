@@ -125,6 +125,9 @@ def check_decision(engine: RunEngine | None, inbox: Inbox, body: DecideBody) -> 
     (docs/design.md#approvals-and-steering)."""
     call_id = body.tool_call_id
     try:
+        # held to the payload limit as a message is: the handler's store would refuse it, and
+        # that failed the run
+        check_entry(decision_of(body, workflow.now()), "approval decision")
         if inbox.closed_because is not None:
             raise not_pending(call_id, None)
         if engine is None:
