@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -500,6 +502,7 @@ async def test_an_operator_run_with_input_on_a_parked_tail_is_refused(
 NO_BODY = object()
 """An update sent with no argument (the UI's Data field left empty)."""
 TWO_BODIES = object()
+PLAIN_JSON = {"encoding": b"json/plain"}
 """An update sent with two arguments (``temporal workflow update execute --input A --input B``)."""
 BAD_BODIES: list[tuple[str, Any, str]] = [
     ("decide", {"tool_call_id": "c1", "approved": "maybe"}, "approved: "),
@@ -530,6 +533,9 @@ BAD_BODIES: list[tuple[str, Any, str]] = [
     ("send", {"inputs": [{"role": "user", "contnet": "b"}]}, "inputs[0].contnet: unknown"),
     ("send", {"inputs": [{"role": "user", "content": []}]}, "inputs[0].content: is empty"),
     ("send", {"inputs": [{"wire": "not an entry"}]}, "inputs[0].wire: "),
+    # JSON no parser takes (a lone surrogate escape): pydantic's report was the message, a URL
+    # on its last line
+    ("send", RawValue(Payload(metadata=PLAIN_JSON, data=rb'{"text": "a\ud800"}')), "Invalid JSON"),
 ]
 
 
@@ -561,6 +567,7 @@ async def test_an_operators_bad_update_body_is_refused_typed_with_no_trace(
             assert cause.type == "InvalidUpdateInput" and cause.non_retryable, (body, cause)
             assert cause.message.startswith(f"invalid {name} input: "), cause.message
             assert problem in cause.message, (body, cause.message)
+            assert "\n" not in cause.message, cause.message  # one line, as the UI shows it
         await handle.execute_update(
             "send", {"inputs": [{"role": "user", "content": "cc carol"}], "answer": "accepted"}
         )

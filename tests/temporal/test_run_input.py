@@ -21,7 +21,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from durable_agent import MessageEntry, ScriptedModel, new
@@ -419,6 +421,8 @@ async def _failure(
             "options.system_prompt",
         ),
         ({"agent": "assistant", "text": "hi", "resumed": True}, "resumed"),
+        # JSON no parser takes (a lone surrogate escape): pydantic's report was the message
+        (RawValue(Payload(metadata={"encoding": b"json/plain"}, data=rb'["\ud800"]')), ""),
         ({"agent": "assistant", "text": "hi", "reset_of": "r0"}, "reset_of"),
     ],
 )
@@ -432,6 +436,7 @@ async def test_bad_input_fails_the_run_at_once_before_anything_is_stored(
     cause = await _failure(temporal_client, value, task_queue, run_workflow_id(session, "r1"))
     assert cause.type == "InvalidRunInput" and cause.non_retryable
     assert cause.message.startswith("invalid run input")
+    assert "\n" not in cause.message, cause.message  # one line, as the UI shows it
     if field:
         assert f": {field}: " in cause.message
     with pytest.raises(SessionNotFoundError):

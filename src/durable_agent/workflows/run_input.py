@@ -65,6 +65,7 @@ __all__ = [
     "normalized",
     "read_run_input",
     "refused_run",
+    "undecodable",
     "validated",
 ]
 
@@ -119,8 +120,7 @@ def read_run_input(raw: RawValue) -> RunInput:
     except InvalidRunInputError as exc:
         raise refused_run(str(exc), value) from None
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        problem = f"cannot decode the payload ({type(exc).__name__}: {exc})"
-        raise refused_run(f"invalid run input: {problem}", value) from None
+        raise refused_run(f"invalid run input: {undecodable(exc)}", value) from None
     if not inp.run_id:
         run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
         inp = inp.model_copy(update={"run_id": run_id})
@@ -137,6 +137,14 @@ def _check_named(inp: RunInput, workflow_id: str) -> None:
         if value and value != expected:
             problem = f"{quoted(value)}, but the workflow ID names {quoted(expected)}"
             raise InvalidRunInputError(field, problem)
+
+
+def undecodable(exc: Exception) -> str:
+    """Why a payload could not be decoded, in one line: pydantic's report (JSON no parser takes)
+    is several, a URL on the last, and the UI shows a failure's message whole."""
+    if isinstance(exc, ValidationError):
+        return f"cannot decode the payload ({exc.errors(include_url=False)[0]['msg']})"
+    return f"cannot decode the payload ({type(exc).__name__}: {exc})"
 
 
 def refused_run(message: str, value: Any = None) -> ApplicationError:

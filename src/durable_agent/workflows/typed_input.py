@@ -38,6 +38,7 @@ from .run_input import (
     json_type,
     normalized,
     refused_run,
+    undecodable,
     validated,
 )
 
@@ -70,8 +71,7 @@ def read_body(raw: RawValue, model: type[M], what: str, kind: str = INVALID_UPDA
     try:
         value = workflow.payload_converter().from_payload(raw.payload)
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        problem = f"cannot decode the payload ({type(exc).__name__}: {exc})"
-        raise _refusal(what, kind, "", problem) from None
+        raise _refusal(what, kind, "", undecodable(exc)) from None
     if not isinstance(value, dict):
         raise _refusal(what, kind, "", f"expected a JSON object, got {json_type(value)}")
     plain: set[int] = set()
@@ -111,8 +111,8 @@ def events_after(raw: RawValue) -> int:
     try:
         value = workflow.payload_converter().from_payload(raw.payload)
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
-        value = f"cannot decode the payload ({type(exc).__name__}: {exc})"
-        raise ApplicationError(f"invalid events input: {value}", non_retryable=True) from None
+        problem = undecodable(exc)
+        raise ApplicationError(f"invalid events input: {problem}", non_retryable=True) from None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     shown = repr(value) if isinstance(value, float) else json_type(value)
