@@ -178,3 +178,23 @@ async def _stored_or_none(store: Store, session_id: str) -> list[Entry] | None:
         return await store.load_entries(session_id)
     except SessionNotFoundError:
         return None
+
+
+@pytest.mark.parametrize("run_id", ["order.42", "a/b", "", "x" * 65])
+async def test_a_run_id_a_worker_would_refuse_is_refused_at_the_call(
+    harness: Harness, store: Store, run_id: str
+) -> None:
+    """A run's ID is part of its workflow ID: a worker refuses one outside 1-64 characters of
+    ASCII letters, digits, - and _ (an operator's typo), so both executors refuse it at
+    ``run()``, before anything is stored, rather than the run failing on Temporal alone."""
+    lm = ScriptedModel(["never"])
+    agent = await harness.open(lm, store=store)
+    sid = agent.session_id
+    with pytest.raises(InvalidRunInputError, match="run ID"):
+        await agent.run("hi", run_id=run_id)
+    assert lm.requests == [] and not agent.running
+    try:
+        assert await store.load_entries(sid) == []
+    except SessionNotFoundError:  # a Temporal handle leaves creating it to its first run
+        pass
+    assert texts(await (await agent.run("hi", run_id="fine-id_1")).wait()) == ["never"]

@@ -26,7 +26,7 @@ from ..session.views import model_view, transcript_view
 from .deciding import decide
 from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
-from .inputs import EntryLike, as_entry, check_agent_options, check_run_input
+from .inputs import EntryLike, as_entry, check_agent_options, check_run_id, check_run_input
 from .persist import is_durable
 from .publisher import PublisherLike, branched_event, fork_events, init_event
 from .reconcile import stored_answers
@@ -132,8 +132,9 @@ class Agent:
         """Start a run on ``entries`` (``str`` means ``text(s)``) and return its stream.
 
         Raises :class:`AgentClosedError`, :class:`RunActiveError` or
-        :class:`InvalidRunInputError` (an empty message, or no input and nothing at the leaf to
-        answer) here; every later failure comes through the stream.
+        :class:`InvalidRunInputError` (an empty message, no input and nothing at the leaf to
+        answer, a ``run_id`` not of 1-64 ASCII letters, digits, ``-`` and ``_``) here; every
+        later failure comes through the stream.
 
         ``if_unchanged``: the run stores its input only if the session holds nothing this
         handle has not read (another process's run or decision); otherwise the run fails with
@@ -143,6 +144,8 @@ class Agent:
         """
         self._state.check_mutable()
         items = [as_entry(e) for e in entries]
+        if run_id is not None:
+            check_run_id(run_id)
         if items:
             self._refuse_while_waiting()
         self._pending = (run_id, if_unchanged)

@@ -6,6 +6,7 @@ the header when it records the entry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..ai.messages import (
     user_message,
 )
 from ..session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
+from ..session.ids import CLIENT_ID, CLIENT_ID_RULE, quoted
 from .errors import InvalidRunInputError
 
 __all__ = [
@@ -99,6 +101,14 @@ def check_run_input(entries: Sequence[Entry], *, nothing_stored: bool) -> None:
             raise InvalidRunInputError(f"inputs[{i}].content", EMPTY_MESSAGE)
     if not entries and nothing_stored:
         raise InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
+
+
+def check_run_id(run_id: str) -> None:
+    """A run's ID is part of its workflow ID, and a worker takes one a person may type into
+    the Temporal UI: 1-64 characters of the rule below, the HTTP API's. Both executors refuse
+    another at ``run()``, so a run never fails on Temporal alone for its ID."""
+    if not re.fullmatch(CLIENT_ID, run_id):
+        raise InvalidRunInputError("run_id", f"invalid run ID {quoted(run_id)}: {CLIENT_ID_RULE}")
 
 
 def check_agent_options(options: dict[str, Any]) -> AgentOptions:

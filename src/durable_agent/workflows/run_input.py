@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -42,11 +41,11 @@ from ..activities.run_contracts import InputEntry, RunInput
 from ..agent.options import AgentOptions
 from ..ai.messages import Message
 from ..durable.errors import InvalidRunInputError
-from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, empty_message
+from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, check_run_id, empty_message
 from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
-from ..session.ids import CLIENT_ID, CLIENT_ID_RULE, quoted, validate_session_id
+from ..session.ids import quoted, validate_session_id
 from .search import ensure_refused_run_attributes, run_named
 
 __all__ = [
@@ -205,9 +204,8 @@ def decode_run_input(value: Any, *, continued: bool = False) -> RunInput:
         field, problem = first_error(exc, plain)
         raise InvalidRunInputError(field, problem) from None
     check_names(inp.session_id, inp.agent)
-    if inp.run_id and not re.fullmatch(CLIENT_ID, inp.run_id):  # the HTTP API's rule
-        problem = f"invalid run ID {quoted(inp.run_id)}: {CLIENT_ID_RULE}"
-        raise InvalidRunInputError("run_id", problem)
+    if inp.run_id:  # none: derived from the workflow ID
+        check_run_id(inp.run_id)
     check_plain_options(inp.options)
     check_timeouts(inp.timeouts)
     after = inp.continue_as_new_after_turns
