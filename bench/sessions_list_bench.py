@@ -5,7 +5,9 @@ message); now it reads one page of session records (``list_sessions``: each file
 The bench builds ``--sessions`` sessions of ``--entries`` entries each, then times the command as
 a user runs it (a subprocess, interpreter start included), on the ``src/`` of git revision
 ``--baseline`` (default ``main``) and on this tree, side by side: the default page (100) and
-every session (``--limit`` = all) for the new code. A second table times the listing alone in
+every session (``--limit`` = all) for the new code. The baseline runs with no ``--limit`` too: a
+revision before the change (``51a59e8~1``) lists every session, a later one (``main``) its first
+page, as this tree does. A second table times the listing alone in
 process (no interpreter start): the old per-session record and entries loads against
 ``list_sessions``.
 
@@ -125,8 +127,8 @@ def main() -> None:
         spec = ["--store", f"file:{store}", "--json"]
         rows = [
             ("start only (sessions --help)", ROOT / "src", ["sessions", "--help"]),
-            (f"before ({opts.baseline}), all", before_src, ["sessions", *spec]),
-            ("after, first page (100)", ROOT / "src", ["sessions", *spec]),
+            (f"before ({opts.baseline}), no --limit", before_src, ["sessions", *spec]),
+            ("after, no --limit (first 100)", ROOT / "src", ["sessions", *spec]),
             (
                 f"after, all ({opts.sessions})",
                 ROOT / "src",
