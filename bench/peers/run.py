@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         if parts & {"1", "2"}:
             from temporal import bench_temporal
 
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             res = asyncio.run(bench_temporal(args.temporal_reps))
-            res["seconds"] = time.perf_counter() - t0
+            res["seconds"] = time.perf_counter() - t1
             results["temporal"] = res
             print_table(
                 "(1)+(2) Temporal history per turn and per-turn latency: TemporalExecutor vs "
