@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import sys
 import time
 import uuid
@@ -321,6 +322,7 @@ async def _standalone() -> None:
         print_deltas(await bench_deltas(client, root))
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

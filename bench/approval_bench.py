@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -301,6 +302,7 @@ async def compare(args: argparse.Namespace) -> dict[str, Any]:
         server.stop()
         if args.before:
             git("worktree", "remove", "--force", str(trees["before"]))
+        shutil.rmtree(root, ignore_errors=True)
     out = {name: figures(samples[name], args.idle) for name in ("before", "now") if name in samples}
     return {"runs": args.runs, "rounds": args.rounds, "revisions": revisions, **out}
 

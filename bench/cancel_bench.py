@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,13 +62,12 @@ class Endless:
             self.stop_seen.set()
 
 
-async def measure(runs: int, address: str) -> list[float]:
+async def measure(runs: int, address: str, root: Path) -> list[float]:
     from durable_agent import new
     from durable_agent.stores import FileStore
     from durable_agent.workflows import AgentSpec, TemporalExecutor, connect, create_worker
 
     client = await connect(address)
-    root = Path(tempfile.mkdtemp(prefix="cancel-bench-"))
     store, queue, lm = FileStore(root), f"cancel-{uuid.uuid4().hex[:8]}", Endless()
     worker = await create_worker(
         client, task_queue=queue, store=store, agents={"endless": AgentSpec(model=lm)}
@@ -97,13 +97,14 @@ def figures(took: list[float]) -> dict[str, float]:
     return {"p50": statistics.median(ordered), "p95": p95, "max": ordered[-1], "n": len(ordered)}
 
 
-def _run_side(runs: int, address: str, src: Path) -> dict[str, float]:
+def _run_side(runs: int, address: str, src: Path, root: Path) -> dict[str, float]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
     }
+    argv = [sys.executable, __file__, "--side", "--runs", str(runs), "--address", address]
     done = subprocess.run(
-        [sys.executable, __file__, "--side", "--runs", str(runs), "--address", address],
+        [*argv, "--root", str(root)],
         env=env,
         capture_output=True,
         text=True,
@@ -125,7 +126,7 @@ async def serve_and_run(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from _servers import start_dev_server
 
-    root = Path(tempfile.mkdtemp(prefix="cancel-bench-server-"))
+    root = Path(tempfile.mkdtemp(prefix="cancel-bench-"))
     server = await start_dev_server(root / "server")
     trees: dict[str, Path] = {"now": REPO}
     try:
@@ -135,13 +136,16 @@ async def serve_and_run(args: argparse.Namespace) -> None:
                 _git, "worktree", "add", "--detach", str(root / "before"), args.before
             )
         results = {
-            name: await asyncio.to_thread(_run_side, args.runs, server.address, tree / "src")
+            name: await asyncio.to_thread(
+                _run_side, args.runs, server.address, tree / "src", root / f"{name}-sessions"
+            )
             for name, tree in trees.items()
         }
     finally:
         server.stop()
         if args.before:
             await asyncio.to_thread(_git, "worktree", "remove", "--force", str(root / "before"))
+        shutil.rmtree(root, ignore_errors=True)
     print(f"cancel -> model stream stopped, seconds over {args.runs} runs")
     for name, fig in results.items():
         print(f"  {name:<8} p50 {fig['p50']:.3f}  p95 {fig['p95']:.3f}  max {fig['max']:.3f}")
@@ -153,9 +157,10 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        took = asyncio.run(measure(args.runs, args.address))
+        took = asyncio.run(measure(args.runs, args.address, args.root))
         print(json.dumps(figures(took)))
         sys.stdout.flush()
         os._exit(0)  # skip interpreter teardown (the Temporal SDK can abort at exit)

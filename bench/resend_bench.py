@@ -46,12 +46,13 @@ from durable_agent.workflows import AgentSpec  # noqa: E402
 ENDED_RUNS = 5
 
 
-async def _round(temporal: Client, pairs: int, with_id: list[float], without: list[float]) -> None:
+async def _round(
+    temporal: Client, pairs: int, with_id: list[float], without: list[float], root: Path
+) -> None:
     gate = GateTool()
     replies = [Reply(text=f"ok {i}") for i in range(ENDED_RUNS)]
     replies += [Reply.call("gate", id="g"), Reply(text="done")]
     spec = AgentSpec(model=ScriptedModel(replies), tools=[gate.tool])
-    root = Path(tempfile.mkdtemp()) / "sessions"
     async with (
         helper_app(temporal, FileStore(root), spec, lambda: FileStore(root)) as app,
         serving(app) as url,
@@ -88,9 +89,10 @@ async def main() -> None:
     args = parser.parse_args()
     with_id: list[float] = []
     without: list[float] = []
-    async with temporal_environment() as temporal:
-        for _ in range(args.rounds):
-            await _round(temporal, min(args.pairs, 8), with_id, without)
+    with tempfile.TemporaryDirectory(prefix="resend-bench-") as tmp:
+        async with temporal_environment() as temporal:
+            for i in range(args.rounds):
+                await _round(temporal, min(args.pairs, 8), with_id, without, Path(tmp) / str(i))
     for label, xs in (("without an ID (as before)", without), ("with a client's ID", with_id)):
         quartiles = " / ".join(f"{pct(xs, q):.1f}" for q in (0.25, 0.5, 0.75))
         print(f"POST /messages {label:<26} n={len(xs):<3} p25/p50/p75 ms: {quartiles}")

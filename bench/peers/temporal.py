@@ -29,6 +29,7 @@ are read back (240 after 100 turns) and every workflow must have completed.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
 import time
 import uuid
@@ -226,6 +227,7 @@ async def bench_temporal(reps: int, turns: int = 100) -> dict[str, Any]:
                     runs[side].append(r)
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)
     a, b = side_figures(runs["ours"], turns), side_figures(runs["pai"], turns)
     rows = [
         figure("(1) turn-1 workflow history", "bytes", a["turn1_bytes"], b["turn1_bytes"], "lower"),
