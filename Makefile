@@ -52,6 +52,8 @@ test: venv ferretdb chromium lint typecheck
 demo: venv
 	$(VENV)/bin/durable-agent demo
 
+# Stores, model view, in-process agent, MongoStore on FerretDB and the Temporal executor, default
+# sizes (the Temporal part about 5 minutes); the other bench/*.py run on their own (their docstrings).
 bench: venv ferretdb
 	@for script in bench/store_bench.py bench/view_bench.py bench/agent_bench.py bench/mongo_bench.py bench/temporal_bench.py; do \
 		if [ -f $$script ]; then echo "== $$script"; DURABLE_AGENT_FERRETDB=$(FERRETDB) $(PY) $$script || exit 1; fi; \
@@ -79,8 +81,9 @@ bench-cost: $(PEERS_VENV)/.installed
 bench-cancel: venv
 	$(PY) bench/cancel_bench.py $(if $(BEFORE),--before $(BEFORE))
 
-# The HTTP API (entry -> frame, first token, replay, 200 clients, resume at 9,990) beside
-# LangGraph's Agent Server (langgraph dev from the peers' venv), a few minutes.
+# The HTTP API (entry -> frame, first token, replay, 200 clients, the server's reads and CPU per
+# run, resume at 9,990) beside LangGraph's Agent Server (langgraph dev from the peers' venv), a few
+# minutes.
 bench-http: venv $(PEERS_VENV)/.installed
 	$(PY) bench/http_bench.py
 
