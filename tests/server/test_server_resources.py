@@ -1,5 +1,6 @@
 """What a server keeps does not grow with what it served: a session's hub, once gone, leaves
-no task behind, and the runs and streams that ended leave nothing keyed by their session."""
+no task behind, nor does a server stopped under its runs, and the runs and streams that ended
+leave nothing keyed by their session."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from durable_agent.session.entries import MessageEntry
 from durable_agent.session.errors import SessionNotFoundError
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import ended, scripted, serving, stream
+from tests.server.support import ended, helper_app, scripted, serving, stream
 from tests.server.test_stream_status import _on_temporal
+from tests.support.gate_tool import GateTool
 from tests.support.polling import eventually
 
 
@@ -73,6 +75,54 @@ async def test_a_hub_gone_stops_watching_the_run_another_replica_started(
                 assert _outcome_polls() == 0, "the gone hub's poll of the run's end goes on"
             cancelled = await starting.post(f"/v1/sessions/{sid}/runs/{run_id}/cancel")
             assert cancelled.status_code == 202
+
+
+SERVER_SIDE = (
+    "durable_agent.server.",
+    "durable_agent.durable.stream",
+    "durable_agent.workflows.run_stream",
+)
+"""The modules of the tasks a server starts (its hubs, its relays, the streams of its runs), not
+those of its worker's."""
+
+
+def _pending_since(before: set[asyncio.Task[object]]) -> list[str]:
+    """The server-side tasks started since ``before`` that have not ended, by coroutine."""
+    left = []
+    for task in asyncio.all_tasks() - before:
+        frame = getattr(task.get_coro(), "cr_frame", None)
+        module = "" if frame is None else str(frame.f_globals.get("__name__", ""))
+        if not task.done() and module.startswith(SERVER_SIDE):
+            left.append(getattr(task.get_coro(), "__qualname__", repr(task)))
+    return sorted(left)
+
+
+@pytest.mark.temporal
+async def test_a_server_stopped_while_its_run_goes_leaves_no_task_following_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    """A server stopped while a run it started goes on (on its workers: it outlives the
+    server) stops following the run. The run's stream went on reading the store and
+    long-polling the run's end after the server's shutdown, for as long as the run went; once
+    Temporal went too (a process that keeps its loop, a test session's end), the poll failed
+    with nobody to take its error: "Task exception was never retrieved ... RPCError('transport
+    error')"."""
+    gate = GateTool()
+    script = scripted([Reply.call("gate", id="g1"), Reply(text="Done.")])
+    spec = AgentSpec(model=script, tools=[gate.tool])
+    store = FileStore(tmp_path / "sessions")
+    before = asyncio.all_tasks()
+    async with helper_app(
+        temporal_client, store, spec, lambda: FileStore(tmp_path / "sessions")
+    ) as app:
+        async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+            sid = f"stopped-{uuid.uuid4().hex[:8]}"  # the Temporal server is every test's
+            started = await client.post(f"/v1/sessions/{sid}/runs", json={"text": "Go"})
+            assert started.status_code == 202
+            await asyncio.wait_for(gate.started.wait(), 60)
+        left = _pending_since(before)  # the server stopped; the run goes on
+        gate.release.set()  # it ends on its worker, which stops once it has
+    assert left == [], f"tasks of the stopped server still follow its run: {left}"
 
 
 async def test_runs_in_process_that_ended_leave_nothing_keyed_by_their_session(

@@ -107,6 +107,12 @@ class RunStream(abc.ABC):
         """Cancel the run; what the user saw is stored, then ``wait()`` raises
         RunCancelledError."""
 
+    @abc.abstractmethod
+    async def detach(self) -> None:
+        """Stop following the run, which goes on where it runs (a Temporal run, on its
+        workers): what follows it (a long poll of its end, reads of the store) ends with this
+        call, as an application that stops ends its own work."""
+
 
 _DONE = object()
 
@@ -168,6 +174,15 @@ class LocalRunStream(RunStream):
                 raise RunCancelledError("run cancelled") from None
             raise
 
+    async def detach(self) -> None:
+        """A remote run's follower stops, the run left alone; an in-process run is its
+        producer: it is cancelled (:meth:`cancel`), as it would be with its process."""
+        if self._on_cancel is None:
+            await self.cancel()
+            return
+        self._task.cancel()
+        await asyncio.wait({self._task})
+
     async def cancel(self) -> None:
         """Cancel the producer, or (for a remote run) ask the run to cancel and let the producer
         drain what it stores while cancelling."""
@@ -196,6 +211,9 @@ class _FailedStream(RunStream):
         raise self._exc
 
     async def cancel(self) -> None:
+        return None
+
+    async def detach(self) -> None:
         return None
 
 

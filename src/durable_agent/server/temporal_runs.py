@@ -164,10 +164,14 @@ class TemporalRuns:
         self.listener.run_status(session_id, run_id, status, last, failure)
 
     async def aclose(self) -> None:
-        """Stop relaying (the runs go on, on their workers)."""
+        """Stop relaying and following the runs (they go on, on their workers): no task of
+        this server outlives it. The relays first: a stream detached under its relay would
+        read as the run's end."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stream in list(self._streams.values()):
+            await stream.detach()
 
     @staticmethod
     def _forget(runs: dict[tuple[str, str], Any], key: tuple[str, str]) -> None:

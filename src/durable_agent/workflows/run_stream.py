@@ -160,7 +160,7 @@ class RunFollower:
     async def produce(self, put: Callable[[Event], None]) -> list[Message]:
         state, handle = self.state, self.handle
         result_task = asyncio.ensure_future(_result(handle))
-        result_task.add_done_callback(self._run_ended)
+        result_task.add_done_callback(lambda _: self._pushed())
         self._put, self._result = put, result_task
         # the run stores its input in its first workflow task, a round trip or two after its
         # start: a read at once would find nothing (and cost a wake-up), one 0.1 s on finds it
@@ -205,8 +205,9 @@ class RunFollower:
             return list(self.chain.produced)
         finally:
             self.entries.close()
-            if not result_task.done():
+            if not result_task.done():  # its long poll ends with the stream (a detach)
                 result_task.cancel()
+                await asyncio.wait({result_task})
 
     async def _catch_up(self, wanted: list[str], put: Callable[[Event], None]) -> None:
         """The run's own account names entries no read brought (a read failed as the run
@@ -324,9 +325,6 @@ class RunFollower:
                 return None
         store_in = self._store_in(True, deltas.busy)
         return None if store_in <= SLACK else min(store_in, deltas.due_in())
-
-    def _run_ended(self, _: asyncio.Future[RunResult]) -> None:
-        self._pushed()
 
     def _pushed(self) -> None:
         """Wake the follow loop: the run ended, or the store's feed says the session grew."""
