@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.client import Client
 
 from durable_agent import MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import assistant_message, user_message
-from durable_agent.server import create_app
+from durable_agent.server import create_app, temporal_ends
 from durable_agent.session import Entry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import helper_app, quiet, replied, scripted, serving
+from tests.server.support import Reader, helper_app, quiet, replied, scripted, serving, stream
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.server.test_run_failure import HeldThenRefused
 from tests.support.gate_tool import GateTool
@@ -72,6 +74,56 @@ async def test_a_message_the_failed_run_never_took_comes_back_to_the_box(
         await eventually(replied(page, "Both now."), within=60, interval=0.1, what="the reply")
         said = _said(await store.load_entries(sid))
     assert said == ["hello", "and also this", "Both now."], said
+
+
+def _failed(reader: Reader) -> bool:
+    return any(f.event == "run" and f.data["status"] == "failed" for f in reader.frames)
+
+
+@pytest.mark.temporal
+async def test_a_page_that_hears_late_that_its_run_failed_says_why(
+    temporal_client: Client,
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page's stream comes only once the run has failed (its start slow on a loaded server,
+    a connection that dropped as the run failed), so the page asks the server how the run
+    ended. The server read why from Temporal's history again, and a loaded Temporal may not
+    answer in time (here it has no time at all): the page said "the run failed" and no more,
+    for good, though this server had learnt why as the run failed (its stream of the run ended
+    with it, and a client watching was told)."""
+    monkeypatch.setattr(temporal_ends, "FAILURE_TIMEOUT", timedelta(microseconds=1))
+    page, model, connect = browser_page, HeldThenRefused(), asyncio.Event()
+
+    async def late(route: Any) -> None:
+        await connect.wait()
+        await route.continue_()
+
+    await page.route("**/v1/sessions/*/stream", late)
+    store = FileStore(tmp_path / "sessions")
+    worker_store = lambda: FileStore(tmp_path / "sessions")  # noqa: E731
+    async with (
+        helper_app(temporal_client, store, AgentSpec(model=model), worker_store) as app,
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        await page.goto(url + "/")
+        await page.fill("#text", "hello")
+        await page.press("#text", "Enter")
+        await asyncio.wait_for(model.called.wait(), 60)
+        sid = await page.evaluate("state.sid")
+        async with stream(client, sid, after=0) as watching:  # another browser
+            await watching.until(lambda r: r.live, within=60)
+            await page.fill("#text", "and also this")
+            await page.press("#text", "Enter")
+            await page.locator(".msg.queued").wait_for()
+            model.go.set()
+            await watching.until(_failed, within=60)
+        connect.set()
+        await eventually(_status(page, "not sent"), within=60, interval=0.1, what="told")
+        said = await page.get_by_role("status").inner_text()
+        assert "ModelError: upstream rejected the request (HTTP 400)" in said, said
 
 
 async def test_a_run_cancelled_elsewhere_is_said_cancelled(

@@ -34,6 +34,7 @@ __all__ = [
     "FAILURE_CHARS",
     "REMEMBERED",
     "Accepted",
+    "Failures",
     "OnBusy",
     "RunEnd",
     "RunFailure",
@@ -128,6 +129,35 @@ class RunFailure(BaseModel):
         if len(message) > FAILURE_CHARS:
             message = message[: FAILURE_CHARS - 1] + "…"
         return cls(type=type(exc).__name__, message=message)
+
+
+class Failures:
+    """Why the runs this process followed to their end failed (the last ``REMEMBERED``), as it
+    learnt it then: a status asked later says why without reading it again where a loaded
+    Temporal may not answer in time (docs/design.md#http-api)."""
+
+    def __init__(self) -> None:
+        self._why: dict[tuple[str, str], RunFailure] = {}
+
+    def keep(
+        self, session_id: str, run_id: str, status: Status, failure: RunFailure | None
+    ) -> RunFailure | None:
+        """Keep why the run failed, if it failed and why is known; return it (``None`` for a
+        run that ended otherwise)."""
+        if status != "failed" or failure is None:
+            return None
+        self._why[(session_id, run_id)] = failure
+        while len(self._why) > REMEMBERED:
+            del self._why[next(iter(self._why))]
+        return failure
+
+    def of(self, session_id: str, run_id: str) -> RunFailure | None:
+        return self._why.get((session_id, run_id))
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted: its run IDs name nothing any more."""
+        for key in [k for k in self._why if k[0] == session_id]:
+            del self._why[key]
 
 
 RunEnd = tuple[Status, str, RunFailure | None]

@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
@@ -43,6 +42,7 @@ from .deciding import SessionLocks, decide_at_leaf
 from .relay import RunRelay
 from .runs import (
     Accepted,
+    Failures,
     OnBusy,
     RunEnd,
     RunFailure,
@@ -56,6 +56,7 @@ from .runs import (
     pick_agent,
     refuse_busy,
 )
+from .temporal_ends import described, failure_in_history
 
 __all__ = ["TemporalRuns"]
 
@@ -68,15 +69,6 @@ LATELY = 5
 the one that took it before its answer was lost answers it again (``TemporalRuns.send``)."""
 UPDATE_WAIT = 10.0
 """Seconds a decision or a message waits for a worker to take it before its request answers 503."""
-FAILURE_TIMEOUT = timedelta(seconds=10)
-"""Seconds the read of an ended run's failure from its history may take."""
-
-_STATUS: dict[WorkflowExecutionStatus, Status] = {
-    WorkflowExecutionStatus.RUNNING: "started",
-    WorkflowExecutionStatus.COMPLETED: "completed",
-    WorkflowExecutionStatus.CONTINUED_AS_NEW: "started",
-    WorkflowExecutionStatus.CANCELED: "cancelled",
-}
 
 
 class TemporalRuns:
@@ -104,6 +96,7 @@ class TemporalRuns:
         self._born: dict[tuple[str, str], datetime | None] = {}
         """The ``created_at`` of the session each run this process follows started in."""
         self._accepted = Accepted()
+        self._failures = Failures()
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks = SessionLocks()
         self._deciding = SessionLocks()
@@ -155,11 +148,13 @@ class TemporalRuns:
         return pick_agent(self.agents, name)
 
     async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
-        """Relay the run; then tell its end with its last entry by its own account."""
+        """Relay the run; then tell its end with its last entry by its own account, a failure
+        with why by that account too, else as the run's stream raised it (kept: ``failure``)."""
         status, last = await relay.run()
-        failure = None if relay.error is None else RunFailure.of(relay.error)
+        streamed = failure = None if relay.error is None else RunFailure.of(relay.error)
         with contextlib.suppress(Exception):
             status, last, failure = await self.outcome(session_id, run_id)
+        failure = self._failures.keep(session_id, run_id, status, failure or streamed)
         self._forget(self._relays, (session_id, run_id))
         self.listener.run_status(session_id, run_id, status, last, failure)
 
@@ -223,6 +218,7 @@ class TemporalRuns:
             logger.warning("listing the runs of deleted %s: %s", session_id, in_one_line(exc))
         await cancel_each(self, session_id, known)
         self._accepted.forget(session_id)
+        self._failures.forget(session_id)
         task = asyncio.create_task(self._purge(session_id, known))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -237,7 +233,7 @@ class TemporalRuns:
         """What the run does now: as Temporal describes it, a running run asked once whether it
         waits for people (docs/design.md#http-api). Not what this server relays: that follows
         the run's events, which may trail its state by a moment."""
-        status = await self._described(session_id, run_id)
+        status = await described(self.client, session_id, run_id)
         if status != "started":
             return status
         try:
@@ -254,33 +250,16 @@ class TemporalRuns:
         if (session_id, run_id) in self._streams:
             return True
         try:
-            await self._described(session_id, run_id)
+            await described(self.client, session_id, run_id)
         except RunNotFoundError:
             return False
         return True
 
-    async def _described(self, session_id: str, run_id: str) -> Status:
-        """The run's status from Temporal's description (a waiting run is ``started``)."""
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-        try:
-            described = await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
-            raise
-        return _STATUS.get(described.status, "failed") if described.status else "started"
-
     async def failure(self, session_id: str, run_id: str) -> RunFailure | None:
-        """From the closed run's history: its failure as the Temporal executor raises it (a
-        termination or time-out says so, with its reason)."""
-        handle = self.client.get_workflow_handle(run_workflow_id(session_id, run_id))
-        try:
-            await handle.result(rpc_timeout=FAILURE_TIMEOUT)
-        except WorkflowFailureError as exc:
-            return RunFailure.of(client_error(exc))
-        except Exception as exc:  # a run still going, a history gone: nothing to say
-            logger.info("the failure of run %s: %s", run_id, type(exc).__name__)
-        return None
+        """As this process learnt it at the run's end if it followed the run there (a loaded
+        Temporal may not answer the read of its history in time), else from that history."""
+        known = self._failures.of(session_id, run_id)
+        return known or await failure_in_history(self.client, session_id, run_id)
 
     async def outcome(self, session_id: str, run_id: str) -> RunEnd:
         """Wait for the run's end (a long poll of its result, not billed); say how it ended,
@@ -293,7 +272,7 @@ class TemporalRuns:
         try:
             result = await handle.result()
         except Exception as exc:
-            status = await self._described(session_id, run_id)
+            status = await described(self.client, session_id, run_id)
             if status == "started":
                 return status, "", None  # the long poll broke, not the run
             failure = None

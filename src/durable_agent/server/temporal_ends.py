@@ -1,0 +1,54 @@
+"""What Temporal says of a run's end, for :class:`~.temporal_runs.TemporalRuns`: its status as
+described, and why a closed run failed, read from its history (a run this process followed to
+its end is told as it learnt then: :class:`~.runs.Failures`)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from ..workflows.executor import run_workflow_id
+from ..workflows.run_stream import client_error
+from .runs import RunFailure, RunNotFoundError, Status
+
+__all__ = ["FAILURE_TIMEOUT", "described", "failure_in_history"]
+
+logger = logging.getLogger("durable_agent.server")
+
+FAILURE_TIMEOUT = timedelta(seconds=10)
+"""Seconds the read of an ended run's failure from its history may take."""
+
+_STATUS: dict[WorkflowExecutionStatus, Status] = {
+    WorkflowExecutionStatus.RUNNING: "started",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "started",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+}
+
+
+async def described(client: Client, session_id: str, run_id: str) -> Status:
+    """The run's status from Temporal's description (a waiting run is ``started``)."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    try:
+        found = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
+        raise
+    return _STATUS.get(found.status, "failed") if found.status else "started"
+
+
+async def failure_in_history(client: Client, session_id: str, run_id: str) -> RunFailure | None:
+    """The closed run's failure as the Temporal executor raises it (a termination or time-out
+    says so, with its reason); ``None`` when it cannot be had."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, run_id))
+    try:
+        await handle.result(rpc_timeout=FAILURE_TIMEOUT)
+    except WorkflowFailureError as exc:
+        return RunFailure.of(client_error(exc))
+    except Exception as exc:  # a run still going, a history gone, Temporal not answering in time
+        logger.info("the failure of run %s: %s", run_id, type(exc).__name__)
+    return None
