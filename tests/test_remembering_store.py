@@ -32,9 +32,11 @@ from durable_agent.session import (
     path,
 )
 from durable_agent.session.deltas import LiveStore
+from durable_agent.session.store import AppendFeed, GuardedStore, LastEntryStore, RetentionStore
 from durable_agent.stores import FileStore, MemoryStore, RememberingStore
 from durable_agent.stores.remembering import MAX_SESSIONS
 from tests import test_store_conformance, test_store_retention
+from tests.support.handles import WrappedStore
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -362,6 +364,20 @@ async def test_other_store_methods_pass_through(tmp_path: Path) -> None:
     assert live_channel("auto", store) is files.live_deltas()
     with pytest.raises(AttributeError):
         _ = store.no_such_method
+
+
+def test_the_wrapper_is_of_the_protocols_its_store_is_of(tmp_path: Path) -> None:
+    """What the worker's code asks of its store (``isinstance`` against the runtime-checkable
+    protocols) has the wrapped store's answer, on every Python: 3.12 made those checks look
+    attributes up statically, past ``__getattr__``."""
+    for inner in (MemoryStore(), FileStore(tmp_path / "s")):
+        wrapped = RememberingStore(inner)
+        for protocol in (RetentionStore, LiveStore, AppendFeed, GuardedStore, LastEntryStore):
+            assert isinstance(wrapped, protocol) == isinstance(inner, protocol), protocol
+    plain = RememberingStore(WrappedStore(MemoryStore()))  # the three verbs and load_session
+    assert not isinstance(plain, RetentionStore)
+    assert not isinstance(plain, LiveStore)
+    assert not isinstance(plain, AppendFeed)
 
 
 def test_a_bad_bound_is_refused() -> None:

@@ -32,6 +32,7 @@ recently used sessions go first, and a session larger than the whole bound is no
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -93,6 +94,19 @@ class RememberingStore:
         self._deletes = 0
         """Deletes so far: an append or load that overlapped one is not remembered."""
         self._lock = threading.Lock()  # activities may run in threads (sync activity executors)
+        self._pass_methods()
+
+    def _pass_methods(self) -> None:
+        """Set the store's other public methods on the wrapper itself. ``__getattr__`` passes
+        them through, but ``isinstance`` against a runtime-checkable protocol looks attributes
+        up statically on Python 3.12+ and never calls it: the wrapper of a store would be no
+        :class:`~durable_agent.session.RetentionStore`, ``LiveStore`` or ``AppendFeed``, and a
+        worker's run would not name its session's creation (docs/design.md#retention)."""
+        for name in dir(self.store):
+            if name.startswith("_") or name in vars(self) or hasattr(RememberingStore, name):
+                continue
+            if inspect.isroutine(inspect.getattr_static(self.store, name, None)):
+                setattr(self, name, getattr(self.store, name))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
