@@ -207,10 +207,16 @@ T = TypeVar("T")
 
 
 class DiskGoneAt(FileStore):
-    """A FileStore whose disk is gone (its root replaced by a file) for its ``at``-th append
-    alone: a run's write fails, the reads after work."""
+    """A FileStore whose disk is gone for its ``at``-th append alone: a run's write fails, the
+    reads after work. Its root is a symlink, pointed at a file (a disk gone) and back in one
+    rename each: a read meanwhile (the session's hub, in a thread) finds the root a file, never
+    missing, which is a deleted session's answer."""
 
     def __init__(self, root: Path, at: int) -> None:
+        self.disk, self.gone = root.with_name("disk"), root.with_name("gone")
+        self.disk.mkdir()
+        self.gone.write_text("not a directory")
+        root.symlink_to(self.disk)
         super().__init__(root)
         self.root_path, self.at, self.appends = root, at, 0
 
@@ -229,14 +235,16 @@ class DiskGoneAt(FileStore):
         self.appends += 1
         if self.appends != self.at:
             return await append()
-        moved = self.root_path.with_name("moved")
-        self.root_path.rename(moved)
-        self.root_path.write_text("not a directory")
+        self._point_at(self.gone)
         try:
             return await append()
         finally:
-            self.root_path.unlink()
-            moved.rename(self.root_path)
+            self._point_at(self.disk)
+
+    def _point_at(self, target: Path) -> None:
+        link = self.root_path.with_name("new-root")
+        link.symlink_to(target)
+        link.replace(self.root_path)
 
 
 async def test_a_run_its_store_failed_ends_in_a_run_error_naming_nothing_of_the_server(
