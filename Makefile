@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/durable-agent
 FERRETDB := $(CACHE)/bin/ferretdb
 
-.PHONY: venv ferretdb chromium test lint typecheck unit demo bench bench-peers bench-cost bench-cancel bench-load bench-http compose-secrets clean
+.PHONY: venv ferretdb chromium test test-python lint typecheck unit demo bench bench-peers bench-cost bench-cancel bench-load bench-http compose-secrets clean
 
 venv: $(VENV)/.installed
 
@@ -47,6 +47,22 @@ unit: venv
 
 test: venv ferretdb chromium lint typecheck
 	DURABLE_AGENT_FERRETDB=$(FERRETDB) $(VENV)/bin/pytest -q
+
+# A part of the suite on another Python, in its own venv (.venv-3.13 for 3.13), as in
+# `make test-python PYTHON=/path/to/python3.13`: what differs between versions (protocol checks,
+# asyncio, threads, the collector) shows in the library, store, worker, server and CLI tests here.
+# `make test` stays on one interpreter.
+PYVER = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PY_TESTS ?= tests/test_*.py tests/filestore tests/providers tests/durable_runs \
+	tests/temporal/test_run_input.py tests/temporal/test_approvals.py \
+	tests/temporal/test_replay_versions.py tests/temporal/test_deleted_sessions.py \
+	tests/mongo/test_faults.py tests/server/test_agui.py tests/server/test_stream_order.py \
+	tests/server/test_chat_page_text.py tests/cli/test_demo.py
+
+test-python:
+	@test -n "$(PYVER)" || { echo "PYTHON=$(PYTHON) does not run: make test-python PYTHON=python3.13"; exit 2; }
+	$(MAKE) ferretdb chromium VENV=.venv-$(PYVER)
+	DURABLE_AGENT_FERRETDB=$(FERRETDB) .venv-$(PYVER)/bin/pytest -q $(PY_TESTS)
 
 # The main job: a real Temporal dev server, a worker, a scripted conversation, the UI link.
 demo: venv
