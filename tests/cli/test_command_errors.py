@@ -52,6 +52,20 @@ def test_help_for_every_command(tmp_path: Path) -> None:
         assert "Usage" in result.stdout
 
 
+def test_help_tables_read_each_summary_as_one_sentence(tmp_path: Path) -> None:
+    """The command tables showed a docstring's line breaks (rich help keeps a single newline),
+    so a summary wrapped at 100 columns in the source broke mid-sentence on any terminal: "a
+    worker that gets killed" on one line, "mid-run and replaced" on the next."""
+    env = {**cli_env(tmp_path), "COLUMNS": "240"}
+    top = run_cli(["--help"], env).stdout
+    assert "a worker that gets killed mid-run and replaced, branch, fork" in top, top
+    assert "/fork [ID], /compact [N], /tree" in top, top
+    sessions = run_cli(["sessions", "--help"], env).stdout
+    assert "and with --workflows its workflow histories on Temporal" in sessions, sessions
+    chat = run_cli(["chat", "--help"], env).stdout
+    assert "steers it (/later TEXT: a follow-up)" in chat, chat
+
+
 def test_usage_and_store_errors(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     worker = run_cli(["worker"], env)

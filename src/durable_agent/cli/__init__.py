@@ -224,8 +224,23 @@ def command() -> typer.Typer:
     ):
         cli.command()(each)
     cli.add_typer(sessions.sessions_cli, name="sessions")
+    _as_prose(cli)
     _add_version(cli)
     return cli
+
+
+def _as_prose(app: typer.Typer) -> None:
+    """Each command's docstring as its help with the lines of a paragraph joined: rich help keeps
+    a single newline, so a summary wrapped in the source broke mid-sentence in the tables."""
+    import inspect
+
+    for info in app.registered_commands:
+        doc = inspect.getdoc(info.callback) if info.help is None else None
+        if doc:
+            info.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            _as_prose(group.typer_instance)
 
 
 def _add_version(cli: typer.Typer) -> None:
