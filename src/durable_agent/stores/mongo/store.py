@@ -290,9 +290,9 @@ class MongoStore(Closing):
         the batch written, otherwise (docs/design.md#store-contract, :mod:`.writer`). Newest
         in append order up to the batch's place: an append that took a later slot comes after
         the batch even if its document landed first."""
-        if not entries:  # the condition alone
-            stored = await self.load_entries(session_id)
-            return (stored[-1].id if stored else None) == last_id
+        if not entries:  # the condition alone: the newest entry's document read, not the log
+            found = await self.last_entry(session_id)
+            return (found[1].id if found else None) == last_id
         return await self._append(session_id, entries, last_id, guarded=True)
 
     async def _append(
