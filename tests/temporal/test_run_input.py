@@ -504,6 +504,27 @@ async def test_an_input_naming_another_run_than_its_workflow_id_fails_at_once(
             await store.load_entries(either)
 
 
+@pytest.mark.parametrize("tail", ["a/b", "op 1", "r" * 65])
+async def test_a_workflow_id_naming_a_run_id_no_client_takes_fails_at_once(
+    temporal_client: Client, production_worker: tuple[str, Store], tail: str
+) -> None:
+    """An operator's run started as ``durable-agent/<session>/run/a/b``, its input naming no run:
+    its run ID came from the workflow ID, ``a/b``, which ``run()`` refuses and the HTTP API
+    cannot address; it ran and stored its conversation. It fails as a ``run_id`` typed in the
+    input does, before anything is stored, and is listed under its session."""
+    task_queue, store = production_worker
+    session = sid("wid-run")
+    wid = f"durable-agent/{session}/run/{tail}"
+    cause = await _failure(temporal_client, json.loads(pasted_text(session)), task_queue, wid)
+    assert cause.type == "InvalidRunInput" and cause.non_retryable, cause
+    assert cause.message.startswith("invalid run input: run_id: invalid run ID "), cause.message
+    assert "the workflow ID" in cause.message and "1-64 characters" in cause.message
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries(session)
+    attributes = (await temporal_client.get_workflow_handle(wid).describe()).typed_search_attributes
+    assert attributes.get(SESSION_ID_KEY) == session, attributes
+
+
 async def test_two_inputs_fail_the_run_at_once_as_one_bad_input_does(
     temporal_client: Client, production_worker: tuple[str, Store]
 ) -> None:

@@ -116,14 +116,25 @@ def read_run_input(raw: RawValue) -> RunInput:
         value = workflow.payload_converter().from_payload(raw.payload)
         inp = decode_run_input(value, continued=workflow.info().continued_run_id is not None)
         _check_named(inp, workflow.info().workflow_id)
+        if not inp.run_id:
+            inp = inp.model_copy(update={"run_id": _derived_run_id(inp.session_id)})
     except InvalidRunInputError as exc:
         raise refused_run(str(exc), value) from None
     except Exception as exc:  # not JSON, or an encoding the worker's converter cannot read
         raise refused_run(f"invalid run input: {undecodable(exc)}", value) from None
-    if not inp.run_id:
-        run_id = derive_run_id(workflow.info().workflow_id, inp.session_id)
-        inp = inp.model_copy(update={"run_id": run_id})
     return inp
+
+
+def _derived_run_id(session_id: str) -> str:
+    """The run ID the workflow ID gives, held to the rule a typed one is: taken as it was
+    (``durable-agent/<session>/run/a/b`` ran as ``a/b``), ``run()`` and the HTTP API could not
+    address the run."""
+    run_id = derive_run_id(workflow.info().workflow_id, session_id)
+    try:
+        check_run_id(run_id)
+    except InvalidRunInputError as exc:
+        raise InvalidRunInputError("run_id", f"{exc.problem}; it is the workflow ID's") from None
+    return run_id
 
 
 def _check_named(inp: RunInput, workflow_id: str) -> None:
