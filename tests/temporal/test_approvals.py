@@ -289,6 +289,37 @@ async def test_an_update_by_hand_over_the_payload_limit_is_refused_with_no_histo
         assert shape(stored(agent)) == DECIDED_TURN
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool_call_id": "c" * 1_000_000, "approved": True},
+        {"tool_call_id": "c1", "approved": True, "x" * 1_000_000: 1},
+    ],
+    ids=["call-id", "field"],
+)
+async def test_a_decide_refusal_quotes_what_was_typed_short(
+    temporal_client: Client, body: dict[str, Any]
+) -> None:
+    """A ``decide`` body with a call ID or a field name of 1 MB: its refusal quoted it whole,
+    the update's failure as large as its body."""
+    script = [Reply(tool_calls=[email()]), "done"]
+    async with agent_on(temporal_client, script) as agent:
+        stream = await agent.run("mail bob")
+        reader = Reader(stream)
+        await reader.until("approval_requested")
+        handle = temporal_client.get_workflow_handle(
+            run_workflow_id(agent.session_id, stream.run_id)
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("decide", body, id="by-hand")
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError), cause
+        assert len(cause.message) < 300 and "…" in cause.message, cause.message[:300]
+        await agent.decide("c1", True)
+        await reader.done()
+        assert shape(stored(agent)) == DECIDED_TURN
+
+
 async def test_two_deciders_one_wins(temporal_client: Client) -> None:
     script = [Reply(tool_calls=[email()]), "done"]
     async with agent_on(temporal_client, script) as agent:

@@ -480,6 +480,49 @@ async def test_a_huge_name_fails_the_run_quoted_short(
             await store.load_entries(session)
 
 
+HUGE = "x" * 1_900_000
+
+
+@pytest.mark.parametrize(
+    ("workflow", "value"),
+    [
+        ("run", {HUGE: 1}),
+        ("run", {"options": {HUGE: 1}}),
+        ("run", {"inputs": [{"role": "user", "content": "hi", HUGE: 1}]}),
+        ("run", {"inputs": [{"role": "user", "content": [{"type": HUGE}]}]}),
+        ("run", {"inputs": [{"wire": json.dumps({"type": HUGE})}]}),
+        ("compact", {HUGE: 1}),
+        ("compact", {"timeouts": {HUGE: 1}}),
+    ],
+    ids=["field", "option", "message-field", "content-type", "wire-type", "compact", "timeout"],
+)
+async def test_a_huge_field_name_fails_the_workflow_quoted_short(
+    temporal_client: Client, production_worker: tuple[str, Store], workflow: str, value: Any
+) -> None:
+    """A field name (or a content type) of 1.9 MB an operator typed: the failure quoted it
+    whole, so the message held it all, as does the failure in the history."""
+    task_queue, store = production_worker
+    session = sid("huge-field")
+    base = {"session_id": session, "agent": "assistant", "op_id": "c1", "leaf_id": "e1"}
+    if workflow == "run":
+        base = {"session_id": session, "agent": "assistant", "text": "hi"}
+    wid = f"durable-agent/{session}/{workflow}/r1"
+    handle = await temporal_client.start_workflow(
+        f"durable_agent.{workflow}", {**base, **value}, id=wid, task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert cause.type in ("InvalidRunInput", "InvalidCompactInput"), cause.type
+    assert len(cause.message) < 300 and "xxxxxxxxxx…" in cause.message, cause.message[:300]
+    history = (await handle.fetch_history()).to_json()
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in event_types(history)
+    assert len(history) < 2 * len(HUGE), len(history)  # the input, not the input and its quote
+    with pytest.raises(SessionNotFoundError):
+        await store.load_entries(session)
+
+
 @pytest.mark.parametrize(
     ("named", "field"), [({"session_id": "{other}"}, "session_id"), ({"run_id": "r2"}, "run_id")]
 )

@@ -29,6 +29,7 @@ from ..session.approvals import (
 )
 from ..session.entries import Entry
 from ..session.errors import EntryConflictError
+from ..session.ids import quoted
 from .errors import ApprovalNotPendingError, PersistError
 from .inbox import Inbox, QueuedDecision, QueuedMessage
 from .persist import CommitEffects
@@ -156,9 +157,10 @@ def not_pending(
     tool_call_id: str, decision_id: str | None, where: str = "in this run"
 ) -> ApprovalNotPendingError:
     if decision_id is None:
-        text = f"tool call {tool_call_id!r} is not pending a decision {where}"
+        text = f"tool call {quoted(tool_call_id)} is not pending a decision {where}"
     else:
-        text = f"tool call {tool_call_id!r} is already decided (decision entry {decision_id!r})"
+        decided = f"decision entry {decision_id!r}"
+        text = f"tool call {quoted(tool_call_id)} is already decided ({decided})"
     return ApprovalNotPendingError(text, tool_call_id=tool_call_id, decision_id=decision_id)
 
 

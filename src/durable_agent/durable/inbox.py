@@ -23,6 +23,7 @@ from typing import Literal
 
 from ..session.approvals import ApprovalDecision
 from ..session.entries import Entry, MessageEntry
+from ..session.ids import quoted
 from .errors import ApprovalNotPendingError, RunNotAcceptingError
 
 __all__ = [
@@ -88,7 +89,7 @@ class Inbox:
         would take it (a cancelled run answers its calls ``cancelled``)."""
         if self.closed_because is not None:
             raise ApprovalNotPendingError(
-                f"tool call {decision.tool_call_id!r} is not pending a decision in this run: "
+                f"tool call {quoted(decision.tool_call_id)} is not pending a decision in this run: "
                 f"it takes no more ({self.closed_because})",
                 tool_call_id=decision.tool_call_id,
             )

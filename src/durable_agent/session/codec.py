@@ -26,6 +26,7 @@ from .entries import (
     custom_class,
 )
 from .errors import EntryDecodeError, EntryEncodeError
+from .ids import quoted, shortened
 
 __all__ = [
     "MAX_NESTING",
@@ -110,16 +111,17 @@ def _header_fields(data: dict[str, Any]) -> dict[str, Any]:
     entry_id = data.get("id")
     if not isinstance(entry_id, str) or not entry_id:
         raise EntryDecodeError("bad entry header: id must be a non-empty string")
+    bad = f"bad entry header for {quoted(entry_id)}"  # an ID typed by hand may be huge
     parent = data.get("parent_id")
     if parent is not None and not isinstance(parent, str):
-        raise EntryDecodeError(f"bad entry header for {entry_id!r}: parent_id must be a string")
+        raise EntryDecodeError(f"{bad}: parent_id must be a string")
     created = data.get("created_at")
     if not isinstance(created, str):
-        raise EntryDecodeError(f"bad entry header for {entry_id!r}: created_at must be a string")
+        raise EntryDecodeError(f"{bad}: created_at must be a string")
     try:
         created_at = parse_time(created)
     except ValueError as exc:
-        raise EntryDecodeError(f"bad entry header for {entry_id!r}: {exc}") from exc
+        raise EntryDecodeError(f"{bad}: {exc}") from exc
     return {"id": entry_id, "parent_id": parent or None, "created_at": created_at}
 
 
@@ -143,7 +145,7 @@ def _wire_to_entry(data: Any) -> Entry:
         raise EntryDecodeError(f"entry must be a JSON object, not {type(data).__name__}")
     kind = data.get("type")
     if kind not in ("message", "compaction", "custom"):
-        raise EntryDecodeError(f'unknown entry type "{kind}"')
+        raise EntryDecodeError(f'unknown entry type "{shortened(str(kind))}"')
     header = _header_fields(data)
     try:
         if kind == "message":
@@ -159,7 +161,8 @@ def _wire_to_entry(data: Any) -> Entry:
             # encode_entry writes one (decoding must reverse every encoding).
             custom_kind = data.get("kind", "")
             if not isinstance(custom_kind, str):
-                raise EntryDecodeError(f"custom entry {header['id']!r}: kind must be a string")
+                shown = quoted(header["id"])
+                raise EntryDecodeError(f"custom entry {shown}: kind must be a string")
             fields = {k: v for k, v in data.items() if k not in RESERVED_WIRE_KEYS}
             cls = custom_class(custom_kind) or CustomEntry
             return cls.model_validate({**fields, **header, "kind": custom_kind})
@@ -170,7 +173,7 @@ def _wire_to_entry(data: Any) -> Entry:
             tokens_before=data.get("tokens_before", 0),
         )
     except ValidationError as exc:
-        raise EntryDecodeError(f"invalid {kind} entry {header['id']!r}: {exc}") from exc
+        raise EntryDecodeError(f"invalid {kind} entry {quoted(header['id'])}: {exc}") from exc
 
 
 _MESSAGE_HEAD = '{"type":"message","id":"'

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "new_id",
     "quoted",
+    "shortened",
     "validate_session_id",
 ]
 
@@ -31,7 +32,12 @@ CLIENT_ID_RULE = "use 1-64 characters from ASCII letters, digits, - and _"
 def quoted(value: str) -> str:
     """``value`` quoted for a message, its first 60 characters: an ID or name a person typed
     may be huge, and a failure quoting it whole can outgrow what Temporal records."""
-    return repr(value if len(value) <= 60 else value[:60] + "…")
+    return repr(shortened(value))
+
+
+def shortened(value: str) -> str:
+    """``value``'s first 60 characters, ``…`` marking a cut: a name shown unquoted (a field)."""
+    return value if len(value) <= 60 else value[:60] + "…"
 
 
 def validate_session_id(session_id: Any) -> str:

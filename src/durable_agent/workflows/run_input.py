@@ -45,7 +45,7 @@ from ..durable.inputs import EMPTY_MESSAGE, NOTHING_TO_ANSWER, check_run_id, emp
 from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
-from ..session.ids import quoted, validate_session_id
+from ..session.ids import quoted, shortened, validate_session_id
 from .search import ensure_refused_run_attributes, run_named
 
 __all__ = [
@@ -203,7 +203,7 @@ def decode_run_input(value: Any, *, continued: bool = False) -> RunInput:
         if isinstance(given, dict):
             unknown += [f"{name}.{key}" for key in sorted(given) if key not in known]
     if unknown:
-        raise InvalidRunInputError(unknown[0], "unknown field")
+        raise InvalidRunInputError(shortened(unknown[0]), "unknown field")
     carried = [] if continued else [name for name in CARRIED if name in value]
     if carried:
         problem = "carried by the run itself across continue-as-new, not given at its start"
@@ -337,7 +337,7 @@ def normalized(value: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
         extra = {"ephemeral", "meta", "id"}  # the flags, and the ID a client chose
         unknown = sorted(set(message) - set(Message.model_fields) - extra)
         if unknown:
-            raise InvalidRunInputError(f"inputs[{i}].{unknown[0]}", "unknown field")
+            raise InvalidRunInputError(f"inputs[{i}].{shortened(unknown[0])}", "unknown field")
         flags = {k: message.pop(k) for k in sorted(extra) if k in message}
         if isinstance(message.get("content"), str):
             message["content"] = [{"type": "text", "text": message["content"]}]
@@ -360,8 +360,11 @@ def first_error(exc: ValidationError, plain: set[int]) -> tuple[str, str]:
         if isinstance(part, int):
             field += f"[{part}]"
         else:
-            field += ("." if field else "") + str(part)
+            field += ("." if field else "") + shortened(str(part))
     problem = str(error["msg"])
+    for given in error.get("ctx", {}).values():  # what was typed (a content type, say)
+        if isinstance(given, str) and given != shortened(given):
+            problem = problem.replace(given, shortened(given))
     if error["type"] == "missing":
         problem = "required"
     elif error["type"] == "extra_forbidden":
