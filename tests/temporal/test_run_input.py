@@ -806,6 +806,36 @@ async def test_bad_compaction_input_fails_it_at_once_storing_nothing(
     assert await store.load_entries(session) == before
 
 
+@pytest.mark.parametrize("workflow", ["run", "compact"])
+async def test_an_agent_the_worker_lacks_fails_a_run_and_a_compaction_alike(
+    temporal_client: Client, production_worker: tuple[str, Store], workflow: str
+) -> None:
+    """A run started by hand for an agent the worker does not know fails as
+    ``UnknownAgentError`` naming it; a compaction's failure was ``Activity task failed``, the
+    agent named only in its cause. Both now say it at the top, storing nothing."""
+    task_queue, store = production_worker
+    session, _ = await _session_with_a_run(temporal_client, task_queue)
+    before = await store.load_entries(session)
+    value: dict[str, Any] = {"session_id": session, "agent": "nobody"}
+    if workflow == "run":
+        value["text"] = "hi"
+    else:
+        value.update(op_id="c1", leaf_id=before[-1].id)
+    handle = await temporal_client.start_workflow(
+        f"durable_agent.{workflow}",
+        value,
+        id=f"durable-agent/{session}/{workflow}/x1",
+        task_queue=task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), repr(cause)
+    assert cause.type == "UnknownAgentError" and cause.non_retryable, cause
+    assert cause.message == "unknown agent 'nobody' (this worker has: assistant)", cause.message
+    assert await store.load_entries(session) == before
+
+
 @pytest.mark.parametrize(
     ("args", "problem"),
     [

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError
 
 # Not passed through, as in run_workflow: the sandbox loaded these with the package already
 from .run_input import NO_INPUT
@@ -24,6 +25,7 @@ from .typed_input import read_compact_input
 with workflow.unsafe.imports_passed_through():
     from ..activities import verb_steps
     from ..activities.contracts import PublishInput, SummarizeInput, event_to_wire
+    from ..activities.failures import is_cancellation, run_failure
     from ..activities.run_contracts import CompactInput
     from ..activities.store_steps import append, new_entry_id
     from ..durable.compaction import compact
@@ -63,7 +65,14 @@ class CompactWorkflow:
         inp = read_compact_input(raw)
         self._input = inp
         ensure_session_attribute(inp.session_id)
-        stored = await compact(self, inp.session_id, inp.leaf_id, inp.keep_turns, inp.prompt)
+        try:
+            stored = await compact(self, inp.session_id, inp.leaf_id, inp.keep_turns, inp.prompt)
+        except ActivityError as exc:
+            if is_cancellation(exc):
+                raise
+            # its step's failure at the top, typed, as a run's (``UnknownAgentError`` naming
+            # the agent), not ``Activity task failed``; the cause chain kept
+            raise run_failure(exc) from exc
         return None if stored is None else encode_entry(stored)
 
     # -- effects (CompactionEffects) ---------------------------------------------------------
