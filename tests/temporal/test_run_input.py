@@ -806,6 +806,59 @@ async def test_bad_compaction_input_fails_it_at_once_storing_nothing(
     assert await store.load_entries(session) == before
 
 
+@pytest.mark.parametrize(
+    ("args", "workflow_id", "found"),
+    [
+        (["hi"], "durable-agent/{session}/compact/c1", True),
+        ([], "durable-agent/{session}/compact/c1", True),
+        ([{"session_id": "{session}", "agent": "assistant", "kep_turns": 1}], "op-{uid}", True),
+        ([{"session_id": "a b", "agent": "assistant", "op_id": "c1"}], "op-{uid}", False),
+        (["hi"], "durable-agent/not a session/compact/c1", False),
+        ([{"session_id": "{session}"}, {}], "durable-agent/{session}/compact/c1", True),
+    ],
+    ids=["not-an-object", "no-input", "input-names-it", "none", "bad-id", "two-inputs"],
+)
+async def test_a_compaction_whose_input_was_refused_is_found_by_its_session(
+    temporal_client: Client,
+    production_worker: tuple[str, Store],
+    args: list[Any],
+    workflow_id: str,
+    found: bool,
+) -> None:
+    """As a refused run is: a compaction started by hand whose input is refused sets the search
+    attributes from its input's session ID, else its workflow ID's
+    (``durable-agent/<session>/compact/<op>``), so an operator searching the session's
+    workflows finds it; it set none, and was listed under no session."""
+    task_queue, _ = production_worker
+    session, uid = sid("refused-compact"), uuid.uuid4().hex[:8]
+
+    def named(text: Any) -> Any:
+        if isinstance(text, str):
+            return text.format(session=session, uid=uid)
+        return {k: named(v) for k, v in text.items()} if isinstance(text, dict) else text
+
+    wid = named(workflow_id)
+    handle = await temporal_client.start_workflow(
+        "durable_agent.compact", args=[named(a) for a in args], id=wid, task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    assert isinstance(info.value.cause, ApplicationError), repr(info.value.cause)
+    assert info.value.cause.type == "InvalidCompactInput", info.value.cause
+    attributes = (await handle.describe()).typed_search_attributes
+    if not found:
+        assert attributes.get(SESSION_ID_KEY) is None, attributes
+        return
+    assert attributes.get(SESSION_ID_KEY) == session, attributes
+    assert attributes.get(KIND_KEY) == "compact", attributes
+    query = f'DurableAgentSessionId = "{session}" AND DurableAgentKind = "compact"'
+
+    async def listed() -> bool:
+        return [w.id async for w in temporal_client.list_workflows(query)] == [wid]
+
+    await eventually(listed, what="the refused compaction listed by its session")
+
+
 @pytest.mark.parametrize("workflow", ["run", "compact"])
 async def test_an_agent_the_worker_lacks_fails_a_run_and_a_compaction_alike(
     temporal_client: Client, production_worker: tuple[str, Store], workflow: str

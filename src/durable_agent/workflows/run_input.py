@@ -46,7 +46,7 @@ from ..session.codec import decode_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import SessionError
 from ..session.ids import quoted, shortened, validate_session_id
-from .search import ensure_refused_run_attributes, run_named
+from .search import ensure_refused_attributes, run_named
 
 __all__ = [
     "INVALID_RUN_INPUT",
@@ -161,7 +161,7 @@ def refused_run(message: str, value: Any = None) -> ApplicationError:
     """The failure of a run whose input is refused, its search attributes set first (from the
     input's ``session_id`` or the workflow ID): an operator finds it by its session."""
     named = value.get("session_id") if isinstance(value, dict) else None
-    ensure_refused_run_attributes(named)
+    ensure_refused_attributes(named)
     return ApplicationError(message, type=INVALID_RUN_INPUT, non_retryable=True)
 
 

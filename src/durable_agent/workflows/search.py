@@ -57,7 +57,7 @@ __all__ = [
     "creation_when_asked",
     "ended_runs",
     "latest_runs",
-    "ensure_refused_run_attributes",
+    "ensure_refused_attributes",
     "ensure_session_attribute",
     "name_creation",
     "run_memo",
@@ -139,17 +139,19 @@ def name_creation(created_at: str | None) -> None:
         workflow.upsert_memo({CREATED_MEMO: created_at})
 
 
-def run_named(workflow_id: str) -> tuple[str, str] | None:
-    """The session and run a run's workflow ID ``durable-agent/<session>/run/<run>`` names."""
-    session, run_part, run_id = workflow_id.removeprefix(RUN_PREFIX).partition("/run/")
-    return (session, run_id) if workflow_id.startswith(RUN_PREFIX) and run_part and run_id else None
+def run_named(workflow_id: str, kind: str = "run") -> tuple[str, str] | None:
+    """The session and run a run's workflow ID ``durable-agent/<session>/run/<run>`` names (or
+    the session and operation of another ``kind``'s: ``.../compact/<op>``)."""
+    session, part, tail = workflow_id.removeprefix(RUN_PREFIX).partition(f"/{kind}/")
+    return (session, tail) if workflow_id.startswith(RUN_PREFIX) and part and tail else None
 
 
-def ensure_refused_run_attributes(named: Any = None) -> None:
-    """Set both attributes on a run whose input was refused (workflow code), so an operator
-    finds its failure by the session: the session ID its input named (``named``) if valid, else
-    the one its workflow ID ``durable-agent/<session>/run/<run>`` names, if any."""
-    by_id = (run_named(workflow.info().workflow_id) or (None,))[0]
+def ensure_refused_attributes(named: Any = None) -> None:
+    """Set both attributes on a run or compaction whose input was refused (workflow code), so an
+    operator finds its failure by the session: the session ID its input named (``named``) if
+    valid, else the one its workflow ID ``durable-agent/<session>/<kind>/<id>`` names, if any."""
+    info = workflow.info()
+    by_id = (run_named(info.workflow_id, workflow_kind(info.workflow_type)) or (None,))[0]
     for candidate in (named, by_id):
         try:
             ensure_session_attribute(validate_session_id(candidate))

@@ -41,6 +41,7 @@ from .run_input import (
     undecodable,
     validated,
 )
+from .search import ensure_refused_attributes
 
 __all__ = [
     "INVALID_COMPACT_INPUT",
@@ -89,17 +90,33 @@ def read_body(raw: RawValue, model: type[M], what: str, kind: str = INVALID_UPDA
 def read_compact_input(raw: RawValue) -> CompactInput:
     """The compaction workflow's input. Left to the SDK, one it could not decode failed the
     workflow task, retried until the execution timeout; a lax one compacted (``"1"`` for 1
-    turn), and a bad value failed an activity, the workflow's failure ``Activity task failed``."""
-    inp = read_body(raw, CompactInput, "compact", INVALID_COMPACT_INPUT)
+    turn), and a bad value failed an activity, the workflow's failure ``Activity task failed``.
+    Refused, it sets its search attributes first, as a refused run does."""
     try:
+        inp = read_body(raw, CompactInput, "compact", INVALID_COMPACT_INPUT)
         check_names(inp.session_id, inp.agent)
         if inp.keep_turns < 0:
             raise InvalidRunInputError("keep_turns", "must be 0 or more")
         check_plain_options(inp.options)
         check_timeouts(inp.timeouts)
     except InvalidRunInputError as exc:
+        ensure_refused_attributes(inp.session_id)
         raise _refusal("compact", INVALID_COMPACT_INPUT, exc.field, exc.problem) from None
+    except ApplicationError:
+        ensure_refused_attributes(_session_named(raw))
+        raise
     return inp
+
+
+def _session_named(raw: RawValue) -> Any:
+    """The ``session_id`` a refused input names, if it is a JSON object naming one."""
+    if not raw.payload.metadata:
+        return None
+    try:
+        value = workflow.payload_converter().from_payload(raw.payload)
+    except Exception:  # not JSON: it names none
+        return None
+    return value.get("session_id") if isinstance(value, dict) else None
 
 
 def events_after(raw: RawValue) -> int:
@@ -140,6 +157,7 @@ class _OneRunInputInbound(WorkflowInboundInterceptor):
         if len(input.args) > 1 and kind == "durable_agent.run":
             raise refused_run(f"invalid run input: {given}, as {EXAMPLE}")
         if len(input.args) > 1 and kind == "durable_agent.compact":
+            ensure_refused_attributes()
             raise _refusal("compact", INVALID_COMPACT_INPUT, "", given)
         return await super().execute_workflow(input)
 
