@@ -768,6 +768,7 @@ async def _session_with_a_run(client: Client, task_queue: str) -> tuple[str, str
         ({"session_id": "a b"}, "session_id"),
         ({"agent": ""}, "agent"),
         ({"options": {"system_prompt": None}}, "options.system_prompt"),
+        ({"options": {"max_turn": 3}}, "options.max_turn"),  # a typo: ignored, or an activity's
         ({"timeouts": {"store_start_to_close": "30"}}, "timeouts.store_start_to_close"),
         ("hi", ""),
         (NO_ARGUMENT, ""),

@@ -55,6 +55,7 @@ __all__ = [
     "NO_INPUT",
     "InvalidRunInputError",
     "check_names",
+    "check_nested_keys",
     "check_plain_options",
     "check_timeouts",
     "decode_run_input",
@@ -198,12 +199,9 @@ def decode_run_input(value: Any, *, continued: bool = False) -> RunInput:
             "", f"invalid run input: expected a JSON object, got {json_type(value)}"
         )
     unknown = sorted(set(value) - set(RunInput.model_fields) - {"text"})
-    for name, known in _NESTED.items():  # a typo there would do nothing: refused as above
-        given = value.get(name)
-        if isinstance(given, dict):
-            unknown += [f"{name}.{key}" for key in sorted(given) if key not in known]
     if unknown:
         raise InvalidRunInputError(shortened(unknown[0]), "unknown field")
+    check_nested_keys(value)
     carried = [] if continued else [name for name in CARRIED if name in value]
     if carried:
         problem = "carried by the run itself across continue-as-new, not given at its start"
@@ -235,6 +233,18 @@ def decode_run_input(value: Any, *, continued: bool = False) -> RunInput:
     if not inp.inputs and inp.leaf_id == "":
         raise InvalidRunInputError("inputs", NOTHING_TO_ANSWER)
     return inp
+
+
+def check_nested_keys(value: dict[str, Any]) -> None:
+    """Each key of ``options`` and ``timeouts`` is an agent option or a timeout: a typo there
+    would do nothing, so it is refused as an unknown field is."""
+    for name, known in _NESTED.items():
+        given = value.get(name)
+        unknown = (
+            sorted(key for key in given if key not in known) if isinstance(given, dict) else []
+        )
+        if unknown:
+            raise InvalidRunInputError(f"{name}.{shortened(unknown[0])}", "unknown field")
 
 
 def check_names(session_id: str, agent: str) -> None:

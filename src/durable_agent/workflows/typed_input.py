@@ -32,6 +32,7 @@ from .run_input import (
     EXAMPLE,
     INVALID_UPDATE_INPUT,
     check_names,
+    check_nested_keys,
     check_plain_options,
     check_timeouts,
     first_error,
@@ -97,6 +98,7 @@ def read_compact_input(raw: RawValue) -> CompactInput:
         check_names(inp.session_id, inp.agent)
         if inp.keep_turns < 0:
             raise InvalidRunInputError("keep_turns", "must be 0 or more")
+        check_nested_keys({"options": inp.options})
         check_plain_options(inp.options)
         check_timeouts(inp.timeouts)
     except InvalidRunInputError as exc:
