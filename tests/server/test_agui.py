@@ -34,6 +34,7 @@ from durable_agent.session.codec import entry_to_wire
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import helper_client, lookup, scripted, serving, tool_script
+from tests.support.disk import SwitchedDisk
 from tests.support.gate_tool import GateTool
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
@@ -206,19 +207,13 @@ def test_a_replys_tool_calls_belong_to_the_message_its_text_streamed_as() -> Non
 T = TypeVar("T")
 
 
-class DiskGoneAt(FileStore):
+class DiskGoneAt(SwitchedDisk):
     """A FileStore whose disk is gone for its ``at``-th append alone: a run's write fails, the
-    reads after work. Its root is a symlink, pointed at a file (a disk gone) and back in one
-    rename each: a read meanwhile (the session's hub, in a thread) finds the root a file, never
-    missing, which is a deleted session's answer."""
+    reads after work."""
 
     def __init__(self, root: Path, at: int) -> None:
-        self.disk, self.gone = root.with_name("disk"), root.with_name("gone")
-        self.disk.mkdir()
-        self.gone.write_text("not a directory")
-        root.symlink_to(self.disk)
         super().__init__(root)
-        self.root_path, self.at, self.appends = root, at, 0
+        self.at, self.appends = at, 0
 
     async def append_entries(self, session_id: str, entries: Sequence[Entry]) -> None:
         plain = super().append_entries
@@ -235,16 +230,11 @@ class DiskGoneAt(FileStore):
         self.appends += 1
         if self.appends != self.at:
             return await append()
-        self._point_at(self.gone)
+        self.down()
         try:
             return await append()
         finally:
-            self._point_at(self.disk)
-
-    def _point_at(self, target: Path) -> None:
-        link = self.root_path.with_name("new-root")
-        link.symlink_to(target)
-        link.replace(self.root_path)
+            self.up()
 
 
 async def test_a_run_its_store_failed_ends_in_a_run_error_naming_nothing_of_the_server(

@@ -18,6 +18,7 @@ from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import free_port, scripted, serving, tool_script
 from tests.server.test_tenants_and_errors import ROUTES
+from tests.support.disk import SwitchedDisk
 
 SID = "s1"
 EVERY = [*ROUTES, ("GET", "/v1/sessions", None), ("POST", "/v1/sessions", {"session_id": "s2"})]
@@ -80,21 +81,20 @@ async def test_a_mongo_store_down_answers_503_without_its_address(
     assert all(r.exc_info is None and "\n" not in r.getMessage() for r in said)
 
 
-class OutageAt(FileStore):
-    """A FileStore whose disk goes (its root replaced by a file) just before its ``at``-th read
-    after a seq: a store that fails between a stream's route and its first frames."""
+class OutageAt(SwitchedDisk):
+    """A FileStore whose disk goes just before its ``at``-th read after a seq: a store that
+    fails between a stream's route and its first frames."""
 
     def __init__(self, root: Path, at: int) -> None:
         super().__init__(root)
-        self.root_path, self.at, self.reads = root, at, 0
+        self.at, self.reads = at, 0
 
     async def load_entries_after(
         self, session_id: str, after: int, limit: int | None = None
     ) -> list[tuple[int, Entry]]:
         self.reads += 1
         if self.reads == self.at:
-            self.root_path.rename(self.root_path.with_name("moved"))
-            self.root_path.write_text("not a directory")
+            self.down()
         return await super().load_entries_after(session_id, after, limit)
 
 

@@ -18,26 +18,10 @@ from durable_agent.session import SessionRecord
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import ended, helper_app, scripted, serving, stream, tool_script
+from tests.support.disk import SwitchedDisk
 
 
-class Outage(FileStore):
-    """A FileStore whose disk can go (its root replaced by a file, as a disk gone, not a
-    session missing) and come back."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.root_path = root
-
-    def down(self) -> None:
-        self.root_path.rename(self.root_path.with_name("away"))
-        self.root_path.write_text("not a directory")
-
-    def up(self) -> None:
-        self.root_path.unlink()
-        self.root_path.with_name("away").rename(self.root_path)
-
-
-class ForkCopiesFail(Outage):
+class ForkCopiesFail(SwitchedDisk):
     """The disk is gone for the append after a fork created its child (the copies), for the
     first ``fails`` forks."""
 
@@ -110,7 +94,7 @@ async def send_email(to: str) -> str:
     return f"sent to {to}"
 
 
-class DownAfterDecision(Outage):
+class DownAfterDecision(SwitchedDisk):
     """The disk goes once a decision is stored, and stays gone until ``up``."""
 
     async def append_if_last(
@@ -186,7 +170,7 @@ async def _decided_then_down(
         assert said[-2:] == [("tool_result", "sent to bob@example.com"), ("assistant", "Sent.")]
 
 
-class ReadAfterCreateFails(Outage):
+class ReadAfterCreateFails(SwitchedDisk):
     """The disk is gone for the first read of a session's entries (all, or after a seq) after
     it was created, for the first ``fails`` sessions."""
 

@@ -27,29 +27,27 @@ from tests.server.support import (
     stream,
     tool_script,
 )
+from tests.support.disk import SwitchedDisk
 from tests.support.polling import eventually
 
 
-class Blip(FileStore):
+class Blip(SwitchedDisk):
     """A FileStore whose disk is gone for the first record read once ``armed`` (a store blip):
     that read fails as a real one does, the next ones work."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        self.root_path, self.armed, self.blips = root, False, 0
+        self.armed, self.blips = False, 0
 
     async def load_session(self, session_id: str) -> SessionRecord:
         if not self.armed:
             return await super().load_session(session_id)
         self.armed, self.blips = False, self.blips + 1
-        away = self.root_path.with_name("away")
-        self.root_path.rename(away)
-        self.root_path.write_text("not a directory")  # a disk gone, not a session missing
+        self.down()
         try:
             return await super().load_session(session_id)
         finally:
-            self.root_path.unlink()
-            away.rename(self.root_path)
+            self.up()
 
 
 class BlipAfterCreate(Blip):
