@@ -115,6 +115,27 @@ def test_invalid_message_payload_raises(message: str) -> None:
         decode_entry('{"type":"message",' + HEADER + message + "}")
 
 
+def test_an_invalid_payload_is_refused_in_one_line_naming_where() -> None:
+    """pydantic's report took four lines and a URL, and a failure's message is shown whole (an
+    operator's run input in the Temporal UI, a corrupt line's error in a log): one line, the
+    field, what is wrong, how many more."""
+    line = '{"type":"message",' + HEADER + ',"message":{"role":"user","content":5}}'
+    with pytest.raises(EntryDecodeError) as info:
+        decode_entry(line)
+    assert str(info.value) == "invalid message entry 'e1': content: Input should be a valid list"
+    two = '{"type":"compaction",' + HEADER + ',"summary":5,"tokens_before":"many"}'
+    with pytest.raises(EntryDecodeError) as info:
+        decode_entry(two)
+    assert str(info.value) == (
+        "invalid compaction entry 'e1': summary: Input should be a valid string (and 1 more)"
+    )
+    block = '{"type":"' + "x" * 10_000 + '"}'
+    huge = '{"type":"message",' + HEADER + ',"message":{"role":"user","content":[' + block + "]}}"
+    with pytest.raises(EntryDecodeError) as info:
+        decode_entry(huge)
+    assert len(str(info.value)) < 300 and "x" * 60 + "…" in str(info.value), str(info.value)
+
+
 def test_invalid_compaction_payload_raises() -> None:
     with pytest.raises(EntryDecodeError):
         decode_entry('{"type":"compaction",' + HEADER + ',"summary":"s","tokens_before":"many"}')

@@ -173,7 +173,21 @@ def _wire_to_entry(data: Any) -> Entry:
             tokens_before=data.get("tokens_before", 0),
         )
     except ValidationError as exc:
-        raise EntryDecodeError(f"invalid {kind} entry {quoted(header['id'])}: {exc}") from exc
+        shown = quoted(header["id"])
+        raise EntryDecodeError(f"invalid {kind} entry {shown}: {_first_problem(exc)}") from exc
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """pydantic's report in one line (it takes four and a URL, and a failure's message is shown
+    whole: a log line, the Temporal UI): where, what, how many more."""
+    errors = exc.errors(include_url=False)
+    where = ".".join(shortened(str(part)) for part in errors[0]["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    problem = errors[0]["msg"]
+    for given in errors[0].get("ctx", {}).values():  # what was typed (a block's type, say)
+        if isinstance(given, str):
+            problem = problem.replace(given, shortened(given))
+    return f"{where + ': ' if where else ''}{problem}{more}"
 
 
 _MESSAGE_HEAD = '{"type":"message","id":"'
