@@ -219,6 +219,21 @@ def test_tree_indents_only_at_branches() -> None:
     assert "● d user: new  ◀ leaf" in lines[6]
 
 
+def test_a_tree_line_is_cut_to_the_width_not_wrapped() -> None:
+    """At 80 columns every long entry wrapped onto a line under the tree's guides, and the
+    leaf's mark with it; each line is cut with an ellipsis, the leaf's mark kept."""
+    long = "a question that goes on " * 5
+    entries = [_entry("a", None, long), _entry("b", "a", long, "assistant")]
+    out = io.StringIO()
+    console = Console(file=out, width=60, no_color=True)
+    console.print(render_tree(entries, "b", "session s", console.width))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert all(len(line) <= 60 for line in lines), lines
+    assert lines[1].startswith("├── ● a user: a question") and lines[1].endswith("…")
+    assert lines[2].startswith("└── ● b assistant: a question") and lines[2].endswith("…  ◀ leaf")
+
+
 def test_tree_draws_several_roots_as_branches() -> None:
     """A retry of the first question makes a second root: it must read as a branch, in text."""
     entries = [_entry("a", None, "q1"), _entry("b", None, "q1 again")]

@@ -51,6 +51,17 @@ async def test_sessions_lists_newest_first_in_pages(tmp_path: Path) -> None:
     assert "s0" in last.stdout and "more with" not in last.stdout
 
 
+async def test_the_listing_names_its_store_as_given_on_one_line(tmp_path: Path) -> None:
+    """The title was rich markup wrapped to the table's width: a store at ``x[bold]y`` was
+    named ``xy``, and "(newest first)" went onto a line of its own."""
+    root = tmp_path / "x[bold]y"
+    await make_sessions(root, ["s1"])
+    env = {**cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}"), "COLUMNS": "200"}
+    listed = run_cli(["sessions"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert f"sessions in file:{root} (newest first)" in listed.stdout.splitlines()[0], listed.stdout
+
+
 async def test_sessions_lists_one_prefix(tmp_path: Path) -> None:
     root = tmp_path / "sessions"
     await make_sessions(root, ["acme:1", "bolt:1", "acme:2"])

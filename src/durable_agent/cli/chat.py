@@ -274,7 +274,9 @@ class Chat:
         if name == "help":
             self.console.print(HELP, highlight=False)
         elif name == "tree":
-            self.console.print(render_tree(agent.entries(), agent.leaf_id, agent.session_id))
+            self.console.print(
+                render_tree(agent.entries(), agent.leaf_id, agent.session_id, self.console.width)
+            )
         elif name == "show":
             render_transcript(self.console, transcript_view(path(agent.entries(), agent.leaf_id)))
         elif name == "branch":
@@ -354,9 +356,7 @@ def run_chat(
             f"[bold]session {escape(session_id)}[/] · {len(entries)} entries · agent "
             f"{escape(agent_name)} · queue {escape(task_queue)} · /help for commands"
         )
-        recent = transcript_view(path(entries, chat.agent.leaf_id))[-4:]
-        if recent:
-            render_transcript(console, recent)
+        render_transcript(console, transcript_view(path(entries, chat.agent.leaf_id))[-4:])
         try:
             while (step := _next_step(runner, chat)) is not None:
                 try:

@@ -290,8 +290,12 @@ async def _show_tree_and_ui(
     agent, child = sessions
     session_id = agent.session_id
     _step(console, 8, "The transcript tree")
-    console.print(render_tree(agent.entries(), agent.leaf_id, f"session {session_id}"))
-    console.print(render_tree(child.entries(), child.leaf_id, f"session {child.session_id}"))
+    console.print(
+        render_tree(agent.entries(), agent.leaf_id, f"session {session_id}", console.width)
+    )
+    console.print(
+        render_tree(child.entries(), child.leaf_id, f"session {child.session_id}", console.width)
+    )
 
     _step(console, 9, "Inspect the runs in the Temporal Web UI")
     runs = [w async for w in client.list_workflows(f'{SEARCH_ATTRIBUTE}="{session_id}"')]

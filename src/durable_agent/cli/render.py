@@ -277,9 +277,9 @@ def entry_json(entry: Entry) -> dict[str, Any]:
     return cast(dict[str, Any], json.loads(encode_entry(entry)))
 
 
-def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Text:
-    """The library's plain-text tree (:func:`durable_agent.session.render_tree`), styled: the
-    active path bold, other entries dim, branch headers yellow, the leaf marked."""
+def render_tree(entries: Sequence[Entry], leaf_id: str, title: str, width: int = 0) -> Text:
+    """The library's plain-text tree (:func:`durable_agent.session.render_tree`), styled (active
+    path bold, branch headers yellow, the leaf marked), a line cut to ``width`` (not wrapped)."""
     out = Text(title, style="bold")
     for line in tree_lines(entries, leaf_id):
         out.append("\n" + line.guide)
@@ -289,6 +289,8 @@ def render_tree(entries: Sequence[Entry], leaf_id: str, title: str) -> Text:
         text = Text(ACTIVE if line.active else OFF_PATH)
         text.append(entry_label(line.entry))
         text.stylize("bold" if line.active else "dim")
+        if width:
+            text.truncate(width - len(line.guide) - len(LEAF) * line.leaf, overflow="ellipsis")
         if line.leaf:
             text.append(LEAF, style="bold yellow")
         out.append(text)
@@ -324,13 +326,6 @@ FINISH_EARLY = 0.9
 usually comes as it ends, not after a pause."""
 
 
-def _loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None  # printed from synchronous code: nothing to pace with
-
-
 class Reveal:
     """The text of one streaming reply, written to the terminal at the pace it came.
 
@@ -363,7 +358,10 @@ class Reveal:
         once, this one over the time it took to come."""
         self.flush()
         self._text = text
-        loop = _loop()
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # printed from synchronous code: nothing to pace with
+            loop = None
         now = None if loop is None else loop.time()
         took = None if now is None or self._last is None else now - self._last
         self._last = now

@@ -196,7 +196,8 @@ async def list_sessions(
         where = (f" starting with {prefix}" if prefix else "") + f" in {name}"
         console.print(escape(f"no sessions{where}" + (f" after {offset}" if offset else "")))
         return 0
-    table = Table(title=f"sessions in {name} (newest first)", title_justify="left")
+    title = f"sessions in {name} (newest first)"  # markup-free, one line over the table
+    table = Table(title=escape(title), title_justify="left", min_width=len(title))
     widest = max(len(row["id"]) for row in rows)
     table.add_column("session", no_wrap=True, min_width=widest)
     table.add_column("parent", no_wrap=True, min_width=min(widest, 24))
@@ -279,7 +280,7 @@ async def show_session(
             head = {"session_id": session_id, "parent_id": parent, "leaf_id": leaf}
             print_json(console, {**head, "entries": shown_json})
         elif as_tree:
-            console.print(render_tree(entries, leaf, f"session {session_id}"))
+            console.print(render_tree(entries, leaf, f"session {session_id}", console.width))
         else:
             fork = f", forked from {parent}" if parent else ""
             console.print(
@@ -378,7 +379,6 @@ async def query_state(
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     pending = ", ".join(f"{c['name']} ({c['id']})" for c in data["pending_tool_calls"])
-    usage = data["usage"]
     rows = [
         ("workflow", data["workflow_id"]),
         ("workflow status", data["workflow_status"]),
@@ -388,7 +388,7 @@ async def query_state(
         ("leaf", data["leaf_id"]),
         ("pending tools", pending or "-"),
         ("new entries", ", ".join(data["new_entry_ids"]) or "-"),
-        ("usage", f"{usage.get('input', 0)} in / {usage.get('output', 0)} out tokens"),
+        ("tokens", f"{data['usage'].get('input', 0)} in / {data['usage'].get('output', 0)} out"),
     ]
     if "previous_run" in data:
         previous = data["previous_run"]
