@@ -205,11 +205,11 @@ class SessionHub:
         self.watches[run_id] = watch
 
     def _ended(self, run_id: str, task: asyncio.Task[RunEnd]) -> None:
+        """The watched run's end as Temporal told it (an outage is waited out, never an end);
+        a run whose workflow is gone (its session's deleted) is told failed, with no reason."""
         if task.cancelled():
             return
-        ended: RunEnd = task.result() if task.exception() is None else ("failed", "", None)
-        if ended[0] != "started":  # "started": the long poll broke, not the run
-            self.end(run_id, *ended)
+        self.end(run_id, *(task.result() if task.exception() is None else ("failed", "", None)))
 
     async def look(self) -> None:
         """Find the session's runs (another replica's too) and follow those not known yet."""

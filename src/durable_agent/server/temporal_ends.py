@@ -1,20 +1,24 @@
 """What Temporal says of a run's end, for :class:`~.temporal_runs.TemporalRuns`: its status as
-described, and why a closed run failed, read from its history (a run this process followed to
-its end is told as it learnt then: :class:`~.runs.Failures`)."""
+described, the end a follower waits for (through outages), and why a closed run failed, read
+from its history (a run this process followed to its end is told as it learnt then:
+:class:`~.runs.Failures`)."""
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from functools import partial
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..activities.run_contracts import RunResult
 from ..workflows.executor import run_workflow_id
+from ..workflows.outages import through_outages
 from ..workflows.run_stream import client_error
 from .runs import RunFailure, RunNotFoundError, Status
 
-__all__ = ["FAILURE_TIMEOUT", "described", "failure_in_history"]
+__all__ = ["FAILURE_TIMEOUT", "described", "ended", "failure_in_history"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -39,6 +43,29 @@ async def described(client: Client, session_id: str, run_id: str) -> Status:
             raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
         raise
     return _STATUS.get(found.status, "failed") if found.status else "started"
+
+
+async def ended(
+    client: Client, session_id: str, run_id: str
+) -> tuple[Status, RunResult | None, RunFailure | None]:
+    """Wait for the run's end (a long poll of its result, not billed): how it ended, its result
+    if it completed, why if it failed. Neither a broken long poll nor Temporal out of reach is
+    its end (the run goes on meanwhile): it waits until Temporal says how the run ended. An
+    execution that ended while the run goes on (an operator reset it) is no end either: its
+    reset execution is waited for."""
+    handle = client.get_workflow_handle(run_workflow_id(session_id, run_id), result_type=RunResult)
+    what = f"following run {run_id} of {session_id}"
+    while True:
+        try:
+            result = await through_outages(handle.result, what, logger)
+        except WorkflowFailureError as exc:
+            now = partial(described, client, session_id, run_id)
+            status = await through_outages(now, what, logger)
+            if status in ("started", "completed"):
+                continue  # not this execution's end: the run's latest goes on, or completed
+            failure = RunFailure.of(client_error(exc)) if status == "failed" else None
+            return status, None, failure
+        return "completed", result, None
 
 
 async def failure_in_history(client: Client, session_id: str, run_id: str) -> RunFailure | None:

@@ -16,14 +16,10 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    WorkflowFailureError,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..activities.run_contracts import RunResult, RunState
+from ..activities.run_contracts import RunState
 from ..durable.agent import new
 from ..durable.inbox import When
 from ..durable.stream import RunStream
@@ -35,7 +31,6 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.mail_client import execute_update, worker_within
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
-from ..workflows.run_stream import client_error
 from ..workflows.search import Creation, creation_when_asked, latest_runs, running_runs
 from ..workflows.worker_logs import in_one_line
 from .deciding import SessionLocks, decide_at_leaf
@@ -56,7 +51,7 @@ from .runs import (
     pick_agent,
     refuse_busy,
 )
-from .temporal_ends import described, failure_in_history
+from .temporal_ends import described, ended, failure_in_history
 
 __all__ = ["TemporalRuns"]
 
@@ -262,30 +257,20 @@ class TemporalRuns:
         return known or await failure_in_history(self.client, session_id, run_id)
 
     async def outcome(self, session_id: str, run_id: str) -> RunEnd:
-        """Wait for the run's end (a long poll of its result, not billed); say how it ended,
-        the ID of the last entry it stored (from its result; for a failed or cancelled run, from
-        one ``state()`` query of the closed run; ``""`` when that cannot be had) and, for a
-        failed run, why."""
-        handle = self.client.get_workflow_handle(
-            run_workflow_id(session_id, run_id), result_type=RunResult
-        )
+        """Wait for the run's end (:func:`.temporal_ends.ended`: never a broken long poll nor an
+        outage); say how it ended, the ID of the last entry it stored (from its result; for a
+        failed or cancelled run, from one ``state()`` query of the closed run; ``""`` when that
+        cannot be had) and, for a failed run, why."""
+        status, result, failure = await ended(self.client, session_id, run_id)
+        if result is not None:
+            return status, result.new_entry_ids[-1] if result.new_entry_ids else "", None
         try:
-            result = await handle.result()
-        except Exception as exc:
-            status = await described(self.client, session_id, run_id)
-            if status == "started":
-                return status, "", None  # the long poll broke, not the run
-            failure = None
-            if status == "failed" and isinstance(exc, WorkflowFailureError):
-                failure = RunFailure.of(client_error(exc))
-            try:
-                async with asyncio.timeout(END_QUERY_TIMEOUT):
-                    state = await self.state(session_id, run_id)
-            except Exception as unread:  # a closed run no worker can replay now, say
-                logger.info("the entries of ended run %s: %s", run_id, type(unread).__name__)
-                return status, "", failure
-            return status, state.new_entry_ids[-1] if state.new_entry_ids else "", failure
-        return "completed", result.new_entry_ids[-1] if result.new_entry_ids else "", None
+            async with asyncio.timeout(END_QUERY_TIMEOUT):
+                state = await self.state(session_id, run_id)
+        except Exception as unread:  # a closed run no worker can replay now, say
+            logger.info("the entries of ended run %s: %s", run_id, type(unread).__name__)
+            return status, "", failure
+        return status, state.new_entry_ids[-1] if state.new_entry_ids else "", failure
 
     async def state(self, session_id: str, run_id: str) -> RunState:
         """The run's ``state()``: asked once when a stream attaches to a run it did not see start

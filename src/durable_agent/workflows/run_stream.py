@@ -26,7 +26,6 @@ from temporalio.exceptions import (
     TerminatedError,
     TimeoutError,
 )
-from temporalio.service import RPCError, RPCStatusCode
 
 from ..activities.failures import agent_error, unsettled_ids
 from ..activities.run_contracts import RunResult
@@ -41,22 +40,13 @@ from ..durable.state import SessionState
 from ..session.deltas import DeltaChannel
 from ..session.errors import StoreUnavailableError
 from ..session.store import entries_after
+from .outages import through_outages
 from .run_start import RunStart
 from .stream_recovery import resync, scheduled_entry_ids
 
 __all__ = ["RunFollower", "client_error"]
 
 logger = logging.getLogger("durable_agent.temporal")
-
-TRANSIENT = frozenset(
-    {
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
-        RPCStatusCode.ABORTED,
-    }
-)
-"""RPC failures worth waiting out (a restarting server) rather than failing the stream."""
 
 
 def client_error(exc: BaseException) -> BaseException:
@@ -73,21 +63,6 @@ def client_error(exc: BaseException) -> BaseException:
     if isinstance(cause, ApplicationError):
         return agent_error(cause)
     return AgentError(str(cause))
-
-
-async def _result(handle: WorkflowHandle[Any, RunResult]) -> RunResult:
-    """The run's result, waiting out server outages longer than the client's own RPC retries
-    (the run itself goes on in Temporal; the stream must not give up on it)."""
-    delay = 0.5
-    while True:
-        try:
-            return await handle.result()
-        except RPCError as exc:
-            if exc.status not in TRANSIENT:
-                raise
-            logger.warning("waiting for the result of %s: %s", handle.id, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 FIRST_READ = 0.1
@@ -159,7 +134,9 @@ class RunFollower:
 
     async def produce(self, put: Callable[[Event], None]) -> list[Message]:
         state, handle = self.state, self.handle
-        result_task = asyncio.ensure_future(_result(handle))
+        # the run goes on in Temporal through an outage: its stream waits it out
+        waited = f"the run stream of {handle.id}"
+        result_task = asyncio.ensure_future(through_outages(handle.result, waited, logger))
         result_task.add_done_callback(lambda _: self._pushed())
         self._put, self._result = put, result_task
         # the run stores its input in its first workflow task, a round trip or two after its
