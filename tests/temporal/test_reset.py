@@ -169,6 +169,28 @@ async def test_reset_of_the_latest_run_makes_its_retry_the_active_branch(
         assert reopened.leaf_id == retried[-1].id
 
 
+async def test_reset_of_a_run_started_if_unchanged_retries_it(temporal_client: Client) -> None:
+    """A run started with ``if_unchanged`` (every run the HTTP API starts unless told otherwise)
+    guards its input's append against another writer at its start; its reset is an operator's
+    retry, whose input goes beside the original's though the session holds that now."""
+    store, q = MemoryStore(), queue()
+    lm = ScriptedModel(respond)
+    async with running_worker(temporal_client, store, {"a": AgentSpec(model=lm)}, task_queue=q):
+        agent = await new(
+            "a", store=store, session_id=sid("reset-guard"), executor=executor(temporal_client, q)
+        )
+        first = run_id()
+        outcome = await consume(await agent.run("q1", run_id=first, if_unchanged=True))
+        assert outcome.error is None, repr(outcome.error)
+        wid = run_workflow_id(agent.session_id, first)
+        reset(temporal_client, wid, "--type", "FirstWorkflowTask")
+        result = await reset_result(temporal_client, wid)
+        stored = await store.load_entries(agent.session_id)
+        assert [_text(e) for e in stored] == ["q1", "answer to q1"] * 2
+        assert stored[2].parent_id is None  # a second root, beside the original input
+        assert result.new_entry_ids == [e.id for e in stored[2:]]
+
+
 @tool
 async def look(key: str) -> str:
     """Look a key up."""

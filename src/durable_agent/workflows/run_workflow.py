@@ -279,8 +279,9 @@ class RunWorkflow:
         ensure_session_attribute(inp.session_id)
         leaf, info = await open_path(inp, creation=creation_unnamed())
         name_creation(info.created_at)  # the busy checks' memo (docs/design.md#retention)
-        if info.reset_of and not inp.resumed:  # a reset to the first workflow task
-            self._reset_of = info.reset_of
+        if info.reset_of and not inp.resumed:  # a reset to the first task: an operator's retry,
+            # stored whatever the session holds now (``if_unchanged`` guarded the first start)
+            self._reset_of, self._if_last = info.reset_of, None
         self._max_turns = info.max_turns
         self._start_leaf = inp.start_leaf_id if inp.start_leaf_id is not None else leaf
         engine = RunEngine(inp.session_id, leaf, self, run_id=inp.run_id)
