@@ -18,7 +18,7 @@ from ..workflows.outages import through_outages
 from ..workflows.run_stream import client_error
 from .runs import RunFailure, RunNotFoundError, Status
 
-__all__ = ["FAILURE_TIMEOUT", "described", "ended", "failure_in_history"]
+__all__ = ["FAILURE_TIMEOUT", "described", "description", "ended", "failure_in_history"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -35,6 +35,12 @@ _STATUS: dict[WorkflowExecutionStatus, Status] = {
 
 async def described(client: Client, session_id: str, run_id: str) -> Status:
     """The run's status from Temporal's description (a waiting run is ``started``)."""
+    return (await description(client, session_id, run_id))[0]
+
+
+async def description(client: Client, session_id: str, run_id: str) -> tuple[Status, str]:
+    """:func:`described`, and the ID of the execution described: the run's latest (an
+    operator's reset starts another under the run's workflow ID)."""
     handle = client.get_workflow_handle(run_workflow_id(session_id, run_id))
     try:
         found = await handle.describe()
@@ -42,30 +48,30 @@ async def described(client: Client, session_id: str, run_id: str) -> Status:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
         raise
-    return _STATUS.get(found.status, "failed") if found.status else "started"
+    return _STATUS.get(found.status, "failed") if found.status else "started", found.run_id
 
 
 async def ended(
     client: Client, session_id: str, run_id: str
-) -> tuple[Status, RunResult | None, RunFailure | None]:
+) -> tuple[Status, RunResult | None, RunFailure | None, str]:
     """Wait for the run's end (a long poll of its result, not billed): how it ended, its result
-    if it completed, why if it failed. Neither a broken long poll nor Temporal out of reach is
-    its end (the run goes on meanwhile): it waits until Temporal says how the run ended. An
-    execution that ended while the run goes on (an operator reset it) is no end either: its
-    reset execution is waited for."""
+    if it completed, why and in which execution if it failed. Neither a broken long poll nor
+    Temporal out of reach is its end (the run goes on meanwhile): it waits until Temporal says
+    how the run ended. An execution that ended while the run goes on (an operator reset it) is
+    no end either: its reset execution is waited for."""
     handle = client.get_workflow_handle(run_workflow_id(session_id, run_id), result_type=RunResult)
     what = f"following run {run_id} of {session_id}"
     while True:
         try:
             result = await through_outages(handle.result, what, logger)
         except WorkflowFailureError as exc:
-            now = partial(described, client, session_id, run_id)
-            status = await through_outages(now, what, logger)
+            now = partial(description, client, session_id, run_id)
+            status, execution = await through_outages(now, what, logger)
             if status in ("started", "completed"):
                 continue  # not this execution's end: the run's latest goes on, or completed
             failure = RunFailure.of(client_error(exc)) if status == "failed" else None
-            return status, None, failure
-        return "completed", result, None
+            return status, None, failure, execution
+        return "completed", result, None, ""
 
 
 async def failure_in_history(client: Client, session_id: str, run_id: str) -> RunFailure | None:

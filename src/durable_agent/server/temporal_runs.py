@@ -51,7 +51,7 @@ from .runs import (
     pick_agent,
     refuse_busy,
 )
-from .temporal_ends import described, ended, failure_in_history
+from .temporal_ends import described, description, ended, failure_in_history
 
 __all__ = ["TemporalRuns"]
 
@@ -144,12 +144,11 @@ class TemporalRuns:
 
     async def _relay(self, session_id: str, run_id: str, relay: RunRelay) -> None:
         """Relay the run; then tell its end with its last entry by its own account, a failure
-        with why by that account too, else as the run's stream raised it (kept: ``failure``)."""
+        with why by that account too (kept: ``failure``), else as the run's stream raised it."""
         status, last = await relay.run()
-        streamed = failure = None if relay.error is None else RunFailure.of(relay.error)
-        with contextlib.suppress(Exception):
+        failure = None if relay.error is None else RunFailure.of(relay.error)
+        with contextlib.suppress(Exception):  # its failure kept as Temporal told it: failure()
             status, last, failure = await self.outcome(session_id, run_id)
-        failure = self._failures.keep(session_id, run_id, status, failure or streamed)
         self._forget(self._relays, (session_id, run_id))
         self.listener.run_status(session_id, run_id, status, last, failure)
 
@@ -228,7 +227,8 @@ class TemporalRuns:
         """What the run does now: as Temporal describes it, a running run asked once whether it
         waits for people (docs/design.md#http-api). Not what this server relays: that follows
         the run's events, which may trail its state by a moment."""
-        status = await described(self.client, session_id, run_id)
+        status, execution = await description(self.client, session_id, run_id)
+        self._failures.current(session_id, run_id, execution)  # not a reset execution's
         if status != "started":
             return status
         try:
@@ -261,7 +261,8 @@ class TemporalRuns:
         outage); say how it ended, the ID of the last entry it stored (from its result; for a
         failed or cancelled run, from one ``state()`` query of the closed run; ``""`` when that
         cannot be had) and, for a failed run, why."""
-        status, result, failure = await ended(self.client, session_id, run_id)
+        status, result, failure, execution = await ended(self.client, session_id, run_id)
+        self._failures.keep(session_id, run_id, status, failure, execution)
         if result is not None:
             return status, result.new_entry_ids[-1] if result.new_entry_ids else "", None
         try:
