@@ -1,0 +1,67 @@
+"""The chat page's layout with a long session, on a desktop window and a phone's: the page itself
+never scrolls (only its chat does), so the header (status, Stop), the box and a call's approve
+and deny buttons stay on screen (Playwright driving the system Chromium against a real server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from durable_agent import MessageEntry
+from durable_agent.ai.messages import TextContent, assistant_message, user_message
+from durable_agent.server import create_app
+from durable_agent.stores import FileStore
+from durable_agent.workflows import AgentSpec
+from tests.server.support import scripted, serving
+from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
+from tests.support.polling import eventually
+
+DESKTOP = {"width": 1280, "height": 800}
+TURNS = 30
+UNSCROLLED = (
+    "[document.documentElement.scrollWidth, document.documentElement.scrollHeight,"
+    " innerWidth, innerHeight]"
+)
+
+
+async def _stored_turns(store: FileStore, session_id: str) -> None:
+    """``TURNS`` questions and answers, stored as a few weeks of use leave them."""
+    await store.create_session(session_id)
+    entries, parent = [], None
+    for i in range(2 * TURNS):
+        message = (
+            user_message(f"question {i} " + "word " * 12)
+            if i % 2 == 0
+            else assistant_message(TextContent(text=f"answer {i} " + "text " * 40))
+        )
+        entry_id = f"{session_id}{i:012x}"
+        entries.append(MessageEntry(id=entry_id, parent_id=parent, message=message))
+        parent = entry_id
+    await store.append_entries(session_id, entries)
+
+
+def _shown(page: Any, n: int) -> Any:
+    async def probe() -> bool:
+        script = "n => state.heard && document.querySelectorAll('#chat .msg').length >= n"
+        return bool(await page.evaluate(script, n))
+
+    return probe
+
+
+async def test_the_page_never_scrolls_only_its_chat(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Each message's words for a screen reader ("You said: ", positioned out of sight) were
+    placed against the page, not the chat: a 30-turn session made the page itself thousands
+    of pixels tall behind the chat, and a mouse wheel over the session list scrolled the whole
+    page (header, chat and box) away, leaving a blank window."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    await _stored_turns(store, "long")
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+    async with serving(app) as url:
+        await page.set_viewport_size(DESKTOP)
+        await page.goto(url + "/#long")
+        await eventually(_shown(page, 2 * TURNS), within=20, interval=0.1, what="the session")
+        width, height, inner_width, inner_height = await page.evaluate(UNSCROLLED)
+    assert (width, height) == (inner_width, inner_height)
