@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent import MessageEntry
+from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import TextContent, assistant_message, user_message
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import scripted, serving
+from tests.server.support import replied, scripted, serving
 from tests.server.test_chat_page import browser_page  # noqa: F401  (the fixture)
 from tests.support.polling import eventually
 
+PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
 TURNS = 30
 UNSCROLLED = (
@@ -65,3 +67,67 @@ async def test_the_page_never_scrolls_only_its_chat(
         await eventually(_shown(page, 2 * TURNS), within=20, interval=0.1, what="the session")
         width, height, inner_width, inner_height = await page.evaluate(UNSCROLLED)
     assert (width, height) == (inner_width, inner_height)
+
+
+@tool(approval=True)
+async def send_email(to: str, body: str) -> str:
+    """Send an email (a person approves each one)."""
+    return f"sent to {to}"
+
+
+def _mailer(body: str) -> AgentSpec:
+    call = ToolCall(
+        id="call-1", name="send_email", arguments={"to": "ann@example.com", "body": body}
+    )
+    return AgentSpec(
+        model=scripted([Reply(tool_calls=[call]), Reply(text="Sent.")]), tools=[send_email]
+    )
+
+
+async def _inside(page: Any, selector: str) -> bool:
+    """Whether ``selector``'s first element is wholly inside the window."""
+    box = await page.locator(selector).first.bounding_box()
+    size = page.viewport_size
+    return bool(
+        box
+        and box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= size["width"]
+        and box["y"] + box["height"] <= size["height"]
+    )
+
+
+async def test_on_a_phone_the_header_the_box_and_a_prompt_stay_on_screen(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """On a phone's width the sessions go above the chat, and the chat grew as tall as all its
+    messages: the page scrolled as one 15,000-pixel column, opened at the first question, the
+    header (the status line, Stop) scrolled away above, a call's approve and deny buttons and the
+    box far below. Now the chat scrolls between header and box, following its end."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    await _stored_turns(store, "long")
+    app = create_app(store=store, agents={"helper": _mailer("Hello.")})
+    async with serving(app) as url:
+        await page.set_viewport_size(PHONE)
+        await page.goto(url + "/#long")
+        await eventually(_shown(page, 2 * TURNS), within=20, interval=0.1, what="the session")
+        await page.fill("#text", "mail ann")
+        await page.press("#text", "Enter")
+        prompt = page.locator(".approval")
+        await eventually(prompt.count, within=20, interval=0.1, what="the prompt")
+        for control in (
+            "#status",
+            "#stop",
+            ".approval button",
+            ".approval .reason",
+            "#text",
+            "#send",
+        ):
+            assert await _inside(page, control), control
+        assert await page.locator("#status").inner_text() == "waiting for your decision"
+        width, height, inner_width, inner_height = await page.evaluate(UNSCROLLED)
+        assert (width, height) == (inner_width, inner_height)
+        await page.locator(".approval button", has_text="approve").click()
+        await eventually(replied(page, "Sent."), within=20, interval=0.1, what="the reply")
+        assert await _inside(page, "#chat .msg >> nth=-1")
