@@ -72,7 +72,7 @@ async def test_the_page_never_scrolls_only_its_chat(
 @tool(approval=True)
 async def send_email(to: str, body: str) -> str:
     """Send an email (a person approves each one)."""
-    return f"sent to {to}"
+    return f"sent to {to}: {body}"
 
 
 def _mailer(body: str) -> AgentSpec:
@@ -131,3 +131,37 @@ async def test_on_a_phone_the_header_the_box_and_a_prompt_stay_on_screen(
         await page.locator(".approval button", has_text="approve").click()
         await eventually(replied(page, "Sent."), within=20, interval=0.1, what="the reply")
         assert await _inside(page, "#chat .msg >> nth=-1")
+
+
+def _height(page: Any, selector: str) -> Any:
+    return page.locator(selector).first.evaluate("e => e.getBoundingClientRect().height")
+
+
+async def test_a_long_tool_argument_or_result_keeps_to_a_box_of_its_own(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A call with 5 kB of arguments was shown in full twice (the reply's call and its prompt),
+    each longer than a phone's screen, and its 5 kB result a third time: the prompt's approve and
+    deny buttons came two screens below where it began. Each now scrolls in a box of its own,
+    the prompt with its buttons on one screen, the text all there."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    body = " ".join(f"line {n} of the letter" for n in range(250))  # 5 kB
+    app = create_app(store=store, agents={"helper": _mailer(body)})
+    async with serving(app) as url:
+        await page.set_viewport_size(PHONE)
+        await page.goto(url + "/")
+        await page.fill("#text", "mail ann the letter")
+        await page.press("#text", "Enter")
+        prompt = page.locator(".approval")
+        await eventually(prompt.count, within=20, interval=0.1, what="the prompt")
+        chat = await _height(page, "#chat")
+        assert await _inside(page, ".approval")
+        assert await _height(page, ".msg .tools") < chat / 3
+        assert "line 249 of the letter" in await prompt.inner_text()
+        await page.locator(".approval button", has_text="approve").click()
+        await eventually(replied(page, "Sent."), within=20, interval=0.1, what="the reply")
+        for shown in (".msg .tools", ".decision", ".msg.tool"):
+            assert await _height(page, shown) < chat / 3, shown
+        width, height, inner_width, inner_height = await page.evaluate(UNSCROLLED)
+        assert (width, height) == (inner_width, inner_height)

@@ -83,13 +83,16 @@ function decisions(entries) { // tool_call_id -> what answered it on the path: d
 }
 function approval(e, answered) { // a request: the prompt while it waits, then who decided what
   const call = `${e.tool_name}(${JSON.stringify(e.args)})`, d = answered.get(e.tool_call_id), say = d && (d.approved ? "approved" : "denied");
-  if (d) return node("decision " + say, `${call} ${say} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : ""), { call: e.tool_call_id });
+  if (d) {
+    const done = node("decision " + say, "", { call: e.tool_call_id });
+    done.append(node("args", call), ` ${say} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : "")); return done;
+  }
   const div = node("approval", "", { call: e.tool_call_id }); div.setAttribute("role", "group"); div.setAttribute("aria-label", call);
   const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
   reason.value = state.reasons.get(e.tool_call_id) || ""; // kept across renders while typed
   reason.oninput = () => state.reasons.set(e.tool_call_id, reason.value);
   const group = "call:" + e.tool_call_id; reason.dataset.key = group + "|reason";
-  div.append(`${call} needs your approval `, button("approve", () => decide(e.tool_call_id, true), false, group + "|approve"),
+  div.append(node("args", call), " needs your approval ", button("approve", () => decide(e.tool_call_id, true), false, group + "|approve"),
     reason, button("deny", () => decide(e.tool_call_id, false, reason.value.trim() || null), false, group + "|deny"));
   return div;
 }
