@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 
+from durable_agent import MessageEntry
 from durable_agent.ai import Reply
+from durable_agent.ai.messages import TextContent, assistant_message, user_message
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -83,3 +85,39 @@ async def test_a_compaction_shows_where_the_model_starts_reading(
         assert "The summary of it all." in await marker.inner_text()
         order = await page.locator("#chat .msg").evaluate_all("ms => ms.map(m => m.className)")
         assert order == ["msg user", "msg assistant", "msg compaction"], order
+
+
+async def test_a_session_opens_on_its_last_branch(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A question edited (a second branch from its parent) and answered there, then the page
+    opened: it showed the first branch, the old question and answer, with "1/2" by it, and what
+    the user typed next went on from the old answer. The session's leaf is its last entry
+    stored (docs/design.md#the-store-contract): the page opens on it and goes on from it."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    said = [
+        ("q1", None, user_message("first question")),
+        ("a1", "q1", assistant_message(TextContent(text="First answer."))),
+        ("q2", "a1", user_message("old question")),
+        ("a2", "q2", assistant_message(TextContent(text="Old answer."))),
+        ("q3", "a1", user_message("edited question")),
+        ("a3", "q3", assistant_message(TextContent(text="Edited answer."))),
+    ]
+    await store.create_session("s1")
+    await store.append_entries(
+        "s1", [MessageEntry(id=i, parent_id=p, message=m) for i, p, m in said]
+    )
+    app = create_app(
+        store=store, agents={"helper": AgentSpec(model=scripted([Reply(text="Next.")]))}
+    )
+    async with serving(app) as url:
+        await page.goto(url + "/#s1")
+        await eventually(replied(page, "Edited answer."), within=20, interval=0.1, what="it")
+        assert await page.locator(".msg", has_text="Old answer.").count() == 0
+        await page.fill("#text", "and then?")
+        await page.press("#text", "Enter")
+        await eventually(replied(page, "Next."), within=20, interval=0.1, what="the reply")
+    entries = {e.id: e for e in await store.load_entries("s1") if isinstance(e, MessageEntry)}
+    asked = next(e for e in entries.values() if e.message.text() == "and then?")
+    assert asked.parent_id == "a3"

@@ -218,7 +218,7 @@ function button(label, onclick, disabled, key) { // key: what it is, to focus it
   // a refused request is told in the status line (api): not an error of the page
   b.onclick = (ev) => { ev.preventDefault(); Promise.resolve(onclick()).catch(() => {}); }; return b;
 }
-function pick(entry) { state.leaf = lastLeaf(entry.id); render(); }
+function pick(entry) { state.leaf = lastLeaf(entry.id); state.opening = false; render(); }
 function edit(entry) { // in place: the message becomes a box with its text
   state.editing = { id: entry.id, text: text(entry.message) }; render();
   const box = $("chat").querySelector(`[data-key="${CSS.escape("msg:" + entry.id + "|box")}"]`);
@@ -307,7 +307,7 @@ async function ask(t, leaf) {
 }
 function reset(sid) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [], tail: "" });
+  Object.assign(state, { sid, entries: new Map(), kids: new Map(), leaf: "", seq: 0, live: new Map(), runs: new Map(), queued: [], failure: "", heard: false, editing: null, sends: [], tail: "", opening: true });
   history.replaceState(null, "", sid ? "#" + sid : location.pathname); $("title").textContent = sid || "No session";
 }
 async function open(sid) { reset(sid); render(); sessions().catch(() => {}); follow(sid); } // a refusal: the status line

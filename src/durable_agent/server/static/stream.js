@@ -7,7 +7,9 @@ function frame(event, data) {
   if (event === "entry") {
     const e = data.entry; state.seq = data.seq; state.tail = e.id;
     if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); arrived(e); }
-    if ((e.parent_id || "") === state.leaf || !state.leaf) { state.leaf = e.id; said(e); }
+    // a session opened shows its leaf, the last entry stored (docs/design.md#the-store-contract);
+    // from then on the view follows the branch shown
+    if ((e.parent_id || "") === state.leaf || !state.leaf || state.opening) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
       const i = state.queued.findIndex((q) => q.text === text(e.message)); if (i >= 0) state.queued.splice(i, 1);
     }
@@ -98,7 +100,7 @@ async function follow(sid) { // the stream, resumed at the last seq seen wheneve
   }
 }
 function live() { // the stream tells every change from here on, but not a run's end before it
-  state.heard = true; soon(); // what it says of a path no run answers holds from here on
+  state.heard = true; state.opening = false; soon(); // what it says of a path no run answers holds from here on
   for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") settle(id);
   const last = recalled(); // this page's last run here, if nothing was stored since its end
   if (last && !state.runs.has(last.run) && (last.seq === null || last.seq === state.seq) && unfinished(path())) {
