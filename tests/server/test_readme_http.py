@@ -68,7 +68,9 @@ class Walkthrough:
 
     def command(self, part: str, **fill: str) -> str:
         """The one command ``part`` (a pattern) finds, placeholders filled."""
-        [found] = [c for c in self.commands if re.search(part, c)]
+        matching = [c for c in self.commands if re.search(part, c)]
+        assert len(matching) == 1, f"README: {len(matching)} curl commands match {part!r}"
+        found = matching[0]
         found = found.replace("localhost:8000", f"localhost:{self.port}")
         for name, value in fill.items():
             assert name in found, (name, found)
