@@ -42,15 +42,8 @@ async def _closed(client: Client, workflow_id: str) -> None:
     await eventually(closed, within=60, what=f"{workflow_id} closed")
 
 
-FOLLOWED_STREAM = pytest.mark.xfail(
-    strict=True,
-    reason="the hub of the server that followed the first execution remembers the run ended "
-    "(hubs.ended) and never looks at its reset execution: no 'started', no end on the stream",
-)
-
-
 @pytest.mark.parametrize("then", ["completes", "fails-again"])
-@pytest.mark.parametrize("server", [pytest.param("followed", marks=FOLLOWED_STREAM), "fresh"])
+@pytest.mark.parametrize("server", ["followed", "fresh"])
 async def test_a_reset_failed_run_streams_its_retry(
     temporal_client: Client, tmp_path: Path, then: str, server: str
 ) -> None:

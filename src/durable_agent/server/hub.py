@@ -221,10 +221,17 @@ class SessionHub:
         except Exception as exc:  # an outage: one line, as the server logs a 503
             logger.warning("listing the runs of %s: %s", self.session_id, in_one_line(exc))
             return
-        for run_id in found:
-            if run_id in self.active or (self.session_id, run_id) in self.hubs.ended:
+        for run_id, execution in found:
+            key = (self.session_id, run_id)
+            if (
+                key in self.hubs.ended
+                and isinstance(runs, TemporalRuns)
+                and await runs.ends.reset(self.session_id, run_id, execution)
+            ):
+                self.hubs.ended.pop(key, None)  # an operator reset it: told as a run found
+            if run_id in self.active or key in self.hubs.ended:
                 continue  # known, or ended (its client stream may still be reading)
-            if (self.session_id, run_id) in self.hubs.dropped:
+            if key in self.hubs.dropped:
                 continue  # a run of the session deleted before this one was created
             relayed = runs.relayed(self.session_id, run_id)
             if relayed is not None:

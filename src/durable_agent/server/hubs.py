@@ -77,18 +77,21 @@ class Hubs:
             hub.task = asyncio.create_task(hub.run())
         return hub
 
-    async def found(self, session_id: str, born: datetime | None, since: datetime) -> list[str]:
+    async def found(
+        self, session_id: str, born: datetime | None, since: datetime
+    ) -> list[tuple[str, str]]:
         """The session's runs going, any server's; on Temporal also those that ended since
         ``since`` (a hub's start): one another replica started that ended before Temporal listed
         it running (visibility lags a second or so) still has its end told
-        (docs/design.md#http-api). ``born``: the creation the hub follows (else read if asked)."""
+        (docs/design.md#http-api). Each with its execution as listed (on Temporal: an operator's
+        reset starts another). ``born``: the creation the hub follows (else read if asked)."""
         runs = self.runs
         if not isinstance(runs, TemporalRuns):
-            return [] if runs is None else await runs.active(session_id)
-        going = await runs.active(session_id, born=born)
+            return [] if runs is None else [(r, "") for r in await runs.active(session_id)]
+        going = await runs.going(session_id, born=born)
         creation = born or creation_when_asked(self.store, session_id)
         ended = await ended_runs(runs.client, session_id, since, creation)
-        return going + [run_id for run_id in ended if run_id not in going]
+        return [*going.items(), *((r, e) for r, e in ended if r not in going)]
 
     def forget(self, hub: SessionHub) -> None:
         if self.hubs.get(hub.session_id) is hub:

@@ -16,9 +16,9 @@ from ..activities.run_contracts import RunResult
 from ..workflows.executor import run_workflow_id
 from ..workflows.outages import through_outages
 from ..workflows.run_stream import client_error
-from .runs import RunFailure, RunNotFoundError, Status
+from .runs import REMEMBERED, RunFailure, RunNotFoundError, Status
 
-__all__ = ["FAILURE_TIMEOUT", "described", "description", "ended", "failure_in_history"]
+__all__ = ["FAILURE_TIMEOUT", "Ends", "described", "description", "ended", "failure_in_history"]
 
 logger = logging.getLogger("durable_agent.server")
 
@@ -55,23 +55,60 @@ async def ended(
     client: Client, session_id: str, run_id: str
 ) -> tuple[Status, RunResult | None, RunFailure | None, str]:
     """Wait for the run's end (a long poll of its result, not billed): how it ended, its result
-    if it completed, why and in which execution if it failed. Neither a broken long poll nor
+    if it completed, why if it failed, and in which execution. Neither a broken long poll nor
     Temporal out of reach is its end (the run goes on meanwhile): it waits until Temporal says
     how the run ended. An execution that ended while the run goes on (an operator reset it) is
     no end either: its reset execution is waited for."""
     handle = client.get_workflow_handle(run_workflow_id(session_id, run_id), result_type=RunResult)
     what = f"following run {run_id} of {session_id}"
+    now = partial(description, client, session_id, run_id)
     while True:
         try:
             result = await through_outages(handle.result, what, logger)
         except WorkflowFailureError as exc:
-            now = partial(description, client, session_id, run_id)
             status, execution = await through_outages(now, what, logger)
             if status in ("started", "completed"):
                 continue  # not this execution's end: the run's latest goes on, or completed
             failure = RunFailure.of(client_error(exc)) if status == "failed" else None
             return status, None, failure, execution
-        return "completed", result, None, ""
+        status, execution = await through_outages(now, what, logger)
+        if status == "completed":
+            return status, result, None, execution
+        # else reset since: its latest goes on, or ended otherwise
+
+
+class Ends:
+    """The execution each run ended in as this process saw it end (the last ``REMEMBERED``):
+    a hub that told a run's end tells its retry after an operator's reset, a new execution
+    under the run's workflow ID, as it tells a run found going (docs/design.md#http-api)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._of: dict[tuple[str, str], str] = {}
+
+    def keep(self, session_id: str, run_id: str, execution: str) -> None:
+        self._of.pop((session_id, run_id), None)
+        self._of[(session_id, run_id)] = execution
+        while len(self._of) > REMEMBERED:
+            del self._of[next(iter(self._of))]
+
+    def forget(self, session_id: str) -> None:
+        """The session was deleted: its run IDs name nothing any more."""
+        for key in [k for k in self._of if k[0] == session_id]:
+            del self._of[key]
+
+    async def reset(self, session_id: str, run_id: str, listed: str) -> bool:
+        """Whether the run, seen ending, was reset since: visibility lists an execution of it
+        other than the one that ended (``listed``), and Temporal describes another as the
+        run's latest (a listing lags: it may still name an older execution)."""
+        ended = self._of.get((session_id, run_id))
+        if not ended or not listed or listed == ended:
+            return False
+        try:
+            return (await description(self.client, session_id, run_id))[1] != ended
+        except Exception as exc:  # an outage, the run deleted: the next look tells
+            logger.info("describing run %s: %s", run_id, type(exc).__name__)
+            return False
 
 
 async def failure_in_history(client: Client, session_id: str, run_id: str) -> RunFailure | None:

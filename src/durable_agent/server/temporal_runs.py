@@ -31,7 +31,13 @@ from ..workflows.executor import TemporalExecutor, run_workflow_id, send_body
 from ..workflows.mail_client import execute_update, worker_within
 from ..workflows.purge import delete_session_workflows
 from ..workflows.run_mail import SendBody
-from ..workflows.search import Creation, creation_when_asked, latest_runs, running_runs
+from ..workflows.search import (
+    Creation,
+    creation_when_asked,
+    latest_runs,
+    running_executions,
+    running_runs,
+)
 from ..workflows.worker_logs import in_one_line
 from .deciding import SessionLocks, decide_at_leaf
 from .relay import RunRelay
@@ -51,7 +57,7 @@ from .runs import (
     pick_agent,
     refuse_busy,
 )
-from .temporal_ends import described, description, ended, failure_in_history
+from .temporal_ends import Ends, described, description, ended, failure_in_history
 
 __all__ = ["TemporalRuns"]
 
@@ -92,6 +98,7 @@ class TemporalRuns:
         """The ``created_at`` of the session each run this process follows started in."""
         self._accepted = Accepted()
         self._failures = Failures()
+        self.ends = Ends(client)
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks = SessionLocks()
         self._deciding = SessionLocks()
@@ -179,27 +186,31 @@ class TemporalRuns:
                 raise RunNotFoundError(f"no run {run_id!r} in session {session_id!r}") from None
             raise
 
-    async def active(self, session_id: str, *, born: datetime | None = None) -> list[str]:
-        """The session's runs going, any server's; not those of a session of its ID deleted
-        before it was created again, or before (docs/design.md#retention). ``born``: the
-        session's ``created_at`` if the caller has it (a hub's), else read when needed."""
+    async def active(self, session_id: str) -> list[str]:
+        return list(await self.going(session_id))
+
+    async def going(self, session_id: str, *, born: datetime | None = None) -> dict[str, str]:
+        """The session's runs going, any server's, each with its execution going as listed
+        (``""``: one this process started, not listed yet); not those of a session of its ID
+        deleted before it was created again, or before (docs/design.md#retention). ``born``:
+        the session's ``created_at`` if the caller has it (a hub's), else read when needed."""
         if born is None:
-            return await self._active(session_id, creation_when_asked(self.store, session_id))
+            return await self._going(session_id, creation_when_asked(self.store, session_id))
 
         async def known() -> datetime | None:
             return born
 
-        return await self._active(session_id, known)
+        return await self._going(session_id, known)
 
-    async def _active(self, session_id: str, born: Creation) -> list[str]:
-        """:meth:`active`, the record read only once a run names a creation (most have none)."""
-        found = await running_runs(self.client, session_id, born)
-        mine = [
-            r
+    async def _going(self, session_id: str, born: Creation) -> dict[str, str]:
+        """:meth:`going`, the record read only once a run names a creation (most have none)."""
+        found = await running_executions(self.client, session_id, born)
+        mine = {
+            r: ""
             for (s, r) in self._streams
             if s == session_id and r not in found and self._born.get((s, r)) == await born()
-        ]
-        return mine + found
+        }
+        return mine | found
 
     async def session_deleted(self, session_id: str, run_ids: Sequence[str]) -> None:
         """Cancel the session's runs, then delete its workflows' histories in the background
@@ -213,6 +224,7 @@ class TemporalRuns:
         await cancel_each(self, session_id, known)
         self._accepted.forget(session_id)
         self._failures.forget(session_id)
+        self.ends.forget(session_id)
         task = asyncio.create_task(self._purge(session_id, known))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -263,6 +275,7 @@ class TemporalRuns:
         cannot be had) and, for a failed run, why."""
         status, result, failure, execution = await ended(self.client, session_id, run_id)
         self._failures.keep(session_id, run_id, status, failure, execution)
+        self.ends.keep(session_id, run_id, execution)
         if result is not None:
             return status, result.new_entry_ids[-1] if result.new_entry_ids else "", None
         try:
@@ -298,7 +311,7 @@ class TemporalRuns:
         # a resend is offered first to the runs that ended lately, all at once: one that took
         # it before its answer was lost says so, and a run started since never takes it again
         going, latest = await asyncio.gather(
-            self._active(session_id, creation),
+            self._going(session_id, creation),
             self._latest(session_id, born, resent),
         )
         ended = [r for r in latest if r not in going]

@@ -62,6 +62,7 @@ __all__ = [
     "name_creation",
     "run_memo",
     "retried",
+    "running_executions",
     "running_runs",
     "search_attributes",
     "workflow_kind",
@@ -220,7 +221,15 @@ async def ensure_search_attribute(client: Client) -> None:
 async def running_runs(
     client: Client, session_id: str, created_at: datetime | Creation | None = None
 ) -> list[str]:
-    """The run IDs of the session's running runs, whoever started them: listed by the search
+    """The run IDs of :func:`running_executions`."""
+    return list(await running_executions(client, session_id, created_at))
+
+
+async def running_executions(
+    client: Client, session_id: str, created_at: datetime | Creation | None = None
+) -> dict[str, str]:
+    """The run IDs of the session's running runs, whoever started them, each with the ID of
+    its execution going (an operator's reset starts another): listed by the search
     attributes, each confirmed by its description (visibility lags about a second: a run that
     ended a moment ago is still listed, one started a moment ago may not be yet). ``[]`` in a
     namespace where no worker registered the attributes: no run there has them.
@@ -235,8 +244,8 @@ async def running_runs(
     except RPCError as exc:
         if exc.status != RPCStatusCode.INVALID_ARGUMENT:
             raise
-        return []
-    running = []
+        return {}
+    running = {}
     for execution in listed:
         if created_at is not None and not await _of_creation(execution, created_at):
             continue
@@ -248,14 +257,15 @@ async def running_runs(
                 raise
             continue  # deleted since it was listed
         if described.status in (None, WorkflowExecutionStatus.RUNNING):
-            running.append(execution.id.rsplit("/", 1)[-1])  # durable-agent/<session>/run/<id>
+            running[execution.id.rsplit("/", 1)[-1]] = described.run_id  # .../run/<id>
     return running
 
 
 async def ended_runs(
     client: Client, session_id: str, since: datetime, created_at: datetime | Creation | None
-) -> list[str]:
+) -> list[tuple[str, str]]:
     """The run IDs of the session's runs that ended at ``since`` or after (Temporal's clock),
+    each with the ID of the execution that ended (a run reset since is listed once for each),
     but those whose memo names another creation of the ID than ``created_at``: a run over
     before visibility listed it running (a second or so) is found ended instead."""
     stamp = since.astimezone(UTC).isoformat().replace("+00:00", "Z")
@@ -270,7 +280,7 @@ async def ended_runs(
             raise
         return []  # no worker registered the attributes: no run has them
     return [
-        w.id.rsplit("/", 1)[-1]
+        (w.id.rsplit("/", 1)[-1], w.run_id)
         for w in listed
         if created_at is None or await _of_creation(w, created_at)
     ]
