@@ -71,7 +71,10 @@ async def ended(
                 continue  # not this execution's end: the run's latest goes on, or completed
             failure = RunFailure.of(client_error(exc)) if status == "failed" else None
             return status, None, failure, execution
-        status, execution = await through_outages(now, what, logger)
+        try:
+            status, execution = await through_outages(now, what, logger)
+        except RunNotFoundError:  # its session deleted since: it completed all the same
+            return "completed", result, None, ""
         if status == "completed":
             return status, result, None, execution
         # else reset since: its latest goes on, or ended otherwise
