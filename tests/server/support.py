@@ -7,7 +7,7 @@ import contextlib
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,10 +184,15 @@ class Reader:
 
 async def read_sse(response: httpx.Response, reader: Reader) -> None:
     """Parse ``text/event-stream`` into ``reader`` until the response ends."""
+    await read_sse_lines(response.aiter_lines(), reader)
+
+
+async def read_sse_lines(lines: AsyncIterable[str], reader: Reader) -> None:
+    """Parse the lines of a ``text/event-stream`` into ``reader`` until they end."""
     event = "message"
     data: list[str] = []
     ident: str | None = None
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line == ": live":
             reader.live = True
             reader.arrived.set()

@@ -29,7 +29,7 @@ from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from durable_agent.workflows.executor import run_workflow_id
 from tests.cli.support import CLI, cli_env
-from tests.server.support import Frame, Reader, ended, free_port
+from tests.server.support import Reader, ended, free_port, read_sse_lines
 from tests.support.polling import eventually
 from tests.support.temporal import running_worker
 
@@ -117,25 +117,7 @@ class Walkthrough:
 
 
 async def _read_sse(out: asyncio.StreamReader, reader: Reader) -> None:
-    event, data, ident = "message", list[str](), None
-    async for raw in out:
-        line = raw.decode().rstrip("\r\n")
-        if line == ": live":
-            reader.live = True
-        elif line == "" and data:
-            reader.frames.append(Frame(event, json.loads("\n".join(data)), ident))
-            event, data, ident = "message", [], None
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "event":
-                event = value
-            elif name == "data":
-                data.append(value)
-            elif name == "id":
-                ident = value
-        reader.arrived.set()
-    reader.arrived.set()
+    await read_sse_lines((raw.decode().rstrip("\r\n") async for raw in out), reader)
 
 
 def _status(run_id: str, status: str) -> Callable[[Reader], bool]:
