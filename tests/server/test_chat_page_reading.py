@@ -94,7 +94,7 @@ async def test_a_session_opens_on_its_last_branch(
     """A question edited (a second branch from its parent) and answered there, then the page
     opened: it showed the first branch, the old question and answer, with "1/2" by it, and what
     the user typed next went on from the old answer. The session's leaf is its last entry
-    stored (docs/design.md#the-store-contract): the page opens on it and goes on from it."""
+    stored (docs/design.md#store-contract): the page opens on it and goes on from it."""
     page, store = browser_page, FileStore(tmp_path / "sessions")
     said = [
         ("q1", None, user_message("first question")),

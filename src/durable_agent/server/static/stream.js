@@ -7,7 +7,7 @@ function frame(event, data) {
   if (event === "entry") {
     const e = data.entry; state.seq = data.seq; state.tail = e.id;
     if (!state.entries.has(e.id)) { state.entries.set(e.id, e); const p = e.parent_id || ""; state.kids.set(p, [...children(p), e]); arrived(e); }
-    // a session opened shows its leaf, the last entry stored (docs/design.md#the-store-contract);
+    // a session opened shows its leaf, the last entry stored (docs/design.md#store-contract);
     // from then on the view follows the branch shown
     if ((e.parent_id || "") === state.leaf || !state.leaf || state.opening) { state.leaf = e.id; said(e); }
     if (e.type === "message" && e.message.role === "user") {
