@@ -160,6 +160,22 @@ async def test_a_reply_stored_before_the_reader_looked_gets_no_deltas(
     assert await follower.finish(text("xy")) == []
 
 
+async def test_a_receipt_after_a_finished_reply_gets_no_update_of_that_reply(
+    channel: DeltaChannel,
+) -> None:
+    """A run stream that read a reply's deltas may read that reply's receipt and the next
+    reply's together (a reader late to the store, a tool quick to answer): the next reply,
+    whose deltas it never read, gets no update, not a ``restart`` from the finished reply's
+    text to its own: a server sent that on as a ``delta`` frame, an empty one for a tool call
+    (a reply with no text to show), and the run stream's reader saw the reply start over."""
+    follower = following(channel)
+    await publish(channel, 1, ["Let me", "Let me look"])
+    assert shown([await follower.poll()]) == [("Let me look", False)]
+    assert await follower.finish(text("Let me look")) == []
+    assert await follower.finish(text("")) == []  # the next reply: a tool call, no text
+    assert await follower.finish(text("It is sunny")) == []
+
+
 class _Failing(MemoryDeltas):
     def __init__(self, fail_at: int) -> None:
         super().__init__()

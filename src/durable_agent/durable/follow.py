@@ -396,5 +396,7 @@ class DeltaFollower:
             shown = self._shown
             if shown.content != stored.content:
                 out.append(self._update(stored, not extends(shown, stored)))
-        self._key = None
+        # nothing shown of the next reply: its receipt may come in the same read, before an
+        # :meth:`expect` of its turn, and gets no update from this reply's text
+        self._key, self._shown = None, None
         return out
