@@ -295,8 +295,7 @@ class DeltaFollower:
         """Deltas are arriving: the reply streams (its last one will say when it is stored)."""
         if self._key is None or self._shown is None or self.final:
             return False
-        since = asyncio.get_running_loop().time() - self._last_delta
-        return since < self._pace + IDLE_MARGIN
+        return asyncio.get_running_loop().time() - self._last_delta < self._pace + IDLE_MARGIN
 
     def due_in(self) -> float:
         """Seconds until the next read is due (``inf`` when no reply is followed)."""
@@ -396,7 +395,6 @@ class DeltaFollower:
             shown = self._shown
             if shown.content != stored.content:
                 out.append(self._update(stored, not extends(shown, stored)))
-        # nothing shown of the next reply: its receipt may come in the same read, before an
-        # :meth:`expect` of its turn, and gets no update from this reply's text
+        # the next reply's receipt may come in this read, before its expect(): none of this text
         self._key, self._shown = None, None
         return out
