@@ -34,7 +34,6 @@ __all__ = [
     "FAILURE_CHARS",
     "REMEMBERED",
     "Accepted",
-    "Failures",
     "OnBusy",
     "RunEnd",
     "RunFailure",
@@ -129,42 +128,6 @@ class RunFailure(BaseModel):
         if len(message) > FAILURE_CHARS:
             message = message[: FAILURE_CHARS - 1] + "…"
         return cls(type=type(exc).__name__, message=message)
-
-
-class Failures:
-    """Why the runs this process followed to their end failed (the last ``REMEMBERED``), as it
-    learnt it then: a status asked later says why without reading it again where a loaded
-    Temporal may not answer in time (docs/design.md#http-api)."""
-
-    def __init__(self) -> None:
-        self._why: dict[tuple[str, str], tuple[str, RunFailure]] = {}
-        """(session, run) -> the Temporal execution that failed, and why."""
-
-    def keep(
-        self, session_id: str, run_id: str, status: Status, failure: RunFailure | None, of: str
-    ) -> None:
-        """Keep why the run's execution ``of`` failed, if it failed and why is known."""
-        if status != "failed" or failure is None:
-            return
-        self._why[(session_id, run_id)] = (of, failure)
-        while len(self._why) > REMEMBERED:
-            del self._why[next(iter(self._why))]
-
-    def of(self, session_id: str, run_id: str) -> RunFailure | None:
-        kept = self._why.get((session_id, run_id))
-        return None if kept is None else kept[1]
-
-    def current(self, session_id: str, run_id: str, execution: str) -> None:
-        """Temporal describes ``execution`` as the run's latest: a failure kept of another is
-        no longer the run's (an operator reset the run since: README "Operating runs")."""
-        kept = self._why.get((session_id, run_id))
-        if kept is not None and kept[0] != execution:
-            del self._why[(session_id, run_id)]
-
-    def forget(self, session_id: str) -> None:
-        """The session was deleted: its run IDs name nothing any more."""
-        for key in [k for k in self._why if k[0] == session_id]:
-            del self._why[key]
 
 
 RunEnd = tuple[Status, str, RunFailure | None]

@@ -1,7 +1,7 @@
 """What Temporal says of a run's end, for :class:`~.temporal_runs.TemporalRuns`: its status as
 described, the end a follower waits for (through outages), and why a closed run failed, read
 from its history (a run this process followed to its end is told as it learnt then:
-:class:`~.runs.Failures`)."""
+:class:`Ends`)."""
 
 from __future__ import annotations
 
@@ -81,19 +81,33 @@ async def ended(
 
 
 class Ends:
-    """The execution each run ended in as this process saw it end (the last ``REMEMBERED``):
-    a hub that told a run's end tells its retry after an operator's reset, a new execution
-    under the run's workflow ID, as it tells a run found going (docs/design.md#http-api)."""
+    """How each run this process followed to its end ended (the last ``REMEMBERED``): the
+    execution it ended in, and why it failed as learnt then. A status asked later says why
+    without reading it again where a loaded Temporal may not answer in time, and a hub that told
+    a run's end tells its retry after an operator's reset, a new execution under the run's
+    workflow ID, as it tells a run found going (docs/design.md#http-api)."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self._of: dict[tuple[str, str], str] = {}
+        self._of: dict[tuple[str, str], tuple[str, RunFailure | None]] = {}
 
-    def keep(self, session_id: str, run_id: str, execution: str) -> None:
+    def keep(
+        self, session_id: str, run_id: str, execution: str, failure: RunFailure | None
+    ) -> None:
         self._of.pop((session_id, run_id), None)
-        self._of[(session_id, run_id)] = execution
+        self._of[(session_id, run_id)] = (execution, failure)
         while len(self._of) > REMEMBERED:
             del self._of[next(iter(self._of))]
+
+    def failure(self, session_id: str, run_id: str) -> RunFailure | None:
+        return self._of.get((session_id, run_id), ("", None))[1]
+
+    def current(self, session_id: str, run_id: str, execution: str) -> None:
+        """Temporal describes ``execution`` as the run's latest: a failure kept of another is
+        no longer the run's (an operator reset the run since: README "Operating runs")."""
+        ended, failure = self._of.get((session_id, run_id), (execution, None))
+        if failure is not None and ended != execution:
+            self._of[(session_id, run_id)] = (ended, None)
 
     def forget(self, session_id: str) -> None:
         """The session was deleted: its run IDs name nothing any more."""
@@ -104,7 +118,7 @@ class Ends:
         """Whether the run, seen ending, was reset since: visibility lists an execution of it
         other than the one that ended (``listed``), and Temporal describes another as the
         run's latest (a listing lags: it may still name an older execution)."""
-        ended = self._of.get((session_id, run_id))
+        ended = self._of.get((session_id, run_id), ("", None))[0]
         if not ended or not listed or listed == ended:
             return False
         try:

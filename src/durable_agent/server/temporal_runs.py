@@ -43,7 +43,6 @@ from .deciding import SessionLocks, decide_at_leaf
 from .relay import RunRelay
 from .runs import (
     Accepted,
-    Failures,
     OnBusy,
     RunEnd,
     RunFailure,
@@ -97,7 +96,6 @@ class TemporalRuns:
         self._born: dict[tuple[str, str], datetime | None] = {}
         """The ``created_at`` of the session each run this process follows started in."""
         self._accepted = Accepted()
-        self._failures = Failures()
         self.ends = Ends(client)
         self._tasks: set[asyncio.Task[None]] = set()
         self._locks = SessionLocks()
@@ -223,7 +221,6 @@ class TemporalRuns:
             logger.warning("listing the runs of deleted %s: %s", session_id, in_one_line(exc))
         await cancel_each(self, session_id, known)
         self._accepted.forget(session_id)
-        self._failures.forget(session_id)
         self.ends.forget(session_id)
         task = asyncio.create_task(self._purge(session_id, known))
         self._tasks.add(task)
@@ -240,7 +237,7 @@ class TemporalRuns:
         waits for people (docs/design.md#http-api). Not what this server relays: that follows
         the run's events, which may trail its state by a moment."""
         status, execution = await description(self.client, session_id, run_id)
-        self._failures.current(session_id, run_id, execution)  # not a reset execution's
+        self.ends.current(session_id, run_id, execution)  # not a reset execution's
         if status != "started":
             return status
         try:
@@ -265,7 +262,7 @@ class TemporalRuns:
     async def failure(self, session_id: str, run_id: str) -> RunFailure | None:
         """As this process learnt it at the run's end if it followed the run there (a loaded
         Temporal may not answer the read of its history in time), else from that history."""
-        known = self._failures.of(session_id, run_id)
+        known = self.ends.failure(session_id, run_id)
         return known or await failure_in_history(self.client, session_id, run_id)
 
     async def outcome(self, session_id: str, run_id: str) -> RunEnd:
@@ -274,8 +271,7 @@ class TemporalRuns:
         failed or cancelled run, from one ``state()`` query of the closed run; ``""`` when that
         cannot be had) and, for a failed run, why."""
         status, result, failure, execution = await ended(self.client, session_id, run_id)
-        self._failures.keep(session_id, run_id, status, failure, execution)
-        self.ends.keep(session_id, run_id, execution)
+        self.ends.keep(session_id, run_id, execution, failure)
         if result is not None:
             return status, result.new_entry_ids[-1] if result.new_entry_ids else "", None
         try:
