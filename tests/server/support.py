@@ -22,7 +22,7 @@ from durable_agent import ScriptedModel, tool
 from durable_agent.ai import Reply
 from durable_agent.server import create_app
 from durable_agent.server.temporal_runs import TemporalRuns
-from durable_agent.session import Store
+from durable_agent.session import Entry, SeqStore, Store
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.support.temporal import FAST, running_worker
@@ -330,3 +330,24 @@ def live_until_its_entry(
     shown = live_text(reader, run_id)
     assert shown and text.startswith(shown), (shown, text)
     return shown
+
+
+class HubReadsHeld:
+    """Holds the session hubs' store reads while ``go`` is clear (a hub that falls behind the run);
+    every other read (the routes', a run's own stream's) goes through. Installed before the
+    first stream, so the hub's follower reads through it."""
+
+    def __init__(self, store: SeqStore, app: FastAPI) -> None:
+        self.hubs = app.state.server.hubs
+        self.inner = store.load_entries_after
+        self.go = asyncio.Event()
+        self.go.set()
+        store.load_entries_after = self.read  # type: ignore[method-assign]
+
+    async def read(
+        self, session_id: str, after: int, limit: int | None = None
+    ) -> list[tuple[int, Entry]]:
+        hub = self.hubs.hubs.get(session_id)
+        if hub is not None and asyncio.current_task() is hub.task:
+            await self.go.wait()
+        return await self.inner(session_id, after, limit)

@@ -22,6 +22,7 @@ from durable_agent.session import Entry, MessageEntry
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
 from tests.server.support import (
+    HubReadsHeld,
     Reader,
     ended,
     helper_app,
@@ -34,27 +35,6 @@ from tests.support.gate_tool import GateTool
 
 STEER = "Also check Lisbon."
 REPLY = "Paris is sunny and so is Lisbon, a fine day in both cities for a long walk."
-
-
-class HubReadsHeld:
-    """Holds the session hubs' store reads while ``held`` (a hub that falls behind the run);
-    every other read (the routes', a run's own stream's) goes through. Installed before the
-    first stream, so the hub's follower reads through it."""
-
-    def __init__(self, store: FileStore, app: FastAPI) -> None:
-        self.hubs = app.state.server.hubs
-        self.inner = store.load_entries_after
-        self.go = asyncio.Event()
-        self.go.set()
-        store.load_entries_after = self.read  # type: ignore[method-assign]
-
-    async def read(
-        self, session_id: str, after: int, limit: int | None = None
-    ) -> list[tuple[int, Entry]]:
-        hub = self.hubs.hubs.get(session_id)
-        if hub is not None and asyncio.current_task() is hub.task:
-            await self.go.wait()
-        return await self.inner(session_id, after, limit)
 
 
 class FirstDelta:

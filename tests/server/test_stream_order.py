@@ -22,7 +22,16 @@ from durable_agent.session.codec import entry_to_wire
 from durable_agent.session.ids import new_id
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
-from tests.server.support import Reader, ended, helper_app, lookup, scripted, serving, stream
+from tests.server.support import (
+    HubReadsHeld,
+    Reader,
+    ended,
+    helper_app,
+    lookup,
+    scripted,
+    serving,
+    stream,
+)
 from tests.support.gate_tool import GateTool
 
 
@@ -296,3 +305,47 @@ async def test_a_stream_joined_after_a_reply_was_stored_shows_no_text_of_it(
             gate.release.set()
             await first.until(ended(started.json()["run_id"]), within=60)
     assert _late_deltas(first) == []
+
+
+async def test_no_delta_comes_before_the_entry_it_hangs_off(
+    temporal: Client | None, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The hub's reads fall behind a whole run: its first reply's live text waits for the
+    run's input to be read, and its next reply's text comes while the first's still waits.
+    When the reads catch up, each reply's text goes out after the entry it hangs off (the next
+    reply's after the tool result), never with the reply before it."""
+    replies = [
+        Reply(
+            text="Looking up Paris for you now.",
+            tool_calls=[ToolCall(id="c1", name="lookup", arguments={"city": "Paris"})],
+            chunk_size=4,
+            chunk_delay=0.03,
+        ),
+        Reply(text="It is sunny in Paris today.", chunk_size=4, chunk_delay=0.03),
+    ]
+    spec = AgentSpec(model=scripted(replies), tools=[lookup])
+    async with (
+        _server(temporal, "file", tmp_path, request, spec) as (app, store),
+        serving(app) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        reads, heard = HubReadsHeld(store, app), EndHeard(app)
+        await client.post("/v1/sessions", json={"session_id": "d3"})
+        async with stream(client, "d3", after=0) as reader:
+            await reader.until(lambda r: r.live)
+            reads.go.clear()  # the hub reads nothing until the run is over
+            started = await client.post("/v1/sessions/d3/runs", json={"text": "Go"})
+            run_id = started.json()["run_id"]
+            await heard.of(run_id)
+            reads.go.set()
+            await reader.until(ended(run_id), within=60)
+            await reader.until(lambda r: r.last_seq() == 4)
+    sent: set[str] = set()
+    for frame in reader.frames:
+        if frame.event == "entry":
+            sent.add(frame.data["entry"]["id"])
+        elif frame.event == "delta":
+            assert frame.data["entry_parent"] in sent, f"a delta before its parent: {frame}"
+    # in process the run's events give every delta; on Temporal the run's stream may read
+    # the channel only after a reply is stored (no text of it then)
+    assert temporal is not None or any(f.event == "delta" for f in reader.frames)

@@ -156,7 +156,7 @@ class SessionHub:
             if run_id not in self.active and status == self.hubs.ended.get(key):
                 self.failures.pop(run_id, None)
                 return
-            self._show_held(of_run(run_id))  # before its end
+            self._show_held(of_run(run_id), whole=True)  # before its end
             self.relays.discard(run_id)
             for kept in (self.active, self.asked, self.partial, self.watches, self.reads.answered):
                 kept.pop(run_id, None)
@@ -187,8 +187,8 @@ class SessionHub:
         self.partial[piece.run_id] = grown(shown, piece)
         self._send(Frame("delta", piece.data()))
 
-    def _show_held(self, which: Callable[[str, Held], bool]) -> None:
-        for piece in self.reads.take_held(which):
+    def _show_held(self, which: Callable[[str, Held], bool], whole: bool = False) -> None:
+        for piece in self.reads.take_held(which, whole):
             self._show(piece)
 
     # -- Temporal runs ---------------------------------------------------------------------------

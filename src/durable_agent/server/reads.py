@@ -158,13 +158,23 @@ class HubReads:
             return True
         return bool(stored) and (self.follower.has_read(stored) or stored == self.first_leaf)
 
-    def take_held(self, which: Callable[[str, Held], bool]) -> list[Piece]:
-        """The held text of the runs ``which`` picks, no longer held."""
+    def take_held(self, which: Callable[[str, Held], bool], whole: bool = False) -> list[Piece]:
+        """The held text of the runs ``which`` picks, no longer held: one reply's, unless
+        ``whole`` (the run ended). Text of the run's next reply, held behind it, waits on as
+        that reply's first text: the entry it hangs off may be unread yet."""
         out: list[Piece] = []
         for run_id, held in list(self.held.items()):
             if which(run_id, held):
                 del self.held[run_id]
-                out += held.pieces
+                parent = held.pieces[0].entry_parent
+                ours = next(
+                    (i for i, p in enumerate(held.pieces) if p.entry_parent != parent),
+                    len(held.pieces),
+                )
+                out += held.pieces if whole else held.pieces[:ours]
+                if not whole and ours < len(held.pieces):
+                    self.held[run_id] = Held(held.told, held.pieces[ours:])
+                    self.follower.wake()
         return out
 
     async def read(self) -> list[tuple[int, Entry]]:
