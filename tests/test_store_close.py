@@ -4,6 +4,7 @@ never the backend's own (PyMongo's ``InvalidOperation``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
+from durable_agent.durable.live import clear_later
 from durable_agent.session import RetentionStore, StoreClosedError, StoreUnavailableError
 from durable_agent.session.deltas import Delta, DeltaKey
 from durable_agent.stores import FileStore, MemoryStore
@@ -82,6 +84,36 @@ async def test_a_mongo_store_whose_client_was_closed_says_so(
     for call in _calls(store):
         with pytest.raises(StoreClosedError, match="client was closed"):
             await call()
+    live, key = store.live_deltas(), DeltaKey("s1", "r1", 1)
+    for delta_call in (
+        lambda: live.publish(key, Delta(attempt=1, seq=1, size=2)),
+        lambda: live.read(key),
+        lambda: live.held([key]),
+        lambda: live.clear(key),
+        lambda: live.drop_session("s1"),
+    ):
+        with pytest.raises(StoreClosedError, match="client was closed"):
+            await delta_call()
+
+
+async def test_a_reply_cleared_after_its_store_closed_is_no_warning(
+    mongo_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker clears a stored reply's live text a few seconds later; an application that
+    closed its client meanwhile (a shutdown) gets no warning for it: the deltas expire."""
+    from durable_agent.stores.mongo import MongoStore
+
+    client: AsyncMongoClient[Any] = AsyncMongoClient(
+        mongo_uri, serverSelectionTimeoutMS=SERVER_SELECTION_TIMEOUT_MS
+    )
+    store = MongoStore(client[new_database_name()])
+    await store.create_session("s1")
+    key = DeltaKey("s1", "r1", 1)
+    await store.live_deltas().publish(key, Delta(attempt=1, seq=1, size=2))
+    await client.close()
+    with caplog.at_level(logging.INFO, logger="durable_agent"):
+        await clear_later(store.live_deltas(), key, after=0)
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def _fds_to(directory: Path) -> int:

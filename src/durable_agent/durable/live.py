@@ -38,7 +38,7 @@ from ..session.deltas import (
     diff_parts,
     parts,
 )
-from ..session.errors import SessionNotFoundError
+from ..session.errors import SessionNotFoundError, StoreClosedError
 
 __all__ = [
     "DEFAULT_BATCH_EVERY",
@@ -286,15 +286,19 @@ def writer_for(
     return DeltaWriter(channel, key, attempt, every=every, parent=parent)
 
 
-def clear_later(channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLEAR_AFTER) -> None:
+def clear_later(
+    channel: DeltaChannel, key: DeltaKey, after: float = DEFAULT_CLEAR_AFTER
+) -> asyncio.Task[None]:
     """Clear ``key`` in the background after ``after`` seconds (best effort: the channel's TTL
-    or the next reply's clear covers a worker that stops first)."""
+    or the next reply's clear covers a worker that stops first, or whose store was closed)."""
 
     async def run() -> None:
         await asyncio.sleep(after)
         try:
             await channel.clear(key)
+        except StoreClosedError:
+            logger.debug("live deltas of %s left to expire: the store was closed", key.name())
         except Exception:
             logger.warning("could not clear live deltas of %s", key.name(), exc_info=True)
 
-    keep(asyncio.get_running_loop().create_task(run()))
+    return keep(asyncio.get_running_loop().create_task(run()))

@@ -15,6 +15,7 @@ is removed at once (docs/design.md#retention).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from pymongo.errors import OperationFailure
 from ...session.deltas import Cursor, Delta, DeltaKey
 from ...session.errors import SessionNotFoundError
 from ...session.ids import validate_session_id
+from .decode import servers_of, translate_errors
 from .incarnation import id_range
 
 __all__ = ["DEFAULT_COLLECTION", "DEFAULT_TTL", "MongoDeltas"]
@@ -59,6 +61,11 @@ class MongoDeltas:
         self._sweep = False
         """No TTL index on this server: publishing sweeps expired deltas itself."""
         self._lock = asyncio.Lock()
+        self._database = database
+
+    def _errors(self, key: str) -> contextlib.AbstractContextManager[None]:
+        """A server out of reach, or a client closed, as the store's typed errors."""
+        return translate_errors(f"live deltas of {key}", lambda: servers_of(self._database))
 
     async def _ensure_indexes(self) -> None:
         if self._indexed:
@@ -75,21 +82,22 @@ class MongoDeltas:
                 self._indexed = True
 
     async def publish(self, key: DeltaKey, delta: Delta) -> None:
-        await self._ensure_indexes()
         name = key.name()
-        now = datetime.now(UTC)
-        if self._sweep and delta.seq == 1:
-            await self._coll.delete_many({"at": {"$lt": now - timedelta(seconds=self._ttl)}})
-        await self._coll.insert_one(
-            {
-                "_id": _doc_id(name, delta.attempt, delta.seq),
-                "k": name,
-                "at": now,
-                "d": delta.model_dump_json(),
-            }
-        )
-        if key.turn and self._sessions is not None:
-            await self._kept(key)
+        with self._errors(name):
+            await self._ensure_indexes()
+            now = datetime.now(UTC)
+            if self._sweep and delta.seq == 1:
+                await self._coll.delete_many({"at": {"$lt": now - timedelta(seconds=self._ttl)}})
+            await self._coll.insert_one(
+                {
+                    "_id": _doc_id(name, delta.attempt, delta.seq),
+                    "k": name,
+                    "at": now,
+                    "d": delta.model_dump_json(),
+                }
+            )
+            if key.turn and self._sessions is not None:
+                await self._kept(key)
 
     async def _kept(self, key: DeltaKey) -> None:
         """Remove the reply's deltas and raise ``SessionNotFoundError`` when its session
@@ -103,7 +111,8 @@ class MongoDeltas:
     async def read(self, key: DeltaKey, after: Cursor = (0, 0)) -> list[Delta]:
         name = key.name()
         query = {"k": name, "_id": {"$gt": _doc_id(name, *after)}}
-        docs = await self._coll.find(query, {"d": 1}).sort("_id", ASCENDING).to_list(None)
+        with self._errors(name):
+            docs = await self._coll.find(query, {"d": 1}).sort("_id", ASCENDING).to_list(None)
         return [Delta.model_validate_json(doc["d"]) for doc in docs]
 
     async def held(self, keys: list[DeltaKey]) -> set[DeltaKey]:
@@ -112,16 +121,20 @@ class MongoDeltas:
         if not keys:
             return set()
         names = {k.name(): k for k in keys}
-        docs = self._coll.find({"k": {"$in": list(names)}}, {"k": 1, "_id": 0})
-        return {names[doc["k"]] async for doc in docs}
+        with self._errors(f"{len(keys)} calls"):
+            docs = self._coll.find({"k": {"$in": list(names)}}, {"k": 1, "_id": 0})
+            return {names[doc["k"]] async for doc in docs}
 
     async def clear(self, key: DeltaKey) -> None:
-        await self._coll.delete_many({"k": key.name()})
+        with self._errors(key.name()):
+            await self._coll.delete_many({"k": key.name()})
 
     async def drop_session(self, session_id: str) -> None:
         """Every reply's deltas of a deleted session (docs/design.md#retention): an ``_id``
         range, ``<session_id>/…`` (an ID with a ``/`` would reach into another's)."""
-        await self._coll.delete_many({"_id": id_range(validate_session_id(session_id))})
+        scope = id_range(validate_session_id(session_id))
+        with self._errors(f"session {session_id!r}"):
+            await self._coll.delete_many({"_id": scope})
 
     async def size(self) -> int:
         """Documents held (the bench's bound check)."""
