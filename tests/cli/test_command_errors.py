@@ -348,3 +348,22 @@ def test_the_default_address_is_named(tmp_path: Path) -> None:
         result.stderr
     )
     assert "(Temporal localhost:7233" in result.stderr, "the error names it again"
+
+
+def test_help_on_an_ordinary_terminal_names_every_option_whole(tmp_path: Path) -> None:
+    """On 80 columns (a terminal's default, a CI log) the help tables cut option names and
+    environment variables to fit ("--max-concurrent-acti…", "DURABLE_AGENT_LOG_FORMA…"): an
+    operator could not read the option to type."""
+    env = {**cli_env(tmp_path), "COLUMNS": "80"}
+    for name in ("demo", "dev", "serve", "worker", "run", "show", "state", "chat", "sessions"):
+        shown = run_cli([name, "--help"], env).stdout
+        assert "…" not in shown, shown
+        assert max(map(len, shown.splitlines())) <= 80, shown
+    worker = " ".join(run_cli(["worker", "--help"], env).stdout.split())
+    for whole in (
+        "--max-concurrent-workflow-tasks",
+        "DURABLE_AGENT_MAX_CONCURRENT_WORKFLOW_TASKS",
+        "DURABLE_AGENT_SHUTDOWN_GRACE",
+        "DURABLE_AGENT_LOG_FORMAT",
+    ):
+        assert whole in worker, worker

@@ -231,10 +231,14 @@ def command() -> typer.Typer:
 
 def _as_prose(app: typer.Typer) -> None:
     """Each command's docstring as its help with the lines of a paragraph joined: rich help keeps
-    a single newline, so a summary wrapped in the source broke mid-sentence in the tables."""
+    a single newline, so a summary wrapped in the source broke mid-sentence in the tables. A
+    command's own ``--help`` is click's plain text (:class:`~.render.PlainHelp`)."""
     import inspect
 
+    from .render import PlainHelp
+
     for info in app.registered_commands:
+        info.cls = PlainHelp
         doc = inspect.getdoc(info.callback) if info.help is None else None
         if doc:
             info.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))

@@ -21,14 +21,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 from temporalio.service import RPCError
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from ..ai import ModelError
 from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError
 from ..session import (
     CompactionEntry,
-    CorruptSessionError,
     Entry,
     InvalidSessionIdError,
     MessageEntry,
@@ -51,6 +50,7 @@ __all__ = [
     "LONGEST",
     "LastResort",
     "PEOPLE",
+    "PlainHelp",
     "SMOOTH_ABOVE",
     "Reveal",
     "UsageGroup",
@@ -126,15 +126,24 @@ def fail(code: int, message: str) -> NoReturn:
     if FAILURE_LOG is not None:
         text = redact(message, configured_secrets(os.environ))
         FAILURE_LOG.error("%s", "; ".join([text, *TARGET.lines()]))
-        raise typer.Exit(code)
-    print_error(err, message)
-    for line in TARGET.lines():
-        err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
+    else:
+        print_error(err, message)
+        for line in TARGET.lines():
+            err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
     raise typer.Exit(code)
 
 
 USAGE_ERROR = cast(type[Exception], typer.BadParameter.__base__)
 """click's ``UsageError``, as the installed typer raises it (newer ones vendor click)."""
+
+
+class PlainHelp(TyperCommand):
+    """A command whose ``--help`` is click's plain text: rich's option tables cut option names
+    and environment variables to fit 80 columns ("--max-concurrent-acti…")."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rich_markup_mode = None
 
 
 class UsageGroup(TyperGroup):
@@ -170,16 +179,10 @@ def _plain_usage(ctx: Any, step: Callable[[], T]) -> T:
         raise typer.Exit(2) from None
 
 
-FAILURES = (
-    AppLoadError,
-    ProcessError,
-    SessionError,
-    ConnectionError,
-    AgentError,
-    ModelError,
-    TimeoutError,
-)
-"""Failures of the library and the processes that end a command with exit code 1."""
+FAILURES = (AppLoadError, ProcessError, SessionError, AgentError, ModelError)
+"""Failures of the library and the processes that end a command with exit code 1 (a corrupt
+session among them: a FileStore's names its file; a refused connection or a timeout is an
+``OSError``, also 1)."""
 
 
 def guard(body: Callable[[], T]) -> T:
@@ -191,8 +194,6 @@ def guard(body: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
     except SessionNotFoundError as exc:
         fail(3, str(exc))
-    except CorruptSessionError as exc:  # a FileStore's names its file
-        fail(1, str(exc))
     except (InvalidSessionIdError, TemporalConfigError) as exc:
         fail(2, str(exc))
     except CommandError as exc:
