@@ -179,3 +179,16 @@ async def test_sessions_rm_deletes_a_session_whose_header_is_damaged(tmp_path: P
     result = run_cli(["sessions", "rm", "alias", "--yes"], env)
     assert result.returncode == 3, result.stderr
     assert (root / "alias.jsonl").exists()
+
+
+async def test_the_listing_says_its_times_are_utc(tmp_path: Path) -> None:
+    """The created column showed a record's time without its zone: on a machine in another zone
+    it read as local time, hours off."""
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["s1"])
+    made = (await store.load_session("s1")).created_at
+    env = {**cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}"), "COLUMNS": "120"}
+    listed = run_cli(["sessions"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert "created (UTC)" in listed.stdout, listed.stdout
+    assert made.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") in listed.stdout, listed.stdout

@@ -201,7 +201,7 @@ async def list_sessions(
     widest = max(len(row["id"]) for row in rows)
     table.add_column("session", no_wrap=True, min_width=widest)
     table.add_column("parent", no_wrap=True, min_width=min(widest, 24))
-    table.add_column("created", no_wrap=True, min_width=16)
+    table.add_column("created (UTC)", no_wrap=True, min_width=19)  # records keep UTC
     for row in rows:
         table.add_row(row["id"], row["parent_id"] or "", row["created_at"][:19].replace("T", " "))
     console.print(table)
