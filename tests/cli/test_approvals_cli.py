@@ -54,6 +54,8 @@ def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "email to team@example.com sent" in json.dumps(json.loads(out))
+    # the waiting run said how to decide, on stderr (stdout stays JSON)
+    assert f"decide: durable-agent approve|deny mail1 {call}" in " ".join(err.split()), err
     again = run_cli(["deny", "mail1", call], dev.env)
     assert again.returncode == 3  # nothing pending any more
     assert _pending(dev, "mail1") == []

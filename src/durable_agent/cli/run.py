@@ -233,6 +233,10 @@ async def _stream_turn(
                 stored += event.entries or []
                 if not as_json:
                     printer.handle(event)
+                if event.agent is not None and event.agent.type == "approval_requested":
+                    for call in (getattr(e, "tool_call_id", "") for e in event.entries or []):
+                        said = f"  decide: durable-agent approve|deny {agent.session_id} {call}"
+                        err.print(Text(said, style="dim"), soft_wrap=True)  # the run waits
     except TimeoutError:
         printer.finish()
         how = "it was cancelled" if await cancel_run(stream) else CANCEL_REQUESTED
@@ -270,7 +274,7 @@ async def cancel_run(stream: RunStream) -> bool:
     except TimeoutError:
         return False
     except Exception:  # the run failed while cancelling: it ended
-        return True
+        pass
     return True
 
 
