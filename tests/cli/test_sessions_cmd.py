@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pexpect
 
-from durable_agent.ai import user_message
-from durable_agent.session import MessageEntry
+from durable_agent.ai import ToolCall, assistant_message, user_message
+from durable_agent.session import ApprovalDecision, ApprovalRequest, MessageEntry
 from durable_agent.stores import FileStore
 from tests.cli.support import CLI, cli_env, run_cli
 
@@ -192,3 +192,44 @@ async def test_the_listing_says_its_times_are_utc(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     assert "created (UTC)" in listed.stdout, listed.stdout
     assert made.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") in listed.stdout, listed.stdout
+
+
+async def test_show_says_what_a_call_waiting_for_a_person_is_and_who_decided(
+    tmp_path: Path,
+) -> None:
+    """``show`` printed a request for approval, and a decision, as a bare ``custom <kind>``
+    heading: which call waited, and what was decided, was only in ``--tree`` or ``--json``."""
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["s1"])
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
+    await store.append_entries(
+        "s1",
+        [
+            MessageEntry(id="u1", message=user_message("mail ann")),
+            MessageEntry(id="a1", parent_id="u1", message=assistant_message(call)),
+            ApprovalRequest(
+                id="r1",
+                parent_id="a1",
+                tool_call_id="call-1",
+                tool_name="send_email",
+                args={"to": "ann@example.com"},
+                run_id="run-1",
+            ),
+            ApprovalDecision(
+                id="d1",
+                parent_id="r1",
+                tool_call_id="call-1",
+                approved=False,
+                reason="not today",
+            ),
+        ],
+    )
+    env = {**cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}"), "COLUMNS": "120"}
+    shown = run_cli(["show", "s1"], env)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        'send_email({"to": "ann@example.com"})' in shown.stdout.split("approval_request  r1")[1]
+    ), shown.stdout
+    assert "denied call-1: not today" in shown.stdout.split("approval_decision  d1")[1], (
+        shown.stdout
+    )

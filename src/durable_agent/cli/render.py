@@ -303,15 +303,16 @@ def render_transcript(console: Console, entries: Sequence[Entry]) -> None:
     for entry in entries:
         if isinstance(entry, MessageEntry):
             m = entry.message
-            role = "tool" if m.role == "tool_result" else m.role
-            style = _ROLE_STYLE.get(m.role, "bold")
-            console.print(Text.assemble((role, style), (f"  {entry.id}", "dim")))
+            role = ("tool" if m.role == "tool_result" else m.role, _ROLE_STYLE.get(m.role, "bold"))
+            console.print(Text.assemble(role, (f"  {entry.id}", "dim")))
             console.print(Text(message_summary(m)), soft_wrap=True)
         elif isinstance(entry, CompactionEntry):
             console.print(Text(f"compaction  {entry.id}", style="bold yellow"))
             console.print(Text(entry.summary), soft_wrap=True)
-        else:
-            console.print(Text(f"custom {entry.kind}  {entry.id}", style="bold blue"))
+        else:  # what it says whole: the call that waits for a person, the verdict
+            kind, said, _ = entry_summary(entry, 10_000)
+            heading = Text(f"{kind.rstrip(': ')}  {entry.id}", style="bold blue")
+            console.print(heading + Text("\n" + said) if said else heading, soft_wrap=True)
 
 
 # -- a streamed reply, at the pace it came -------------------------------------------------------
