@@ -11,6 +11,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from durable_agent.stores import FileStore
 from tests.cli.support import CLI, Dev, cli_env, run_cli, running_dev
 from tests.support.polling import wait_until
 
@@ -200,3 +201,17 @@ def test_an_empty_call_id_is_a_usage_error_before_temporal(tmp_path: Path) -> No
     for verb in ("approve", "deny"):
         result = run_cli([verb, "s1", " "], env)
         assert result.returncode == 2 and "tool call ID" in result.stderr, result.stderr
+
+
+async def test_a_call_that_waits_for_nobody_is_told_before_temporal(tmp_path: Path) -> None:
+    """A mistyped call ID, or a session that does not exist, read "cannot reach Temporal" when
+    no server was up: the store, which answers it, is asked first (exit 3, no server needed)."""
+    root = tmp_path / "sessions"
+    await FileStore(root).create_session("s1")
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1", DURABLE_AGENT_STORE=f"file:{root}")
+    for verb in ("approve", "deny"):
+        typo = run_cli([verb, "s1", "call-9"], env)
+        assert typo.returncode == 3, typo.stderr
+        assert "no pending tool call 'call-9' in session 's1'" in typo.stderr, typo.stderr
+        nobody = run_cli([verb, "nobody", "call-9"], env)
+        assert nobody.returncode == 3 and "nobody" in nobody.stderr, nobody.stderr

@@ -25,8 +25,8 @@ from temporalio.service import RPCError
 
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When, new
-from ..session import ApprovalRequest, Entry, PendingItem, path, pending_items, validate_session_id
-from ..session.approvals import awaiting_turn
+from ..session import ApprovalRequest, Entry, PendingItem, path, validate_session_id
+from ..session.approvals import awaiting_turn, pending_at_tail
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.run_start import started_agent
 from .config import (
@@ -107,10 +107,9 @@ def approvals(
 async def list_pending(console: Console, session_id: str, spec: str, as_json: bool) -> int:
     opened = open_store(spec)
     try:
-        entries = await opened.store.load_entries(validate_session_id(session_id))
+        items = pending_at_tail(await opened.store.load_entries(validate_session_id(session_id)))
     finally:
         await opened.close()
-    items = pending_items(path(entries, entries[-1].id)) if entries else []
     if as_json:
         print_json(console, [i.model_dump(mode="json") for i in items])
     elif not items:
@@ -291,18 +290,19 @@ async def decide(
     flags: TemporalFlags | None,
 ) -> int:
     opened = open_store(store_spec)
-    try:
+    try:  # the store answers a mistyped call or session: Temporal is asked after it
+        stored = await opened.store.load_entries(validate_session_id(session_id))
+        pending = {p.tool_call_id: p for p in pending_at_tail(stored)}
+        if call_id not in pending:
+            raise NotFound(f"no pending tool call {call_id!r} in session {session_id!r}")
         agent, executor = await open_agent(
             console,
             opened,
-            session_id=validate_session_id(session_id),
+            session_id=session_id,
             task_queue=task_queue,
             agent_name=agent_name or "demo",
             flags=flags,
         )
-        pending = {p.tool_call_id: p for p in agent.pending_approvals()}
-        if call_id not in pending:
-            raise NotFound(f"no pending tool call {call_id!r} in session {session_id!r}")
         with noticed(task_queue):
             entry = await agent.decide(
                 call_id, approved, reason=reason, args=args, decided_by=decided_by

@@ -17,10 +17,9 @@ from ag_ui.core import ResumeEntry
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..durable.errors import UnknownAgentError
-from ..session.approvals import ApprovalDecision, PendingItem, pending_items
+from ..session.approvals import ApprovalDecision, PendingItem, pending_at_tail
 from ..session.entries import Entry
 from ..session.store import Store
-from ..session.tree import path
 from .deciding import continue_settled, going
 from .runs import Runs, Status
 
@@ -142,6 +141,6 @@ def pending(found: list[tuple[int, Entry]]) -> tuple[int, list[PendingItem]]:
     """The waiting calls of the session's active path (to its last entry), as the approvals
     route lists them, and the seq of the last one's request."""
     entries = [entry for _, entry in found]
-    items = pending_items(path(entries, entries[-1].id)) if entries else []
+    items = pending_at_tail(entries)
     requests = {p.request_id for p in items}
     return max((seq for seq, e in found if e.id in requests), default=0), items

@@ -12,9 +12,8 @@ from typing_extensions import TypedDict
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
-from ..session.approvals import ApprovalDecision, PendingItem, pending_items
+from ..session.approvals import ApprovalDecision, PendingItem, pending_at_tail
 from ..session.ids import CLIENT_ID
-from ..session.tree import path
 from .deps import REFUSALS, Caller, ServerDep, SessionId, WireEntry, answers, runs, wire
 from .routes_runs import existing
 
@@ -76,7 +75,7 @@ async def send_message(
 async def pending(session_id: SessionId, srv: ServerDep, tenant: Caller) -> Pending:
     """The calls of the session's active path (to its last entry) that wait for a decision."""
     entries = await srv.store.load_entries(tenant.session(session_id))
-    items = pending_items(path(entries, entries[-1].id)) if entries else []
+    items = pending_at_tail(entries)
     return {"pending": items}
 
 

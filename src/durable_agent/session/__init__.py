@@ -14,6 +14,7 @@ from .approvals import (
     ApprovalRequest,
     PendingItem,
     decision_entry_id,
+    pending_at_tail,
     pending_items,
 )
 from .codec import decode_entry, encode_entry, entry_to_wire, wire_to_entry
@@ -64,6 +65,7 @@ __all__ = [
     "ApprovalRequest",
     "PendingItem",
     "decision_entry_id",
+    "pending_at_tail",
     "pending_items",
     "INTERRUPTED_TEXT",
     "AppendFeed",

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from ..ai.messages import Message, ToolCall
 from .entries import CustomEntry, Entry, MessageEntry, register_custom
 from .repair import start_repairs
+from .tree import path
 from .views import raw_model_view
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "PendingItem",
     "awaiting_turn",
     "decision_entry_id",
+    "pending_at_tail",
     "pending_items",
     "request_entry_id",
     "requests_for",
@@ -216,6 +218,12 @@ def pending_items(path: Sequence[Entry]) -> list[PendingItem]:
     """The pending calls of ``path`` in call order (docs/design.md#approvals-and-steering)."""
     turn = awaiting_turn(path)
     return [] if turn is None else turn.pending()
+
+
+def pending_at_tail(entries: Sequence[Entry]) -> list[PendingItem]:
+    """The pending calls of a session's active path to its last entry (``entries`` as stored):
+    what a person is asked to decide, whichever process asks."""
+    return pending_items(path(entries, entries[-1].id)) if entries else []
 
 
 def sent_message(entry: Entry) -> bool:
