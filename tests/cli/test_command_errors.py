@@ -347,7 +347,9 @@ def test_the_default_address_is_named(tmp_path: Path) -> None:
     assert "using Temporal localhost:7233 (namespace default; address from the default (no " in (
         result.stderr
     )
-    assert "(Temporal localhost:7233" in result.stderr, "the error names it again"
+    error = result.stderr.split("\nerror: ")[-1]
+    assert "localhost:7233" in error, "the error names it again"
+    assert error.count("localhost:7233") == 1, "once: the failure, or the target after it"
 
 
 def test_help_on_an_ordinary_terminal_names_every_option_whole(tmp_path: Path) -> None:

@@ -185,9 +185,9 @@ class Target:
         if self.echo is not None:
             self.echo(f"using store {description}")
 
-    def lines(self) -> list[str]:
+    def lines(self, said: str = "") -> list[str]:  # but what the error ``said`` names already
         named = (("Temporal", self.temporal), ("store", self.store))
-        return [f"{what} {value}" for what, value in named if value is not None]
+        return [f"{w} {v}" for w, v in named if v is not None and v not in said]
 
 
 TARGET = Target()

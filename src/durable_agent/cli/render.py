@@ -125,10 +125,10 @@ def fail(code: int, message: str) -> NoReturn:
     """Print the error, then what the command was talking to, and exit with ``code``."""
     if FAILURE_LOG is not None:
         text = redact(message, configured_secrets(os.environ))
-        FAILURE_LOG.error("%s", "; ".join([text, *TARGET.lines()]))
+        FAILURE_LOG.error("%s", "; ".join([text, *TARGET.lines(message)]))
     else:
         print_error(err, message)
-        for line in TARGET.lines():
+        for line in TARGET.lines(message):
             err.print(Text(f"  ({line})", style="dim"), soft_wrap=True)
     raise typer.Exit(code)
 
