@@ -258,3 +258,36 @@ def test_a_key_no_bearer_header_can_carry_is_refused_when_loaded(key: str) -> No
     with pytest.raises(ValueError, match="key number 2 has white space") as raised:
         load_keys({"key-bolt": KEYS["key-bolt"], key: KEYS["key-acme"]})
     assert "acme" not in str(raised.value)
+
+
+def test_a_prefix_that_covers_another_tenants_is_said_at_load(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``acme`` owns every ID starting with it, ``acme2:x`` too: a prefix written without its
+    separator gives one tenant another's sessions, without a word. Loading the keys says so
+    (a warning naming the principals, never a key); nested prefixes may be meant (an operator
+    over a team), so they load. A key for everything (no prefix) is said by what it is."""
+    keys = {
+        "key-ann": {"principal": "ann", "prefix": "acme"},
+        "key-bob": {"principal": "bob", "prefix": "acme2:"},
+        "key-cy": {"principal": "cy", "prefix": "acme2:"},
+        "key-dee": {"principal": "dee", "prefix": "bolt:"},
+    }
+    with caplog.at_level(logging.WARNING, logger="durable_agent.server"):
+        table = load_keys(keys)
+    assert table is not None and table["key-ann"].owns("acme2:x")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "the prefix 'acme' of ann covers 'acme2:' of bob, cy: ann can read and run their "
+        "sessions (end a prefix with a separator, e.g. 'acme:')"
+    ], said
+    assert not any("key-" in line for line in said)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="durable_agent.server"):
+        load_keys(
+            {
+                "key-ann": {"principal": "ann", "prefix": "acme:"},
+                **{"key-ops": {"principal": "ops"}},
+            }
+        )
+    assert caplog.records == [], "no prefix: every session, as written"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from ..session.errors import SessionNotFoundError
 from ..session.ids import validate_session_id
 
 __all__ = ["ENV_KEYS", "NO_TENANT", "Tenant", "Tenants", "load_keys"]
+
+logger = logging.getLogger("durable_agent.server")
 
 ENV_KEYS = "DURABLE_AGENT_KEYS"
 """The environment variable naming a keys file when none is given."""
@@ -82,7 +85,26 @@ def load_keys(keys: Mapping[str, Any] | str | Path | None) -> dict[str, Tenant] 
             table[key] = _tenant(entry)
         except ValueError as exc:
             raise ValueError(f"key number {number}: {exc}") from None
+    _say_overlaps(table)
     return table
+
+
+def _say_overlaps(table: Mapping[str, Tenant]) -> None:
+    """A prefix that begins another's (``acme`` and ``acme2:``) gives its principals the other's
+    sessions: a warning at load, by principal, never by key. Nested prefixes may be meant (an
+    operator over a team), and no prefix is every session as written: both load."""
+    owners: dict[str, list[str]] = {}
+    for tenant in table.values():
+        names = owners.setdefault(tenant.prefix, [])
+        names += [] if tenant.principal in names else [tenant.principal]
+    for short, by in owners.items():
+        who = ", ".join(by)
+        for long, covered in owners.items():
+            if short and long != short and long.startswith(short):
+                sep = short[-1].isalnum()  # "acme" meant "acme:", more likely than a hierarchy
+                hint = f" (end a prefix with a separator, e.g. {short + ':'!r})" if sep else ""
+                said = "the prefix %r of %s covers %r of %s: %s can read and run their sessions%s"
+                logger.warning(said, short, who, long, ", ".join(covered), who, hint)
 
 
 class Tenants:
