@@ -43,17 +43,18 @@ def worktree(repo: Path, rev: str, keep: bool = False) -> Iterator[tuple[Path, s
 
 
 def strip_compare(argv: Sequence[str]) -> list[str]:
-    """``argv`` without ``--compare REV`` and ``--json PATH`` (the subprocess gets its own)."""
+    """``argv`` without ``--before``/``--compare REV`` and ``--json PATH`` (the subprocess gets
+    its own)."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg in ("--compare", "--json"):
+        if arg in ("--before", "--compare", "--json"):
             skip = True
             continue
-        if arg.startswith(("--compare=", "--json=")):
+        if arg.startswith(("--before=", "--compare=", "--json=")):
             continue
         out.append(arg)
     return out

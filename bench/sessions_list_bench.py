@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--entries", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--baseline", default="main")
+    parser.add_argument("--before", "--baseline", dest="baseline", default="main")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -16,7 +16,7 @@ MemoryStore also reports **load time** of 10k- and 100k-entry sessions (loads ha
 copies, so they are not free).
 
 Run: ``.venv/bin/python bench/store_bench.py`` (``--stores memory,file``; ``--quick`` for smaller
-sizes; ``--root DIR`` to measure another file system; ``--baseline REF`` to run the same bench
+sizes; ``--root DIR`` to measure another file system; ``--before REF`` to run the same bench
 first on the ``src/`` of git revision ``REF`` in a subprocess and print both side by side). A new
 store kind adds a section function to ``SECTIONS``.
 """
@@ -184,7 +184,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fsync-samples", type=int, default=100, help="with fsync=True")
     parser.add_argument("--quick", action="store_true", help="smaller sessions (a smoke run)")
     parser.add_argument("--root", type=Path, help="FileStore directory (default: a temp dir)")
-    parser.add_argument("--baseline", help="git revision to measure first, side by side")
+    parser.add_argument(
+        "--before",
+        "--baseline",
+        dest="baseline",
+        metavar="REV",
+        help="git revision to measure first, side by side",
+    )
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)  # the baseline's answer
     return parser.parse_args()
 
@@ -219,7 +225,8 @@ async def main() -> None:
     args = parse_args()
     before: dict[str, float] | None = None
     if args.baseline:
-        argv = [a for a in sys.argv[1:] if a != "--baseline" and a != args.baseline]
+        given = ("--before", "--baseline", args.baseline)
+        argv = [a for a in sys.argv[1:] if a not in given and a.split("=")[0] not in given]
         before = run_baseline(args.baseline, argv)
         print("== this tree ==", flush=True)
     unknown = set(args.stores.split(",")) - set(SECTIONS)

@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument(
+        "--before",
         "--compare",
+        dest="compare",
         metavar="REV",
         help="also run the same parts against git revision REV (a worktree) and print both",
     )
