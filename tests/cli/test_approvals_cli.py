@@ -102,6 +102,29 @@ def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
     assert _pending(dev, "mail3") == []
 
 
+def test_quitting_chat_at_an_approval_leaves_the_call_pending(dev: Dev) -> None:
+    """At a call's question, ``/quit`` (or Ctrl-D) was answered "answer y, n or e" over and
+    over (its ``[reason]`` eaten as markup): the chat could not be left while a run waited. It
+    leaves now, saying how to decide later; the call stays pending for ``approve``."""
+    child = pexpect.spawn(
+        CLI[0], [*CLI[1:], "chat", "mail5"], env=dev.env, encoding="utf-8", timeout=60
+    )
+    try:
+        child.expect("mail5 ▸ ")
+        child.sendline("Email the Q3 figures to the team.")
+        child.expect_exact("[y / n reason / e]")
+        child.sendline("/tree")
+        child.expect_exact("answer y, n [reason], e, /steer TEXT, /later TEXT or /quit")
+        child.sendline("/quit")
+        child.expect_exact("durable-agent approve|deny mail5")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, child.before
+    (waiting,) = _pending(dev, "mail5")
+    assert run_cli(["deny", "mail5", str(waiting["tool_call_id"])], dev.env).returncode == 0
+
+
 def _story(dev: Dev, session: str) -> list[str]:
     """The stored messages of a session's active path, one short line each."""
     shown = json.loads(run_cli(["show", session, "--json"], dev.env).stdout)

@@ -170,17 +170,15 @@ Send = Callable[[str, When], object]  # hand the waiting run a message (a steer,
 
 async def ask(
     console: Console, agent: Agent, requests: list[Entry], read: Read, send: Send, queue: str | None
-) -> None:
+) -> bool:
     """``chat``'s questions while a run waits (docs/design.md#approvals-and-steering): each
     call shown, ``y``, ``n [reason]`` or ``e`` (edit its arguments as JSON) taken, ``/steer`` or
-    ``/later TEXT`` sent; the end of input leaves them pending (``approve`` decides them)."""
-    for request in requests:
-        if not isinstance(request, ApprovalRequest):
-            continue
+    ``/later TEXT`` sent. ``/quit`` or the end of input leaves them pending (``approve`` decides
+    them): ``False``, the chat is left."""
+    for request in [r for r in requests if isinstance(r, ApprovalRequest)]:
         call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
-        choices = escape("[y / n reason / e]")
-        console.print(f"[bold yellow]approve[/] {escape(call)}? {choices}")
-        while (answer := await read("  ▸ ")) is not None:
+        console.print(f"[bold yellow]approve[/] {escape(call)}? {escape('[y / n reason / e]')}")
+        while (answer := await read("  ▸ ")) is not None and answer.strip() != "/quit":
             word, _, rest = answer.strip().partition(" ")
             if word in ("/steer", "/later") and rest.strip():
                 send(rest.strip(), "next_turn" if word == "/steer" else "at_end")
@@ -194,14 +192,17 @@ async def ask(
                     continue
                 word = "y"
             if word.lower() in ("y", "n"):
-                approved = word.lower() == "y"
                 reason = rest.strip() or None
                 with noticed(queue):  # the run's task queue (``None``: in process)
-                    await agent.decide(
-                        request.tool_call_id, approved, reason=reason, args=args, decided_by="chat"
-                    )
+                    yes, call_id = word.lower() == "y", request.tool_call_id
+                    await agent.decide(call_id, yes, reason=reason, args=args, decided_by="chat")
                 break
-            console.print("answer y, n [reason] or e (/steer TEXT, /later TEXT: tell the agent)")
+            console.print("answer y, n \\[reason], e, /steer TEXT, /later TEXT or /quit")
+        else:  # left: this call and the rest wait for ``approve``
+            ids = escape(f"{agent.session_id} {request.tool_call_id}")
+            console.print(f"[dim]left pending: durable-agent approve|deny {ids}[/]")
+            return False
+    return True
 
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (shown to the model).")]
@@ -347,9 +348,8 @@ def denied_calls(agent: Agent) -> set[str]:
 def turn_settled(agent: Agent) -> bool:
     """The handle's tail is a turn whose calls asked people and are all decided, none answered
     yet: a run parked on it and the decisions came after (a run on it runs the calls)."""
-    if agent.pending_approvals():
-        return False
-    return awaiting_turn(path(agent.entries(), agent.leaf_id)) is not None
+    turn = awaiting_turn(path(agent.entries(), agent.leaf_id))
+    return turn is not None and not agent.pending_approvals()
 
 
 async def continuation(console: Console, agent: Agent) -> RunStream:

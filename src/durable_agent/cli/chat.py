@@ -3,12 +3,11 @@
 Lines are read on a thread (:class:`Lines`): between runs each is a question or a ``/command``;
 typed while a run works, a steer (``/later TEXT``: a follow-up; another ``/command`` waits, with
 what follows it, for the run's end); piped, it waits for the run's end. A run waiting for a
-decision takes its answers from the same lines (docs/design.md#approvals-and-steering); answers
-given after it parked start the run that goes on, as ``approve`` does. A message the run no
-longer takes (it ended meanwhile) starts the next run: nothing typed is lost. Each turn runs on
-one persistent event loop (:class:`asyncio.Runner`); a Ctrl-C during a turn cancels that turn's
-*task*, which asks the workflow to cancel and waits until what it stored has arrived; the
-session and the REPL carry on. Replies stream live, each stored entry's receipt under it.
+decision takes its answers from the same lines (docs/design.md#approvals-and-steering; ``/quit``
+leaves it waiting); answers after it parked start the run that goes on, as ``approve`` does. A
+message the run no longer takes starts the next run: nothing typed is lost. Each turn runs on one
+event loop (:class:`asyncio.Runner`); a Ctrl-C during a turn cancels its *task*, which asks the
+workflow to cancel and waits until what it stored has arrived; the REPL carries on.
 """
 
 from __future__ import annotations
@@ -203,9 +202,11 @@ class Chat:
                     printer.finish()
                     steering.cancel()  # the answers come from the same lines
                     await asyncio.gather(steering, return_exceptions=True)
-                    queue = self.executor.task_queue if self.executor else None
-                    entries, send = event.entries or [], functools.partial(self.send, stream)
-                    await ask(self.console, self.agent, entries, self.lines.get, send, queue)
+                    q = self.executor.task_queue if self.executor else None
+                    asked, send = event.entries or [], functools.partial(self.send, stream)
+                    if not await ask(self.console, self.agent, asked, self.lines.get, send, q):
+                        self.held = "/quit"  # the run waits on for the calls asked
+                        return
                     steering = asyncio.create_task(self.steer(stream))
         except asyncio.CancelledError:
             printer.finish()
@@ -265,8 +266,7 @@ class Chat:
         # the rest verbatim: ``/edit What's up?`` is no shell line with an open quote
         name, _, rest = line[1:].strip().partition(" ")
         name, rest = (name.lower() or "help"), rest.strip()
-        args = rest.split()
-        agent = self.agent
+        args, agent = rest.split(), self.agent
         if name in ("quit", "exit", "q"):
             return False
         if name in ("tree", "show", "branch", "switch", "fork"):  # what other shells stored too
