@@ -168,6 +168,29 @@ async def test_branch_then_append_grows_a_side_branch(store: Store) -> None:
     assert texts(agent.messages()) == ["one", "side"]
 
 
+async def test_taking_in_another_processs_appends_keeps_the_branch_chosen(store: Store) -> None:
+    """A handle takes in what other processes stored (``state.catch_up()``, which ``chat`` does
+    before ``/tree``, ``/fork``...) and follows what they appended after its leaf. It followed
+    what it knew already too: a branch chosen above the tip (an older entry, or the root to
+    start anew) went back to the tip at the next ``/tree``, and ``/fork`` copied the old path."""
+    agent = await new(None, store=store, session_id="branch-kept")
+    (first,) = await agent.append("one")
+    (second,) = await agent.append("two")
+    for chosen in (first.id, ""):
+        await agent.branch(chosen)
+        await agent.state.catch_up()
+        assert agent.leaf_id == chosen
+    other = await new(None, store=store, session_id="branch-kept")  # at the tip, "two"
+    (third,) = await other.append("three")
+    await agent.state.catch_up()
+    assert agent.leaf_id == "", "three goes on from two: a branch this handle left"
+    await agent.branch(third.id)
+    (fourth,) = await other.append("four")
+    await agent.state.catch_up()
+    assert agent.leaf_id == fourth.id, "appended after the leaf: taken in and followed"
+    assert second.parent_id == first.id
+
+
 # -- fork -------------------------------------------------------------------------------------
 
 

@@ -214,12 +214,14 @@ class SessionState:
 
     def follow(self, stored: Sequence[Entry]) -> None:
         """Take in the session's entries as stored now (appends of other processes) and move
-        the leaf to the newest of them that goes on from it, if any."""
+        the leaf to the newest of those new entries that goes on from it, if any: entries it
+        knew already below the leaf are a branch it left (``branch`` above the tip)."""
         below = {self.leaf}
         for entry in stored:
-            if entry.id not in self.index:
-                self.log.append(entry)
-                self.index[entry.id] = entry
+            if entry.id in self.index:
+                continue
+            self.log.append(entry)
+            self.index[entry.id] = entry
             if (entry.parent_id or "") in below:
                 below.add(entry.id)
                 self.leaf = entry.id
