@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from durable_agent import Agent, MessageEntry
+from durable_agent import Agent, InvalidSessionIdError, MessageEntry, SessionNotFoundError
 from durable_agent.cli.approvals import Lines
 from durable_agent.cli.chat import Chat
 from durable_agent.cli.demo_app import TOOLS, demo_spec
@@ -204,3 +204,15 @@ async def test_an_answer_after_the_run_parked_starts_the_continuation(harness: A
     assert "every call of the turn is decided: continuing in run" in screen.getvalue()
     assert chat.agent.pending_approvals() == []
     assert not chat.agent.running
+
+
+async def test_a_fork_id_with_a_space_is_refused_not_cut(harness: Any) -> None:
+    """``/fork bad id`` forked into ``bad``, the rest of the line dropped without a word."""
+    chat, _, _ = await open_chat(harness)
+    await chat.agent.append("one")
+    parent = chat.agent
+    with pytest.raises(InvalidSessionIdError, match="'bad id'"):
+        await chat.command("/fork bad id")
+    assert chat.agent is parent
+    with pytest.raises(SessionNotFoundError):
+        await parent.store.load_entries("bad")

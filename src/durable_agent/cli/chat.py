@@ -299,7 +299,7 @@ class Chat:
             self.console.print(f"[dim]branched before {escape(turn.start.id)}[/dim]")
             await self.follow(stream)
         elif name == "fork":
-            self.agent = child = await agent.fork(validate_session_id(args[0]) if args else None)
+            self.agent = child = await agent.fork(validate_session_id(rest) if rest else None)
             self.console.print(
                 f"forked {escape(agent.session_id)} → [bold]{escape(child.session_id)}[/] "
                 f"({len(child.entries())} entries); you are now in the fork"
