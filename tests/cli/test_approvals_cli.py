@@ -122,6 +122,10 @@ def test_quitting_chat_at_an_approval_leaves_the_call_pending(dev: Dev) -> None:
         child.close(force=True)
     assert child.exitstatus == 0, child.before
     (waiting,) = _pending(dev, "mail5")
+    busy = run_cli(["run", "mail5", "Anything else?"], dev.env)  # says what the run waits for
+    assert busy.returncode == 1 and "decide its calls (durable-agent approvals mail5)" in " ".join(
+        busy.stderr.split()
+    ), busy.stderr
     assert run_cli(["deny", "mail5", str(waiting["tool_call_id"])], dev.env).returncode == 0
 
 

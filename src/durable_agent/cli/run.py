@@ -1,15 +1,13 @@
 """``durable-agent run``: one turn on Temporal, printed as it happens (or as JSON at the end).
 
 All that can be checked is, before anything is created (the message, the ID, ``--leaf``,
-Temporal, a worker on another store); a new session is made by its first run once the worker knew
-the agent. A run going on the session (any process's; one too new to be listed fails the run,
-nothing stored) refuses a run from its tail or calls. Ctrl-C or ``--timeout`` cancels the run.
+Temporal, a worker on another store). A run going on the session (any process's; one too new to
+be listed fails the run) refuses a run from its tail or calls. Ctrl-C or --timeout cancels it.
 
-:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``: its
-receipts (a ``message_end`` comes once its entry is stored: the entry ID and new leaf show under
-each message). ``message_update`` deltas show as they come (on Temporal a batch at a time from
-the store's live delta channel, which :class:`~durable_agent.cli.render.Reveal` writes out at the
-pace it came); an update with ``restart`` (a retried model call) starts the reply's line over.
+:class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``, with
+their receipts (the entry ID and new leaf under each stored message); ``message_update`` deltas
+as they come (on Temporal a batch per live write, which :class:`~.render.Reveal` writes out at the
+pace it came), an update with ``restart`` (a retried model call) starting the line over.
 """
 
 from __future__ import annotations
@@ -170,9 +168,11 @@ async def refuse_busy(client: Client, agent: Agent) -> None:
     the going run's unanswered calls for interrupted ones (docs/design.md#repair-and-reconcile)."""
     sid = agent.session_id  # its runs only, not a deleted one's (docs/design.md#retention)
     if going := await running_runs(client, sid, creation_when_asked(agent.store, sid)):
+        what = "decide its calls (durable-agent approvals" if agent.pending_approvals() else ""
+        wait = what or "wait for its end (durable-agent state"  # a person, or the run
         raise RunActiveError(
-            f"session {sid!r} has a run going ({going[0]}): wait for its end "
-            f"(durable-agent state {sid}), or start from another entry (--leaf)"
+            f"session {sid!r} has a run going ({going[0]}): {wait} {sid}), "
+            "or start from another entry (--leaf)"
         )
 
 
