@@ -130,6 +130,27 @@ async def _focused(page: Any) -> str:
     return str(await page.evaluate(script))
 
 
+async def test_a_list_drawn_again_keeps_the_focus_where_the_keyboard_was(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """The session list is drawn again when a session is opened, made or gone (and twice as a
+    page opens on one). A keyboard user on another session's button was moved to the open
+    session's: Tab then Enter opened the wrong one (and this file's keyboard test failed when
+    the page's second load of the list came while it tabbed)."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    for sid in ("first", "second", "third"):
+        await _stored_conversation(store, sid, 2)
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([Reply(text="Hi.")]))})
+    async with serving(app) as url:
+        await page.goto(url + "/#first")
+        chosen = page.get_by_role("button", name="first")
+        await eventually(lambda: _current(chosen), within=20, interval=0.05, what="marked")
+        await page.get_by_role("button", name="second").focus()
+        await page.evaluate("sessions()")  # drawn again, as when another session is made
+        assert await _focused(page) == "second"
+
+
 async def test_sessions_are_opened_and_made_from_the_keyboard(
     tmp_path: Path,
     browser_page: Any,  # noqa: F811

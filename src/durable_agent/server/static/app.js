@@ -51,7 +51,7 @@ async function sessions(more) {
     const page = (await api("GET", `/sessions?limit=${n}&offset=${got.length}`)).sessions;
     got.push(...page); if (page.length < n) break;
   }
-  const ul = $("sessions"), had = ul.contains(document.activeElement); ul.textContent = "";
+  const ul = $("sessions"), had = ul.contains(document.activeElement) && document.activeElement.textContent; ul.textContent = "";
   $("more").hidden = got.length <= want;
   for (const s of got.slice(0, want)) { // buttons: Tab reaches each, Enter or Space opens it
     const li = document.createElement("li"), b = button(s.session_id, () => open(s.session_id));
@@ -59,7 +59,7 @@ async function sessions(more) {
     li.appendChild(b); ul.appendChild(li);
   }
   if (more) (ul.children[shown]?.firstChild || $("new")).focus(); // the first of those it brought
-  else if (had) (ul.querySelector("[aria-current]") || $("new")).focus(); // drawn again: kept there
+  else if (had) ([...ul.querySelectorAll("button")].find((b) => b.textContent === had) || $("new")).focus(); // drawn again: kept on its session
 }
 function children(parent) { return state.kids.get(parent) || []; } // in the order stored
 function path() {
@@ -338,5 +338,5 @@ $("text").onkeydown = (ev) => { // Enter sends, Shift+Enter starts a new line
 };
 $("stop").onclick = () => { for (const [id, s] of state.runs) if (s === "started" || s === "awaiting_approval") api("POST", `/sessions/${state.sid}/runs/${id}/cancel`).catch(() => {}); };
 $("fork").onclick = () => switchTo(api("POST", `/sessions/${state.sid}/fork`, { leaf_id: state.leaf })).catch(() => {});
-sessions().catch(() => {});
-if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1)));
+if (location.hash.length > 1) open(decodeURIComponent(location.hash.slice(1))); // it lists them
+else sessions().catch(() => {});
