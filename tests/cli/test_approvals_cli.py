@@ -3,7 +3,9 @@ for a decision gets it through its ``decide`` update (docs/design.md#approvals-a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +13,16 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from durable_agent.cli.run import CANCEL_WAIT
 from durable_agent.stores import FileStore
-from tests.cli.support import CLI, Dev, cli_env, run_cli, running_dev
+from tests.cli.support import CLI, Dev, cli_env, run_cli, running_dev, worker_process
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.temporal
+
+OPS_APP = Path(__file__).resolve().parents[1] / "support" / "ops_app.py"
+TIMEOUT = 2.0
+"""``run --timeout`` in the tests of its clock: short, as they wait past it."""
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +31,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         yield running
 
 
-def _pending(dev: Dev, session: str) -> list[dict[str, object]]:
-    listed = run_cli(["approvals", session, "--json"], dev.env)
+def _pending(env: dict[str, str], session: str) -> list[dict[str, object]]:
+    listed = run_cli(["approvals", session, "--json"], env)
     if listed.returncode == 3:
         return []  # the run has not created the session yet
     assert listed.returncode == 0, listed.stderr
@@ -33,22 +40,24 @@ def _pending(dev: Dev, session: str) -> list[dict[str, object]]:
     return items
 
 
-def _waiting_run(dev: Dev, session: str, text: str) -> tuple[subprocess.Popen[str], str]:
+def _waiting_run(
+    env: dict[str, str], session: str, text: str, *args: str
+) -> tuple[subprocess.Popen[str], str]:
     """Start ``run`` in the background; return it and the call it waits on."""
     proc = subprocess.Popen(
-        [*CLI, "run", session, text, "--json"],
-        env=dev.env,
+        [*CLI, "run", session, text, "--json", *args],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    items = wait_until(lambda: _pending(dev, session), within=60, what="a pending call")
+    items = wait_until(lambda: _pending(env, session), within=60, what="a pending call")
     return proc, str(items[0]["tool_call_id"])
 
 
 def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
-    proc, call = _waiting_run(dev, "mail1", "Email the Q3 figures to the team.")
-    assert _pending(dev, "mail1")[0]["tool_name"] == "send_email"
+    proc, call = _waiting_run(dev.env, "mail1", "Email the Q3 figures to the team.")
+    assert _pending(dev.env, "mail1")[0]["tool_name"] == "send_email"
     decided = run_cli(["approve", "mail1", call, "--by", "ops"], dev.env)
     assert decided.returncode == 0, decided.stderr
     assert f"approved {call}" in decided.stdout
@@ -59,13 +68,69 @@ def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
     assert f"decide: durable-agent approve|deny mail1 {call}" in " ".join(err.split()), err
     again = run_cli(["deny", "mail1", call], dev.env)
     assert again.returncode == 3  # nothing pending any more
-    assert _pending(dev, "mail1") == []
+    assert _pending(dev.env, "mail1") == []
 
-    proc, call = _waiting_run(dev, "mail2", "Email the Q3 figures to the board.")
+    proc, call = _waiting_run(dev.env, "mail2", "Email the Q3 figures to the board.")
     denied = run_cli(["deny", "mail2", call, "--reason", "not before the audit"], dev.env)
     assert denied.returncode == 0, denied.stderr
     out, _ = proc.communicate(timeout=60)
     assert "tool call denied: not before the audit" in out
+
+
+def _outlives(proc: subprocess.Popen[str], seconds: float) -> None:
+    """Let ``seconds`` pass, the time being what is tested, unless ``proc`` ends first: it
+    must not."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(seconds)
+    if proc.returncode is not None:
+        raise AssertionError(f"`run` exited {proc.returncode}: {proc.communicate()}")
+
+
+@contextlib.contextmanager
+def _reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """``proc`` for the block, killed after it if a failure left it running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_run_timeout_does_not_count_the_wait_for_a_person(dev: Dev) -> None:
+    """``run --timeout`` bounds the agent's work, not the time a person takes to decide: a run
+    whose call waited past it for its approval goes on once approved (it was cancelled at the
+    timeout, exit 1, "the run did not finish in 2 s", while the call still waited)."""
+    text = "Email the Q3 figures to the team."
+    proc, call = _waiting_run(dev.env, "mail6", text, "--timeout", f"{TIMEOUT:g}")
+    with _reaped(proc):
+        _outlives(proc, TIMEOUT + 1.0)  # its clock started before the request was stored
+        decided = run_cli(["approve", "mail6", call], dev.env)
+        assert decided.returncode == 0, decided.stderr
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "email to team@example.com sent" in json.loads(out)["reply"], out
+
+
+def test_run_timeout_goes_on_counting_once_the_person_decided(dev: Dev, tmp_path: Path) -> None:
+    """The clock stopped for the person starts again at the decision: an agent that then thinks
+    for ever is cancelled at the timeout."""
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    env.update(
+        DURABLE_AGENT_STORE=f"file:{tmp_path / 'sessions'}",
+        DURABLE_AGENT_TASK_QUEUE=f"careful-{secrets.token_hex(4)}",
+    )
+    with worker_process(env, tmp_path, "--app", f"{OPS_APP}:app"):
+        args = ["--agent", "careful", "--timeout", f"{TIMEOUT:g}"]
+        proc, call = _waiting_run(env, "careful1", "Refund it.", *args)
+        with _reaped(proc):
+            _outlives(proc, TIMEOUT + 1.0)
+            decided = run_cli(["approve", "careful1", call], env)
+            assert decided.returncode == 0, decided.stderr
+            _out, err = proc.communicate(timeout=TIMEOUT + CANCEL_WAIT + 30)
+    assert (tmp_path / "answering").exists(), "the agent worked on after the decision"
+    assert proc.returncode == 1, err
+    assert f"the run did not finish in {TIMEOUT:g} s; it was cancelled" in err, err
 
 
 def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
@@ -99,7 +164,7 @@ def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
-    assert _pending(dev, "mail3") == []
+    assert _pending(dev.env, "mail3") == []
 
 
 def test_quitting_chat_at_an_approval_leaves_the_call_pending(dev: Dev) -> None:
@@ -121,7 +186,7 @@ def test_quitting_chat_at_an_approval_leaves_the_call_pending(dev: Dev) -> None:
     finally:
         child.close(force=True)
     assert child.exitstatus == 0, child.before
-    (waiting,) = _pending(dev, "mail5")
+    (waiting,) = _pending(dev.env, "mail5")
     busy = run_cli(["run", "mail5", "Anything else?"], dev.env)  # says what the run waits for
     assert busy.returncode == 1 and "decide its calls (durable-agent approvals mail5)" in " ".join(
         busy.stderr.split()

@@ -15,14 +15,16 @@
   once the test lets it (``answering`` in ``$OPS_TOOL_DIR`` while it waits for ``release``), and
   says ``quick`` to any other question: a run going with its turn's result stored;
 - ``refunder`` calls ``refund``, which waits for a person's approval, and parks at once (its
-  ``approval_wait`` is a tenth of a second): a decision then starts the run that goes on.
+  ``approval_wait`` is a tenth of a second): a decision then starts the run that goes on;
+- ``careful`` calls ``refund`` too, waiting for the decision as long as a run waits, then thinks
+  its result over as ``ponder`` does: an agent that works on once a person has decided.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from durable_agent import Reply, ScriptedModel, tool
@@ -55,8 +57,8 @@ async def settle(amount: str) -> str:
 class PonderModel:
     """A model that thinks over a tool's result until the test releases it."""
 
-    def __init__(self) -> None:
-        self.inner = ScriptedModel(_ponder)
+    def __init__(self, script: Callable[[ModelRequest], Reply]) -> None:
+        self.inner = ScriptedModel(script)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         if request.messages[-1].role == "tool_result":
@@ -115,7 +117,8 @@ def app() -> App:
             ),
             "broken": AgentSpec(model=BrokenModel()),
             "settle": AgentSpec(model=ScriptedModel(_settle), tools=(settle,)),
-            "ponder": AgentSpec(model=PonderModel(), tools=(lookup,)),
+            "ponder": AgentSpec(model=PonderModel(_ponder), tools=(lookup,)),
             "refunder": AgentSpec(model=ScriptedModel(_refund), tools=(refund,), approval_wait=0.1),
+            "careful": AgentSpec(model=PonderModel(_refund), tools=(refund,)),
         }
     )

@@ -2,7 +2,8 @@
 
 All that can be checked is, before anything is created (the message, the ID, ``--leaf``,
 Temporal, a worker on another store). A run going on the session (any process's; one too new to
-be listed fails the run) refuses a run from its tail or calls. Ctrl-C or --timeout cancels it.
+be listed fails the run) refuses a run from its tail or calls. Ctrl-C cancels it, and so does
+--timeout, a bound on the agent's work: its clock stops while the run waits for a person.
 
 :class:`RunPrinter` prints a run's events, here and in ``chat``, ``approve`` and ``demo``, with
 their receipts (the entry ID and new leaf under each stored message); ``message_update`` deltas
@@ -61,13 +62,15 @@ __all__ = [
     "CANCEL_WAIT",
     "RunPrinter",
     "cancel_run",
-    "check_leaf",
-    "input_entry",
     "open_agent",
     "refuse_busy",
     "run",
-    "run_turn",
 ]
+
+
+TIMEOUT_HELP = (
+    "Seconds the agent may work before the run is cancelled (waiting for a person does not count)."
+)
 
 
 def run(
@@ -77,16 +80,10 @@ def run(
     task_queue: QueueOpt = None,
     agent: AgentOpt = "demo",
     as_json: JsonOpt = False,
-    timeout: Annotated[
-        float, typer.Option(min=0.0, max=86400.0, help="Seconds to wait, then cancel the run.")
-    ] = 300.0,
+    timeout: Annotated[float, typer.Option(min=0.0, max=86400.0, help=TIMEOUT_HELP)] = 300.0,
     leaf: Annotated[
         str | None,
-        typer.Option(
-            "--leaf",
-            help="Run from this entry (an earlier branch; `root` starts a new one).",
-            show_default=False,
-        ),
+        typer.Option(help="Run from this entry (an earlier branch; `root` starts a new one)."),
     ] = None,
     address: AddressOpt = None,
     namespace: NamespaceOpt = None,
@@ -98,8 +95,6 @@ def run(
     message = sys.stdin.read() if text == "-" else text
     code = run_command(
         lambda: run_turn(
-            console,
-            err,
             session_id=session_id,
             text=message,
             store_spec=resolve_store_spec(store),
@@ -177,8 +172,6 @@ async def refuse_busy(client: Client, agent: Agent) -> None:
 
 
 async def run_turn(
-    console: Console,
-    err: Console,
     *,
     session_id: str,
     text: str,
@@ -227,12 +220,15 @@ async def _stream_turn(
     stream = await agent.run(entry, run_id=run_id, if_unchanged=checked)
     printer = RunPrinter(console)
     stored: list[Entry] = []
+    left: float | None = None  # seconds, while the clock is stopped for a person
     try:
-        async with asyncio.timeout(limit.total_seconds()):
+        async with asyncio.timeout(limit.total_seconds()) as clock:
             async for event in stream.events():
                 stored += event.entries or []
                 if not as_json:
                     printer.handle(event)
+                if event.agent is not None and event.agent.type in PEOPLE:
+                    left = _stop_clock(clock, left, bool(agent.pending_approvals()))
                 if event.agent is not None and event.agent.type == "approval_requested":
                     for call in (getattr(e, "tool_call_id", "") for e in event.entries or []):
                         said = f"  decide: durable-agent approve|deny {agent.session_id} {call}"
@@ -252,19 +248,24 @@ async def _stream_turn(
         printer.finish()
     messages = await stream.wait()
     if as_json:
-        replies = [m for m in messages if m.role == "assistant"]
-        print_json(
-            console,
-            {
-                "session_id": agent.session_id,
-                "run_id": run_id,
-                "workflow_id": run_workflow_id(agent.session_id, run_id),
-                "leaf_id": agent.leaf_id,
-                "reply": replies[-1].text() if replies else "",
-                "entries": [entry_json(e) for e in stored],
-            },
-        )
+        replies, sid = [m.text() for m in messages if m.role == "assistant"], agent.session_id
+        out = {"session_id": sid, "run_id": run_id, "workflow_id": run_workflow_id(sid, run_id)}
+        out |= {"leaf_id": agent.leaf_id, "reply": replies[-1] if replies else ""}
+        print_json(console, out | {"entries": [entry_json(e) for e in stored]})
     return 0
+
+
+def _stop_clock(clock: asyncio.Timeout, left: float | None, stop: bool) -> float | None:
+    """Stop ``--timeout``'s clock as the run starts waiting for a person's decision, start it
+    again with the seconds it had left once its calls are decided; those seconds, if stopped."""
+    now = asyncio.get_running_loop().time()
+    if stop and left is None:
+        left = (clock.when() or now) - now
+        clock.reschedule(None)
+    elif not stop and left is not None:
+        clock.reschedule(now + left)
+        left = None
+    return left
 
 
 async def cancel_run(stream: RunStream) -> bool:
@@ -315,8 +316,7 @@ class RunPrinter:
             self._open = False
 
     def _receipt(self, event: Event, what: str) -> None:
-        ids = [e.id for e in event.entries or []]
-        if ids:
+        if ids := [e.id for e in event.entries or []]:
             self.console.print(
                 f"{self.indent}[dim]✓ stored {what} {escape(', '.join(ids))}"
                 f" · leaf {escape(event.leaf_id or '')}[/dim]"
