@@ -211,7 +211,8 @@ async def test_the_chat_page_asks_people(
     temporal_client: Client, tmp_path: Path, browser_page: Any
 ) -> None:
     """Approval prompts (approve one call, deny another with a reason) and a message sent while
-    a tool runs, on Temporal: what the page shows and what the store holds."""
+    a tool runs, on Temporal: what the page shows (each call's arguments once) and what the
+    store holds."""
     page, store = browser_page, FileStore(tmp_path / "sessions")
     GATES.update(looking=asyncio.Event(), release=asyncio.Event())
     queue = f"test-{uuid.uuid4().hex[:12]}"
@@ -234,6 +235,7 @@ async def test_the_chat_page_asks_people(
             lambda: _count(prompts, 2), within=60, interval=0.1, what="two approval prompts"
         )
         assert "send_email" in (await prompts.first.inner_text())
+        assert await _args_shown(page) == {BOB: 1, BOARD: 1}  # in its prompt, not its reply too
         await eventually(
             lambda: _says(page, "waiting for your decision"), within=10, what="the status"
         )
@@ -259,6 +261,9 @@ async def test_the_chat_page_asks_people(
             lambda: _shows(page, "All done."), within=60, interval=0.2, what="the final reply"
         )
         assert await page.locator(".msg.queued").count() == 0
+        assert await _args_shown(page) == {BOB: 1, BOARD: 1}  # in its decision
+        calls = await page.locator(".msg.assistant .tools").all_inner_texts()
+        assert calls == ['→ lookup({"name":"Carol"})'], calls  # no approval: in its reply
         users = await page.locator(".msg.user").all_inner_texts()
         assert any("Also cc Carol." in u for u in users), users
         sid = (await page.inner_text("#title")).strip()
@@ -278,6 +283,16 @@ async def test_the_chat_page_asks_people(
         ("user", "Also cc Carol."),
         ("assistant", "All done."),
     ]
+
+
+BOB, BOARD = '"to":"bob@example.com"', '"to":"board@example.com"'
+"""The arguments of the two mails, as the page writes them."""
+
+
+async def _args_shown(page: Any) -> dict[str, int]:
+    """How often the chat shows each mail's arguments (a result says "sent to", unquoted)."""
+    chat = await page.locator("#chat").inner_text()
+    return {args: chat.count(args) for args in (BOB, BOARD)}
 
 
 async def _count(locator: Any, n: int) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from durable_agent import MessageEntry
+from durable_agent import ApprovalDecision, ApprovalRequest, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
 from durable_agent.ai.messages import TextContent, assistant_message, user_message
 from durable_agent.server import create_app
@@ -144,7 +144,7 @@ async def test_a_long_tool_argument_or_result_keeps_to_a_box_of_its_own(
     """A call with 5 kB of arguments was shown in full twice (the reply's call and its prompt),
     each longer than a phone's screen, and its 5 kB result a third time: the prompt's approve and
     deny buttons came two screens below where it began. Each now scrolls in a box of its own,
-    the prompt with its buttons on one screen, the text all there."""
+    the prompt with its buttons on one screen, the text all there (and the call shown once)."""
     page, store = browser_page, FileStore(tmp_path / "sessions")
     body = " ".join(f"line {n} of the letter" for n in range(250))  # 5 kB
     app = create_app(store=store, agents={"helper": _mailer(body)})
@@ -157,11 +157,66 @@ async def test_a_long_tool_argument_or_result_keeps_to_a_box_of_its_own(
         await eventually(prompt.count, within=20, interval=0.1, what="the prompt")
         chat = await _height(page, "#chat")
         assert await _inside(page, ".approval")
-        assert await _height(page, ".msg .tools") < chat / 3
+        # the call shown once, in its prompt: its reply, of that call only, is not an empty box
+        assert await page.locator(".msg.assistant:visible").count() == 0
         assert "line 249 of the letter" in await prompt.inner_text()
         await page.locator(".approval button", has_text="approve").click()
         await eventually(replied(page, "Sent."), within=20, interval=0.1, what="the reply")
-        for shown in (".msg .tools", ".decision", ".msg.tool"):
+        for shown in (".decision", ".msg.tool"):
             assert await _height(page, shown) < chat / 3, shown
         width, height, inner_width, inner_height = await page.evaluate(UNSCROLLED)
         assert (width, height) == (inner_width, inner_height)
+
+
+async def test_a_call_waiting_for_a_person_shows_its_arguments_once(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A call needing approval was shown in full in its reply's calls and again in its prompt
+    (then in its decision), two wrapped copies one under the other on a phone. Its prompt, then
+    its decision, shows it; the reply keeps only the calls no one is asked about. The reply is
+    drawn before its request comes (here stored after the page opened), and drawn again then."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    mail = ToolCall(id="call-1", name="send_email", arguments={"to": "ann@example.com"})
+    look = ToolCall(id="call-2", name="lookup", arguments={"name": "Carol"})
+    await store.create_session("asks")
+    asked = [
+        MessageEntry(id="asks-0", message=user_message("Mail Ann, look Carol up.")),
+        MessageEntry(id="asks-1", parent_id="asks-0", message=assistant_message(mail, look)),
+    ]
+    await store.append_entries("asks", asked)
+    calls = page.locator(".msg.assistant .tools")
+    args = '"to":"ann@example.com"'
+
+    async def shown(what: str, n: int) -> bool:
+        return bool((await page.locator("#chat").inner_text()).count(what) == n)
+
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+    async with serving(app) as url:
+        await page.set_viewport_size(PHONE)
+        await page.goto(url + "/#asks")
+        await eventually(lambda: shown("→ send_email", 1), within=20, interval=0.05, what="calls")
+        request = ApprovalRequest(
+            id="asks-2",
+            parent_id="asks-1",
+            tool_call_id="call-1",
+            tool_name="send_email",
+            args=mail.arguments,
+            run_id="r1",
+        )
+        await store.append_entries("asks", [request])
+        await eventually(page.locator(".approval").count, within=20, interval=0.05, what="prompt")
+        assert await shown(args, 1)  # drawn with the prompt
+        assert await calls.all_inner_texts() == ['→ lookup({"name":"Carol"})']
+        assert await page.get_by_role("group", name="send_email").count() == 1
+        decision = ApprovalDecision(
+            id="asks-3",
+            parent_id="asks-2",
+            tool_call_id="call-1",
+            approved=True,
+            decided_by="ann",
+        )
+        await store.append_entries("asks", [decision])
+        await eventually(page.locator(".decision").count, within=20, interval=0.05, what="decided")
+        assert await shown(args, 1)
+        assert await calls.all_inner_texts() == ['→ lookup({"name":"Carol"})']

@@ -134,14 +134,18 @@ function draw(chat, items) {
 }
 function items(shown, left) { // [what it shows, how to make it], in the chat's order
   const out = [], answered = decisions(shown), editing = state.editing ? state.editing.id : null;
+  const prompted = (e) => { const d = answered.get(e.tool_call_id); return e.kind === "approval_request" && (!d || d.kind === "approval_decision"); };
+  // a call with a prompt or a decision drawn shows its arguments there, not in its reply too
+  const asked = new Set(shown.filter(prompted).map((e) => e.tool_call_id));
   for (const e of shown) {
-    if (e.kind === "approval_request") {
-      const d = answered.get(e.tool_call_id);
-      if (!d || d.kind === "approval_decision") out.push([`a:${e.id}:${d ? d.id : ""}`, () => approval(e, answered)]);
+    if (prompted(e)) {
+      const d = answered.get(e.tool_call_id); out.push([`a:${e.id}:${d ? d.id : ""}`, () => approval(e, answered)]);
     } else if (e.type === "compaction") out.push([`c:${e.id}`, () => compaction(e)]);
     else if (e.type === "message" && !e.meta) {
       const siblings = children(e.parent_id || ""), i = siblings.indexOf(e);
-      out.push([`m:${e.id}:${i}/${siblings.length}:${e.id === editing}`, () => message(e, siblings, i)]);
+      const calls = (e.message.content || []).filter((b) => b.type === "tool_call" && !asked.has(b.id));
+      const key = `m:${e.id}:${i}/${siblings.length}:${e.id === editing}:${calls.map((c) => c.id).join(",")}`;
+      out.push([key, () => message(e, siblings, i, calls)]);
     }
   }
   for (const [runId, piece] of state.live) {
@@ -160,7 +164,7 @@ function node(className, content, data) {
   const d = document.createElement("div"); d.className = className; d.textContent = content;
   Object.assign(d.dataset, data || {}); return d;
 }
-function message(e, siblings, i) {
+function message(e, siblings, i, calls) { // calls: those it shows (items())
   const m = e.message, div = node("msg " + (m.role === "tool_result" ? "tool" : m.role), "", { id: e.id });
   if (siblings.length > 1) {
     const nav = node("nav", ""); nav.setAttribute("role", "group"); nav.setAttribute("aria-label", "branch");
@@ -174,8 +178,7 @@ function message(e, siblings, i) {
   div.appendChild(document.createTextNode(m.role === "tool_result" ? text(m) || JSON.stringify(m.content) : text(m)));
   const cut = { aborted: "stopped before the end", error: "failed before the end", length: "cut at the model's token limit" }[m.stop_reason];
   if (m.role === "assistant" && cut) div.appendChild(node("cut", `(${cut})`));
-  const calls = (m.content || []).filter((b) => b.type === "tool_call"); // no arguments: none sent
-  if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments || {})})`).join("\n")));
+  if (calls.length) div.appendChild(node("tools", calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments || {})})`).join("\n"))); // no arguments: none sent
   if (m.role === "user") {
     const a = node("actions", "");
     a.append(button("edit", () => edit(e), false, `msg:${e.id}|edit`),
