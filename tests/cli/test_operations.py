@@ -543,7 +543,10 @@ async def test_run_leaf_at_a_going_runs_answered_call_is_refused(dev: Dev, tmp_p
 async def test_approve_goes_on_with_the_agent_that_asked(dev: Dev, tmp_path: Path) -> None:
     """A run of the app's own agent parks on a call waiting for a person; ``approve`` (no
     ``--agent``) stores the decision and starts the run that goes on. It started it as the
-    default agent, ``demo``, which this worker has not: the run failed and the call never ran."""
+    default agent, ``demo``, which this worker has not: the run failed and the call never ran.
+    The parked run's ``run`` says it stopped waiting (it ended silently, exit 0, as if the turn
+    were done), and a new message meanwhile is refused in the CLI's words (it quoted the
+    library's: "pending_approvals()", "run() with no input")."""
     queue, store = f"ops-ask-{secrets.token_hex(4)}", f"file:{tmp_path / 'sessions'}"
     flags = ["--store", store, "--task-queue", queue]
     env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
@@ -553,6 +556,16 @@ async def test_approve_goes_on_with_the_agent_that_asked(dev: Dev, tmp_path: Pat
         [pending] = _json(run_cli(["approvals", "ask1", "--json", "--store", store], env))
         call = pending["tool_call_id"]  # what the waiting run said to approve by
         assert f"waits for approval: call {call}" in " ".join(asked.stdout.split()), asked.stdout
+        # it parked: `run` says so and how to go on (it ended as if the turn were done)
+        said = " ".join(asked.stderr.split())
+        assert "the run parked" in said, said
+        assert f"durable-agent approve|deny ask1 {call}" in said.split("parked")[1], said
+        again = run_cli(["run", "ask1", "and another", "--agent", "refunder", *flags], env)
+        assert again.returncode == 1, again.stdout + again.stderr
+        told = " ".join(again.stderr.split())  # in the CLI's words, not the library's
+        assert f"refund ({call}) waits for a decision" in told, told
+        assert f"durable-agent approve|deny ask1 {call}" in told, told
+        assert "pending_approvals()" not in told and "Traceback" not in told, told
         decided = run_cli(["approve", "ask1", call, *flags], env)
         assert decided.returncode == 0, decided.stdout + decided.stderr
         assert "continuing in run" in decided.stdout and "done: refunded 250" in decided.stdout

@@ -14,7 +14,6 @@ pace it came), an update with ``restart`` (a retried model call) starting the li
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Iterable
 from datetime import timedelta
@@ -27,9 +26,10 @@ from rich.text import Text
 from temporalio.client import Client
 
 from ..ai import Message, user_message
-from ..durable import Agent, Event, RunActiveError, RunStream, new
+from ..durable import Agent, ApprovalPendingError, Event, RunActiveError, RunStream, new
 from ..durable.limits import check_entry
 from ..session import Entry, MessageEntry, SessionNotFoundError, new_id, validate_session_id
+from ..session.approvals import PendingItem
 from ..session.render import call_text, short
 from ..session.views import open_calls_at
 from ..workflows import TemporalExecutor, run_workflow_id
@@ -68,11 +68,6 @@ __all__ = [
 ]
 
 
-TIMEOUT_HELP = (
-    "Seconds the agent may work before the run is cancelled (waiting for a person does not count)."
-)
-
-
 def run(
     session_id: Annotated[str, typer.Argument(help="Session to run on (created if unknown).")],
     text: Annotated[str, typer.Argument(help="The user message ('-' reads it from stdin).")],
@@ -80,7 +75,15 @@ def run(
     task_queue: QueueOpt = None,
     agent: AgentOpt = "demo",
     as_json: JsonOpt = False,
-    timeout: Annotated[float, typer.Option(min=0.0, max=86400.0, help=TIMEOUT_HELP)] = 300.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=86400.0,
+            help="Seconds the agent may work, then the run is cancelled (a person's decision "
+            "does not count).",
+        ),
+    ] = 300.0,
     leaf: Annotated[
         str | None,
         typer.Option(help="Run from this entry (an earlier branch; `root` starts a new one)."),
@@ -92,19 +95,9 @@ def run(
 ) -> None:
     """Run one turn on Temporal and print it as it happens (or --json at the end)."""
     flags = flags_from(address, namespace, profile, verbose)
-    message = sys.stdin.read() if text == "-" else text
+    text = sys.stdin.read() if text == "-" else text
     code = run_command(
-        lambda: run_turn(
-            session_id=session_id,
-            text=message,
-            store_spec=resolve_store_spec(store),
-            task_queue=queue_for(task_queue, flags),
-            agent_name=agent,
-            as_json=as_json,
-            limit=timedelta(seconds=timeout),
-            leaf=leaf,
-            flags=flags,
-        )
+        lambda: run_turn(session_id, text, store, task_queue, agent, as_json, timeout, leaf, flags)
     )
     raise typer.Exit(code)
 
@@ -172,28 +165,27 @@ async def refuse_busy(client: Client, agent: Agent) -> None:
 
 
 async def run_turn(
-    *,
     session_id: str,
     text: str,
-    store_spec: str,
-    task_queue: str,
+    store: str | None,
+    task_queue: str | None,
     agent_name: str,
     as_json: bool,
-    limit: timedelta,
-    leaf: str | None = None,
-    flags: TemporalFlags | None = None,
+    seconds: float,
+    leaf: str | None,
+    flags: TemporalFlags | None,
 ) -> int:
-    """One turn on Temporal; the exit code (see the module docstring)."""
+    """One turn on Temporal, as ``run``'s options ask; the exit code (the module docstring)."""
     validate_session_id(session_id)
     entry = input_entry(text)
-    opened = open_store(store_spec)
+    opened = open_store(resolve_store_spec(store))
     try:
         start_at = await check_leaf(opened, session_id, leaf) if leaf is not None else None
         agent, executor = await open_agent(
             err,
             opened,
             session_id=session_id,
-            task_queue=task_queue,
+            task_queue=queue_for(task_queue, flags),
             agent_name=agent_name,
             flags=flags,
         )
@@ -202,14 +194,14 @@ async def run_turn(
             await refuse_busy(executor.client, agent)  # the tail, or calls a run goes on with
         if start_at is not None and start_at != agent.leaf_id:
             await agent.branch(start_at)
-        return await _stream_turn(console, err, agent, entry, as_json, limit, busy)
+        if waiting := agent.pending_approvals():  # a parked turn: a decision goes on with it
+            raise ApprovalPendingError(_decide(session_id, waiting) + ", or --leaf ENTRY")
+        return await _stream_turn(agent, entry, as_json, timedelta(seconds=seconds), busy)
     finally:
         await opened.close()
 
 
 async def _stream_turn(
-    console: Console,
-    err: Console,
     agent: Agent,
     entry: MessageEntry,
     as_json: bool,
@@ -227,9 +219,9 @@ async def _stream_turn(
                 stored += event.entries or []
                 if not as_json:
                     printer.handle(event)
-                if event.agent is not None and event.agent.type in PEOPLE:
+                if (kind := event.agent.type if event.agent else "") in PEOPLE:
                     left = _stop_clock(clock, left, bool(agent.pending_approvals()))
-                if event.agent is not None and event.agent.type == "approval_requested":
+                if kind == "approval_requested":
                     for call in (getattr(e, "tool_call_id", "") for e in event.entries or []):
                         said = f"  decide: durable-agent approve|deny {agent.session_id} {call}"
                         err.print(Text(said, style="dim"), soft_wrap=True)  # the run waits
@@ -247,6 +239,9 @@ async def _stream_turn(
     finally:
         printer.finish()
     messages = await stream.wait()
+    if waiting := agent.pending_approvals():  # it parked (the agent's approval_wait passed)
+        said = f"  the run parked (its approval_wait passed); {_decide(agent.session_id, waiting)}"
+        err.print(Text(said, style="dim"), soft_wrap=True)
     if as_json:
         replies, sid = [m.text() for m in messages if m.role == "assistant"], agent.session_id
         out = {"session_id": sid, "run_id": run_id, "workflow_id": run_workflow_id(sid, run_id)}
@@ -266,6 +261,13 @@ def _stop_clock(clock: asyncio.Timeout, left: float | None, stop: bool) -> float
         clock.reschedule(now + left)
         left = None
     return left
+
+
+def _decide(sid: str, calls: list[PendingItem]) -> str:
+    """What waits for a person, and the command that decides it (a call at a time)."""
+    names = ", ".join(f"{p.tool_name} ({p.tool_call_id})" for p in calls)
+    call, verb = (calls[0].tool_call_id, "waits") if len(calls) == 1 else ("CALL_ID", "wait")
+    return f"{names} {verb} for a decision: durable-agent approve|deny {sid} {call}"
 
 
 async def cancel_run(stream: RunStream) -> bool:
@@ -350,11 +352,8 @@ class RunPrinter:
             self._end_message(event, message)
         elif inner.type == "tool_execution_start" and inner.tool_call_id not in self.denied:
             self._close_line()
-            args = json.dumps(inner.args or {}, ensure_ascii=False)
-            self.console.print(
-                f"{self.indent}[bold magenta]⚙ tool[/] {escape(inner.tool_name or '')}"
-                f"({escape(args)}) [dim]running…[/dim]"
-            )
+            said = escape(call_text(inner.tool_name or "", inner.args or {}))
+            self.console.print(f"{self.indent}[bold magenta]⚙ tool[/] {said} [dim]running…[/dim]")
         elif inner.type == "tool_execution_update" and inner.partial_result:
             self.console.print(f"{self.indent}[dim]  … {escape(short(inner.partial_result))}[/]")
         elif inner.type in PEOPLE:
