@@ -307,3 +307,44 @@ async def test_a_call_that_waits_for_nobody_is_told_before_temporal(tmp_path: Pa
         assert "no pending tool call 'call-9' in session 's1'" in typo.stderr, typo.stderr
         nobody = run_cli([verb, "nobody", "call-9"], env)
         assert nobody.returncode == 3 and "nobody" in nobody.stderr, nobody.stderr
+
+
+def test_chat_on_a_parked_turn_asks_its_calls_first(dev: Dev, tmp_path: Path) -> None:
+    """A message typed where a turn parked on a call (its run ended waiting) was refused in the
+    library's words ("pending_approvals()", "run() with no input"): the call could only be
+    decided from another shell. Chat now asks it, goes on with the turn once it is decided,
+    then answers the message."""
+    env = {**dev.env, "OPS_TOOL_DIR": str(tmp_path)}
+    env.update(
+        DURABLE_AGENT_STORE=f"file:{tmp_path / 'sessions'}",
+        DURABLE_AGENT_TASK_QUEUE=f"parked-{secrets.token_hex(4)}",
+    )
+    with worker_process(env, tmp_path, "--app", f"{OPS_APP}:app"):
+        asked = run_cli(["run", "parked1", "Refund it.", "--agent", "refunder"], env)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert len(_pending(env, "parked1")) == 1  # the run parked on it
+        args = ["chat", "parked1", "--agent", "refunder"]
+        child = pexpect.spawn(CLI[0], [*CLI[1:], *args], env=env, encoding="utf-8", timeout=60)
+        try:
+            child.expect("parked1 ▸ ")
+            child.sendline("And the other one?")
+            child.expect_exact("[y / n reason / e]")
+            assert "pending_approvals()" not in child.before, child.before
+            child.sendline("y")
+            child.expect("continuing in run")
+            child.expect("done: refunded 250")
+            child.expect_exact("[y / n reason / e]")  # the message's own turn asks again
+            child.sendline("n not twice")
+            child.expect("parked1 ▸ ")
+            child.sendline("/quit")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        shown = json.loads(run_cli(["show", "parked1", "--json"], env).stdout)
+    said = [e["message"] for e in shown["entries"] if e.get("type") == "message"]
+    story = [(m["role"], " ".join(b.get("text", "") for b in m["content"])) for m in said]
+    users = [text for role, text in story if role == "user"]
+    assert users == ["Refund it.", "And the other one?"], story
+    assert story.index(("user", "And the other one?")) > story.index(
+        ("assistant", "done: refunded 250")
+    ), story

@@ -4,7 +4,7 @@ Lines are read on a thread (:class:`Lines`): between runs each is a question or 
 typed while a run works, a steer (``/later TEXT``: a follow-up; another ``/command`` waits, with
 what follows it, for the run's end); piped, it waits for the run's end. A run waiting for a
 decision takes its answers from the same lines (docs/design.md#approvals-and-steering; ``/quit``
-leaves it waiting); answers after it parked start the run that goes on, as ``approve`` does. A
+leaves it waiting), a parked one's before the next message; they start the run that goes on. A
 message the run no longer takes starts the next run: nothing typed is lost. Each turn runs on one
 event loop (:class:`asyncio.Runner`); a Ctrl-C during a turn cancels its *task*, which asks the
 workflow to cancel and waits until what it stored has arrived; the REPL carries on.
@@ -79,18 +79,7 @@ def chat(
     /compact [N], /tree, /show, /help, /quit. Typing while the agent works steers it (/later TEXT:
     a follow-up). Ctrl-C during a reply cancels that run; the session stays."""
     flags = flags_from(address, namespace, profile, verbose)
-    raise typer.Exit(
-        guard(
-            lambda: run_chat(
-                console,
-                session_id=session_id,
-                store_spec=resolve_store_spec(store),
-                task_queue=queue_for(task_queue, flags),
-                agent_name=agent,
-                flags=flags,
-            )
-        )
-    )
+    raise typer.Exit(guard(lambda: run_chat(console, session_id, store, task_queue, agent, flags)))
 
 
 HELP = """commands:
@@ -128,6 +117,7 @@ class Chat:
         self.executor = executor
         self.agent_name = agent_name
         self.lines = lines
+        self.queue = executor.task_queue if executor else None
         self.carried: list[str] = []
         """Messages a run did not take (it ended meanwhile): the next run's input."""
         self.held: str | None = None
@@ -186,9 +176,21 @@ class Chat:
         return self.agent
 
     async def turn(self, *texts: str) -> None:
-        """One run, from what any process stored."""
+        """One run, from what any process stored; a parked turn's waiting calls are asked first."""
         agent = await self.caught_up()
+        if waiting := {p.request_id for p in agent.pending_approvals()}:
+            asked = [e for e in agent.entries() if e.id in waiting]
+            if await ask(self.console, agent, asked, self.lines.get, self._carry, self.queue):
+                self.carried[:0] = texts  # the next step, after the run that goes on
+                await self.follow(await continuation(self.console, agent))
+            else:
+                self.held = "/quit"  # the calls wait on, for `approve`
+                self.console.print(f"[dim]not sent: {escape(' '.join(texts))}[/]")
+            return
         await self.follow(await agent.run(*texts, if_unchanged=self.executor is not None))
+
+    def _carry(self, text: str, when: When) -> None:
+        self.carried.append(text)  # no run goes: the next one takes it
 
     async def follow(self, stream: RunStream) -> None:
         """Print a run's events while sending what is typed meanwhile into it; on cancellation
@@ -202,9 +204,10 @@ class Chat:
                     printer.finish()
                     steering.cancel()  # the answers come from the same lines
                     await asyncio.gather(steering, return_exceptions=True)
-                    q = self.executor.task_queue if self.executor else None
                     asked, send = event.entries or [], functools.partial(self.send, stream)
-                    if not await ask(self.console, self.agent, asked, self.lines.get, send, q):
+                    if not await ask(
+                        self.console, self.agent, asked, self.lines.get, send, self.queue
+                    ):
                         self.held = "/quit"  # the run waits on for the calls asked
                         return
                     steering = asyncio.create_task(self.steer(stream))
@@ -319,20 +322,20 @@ class Chat:
 async def _open(
     console: Console,
     session_id: str,
-    store_spec: str,
-    task_queue: str,
+    store: str | None,
+    task_queue: str | None,
     agent_name: str,
     flags: TemporalFlags | None,
 ) -> Chat:
     lines = Lines(asyncio.get_running_loop())
     lines.typed = sys.stdin.isatty()
     validate_session_id(session_id)
-    opened = open_store(store_spec)
+    opened = open_store(resolve_store_spec(store))
     agent, executor = await open_agent(
         console,
         opened,
         session_id=session_id,
-        task_queue=task_queue,
+        task_queue=queue_for(task_queue, flags),
         agent_name=agent_name,
         flags=flags,
     )
@@ -341,20 +344,19 @@ async def _open(
 
 def run_chat(
     console: Console,
-    *,
     session_id: str,
-    store_spec: str,
-    task_queue: str,
+    store: str | None,
+    task_queue: str | None,
     agent_name: str,
-    flags: TemporalFlags | None = None,
+    flags: TemporalFlags | None,
 ) -> int:
-    """The REPL; returns the exit code."""
+    """The REPL, as ``chat``'s options ask; returns the exit code."""
     with asyncio.Runner() as runner:
-        chat = runner.run(_open(console, session_id, store_spec, task_queue, agent_name, flags))
+        chat = runner.run(_open(console, session_id, store, task_queue, agent_name, flags))
         entries = chat.agent.entries()
         console.print(
             f"[bold]session {escape(session_id)}[/] · {len(entries)} entries · agent "
-            f"{escape(agent_name)} · queue {escape(task_queue)} · /help for commands"
+            f"{escape(agent_name)} · queue {escape(chat.queue or '')} · /help for commands"
         )
         render_transcript(console, transcript_view(path(entries, chat.agent.leaf_id))[-4:])
         try:
@@ -366,10 +368,8 @@ def run_chat(
                     else:
                         runner.run(chat.turn(*step))
                 except KeyboardInterrupt:
-                    console.print(
-                        f"session {escape(chat.agent.session_id)} is at leaf "
-                        f"{escape(chat.agent.leaf_id or '(root)')}"
-                    )
+                    sid, leaf = chat.agent.session_id, chat.agent.leaf_id or "(root)"
+                    console.print(f"session {escape(sid)} is at leaf {escape(leaf)}")
                 except (AgentError, ModelError, SessionError, ValueError) as exc:
                     print_error(console, str(exc))
         finally:
