@@ -134,7 +134,7 @@ function draw(chat, items) {
 }
 function items(shown, left) { // [what it shows, how to make it], in the chat's order
   const out = [], answered = decisions(shown), editing = state.editing ? state.editing.id : null;
-  const prompted = (e) => { const d = answered.get(e.tool_call_id); return e.kind === "approval_request" && (!d || d.kind === "approval_decision"); };
+  const prompted = (e) => { if (e.kind !== "approval_request") return false; const d = answered.get(e.tool_call_id); return !d || d.kind === "approval_decision"; };
   // a call with a prompt or a decision drawn shows its arguments there, not in its reply too
   const asked = new Set(shown.filter(prompted).map((e) => e.tool_call_id));
   for (const e of shown) {
