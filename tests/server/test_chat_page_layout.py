@@ -1,11 +1,14 @@
 """The chat page's layout with a long session, on a desktop window and a phone's: the page itself
 never scrolls (only its chat does), so the header (status, Stop), the box and a call's approve
-and deny buttons stay on screen (Playwright driving the system Chromium against a real server)."""
+and deny buttons stay on screen; a call's arguments show once, as it ran (Playwright driving the
+system Chromium against a real server)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from durable_agent import ApprovalDecision, ApprovalRequest, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
@@ -220,3 +223,34 @@ async def test_a_call_waiting_for_a_person_shows_its_arguments_once(
         await eventually(page.locator(".decision").count, within=20, interval=0.05, what="decided")
         assert await shown(args, 1)
         assert await calls.all_inner_texts() == ['→ lookup({"name":"Carol"})']
+
+
+async def test_a_call_approved_with_edited_arguments_shows_the_ones_it_ran_with(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """A call approved with edited arguments (``"args"`` on the approve route) ran with them,
+    but its decision line showed the model's as the call, approved, nothing said of the edit.
+    It shows the call as it ran and the arguments it was asked with, each once."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+    app = create_app(store=store, agents={"helper": _mailer("Hello.")})
+    asked, ran = '"to":"ann@example.com"', '"to":"cfo@example.com"'
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await page.goto(url + "/")
+        await page.fill("#text", "mail ann")
+        await page.press("#text", "Enter")
+        await eventually(page.locator(".approval").count, within=20, interval=0.1, what="prompt")
+        sid = (await page.inner_text("#title")).strip()
+        edited = {"to": "cfo@example.com", "body": "Hello."}
+        answer = await client.post(
+            f"/v1/sessions/{sid}/approvals/call-1", json={"approved": True, "args": edited}
+        )
+        assert answer.status_code == 200, answer.text
+        await eventually(replied(page, "Sent."), within=20, interval=0.1, what="the reply")
+        decided = await page.locator(".decision").inner_text()
+        tool = await page.locator(".msg.tool").inner_text()
+        chat = await page.locator("#chat").inner_text()
+    assert decided.startswith(f'send_email({{{ran},"body":"Hello."}}) approved by local'), decided
+    assert f'edited from {{{asked},"body":"Hello."}}' in decided, decided
+    assert "sent to cfo@example.com" in tool, tool
+    assert (chat.count(asked), chat.count(ran)) == (1, 1), chat

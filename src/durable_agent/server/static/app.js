@@ -82,10 +82,15 @@ function decisions(entries) { // tool_call_id -> what answered it on the path: d
   return out;
 }
 function approval(e, answered) { // a request: the prompt while it waits, then who decided what
-  const call = `${e.tool_name}(${JSON.stringify(e.args)})`, d = answered.get(e.tool_call_id), say = d && (d.approved ? "approved" : "denied");
+  const d = answered.get(e.tool_call_id), say = d && (d.approved ? "approved" : "denied");
+  // approved with edited arguments: the call shows those it ran with, the model's as what was asked
+  const asked = JSON.stringify(e.args), ran = d && d.approved && d.args ? JSON.stringify(d.args) : asked;
+  const call = `${e.tool_name}(${ran})`;
   if (d) {
     const done = node("decision " + say, "", { call: e.tool_call_id });
-    done.append(node("args", call), ` ${say} by ${d.decided_by || "?"}` + (d.reason ? `: ${d.reason}` : "")); return done;
+    done.append(node("args", call), ` ${say} by ${d.decided_by || "?"}`);
+    if (ran !== asked) done.append(", its arguments edited from ", node("args", asked));
+    if (d.reason) done.append(`: ${d.reason}`); return done;
   }
   const div = node("approval", "", { call: e.tool_call_id }); div.setAttribute("role", "group"); div.setAttribute("aria-label", call);
   const reason = document.createElement("input"); reason.placeholder = "reason (to deny)"; reason.className = "reason";
