@@ -77,6 +77,19 @@ def test_approve_and_deny_from_a_shell(dev: Dev) -> None:
     assert "tool call denied: not before the audit" in out
 
 
+def test_approve_with_edited_args_says_what_the_call_runs_with(dev: Dev) -> None:
+    """``approve --args`` said ``approved call-1``, as if the call ran as the model asked."""
+    proc, call = _waiting_run(dev.env, "mail4", "Email the Q3 figures to the board.")
+    edited = {"to": "cfo@example.com", "subject": "Q3"}
+    decided = run_cli(["approve", "mail4", call, "--args", json.dumps(edited)], dev.env)
+    assert decided.returncode == 0, decided.stderr
+    said = f"approved {call} with edited arguments {json.dumps(edited)}"
+    assert said in " ".join(decided.stdout.split()), decided.stdout
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "email to cfo@example.com sent: Q3" in out
+
+
 def _outlives(proc: subprocess.Popen[str], seconds: float) -> None:
     """Let ``seconds`` pass, the time being what is tested, unless ``proc`` ends first: it
     must not."""

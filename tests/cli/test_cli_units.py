@@ -264,6 +264,22 @@ def test_tree_says_what_a_call_waits_for_and_what_was_decided() -> None:
     assert "d custom approval_decision: denied c1: not now" in lines[3]
 
 
+def test_a_run_log_says_a_call_was_approved_with_edited_arguments() -> None:
+    """The run log said ``✓ approved c1`` of a call a person approved with other arguments
+    (``approve --args``): nothing told that it ran with them. Long ones are cut to one line."""
+    out = io.StringIO()
+    printer = RunPrinter(Console(file=out, width=200, no_color=True))
+    for call, args in (("c1", {"to": "cfo@b"}), ("c2", {"body": "word " * 100})):
+        decision = ApprovalDecision(
+            id=f"d{call}", parent_id="r", tool_call_id=call, approved=True, args=args
+        )
+        printer.handle(_agent_event("approval_decided", entries=[decision]))
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    assert lines[0] == '✓ approved c1 with edited arguments {"to": "cfo@b"} dc1', lines
+    assert lines[1].startswith('✓ approved c2 with edited arguments {"body": "word word'), lines
+    assert lines[1].endswith("… dc2") and len(lines[1]) < 120, lines
+
+
 def _agent_event(kind: str, entries: list[Any] | None = None, **fields: Any) -> Event:
     inner = AgentEvent(type=kind, **fields)
     return Event(type="agent", session_id="s", agent=inner, entries=entries)

@@ -233,3 +233,29 @@ async def test_show_says_what_a_call_waiting_for_a_person_is_and_who_decided(
     assert "denied call-1: not today" in shown.stdout.split("approval_decision  d1")[1], (
         shown.stdout
     )
+
+
+async def test_show_says_a_call_was_approved_with_edited_arguments(tmp_path: Path) -> None:
+    """A decision that edited the call's arguments (``approve --args``) showed as ``approved
+    call-1``: the arguments the call ran with were only in ``--json``."""
+    root = tmp_path / "sessions"
+    store = await make_sessions(root, ["s1"])
+    call = ToolCall(id="call-1", name="send_email", arguments={"to": "board@example.com"})
+    await store.append_entries(
+        "s1",
+        [
+            MessageEntry(id="a1", message=assistant_message(call)),
+            ApprovalDecision(
+                id="d1",
+                parent_id="a1",
+                tool_call_id="call-1",
+                approved=True,
+                args={"to": "cfo@example.com"},
+            ),
+        ],
+    )
+    env = {**cli_env(tmp_path, DURABLE_AGENT_STORE=f"file:{root}"), "COLUMNS": "120"}
+    edited = 'approved call-1 with edited arguments {"to": "cfo@example.com"}'
+    for shown in (run_cli(["show", "s1"], env), run_cli(["show", "s1", "--tree"], env)):
+        assert shown.returncode == 0, shown.stderr
+        assert edited in shown.stdout, shown.stdout

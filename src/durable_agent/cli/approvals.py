@@ -26,7 +26,8 @@ from temporalio.service import RPCError
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When, new
 from ..session import ApprovalRequest, Entry, PendingItem, path, validate_session_id
-from ..session.approvals import awaiting_turn, pending_at_tail
+from ..session.approvals import ApprovalDecision, awaiting_turn, pending_at_tail
+from ..session.render import decision_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.run_start import started_agent
 from .config import (
@@ -308,8 +309,8 @@ async def decide(
             entry = await agent.decide(
                 call_id, approved, reason=reason, args=args, decided_by=decided_by
             )
-        word = "approved" if approved else "denied"
-        console.print(f"{word} {escape(call_id)} (decision {escape(entry.id)})")
+        assert isinstance(entry, ApprovalDecision)  # what ``decide`` stores
+        console.print(f"{escape(short(decision_text(entry)))} (decision {escape(entry.id)})")
         await _continue(console, agent, executor, pending[call_id].run_id, agent_name)
         return 0
     finally:
@@ -383,8 +384,7 @@ async def show_approvals(console: Console, client: Client, agent: Agent) -> None
                 console.print(f"  [bold cyan]you, while it waits ▸[/] {steer}")
                 sent = asyncio.ensure_future(stream.send(steer))
                 await _queued(client, agent.session_id, stream.run_id)
-            for request in event.entries or []:
-                call = getattr(request, "tool_call_id", "")
+            for call in (getattr(r, "tool_call_id", "") for r in event.entries or []):
                 await agent.decide(call, refusal is None, reason=refusal, decided_by="demo")
         printer.finish()
         if sent is not None:

@@ -27,6 +27,7 @@ from ..ai import ModelError
 from ..ai.redaction import configured_secrets, redact
 from ..durable import AgentError
 from ..session import (
+    ApprovalDecision,
     CompactionEntry,
     Entry,
     InvalidSessionIdError,
@@ -38,7 +39,7 @@ from ..session import (
     message_summary,
     tree_lines,
 )
-from ..session.render import ACTIVE, LEAF, OFF_PATH, call_text, short
+from ..session.render import ACTIVE, LEAF, OFF_PATH, call_text, decision_text, short
 from ..workflows.config import TemporalConfigError
 from ..workflows.worker_logs import error_text
 from . import AppLoadError
@@ -241,9 +242,8 @@ def _asked(entry: Entry) -> str:
 
 
 def _decided(entry: Entry) -> str:
-    word = "✓ approved" if getattr(entry, "approved", False) else "✗ denied"
-    reason = getattr(entry, "reason", None)
-    return f"{word} {getattr(entry, 'tool_call_id', '')}" + (f": {reason}" if reason else "")
+    assert isinstance(entry, ApprovalDecision)  # what an ``approval_decided`` event holds
+    return ("✓ " if entry.approved else "✗ ") + short(decision_text(entry))
 
 
 def _delivered(entry: Entry) -> str:

@@ -24,6 +24,7 @@ __all__ = [
     "OFF_PATH",
     "TreeLine",
     "call_text",
+    "decision_text",
     "entry_summary",
     "message_summary",
     "render_tree",
@@ -48,6 +49,16 @@ def short(text: str, limit: int = 90) -> str:
 def call_text(name: str, args: object) -> str:
     """A tool call as ``name({"arg": ...})``."""
     return f"{name}({json.dumps(args, ensure_ascii=False)})"
+
+
+def decision_text(decision: ApprovalDecision) -> str:
+    """A decision as ``approved call-1``, ``denied call-1: reason``; a call approved with edited
+    arguments ``approved call-1 with edited arguments {...}``: those it ran with, not the ones
+    its request shows."""
+    said = f"{'approved' if decision.approved else 'denied'} {decision.tool_call_id}"
+    if decision.approved and decision.args is not None:
+        said += f" with edited arguments {json.dumps(decision.args, ensure_ascii=False)}"
+    return said + (f": {decision.reason}" if decision.reason else "")
 
 
 def message_summary(message: Message) -> str:
@@ -76,8 +87,7 @@ def entry_summary(entry: Entry, limit: int = 70) -> tuple[str, str, str]:
     if isinstance(entry, ApprovalRequest):
         return f"{kind}: ", short(call_text(entry.tool_name, entry.args), limit), ""
     if isinstance(entry, ApprovalDecision):
-        said = f"{'approved' if entry.approved else 'denied'} {entry.tool_call_id}"
-        return f"{kind}: ", short(said + (f": {entry.reason}" if entry.reason else ""), limit), ""
+        return f"{kind}: ", short(decision_text(entry), limit), ""
     return kind, "", ""
 
 
