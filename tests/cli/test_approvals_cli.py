@@ -13,6 +13,9 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from durable_agent import ApprovalRequest, MessageEntry
+from durable_agent.ai import ToolCall
+from durable_agent.ai.messages import assistant_message, user_message
 from durable_agent.cli.run import CANCEL_WAIT
 from durable_agent.stores import FileStore
 from tests.cli.support import CLI, Dev, cli_env, run_cli, running_dev, worker_process
@@ -320,6 +323,45 @@ async def test_a_call_that_waits_for_nobody_is_told_before_temporal(tmp_path: Pa
         assert "no pending tool call 'call-9' in session 's1'" in typo.stderr, typo.stderr
         nobody = run_cli([verb, "nobody", "call-9"], env)
         assert nobody.returncode == 3 and "nobody" in nobody.stderr, nobody.stderr
+
+
+async def test_the_listing_says_how_to_decide(tmp_path: Path) -> None:
+    """``approvals`` listed the waiting calls and stopped there: what to type next was in
+    ``--help``. It ends with the command that decides them (the call's own ID when one waits);
+    the store alone answers, no Temporal."""
+    root = tmp_path / "sessions"
+    store = FileStore(root)
+    await store.create_session("s1")
+    mails = [
+        ToolCall(id=f"call-{n}", name="send_email", arguments={"to": f"{n}@x"}) for n in (1, 2)
+    ]
+    await store.append_entries(
+        "s1",
+        [
+            MessageEntry(id="u", message=user_message("Mail them.")),
+            MessageEntry(id="a", parent_id="u", message=assistant_message(*mails)),
+        ],
+    )
+    env = cli_env(tmp_path, TEMPORAL_ADDRESS="127.0.0.1:1", DURABLE_AGENT_STORE=f"file:{root}")
+    last = "a"
+    for n, mail in enumerate(mails, 1):
+        request = ApprovalRequest(
+            id=f"r{n}",
+            parent_id=last,
+            tool_call_id=mail.id,
+            tool_name=mail.name,
+            args=mail.arguments,
+            run_id="run-1",
+        )
+        await store.append_entries("s1", [request])
+        last = request.id
+        listed = run_cli(["approvals", "s1"], env)
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0].startswith('call-1  send_email({"to": "1@x"})'), listed.stdout
+        how = "CALL_ID" if n == 2 else "call-1"
+        assert lines[-1] == f"decide: durable-agent approve|deny s1 {how}", listed.stdout
+    assert run_cli(["approvals", "s1", "--json"], env).stdout.count("tool_call_id") == 2
 
 
 def test_chat_on_a_parked_turn_asks_its_calls_first(dev: Dev, tmp_path: Path) -> None:

@@ -25,9 +25,9 @@ from temporalio.service import RPCError
 
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When, new
-from ..session import ApprovalRequest, Entry, PendingItem, path, validate_session_id
+from ..session import ApprovalRequest, Entry, path, validate_session_id
 from ..session.approvals import ApprovalDecision, awaiting_turn, pending_at_tail
-from ..session.render import decision_text, short
+from ..session.render import call_text, decision_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.run_start import started_agent
 from .config import (
@@ -88,11 +88,6 @@ def noticed(queue: str | None) -> Iterator[None]:
             timer.cancel()
 
 
-def pending_line(item: PendingItem) -> str:
-    """One pending call as ``chat`` and ``approvals`` show it."""
-    return f"{item.tool_call_id}  {item.tool_name}({json.dumps(item.args, ensure_ascii=False)})"
-
-
 def approvals(
     session_id: Annotated[str, typer.Argument(help="Session whose pending calls to list.")],
     store: StoreOpt = None,
@@ -113,10 +108,13 @@ async def list_pending(console: Console, session_id: str, spec: str, as_json: bo
         await opened.close()
     if as_json:
         print_json(console, [i.model_dump(mode="json") for i in items])
-    elif not items:
-        console.print(f"no pending tool calls in session {escape(session_id)}")
-    for item in [] if as_json else items:
-        console.print(escape(pending_line(item)) + f"  [dim](run {escape(item.run_id)})[/]")
+        return 0
+    for item in items:  # the call, then the run that asked
+        said = f"{item.tool_call_id}  {call_text(item.tool_name, item.args)}"
+        console.print(escape(said) + f"  [dim](run {escape(item.run_id)})[/]")
+    call = items[0].tool_call_id if len(items) == 1 else "CALL_ID"  # what to type next
+    how = f"decide: durable-agent approve|deny {session_id} {call}" if items else ""
+    console.print(escape(how or f"no pending tool calls in session {session_id}"))
     return 0
 
 
@@ -177,7 +175,7 @@ async def ask(
     ``/later TEXT`` sent. ``/quit`` or the end of input leaves them pending (``approve`` decides
     them): ``False``, the chat is left."""
     for request in [r for r in requests if isinstance(r, ApprovalRequest)]:
-        call = f"{request.tool_name}({json.dumps(request.args, ensure_ascii=False)})"
+        call = call_text(request.tool_name, request.args)
         console.print(f"[bold yellow]approve[/] {escape(call)}? {escape('[y / n reason / e]')}")
         while (answer := await read("  ▸ ")) is not None and answer.strip() != "/quit":
             word, _, rest = answer.strip().partition(" ")
