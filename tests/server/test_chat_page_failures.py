@@ -158,6 +158,14 @@ async def test_a_run_cancelled_elsewhere_is_said_cancelled(
         await page.get_by_role("button", name="continue").click()
         await eventually(replied(page, "Went on."), within=60, interval=0.1, what="the reply")
         await eventually(quiet(page), within=60, interval=0.1, what="the run's end told")
+        # a late end of the cancelled run (a resumed stream's, an answer to a status read, one
+        # that came while the next run was being started) says nothing of the run after it
+        late = "([id]) => frame('run', {run_id: id, status: 'cancelled'})"
+        await page.evaluate(late, [run_id])
+        await page.evaluate(
+            "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+        )
+        assert await quiet(page)(), await page.get_by_role("status").inner_text()
 
 
 async def test_a_call_without_arguments_shows_none(

@@ -116,7 +116,7 @@ function render() { // a reader scrolled up keeps their place; one at the end fo
   $("stop").disabled = !busy; $("fork").disabled = !state.sid;
   const asks = [...state.runs.values()].includes("awaiting_approval");
   const status = state.notice || (asks ? "waiting for your decision" : busy ? "working…"
-    : state.failure || (left ? left[1] : ""));
+    : failing() || (left ? left[1] : ""));
   if ($("status").textContent !== status) $("status").textContent = status; // a live region: changes only
   $("text").placeholder = busy ? "Tell the agent while it works" : "Ask something";
   chat.scrollTop = atEnd ? chat.scrollHeight : top;
@@ -252,6 +252,9 @@ function editor(e) { // the edited text is asked from the original's parent: a n
 function newId() { // 16 hex, as the server's own run IDs
   return [...crypto.getRandomValues(new Uint8Array(8))].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
+// Why the newest run this page knows of ended, if it failed or was cancelled: a late end of an
+// older run (a resumed stream's, an answer to a status read) says nothing of the one after it.
+function failing() { const f = state.failure; return f && [...state.runs.keys()].pop() === f.run ? f.text : ""; }
 function working() { return [...state.runs.values()].some((s) => s === "started" || s === "awaiting_approval"); }
 // A send the server did not refuse (a 5xx, a proxy's page, the network) may still take effect:
 // on Temporal a message no worker took in time is delivered when one polls. Its text, sent
@@ -291,7 +294,7 @@ function unsent(runId) {
   const back = state.queued.filter((q) => q.run === runId); if (!back.length) return;
   state.queued = state.queued.filter((q) => q.run !== runId);
   $("text").value = [...back.map((q) => q.text), $("text").value].filter(Boolean).join("\n\n");
-  state.notice = (state.failure ? state.failure + "; " : "") + "not sent to the agent: your message is back in the box";
+  state.notice = (failing() ? failing() + "; " : "") + "not sent to the agent: your message is back in the box";
 }
 async function ask(t, leaf) {
   if (switching) await switching; // a refusal: the text goes back into the box

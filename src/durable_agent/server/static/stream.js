@@ -26,9 +26,9 @@ function frame(event, data) {
   } else if (event === "run") {
     state.runs.set(data.run_id, data.status);
     if (data.status !== "started" && data.status !== "awaiting_approval") state.live.delete(data.run_id);
-    // why, as the run's status also says
-    if (data.status === "failed") state.failure = "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "");
-    if (data.status === "cancelled") state.failure = "the run was cancelled"; // by Stop, or from elsewhere
+    // why, as the run's status also says (shown while it is the newest run: failing())
+    if (data.status === "failed") state.failure = { run: data.run_id, text: "the run failed" + (data.error ? `: ${data.error.type}: ${data.error.message}` : "") };
+    if (data.status === "cancelled") state.failure = { run: data.run_id, text: "the run was cancelled" }; // by Stop, or from elsewhere
     if (!["started", "awaiting_approval"].includes(data.status)) { unsent(data.run_id); ended(data.run_id, data.status); }
   } else if (event === "deleted") return gone(state.sid, "was deleted");
   soon();
