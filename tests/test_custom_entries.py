@@ -16,6 +16,7 @@ from durable_agent.session import (
     EntryDecodeError,
     custom_class,
     decode_entry,
+    edited_args,
     encode_entry,
     register_custom,
 )
@@ -362,3 +363,24 @@ def test_custom_header_keys_cannot_be_overridden_by_extras() -> None:
     e = decode_entry(custom_line(fresh_kind(), other="v"))
     assert (e.id, e.parent_id, e.created_at) == ("x1", None, T0)
     assert e.model_extra == {"other": "v"}
+
+
+def test_edited_args_change_the_fields_given_and_keep_the_rest() -> None:
+    """What a front end that lets a person change some of a call's arguments sends as the
+    decision's ``args`` (which replace the call's whole)."""
+    asked = {"to": "team@example.com", "subject": "Q3", "cc": None}
+    assert edited_args(asked, {"to": "cfo@example.com"}) == {
+        "to": "cfo@example.com",
+        "subject": "Q3",
+        "cc": None,
+    }
+    assert edited_args(asked, {"bcc": "me"}) == {**asked, "bcc": "me"}  # a field added
+    assert edited_args(asked, {"cc": "x", "subject": ""}) == {
+        "to": "team@example.com",
+        "subject": "",
+        "cc": "x",
+    }
+    # a change that changes nothing is no edit: the call runs as the model asked
+    assert edited_args(asked, {}) is None
+    assert edited_args(asked, {"subject": "Q3"}) is None
+    assert asked == {"to": "team@example.com", "subject": "Q3", "cc": None}  # not modified

@@ -93,6 +93,23 @@ def test_approve_with_edited_args_says_what_the_call_runs_with(dev: Dev) -> None
     assert "email to cfo@example.com sent: Q3" in out
 
 
+def test_approve_args_change_only_the_fields_given(dev: Dev) -> None:
+    """``approve --args '{"to": …}'`` ran the call with those arguments alone: the model's
+    subject gone, the demo's ``send_email`` failed on it and sent nothing. The fields given
+    change, the model's others are kept, and the decision says what the call runs with."""
+    proc, call = _waiting_run(dev.env, "mail6", "Email the Q3 figures to the board.")
+    asked = _pending(dev.env, "mail6")[0]["args"]
+    assert isinstance(asked, dict) and set(asked) == {"to", "subject"}
+    decided = run_cli(["approve", "mail6", call, "--args", '{"to": "cfo@example.com"}'], dev.env)
+    assert decided.returncode == 0, decided.stderr
+    ran = json.dumps({**asked, "to": "cfo@example.com"})[:40]  # the line is cut to one
+    said = f"approved {call} with edited arguments {ran}"
+    assert said in " ".join(decided.stdout.split()), decided.stdout
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"email to cfo@example.com sent: {asked['subject']}" in out, out
+
+
 def _outlives(proc: subprocess.Popen[str], seconds: float) -> None:
     """Let ``seconds`` pass, the time being what is tested, unless ``proc`` ends first: it
     must not."""
@@ -172,9 +189,14 @@ def test_chat_asks_for_each_waiting_call(dev: Dev) -> None:
         child.sendline("Email the Q3 figures to the team.")
         child.expect(r"team@example\.com.*\[y / n reason / e\]")
         child.sendline("e")
-        child.expect("args")
-        child.sendline('{"to": "cfo@example.com", "subject": "Q3"}')
-        child.expect("email to cfo@example.com sent: Q3")
+        child.expect_exact("arguments to change (JSON) ▸ ")
+        child.sendline('["cfo@example.com"]')  # asked again: nothing decided
+        child.expect_exact("it must be a JSON object")
+        child.sendline("e")
+        child.expect_exact("arguments to change (JSON) ▸ ")
+        # the fields typed change, the model's others are kept (its subject: the question)
+        child.sendline('{"to": "cfo@example.com"}')
+        child.expect_exact("email to cfo@example.com sent: Email the Q3 figures to the team.")
         child.expect(prompt)
         child.sendline("/quit")
         child.expect(pexpect.EOF)

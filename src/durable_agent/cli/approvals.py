@@ -25,7 +25,7 @@ from temporalio.service import RPCError
 
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When, new
-from ..session import ApprovalRequest, Entry, path, validate_session_id
+from ..session import ApprovalRequest, Entry, edited_args, path, validate_session_id
 from ..session.approvals import ApprovalDecision, awaiting_turn, pending_at_tail
 from ..session.render import call_text, decision_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
@@ -183,13 +183,13 @@ async def ask(
                 send(rest.strip(), "next_turn" if word == "/steer" else "at_end")
                 continue
             args: dict[str, Any] | None = None
-            if word.lower() == "e":
+            if word.lower() == "e":  # the fields typed change, the others are kept
                 try:
-                    args = json.loads(await read("  args (JSON) ▸ ") or "")
-                except json.JSONDecodeError as exc:
-                    console.print(f"not JSON: {escape(str(exc))}")
+                    changes = _object(await read("  arguments to change (JSON) ▸ ") or "", "it")
+                except UsageError as exc:
+                    console.print(escape(str(exc)))
                     continue
-                word = "y"
+                args, word = edited_args(request.args, changes), "y"
             if word.lower() in ("y", "n"):
                 reason = rest.strip() or None
                 with noticed(queue):  # the run's task queue (``None``: in process)
@@ -206,7 +206,7 @@ async def ask(
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (shown to the model).")]
 ByOpt = Annotated[str | None, typer.Option("--by", help="Who decides (stored as decided_by).")]
-ArgsOpt = Annotated[str | None, typer.Option("--args", help="Edited arguments as a JSON object.")]
+ArgsOpt = Annotated[str | None, typer.Option(help="Arguments to change, as JSON (others kept).")]
 AgentOpt = Annotated[str | None, typer.Option(help="Agent to go on (default: the asker).")]
 
 
@@ -258,16 +258,18 @@ def _edited(args: str | None, approved: bool, call_id: str) -> dict[str, Any] | 
     """The edited arguments; a usage error (before Temporal is asked) for bad ones or no ID."""
     if not call_id.strip():
         raise UsageError("the tool call ID is empty (see `durable-agent approvals SESSION`)")
-    if args is None:
-        return None
-    if not approved:  # a denied call does not run: dropping them silently would mislead
+    if args is not None and not approved:  # a denied call does not run: dropped, it misleads
         raise UsageError("--args edits an approved call's arguments: use it with approve")
+    return None if args is None else _object(args, "--args")
+
+
+def _object(text: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(args)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--args is not JSON: {exc}") from None
+        raise UsageError(f"{what} is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise UsageError("--args must be a JSON object")
+        raise UsageError(f"{what} must be a JSON object")
     return value
 
 
@@ -304,8 +306,9 @@ async def decide(
             flags=flags,
         )
         with noticed(task_queue):
+            ran = None if args is None else edited_args(pending[call_id].args, args)
             entry = await agent.decide(
-                call_id, approved, reason=reason, args=args, decided_by=decided_by
+                call_id, approved, reason=reason, args=ran, decided_by=decided_by
             )
         assert isinstance(entry, ApprovalDecision)  # what ``decide`` stores
         console.print(f"{escape(short(decision_text(entry)))} (decision {escape(entry.id)})")
@@ -322,8 +325,7 @@ async def _continue(
     turn: start the continuation run, of the agent that asked unless one is ``named``."""
     if not turn_settled(agent):
         return  # other calls of the turn still wait
-    asked = run_workflow_id(agent.session_id, run_id)
-    handle = executor.client.get_workflow_handle(asked)
+    handle = executor.client.get_workflow_handle(asked := run_workflow_id(agent.session_id, run_id))
     with contextlib.suppress(RPCError):
         if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
             return  # the waiting run took the decision and goes on by itself

@@ -14,6 +14,7 @@ from .approvals import (
     ApprovalRequest,
     PendingItem,
     decision_entry_id,
+    edited_args,
     pending_at_tail,
     pending_items,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "ApprovalRequest",
     "PendingItem",
     "decision_entry_id",
+    "edited_args",
     "pending_at_tail",
     "pending_items",
     "INTERRUPTED_TEXT",

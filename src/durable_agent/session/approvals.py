@@ -30,6 +30,7 @@ __all__ = [
     "PendingItem",
     "awaiting_turn",
     "decision_entry_id",
+    "edited_args",
     "pending_at_tail",
     "pending_items",
     "request_entry_id",
@@ -54,6 +55,15 @@ class ApprovalRequest(CustomEntry):
     args: dict[str, Any]
     run_id: str
     """The run that asked (on Temporal: the run workflow a decision is sent to first)."""
+
+
+def edited_args(asked: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments a call runs with when a person changes some of those it ``asked`` for:
+    ``changes`` over them, the others kept (``None`` when they change nothing). A decision's
+    ``args`` replace the call's whole, so a front end that sent only the fields a person
+    changed would run the call without the rest."""
+    merged = {**asked, **changes}
+    return None if merged == asked else merged
 
 
 @register_custom(APPROVAL_DECISION)
