@@ -11,7 +11,9 @@ with the interpreter's peak memory (``ru_maxrss``) after the case:
   ``--entry-kib`` KiB each (the store reads about the page; before, the whole session);
 - ``object``: ``GET /v1/sessions/{id}`` on that session (its last seq and leaf);
 - ``replay``: a stream resumed at seq 0 on that session, read to its ``: live`` comment (the
-  replay reads the store a page at a time; before, the whole tail at once).
+  replay reads the store a page at a time; before, the whole tail at once);
+- ``approvals``: ``GET .../approvals`` on that session (the end of its active path; before,
+  the whole session).
 
 Run: ``.venv/bin/python bench/server_reads_bench.py --before REV`` (FileStore; ``--others
 5000 --entries 2000 --entry-kib 20 --repeat 7``).
@@ -35,7 +37,7 @@ from durable_agent.stores import FileStore
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sessions_list_bench import ROOT, export_src
 
-CASES = ("list", "page", "object", "replay")
+CASES = ("list", "page", "object", "replay", "approvals")
 
 CHILD = """
 import asyncio, json, resource, socket, statistics, sys, time
@@ -47,6 +49,7 @@ ROUTES = {
     "list": "/v1/sessions?limit=20",
     "page": "/v1/sessions/acme:long/entries?after=0&limit=20",
     "object": "/v1/sessions/acme:long",
+    "approvals": "/v1/sessions/acme:long/approvals",
 }
 KEY = {"authorization": "Bearer k"}
 

@@ -19,6 +19,7 @@ from durable_agent.session import (
     SessionNotFoundError,
     Store,
 )
+from durable_agent.session.store import last_entries
 from durable_agent.stores import FileStore
 from tests.filestore.helpers import add_bytes, line
 from tests.support.conformance import fresh, msg, wires
@@ -204,6 +205,23 @@ async def test_the_last_entry_is_the_one_a_seq_read_ends_with(store: Store) -> N
     await other.append_entries("s1", [msg("k")])
     assert await last_of(twin(store)) == (11, "k")  # a store object that read nothing yet
     assert await last_of(store) == (11, "k")
+
+
+async def test_the_last_entries_are_those_a_seq_read_ends_with(store: Store) -> None:
+    """``last_entries`` (the store's own read where it has one, MongoStore's; else its last
+    entry, then a seq read): the last ``count`` entries and their seqs, fewer when the session
+    holds fewer; a missing session raises as a load does."""
+    await fresh(store)
+    assert await last_entries(store, "s1", 3) == []
+    for batch in [["a", "b", "c"], ["d"], ["e", "f", "g"], ["c", "h"]]:
+        await store.append_entries("s1", [msg(i) for i in batch])
+    read = numbered(await seq_store(store).load_entries_after("s1", 0))
+    for count in (1, 2, 3, 4, 7, 8, 50):
+        assert numbered(await last_entries(store, "s1", count)) == read[-count:], count
+    await twin(store).append_entries("s1", [msg("i")])  # another process's append
+    assert numbered(await last_entries(store, "s1", 2)) == [(8, "h"), (9, "i")]
+    with pytest.raises(SessionNotFoundError):
+        await last_entries(store, "nope", 2)
 
 
 async def test_the_last_entry_of_no_session(store: Store) -> None:

@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from ..activities.run_contracts import RunState
 from ..durable import Agent, RunStream, When, new
 from ..session import ApprovalRequest, Entry, edited_args, path, validate_session_id
-from ..session.approvals import ApprovalDecision, awaiting_turn, pending_at_tail
+from ..session.approvals import ApprovalDecision, awaiting_turn, pending_in
 from ..session.render import call_text, decision_text, short
 from ..workflows import TemporalExecutor, run_workflow_id
 from ..workflows.run_start import started_agent
@@ -103,7 +103,7 @@ def approvals(
 async def list_pending(console: Console, session_id: str, spec: str, as_json: bool) -> int:
     opened = open_store(spec)
     try:
-        items = pending_at_tail(await opened.store.load_entries(validate_session_id(session_id)))
+        items = await pending_in(opened.store, validate_session_id(session_id))
     finally:
         await opened.close()
     if as_json:
@@ -293,8 +293,8 @@ async def decide(
 ) -> int:
     opened = open_store(store_spec)
     try:  # the store answers a mistyped call or session: Temporal is asked after it
-        stored = await opened.store.load_entries(validate_session_id(session_id))
-        pending = {p.tool_call_id: p for p in pending_at_tail(stored)}
+        sid = validate_session_id(session_id)
+        pending = {p.tool_call_id: p for p in await pending_in(opened.store, sid)}
         if call_id not in pending:
             raise NotFound(f"no pending tool call {call_id!r} in session {session_id!r}")
         agent, executor = await open_agent(

@@ -10,10 +10,9 @@ from collections.abc import Awaitable, Callable
 
 from ..durable.agent import Agent
 from ..durable.errors import RunActiveError, UnknownAgentError
-from ..session.approvals import ApprovalDecision, awaiting_turn
+from ..session.approvals import ApprovalDecision, awaiting_turn, tail_turn
 from ..session.entries import Entry
 from ..session.store import Store
-from ..session.tree import path
 from .runs import RunNotFoundError, Runs
 
 __all__ = ["SessionLocks", "continue_settled", "decide_at_leaf", "decide_with", "going"]
@@ -75,8 +74,7 @@ async def continue_settled(
         runs.agent(agent)  # none to pick (several, none named): nothing to read, nothing to log
         if await runs.active(session_id):
             return None
-        entries = await store.load_entries(session_id)
-        turn = awaiting_turn(path(entries, entries[-1].id)) if entries else None
+        turn = awaiting_turn(await tail_turn(store, session_id))
         if turn is None or turn.undecided():
             return None
         for asker in {r.run_id for r in turn.requests.values()}:

@@ -12,7 +12,7 @@ from typing_extensions import TypedDict
 from ..durable.inbox import When
 from ..durable.inputs import check_run_input, text
 from ..durable.limits import check_entry
-from ..session.approvals import ApprovalDecision, PendingItem, pending_at_tail
+from ..session.approvals import ApprovalDecision, PendingItem, pending_in
 from ..session.ids import CLIENT_ID
 from .deps import REFUSALS, Caller, ServerDep, SessionId, WireEntry, answers, runs, wire
 from .routes_runs import existing
@@ -74,9 +74,7 @@ async def send_message(
 @router.get("/sessions/{session_id}/approvals", **answers(200, Pending))
 async def pending(session_id: SessionId, srv: ServerDep, tenant: Caller) -> Pending:
     """The calls of the session's active path (to its last entry) that wait for a decision."""
-    entries = await srv.store.load_entries(tenant.session(session_id))
-    items = pending_at_tail(entries)
-    return {"pending": items}
+    return {"pending": await pending_in(srv.store, tenant.session(session_id))}
 
 
 @router.post(

@@ -16,6 +16,7 @@ from .approvals import (
     decision_entry_id,
     edited_args,
     pending_at_tail,
+    pending_in,
     pending_items,
 )
 from .codec import decode_entry, encode_entry, entry_to_wire, wire_to_entry
@@ -49,6 +50,7 @@ from .store import (
     AppendFeed,
     AppendWatch,
     GuardedStore,
+    LastEntriesStore,
     LastEntryStore,
     RetentionStore,
     SeqStore,
@@ -68,6 +70,7 @@ __all__ = [
     "decision_entry_id",
     "edited_args",
     "pending_at_tail",
+    "pending_in",
     "pending_items",
     "INTERRUPTED_TEXT",
     "AppendFeed",
@@ -90,6 +93,7 @@ __all__ = [
     "SessionNotFoundError",
     "RetentionStore",
     "GuardedStore",
+    "LastEntriesStore",
     "LastEntryStore",
     "SeqStore",
     "SessionRecord",

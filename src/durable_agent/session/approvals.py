@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from ..ai.messages import Message, ToolCall
 from .entries import CustomEntry, Entry, MessageEntry, register_custom
 from .repair import start_repairs
+from .store import Store, last_entries
 from .tree import path
 from .views import raw_model_view
 
@@ -32,15 +33,19 @@ __all__ = [
     "decision_entry_id",
     "edited_args",
     "pending_at_tail",
+    "pending_in",
     "pending_items",
     "request_entry_id",
     "requests_for",
     "requests_after",
     "run_start_repairs",
     "sent_message",
+    "tail_turn",
 ]
 
 APPROVAL_REQUEST = "approval_request"
+TAIL_WINDOW = 32
+"""Entries :func:`tail_turn` reads first: a turn's reply, its requests, decisions and results."""
 APPROVAL_DECISION = "approval_decision"
 
 
@@ -206,14 +211,47 @@ def awaiting_turn(path: Sequence[Entry]) -> AwaitingTurn | None:
             if turn.requests and turn.unanswered():
                 return turn
             return None
-        if isinstance(entry, MessageEntry) and entry.message.role != "tool_result":
-            return None
-        if isinstance(entry, CustomEntry) and not isinstance(
-            entry, ApprovalRequest | ApprovalDecision
-        ):
+        if not _after_reply(entry):
             return None
         tail.append(entry)
     return None
+
+
+def _after_reply(entry: Entry) -> bool:
+    """What may stand between a turn's reply and the path's end while its calls wait: their
+    requests, decisions and results (and entries that are neither a message nor custom)."""
+    if isinstance(entry, MessageEntry):
+        return entry.message.role == "tool_result"
+    return not isinstance(entry, CustomEntry) or isinstance(
+        entry, ApprovalRequest | ApprovalDecision
+    )
+
+
+async def tail_turn(store: Store, session_id: str) -> list[Entry]:
+    """The end of the session's active path (to its last entry) that :func:`awaiting_turn`
+    reads: from the nearest entry that is no request, decision or result on. Read from the end
+    of the log, a window at a time growing eightfold until the walk ends inside it (the whole
+    log only for a walk that needs it): what waits for a person in a long session is asked
+    for often, by people and front ends, and costs a few entries, not the session."""
+    window = TAIL_WINDOW
+    while True:
+        found = await last_entries(store, session_id, window)
+        index: dict[str, Entry] = {}
+        for _, entry in found:
+            index.setdefault(entry.id, entry)
+        walk = path(index, found[-1][1].id) if found else []
+        edge = next((i for i in range(len(walk) - 1, -1, -1) if not _after_reply(walk[i])), None)
+        if edge is not None:
+            return walk[edge:]
+        if len(found) < window or not walk or walk[0].parent_id is None:
+            return walk  # the whole log read, or the path's root reached
+        window *= 8
+
+
+async def pending_in(store: Store, session_id: str) -> list[PendingItem]:
+    """The pending calls of a session's active path to its last entry, read from ``store``
+    (:func:`tail_turn`): what :func:`pending_at_tail` says of the session's whole log."""
+    return pending_items(await tail_turn(store, session_id))
 
 
 def run_start_repairs(path: Sequence[Entry]) -> list[MessageEntry]:

@@ -160,6 +160,15 @@ class LastEntryStore(SeqStore, Protocol):
     async def last_entry(self, session_id: str) -> tuple[int, Entry] | None: ...
 
 
+@runtime_checkable
+class LastEntriesStore(LastEntryStore, Protocol):
+    """A store that reads a session's last ``count`` entries at once (MongoStore: one read of
+    its documents' outline, not one for the last seq and another for what follows it); others
+    are read so by :func:`last_entries`."""
+
+    async def last_entries(self, session_id: str, count: int) -> list[tuple[int, Entry]]: ...
+
+
 class SeqRead(Protocol):
     """A seq read, as :func:`seq_reader` decides it: ``load_entries_after``'s arguments."""
 
@@ -187,6 +196,7 @@ class Closing:
             cls.append_if_last = None  # type: ignore[attr-defined]  # fails GuardedStore checks
         if "load_entries_after" in vars(cls) and "last_entry" not in vars(cls):
             cls.last_entry = None  # type: ignore[attr-defined]  # read through the override
+            cls.last_entries = None  # type: ignore[attr-defined]
 
     async def __aenter__(self) -> Self:
         return self
@@ -236,6 +246,16 @@ async def last_entry(store: Store, session_id: str) -> tuple[int, Entry] | None:
         return await store.last_entry(session_id)
     found = await entries_after(store, session_id, 0)
     return found[-1] if found else None
+
+
+async def last_entries(store: Store, session_id: str, count: int) -> list[tuple[int, Entry]]:
+    """The session's last ``count`` entries with their seqs, in order: the store's own read
+    (:class:`LastEntriesStore`), else its last entry's seq, then the entries after ``count``
+    fewer (a session growing meanwhile gives more)."""
+    if isinstance(store, LastEntriesStore):
+        return await store.last_entries(session_id, count)
+    last = await last_entry(store, session_id)
+    return [] if last is None else await entries_after(store, session_id, max(0, last[0] - count))
 
 
 class AppendWatch(Protocol):

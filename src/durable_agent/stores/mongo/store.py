@@ -23,18 +23,17 @@ writers. An unused slot leaves a gap in ``seq``: ``seq`` orders, it does not cou
 **A load is one round trip of latency:** the session document and one ``find`` sorted by
 incarnation and ``seq`` (one large cursor batch) go out together; the documents of the session
 document's incarnation are kept. :meth:`MongoStore.load_entries_after` reads only the entries
-after a sequence number (:meth:`~MongoStore.last_entry` the last alone), and only up to an
-append still in flight before them, so a seq once read never changes (:mod:`.tail`).
+after a sequence number (:meth:`~MongoStore.last_entries` the last ones), up to an append still
+in flight before them, so a seq once read never changes (:mod:`.tail`).
 
 **What a failed append leaves** (docs/design.md#store-contract): on ``EntryConflictError``
 nothing of the batch; after any other failure the whole batch or nothing (a batch over MongoDB's
 16 MiB limit is split across documents and may leave a prefix of them); a retry completes it.
 
-**Deleted means deleted** (docs/design.md#retention): a delete and the appends racing it are
-refereed by the session's incarnation (:mod:`~durable_agent.stores.mongo.incarnation`).
+**Deleted means deleted** (docs/design.md#retention): the session's incarnation referees a
+delete and the appends racing it (:mod:`~durable_agent.stores.mongo.incarnation`).
 
-The store accepts a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase``: it uses only
-the coroutine methods the two share.
+It takes a PyMongo ``AsyncDatabase`` or a Motor ``AsyncIOMotorDatabase`` (the methods both have).
 """
 
 from __future__ import annotations
@@ -90,12 +89,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "MongoStore"]
 
-#: Largest ``encode_entry`` output accepted: 1 MiB below MongoDB's 16 MiB document limit, which
-#: leaves room for the other fields of the entry document.
+#: Largest ``encode_entry`` output accepted: 1 MiB under MongoDB's 16 MiB document limit.
 DEFAULT_MAX_ENTRY_BYTES = 15 * 1024 * 1024
 
-#: Reads of the outline before ``load_entries_after`` gives up on a session whose documents
-#: keep changing under it (a conflicting split batch fenced, a delete).
+#: Outline reads before a read gives up on documents that keep changing (a fenced batch, a delete).
 _READ_ROUNDS = 3
 
 
@@ -261,8 +258,12 @@ class MongoStore(Closing):
 
     async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
         """The entry :meth:`load_entries_after` ends with and its seq, its document alone read."""
-        found = await self._read(validate_session_id(session_id), None, 1)
+        found = await self.last_entries(session_id, 1)
         return found[-1] if found else None
+
+    async def last_entries(self, session_id: str, count: int) -> list[tuple[int, Entry]]:
+        """The last ``count`` entries and their seqs, in one read of the documents' outline."""
+        return await self._read(validate_session_id(session_id), None, max(1, count))
 
     async def _read(self, sid: str, after: int | None, n: int | None) -> list[tuple[int, Entry]]:
         with self._errors(f"session {sid!r}"):

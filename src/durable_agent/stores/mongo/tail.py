@@ -125,11 +125,12 @@ class TailReader:
         """The entries after ``after`` with their seqs, at most ``limit``, from ``outline``
         (documents and fences of the incarnation, sorted by ``seq``), fetching only the
         documents holding them; ``None`` if a document changed meanwhile. ``after`` ``None``:
-        the last entry before the first open gap, its document alone fetched."""
+        the last ``limit`` entries (one by default) before the first open gap."""
         docs = await self.settled(scope, outline)
         last = after is None
         if after is None:
-            after, limit = max(0, sum(_size(doc) for doc in docs) - 1), 1
+            limit = limit or 1
+            after = max(0, sum(_size(doc) for doc in docs) - limit)
         wanted = parts(scope.sid, docs, after, limit)
         if wanted is None:  # an ID stored twice: positions from a whole decode
             whole = [Part(doc["_id"], seq_of(scope.sid, doc), 0, _size(doc)) for doc in docs]
@@ -137,7 +138,7 @@ class TailReader:
             if fetched is None:
                 return None
             found = list(enumerate(decode_documents(scope.sid, fetched), 1))
-            return found[-1:] if last else found[after:][:limit]
+            return found[-(limit or 1) :] if last else found[after:][:limit]
         fetched = await self._fetch(scope, wanted)
         if fetched is None:
             return None
