@@ -8,7 +8,13 @@ import asyncio
 
 import pytest
 
-from durable_agent import Agent, ApprovalDecision, ApprovalNotPendingError, ApprovalRequest
+from durable_agent import (
+    Agent,
+    ApprovalDecision,
+    ApprovalNotPendingError,
+    ApprovalRequest,
+    RunStream,
+)
 from durable_agent.ai import Reply
 from durable_agent.session import Store
 from durable_agent.session.tree import path
@@ -88,3 +94,55 @@ async def test_two_handles_on_an_older_branch_decide_one_after_the_other(
     assert c2.parent_id == c1.id
     assert two.leaf_id == c2.id
     assert [e.id for e in two.entries()] == [e.id for e in await store.load_entries(sid)]
+
+
+async def _waiting(harness: Harness, store: Store) -> tuple[Agent, RunStream]:
+    """A handle whose run waits (it does not park) for a decision on c1."""
+    script = [Reply(tool_calls=[email("c1")]), "Sent.", "You are welcome."]
+    agent = await harness.open(script, store=store, tools=[send_email], approval_wait=60)
+    stream = await agent.run("mail Bob")
+    async for event in stream.events():
+        if event.agent is not None and event.agent.type == "approval_requested":
+            return agent, stream
+    raise AssertionError("the run ended without asking")
+
+
+async def test_a_handle_that_read_a_waiting_turn_goes_on_after_the_run_that_carried_it_out(
+    harness: Harness, store: Store
+) -> None:
+    """``late`` read the session while c1 waited; ``first`` decided it and its run answered.
+    A message sent through ``late`` was refused as if c1 still waited ("decide them and run()
+    with no input", which would have run the call again); it goes on after the run's reply."""
+    SENT.clear()
+    first, stream = await _waiting(harness, store)
+    late = await harness.open(
+        ["You are welcome."], store=store, session_id=first.session_id, tools=[send_email]
+    )
+    assert [p.tool_call_id for p in late.pending_approvals()] == ["c1"]
+    await first.decide("c1", True)
+    await asyncio.wait_for(stream.wait(), 30)
+    reply = first.leaf_id
+    await asyncio.wait_for((await late.run("thanks")).wait(), 30)
+    path_ids = [e.id for e in path(await store.load_entries(first.session_id), late.leaf_id)]
+    assert reply in path_ids and path_ids.index(reply) == len(path_ids) - 3  # thanks, answer
+    assert late.pending_approvals() == [] and len(SENT) == 1  # the call ran once
+
+
+async def test_a_decision_handed_to_a_run_elsewhere_is_on_the_deciding_handle(
+    harness: Harness, store: Store
+) -> None:
+    """On Temporal a handle that did not start the waiting run hands it its decision (the run
+    stores it): the handle still listed the call as pending, as if it had not decided."""
+    if harness.name != "temporal":
+        pytest.skip("in process only the handle running the run hands it a decision")
+    SENT.clear()
+    first, stream = await _waiting(harness, store)
+    sid = first.session_id
+    other = await harness.open(["Anytime."], store=store, session_id=sid, tools=[send_email])
+    decision = await other.decide("c1", True)
+    assert other.pending_approvals() == []
+    assert other.leaf_id == decision.id
+    await asyncio.wait_for(stream.wait(), 30)
+    await asyncio.wait_for((await other.run("thanks")).wait(), 30)  # after the run's reply
+    assert first.leaf_id in [e.id for e in path(await store.load_entries(sid), other.leaf_id)]
+    assert len(SENT) == 1

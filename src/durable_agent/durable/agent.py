@@ -24,7 +24,7 @@ from ..session.store import Store, copy_into_child, open_session
 from ..session.turns import Turn, last_turn
 from ..session.views import model_view, transcript_view
 from .deciding import decide
-from .errors import AgentClosedError, ApprovalPendingError, EntryNotFoundError
+from .errors import ApprovalPendingError, EntryNotFoundError
 from .executor import Executor, LocalExecutor
 from .inputs import EntryLike, as_entry, check_agent_options, check_run_id, check_run_input
 from .persist import is_durable
@@ -61,8 +61,7 @@ class Agent:
         self._config = config
         self._middleware = tuple(middleware)
         self._executor = executor
-        self._pending: tuple[str | None, bool] = (None, False)
-        """``run``'s ``run_id`` and ``if_unchanged``, for the executor past the middleware."""
+        self._pending: tuple[str | None, bool] = (None, False)  # run()'s, past the middleware
         runner: Runner = self._base_run
         for mw in reversed(self._middleware):
             runner = mw(runner)
@@ -147,14 +146,19 @@ class Agent:
         if run_id is not None:
             check_run_id(run_id)
         if items:
-            self._refuse_while_waiting()
+            await self._refuse_while_waiting()
         self._pending = (run_id, if_unchanged)
         try:
             return await self._runner(items)
         finally:
             self._pending = (None, False)
 
-    def _refuse_while_waiting(self) -> None:
+    async def _refuse_while_waiting(self) -> None:
+        """Refuse while the path's calls wait for people, as stored: another process may have
+        decided them since and a run carried them out (the handle goes on after its entries)."""
+        if awaiting_turn(self._state.path()) is None:
+            return
+        await self._state.catch_up()
         if awaiting_turn(self._state.path()) is not None:
             raise ApprovalPendingError(
                 f"tool calls on the path of session {self.session_id!r} wait for a decision "
@@ -197,8 +201,7 @@ class Agent:
         ``run()`` with no input continues. The first decision wins: a later different one
         raises :class:`ApprovalNotPendingError` naming it (docs/design.md#approvals-and-steering).
         """
-        if self._state.closed:
-            raise AgentClosedError(f"agent for session {self.session_id!r} is closed")
+        self._state.check_open()
         decision = ApprovalDecision(
             tool_call_id=tool_call_id,
             approved=approved,
@@ -213,7 +216,7 @@ class Agent:
         :class:`ApprovalPendingError` while calls there wait for a decision, as ``run`` (an
         entry after them would leave them unanswered, no longer waiting)."""
         self._state.check_mutable()
-        self._refuse_while_waiting()
+        await self._refuse_while_waiting()
         stamped = await self._state.persist([as_entry(e) for e in entries])
         return stamped.copies
 
@@ -279,8 +282,7 @@ class Agent:
     async def fork(self, new_session_id: str | None = None) -> Agent:
         """Copy the active path into a new child session (docs/design.md#tree-and-views)."""
         state = self._state
-        if state.closed:
-            raise AgentClosedError(f"agent for session {state.session_id!r} is closed")
+        state.check_open()
         child_id, sid = validate_session_id(new_session_id or new_id()), state.session_id
         async with state.lock:
             snapshot = [e for e in state.path() if is_durable(e)]

@@ -71,6 +71,9 @@ async def decide(
             return known  # the same decision, stored already
         entry = await remote(state, decision)
         if entry is not None:
+            if (entry.parent_id or "") == state.leaf:  # its receipt, chained at the leaf
+                async with state.lock:
+                    state.follow([entry])
             return entry
     # the handle's run, if one goes on, does not take it (on Temporal it ended without it; in
     # process it let go of its inbox and closes its loop): its last receipts first

@@ -101,10 +101,14 @@ class SessionState:
 
     # -- guards ------------------------------------------------------------------------------
 
-    def check_mutable(self) -> None:
-        """Raise if closed, or busy with a run or compaction."""
+    def check_open(self) -> None:
+        """Raise if closed (what a fork or a decision, which a run leaves possible, checks)."""
         if self.closed:
             raise AgentClosedError(f"agent for session {self.session_id!r} is closed")
+
+    def check_mutable(self) -> None:
+        """Raise if closed, or busy with a run or compaction."""
+        self.check_open()
         if self.running or self.compacting:
             raise RunActiveError(f"a run or compaction is active on session {self.session_id!r}")
 
