@@ -99,7 +99,9 @@ async def test_a_long_session_tells_what_waits_as_its_whole_log_does(store: Stor
     found = await pending_in(store, SID)
     assert [p.tool_call_id for p in found] == ["c1", "c2"]
     assert found == pending_at_tail(log)
-    assert [e.id for e in await tail_turn(store, SID)] == [e.id for e in turn]
+    assert [e.id for _, e in await tail_turn(store, SID)] == [e.id for e in turn]
+    numbered = [(seq, e.id) for seq, e in enumerate(log, 1)]
+    assert [(seq, e.id) for seq, e in await tail_turn(store, SID)] == numbered[-len(turn) :]
 
 
 async def test_a_turn_far_from_the_logs_end_is_read_through_the_walk(store: Store) -> None:

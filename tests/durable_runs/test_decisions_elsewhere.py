@@ -98,7 +98,7 @@ async def test_two_handles_on_an_older_branch_decide_one_after_the_other(
 
 async def _waiting(harness: Harness, store: Store) -> tuple[Agent, RunStream]:
     """A handle whose run waits (it does not park) for a decision on c1."""
-    script = [Reply(tool_calls=[email("c1")]), "Sent.", "You are welcome."]
+    script: list[Reply | str] = [Reply(tool_calls=[email("c1")]), "Sent.", "You are welcome."]
     agent = await harness.open(script, store=store, tools=[send_email], approval_wait=60)
     stream = await agent.run("mail Bob")
     async for event in stream.events():

@@ -49,7 +49,7 @@ from fastapi.responses import StreamingResponse
 from sse_starlette import EventSourceResponse
 
 from ..durable.inputs import check_run_input, text
-from ..session.approvals import PendingItem
+from ..session.approvals import PendingItem, tail_turn
 from ..session.codec import wire_to_entry
 from ..session.entries import Entry, MessageEntry
 from ..session.errors import StoreUnavailableError
@@ -279,7 +279,7 @@ async def _asked(
 
 def _waiting_in(srv: Server, sid: str) -> Waiting:
     async def waiting() -> tuple[int, list[PendingItem]]:
-        return pending(await entries_after(srv.store, sid, 0))
+        return pending(await tail_turn(srv.store, sid))
 
     return waiting
 
@@ -366,8 +366,8 @@ async def _resume(
     runner = runs(srv)
     if agent is not None:  # none named: the run that asked takes it, if it waits
         runner.agent(agent)
-    found = await entries_after(srv.store, sid, 0)
-    after, (_, waiting) = len(found), pending(found)
+    found = await tail_turn(srv.store, sid)  # the end of the path to the last entry
+    after, (_, waiting) = found[-1][0] if found else 0, pending(found)
     made = decisions(body.resume, waiting, tenant.principal)
     hub = await srv.hubs.hub(sid, after)
     queue, _, _ = hub.join()

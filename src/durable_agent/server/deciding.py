@@ -74,7 +74,7 @@ async def continue_settled(
         runs.agent(agent)  # none to pick (several, none named): nothing to read, nothing to log
         if await runs.active(session_id):
             return None
-        turn = awaiting_turn(await tail_turn(store, session_id))
+        turn = awaiting_turn([entry for _, entry in await tail_turn(store, session_id)])
         if turn is None or turn.undecided():
             return None
         for asker in {r.run_id for r in turn.requests.values()}:

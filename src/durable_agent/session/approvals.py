@@ -227,9 +227,10 @@ def _after_reply(entry: Entry) -> bool:
     )
 
 
-async def tail_turn(store: Store, session_id: str) -> list[Entry]:
+async def tail_turn(store: Store, session_id: str) -> list[tuple[int, Entry]]:
     """The end of the session's active path (to its last entry) that :func:`awaiting_turn`
-    reads: from the nearest entry that is no request, decision or result on. Read from the end
+    reads, with the entries' seqs: from the nearest entry that is no request, decision or
+    result on. Read from the end
     of the log, a window at a time growing eightfold until the walk ends inside it (the whole
     log only for a walk that needs it): what waits for a person in a long session is asked
     for often, by people and front ends, and costs a few entries, not the session."""
@@ -237,21 +238,22 @@ async def tail_turn(store: Store, session_id: str) -> list[Entry]:
     while True:
         found = await last_entries(store, session_id, window)
         index: dict[str, Entry] = {}
-        for _, entry in found:
+        seqs: dict[str, int] = {}
+        for seq, entry in found:
             index.setdefault(entry.id, entry)
+            seqs.setdefault(entry.id, seq)
         walk = path(index, found[-1][1].id) if found else []
         edge = next((i for i in range(len(walk) - 1, -1, -1) if not _after_reply(walk[i])), None)
-        if edge is not None:
-            return walk[edge:]
-        if len(found) < window or not walk or walk[0].parent_id is None:
-            return walk  # the whole log read, or the path's root reached
+        if edge is not None or len(found) < window or not walk or walk[0].parent_id is None:
+            # the turn's edge found, the whole log read, or the path's root reached
+            return [(seqs[e.id], e) for e in walk[edge or 0 :]]
         window *= 8
 
 
 async def pending_in(store: Store, session_id: str) -> list[PendingItem]:
     """The pending calls of a session's active path to its last entry, read from ``store``
     (:func:`tail_turn`): what :func:`pending_at_tail` says of the session's whole log."""
-    return pending_items(await tail_turn(store, session_id))
+    return pending_items([entry for _, entry in await tail_turn(store, session_id)])
 
 
 def run_start_repairs(path: Sequence[Entry]) -> list[MessageEntry]:
