@@ -146,3 +146,21 @@ async def test_a_decision_handed_to_a_run_elsewhere_is_on_the_deciding_handle(
     await asyncio.wait_for((await other.run("thanks")).wait(), 30)  # after the run's reply
     assert first.leaf_id in [e.id for e in path(await store.load_entries(sid), other.leaf_id)]
     assert len(SENT) == 1
+
+
+async def test_a_handle_goes_on_with_decisions_another_process_stored(
+    harness: Harness, store: Store
+) -> None:
+    """``first``'s run parked on c1 and c2; ``other`` (a server, a CLI) decided both, stored at
+    the session's leaf. ``first``, which has not read them, goes on with ``run()``: from the
+    decisions, running each call once, not from its own older leaf asking for them again."""
+    SENT.clear()
+    first = await _parked(harness, store, "Both sent.")
+    other = await harness.open([], store=store, session_id=first.session_id, tools=[send_email])
+    await other.decide("c1", True)
+    await other.decide("c2", False, reason="not eve")
+    stream = await first.run()
+    await asyncio.wait_for(stream.wait(), 30)
+    assert [s["to"] for s in SENT] == ["bob@example.com"]
+    assert first.pending_approvals() == [] and stream.pending == []
+    assert first.messages()[-1].content[0].text == "Both sent."  # type: ignore[union-attr]

@@ -145,21 +145,21 @@ class Agent:
         items = [as_entry(e) for e in entries]
         if run_id is not None:
             check_run_id(run_id)
-        if items:
-            await self._refuse_while_waiting()
+        await self._catch_up_waiting(refuse=bool(items))
         self._pending = (run_id, if_unchanged)
         try:
             return await self._runner(items)
         finally:
             self._pending = (None, False)
 
-    async def _refuse_while_waiting(self) -> None:
-        """Refuse while the path's calls wait for people, as stored: another process may have
-        decided them since and a run carried them out (the handle goes on after its entries)."""
+    async def _catch_up_waiting(self, *, refuse: bool) -> None:
+        """While the path's calls wait for people, take in what the store holds after them
+        (another process may have decided them: a run goes on from the decisions; or a run
+        carried them out: new input goes on after it); then ``refuse`` new input if they do."""
         if awaiting_turn(self._state.path()) is None:
             return
         await self._state.catch_up()
-        if awaiting_turn(self._state.path()) is not None:
+        if refuse and awaiting_turn(self._state.path()) is not None:
             raise ApprovalPendingError(
                 f"tool calls on the path of session {self.session_id!r} wait for a decision "
                 "(pending_approvals()): decide them and run() with no input, or branch away"
@@ -216,7 +216,7 @@ class Agent:
         :class:`ApprovalPendingError` while calls there wait for a decision, as ``run`` (an
         entry after them would leave them unanswered, no longer waiting)."""
         self._state.check_mutable()
-        await self._refuse_while_waiting()
+        await self._catch_up_waiting(refuse=True)
         stamped = await self._state.persist([as_entry(e) for e in entries])
         return stamped.copies
 
