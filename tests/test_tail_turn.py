@@ -24,6 +24,7 @@ from durable_agent.session import (
 )
 from durable_agent.session.approvals import TAIL_WINDOW, pending_in, tail_turn
 from durable_agent.stores import FileStore, MemoryStore
+from tests.server.test_paging import WholeReads
 from tests.support.conformance import msg
 
 SID = "s1"
@@ -147,44 +148,26 @@ async def test_an_empty_session_waits_for_nothing_and_a_missing_one_is_not_found
         await pending_in(store, "nope")
 
 
-class Counting(MemoryStore):
-    """Counts the entries it reads; a whole load fails."""
-
-    read = 0
-
-    async def load_entries(self, session_id: str) -> list[Entry]:
-        raise AssertionError("the whole session was loaded")
-
-    async def load_entries_after(
-        self, session_id: str, after: int, limit: int | None = None
-    ) -> list[tuple[int, Entry]]:
-        found = await super().load_entries_after(session_id, after, limit)
-        self.read += len(found)
-        return found
-
-    async def last_entry(self, session_id: str) -> tuple[int, Entry] | None:
-        self.read += 1
-        return await super().last_entry(session_id)
-
-
-async def long_waiting_session() -> Counting:
-    store = Counting()
+async def long_waiting_session(root: Path) -> WholeReads:
+    """A FileStore counting the entries its reads hand out, holding 1,000 entries, then a turn
+    waiting for people on c0 and c1."""
+    store = WholeReads(root)
     before = history(500)
     await stored(store, before, waiting_turn(before[-1].id, calls=2, decided=0))
     store.read = 0
     return store
 
 
-async def test_a_waiting_turn_at_the_end_reads_a_window_not_the_session() -> None:
-    store = await long_waiting_session()
+async def test_a_waiting_turn_at_the_end_reads_a_window_not_the_session(tmp_path: Path) -> None:
+    store = await long_waiting_session(tmp_path)
     assert [p.tool_call_id for p in await pending_in(store, SID)] == ["c0", "c1"]
     assert store.read <= TAIL_WINDOW + 1  # its last entry, then a window
 
 
-async def test_the_approvals_route_reads_the_end_of_a_long_session() -> None:
+async def test_the_approvals_route_reads_the_end_of_a_long_session(tmp_path: Path) -> None:
     """``GET .../approvals``, which a front end may poll, loaded the whole session (every entry
     decoded) on each request."""
-    store = await long_waiting_session()
+    store = await long_waiting_session(tmp_path)
     transport = httpx.ASGITransport(app=create_app(store=store))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         r = await client.get(f"/v1/sessions/{SID}/approvals")
