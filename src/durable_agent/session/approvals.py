@@ -44,9 +44,9 @@ __all__ = [
 ]
 
 APPROVAL_REQUEST = "approval_request"
+APPROVAL_DECISION = "approval_decision"
 TAIL_WINDOW = 32
 """Entries :func:`tail_turn` reads first: a turn's reply, its requests, decisions and results."""
-APPROVAL_DECISION = "approval_decision"
 
 
 @register_custom(APPROVAL_REQUEST)
@@ -230,10 +230,10 @@ def _after_reply(entry: Entry) -> bool:
 async def tail_turn(store: Store, session_id: str) -> list[tuple[int, Entry]]:
     """The end of the session's active path (to its last entry) that :func:`awaiting_turn`
     reads, with the entries' seqs: from the nearest entry that is no request, decision or
-    result on. Read from the end
-    of the log, a window at a time growing eightfold until the walk ends inside it (the whole
-    log only for a walk that needs it): what waits for a person in a long session is asked
-    for often, by people and front ends, and costs a few entries, not the session."""
+    result on. Read from the end of the log, a window at a time growing eightfold until the
+    walk ends inside it (the whole log only for a walk that needs it): what waits for a person
+    in a long session is asked for often, by people and front ends, and costs a few entries,
+    not the session."""
     window = TAIL_WINDOW
     while True:
         found = await last_entries(store, session_id, window)
