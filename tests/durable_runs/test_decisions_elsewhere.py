@@ -164,3 +164,29 @@ async def test_a_handle_goes_on_with_decisions_another_process_stored(
     assert [s["to"] for s in SENT] == ["bob@example.com"]
     assert first.pending_approvals() == [] and stream.pending == []
     assert first.messages()[-1].content[0].text == "Both sent."  # type: ignore[union-attr]
+
+
+async def test_a_call_id_the_model_used_before_is_decided_for_the_turn_that_waits(
+    harness: Harness, store: Store
+) -> None:
+    """Some models number their calls per reply (``call_0`` every time). With an earlier turn's
+    call of that ID decided on the path, deciding the waiting one returned the earlier decision
+    and stored nothing: the call could never be decided, its run parked for good."""
+    SENT.clear()
+    script: list[Reply | str] = [
+        Reply(tool_calls=[email("c1", "bob@example.com")]),
+        "Sent to Bob.",
+        Reply(tool_calls=[email("c1", "eve@example.com")]),
+        "Sent to Eve.",
+    ]
+    agent = await harness.open(script, store=store, tools=[send_email], approval_wait=0.1)
+    await asyncio.wait_for((await agent.run("mail Bob")).wait(), 30)
+    first = await agent.decide("c1", True)
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    await asyncio.wait_for((await agent.run("mail Eve")).wait(), 30)
+    assert [p.args["to"] for p in agent.pending_approvals()] == ["eve@example.com"]
+    second = await agent.decide("c1", True)
+    assert second.id != first.id
+    assert agent.pending_approvals() == []
+    await asyncio.wait_for((await agent.run()).wait(), 30)
+    assert [s["to"] for s in SENT] == ["bob@example.com", "eve@example.com"]

@@ -10,9 +10,15 @@ from typing import Any
 
 import httpx
 
-from durable_agent import ApprovalDecision, ApprovalRequest, MessageEntry
+from durable_agent import ApprovalDecision, ApprovalRequest, Entry, MessageEntry
 from durable_agent.ai import Reply, ToolCall, tool
-from durable_agent.ai.messages import TextContent, assistant_message, user_message
+from durable_agent.ai.messages import (
+    Message,
+    TextContent,
+    assistant_message,
+    tool_result_message,
+    user_message,
+)
 from durable_agent.server import create_app
 from durable_agent.stores import FileStore
 from durable_agent.workflows import AgentSpec
@@ -254,3 +260,47 @@ async def test_a_call_approved_with_edited_arguments_shows_the_ones_it_ran_with(
     assert f'edited from {{{asked},"body":"Hello."}}' in decided, decided
     assert "sent to cfo@example.com" in tool, tool
     assert (chat.count(asked), chat.count(ran)) == (1, 1), chat
+
+
+async def test_a_call_id_used_again_in_a_later_reply_gets_its_own_prompt(
+    tmp_path: Path,
+    browser_page: Any,  # noqa: F811
+) -> None:
+    """Some models number their calls per reply (``call_0`` every time). The page matched
+    decisions and results to calls by call ID over the whole path: the later call, waiting,
+    showed the earlier one's decision ("approved by ann") and no approve button. Each request
+    now takes the decision and result that follow it."""
+    page, store = browser_page, FileStore(tmp_path / "sessions")
+
+    def mail(to: str) -> ToolCall:
+        return ToolCall(id="call-0", name="send_email", arguments={"to": to})
+
+    def said(message: Message) -> Entry:
+        return MessageEntry(message=message)
+
+    answered = tool_result_message("call-0", "send_email", TextContent(text="sent to ann"))
+    turns: list[Entry] = [
+        said(user_message("Mail Ann.")),
+        said(assistant_message(mail("ann@example.com"))),
+        ApprovalRequest(tool_call_id="call-0", tool_name="send_email", args={}, run_id="r1"),
+        ApprovalDecision(tool_call_id="call-0", approved=True, decided_by="ann"),
+        said(answered),
+        said(assistant_message(TextContent(text="Sent to Ann."))),
+        said(user_message("Now mail Bob.")),
+        said(assistant_message(mail("bob@example.com"))),
+        ApprovalRequest(tool_call_id="call-0", tool_name="send_email", args={}, run_id="r2"),
+    ]
+    await store.create_session("again")
+    parent: str | None = None
+    for i, item in enumerate(turns):
+        entry = item.model_copy(update={"id": f"again-{i}", "parent_id": parent})
+        await store.append_entries("again", [entry])
+        parent = entry.id
+    app = create_app(store=store, agents={"helper": AgentSpec(model=scripted([]))})
+    async with serving(app) as url:
+        await page.goto(url + "/#again")
+        prompt = page.locator(".approval button", has_text="approve")
+        await eventually(prompt.count, within=20, interval=0.05, what="the later call's prompt")
+        assert await prompt.count() == 1
+        assert await page.locator(".decision").count() == 1  # the earlier call's, approved
+        assert "approved by ann" in await page.locator(".decision").inner_text()

@@ -95,8 +95,9 @@ def _check_size(state: SessionState, decision: ApprovalDecision) -> None:
 
 
 def _decided(state: SessionState, call_id: str) -> ApprovalDecision | None:
-    """The decision the handle knows stored on the request of ``call_id`` on its path."""
-    for entry in state.path():
+    """The decision the handle knows stored on the newest request of ``call_id`` on its path
+    (a model may use a call ID again in a later reply: ``call_0`` in every one)."""
+    for entry in reversed(state.path()):
         if isinstance(entry, ApprovalRequest) and entry.tool_call_id == call_id:
             found = state.index.get(decision_entry_id(entry.id))
             return found if isinstance(found, ApprovalDecision) else None

@@ -73,16 +73,20 @@ function lastLeaf(id) { // follow the newest child down from id
 function text(message) {
   return (message.content || []).filter((b) => b.type === "text").map((b) => b.text).join("");
 }
-function decisions(entries) { // tool_call_id -> what answered it on the path: decision or result
-  const out = new Map();
+// request ID -> what answered it on the path: its decision, else its result. A model may use a
+// call ID again in a later reply, so an answer goes to the newest request of its call before it.
+function decisions(entries) {
+  const out = new Map(), asking = new Map(); // call ID -> its newest request's ID
   for (const e of entries) {
-    if (e.kind === "approval_decision") out.set(e.tool_call_id, e);
-    else if (e.type === "message" && e.message.role === "tool_result" && !out.has(e.message.tool_call_id)) out.set(e.message.tool_call_id, e);
+    if (e.kind === "approval_request") asking.set(e.tool_call_id, e.id);
+    const call = e.kind === "approval_decision" ? e.tool_call_id : e.type === "message" && e.message.role === "tool_result" ? e.message.tool_call_id : null;
+    const request = asking.get(call);
+    if (request && (e.kind === "approval_decision" || !out.has(request))) out.set(request, e);
   }
   return out;
 }
 function approval(e, answered) { // a request: the prompt while it waits, then who decided what
-  const d = answered.get(e.tool_call_id), say = d && (d.approved ? "approved" : "denied");
+  const d = answered.get(e.id), say = d && (d.approved ? "approved" : "denied");
   // approved with edited arguments: the call shows those it ran with, the model's as what was asked
   const asked = JSON.stringify(e.args), ran = d && d.approved && d.args ? JSON.stringify(d.args) : asked;
   const call = `${e.tool_name}(${ran})`;
@@ -139,16 +143,17 @@ function draw(chat, items) {
 }
 function items(shown, left) { // [what it shows, how to make it], in the chat's order
   const out = [], answered = decisions(shown), editing = state.editing ? state.editing.id : null;
-  const prompted = (e) => { if (e.kind !== "approval_request") return false; const d = answered.get(e.tool_call_id); return !d || d.kind === "approval_decision"; };
+  const prompted = (e) => { if (e.kind !== "approval_request") return false; const d = answered.get(e.id); return !d || d.kind === "approval_decision"; };
   // a call with a prompt or a decision drawn shows its arguments there, not in its reply too
-  const asked = new Set(shown.filter(prompted).map((e) => e.tool_call_id));
+  const asked = new Set(); let reply = ""; // reply ID|call ID
+  for (const e of shown) if (e.type === "message" && e.message.role === "assistant") reply = e.id; else if (prompted(e)) asked.add(`${reply}|${e.tool_call_id}`);
   for (const e of shown) {
     if (prompted(e)) {
-      const d = answered.get(e.tool_call_id); out.push([`a:${e.id}:${d ? d.id : ""}`, () => approval(e, answered)]);
+      const d = answered.get(e.id); out.push([`a:${e.id}:${d ? d.id : ""}`, () => approval(e, answered)]);
     } else if (e.type === "compaction") out.push([`c:${e.id}`, () => compaction(e)]);
     else if (e.type === "message" && !e.meta) {
       const siblings = children(e.parent_id || ""), i = siblings.indexOf(e);
-      const calls = (e.message.content || []).filter((b) => b.type === "tool_call" && !asked.has(b.id));
+      const calls = (e.message.content || []).filter((b) => b.type === "tool_call" && !asked.has(`${e.id}|${b.id}`));
       const key = `m:${e.id}:${i}/${siblings.length}:${e.id === editing}:${calls.map((c) => c.id).join(",")}`;
       out.push([key, () => message(e, siblings, i, calls)]);
     }
@@ -202,7 +207,7 @@ function unfinished(shown) {
   const e = shown[shown.length - 1], m = e && e.type === "message" ? e.message : null;
   const cut = [e && e.id, "the last run did not finish", "The last run did not finish. ", "continue"];
   if (e && ["approval_request", "approval_decision"].includes(e.kind)) { // not while a call waits for a decision
-    const answered = decisions(shown); return shown.some((r) => r.kind === "approval_request" && !answered.has(r.tool_call_id)) ? null : cut;
+    const answered = decisions(shown); return shown.some((r) => r.kind === "approval_request" && !answered.has(r.id)) ? null : cut;
   }
   if (!m) return null;
   const lost = [...state.runs.values()].some((s) => ["failed", "cancelled", "lost"].includes(s));
