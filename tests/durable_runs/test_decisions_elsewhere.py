@@ -190,3 +190,24 @@ async def test_a_call_id_the_model_used_before_is_decided_for_the_turn_that_wait
     assert agent.pending_approvals() == []
     await asyncio.wait_for((await agent.run()).wait(), 30)
     assert [s["to"] for s in SENT] == ["bob@example.com", "eve@example.com"]
+
+
+async def test_a_call_id_used_again_within_one_run_is_decided_each_time(
+    harness: Harness, store: Store
+) -> None:
+    """The same, within one run: its second turn asks about a call of the first one's ID."""
+    SENT.clear()
+    script: list[Reply | str] = [
+        Reply(tool_calls=[email("c1", "bob@example.com")]),
+        Reply(tool_calls=[email("c1", "eve@example.com")]),
+        "Both sent.",
+    ]
+    agent = await harness.open(script, store=store, tools=[send_email], approval_wait=30)
+    stream = await agent.run("mail Bob, then Eve")
+    decided = []
+    async for event in stream.events():
+        if event.agent is not None and event.agent.type == "approval_requested":
+            decided.append(await agent.decide("c1", True))
+    assert len({d.id for d in decided}) == 2
+    assert [s["to"] for s in SENT] == ["bob@example.com", "eve@example.com"]
+    assert agent.pending_approvals() == []

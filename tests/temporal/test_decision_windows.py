@@ -21,6 +21,7 @@ from durable_agent.durable.stream import RunStream
 from durable_agent.session import decode_entry
 from durable_agent.stores import MemoryStore
 from durable_agent.workflows import AgentSpec, run_workflow_id
+from durable_agent.workflows.mail_client import decide_update_id
 from tests.durable_runs.test_approvals import (
     SENT,
     Reader,
@@ -70,11 +71,15 @@ async def decide_in_the_window(
     await asyncio.wait_for(store.entered.wait(), 30)
     handle = client.get_workflow_handle(run_workflow_id(agent.session_id, run_id))
     body = {"tool_call_id": call_id, "approved": True, "decided_by": "ops"}
+    asked = [
+        e for e in await store.load_entries(agent.session_id) if isinstance(e, ApprovalRequest)
+    ]
+    request_id = [e.id for e in asked if e.tool_call_id == call_id][-1]
     try:
         update = await handle.start_update(
             "decide",
             body,
-            id=f"decide:{call_id}",
+            id=decide_update_id(call_id, request_id),  # as a client sends it
             wait_for_stage=WorkflowUpdateStage.ACCEPTED,
             result_type=str,
         )

@@ -23,6 +23,7 @@ from durable_agent import new
 from durable_agent.session import ApprovalDecision, ApprovalRequest
 from durable_agent.stores import FileStore
 from durable_agent.workflows import run_workflow_id
+from durable_agent.workflows.mail_client import decide_update_id
 from tests.cli.support import CLI, cli_env
 from tests.support.worker_process import AGENT
 from tests.temporal.conftest import ROOT, WorkerProcesses
@@ -78,7 +79,8 @@ async def test_waiting_for_an_update_no_worker_takes_can_be_stopped(
         if event.agent is not None and event.agent.type == "approval_requested":
             break
     worker_processes.kill(first)
-    (call,) = [p.tool_call_id for p in agent.pending_approvals()]
+    (waiting,) = agent.pending_approvals()
+    call = waiting.tool_call_id
 
     # Ctrl-C on `durable-agent approve` while the update waits: interrupted, no traceback
     env = cli_env(tmp_path / "home")
@@ -89,7 +91,9 @@ async def test_waiting_for_an_update_no_worker_takes_can_be_stopped(
     )
     wid = run_workflow_id(session, "r1")
     await eventually(
-        lambda: _admitted(temporal_client, wid, f"decide:{call}"), within=30, what="the update held"
+        lambda: _admitted(temporal_client, wid, decide_update_id(call, waiting.request_id)),
+        within=30,
+        what="the update held",
     )
     proc.send_signal(signal.SIGINT)
     said = b"".join(await asyncio.wait_for(proc.communicate(), 30)).decode()

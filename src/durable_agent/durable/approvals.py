@@ -134,12 +134,11 @@ class Waiting:
 
     def check(self, tool_call_id: str, deciding: bool) -> None:
         """Raise :class:`ApprovalNotPendingError` unless the run waits for this call's
-        decision (``deciding``: one is queued already, and it will win)."""
-        decided = self.decided().get(tool_call_id)
-        if decided is not None:
-            raise not_pending(tool_call_id, decided)
-        if deciding or tool_call_id not in {c.id for c in self.turn.undecided()}:
-            raise not_pending(tool_call_id, None)
+        decision (``deciding``: one is queued already, and it will win). A call of this turn
+        waits whatever an earlier wait decided: a model may use a call ID again."""
+        if not deciding and tool_call_id in {c.id for c in self.turn.undecided()}:
+            return
+        raise not_pending(tool_call_id, self.decided().get(tool_call_id))
 
     def verdicts(self) -> dict[str, Verdict]:
         return {

@@ -1,8 +1,10 @@
 """The client side of the ``decide`` and ``send`` updates (docs/design.md#approvals-and-steering).
 
 A decision goes to the run that asked (the request names it) through ``decide`` with update ID
-``decide:<tool_call_id>``: a re-sent decision is one decision, and a second decider gets the
-first one's entry back, which it reports as :class:`ApprovalNotPendingError` naming the winner.
+``decide:<tool_call_id>:<request entry ID>``: a re-sent decision is one decision, a second
+decider gets the first one's entry back, which it reports as :class:`ApprovalNotPendingError`
+naming the winner, and a call ID the model uses again in a later turn of the run is another
+call (Temporal answers an update ID it has seen with that update's result).
 When that run does not wait for the call any more (it parked, ended, or never asked), the handle
 commits the decision at its leaf instead (``durable.deciding``). With no worker up (one
 SIGKILLed, none started yet) Temporal holds the update until one polls: the library's callers
@@ -37,6 +39,7 @@ from .run_mail import DecideBody, SendBody
 __all__ = [
     "TemporalUnavailableError",
     "decide_update",
+    "decide_update_id",
     "execute_update",
     "send_update",
     "worker_within",
@@ -124,22 +127,31 @@ async def decide_update(
         return None
     # the handle's live run first (it waits on the turn it started on), else the run that asked
     for run_id in dict.fromkeys(i for i in (state.live_run_id, request.run_id) if i):
-        entry = await _ask(run_handle(run_id), decision)
+        entry = await _ask(run_handle(run_id), decision, request.id)
         if entry is not None:
             return entry
     return None
 
 
-async def _ask(handle: WorkflowHandle[Any, Any], decision: ApprovalDecision) -> Entry | None:
+def decide_update_id(tool_call_id: str, request_id: str) -> str:
+    """The ID a client's ``decide`` update for the call of request ``request_id`` goes under."""
+    return f"decide:{tool_call_id}:{request_id}"
+
+
+async def _ask(
+    handle: WorkflowHandle[Any, Any], decision: ApprovalDecision, request_id: str
+) -> Entry | None:
     body = DecideBody(
         tool_call_id=decision.tool_call_id,
         approved=decision.approved,
         reason=decision.reason,
         args=decision.args,
         decided_by=decision.decided_by,
+        request_id=request_id,
     )
     try:
-        wire = await execute_update(handle, "decide", body, f"decide:{decision.tool_call_id}")
+        update_id = decide_update_id(decision.tool_call_id, request_id)
+        wire = await execute_update(handle, "decide", body, update_id)
     except WorkflowUpdateFailedError as exc:
         error = _refusal(exc)
         if isinstance(error, ApprovalNotPendingError) and "already decided" in str(error):

@@ -4,8 +4,9 @@ Both take plain JSON, so an operator can send them from the Temporal UI or ``tem
 update execute`` (docs/design.md#approvals-and-steering):
 
 - ``decide``: ``{"tool_call_id": "...", "approved": true, "reason": null, "args": null,
-  "decided_by": "ops"}``, update ID ``decide:<tool_call_id>`` (a re-sent decision is one
-  decision); answers the stored ``approval_decision`` entry, encoded as receipts carry entries.
+  "decided_by": "ops"}``, update ID ``decide:<tool_call_id>`` from an operator, the clients'
+  ``decide:<tool_call_id>:<request entry ID>`` (a re-sent decision is one decision); answers
+  the stored ``approval_decision`` entry, encoded as receipts carry entries.
 - ``send``: ``{"text": "...", "when": "next_turn" | "at_end"}`` (or ``inputs``: one run-input
   message), optional ``message_id`` as its update ID; answers the stored user message once
   the run delivered it, or with ``"answer": "accepted"`` an empty string as soon as the run
@@ -68,6 +69,9 @@ class DecideBody(BaseModel):
     reason: str | None = None
     args: dict[str, Any] | None = None
     decided_by: str | None = None
+    request_id: str | None = None
+    """The request entry the decision answers (the clients send it; optional): a call ID the
+    model uses again in a later turn of the run is another call, told apart by it."""
 
 
 class SendBody(BaseModel):
@@ -133,11 +137,12 @@ def check_decision(engine: RunEngine | None, inbox: Inbox, body: DecideBody) -> 
         if engine is None:
             return
         waiting = engine.waiting  # the turn it waits on, or its last (every call decided)
-        asked = waiting is not None and call_id in waiting.turn.requests
+        request = None if waiting is None else waiting.turn.requests.get(call_id)
+        asked = request is not None and body.request_id in (None, request.id)
         if engine.status == "calling_model" and not asked and not inbox.deciding(call_id):
             return
-        if waiting is None:
-            raise not_pending(call_id, None)
+        if waiting is None or (request is not None and not asked):  # another call of the ID
+            raise not_pending(call_id, None if waiting is None else waiting.decided().get(call_id))
         waiting.check(call_id, inbox.deciding(call_id))
     except AgentError as exc:
         raise refusal(exc) from None
